@@ -1,0 +1,1 @@
+"""chronos_trio: reliable distributed delayed jobs on Redis, built on Trio."""

@@ -1,0 +1,137 @@
+"""The job record and its lifecycle states.
+
+A job moves through these states, each transition one atomic store operation::
+
+    scheduled --due--> ready --lease--> leased --ok--> succeeded (dropped, or retained)
+        ^                ^                 |--error, retries left--> retry_wait --due--> ready
+        |                '--lease expired--|
+        '-- enqueue(run_at)                '--retries exhausted / SkipRetry / bad payload--> dead
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+
+class JobState(enum.StrEnum):
+    """Where a job is in its lifecycle."""
+
+    SCHEDULED = "scheduled"
+    READY = "ready"
+    LEASED = "leased"
+    RETRY_WAIT = "retry_wait"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+
+    @classmethod
+    def parse(cls, text: str) -> JobState:
+        """Parse a state name, raising ``ValueError`` that lists the valid names."""
+        try:
+            return cls(text.strip().lower())
+        except ValueError:
+            names = ", ".join(s.value for s in cls)
+            raise ValueError(f"unknown job state {text!r}; expected one of: {names}") from None
+
+
+#: States in which a job still waits to run or is running.
+PENDING_STATES = frozenset(
+    {JobState.SCHEDULED, JobState.READY, JobState.LEASED, JobState.RETRY_WAIT}
+)
+
+
+@attrs.frozen
+class Job:
+    """A snapshot of one job as the store holds it.
+
+    Times are seconds since the Unix epoch *on the store's clock*. ``attempts``
+    counts leases handed out (a lease is an attempt, even if the worker then
+    crashed). ``lease_token`` is the fencing token of the current lease (empty
+    when not leased).
+    """
+
+    id: str
+    queue: str
+    kind: str
+    payload: bytes
+    run_at: float
+    state: JobState
+    attempts: int = 0
+    max_retries: int = 3
+    timeout: float = 30.0
+    lease_token: str = ""
+    lease_owner: str = ""
+    lease_expires_at: float | None = None
+    queue_version: int = 1
+    partition: int = 0
+    last_error: str = ""
+    created_at: float = 0.0
+    finished_at: float | None = None
+
+    @property
+    def retries_left(self) -> int:
+        """How many more failed attempts this job may still absorb."""
+        return max(0, self.max_retries + 1 - self.attempts)
+
+
+@attrs.frozen
+class NewJob:
+    """A job as a producer hands it to the store.
+
+    Exactly one of ``run_at`` (epoch seconds) and ``delay`` (seconds from the
+    store's now) decides when it becomes due; with neither it is due at once.
+    ``delay`` exists so that due times are judged by the store's clock, not the
+    producer's.
+    """
+
+    id: str
+    queue: str
+    kind: str
+    payload: bytes
+    run_at: float | None = None
+    delay: float = 0.0
+    max_retries: int = 3
+    timeout: float = 30.0
+
+
+@attrs.frozen
+class EnqueueResult:
+    """What ``enqueue`` did with one job: ``created`` is False when a job with
+    the same ID already existed (the existing job is left untouched)."""
+
+    job_id: str
+    created: bool
+    run_at: float
+    queue_version: int = 1
+    partition: int = 0
+
+
+@attrs.frozen
+class LeaseRef:
+    """Everything a store needs to find a leased job and check its fence."""
+
+    job_id: str
+    queue: str
+    token: str
+    queue_version: int = 1
+    partition: int = 0
+
+
+@attrs.frozen
+class LeasedJob:
+    """A job handed to one worker, with the fencing token of its lease."""
+
+    job: Job
+    token: str
+    expires_at: float
+
+    @property
+    def ref(self) -> LeaseRef:
+        return LeaseRef(
+            job_id=self.job.id,
+            queue=self.job.queue,
+            token=self.token,
+            queue_version=self.job.queue_version,
+            partition=self.job.partition,
+        )

@@ -1,0 +1,614 @@
+"""In-memory store: tests, the embedded default and local development.
+
+Every operation runs synchronously between two Trio checkpoints, so each is
+atomic with respect to every other task of the process. Its clock defaults to
+Trio's clock anchored to the wall clock, so under ``autojump_clock`` due times
+and lease expiry advance with virtual time and timing tests run instantly.
+
+It lives in one process: it cannot be shared by several worker processes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import secrets
+import time
+import zlib
+from collections.abc import Callable, Sequence
+
+import attrs
+import trio
+
+from .._job import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
+from ._base import (
+    Leadership,
+    PromoteResult,
+    QueueStats,
+    QueueTopology,
+    QueueVersion,
+    QueueWeight,
+    RecoverResult,
+    Settlement,
+    SettleKind,
+    Store,
+    TopologyError,
+    TriggerResult,
+    VersionState,
+)
+from ._sharing import share_by_weight
+
+#: ``(due-or-expiry time, sequence, job id, record version)`` — a heap entry is
+#: valid only while the record still has that version (lazy deletion).
+_HeapEntry = tuple[float, int, str, int]
+
+
+@attrs.define
+class _Record:
+    job: Job
+    version: int = 0
+
+
+class _TrioAnchoredClock:
+    """Trio's clock shifted to read as Unix time; re-anchored per ``trio.run``."""
+
+    def __init__(self) -> None:
+        self._token: object = None
+        self._offset = 0.0
+
+    def __call__(self) -> float:
+        token = trio.lowlevel.current_trio_token()
+        if token is not self._token:
+            self._token = token
+            self._offset = time.time() - trio.current_time()
+        return self._offset + trio.current_time()
+
+
+def partition_of(job_id: str, partitions: int) -> int:
+    """The partition a job ID hashes to (CRC32, the same in every backend)."""
+    return zlib.crc32(job_id.encode()) % partitions
+
+
+class MemoryStore(Store):
+    """A :class:`Store` held in this process's memory.
+
+    ``clock`` returns the store's time in epoch seconds; by default it is
+    Trio's clock anchored to the wall clock (see module docstring).
+    """
+
+    shared_across_processes = False
+
+    def __init__(
+        self, *, clock: Callable[[], float] | None = None, default_partitions: int = 1
+    ) -> None:
+        self._clock: Callable[[], float] = clock or _TrioAnchoredClock()
+        self._default_partitions = default_partitions
+        self._records: dict[str, _Record] = {}
+        self._due: dict[str, list[_HeapEntry]] = {}
+        self._ready: dict[str, list[_HeapEntry]] = {}
+        self._leased: dict[str, list[_HeapEntry]] = {}
+        self._known_queues: set[str] = set()
+        self._paused: set[str] = set()
+        self._topology: dict[str, list[QueueVersion]] = {}
+        self._seq = itertools.count()
+        self._token_prefix = secrets.token_hex(4)
+        self._tokens = itertools.count(1)
+        self._ready_changed = trio.Event()
+        self._scheduled_changed = trio.Event()
+        self._leaders: dict[str, Leadership] = {}
+        self._epochs: dict[str, int] = {}
+        self._last_fired: dict[str, dict[str, float]] = {}
+
+    # -- helpers -----------------------------------------------------------------
+    def _put(self, job: Job) -> None:
+        """Store ``job`` as the new version of its record and index it."""
+        rec = self._records.get(job.id)
+        if rec is None:
+            rec = self._records[job.id] = _Record(job)
+        rec.version += 1
+        rec.job = job
+        self._known_queues.add(job.queue)
+        entry: _HeapEntry
+        if job.state in (JobState.SCHEDULED, JobState.RETRY_WAIT):
+            entry = (job.run_at, next(self._seq), job.id, rec.version)
+            heapq.heappush(self._due.setdefault(job.queue, []), entry)
+            self._notify_scheduled()
+        elif job.state is JobState.READY:
+            entry = (job.run_at, next(self._seq), job.id, rec.version)
+            heapq.heappush(self._ready.setdefault(job.queue, []), entry)
+            self._notify_ready()
+        elif job.state is JobState.LEASED:
+            assert job.lease_expires_at is not None
+            entry = (job.lease_expires_at, next(self._seq), job.id, rec.version)
+            heapq.heappush(self._leased.setdefault(job.queue, []), entry)
+
+    def _delete(self, job_id: str) -> None:
+        self._records.pop(job_id, None)
+
+    def _valid(self, entry: _HeapEntry) -> Job | None:
+        rec = self._records.get(entry[2])
+        if rec is None or rec.version != entry[3]:
+            return None
+        return rec.job
+
+    def _peek(self, heap: list[_HeapEntry]) -> tuple[_HeapEntry, Job] | None:
+        """Drop stale entries from the top of ``heap``; return the live top."""
+        while heap:
+            job = self._valid(heap[0])
+            if job is not None:
+                return heap[0], job
+            heapq.heappop(heap)
+        return None
+
+    def _notify_ready(self) -> None:
+        self._ready_changed.set()
+        self._ready_changed = trio.Event()
+
+    def _notify_scheduled(self) -> None:
+        self._scheduled_changed.set()
+        self._scheduled_changed = trio.Event()
+
+    def _held(self, ref: LeaseRef, now: float) -> Job | None:
+        """The job if ``ref`` still holds its lease (token matches, not expired)."""
+        rec = self._records.get(ref.job_id)
+        if rec is None:
+            return None
+        job = rec.job
+        if job.state is not JobState.LEASED or job.lease_token != ref.token or not ref.token:
+            return None
+        if job.lease_expires_at is None or job.lease_expires_at <= now:
+            return None
+        return job
+
+    def _versions(self, queue: str) -> list[QueueVersion]:
+        versions = self._topology.get(queue)
+        if versions is None:
+            versions = [QueueVersion(1, self._default_partitions, VersionState.ACTIVE)]
+            self._topology[queue] = versions
+        return versions
+
+    def _find(self, job_id: str, queue: str | None) -> Job | None:
+        rec = self._records.get(job_id)
+        if rec is None or (queue is not None and rec.job.queue != queue):
+            return None
+        return rec.job
+
+    # -- producing ---------------------------------------------------------------
+    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        results = []
+        for new in jobs:
+            existing = self._records.get(new.id)
+            if existing is not None:
+                ex = existing.job
+                results.append(
+                    EnqueueResult(new.id, False, ex.run_at, ex.queue_version, ex.partition)
+                )
+                continue
+            active = next(v for v in self._versions(new.queue) if v.state is VersionState.ACTIVE)
+            run_at = new.run_at if new.run_at is not None else now + max(0.0, new.delay)
+            job = Job(
+                id=new.id,
+                queue=new.queue,
+                kind=new.kind,
+                payload=new.payload,
+                run_at=run_at,
+                state=JobState.READY if run_at <= now else JobState.SCHEDULED,
+                max_retries=new.max_retries,
+                timeout=new.timeout,
+                queue_version=active.version,
+                partition=partition_of(new.id, active.partitions),
+                created_at=now,
+            )
+            self._put(job)
+            results.append(EnqueueResult(job.id, True, run_at, job.queue_version, job.partition))
+        return results
+
+    # -- hot path ----------------------------------------------------------------------
+    async def promote_due(self, queues: Sequence[str], limit: int) -> PromoteResult:
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        promoted = 0
+        next_due: float | None = None
+        for queue in queues:
+            heap = self._due.get(queue, [])
+            while promoted < limit:
+                top = self._peek(heap)
+                if top is None or top[1].run_at > now:
+                    break
+                heapq.heappop(heap)
+                self._put(attrs.evolve(top[1], state=JobState.READY))
+                promoted += 1
+            top = self._peek(heap)
+            if top is not None and (next_due is None or top[1].run_at < next_due):
+                next_due = top[1].run_at
+        return PromoteResult(promoted, next_due, now)
+
+    async def lease(
+        self,
+        queues: Sequence[QueueWeight],
+        count: int,
+        *,
+        worker_id: str,
+        lease_duration: float,
+    ) -> list[LeasedJob]:
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        active = [q for q in queues if q.name not in self._paused]
+        available = {q.name: self._ready_count(q.name, count) for q in active}
+        shares = share_by_weight(active, count, available)
+        leased: list[LeasedJob] = []
+        for queue, share in shares.items():
+            heap = self._ready.get(queue, [])
+            for _ in range(share):
+                top = self._peek(heap)
+                if top is None:
+                    break
+                heapq.heappop(heap)
+                token = f"{self._token_prefix}-{next(self._tokens)}"
+                job = attrs.evolve(
+                    top[1],
+                    state=JobState.LEASED,
+                    attempts=top[1].attempts + 1,
+                    lease_token=token,
+                    lease_owner=worker_id,
+                    lease_expires_at=now + lease_duration,
+                )
+                self._put(job)
+                leased.append(LeasedJob(job, token, now + lease_duration))
+        return leased
+
+    def _ready_count(self, queue: str, cap: int) -> int:
+        """How many live ready jobs ``queue`` has, counting at most ``cap``."""
+        heap = self._ready.get(queue, [])
+        if self._peek(heap) is None:
+            return 0
+        n = 0
+        for entry in heap:
+            if self._valid(entry) is not None:
+                n += 1
+                if n >= cap:
+                    break
+        return n
+
+    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> list[bool]:
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        results = []
+        for ref in leases:
+            job = self._held(ref, now)
+            if job is None:
+                results.append(False)
+                continue
+            self._put(attrs.evolve(job, lease_expires_at=now + lease_duration))
+            results.append(True)
+        return results
+
+    async def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        results = []
+        for s in settlements:
+            job = self._held(s.lease, now)
+            if job is None:
+                results.append(False)
+                continue
+            cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
+            if s.kind is SettleKind.SUCCEEDED:
+                if s.retain_for > 0:
+                    self._put(
+                        attrs.evolve(
+                            cleared,
+                            state=JobState.SUCCEEDED,
+                            finished_at=now,
+                            run_at=now + s.retain_for,
+                        )
+                    )
+                else:
+                    self._delete(job.id)
+            elif s.kind is SettleKind.RETRY:
+                self._put(
+                    attrs.evolve(
+                        cleared,
+                        state=JobState.RETRY_WAIT,
+                        run_at=now + max(0.0, s.retry_delay),
+                        last_error=s.error,
+                    )
+                )
+            elif s.kind is SettleKind.DEAD:
+                self._put(
+                    attrs.evolve(cleared, state=JobState.DEAD, last_error=s.error, finished_at=now)
+                )
+            else:  # RELEASE
+                self._put(
+                    attrs.evolve(
+                        cleared, state=JobState.READY, attempts=max(0, job.attempts - 1)
+                    )
+                )
+            results.append(True)
+        return results
+
+    async def recover_expired(self, queues: Sequence[str], limit: int) -> RecoverResult:
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        requeued: list[str] = []
+        dead: list[Job] = []
+        for queue in queues:
+            heap = self._leased.get(queue, [])
+            while len(requeued) + len(dead) < limit:
+                top = self._peek(heap)
+                if top is None or top[0][0] > now:
+                    break
+                heapq.heappop(heap)
+                job = attrs.evolve(
+                    top[1], lease_token="", lease_owner="", lease_expires_at=None
+                )
+                if job.attempts > job.max_retries:
+                    job = attrs.evolve(
+                        job,
+                        state=JobState.DEAD,
+                        finished_at=now,
+                        last_error=(
+                            f"lease expired on attempt {job.attempts} of "
+                            f"{job.max_retries + 1} (worker lost); retries exhausted"
+                        ),
+                    )
+                    dead.append(job)
+                else:
+                    job = attrs.evolve(job, state=JobState.READY, run_at=now)
+                    requeued.append(job.id)
+                self._put(job)
+        return RecoverResult(tuple(requeued), tuple(dead))
+
+    async def trim(
+        self, queues: Sequence[str], *, dead_max_age: float | None, dead_max_count: int | None
+    ) -> int:
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        wanted = set(queues)
+        deleted = 0
+        dead_by_queue: dict[str, list[Job]] = {}
+        for rec in list(self._records.values()):
+            job = rec.job
+            if job.queue not in wanted:
+                continue
+            if job.state is JobState.SUCCEEDED and job.run_at <= now:
+                self._delete(job.id)
+                deleted += 1
+            elif job.state is JobState.DEAD:
+                finished = job.finished_at or 0.0
+                if dead_max_age is not None and finished + dead_max_age <= now:
+                    self._delete(job.id)
+                    deleted += 1
+                else:
+                    dead_by_queue.setdefault(job.queue, []).append(job)
+        if dead_max_count is not None:
+            for dead in dead_by_queue.values():
+                dead.sort(key=lambda j: (j.finished_at or 0.0, j.id))
+                for job in dead[: max(0, len(dead) - dead_max_count)]:
+                    self._delete(job.id)
+                    deleted += 1
+        return deleted
+
+    # -- waiting -------------------------------------------------------------------
+    async def wait_ready(self, queues: Sequence[str], timeout: float) -> None:
+        if any(q not in self._paused and self._peek(self._ready.get(q, [])) for q in queues):
+            await trio.lowlevel.checkpoint()
+            return
+        event = self._ready_changed
+        with trio.move_on_after(timeout):
+            await event.wait()
+
+    async def wait_scheduled(
+        self, queues: Sequence[str], *, earlier_than: float | None, timeout: float
+    ) -> None:
+        for q in queues:
+            top = self._peek(self._due.get(q, []))
+            if top is not None and (earlier_than is None or top[1].run_at < earlier_than):
+                await trio.lowlevel.checkpoint()
+                return
+        event = self._scheduled_changed
+        with trio.move_on_after(timeout):
+            await event.wait()
+
+    async def now(self) -> float:
+        await trio.lowlevel.checkpoint()
+        return self._clock()
+
+    # -- inspection ----------------------------------------------------------------------
+    async def queues(self) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return sorted(self._known_queues | set(self._topology))
+
+    async def stats(self, queues: Sequence[str] | None = None) -> list[QueueStats]:
+        await trio.lowlevel.checkpoint()
+        names = list(queues) if queues is not None else sorted(
+            self._known_queues | set(self._topology)
+        )
+        counts: dict[str, dict[JobState, int]] = {q: dict.fromkeys(JobState, 0) for q in names}
+        parts: dict[str, dict[tuple[int, int], int]] = {q: {} for q in names}
+        for rec in self._records.values():
+            job = rec.job
+            if job.queue in counts:
+                counts[job.queue][job.state] += 1
+                key = (job.queue_version, job.partition)
+                parts[job.queue][key] = parts[job.queue].get(key, 0) + 1
+        return [QueueStats(q, counts[q], q in self._paused, parts[q]) for q in names]
+
+    async def get_job(self, job_id: str, *, queue: str | None = None) -> Job | None:
+        await trio.lowlevel.checkpoint()
+        return self._find(job_id, queue)
+
+    async def list_jobs(
+        self, queue: str, state: JobState, *, offset: int = 0, limit: int = 100
+    ) -> list[Job]:
+        await trio.lowlevel.checkpoint()
+        jobs = [r.job for r in self._records.values() if r.job.queue == queue]
+        jobs = [j for j in jobs if j.state is state]
+
+        def order(job: Job) -> tuple[float, str]:
+            if state is JobState.LEASED:
+                return (job.lease_expires_at or 0.0, job.id)
+            if state in (JobState.SUCCEEDED, JobState.DEAD):
+                return (job.finished_at or 0.0, job.id)
+            return (job.run_at, job.id)
+
+        jobs.sort(key=order)
+        return jobs[offset : offset + limit]
+
+    async def run_now(self, job_id: str, *, queue: str | None = None) -> bool:
+        await trio.lowlevel.checkpoint()
+        job = self._find(job_id, queue)
+        if job is None or job.state not in (
+            JobState.SCHEDULED,
+            JobState.RETRY_WAIT,
+            JobState.DEAD,
+        ):
+            return False
+        attempts = 0 if job.state is JobState.DEAD else job.attempts
+        self._put(
+            attrs.evolve(
+                job,
+                state=JobState.READY,
+                run_at=self._clock(),
+                attempts=attempts,
+                finished_at=None,
+            )
+        )
+        return True
+
+    async def delete_job(self, job_id: str, *, queue: str | None = None) -> bool:
+        await trio.lowlevel.checkpoint()
+        job = self._find(job_id, queue)
+        if job is None or job.state is JobState.LEASED:
+            return False
+        self._delete(job_id)
+        return True
+
+    async def requeue_dead(self, queue: str, *, limit: int | None = None) -> int:
+        dead = await self.list_jobs(queue, JobState.DEAD, limit=limit or len(self._records))
+        now = self._clock()
+        for job in dead:
+            self._put(
+                attrs.evolve(job, state=JobState.READY, run_at=now, attempts=0, finished_at=None)
+            )
+        return len(dead)
+
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        await trio.lowlevel.checkpoint()
+        self._known_queues.add(queue)
+        if paused:
+            self._paused.add(queue)
+        else:
+            self._paused.discard(queue)
+            self._notify_ready()
+
+    # -- topology ------------------------------------------------------------------------
+    async def topology(self, queue: str) -> QueueTopology:
+        await trio.lowlevel.checkpoint()
+        return QueueTopology(queue, tuple(self._versions(queue)))
+
+    async def promote_queue_version(
+        self, queue: str, version: int, partitions: int
+    ) -> QueueTopology:
+        await trio.lowlevel.checkpoint()
+        if partitions < 1:
+            raise TopologyError(f"partitions must be >= 1, got {partitions}")
+        versions = self._versions(queue)
+        highest = max(v.version for v in versions)
+        if version <= highest:
+            raise TopologyError(
+                f"queue {queue!r}: new version {version} must be greater than {highest}"
+            )
+        versions[:] = [
+            attrs.evolve(v, state=VersionState.DRAINING)
+            if v.state is VersionState.ACTIVE
+            else v
+            for v in versions
+        ] + [QueueVersion(version, partitions, VersionState.ACTIVE)]
+        return QueueTopology(queue, tuple(versions))
+
+    async def complete_draining_version(self, queue: str, version: int) -> QueueTopology:
+        await trio.lowlevel.checkpoint()
+        versions = self._versions(queue)
+        match = [v for v in versions if v.version == version]
+        if not match:
+            raise TopologyError(f"queue {queue!r} has no version {version}")
+        if match[0].state is VersionState.ACTIVE:
+            raise TopologyError(f"queue {queue!r}: version {version} is active, not draining")
+        left = sum(
+            1
+            for r in self._records.values()
+            if r.job.queue == queue and r.job.queue_version == version
+        )
+        if left:
+            raise TopologyError(
+                f"queue {queue!r}: version {version} still holds {left} job(s); "
+                "let workers drain it first"
+            )
+        versions[:] = [v for v in versions if v.version != version]
+        return QueueTopology(queue, tuple(versions))
+
+    # -- leadership ---------------------------------------------------------------------
+    def _live_leader(self, name: str, now: float) -> Leadership | None:
+        lead = self._leaders.get(name)
+        if lead is None or lead.expires_at <= now:
+            return None
+        return lead
+
+    async def acquire_leadership(self, name: str, holder: str, ttl: float) -> Leadership | None:
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        lead = self._live_leader(name, now)
+        if lead is not None:
+            if lead.holder != holder:
+                return None
+            lead = attrs.evolve(lead, expires_at=now + ttl)
+        else:
+            epoch = self._epochs.get(name, 0) + 1
+            self._epochs[name] = epoch
+            lead = Leadership(name, holder, epoch, now + ttl)
+        self._leaders[name] = lead
+        return lead
+
+    async def renew_leadership(self, name: str, holder: str, epoch: int, ttl: float) -> bool:
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        lead = self._live_leader(name, now)
+        if lead is None or lead.holder != holder or lead.epoch != epoch:
+            return False
+        self._leaders[name] = attrs.evolve(lead, expires_at=now + ttl)
+        return True
+
+    async def resign_leadership(self, name: str, holder: str, epoch: int) -> bool:
+        await trio.lowlevel.checkpoint()
+        lead = self._live_leader(name, self._clock())
+        if lead is None or lead.holder != holder or lead.epoch != epoch:
+            return False
+        del self._leaders[name]
+        return True
+
+    async def current_leader(self, name: str) -> Leadership | None:
+        await trio.lowlevel.checkpoint()
+        return self._live_leader(name, self._clock())
+
+    async def enqueue_trigger(
+        self, name: str, epoch: int, schedule_id: str, fire_at: float, job: NewJob
+    ) -> TriggerResult:
+        await trio.lowlevel.checkpoint()
+        lead = self._live_leader(name, self._clock())
+        if lead is None or lead.epoch != epoch:
+            return TriggerResult.STALE_EPOCH
+        fired = self._last_fired.setdefault(name, {})
+        if fired.get(schedule_id, float("-inf")) >= fire_at:
+            return TriggerResult.ALREADY_FIRED
+        fired[schedule_id] = fire_at
+        # enqueue_many checkpoints first; nothing else of ours runs in between
+        # that could observe the trigger recorded but not enqueued.
+        await self.enqueue_many([job])
+        return TriggerResult.ENQUEUED
+
+    async def schedule_last_fired(self, name: str) -> dict[str, float]:
+        await trio.lowlevel.checkpoint()
+        return dict(self._last_fired.get(name, {}))
