@@ -1,0 +1,4 @@
+"""Test support shipped with chronos_trio: the store conformance suite and
+fault-injection helpers, usable by any project that builds on it."""
+
+from .conformance import CHECKS as CHECKS

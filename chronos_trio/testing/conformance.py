@@ -1,0 +1,495 @@
+"""The store conformance suite: one set of semantic checks for every backend.
+
+Each check is ``async def check_x(store: Store) -> None`` and raises
+``AssertionError`` on a violation. A check expects a store with no jobs and
+uses short real sleeps (fractions of a second), so it runs as-is against Redis
+and instantly against a ``MemoryStore`` under ``autojump_clock``.
+
+Run them with pytest, parametrized over :data:`CHECKS`::
+
+    @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+    async def test_store_conforms(check, autojump_clock):
+        await check(MemoryStore())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from .._job import JobState, LeasedJob, LeaseRef, NewJob
+from ..store._base import (
+    QueueWeight,
+    Settlement,
+    SettleKind,
+    Store,
+    TopologyError,
+    TriggerResult,
+    VersionState,
+)
+
+Check = Callable[[Store], Awaitable[None]]
+CHECKS: list[Check] = []
+
+LEASE = 5.0  # long enough never to expire by accident in a check
+
+
+def check(fn: Check) -> Check:
+    CHECKS.append(fn)
+    return fn
+
+
+def job(job_id: str, queue: str = "q", **kw: object) -> NewJob:
+    return NewJob(id=job_id, queue=queue, kind="k", payload=b'{"n":1}', **kw)  # type: ignore[arg-type]
+
+
+async def lease(store: Store, queue: str = "q", count: int = 100, ttl: float = LEASE) -> list[LeasedJob]:
+    return await store.lease([QueueWeight(queue)], count, worker_id="w1", lease_duration=ttl)
+
+
+async def state_of(store: Store, job_id: str) -> JobState | None:
+    found = await store.get_job(job_id)
+    return None if found is None else found.state
+
+
+def settle(leased: LeasedJob, kind: SettleKind, **kw: object) -> Settlement:
+    return Settlement(leased.ref, kind, **kw)  # type: ignore[arg-type]
+
+
+def stale(ref: LeaseRef) -> LeaseRef:
+    return LeaseRef(ref.job_id, ref.queue, ref.token + "-stale", ref.queue_version, ref.partition)
+
+
+@check
+async def check_enqueue_due_job_is_ready(store: Store) -> None:
+    [res] = await store.enqueue_many([job("a")])
+    assert res.created and res.job_id == "a"
+    got = await store.get_job("a")
+    assert got is not None
+    assert got.state is JobState.READY and got.attempts == 0 and got.payload == b'{"n":1}'
+    assert got.kind == "k" and got.queue == "q" and got.created_at > 0
+    [stats] = await store.stats(["q"])
+    assert stats.counts[JobState.READY] == 1 and stats.total == 1
+    assert "q" in await store.queues()
+
+
+@check
+async def check_delayed_job_promoted_when_due(store: Store) -> None:
+    [res] = await store.enqueue_many([job("a", delay=0.4)])
+    assert await state_of(store, "a") is JobState.SCHEDULED
+    now = await store.now()
+    assert now < res.run_at <= now + 0.45
+    early = await store.promote_due(["q"], 100)
+    assert early.promoted == 0 and early.next_due_at is not None
+    assert abs(early.next_due_at - res.run_at) < 1e-3
+    assert await lease(store) == []
+    await trio.sleep(0.5)
+    due = await store.promote_due(["q"], 100)
+    assert due.promoted == 1 and due.next_due_at is None
+    assert await state_of(store, "a") is JobState.READY
+
+
+@check
+async def check_run_at_in_past_is_ready(store: Store) -> None:
+    now = await store.now()
+    await store.enqueue_many([job("past", run_at=now - 60), job("future", run_at=now + 600)])
+    assert await state_of(store, "past") is JobState.READY
+    assert await state_of(store, "future") is JobState.SCHEDULED
+
+
+@check
+async def check_job_ids_are_idempotent(store: Store) -> None:
+    first = await store.enqueue_many([job("a"), job("a", delay=100)])
+    assert [r.created for r in first] == [True, False]
+    [again] = await store.enqueue_many([NewJob("a", "q", "other", b"changed")])
+    assert not again.created
+    got = await store.get_job("a")
+    assert got is not None and got.kind == "k" and got.payload == b'{"n":1}'
+    [leased] = await lease(store)
+    assert not (await store.enqueue_many([job("a")]))[0].created
+    assert await store.settle([settle(leased, SettleKind.DEAD, error="x")]) == [True]
+    assert not (await store.enqueue_many([job("a")]))[0].created, "dead jobs still exist"
+    assert await store.delete_job("a")
+    assert (await store.enqueue_many([job("a")]))[0].created, "a deleted ID can be reused"
+
+
+@check
+async def check_lease_order_follows_due_time(store: Store) -> None:
+    now = await store.now()
+    await store.enqueue_many(
+        [job(f"j{i}", run_at=now - 10 + i * 0.01) for i in reversed(range(6))]
+    )
+    order = [lj.job.id for lj in await lease(store, count=1)]
+    order += [lj.job.id for lj in await lease(store, count=5)]
+    assert order == [f"j{i}" for i in range(6)]
+
+
+@check
+async def check_batch_limits(store: Store) -> None:
+    await store.enqueue_many([job(f"r{i}") for i in range(10)])
+    await store.enqueue_many([job(f"s{i}", delay=0.2) for i in range(7)])
+    assert len(await lease(store, count=3)) == 3
+    assert len(await lease(store, count=0)) == 0
+    await trio.sleep(0.3)
+    assert (await store.promote_due(["q"], 4)).promoted == 4
+    assert (await store.promote_due(["q"], 4)).promoted == 3
+    assert len(await lease(store, count=50)) == 14
+    assert await lease(store) == []
+
+
+@check
+async def check_lease_marks_attempt_owner_and_expiry(store: Store) -> None:
+    await store.enqueue_many([job("a", max_retries=5, timeout=7.5)])
+    before = await store.now()
+    [leased] = await lease(store, ttl=2.0)
+    assert leased.token and leased.job.id == "a"
+    assert leased.job.attempts == 1 and leased.job.max_retries == 5
+    assert leased.job.timeout == 7.5
+    assert before + 1.5 < leased.expires_at <= before + 2.5
+    got = await store.get_job("a")
+    assert got is not None and got.state is JobState.LEASED
+    assert got.lease_owner == "w1" and got.lease_token == leased.token
+
+
+@check
+async def check_tokens_are_unique(store: Store) -> None:
+    await store.enqueue_many([job(f"j{i}") for i in range(5)])
+    tokens = set()
+    for _ in range(3):
+        batch = await lease(store)
+        tokens |= {lj.token for lj in batch}
+        await store.settle([settle(lj, SettleKind.RELEASE) for lj in batch])
+    assert len(tokens) == 15
+
+
+@check
+async def check_stale_token_is_fenced(store: Store) -> None:
+    await store.enqueue_many([job("a")])
+    [leased] = await lease(store)
+    bad = stale(leased.ref)
+    assert await store.renew([bad], LEASE) == [False]
+    for kind in SettleKind:
+        assert await store.settle([Settlement(bad, kind, error="nope")]) == [False]
+    got = await store.get_job("a")
+    assert got is not None and got.state is JobState.LEASED and got.last_error == ""
+    assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [True]
+    assert await store.get_job("a") is None
+    assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [False]
+
+
+@check
+async def check_settle_mixed_batch(store: Store) -> None:
+    await store.enqueue_many([job("ok"), job("retry"), job("dead"), job("rel")])
+    leased = {lj.job.id: lj for lj in await lease(store)}
+    results = await store.settle(
+        [
+            settle(leased["ok"], SettleKind.SUCCEEDED),
+            settle(leased["retry"], SettleKind.RETRY, error="boom", retry_delay=0.3),
+            settle(leased["dead"], SettleKind.DEAD, error="fatal"),
+            settle(leased["rel"], SettleKind.RELEASE),
+            Settlement(stale(leased["ok"].ref), SettleKind.SUCCEEDED),
+        ]
+    )
+    assert results == [True, True, True, True, False]
+    assert await store.get_job("ok") is None
+    retry = await store.get_job("retry")
+    assert retry is not None and retry.state is JobState.RETRY_WAIT
+    assert retry.last_error == "boom" and retry.attempts == 1 and not retry.lease_token
+    dead = await store.get_job("dead")
+    assert dead is not None and dead.state is JobState.DEAD and dead.last_error == "fatal"
+    assert dead.finished_at is not None
+    rel = await store.get_job("rel")
+    assert rel is not None and rel.state is JobState.READY and rel.attempts == 0
+
+
+@check
+async def check_retry_waits_its_delay(store: Store) -> None:
+    await store.enqueue_many([job("a")])
+    [leased] = await lease(store)
+    await store.settle([settle(leased, SettleKind.RETRY, error="e1", retry_delay=0.4)])
+    assert (await store.promote_due(["q"], 10)).promoted == 0
+    assert await lease(store) == []
+    await trio.sleep(0.5)
+    assert (await store.promote_due(["q"], 10)).promoted == 1
+    [again] = await lease(store)
+    assert again.job.attempts == 2 and again.job.last_error == "e1"
+    assert again.token != leased.token
+
+
+@check
+async def check_succeeded_retained_then_trimmed(store: Store) -> None:
+    await store.enqueue_many([job("a")])
+    [leased] = await lease(store)
+    await store.settle([settle(leased, SettleKind.SUCCEEDED, retain_for=0.3)])
+    got = await store.get_job("a")
+    assert got is not None and got.state is JobState.SUCCEEDED and got.finished_at
+    assert [j.id for j in await store.list_jobs("q", JobState.SUCCEEDED)] == ["a"]
+    assert await store.trim(["q"], dead_max_age=None, dead_max_count=None) == 0
+    await trio.sleep(0.4)
+    assert await store.trim(["q"], dead_max_age=None, dead_max_count=None) == 1
+    assert await store.get_job("a") is None
+
+
+@check
+async def check_renew_extends_lease(store: Store) -> None:
+    await store.enqueue_many([job("a")])
+    [leased] = await lease(store, ttl=0.4)
+    await trio.sleep(0.25)
+    assert await store.renew([leased.ref], 0.4) == [True]
+    await trio.sleep(0.25)
+    assert (await store.recover_expired(["q"], 10)).requeued == ()
+    assert await store.renew([leased.ref], 0.4) == [True]
+    got = await store.get_job("a")
+    assert got is not None and got.state is JobState.LEASED
+
+
+@check
+async def check_expired_lease_recovered_and_old_token_fenced(store: Store) -> None:
+    await store.enqueue_many([job("a")])
+    [old] = await lease(store, ttl=0.2)
+    await trio.sleep(0.3)
+    assert await store.renew([old.ref], LEASE) == [False], "an expired lease cannot be renewed"
+    rec = await store.recover_expired(["q"], 10)
+    assert rec.requeued == ("a",) and rec.dead == ()
+    [new] = await lease(store)
+    assert new.token != old.token and new.job.attempts == 2
+    assert await store.settle([settle(old, SettleKind.SUCCEEDED)]) == [False]
+    assert await store.settle([settle(old, SettleKind.DEAD, error="stale")]) == [False]
+    got = await store.get_job("a")
+    assert got is not None and got.state is JobState.LEASED
+    assert got.lease_token == new.token and got.last_error == ""
+    assert await store.settle([settle(new, SettleKind.SUCCEEDED)]) == [True]
+
+
+@check
+async def check_expired_settle_rejected_before_recovery(store: Store) -> None:
+    await store.enqueue_many([job("a")])
+    [leased] = await lease(store, ttl=0.2)
+    await trio.sleep(0.3)
+    assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [False]
+    assert (await store.recover_expired(["q"], 10)).requeued == ("a",)
+
+
+@check
+async def check_recover_dead_letters_exhausted_jobs(store: Store) -> None:
+    await store.enqueue_many([job("poison", max_retries=0), job("fine", max_retries=1)])
+    await lease(store, ttl=0.2)
+    await trio.sleep(0.3)
+    rec = await store.recover_expired(["q"], 10)
+    assert rec.requeued == ("fine",)
+    assert [j.id for j in rec.dead] == ["poison"]
+    dead = await store.get_job("poison")
+    assert dead is not None and dead.state is JobState.DEAD and "lease expired" in dead.last_error
+
+
+@check
+async def check_recover_respects_limit(store: Store) -> None:
+    await store.enqueue_many([job(f"j{i}") for i in range(5)])
+    await lease(store, ttl=0.2)
+    await trio.sleep(0.3)
+    first = await store.recover_expired(["q"], 3)
+    second = await store.recover_expired(["q"], 3)
+    assert len(first.requeued) == 3 and len(second.requeued) == 2
+    assert set(first.requeued) | set(second.requeued) == {f"j{i}" for i in range(5)}
+
+
+@check
+async def check_weighted_lease_shares_and_fills(store: Store) -> None:
+    await store.enqueue_many([job(f"h{i}", queue="high") for i in range(40)])
+    await store.enqueue_many([job(f"l{i}", queue="low") for i in range(40)])
+    queues = [QueueWeight("high", 3), QueueWeight("low", 1)]
+    got = await store.lease(queues, 20, worker_id="w", lease_duration=LEASE)
+    by = {q: sum(1 for lj in got if lj.job.queue == q) for q in ("high", "low")}
+    assert len(got) == 20 and by["high"] > by["low"] >= 1
+    await store.enqueue_many([job("only", queue="low2")])
+    queues = [QueueWeight("empty", 10), QueueWeight("low2", 1)]
+    got = await store.lease(queues, 5, worker_id="w", lease_duration=LEASE)
+    assert [lj.job.id for lj in got] == ["only"], "an empty queue's share goes to others"
+
+
+@check
+async def check_paused_queue_is_not_leased(store: Store) -> None:
+    await store.enqueue_many([job("a", queue="p"), job("b", queue="q")])
+    await store.set_paused("p", True)
+    queues = [QueueWeight("p"), QueueWeight("q")]
+    got = await store.lease(queues, 10, worker_id="w", lease_duration=LEASE)
+    assert [lj.job.id for lj in got] == ["b"]
+    [stats] = await store.stats(["p"])
+    assert stats.paused
+    await store.set_paused("p", False)
+    got = await store.lease(queues, 10, worker_id="w", lease_duration=LEASE)
+    assert [lj.job.id for lj in got] == ["a"]
+
+
+@check
+async def check_inspector_operations(store: Store) -> None:
+    await store.enqueue_many([job(f"s{i}", delay=100 + i) for i in range(5)])
+    page1 = await store.list_jobs("q", JobState.SCHEDULED, offset=0, limit=2)
+    page2 = await store.list_jobs("q", JobState.SCHEDULED, offset=2, limit=2)
+    page3 = await store.list_jobs("q", JobState.SCHEDULED, offset=4, limit=2)
+    assert [j.id for j in page1 + page2 + page3] == [f"s{i}" for i in range(5)]
+    assert await store.run_now("s3")
+    assert await state_of(store, "s3") is JobState.READY
+    assert not await store.run_now("s3"), "a ready job is not 'run now' again"
+    assert not await store.run_now("missing")
+    assert await store.get_job("s0", queue="other") is None
+    assert await store.delete_job("s4") and await store.get_job("s4") is None
+    assert not await store.delete_job("s4")
+    [leased] = await lease(store)
+    assert not await store.delete_job("s3"), "a leased job cannot be deleted"
+    await store.settle([settle(leased, SettleKind.DEAD, error="bad")])
+    assert await store.run_now("s3")
+    revived = await store.get_job("s3")
+    assert revived is not None and revived.state is JobState.READY and revived.attempts == 0
+
+
+@check
+async def check_requeue_dead(store: Store) -> None:
+    await store.enqueue_many([job(f"d{i}") for i in range(4)])
+    leased = await lease(store)
+    await store.settle([settle(lj, SettleKind.DEAD, error="x") for lj in leased])
+    assert await store.requeue_dead("q", limit=3) == 3
+    assert len(await store.list_jobs("q", JobState.DEAD)) == 1
+    assert await store.requeue_dead("q") == 1
+    ready = await lease(store)
+    assert len(ready) == 4 and all(lj.job.attempts == 1 for lj in ready)
+
+
+@check
+async def check_trim_dead_by_count_and_age(store: Store) -> None:
+    await store.enqueue_many([job(f"d{i}") for i in range(5)])
+    for lj in sorted(await lease(store), key=lambda lj: lj.job.id):
+        await store.settle([settle(lj, SettleKind.DEAD, error="x")])
+        await trio.sleep(0.01)
+    assert await store.trim(["q"], dead_max_age=None, dead_max_count=3) == 2
+    left = [j.id for j in await store.list_jobs("q", JobState.DEAD)]
+    assert left == ["d2", "d3", "d4"], "the oldest dead jobs go first"
+    await trio.sleep(0.2)
+    assert await store.trim(["q"], dead_max_age=0.1, dead_max_count=None) == 3
+
+
+@check
+async def check_topology_versions_drain(store: Store) -> None:
+    topo = await store.topology("mig")
+    assert topo.active.version == 1
+    await store.enqueue_many([job(f"old{i}", queue="mig") for i in range(6)])
+    topo = await store.promote_queue_version("mig", 2, 3)
+    assert topo.active.version == 2 and topo.active.partitions == 3
+    states = {v.version: v.state for v in topo.versions}
+    assert states == {1: VersionState.DRAINING, 2: VersionState.ACTIVE}
+    try:
+        await store.promote_queue_version("mig", 2, 4)
+    except TopologyError:
+        pass
+    else:
+        raise AssertionError("promoting a version that is not newer must fail")
+    new = await store.enqueue_many([job(f"new{i}", queue="mig") for i in range(6)])
+    assert all(r.queue_version == 2 and 0 <= r.partition < 3 for r in new)
+    for bad in (2, 99):
+        try:
+            await store.complete_draining_version("mig", bad)
+        except TopologyError:
+            pass
+        else:
+            raise AssertionError(f"completing version {bad} must fail")
+    try:
+        await store.complete_draining_version("mig", 1)
+    except TopologyError:
+        pass
+    else:
+        raise AssertionError("completing a non-empty draining version must fail")
+    leased = await lease(store, queue="mig")
+    assert {lj.job.queue_version for lj in leased} == {1, 2} and len(leased) == 12
+    await store.settle([settle(lj, SettleKind.SUCCEEDED) for lj in leased])
+    topo = await store.complete_draining_version("mig", 1)
+    assert [v.version for v in topo.versions] == [2]
+    [stats] = await store.stats(["mig"])
+    assert stats.total == 0
+
+
+@check
+async def check_wait_ready_wakes_on_enqueue(store: Store) -> None:
+    with trio.fail_after(2):
+        await store.enqueue_many([job("now")])
+        await store.wait_ready(["q"], timeout=30)  # a ready job is there: no wait
+    await lease(store)
+    woke_at: list[float] = []
+
+    async def waiter() -> None:
+        await store.wait_ready(["q"], timeout=30)
+        woke_at.append(trio.current_time())
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter)
+            await trio.sleep(0.2)
+            assert not woke_at
+            sent_at = trio.current_time()
+            await store.enqueue_many([job("later")])
+    assert woke_at and woke_at[0] - sent_at < 2.0
+
+
+@check
+async def check_wait_scheduled_sees_earlier_job(store: Store) -> None:
+    await store.enqueue_many([job("far", delay=100)])
+    res = await store.promote_due(["q"], 10)
+    assert res.next_due_at is not None
+    with trio.fail_after(2):
+        await store.wait_scheduled(["q"], earlier_than=None, timeout=30)
+    woke: list[bool] = []
+
+    async def waiter() -> None:
+        await store.wait_scheduled(["q"], earlier_than=res.next_due_at, timeout=30)
+        woke.append(True)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter)
+            await trio.sleep(0.2)
+            assert not woke
+            await store.enqueue_many([job("near", delay=5)])
+    assert woke
+
+
+@check
+async def check_leadership_epochs(store: Store) -> None:
+    a = await store.acquire_leadership("cron", "A", 0.3)
+    assert a is not None and a.holder == "A" and a.epoch >= 1
+    assert await store.acquire_leadership("cron", "B", 0.3) is None
+    again = await store.acquire_leadership("cron", "A", 0.3)
+    assert again is not None and again.epoch == a.epoch
+    assert await store.renew_leadership("cron", "A", a.epoch, 0.3)
+    assert not await store.renew_leadership("cron", "B", a.epoch, 0.3)
+    current = await store.current_leader("cron")
+    assert current is not None and current.holder == "A"
+    await trio.sleep(0.4)
+    assert await store.current_leader("cron") is None
+    assert not await store.renew_leadership("cron", "A", a.epoch, 0.3)
+    b = await store.acquire_leadership("cron", "B", 5)
+    assert b is not None and b.epoch == a.epoch + 1
+    assert not await store.resign_leadership("cron", "A", a.epoch)
+    assert await store.resign_leadership("cron", "B", b.epoch)
+    c = await store.acquire_leadership("cron", "A", 5)
+    assert c is not None and c.epoch == b.epoch + 1
+
+
+@check
+async def check_triggers_fenced_by_epoch(store: Store) -> None:
+    old = await store.acquire_leadership("cron", "A", 0.2)
+    assert old is not None
+    t1 = job("sched:1000", queue="cron-q")
+    assert await store.enqueue_trigger("cron", old.epoch, "s", 1000.0, t1) is TriggerResult.ENQUEUED
+    assert await store.get_job("sched:1000") is not None
+    dup = job("sched:1000b", queue="cron-q")
+    result = await store.enqueue_trigger("cron", old.epoch, "s", 1000.0, dup)
+    assert result is TriggerResult.ALREADY_FIRED
+    assert await store.get_job("sched:1000b") is None
+    await trio.sleep(0.3)
+    new = await store.acquire_leadership("cron", "B", 5)
+    assert new is not None and new.epoch > old.epoch
+    t2 = job("sched:2000", queue="cron-q")
+    assert await store.enqueue_trigger("cron", old.epoch, "s", 2000.0, t2) is TriggerResult.STALE_EPOCH
+    assert await store.get_job("sched:2000") is None
+    assert await store.enqueue_trigger("cron", new.epoch, "s", 2000.0, t2) is TriggerResult.ENQUEUED
+    assert (await store.schedule_last_fired("cron"))["s"] == 2000.0
