@@ -10,14 +10,14 @@ class ChronosError(Exception):
     """Base class of chronos_trio's own errors."""
 
 
-class SkipRetry(ChronosError):  # noqa: N818 - reads as an instruction: raise SkipRetry(err)
+class SkipRetry(ChronosError):
     """Raise from a handler to dead-letter the job at once, without retries.
 
     ``raise SkipRetry("card declined")`` or ``raise SkipRetry(exc) from exc``.
     """
 
 
-class LeaseLost(ChronosError):  # noqa: N818
+class LeaseLost(ChronosError):
     """The worker no longer holds the job's lease; its handler was cancelled."""
 
 
@@ -33,9 +33,7 @@ class ActorFailed(ChronosError):
     """An actor exceeded its restart intensity; the worker stops."""
 
     def __init__(self, actor: str, restarts: int, period: float) -> None:
-        super().__init__(
-            f"actor {actor!r} crashed {restarts} times within {period:g}s; giving up"
-        )
+        super().__init__(f"actor {actor!r} crashed {restarts} times within {period:g}s; giving up")
         self.actor = actor
         self.restarts = restarts
         self.period = period

@@ -1,0 +1,177 @@
+"""The App: one importable object holding the store, the tasks and the schedules.
+
+Every entry point (embedded worker, CLI worker, inspector, producer) starts
+from an App, so ``python -m chronos_trio worker module:app`` needs nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import trio
+
+from ._job import EnqueueResult, Job, NewJob
+from ._task import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_QUEUE,
+    DEFAULT_TIMEOUT,
+    Handler,
+    Task,
+    check_options,
+    payload_type_of,
+)
+from .store import MemoryStore, Store
+
+if TYPE_CHECKING:
+    from ._worker import Worker
+
+log = logging.getLogger("chronos_trio")
+
+P = TypeVar("P")
+DeadLetterHook = Callable[[Job], Awaitable[object]]
+
+#: Payloads larger than this are refused at enqueue time (the store keeps them
+#: in memory; big blobs belong in object storage, with a key in the payload).
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+
+
+def open_store(url: str | None) -> Store:
+    """A store for ``url``: None or ``memory://`` gives a new MemoryStore;
+    ``redis://``, ``rediss://`` and ``redis+cluster://`` give a RedisStore."""
+    if url is None or url in ("memory://", "memory"):
+        return MemoryStore()
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
+        from .store.redis import open_store as open_redis_store
+
+        return open_redis_store(url)
+    raise ValueError(
+        f"unsupported store URL {url!r}: use memory://, redis://, rediss:// or redis+cluster://"
+    )
+
+
+class App:
+    """Holds the store, the task registry, schedules and hooks.
+
+    ``App()`` uses an in-memory store (one process, nothing to install);
+    ``App("redis://127.0.0.1:6379/0")`` uses Redis. The store is opened on
+    first use, so an App can be created at import time.
+    """
+
+    def __init__(
+        self,
+        store: str | Store | None = None,
+        *,
+        name: str = "chronos",
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        self.name = name
+        self.max_payload_bytes = max_payload_bytes
+        self._store_url = store if isinstance(store, str) or store is None else None
+        self._store: Store | None = store if isinstance(store, Store) else None
+        self.tasks: dict[str, Task[Any]] = {}
+        self.dead_letter_hooks: list[DeadLetterHook] = []
+        self.schedules: list[Any] = []
+
+    # -- store -------------------------------------------------------------------
+    @property
+    def store_url(self) -> str:
+        return self._store_url or "memory://"
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = open_store(self._store_url)
+        return self._store
+
+    def use_store(self, store: Store | str) -> None:
+        """Replace the store (e.g. the CLI's ``--url``) before anything runs."""
+        self._store_url = store if isinstance(store, str) else None
+        self._store = store if isinstance(store, Store) else None
+
+    async def aclose(self) -> None:
+        if self._store is not None:
+            await self._store.aclose()
+
+    # -- tasks -------------------------------------------------------------------
+    def task(
+        self,
+        kind: str,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> Callable[[Handler[P]], Task[P]]:
+        """Register ``async def handler(payload, job)`` under ``kind``.
+
+        The payload type comes from the first parameter's annotation: an attrs
+        class (JSON via cattrs), ``bytes`` (raw), or anything cattrs handles.
+        """
+        check_options(max_retries=max_retries, timeout=timeout)
+        if not kind:
+            raise ValueError("task kind must be a non-empty string")
+
+        def register(fn: Handler[P]) -> Task[P]:
+            if kind in self.tasks:
+                raise ValueError(f"a task is already registered under kind {kind!r}")
+            if not callable(fn):
+                raise TypeError(f"{fn!r} is not callable")
+            task: Task[P] = Task(
+                app=self,
+                kind=kind,
+                fn=fn,
+                payload_type=payload_type_of(fn),
+                queue=queue,
+                max_retries=max_retries,
+                timeout=timeout,
+            )
+            self.tasks[kind] = task
+            return task
+
+        return register
+
+    def on_dead_letter(self, hook: DeadLetterHook) -> DeadLetterHook:
+        """Register ``async def hook(job)``, called once a job is dead-lettered
+        (its ``last_error`` says why). Errors in the hook are logged."""
+        self.dead_letter_hooks.append(hook)
+        return hook
+
+    # -- producing ---------------------------------------------------------------
+    async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        """Send prepared jobs (``task.new_job(...)``) in one batch."""
+        if not jobs:
+            return []
+        return await self.store.enqueue_many(jobs)
+
+    async def enqueue(self, kind: str, payload: Any, **options: Any) -> EnqueueResult:
+        """Enqueue by kind name (for producers that do not import the handler)."""
+        task = self.tasks.get(kind)
+        if task is None:
+            task = Task(app=self, kind=kind, fn=_no_handler, payload_type=Any)
+        return await task.enqueue(payload, **options)
+
+    # -- workers -------------------------------------------------------------------
+    @asynccontextmanager
+    async def open_worker(self, **config: Any) -> AsyncIterator[Worker]:
+        """Run a worker for the body of the ``async with``; on exit (or
+        cancellation) it shuts down gracefully. Options are WorkerConfig's."""
+        from ._config import WorkerConfig
+        from ._worker import Worker
+
+        worker = Worker(self, WorkerConfig.build(**config))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            try:
+                yield worker
+            finally:
+                worker.stop()
+
+
+async def _no_handler(payload: Any, job: Any) -> None:  # pragma: no cover - never run
+    raise RuntimeError("producer-side placeholder task")
+
+
+__all__ = ["App", "check_options", "open_store"]

@@ -1,0 +1,52 @@
+"""Backing off while the store is unreachable."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import trio
+
+
+class Backoff:
+    """Exponential backoff with jitter between ``initial`` and ``maximum`` seconds.
+
+    Actors call :meth:`failed` when a store call raises, and :meth:`reset`
+    after a success, so a Redis outage costs a few log lines and retries, not
+    a crash loop that would exhaust the restart intensity.
+    """
+
+    def __init__(
+        self, logger: logging.Logger, what: str, initial: float = 0.05, maximum: float = 5.0
+    ) -> None:
+        self._log = logger
+        self._what = what
+        self._initial = initial
+        self._maximum = maximum
+        self._delay = 0.0
+        self.failures = 0
+
+    async def failed(self, exc: BaseException) -> None:
+        self.failures += 1
+        self._delay = min(self._maximum, max(self._initial, self._delay * 2))
+        level = (
+            logging.WARNING
+            if self.failures in (1, 10) or self.failures % 100 == 0
+            else logging.DEBUG
+        )
+        self._log.log(
+            level,
+            "%s failed (%s: %s); retrying in %.2fs (failure %d)",
+            self._what,
+            type(exc).__name__,
+            exc,
+            self._delay,
+            self.failures,
+        )
+        await trio.sleep(random.uniform(self._delay / 2, self._delay))
+
+    def reset(self) -> None:
+        if self.failures:
+            self._log.info("%s works again after %d failure(s)", self._what, self.failures)
+        self.failures = 0
+        self._delay = 0.0

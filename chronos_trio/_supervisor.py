@@ -1,0 +1,117 @@
+"""One-for-one supervision with a restart intensity, and fault injection.
+
+Modelled on Erlang/OTP: a crashed child is restarted on its own; if children
+crash more than ``intensity`` times within ``period`` seconds the supervisor
+gives up and raises :class:`ActorFailed`, so the worker fails loudly and its
+parent (the process manager, or the embedding program) decides what next.
+Cancellation and KeyboardInterrupt are never swallowed.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import trio
+
+from ._errors import ActorFailed
+
+log = logging.getLogger("chronos_trio.supervisor")
+
+ActorRun = Callable[..., Awaitable[None]]
+
+
+@attrs.frozen
+class ChildSpec:
+    """An actor: ``run(task_status=...)`` calls ``task_status.started()`` once
+    it is ready and then runs until cancelled."""
+
+    name: str
+    run: ActorRun
+
+
+class Supervisor:
+    """Restarts crashed children, within ``intensity`` restarts per ``period`` s."""
+
+    def __init__(self, *, intensity: int, period: float) -> None:
+        self.intensity = intensity
+        self.period = period
+        self.restarts: collections.Counter[str] = collections.Counter()
+        self._failures: collections.deque[float] = collections.deque()
+        self._scopes: dict[str, trio.CancelScope] = {}
+        self._injected: dict[str, BaseException] = {}
+
+    @property
+    def children(self) -> list[str]:
+        return sorted(self._scopes)
+
+    def crash(self, name: str, exc: BaseException | None = None) -> None:
+        """Fault injection: make actor ``name`` fail with ``exc`` now (at its
+        current checkpoint), as if its own code had raised it."""
+        scope = self._scopes.get(name)
+        if scope is None:
+            raise KeyError(f"no running actor {name!r}; actors: {', '.join(self.children)}")
+        self._injected[name] = exc or RuntimeError(f"fault injected into {name}")
+        scope.cancel()
+
+    async def supervise(
+        self, spec: ChildSpec, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run ``spec`` until it returns or is cancelled, restarting it when it
+        crashes. Start-up errors of the first incarnation propagate."""
+        started = False
+        while True:
+            failure: BaseException | None = None
+            scope = trio.CancelScope()
+            self._scopes[spec.name] = scope
+            try:
+                with scope:
+                    async with trio.open_nursery() as nursery:
+                        await nursery.start(spec.run)
+                        if not started:
+                            started = True
+                            task_status.started()
+            except* Exception as group:
+                failure = _unwrap(group)
+            finally:
+                if self._scopes.get(spec.name) is scope:
+                    del self._scopes[spec.name]
+            injected = self._injected.pop(spec.name, None)
+            if failure is None and injected is not None and scope.cancelled_caught:
+                failure = injected
+            if failure is None:
+                return
+            if not started:
+                raise failure
+            self._record(spec.name, failure)
+
+    def _record(self, name: str, failure: BaseException) -> None:
+        now = trio.current_time()
+        self._failures.append(now)
+        while self._failures and self._failures[0] < now - self.period:
+            self._failures.popleft()
+        if len(self._failures) > self.intensity:
+            log.error("actor %s crashed again; restart intensity exceeded", name)
+            raise ActorFailed(name, len(self._failures), self.period) from failure
+        self.restarts[name] += 1
+        log.warning(
+            "actor %s crashed (%s: %s); restarting (restart %d)",
+            name,
+            type(failure).__name__,
+            failure,
+            self.restarts[name],
+            exc_info=failure,
+        )
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The single exception inside (nested) one-member groups, or the group."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+__all__: list[Any] = ["ActorRun", "ChildSpec", "Supervisor"]

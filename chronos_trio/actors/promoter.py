@@ -1,0 +1,45 @@
+"""promoter: scheduled / retry_wait -> ready when due.
+
+Sleeps until the next due time the store reports (capped at poll_interval),
+and is woken early when a job due sooner is scheduled, so delayed jobs start
+on time without fast polling.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from .._backoff import Backoff
+from .._runtime import Runtime, log
+from ..store import StoreError
+
+#: Jobs promoted per store call; a full batch means "call again at once".
+PROMOTE_BATCH = 512
+
+
+async def run(
+    rt: Runtime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    queues = rt.config.queue_names
+    backoff = Backoff(log, "promoter")
+    task_status.started()
+    while True:
+        try:
+            result = await rt.store.promote_due(queues, PROMOTE_BATCH)
+        except StoreError as exc:
+            await backoff.failed(exc)
+            continue
+        backoff.reset()
+        rt.counters.promoted += result.promoted
+        if result.promoted >= PROMOTE_BATCH:
+            continue
+        wait = rt.config.poll_interval
+        if result.next_due_at is not None:
+            wait = min(wait, max(0.0, result.next_due_at - result.now))
+        if wait <= 0:
+            await trio.lowlevel.checkpoint()
+            continue
+        try:
+            await rt.store.wait_scheduled(queues, earlier_than=result.next_due_at, timeout=wait)
+        except StoreError as exc:
+            await backoff.failed(exc)

@@ -1,0 +1,43 @@
+"""recoverer: takes back leases that expired (their worker crashed or hung).
+
+Expired jobs go back to ready, or dead when their attempts are used up, so a
+job that keeps killing its worker cannot loop forever. Any worker may run
+this: the store's recovery is atomic and judged by the store's clock.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from .._backoff import Backoff
+from .._runtime import Runtime, log
+from ..store import StoreError
+
+RECOVER_BATCH = 256
+
+
+async def run(
+    rt: Runtime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    queues = rt.config.queue_names
+    backoff = Backoff(log, "recoverer")
+    task_status.started()
+    while True:
+        try:
+            result = await rt.store.recover_expired(queues, RECOVER_BATCH)
+        except StoreError as exc:
+            await backoff.failed(exc)
+            continue
+        backoff.reset()
+        found = len(result.requeued) + len(result.dead)
+        rt.counters.recovered += found
+        if result.requeued:
+            log.info(
+                "recovered %d expired lease(s): %s",
+                len(result.requeued),
+                ", ".join(result.requeued[:10]),
+            )
+        for job in result.dead:
+            await rt.dead_lettered(job)
+        if found < RECOVER_BATCH:
+            await trio.sleep(rt.config.recover_interval)
