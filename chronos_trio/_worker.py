@@ -252,7 +252,8 @@ def _unwrapped_failure() -> Iterator[None]:
     except BaseExceptionGroup as group:
         matched, rest = group.split(ActorFailed)
         if matched is not None and rest is None:
-            raise _first(matched) from None
+            # Plain raise keeps its __cause__ (the actor's last crash).
+            raise _first(matched)  # noqa: B904
         raise
 
 

@@ -2,3 +2,4 @@
 fault-injection helpers, usable by any project that builds on it."""
 
 from .conformance import CHECKS as CHECKS
+from .faulty_store import FaultyStore as FaultyStore

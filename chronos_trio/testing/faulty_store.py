@@ -1,0 +1,79 @@
+"""A store wrapper that injects faults, for fault-injection tests.
+
+``FaultyStore(inner)`` behaves exactly like ``inner`` until told otherwise::
+
+    store.fail("settle", times=3)      # the next 3 settle calls raise StoreError
+    store.break_ops("renew", "lease")  # every call raises until heal()
+    store.heal()
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from typing import Any
+
+from ..store._base import Store, StoreError
+
+
+class FaultyStore(Store):
+    """Delegates every :class:`Store` method to ``inner``, failing on demand."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.shared_across_processes = inner.shared_across_processes
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.failures: collections.Counter[str] = collections.Counter()
+        self._fail_next: collections.Counter[str] = collections.Counter()
+        self._broken: set[str] = set()
+        self._make_error: Callable[[str], BaseException] = lambda op: StoreError(
+            f"injected fault in {op}"
+        )
+
+    def fail(self, op: str, *, times: int = 1) -> None:
+        """Make the next ``times`` calls of ``op`` raise."""
+        self._check(op)
+        self._fail_next[op] += times
+
+    def break_ops(self, *ops: str) -> None:
+        """Make every call of ``ops`` (all operations when none given) raise."""
+        for op in ops:
+            self._check(op)
+        self._broken |= set(ops) if ops else set(OPERATIONS)
+
+    def heal(self) -> None:
+        self._broken.clear()
+        self._fail_next.clear()
+
+    def _check(self, op: str) -> None:
+        if op not in OPERATIONS:
+            raise ValueError(f"unknown store operation {op!r}")
+
+    def _maybe_fail(self, op: str) -> None:
+        self.calls[op] += 1
+        if op in self._broken or self._fail_next[op] > 0:
+            if self._fail_next[op] > 0:
+                self._fail_next[op] -= 1
+            self.failures[op] += 1
+            raise self._make_error(op)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+OPERATIONS = sorted(Store.__abstractmethods__)
+
+
+def _delegate(name: str) -> Any:
+    async def method(self: FaultyStore, *args: Any, **kwargs: Any) -> Any:
+        self._maybe_fail(name)
+        return await getattr(self.inner, name)(*args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = getattr(Store, name).__doc__
+    return method
+
+
+for _name in OPERATIONS:
+    setattr(FaultyStore, _name, _delegate(_name))
+FaultyStore.__abstractmethods__ = frozenset()

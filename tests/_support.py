@@ -1,0 +1,60 @@
+"""Helpers shared by the runtime tests."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import attrs
+import trio
+
+import chronos_trio
+from chronos_trio import App, JobContext, JobState
+from chronos_trio.store import Store
+
+
+@attrs.frozen
+class Work:
+    n: int
+    sleep: float = 0.0
+    fail_times: int = 0
+
+
+class Recorder:
+    """An app whose ``work`` task records every run (job id, attempt, time)."""
+
+    def __init__(self, store: Store, **task_options: Any) -> None:
+        self.app = App(store)
+        self.store = store
+        self.runs: list[tuple[str, int, float]] = []
+        self.finished: collections.Counter[str] = collections.Counter()
+        self.dead: list[chronos_trio.Job] = []
+        self.running = 0
+
+        @self.app.task("work", **task_options)
+        async def work(args: Work, job: JobContext) -> None:
+            self.runs.append((job.id, job.attempt, trio.current_time()))
+            self.running += 1
+            try:
+                if args.sleep:
+                    await trio.sleep(args.sleep)
+                if job.attempt <= args.fail_times:
+                    raise ValueError(f"planned failure {job.attempt}")
+            finally:
+                self.running -= 1
+            self.finished[job.id] += 1
+
+        @self.app.on_dead_letter
+        async def on_dead(job: chronos_trio.Job) -> None:
+            self.dead.append(job)
+
+        self.work = work
+
+    async def states(self) -> collections.Counter[JobState]:
+        [stats] = await self.store.stats(["default"])
+        return collections.Counter({k: v for k, v in stats.counts.items() if v})
+
+
+async def wait_for(predicate: Any, *, poll: float = 0.01) -> None:
+    while not predicate():
+        await trio.sleep(poll)

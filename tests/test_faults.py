@@ -1,0 +1,171 @@
+"""Fault injection: actors killed mid-flight, restart intensity, lease loss,
+store outages. Every test checks that no job is lost or stuck."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+import chronos_trio
+from chronos_trio import ACTORS, ActorFailed, JobState, MemoryStore
+from chronos_trio.store import QueueWeight
+from chronos_trio.testing import FaultyStore
+from tests._support import Recorder, Work, wait_for
+
+OPTS = {"poll_interval": 0.5, "lease_duration": 4.0, "recover_interval": 0.5}
+
+
+@pytest.mark.parametrize("actor", ACTORS)
+async def test_killing_any_actor_loses_no_job(actor: str, autojump_clock: object) -> None:
+    rec = Recorder(MemoryStore(), max_retries=3)
+    async with rec.app.open_worker(
+        concurrency=4, batch_size=8, janitor_interval=1.0, **OPTS
+    ) as worker:
+        ids = [r.job_id for r in await rec.work.enqueue_many([Work(i, sleep=0.3) for i in range(60)])]
+        ids += [
+            r.job_id
+            for r in await rec.work.enqueue_many([Work(i, sleep=0.3) for i in range(20)], delay=2)
+        ]
+        for _ in range(3):
+            await trio.sleep(0.7)
+            # Strike while jobs are in flight, wherever the actor is blocked.
+            assert len(worker.runtime.table) > 0
+            worker.crash_actor(actor, RuntimeError(f"chaos in {actor}"))
+        with trio.fail_after(120):
+            await worker.wait_idle()
+        stats = worker.statistics()
+    assert stats.restarts == {actor: 3}
+    assert set(rec.finished) == set(ids), "every job ran to success"
+    assert await rec.states() == {}, "nothing left scheduled, ready, leased or dead"
+    assert rec.dead == []
+
+
+async def test_restart_intensity_escalates_to_worker_failure(autojump_clock: object) -> None:
+    rec = Recorder(MemoryStore())
+    worker = chronos_trio.Worker(
+        rec.app,
+        chronos_trio.WorkerConfig.build(restart_intensity=2, restart_period=10, **OPTS),
+    )
+    await rec.work.enqueue_many([Work(i, sleep=100) for i in range(5)])
+    expected = pytest.RaisesExc(ActorFailed, match="'leaser' crashed 3 times within 10s")
+    with pytest.RaisesGroup(expected) as info:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            await wait_for(lambda: rec.running == 5)
+            for _ in range(3):
+                worker.crash_actor("leaser", ValueError("boom"))
+                await trio.sleep(1)
+    assert isinstance(info.value.exceptions[0].__cause__, ValueError)
+    # The dying worker still handed its leases straight back.
+    assert await rec.states() == {JobState.READY: 5}
+
+
+async def test_restarts_spread_over_time_do_not_escalate(autojump_clock: object) -> None:
+    rec = Recorder(MemoryStore())
+    async with rec.app.open_worker(restart_intensity=2, restart_period=10, **OPTS) as worker:
+        for _ in range(6):
+            worker.crash_actor("promoter")
+            await trio.sleep(6)
+        await rec.work.enqueue(Work(1))
+        with trio.fail_after(10):
+            await worker.wait_idle()
+    assert worker.statistics().restarts == {"promoter": 6}
+    assert len(rec.finished) == 1
+
+
+async def test_crash_actor_rejects_unknown_name(autojump_clock: object) -> None:
+    rec = Recorder(MemoryStore())
+    async with rec.app.open_worker(**OPTS) as worker:
+        with pytest.raises(KeyError, match="no running actor 'nope'"):
+            worker.crash_actor("nope")
+
+
+async def _partition_and_steal(store: FaultyStore, lease_duration: float) -> chronos_trio.Job:
+    """Cut our worker off (no renew/lease/recover), let its lease expire and
+    have another worker ("thief") recover and lease the job."""
+    store.break_ops("renew", "lease", "recover_expired")
+    await trio.sleep(lease_duration + 0.1)
+    recovered = await store.inner.recover_expired(["default"], 10)
+    assert len(recovered.requeued) == 1
+    [stolen] = await store.inner.lease(
+        [QueueWeight("default")], 1, worker_id="thief", lease_duration=600
+    )
+    return stolen.job
+
+
+async def test_lost_lease_cancels_handler(autojump_clock: object) -> None:
+    store = FaultyStore(MemoryStore())
+    rec = Recorder(store)
+    cancelled: list[bool] = []
+
+    @rec.app.task("long")
+    async def long(args: bytes, job: chronos_trio.JobContext) -> None:
+        try:
+            await trio.sleep(600)
+        except trio.Cancelled:
+            cancelled.append(job.lease_lost)
+            raise
+
+    async with rec.app.open_worker(**OPTS) as worker:
+        res = await long.enqueue(b"")
+        await wait_for(lambda: worker.statistics().running == 1)
+        stolen = await _partition_and_steal(store, OPTS["lease_duration"])
+        store.heal()
+        with trio.fail_after(10):
+            await wait_for(lambda: cancelled != [])
+            await wait_for(lambda: len(worker.runtime.table) == 0)
+        stats = worker.statistics()
+    assert cancelled == [True]
+    assert stats.lost == 1 and stats.succeeded == 0
+    job = await store.get_job(res.job_id)
+    assert job is not None and job.state is JobState.LEASED
+    assert job.lease_owner == "thief" and job.lease_token == stolen.lease_token
+    assert job.last_error == ""
+
+
+async def test_stale_outcome_is_rejected_and_leaves_new_holder_alone(
+    autojump_clock: object,
+) -> None:
+    store = FaultyStore(MemoryStore())
+    rec = Recorder(store, max_retries=5)
+    async with rec.app.open_worker(**OPTS) as worker:
+        # Finishes (with a failure) after its lease expired, before any
+        # heartbeat could tell it so: the store must reject the outcome.
+        res = await rec.work.enqueue(Work(1, sleep=OPTS["lease_duration"] + 2, fail_times=1))
+        await wait_for(lambda: worker.statistics().running == 1)
+        stolen = await _partition_and_steal(store, OPTS["lease_duration"])
+        with trio.fail_after(10):
+            await wait_for(lambda: len(worker.runtime.table) == 0)
+        store.heal()
+        stats = worker.statistics()
+    assert stats.lost == 1 and stats.retried == 0
+    job = await store.get_job(res.job_id)
+    assert job is not None and job.state is JobState.LEASED
+    assert job.lease_token == stolen.lease_token and job.last_error == ""
+
+
+async def test_worker_rides_out_a_store_outage(autojump_clock: object) -> None:
+    store = FaultyStore(MemoryStore())
+    rec = Recorder(store)
+    async with rec.app.open_worker(**OPTS) as worker:
+        ids = {r.job_id for r in await rec.work.enqueue_many([Work(i, sleep=0.5) for i in range(30)])}
+        await trio.sleep(0.6)
+        store.break_ops()  # everything fails, e.g. Redis restarting
+        await trio.sleep(3)
+        store.heal()
+        with trio.fail_after(120):
+            await worker.wait_idle()
+        stats = worker.statistics()
+    assert stats.restarts == {}, "an outage is backed off, not crashed on"
+    assert set(rec.finished) == ids
+    assert store.failures["settle"] > 0 and store.failures["lease"] > 0
+    assert await rec.states() == {}
+
+
+async def test_enqueue_surfaces_store_errors(autojump_clock: object) -> None:
+    store = FaultyStore(MemoryStore())
+    rec = Recorder(store)
+    store.fail("enqueue_many")
+    with pytest.raises(chronos_trio.StoreError, match="injected fault"):
+        await rec.work.enqueue(Work(1))
+    assert (await rec.work.enqueue(Work(1))).created

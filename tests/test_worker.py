@@ -1,0 +1,282 @@
+"""The worker end to end on the MemoryStore, under Trio's virtual clock."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import trio
+
+import chronos_trio
+from chronos_trio import App, JobContext, JobState, MemoryStore, PayloadError, SkipRetry
+from tests._support import Recorder, Work, wait_for
+
+FAST = {"poll_interval": 0.5, "lease_duration": 5.0}
+
+
+async def test_jobs_run_once_each(autojump_clock: object) -> None:
+    rec = Recorder(MemoryStore())
+    async with rec.app.open_worker(concurrency=8, batch_size=16, **FAST) as worker:
+        results = await rec.work.enqueue_many([Work(i, sleep=0.1) for i in range(100)])
+        with trio.fail_after(60):
+            await worker.wait_idle()
+        stats = worker.statistics()
+    assert {r.job_id for r in results} == set(rec.finished)
+    assert all(n == 1 for n in rec.finished.values())
+    assert stats.succeeded == 100 and stats.dead == 0 and stats.in_flight == 0
+    assert await rec.states() == {}
+
+
+async def test_concurrency_is_bounded(autojump_clock: object) -> None:
+    rec = Recorder(MemoryStore())
+    peak = 0
+
+    async with rec.app.open_worker(concurrency=5, **FAST) as worker:
+        await rec.work.enqueue_many([Work(i, sleep=1.0) for i in range(40)])
+        with trio.fail_after(60):
+            while len(rec.finished) < 40:
+                peak = max(peak, rec.running)
+                await trio.sleep(0.1)
+            await worker.wait_idle()
+    assert peak == 5
+
+
+async def test_delayed_job_starts_at_its_due_time(autojump_clock: object) -> None:
+    rec = Recorder(MemoryStore())
+    async with rec.app.open_worker(**FAST) as worker:
+        start = trio.current_time()
+        await rec.work.enqueue(Work(1), delay=42.0)
+        when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=7)
+        await rec.work.enqueue(Work(2), run_at=when)
+        with trio.fail_after(100):
+            await worker.wait_idle()
+    times = sorted(t - start for _, _, t in rec.runs)
+    assert times[0] == pytest.approx(7.0, abs=0.05)
+    assert times[1] == pytest.approx(42.0, abs=0.01)
+
+
+async def test_retry_backoff_doubles(autojump_clock: object) -> None:
+    rec = Recorder(MemoryStore(), max_retries=5)
+    async with rec.app.open_worker(**FAST) as worker:
+        [res] = [await rec.work.enqueue(Work(1, fail_times=4))]
+        with trio.fail_after(100):
+            await worker.wait_idle()
+    times = [t for job_id, _, t in rec.runs if job_id == res.job_id]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert gaps == pytest.approx([1.0, 2.0, 4.0, 8.0], abs=0.02)
+    assert [a for _, a, _ in rec.runs] == [1, 2, 3, 4, 5]
+    assert rec.finished[res.job_id] == 1
+
+
+async def test_backoff_is_capped(autojump_clock: object) -> None:
+    rec = Recorder(MemoryStore(), max_retries=10)
+    policy = chronos_trio.RetryPolicy(base=10, max_delay=25)
+    async with rec.app.open_worker(retry=policy, **FAST) as worker:
+        await rec.work.enqueue(Work(1, fail_times=3))
+        with trio.fail_after(200):
+            await worker.wait_idle()
+    times = [t for _, _, t in rec.runs]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert gaps == pytest.approx([10.0, 20.0, 25.0], abs=0.02)
+
+
+async def test_retries_exhausted_goes_dead_and_fires_hook(autojump_clock: object) -> None:
+    rec = Recorder(MemoryStore(), max_retries=2)
+    async with rec.app.open_worker(**FAST) as worker:
+        res = await rec.work.enqueue(Work(1, fail_times=99))
+        with trio.fail_after(100):
+            await worker.wait_idle()
+    assert len(rec.runs) == 3
+    job = await rec.store.get_job(res.job_id)
+    assert job is not None and job.state is JobState.DEAD and job.attempts == 3
+    assert "retries exhausted after 3 attempt(s)" in job.last_error
+    assert "planned failure 3" in job.last_error
+    assert [j.id for j in rec.dead] == [res.job_id]
+
+
+async def test_skip_retry_dead_letters_at_once(autojump_clock: object) -> None:
+    app = App(MemoryStore())
+    dead: list[chronos_trio.Job] = []
+
+    @app.task("charge", max_retries=5)
+    async def charge(args: dict[str, int], job: JobContext) -> None:
+        raise SkipRetry("card declined")
+
+    app.on_dead_letter(lambda job: _append(dead, job))
+    async with app.open_worker(**FAST) as worker:
+        res = await charge.enqueue({"cents": 100})
+        with trio.fail_after(30):
+            await worker.wait_idle()
+    job = await app.store.get_job(res.job_id)
+    assert job is not None and job.state is JobState.DEAD and job.attempts == 1
+    assert job.last_error.startswith("SkipRetry: card declined")
+    assert [j.id for j in dead] == [res.job_id]
+
+
+async def _append(items: list[chronos_trio.Job], job: chronos_trio.Job) -> None:
+    items.append(job)
+
+
+async def test_timeout_cancels_handler_and_counts_as_failure(autojump_clock: object) -> None:
+    app = App(MemoryStore())
+    cancelled: list[float] = []
+
+    @app.task("slow", timeout=3.0, max_retries=1)
+    async def slow(args: bytes, job: JobContext) -> None:
+        try:
+            await trio.sleep(1000)
+        except trio.Cancelled:
+            cancelled.append(trio.current_time())
+            raise
+
+    async with app.open_worker(**FAST) as worker:
+        start = trio.current_time()
+        res = await slow.enqueue(b"")
+        with trio.fail_after(60):
+            await worker.wait_idle()
+    assert [t - start for t in cancelled] == pytest.approx([3.0, 7.0], abs=0.05)
+    job = await app.store.get_job(res.job_id)
+    assert job is not None and job.state is JobState.DEAD
+    assert "exceeded its 3s timeout" in job.last_error
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (b"not json at all", "payload is not valid JSON"),
+        (b'{"wrong": 1}', "payload does not structure as Work"),
+        (b'{"n": "not a number"}', "payload does not structure as Work"),
+    ],
+)
+async def test_bad_payload_is_dead_with_clear_error(
+    payload: bytes, expected: str, autojump_clock: object
+) -> None:
+    rec = Recorder(MemoryStore(), max_retries=3)
+    async with rec.app.open_worker(**FAST) as worker:
+        # A producer that does not share our types sends raw bytes.
+        producer = App(rec.store)
+        res = await producer.enqueue("work", payload)
+        with trio.fail_after(30):
+            await worker.wait_idle()
+    job = await rec.store.get_job(res.job_id)
+    assert job is not None and job.state is JobState.DEAD and job.attempts == 1
+    assert expected in job.last_error and res.job_id in job.last_error
+    assert rec.runs == [] and [j.id for j in rec.dead] == [res.job_id]
+
+
+async def test_unknown_kind_is_dead_with_clear_error(autojump_clock: object) -> None:
+    rec = Recorder(MemoryStore())
+    async with rec.app.open_worker(**FAST) as worker:
+        res = await App(rec.store).enqueue("no.such.kind", {"x": 1})
+        with trio.fail_after(30):
+            await worker.wait_idle()
+    job = await rec.store.get_job(res.job_id)
+    assert job is not None and job.state is JobState.DEAD
+    assert "no handler registered for kind 'no.such.kind'" in job.last_error
+
+
+async def test_enqueue_validates_input_and_loses_nothing(autojump_clock: object) -> None:
+    rec = Recorder(MemoryStore())
+    rec.app.max_payload_bytes = 1000
+    with pytest.raises(PayloadError, match="over the 1000-byte limit"):
+        await App.enqueue(rec.app, "work", b"x" * 1001)
+    with pytest.raises(PayloadError, match="expected a Work payload"):
+        await rec.work.enqueue({"n": 1})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="delay must be >= 0"):
+        await rec.work.enqueue(Work(1), delay=-1)
+    with pytest.raises(ValueError, match="either delay or run_at"):
+        await rec.work.enqueue(Work(1), delay=1, run_at=5.0)
+    with pytest.raises(ValueError, match="timezone-aware"):
+        await rec.work.enqueue(Work(1), run_at=dt.datetime(2030, 1, 1))
+    with pytest.raises(ValueError, match="max_retries"):
+        await rec.work.enqueue(Work(1), max_retries=-2)
+    assert await rec.store.queues() == []
+
+
+async def test_explicit_job_id_is_idempotent(autojump_clock: object) -> None:
+    rec = Recorder(MemoryStore())
+    first = await rec.work.enqueue(Work(1), job_id="order-42", delay=10)
+    second = await rec.work.enqueue(Work(2), job_id="order-42")
+    assert first.created and not second.created
+    async with rec.app.open_worker(**FAST) as worker:
+        with trio.fail_after(30):
+            await worker.wait_idle()
+    assert rec.finished == {"order-42": 1}
+    third = await rec.work.enqueue(Work(3), job_id="order-42")
+    assert third.created, "once the job is gone the ID may be used again"
+
+
+async def test_handler_can_enqueue_follow_up_jobs(autojump_clock: object) -> None:
+    app = App(MemoryStore())
+    done: list[int] = []
+
+    @app.task("countdown")
+    async def countdown(n: int, job: JobContext) -> None:
+        done.append(n)
+        if n:
+            await job.app.enqueue("countdown", n - 1)
+
+    async with app.open_worker(**FAST) as worker:
+        await countdown.enqueue(5)
+        with trio.fail_after(30):
+            await worker.wait_idle()
+    assert done == [5, 4, 3, 2, 1, 0]
+
+
+async def test_weighted_queues_prefer_heavier(autojump_clock: object) -> None:
+    app = App(MemoryStore())
+    order: list[str] = []
+
+    @app.task("q")
+    async def q(args: str, job: JobContext) -> None:
+        order.append(job.queue)
+        await trio.sleep(0.01)
+
+    await q.enqueue_many(["x"] * 40, queue="high")
+    await q.enqueue_many(["x"] * 40, queue="low")
+    async with app.open_worker(
+        queues="high=4,low=1", concurrency=1, batch_size=5, **FAST
+    ) as worker:
+        with trio.fail_after(60):
+            await worker.wait_idle()
+    first = order[:40]
+    assert first.count("high") > 2 * first.count("low") > 0
+    assert order.count("low") == 40
+
+
+async def test_paused_queue_waits_until_resumed(autojump_clock: object) -> None:
+    rec = Recorder(MemoryStore())
+    await rec.store.set_paused("default", True)
+    async with rec.app.open_worker(**FAST):
+        await rec.work.enqueue_many([Work(i) for i in range(3)])
+        await trio.sleep(5)
+        assert rec.runs == []
+        await rec.store.set_paused("default", False)
+        with trio.fail_after(10):
+            await wait_for(lambda: len(rec.finished) == 3)
+
+
+async def test_retained_success_is_inspectable_then_trimmed(autojump_clock: object) -> None:
+    rec = Recorder(MemoryStore())
+    async with rec.app.open_worker(retain_succeeded=30, janitor_interval=10, **FAST):
+        res = await rec.work.enqueue(Work(1))
+        with trio.fail_after(10):
+            await wait_for(lambda: len(rec.finished) == 1)
+        await trio.sleep(0.1)
+        job = await rec.store.get_job(res.job_id)
+        assert job is not None and job.state is JobState.SUCCEEDED
+        await trio.sleep(45)
+        assert await rec.store.get_job(res.job_id) is None
+
+
+async def test_bad_worker_options_fail_clearly() -> None:
+    app = App(MemoryStore())
+    with pytest.raises(TypeError, match="unknown worker option"):
+        async with app.open_worker(concurency=3):
+            pass
+    with pytest.raises(ValueError, match="must be shorter than lease_duration"):
+        async with app.open_worker(lease_duration=1, heartbeat_interval=2):
+            pass
+    with pytest.raises(ValueError, match="expected name=INT"):
+        async with app.open_worker(queues="a=x"):
+            pass
