@@ -7,8 +7,8 @@ from ._base import QueueTopology as QueueTopology
 from ._base import QueueVersion as QueueVersion
 from ._base import QueueWeight as QueueWeight
 from ._base import RecoverResult as RecoverResult
-from ._base import Settlement as Settlement
 from ._base import SettleKind as SettleKind
+from ._base import Settlement as Settlement
 from ._base import Store as Store
 from ._base import StoreError as StoreError
 from ._base import TopologyError as TopologyError

@@ -29,8 +29,8 @@ from ._base import (
     QueueVersion,
     QueueWeight,
     RecoverResult,
-    Settlement,
     SettleKind,
+    Settlement,
     Store,
     TopologyError,
     TriggerResult,
@@ -322,9 +322,7 @@ class MemoryStore(Store):
                 )
             else:  # RELEASE
                 self._put(
-                    attrs.evolve(
-                        cleared, state=JobState.READY, attempts=max(0, job.attempts - 1)
-                    )
+                    attrs.evolve(cleared, state=JobState.READY, attempts=max(0, job.attempts - 1))
                 )
             results.append(True)
         return results
@@ -341,9 +339,7 @@ class MemoryStore(Store):
                 if top is None or top[0][0] > now:
                     break
                 heapq.heappop(heap)
-                job = attrs.evolve(
-                    top[1], lease_token="", lease_owner="", lease_expires_at=None
-                )
+                job = attrs.evolve(top[1], lease_token="", lease_owner="", lease_expires_at=None)
                 if job.attempts > job.max_retries:
                     job = attrs.evolve(
                         job,
@@ -423,8 +419,8 @@ class MemoryStore(Store):
 
     async def stats(self, queues: Sequence[str] | None = None) -> list[QueueStats]:
         await trio.lowlevel.checkpoint()
-        names = list(queues) if queues is not None else sorted(
-            self._known_queues | set(self._topology)
+        names = (
+            list(queues) if queues is not None else sorted(self._known_queues | set(self._topology))
         )
         counts: dict[str, dict[JobState, int]] = {q: dict.fromkeys(JobState, 0) for q in names}
         parts: dict[str, dict[tuple[int, int], int]] = {q: {} for q in names}
@@ -522,9 +518,7 @@ class MemoryStore(Store):
                 f"queue {queue!r}: new version {version} must be greater than {highest}"
             )
         versions[:] = [
-            attrs.evolve(v, state=VersionState.DRAINING)
-            if v.state is VersionState.ACTIVE
-            else v
+            attrs.evolve(v, state=VersionState.DRAINING) if v.state is VersionState.ACTIVE else v
             for v in versions
         ] + [QueueVersion(version, partitions, VersionState.ACTIVE)]
         return QueueTopology(queue, tuple(versions))

@@ -21,8 +21,8 @@ import trio
 from .._job import JobState, LeasedJob, LeaseRef, NewJob
 from ..store._base import (
     QueueWeight,
-    Settlement,
     SettleKind,
+    Settlement,
     Store,
     TopologyError,
     TriggerResult,
@@ -44,7 +44,9 @@ def job(job_id: str, queue: str = "q", **kw: object) -> NewJob:
     return NewJob(id=job_id, queue=queue, kind="k", payload=b'{"n":1}', **kw)  # type: ignore[arg-type]
 
 
-async def lease(store: Store, queue: str = "q", count: int = 100, ttl: float = LEASE) -> list[LeasedJob]:
+async def lease(
+    store: Store, queue: str = "q", count: int = 100, ttl: float = LEASE
+) -> list[LeasedJob]:
     return await store.lease([QueueWeight(queue)], count, worker_id="w1", lease_duration=ttl)
 
 
@@ -117,9 +119,7 @@ async def check_job_ids_are_idempotent(store: Store) -> None:
 @check
 async def check_lease_order_follows_due_time(store: Store) -> None:
     now = await store.now()
-    await store.enqueue_many(
-        [job(f"j{i}", run_at=now - 10 + i * 0.01) for i in reversed(range(6))]
-    )
+    await store.enqueue_many([job(f"j{i}", run_at=now - 10 + i * 0.01) for i in reversed(range(6))])
     order = [lj.job.id for lj in await lease(store, count=1)]
     order += [lj.job.id for lj in await lease(store, count=5)]
     assert order == [f"j{i}" for i in range(6)]
@@ -489,7 +489,9 @@ async def check_triggers_fenced_by_epoch(store: Store) -> None:
     new = await store.acquire_leadership("cron", "B", 5)
     assert new is not None and new.epoch > old.epoch
     t2 = job("sched:2000", queue="cron-q")
-    assert await store.enqueue_trigger("cron", old.epoch, "s", 2000.0, t2) is TriggerResult.STALE_EPOCH
+    assert (
+        await store.enqueue_trigger("cron", old.epoch, "s", 2000.0, t2) is TriggerResult.STALE_EPOCH
+    )
     assert await store.get_job("sched:2000") is None
     assert await store.enqueue_trigger("cron", new.epoch, "s", 2000.0, t2) is TriggerResult.ENQUEUED
     assert (await store.schedule_last_fired("cron"))["s"] == 2000.0
