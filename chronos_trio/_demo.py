@@ -1,0 +1,167 @@
+"""``python -m chronos_trio demo``: producer and worker in one process on the
+embedded in-memory store, with live progress and a summary. No Redis needed."""
+
+from __future__ import annotations
+
+import random
+import sys
+from typing import TextIO
+
+import attrs
+import trio
+
+from ._app import App
+from ._context import JobContext
+from ._errors import SkipRetry
+from ._job import Job, JobState
+from ._retry import RetryPolicy
+from ._worker import Worker
+from .store import MemoryStore
+
+
+@attrs.frozen
+class SendEmail:
+    to: str
+    subject: str
+
+
+@attrs.frozen
+class BuildReport:
+    name: str
+    rows: int
+
+
+@attrs.frozen
+class CapturePayment:
+    order: str
+    cents: int
+    flaky_attempts: int  # fail this many times before succeeding
+
+
+@attrs.frozen
+class ResizeImage:
+    path: str
+
+
+def build_demo_app() -> tuple[App, list[Job]]:
+    app = App(MemoryStore())
+    dead: list[Job] = []
+
+    @app.task("email.send", timeout=5)
+    async def send_email(args: SendEmail, job: JobContext) -> None:
+        await trio.sleep(random.uniform(0.05, 0.3))
+
+    @app.task("report.build", queue="reports")
+    async def build_report(args: BuildReport, job: JobContext) -> None:
+        await trio.sleep(args.rows / 20_000)
+
+    @app.task("payment.capture", queue="critical", max_retries=3)
+    async def capture(args: CapturePayment, job: JobContext) -> None:
+        await trio.sleep(0.05)
+        if job.attempt <= args.flaky_attempts:
+            raise ConnectionError(f"gateway timeout (attempt {job.attempt})")
+
+    @app.task("image.resize", max_retries=2)
+    async def resize(args: ResizeImage, job: JobContext) -> None:
+        if args.path.endswith(".exe"):
+            raise SkipRetry(f"{args.path} is not an image")
+        raise OSError(f"{args.path}: corrupt file")
+
+    @app.on_dead_letter
+    async def remember(job: Job) -> None:
+        dead.append(job)
+
+    return app, dead
+
+
+async def _produce(app: App, jobs: int) -> int:
+    tasks = app.tasks
+    count = 0
+    emails = [SendEmail(f"user{i}@example.com", "Welcome!") for i in range(jobs)]
+    count += len(await tasks["email.send"].enqueue_many(emails))
+    for i in range(max(1, jobs // 10)):
+        await tasks["report.build"].enqueue(
+            BuildReport(f"daily-{i}", rows=random.randint(1_000, 20_000)),
+            delay=random.uniform(1.0, 5.0),
+        )
+        count += 1
+    for i in range(max(1, jobs // 8)):
+        await tasks["payment.capture"].enqueue(
+            CapturePayment(f"order-{i}", 1999, flaky_attempts=i % 3)
+        )
+        count += 1
+    await tasks["image.resize"].enqueue(ResizeImage("uploads/cat.png"))
+    await tasks["image.resize"].enqueue(ResizeImage("uploads/virus.exe"))
+    count += 2
+    # A producer that does not share our types: a payload that cannot decode.
+    await app.enqueue("image.resize", b'{"file": 3}')
+    return count + 1
+
+
+QUEUES = ("critical", "default", "reports")
+
+
+async def _render(app: App, worker: Worker, out: TextIO, start: float) -> str:
+    stats = {s.queue: s for s in await app.store.stats(list(QUEUES))}
+    ws = worker.statistics()
+    cols = [JobState.SCHEDULED, JobState.READY, JobState.LEASED, JobState.RETRY_WAIT, JobState.DEAD]
+    lines = [
+        f"chronos_trio demo  t={trio.current_time() - start:5.1f}s  worker {ws.worker_id}",
+        f"{'queue':<10}" + "".join(f"{c.value:>12}" for c in cols),
+    ]
+    for q in QUEUES:
+        counts = stats[q].counts
+        lines.append(f"{q:<10}" + "".join(f"{counts[c]:>12}" for c in cols))
+    lines.append(
+        f"succeeded={ws.succeeded} retried={ws.retried} dead={ws.dead} "
+        f"running={ws.running} in_flight={ws.in_flight}"
+    )
+    return "\n".join(lines)
+
+
+async def run_demo(*, jobs: int = 200, out: TextIO = sys.stdout, live: bool | None = None) -> int:
+    """Run the demo; returns a process exit code (0 when every job ended as
+    expected: all succeeded except the three deliberately dead ones)."""
+    app, dead = build_demo_app()
+    live = out.isatty() if live is None else live
+    start = trio.current_time()
+    async with app.open_worker(
+        queues="critical=6,default=3,reports=1",
+        concurrency=32,
+        poll_interval=0.25,
+        lease_duration=10,
+        retry=RetryPolicy(base=0.5, max_delay=4),
+    ) as worker:
+        total = await _produce(app, jobs)
+        print(f"enqueued {total} jobs (immediate, delayed, flaky, poison)", file=out)
+        shown = 0
+        with trio.move_on_after(120):
+            async with trio.open_nursery() as nursery:
+
+                async def progress() -> None:
+                    nonlocal shown
+                    while True:
+                        frame = await _render(app, worker, out, start)
+                        if live and shown:
+                            out.write(f"\x1b[{shown}F\x1b[J")
+                        out.write(frame + "\n")
+                        out.flush()
+                        shown = frame.count("\n") + 1
+                        await trio.sleep(0.25 if live else 1.0)
+
+                nursery.start_soon(progress)
+                await worker.wait_idle()
+                nursery.cancel_scope.cancel()
+        print(await _render(app, worker, out, start), file=out)
+        ws = worker.statistics()
+    elapsed = trio.current_time() - start
+    print(f"\nsummary: {total} jobs in {elapsed:.1f}s", file=out)
+    print(f"  succeeded  {ws.succeeded}", file=out)
+    print(f"  retries    {ws.retried} (flaky payments recovered by backoff)", file=out)
+    print(f"  dead       {ws.dead}", file=out)
+    for job in dead:
+        reason = job.last_error.splitlines()[0]
+        print(f"    - {job.kind} {job.id[:8]} after {job.attempts} attempt(s): {reason}", file=out)
+    ok = ws.succeeded == total - 3 and ws.dead == 3 and len(dead) == 3
+    print("all jobs accounted for" if ok else "UNEXPECTED OUTCOME", file=out)
+    return 0 if ok else 1
