@@ -21,7 +21,9 @@ async def test_killing_any_actor_loses_no_job(actor: str, autojump_clock: object
     async with rec.app.open_worker(
         concurrency=4, batch_size=8, janitor_interval=1.0, **OPTS
     ) as worker:
-        ids = [r.job_id for r in await rec.work.enqueue_many([Work(i, sleep=0.3) for i in range(60)])]
+        ids = [
+            r.job_id for r in await rec.work.enqueue_many([Work(i, sleep=0.3) for i in range(60)])
+        ]
         ids += [
             r.job_id
             for r in await rec.work.enqueue_many([Work(i, sleep=0.3) for i in range(20)], delay=2)
@@ -148,7 +150,9 @@ async def test_worker_rides_out_a_store_outage(autojump_clock: object) -> None:
     store = FaultyStore(MemoryStore())
     rec = Recorder(store)
     async with rec.app.open_worker(**OPTS) as worker:
-        ids = {r.job_id for r in await rec.work.enqueue_many([Work(i, sleep=0.5) for i in range(30)])}
+        ids = {
+            r.job_id for r in await rec.work.enqueue_many([Work(i, sleep=0.5) for i in range(30)])
+        }
         await trio.sleep(0.6)
         store.break_ops()  # everything fails, e.g. Redis restarting
         await trio.sleep(3)

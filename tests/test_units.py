@@ -1,0 +1,144 @@
+"""Small pieces: payload codec, retry policy, queue parsing, weight sharing,
+the public API."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import random
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import chronos_trio
+from chronos_trio import PayloadError, RetryPolicy, parse_queues
+from chronos_trio._codec import decode_payload, encode_payload
+from chronos_trio.store import QueueWeight
+from chronos_trio.store._sharing import share_by_weight
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+@attrs.frozen
+class Nested:
+    when: dt.datetime
+    tags: list[str]
+    color: Color
+    maybe: int | None = None
+
+
+@attrs.frozen
+class Outer:
+    inner: Nested
+    raw: dict[str, Any]
+
+
+def test_attrs_payload_round_trips_through_json() -> None:
+    value = Outer(
+        Nested(dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.UTC), ["a"], Color.RED), {"k": [1]}
+    )
+    data = encode_payload(value, Outer)
+    assert data.startswith(b"{") and b"pickle" not in data
+    assert decode_payload(data, Outer) == value
+
+
+def test_bytes_payload_passes_through() -> None:
+    assert encode_payload(b"\x00\xff", bytes) == b"\x00\xff"
+    assert decode_payload(b"\x00\xff", bytes) == b"\x00\xff"
+    with pytest.raises(PayloadError, match="expected a bytes payload"):
+        encode_payload("text", bytes)
+
+
+def test_codec_errors_are_clear() -> None:
+    with pytest.raises(PayloadError, match="not JSON-able"):
+        encode_payload({"x": object()}, Any)
+    with pytest.raises(PayloadError, match="not valid JSON"):
+        decode_payload(b"{oops", Outer)
+    with pytest.raises(PayloadError, match="does not structure as Nested"):
+        decode_payload(b'{"when": "yesterday", "tags": [], "color": "red"}', Nested)
+
+
+def test_retry_policy_defaults_follow_the_seed() -> None:
+    policy = RetryPolicy()
+    assert [policy.delay(a) for a in range(1, 9)] == [1, 2, 4, 8, 16, 32, 60, 60]
+    assert policy.delay(10_000) == 60  # no overflow
+
+
+@given(st.integers(min_value=1, max_value=200), st.integers(min_value=0, max_value=2**32))
+def test_full_jitter_stays_within_the_backoff(attempt: int, seed: int) -> None:
+    policy = RetryPolicy(jitter=True)
+    delay = policy.delay(attempt, rng=random.Random(seed))
+    assert 0 <= delay <= RetryPolicy().delay(attempt)
+
+
+def test_parse_queues_forms_and_errors() -> None:
+    assert parse_queues("critical=6, default=3,low") == (
+        QueueWeight("critical", 6),
+        QueueWeight("default", 3),
+        QueueWeight("low", 1),
+    )
+    assert parse_queues({"a": 2}) == (QueueWeight("a", 2),)
+    assert parse_queues(["a", ("b", 3)]) == (QueueWeight("a"), QueueWeight("b", 3))
+    for bad, message in [
+        ("a=x", "expected name=INT"),
+        ("a=0", "weights >= 1"),
+        ("a,a", "listed twice"),
+        ("", "at least one queue"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            parse_queues(bad)
+
+
+@given(
+    st.lists(st.integers(min_value=1, max_value=10), min_size=1, max_size=5),
+    st.lists(st.integers(min_value=0, max_value=100), min_size=5, max_size=5),
+    st.integers(min_value=0, max_value=300),
+)
+def test_share_by_weight_fills_without_overdrawing(
+    weights: list[int], available: list[int], count: int
+) -> None:
+    queues = [QueueWeight(f"q{i}", w) for i, w in enumerate(weights)]
+    avail = {q.name: available[i] for i, q in enumerate(queues)}
+    shares = share_by_weight(queues, count, avail)
+    assert sum(shares.values()) == min(count, sum(avail.values()))
+    assert all(0 < n <= avail[name] for name, n in shares.items())
+
+
+def test_every_public_name_is_exported() -> None:
+    for name in [
+        "App",
+        "Worker",
+        "WorkerConfig",
+        "JobContext",
+        "Job",
+        "JobState",
+        "SkipRetry",
+        "RetryPolicy",
+        "MemoryStore",
+        "Store",
+        "StoreError",
+        "ActorFailed",
+        "PayloadError",
+        "EnqueueResult",
+        "Task",
+        "ACTORS",
+        "QueueWeight",
+        "open_store",
+    ]:
+        assert hasattr(chronos_trio, name), name
+    # Implementation modules stay private: nothing public leaks a module.
+    public = [n for n in dir(chronos_trio) if not n.startswith("_")]
+    leaked = [n for n in public if type(getattr(chronos_trio, n)).__name__ == "module"]
+    assert set(leaked) <= {"actors", "store", "testing"}, leaked
+
+
+def test_store_url_dispatch() -> None:
+    assert isinstance(chronos_trio.open_store(None), chronos_trio.MemoryStore)
+    assert isinstance(chronos_trio.open_store("memory://"), chronos_trio.MemoryStore)
+    with pytest.raises(ValueError, match="unsupported store URL"):
+        chronos_trio.open_store("postgres://x")
