@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 import pytest
 import trio
@@ -62,7 +63,7 @@ async def test_retry_backoff_doubles(autojump_clock: object) -> None:
         with trio.fail_after(100):
             await worker.wait_idle()
     times = [t for job_id, _, t in rec.runs if job_id == res.job_id]
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert gaps == pytest.approx([1.0, 2.0, 4.0, 8.0], abs=0.02)
     assert [a for _, a, _ in rec.runs] == [1, 2, 3, 4, 5]
     assert rec.finished[res.job_id] == 1
@@ -76,7 +77,7 @@ async def test_backoff_is_capped(autojump_clock: object) -> None:
         with trio.fail_after(200):
             await worker.wait_idle()
     times = [t for _, _, t in rec.runs]
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert gaps == pytest.approx([10.0, 20.0, 25.0], abs=0.02)
 
 
