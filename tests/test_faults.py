@@ -173,3 +173,52 @@ async def test_enqueue_surfaces_store_errors(autojump_clock: object) -> None:
     with pytest.raises(chronos_trio.StoreError, match="injected fault"):
         await rec.work.enqueue(Work(1))
     assert (await rec.work.enqueue(Work(1))).created
+
+
+async def _die_hard(store: FaultyStore, rec: Recorder, jobs: int = 0) -> set[str]:
+    """Run a worker until it runs ``jobs`` new jobs (or any ready job), then
+    kill it with the store unreachable, so nothing is released: like a
+    SIGKILL or a power cut. Returns the IDs of the new jobs."""
+    async with rec.app.open_worker(
+        concurrency=max(1, jobs), shutdown_grace=0, flush_timeout=0.5, **OPTS
+    ):
+        ids = {
+            r.job_id for r in await rec.work.enqueue_many([Work(i, sleep=20) for i in range(jobs)])
+        }
+        await wait_for(lambda: rec.running == max(1, jobs))
+        store.break_ops()
+    store.heal()
+    return ids
+
+
+async def test_crashed_workers_jobs_recovered_after_lease_expiry(autojump_clock: object) -> None:
+    store = FaultyStore(MemoryStore())
+    dead_worker = Recorder(store)
+    ids = await _die_hard(store, dead_worker, 4)
+    assert await dead_worker.states() == {JobState.LEASED: 4}
+    died_at = trio.current_time()
+    survivor = Recorder(store)
+    async with survivor.app.open_worker(**OPTS) as worker:
+        await wait_for(lambda: len(survivor.runs) == 4)
+        recovered_after = trio.current_time() - died_at
+        with trio.fail_after(120):
+            await worker.wait_idle()
+    assert recovered_after <= OPTS["lease_duration"] + OPTS["recover_interval"] + 0.1
+    assert set(survivor.finished) == ids
+    assert {attempt for _, attempt, _ in survivor.runs} == {2}
+
+
+async def test_job_that_keeps_killing_its_worker_goes_dead(autojump_clock: object) -> None:
+    store = FaultyStore(MemoryStore())
+    [job_id] = await _die_hard(store, Recorder(store, max_retries=1), 1)  # attempt 1
+    await trio.sleep(OPTS["lease_duration"] + 0.1)
+    assert (await store.recover_expired(["default"], 10)).requeued == (job_id,)
+    await _die_hard(store, Recorder(store, max_retries=1))  # attempt 2 kills it too
+    observer = Recorder(store)
+    async with observer.app.open_worker(**OPTS):
+        with trio.fail_after(60):
+            await wait_for(lambda: len(observer.dead) == 1)
+    [dead] = observer.dead
+    assert dead.id == job_id and dead.attempts == 2
+    assert "lease expired on attempt 2 of 2" in dead.last_error
+    assert observer.runs == [], "a poison job is not run a third time"
