@@ -13,6 +13,10 @@ from ._errors import SkipRetry as SkipRetry
 from ._errors import StoreError as StoreError
 from ._errors import TopologyError as TopologyError
 from ._errors import UnknownTask as UnknownTask
+from ._inspector import ActionRefused as ActionRefused
+from ._inspector import Inspector as Inspector
+from ._inspector import UnknownJob as UnknownJob
+from ._inspector import UnknownQueue as UnknownQueue
 from ._job import EnqueueResult as EnqueueResult
 from ._job import Job as Job
 from ._job import JobState as JobState

@@ -26,6 +26,7 @@ from ._task import (
 from .store import MemoryStore, Store
 
 if TYPE_CHECKING:
+    from ._inspector import Inspector
     from ._worker import Worker
 
 log = logging.getLogger("chronos_trio")
@@ -168,6 +169,13 @@ class App:
                 yield worker
             finally:
                 worker.stop()
+
+    # -- administration ------------------------------------------------------------
+    def inspector(self) -> Inspector:
+        """Queue counts, job listing and admin actions on this app's store."""
+        from ._inspector import Inspector
+
+        return Inspector(self.store, app=self)
 
 
 async def _no_handler(payload: Any, job: Any) -> None:  # pragma: no cover - never run

@@ -1,0 +1,302 @@
+"""The inspector: what an operator sees and does, on any store.
+
+``app.inspector()`` (or ``Inspector(store)`` for a bare store URL) lists
+queues with their counts, pages through jobs, shows one job, and runs the
+admin actions: run-now, delete, requeue dead jobs, pause/resume a queue, and
+queue topology (promote a new version, complete a drained one). The command
+line (``python -m chronos_trio queues|jobs|job|...``) is a thin layer on it.
+
+Every method checks its input against the store first and raises a precise
+error: :class:`UnknownQueue`, :class:`UnknownJob`, ``ValueError`` for a bad
+state name, :class:`ActionRefused` for an action the job's state forbids,
+``TopologyError`` for a refused topology change, ``StoreError`` when the
+store is unreachable.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ._errors import ChronosError
+from ._job import Job, JobState
+from .store import QueueTopology, Store, VersionState
+
+if TYPE_CHECKING:
+    from ._app import App
+
+
+class InspectorError(ChronosError):
+    """An admin request could not be carried out."""
+
+
+class UnknownQueue(InspectorError, LookupError):
+    """No such queue in the store (nor among the app's tasks)."""
+
+
+class UnknownJob(InspectorError, LookupError):
+    """No job with that ID (in that queue)."""
+
+
+class ActionRefused(InspectorError):
+    """The job's current state does not allow the action (e.g. deleting a
+    leased job, running a ready job now)."""
+
+
+#: States from which ``run_now`` makes a job ready at once.
+RUN_NOW_STATES = frozenset({JobState.SCHEDULED, JobState.RETRY_WAIT, JobState.DEAD})
+
+
+@attrs.frozen
+class VersionInfo:
+    """One topology version of a queue and how many jobs each partition holds."""
+
+    version: int
+    partitions: int
+    state: VersionState
+    by_partition: dict[int, int]
+
+    @property
+    def jobs(self) -> int:
+        return sum(self.by_partition.values())
+
+
+@attrs.frozen
+class QueueInfo:
+    """A queue's counts per state and per (version, partition)."""
+
+    name: str
+    paused: bool
+    counts: dict[JobState, int]
+    versions: tuple[VersionInfo, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@attrs.frozen
+class JobPage:
+    """``jobs`` of ``queue`` in ``state`` from ``offset``; ``total`` is how many
+    jobs that state holds in all (so a caller knows whether more pages exist)."""
+
+    queue: str
+    state: JobState
+    offset: int
+    limit: int
+    total: int
+    jobs: tuple[Job, ...]
+
+    @property
+    def next_offset(self) -> int | None:
+        end = self.offset + len(self.jobs)
+        return end if end < self.total and self.jobs else None
+
+
+def payload_view(job: Job) -> Any:
+    """The payload for display: the decoded JSON value when it is JSON, else
+    ``{"base64": ...}`` (raw bytes payloads)."""
+    try:
+        return json.loads(job.payload)
+    except ValueError:
+        return {"base64": base64.b64encode(job.payload).decode()}
+
+
+def next_run_at(job: Job) -> float | None:
+    """When the job runs next: its due time while it waits, None otherwise."""
+    if job.state in (JobState.SCHEDULED, JobState.READY, JobState.RETRY_WAIT):
+        return job.run_at
+    return None
+
+
+class Inspector:
+    """Inspection and administration of the jobs in ``store``.
+
+    ``app`` (optional) adds the queues its tasks use to the known queues, so
+    a queue can be paused or given a topology before its first job.
+    """
+
+    def __init__(self, store: Store, *, app: App | None = None) -> None:
+        self.store = store
+        self.app = app
+
+    async def aclose(self) -> None:
+        await self.store.aclose()
+
+    async def now(self) -> float:
+        """The store's clock (times in jobs are on it)."""
+        return await self.store.now()
+
+    # -- queues ------------------------------------------------------------------
+    async def queue_names(self) -> list[str]:
+        """Every queue the store knows, plus the queues of the app's tasks."""
+        names = set(await self.store.queues())
+        if self.app is not None:
+            names.update(task.queue for task in self.app.tasks.values())
+        return sorted(names)
+
+    async def check_queue(self, queue: str) -> str:
+        """``queue`` if it is known, else :class:`UnknownQueue` naming the known ones."""
+        names = await self.queue_names()
+        if queue not in names:
+            known = ", ".join(names) if names else "none yet"
+            raise UnknownQueue(f"unknown queue {queue!r} (known queues: {known})")
+        return queue
+
+    async def queues(self, names: Sequence[str] | None = None) -> list[QueueInfo]:
+        """Counts per state and per version/partition of ``names`` (all known
+        queues when None)."""
+        if names is None:
+            names = await self.queue_names()
+        else:
+            for name in names:
+                await self.check_queue(name)
+        infos = []
+        for stats in await self.store.stats(list(names)):
+            topology = await self.store.topology(stats.queue)
+            parts: dict[int, dict[int, int]] = {}
+            for (version, partition), count in stats.by_partition.items():
+                parts.setdefault(version, {})[partition] = count
+            versions = tuple(
+                VersionInfo(
+                    v.version,
+                    v.partitions,
+                    v.state,
+                    {p: parts.get(v.version, {}).get(p, 0) for p in range(v.partitions)},
+                )
+                for v in topology.versions
+            )
+            infos.append(QueueInfo(stats.queue, stats.paused, dict(stats.counts), versions))
+        return infos
+
+    async def queue(self, name: str) -> QueueInfo:
+        [info] = await self.queues([name])
+        return info
+
+    # -- jobs --------------------------------------------------------------------
+    async def jobs(
+        self, queue: str, state: JobState | str, *, offset: int = 0, limit: int = 50
+    ) -> JobPage:
+        """A page of ``queue``'s jobs in ``state`` (a ``JobState`` or its name),
+        in the store's order (due time, lease expiry, or finish time)."""
+        state = JobState.parse(state) if isinstance(state, str) else state
+        if offset < 0 or limit < 1:
+            raise ValueError(f"need offset >= 0 and limit >= 1, got offset={offset} limit={limit}")
+        info = await self.queue(queue)
+        jobs = await self.store.list_jobs(queue, state, offset=offset, limit=limit)
+        return JobPage(queue, state, offset, limit, info.counts[state], tuple(jobs))
+
+    async def job(self, job_id: str, *, queue: str | None = None) -> Job:
+        """The job with ``job_id`` (in ``queue``, if given)."""
+        if queue is not None:
+            await self.check_queue(queue)
+        job = await self.store.get_job(job_id, queue=queue)
+        if job is None:
+            where = f" in queue {queue!r}" if queue is not None else ""
+            raise UnknownJob(f"no job with id {job_id!r}{where}")
+        return job
+
+    async def run_now(self, job_id: str, *, queue: str | None = None) -> Job:
+        """Make a scheduled, retry_wait or dead job ready at once (a dead job
+        starts over with its attempts reset); returns it as it is now."""
+        job = await self.job(job_id, queue=queue)
+        if job.state not in RUN_NOW_STATES:
+            raise ActionRefused(
+                f"job {job_id} is {job.state}: run-now applies to scheduled, "
+                "retry_wait and dead jobs"
+            )
+        if not await self.store.run_now(job_id, queue=job.queue):
+            raise ActionRefused(f"job {job_id} changed state meanwhile; nothing done")
+        return await self.job(job_id, queue=job.queue)
+
+    async def delete(self, job_id: str, *, queue: str | None = None) -> Job:
+        """Delete a job that is not leased; returns the deleted job."""
+        job = await self.job(job_id, queue=queue)
+        if job.state is JobState.LEASED:
+            raise ActionRefused(
+                f"job {job_id} is leased by {job.lease_owner or 'a worker'}: "
+                "a running job cannot be deleted"
+            )
+        if not await self.store.delete_job(job_id, queue=job.queue):
+            raise ActionRefused(f"job {job_id} changed state meanwhile; nothing deleted")
+        return job
+
+    async def dead_count(self, queue: str) -> int:
+        return (await self.queue(queue)).counts[JobState.DEAD]
+
+    async def requeue_dead(
+        self, queue: str, *, job_id: str | None = None, limit: int | None = None
+    ) -> int:
+        """Make dead jobs of ``queue`` ready again with their attempts reset:
+        only ``job_id`` when given, else all of them (at most ``limit``).
+        Returns how many were requeued."""
+        await self.check_queue(queue)
+        if job_id is not None:
+            job = await self.job(job_id, queue=queue)
+            if job.state is not JobState.DEAD:
+                raise ActionRefused(f"job {job_id} is {job.state}, not dead")
+            if not await self.store.run_now(job_id, queue=queue):
+                raise ActionRefused(f"job {job_id} changed state meanwhile; nothing done")
+            return 1
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        return await self.store.requeue_dead(queue, limit=limit)
+
+    async def pause(self, queue: str) -> None:
+        """Stop workers leasing from ``queue`` (each notices within one poll);
+        jobs already leased run to completion."""
+        await self.store.set_paused(await self.check_queue(queue), True)
+
+    async def resume(self, queue: str) -> None:
+        await self.store.set_paused(await self.check_queue(queue), False)
+
+    # -- topology ----------------------------------------------------------------
+    async def topology(self, queue: str) -> QueueTopology:
+        return await self.store.topology(await self.check_queue(queue))
+
+    async def promote(
+        self, queue: str, *, partitions: int, version: int | None = None
+    ) -> QueueTopology:
+        """Route new jobs of ``queue`` to a new ``version`` (default: one above
+        the highest) with ``partitions`` partitions; the old active version
+        drains. ``TopologyError`` if the store refuses."""
+        if partitions < 1:
+            raise ValueError(f"partitions must be >= 1, got {partitions}")
+        current = await self.topology(queue)
+        if version is None:
+            version = max(v.version for v in current.versions) + 1
+        return await self.store.promote_queue_version(queue, version, partitions)
+
+    async def complete(self, queue: str, *, version: int | None = None) -> QueueTopology:
+        """Remove a drained version (default: the only draining one).
+        ``TopologyError`` if it still holds jobs or is active."""
+        current = await self.topology(queue)
+        if version is None:
+            draining = [v.version for v in current.versions if v.state is VersionState.DRAINING]
+            if len(draining) != 1:
+                raise ActionRefused(
+                    f"queue {queue!r} has {len(draining)} draining versions "
+                    f"{draining}: name the one to complete"
+                    if draining
+                    else f"queue {queue!r} has no draining version to complete"
+                )
+            version = draining[0]
+        return await self.store.complete_draining_version(queue, version)
+
+
+__all__ = [
+    "ActionRefused",
+    "Inspector",
+    "InspectorError",
+    "JobPage",
+    "QueueInfo",
+    "UnknownJob",
+    "UnknownQueue",
+    "VersionInfo",
+    "next_run_at",
+    "payload_view",
+]
