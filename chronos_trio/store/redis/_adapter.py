@@ -1,0 +1,222 @@
+"""A thin Trio adapter over redis-py (sync client, hiredis parser).
+
+Blocking redis-py calls run in worker threads via ``trio.to_thread.run_sync``;
+a whole batch (one pipeline per node, plus any ``NOSCRIPT`` reload and retry)
+is a single thread hop, so the adapter adds no per-job overhead. Every
+redis-py failure surfaces as :class:`~chronos_trio.store.StoreError`.
+
+Redis Cluster: redis-py's cluster pipeline refuses ``EVALSHA``, so a batch is
+grouped by the node owning each op's slot and pipelined on that node's own
+client, one round trip per node (nodes in parallel). A ``MOVED``/``ASK`` reply
+refreshes the slot map and re-runs the affected ops.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import attrs
+import redis
+import redis.cluster
+import redis.exceptions
+import trio
+
+from .._base import StoreError
+from ._scripts import Op
+
+T = TypeVar("T")
+
+#: Errors that mean "Redis is unreachable or refused", mapped to StoreError.
+_REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+
+
+@attrs.define
+class AdapterStatistics:
+    """Counters of one adapter, for tests and monitoring."""
+
+    round_trips: int = 0  # pipelines / commands sent (one per node per batch)
+    commands: int = 0  # commands inside them
+    script_loads: int = 0  # NOSCRIPT recoveries
+    blocking_waits: int = 0  # BLPOPs issued
+
+
+class RedisAdapter:
+    """Runs redis-py calls for Trio. ``client`` is a ``Redis`` or ``RedisCluster``."""
+
+    def __init__(
+        self,
+        client: redis.Redis | redis.cluster.RedisCluster,
+        *,
+        description: str,
+        max_block: float = 2.0,
+        threads: int = 32,
+    ) -> None:
+        self.client = client
+        self.cluster = isinstance(client, redis.cluster.RedisCluster)
+        self.description = description
+        #: Longest single BLPOP; below the socket timeout so a blocked call
+        #: never looks like a dead connection.
+        self.max_block = max_block
+        self.stats = AdapterStatistics()
+        self._limiter = trio.CapacityLimiter(threads)
+        # Blocking waits get their own threads so idle waiters never starve the hot path.
+        self._blocking_limiter = trio.CapacityLimiter(threads)
+        self._closed = False
+
+    # -- errors ---------------------------------------------------------------------
+    def _error(self, exc: BaseException) -> StoreError:
+        return StoreError(f"Redis at {self.description} failed: {type(exc).__name__}: {exc}")
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run one sync redis-py call in a thread; redis errors become StoreError."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        self.stats.round_trips += 1
+        self.stats.commands += 1
+        try:
+            return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+        except _REDIS_ERRORS as exc:
+            raise self._error(exc) from exc
+
+    # -- batches --------------------------------------------------------------------
+    async def execute(self, ops: Sequence[Op], after: Sequence[Op] = ()) -> list[Any]:
+        """Run ``ops`` (one pipeline per node) and return their replies in order.
+
+        ``after`` ops (wake-ups) run once ``ops`` have been applied: appended to
+        the same pipeline on a single node (Redis applies a connection's
+        commands in order), or as a second step on a Cluster, whose nodes run
+        in parallel. Their replies are not returned. An error reply raises
+        StoreError after the whole batch ran.
+        """
+        if self._closed:
+            raise StoreError("the store is closed")
+        if not ops and not after:
+            return []
+        try:
+            if not self.cluster:
+                assert isinstance(self.client, redis.Redis)
+                replies = await trio.to_thread.run_sync(
+                    self._run_on_node, self.client, [*ops, *after], limiter=self._limiter
+                )
+                replies = replies[: len(ops)]
+            else:
+                replies = await self._execute_cluster(ops)
+                if after:
+                    await self._execute_cluster(after)
+        except _REDIS_ERRORS as exc:
+            raise self._error(exc) from exc
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise self._error(reply)
+        return replies
+
+    def _run_on_node(self, client: redis.Redis, ops: Sequence[Op]) -> list[Any]:
+        """One pipeline on one node; reload scripts and re-run ops that got NOSCRIPT."""
+        replies = self._pipeline(client, ops)
+        missing = [
+            i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)
+        ]
+        if missing:
+            for script in {ops[i].script for i in missing}:
+                if script is not None:
+                    client.script_load(script.source)
+                    self.stats.script_loads += 1
+            for i, reply in zip(
+                missing, self._pipeline(client, [ops[i] for i in missing]), strict=True
+            ):
+                replies[i] = reply
+        return replies
+
+    def _pipeline(self, client: redis.Redis, ops: Sequence[Op]) -> list[Any]:
+        self.stats.round_trips += 1
+        self.stats.commands += len(ops)
+        if len(ops) == 1:
+            try:
+                return [client.execute_command(*ops[0].args)]  # type: ignore[no-untyped-call]
+            except redis.exceptions.ResponseError as exc:
+                return [exc]
+        pipe = client.pipeline(transaction=False)
+        for op in ops:
+            pipe.execute_command(*op.args)  # type: ignore[no-untyped-call]
+        return list(pipe.execute(raise_on_error=False))
+
+    async def _execute_cluster(self, ops: Sequence[Op]) -> list[Any]:
+        cluster = self.client
+        assert isinstance(cluster, redis.cluster.RedisCluster)
+        replies: list[Any] = [None] * len(ops)
+        pending = list(range(len(ops)))
+        for attempt in range(3):
+            groups: dict[str, tuple[redis.Redis, list[int]]] = {}
+            for i in pending:
+                route = ops[i].route
+                if route is not None:
+                    node = cluster.get_node_from_key(route)  # type: ignore[no-untyped-call]
+                else:
+                    node = cluster.get_default_node()  # type: ignore[no-untyped-call]
+                if node.name not in groups:
+                    groups[node.name] = (cluster.get_redis_connection(node), [])
+                groups[node.name][1].append(i)
+
+            async def run_group(client: redis.Redis, idx: list[int]) -> None:
+                got = await trio.to_thread.run_sync(
+                    self._run_on_node, client, [ops[i] for i in idx], limiter=self._limiter
+                )
+                for i, reply in zip(idx, got, strict=True):
+                    replies[i] = reply
+
+            if len(groups) == 1:
+                ((client, idx),) = groups.values()
+                await run_group(client, idx)
+            else:
+                async with trio.open_nursery() as nursery:
+                    for client, idx in groups.values():
+                        nursery.start_soon(run_group, client, idx)
+            pending = [i for i in pending if isinstance(replies[i], redis.exceptions.AskError)]
+            if not pending:
+                break
+            if attempt < 2:
+                # the slot moved (resharding or failover): refresh the map, re-run those ops
+                await trio.to_thread.run_sync(
+                    cluster.nodes_manager.initialize, limiter=self._limiter
+                )
+        return replies
+
+    # -- blocking -------------------------------------------------------------------
+    async def blpop(self, keys: Sequence[str], timeout: float) -> tuple[bytes, bytes] | None:
+        """BLPOP with ``timeout`` capped at ``max_block``; cancellable at once.
+
+        Cancelling abandons the thread; if its BLPOP then still pops a token,
+        the token is pushed back so the wake-up reaches another waiter.
+        """
+        if self._closed:
+            raise StoreError("the store is closed")
+        block = max(0.001, min(timeout, self.max_block))
+        client = self.client
+        abandoned = threading.Event()
+
+        def pop() -> tuple[bytes, bytes] | None:
+            got = client.blpop(list(keys), timeout=block)
+            if got is not None and abandoned.is_set():
+                client.lpush(got[0], got[1])
+            return got  # type: ignore[return-value]
+
+        self.stats.blocking_waits += 1
+        try:
+            return await trio.to_thread.run_sync(
+                pop, abandon_on_cancel=True, limiter=self._blocking_limiter
+            )
+        except trio.Cancelled:
+            abandoned.set()
+            raise
+        except _REDIS_ERRORS as exc:
+            raise self._error(exc) from exc
+
+    async def aclose(self) -> None:
+        """Close every connection pool (a thread still blocked in BLPOP gets an error
+        that nobody waits for)."""
+        if self._closed:
+            return
+        self._closed = True
+        await trio.to_thread.run_sync(self.client.close, limiter=self._limiter)

@@ -1,0 +1,428 @@
+"""The worker's hot path on Redis: enqueue, promote, lease, renew, settle, recover.
+
+Each operation costs one pipelined round trip for the whole batch (one per
+node on a Cluster), running one Lua script per partition. When a batch spans
+several partitions, lease/promote/recover first peek at the partitions' heads
+(one more round trip) so a queue's jobs come out in one global order — due
+time, then job ID — exactly as with the MemoryStore, however it is partitioned.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+
+from ..._job import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
+from .._base import (
+    PromoteResult,
+    QueueWeight,
+    RecoverResult,
+    SettleKind,
+    Settlement,
+    StoreError,
+)
+from .._sharing import share_by_weight
+from ..memory import partition_of
+from . import _scripts as S
+from ._alloc import earliest, pairs
+from ._codec import job_from_fields, text
+from ._context import QueueMeta, StoreContext
+from ._scripts import Op
+from .keys import PartitionKeys
+
+_SETTLE_CODES = {
+    SettleKind.SUCCEEDED: "s",
+    SettleKind.RETRY: "r",
+    SettleKind.DEAD: "d",
+    SettleKind.RELEASE: "l",
+}
+
+
+def _nonce() -> str:
+    """Per call and partition; with the partition's counter it makes tokens unique."""
+    return secrets.token_hex(6) + "-"
+
+
+# -- enqueue ---------------------------------------------------------------------------
+async def enqueue_many(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+    results: list[EnqueueResult | None] = [None] * len(jobs)
+    todo = list(range(len(jobs)))
+    for _attempt in range(3):
+        if not todo:
+            break
+        metas = await ctx.ensure([jobs[i].queue for i in todo])
+        todo = await _skip_existing_in_draining(ctx, jobs, todo, metas, results)
+        groups: dict[PartitionKeys, list[int]] = {}
+        for i in todo:
+            job = jobs[i]
+            active = metas[job.queue].active
+            if active is None:
+                raise StoreError(f"queue {job.queue!r} has no active topology version")
+            pk = ctx.keys.partition(
+                job.queue, active.version, partition_of(job.id, active.partitions)
+            )
+            groups.setdefault(pk, []).append(i)
+        if not groups:
+            break
+        batch_now = ""
+        if len(groups) > 1 and any(jobs[i].run_at is None for i in todo):
+            # One clock reading for the batch, so delay-based due times of jobs in
+            # different partitions keep the batch's order.
+            (t,) = await ctx.adapter.execute([Op.command(None, "TIME")])
+            batch_now = repr(int(t[0]) + int(t[1]) / 1_000_000)
+        ops = []
+        for pk, idxs in groups.items():
+            argv: list[object] = [batch_now]
+            for i in idxs:
+                j = jobs[i]
+                argv += [
+                    j.id,
+                    j.kind,
+                    j.payload,
+                    "" if j.run_at is None else repr(float(j.run_at)),
+                    repr(float(j.delay)),
+                    int(j.max_retries),
+                    repr(float(j.timeout)),
+                ]
+            ops.append(
+                Op.script_call(S.ENQUEUE, [pk.scheduled, pk.ready, pk.closed, pk.job_prefix], argv)
+            )
+        replies = await ctx.adapter.execute(
+            ops, after=_enqueue_wake_ops(ctx, [jobs[i] for i in todo])
+        )
+        closed: list[int] = []
+        for (pk, idxs), reply in zip(groups.items(), replies, strict=True):
+            if reply[0] == b"closed":
+                # the version was completed after our topology was read: route again
+                ctx.forget(pk.queue)
+                closed += idxs
+                continue
+            ctx.observe_now(reply[0])
+            for k, i in enumerate(idxs):
+                results[i] = EnqueueResult(
+                    jobs[i].id,
+                    reply[1 + 2 * k] == 1,
+                    float(reply[2 + 2 * k]),
+                    pk.version,
+                    pk.partition,
+                )
+        todo = closed
+    if todo:
+        raise StoreError("could not enqueue: the queue's topology kept changing; try again")
+    return [r for r in results if r is not None]
+
+
+async def _skip_existing_in_draining(
+    ctx: StoreContext,
+    jobs: Sequence[NewJob],
+    todo: list[int],
+    metas: dict[str, QueueMeta],
+    results: list[EnqueueResult | None],
+) -> list[int]:
+    """A job ID that exists in a draining version must not be stored again in the
+    active one. Checked only while a queue has more than one version."""
+    checks: list[tuple[int, PartitionKeys]] = []
+    for i in todo:
+        job = jobs[i]
+        for v in metas[job.queue].versions or ():
+            if metas[job.queue].active is not v:
+                pk = ctx.keys.partition(job.queue, v.version, partition_of(job.id, v.partitions))
+                checks.append((i, pk))
+    if not checks:
+        return todo
+    replies = await ctx.adapter.execute(
+        [Op.command(pk.tag, "HGET", pk.job(jobs[i].id), "run_at") for i, pk in checks]
+    )
+    for (i, pk), run_at in zip(checks, replies, strict=True):
+        if run_at is not None and results[i] is None:
+            results[i] = EnqueueResult(jobs[i].id, False, float(run_at), pk.version, pk.partition)
+    return [i for i in todo if results[i] is None]
+
+
+def _enqueue_wake_ops(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[Op]:
+    """Wake-ups for the jobs a batch probably made ready or scheduled (a wrong
+    guess only costs a waiter a cheap look)."""
+    now = ctx.estimated_now()
+    ready: dict[str, int] = {}
+    due: dict[str, float] = {}
+    for j in jobs:
+        at = j.run_at if j.run_at is not None else now + max(0.0, j.delay)
+        if (j.run_at is None and j.delay <= 0) or at <= now:
+            ready[j.queue] = ready.get(j.queue, 0) + 1
+        else:
+            due[j.queue] = min(at, due.get(j.queue, at))
+    return ctx.wake_ready_ops(ready) + ctx.wake_scheduled_ops(due)
+
+
+# -- promote ---------------------------------------------------------------------------
+async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> PromoteResult:
+    metas = await ctx.meta(queues)
+    slots = [(q, pk) for q in dict.fromkeys(queues) for pk in ctx.partitions_of(q, metas[q])]
+    if not slots:
+        (t,) = await ctx.adapter.execute([Op.command(None, "TIME")])
+        return PromoteResult(0, None, int(t[0]) + int(t[1]) / 1_000_000)
+    plan: dict[PartitionKeys, int]
+    heads: dict[PartitionKeys, float] = {}
+    now: float | None = None
+    if len(slots) == 1:
+        plan = {slots[0][1]: limit}
+    else:
+        peek = [
+            Op.command(
+                pk.tag, "ZRANGE", z, "-inf", "+inf", "BYSCORE", "LIMIT", 0, limit, "WITHSCORES"
+            )
+            for _, pk in slots
+            for z in (pk.scheduled, pk.retry)
+        ]
+        replies = await ctx.adapter.execute([*peek, Op.command(None, "TIME")])
+        t = replies[-1]
+        now = int(t[0]) + int(t[1]) / 1_000_000
+        cands = {
+            (pk, z): pairs(replies[2 * n + z]) for n, (_, pk) in enumerate(slots) for z in (0, 1)
+        }
+        plan, remaining = {}, limit
+        for q in dict.fromkeys(queues):
+            mine = {key: c for key, c in cands.items() if key[0].queue == q}
+            taken = earliest(mine, remaining, bound=now)
+            for (pk, _z), n in taken.items():
+                plan[pk] = plan.get(pk, 0) + n
+                remaining -= n
+        for (pk, _z), c in cands.items():
+            if pk not in plan:
+                first = c[0][0] if c else None
+                if first is not None and (pk not in heads or first < heads[pk]):
+                    heads[pk] = first
+    run = [(pk, n) for pk, n in plan.items() if n > 0]
+    promoted = 0
+    woke: dict[str, int] = {}
+    if run:
+        replies = await ctx.adapter.execute(
+            [
+                Op.script_call(S.PROMOTE, [pk.scheduled, pk.retry, pk.ready, pk.job_prefix], [n])
+                for pk, n in run
+            ]
+        )
+        for (pk, _), (n, next_due, script_now) in zip(run, replies, strict=True):
+            promoted += n
+            if n:
+                woke[pk.queue] = woke.get(pk.queue, 0) + n
+            if next_due:
+                heads[pk] = float(next_due)
+            now = ctx.observe_now(script_now)
+    if woke:
+        await ctx.adapter.execute([], after=ctx.wake_ready_ops(woke))
+    assert now is not None
+    return PromoteResult(promoted, min(heads.values(), default=None), now)
+
+
+# -- lease -----------------------------------------------------------------------------
+async def lease(
+    ctx: StoreContext,
+    queues: Sequence[QueueWeight],
+    count: int,
+    *,
+    worker_id: str,
+    lease_duration: float,
+) -> list[LeasedJob]:
+    if count <= 0 or not queues:
+        return []
+    metas = await ctx.meta([q.name for q in queues])
+    live = [q for q in queues if metas[q.name].versions is not None and not metas[q.name].paused]
+    slots = {q.name: ctx.partitions_of(q.name, metas[q.name]) for q in live if q.weight > 0}
+    flat = [pk for pks in slots.values() for pk in pks]
+    if not flat:
+        return []
+    plan: dict[PartitionKeys, int]
+    if len(flat) == 1:
+        plan = {flat[0]: count}
+    else:
+        replies = await ctx.adapter.execute(
+            [Op.command(pk.tag, "ZRANGE", pk.ready, 0, count - 1, "WITHSCORES") for pk in flat]
+        )
+        cands = {pk: pairs(r) for pk, r in zip(flat, replies, strict=True)}
+        available = {q: min(count, sum(len(cands[pk]) for pk in pks)) for q, pks in slots.items()}
+        plan = {}
+        for q, share in share_by_weight(live, count, available).items():
+            plan.update(earliest({pk: cands[pk] for pk in slots[q]}, share))
+    if not plan:
+        return []
+    duration = repr(float(lease_duration))
+    replies = await ctx.adapter.execute(
+        [
+            Op.script_call(
+                S.LEASE,
+                [pk.ready, pk.leased, pk.tokens, pk.job_prefix],
+                [n, duration, worker_id, _nonce()],
+            )
+            for pk, n in plan.items()
+        ]
+    )
+    by_queue: dict[str, list[LeasedJob]] = {}
+    for pk, reply in zip(plan, replies, strict=True):
+        ctx.observe_now(reply[0])
+        expires = float(reply[1])
+        got = by_queue.setdefault(pk.queue, [])
+        for k in range(2, len(reply), 10):
+            token = reply[k + 1].decode()
+            job = Job(
+                id=reply[k].decode(),
+                queue=pk.queue,
+                kind=reply[k + 2].decode(),
+                payload=reply[k + 3],
+                run_at=float(reply[k + 4]),
+                state=JobState.LEASED,
+                attempts=int(reply[k + 5]),
+                max_retries=int(reply[k + 6]),
+                timeout=float(reply[k + 7]),
+                lease_token=token,
+                lease_owner=worker_id,
+                lease_expires_at=expires,
+                queue_version=pk.version,
+                partition=pk.partition,
+                last_error=text(reply[k + 8]),
+                created_at=float(reply[k + 9]),
+            )
+            got.append(LeasedJob(job, token, expires))
+    out: list[LeasedJob] = []
+    for qw in live:
+        mine = by_queue.pop(qw.name, [])
+        mine.sort(key=lambda lj: (lj.job.run_at, lj.job.id))
+        out += mine
+    return out
+
+
+# -- renew and settle --------------------------------------------------------------------
+def _group(ctx: StoreContext, refs: Sequence[LeaseRef]) -> dict[PartitionKeys, list[int]]:
+    groups: dict[PartitionKeys, list[int]] = {}
+    for i, ref in enumerate(refs):
+        pk = ctx.keys.partition(ref.queue, ref.queue_version, ref.partition)
+        groups.setdefault(pk, []).append(i)
+    return groups
+
+
+async def renew(ctx: StoreContext, leases: Sequence[LeaseRef], lease_duration: float) -> list[bool]:
+    groups = _group(ctx, leases)
+    duration = repr(float(lease_duration))
+    ops = []
+    for pk, idxs in groups.items():
+        argv: list[object] = [duration]
+        for i in idxs:
+            argv += [leases[i].job_id, leases[i].token]
+        ops.append(Op.script_call(S.RENEW, [pk.leased, pk.job_prefix], argv))
+    replies = await ctx.adapter.execute(ops)
+    results = [False] * len(leases)
+    for idxs, reply in zip(groups.values(), replies, strict=True):
+        for k, i in enumerate(idxs):
+            results[i] = reply[1 + k] == 1
+    return results
+
+
+async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> list[bool]:
+    groups = _group(ctx, [s.lease for s in settlements])
+    ops = []
+    for pk, idxs in groups.items():
+        argv: list[object] = []
+        for i in idxs:
+            s = settlements[i]
+            argv += [
+                s.lease.job_id,
+                s.lease.token,
+                _SETTLE_CODES[s.kind],
+                s.error,
+                repr(float(s.retry_delay)),
+                repr(float(s.retain_for)),
+            ]
+        ops.append(
+            Op.script_call(
+                S.SETTLE,
+                [pk.ready, pk.leased, pk.retry, pk.succeeded, pk.dead, pk.job_prefix],
+                argv,
+            )
+        )
+    now = ctx.estimated_now()
+    ready: dict[str, int] = {}
+    due: dict[str, float] = {}
+    for s in settlements:
+        q = s.lease.queue
+        if s.kind is SettleKind.RELEASE:
+            ready[q] = ready.get(q, 0) + 1
+        elif s.kind is SettleKind.RETRY:
+            at = now + max(0.0, s.retry_delay)
+            due[q] = min(at, due.get(q, at))
+    replies = await ctx.adapter.execute(
+        ops, after=ctx.wake_ready_ops(ready) + ctx.wake_scheduled_ops(due)
+    )
+    results = [False] * len(settlements)
+    for idxs, reply in zip(groups.values(), replies, strict=True):
+        ctx.observe_now(reply[0])
+        for k, i in enumerate(idxs):
+            results[i] = reply[1 + k] == 1
+    return results
+
+
+# -- recover ---------------------------------------------------------------------------
+async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) -> RecoverResult:
+    if limit <= 0:
+        return RecoverResult()
+    metas = await ctx.meta(queues)
+    order = list(dict.fromkeys(queues))
+    slots = [pk for q in order for pk in ctx.partitions_of(q, metas[q])]
+    if not slots:
+        return RecoverResult()
+    plan: dict[PartitionKeys, int]
+    if len(slots) == 1:
+        plan = {slots[0]: limit}
+    else:
+        peek = [
+            Op.command(
+                pk.tag,
+                "ZRANGE",
+                pk.leased,
+                "-inf",
+                "+inf",
+                "BYSCORE",
+                "LIMIT",
+                0,
+                limit,
+                "WITHSCORES",
+            )
+            for pk in slots
+        ]
+        replies = await ctx.adapter.execute([*peek, Op.command(None, "TIME")])
+        t = replies[-1]
+        now = int(t[0]) + int(t[1]) / 1_000_000
+        cands = {pk: pairs(r) for pk, r in zip(slots, replies[:-1], strict=True)}
+        plan, remaining = {}, limit
+        for q in order:
+            taken = earliest({pk: c for pk, c in cands.items() if pk.queue == q}, remaining, now)
+            plan.update(taken)
+            remaining -= sum(taken.values())
+    if not plan:
+        return RecoverResult()
+    replies = await ctx.adapter.execute(
+        [
+            Op.script_call(S.RECOVER, [pk.leased, pk.ready, pk.dead, pk.job_prefix], [n])
+            for pk, n in plan.items()
+        ]
+    )
+    requeued: list[str] = []
+    dead: list[Job] = []
+    woke: dict[str, int] = {}
+    for pk, (script_now, ids, dead_flat) in zip(plan, replies, strict=True):
+        ctx.observe_now(script_now)
+        requeued += [i.decode() for i in ids]
+        if ids:
+            woke[pk.queue] = woke.get(pk.queue, 0) + len(ids)
+        for k in range(0, len(dead_flat), 14):
+            dead.append(
+                job_from_fields(
+                    dead_flat[k].decode(),
+                    pk.queue,
+                    pk.version,
+                    pk.partition,
+                    dead_flat[k + 1 : k + 14],
+                )
+            )
+    if woke:
+        await ctx.adapter.execute([], after=ctx.wake_ready_ops(woke))
+    return RecoverResult(tuple(requeued), tuple(dead))

@@ -1,0 +1,108 @@
+"""Leadership leases and fenced schedule triggers on Redis.
+
+All keys of one leadership name share the tag ``{ns:L:<name>}`` (see
+:mod:`.keys`), so every script here touches one slot.
+
+``enqueue_trigger`` cannot be one script: the trigger's job lives in its
+queue's partition, another slot on a Cluster. It runs in three steps:
+
+(a) ``trigger_record.lua`` (one slot): checks the epoch and that its lease is
+    unexpired, checks ``last_fired < fire_at``, records ``fire_at`` as last
+    fired and the trigger's job as *pending*;
+(b) the normal, idempotent enqueue of the job (its ID is deterministic);
+(c) the pending entry is deleted.
+
+If the caller dies between (a) and (c), the trigger stays pending, and
+whoever next calls ``enqueue_trigger`` under that name, or newly acquires the
+leadership, enqueues it again: idempotent, because the ID is deterministic.
+So a recorded trigger is never lost and never enqueued as two jobs; as with
+any at-least-once system, a job that already ran and was dropped before (c)
+can run once more.
+"""
+
+from __future__ import annotations
+
+from ..._job import NewJob
+from .._base import Leadership, TriggerResult
+from . import _scripts as S
+from ._codec import decode_new_job, encode_new_job
+from ._context import StoreContext
+from ._jobs import enqueue_many
+from ._scripts import Op
+from .keys import LeaderKeys
+
+
+async def _enqueue_pending(ctx: StoreContext, keys: LeaderKeys, flat: list[bytes]) -> None:
+    """Steps (b) and (c) for ``[field, encoded job, ...]``."""
+    if not flat:
+        return
+    fields = flat[0::2]
+    await enqueue_many(ctx, [decode_new_job(v) for v in flat[1::2]])
+    await ctx.adapter.execute([Op.command(keys.pending, "HDEL", keys.pending, *fields)])
+
+
+async def acquire(ctx: StoreContext, name: str, holder: str, ttl: float) -> Leadership | None:
+    keys = ctx.keys.leader(name)
+    (reply,) = await ctx.adapter.execute(
+        [Op.script_call(S.LEADER_ACQUIRE, [keys.lead], [holder, repr(float(ttl))])]
+    )
+    if not reply:
+        return None
+    epoch, expires, fresh = reply
+    if fresh == 1:
+        # A predecessor may have died between recording a trigger and enqueuing it.
+        (pending,) = await ctx.adapter.execute([Op.command(keys.pending, "HGETALL", keys.pending)])
+        # redis-py turns an HGETALL reply into a dict
+        await _enqueue_pending(ctx, keys, [x for kv in pending.items() for x in kv])
+    return Leadership(name, holder, int(epoch), float(expires))
+
+
+async def renew(ctx: StoreContext, name: str, holder: str, epoch: int, ttl: float | None) -> bool:
+    """Extend (``ttl``) or give up (``ttl`` None) a held leadership."""
+    keys = ctx.keys.leader(name)
+    (reply,) = await ctx.adapter.execute(
+        [
+            Op.script_call(
+                S.LEADER_RENEW,
+                [keys.lead],
+                [holder, str(int(epoch)), "" if ttl is None else repr(float(ttl))],
+            )
+        ]
+    )
+    return bool(reply == 1)
+
+
+async def current(ctx: StoreContext, name: str) -> Leadership | None:
+    keys = ctx.keys.leader(name)
+    (reply,) = await ctx.adapter.execute([Op.script_call(S.LEADER_GET, [keys.lead], [])])
+    if not reply:
+        return None
+    holder, epoch, expires = reply
+    return Leadership(name, holder.decode(), int(epoch), float(expires))
+
+
+async def enqueue_trigger(
+    ctx: StoreContext, name: str, epoch: int, schedule_id: str, fire_at: float, job: NewJob
+) -> TriggerResult:
+    keys = ctx.keys.leader(name)
+    field = f"{schedule_id}@{float(fire_at)!r}"
+    (reply,) = await ctx.adapter.execute(
+        [
+            Op.script_call(
+                S.TRIGGER_RECORD,
+                [keys.lead, keys.fired, keys.pending],
+                [str(int(epoch)), schedule_id, repr(float(fire_at)), field, encode_new_job(job)],
+            )
+        ]
+    )
+    status = reply[0]
+    if status == b"stale":
+        return TriggerResult.STALE_EPOCH
+    await _enqueue_pending(ctx, keys, reply[1:])
+    return TriggerResult.ENQUEUED if status == b"enqueued" else TriggerResult.ALREADY_FIRED
+
+
+async def last_fired(ctx: StoreContext, name: str) -> dict[str, float]:
+    keys = ctx.keys.leader(name)
+    (fired,) = await ctx.adapter.execute([Op.command(keys.fired, "HGETALL", keys.fired)])
+    return {k.decode(): float(v) for k, v in fired.items()}  # redis-py made it a dict

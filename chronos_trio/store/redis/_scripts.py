@@ -1,0 +1,69 @@
+"""The Lua scripts (``lua/*.lua``) and the operations that run them.
+
+Every state transition is one script, run by ``EVALSHA``; a ``NOSCRIPT`` reply
+(Redis restarted, ``SCRIPT FLUSH``, a Cluster node that never saw the script)
+loads the script on that node and re-runs exactly the operations that failed.
+That retry is safe: a ``NOSCRIPT`` reply means the script did not run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen
+class Script:
+    """One Lua file: its name, source and SHA1 (computed locally, no round trip)."""
+
+    name: str
+    source: bytes
+    sha: str
+
+    @classmethod
+    def load(cls, name: str) -> Script:
+        source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_bytes()
+        return cls(name, source, hashlib.sha1(source).hexdigest())
+
+
+ENQUEUE = Script.load("enqueue")
+PROMOTE = Script.load("promote")
+LEASE = Script.load("lease")
+RENEW = Script.load("renew")
+SETTLE = Script.load("settle")
+RECOVER = Script.load("recover")
+TRIM = Script.load("trim")
+RUN_NOW = Script.load("run_now")
+DELETE = Script.load("delete")
+REQUEUE_DEAD = Script.load("requeue_dead")
+CLOSE_PARTITION = Script.load("close_partition")
+TOPOLOGY_PROMOTE = Script.load("topology_promote")
+TOPOLOGY_COMPLETE = Script.load("topology_complete")
+LEADER_ACQUIRE = Script.load("leader_acquire")
+LEADER_RENEW = Script.load("leader_renew")
+LEADER_GET = Script.load("leader_get")
+TRIGGER_RECORD = Script.load("trigger_record")
+
+
+@attrs.frozen
+class Op:
+    """One command of a batch.
+
+    ``route`` is a key in the slot the command touches (None: any node will
+    do); on a Cluster, ops are grouped by the node that owns ``route``.
+    """
+
+    route: str | None
+    args: tuple[Any, ...]
+    script: Script | None = None
+
+    @classmethod
+    def script_call(cls, script: Script, keys: list[str], argv: list[Any]) -> Op:
+        return cls(keys[0], ("EVALSHA", script.sha, len(keys), *keys, *argv), script)
+
+    @classmethod
+    def command(cls, route: str | None, *args: Any) -> Op:
+        return cls(route, args)

@@ -1,0 +1,93 @@
+"""Idle waiting without fast polling.
+
+Whatever makes jobs ready (enqueue, promote, release, recover, run_now,
+requeue_dead, resume) pushes tokens on the queue's ``wake:ready`` list; what
+schedules a job pushes its due time on ``wake:scheduled``. A waiter first
+looks whether its condition already holds (one pipelined round trip), then
+blocks in BLPOP (at most ``max_block`` seconds per call, well under the socket
+timeout) and looks again after each token. So an idle worker costs a BLPOP
+every couple of seconds, a wake-up costs one look, and a token pushed between
+the look and the BLPOP is never missed: it waits in the list.
+
+Tokens are consumed: one job wakes one waiter, a burst up to WAKE_CAP. A
+token that another waiter already served leads only to a look that finds
+nothing and blocks again — not to a spurious return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import trio
+
+from ._alloc import pairs
+from ._context import StoreContext
+from ._scripts import Op
+
+#: A scheduled wake-up's due time is the producer's estimate of the store's
+#: clock; tokens this much later than a promoter's horizon still make it look.
+_DUE_SLACK = 0.05
+
+
+async def _any_ready(ctx: StoreContext, queues: Sequence[str], fresh: bool) -> bool:
+    metas = await ctx.meta(queues, fresh=fresh)
+    slots = [pk for q in queues if not metas[q].paused for pk in ctx.partitions_of(q, metas[q])]
+    if not slots:
+        return False
+    counts = await ctx.adapter.execute([Op.command(pk.tag, "ZCARD", pk.ready) for pk in slots])
+    return any(counts)
+
+
+async def _earliest_due(ctx: StoreContext, queues: Sequence[str], fresh: bool) -> float | None:
+    metas = await ctx.meta(queues, fresh=fresh)
+    slots = [pk for q in queues for pk in ctx.partitions_of(q, metas[q])]
+    if not slots:
+        return None
+    replies = await ctx.adapter.execute(
+        [
+            Op.command(pk.tag, "ZRANGE", z, 0, 0, "WITHSCORES")
+            for pk in slots
+            for z in (pk.scheduled, pk.retry)
+        ]
+    )
+    heads = [p[0][0] for r in replies if (p := pairs(r))]
+    return min(heads, default=None)
+
+
+async def wait_ready(ctx: StoreContext, queues: Sequence[str], timeout: float) -> None:
+    queues = list(dict.fromkeys(queues))
+    if not queues or timeout <= 0:
+        await trio.lowlevel.checkpoint()
+        return
+    keys = [ctx.keys.wake_ready(q) for q in queues]
+    fresh = False
+    with trio.move_on_after(timeout):
+        while not await _any_ready(ctx, queues, fresh):
+            # Wait for a token, then look again (another waiter may have served it).
+            # That look reads the topology and paused flags afresh: the token may
+            # come from a resume or a new version in another process.
+            while await ctx.adapter.blpop(keys, timeout) is None:
+                pass
+            fresh = True
+
+
+async def wait_scheduled(
+    ctx: StoreContext, queues: Sequence[str], *, earlier_than: float | None, timeout: float
+) -> None:
+    queues = list(dict.fromkeys(queues))
+    if not queues or timeout <= 0:
+        await trio.lowlevel.checkpoint()
+        return
+    keys = [ctx.keys.wake_scheduled(q) for q in queues]
+
+    def wanted(due: float | None, slack: float = 0.0) -> bool:
+        return due is not None and (earlier_than is None or due < earlier_than + slack)
+
+    fresh = False
+    with trio.move_on_after(timeout):
+        while not wanted(await _earliest_due(ctx, queues, fresh)):
+            while True:
+                got = await ctx.adapter.blpop(keys, timeout)
+                if got is not None and wanted(float(got[1]), _DUE_SLACK):
+                    break
+            fresh = True

@@ -1,0 +1,132 @@
+"""Every Redis key pattern of the store, in one place.
+
+Layout (``ns`` is the store's namespace, names are escaped so that ``{``/``}``
+in a queue name cannot change a hash tag):
+
+Partition keys share the tag ``{ns:q:<queue>:v<version>:p<partition>}`` so
+each Lua script touches one slot, and a hot queue spreads across the slots of
+a Redis Cluster:
+
+=====================  =====================================================
+``<tag>:scheduled``    zset, score = run_at
+``<tag>:ready``        zset, score = run_at (leased oldest due first)
+``<tag>:leased``       zset, score = lease expiry
+``<tag>:retry``        zset of retry_wait jobs, score = run_at
+``<tag>:succeeded``    zset of retained succeeded jobs, score = end of retention
+``<tag>:dead``         zset, score = finished_at
+``<tag>:tokens``       fencing counter (INCRBY)
+``<tag>:closed``       marker: the version was completed; enqueue refuses it
+``<tag>:j:<id>``       the job hash
+=====================  =====================================================
+
+Global keys (single-key commands or single-key scripts only):
+
+=================================  ==========================================
+``{ns:meta}:topology``             hash queue -> versions (the queue registry)
+``{ns:meta}:paused``               set of paused queues
+``{ns:wake}:ready:<queue>``        list of wake-up tokens for idle leasers
+``{ns:wake}:scheduled:<queue>``    list of due times for sleeping promoters
+``{ns:L:<name>}:lead``             leadership hash: holder, epoch, expires_at
+``{ns:L:<name>}:fired``            hash schedule id -> last fired time
+``{ns:L:<name>}:pending``          hash of triggers recorded but not yet enqueued
+=================================  ==========================================
+
+Topology and paused share a tag (one node answers both in one round trip); all
+wake-up lists share one tag so one BLPOP can watch many queues on a Cluster.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+def escape(name: str) -> str:
+    """Make ``name`` safe inside a hash tag (no braces) and unambiguous."""
+    return name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+@attrs.frozen
+class PartitionKeys:
+    """The keys of one (queue, version, partition); all share one hash tag."""
+
+    queue: str
+    version: int
+    partition: int
+    tag: str
+    scheduled: str
+    ready: str
+    leased: str
+    retry: str
+    succeeded: str
+    dead: str
+    tokens: str
+    closed: str
+    job_prefix: str
+
+    @classmethod
+    def build(cls, ns: str, queue: str, version: int, partition: int) -> PartitionKeys:
+        tag = f"{{{ns}:q:{escape(queue)}:v{version}:p{partition}}}"
+        return cls(
+            queue=queue,
+            version=version,
+            partition=partition,
+            tag=tag,
+            scheduled=f"{tag}:scheduled",
+            ready=f"{tag}:ready",
+            leased=f"{tag}:leased",
+            retry=f"{tag}:retry",
+            succeeded=f"{tag}:succeeded",
+            dead=f"{tag}:dead",
+            tokens=f"{tag}:tokens",
+            closed=f"{tag}:closed",
+            job_prefix=f"{tag}:j:",
+        )
+
+    def job(self, job_id: str) -> str:
+        return self.job_prefix + job_id
+
+    @property
+    def slot_id(self) -> tuple[str, int, int]:
+        return (self.queue, self.version, self.partition)
+
+
+@attrs.frozen
+class LeaderKeys:
+    """The keys of one leadership name; all share one hash tag."""
+
+    lead: str
+    fired: str
+    pending: str
+
+
+class KeySpace:
+    """Builds (and caches) the keys of one namespace."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self._ns = escape(namespace)
+        self.topology = f"{{{self._ns}:meta}}:topology"
+        self.paused = f"{{{self._ns}:meta}}:paused"
+        self._partitions: dict[tuple[str, int, int], PartitionKeys] = {}
+
+    def partition(self, queue: str, version: int, partition: int) -> PartitionKeys:
+        """The keys of one partition (cached: the hot path builds no strings)."""
+        ident = (queue, version, partition)
+        keys = self._partitions.get(ident)
+        if keys is None:
+            if len(self._partitions) > 100_000:  # bound the cache; rebuilding is cheap
+                self._partitions.clear()
+            keys = self._partitions[ident] = PartitionKeys.build(
+                self._ns, queue, version, partition
+            )
+        return keys
+
+    def wake_ready(self, queue: str) -> str:
+        return f"{{{self._ns}:wake}}:ready:{escape(queue)}"
+
+    def wake_scheduled(self, queue: str) -> str:
+        return f"{{{self._ns}:wake}}:scheduled:{escape(queue)}"
+
+    def leader(self, name: str) -> LeaderKeys:
+        tag = f"{{{self._ns}:L:{escape(name)}}}"
+        return LeaderKeys(lead=f"{tag}:lead", fired=f"{tag}:fired", pending=f"{tag}:pending")

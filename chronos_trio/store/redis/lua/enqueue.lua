@@ -1,0 +1,53 @@
+-- enqueue.lua: store new jobs in ONE partition; a job whose ID exists is left untouched.
+--
+-- KEYS[1]  scheduled zset of the partition (score = run_at)
+-- KEYS[2]  ready zset of the partition (score = run_at)
+-- KEYS[3]  "closed" marker of the partition (set once its version was completed)
+-- KEYS[4]  job key prefix of the partition: the job hash of ID x is KEYS[4]..x
+--          (same hash tag as every other key here)
+-- ARGV[1]  batch now in epoch seconds, or '' to use this script's TIME. The client
+--          passes one TIME reading when a batch spans partitions, so delay-based
+--          due times of one batch agree across partitions.
+-- ARGV[2+7i .. 8+7i], per job i: id, kind, payload (raw bytes),
+--          run_at ('' = now + delay), delay, max_retries, timeout
+--
+-- Returns {'closed'} when the partition was closed (the client re-reads the
+-- topology and routes the jobs again), else {now, created_1, run_at_1, ...}
+-- with created = 1 (stored) or 0 (ID existed; run_at is the existing one).
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return {'closed'}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local base = now
+if ARGV[1] ~= '' then base = tonumber(ARGV[1]) end
+local out = {string.format('%.17g', now)}
+for i = 2, #ARGV, 7 do
+  local id = ARGV[i]
+  local key = KEYS[4] .. id
+  local existing = redis.call('HGET', key, 'run_at')
+  if existing then
+    out[#out + 1] = 0
+    out[#out + 1] = existing
+  else
+    local run_at
+    if ARGV[i + 3] ~= '' then
+      run_at = tonumber(ARGV[i + 3])
+    else
+      run_at = base + math.max(0, tonumber(ARGV[i + 4]))
+    end
+    local state = 'scheduled'
+    local zset = KEYS[1]
+    if run_at <= now then
+      state = 'ready'
+      zset = KEYS[2]
+    end
+    redis.call('HSET', key, 'kind', ARGV[i + 1], 'payload', ARGV[i + 2], 'run_at', run_at,
+      'state', state, 'attempts', 0, 'max_retries', ARGV[i + 5], 'timeout', ARGV[i + 6],
+      'created_at', now)
+    redis.call('ZADD', zset, run_at, id)
+    out[#out + 1] = 1
+    out[#out + 1] = string.format('%.17g', run_at)
+  end
+end
+return out

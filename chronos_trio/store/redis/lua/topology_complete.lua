@@ -1,0 +1,26 @@
+-- topology_complete.lua: remove a draining version from one queue's topology.
+-- The client has already closed every partition of that version (each checked
+-- empty by close_partition.lua). Single key: the global topology hash.
+--
+-- KEYS[1]  topology hash (see topology_promote.lua for the encoding)
+-- ARGV[1]  queue name
+-- ARGV[2]  version to remove
+-- ARGV[3]  default partition count, for a queue never configured
+--
+-- Returns {1, new encoding}, or {0, 'unknown'} / {0, 'active'} (nothing changes).
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then cur = '1:' .. ARGV[3] .. ':a' end
+local parts = {}
+local found = nil
+for v, p, s in string.gmatch(cur, '(%d+):(%d+):(%a)') do
+  if v == ARGV[2] then
+    found = s
+  else
+    parts[#parts + 1] = v .. ':' .. p .. ':' .. s
+  end
+end
+if not found then return {0, 'unknown'} end
+if found == 'a' then return {0, 'active'} end
+local enc = table.concat(parts, ',')
+redis.call('HSET', KEYS[1], ARGV[1], enc)
+return {1, enc}

@@ -1,0 +1,35 @@
+-- trigger_record.lua: step (a) of enqueue_trigger, fenced by the leader epoch.
+-- Records FIRE_AT as the schedule's last fired time and the trigger's job as
+-- "pending" until the client has enqueued it (steps (b) and (c) in
+-- chronos_trio/store/redis/_leader.py). All keys share the leadership's tag;
+-- the job's partition lives in another slot, hence the two steps.
+--
+-- KEYS[1]  leadership hash of NAME: holder, epoch, expires_at
+-- KEYS[2]  last-fired hash of NAME: schedule id -> fire_at
+-- KEYS[3]  pending-trigger hash of NAME: "schedule id@fire_at" -> encoded job
+-- ARGV[1]  epoch the caller believes it leads with
+-- ARGV[2]  schedule id
+-- ARGV[3]  fire_at (epoch seconds)
+-- ARGV[4]  pending field name
+-- ARGV[5]  encoded job (JSON; never pickle)
+--
+-- Returns {status, pending field, value, ...}: status 'stale' (nothing done,
+-- nothing else returned), 'already' or 'enqueued'; the pairs are every pending
+-- trigger (including this one when enqueued), for the caller to enqueue.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local f = redis.call('HMGET', KEYS[1], 'holder', 'epoch', 'expires_at')
+if not f[1] or f[1] == '' or f[2] ~= ARGV[1] or tonumber(f[3]) <= now then
+  return {'stale'}
+end
+local status = 'already'
+local last = redis.call('HGET', KEYS[2], ARGV[2])
+if not last or tonumber(last) < tonumber(ARGV[3]) then
+  redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+  redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+  status = 'enqueued'
+end
+local out = {status}
+local pending = redis.call('HGETALL', KEYS[3])
+for i = 1, #pending do out[#out + 1] = pending[i] end
+return out

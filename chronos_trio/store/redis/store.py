@@ -1,0 +1,233 @@
+"""RedisStore: the production :class:`~chronos_trio.store.Store` backend.
+
+Same semantics as the MemoryStore (held to the same conformance suite), with
+every state transition one Lua script over one partition's slot, and every
+hot-path batch one pipelined round trip. See :mod:`.keys` for the layout,
+:mod:`._jobs` for the hot path, :mod:`._waiting` for idle waiting and
+:mod:`._leader` for leadership and triggers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import redis
+import redis.cluster
+
+from ..._job import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
+from .._base import (
+    Leadership,
+    PromoteResult,
+    QueueStats,
+    QueueTopology,
+    QueueWeight,
+    RecoverResult,
+    Settlement,
+    Store,
+    TriggerResult,
+)
+from . import _admin, _jobs, _leader, _waiting
+from ._adapter import RedisAdapter
+from ._connect import connect, redact, split_store_options
+from ._context import StoreContext
+from ._scripts import Op
+from .keys import KeySpace
+
+
+@attrs.frozen
+class RedisStoreStatistics:
+    """Round trips and commands sent so far (one pipeline per node counts once)."""
+
+    round_trips: int
+    commands: int
+    script_loads: int
+    blocking_waits: int
+
+
+class RedisStore(Store):
+    """A :class:`Store` in Redis or Redis Cluster, shared by any number of processes.
+
+    Build it with :meth:`from_url`. ``namespace`` prefixes every key, so
+    several independent stores can share one Redis. ``default_partitions``
+    is the partition count of a queue's first version; the first store to
+    use a queue records it in Redis, and it holds for every process after.
+    Topology and paused flags are cached for ``topology_ttl`` seconds.
+    """
+
+    shared_across_processes = True
+
+    def __init__(
+        self,
+        client: redis.Redis | redis.cluster.RedisCluster,
+        *,
+        namespace: str = "chronos",
+        default_partitions: int = 1,
+        topology_ttl: float = 1.0,
+        description: str = "redis",
+        max_block: float | None = None,
+    ) -> None:
+        if default_partitions < 1:
+            raise ValueError(f"default_partitions must be >= 1, got {default_partitions}")
+        pool_kwargs = client.get_connection_kwargs() if isinstance(client, redis.Redis) else {}
+        socket_timeout = pool_kwargs.get("socket_timeout") or 5.0
+        if max_block is None:
+            # a blocked BLPOP must end well before the socket times out
+            max_block = max(0.05, min(2.0, float(socket_timeout) / 2))
+        self._adapter = RedisAdapter(client, description=description, max_block=max_block)
+        self._ctx = StoreContext(
+            self._adapter,
+            KeySpace(namespace),
+            default_partitions=default_partitions,
+            topology_ttl=topology_ttl,
+        )
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        namespace: str | None = None,
+        default_partitions: int | None = None,
+        topology_ttl: float = 1.0,
+        socket_timeout: float = 5.0,
+        connect_timeout: float = 5.0,
+        **redis_kwargs: Any,
+    ) -> RedisStore:
+        """A store for ``url``: ``redis://``, ``rediss://`` (TLS), ``unix://`` or
+        ``redis+cluster://host:port[,host:port...]`` (also ``rediss+cluster://``).
+        Credentials go in the URL (``redis://user:password@host``). The query
+        options ``namespace`` and ``partitions`` are read here; explicit keyword
+        arguments win over them. No connection is made until first use."""
+        clean, opts = split_store_options(url)
+        client = connect(
+            clean, socket_timeout=socket_timeout, connect_timeout=connect_timeout, **redis_kwargs
+        )
+        return cls(
+            client,
+            namespace=namespace or opts.get("namespace") or "chronos",
+            default_partitions=default_partitions or int(opts.get("partitions") or 1),
+            topology_ttl=topology_ttl,
+            description=redact(clean),
+        )
+
+    def statistics(self) -> RedisStoreStatistics:
+        s = self._adapter.stats
+        return RedisStoreStatistics(s.round_trips, s.commands, s.script_loads, s.blocking_waits)
+
+    @property
+    def namespace(self) -> str:
+        return self._ctx.keys.namespace
+
+    # -- producing ---------------------------------------------------------------------
+    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        return await _jobs.enqueue_many(self._ctx, jobs)
+
+    # -- the worker's hot path ---------------------------------------------------------
+    async def promote_due(self, queues: Sequence[str], limit: int) -> PromoteResult:
+        return await _jobs.promote_due(self._ctx, queues, limit)
+
+    async def lease(
+        self,
+        queues: Sequence[QueueWeight],
+        count: int,
+        *,
+        worker_id: str,
+        lease_duration: float,
+    ) -> list[LeasedJob]:
+        return await _jobs.lease(
+            self._ctx, queues, count, worker_id=worker_id, lease_duration=lease_duration
+        )
+
+    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> list[bool]:
+        return await _jobs.renew(self._ctx, leases, lease_duration)
+
+    async def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
+        return await _jobs.settle(self._ctx, settlements)
+
+    async def recover_expired(self, queues: Sequence[str], limit: int) -> RecoverResult:
+        return await _jobs.recover_expired(self._ctx, queues, limit)
+
+    async def trim(
+        self, queues: Sequence[str], *, dead_max_age: float | None, dead_max_count: int | None
+    ) -> int:
+        return await _admin.trim(self._ctx, queues, dead_max_age, dead_max_count)
+
+    # -- waiting -------------------------------------------------------------------------
+    async def wait_ready(self, queues: Sequence[str], timeout: float) -> None:
+        await _waiting.wait_ready(self._ctx, queues, timeout)
+
+    async def wait_scheduled(
+        self, queues: Sequence[str], *, earlier_than: float | None, timeout: float
+    ) -> None:
+        await _waiting.wait_scheduled(self._ctx, queues, earlier_than=earlier_than, timeout=timeout)
+
+    async def now(self) -> float:
+        (t,) = await self._adapter.execute([Op.command(None, "TIME")])
+        return self._ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)
+
+    # -- inspection and administration --------------------------------------------------
+    async def queues(self) -> list[str]:
+        return await _admin.queue_names(self._ctx)
+
+    async def stats(self, queues: Sequence[str] | None = None) -> list[QueueStats]:
+        return await _admin.stats(self._ctx, queues)
+
+    async def get_job(self, job_id: str, *, queue: str | None = None) -> Job | None:
+        return await _admin.get_job(self._ctx, job_id, queue)
+
+    async def list_jobs(
+        self, queue: str, state: JobState, *, offset: int = 0, limit: int = 100
+    ) -> list[Job]:
+        return await _admin.list_jobs(self._ctx, queue, state, offset, limit)
+
+    async def run_now(self, job_id: str, *, queue: str | None = None) -> bool:
+        return await _admin.run_now(self._ctx, job_id, queue)
+
+    async def delete_job(self, job_id: str, *, queue: str | None = None) -> bool:
+        return await _admin.delete_job(self._ctx, job_id, queue)
+
+    async def requeue_dead(self, queue: str, *, limit: int | None = None) -> int:
+        return await _admin.requeue_dead(self._ctx, queue, limit)
+
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        await _admin.set_paused(self._ctx, queue, paused)
+
+    # -- topology -----------------------------------------------------------------------
+    async def topology(self, queue: str) -> QueueTopology:
+        return await _admin.topology(self._ctx, queue)
+
+    async def promote_queue_version(
+        self, queue: str, version: int, partitions: int
+    ) -> QueueTopology:
+        return await _admin.promote_queue_version(self._ctx, queue, version, partitions)
+
+    async def complete_draining_version(self, queue: str, version: int) -> QueueTopology:
+        return await _admin.complete_draining_version(self._ctx, queue, version)
+
+    # -- leadership and schedule triggers ------------------------------------------------
+    async def acquire_leadership(self, name: str, holder: str, ttl: float) -> Leadership | None:
+        return await _leader.acquire(self._ctx, name, holder, ttl)
+
+    async def renew_leadership(self, name: str, holder: str, epoch: int, ttl: float) -> bool:
+        return await _leader.renew(self._ctx, name, holder, epoch, ttl)
+
+    async def resign_leadership(self, name: str, holder: str, epoch: int) -> bool:
+        return await _leader.renew(self._ctx, name, holder, epoch, None)
+
+    async def current_leader(self, name: str) -> Leadership | None:
+        return await _leader.current(self._ctx, name)
+
+    async def enqueue_trigger(
+        self, name: str, epoch: int, schedule_id: str, fire_at: float, job: NewJob
+    ) -> TriggerResult:
+        return await _leader.enqueue_trigger(self._ctx, name, epoch, schedule_id, fire_at, job)
+
+    async def schedule_last_fired(self, name: str) -> dict[str, float]:
+        return await _leader.last_fired(self._ctx, name)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Close the connection pools. The store cannot be used afterwards."""
+        await self._adapter.aclose()
