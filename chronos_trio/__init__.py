@@ -22,10 +22,15 @@ from ._job import Job as Job
 from ._job import JobState as JobState
 from ._job import NewJob as NewJob
 from ._retry import RetryPolicy as RetryPolicy
+from ._schedule import Schedule as Schedule
+from ._schedule import ScheduleInfo as ScheduleInfo
+from ._schedule import leadership_name as leadership_name
+from ._schedule import schedule_rows as schedule_rows
 from ._task import Task as Task
 from ._worker import ACTORS as ACTORS
 from ._worker import Worker as Worker
 from ._worker import WorkerStatistics as WorkerStatistics
+from .store import Leadership as Leadership
 from .store import MemoryStore as MemoryStore
 from .store import QueueWeight as QueueWeight
 from .store import Store as Store

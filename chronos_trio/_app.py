@@ -6,6 +6,7 @@ from an App, so ``python -m chronos_trio worker module:app`` needs nothing else.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from ._job import EnqueueResult, Job, NewJob
+from ._schedule import MisfirePolicy, Schedule, build_schedule, check_unique
 from ._task import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_QUEUE,
@@ -75,7 +77,7 @@ class App:
         self._store: Store | None = store if isinstance(store, Store) else None
         self.tasks: dict[str, Task[Any]] = {}
         self.dead_letter_hooks: list[DeadLetterHook] = []
-        self.schedules: list[Any] = []
+        self.schedules: list[Schedule] = []
 
     # -- store -------------------------------------------------------------------
     @property
@@ -139,6 +141,71 @@ class App:
         (its ``last_error`` says why). Errors in the hook are logged."""
         self.dead_letter_hooks.append(hook)
         return hook
+
+    # -- schedules -----------------------------------------------------------------
+    def cron(
+        self,
+        spec: str,
+        payload: Any,
+        *,
+        task: Task[Any] | str | None = None,
+        tz: str = "UTC",
+        schedule_id: str | None = None,
+        misfire: MisfirePolicy = "skip",
+        queue: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+    ) -> Schedule:
+        """Enqueue ``task``'s job with ``payload`` at each time of the 5-field
+        cron ``spec`` in timezone ``tz`` (fired once per trigger by the elected
+        leader among all workers). ``task`` may be omitted when exactly one
+        registered task takes ``type(payload)``. Invalid arguments raise
+        ``ValueError`` here, not when the schedule fires. See
+        :class:`~chronos_trio.Schedule` for DST and misfire rules."""
+        schedule = build_schedule(
+            self,
+            payload,
+            task,
+            cron=spec,
+            tz=tz,
+            schedule_id=schedule_id,
+            misfire=misfire,
+            queue=queue,
+            max_retries=max_retries,
+            timeout=timeout,
+        )
+        check_unique(self.schedules, schedule)
+        self.schedules.append(schedule)
+        return schedule
+
+    def every(
+        self,
+        interval: float | dt.timedelta,
+        payload: Any,
+        *,
+        task: Task[Any] | str | None = None,
+        schedule_id: str | None = None,
+        misfire: MisfirePolicy = "skip",
+        queue: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+    ) -> Schedule:
+        """Like :meth:`cron`, every ``interval`` (seconds or a timedelta,
+        >= 1 s), at multiples of the interval since the Unix epoch."""
+        schedule = build_schedule(
+            self,
+            payload,
+            task,
+            interval=interval,
+            schedule_id=schedule_id,
+            misfire=misfire,
+            queue=queue,
+            max_retries=max_retries,
+            timeout=timeout,
+        )
+        check_unique(self.schedules, schedule)
+        self.schedules.append(schedule)
+        return schedule
 
     # -- producing ---------------------------------------------------------------
     async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 import trio
+from trio_util import AsyncValue
 
 from ._config import WorkerConfig
 from ._inflight import InFlight
 from ._job import Job, LeasedJob
-from .store import Store
+from .store import Leadership, Store
 
 if TYPE_CHECKING:
     from ._app import App
@@ -46,6 +47,7 @@ class Counters:
     recovered: int = 0
     promoted: int = 0
     trimmed: int = 0
+    triggered: int = 0
 
 
 @attrs.define(eq=False)
@@ -61,6 +63,10 @@ class Runtime:
     counters: Counters = attrs.field(factory=Counters)
     #: Set when shutdown begins: executors stop starting handlers.
     draining: bool = False
+    #: The leadership this worker holds (None: a follower). Set only by the
+    #: leader-elector (and cleared by the scheduler when the store rejects its
+    #: epoch); singleton duties run only while it is not None.
+    leadership: AsyncValue[Leadership | None] = attrs.field(factory=lambda: AsyncValue(None))
 
     @classmethod
     def create(cls, app: App, store: Store, config: WorkerConfig) -> Runtime:

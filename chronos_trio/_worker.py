@@ -2,7 +2,9 @@
 
 Actors start in three groups and stop in reverse order:
 
-* intake — promoter, leaser, recoverer, janitor: they bring work in;
+* intake — promoter, leaser, recoverer, janitor, leader, scheduler: they
+  bring work in (the leader-elector holds the leadership lease under which
+  the scheduler fires triggers and the janitor trims);
 * execution — the executor pool;
 * settlement — heartbeater, completer: they keep leases alive and write
   outcomes, so they stop last.
@@ -31,7 +33,17 @@ from ._inflight import Stage
 from ._job import PENDING_STATES, JobState
 from ._runtime import Counters, JobFinished, Runtime
 from ._supervisor import ChildSpec, Supervisor
-from .actors import completer, executor, heartbeater, janitor, leaser, promoter, recoverer
+from .actors import (
+    completer,
+    executor,
+    heartbeater,
+    janitor,
+    leader,
+    leaser,
+    promoter,
+    recoverer,
+    scheduler,
+)
 from .store import SettleKind, Settlement, StoreError
 
 if TYPE_CHECKING:
@@ -40,7 +52,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("chronos_trio.worker")
 
 #: Actor names, in start order. Fault-injection tests address them by name.
-ACTORS = ("heartbeater", "completer", "executor", "promoter", "leaser", "recoverer", "janitor")
+ACTORS = (
+    "heartbeater",
+    "completer",
+    "executor",
+    "promoter",
+    "leaser",
+    "recoverer",
+    "janitor",
+    "leader",
+    "scheduler",
+)
 
 
 @attrs.frozen
@@ -143,12 +165,21 @@ class Worker:
                 ("leaser", leaser),
                 ("recoverer", recoverer),
                 ("janitor", janitor),
+                ("leader", leader),
+                ("scheduler", scheduler),
             )
         }
         groups = {
             "settlement": [actor["heartbeater"], actor["completer"]],
             "execution": [actor["executor"]],
-            "intake": [actor["promoter"], actor["leaser"], actor["recoverer"], actor["janitor"]],
+            "intake": [
+                actor["promoter"],
+                actor["leaser"],
+                actor["recoverer"],
+                actor["janitor"],
+                actor["leader"],
+                actor["scheduler"],
+            ],
         }
         scopes: dict[str, trio.CancelScope] = {}
         log.info(

@@ -1,0 +1,416 @@
+"""Schedules: cron and interval triggers that enqueue a task's job.
+
+A :class:`Schedule` is pure data plus trigger arithmetic; the ``scheduler``
+actor fires it on the elected leader through the store's fenced
+``enqueue_trigger``. Guarantees:
+
+* **Stable identity.** A schedule's ID defaults to a digest of its task kind,
+  trigger spec, timezone and encoded payload, so every process that registers
+  the same schedule computes the same ID; pass ``schedule_id=`` to keep the ID
+  (and the trigger history) when you change the spec.
+* **Deterministic trigger jobs.** The job of the trigger at ``fire_at`` has the
+  ID ``sched:<schedule id>:<fire_at in ms>``, so a failover that fires the same
+  trigger again cannot create a second job.
+* **Cron is wall-clock time in ``tz``** (default UTC), DST-correct: a time that
+  a spring-forward skips fires once, at the first instant after the gap; in the
+  hour a fall-back repeats, a schedule with a fixed hour (``30 2 * * *``) fires
+  once (on the first pass) while an every-hour schedule (``0 * * * *``) fires
+  on both passes, once per elapsed hour. (The rules of ISC/Vixie cron.)
+* **Intervals are aligned to the Unix epoch** (``every(60)`` fires on each UTC
+  minute), so every process computes the same trigger times whenever it
+  started.
+* **Misfires** (triggers not fired within the grace window of their time,
+  e.g. while no leader ran): ``skip`` drops them and resumes on schedule;
+  ``fire_once`` fires one catch-up job for the latest of them, then resumes.
+  A schedule that has never fired has missed nothing.
+* Bad specs, intervals under 1 s, unknown misfire policies and unknown
+  timezones raise ``ValueError`` at registration.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import attrs
+from croniter import CroniterBadDateError, croniter
+
+from ._codec import encode_payload
+from ._errors import PayloadError, UnknownTask
+from ._job import NewJob
+from ._task import DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_TIMEOUT, Task, check_options
+
+if TYPE_CHECKING:
+    from ._app import App
+
+MisfirePolicy = Literal["skip", "fire_once"]
+MISFIRE_POLICIES: tuple[str, ...] = ("skip", "fire_once")
+
+#: Shortest interval: a trigger per second is the finest the leader promises.
+MIN_INTERVAL = 1.0
+
+_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+def leadership_name(app_name: str) -> str:
+    """The store leadership that guards an app's singleton duties (schedule
+    triggers, janitor); trigger bookkeeping lives under the same name."""
+    return f"{app_name}:leader"
+
+
+def trigger_job_id(schedule_id: str, fire_at: float) -> str:
+    """The deterministic job ID of one trigger."""
+    return f"sched:{schedule_id}:{round(fire_at * 1000)}"
+
+
+def _zone(tz: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
+        raise ValueError(
+            f"unknown timezone {tz!r}: use an IANA name such as 'Europe/Berlin'"
+        ) from exc
+
+
+def _normalize_cron(spec: str) -> str:
+    if not isinstance(spec, str):
+        raise ValueError(f"cron spec must be a string, got {type(spec).__name__}")
+    text = " ".join(spec.split())
+    text = _MACROS.get(text.lower(), text)
+    if len(text.split()) != 5:
+        raise ValueError(
+            f"bad cron spec {spec!r}: expected 5 fields 'minute hour day-of-month month "
+            "day-of-week' (e.g. '*/5 * * * *') or one of " + ", ".join(_MACROS)
+        )
+    return text
+
+
+def _interval_seconds(interval: float | dt.timedelta) -> float:
+    seconds = interval.total_seconds() if isinstance(interval, dt.timedelta) else interval
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ValueError(f"interval must be seconds or a timedelta, got {interval!r}")
+    if not math.isfinite(seconds) or seconds < MIN_INTERVAL:
+        raise ValueError(f"interval must be at least {MIN_INTERVAL:g} second, got {interval!r}")
+    # Whole milliseconds: trigger times are computed in integer ms, so every
+    # process gets bit-identical trigger times (and job IDs).
+    return round(seconds * 1000) / 1000
+
+
+@attrs.frozen
+class Schedule:
+    """A periodic trigger for one task. Build it with ``app.cron(...)`` or
+    ``app.every(...)``; constructing it directly validates it the same way.
+
+    Exactly one of ``cron`` (5-field spec, wall-clock time in ``tz``) and
+    ``interval`` (seconds, epoch-aligned) is set. ``queue``, ``max_retries``
+    and ``timeout`` override the task's defaults when not None.
+    """
+
+    id: str
+    kind: str
+    payload: bytes
+    cron: str | None = None
+    interval: float | None = None
+    tz: str = "UTC"
+    misfire: MisfirePolicy = "skip"
+    queue: str | None = None
+    max_retries: int | None = None
+    timeout: float | None = None
+    _zone: ZoneInfo = attrs.field(init=False, repr=False, eq=False)
+    _fixed_hour: bool = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        if (self.cron is None) == (self.interval is None):
+            raise ValueError("a schedule has exactly one of cron= and interval=")
+        if not self.id or len(self.id) > 100 or any(c.isspace() for c in self.id):
+            raise ValueError(f"bad schedule id {self.id!r}: 1-100 characters, no whitespace")
+        if not self.kind:
+            raise ValueError("a schedule needs a task kind")
+        if self.misfire not in MISFIRE_POLICIES:
+            raise ValueError(
+                f"unknown misfire policy {self.misfire!r}; expected one of: "
+                + ", ".join(MISFIRE_POLICIES)
+            )
+        check_options(max_retries=self.max_retries, timeout=self.timeout)
+        if self.queue is not None and not self.queue:
+            raise ValueError("queue must be a non-empty string")
+        object.__setattr__(self, "_zone", _zone(self.tz))
+        object.__setattr__(self, "_fixed_hour", False)
+        if self.interval is not None:
+            if self.interval != _interval_seconds(self.interval):
+                raise ValueError(
+                    f"interval must be >= {MIN_INTERVAL:g} s in whole milliseconds, "
+                    f"got {self.interval!r}"
+                )
+            return
+        assert self.cron is not None
+        if self.cron != _normalize_cron(self.cron):
+            raise ValueError(f"cron spec {self.cron!r} is not normalized; use app.cron()")
+        try:
+            it = croniter(self.cron, dt.datetime.now(self._zone))
+            it.get_next(float)
+        except CroniterBadDateError as exc:
+            raise ValueError(f"cron spec {self.cron!r} never fires") from exc
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ValueError(f"bad cron spec {self.cron!r}: {exc}") from exc
+        hours = it.expanded[1]
+        object.__setattr__(self, "_fixed_hour", not (hours == ["*"] or len(set(hours)) >= 24))
+
+    # -- construction -----------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        kind: str,
+        payload: bytes,
+        *,
+        cron: str | None = None,
+        interval: float | dt.timedelta | None = None,
+        tz: str | ZoneInfo = "UTC",
+        schedule_id: str | None = None,
+        misfire: str = "skip",
+        queue: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+    ) -> Schedule:
+        """Validate and normalize the parts; derive the ID unless given."""
+        tz_name = tz.key if isinstance(tz, ZoneInfo) else tz
+        spec = None if cron is None else _normalize_cron(cron)
+        seconds = None if interval is None else _interval_seconds(interval)
+        if schedule_id is None:
+            what = f"cron:{spec}@{tz_name}" if spec is not None else f"every:{seconds!r}"
+            digest = hashlib.sha256(f"{kind}\n{what}\n".encode() + payload).hexdigest()
+            schedule_id = f"{kind}:{digest[:16]}"
+        if misfire not in MISFIRE_POLICIES:
+            raise ValueError(
+                f"unknown misfire policy {misfire!r}; expected one of: "
+                + ", ".join(MISFIRE_POLICIES)
+            )
+        return cls(
+            id=schedule_id,
+            kind=kind,
+            payload=payload,
+            cron=spec,
+            interval=seconds,
+            tz=tz_name if spec is not None else "UTC",
+            misfire=misfire,  # type: ignore[arg-type]  # checked just above
+            queue=queue,
+            max_retries=max_retries,
+            timeout=timeout,
+        )
+
+    # -- trigger arithmetic --------------------------------------------------------------
+    @property
+    def spec(self) -> str:
+        """Human-readable trigger: the cron spec, or ``every <n>s``."""
+        return self.cron if self.cron is not None else f"every {self.interval:g}s"
+
+    def next_after(self, t: float) -> float:
+        """The first trigger time strictly after ``t`` (epoch seconds)."""
+        if self.interval is not None:
+            ms = round(self.interval * 1000)
+            k = math.floor(t * 1000 / ms) + 1
+            while k * ms / 1000 <= t:  # float rounding must never yield t itself
+                k += 1
+            return k * ms / 1000
+        assert self.cron is not None
+        it = croniter(self.cron, dt.datetime.fromtimestamp(t, self._zone))
+        while True:
+            x = float(it.get_next(float))
+            if x > t and not self._repeated(x):
+                return x
+
+    def latest_at_or_before(self, t: float) -> float | None:
+        """The last trigger time at or before ``t``, or None (cron: none
+        within croniter's search horizon)."""
+        if self.interval is not None:
+            ms = round(self.interval * 1000)
+            k = math.floor(t * 1000 / ms)
+            while k * ms / 1000 > t:
+                k -= 1
+            while (k + 1) * ms / 1000 <= t:
+                k += 1
+            return k * ms / 1000
+        # Cron triggers fall on whole minutes, so "strictly before the next
+        # whole second" is "at or before t".
+        assert self.cron is not None
+        start = dt.datetime.fromtimestamp(math.floor(t) + 1, self._zone)
+        it = croniter(self.cron, start)
+        try:
+            while True:
+                x = float(it.get_prev(float))
+                if x <= t and not self._repeated(x):
+                    return x
+        except CroniterBadDateError:
+            return None
+
+    def _repeated(self, t: float) -> bool:
+        """True for the second pass of a fall-back hour of a fixed-hour spec."""
+        return self._fixed_hour and dt.datetime.fromtimestamp(t, self._zone).fold == 1
+
+    def due_triggers(self, last_fired: float | None, now: float, grace: float) -> list[float]:
+        """Trigger times to fire at ``now``, oldest first.
+
+        On time: every trigger in ``(now - grace, now]`` after ``last_fired``.
+        Missed: triggers in ``(last_fired, now - grace]``; ``skip`` drops them,
+        ``fire_once`` returns the latest of them first (one catch-up). With no
+        ``last_fired`` (never fired) nothing counts as missed.
+        """
+        if not grace > 0:
+            raise ValueError(f"grace must be > 0, got {grace!r}")
+        floor = now - grace
+        fires: list[float] = []
+        if last_fired is not None and self.misfire == "fire_once":
+            missed = self.latest_at_or_before(floor)
+            if missed is not None and missed > last_fired:
+                fires.append(missed)
+        t = self.next_after(floor if last_fired is None else max(last_fired, floor))
+        while t <= now:
+            fires.append(t)
+            t = self.next_after(t)
+        return fires
+
+    # -- jobs ------------------------------------------------------------------------------
+    def job_id(self, fire_at: float) -> str:
+        return trigger_job_id(self.id, fire_at)
+
+    def new_job(self, fire_at: float, task: Task[Any] | None = None) -> NewJob:
+        """The job of the trigger at ``fire_at``: due at that time, with the
+        schedule's options, else ``task``'s defaults (looked up when the
+        trigger fires, so a task registered after the schedule still counts)."""
+        max_retries = task.max_retries if task is not None else DEFAULT_MAX_RETRIES
+        timeout = task.timeout if task is not None else DEFAULT_TIMEOUT
+        return NewJob(
+            id=self.job_id(fire_at),
+            queue=self.resolved_queue(task),
+            kind=self.kind,
+            payload=self.payload,
+            run_at=fire_at,
+            max_retries=self.max_retries if self.max_retries is not None else max_retries,
+            timeout=self.timeout if self.timeout is not None else timeout,
+        )
+
+    def resolved_queue(self, task: Task[Any] | None = None) -> str:
+        if self.queue is not None:
+            return self.queue
+        return task.queue if task is not None else DEFAULT_QUEUE
+
+
+def build_schedule(
+    app: App,
+    payload: Any,
+    task: Task[Any] | str | None,
+    **options: Any,
+) -> Schedule:
+    """A validated Schedule for ``app``: resolves the task (a Task, a kind, or
+    None to find the one registered task whose payload type is
+    ``type(payload)``) and encodes ``payload`` with its payload type now, so a
+    payload that cannot be encoded fails at registration."""
+    kind, payload_type = _resolve_task(app, task, payload)
+    data = encode_payload(payload, payload_type)
+    if len(data) > app.max_payload_bytes:
+        raise PayloadError(
+            f"schedule payload of {kind!r} is {len(data)} bytes, over the "
+            f"{app.max_payload_bytes}-byte limit"
+        )
+    return Schedule.build(kind, data, **options)
+
+
+def _resolve_task(app: App, task: Task[Any] | str | None, payload: Any) -> tuple[str, Any]:
+    if isinstance(task, Task):
+        return task.kind, task.payload_type
+    if isinstance(task, str):
+        if not task:
+            raise ValueError("task kind must be a non-empty string")
+        known = app.tasks.get(task)
+        # A kind not registered (yet) is allowed: a producer-only app may
+        # schedule work that other processes handle. Its payload goes as JSON.
+        return task, known.payload_type if known is not None else Any
+    if task is not None:
+        raise TypeError(f"task must be a Task or a kind string, got {type(task).__name__}")
+    matches = [t for t in app.tasks.values() if t.payload_type is type(payload)]
+    if len(matches) != 1:
+        found = ", ".join(sorted(t.kind for t in matches)) or "none"
+        raise UnknownTask(
+            f"cannot tell which task a {type(payload).__name__} payload is for "
+            f"(registered tasks taking it: {found}); pass task="
+        )
+    return matches[0].kind, matches[0].payload_type
+
+
+def check_unique(existing: Sequence[Schedule], schedule: Schedule) -> None:
+    for other in existing:
+        if other.id == schedule.id:
+            raise ValueError(
+                f"a schedule with id {schedule.id!r} is already registered "
+                "(same task, spec and payload?); pass schedule_id= to tell them apart"
+            )
+
+
+@attrs.frozen
+class ScheduleInfo:
+    """One schedule as the inspector shows it. Times are epoch seconds on the
+    store's clock; ``leader``/``epoch`` describe the current leadership (None
+    when nobody leads, e.g. no worker is running)."""
+
+    id: str
+    kind: str
+    spec: str
+    tz: str
+    misfire: str
+    queue: str
+    next_run: float | None
+    last_run: float | None
+    leader: str | None
+    epoch: int | None
+
+
+async def schedule_rows(app: App) -> list[ScheduleInfo]:
+    """Every schedule of ``app`` with its next run (from the store's now),
+    last run (the store's trigger bookkeeping) and the current leader."""
+    store = app.store
+    name = leadership_name(app.name)
+    now = await store.now()
+    last = await store.schedule_last_fired(name)
+    lead = await store.current_leader(name)
+    rows = []
+    for s in app.schedules:
+        rows.append(
+            ScheduleInfo(
+                id=s.id,
+                kind=s.kind,
+                spec=s.spec,
+                tz=s.tz,
+                misfire=s.misfire,
+                queue=s.resolved_queue(app.tasks.get(s.kind)),
+                next_run=s.next_after(now),
+                last_run=last.get(s.id),
+                leader=lead.holder if lead is not None else None,
+                epoch=lead.epoch if lead is not None else None,
+            )
+        )
+    return rows
+
+
+__all__ = [
+    "MISFIRE_POLICIES",
+    "MisfirePolicy",
+    "Schedule",
+    "ScheduleInfo",
+    "build_schedule",
+    "check_unique",
+    "leadership_name",
+    "schedule_rows",
+    "trigger_job_id",
+]

@@ -1,0 +1,99 @@
+"""scheduler: fires the app's cron and interval triggers, on the leader only.
+
+While ``rt.leadership`` holds this worker's leadership it reads the trigger
+bookkeeping (last fired per schedule) from the store once, then loops: read
+the store's clock, fire every due trigger through ``store.enqueue_trigger``
+with the leadership's epoch, sleep until the next trigger (at most
+``scheduler_tick``), waking at once if leadership changes. Guarantees:
+
+* **Once per trigger.** The store records each trigger and enqueues its job
+  (deterministic ID) in one fenced step: it refuses an epoch that is not the
+  current one, and a trigger at or before the schedule's last fired time. A
+  paused ex-leader that wakes up is rejected (logged as "stale epoch
+  rejected") and steps down; a new leader never fires a trigger twice.
+* **Misfires** follow each schedule's policy, judged against the store's
+  clock with ``misfire_grace`` (see :meth:`Schedule.due_triggers`).
+* A round that has started runs to its end even if leadership is lost in the
+  meantime: the store's fence, not this process's belief, decides.
+* Store errors are backed off; a trigger that could not be fired within the
+  grace window is a misfire.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from .._backoff import Backoff
+from .._runtime import Runtime
+from ..store import Leadership, StoreError, TriggerResult
+
+log = logging.getLogger("chronos_trio.scheduler")
+
+
+async def run(
+    rt: Runtime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    task_status.started()
+    while True:
+        lead: Leadership = await rt.leadership.wait_value(lambda v: v is not None)
+        await _fire_while_leading(rt, lead)
+
+
+async def _fire_while_leading(rt: Runtime, lead: Leadership) -> None:
+    """Fire due triggers until ``lead`` is no longer this worker's leadership."""
+    store = rt.store
+    cfg = rt.config
+    backoff = Backoff(log, "scheduler")
+    # This worker is the only writer while it leads, so the store's
+    # bookkeeping is read once per leadership and then followed locally.
+    last_fired: dict[str, float] | None = None
+    while True:
+        if not rt.app.schedules:
+            with trio.move_on_after(cfg.scheduler_tick):
+                await rt.leadership.wait_value(lambda v: v != lead)
+                return
+            continue
+        try:
+            if last_fired is None:
+                last_fired = await store.schedule_last_fired(lead.name)
+            now = await store.now()
+            read_at = trio.current_time()
+            for schedule in list(rt.app.schedules):
+                due = schedule.due_triggers(last_fired.get(schedule.id), now, cfg.misfire_grace)
+                for fire_at in due:
+                    job = schedule.new_job(fire_at, rt.app.tasks.get(schedule.kind))
+                    result = await store.enqueue_trigger(
+                        lead.name, lead.epoch, schedule.id, fire_at, job
+                    )
+                    if result is TriggerResult.STALE_EPOCH:
+                        log.warning(
+                            "stale epoch rejected: %s no longer leads %s with epoch %d "
+                            "(trigger %s of %s not fired by it); stepping down",
+                            lead.holder,
+                            lead.name,
+                            lead.epoch,
+                            job.id,
+                            schedule.id,
+                        )
+                        if rt.leadership.value == lead:
+                            rt.leadership.value = None
+                        return
+                    last_fired[schedule.id] = max(fire_at, last_fired.get(schedule.id, fire_at))
+                    if result is TriggerResult.ENQUEUED:
+                        rt.counters.triggered += 1
+                        log.info("fired %s (schedule %s, %s)", job.id, schedule.id, schedule.spec)
+        except StoreError as exc:
+            with trio.move_on_at(trio.current_time() + cfg.scheduler_tick):
+                await backoff.failed(exc)
+            if rt.leadership.value != lead:
+                return
+            continue
+        backoff.reset()
+        wait = cfg.scheduler_tick
+        for schedule in rt.app.schedules:
+            wait = min(wait, schedule.next_after(now) - now)
+        with trio.move_on_at(read_at + max(0.0, wait)):
+            await rt.leadership.wait_value(lambda v: v != lead)
+            return
