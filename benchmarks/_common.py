@@ -1,0 +1,234 @@
+"""Shared by every benchmark process, ours and the peers' (standard library only).
+
+A *recorder* lives in each worker process. Handlers call :func:`record` (one
+``time.time()`` and a few list appends); a daemon thread publishes a tiny
+progress file every 20 ms, and, once the orchestrator drops a ``dump`` file,
+writes every sample once. So measuring costs the hot path almost nothing and
+works the same for asyncio, Trio and any number of processes.
+
+Payloads carry ``(sent_at, due_at, hold, pad)``: ``sent_at`` is the wall time
+just before the producer's enqueue call, ``due_at`` the intended run time (0
+for immediate jobs), ``hold`` makes a handler sleep (to hold a lease), and
+``pad`` brings the encoded payload to about 100 bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import statistics
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+#: Padding that brings each job's encoded payload to about 100 bytes: our JSON
+#: object of four fields, or a peer's pickled 4-tuple.
+PAD = "x" * 24
+PAD_PEER = "x" * 48
+#: Environment variables the orchestrator passes to worker processes.
+ENV_DIR = "BENCH_DIR"
+ENV_URL = "BENCH_REDIS_URL"
+ENV_CONCURRENCY = "BENCH_CONCURRENCY"
+ENV_OPTIONS = "BENCH_OPTIONS"  # JSON object of extra worker settings
+
+
+def env_options() -> dict[str, Any]:
+    raw = os.environ.get(ENV_OPTIONS, "")
+    return json.loads(raw) if raw else {}
+
+
+def env_concurrency(default: int = 16) -> int:
+    return int(os.environ.get(ENV_CONCURRENCY, default))
+
+
+# -- the recorder ---------------------------------------------------------------------
+
+
+class Recorder:
+    """Counts runs and keeps latency samples in one worker process."""
+
+    def __init__(self, out_dir: str | None) -> None:
+        self.out_dir = Path(out_dir) if out_dir else None
+        self.count = 0
+        self.first = 0.0
+        self.last = 0.0
+        self.pickup: list[float] = []  # start - sent_at, seconds (immediate jobs)
+        self.late: list[float] = []  # start - due_at, seconds (delayed jobs)
+        self.starts: list[float] = []  # wall time of each start (kept for recovery)
+        self._thread: threading.Thread | None = None
+
+    def record(self, sent_at: float, due_at: float) -> float:
+        now = time.time()
+        if not self.count:
+            self.first = now
+        self.count += 1
+        self.last = now
+        if due_at:
+            self.late.append(now - due_at)
+        elif sent_at:
+            self.pickup.append(now - sent_at)
+        self.starts.append(now)
+        return now
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "count": self.count,
+            "first": self.first,
+            "last": self.last,
+        }
+
+    def full(self) -> dict[str, Any]:
+        return {
+            **self.snapshot(),
+            "pickup": self.pickup,
+            "late": self.late,
+            "starts": self.starts,
+        }
+
+    def start_thread(self) -> None:
+        if self.out_dir is None or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._publish, name="bench-recorder", daemon=True)
+        self._thread.start()
+
+    def _publish(self) -> None:
+        assert self.out_dir is not None
+        pid = os.getpid()
+        progress = self.out_dir / f"progress-{pid}.json"
+        dump = self.out_dir / "dump"
+        seen = -1
+        while True:
+            if dump.exists():
+                _write_atomic(self.out_dir / f"final-{pid}.json", self.full())
+                return
+            if self.count != seen:
+                seen = self.count
+                _write_atomic(progress, self.snapshot())
+            time.sleep(0.02)
+
+
+_recorder: Recorder | None = None
+
+
+def recorder() -> Recorder:
+    """The process-wide recorder (its thread starts on first use)."""
+    global _recorder
+    if _recorder is None:
+        _recorder = Recorder(os.environ.get(ENV_DIR))
+        _recorder.start_thread()
+    return _recorder
+
+
+def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+# -- reading the recorders from the orchestrating side ---------------------------------
+
+
+def read_progress(out_dir: Path) -> list[dict[str, Any]]:
+    rows = []
+    for path in out_dir.glob("progress-*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            rows.append(json.loads(path.read_text()))
+    return rows
+
+
+def total_count(out_dir: Path) -> int:
+    return sum(r["count"] for r in read_progress(out_dir))
+
+
+def wait_total(out_dir: Path, n: int, timeout: float, *, poll: float = 0.02) -> bool:
+    """Until the workers under ``out_dir`` have started ``n`` jobs (True), or
+    ``timeout`` seconds passed (False)."""
+    deadline = time.monotonic() + timeout
+    while total_count(out_dir) < n:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
+    return True
+
+
+def collect(out_dir: Path, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """Ask every recorder that made progress for its samples and read them."""
+    pids = {r["pid"] for r in read_progress(out_dir)}
+    (out_dir / "dump").touch()
+    deadline = time.monotonic() + timeout
+    finals: dict[int, dict[str, Any]] = {}
+    while len(finals) < len(pids) and time.monotonic() < deadline:
+        for pid in pids - finals.keys():
+            path = out_dir / f"final-{pid}.json"
+            if path.exists():
+                with contextlib.suppress(OSError, ValueError):
+                    finals[pid] = json.loads(path.read_text())
+        time.sleep(0.02)
+    return list(finals.values())
+
+
+def merge(finals: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One view of several processes' recorders."""
+    active = [f for f in finals if f["count"]]
+    return {
+        "count": sum(f["count"] for f in finals),
+        "first": min((f["first"] for f in active), default=0.0),
+        "last": max((f["last"] for f in active), default=0.0),
+        "pickup": [x for f in finals for x in f.get("pickup", ())],
+        "late": [x for f in finals for x in f.get("late", ())],
+        "starts": sorted(x for f in finals for x in f.get("starts", ())),
+    }
+
+
+# -- statistics -------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100), linear between closest ranks."""
+    if not values:
+        return math.nan
+    data = sorted(values)
+    k = (len(data) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return data[lo] + (data[hi] - data[lo]) * (k - lo)
+
+
+def latency_summary(values: Sequence[float]) -> dict[str, float]:
+    """p50/p95/p99/max in milliseconds."""
+    return {
+        "p50_ms": percentile(values, 50) * 1e3,
+        "p95_ms": percentile(values, 95) * 1e3,
+        "p99_ms": percentile(values, 99) * 1e3,
+        "max_ms": (max(values) if values else math.nan) * 1e3,
+        "samples": len(values),
+    }
+
+
+def median_of(runs: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Field-wise median of numeric fields over runs (other fields from the first)."""
+    runs = list(runs)
+    if not runs:
+        return {}
+    out: dict[str, Any] = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            vals = [r[key] for r in runs if isinstance(r.get(key), int | float)]
+            vals = [v for v in vals if not (isinstance(v, float) and math.isnan(v))]
+            out[key] = statistics.median(vals) if vals else math.nan
+    out["runs"] = len(runs)
+    return out
+
+
+def reset_recorder() -> Recorder:
+    """A fresh process-wide recorder (in-process runs, one per run)."""
+    global _recorder
+    _recorder = Recorder(os.environ.get(ENV_DIR))
+    _recorder.start_thread()
+    return _recorder

@@ -1,0 +1,424 @@
+"""chronos_trio's side of each workload (Trio; run in the orchestrating process).
+
+Every function here is one run of one workload and returns a flat dict of
+figures; the orchestrator repeats it (FLUSHDB in between) and takes medians.
+Workers run in their own processes (``benchmarks.chronos_worker``, or the
+``python -m chronos_trio worker --processes N`` manager when it exists) and
+report through the recorder files described in ``benchmarks._common``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from benchmarks import _common as common
+from benchmarks._proc import REPO, WorkerGroup
+from benchmarks.chronos_app import Bench, make_app
+from chronos_trio import MemoryStore, NewJob
+from chronos_trio.store import QueueWeight, SettleKind, Settlement
+
+#: Jobs per ``enqueue_many`` call when pre-loading queues and in "bulk" enqueue.
+BULK_BATCH = 1000
+
+
+# -- worker processes ---------------------------------------------------------------------
+
+
+def cli_available() -> bool:
+    """Whether ``python -m chronos_trio worker`` (the process manager) exists."""
+    probe = subprocess.run(
+        [sys.executable, "-m", "chronos_trio", "worker", "--help"],
+        capture_output=True,
+        cwd=str(REPO),
+        timeout=60,
+        check=False,
+    )
+    return probe.returncode == 0 and b"--processes" in probe.stdout
+
+
+def worker_argv(concurrency: int, processes: int) -> list[str]:
+    if processes > 1:
+        return [
+            sys.executable, "-m", "chronos_trio", "worker", "benchmarks.chronos_app:app",
+            "--processes", str(processes), "--concurrency", str(concurrency),
+        ]  # fmt: skip
+    return [sys.executable, "-m", "benchmarks.chronos_worker"]
+
+
+class Workers:
+    """Worker processes recording into ``out_dir``."""
+
+    def __init__(self, url: str, out_dir: Path) -> None:
+        self.url = url
+        self.out_dir = out_dir
+        self.groups: list[WorkerGroup] = []
+
+    def start(self, concurrency: int, processes: int = 1, **options: Any) -> WorkerGroup:
+        env = {
+            common.ENV_URL: self.url,
+            common.ENV_DIR: str(self.out_dir),
+            common.ENV_CONCURRENCY: str(concurrency),
+            common.ENV_OPTIONS: json.dumps(options),
+        }
+        argv = worker_argv(concurrency, processes)
+        if processes > 1 and not cli_available():
+            # No process manager yet: start the processes ourselves.
+            groups = [
+                WorkerGroup(worker_argv(concurrency, 1), env, self.out_dir / "worker.log")
+                for _ in range(processes)
+            ]
+            self.groups += groups
+            return groups[0]
+        group = WorkerGroup(argv, env, self.out_dir / "worker.log")
+        self.groups.append(group)
+        return group
+
+    def count(self) -> int:
+        return common.total_count(self.out_dir)
+
+    async def wait_total(self, n: int, timeout: float) -> bool:
+        deadline = trio.current_time() + timeout
+        while self.count() < n:
+            if trio.current_time() > deadline:
+                return False
+            for g in self.groups:
+                if not g.alive() and g.proc.returncode not in (None, -9):
+                    raise RuntimeError(f"worker exited with {g.proc.returncode}: see {g.argv}")
+            await trio.sleep(0.02)
+        return True
+
+    async def wait_processes(self, n: int, timeout: float = 30) -> None:
+        """Until ``n`` worker processes have imported the app."""
+        deadline = trio.current_time() + timeout
+        while len(common.read_progress(self.out_dir)) < n:
+            if trio.current_time() > deadline:
+                raise RuntimeError("worker processes did not start in time")
+            await trio.sleep(0.05)
+
+    def collect(self) -> dict[str, Any]:
+        return common.merge(common.collect(self.out_dir))
+
+    def stop(self) -> None:
+        for g in self.groups:
+            g.stop()
+
+
+@asynccontextmanager
+async def open_workers(url: str) -> AsyncIterator[Workers]:
+    with tempfile.TemporaryDirectory(prefix="chronos-bench-") as tmp:
+        workers = Workers(url, Path(tmp))
+        try:
+            yield workers
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(workers.stop)
+
+
+async def warm_up(app_task: Any, workers: Workers, timeout: float = 30) -> None:
+    """One job through the worker, so it is surely running (not in samples)."""
+    before = workers.count()
+    await app_task.enqueue(Bench(sent_at=0.0))
+    if not await workers.wait_total(before + 1, timeout):
+        raise RuntimeError("warm-up job did not run")
+
+
+async def preload(app_task: Any, n: int, **fields: float) -> None:
+    for start in range(0, n, BULK_BATCH):
+        count = min(BULK_BATCH, n - start)
+        await app_task.enqueue_many([Bench(sent_at=0.0, **fields) for _ in range(count)])
+
+
+# -- 1. store lifecycle --------------------------------------------------------------------
+
+
+async def lifecycle(url: str | None, n: int, batch: int) -> dict[str, Any]:
+    """enqueue -> promote -> lease -> renew -> complete, ``batch`` jobs per call,
+    against the store directly; microseconds per job, per stage and in all.
+
+    Jobs are enqueued 2 ms in the future so promote really moves them; the wait
+    for them to come due is not timed."""
+    store: Any = MemoryStore() if url is None else make_app(url)[0].store
+    queues = [QueueWeight("default")]
+    stages = dict.fromkeys(("enqueue", "promote", "lease", "renew", "complete"), 0.0)
+    done = 0
+    payload = b"x" * 100
+    try:
+        while done < n:
+            size = min(batch, n - done)
+            jobs = [
+                NewJob(id=f"lc-{done + i}", queue="default", kind="bench.noop",
+                       payload=payload, delay=0.002)
+                for i in range(size)
+            ]  # fmt: skip
+            t = time.perf_counter()
+            await store.enqueue_many(jobs)
+            stages["enqueue"] += time.perf_counter() - t
+            await trio.sleep(0.003)
+            promoted = 0
+            while promoted < size:
+                t = time.perf_counter()
+                result = await store.promote_due(["default"], 4096)
+                stages["promote"] += time.perf_counter() - t
+                promoted += result.promoted
+                if promoted < size:
+                    await trio.sleep(0.001)
+            t = time.perf_counter()
+            leased = await store.lease(queues, size, worker_id="bench", lease_duration=30)
+            stages["lease"] += time.perf_counter() - t
+            if len(leased) != size:
+                raise RuntimeError(f"leased {len(leased)} of {size}")
+            refs = [lj.ref for lj in leased]
+            t = time.perf_counter()
+            held = await store.renew(refs, 30)
+            stages["renew"] += time.perf_counter() - t
+            t = time.perf_counter()
+            applied = await store.settle([Settlement(r, SettleKind.SUCCEEDED) for r in refs])
+            stages["complete"] += time.perf_counter() - t
+            if not (all(held) and all(applied)):
+                raise RuntimeError("a lease was lost in the lifecycle benchmark")
+            done += size
+    finally:
+        await store.aclose()
+    out: dict[str, Any] = {f"{k}_us": v / n * 1e6 for k, v in stages.items()}
+    out["cycle_us"] = sum(stages.values()) / n * 1e6
+    out["jobs_per_s"] = 1e6 / out["cycle_us"]
+    out["completed"] = done
+    return out
+
+
+# -- 2. drain ---------------------------------------------------------------------------
+
+
+async def drain(
+    url: str, n: int, concurrency: int, processes: int, timeout: float
+) -> dict[str, Any]:
+    """``n`` jobs enqueued first, then the worker(s) start; jobs/s from the
+    first job's start to the last one's."""
+    app, task = make_app(url)
+    await preload(task, n)
+    async with open_workers(url) as workers:
+        spawned = time.time()
+        workers.start(concurrency, processes)
+        ok = await workers.wait_total(n, timeout)
+        rec = workers.collect()
+    await app.aclose()
+    return _throughput(rec, n, ok, extra={"wall_s": rec["last"] - spawned})
+
+
+def _throughput(
+    rec: dict[str, Any], n: int, ok: bool, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    span = rec["last"] - rec["first"]
+    return {
+        "jobs_per_s": (rec["count"] - 1) / span if span > 0 else math.nan,
+        "completed": rec["count"],
+        "expected": n,
+        "ok": ok and rec["count"] >= n,
+        **(extra or {}),
+    }
+
+
+# -- 3. saturation --------------------------------------------------------------------------
+
+
+async def saturation(
+    url: str, n: int, producers: int, concurrency: int, timeout: float
+) -> dict[str, Any]:
+    """``producers`` tasks enqueue ``n`` jobs one at a time (awaited) while one
+    worker consumes; jobs/s from the first enqueue to the last start, and
+    enqueue->start latency."""
+    app, task = make_app(url)
+    async with open_workers(url) as workers:
+        workers.start(concurrency)
+        await warm_up(task, workers)
+        per = n // producers
+
+        async def produce() -> None:
+            for _ in range(per):
+                await task.enqueue(Bench(sent_at=time.time()))
+
+        t0 = time.time()
+        async with trio.open_nursery() as nursery:
+            for _ in range(producers):
+                nursery.start_soon(produce)
+        enqueued = time.time()
+        ok = await workers.wait_total(per * producers + 1, timeout)
+        rec = workers.collect()
+    await app.aclose()
+    span = rec["last"] - t0
+    return {
+        "jobs_per_s": len(rec["pickup"]) / span if span > 0 else math.nan,
+        "enqueue_per_s": per * producers / (enqueued - t0),
+        **common.latency_summary(rec["pickup"]),
+        "completed": len(rec["pickup"]),
+        "ok": ok,
+    }
+
+
+# -- 4. enqueue -----------------------------------------------------------------------------
+
+
+async def enqueue(
+    url: str, n_single: int, n_concurrent: int, producers: int, n_bulk: int
+) -> dict[str, Any]:
+    """No worker: one-at-a-time awaited, ``producers`` concurrent one-at-a-time
+    producers, and bulk (``enqueue_many`` of 1,000)."""
+    app, task = make_app(url)
+    await task.enqueue(Bench(sent_at=0.0))  # connect, load scripts
+    t = time.perf_counter()
+    for _ in range(n_single):
+        await task.enqueue(Bench(sent_at=time.time()))
+    single = n_single / (time.perf_counter() - t)
+
+    per = n_concurrent // producers
+
+    async def produce() -> None:
+        for _ in range(per):
+            await task.enqueue(Bench(sent_at=time.time()))
+
+    t = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(producers):
+            nursery.start_soon(produce)
+    concurrent = per * producers / (time.perf_counter() - t)
+
+    t = time.perf_counter()
+    await preload(task, n_bulk)
+    bulk = n_bulk / (time.perf_counter() - t)
+    await app.aclose()
+    return {"single_per_s": single, "concurrent_per_s": concurrent, "bulk_per_s": bulk, "ok": True}
+
+
+# -- 5. pickup latency --------------------------------------------------------------------
+
+
+async def pickup(url: str, rate: float, n: int, concurrency: int, timeout: float) -> dict[str, Any]:
+    """Immediate jobs one at a time at ``rate`` per second into an idle worker."""
+    app, task = make_app(url)
+    async with open_workers(url) as workers:
+        workers.start(concurrency)
+        await warm_up(task, workers)
+        await trio.sleep(0.5)
+        start = trio.current_time()
+        for i in range(n):
+            await trio.sleep_until(start + i / rate)
+            await task.enqueue(Bench(sent_at=time.time()))
+        ok = await workers.wait_total(n + 1, timeout)
+        rec = workers.collect()
+    await app.aclose()
+    return {**common.latency_summary(rec["pickup"]), "ok": ok and len(rec["pickup"]) >= n}
+
+
+# -- 6. delayed-job lateness -------------------------------------------------------------
+
+
+def due_times(n: int, delay: float, spread: float) -> list[float]:
+    """``n`` due times starting ``delay`` s from now, evenly over ``spread`` s."""
+    t0 = time.time() + delay
+    return [t0 + (i * spread / n if spread else 0.0) for i in range(n)]
+
+
+async def lateness(
+    url: str, n: int, delay: float, spread: float, concurrency: int, timeout: float
+) -> dict[str, Any]:
+    """``n`` jobs due ``delay`` s from now (spread evenly over ``spread`` s),
+    enqueued in bulk; start minus due time."""
+    app, task = make_app(url)
+    async with open_workers(url) as workers:
+        workers.start(concurrency)
+        await warm_up(task, workers)
+        dues = due_times(n, delay, spread)
+        for start in range(0, n, BULK_BATCH):
+            await app.enqueue_jobs(
+                [
+                    task.new_job(Bench(sent_at=0.0, due_at=d), run_at=d)
+                    for d in dues[start : start + BULK_BATCH]
+                ]
+            )
+        ok = await workers.wait_total(n + 1, delay + spread + timeout)
+        rec = workers.collect()
+    await app.aclose()
+    return {**common.latency_summary(rec["late"]), "ok": ok and len(rec["late"]) >= n}
+
+
+# -- 7. recovery after kill -9 ---------------------------------------------------------------
+
+
+async def recovery(url: str, jobs: int, lease_duration: float, timeout: float) -> dict[str, Any]:
+    """A worker holding ``jobs`` leases (handlers asleep) is killed with
+    SIGKILL; a second worker is running. Seconds from the kill until each job
+    started again."""
+    app, task = make_app(url)
+    async with open_workers(url) as workers:
+        opts = {"lease_duration": lease_duration, "max_in_flight": jobs}
+        victim = workers.start(jobs, **opts)
+        await warm_up(task, workers)
+        await task.enqueue_many([Bench(sent_at=0.0, hold=3600.0) for _ in range(jobs)])
+        if not await workers.wait_total(jobs + 1, 30):
+            raise RuntimeError("the victim worker did not take every job")
+        workers.start(16, **opts)
+        await workers.wait_processes(2)
+        await trio.sleep(0.5)
+        killed = time.time()
+        victim.kill9()
+        ok = await workers.wait_total(2 * jobs + 1, lease_duration + timeout)
+        rec = workers.collect()
+    await app.aclose()
+    again = [s - killed for s in rec["starts"] if s > killed]
+    return {
+        "first_s": min(again, default=math.nan),
+        "p50_s": common.percentile(again, 50),
+        "all_s": max(again, default=math.nan),
+        "recovered": len(again),
+        "lease_duration_s": lease_duration,
+        "ok": ok and len(again) >= jobs,
+    }
+
+
+# -- 8. idle cost ------------------------------------------------------------------------------
+
+
+async def idle(
+    url: str,
+    seconds: float,
+    concurrency: int,
+    stats: Callable[[], dict[str, int]],
+    reset: Callable[[], None],
+) -> dict[str, Any]:
+    """Redis commands per second issued by one idle worker (INFO commandstats
+    deltas; our own INFO/CONFIG calls excluded)."""
+    app, task = make_app(url)
+    async with open_workers(url) as workers:
+        workers.start(concurrency)
+        await warm_up(task, workers)
+        await app.aclose()
+        await trio.sleep(2.0)
+        reset()
+        await trio.sleep(seconds)
+        calls = stats()
+    ours = {"info", "config|resetstat", "config"}
+    by_cmd = {k: v for k, v in calls.items() if k not in ours}
+    total = sum(by_cmd.values())
+    return {"commands_per_s": total / seconds, "by_command": by_cmd, "seconds": seconds, "ok": True}
+
+
+def run(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
+    """One run in a fresh ``trio.run``."""
+    result: dict[str, Any] = trio.run(fn, *args)
+    return result
+
+
+__all__: Sequence[str] = [
+    "drain", "enqueue", "idle", "lateness", "lifecycle", "pickup", "recovery", "saturation",
+]  # fmt: skip

@@ -1,0 +1,209 @@
+"""``python -m benchmarks.peers PEER WORKLOAD [options]``: one run, one JSON line.
+
+Run with the peer's own interpreter (``benchmarks/.venv/PEER/bin/python``).
+Workloads: ``drain``, ``enqueue``, ``lateness`` (the same method as
+chronos_trio's, see ``benchmarks.chronos_bench``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import importlib.metadata
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks import _common as common
+from benchmarks._proc import WorkerGroup
+
+BULK_BATCH = 1000
+
+
+def load(peer: str) -> Any:
+    return importlib.import_module(f"benchmarks.peers.{peer}_bench")
+
+
+async def _spawn(backend: str, producers: int, body: Callable[[], Awaitable[None]]) -> None:
+    if backend == "trio":
+        import trio
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(producers):
+                nursery.start_soon(body)
+    else:
+        await asyncio.gather(*(body() for _ in range(producers)))
+
+
+async def produce(mod: Any, url: str, items: list[tuple[float, float]], how: str) -> float:
+    """Enqueue ``items`` ((sent_at, due_at); sent_at None = now) ``how``:
+    ``single``, ``concurrent`` (32 producers) or ``bulk``; returns seconds."""
+    producer = mod.Producer()
+    await producer.open(url)
+    try:
+        await producer.enqueue(0.0)  # connect, load scripts; counts as a warm-up job
+        t = time.perf_counter()
+        if how == "bulk":
+            for i in range(0, len(items), BULK_BATCH):
+                await producer.enqueue_bulk(items[i : i + BULK_BATCH])
+        elif how == "single":
+            for sent_at, due_at in items:
+                await producer.enqueue(sent_at or time.time(), due_at)
+        else:
+            it = iter(items)
+
+            async def body() -> None:
+                for sent_at, due_at in it:
+                    await producer.enqueue(sent_at or time.time(), due_at)
+
+            await _spawn(mod.BACKEND, 32, body)
+        return time.perf_counter() - t
+    finally:
+        await producer.close()
+
+
+def _fastest_preload(mod: Any) -> str:
+    return "bulk" if mod.Producer.bulk else "concurrent"
+
+
+class Workers:
+    def __init__(self, mod: Any, url: str, out: Path) -> None:
+        self.mod, self.url, self.out = mod, url, out
+        self.bin = str(Path(sys.executable).parent)
+        self.groups: list[WorkerGroup] = []
+
+    def env(self, concurrency: int) -> dict[str, str]:
+        return {
+            common.ENV_URL: self.url,
+            common.ENV_DIR: str(self.out),
+            common.ENV_CONCURRENCY: str(concurrency),
+        }
+
+    def start(self, concurrency: int, processes: int) -> None:
+        for argv in self.mod.worker_commands(self.bin, concurrency, processes):
+            self.groups.append(WorkerGroup(argv, self.env(concurrency), self.out / "worker.log"))
+
+    def start_argv(self, argv: list[str]) -> None:
+        self.groups.append(WorkerGroup(argv, self.env(1), self.out / "worker.log"))
+
+    def wait(self, n: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while common.total_count(self.out) < n:
+            if time.monotonic() > deadline:
+                return False
+            if any(not g.alive() for g in self.groups):
+                raise RuntimeError(f"a worker exited: {self.log_tail()}")
+            time.sleep(0.02)
+        return True
+
+    def log_tail(self) -> str:
+        path = self.out / "worker.log"
+        return path.read_text(errors="replace")[-1500:] if path.exists() else ""
+
+    def stop(self) -> None:
+        for g in self.groups:
+            g.stop()
+
+
+def drain(mod: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    n = args.n
+    mod.run(produce, mod, args.url, [(0.0, 0.0)] * (n - 1), _fastest_preload(mod))
+    workers = Workers(mod, args.url, out)
+    try:
+        workers.start(args.concurrency, args.processes)
+        ok = workers.wait(n, args.timeout)
+        rec = common.merge(common.collect(out))
+    finally:
+        workers.stop()
+    span = rec["last"] - rec["first"]
+    return {
+        "jobs_per_s": (rec["count"] - 1) / span if span > 0 else math.nan,
+        "completed": rec["count"],
+        "expected": n,
+        "ok": ok,
+    }
+
+
+def enqueue(mod: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    result: dict[str, Any] = {"ok": True}
+    n_single, n_conc, n_bulk = args.n_single, args.n, args.n
+    result["single_per_s"] = n_single / mod.run(
+        produce, mod, args.url, [(0.0, 0.0)] * n_single, "single"
+    )
+    result["concurrent_per_s"] = n_conc / mod.run(
+        produce, mod, args.url, [(0.0, 0.0)] * n_conc, "concurrent"
+    )
+    if mod.Producer.bulk:
+        result["bulk_per_s"] = n_bulk / mod.run(
+            produce, mod, args.url, [(0.0, 0.0)] * n_bulk, "bulk"
+        )
+    else:
+        result["bulk_per_s"] = None  # not supported: reported as such
+    return result
+
+
+def lateness(mod: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    n = args.n
+    workers = Workers(mod, args.url, out)
+    try:
+        workers.start(args.concurrency, 1)
+        if hasattr(mod, "scheduler_command"):
+            workers.start_argv(mod.scheduler_command(workers.bin))
+        mod.run(produce, mod, args.url, [], "single")  # the warm-up job
+        if not workers.wait(1, 60):
+            raise RuntimeError(f"warm-up job did not run: {workers.log_tail()}")
+        time.sleep(1.0)
+        t0 = time.time() + args.delay
+        items = [(0.0, t0 + (i * args.spread / n if args.spread else 0.0)) for i in range(n)]
+        how = "bulk" if mod.Producer.bulk else "concurrent"
+        mod.run(produce, mod, args.url, items, how)
+        ok = workers.wait(n + 2, args.delay + args.spread + args.timeout)
+        rec = common.merge(common.collect(out))
+    finally:
+        workers.stop()
+    return {**common.latency_summary(rec["late"]), "ok": ok and len(rec["late"]) >= n}
+
+
+def versions(mod: Any) -> dict[str, str]:
+    out = {}
+    for name in mod.PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "?"
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.peers")
+    parser.add_argument("peer")
+    parser.add_argument("workload", choices=("drain", "enqueue", "lateness", "versions"))
+    parser.add_argument("--url", default="")
+    parser.add_argument("--n", type=int, default=20_000)
+    parser.add_argument("--n-single", type=int, default=2_000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--delay", type=float, default=2.0)
+    parser.add_argument("--spread", type=float, default=1.0)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    args = parser.parse_args()
+    os.environ[common.ENV_URL] = args.url
+    mod = load(args.peer)
+    if args.workload == "versions":
+        print(json.dumps(versions(mod)))
+        return
+    fn = {"drain": drain, "enqueue": enqueue, "lateness": lateness}[args.workload]
+    with tempfile.TemporaryDirectory(prefix=f"bench-{args.peer}-") as tmp:
+        result = fn(mod, args, Path(tmp))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""SAQ: ``saq benchmarks.peers.saq_bench.settings --workers N --quiet`` (its
+CLI, as its README shows). Settings: ``concurrency`` = concurrency; the rest
+default (``dequeue_timeout`` 0, ``timers.schedule`` 1 s, job ttl 600 s).
+Scheduled jobs take whole epoch seconds (``scheduled: int``), rounded up here."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from typing import Any
+
+from saq import Queue
+
+from benchmarks._common import ENV_URL, PAD_PEER, env_concurrency, recorder
+
+NAME = "saq"
+BACKEND = "asyncio"
+PACKAGES = ("saq", "redis", "hiredis")
+
+
+async def noop(ctx: Any, *, sent_at: float, due_at: float, hold: float, pad: str) -> None:
+    recorder().record(sent_at, due_at)
+    if hold and ctx["job"].attempts <= 1:
+        await asyncio.sleep(hold)
+
+
+settings = {
+    "queue": Queue.from_url(os.environ.get(ENV_URL, "redis://127.0.0.1:1")),
+    "functions": [noop],
+    "concurrency": env_concurrency(10),
+}
+
+
+def worker_commands(venv_bin: str, concurrency: int, processes: int) -> list[list[str]]:
+    argv = [f"{venv_bin}/saq", "benchmarks.peers.saq_bench.settings", "--quiet"]
+    return [[*argv, "--workers", str(processes)]]
+
+
+class Producer:
+    bulk = False  # no batch enqueue (Queue.map waits for results)
+
+    async def open(self, url: str) -> None:
+        self.queue = Queue.from_url(url)
+        await self.queue.connect()
+
+    async def close(self) -> None:
+        await self.queue.disconnect()
+
+    async def enqueue(self, sent_at: float, due_at: float = 0.0) -> None:
+        await self.queue.enqueue(
+            "noop",
+            sent_at=sent_at,
+            due_at=due_at,
+            hold=0.0,
+            pad=PAD_PEER,
+            scheduled=math.ceil(due_at) if due_at else 0,
+        )
+
+
+def run(fn: Any, *args: Any) -> Any:
+    return asyncio.run(fn(*args))

@@ -1,0 +1,66 @@
+"""streaQ on its Trio backend: ``streaq run benchmarks.peers.streaq_bench:worker
+--workers N``. Settings: ``Worker(concurrency=C, anyio_backend="trio")`` and
+the task with ``ttl=0`` (no result stored, like chronos_trio); the rest
+default (prefetch = concurrency, pickle)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from typing import Any
+
+import trio
+from streaq import Worker
+
+from benchmarks._common import ENV_URL, PAD_PEER, env_concurrency, recorder
+
+NAME = "streaq"
+BACKEND = "trio"
+PACKAGES = ("streaq", "coredis", "trio", "anyio")
+
+worker: Worker[Any] = Worker(
+    redis_url=os.environ.get(ENV_URL, "redis://127.0.0.1:1"),
+    concurrency=env_concurrency(16),
+    anyio_backend="trio",
+)
+
+
+@worker.task(ttl=0)
+async def noop(sent_at: float, due_at: float, hold: float, pad: str) -> None:
+    recorder().record(sent_at, due_at)
+    if hold:
+        await trio.sleep(hold)
+
+
+def worker_commands(venv_bin: str, concurrency: int, processes: int) -> list[list[str]]:
+    argv = [f"{venv_bin}/streaq", "run", "benchmarks.peers.streaq_bench:worker"]
+    return [[*argv, "--workers", str(processes)]]
+
+
+class Producer:
+    bulk = True  # Worker.enqueue_many: one pipeline
+
+    async def open(self, url: str) -> None:
+        await worker.__aenter__()
+
+    async def close(self) -> None:
+        await worker.__aexit__(None, None, None)
+
+    async def enqueue(self, sent_at: float, due_at: float = 0.0) -> None:
+        task = noop.enqueue(sent_at, due_at, 0.0, PAD_PEER)
+        if due_at:
+            task = task.start(schedule=dt.datetime.fromtimestamp(due_at, dt.UTC))
+        await task
+
+    async def enqueue_bulk(self, items: list[tuple[float, float]]) -> None:
+        tasks = []
+        for sent_at, due_at in items:
+            task = noop.enqueue(sent_at, due_at, 0.0, PAD_PEER)
+            if due_at:
+                task = task.start(schedule=dt.datetime.fromtimestamp(due_at, dt.UTC))
+            tasks.append(task)
+        await worker.enqueue_many(tasks)
+
+
+def run(fn: Any, *args: Any) -> Any:
+    return trio.run(fn, *args)

@@ -1,0 +1,74 @@
+"""taskiq + taskiq-redis: ``taskiq worker benchmarks.peers.taskiq_bench:broker
+--workers N --max-async-tasks C --max-prefetch C`` with the ``RedisStreamBroker``
+(acknowledged delivery, the broker its README recommends), no result backend.
+Delayed jobs go through taskiq's scheduler (``taskiq scheduler ...:scheduler
+--update-interval 1``) with a ``ListRedisScheduleSource``."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+from typing import Any
+
+from taskiq import TaskiqScheduler
+from taskiq_redis import ListRedisScheduleSource, RedisStreamBroker
+
+from benchmarks._common import ENV_URL, PAD_PEER, recorder
+
+NAME = "taskiq"
+BACKEND = "asyncio"
+PACKAGES = ("taskiq", "taskiq-redis", "redis", "hiredis")
+
+_url = os.environ.get(ENV_URL, "redis://127.0.0.1:1")
+broker = RedisStreamBroker(_url)
+source = ListRedisScheduleSource(_url)
+scheduler = TaskiqScheduler(broker, sources=[source])
+
+
+@broker.task(task_name="noop")
+async def noop(sent_at: float, due_at: float, hold: float, pad: str) -> None:
+    recorder().record(sent_at, due_at)
+    if hold:
+        await asyncio.sleep(hold)
+
+
+def worker_commands(venv_bin: str, concurrency: int, processes: int) -> list[list[str]]:
+    return [
+        [
+            f"{venv_bin}/taskiq", "worker", "benchmarks.peers.taskiq_bench:broker",
+            "--workers", str(processes), "--max-async-tasks", str(concurrency),
+            "--max-prefetch", str(concurrency), "--no-configure-logging",
+        ]
+    ]  # fmt: skip
+
+
+def scheduler_command(venv_bin: str) -> list[str]:
+    return [
+        f"{venv_bin}/taskiq", "scheduler", "benchmarks.peers.taskiq_bench:scheduler",
+        "--update-interval", "1", "--no-configure-logging",
+    ]  # fmt: skip
+
+
+class Producer:
+    bulk = False  # no batch enqueue
+
+    async def open(self, url: str) -> None:
+        self.broker = broker
+        await broker.startup()
+        await source.startup()
+
+    async def close(self) -> None:
+        await source.shutdown()
+        await broker.shutdown()
+
+    async def enqueue(self, sent_at: float, due_at: float = 0.0) -> None:
+        if due_at:
+            when = dt.datetime.fromtimestamp(due_at, dt.UTC)
+            await noop.schedule_by_time(source, when, sent_at, due_at, 0.0, PAD_PEER)
+        else:
+            await noop.kiq(sent_at, due_at, 0.0, PAD_PEER)
+
+
+def run(fn: Any, *args: Any) -> Any:
+    return asyncio.run(fn(*args))
