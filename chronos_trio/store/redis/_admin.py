@@ -63,8 +63,9 @@ async def stats(ctx: StoreContext, queues: Sequence[str] | None) -> list[QueueSt
     names = list(queues) if queues is not None else await queue_names(ctx)
     metas = await ctx.meta(names, fresh=True)
     slots = {q: ctx.partitions_of(q, metas[q]) for q in dict.fromkeys(names)}
+    # ZCOUNT below +inf: the leased zset's sentinel is not a job
     ops = [
-        Op.command(pk.tag, "ZCARD", zset_of(pk, state))
+        Op.command(pk.tag, "ZCOUNT", zset_of(pk, state), "-inf", "(+inf")
         for pks in slots.values()
         for pk in pks
         for state in JobState

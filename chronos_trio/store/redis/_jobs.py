@@ -28,7 +28,7 @@ from ._alloc import earliest, pairs
 from ._codec import job_from_fields, text
 from ._context import QueueMeta, StoreContext
 from ._scripts import Op
-from .keys import PartitionKeys
+from .keys import LEASED_SENTINEL, PartitionKeys
 
 _SETTLE_CODES = {
     SettleKind.SUCCEEDED: "s",
@@ -252,7 +252,7 @@ async def lease(
             Op.script_call(
                 S.LEASE,
                 [pk.ready, pk.leased, pk.tokens, pk.job_prefix],
-                [n, duration, worker_id, _nonce()],
+                [n, duration, worker_id, _nonce(), LEASED_SENTINEL],
             )
             for pk, n in plan.items()
         ]

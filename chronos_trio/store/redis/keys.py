@@ -10,7 +10,7 @@ a Redis Cluster:
 =====================  =====================================================
 ``<tag>:scheduled``    zset, score = run_at
 ``<tag>:ready``        zset, score = run_at (leased oldest due first)
-``<tag>:leased``       zset, score = lease expiry
+``<tag>:leased``       zset, score = lease expiry, plus :data:`LEASED_SENTINEL`
 ``<tag>:retry``        zset of retry_wait jobs, score = run_at
 ``<tag>:succeeded``    zset of retained succeeded jobs, score = end of retention
 ``<tag>:dead``         zset, score = finished_at
@@ -39,15 +39,26 @@ from __future__ import annotations
 
 import attrs
 
+#: A member kept in every leased zset (score +inf, never a job ID in practice:
+#: job hashes are looked up under it and found absent). Being longer than
+#: 64 bytes, it makes Redis store the zset as a skiplist instead of a listpack,
+#: whose inserts cost O(n) each: for a zset of 64-128 in-flight leases that was
+#: the largest cost of lease.lua. Counts of leased jobs exclude it (ZCOUNT to
+#: ``(+inf``); scans by expiry never reach it.
+LEASED_SENTINEL = "~leased-index-sentinel~" + "." * 48
+
 
 def escape(name: str) -> str:
     """Make ``name`` safe inside a hash tag (no braces) and unambiguous."""
     return name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class PartitionKeys:
-    """The keys of one (queue, version, partition); all share one hash tag."""
+    """The keys of one (queue, version, partition); all share one hash tag.
+
+    Compared and hashed by identity (cheap on the hot path): :class:`KeySpace`
+    hands out one instance per partition."""
 
     queue: str
     version: int

@@ -16,6 +16,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)
 local out = {now_s}
+local settled = {}
 for i = 1, #ARGV, 6 do
   local id = ARGV[i]
   local key = KEYS[6] .. id
@@ -25,7 +26,7 @@ for i = 1, #ARGV, 6 do
       or tonumber(f[3]) <= now then
     out[#out + 1] = 0
   else
-    redis.call('ZREM', KEYS[2], id)
+    settled[#settled + 1] = id
     local kind = ARGV[i + 2]
     if kind == 's' then
       local retain = tonumber(ARGV[i + 5])
@@ -54,5 +55,9 @@ for i = 1, #ARGV, 6 do
     end
     out[#out + 1] = 1
   end
+end
+-- one ZREM for the batch (chunked below Lua's unpack() limit)
+for c = 1, #settled, 1000 do
+  redis.call('ZREM', KEYS[2], unpack(settled, c, math.min(c + 999, #settled)))
 end
 return out
