@@ -1,40 +1,201 @@
-"""Command line: ``python -m chronos_trio <command>``."""
+"""Command line: ``python -m chronos_trio <command>`` (also ``chronos-trio``).
+
+Commands
+--------
+``demo``                     producer + worker on the in-memory store
+``worker APP``               run workers (``--processes N`` for a local process manager)
+``queues [APP]``             counts per queue, state, version and partition
+``jobs [APP] --queue Q --state S``   page through jobs
+``job [APP] ID``             one job in full
+``run-now | delete [APP] ID``        act on one job
+``requeue-dead [APP] --queue Q``     dead jobs back to ready (all, or ``--job ID``)
+``pause | resume [APP] QUEUE``       stop / restart leasing from a queue
+``topology show|promote|complete [APP] QUEUE``   versioned queue routing
+``schedules APP``            the app's cron/interval schedules
+
+``APP`` is ``module:attribute`` (``module`` alone means ``module:app``). The
+store URL comes from ``--url``, else ``$CHRONOS_URL``, else the app; admin
+commands need only one of them. Admin commands print a table, or JSON with
+``--json``. Errors are one line on stderr with an exit code from the table
+below, never a traceback (set ``CHRONOS_DEBUG=1`` to see one for an
+unexpected error).
+"""
 
 from __future__ import annotations
 
 import argparse
-import logging
+import os
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
-import trio
+#: Exit codes of every command, in one place (the README lists them).
+EXIT_OK = 0  #: success; also a worker or process manager stopped by SIGTERM/SIGINT
+EXIT_FAILURE = 1  #: the worker failed at run time (an actor exceeded its restart intensity)
+EXIT_USAGE = 2  #: bad command line or option value (argparse's own code too)
+EXIT_NO_APP = 3  #: APP cannot be imported, lacks the attribute, or is not a chronos_trio.App
+EXIT_BAD_URL = 4  #: unsupported or malformed store URL
+EXIT_UNAVAILABLE = 5  #: the store cannot be reached (Redis down, wrong host/port, auth)
+EXIT_NOT_FOUND = 6  #: unknown queue or job id
+EXIT_REFUSED = 7  #: action refused: job in the wrong state, topology change refused, not confirmed
+EXIT_RESTARTS = 8  #: process manager gave up: worker processes crashed too often
+EXIT_INTERRUPTED = 130  #: a second SIGINT/SIGTERM forced an immediate exit
 
-#: Exit codes, in one place (documented in the README).
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
+#: Exit codes a worker process cannot recover from by restarting.
+FATAL_CHILD_EXITS = frozenset({EXIT_USAGE, EXIT_NO_APP, EXIT_BAD_URL})
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class CliError(Exception):
+    """A one-line error for the user and the exit code that goes with it."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line (plus a hint), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {one_line(message)} (see --help)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+# -- option types: a bad value is a one-line usage error naming the option ----------
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def seconds(*, allow_zero: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not (value >= 0 if allow_zero else value > 0) or value == float("inf"):
+            bound = ">= 0" if allow_zero else "> 0"
+            raise argparse.ArgumentTypeError(f"expected seconds {bound}, got {text!r}")
+        return value
+
+    parse.__name__ = "seconds"
+    return parse
+
+
+def build_parser() -> tuple[
+    argparse.ArgumentParser, dict[tuple[str, ...], argparse.ArgumentParser]
+]:
+    """The top-level parser, and each leaf command's parser by its words."""
+    from . import _cli_admin, _cli_worker
+
+    parser = _Parser(
         prog="python -m chronos_trio",
         description="Reliable distributed delayed jobs on Redis, built on Trio.",
+        epilog="APP is module:attribute (module alone means module:app). "
+        "The store URL comes from --url, else $CHRONOS_URL, else the app.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    leaves: dict[tuple[str, ...], argparse.ArgumentParser] = {}
+
     demo = sub.add_parser("demo", help="run producer + worker on the in-memory store")
     demo.add_argument("--jobs", type=int, default=200, help="email jobs to enqueue (default 200)")
     demo.add_argument("--no-live", action="store_true", help="print frames instead of redrawing")
-    return parser
+    demo.set_defaults(handler=_run_demo)
+    leaves[("demo",)] = demo
+
+    worker = sub.add_parser(
+        "worker", help="run workers for APP (--processes N: a local process manager)"
+    )
+    _cli_worker.add_arguments(worker)
+    leaves[("worker",)] = worker
+
+    _cli_admin.add_commands(sub, leaves)
+    return parser, leaves
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse ``argv``. Leaf commands parse *intermixed*, so ``job APP --url U ID``
+    and ``job --url U ID`` both work with the optional APP positional."""
+    parser, leaves = build_parser()
+    for words in (2, 1):
+        key = tuple(argv[:words])
+        if len(key) == words and key in leaves:
+            args = leaves[key].parse_intermixed_args(list(argv[words:]))
+            args.command = " ".join(key)
+            return args
+    return parser.parse_args(list(argv))  # --help, unknown commands, missing words
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if args.command == "demo":
-        from ._demo import run_demo
+    """Run one command; returns its exit code (see ``EXIT_*``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error, already printed
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    args.argv = argv
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except CliError as exc:
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if os.environ.get("CHRONOS_DEBUG"):
+            traceback.print_exc()
+        print(
+            f"error: unexpected {type(exc).__name__}: {one_line(str(exc))} "
+            "(set CHRONOS_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
 
-        if args.jobs < 1:
-            print("error: --jobs must be >= 1", file=sys.stderr)
-            return EXIT_USAGE
-        return trio.run(lambda: run_demo(jobs=args.jobs, live=False if args.no_live else None))
-    return EXIT_USAGE  # pragma: no cover - argparse rejects unknown commands
+
+def _run_demo(args: argparse.Namespace) -> int:
+    import logging
+
+    import trio
+
+    from ._demo import run_demo
+
+    if args.jobs < 1:
+        raise CliError("--jobs must be >= 1", EXIT_USAGE)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    live = False if args.no_live else None
+    return trio.run(lambda: run_demo(jobs=args.jobs, live=live))
+
+
+__all__ = [
+    "EXIT_BAD_URL",
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_NOT_FOUND",
+    "EXIT_NO_APP",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_RESTARTS",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
+    "CliError",
+    "main",
+]

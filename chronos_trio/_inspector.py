@@ -28,6 +28,7 @@ from .store import QueueTopology, Store, VersionState
 
 if TYPE_CHECKING:
     from ._app import App
+    from ._schedule import ScheduleInfo
 
 
 class InspectorError(ChronosError):
@@ -253,6 +254,16 @@ class Inspector:
 
     async def resume(self, queue: str) -> None:
         await self.store.set_paused(await self.check_queue(queue), False)
+
+    # -- schedules ---------------------------------------------------------------
+    async def schedules(self) -> list[ScheduleInfo]:
+        """The app's cron/interval schedules with next and last run and the
+        current leader. Needs the app (schedules are declared in code)."""
+        if self.app is None:
+            raise InspectorError("schedules are declared in the app: inspect it via the app")
+        from ._schedule import schedule_rows
+
+        return await schedule_rows(self.app)
 
     # -- topology ----------------------------------------------------------------
     async def topology(self, queue: str) -> QueueTopology:

@@ -1,0 +1,331 @@
+"""Rendering for the admin commands: aligned tables and JSON-ready dicts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ._inspector import JobPage, QueueInfo, next_run_at, payload_view
+from ._job import Job, JobState
+from .store import QueueTopology
+
+if TYPE_CHECKING:
+    from ._schedule import ScheduleInfo
+
+#: Column order of job states in tables.
+STATES = tuple(JobState)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """Columns padded to their widest cell; numbers right-aligned."""
+    return _render(list(headers), [[_cell(v) for v in row] for row in rows])
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _render(headers: list[str], cells: list[list[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    right = [
+        any(_is_number(row[i]) for row in cells)
+        and all(_is_number(row[i]) or row[i] == "-" for row in cells)
+        for i in range(len(headers))
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(widths[i]) if right[i] else v.ljust(widths[i]) for i, v in enumerate(values)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), *(line(row) for row in cells)])
+
+
+def _is_number(text: str) -> bool:
+    return text.lstrip("-").isdigit()
+
+
+def iso(ts: float | None) -> str | None:
+    """Store-clock epoch seconds as ISO-8601 UTC with milliseconds."""
+    if ts is None:
+        return None
+    when = dt.datetime.fromtimestamp(ts, dt.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+
+
+def duration(seconds: float) -> str:
+    """``4.2s``, ``3m05s``, ``2h03m``, ``3d04h``."""
+    s = abs(seconds)
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
+
+def relative(ts: float | None, now: float) -> str:
+    """``in 4.2s`` / ``3m05s ago`` from the store's ``now``."""
+    if ts is None:
+        return "-"
+    delta = ts - now
+    return f"in {duration(delta)}" if delta >= 0 else f"{duration(delta)} ago"
+
+
+def when(ts: float | None, now: float) -> str:
+    """``2025-01-31T12:00:00.000Z (in 4.2s)`` or ``-``."""
+    return "-" if ts is None else f"{iso(ts)} ({relative(ts, now)})"
+
+
+def first_line(text: str, width: int = 60) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+# -- JSON shapes ------------------------------------------------------------------
+def job_json(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "queue": job.queue,
+        "kind": job.kind,
+        "state": job.state.value,
+        "attempts": job.attempts,
+        "max_retries": job.max_retries,
+        "retries_left": job.retries_left,
+        "timeout": job.timeout,
+        "queue_version": job.queue_version,
+        "partition": job.partition,
+        "created_at": iso(job.created_at or None),
+        "run_at": iso(job.run_at),
+        "next_run_at": iso(next_run_at(job)),
+        "lease_owner": job.lease_owner or None,
+        "lease_expires_at": iso(job.lease_expires_at),
+        "finished_at": iso(job.finished_at),
+        "last_error": job.last_error or None,
+        "payload": payload_view(job),
+    }
+
+
+def queue_json(info: QueueInfo) -> dict[str, Any]:
+    return {
+        "queue": info.name,
+        "paused": info.paused,
+        "counts": {state.value: info.counts.get(state, 0) for state in STATES},
+        "total": info.total,
+        "versions": [
+            {
+                "version": v.version,
+                "state": v.state.value,
+                "partitions": v.partitions,
+                "jobs": v.jobs,
+                "by_partition": {str(p): n for p, n in sorted(v.by_partition.items())},
+            }
+            for v in info.versions
+        ],
+    }
+
+
+def topology_json(topology: QueueTopology) -> dict[str, Any]:
+    return {
+        "queue": topology.queue,
+        "versions": [
+            {"version": v.version, "partitions": v.partitions, "state": v.state.value}
+            for v in topology.versions
+        ],
+    }
+
+
+def page_json(page: JobPage) -> dict[str, Any]:
+    return {
+        "queue": page.queue,
+        "state": page.state.value,
+        "offset": page.offset,
+        "limit": page.limit,
+        "total": page.total,
+        "next_offset": page.next_offset,
+        "jobs": [job_json(job) for job in page.jobs],
+    }
+
+
+def print_json(value: Any, out: TextIO) -> None:
+    out.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+
+# -- tables -------------------------------------------------------------------------
+def queues_table(infos: Sequence[QueueInfo]) -> str:
+    if not infos:
+        return "no queues yet"
+    counts = table(
+        ["QUEUE", "STATUS", *(s.value.upper() for s in STATES), "TOTAL"],
+        [
+            [
+                i.name,
+                "paused" if i.paused else "active",
+                *(i.counts.get(s, 0) for s in STATES),
+                i.total,
+            ]
+            for i in infos
+        ],
+    )
+    parts = table(
+        ["QUEUE", "VERSION", "ROUTING", "PARTITIONS", "JOBS", "JOBS BY PARTITION"],
+        [
+            [
+                i.name,
+                v.version,
+                v.state.value,
+                v.partitions,
+                v.jobs,
+                " ".join(f"p{p}={n}" for p, n in sorted(v.by_partition.items())),
+            ]
+            for i in infos
+            for v in i.versions
+        ],
+    )
+    return f"{counts}\n\n{parts}"
+
+
+def jobs_table(page: JobPage, now: float) -> str:
+    time_header = {
+        JobState.LEASED: "LEASE EXPIRES",
+        JobState.SUCCEEDED: "FINISHED",
+        JobState.DEAD: "FINISHED",
+    }.get(page.state, "DUE")
+
+    def time_of(job: Job) -> float | None:
+        if page.state is JobState.LEASED:
+            return job.lease_expires_at
+        if page.state in (JobState.SUCCEEDED, JobState.DEAD):
+            return job.finished_at
+        return job.run_at
+
+    rows = [
+        [
+            job.id,
+            job.kind,
+            job.attempts,
+            relative(time_of(job), now),
+            job.lease_owner or None,
+            first_line(job.last_error, 50) or None,
+        ]
+        for job in page.jobs
+    ]
+    header = ["ID", "KIND", "ATTEMPTS", time_header, "LEASE OWNER", "LAST ERROR"]
+    if not rows:
+        body = f"no {page.state.value} jobs in queue {page.queue!r}"
+        if page.offset and page.total:
+            body += f" at offset {page.offset}"
+    else:
+        body = table(header, rows)
+    first = page.offset + 1 if page.jobs else page.offset
+    footer = (
+        f"{page.state.value} jobs {first}-{page.offset + len(page.jobs)} of {page.total} "
+        f"in queue {page.queue!r}"
+    )
+    if page.next_offset is not None:
+        footer += f" (next page: --offset {page.next_offset})"
+    return f"{body}\n{footer}"
+
+
+def job_details(job: Job, now: float) -> str:
+    payload = json.dumps(payload_view(job), ensure_ascii=False)
+    lease = "-"
+    if job.state is JobState.LEASED:
+        lease = f"held by {job.lease_owner or '?'}, expires {when(job.lease_expires_at, now)}"
+    rows: list[tuple[str, str]] = [
+        ("id", job.id),
+        ("queue", f"{job.queue} (version {job.queue_version}, partition {job.partition})"),
+        ("kind", job.kind),
+        ("state", job.state.value),
+        (
+            "attempts",
+            f"{job.attempts} of {job.max_retries + 1} (retries left: {job.retries_left})",
+        ),
+        ("timeout", f"{job.timeout:g}s"),
+        ("created", when(job.created_at or None, now)),
+        ("run at", when(job.run_at, now)),
+        ("next run", when(next_run_at(job), now)),
+        ("lease", lease),
+        ("finished", when(job.finished_at, now)),
+        ("payload", payload),
+    ]
+    width = max(len(k) for k, _ in [*rows, ("last error", "")]) + 2
+    lines = [f"{key:<{width}}{value}" for key, value in rows]
+    error = job.last_error.strip()
+    if error:
+        err_lines = error.splitlines()
+        lines.append(f"{'last error':<{width}}{err_lines[0]}")
+        lines.extend(" " * width + line for line in err_lines[1:])
+    else:
+        lines.append(f"{'last error':<{width}}-")
+    return "\n".join(lines)
+
+
+def topology_table(topology: QueueTopology) -> str:
+    return table(
+        ["QUEUE", "VERSION", "PARTITIONS", "ROUTING"],
+        [[topology.queue, v.version, v.partitions, v.state.value] for v in topology.versions],
+    )
+
+
+def schedule_json(row: ScheduleInfo) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "kind": row.kind,
+        "spec": row.spec,
+        "tz": row.tz,
+        "misfire": row.misfire,
+        "queue": row.queue,
+        "next_run": iso(row.next_run),
+        "last_run": iso(row.last_run),
+        "leader": row.leader,
+        "epoch": row.epoch,
+    }
+
+
+def schedules_table(rows: Sequence[ScheduleInfo], now: float) -> str:
+    if not rows:
+        return "no schedules"
+    return table(
+        ["ID", "KIND", "SPEC", "TZ", "QUEUE", "NEXT RUN", "LAST RUN", "LEADER"],
+        [
+            [
+                r.id,
+                r.kind,
+                r.spec,
+                r.tz,
+                r.queue,
+                relative(r.next_run, now),
+                relative(r.last_run, now),
+                f"{r.leader} (epoch {r.epoch})" if r.leader else None,
+            ]
+            for r in rows
+        ],
+    )
+
+
+__all__ = [
+    "job_details",
+    "job_json",
+    "jobs_table",
+    "page_json",
+    "print_json",
+    "queue_json",
+    "queues_table",
+    "schedule_json",
+    "schedules_table",
+    "table",
+    "topology_json",
+    "topology_table",
+]

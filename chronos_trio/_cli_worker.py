@@ -1,0 +1,382 @@
+"""``python -m chronos_trio worker APP``: run workers from the shell.
+
+* ``--processes 1`` (default): one worker in this process. SIGTERM/SIGINT
+  shut it down gracefully; a second signal exits at once (leases then expire
+  and are recovered by other workers).
+* ``--processes N``: a :class:`~chronos_trio._process_manager.ProcessManager`
+  in this process runs N children, each ``python -m chronos_trio worker APP
+  <same options> --child-index I --heartbeat-fd FD`` (hidden options). A
+  child writes heartbeats to FD, exits by itself when its stdin (a pipe the
+  manager holds) reaches EOF or its parent pid changes, and leaves signal
+  escalation to the manager.
+
+Start-up checks, each a one-line error with its own exit code: the app
+imports and is an App, the URL is valid, option values are valid, the
+in-memory store is not asked to serve several processes, and the store
+answers (one quick call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+import attrs
+import trio
+from trio_util import periodic
+
+from ._app import App
+from ._cli import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_RESTARTS,
+    EXIT_USAGE,
+    FATAL_CHILD_EXITS,
+    CliError,
+    int_at_least,
+    one_line,
+    seconds,
+)
+from ._cli_app import check_store, describe_store, load_app, resolve_store, url_from
+from ._config import WorkerConfig, parse_queues
+from ._errors import ActorFailed
+from ._logging import FORMATS, LEVELS, configure_logging
+from ._process_manager import (
+    CHILD_HEARTBEAT_INTERVAL,
+    ChildCannotStart,
+    ProcessManager,
+    RestartIntensityExceeded,
+    run_until_signalled,
+)
+from ._worker import Worker
+from .store import QueueWeight
+
+log = logging.getLogger("chronos_trio.cli")
+
+#: Extra time the manager allows a child after its grace period (to flush
+#: outcomes and exit) before SIGKILL.
+KILL_MARGIN = 6.0
+
+#: CLI flag -> WorkerConfig field.
+_OPTIONS = {
+    "concurrency": "concurrency",
+    "queues": "queues",
+    "batch_size": "batch_size",
+    "lease_duration": "lease_duration",
+    "heartbeat_interval": "heartbeat_interval",
+    "poll_interval": "poll_interval",
+    "recover_interval": "recover_interval",
+    "shutdown_grace": "shutdown_grace",
+    "retain_succeeded": "retain_succeeded",
+}
+
+
+def _queues(text: str) -> tuple[QueueWeight, ...]:
+    try:
+        return parse_queues(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("app", metavar="APP", help="module:attribute of the App, e.g. jobs:app")
+    parser.add_argument("--url", help="store URL (default: $CHRONOS_URL, else the app's)")
+    parser.add_argument(
+        "--processes",
+        metavar="N",
+        type=int_at_least(1),
+        default=1,
+        help="worker processes (default 1: run in this process; N > 1: a process "
+        "manager supervises N children; needs a shared store such as redis://)",
+    )
+    worker = parser.add_argument_group("worker")
+    worker.add_argument(
+        "--concurrency", metavar="N", type=int_at_least(1), help="handlers at once per process (16)"
+    )
+    worker.add_argument(
+        "--queues",
+        metavar="SPEC",
+        type=_queues,
+        help="queues and weights, e.g. critical=6,default=3,low=1 (default)",
+    )
+    worker.add_argument(
+        "--batch-size", metavar="N", type=int_at_least(1), help="jobs per lease call (64)"
+    )
+    worker.add_argument(
+        "--lease-duration", metavar="S", type=seconds(), help="seconds per lease (30)"
+    )
+    worker.add_argument(
+        "--heartbeat-interval", metavar="S", type=seconds(), help="lease renewal period (lease/3)"
+    )
+    worker.add_argument(
+        "--poll-interval",
+        metavar="S",
+        type=seconds(),
+        help="longest idle wait between lease tries (1)",
+    )
+    worker.add_argument(
+        "--recover-interval",
+        metavar="S",
+        type=seconds(),
+        help="period of expired-lease recovery (1)",
+    )
+    worker.add_argument(
+        "--shutdown-grace",
+        metavar="S",
+        type=seconds(allow_zero=True),
+        help="seconds running handlers get to finish on shutdown (10)",
+    )
+    worker.add_argument(
+        "--retain-succeeded",
+        metavar="S",
+        type=seconds(allow_zero=True),
+        help="keep succeeded jobs visible for this long (0: drop at once)",
+    )
+    manager = parser.add_argument_group("process manager (--processes > 1)")
+    manager.add_argument(
+        "--liveness-timeout",
+        metavar="S",
+        type=seconds(),
+        default=20.0,
+        help="kill a process that sends no heartbeat for this long (20)",
+    )
+    manager.add_argument(
+        "--max-restarts",
+        metavar="N",
+        type=int_at_least(0),
+        default=10,
+        help="give up after more restarts than this within --restart-window (10)",
+    )
+    manager.add_argument(
+        "--restart-window", metavar="S", type=seconds(), default=60.0, help="seconds (60)"
+    )
+    logs = parser.add_argument_group("logging")
+    logs.add_argument("--log-level", choices=LEVELS, default="info", help="(default info)")
+    logs.add_argument("--log-format", choices=FORMATS, default="text", help="(default text)")
+    # Set by the process manager for its children; not for people.
+    parser.add_argument("--child-index", type=int_at_least(0), help=argparse.SUPPRESS)
+    parser.add_argument("--heartbeat-fd", type=int_at_least(0), help=argparse.SUPPRESS)
+    parser.set_defaults(handler=run)
+
+
+def build_config(args: argparse.Namespace, worker_id: str) -> WorkerConfig:
+    options: dict[str, Any] = {
+        field: getattr(args, flag)
+        for flag, field in _OPTIONS.items()
+        if getattr(args, flag) is not None
+    }
+    try:
+        return WorkerConfig.build(worker_id=worker_id, **options)
+    except (ValueError, TypeError) as exc:
+        message = str(exc)
+        for flag, field in _OPTIONS.items():
+            message = message.replace(field, "--" + flag.replace("_", "-"))
+        raise CliError(f"bad worker option: {message}", EXIT_USAGE) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    child = args.child_index is not None
+    index = args.child_index or 0
+    worker_id = f"{socket.gethostname()}:{os.getpid()}:{index}"
+    managing = args.processes > 1 and not child
+    configure_logging(args.log_level, args.log_format, label="manager" if managing else worker_id)
+    app = load_app(args.app)
+    url = url_from(args.url)
+    store = resolve_store(app, url)
+    where = describe_store(app, url, store)
+    config = build_config(args, worker_id)
+    if child:
+        return trio.run(_child_main, app, config, args.heartbeat_fd)
+    if managing:
+        if not store.shared_across_processes:
+            raise CliError(
+                f"--processes {args.processes}: the in-memory store ({where}) cannot be "
+                "shared across processes; use a redis:// URL (--url or $CHRONOS_URL)",
+                EXIT_USAGE,
+            )
+        return trio.run(_manager_main, app, config, args, where)
+    return trio.run(_single_main, app, config, where)
+
+
+async def _single_main(app: App, config: WorkerConfig, where: str) -> int:
+    await check_store(app.store, where)
+    if not app.store.shared_across_processes:
+        log.warning(
+            "using the in-memory store: this worker sees only jobs enqueued inside this "
+            "process; use a redis:// URL to share work"
+        )
+    log.info("store %s reachable", where)
+    return await serve_worker(app, config)
+
+
+async def _child_main(app: App, config: WorkerConfig, heartbeat_fd: int | None) -> int:
+    # No reachability check: the manager did one, and a worker rides out a
+    # store outage with backoff instead of dying into a restart loop.
+    return await serve_worker(app, config, heartbeat_fd=heartbeat_fd, managed=True)
+
+
+async def _manager_main(
+    app: App, config: WorkerConfig, args: argparse.Namespace, where: str
+) -> int:
+    try:
+        await check_store(app.store, where)
+    finally:
+        await app.aclose()  # the children open their own connections
+    log.info(
+        "store %s reachable; %d processes x concurrency %d, queues %s",
+        where,
+        args.processes,
+        config.concurrency,
+        ",".join(f"{q.name}={q.weight}" for q in config.queues),
+    )
+    argv = list(args.argv)
+
+    def command(index: int, heartbeat_fd: int) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "chronos_trio",
+            *argv,
+            "--child-index",
+            str(index),
+            "--heartbeat-fd",
+            str(heartbeat_fd),
+        ]
+
+    manager = ProcessManager(
+        command,
+        processes=args.processes,
+        shutdown_timeout=config.shutdown_grace + KILL_MARGIN,
+        liveness_timeout=args.liveness_timeout,
+        restart_intensity=args.max_restarts,
+        restart_period=args.restart_window,
+        fatal_exit_codes=FATAL_CHILD_EXITS,
+    )
+    try:
+        await run_until_signalled(manager)
+    except RestartIntensityExceeded as exc:
+        raise CliError(str(exc), EXIT_RESTARTS) from None
+    except ChildCannotStart as exc:
+        raise CliError(str(exc), exc.returncode) from None
+    return EXIT_OK
+
+
+@attrs.define
+class _Shutdown:
+    signals: int = 0
+    parent_gone: bool = False
+
+
+async def serve_worker(
+    app: App, config: WorkerConfig, *, heartbeat_fd: int | None = None, managed: bool = False
+) -> int:
+    """Run one worker until SIGTERM/SIGINT (or, when ``managed``, until the
+    parent process is gone); returns an exit code."""
+    worker = Worker(app, config)
+    state = _Shutdown()
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+        try:
+            async with trio.open_nursery() as nursery:
+
+                async def on_signals() -> None:
+                    async for signum in received:
+                        state.signals += 1
+                        name = signal.Signals(signum).name
+                        if state.signals == 1:
+                            log.info(
+                                "%s received: shutting down gracefully (grace %gs)",
+                                name,
+                                config.shutdown_grace,
+                            )
+                            worker.stop()
+                        elif not managed:  # a managed child leaves escalation to the manager
+                            log.warning("%s received again: exiting now", name)
+                            logging.shutdown()
+                            os._exit(EXIT_INTERRUPTED)
+
+                nursery.start_soon(on_signals)
+                if managed:
+                    nursery.start_soon(_watch_parent, worker, state)
+                await nursery.start(worker.run)
+                if heartbeat_fd is not None:
+                    nursery.start_soon(_heartbeat, heartbeat_fd, worker, state)
+                await worker.wait_stopped()
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            failed, rest = group.split(ActorFailed)
+            if failed is None or rest is not None:
+                raise
+            log.error("worker failed: %s", one_line(str(_first(failed))))
+            return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _first(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
+async def _heartbeat(fd: int, worker: Worker, state: _Shutdown) -> None:
+    """Tell the manager this process's event loop is alive, once a second."""
+    os.set_inheritable(fd, False)  # grandchildren must not hold it open
+    stream = trio.lowlevel.FdStream(fd)
+    message = b"ready\n"
+    try:
+        while True:
+            await stream.send_all(message)
+            message = b"beat\n"
+            await trio.sleep(CHILD_HEARTBEAT_INTERVAL)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        _parent_gone(worker, state, "its heartbeat pipe broke")
+    finally:
+        await stream.aclose()
+
+
+async def _watch_parent(worker: Worker, state: _Shutdown) -> None:
+    """Stop the worker when the manager dies: EOF on stdin (a pipe only the
+    manager writes to) or a new parent pid, whichever shows first."""
+    parent = os.getppid()
+    stdin = trio.lowlevel.FdStream(os.dup(0))
+    try:
+        await _wait_parent_gone(stdin, parent)
+    finally:
+        stdin.close()
+    _parent_gone(worker, state, f"the process manager (pid {parent}) is gone")
+
+
+async def _wait_parent_gone(stdin: trio.lowlevel.FdStream, parent: int) -> None:
+    async with trio.open_nursery() as nursery:
+
+        async def eof() -> None:
+            try:
+                while await stdin.receive_some(4096):
+                    pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            nursery.cancel_scope.cancel()
+
+        async def reparented() -> None:
+            async for _ in periodic(CHILD_HEARTBEAT_INTERVAL):
+                if os.getppid() != parent:
+                    break
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(eof)
+        nursery.start_soon(reparented)
+
+
+def _parent_gone(worker: Worker, state: _Shutdown, why: str) -> None:
+    if not state.parent_gone:
+        state.parent_gone = True
+        log.warning("%s: shutting down", why)
+        worker.stop()
+
+
+__all__ = ["add_arguments", "build_config", "run", "serve_worker"]

@@ -1,0 +1,83 @@
+"""The app the process and CLI tests run: ``tests.tests_app:app``.
+
+Its store comes from ``$CHRONOS_URL`` (the in-memory store when unset). The
+``tests.record`` handler records every run so a test can count runs and
+duplicates across processes: with a Redis store it RPUSHes
+``"<job id> <pid> <start> <end>"`` to ``<key>:start`` when it starts and to
+``<key>:done`` when it finishes (a plain redis client, so the record does
+not depend on the code under test); otherwise it appends to :data:`RUNS`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import attrs
+import redis
+import trio
+
+from chronos_trio import App, JobContext, SkipRetry
+
+
+@attrs.frozen
+class Record:
+    key: str  # where runs are recorded
+    sleep: float = 0.0  # trio.sleep in the handler
+    fail: bool = False  # raise SkipRetry: dead at once
+    block_first: float = 0.0  # time.sleep (blocks the event loop) on attempt 1
+
+
+@attrs.frozen
+class Note:
+    text: str
+
+
+#: Runs recorded when the store is not Redis: (key, job id, attempt).
+RUNS: list[tuple[str, str, int]] = []
+
+_clients: dict[str, redis.Redis] = {}
+
+
+def _client(url: str) -> redis.Redis:
+    if url not in _clients:
+        _clients[url] = redis.Redis.from_url(url)
+    return _clients[url]
+
+
+def make_app(url: str | None) -> App:
+    """A fresh App with the test tasks on ``url`` (producers in tests use one)."""
+    app = App(url)
+
+    @app.task("tests.record", max_retries=3, timeout=30)
+    async def record(args: Record, job: JobContext) -> None:
+        started = time.time()
+        redis_url = url if url and url.startswith("redis") else None
+        if redis_url:
+            line = f"{job.id} {os.getpid()} {started:.3f}"
+            await trio.to_thread.run_sync(_client(redis_url).rpush, f"{args.key}:start", line)
+        if args.block_first and job.attempt == 1:
+            time.sleep(args.block_first)  # noqa: ASYNC251 - blocks the event loop on purpose
+        if args.sleep:
+            await trio.sleep(args.sleep)
+        if args.fail:
+            raise SkipRetry("asked to fail")
+        if redis_url:
+            line = f"{job.id} {os.getpid()} {started:.3f} {time.time():.3f}"
+            await trio.to_thread.run_sync(_client(redis_url).rpush, f"{args.key}:done", line)
+        else:
+            RUNS.append((args.key, job.id, job.attempt))
+
+    @app.task("tests.note", queue="critical", max_retries=0)
+    async def note(args: Note, job: JobContext) -> None:
+        if args.text == "fail":
+            raise ValueError("note failed on purpose")
+
+    return app
+
+
+app = make_app(os.environ.get("CHRONOS_URL"))
+
+#: Not an App, for the CLI's "is not an App" error.
+not_an_app: Any = object()
