@@ -149,7 +149,9 @@ class RedisServer:
                     f"redis-server exited with {self._proc.returncode} on port {self.port}; "
                     f"see {self.directory / 'redis.log'}"
                 )
-            if _ping(self.port) == b"+PONG\r\n":
+            reply = _ping(self.port)
+            # any reply but LOADING means it serves (-NOAUTH with a password set)
+            if reply and not reply.startswith(b"-LOADING"):
                 return self
             time.sleep(0.02)
         self.kill()

@@ -42,19 +42,32 @@ class AdapterStatistics:
     blocking_waits: int = 0  # BLPOPs issued
 
 
+Client = redis.Redis | redis.cluster.RedisCluster
+
+
 class RedisAdapter:
-    """Runs redis-py calls for Trio. ``client`` is a ``Redis`` or ``RedisCluster``."""
+    """Runs redis-py calls for Trio.
+
+    ``client`` is a ``Redis`` or ``RedisCluster``, or a function making one:
+    it is then called in a thread on first use, because a ``RedisCluster``
+    connects (and may fail) as soon as it is built.
+    """
 
     def __init__(
         self,
-        client: redis.Redis | redis.cluster.RedisCluster,
+        client: Client | Callable[[], Client],
         *,
         description: str,
         max_block: float = 2.0,
         threads: int = 32,
     ) -> None:
-        self.client = client
-        self.cluster = isinstance(client, redis.cluster.RedisCluster)
+        self._client: Client | None = None
+        self._factory: Callable[[], Client] | None = None
+        if isinstance(client, redis.Redis | redis.cluster.RedisCluster):
+            self._client = client
+        else:
+            self._factory = client
+        self._client_lock = trio.Lock()
         self.description = description
         #: Longest single BLPOP; below the socket timeout so a blocked call
         #: never looks like a dead connection.
@@ -69,16 +82,22 @@ class RedisAdapter:
     def _error(self, exc: BaseException) -> StoreError:
         return StoreError(f"Redis at {self.description} failed: {type(exc).__name__}: {exc}")
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run one sync redis-py call in a thread; redis errors become StoreError."""
+    async def client(self) -> Client:
+        """The redis-py client, made on first use (errors become StoreError)."""
         if self._closed:
             raise StoreError("the store is closed")
-        self.stats.round_trips += 1
-        self.stats.commands += 1
-        try:
-            return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
-        except _REDIS_ERRORS as exc:
-            raise self._error(exc) from exc
+        if self._client is not None:
+            return self._client
+        async with self._client_lock:
+            if self._client is None:
+                assert self._factory is not None
+                try:
+                    self._client = await trio.to_thread.run_sync(
+                        self._factory, limiter=self._limiter
+                    )
+                except _REDIS_ERRORS as exc:
+                    raise self._error(exc) from exc
+            return self._client
 
     # -- batches --------------------------------------------------------------------
     async def execute(self, ops: Sequence[Op], after: Sequence[Op] = ()) -> list[Any]:
@@ -90,21 +109,19 @@ class RedisAdapter:
         in parallel. Their replies are not returned. An error reply raises
         StoreError after the whole batch ran.
         """
-        if self._closed:
-            raise StoreError("the store is closed")
         if not ops and not after:
             return []
+        client = await self.client()
         try:
-            if not self.cluster:
-                assert isinstance(self.client, redis.Redis)
+            if isinstance(client, redis.Redis):
                 replies = await trio.to_thread.run_sync(
-                    self._run_on_node, self.client, [*ops, *after], limiter=self._limiter
+                    self._run_on_node, client, [*ops, *after], limiter=self._limiter
                 )
                 replies = replies[: len(ops)]
             else:
-                replies = await self._execute_cluster(ops)
+                replies = await self._execute_cluster(client, ops)
                 if after:
-                    await self._execute_cluster(after)
+                    await self._execute_cluster(client, after)
         except _REDIS_ERRORS as exc:
             raise self._error(exc) from exc
         for reply in replies:
@@ -142,9 +159,9 @@ class RedisAdapter:
             pipe.execute_command(*op.args)  # type: ignore[no-untyped-call]
         return list(pipe.execute(raise_on_error=False))
 
-    async def _execute_cluster(self, ops: Sequence[Op]) -> list[Any]:
-        cluster = self.client
-        assert isinstance(cluster, redis.cluster.RedisCluster)
+    async def _execute_cluster(
+        self, cluster: redis.cluster.RedisCluster, ops: Sequence[Op]
+    ) -> list[Any]:
         replies: list[Any] = [None] * len(ops)
         pending = list(range(len(ops)))
         for attempt in range(3):
@@ -190,10 +207,8 @@ class RedisAdapter:
         Cancelling abandons the thread; if its BLPOP then still pops a token,
         the token is pushed back so the wake-up reaches another waiter.
         """
-        if self._closed:
-            raise StoreError("the store is closed")
+        client = await self.client()
         block = max(0.001, min(timeout, self.max_block))
-        client = self.client
         abandoned = threading.Event()
 
         def pop() -> tuple[bytes, bytes] | None:
@@ -219,4 +234,5 @@ class RedisAdapter:
         if self._closed:
             return
         self._closed = True
-        await trio.to_thread.run_sync(self.client.close, limiter=self._limiter)
+        if self._client is not None:
+            await trio.to_thread.run_sync(self._client.close, limiter=self._limiter)

@@ -9,12 +9,12 @@ hot-path batch one pipelined round trip. See :mod:`.keys` for the layout,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
-import redis
-import redis.cluster
 
 from ..._job import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
 from .._base import (
@@ -29,8 +29,8 @@ from .._base import (
     TriggerResult,
 )
 from . import _admin, _jobs, _leader, _waiting
-from ._adapter import RedisAdapter
-from ._connect import connect, redact, split_store_options
+from ._adapter import Client, RedisAdapter
+from ._connect import SCHEMES, connect, redact, split_store_options
 from ._context import StoreContext
 from ._scripts import Op
 from .keys import KeySpace
@@ -54,27 +54,24 @@ class RedisStore(Store):
     is the partition count of a queue's first version; the first store to
     use a queue records it in Redis, and it holds for every process after.
     Topology and paused flags are cached for ``topology_ttl`` seconds.
+    ``client`` is a redis-py ``Redis``/``RedisCluster`` (made with
+    ``decode_responses=False``) or a function returning one, called on first use.
     """
 
     shared_across_processes = True
 
     def __init__(
         self,
-        client: redis.Redis | redis.cluster.RedisCluster,
+        client: Client | Callable[[], Client],
         *,
         namespace: str = "chronos",
         default_partitions: int = 1,
         topology_ttl: float = 1.0,
         description: str = "redis",
-        max_block: float | None = None,
+        max_block: float = 2.0,
     ) -> None:
         if default_partitions < 1:
             raise ValueError(f"default_partitions must be >= 1, got {default_partitions}")
-        pool_kwargs = client.get_connection_kwargs() if isinstance(client, redis.Redis) else {}
-        socket_timeout = pool_kwargs.get("socket_timeout") or 5.0
-        if max_block is None:
-            # a blocked BLPOP must end well before the socket times out
-            max_block = max(0.05, min(2.0, float(socket_timeout) / 2))
         self._adapter = RedisAdapter(client, description=description, max_block=max_block)
         self._ctx = StoreContext(
             self._adapter,
@@ -99,13 +96,22 @@ class RedisStore(Store):
         ``redis+cluster://host:port[,host:port...]`` (also ``rediss+cluster://``).
         Credentials go in the URL (``redis://user:password@host``). The query
         options ``namespace`` and ``partitions`` are read here; explicit keyword
-        arguments win over them. No connection is made until first use."""
+        arguments win over them. Nothing connects until first use, and every
+        failure then is a StoreError. Socket operations time out after
+        ``socket_timeout`` seconds; a blocking wait never blocks in Redis for
+        more than half of that (at most 2 s), so it never looks like a timeout."""
         clean, opts = split_store_options(url)
-        client = connect(
-            clean, socket_timeout=socket_timeout, connect_timeout=connect_timeout, **redis_kwargs
-        )
+        if urlsplit(clean).scheme.lower() not in SCHEMES:
+            raise ValueError(f"unsupported Redis URL {redact(clean)!r}; expected one of {SCHEMES}")
         return cls(
-            client,
+            functools.partial(
+                connect,
+                clean,
+                socket_timeout=socket_timeout,
+                connect_timeout=connect_timeout,
+                **redis_kwargs,
+            ),
+            max_block=max(0.05, min(2.0, socket_timeout / 2)),
             namespace=namespace or opts.get("namespace") or "chronos",
             default_partitions=default_partitions or int(opts.get("partitions") or 1),
             topology_ttl=topology_ttl,

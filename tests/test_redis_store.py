@@ -1,0 +1,362 @@
+"""RedisStore behaviour beyond the conformance suite: layout, scripts, URLs,
+fencing, idle waiting, topology caching and stale writers, triggers."""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import redis
+import redis.crc
+import trio
+
+from chronos_trio._job import JobState, NewJob
+from chronos_trio.store import QueueWeight, SettleKind, Settlement, StoreError, TriggerResult
+from chronos_trio.store.memory import partition_of
+from chronos_trio.store.redis import RedisStore, _leader, open_store
+from chronos_trio.store.redis._connect import connect, redact, split_store_options
+from chronos_trio.testing.redis_server import RedisServer
+
+pytestmark = pytest.mark.redis
+
+Factory = Callable[..., Awaitable[RedisStore]]
+LUA_DIR = Path(__file__).parent.parent / "chronos_trio" / "store" / "redis" / "lua"
+
+
+def job(job_id: str, queue: str = "q", **kw: object) -> NewJob:
+    return NewJob(id=job_id, queue=queue, kind="k", payload=b"\x00\xffraw", **kw)  # type: ignore[arg-type]
+
+
+async def lease(store: RedisStore, queue: str = "q", count: int = 100, ttl: float = 5.0):  # type: ignore[no-untyped-def]
+    return await store.lease([QueueWeight(queue)], count, worker_id="w", lease_duration=ttl)
+
+
+# -- scripts and layout ---------------------------------------------------------------------
+
+
+def test_every_lua_script_documents_its_keys_and_argv() -> None:
+    scripts = sorted(LUA_DIR.glob("*.lua"))
+    assert len(scripts) >= 15
+    for path in scripts:
+        text = path.read_text()
+        header = "\n".join(line for line in text.splitlines() if line.startswith("--"))
+        assert header.startswith(f"-- {path.name}:"), path.name
+        for kind in ("KEYS", "ARGV"):
+            used = {int(n) for n in re.findall(rf"{kind}\[(\d+)\]", text.replace(header, ""))}
+            for n in used:
+                documented = re.search(rf"{kind}\[{n}\]|{kind}\[\d+\+\d+i|{kind}\[\d+\.\.", header)
+                assert documented, f"{path.name}: {kind}[{n}] not named in the header"
+
+
+async def test_partition_keys_share_one_hash_tag(redis_store: Factory, redis_url: str) -> None:
+    store = await redis_store(default_partitions=8)
+    await store.enqueue_many([job(f"j{i}") for i in range(40)] + [job("later", delay=60)])
+    leased = await lease(store, count=5)
+    await store.settle([Settlement(leased[0].ref, SettleKind.DEAD, error="x")])
+    await store.settle([Settlement(leased[1].ref, SettleKind.SUCCEEDED, retain_for=60)])
+    client = redis.Redis.from_url(redis_url)
+    keys = [k.decode() for k in client.keys("*")]
+    slots_by_partition: dict[str, set[int]] = {}
+    for key in keys:
+        tag = re.match(r"\{([^}]*)\}", key)
+        assert tag, f"key without hash tag: {key}"
+        if ":q:" in tag.group(1):
+            slots_by_partition.setdefault(tag.group(1), set()).add(redis.crc.key_slot(key.encode()))
+    assert len(slots_by_partition) == 8  # the queue spreads over 8 slots
+    assert all(len(slots) == 1 for slots in slots_by_partition.values())
+    # a job hash lives under its partition's tag
+    j = await store.get_job("j7")
+    assert j is not None and j.partition == partition_of("j7", 8)
+    assert f"{{chronos:q:q:v1:p{j.partition}}}:j:j7" in keys
+    client.close()
+
+
+async def test_payload_is_raw_bytes_and_job_fields_round_trip(redis_store: Factory) -> None:
+    store = await redis_store()
+    payload = bytes(range(256))
+    await store.enqueue_many(
+        [NewJob(id="b", queue="q", kind="kind", payload=payload, max_retries=7, timeout=2.5)]
+    )
+    [leased] = await lease(store)
+    got = await store.get_job("b")
+    assert got is not None and got.payload == payload == leased.job.payload
+    assert (got.kind, got.max_retries, got.timeout, got.attempts) == ("kind", 7, 2.5, 1)
+    assert got.lease_token == leased.token and got.lease_owner == "w"
+    assert got.lease_expires_at == pytest.approx(leased.expires_at)
+
+
+async def test_tokens_unique_across_partitions_and_calls(redis_store: Factory) -> None:
+    store = await redis_store(default_partitions=8)
+    other = await redis_store(default_partitions=8)
+    await store.enqueue_many([job(f"j{i}") for i in range(200)])
+    tokens = []
+    for s in (store, other, store, other):
+        tokens += [lj.token for lj in await lease(s, count=50)]
+    assert len(tokens) == 200 and len(set(tokens)) == 200
+
+
+async def test_namespaces_are_independent(redis_store: Factory) -> None:
+    a = await redis_store(namespace="a")
+    b = await redis_store(namespace="b")
+    await a.enqueue_many([job("x")])
+    assert await b.get_job("x") is None and await b.queues() == []
+    assert (await a.get_job("x")) is not None
+
+
+async def test_noscript_after_script_flush_is_transparent(
+    redis_store: Factory, redis_url: str
+) -> None:
+    store = await redis_store()
+    await store.enqueue_many([job("a"), job("b")])
+    client = redis.Redis.from_url(redis_url)
+    client.script_flush()
+    loads = store.statistics().script_loads
+    [first] = await lease(store, count=1)
+    client.script_flush()
+    assert await store.settle([Settlement(first.ref, SettleKind.SUCCEEDED)]) == [True]
+    assert store.statistics().script_loads >= loads + 2
+    client.close()
+
+
+# -- URLs -------------------------------------------------------------------------------------
+
+
+async def test_url_helpers() -> None:
+    assert redact("redis://u:secret@h:1/0") == "redis://u:***@h:1/0"
+    assert redact("redis://h:1/0") == "redis://h:1/0"
+    clean, opts = split_store_options("redis://h:1/0?namespace=x&partitions=8&db=2")
+    assert opts == {"namespace": "x", "partitions": "8"} and "namespace" not in clean
+    with pytest.raises(ValueError, match="scheme"):
+        connect("http://h:1")
+    with pytest.raises(ValueError, match="not a Redis store URL"):
+        open_store("memory://")
+    # a RedisCluster connects when built: the store builds it on first use
+    store = RedisStore.from_url("redis+cluster://u:p%40ss@127.0.0.1:1,127.0.0.1:2/")
+    with trio.fail_after(10), pytest.raises(StoreError, match=r"u:\*\*\*@"):
+        await store.now()
+    await store.aclose()
+
+
+async def test_store_options_in_url(redis_url: str) -> None:
+    store = open_store(redis_url.replace("/0", "/0?namespace=ns1&partitions=4"))
+    assert isinstance(store, RedisStore) and store.namespace == "ns1"
+    try:
+        assert (await store.topology("q")).active.partitions == 4
+    finally:
+        await store.aclose()
+
+
+async def test_password_and_acl_urls() -> None:
+    with RedisServer(extra_args=["--requirepass", "s3cret"]) as server:
+        url = f"redis://:s3cret@127.0.0.1:{server.port}/0"
+        store = RedisStore.from_url(url)
+        await store.enqueue_many([job("a")])
+        assert (await store.get_job("a")) is not None
+        await store.aclose()
+        admin = redis.Redis(port=server.port, password="s3cret")
+        admin.acl_setuser("app", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all"])
+        admin.close()
+        acl = RedisStore.from_url(f"redis://app:pw@127.0.0.1:{server.port}/0")
+        assert (await acl.get_job("a")) is not None
+        await acl.aclose()
+        bad = RedisStore.from_url(f"redis://:wrong@127.0.0.1:{server.port}/0")
+        with pytest.raises(StoreError, match=r"\*\*\*"):
+            await bad.get_job("a")
+        await bad.aclose()
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+async def test_unreachable_redis_raises_store_error_quickly() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: connections are refused
+        store = RedisStore.from_url(f"redis://127.0.0.1:{port}/0")
+        with trio.fail_after(5):
+            with pytest.raises(StoreError, match=r"Redis at redis://127\.0\.0\.1"):
+                await store.enqueue_many([job("a")])
+            with pytest.raises(StoreError):
+                await store.wait_ready(["q"], 1.0)
+        await store.aclose()
+
+
+async def test_closed_store_refuses(redis_store: Factory) -> None:
+    store = await redis_store()
+    await store.aclose()
+    with pytest.raises(StoreError, match="closed"):
+        await store.now()
+
+
+# -- waiting -----------------------------------------------------------------------------------
+
+
+async def test_wait_ready_wakes_on_enqueue_from_another_store(redis_store: Factory) -> None:
+    waiter = await redis_store(default_partitions=4)
+    producer = await redis_store(default_partitions=4)
+    await producer.enqueue_many([job("first")])  # the queue exists
+    await lease(waiter)
+    woke_at: list[float] = []
+
+    async def wait() -> None:
+        await waiter.wait_ready(["q"], timeout=10)
+        woke_at.append(trio.current_time())
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(0.3)
+            assert not woke_at  # nothing ready: it blocks
+            sent = trio.current_time()
+            await producer.enqueue_many([job("x")])
+    assert woke_at and sent <= woke_at[0] < sent + 0.2
+
+
+async def test_wait_ready_does_not_return_for_a_job_already_taken(redis_store: Factory) -> None:
+    store = await redis_store()
+    await store.enqueue_many([job("a")])
+    await lease(store)  # the wake-up token is still in the list, the job is gone
+    with trio.fail_after(5):
+        start = trio.current_time()
+        await store.wait_ready(["q"], timeout=0.4)
+        assert trio.current_time() - start >= 0.39
+
+
+async def test_idle_waiting_costs_few_commands(redis_store: Factory, redis_url: str) -> None:
+    store = await redis_store(default_partitions=8)
+    await store.enqueue_many([job("later", delay=3600)])
+    client = redis.Redis.from_url(redis_url)
+    before = int(client.info("stats")["total_commands_processed"])
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.wait_ready, ["q"], 4.0)
+            nursery.start_soon(
+                lambda: store.wait_scheduled(["q"], earlier_than=time.time() + 60, timeout=4.0)
+            )
+    used = int(client.info("stats")["total_commands_processed"]) - before - 1
+    # one look (8 partitions) per waiter plus a BLPOP every 2 s: far from polling
+    assert used <= 40, used
+    client.close()
+
+
+async def test_wait_scheduled(redis_store: Factory) -> None:
+    store = await redis_store(default_partitions=4)
+    producer = await redis_store(default_partitions=4)
+    now = await store.now()
+    await producer.enqueue_many([job("far", run_at=now + 30)])
+    with trio.fail_after(5):
+        # already due before the horizon: at once
+        start = trio.current_time()
+        await store.wait_scheduled(["q"], earlier_than=now + 60, timeout=3)
+        assert trio.current_time() - start < 0.2
+        # a later job does not wake a promoter whose horizon is earlier
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                lambda: store.wait_scheduled(["q"], earlier_than=now + 10, timeout=0.6)
+            )
+            await trio.sleep(0.1)
+            await producer.enqueue_many([job("farther", run_at=now + 40)])
+        assert trio.current_time() - start >= 0.55
+        # an earlier one does
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                lambda: store.wait_scheduled(["q"], earlier_than=now + 10, timeout=3)
+            )
+            await trio.sleep(0.2)
+            await producer.enqueue_many([job("soon", delay=1)])
+        assert trio.current_time() - start < 0.6
+
+
+# -- topology ----------------------------------------------------------------------------------
+
+
+async def test_other_store_sees_new_version_within_ttl(redis_store: Factory) -> None:
+    admin = await redis_store()
+    worker = await redis_store(topology_ttl=0.2)
+    await admin.enqueue_many([job("v1job")])
+    assert [lj.job.id for lj in await lease(worker)] == ["v1job"]
+    await admin.promote_queue_version("q", 2, 4)
+    await admin.enqueue_many([job("v2job")])
+    with trio.fail_after(3):
+        while not (got := await lease(worker)):
+            await trio.sleep(0.05)
+    assert [lj.job.id for lj in got] == ["v2job"] and got[0].job.queue_version == 2
+
+
+async def test_id_in_draining_version_is_not_enqueued_again(redis_store: Factory) -> None:
+    store = await redis_store(default_partitions=2)
+    await store.enqueue_many([job("dup", delay=60)])
+    await store.promote_queue_version("q", 2, 8)
+    [res] = await store.enqueue_many([job("dup")])
+    assert not res.created and res.queue_version == 1
+    [stats] = await store.stats(["q"])
+    assert stats.total == 1
+
+
+async def test_stale_writer_is_rerouted_after_completion(redis_store: Factory) -> None:
+    admin = await redis_store(default_partitions=2)
+    stale = await redis_store(default_partitions=2, topology_ttl=3600)
+    await stale.enqueue_many([job("warm")])  # caches v1 as active
+    [lj] = await lease(stale)
+    await stale.settle([Settlement(lj.ref, SettleKind.SUCCEEDED)])
+    await admin.promote_queue_version("q", 2, 4)
+    await admin.complete_draining_version("q", 1)
+    # the stale writer still believes v1 is active; its partition is closed
+    [res] = await stale.enqueue_many([job("late")])
+    assert res.created and res.queue_version == 2
+    got = await admin.get_job("late")
+    assert got is not None and got.queue_version == 2
+
+
+# -- triggers ----------------------------------------------------------------------------------
+
+
+async def test_trigger_left_pending_by_a_crash_is_enqueued_later(
+    redis_store: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await redis_store()
+    lead = await store.acquire_leadership("cron", "a", ttl=5)
+    assert lead is not None
+    real = _leader.enqueue_many
+
+    async def crash(*args: object, **kw: object) -> None:
+        raise StoreError("crashed between recording and enqueuing")
+
+    monkeypatch.setattr(_leader, "enqueue_many", crash)
+    with pytest.raises(StoreError):
+        await store.enqueue_trigger("cron", lead.epoch, "s", 100.0, job("s@100"))
+    assert await store.get_job("s@100") is None
+    monkeypatch.setattr(_leader, "enqueue_many", real)
+    # recorded as fired: a retry says so, and enqueues the pending job on the way
+    res = await store.enqueue_trigger("cron", lead.epoch, "s", 100.0, job("s@100"))
+    assert res is TriggerResult.ALREADY_FIRED
+    assert (await store.get_job("s@100")) is not None
+    assert (await store.schedule_last_fired("cron")) == {"s": 100.0}
+
+
+async def test_new_leader_enqueues_pending_triggers(
+    redis_store: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await redis_store()
+    lead = await store.acquire_leadership("cron", "a", ttl=0.3)
+    assert lead is not None
+
+    async def crash(*args: object, **kw: object) -> None:
+        raise StoreError("leader died")
+
+    real = _leader.enqueue_many
+    monkeypatch.setattr(_leader, "enqueue_many", crash)
+    with pytest.raises(StoreError):
+        await store.enqueue_trigger("cron", lead.epoch, "s", 5.0, job("s@5"))
+    monkeypatch.setattr(_leader, "enqueue_many", real)
+    await trio.sleep(0.35)
+    successor = await store.acquire_leadership("cron", "b", ttl=5)
+    assert successor is not None and successor.epoch == lead.epoch + 1
+    got = await store.get_job("s@5")
+    assert got is not None and got.state is JobState.READY
