@@ -225,7 +225,10 @@ class Schedule:
                 k += 1
             return k * ms / 1000
         assert self.cron is not None
-        it = croniter(self.cron, dt.datetime.fromtimestamp(t, self._zone))
+        # From the whole second: a datetime rounds to microseconds, which could
+        # step past a trigger a hair after t. Triggers fall on whole seconds,
+        # so none lies in (floor(t), t].
+        it = croniter(self.cron, dt.datetime.fromtimestamp(math.floor(t), self._zone))
         while True:
             x = float(it.get_next(float))
             if x > t and not self._repeated(x):

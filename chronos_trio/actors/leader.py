@@ -10,10 +10,10 @@ in the store is unexpired), and the scheduler and janitor work only while
   ``leader_ttl / 3``.
 * The leader renews every ``leader_ttl / 3``. It steps down (``rt.leadership``
   becomes None) at once when a renewal is refused, and, when the store cannot
-  be reached, no later than its lease would expire by its own clock: the
-  deadline is counted from when each renewal was *sent*, so it never passes
-  after the store's own expiry (clock rates being equal). A leader paused past
-  its lease therefore steps down as soon as it runs again.
+  be reached, before its lease would expire by its own clock: the deadline
+  is counted from when each renewal was *sent*, less a 5% margin for clock
+  rate differences, so it passes before the store's own expiry. A leader
+  paused past its lease therefore steps down as soon as it runs again.
 * On the way out (shutdown, crash, cancellation) it resigns, so a follower
   takes over at once instead of after the lease expires.
 * Being leader is advisory for the process; correctness does not depend on it:
@@ -32,6 +32,9 @@ from .._schedule import leadership_name
 from ..store import Leadership, StoreError
 
 log = logging.getLogger("chronos_trio.leader")
+
+#: Fraction of the lease a leader gives up early when it cannot renew.
+SAFETY_MARGIN = 0.05
 
 
 async def run(
@@ -61,6 +64,9 @@ class _Elector:
         self.holder = rt.config.worker_id
         self.ttl = rt.config.leader_ttl
         self.every = self.ttl / 3
+        # Give up a little before the store's lease ends: this host's clock may
+        # run slightly faster or slower than the store's.
+        self.safe_ttl = self.ttl * (1 - SAFETY_MARGIN)
         self.backoff = Backoff(log, "leader election")
 
     async def acquire(self) -> tuple[Leadership, float]:
@@ -92,7 +98,7 @@ class _Elector:
         """Renew ``lead`` until it is lost, refused, or given up elsewhere
         (the scheduler clears ``rt.leadership`` on a stale epoch)."""
         store = self.rt.store
-        deadline = sent + self.ttl
+        deadline = sent + self.safe_ttl
         next_renewal = sent + self.every
         while True:
             with trio.move_on_at(next_renewal):
@@ -131,7 +137,7 @@ class _Elector:
                         lead.epoch,
                     )
                     return
-                deadline = attempt + self.ttl
+                deadline = attempt + self.safe_ttl
                 next_renewal = attempt + self.every
                 break
 

@@ -49,6 +49,9 @@ async def _fire_while_leading(rt: Runtime, lead: Leadership) -> None:
     # This worker is the only writer while it leads, so the store's
     # bookkeeping is read once per leadership and then followed locally.
     last_fired: dict[str, float] | None = None
+    # Each schedule's next trigger after the last round that handled it: until
+    # the store's clock reaches it, nothing can be due (saves cron arithmetic).
+    upcoming: dict[str, float] = {}
     while True:
         if not rt.app.schedules:
             with trio.move_on_after(cfg.scheduler_tick):
@@ -61,6 +64,8 @@ async def _fire_while_leading(rt: Runtime, lead: Leadership) -> None:
             now = await store.now()
             read_at = trio.current_time()
             for schedule in list(rt.app.schedules):
+                if now < upcoming.get(schedule.id, now):
+                    continue
                 due = schedule.due_triggers(last_fired.get(schedule.id), now, cfg.misfire_grace)
                 for fire_at in due:
                     job = schedule.new_job(fire_at, rt.app.tasks.get(schedule.kind))
@@ -84,8 +89,10 @@ async def _fire_while_leading(rt: Runtime, lead: Leadership) -> None:
                     if result is TriggerResult.ENQUEUED:
                         rt.counters.triggered += 1
                         log.info("fired %s (schedule %s, %s)", job.id, schedule.id, schedule.spec)
+                upcoming[schedule.id] = schedule.next_after(now)
         except StoreError as exc:
-            with trio.move_on_at(trio.current_time() + cfg.scheduler_tick):
+            # Bounded by a tick: a trigger retried later than its grace is lost.
+            with trio.move_on_after(cfg.scheduler_tick):
                 await backoff.failed(exc)
             if rt.leadership.value != lead:
                 return
@@ -93,7 +100,7 @@ async def _fire_while_leading(rt: Runtime, lead: Leadership) -> None:
         backoff.reset()
         wait = cfg.scheduler_tick
         for schedule in rt.app.schedules:
-            wait = min(wait, schedule.next_after(now) - now)
+            wait = min(wait, upcoming.get(schedule.id, now) - now)
         with trio.move_on_at(read_at + max(0.0, wait)):
             await rt.leadership.wait_value(lambda v: v != lead)
             return
