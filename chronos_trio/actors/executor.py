@@ -72,8 +72,7 @@ async def _run_handler(rt: Runtime, entry: Entry) -> Settlement | None:
             ref,
             SettleKind.DEAD,
             error=(
-                f"job {job.id} (queue {job.queue!r}): "
-                f"no handler registered for kind {job.kind!r}"
+                f"job {job.id} (queue {job.queue!r}): no handler registered for kind {job.kind!r}"
             ),
         )
     try:
