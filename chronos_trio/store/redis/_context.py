@@ -40,8 +40,9 @@ class StoreContext:
 
     Topology and paused flags are cached for ``topology_ttl`` seconds so the
     hot path does not pay a round trip per call; this store's own changes
-    apply at once, other processes' changes within the TTL. A queue with no
-    topology yet is never cached, so its first jobs are seen at once.
+    apply at once, other processes' changes within the TTL. Waiters re-read
+    them after every wake-up, so a queue's first jobs (or a resume) elsewhere
+    are seen at once by a worker that was idle.
     """
 
     def __init__(
@@ -93,10 +94,9 @@ class StoreContext:
                 ]
             )
             for q, enc, p in zip(stale, topo, paused, strict=True):
-                m = QueueMeta(decode_topology(enc) if enc else None, bool(p), now)
-                out[q] = m
-                if m.versions is not None:
-                    self._meta[q] = m
+                out[q] = self._meta[q] = QueueMeta(
+                    decode_topology(enc) if enc else None, bool(p), now
+                )
         return out
 
     async def ensure(self, queues: Sequence[str], *, fresh: bool = False) -> dict[str, QueueMeta]:

@@ -1,0 +1,103 @@
+"""RedisStore on a local 3-master Redis Cluster: keys spread over the nodes,
+per-node script loading, wake-ups, triggers and an end-to-end worker."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import redis
+import trio
+
+from chronos_trio._job import NewJob
+from chronos_trio.store import QueueWeight, SettleKind, Settlement, TriggerResult
+from chronos_trio.store.redis import RedisStore
+from chronos_trio.testing.redis_server import RedisCluster
+from tests._support import Recorder, Work, wait_for
+
+pytestmark = [pytest.mark.redis, pytest.mark.cluster]
+
+
+def job(job_id: str, **kw: object) -> NewJob:
+    return NewJob(id=job_id, queue="q", kind="k", payload=b"{}", **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def store(redis_cluster_url: str) -> AsyncIterator[RedisStore]:
+    s = RedisStore.from_url(redis_cluster_url, default_partitions=8)
+    yield s
+    await s.aclose()
+
+
+def _node_clients(cluster: RedisCluster) -> list[redis.Redis]:
+    return [redis.Redis(port=p) for p in cluster.ports]
+
+
+async def test_partitions_spread_over_nodes(store: RedisStore, redis_cluster: RedisCluster) -> None:
+    await store.enqueue_many([job(f"j{i}") for i in range(200)])
+    sizes = [c.dbsize() for c in _node_clients(redis_cluster)]
+    assert sum(1 for n in sizes if n > 0) >= 2, sizes
+    got = await store.lease([QueueWeight("q")], 200, worker_id="w", lease_duration=5)
+    assert len(got) == 200 and len({lj.job.partition for lj in got}) == 8
+    assert all(await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in got]))
+    [stats] = await store.stats(["q"])
+    assert stats.total == 0
+
+
+async def test_scripts_reloaded_per_node(store: RedisStore, redis_cluster: RedisCluster) -> None:
+    await store.enqueue_many([job(f"a{i}") for i in range(50)])
+    loads = store.statistics().script_loads
+    for c in _node_clients(redis_cluster):
+        c.script_flush()
+    got = await store.lease([QueueWeight("q")], 50, worker_id="w", lease_duration=5)
+    assert len(got) == 50
+    assert store.statistics().script_loads >= loads + 2  # at least two nodes reloaded
+
+
+async def test_wake_up_on_cluster(store: RedisStore, redis_cluster_url: str) -> None:
+    producer = RedisStore.from_url(redis_cluster_url, default_partitions=8)
+    await producer.enqueue_many([job("first")])
+    await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=5)
+    woke: list[float] = []
+
+    async def wait() -> None:
+        await store.wait_ready(["q"], timeout=10)
+        woke.append(trio.current_time())
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(0.2)
+            assert not woke
+            sent = trio.current_time()
+            await producer.enqueue_many([job("x")])
+    assert woke and woke[0] - sent < 0.3
+    await producer.aclose()
+
+
+async def test_triggers_and_leadership_on_cluster(store: RedisStore) -> None:
+    lead = await store.acquire_leadership("cron", "a", ttl=5)
+    assert lead is not None
+    assert await store.acquire_leadership("cron", "b", ttl=5) is None
+    fired = await store.enqueue_trigger("cron", lead.epoch, "s", 10.0, job("s@10"))
+    assert fired is TriggerResult.ENQUEUED
+    again = await store.enqueue_trigger("cron", lead.epoch, "s", 10.0, job("s@10"))
+    assert again is TriggerResult.ALREADY_FIRED
+    stale = await store.enqueue_trigger("cron", lead.epoch - 1, "s", 20.0, job("s@20"))
+    assert stale is TriggerResult.STALE_EPOCH
+    assert await store.get_job("s@10") is not None
+    assert await store.schedule_last_fired("cron") == {"s": 10.0}
+
+
+async def test_worker_end_to_end_on_cluster(store: RedisStore) -> None:
+    rec = Recorder(store, max_retries=2)
+    n = 300
+    await rec.work.enqueue_many([Work(i) for i in range(n)])
+    await rec.work.enqueue_many([Work(1000 + i) for i in range(20)], delay=0.3)
+    await rec.work.enqueue_many([Work(2000 + i, fail_times=1) for i in range(10)])
+    with trio.fail_after(30):
+        async with rec.app.open_worker(queues="default", concurrency=32):
+            await wait_for(lambda: len(rec.finished) >= n + 30, poll=0.05)
+    assert len(rec.finished) == n + 30
+    [stats] = await store.stats(["default"])
+    assert stats.total == 0
