@@ -3,7 +3,9 @@ takes new jobs; completing v1 is refused until it is empty."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 import trio
@@ -102,3 +104,24 @@ async def test_completion_refused_by_one_leased_job_and_partitions_reopened(
     assert again.job.queue_version == 1 and again.job.attempts == 2
     await store.settle([Settlement(again.ref, SettleKind.SUCCEEDED)])
     await store.complete_draining_version("orders", 1)
+
+
+async def test_migration_example_cli(
+    redis_store: Factory, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = Path(__file__).parent.parent / "examples" / "redis_migration.py"
+    spec = importlib.util.spec_from_file_location("redis_migration_example", path)
+    assert spec is not None and spec.loader is not None
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    store = await redis_store(default_partitions=4)
+    await store.enqueue_many([job("a"), job("b")])
+    assert await cli.main([redis_url, "promote", "orders", "--partitions", "8"]) == 0
+    assert await cli.main([redis_url, "complete", "orders", "--version", "1"]) == 1
+    assert "still holds 2 job(s)" in capsys.readouterr().err
+    got = await store.lease([QueueWeight("orders")], 10, worker_id="w", lease_duration=5)
+    await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in got])
+    assert await cli.main([redis_url, "complete", "orders", "--version", "1"]) == 0
+    assert await cli.main([redis_url, "show", "orders"]) == 0
+    out = capsys.readouterr().out
+    assert "v2  active    8 partition(s)" in out and "v1  draining" not in out
