@@ -1,0 +1,312 @@
+"""``python -m benchmarks``: every workload, chronos_trio and its peers, one run.
+
+Starts a private redis-server, runs each workload ``--runs`` times (FLUSHDB,
+SCRIPT FLUSH and CONFIG RESETSTAT between runs), keeps the median of each
+figure, prints tables with chronos_trio/peer ratios, writes JSON (and, with
+``--publish``, the JSON, Markdown tables and PNG charts under docs/benchmarks/).
+
+``--quick``: small N, one run, no peers, well under 2 minutes (the CI smoke
+test). ``--setup-peers``: create each peer's virtual environment
+(benchmarks/.venv/PEER) from benchmarks/peers/requirements-PEER.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks import _common as common
+from benchmarks import chronos_bench as cb
+from benchmarks import report
+from benchmarks._proc import REPO
+from benchmarks._redis import BenchRedis, open_redis
+from benchmarks.peers import PEERS
+
+VENVS = REPO / "benchmarks" / ".venv"
+RESULTS = REPO / "benchmarks" / "results"
+PUBLISH = REPO / "docs" / "benchmarks"
+WORKLOADS = (
+    "lifecycle",
+    "drain",
+    "saturation",
+    "enqueue",
+    "pickup",
+    "lateness",
+    "recovery",
+    "idle",
+)
+
+
+class Sizes:
+    """Workload sizes: the issue's figures, or small ones for ``--quick``."""
+
+    def __init__(self, quick: bool) -> None:
+        q = quick
+        self.lifecycle_single = 100 if q else 500
+        self.lifecycle_batch = 640 if q else 20_000
+        self.drain = 2_000 if q else 20_000
+        self.drain_concurrency = (1, 16, 64)
+        self.saturation = 2_000 if q else 20_000
+        self.enqueue_single = 300 if q else 2_000
+        self.enqueue_many = 2_000 if q else 20_000
+        self.pickup_jobs = 50 if q else 500
+        self.pickup_rate = 100.0
+        self.late_jobs = 200 if q else 1_000
+        self.late_delay = 1.0 if q else 2.0
+        self.recovery_jobs = 16 if q else 64
+        self.lease = 2.0 if q else 5.0
+        self.idle_seconds = 3.0 if q else 10.0
+        self.timeout = 60.0 if q else 120.0
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def repeat(runs: int, redis: BenchRedis, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``fn`` ``runs`` times with a clean Redis before each; medians of figures."""
+    results = []
+    for _ in range(runs):
+        redis.flush()
+        try:
+            results.append(fn())
+        except Exception as exc:  # a failed run is reported, not hidden
+            log(f"   run failed: {type(exc).__name__}: {exc}")
+            return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+    out = common.median_of(results)
+    out["ok"] = all(r.get("ok", True) for r in results)
+    out["all_runs"] = results
+    return out
+
+
+# -- peers ------------------------------------------------------------------------------------
+
+
+def peer_python(peer: str) -> Path:
+    return VENVS / peer / "bin" / "python"
+
+
+def setup_peers(peers: list[str]) -> None:
+    for peer in peers:
+        venv = VENVS / peer
+        if not peer_python(peer).exists():
+            log(f"creating {venv}")
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        req = REPO / "benchmarks" / "peers" / f"requirements-{peer}.txt"
+        subprocess.run([str(peer_python(peer)), "-m", "pip", "install", "-q", "-r", str(req)],
+                       check=True)  # fmt: skip
+
+
+def run_peer(peer: str, workload: str, url: str, timeout: float, **opts: Any) -> dict[str, Any]:
+    python = peer_python(peer)
+    if not python.exists():
+        raise RuntimeError("not installed (python -m benchmarks --setup-peers)")
+    argv = [str(python), "-m", "benchmarks.peers", peer, workload, "--url", url]
+    for k, v in opts.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, cwd=str(REPO),
+        env={**os.environ, "PYTHONPATH": str(REPO)}, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        raise RuntimeError(f"exit {proc.returncode}: {last[:160]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def peer_versions(peers: list[str]) -> dict[str, Any]:
+    out = {}
+    for peer in peers:
+        try:
+            out[peer] = run_peer(peer, "versions", "", 60)
+        except Exception as exc:
+            out[peer] = {"error": str(exc)}
+    return out
+
+
+# -- the suite -----------------------------------------------------------------------------------
+
+
+def suite(args: argparse.Namespace, redis: BenchRedis) -> dict[str, list[dict[str, Any]]]:
+    s = Sizes(args.quick)
+    url = redis.url
+    runs = args.runs
+    peers = [] if args.quick or args.no_peers else args.peers
+    wanted = args.workloads
+    out: dict[str, list[dict[str, Any]]] = {w: [] for w in WORKLOADS}
+
+    def ours(workload: str, setting: str, fn: Callable[[], dict[str, Any]]) -> None:
+        log(f"-- {workload}: chronos_trio {setting}")
+        row = repeat(runs, redis, fn)
+        out[workload].append({"system": report.OURS, "setting": setting, **row})
+
+    def theirs(workload: str, setting: str, peer: str, timeout: float, **opts: Any) -> None:
+        log(f"-- {workload}: {peer} {setting}")
+        row = repeat(runs, redis, lambda: run_peer(peer, workload, url, timeout, **opts))
+        out[workload].append({"system": peer, "setting": setting, **row})
+
+    if "lifecycle" in wanted:
+        configs: list[tuple[str, str | None]] = [
+            ("memory", None),
+            ("redis p1", url + "?partitions=1"),
+            ("redis p8", url + "?partitions=8"),
+        ]
+        for name, store_url in configs:
+            n1 = s.lifecycle_single * (5 if store_url is None else 1)
+            ours("lifecycle", f"{name}, 1 job/call",
+                 lambda u=store_url, n=n1: cb.run(cb.lifecycle, u, n, 1))  # fmt: skip
+            ours("lifecycle", f"{name}, 64 jobs/call",
+                 lambda u=store_url: cb.run(cb.lifecycle, u, s.lifecycle_batch, 64))  # fmt: skip
+
+    if "drain" in wanted:
+        settings = [(f"c={c}", c, 1) for c in s.drain_concurrency] + [("2 procs x c=64", 64, 2)]
+        for label, c, p in settings:
+            ours("drain", label, lambda c=c, p=p: cb.run(cb.drain, url, s.drain, c, p, s.timeout))
+            for peer in peers:
+                theirs("drain", label, peer, s.timeout + 120, n=s.drain, concurrency=c,
+                       processes=p, timeout=s.timeout)  # fmt: skip
+
+    if "saturation" in wanted:
+        ours("saturation", "4 producers, c=64",
+             lambda: cb.run(cb.saturation, url, s.saturation, 4, 64, s.timeout))  # fmt: skip
+
+    if "enqueue" in wanted:
+        ours("enqueue", "no worker", lambda: cb.run(
+            cb.enqueue, url, s.enqueue_single, s.enqueue_many, 32, s.enqueue_many))  # fmt: skip
+        for peer in peers:
+            theirs("enqueue", "no worker", peer, 600, n=s.enqueue_many, n_single=s.enqueue_single)
+
+    if "pickup" in wanted:
+        ours("pickup", f"{s.pickup_rate:.0f} jobs/s, c=16", lambda: cb.run(
+            cb.pickup, url, s.pickup_rate, s.pickup_jobs, 16, s.timeout))  # fmt: skip
+
+    if "lateness" in wanted:
+        for label, spread in (("due over 1 s", 1.0), ("all due at once", 0.0)):
+            setting = f"{s.late_jobs} jobs, {label}"
+            ours("lateness", setting, lambda spread=spread: cb.run(
+                cb.lateness, url, s.late_jobs, s.late_delay, spread, 16, 30))  # fmt: skip
+            for peer in peers:
+                theirs("lateness", setting, peer, 240, n=s.late_jobs, delay=s.late_delay,
+                       spread=spread, concurrency=16, timeout=30)  # fmt: skip
+
+    if "recovery" in wanted:
+        ours("recovery", f"{s.recovery_jobs} leases, lease {s.lease:g} s", lambda: cb.run(
+            cb.recovery, url, s.recovery_jobs, s.lease, s.timeout))  # fmt: skip
+
+    if "idle" in wanted:
+        ours("idle", f"c=16, {s.idle_seconds:g} s", lambda: cb.run(
+            cb.idle, url, s.idle_seconds, 16, redis.commandstats, redis.reset_stats))  # fmt: skip
+    return out
+
+
+def meta(args: argparse.Namespace, redis: BenchRedis, peers: list[str]) -> dict[str, Any]:
+    import redis as redis_py
+    import trio
+
+    import chronos_trio
+
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "runs": args.runs,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "loadavg_start": os.getloadavg(),
+        },
+        "versions": {
+            "chronos_trio": chronos_trio.__version__,
+            "trio": trio.__version__,
+            "redis-py": redis_py.__version__,
+            "redis-server": redis.version(),
+            "peers": peer_versions(peers) if peers else {},
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="small N, 1 run, no peers")
+    parser.add_argument("--runs", type=int, default=None, help="runs per figure (default 3)")
+    parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated")
+    parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
+    parser.add_argument("--publish", action="store_true", help="also write docs/benchmarks/")
+    parser.add_argument("--setup-peers", action="store_true", help="create the peers' venvs")
+    args = parser.parse_args(argv)
+    args.peers = [p for p in args.peers.split(",") if p]
+    args.workloads = [w for w in args.workloads.split(",") if w]
+    unknown = set(args.workloads) - set(WORKLOADS) | set(args.peers) - set(PEERS)
+    if unknown:
+        parser.error(f"unknown workload(s)/peer(s): {', '.join(sorted(unknown))}")
+    if args.runs is None:
+        args.runs = 1 if args.quick else 3
+    if args.setup_peers:
+        setup_peers(args.peers)
+        return 0
+    load = os.getloadavg()[0]
+    if load > 1.0:
+        log(f"warning: load average {load:.2f} on {os.cpu_count()} CPUs: figures will be low")
+    started = time.monotonic()
+    with open_redis() as redis:
+        peers = [] if args.quick or args.no_peers else args.peers
+        doc: dict[str, Any] = {"meta": meta(args, redis, peers)}
+        doc["workloads"] = suite(args, redis)
+    doc["meta"]["seconds"] = round(time.monotonic() - started, 1)
+    doc["meta"]["machine"]["loadavg_end"] = os.getloadavg()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(_clean(doc), indent=1, default=_json_default))
+    print(report.render(doc, report.text_table))
+    print(f"results: {args.out} ({doc['meta']['seconds']} s)")
+    pngs = report.charts(doc, PUBLISH if args.publish else args.out.parent)
+    if args.publish:
+        (PUBLISH / "latest.json").write_text(
+            json.dumps(_clean(doc), indent=1, default=_json_default)
+        )
+        (PUBLISH / "latest.md").write_text(report.render(doc, report.markdown_table))
+    for png in pngs:
+        print(f"chart: {png}")
+    failed = [
+        f"{name}/{row['system']}/{row['setting']}"
+        for name, rows in doc["workloads"].items()
+        for row in rows
+        if row["system"] == report.OURS and not row.get("ok", True)
+    ]
+    if failed:
+        print(f"chronos_trio workloads that did not complete: {', '.join(failed)}")
+        return 1
+    return 0
+
+
+def _json_default(value: Any) -> Any:
+    return str(value)
+
+
+def _clean(value: Any) -> Any:
+    """NaN (a figure that could not be measured) as JSON null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+if __name__ == "__main__":
+    sys.exit(main())

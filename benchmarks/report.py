@@ -1,0 +1,258 @@
+"""Tables (terminal and Markdown) and charts of a results document.
+
+A results document is the JSON that ``python -m benchmarks`` writes:
+``{"meta": {...}, "workloads": {name: [row, ...]}}``; each row has
+``system``, ``setting`` and the median figures of its runs (``ok`` False with
+``error`` for a run that failed or a workload a peer cannot do).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+OURS = "chronos_trio"
+
+#: Per workload: the columns (key, header, format) and the figure used for the
+#: chronos_trio/peer ratio (with whether higher is better).
+Column = tuple[str, str, str]
+TABLES: dict[str, dict[str, Any]] = {
+    "lifecycle": {
+        "title": "1. Store lifecycle (enqueue > promote > lease > renew > complete), us/job",
+        "columns": [
+            ("enqueue_us", "enqueue", "{:.1f}"),
+            ("promote_us", "promote", "{:.1f}"),
+            ("lease_us", "lease", "{:.1f}"),
+            ("renew_us", "renew", "{:.1f}"),
+            ("complete_us", "complete", "{:.1f}"),
+            ("cycle_us", "us/job", "{:.1f}"),
+            ("jobs_per_s", "jobs/s", "{:,.0f}"),
+        ],
+    },
+    "drain": {
+        "title": "2. Drain: pre-enqueued no-op jobs, jobs/s (higher is better)",
+        "columns": [("jobs_per_s", "jobs/s", "{:,.0f}"), ("completed", "done", "{:,.0f}")],
+        "ratio": ("jobs_per_s", True),
+    },
+    "saturation": {
+        "title": "3. Saturation: 4 producers enqueue while one worker consumes",
+        "columns": [
+            ("jobs_per_s", "jobs/s", "{:,.0f}"),
+            ("enqueue_per_s", "enq/s", "{:,.0f}"),
+            ("p50_ms", "p50 ms", "{:.2f}"),
+            ("p95_ms", "p95 ms", "{:.2f}"),
+            ("p99_ms", "p99 ms", "{:.2f}"),
+        ],
+    },
+    "enqueue": {
+        "title": "4. Enqueue, jobs/s (higher is better; ratio on bulk, else concurrent)",
+        "columns": [
+            ("single_per_s", "one-at-a-time", "{:,.0f}"),
+            ("concurrent_per_s", "32 producers", "{:,.0f}"),
+            ("bulk_per_s", "bulk", "{:,.0f}"),
+        ],
+        "ratio": ("concurrent_per_s", True),
+    },
+    "pickup": {
+        "title": "5. Pickup latency of immediate jobs at a steady light rate (enqueue -> start)",
+        "columns": [
+            ("p50_ms", "p50 ms", "{:.2f}"),
+            ("p95_ms", "p95 ms", "{:.2f}"),
+            ("p99_ms", "p99 ms", "{:.2f}"),
+            ("max_ms", "max ms", "{:.2f}"),
+        ],
+    },
+    "lateness": {
+        "title": "6. Delayed-job lateness: start - run_at (lower is better)",
+        "columns": [
+            ("p50_ms", "p50 ms", "{:.1f}"),
+            ("p99_ms", "p99 ms", "{:.1f}"),
+            ("max_ms", "max ms", "{:.1f}"),
+        ],
+        "ratio": ("p99_ms", False),
+    },
+    "recovery": {
+        "title": "7. Recovery after kill -9 of a worker holding leases (seconds after the kill)",
+        "columns": [
+            ("first_s", "first restart", "{:.2f}"),
+            ("all_s", "all restarted", "{:.2f}"),
+            ("recovered", "jobs", "{:.0f}"),
+            ("lease_duration_s", "lease s", "{:.0f}"),
+        ],
+    },
+    "idle": {
+        "title": "8. Idle cost: Redis commands/s issued by one idle worker",
+        "columns": [("commands_per_s", "commands/s", "{:.2f}")],
+    },
+}
+
+
+def _fmt(value: Any, spec: str) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float) and math.isnan(value):
+        return "-"
+    try:
+        return spec.format(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _ratio(rows: Sequence[dict[str, Any]], row: dict[str, Any], key: str, higher: bool) -> str:
+    if row["system"] == OURS:
+        return ""
+    ours = next((r for r in rows if r["system"] == OURS and r["setting"] == row["setting"]), None)
+    if ours is None or not row.get("ok", True) or not ours.get("ok", True):
+        return ""
+    a, b = ours.get(key), row.get(key)
+    if key == "concurrent_per_s" and row.get("bulk_per_s") and ours.get("bulk_per_s"):
+        a, b = ours["bulk_per_s"], row["bulk_per_s"]
+    if not a or not b or any(isinstance(v, float) and math.isnan(v) for v in (a, b)):
+        return ""
+    return f"{a / b:.1f}x"
+
+
+def table_rows(name: str, rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    spec = TABLES[name]
+    headers = ["system", "setting"] + [h for _, h, _ in spec["columns"]]
+    ratio = spec.get("ratio")
+    if ratio:
+        headers.append("chronos/peer")
+    body = []
+    for row in rows:
+        cells = [row["system"], row["setting"]]
+        if row.get("error"):
+            cells += [f"FAILED: {row['error']}"] + [""] * (len(spec["columns"]) - 1)
+        else:
+            cells += [_fmt(row.get(k), f) for k, _, f in spec["columns"]]
+            if not row.get("ok", True):
+                cells[-1] += " (incomplete)"
+        if ratio:
+            cells.append(_ratio(rows, row, *ratio) if not row.get("error") else "")
+        body.append(cells)
+    return headers, body
+
+
+def text_table(headers: list[str], body: list[list[str]]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *body, strict=False)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line, "-" * len(line)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in body]
+    return "\n".join(out)
+
+
+def markdown_table(headers: list[str], body: list[list[str]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(out)
+
+
+def render(doc: dict[str, Any], fmt: Callable[[list[str], list[list[str]]], str]) -> str:
+    parts = []
+    for name, rows in doc["workloads"].items():
+        if not rows or name not in TABLES:
+            continue
+        title = TABLES[name]["title"]
+        parts.append(f"### {title}" if fmt is markdown_table else f"== {title}")
+        parts.append(fmt(*table_rows(name, rows)))
+        parts.append("")
+    return "\n".join(parts)
+
+
+# -- charts ---------------------------------------------------------------------------------
+
+
+MODES = (
+    ("single_per_s", "one-at-a-time"),
+    ("concurrent_per_s", "32 producers"),
+    ("bulk_per_s", "bulk"),
+)
+
+
+def charts(doc: dict[str, Any], out_dir: Path) -> list[Path]:
+    """PNG charts where a picture reads better; [] when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    w = doc["workloads"]
+    if w.get("drain"):
+        written.append(_grouped_bars(plt, w["drain"], "jobs_per_s", "jobs/s",
+                                     "Drain of 20,000 no-op jobs (higher is better)",
+                                     out_dir / "drain.png", log=True))  # fmt: skip
+    if w.get("enqueue"):
+        rows = []
+        for r in w["enqueue"]:
+            for key, label in MODES:
+                rows.append({**r, "setting": label, "value": r.get(key)})
+        written.append(_grouped_bars(plt, rows, "value", "jobs/s",
+                                     "Enqueue throughput (higher is better)",
+                                     out_dir / "enqueue.png", log=True))  # fmt: skip
+    if w.get("lateness"):
+        rows = []
+        for r in w["lateness"]:
+            for key in ("p50_ms", "p99_ms"):
+                rows.append({**r, "setting": f"{r['setting']} {key[:3]}", "value": r.get(key)})
+        written.append(_grouped_bars(plt, rows, "value", "ms (log)",
+                                     "Delayed-job lateness, start - run_at (lower is better)",
+                                     out_dir / "lateness.png", log=True))  # fmt: skip
+    if w.get("lifecycle"):
+        written.append(_lifecycle(plt, w["lifecycle"], out_dir / "lifecycle.png"))
+    return written
+
+
+def _grouped_bars(
+    plt: Any, rows: list[dict[str, Any]], key: str, ylabel: str, title: str, path: Path,
+    *, log: bool = False,
+) -> Path:  # fmt: skip
+    settings = list(dict.fromkeys(r["setting"] for r in rows))
+    systems = list(dict.fromkeys(r["system"] for r in rows))
+    fig, ax = plt.subplots(figsize=(max(7, 1.3 * len(settings) + 3), 4.2))
+    width = 0.8 / max(1, len(systems))
+    for i, system in enumerate(systems):
+        xs, ys = [], []
+        for j, setting in enumerate(settings):
+            row = next((r for r in rows if r["system"] == system and r["setting"] == setting), None)
+            value = row.get(key) if row and not row.get("error") else None
+            if isinstance(value, int | float) and not math.isnan(value) and value > 0:
+                xs.append(j + i * width)
+                ys.append(value)
+        bars = ax.bar(xs, ys, width, label=system)
+        ax.bar_label(bars, fmt="{:,.0f}" if max(ys, default=0) >= 100 else "{:.1f}",
+                     fontsize=6, rotation=90, padding=2)  # fmt: skip
+    ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(settings))])
+    ax.set_xticklabels(settings, fontsize=8)
+    if log:
+        ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    ax.margins(y=0.25)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _lifecycle(plt: Any, rows: list[dict[str, Any]], path: Path) -> Path:
+    labels = [r["setting"] for r in rows]
+    values = [r.get("cycle_us") or 0.0 for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.5))
+    bars = ax.barh(labels, values, color="tab:blue")
+    ax.bar_label(bars, fmt="{:,.1f} us", fontsize=7, padding=3)
+    ax.set_xscale("log")
+    ax.set_xlabel("microseconds per job, whole cycle (log; lower is better)")
+    ax.set_title("Store lifecycle: enqueue > promote > lease > renew > complete", fontsize=10)
+    ax.invert_yaxis()
+    ax.margins(x=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

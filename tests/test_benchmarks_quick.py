@@ -1,0 +1,43 @@
+"""Smoke test of the benchmark suite: ``python -m benchmarks --quick`` runs
+every workload (small N, no peers) against its own redis-server and each one
+completes. Figures are not checked: they move with the machine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server"),
+]
+
+
+def test_quick_benchmark_completes_every_workload(tmp_path: Path) -> None:
+    out = tmp_path / "quick.json"
+    # Charts need matplotlib, an optional extra: without it they are skipped.
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    workloads = doc["workloads"]
+    expected = {"lifecycle", "drain", "saturation", "enqueue", "pickup", "lateness",
+                "recovery", "idle"}  # fmt: skip
+    assert expected <= {name for name, rows in workloads.items() if rows}
+    for name, rows in workloads.items():
+        for row in rows:
+            assert row.get("ok") is True, (name, row)
+            assert not row.get("error"), (name, row)
