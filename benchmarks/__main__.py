@@ -18,8 +18,10 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -263,12 +265,20 @@ def main(argv: list[str] | None = None) -> int:
     if load > 1.0:
         log(f"warning: load average {load:.2f} on {os.cpu_count()} CPUs: figures will be low")
     started = time.monotonic()
+    loads: list[float] = []
+    sampler = threading.Thread(target=_sample_load, args=(loads,), daemon=True)
+    sampler.start()
     with open_redis() as redis:
         peers = [] if args.quick or args.no_peers else args.peers
         doc: dict[str, Any] = {"meta": meta(args, redis, peers)}
         doc["workloads"] = suite(args, redis)
     doc["meta"]["seconds"] = round(time.monotonic() - started, 1)
     doc["meta"]["machine"]["loadavg_end"] = os.getloadavg()
+    doc["meta"]["machine"]["loadavg1_during"] = {
+        "min": min(loads, default=math.nan),
+        "median": statistics.median(loads) if loads else math.nan,
+        "max": max(loads, default=math.nan),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(_clean(doc), indent=1, default=_json_default))
     print(report.render(doc, report.text_table))
@@ -291,6 +301,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chronos_trio workloads that did not complete: {', '.join(failed)}")
         return 1
     return 0
+
+
+def _sample_load(out: list[float]) -> None:
+    """1-minute load average every 10 s, to judge how quiet the machine was."""
+    while True:
+        out.append(os.getloadavg()[0])
+        time.sleep(10)
 
 
 def _json_default(value: Any) -> Any:

@@ -206,7 +206,7 @@ async def lifecycle(url: str | None, n: int, batch: int) -> dict[str, Any]:
 
 
 async def drain(
-    url: str, n: int, concurrency: int, processes: int, timeout: float
+    url: str, n: int, concurrency: int, processes: int, timeout: float, **options: Any
 ) -> dict[str, Any]:
     """``n`` jobs enqueued first, then the worker(s) start; jobs/s from the
     first job's start to the last one's."""
@@ -214,7 +214,7 @@ async def drain(
     await preload(task, n)
     async with open_workers(url) as workers:
         spawned = time.time()
-        workers.start(concurrency, processes)
+        workers.start(concurrency, processes, **options)
         ok = await workers.wait_total(n, timeout)
         rec = workers.collect()
     await app.aclose()
