@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 
 import attrs
+import trio
 
 from .._base import QueueVersion, VersionState
 from ._adapter import RedisAdapter
@@ -58,9 +59,12 @@ class StoreContext:
         self.default_partitions = default_partitions
         self.topology_ttl = topology_ttl
         self._meta: dict[str, QueueMeta] = {}
+        self._refresh_lock = trio.Lock()
         #: Redis time minus local time, from the last script reply (a guess of
         #: the store's clock used only for wake-up hints, never for decisions).
         self.clock_offset = 0.0
+        #: queues of the last promote_due -> (its next_due_at, time.monotonic())
+        self._promoted: dict[frozenset[str], tuple[float | None, float]] = {}
 
     # -- clock hint ---------------------------------------------------------------
     def observe_now(self, redis_now: bytes | str | float) -> float:
@@ -71,33 +75,56 @@ class StoreContext:
     def estimated_now(self) -> float:
         return time.time() + self.clock_offset
 
+    # -- promote / wait_scheduled hand-off -------------------------------------------
+    def record_promote(self, queues: Sequence[str], next_due: float | None) -> None:
+        if len(self._promoted) > 64:
+            self._promoted.clear()
+        self._promoted[frozenset(queues)] = (next_due, time.monotonic())
+
+    def promoted_recently(self, queues: Sequence[str], earlier_than: float | None) -> bool:
+        """Whether promote_due over exactly ``queues`` found, within the last
+        0.5 s, nothing due before ``earlier_than`` (None: nothing at all)."""
+        rec = self._promoted.get(frozenset(queues))
+        if rec is None or time.monotonic() - rec[1] > 0.5:
+            return False
+        next_due = rec[0]
+        if next_due is None:
+            return True
+        return earlier_than is not None and next_due >= earlier_than
+
     # -- topology cache -----------------------------------------------------------
     def default_versions(self) -> tuple[QueueVersion, ...]:
         return (QueueVersion(1, self.default_partitions, VersionState.ACTIVE),)
 
     async def meta(self, queues: Sequence[str], *, fresh: bool = False) -> dict[str, QueueMeta]:
-        """Topology and paused flag of ``queues``: one round trip for the stale ones."""
-        now = time.monotonic()
-        out: dict[str, QueueMeta] = {}
-        stale: list[str] = []
-        for q in dict.fromkeys(queues):
+        """Topology and paused flag of ``queues``: one round trip for the stale ones
+        (``fresh``: for all of them). Concurrent callers share one refresh."""
+        asked = time.monotonic()
+        names = list(dict.fromkeys(queues))
+
+        def current(q: str) -> bool:
             m = self._meta.get(q)
-            if m is not None and not fresh and now - m.fetched_at < self.topology_ttl:
-                out[q] = m
-            else:
-                stale.append(q)
-        if stale:
-            topo, paused = await self.adapter.execute(
-                [
-                    Op.command(self.keys.topology, "HMGET", self.keys.topology, *stale),
-                    Op.command(self.keys.paused, "SMISMEMBER", self.keys.paused, *stale),
-                ]
-            )
-            for q, enc, p in zip(stale, topo, paused, strict=True):
-                out[q] = self._meta[q] = QueueMeta(
-                    decode_topology(enc) if enc else None, bool(p), now
-                )
-        return out
+            if m is None:
+                return False
+            return m.fetched_at >= asked if fresh else asked - m.fetched_at < self.topology_ttl
+
+        if not all(current(q) for q in names):
+            async with self._refresh_lock:
+                # whoever held the lock may have just refreshed what we need
+                stale = [q for q in names if not current(q)]
+                if stale:
+                    now = time.monotonic()
+                    topo, paused = await self.adapter.execute(
+                        [
+                            Op.command(self.keys.topology, "HMGET", self.keys.topology, *stale),
+                            Op.command(self.keys.paused, "SMISMEMBER", self.keys.paused, *stale),
+                        ]
+                    )
+                    for q, enc, p in zip(stale, topo, paused, strict=True):
+                        self._meta[q] = QueueMeta(
+                            decode_topology(enc) if enc else None, bool(p), now
+                        )
+        return {q: self._meta[q] for q in names}
 
     async def ensure(self, queues: Sequence[str], *, fresh: bool = False) -> dict[str, QueueMeta]:
         """Like :meth:`meta`, but store the default topology of queues that have none
@@ -119,11 +146,6 @@ class StoreContext:
         """Record a topology this store just wrote."""
         old = self._meta.get(queue)
         self._meta[queue] = QueueMeta(versions, old.paused if old else False, time.monotonic())
-
-    def remember_paused(self, queue: str, paused: bool) -> None:
-        old = self._meta.get(queue)
-        if old is not None:
-            self._meta[queue] = attrs.evolve(old, paused=paused)
 
     def forget(self, queue: str) -> None:
         self._meta.pop(queue, None)

@@ -167,6 +167,8 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
     if len(slots) == 1:
         plan = {slots[0][1]: limit}
     else:
+        # Plain reads (cheaper for Redis than a script): each partition's two due
+        # prefixes and the clock; the promote scripts re-check due times themselves.
         peek = [
             Op.command(
                 pk.tag, "ZRANGE", z, "-inf", "+inf", "BYSCORE", "LIMIT", 0, limit, "WITHSCORES"
@@ -177,21 +179,18 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
         replies = await ctx.adapter.execute([*peek, Op.command(None, "TIME")])
         t = replies[-1]
         now = int(t[0]) + int(t[1]) / 1_000_000
-        cands = {
-            (pk, z): pairs(replies[2 * n + z]) for n, (_, pk) in enumerate(slots) for z in (0, 1)
-        }
+        cands: dict[PartitionKeys, list[tuple[float, bytes]]] = {}
+        for n, (_, pk) in enumerate(slots):
+            merged = sorted(pairs(replies[2 * n]) + pairs(replies[2 * n + 1]))
+            if merged:
+                heads[pk] = merged[0][0]
+            cands[pk] = merged
         plan, remaining = {}, limit
         for q in dict.fromkeys(queues):
-            mine = {key: c for key, c in cands.items() if key[0].queue == q}
+            mine = {pk: c for pk, c in cands.items() if pk.queue == q}
             taken = earliest(mine, remaining, bound=now)
-            for (pk, _z), n in taken.items():
-                plan[pk] = plan.get(pk, 0) + n
-                remaining -= n
-        for (pk, _z), c in cands.items():
-            if pk not in plan:
-                first = c[0][0] if c else None
-                if first is not None and (pk not in heads or first < heads[pk]):
-                    heads[pk] = first
+            plan.update(taken)
+            remaining -= sum(taken.values())
     run = [(pk, n) for pk, n in plan.items() if n > 0]
     promoted = 0
     woke: dict[str, int] = {}
@@ -206,13 +205,16 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
             promoted += n
             if n:
                 woke[pk.queue] = woke.get(pk.queue, 0) + n
+            heads.pop(pk, None)  # the peek's head may have just been promoted
             if next_due:
                 heads[pk] = float(next_due)
             now = ctx.observe_now(script_now)
     if woke:
         await ctx.adapter.execute([], after=ctx.wake_ready_ops(woke))
     assert now is not None
-    return PromoteResult(promoted, min(heads.values(), default=None), now)
+    next_due = min(heads.values(), default=None)
+    ctx.record_promote(list(dict.fromkeys(queues)), next_due)
+    return PromoteResult(promoted, next_due, now)
 
 
 # -- lease -----------------------------------------------------------------------------
@@ -394,7 +396,8 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
         cands = {pk: pairs(r) for pk, r in zip(slots, replies[:-1], strict=True)}
         plan, remaining = {}, limit
         for q in order:
-            taken = earliest({pk: c for pk, c in cands.items() if pk.queue == q}, remaining, now)
+            mine = {pk: c for pk, c in cands.items() if pk.queue == q}
+            taken = earliest(mine, remaining, bound=now)
             plan.update(taken)
             remaining -= sum(taken.values())
     if not plan:

@@ -3,11 +3,12 @@
 Whatever makes jobs ready (enqueue, promote, release, recover, run_now,
 requeue_dead, resume) pushes tokens on the queue's ``wake:ready`` list; what
 schedules a job pushes its due time on ``wake:scheduled``. A waiter first
-looks whether its condition already holds (one pipelined round trip), then
-blocks in BLPOP (at most ``max_block`` seconds per call, well under the socket
-timeout) and looks again after each token. So an idle worker costs a BLPOP
-every couple of seconds, a wake-up costs one look, and a token pushed between
-the look and the BLPOP is never missed: it waits in the list.
+looks whether its condition already holds (one pipelined round trip, one
+command per partition), then blocks in BLPOP (at most ``max_block``
+seconds per call, well under the socket timeout) and looks again after each
+token. So an idle worker costs a BLPOP every couple of seconds, a wake-up
+costs one look, and a token pushed between the look and the BLPOP is never
+missed: it waits in the list.
 
 Tokens are consumed: one job wakes one waiter, a burst up to WAKE_CAP. A
 token that another waiter already served leads only to a look that finds
@@ -29,7 +30,8 @@ from ._scripts import Op
 _DUE_SLACK = 0.05
 
 
-async def _any_ready(ctx: StoreContext, queues: Sequence[str], fresh: bool) -> bool:
+async def _any_ready(ctx: StoreContext, queues: Sequence[str], *, fresh: bool) -> bool:
+    """Whether a queue that is not paused has a ready job."""
     metas = await ctx.meta(queues, fresh=fresh)
     slots = [pk for q in queues if not metas[q].paused for pk in ctx.partitions_of(q, metas[q])]
     if not slots:
@@ -38,7 +40,8 @@ async def _any_ready(ctx: StoreContext, queues: Sequence[str], fresh: bool) -> b
     return any(counts)
 
 
-async def _earliest_due(ctx: StoreContext, queues: Sequence[str], fresh: bool) -> float | None:
+async def _earliest_due(ctx: StoreContext, queues: Sequence[str], *, fresh: bool) -> float | None:
+    """The earliest due time of a scheduled or retry_wait job of ``queues``."""
     metas = await ctx.meta(queues, fresh=fresh)
     slots = [pk for q in queues for pk in ctx.partitions_of(q, metas[q])]
     if not slots:
@@ -60,15 +63,19 @@ async def wait_ready(ctx: StoreContext, queues: Sequence[str], timeout: float) -
         await trio.lowlevel.checkpoint()
         return
     keys = [ctx.keys.wake_ready(q) for q in queues]
-    fresh = False
     with trio.move_on_after(timeout):
-        while not await _any_ready(ctx, queues, fresh):
-            # Wait for a token, then look again (another waiter may have served it).
-            # That look reads the topology and paused flags afresh: the token may
-            # come from a resume or a new version in another process.
+        if await _any_ready(ctx, queues, fresh=False):
+            return
+        while True:
             while await ctx.adapter.blpop(keys, timeout) is None:
                 pass
-            fresh = True
+            # Look again (another waiter may have served the token). If the
+            # cached topology/paused flags show nothing, re-read them: the
+            # token may come from a resume or a new version in another process.
+            if await _any_ready(ctx, queues, fresh=False):
+                return
+            if await _any_ready(ctx, queues, fresh=True):
+                return
 
 
 async def wait_scheduled(
@@ -83,11 +90,19 @@ async def wait_scheduled(
     def wanted(due: float | None, slack: float = 0.0) -> bool:
         return due is not None and (earlier_than is None or due < earlier_than + slack)
 
-    fresh = False
     with trio.move_on_after(timeout):
-        while not wanted(await _earliest_due(ctx, queues, fresh)):
-            while True:
-                got = await ctx.adapter.blpop(keys, timeout)
-                if got is not None and wanted(float(got[1]), _DUE_SLACK):
-                    break
-            fresh = True
+        # Right after promote_due reported nothing due before ``earlier_than``,
+        # the first look is skipped: anything scheduled since then pushed a
+        # wake-up after it became visible, and BLPOP will see that.
+        if not ctx.promoted_recently(queues, earlier_than) and wanted(
+            await _earliest_due(ctx, queues, fresh=False)
+        ):
+            return
+        while True:
+            got = await ctx.adapter.blpop(keys, timeout)
+            if got is None or not wanted(float(got[1]), _DUE_SLACK):
+                continue
+            if wanted(await _earliest_due(ctx, queues, fresh=False)):
+                return
+            if wanted(await _earliest_due(ctx, queues, fresh=True)):
+                return
