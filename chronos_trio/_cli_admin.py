@@ -28,7 +28,7 @@ from ._cli import (
     int_at_least,
     one_line,
 )
-from ._cli_app import describe_store, load_app, resolve_store, url_from
+from ._cli_app import check_store, describe_store, load_app, resolve_store, url_from
 from ._cli_output import (
     job_details,
     job_json,
@@ -145,7 +145,8 @@ def add_commands(sub: Any, leaves: dict[tuple[str, ...], argparse.ArgumentParser
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--version", type=int_at_least(1), help="default: the only draining one")
 
-    command(("schedules",), _schedules, "the app's cron and interval schedules")
+    p = command(("schedules",), _schedules, "the app's cron and interval schedules")
+    p.set_defaults(needs_app=True)
 
 
 def _state_names() -> str:
@@ -155,6 +156,10 @@ def _state_names() -> str:
 # -- running a command ------------------------------------------------------------
 def _handler(fn: Command) -> Callable[[argparse.Namespace], int]:
     def handle(args: argparse.Namespace) -> int:
+        if getattr(args, "needs_app", False) and not args.app:
+            raise CliError(
+                f"{args.command} are declared in the app: pass APP (module:attr)", EXIT_USAGE
+            )
         app = load_app(args.app) if args.app else None
         url = url_from(args.url)
         if url is not None and url.split("://", 1)[0].lower() == "memory":
@@ -183,6 +188,7 @@ async def run_command(fn: Command, ctx: Context, args: argparse.Namespace) -> in
     """Run ``fn`` and turn the inspector's errors into one-line CliErrors.
     Tests call it directly (in-process, on any store)."""
     try:
+        await check_store(ctx.inspector.store, ctx.where)
         return await fn(ctx, args)
     except BaseException as exc:
         error = _as_cli_error(_unwrap(exc), ctx.where)
@@ -365,8 +371,6 @@ async def _topology_complete(ctx: Context, args: argparse.Namespace) -> int:
 
 
 async def _schedules(ctx: Context, args: argparse.Namespace) -> int:
-    if ctx.app is None:
-        raise CliError("schedules are declared in the app: pass APP (module:attr)", EXIT_USAGE)
     rows = await ctx.inspector.schedules()
     if ctx.json:
         print_json([schedule_json(row) for row in rows], ctx.out)

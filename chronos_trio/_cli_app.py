@@ -127,6 +127,8 @@ async def check_store(store: Store, where: str, *, timeout: float = CHECK_TIMEOU
             await store.now()
     except StoreError as exc:
         raise CliError(f"cannot reach the store: {one_line(str(exc))}", EXIT_UNAVAILABLE) from None
+    except ValueError as exc:  # a store that parses its URL on first use
+        raise CliError(f"bad store URL {where!r}: {one_line(str(exc))}", EXIT_BAD_URL) from None
     if scope.cancelled_caught:
         raise CliError(f"the store at {where} did not answer within {timeout:g}s", EXIT_UNAVAILABLE)
 

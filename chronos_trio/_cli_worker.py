@@ -211,7 +211,7 @@ async def _single_main(app: App, config: WorkerConfig, where: str) -> int:
             "using the in-memory store: this worker sees only jobs enqueued inside this "
             "process; use a redis:// URL to share work"
         )
-    log.info("store %s reachable", where)
+    log.info("store reachable url=%s", where)
     return await serve_worker(app, config)
 
 
@@ -229,7 +229,7 @@ async def _manager_main(
     finally:
         await app.aclose()  # the children open their own connections
     log.info(
-        "store %s reachable; %d processes x concurrency %d, queues %s",
+        "store reachable url=%s processes=%d concurrency=%d queues=%s",
         where,
         args.processes,
         config.concurrency,
@@ -290,13 +290,13 @@ async def serve_worker(
                         name = signal.Signals(signum).name
                         if state.signals == 1:
                             log.info(
-                                "%s received: shutting down gracefully (grace %gs)",
+                                "shutting down gracefully signal=%s grace=%gs",
                                 name,
                                 config.shutdown_grace,
                             )
                             worker.stop()
                         elif not managed:  # a managed child leaves escalation to the manager
-                            log.warning("%s received again: exiting now", name)
+                            log.warning("exiting now signal=%s (received twice)", name)
                             logging.shutdown()
                             os._exit(EXIT_INTERRUPTED)
 
@@ -312,7 +312,7 @@ async def serve_worker(
             failed, rest = group.split(ActorFailed)
             if failed is None or rest is not None:
                 raise
-            log.error("worker failed: %s", one_line(str(_first(failed))))
+            log.error("worker failed error=%s", one_line(str(_first(failed))))
             return EXIT_FAILURE
     return EXIT_OK
 
@@ -334,7 +334,7 @@ async def _heartbeat(fd: int, worker: Worker, state: _Shutdown) -> None:
             message = b"beat\n"
             await trio.sleep(CHILD_HEARTBEAT_INTERVAL)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
-        _parent_gone(worker, state, "its heartbeat pipe broke")
+        _parent_gone(worker, state, "process manager gone (heartbeat pipe broken)")
     finally:
         await stream.aclose()
 
@@ -348,7 +348,7 @@ async def _watch_parent(worker: Worker, state: _Shutdown) -> None:
         await _wait_parent_gone(stdin, parent)
     finally:
         stdin.close()
-    _parent_gone(worker, state, f"the process manager (pid {parent}) is gone")
+    _parent_gone(worker, state, f"process manager gone parent_pid={parent}")
 
 
 async def _wait_parent_gone(stdin: trio.lowlevel.FdStream, parent: int) -> None:
@@ -375,7 +375,7 @@ async def _wait_parent_gone(stdin: trio.lowlevel.FdStream, parent: int) -> None:
 def _parent_gone(worker: Worker, state: _Shutdown, why: str) -> None:
     if not state.parent_gone:
         state.parent_gone = True
-        log.warning("%s: shutting down", why)
+        log.warning("shutting down: %s", why)
         worker.stop()
 
 

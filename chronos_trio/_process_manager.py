@@ -156,7 +156,7 @@ class ProcessManager:
             return
         self._stop_event.set()
         log.info(
-            "stopping %d worker process(es): SIGTERM now, SIGKILL after %gs",
+            "stopping worker processes count=%d signal=SIGTERM kill_after=%gs",
             len(self._children),
             self.shutdown_timeout,
         )
@@ -200,7 +200,7 @@ class ProcessManager:
         if self._started:
             raise RuntimeError("a ProcessManager runs once; create another")
         self._started = True
-        log.info("starting %d worker process(es)", self.processes)
+        log.info("starting worker processes count=%d", self.processes)
         async with trio.open_nursery() as outer:
             self._outer = outer
             async with trio.open_nursery() as slots:
@@ -243,7 +243,7 @@ class ProcessManager:
             delay = min(self.backoff_max, self.backoff_initial * 2 ** (failures - 1))
             self._restarts[index] += 1
             log.warning(
-                "restarting worker process %d in %.1fs (restart %d; at most %d per %gs)",
+                "restarting worker process index=%d in=%.1fs restart=%d max_restarts=%d window=%gs",
                 index,
                 delay,
                 self._restarts[index],
@@ -269,11 +269,11 @@ class ProcessManager:
                 os.close(write_fd)
         except OSError as exc:
             os.close(read_fd)
-            log.error("cannot start worker process %d: %s", index, exc)
+            log.error("cannot start worker process index=%d error=%s", index, exc)
             return -1
         child = _Child(index, process)
         self._children[index] = child
-        log.info("worker process %d started: pid %d", index, process.pid)
+        log.info("worker process started index=%d pid=%d", index, process.pid)
         if self.stopping:  # stop() ran while we were spawning
             _signal(process, signal.SIGTERM)
         beats = trio.lowlevel.FdStream(read_fd)
@@ -293,11 +293,16 @@ class ProcessManager:
             del self._children[index]
         returncode = process.returncode
         assert returncode is not None
-        how = _describe_exit(returncode)
-        if child.hung:
-            how += f" (killed: no heartbeat for {self.liveness_timeout:g}s)"
         level = logging.INFO if self.stopping and returncode == 0 else logging.WARNING
-        log.log(level, "worker process %d (pid %d) %s", index, process.pid, how)
+        log.log(
+            level,
+            "worker process exited index=%d pid=%d code=%d status=%s%s",
+            index,
+            process.pid,
+            returncode,
+            _describe_exit(returncode),
+            " (hung: no heartbeat)" if child.hung else "",
+        )
         return returncode
 
     async def _watch_liveness(self, child: _Child, beats: trio.lowlevel.FdStream) -> None:
@@ -310,10 +315,10 @@ class ProcessManager:
                 child.beats += 1
                 if not child.ready and b"ready" in data:
                     child.ready = True
-                    log.info("worker process %d (pid %d) ready", child.index, child.process.pid)
+                    log.info("worker process ready index=%d pid=%d", child.index, child.process.pid)
                 continue
             log.warning(
-                "worker process %d (pid %d) sent no heartbeat for %gs: killing it",
+                "killing hung worker process index=%d pid=%d no_heartbeat_for=%gs",
                 child.index,
                 child.process.pid,
                 timeout,
@@ -326,7 +331,7 @@ class ProcessManager:
         await trio.sleep(self.shutdown_timeout)
         for child in list(self._children.values()):
             log.warning(
-                "worker process %d (pid %d) still running %gs after SIGTERM: SIGKILL",
+                "killing worker process index=%d pid=%d still_running_after=%gs signal=SIGKILL",
                 child.index,
                 child.process.pid,
                 self.shutdown_timeout,
@@ -345,10 +350,10 @@ def _signal(process: trio.Process, signum: int) -> None:
 def _describe_exit(returncode: int) -> str:
     if returncode < 0:
         try:
-            return f"was killed by {signal.Signals(-returncode).name}"
+            return f"killed by {signal.Signals(-returncode).name}"
         except ValueError:
-            return f"was killed by signal {-returncode}"
-    return f"exited with code {returncode}"
+            return f"killed by signal {-returncode}"
+    return "exited" if returncode == 0 else "failed"
 
 
 async def run_until_signalled(
@@ -366,10 +371,10 @@ async def run_until_signalled(
                 async for signum in received:
                     name = signal.Signals(signum).name
                     if not manager.stopping:
-                        log.info("%s received: stopping worker processes gracefully", name)
+                        log.info("stopping worker processes gracefully signal=%s", name)
                         manager.stop()
                     else:
-                        log.warning("%s received again: killing worker processes now", name)
+                        log.warning("killing worker processes now signal=%s (received twice)", name)
                         manager.kill()
 
             async def supervise(*, task_status: trio.TaskStatus[ProcessManager]) -> None:

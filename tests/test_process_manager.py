@@ -114,9 +114,9 @@ async def test_crashed_child_is_restarted_with_backoff_until_intensity(
     assert stats.children[0].restarts == 3 and stats.children[1].restarts == 0
     assert stats.running == 0, "the healthy child was stopped too"
     text = caplog.text
-    assert "worker process 0" in text and "exited with code 1" in text
-    assert "restarting worker process 0 in 0.1s" in text
-    assert "restarting worker process 0 in 0.4s" in text
+    assert "worker process exited index=0 pid=" in text and "code=1 status=failed" in text
+    assert "restarting worker process index=0 in=0.1s restart=1" in text
+    assert "restarting worker process index=0 in=0.4s restart=3" in text
     assert "restarted 4 times within 60s; giving up" in text
 
 
@@ -130,20 +130,30 @@ async def test_fatal_exit_code_gives_up_at_once() -> None:
 
 
 @pytest.mark.parametrize(
-    ("mode", "timeouts"), [("freeze", {"liveness_timeout": 0.5}), ("silent", {"start_timeout": 0.5})]
+    ("mode", "timeouts"),
+    [
+        # Ready, then silent: the liveness timeout applies (the start timeout is long).
+        ("freeze", {"liveness_timeout": 0.5, "start_timeout": 30}),
+        # Never a heartbeat: the start timeout applies.
+        ("silent", {"liveness_timeout": 0.5, "start_timeout": 0.5}),
+    ],
 )
 async def test_child_without_heartbeat_is_killed_and_restarted(
     mode: str, timeouts: dict[str, float], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, "chronos_trio.manager")
-    options = {"liveness_timeout": 0.5, "start_timeout": 0.5, **timeouts}
     manager = ProcessManager(
-        command(mode), processes=1, restart_intensity=1, backoff_initial=0.05, **options
+        command(mode),
+        processes=1,
+        restart_intensity=1,
+        backoff_initial=0.05,
+        liveness_timeout=timeouts["liveness_timeout"],
+        start_timeout=timeouts["start_timeout"],
     )
     with trio.fail_after(10), pytest.raises(RestartIntensityExceeded):
         await manager.run()
-    assert caplog.text.count("sent no heartbeat for 0.5s: killing it") == 2
-    assert "was killed by SIGKILL (killed: no heartbeat for" in caplog.text
+    assert caplog.text.count("killing hung worker process index=0 pid=") == 2
+    assert "code=-9 status=killed by SIGKILL (hung: no heartbeat)" in caplog.text
 
 
 async def test_child_ignoring_sigterm_is_killed_after_the_shutdown_timeout() -> None:
@@ -201,5 +211,5 @@ def test_rejects_zero_processes() -> None:
 def test_signal_names_in_exit_descriptions() -> None:
     from chronos_trio._process_manager import _describe_exit
 
-    assert _describe_exit(-signal.SIGKILL) == "was killed by SIGKILL"
-    assert _describe_exit(0) == "exited with code 0"
+    assert _describe_exit(-signal.SIGKILL) == "killed by SIGKILL"
+    assert _describe_exit(0) == "exited" and _describe_exit(1) == "failed"

@@ -1,0 +1,277 @@
+"""End to end: ``python -m chronos_trio worker tests.tests_app:app --processes 2``
+as a subprocess against a test Redis. ``kill -9`` of a child holding leases
+loses no job; SIGTERM drains and exits 0; ``kill -9`` of the parent leaves no
+orphans; a hung (stopped) child is killed and replaced."""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+import trio
+
+from chronos_trio import Inspector, JobState
+from chronos_trio._cli import EXIT_OK
+from tests.tests_app import Record, make_app
+
+pytestmark = pytest.mark.redis
+
+ROOT = Path(__file__).resolve().parent.parent
+LEASE = 2.0
+RECOVER_INTERVAL = 0.5
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+class Manager:
+    """The CLI process manager in a subprocess; its log goes to a file."""
+
+    def __init__(self, url: str, tmp_path: Path, *options: str) -> None:
+        argv = [sys.executable, "-m", "chronos_trio", "worker", "tests.tests_app:app"]
+        argv += ["--processes", "2", "--lease-duration", str(LEASE)]
+        argv += ["--recover-interval", str(RECOVER_INTERVAL), "--poll-interval", "0.2"]
+        argv += [*options]
+        env = {**os.environ, "CHRONOS_URL": url}
+        self.log_path = tmp_path / "manager.log"
+        with self.log_path.open("w") as log:
+            self.proc = subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def _pids(self, event: str) -> dict[int, int]:
+        pattern = rf"worker process {event} index=(\d+) pid=(\d+)"
+        return {int(i): int(p) for i, p in re.findall(pattern, self.log())}
+
+    def children(self) -> dict[int, int]:
+        """index -> pid of the latest child started in each slot."""
+        return self._pids("started")
+
+    def all_pids(self) -> set[int]:
+        return {
+            int(p) for p in re.findall(r"worker process started index=\d+ pid=(\d+)", self.log())
+        }
+
+    async def wait_ready(self) -> dict[int, int]:
+        while True:
+            children, ready = self.children(), self._pids("ready")
+            if len(children) == 2 and all(ready.get(i) == pid for i, pid in children.items()):
+                return children
+            assert self.proc.poll() is None, self.log()
+            await trio.sleep(0.05)
+
+    async def wait_exit(self) -> int:
+        while self.proc.poll() is None:
+            await trio.sleep(0.02)
+        return self.proc.returncode
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for pid in self.all_pids():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+class Runs:
+    """The handlers' records in Redis: ``<key>:start`` and ``<key>:done``."""
+
+    def __init__(self, url: str, key: str) -> None:
+        self.client = redis.Redis.from_url(url)
+        self.key = key
+
+    async def lines(self, which: str) -> list[list[str]]:
+        raw = await trio.to_thread.run_sync(self.client.lrange, f"{self.key}:{which}", 0, -1)
+        return [(x.decode() if isinstance(x, bytes) else x).split() for x in raw]
+
+    async def done_count(self) -> int:
+        return int(await trio.to_thread.run_sync(self.client.llen, f"{self.key}:done"))
+
+
+async def leased_by(inspector: Inspector, pid: int) -> list[str]:
+    page = await inspector.jobs("default", JobState.LEASED, limit=5000)
+    return [j.id for j in page.jobs if j.lease_owner.endswith(f":{pid}:0")]
+
+
+async def test_kill_9_of_a_child_holding_leases_loses_no_job(
+    redis_url: str, tmp_path: Path, record_property: object
+) -> None:
+    jobs = 2000
+    manager = Manager(redis_url, tmp_path, "--concurrency", "16", "--retain-succeeded", "600")
+    producer = make_app(redis_url)
+    inspector = producer.inspector()
+    runs = Runs(redis_url, "kill9")
+    try:
+        with trio.fail_after(90):
+            children = await manager.wait_ready()
+            victim = children[0]
+            results = await producer.tasks["tests.record"].enqueue_many(
+                [Record("kill9", sleep=0.05) for _ in range(jobs)]
+            )
+            ids = {r.job_id for r in results}
+            assert len(ids) == jobs
+            while True:  # kill it mid-flight: some work done, leases held
+                held = await leased_by(inspector, victim)
+                if held and await runs.done_count() >= 300:
+                    break
+                await trio.sleep(0.01)
+            os.kill(victim, signal.SIGKILL)
+            killed_at = time.monotonic()
+            while await leased_by(inspector, victim):
+                await trio.sleep(0.05)
+            recovered_after = time.monotonic() - killed_at
+            while manager.children()[0] == victim:
+                await trio.sleep(0.05)
+            await manager.wait_ready()
+            while (await inspector.queue("default")).counts[JobState.SUCCEEDED] < jobs:
+                assert manager.proc.poll() is None, manager.log()
+                await trio.sleep(0.1)
+            counts = (await inspector.queue("default")).counts
+            assert counts[JobState.SUCCEEDED] == jobs
+            assert sum(counts.values()) == jobs, counts
+            done = await runs.lines("done")
+            starts = await runs.lines("start")
+            manager.proc.send_signal(signal.SIGTERM)
+            assert await manager.wait_exit() == EXIT_OK
+    finally:
+        manager.close()
+        await producer.aclose()
+
+    ran = collections.Counter(line[0] for line in done)
+    assert set(ran) == ids, "every job ran to completion at least once"
+    duplicates = {job_id: n for job_id, n in ran.items() if n > 1}
+    cut_short = {line[0] for line in starts if int(line[1]) == victim} - {
+        line[0] for line in done if int(line[1]) == victim
+    }
+    print(
+        f"\n{jobs} jobs; kill -9 of pid {victim} holding {len(held)} lease(s) "
+        f"({len(cut_short)} handler(s) cut short); leases recovered after "
+        f"{recovered_after:.2f}s; duplicate runs: {len(duplicates)} {sorted(duplicates)[:5]}"
+    )
+    assert callable(record_property)
+    record_property("duplicates", len(duplicates))
+    record_property("recovered_after", round(recovered_after, 2))
+    assert cut_short, "the victim was killed while running handlers"
+    assert cut_short <= set(ran), "handlers cut short ran again elsewhere"
+    # Leases expire LEASE after their last renewal, and the recoverer runs every
+    # RECOVER_INTERVAL; the slack covers the test's own polling on a busy machine.
+    assert recovered_after <= LEASE + RECOVER_INTERVAL + 1.0
+    # A duplicate needs a handler that finished but whose ack died with the victim.
+    assert len(duplicates) <= len(held)
+    log = manager.log()
+    assert f"worker process exited index=0 pid={victim} code=-9 status=killed by SIGKILL" in log
+    assert "restarting worker process index=0" in log
+    assert "Traceback" not in log
+
+
+async def test_sigterm_drains_and_exits_zero(redis_url: str, tmp_path: Path) -> None:
+    grace = 5.0
+    manager = Manager(
+        redis_url,
+        tmp_path,
+        "--concurrency",
+        "4",
+        "--lease-duration",
+        "30",
+        "--shutdown-grace",
+        str(grace),
+    )
+    producer = make_app(redis_url)
+    inspector = producer.inspector()
+    runs = Runs(redis_url, "term")
+    try:
+        with trio.fail_after(40):
+            children = await manager.wait_ready()
+            await producer.tasks["tests.record"].enqueue_many(
+                [Record("term", sleep=0.5) for _ in range(100)]
+            )
+            while await runs.done_count() < 8:
+                await trio.sleep(0.02)
+            await trio.sleep(0.1)
+            in_flight = (await inspector.queue("default")).counts[JobState.LEASED]
+            assert in_flight > 0
+            sent = time.monotonic()
+            manager.proc.send_signal(signal.SIGTERM)
+            code = await manager.wait_exit()
+            elapsed = time.monotonic() - sent
+            counts = (await inspector.queue("default")).counts
+    finally:
+        manager.close()
+        await producer.aclose()
+    assert code == EXIT_OK
+    assert elapsed < grace, "exited within the grace period"
+    assert not any(alive(pid) for pid in children.values())
+    # Nothing waits for lease expiry (30 s): unstarted leases went back at once.
+    assert counts[JobState.LEASED] == 0
+    started = {line[0] for line in await runs.lines("start")}
+    finished = {line[0] for line in await runs.lines("done")}
+    assert started == finished, "every running handler finished within the grace"
+    assert counts[JobState.READY] == 100 - len(finished), "nothing lost"
+    log = manager.log()
+    assert "stopping worker processes gracefully signal=SIGTERM" in log
+    assert log.count("status=exited") == 2 and "Traceback" not in log
+
+
+async def test_kill_9_of_the_parent_leaves_no_orphans(redis_url: str, tmp_path: Path) -> None:
+    manager = Manager(redis_url, tmp_path, "--lease-duration", "30")
+    producer = make_app(redis_url)
+    inspector = producer.inspector()
+    try:
+        with trio.fail_after(30):
+            children = await manager.wait_ready()
+            await producer.tasks["tests.record"].enqueue_many(
+                [Record("orphans", sleep=0.2) for _ in range(200)]
+            )
+            while (await inspector.queue("default")).counts[JobState.LEASED] == 0:
+                await trio.sleep(0.02)
+            os.kill(manager.proc.pid, signal.SIGKILL)
+            killed_at = time.monotonic()
+            await manager.wait_exit()
+            while any(alive(pid) for pid in children.values()):
+                await trio.sleep(0.05)
+            gone_after = time.monotonic() - killed_at
+            counts = (await inspector.queue("default")).counts
+    finally:
+        manager.close()
+        await producer.aclose()
+    assert gone_after < 5
+    assert counts[JobState.LEASED] == 0, "the children drained: leases went back at once"
+    assert "shutting down: process manager gone" in manager.log()
+
+
+async def test_hung_child_is_killed_and_replaced(redis_url: str, tmp_path: Path) -> None:
+    manager = Manager(redis_url, tmp_path, "--liveness-timeout", "1.5")
+    try:
+        with trio.fail_after(30):
+            children = await manager.wait_ready()
+            os.kill(children[1], signal.SIGSTOP)  # its event loop stops: no heartbeats
+            stopped_at = time.monotonic()
+            while manager.children()[1] == children[1]:
+                await trio.sleep(0.05)
+            replaced_after = time.monotonic() - stopped_at
+            await manager.wait_ready()
+            manager.proc.send_signal(signal.SIGTERM)
+            assert await manager.wait_exit() == EXIT_OK
+    finally:
+        manager.close()
+    assert 1.5 <= replaced_after < 4
+    log = manager.log()
+    assert f"killing hung worker process index=1 pid={children[1]} no_heartbeat_for=1.5s" in log
+    assert "(hung: no heartbeat)" in log
