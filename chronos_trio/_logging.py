@@ -18,6 +18,7 @@ program) does, through :func:`configure_logging`.
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import json
 import logging
@@ -28,8 +29,8 @@ from typing import Any, TextIO
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")
 
-#: ``key=`` at the start of the message or after whitespace.
-_KEY = re.compile(r"(?:(?<=\s)|^)([A-Za-z_][\w.-]*)=")
+#: ``key=`` at the start of the message, after whitespace, or opening a repr.
+_KEY = re.compile(r"(?:(?<=[\s(])|^)([A-Za-z_][\w.-]*)=")
 _INT = re.compile(r"-?\d+")
 #: Attributes every LogRecord has; anything else came in through ``extra=``.
 _RECORD_ATTRS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "process_label"}
@@ -39,17 +40,45 @@ _RESERVED = frozenset({"ts", "level", "logger", "process", "event", "msg", "exc"
 
 def split_message(message: str) -> tuple[str, dict[str, Any]]:
     """``"retry job=ab attempt=2 error=Boom: x y"`` -> ``("retry", {"job": "ab",
-    "attempt": 2, "error": "Boom: x y"})``. Text without ``key=`` is all event."""
+    "attempt": 2, "error": "Boom: x y"})``. Text without ``key=`` is all event.
+
+    An attrs-style repr at the end (``stopped: Stats(a=1, b=2)``) gives its
+    fields too; a value that is a list of strings (``['first line']``) is
+    joined with newlines; integers become numbers."""
     matches = list(_KEY.finditer(message))
     if not matches:
         return message.strip(), {}
     event = message[: matches[0].start()].strip()
+    in_repr = _REPR_OPEN.search(event)
+    if in_repr:
+        event = event[: in_repr.start()]
     fields: dict[str, Any] = {}
     for i, match in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(message)
+        last = i + 1 == len(matches)
+        end = len(message) if last else matches[i + 1].start()
         value = message[match.end() : end].strip()
-        fields[match.group(1)] = int(value) if _INT.fullmatch(value) else value
-    return event, fields
+        if in_repr:
+            value = value.removesuffix(")") if last else value.removesuffix(",")
+            if len(value) >= 2 and value[0] == value[-1] == "'":
+                value = value[1:-1]
+        fields[match.group(1)] = _value(value)
+    return event.rstrip(":").strip(), fields
+
+
+_REPR_OPEN = re.compile(r"\s*[A-Za-z_]\w*\($")
+
+
+def _value(text: str) -> Any:
+    if _INT.fullmatch(text):
+        return int(text)
+    if text[:2] in ("['", '["') and text[-2:] in ("']", '"]'):
+        try:
+            items = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
+        if isinstance(items, list) and all(isinstance(x, str) for x in items):
+            return "\n".join(items)
+    return text
 
 
 def _timestamp(record: logging.LogRecord) -> str:

@@ -44,10 +44,16 @@ def test_split_message_into_event_and_fields() -> None:
     # A value runs to the next " key="; "=" inside a value does not split it.
     assert fields["error"] == "ConnectionError: a" and fields["b"] == "c"
     assert split_message("worker w starting: queues=critical=6,default=3 concurrency=16") == (
-        "worker w starting:",
+        "worker w starting",
         {"queues": "critical=6,default=3", "concurrency": 16},
     )
     assert split_message("all worker processes stopped") == ("all worker processes stopped", {})
+    # The runtime's "dead ... error=%s" passes a one-item list; a stats repr ends a line.
+    assert split_message("dead job=j error=['KeyError: 1']")[1]["error"] == "KeyError: 1"
+    assert split_message("w stopped: Stats(worker_id='h:1:0', leased=2, restarts={})") == (
+        "w stopped",
+        {"worker_id": "h:1:0", "leased": 2, "restarts": "{}"},
+    )
 
 
 def test_json_lines_carry_the_runtime_fields() -> None:
