@@ -124,3 +124,11 @@ async def test_topology_defaults() -> None:
     assert [(v.version, v.partitions, v.jobs) for v in info.versions] == [(1, 1, 1), (3, 2, 0)]
     with pytest.raises(ValueError, match="partitions must be >= 1"):
         await inspector.promote("default", partitions=0)
+
+
+def test_inspector_names_are_exported() -> None:
+    import chronos_trio
+
+    for name in ("Inspector", "ActionRefused", "UnknownJob", "UnknownQueue"):
+        assert getattr(chronos_trio, name).__module__ == "chronos_trio._inspector", name
+    assert isinstance(chronos_trio.App(MemoryStore()).inspector(), Inspector)
