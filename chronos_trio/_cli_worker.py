@@ -212,13 +212,21 @@ async def _single_main(app: App, config: WorkerConfig, where: str) -> int:
             "process; use a redis:// URL to share work"
         )
     log.info("store reachable url=%s", where)
-    return await serve_worker(app, config)
+    try:
+        return await serve_worker(app, config)
+    finally:
+        with trio.CancelScope(shield=True):
+            await app.aclose()
 
 
 async def _child_main(app: App, config: WorkerConfig, heartbeat_fd: int | None) -> int:
     # No reachability check: the manager did one, and a worker rides out a
     # store outage with backoff instead of dying into a restart loop.
-    return await serve_worker(app, config, heartbeat_fd=heartbeat_fd, managed=True)
+    try:
+        return await serve_worker(app, config, heartbeat_fd=heartbeat_fd, managed=True)
+    finally:
+        with trio.CancelScope(shield=True):
+            await app.aclose()
 
 
 async def _manager_main(
