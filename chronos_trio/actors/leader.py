@@ -109,7 +109,8 @@ class _Elector:
                 attempt = trio.current_time()
                 if attempt >= deadline:
                     log.warning(
-                        "%s could not renew %s (epoch %d) before its lease expired; stepping down",
+                        "%s could not renew %s (epoch %d) before its lease expired "
+                        "(store unreachable, or this process was paused); stepping down",
                         lead.holder,
                         lead.name,
                         lead.epoch,
