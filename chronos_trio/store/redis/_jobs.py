@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
+from typing import Any
+
+import attrs
 
 from ..._job import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
 from .._base import (
@@ -25,7 +28,7 @@ from .._sharing import share_by_weight
 from ..memory import partition_of
 from . import _scripts as S
 from ._alloc import earliest, pairs
-from ._codec import job_from_fields, text
+from ._codec import job_from_fields
 from ._context import QueueMeta, StoreContext
 from ._scripts import Op
 from .keys import LEASED_SENTINEL, PartitionKeys
@@ -262,34 +265,44 @@ async def lease(
     by_queue: dict[str, list[LeasedJob]] = {}
     for pk, reply in zip(plan, replies, strict=True):
         ctx.observe_now(reply[0])
-        expires = float(reply[1])
         got = by_queue.setdefault(pk.queue, [])
-        for k in range(2, len(reply), 10):
-            token = reply[k + 1].decode()
-            job = Job(
-                id=reply[k].decode(),
-                queue=pk.queue,
-                kind=reply[k + 2].decode(),
-                payload=reply[k + 3],
-                run_at=float(reply[k + 4]),
-                state=JobState.LEASED,
-                attempts=int(reply[k + 5]),
-                max_retries=int(reply[k + 6]),
-                timeout=float(reply[k + 7]),
-                lease_token=token,
-                lease_owner=worker_id,
-                lease_expires_at=expires,
-                queue_version=pk.version,
-                partition=pk.partition,
-                last_error=text(reply[k + 8]),
-                created_at=float(reply[k + 9]),
-            )
-            got.append(LeasedJob(job, token, expires))
+        got += _leased_jobs(reply, pk, worker_id)
     out: list[LeasedJob] = []
     for qw in live:
         mine = by_queue.pop(qw.name, [])
-        mine.sort(key=lambda lj: (lj.job.run_at, lj.job.id))
+        if len(slots.get(qw.name, ())) > 1:
+            mine.sort(key=lambda lj: (lj.job.run_at, lj.job.id))
         out += mine
+    return out
+
+
+#: Job's fields in order: the hot path builds Jobs positionally (twice as fast
+#: as by keyword), so a change to Job must fail loudly here, not garble jobs.
+_JOB_ORDER = (
+    "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries", "timeout",
+    "lease_token", "lease_owner", "lease_expires_at", "queue_version", "partition",
+    "last_error", "created_at", "finished_at",
+)  # fmt: skip
+if tuple(f.name for f in attrs.fields(Job)) != _JOB_ORDER:  # pragma: no cover
+    raise ImportError("chronos_trio.Job's fields changed: update _jobs._leased_jobs")
+
+
+def _leased_jobs(reply: list[Any], pk: PartitionKeys, worker_id: str) -> list[LeasedJob]:
+    """The jobs of one lease.lua reply (see its header for the layout)."""
+    expires = float(reply[1])
+    queue, version, partition = pk.queue, pk.version, pk.partition
+    leased = JobState.LEASED
+    out = []
+    for k in range(2, len(reply), 10):
+        token = reply[k + 1].decode()
+        error = reply[k + 8]
+        job = Job(
+            reply[k].decode(), queue, reply[k + 2].decode(), reply[k + 3],
+            float(reply[k + 4]), leased, int(reply[k + 5]), int(reply[k + 6]),
+            float(reply[k + 7]), token, worker_id, expires, version, partition,
+            error.decode() if error else "", float(reply[k + 9]), None,
+        )  # fmt: skip
+        out.append(LeasedJob(job, token, expires))
     return out
 
 
@@ -331,8 +344,8 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> list[b
                 s.lease.token,
                 _SETTLE_CODES[s.kind],
                 s.error,
-                repr(float(s.retry_delay)),
-                repr(float(s.retain_for)),
+                repr(float(s.retry_delay)) if s.retry_delay else "0",
+                repr(float(s.retain_for)) if s.retain_for else "0",
             ]
         ops.append(
             Op.script_call(
