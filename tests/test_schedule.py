@@ -283,3 +283,21 @@ def test_missed_triggers(misfire: str, expected: list[float]) -> None:
 def test_wide_grace_fires_every_trigger_inside_it() -> None:
     s = make_app().every(1, Digest("x"))
     assert s.due_triggers(100.0, 103.5, 5.0) == [101.0, 102.0, 103.0]
+
+
+def test_direct_construction_is_validated_too() -> None:
+    with pytest.raises(ValueError, match="exactly one of cron= and interval="):
+        Schedule(id="x", kind="k", payload=b"", cron="* * * * *", interval=60.0)
+    with pytest.raises(ValueError, match="whole milliseconds"):
+        Schedule(id="x", kind="k", payload=b"", interval=1.0001)
+    with pytest.raises(ValueError, match="not normalized"):
+        Schedule(id="x", kind="k", payload=b"", cron="@daily")
+
+
+def test_schedule_names_are_exported() -> None:
+    import chronos_trio
+
+    for name in ("Schedule", "ScheduleInfo", "schedule_rows", "leadership_name"):
+        assert getattr(chronos_trio, name).__module__ == "chronos_trio._schedule", name
+    assert chronos_trio.Leadership.__module__ == "chronos_trio.store._base"
+    assert "leader" in chronos_trio.ACTORS and "scheduler" in chronos_trio.ACTORS
