@@ -10,7 +10,7 @@ import redis
 import trio
 
 from chronos_trio._job import NewJob
-from chronos_trio.store import QueueWeight, SettleKind, Settlement, TriggerResult
+from chronos_trio.store import QueueWeight, SettleKind, Settlement, StoreError, TriggerResult
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.testing.redis_server import RedisCluster
 from tests._support import Recorder, Work, wait_for
@@ -101,3 +101,27 @@ async def test_worker_end_to_end_on_cluster(store: RedisStore) -> None:
     assert len(rec.finished) == n + 30
     [stats] = await store.stats(["default"])
     assert stats.total == 0
+
+
+async def test_node_down_raises_store_error_then_recovers() -> None:
+    with RedisCluster() as cluster, trio.fail_after(60):
+        store = RedisStore.from_url(cluster.url, default_partitions=8)
+        await store.enqueue_many([job(f"j{i}") for i in range(50)])
+        victim = cluster.nodes[1]
+        victim.kill()
+        # a batch spanning every node fails as one clear StoreError (no ExceptionGroup)
+        with trio.fail_after(20), pytest.raises(StoreError):
+            await store.lease([QueueWeight("q")], 50, worker_id="w", lease_duration=5)
+        victim.start()  # same port and nodes.conf: it takes its slots back (empty)
+        with trio.fail_after(30):
+            while True:
+                try:
+                    await store.enqueue_many([job("after")])
+                    got = await store.lease(
+                        [QueueWeight("q")], 100, worker_id="w", lease_duration=5
+                    )
+                    break
+                except StoreError:
+                    await trio.sleep(0.2)
+        assert "after" in {lj.job.id for lj in got}
+        await store.aclose()

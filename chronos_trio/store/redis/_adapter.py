@@ -164,6 +164,7 @@ class RedisAdapter:
     ) -> list[Any]:
         replies: list[Any] = [None] * len(ops)
         pending = list(range(len(ops)))
+        errors: list[BaseException] = []
         for attempt in range(3):
             groups: dict[str, tuple[redis.Redis, list[int]]] = {}
             for i in pending:
@@ -177,9 +178,13 @@ class RedisAdapter:
                 groups[node.name][1].append(i)
 
             async def run_group(client: redis.Redis, idx: list[int]) -> None:
-                got = await trio.to_thread.run_sync(
-                    self._run_on_node, client, [ops[i] for i in idx], limiter=self._limiter
-                )
+                try:
+                    got = await trio.to_thread.run_sync(
+                        self._run_on_node, client, [ops[i] for i in idx], limiter=self._limiter
+                    )
+                except _REDIS_ERRORS as exc:  # kept out of the nursery's ExceptionGroup
+                    errors.append(exc)
+                    return
                 for i, reply in zip(idx, got, strict=True):
                     replies[i] = reply
 
@@ -190,6 +195,8 @@ class RedisAdapter:
                 async with trio.open_nursery() as nursery:
                     for client, idx in groups.values():
                         nursery.start_soon(run_group, client, idx)
+            if errors:
+                raise errors[0]
             pending = [i for i in pending if isinstance(replies[i], redis.exceptions.AskError)]
             if not pending:
                 break
