@@ -27,7 +27,7 @@ from .._base import Leadership, TriggerResult
 from . import _scripts as S
 from ._codec import decode_new_job, encode_new_job
 from ._context import StoreContext
-from ._jobs import enqueue_many
+from ._enqueue import enqueue_many
 from ._scripts import Op
 from .keys import LeaderKeys
 

@@ -28,7 +28,7 @@ from .._base import (
     Store,
     TriggerResult,
 )
-from . import _admin, _jobs, _leader, _waiting
+from . import _admin, _enqueue, _jobs, _leader, _waiting
 from ._adapter import Client, RedisAdapter
 from ._connect import SCHEMES, connect, redact, split_store_options
 from ._context import StoreContext
@@ -128,7 +128,7 @@ class RedisStore(Store):
 
     # -- producing ---------------------------------------------------------------------
     async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
-        return await _jobs.enqueue_many(self._ctx, jobs)
+        return await _enqueue.enqueue_many(self._ctx, jobs)
 
     # -- the worker's hot path ---------------------------------------------------------
     async def promote_due(self, queues: Sequence[str], limit: int) -> PromoteResult:

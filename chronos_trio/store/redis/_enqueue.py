@@ -1,0 +1,130 @@
+"""Enqueue on Redis: one pipelined round trip per batch, one script per partition.
+
+New jobs go to the queue's active version, partition ``crc32(id) % partitions``
+(the MemoryStore's :func:`~chronos_trio.store.memory.partition_of`). While a
+queue has draining versions, an ID that still exists there is not stored
+again. A stale topology that routes to a completed (closed) version is
+refused by the script and the jobs are routed again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..._job import EnqueueResult, NewJob
+from .._base import StoreError
+from ..memory import partition_of
+from . import _scripts as S
+from ._context import QueueMeta, StoreContext
+from ._scripts import Op
+from .keys import PartitionKeys
+
+
+async def enqueue_many(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+    results: list[EnqueueResult | None] = [None] * len(jobs)
+    todo = list(range(len(jobs)))
+    for _attempt in range(3):
+        if not todo:
+            break
+        metas = await ctx.ensure([jobs[i].queue for i in todo])
+        todo = await _skip_existing_in_draining(ctx, jobs, todo, metas, results)
+        groups: dict[PartitionKeys, list[int]] = {}
+        for i in todo:
+            job = jobs[i]
+            active = metas[job.queue].active
+            if active is None:
+                raise StoreError(f"queue {job.queue!r} has no active topology version")
+            pk = ctx.keys.partition(
+                job.queue, active.version, partition_of(job.id, active.partitions)
+            )
+            groups.setdefault(pk, []).append(i)
+        if not groups:
+            break
+        batch_now = ""
+        if len(groups) > 1 and any(jobs[i].run_at is None for i in todo):
+            # One clock reading for the batch, so delay-based due times of jobs in
+            # different partitions keep the batch's order.
+            (t,) = await ctx.adapter.execute([Op.command(None, "TIME")])
+            batch_now = repr(int(t[0]) + int(t[1]) / 1_000_000)
+        ops = []
+        for pk, idxs in groups.items():
+            argv: list[object] = [batch_now]
+            for i in idxs:
+                j = jobs[i]
+                argv += [
+                    j.id,
+                    j.kind,
+                    j.payload,
+                    "" if j.run_at is None else repr(float(j.run_at)),
+                    repr(float(j.delay)),
+                    int(j.max_retries),
+                    repr(float(j.timeout)),
+                ]
+            ops.append(
+                Op.script_call(S.ENQUEUE, [pk.scheduled, pk.ready, pk.closed, pk.job_prefix], argv)
+            )
+        replies = await ctx.adapter.execute(
+            ops, after=_enqueue_wake_ops(ctx, [jobs[i] for i in todo])
+        )
+        closed: list[int] = []
+        for (pk, idxs), reply in zip(groups.items(), replies, strict=True):
+            if reply[0] == b"closed":
+                # the version was completed after our topology was read: route again
+                ctx.forget(pk.queue)
+                closed += idxs
+                continue
+            ctx.observe_now(reply[0])
+            for k, i in enumerate(idxs):
+                results[i] = EnqueueResult(
+                    jobs[i].id,
+                    reply[1 + 2 * k] == 1,
+                    float(reply[2 + 2 * k]),
+                    pk.version,
+                    pk.partition,
+                )
+        todo = closed
+    if todo:
+        raise StoreError("could not enqueue: the queue's topology kept changing; try again")
+    return [r for r in results if r is not None]
+
+
+async def _skip_existing_in_draining(
+    ctx: StoreContext,
+    jobs: Sequence[NewJob],
+    todo: list[int],
+    metas: dict[str, QueueMeta],
+    results: list[EnqueueResult | None],
+) -> list[int]:
+    """A job ID that exists in a draining version must not be stored again in the
+    active one. Checked only while a queue has more than one version."""
+    checks: list[tuple[int, PartitionKeys]] = []
+    for i in todo:
+        job = jobs[i]
+        for v in metas[job.queue].versions or ():
+            if metas[job.queue].active is not v:
+                pk = ctx.keys.partition(job.queue, v.version, partition_of(job.id, v.partitions))
+                checks.append((i, pk))
+    if not checks:
+        return todo
+    replies = await ctx.adapter.execute(
+        [Op.command(pk.tag, "HGET", pk.job(jobs[i].id), "run_at") for i, pk in checks]
+    )
+    for (i, pk), run_at in zip(checks, replies, strict=True):
+        if run_at is not None and results[i] is None:
+            results[i] = EnqueueResult(jobs[i].id, False, float(run_at), pk.version, pk.partition)
+    return [i for i in todo if results[i] is None]
+
+
+def _enqueue_wake_ops(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[Op]:
+    """Wake-ups for the jobs a batch probably made ready or scheduled (a wrong
+    guess only costs a waiter a cheap look)."""
+    now = ctx.estimated_now()
+    ready: dict[str, int] = {}
+    due: dict[str, float] = {}
+    for j in jobs:
+        at = j.run_at if j.run_at is not None else now + max(0.0, j.delay)
+        if (j.run_at is None and j.delay <= 0) or at <= now:
+            ready[j.queue] = ready.get(j.queue, 0) + 1
+        else:
+            due[j.queue] = min(at, due.get(j.queue, at))
+    return ctx.wake_ready_ops(ready) + ctx.wake_scheduled_ops(due)
