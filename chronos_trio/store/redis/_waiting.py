@@ -63,11 +63,14 @@ async def wait_ready(ctx: StoreContext, queues: Sequence[str], timeout: float) -
         await trio.lowlevel.checkpoint()
         return
     keys = [ctx.keys.wake_ready(q) for q in queues]
-    with trio.move_on_after(timeout):
+    # BLPOP blocks only for what is left, so at the deadline it is usually over
+    # already; a late one is abandoned (see RedisAdapter.blpop).
+    deadline = trio.current_time() + timeout
+    with trio.move_on_at(deadline):
         if await _any_ready(ctx, queues, fresh=False):
             return
         while True:
-            while await ctx.adapter.blpop(keys, timeout) is None:
+            while await ctx.adapter.blpop(keys, deadline - trio.current_time()) is None:
                 pass
             # Look again (another waiter may have served the token). If the
             # cached topology/paused flags show nothing, re-read them: the
@@ -86,11 +89,12 @@ async def wait_scheduled(
         await trio.lowlevel.checkpoint()
         return
     keys = [ctx.keys.wake_scheduled(q) for q in queues]
+    deadline = trio.current_time() + timeout
 
     def wanted(due: float | None, slack: float = 0.0) -> bool:
         return due is not None and (earlier_than is None or due < earlier_than + slack)
 
-    with trio.move_on_after(timeout):
+    with trio.move_on_at(deadline):
         # Right after promote_due reported nothing due before ``earlier_than``,
         # the first look is skipped: anything scheduled since then pushed a
         # wake-up after it became visible, and BLPOP will see that.
@@ -99,7 +103,7 @@ async def wait_scheduled(
         ):
             return
         while True:
-            got = await ctx.adapter.blpop(keys, timeout)
+            got = await ctx.adapter.blpop(keys, deadline - trio.current_time())
             if got is None or not wanted(float(got[1]), _DUE_SLACK):
                 continue
             if wanted(await _earliest_due(ctx, queues, fresh=False)):
