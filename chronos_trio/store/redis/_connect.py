@@ -65,7 +65,13 @@ def connect(
 ) -> redis.Redis | redis.cluster.RedisCluster:
     """A redis-py client for ``url`` (no store options in it; see module doc)."""
     scheme = url.partition("://")[0].lower()
-    options = {**_client_options(socket_timeout, connect_timeout), **extra}
+    # The store depends on raw bytes and RESP2 reply shapes: those two are not optional.
+    options = {
+        **_client_options(socket_timeout, connect_timeout),
+        **extra,
+        "decode_responses": False,
+        "protocol": 2,
+    }
     if scheme in ("redis", "rediss", "unix"):
         return redis.Redis.from_url(url, **options)
     if scheme not in ("redis+cluster", "rediss+cluster"):
