@@ -4,6 +4,7 @@ fencing, idle waiting, topology caching and stale writers, triggers."""
 from __future__ import annotations
 
 import re
+import shutil
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -19,7 +20,7 @@ from chronos_trio.store import QueueWeight, SettleKind, Settlement, StoreError, 
 from chronos_trio.store.memory import partition_of
 from chronos_trio.store.redis import RedisStore, _leader, open_store
 from chronos_trio.store.redis._connect import connect, redact, split_store_options
-from chronos_trio.testing.redis_server import RedisServer
+from chronos_trio.testing.redis_server import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
 
@@ -385,3 +386,25 @@ async def test_new_leader_enqueues_pending_triggers(
     assert successor is not None and successor.epoch == lead.epoch + 1
     got = await store.get_job("s@5")
     assert got is not None and got.state is JobState.READY
+
+
+async def test_tls_url(tmp_path: Path) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    await trio.run_process(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        capture_stdout=True, capture_stderr=True,
+    )  # fmt: skip
+    tls_port = free_port()
+    tls = ["--tls-port", str(tls_port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+           "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"]  # fmt: skip
+    with RedisServer(extra_args=tls):
+        url = f"rediss://127.0.0.1:{tls_port}/0?ssl_ca_certs={cert}"
+        store = open_store(url)
+        await store.enqueue_many([job("secure")])
+        [lj] = await lease(store)  # type: ignore[arg-type]
+        assert lj.job.id == "secure" and lj.job.payload == b"\x00\xffraw"
+        await store.aclose()
