@@ -94,7 +94,7 @@ class Runtime:
             job.kind,
             job.queue,
             job.attempts,
-            job.last_error.splitlines()[0:1],
+            (job.last_error.splitlines() or [""])[0],
         )
         for hook in self.app.dead_letter_hooks:
             with trio.move_on_after(10) as scope:

@@ -54,7 +54,8 @@ async def _executor(rt: Runtime) -> None:
             entry.stage = Stage.RUNNING
             outcome = await _run_handler(rt, entry)
         _decide(entry, outcome)
-        await rt.finished_send.send(JobFinished(entry.token))
+        # Never blocks: the channel holds one slot per in-flight entry.
+        rt.finished_send.send_nowait(JobFinished(entry.token))
 
 
 def _decide(entry: Entry, outcome: Settlement | None) -> None:
