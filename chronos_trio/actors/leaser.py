@@ -64,8 +64,14 @@ async def _dispatch(rt: Runtime, token: str) -> None:
     # QUEUED before sending: a waiting executor may run before send returns.
     # A send that raises delivered nothing (trio guarantees it), so revert.
     entry.stage = Stage.QUEUED
+    message = JobDispatched(entry.leased)
     try:
-        await rt.dispatch_send.send(JobDispatched(entry.leased))
-    except BaseException:
-        entry.stage = Stage.LEASED
-        raise
+        # No yield per job while the buffer has room: a whole batch reaches
+        # the executors in one scheduling round.
+        rt.dispatch_send.send_nowait(message)
+    except trio.WouldBlock:
+        try:
+            await rt.dispatch_send.send(message)
+        except BaseException:
+            entry.stage = Stage.LEASED
+            raise
