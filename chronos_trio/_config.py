@@ -65,7 +65,8 @@ def _positive(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> N
 @attrs.frozen
 class WorkerConfig:
     """Knobs of one worker process. Derived defaults (``None``) are filled in
-    by :meth:`build`: heartbeat every lease/3, in-flight cap of
+    by :meth:`build`: heartbeat every lease/3, recovery every lease/6 (at
+    most 5 s), in-flight cap of
     concurrency + batch_size, a leased-job buffer of batch_size."""
 
     worker_id: str = attrs.field(factory=default_worker_id)
@@ -75,10 +76,10 @@ class WorkerConfig:
     concurrency: int = attrs.field(default=16, validator=_positive)
     batch_size: int = attrs.field(default=64, validator=_positive)
     queue_buffer: int | None = attrs.field(default=None, validator=_positive)
-    poll_interval: float = attrs.field(default=1.0, validator=_positive)
+    poll_interval: float = attrs.field(default=5.0, validator=_positive)
     lease_duration: float = attrs.field(default=30.0, validator=_positive)
     heartbeat_interval: float | None = attrs.field(default=None, validator=_positive)
-    recover_interval: float = attrs.field(default=1.0, validator=_positive)
+    recover_interval: float | None = attrs.field(default=None, validator=_positive)
     max_in_flight: int | None = attrs.field(default=None, validator=_positive)
     retry: RetryPolicy = attrs.field(factory=RetryPolicy)
     shutdown_grace: float = attrs.field(default=10.0, validator=attrs.validators.ge(0))
@@ -91,7 +92,7 @@ class WorkerConfig:
     restart_period: float = attrs.field(default=10.0, validator=_positive)
     #: Leadership lease (schedules, janitor): renewed every ttl/3; a dead
     #: leader is replaced within this long, a resigning one at once.
-    leader_ttl: float = attrs.field(default=10.0, validator=_positive)
+    leader_ttl: float = attrs.field(default=15.0, validator=_positive)
     #: Longest the scheduler sleeps before re-reading the store's clock.
     scheduler_tick: float = attrs.field(default=1.0, validator=_positive)
     #: A trigger fired this late still counts as on time (see misfire policies).
@@ -108,6 +109,9 @@ class WorkerConfig:
             cfg = attrs.evolve(cfg, heartbeat_interval=cfg.lease_duration / 3)
         if cfg.max_in_flight is None:
             cfg = attrs.evolve(cfg, max_in_flight=cfg.concurrency + cfg.batch_size)
+        if cfg.recover_interval is None:
+            # Expired leases are found within lease/6 (at most 5 s) of expiring.
+            cfg = attrs.evolve(cfg, recover_interval=min(5.0, cfg.lease_duration / 6))
         if cfg.queue_buffer is None:
             cfg = attrs.evolve(cfg, queue_buffer=cfg.batch_size)
         assert cfg.heartbeat_interval is not None
@@ -127,6 +131,11 @@ class WorkerConfig:
     def heartbeat_every(self) -> float:
         assert self.heartbeat_interval is not None
         return self.heartbeat_interval
+
+    @property
+    def recover_every(self) -> float:
+        assert self.recover_interval is not None
+        return self.recover_interval
 
     @property
     def in_flight_cap(self) -> int:

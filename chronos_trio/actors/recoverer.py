@@ -40,4 +40,4 @@ async def run(
         for job in result.dead:
             await rt.dead_lettered(job)
         if found < RECOVER_BATCH:
-            await trio.sleep(rt.config.recover_interval)
+            await trio.sleep(rt.config.recover_every)

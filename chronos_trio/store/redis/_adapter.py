@@ -28,6 +28,10 @@ from ._scripts import Op
 
 T = TypeVar("T")
 
+#: Extra seconds to wait for a BLPOP's reply beyond its block time before the
+#: connection counts as dead.
+BLOCK_READ_SLACK = 5.0
+
 #: Errors that mean "Redis is unreachable or refused", mapped to StoreError.
 _REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 
@@ -58,7 +62,7 @@ class RedisAdapter:
         client: Client | Callable[[], Client],
         *,
         description: str,
-        max_block: float = 2.0,
+        max_block: float = 30.0,
         threads: int = 32,
     ) -> None:
         self._client: Client | None = None
@@ -69,8 +73,7 @@ class RedisAdapter:
             self._factory = client
         self._client_lock = trio.Lock()
         self.description = description
-        #: Longest single BLPOP; below the socket timeout so a blocked call
-        #: never looks like a dead connection.
+        #: Longest single BLPOP (its reply is read with its own timeout).
         self.max_block = max_block
         self.stats = AdapterStatistics()
         self._limiter = trio.CapacityLimiter(threads)
@@ -217,12 +220,27 @@ class RedisAdapter:
         client = await self.client()
         block = max(0.001, min(timeout, self.max_block))
         abandoned = threading.Event()
+        if isinstance(client, redis.cluster.RedisCluster):
+            # Every wake-up list shares one hash tag: the first key routes all.
+            node = client.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+            direct: redis.Redis = client.get_redis_connection(node)
+        else:
+            direct = client
 
         def pop() -> tuple[bytes, bytes] | None:
-            got = client.blpop(list(keys), timeout=block)
+            # A connection of our own, read with a timeout longer than the
+            # block: the pool's socket timeout (meant to catch a dead server
+            # quickly) would otherwise cap how long an idle worker may sleep.
+            pool = direct.connection_pool
+            conn = pool.get_connection()
+            try:
+                conn.send_command("BLPOP", *keys, block)  # type: ignore[no-untyped-call]
+                got = conn.read_response(timeout=block + BLOCK_READ_SLACK)
+            finally:
+                pool.release(conn)
             if got is not None and abandoned.is_set():
-                client.lpush(got[0], got[1])
-            return got  # type: ignore[return-value]
+                direct.lpush(got[0], got[1])
+            return None if got is None else (got[0], got[1])
 
         self.stats.blocking_waits += 1
         try:

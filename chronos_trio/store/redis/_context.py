@@ -147,6 +147,10 @@ class StoreContext:
         old = self._meta.get(queue)
         self._meta[queue] = QueueMeta(versions, old.paused if old else False, time.monotonic())
 
+    def any_open_cached(self, queues: Sequence[str]) -> bool:
+        """Whether the cache (however old) knows one of ``queues`` as not paused."""
+        return any((m := self._meta.get(q)) is not None and not m.paused for q in queues)
+
     def forget(self, queue: str) -> None:
         self._meta.pop(queue, None)
 

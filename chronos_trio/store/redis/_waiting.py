@@ -5,14 +5,12 @@ requeue_dead, resume) pushes tokens on the queue's ``wake:ready`` list; what
 schedules a job pushes its due time on ``wake:scheduled``. A waiter first
 looks whether its condition already holds (one pipelined round trip, one
 command per partition), then blocks in BLPOP (at most ``max_block``
-seconds per call, well under the socket timeout) and looks again after each
-token. So an idle worker costs a BLPOP every couple of seconds, a wake-up
-costs one look, and a token pushed between the look and the BLPOP is never
-missed: it waits in the list.
+seconds per call). A ready-waiter returns as soon as it pops a token (the
+caller's lease is the look); a promoter looks again after each token. So an
+idle worker costs a BLPOP per poll interval, and a token pushed between the
+look and the BLPOP is never missed: it waits in the list.
 
-Tokens are consumed: one job wakes one waiter, a burst up to WAKE_CAP. A
-token that another waiter already served leads only to a look that finds
-nothing and blocks again — not to a spurious return.
+Tokens are consumed: one job wakes one waiter, a burst up to WAKE_CAP.
 """
 
 from __future__ import annotations
@@ -72,11 +70,15 @@ async def wait_ready(ctx: StoreContext, queues: Sequence[str], timeout: float) -
         while True:
             while await ctx.adapter.blpop(keys, deadline - trio.current_time()) is None:
                 pass
-            # Look again (another waiter may have served the token). If the
-            # cached topology/paused flags show nothing, re-read them: the
-            # token may come from a resume or a new version in another process.
-            if await _any_ready(ctx, queues, fresh=False):
+            # A token, and our cached flags say some queue is open: return at
+            # once and let the caller's lease be the look (looking first would
+            # add a round trip to every pickup; if another waiter already took
+            # the job, the lease comes back empty and the caller waits again,
+            # a spurious return the protocol allows).
+            if ctx.any_open_cached(queues):
                 return
+            # Cached as paused (or unknown): the token may come from a resume
+            # or a new version in another process, so re-read the flags.
             if await _any_ready(ctx, queues, fresh=True):
                 return
 

@@ -68,7 +68,7 @@ class RedisStore(Store):
         default_partitions: int = 1,
         topology_ttl: float = 1.0,
         description: str = "redis",
-        max_block: float = 2.0,
+        max_block: float = 30.0,
     ) -> None:
         if default_partitions < 1:
             raise ValueError(f"default_partitions must be >= 1, got {default_partitions}")
@@ -98,8 +98,8 @@ class RedisStore(Store):
         options ``namespace`` and ``partitions`` are read here; explicit keyword
         arguments win over them. Nothing connects until first use, and every
         failure then is a StoreError. Socket operations time out after
-        ``socket_timeout`` seconds; a blocking wait never blocks in Redis for
-        more than half of that (at most 2 s), so it never looks like a timeout."""
+        ``socket_timeout`` seconds; a blocking wait reads its reply with its own,
+        longer timeout, so an idle worker can sleep in BLPOP up to 30 s."""
         clean, opts = split_store_options(url)
         if urlsplit(clean).scheme.lower() not in SCHEMES:
             raise ValueError(f"unsupported Redis URL {redact(clean)!r}; expected one of {SCHEMES}")
@@ -111,7 +111,7 @@ class RedisStore(Store):
                 connect_timeout=connect_timeout,
                 **redis_kwargs,
             ),
-            max_block=max(0.05, min(2.0, socket_timeout / 2)),
+            max_block=30.0,
             namespace=namespace or opts.get("namespace") or "chronos",
             default_partitions=default_partitions or int(opts.get("partitions") or 1),
             topology_ttl=topology_ttl,
