@@ -80,6 +80,12 @@ class InFlight:
         if self._entries.pop(token, None) is not None:
             self._notify()
 
+    def remove_many(self, tokens: list[str]) -> None:
+        """Remove a settled batch, waking waiters once (not once per job)."""
+        removed = [self._entries.pop(t, None) for t in tokens]
+        if any(e is not None for e in removed):
+            self._notify()
+
     def in_stage(self, *stages: Stage) -> list[Entry]:
         return [e for e in self._entries.values() if e.stage in stages]
 

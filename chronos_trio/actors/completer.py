@@ -7,6 +7,8 @@ kept and retried with backoff; nothing is dropped.
 
 from __future__ import annotations
 
+import logging
+
 import attrs
 import trio
 
@@ -61,16 +63,16 @@ async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
         except StoreError as exc:
             await backoff.failed(exc)
     backoff.reset()
+    debug = log.isEnabledFor(logging.DEBUG)
     for entry, ok in zip(to_store, applied, strict=True):
-        _account(rt, entry, ok)
-    for entry in batch:
-        rt.table.remove(entry.token)
+        _account(rt, entry, ok, debug)
+    rt.table.remove_many([entry.token for entry in batch])
     for entry, ok in zip(to_store, applied, strict=True):
         if ok and entry.outcome is not None and entry.outcome.kind is SettleKind.DEAD:
             await rt.dead_lettered(_dead_view(entry.leased.job, entry.outcome.error))
 
 
-def _account(rt: Runtime, entry: Entry, ok: bool) -> None:
+def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool) -> None:
     job = entry.leased.job
     assert entry.outcome is not None
     kind = entry.outcome.kind
@@ -82,13 +84,14 @@ def _account(rt: Runtime, entry: Entry, ok: bool) -> None:
         return
     if kind is SettleKind.SUCCEEDED:
         rt.counters.succeeded += 1
-        log.debug(
-            "succeeded job=%s kind=%s queue=%s attempt=%d",
-            job.id,
-            job.kind,
-            job.queue,
-            job.attempts,
-        )
+        if debug:
+            log.debug(
+                "succeeded job=%s kind=%s queue=%s attempt=%d",
+                job.id,
+                job.kind,
+                job.queue,
+                job.attempts,
+            )
     elif kind is SettleKind.RETRY:
         rt.counters.retried += 1
         log.info(

@@ -6,6 +6,8 @@ worker leases less; waits on the store's wake-up when nothing is ready.
 
 from __future__ import annotations
 
+import logging
+
 import trio
 
 from .._backoff import Backoff
@@ -43,15 +45,17 @@ async def run(
             continue
         # Register every lease before the first checkpoint, so a crash while
         # dispatching leaves them in the table for the next incarnation.
+        debug = log.isEnabledFor(logging.DEBUG)
         for leased in batch:
             rt.table.add(leased)
-            log.debug(
-                "leased job=%s kind=%s queue=%s attempt=%d",
-                leased.job.id,
-                leased.job.kind,
-                leased.job.queue,
-                leased.job.attempts,
-            )
+            if debug:
+                log.debug(
+                    "leased job=%s kind=%s queue=%s attempt=%d",
+                    leased.job.id,
+                    leased.job.kind,
+                    leased.job.queue,
+                    leased.job.attempts,
+                )
         rt.counters.leased += len(batch)
         for leased in batch:
             await _dispatch(rt, leased.token)
