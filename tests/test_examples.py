@@ -1,0 +1,56 @@
+"""The runnable examples stay runnable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_example(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_quickstart_on_the_embedded_store() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CHRONOS_URL"}
+    proc = subprocess.run(
+        [sys.executable, "examples/quickstart.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("attempt 1: mail to") == 7
+    assert "succeeded=7" in proc.stdout
+
+
+@pytest.mark.redis
+def test_quickstart_on_redis(redis_url: str) -> None:
+    proc = run_example("examples/quickstart.py", env={"CHRONOS_URL": redis_url})
+    assert proc.returncode == 0, proc.stderr
+    assert "succeeded=7" in proc.stdout
+
+
+@pytest.mark.redis
+def test_redis_demo_logs_version_and_partition(redis_url: str) -> None:
+    proc = run_example(
+        "examples/redis_demo.py", f"{redis_url}?partitions=4", "--jobs", "40", "--delay", "0.5"
+    )
+    assert proc.returncode == 0, proc.stderr
+    runs = [line for line in proc.stdout.splitlines() if " ran " in line]
+    assert len(runs) == 41
+    assert {line.split(" v1 p")[1][0] for line in runs} == {"0", "1", "2", "3"}
