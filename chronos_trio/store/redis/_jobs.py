@@ -39,6 +39,11 @@ _SETTLE_CODES = {
 }
 
 
+#: Seconds beyond the estimated store clock that a peek still reads: covers
+#: the skew between the estimate and Redis TIME (the scripts decide for real).
+_PEEK_MARGIN = 1.0
+
+
 def _nonce() -> str:
     """Per call and partition; with the partition's counter it makes tokens unique."""
     return secrets.token_hex(6) + "-"
@@ -58,22 +63,33 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
         plan = {slots[0][1]: limit}
     else:
         # Plain reads (cheaper for Redis than a script): each partition's two due
-        # prefixes and the clock; the promote scripts re-check due times themselves.
+        # prefixes, their heads and the clock; the promote scripts re-check due
+        # times themselves. Only entries due by about now are read (with a
+        # margin for clock skew): jobs due later cannot be promoted by this
+        # call, and reading them made a deep schedule cost milliseconds.
+        horizon = repr(ctx.estimated_now() + _PEEK_MARGIN)
         peek = [
-            Op.command(
-                pk.tag, "ZRANGE", z, "-inf", "+inf", "BYSCORE", "LIMIT", 0, limit, "WITHSCORES"
-            )
+            op
             for _, pk in slots
             for z in (pk.scheduled, pk.retry)
-        ]
+            for op in (
+                Op.command(
+                    pk.tag, "ZRANGE", z, "-inf", horizon, "BYSCORE", "LIMIT", 0, limit,
+                    "WITHSCORES",
+                ),
+                Op.command(pk.tag, "ZRANGE", z, 0, 0, "WITHSCORES"),
+            )
+        ]  # fmt: skip
         replies = await ctx.adapter.execute([*peek, Op.command(None, "TIME")])
         t = replies[-1]
-        now = int(t[0]) + int(t[1]) / 1_000_000
+        now = ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)  # keeps the horizon honest
         cands: dict[PartitionKeys, list[tuple[float, bytes]]] = {}
         for n, (_, pk) in enumerate(slots):
-            merged = sorted(pairs(replies[2 * n]) + pairs(replies[2 * n + 1]))
-            if merged:
-                heads[pk] = merged[0][0]
+            due_s, head_s, due_r, head_r = replies[4 * n : 4 * n + 4]
+            merged = sorted(pairs(due_s) + pairs(due_r))
+            first = [h[0][0] for h in (pairs(head_s), pairs(head_r)) if h]
+            if first:
+                heads[pk] = min(first)
             cands[pk] = merged
         plan, remaining = {}, limit
         for q in dict.fromkeys(queues):
@@ -275,13 +291,14 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
     if len(slots) == 1:
         plan = {slots[0]: limit}
     else:
+        horizon = repr(ctx.estimated_now() + _PEEK_MARGIN)  # only what may have expired
         peek = [
             Op.command(
                 pk.tag,
                 "ZRANGE",
                 pk.leased,
                 "-inf",
-                "+inf",
+                horizon,
                 "BYSCORE",
                 "LIMIT",
                 0,
@@ -292,7 +309,7 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
         ]
         replies = await ctx.adapter.execute([*peek, Op.command(None, "TIME")])
         t = replies[-1]
-        now = int(t[0]) + int(t[1]) / 1_000_000
+        now = ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)  # keeps the horizon honest
         cands = {pk: pairs(r) for pk, r in zip(slots, replies[:-1], strict=True)}
         plan, remaining = {}, limit
         for q in order:
