@@ -54,8 +54,8 @@ class Sizes:
 
     def __init__(self, quick: bool) -> None:
         q = quick
-        self.lifecycle_single = 100 if q else 500
-        self.lifecycle_batch = 640 if q else 20_000
+        self.lifecycle_single = 100 if q else 300
+        self.lifecycle_batch = 640 if q else 6_400
         self.drain = 2_000 if q else 20_000
         self.drain_concurrency = (1, 16, 64)
         self.saturation = 2_000 if q else 20_000
@@ -109,7 +109,8 @@ def setup_peers(peers: list[str]) -> None:
                        check=True)  # fmt: skip
 
 
-def run_peer(peer: str, workload: str, url: str, timeout: float, **opts: Any) -> dict[str, Any]:
+def run_peer(peer: str, workload: str, url: str, limit: float, **opts: Any) -> dict[str, Any]:
+    """One run of ``workload`` by ``peer`` in its own venv, killed after ``limit`` s."""
     python = peer_python(peer)
     if not python.exists():
         raise RuntimeError("not installed (python -m benchmarks --setup-peers)")
@@ -117,7 +118,7 @@ def run_peer(peer: str, workload: str, url: str, timeout: float, **opts: Any) ->
     for k, v in opts.items():
         argv += [f"--{k.replace('_', '-')}", str(v)]
     proc = subprocess.run(
-        argv, capture_output=True, text=True, timeout=timeout, cwd=str(REPO),
+        argv, capture_output=True, text=True, timeout=limit, cwd=str(REPO),
         env={**os.environ, "PYTHONPATH": str(REPO)}, check=False,
     )  # fmt: skip
     if proc.returncode != 0:
@@ -152,11 +153,13 @@ def suite(args: argparse.Namespace, redis: BenchRedis) -> dict[str, list[dict[st
         log(f"-- {workload}: chronos_trio {setting}")
         row = repeat(runs, redis, fn)
         out[workload].append({"system": report.OURS, "setting": setting, **row})
+        _save_partial(args.out, out)
 
-    def theirs(workload: str, setting: str, peer: str, timeout: float, **opts: Any) -> None:
+    def theirs(workload: str, setting: str, peer: str, limit: float, **opts: Any) -> None:
         log(f"-- {workload}: {peer} {setting}")
-        row = repeat(runs, redis, lambda: run_peer(peer, workload, url, timeout, **opts))
+        row = repeat(runs, redis, lambda: run_peer(peer, workload, url, limit, **opts))
         out[workload].append({"system": peer, "setting": setting, **row})
+        _save_partial(args.out, out)
 
     if "lifecycle" in wanted:
         configs: list[tuple[str, str | None]] = [
@@ -301,6 +304,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chronos_trio workloads that did not complete: {', '.join(failed)}")
         return 1
     return 0
+
+
+def _save_partial(path: Path, workloads: dict[str, Any]) -> None:
+    """What is measured so far, so an interrupted run loses nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial.json")
+    partial.write_text(json.dumps(_clean({"workloads": workloads}), default=_json_default))
 
 
 def _sample_load(out: list[float]) -> None:

@@ -113,7 +113,8 @@ def _ratio(rows: Sequence[dict[str, Any]], row: dict[str, Any], key: str, higher
     a, b = ours.get(key), row.get(key)
     if not a or not b or any(isinstance(v, float) and math.isnan(v) for v in (a, b)):
         return ""
-    return f"{a / b:.1f}x"
+    r = a / b
+    return f"{r:.1f}x" if r >= 0.95 else f"{r:.2g}x"
 
 
 def table_rows(name: str, rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
