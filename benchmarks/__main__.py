@@ -69,6 +69,9 @@ class Sizes:
         self.lease = 2.0 if q else 5.0
         self.idle_seconds = 3.0 if q else 10.0
         self.timeout = 60.0 if q else 120.0
+        #: A peer's drain run stops after this; its rate is then taken from the
+        #: jobs it did (marked incomplete), so a slow peer cannot stall the suite.
+        self.peer_timeout = 60.0
 
 
 def log(msg: str) -> None:
@@ -179,8 +182,8 @@ def suite(args: argparse.Namespace, redis: BenchRedis) -> dict[str, list[dict[st
         for label, c, p in settings:
             ours("drain", label, lambda c=c, p=p: cb.run(cb.drain, url, s.drain, c, p, s.timeout))
             for peer in peers:
-                theirs("drain", label, peer, s.timeout + 120, n=s.drain, concurrency=c,
-                       processes=p, timeout=s.timeout)  # fmt: skip
+                theirs("drain", label, peer, s.peer_timeout + 120, n=s.drain, concurrency=c,
+                       processes=p, timeout=s.peer_timeout)  # fmt: skip
 
     if "saturation" in wanted:
         ours("saturation", "4 producers, c=64",
@@ -224,6 +227,8 @@ def meta(args: argparse.Namespace, redis: BenchRedis, peers: list[str]) -> dict[
     return {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "quick": args.quick,
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        "tree_dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "chronos_trio")),
         "runs": args.runs,
         "machine": {
             "cpus": os.cpu_count(),
@@ -304,6 +309,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chronos_trio workloads that did not complete: {', '.join(failed)}")
         return 1
     return 0
+
+
+def _git(*argv: str) -> str:
+    proc = subprocess.run(["git", *argv], capture_output=True, text=True, cwd=REPO, check=False)
+    return proc.stdout.strip()
 
 
 def _save_partial(path: Path, workloads: dict[str, Any]) -> None:
