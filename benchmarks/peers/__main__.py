@@ -194,7 +194,9 @@ def main() -> None:
     parser.add_argument("--spread", type=float, default=1.0)
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args()
-    os.environ[common.ENV_URL] = args.url
+    # Peer modules build their clients at import: give them a URL even for
+    # "versions" (nothing connects then).
+    os.environ[common.ENV_URL] = args.url or "redis://127.0.0.1:1/0"
     mod = load(args.peer)
     if args.workload == "versions":
         print(json.dumps(versions(mod)))
