@@ -76,7 +76,7 @@ class WorkerConfig:
     concurrency: int = attrs.field(default=16, validator=_positive)
     batch_size: int = attrs.field(default=64, validator=_positive)
     queue_buffer: int | None = attrs.field(default=None, validator=_positive)
-    poll_interval: float = attrs.field(default=5.0, validator=_positive)
+    poll_interval: float = attrs.field(default=30.0, validator=_positive)
     lease_duration: float = attrs.field(default=30.0, validator=_positive)
     heartbeat_interval: float | None = attrs.field(default=None, validator=_positive)
     recover_interval: float | None = attrs.field(default=None, validator=_positive)
