@@ -7,7 +7,6 @@ from ._config import parse_queues as parse_queues
 from ._context import JobContext as JobContext
 from ._errors import ActorFailed as ActorFailed
 from ._errors import ChronosError as ChronosError
-from ._errors import LeaseLost as LeaseLost
 from ._errors import PayloadError as PayloadError
 from ._errors import SkipRetry as SkipRetry
 from ._errors import StoreError as StoreError

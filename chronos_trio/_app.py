@@ -174,9 +174,7 @@ class App:
             max_retries=max_retries,
             timeout=timeout,
         )
-        check_unique(self.schedules, schedule)
-        self.schedules.append(schedule)
-        return schedule
+        return self._add_schedule(schedule)
 
     def every(
         self,
@@ -203,6 +201,9 @@ class App:
             max_retries=max_retries,
             timeout=timeout,
         )
+        return self._add_schedule(schedule)
+
+    def _add_schedule(self, schedule: Schedule) -> Schedule:
         check_unique(self.schedules, schedule)
         self.schedules.append(schedule)
         return schedule

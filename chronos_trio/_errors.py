@@ -17,10 +17,6 @@ class SkipRetry(ChronosError):
     """
 
 
-class LeaseLost(ChronosError):
-    """The worker no longer holds the job's lease; its handler was cancelled."""
-
-
 class PayloadError(ChronosError, ValueError):
     """A payload could not be encoded (at enqueue) or is too large."""
 

@@ -10,7 +10,7 @@ which is what bounds the in-flight work.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import attrs
 import trio
@@ -76,10 +76,6 @@ class InFlight:
         self._entries[leased.token] = entry
         return entry
 
-    def remove(self, token: str) -> None:
-        if self._entries.pop(token, None) is not None:
-            self._notify()
-
     def remove_many(self, tokens: list[str]) -> None:
         """Remove a settled batch, waking waiters once (not once per job)."""
         removed = [self._entries.pop(t, None) for t in tokens]
@@ -96,17 +92,12 @@ class InFlight:
         self._changed.set()
         self._changed = trio.Event()
 
-    def touch(self) -> None:
-        """Wake waiters after a stage change that may satisfy them."""
-        self._notify()
-
     async def wait_free(self) -> None:
         """Until at least one slot is free."""
         while not self.free:
             await self._changed.wait()
 
-    async def wait_until(self, predicate: object) -> None:
-        """Until ``predicate()`` is true (re-checked after every change)."""
-        assert callable(predicate)
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Until ``predicate()`` is true (re-checked after every removal)."""
         while not predicate():
             await self._changed.wait()

@@ -269,8 +269,7 @@ class Worker:
             except StoreError as exc:
                 log.error("could not settle %d lease(s) at exit: %s", len(settlements), exc)
             else:
-                for entry in rt.table:
-                    rt.table.remove(entry.token)
+                rt.table.remove_many([entry.token for entry in rt.table])
                 return
         log.error("%d lease(s) left to expire and be recovered", len(rt.table))
 

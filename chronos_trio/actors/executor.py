@@ -18,7 +18,7 @@ from .._codec import decode_payload
 from .._context import JobContext
 from .._errors import PayloadError, SkipRetry
 from .._inflight import Entry, Stage
-from .._job import Job
+from .._job import Job, LeaseRef
 from .._runtime import JobFinished, Runtime, log
 from ..store import SettleKind, Settlement
 
@@ -100,7 +100,7 @@ async def _run_handler(rt: Runtime, entry: Entry) -> Settlement | None:
     return _failure(rt, job, ref, f"TimeoutError: handler exceeded its {job.timeout:g}s timeout")
 
 
-def _failure(rt: Runtime, job: Job, ref: Any, error: str) -> Settlement:
+def _failure(rt: Runtime, job: Job, ref: LeaseRef, error: str) -> Settlement:
     if job.attempts > job.max_retries:
         return Settlement(
             ref,
