@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
-import uuid
+import os
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
 
@@ -39,6 +39,12 @@ def payload_type_of(fn: Callable[..., Any]) -> Any:
     except Exception:  # unresolvable forward references: fall back to raw JSON
         hints = {}
     return hints.get(params[0].name, Any)
+
+
+def new_job_id() -> str:
+    """A fresh job ID: 128 random bits as 32 hex digits (the length of a UUID's
+    hex, several times cheaper to make than ``uuid.uuid4().hex``)."""
+    return os.urandom(16).hex()
 
 
 def check_options(
@@ -96,7 +102,7 @@ class Task(Generic[P]):
         if job_id is not None and (not job_id or len(job_id) > 200):
             raise ValueError("job_id must be a non-empty string of at most 200 characters")
         return NewJob(
-            id=job_id or uuid.uuid4().hex,
+            id=job_id or new_job_id(),
             queue=queue or self.queue,
             kind=self.kind,
             payload=data,

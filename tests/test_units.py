@@ -63,6 +63,40 @@ def test_codec_errors_are_clear() -> None:
         decode_payload(b'{"when": "yesterday", "tags": [], "color": "red"}', Nested)
 
 
+@attrs.frozen
+class Numbers:
+    big: int
+    ratio: float
+    by_id: dict[int, str]
+
+
+def test_codec_keeps_what_fast_json_would_change() -> None:
+    # Integers beyond 64 bits round-trip exactly (orjson alone reads them as floats).
+    value = Numbers(big=2**70 + 1, ratio=0.5, by_id={7: "seven"})
+    data = encode_payload(value, Numbers)
+    assert b"1180591620717411303425" in data
+    assert decode_payload(data, Numbers) == value
+    assert decode_payload(b'{"n": -%d}' % 2**80, Any) == {"n": -(2**80)}
+    # NaN/Infinity are not JSON other languages can read: refused at enqueue
+    # (orjson alone would silently store null).
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(PayloadError, match="not JSON-able"):
+            encode_payload(Numbers(big=1, ratio=bad, by_id={}), Numbers)
+    # A real null is kept, and data stored before (NaN written by json) still reads.
+    assert encode_payload({"x": None}, Any) == b'{"x":null}'
+    assert decode_payload(b'{"x": NaN}', Any)["x"] != decode_payload(b'{"x": 0}', Any)["x"]
+
+
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text()
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+))  # fmt: skip
+def test_codec_round_trips_any_json_value(value: Any) -> None:
+    assert decode_payload(encode_payload(value, Any), Any) == value
+
+
 def test_retry_policy_defaults_follow_the_seed() -> None:
     policy = RetryPolicy()
     assert [policy.delay(a) for a in range(1, 9)] == [1, 2, 4, 8, 16, 32, 60, 60]

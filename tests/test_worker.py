@@ -141,6 +141,47 @@ async def test_timeout_cancels_handler_and_counts_as_failure(autojump_clock: obj
     assert "exceeded its 3s timeout" in job.last_error
 
 
+async def test_each_handler_gets_its_own_timeout_on_a_shared_executor(
+    autojump_clock: object,
+) -> None:
+    # One executor runs every job in turn: a short timeout started after a long
+    # one is still enforced on time, an earlier job's deadline never cancels
+    # a later job, and the executor keeps working after a timeout.
+    app = App(MemoryStore())
+    ended: dict[str, tuple[str, float]] = {}
+
+    @app.task("sleepy", max_retries=0)
+    async def sleepy(args: bytes, job: JobContext) -> None:
+        name, seconds = args.decode().split(":")
+        try:
+            await trio.sleep(float(seconds))
+        except trio.Cancelled:
+            ended[name] = ("cancelled", trio.current_time() - start)
+            raise
+        ended[name] = ("done", trio.current_time() - start)
+
+    async with app.open_worker(concurrency=2, **FAST) as worker:
+        start = trio.current_time()
+        await sleepy.enqueue(b"long:1000", timeout=100.0)
+        await trio.sleep(1)
+        await sleepy.enqueue(b"short:1000", timeout=2.0)  # due before the long one
+        with trio.fail_after(300):
+            while "short" not in ended:
+                await trio.sleep(0.1)
+        # The executor that timed out runs a job that outlives both earlier
+        # jobs' deadlines and finishes.
+        await sleepy.enqueue(b"quick:0.5", timeout=1.0)
+        await sleepy.enqueue(b"later:150", timeout=200.0)
+        with trio.fail_after(400):
+            await worker.wait_idle()
+        stats = worker.statistics()
+    assert (stats.dead, stats.succeeded) == (2, 2)
+    assert ended["short"] == ("cancelled", pytest.approx(3.0, abs=0.05))
+    assert ended["long"] == ("cancelled", pytest.approx(100.0, abs=0.05))
+    assert ended["quick"][0] == "done"
+    assert ended["later"] == ("done", pytest.approx(3.0 + 0.5 + 150.0, abs=0.1))
+
+
 @pytest.mark.parametrize(
     ("payload", "expected"),
     [

@@ -5,10 +5,17 @@ Outcomes: return -> succeeded; exception -> retry with backoff, or dead when
 the attempts are used up; ``SkipRetry`` -> dead at once; timeout -> cancelled
 and counted as a failure; unknown kind or undecodable payload -> dead with a
 clear error; lease lost -> cancelled and forgotten (another worker owns it).
+
+Cost per job matters here (it is most of a no-op job's CPU), so nothing is
+built per job that can live per executor: each executor runs its handlers
+inside one long-lived cancel scope, and one watchdog enforces every handler's
+timeout, instead of a cancel scope and a registered deadline per job. A scope
+is replaced only after something cancelled it (a timeout or a lost lease).
 """
 
 from __future__ import annotations
 
+import math
 import traceback
 from typing import Any
 
@@ -35,27 +42,97 @@ async def run(
         _decide(entry, Settlement(entry.leased.ref, SettleKind.RELEASE))
     for entry in rt.table.in_stage(Stage.DONE):
         await rt.finished_send.send(JobFinished(entry.token))
+    watchdog = Watchdog()
     async with trio.open_nursery() as nursery:
+        nursery.start_soon(watchdog.run)
         for _ in range(rt.config.concurrency):
-            nursery.start_soon(_executor, rt)
+            slot = Slot()
+            watchdog.slots.append(slot)
+            nursery.start_soon(_executor, rt, slot, watchdog)
         task_status.started()
 
 
-async def _executor(rt: Runtime) -> None:
-    async for message in rt.dispatch_recv:
-        entry = rt.table.get(message.leased.token)
-        if entry is None or entry.stage is not Stage.QUEUED:
-            continue
-        if entry.lost:
-            outcome: Settlement | None = None
-        elif rt.draining:
-            outcome = Settlement(entry.leased.ref, SettleKind.RELEASE)
-        else:
-            entry.stage = Stage.RUNNING
-            outcome = await _run_handler(rt, entry)
-        _decide(entry, outcome)
-        # Never blocks: the channel holds one slot per in-flight entry.
-        rt.finished_send.send_nowait(JobFinished(entry.token))
+class Slot:
+    """One executor: the entry it runs (None when idle), that handler's
+    deadline on Trio's clock, and the scope its handlers run in."""
+
+    __slots__ = ("deadline", "entry", "scope")
+
+    def __init__(self) -> None:
+        self.entry: Entry | None = None
+        self.deadline = math.inf
+        self.scope = trio.CancelScope()
+
+
+class Watchdog:
+    """Cancels a handler at its deadline. Sleeps until the earliest deadline
+    of the running handlers; an executor wakes it only when it starts a
+    handler due earlier than that (with equal timeouts, never)."""
+
+    def __init__(self) -> None:
+        self.slots: list[Slot] = []
+        self._target = math.inf
+        self._wake = trio.Event()
+
+    def started(self, deadline: float) -> None:
+        if deadline < self._target:
+            self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            now = trio.current_time()
+            target = math.inf
+            for slot in self.slots:
+                if slot.entry is None or slot.scope.cancel_called:
+                    continue
+                if slot.deadline <= now:
+                    slot.scope.cancel()
+                elif slot.deadline < target:
+                    target = slot.deadline
+            self._target = target
+            self._wake = trio.Event()
+            with trio.move_on_at(target):
+                await self._wake.wait()
+
+
+async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog) -> None:
+    recv = rt.dispatch_recv
+    while True:
+        slot.scope = trio.CancelScope()
+        running: Entry | None = None  # survives the scope's cancellation
+        with slot.scope:
+            while True:
+                # Take a waiting job without a checkpoint: a burst runs back to
+                # back in one executor instead of one task switch per job.
+                try:
+                    message = recv.receive_nowait()
+                except trio.WouldBlock:
+                    message = await recv.receive()
+                entry = rt.table.get(message.leased.token)
+                if entry is None or entry.stage is not Stage.QUEUED:
+                    continue
+                if entry.lost:
+                    outcome: Settlement | None = None
+                elif rt.draining:
+                    outcome = Settlement(entry.leased.ref, SettleKind.RELEASE)
+                else:
+                    entry.stage = Stage.RUNNING
+                    running = entry
+                    outcome = await _run_handler(rt, entry, slot, watchdog)
+                    running = None
+                _finish(rt, entry, outcome)
+        # Only this executor's scope being cancelled gets here: the running
+        # handler timed out or lost its lease. (A scope cancelled just after
+        # its handler returned surfaces at the next receive, which then takes
+        # nothing from the channel: no job is dropped.)
+        if running is not None and running.stage is Stage.RUNNING:
+            _finish(rt, running, _interrupted(rt, running))
+
+
+def _finish(rt: Runtime, entry: Entry, outcome: Settlement | None) -> None:
+    _decide(entry, outcome)
+    # Never blocks: the channel holds one slot per in-flight entry.
+    rt.finished_send.send_nowait(JobFinished(entry.token))
 
 
 def _decide(entry: Entry, outcome: Settlement | None) -> None:
@@ -64,7 +141,7 @@ def _decide(entry: Entry, outcome: Settlement | None) -> None:
     entry.cancel_scope = None
 
 
-async def _run_handler(rt: Runtime, entry: Entry) -> Settlement | None:
+async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog) -> Settlement:
     job = entry.leased.job
     ref = entry.leased.ref
     task = rt.app.tasks.get(job.kind)
@@ -83,21 +160,37 @@ async def _run_handler(rt: Runtime, entry: Entry) -> Settlement | None:
     deadline = trio.current_time() + job.timeout
     ctx = JobContext(job=job, worker_id=rt.config.worker_id, deadline=deadline, app=rt.app)
     entry.context = ctx
-    with trio.CancelScope(deadline=deadline) as scope:
-        entry.cancel_scope = scope
-        try:
-            await task.fn(payload, ctx)
-        except SkipRetry as exc:
-            return Settlement(ref, SettleKind.DEAD, error=_error_text(exc, "SkipRetry"))
-        except Exception as exc:
-            return _failure(rt, job, ref, _error_text(exc))
-        else:
-            return Settlement(ref, SettleKind.SUCCEEDED, retain_for=rt.config.retain_succeeded)
-    # Only our own scope's cancellation lands here: lease lost or timeout.
+    entry.cancel_scope = slot.scope
+    slot.entry = entry
+    slot.deadline = deadline
+    watchdog.started(deadline)
+    try:
+        await task.fn(payload, ctx)
+    except SkipRetry as exc:
+        return Settlement(ref, SettleKind.DEAD, error=_error_text(exc, "SkipRetry"))
+    except Exception as exc:
+        return _failure(rt, job, ref, _error_text(exc))
+    else:
+        return Settlement(ref, SettleKind.SUCCEEDED, retain_for=rt.config.retain_succeeded)
+    finally:
+        # Cancelled or not, the slot no longer runs this job: neither the
+        # watchdog nor a lost lease may cancel the next one on its account.
+        slot.entry = None
+        entry.cancel_scope = None
+
+
+def _interrupted(rt: Runtime, entry: Entry) -> Settlement | None:
+    """The outcome of a handler cancelled by its own scope."""
+    job = entry.leased.job
     if entry.lost:
         log.warning("lease lost job=%s kind=%s: handler cancelled", job.id, job.kind)
         return None
-    return _failure(rt, job, ref, f"TimeoutError: handler exceeded its {job.timeout:g}s timeout")
+    return _failure(
+        rt,
+        job,
+        entry.leased.ref,
+        f"TimeoutError: handler exceeded its {job.timeout:g}s timeout",
+    )
 
 
 def _failure(rt: Runtime, job: Job, ref: LeaseRef, error: str) -> Settlement:
