@@ -67,7 +67,11 @@ class WorkerConfig:
     """Knobs of one worker process. Derived defaults (``None``) are filled in
     by :meth:`build`: heartbeat every lease/3, recovery every lease/6 (at
     most 5 s), in-flight cap of
-    concurrency + batch_size, a leased-job buffer of batch_size."""
+    concurrency + 2 * batch_size, a leased-job buffer of batch_size.
+
+    The in-flight cap leaves room for two batches beyond the running
+    handlers: one being handed to executors and one being leased or settled,
+    so the next batch's round trip overlaps the work of this one."""
 
     worker_id: str = attrs.field(factory=default_worker_id)
     queues: tuple[QueueWeight, ...] = attrs.field(
@@ -108,7 +112,7 @@ class WorkerConfig:
         if cfg.heartbeat_interval is None:
             cfg = attrs.evolve(cfg, heartbeat_interval=cfg.lease_duration / 3)
         if cfg.max_in_flight is None:
-            cfg = attrs.evolve(cfg, max_in_flight=cfg.concurrency + cfg.batch_size)
+            cfg = attrs.evolve(cfg, max_in_flight=cfg.concurrency + 2 * cfg.batch_size)
         if cfg.recover_interval is None:
             # Expired leases are found within lease/6 (at most 5 s) of expiring.
             cfg = attrs.evolve(cfg, recover_interval=min(5.0, cfg.lease_duration / 6))

@@ -125,13 +125,10 @@ class LeasedJob:
     job: Job
     token: str
     expires_at: float
+    #: How to settle or renew this lease; built once (every job needs it).
+    ref: LeaseRef = attrs.field(init=False, eq=False, repr=False)
 
-    @property
-    def ref(self) -> LeaseRef:
-        return LeaseRef(
-            job_id=self.job.id,
-            queue=self.job.queue,
-            token=self.token,
-            queue_version=self.job.queue_version,
-            partition=self.job.partition,
-        )
+    @ref.default
+    def _make_ref(self) -> LeaseRef:
+        job = self.job
+        return LeaseRef(job.id, job.queue, self.token, job.queue_version, job.partition)
