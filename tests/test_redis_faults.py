@@ -99,7 +99,9 @@ async def test_script_flush_mid_run(redis_store: Factory, redis_url: str) -> Non
     store = await redis_store(default_partitions=2)
     rec = Recorder(store)
     n = 300
-    await rec.work.enqueue_many([Work(i) for i in range(n)])
+    # Handlers take a little while, so the run outlasts the flushes below
+    # (no-op jobs drain before the second flush).
+    await rec.work.enqueue_many([Work(i, sleep=0.02) for i in range(n)])
     admin = redis.Redis.from_url(redis_url)
     with trio.fail_after(30):
         async with rec.app.open_worker(queues="default", concurrency=16):

@@ -11,6 +11,7 @@ built per job that can live per executor: each executor runs its handlers
 inside one long-lived cancel scope, and one watchdog enforces every handler's
 timeout, instead of a cancel scope and a registered deadline per job. A scope
 is replaced only after something cancelled it (a timeout or a lost lease).
+And a batch does not wake every idle executor: see :class:`Dispatch`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .._context import JobContext
 from .._errors import PayloadError, SkipRetry
 from .._inflight import Entry, Stage
 from .._job import Job, LeaseRef
-from .._runtime import JobFinished, Runtime, log
+from .._runtime import JobDispatched, JobFinished, Runtime, log
 from ..store import SettleKind, Settlement
 
 #: Longest error text kept on a job (message plus the end of the traceback).
@@ -43,13 +44,78 @@ async def run(
     for entry in rt.table.in_stage(Stage.DONE):
         await rt.finished_send.send(JobFinished(entry.token))
     watchdog = Watchdog()
+    dispatch = Dispatch(rt.dispatch_recv)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watchdog.run)
         for _ in range(rt.config.concurrency):
             slot = Slot()
             watchdog.slots.append(slot)
-            nursery.start_soon(_executor, rt, slot, watchdog)
+            nursery.start_soon(_executor, rt, slot, watchdog, dispatch)
         task_status.started()
+
+
+class Dispatch:
+    """How idle executors take jobs from the leased-job channel.
+
+    If every idle executor waited on the channel, a batch of 64 would cost 64
+    task switches even when each handler finishes without ever yielding. So
+    one idle executor listens on the channel and the rest are parked. An
+    executor that finishes a handler takes the next queued job itself, with no
+    checkpoint. Helpers are woken only as needed: one to take over listening
+    when nobody listens, and, while jobs are queued, two more for each woken
+    executor that found work, so handlers that do yield fan out to every
+    executor within a few scheduling rounds, and ones that never yield run
+    back to back in one.
+
+    Invariant: while an executor is parked, another one listens or has been
+    woken and has yet to look at the channel, so a queued job always has
+    someone on its way to it.
+    """
+
+    def __init__(self, recv: trio.MemoryReceiveChannel[JobDispatched]) -> None:
+        self._recv = recv
+        self._parked = trio.lowlevel.ParkingLot()
+        self._listening = False
+        self._waking = 0
+
+    async def next(self) -> JobDispatched:
+        woken = False
+        while True:
+            try:
+                message = self._recv.receive_nowait()
+                break
+            except trio.WouldBlock:
+                pass
+            if self._listening or self._waking:
+                await self._parked.park()
+                # Only an unpark gets here (a cancelled park raises), and
+                # every unpark was counted in _waking.
+                self._waking -= 1
+                woken = True
+                continue
+            self._listening = True
+            try:
+                message = await self._recv.receive()
+            finally:
+                self._listening = False
+            woken = True
+            break
+        self._after_take(woken)
+        return message
+
+    def _after_take(self, woken: bool) -> None:
+        parked = len(self._parked)
+        if not parked:
+            return
+        if woken and self._recv.statistics().current_buffer_used:
+            wake = 2  # fan out while jobs are queued
+        elif not self._listening and not self._waking:
+            wake = 1  # someone must be on the channel
+        else:
+            return
+        wake = min(wake, parked)
+        self._waking += wake
+        self._parked.unpark(count=wake)
 
 
 class Slot:
@@ -95,19 +161,13 @@ class Watchdog:
                 await self._wake.wait()
 
 
-async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog) -> None:
-    recv = rt.dispatch_recv
+async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog, dispatch: Dispatch) -> None:
     while True:
         slot.scope = trio.CancelScope()
         running: Entry | None = None  # survives the scope's cancellation
         with slot.scope:
             while True:
-                # Take a waiting job without a checkpoint: a burst runs back to
-                # back in one executor instead of one task switch per job.
-                try:
-                    message = recv.receive_nowait()
-                except trio.WouldBlock:
-                    message = await recv.receive()
+                message = await dispatch.next()
                 entry = rt.table.get(message.leased.token)
                 if entry is None or entry.stage is not Stage.QUEUED:
                     continue
