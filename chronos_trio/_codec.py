@@ -24,6 +24,7 @@ from ._errors import PayloadError
 converter = make_converter()
 
 _DUMPS_OPTIONS = orjson.OPT_NON_STR_KEYS
+_COPY_BELOW = 1024
 #: A run of 20+ digits may be an integer orjson cannot hold in 64 bits.
 _LONG_NUMBER = re.compile(rb"\d{20}")
 
@@ -40,8 +41,14 @@ def dumps(raw: Any) -> bytes:
     except orjson.JSONEncodeError:
         # Big integers: the standard library writes them (or raises a clear error).
         return _strict_dumps(raw)
-    # orjson writes NaN/Infinity as null: let the standard library refuse them.
-    return _strict_dumps(raw) if b"null" in out else out
+    if b"null" in out:
+        # orjson writes NaN/Infinity as null: let the standard library refuse them.
+        return _strict_dumps(raw)
+    # orjson's output starts as a ~1 KiB buffer shrunk in place; a small
+    # payload kept alive (as every enqueued one is until sent) pins that
+    # allocation, which made dumps 4x slower in a batch. A compact copy lets
+    # the buffer be reused at once.
+    return bytes(memoryview(out)) if len(out) < _COPY_BELOW else out
 
 
 def encode_payload(value: Any, payload_type: Any) -> bytes:

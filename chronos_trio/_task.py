@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
+import math
 import os
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, get_type_hints
 
 import attrs
 
@@ -54,8 +55,8 @@ def check_options(
         raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-    if delay is not None and not delay >= 0:
-        raise ValueError(f"delay must be >= 0 seconds, got {delay!r}")
+    if delay is not None and not (delay >= 0 and math.isfinite(delay)):
+        raise ValueError(f"delay must be finite and >= 0 seconds, got {delay!r}")
 
 
 def to_epoch(run_at: dt.datetime | float) -> float:
@@ -63,7 +64,10 @@ def to_epoch(run_at: dt.datetime | float) -> float:
         if run_at.tzinfo is None:
             raise ValueError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
         return run_at.timestamp()
-    return float(run_at)
+    value = float(run_at)
+    if not math.isfinite(value):
+        raise ValueError(f"run_at must be a finite epoch time, got {run_at!r}")
+    return value
 
 
 @attrs.define(eq=False)
@@ -95,10 +99,7 @@ class Task(Generic[P]):
             raise ValueError("give either delay or run_at, not both")
         data = encode_payload(payload, self.payload_type)
         if len(data) > self.app.max_payload_bytes:
-            raise PayloadError(
-                f"payload of {self.kind!r} is {len(data)} bytes, over the "
-                f"{self.app.max_payload_bytes}-byte limit"
-            )
+            self._too_large(data)
         if job_id is not None and (not job_id or len(job_id) > 200):
             raise ValueError("job_id must be a non-empty string of at most 200 characters")
         return NewJob(
@@ -144,6 +145,29 @@ class Task(Generic[P]):
         self, payloads: Iterable[P], *, delay: float | None = None, queue: str | None = None
     ) -> list[EnqueueResult]:
         """Enqueue many jobs of this task in one batch (one store round trip
-        per partition)."""
-        jobs = [self.new_job(p, delay=delay, queue=queue) for p in payloads]
-        return await self.app.enqueue_jobs(jobs)
+        per partition). Every payload is checked before any job is sent."""
+        return await self.app.enqueue_jobs(self.new_jobs(payloads, delay=delay, queue=queue))
+
+    def new_jobs(
+        self, payloads: Iterable[P], *, delay: float | None = None, queue: str | None = None
+    ) -> list[NewJob]:
+        """``new_job`` for many payloads with the same options (the options are
+        checked once, not per job: this is the bulk producer's hot loop)."""
+        check_options(delay=delay)
+        payload_type, limit = self.payload_type, self.app.max_payload_bytes
+        queue, delay = queue or self.queue, delay or 0.0
+        kind, max_retries, timeout = self.kind, self.max_retries, self.timeout
+        jobs = []
+        for payload in payloads:
+            data = encode_payload(payload, payload_type)
+            if len(data) > limit:
+                self._too_large(data)
+            # Positional: NewJob(id, queue, kind, payload, run_at, delay, max_retries, timeout)
+            jobs.append(NewJob(new_job_id(), queue, kind, data, None, delay, max_retries, timeout))
+        return jobs
+
+    def _too_large(self, data: bytes) -> NoReturn:
+        raise PayloadError(
+            f"payload of {self.kind!r} is {len(data)} bytes, over the "
+            f"{self.app.max_payload_bytes}-byte limit"
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import math
 
 import pytest
 import trio
@@ -224,8 +225,18 @@ async def test_enqueue_validates_input_and_loses_nothing(autojump_clock: object)
         await App.enqueue(rec.app, "work", b"x" * 1001)
     with pytest.raises(PayloadError, match="expected a Work payload"):
         await rec.work.enqueue({"n": 1})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="delay must be >= 0"):
+    with pytest.raises(ValueError, match="delay must be finite and >= 0"):
         await rec.work.enqueue(Work(1), delay=-1)
+    for endless in (math.inf, math.nan):
+        with pytest.raises(ValueError, match="delay must be finite"):
+            await rec.work.enqueue(Work(1), delay=endless)
+        with pytest.raises(ValueError, match="run_at must be a finite epoch time"):
+            await rec.work.enqueue(Work(1), run_at=endless)
+    # A batch is checked whole before anything is sent: one bad payload, none stored.
+    with pytest.raises(PayloadError, match="expected a Work payload"):
+        await rec.work.enqueue_many([Work(1), Work(2), {"n": 3}])  # type: ignore[list-item]
+    with pytest.raises(PayloadError, match="over the 1000-byte limit"):
+        await rec.work.enqueue_many([Work(1), Work(2, fail_times=10**1100)])
     with pytest.raises(ValueError, match="either delay or run_at"):
         await rec.work.enqueue(Work(1), delay=1, run_at=5.0)
     with pytest.raises(ValueError, match="timezone-aware"):

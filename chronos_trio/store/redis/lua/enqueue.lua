@@ -19,35 +19,48 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local base = now
-if ARGV[1] ~= '' then base = tonumber(ARGV[1]) end
-local out = {string.format('%.17g', now)}
+-- Numbers are formatted once here, not per job: the common due times (now,
+-- or a given run_at) are stored and returned as the very strings received.
+local now_s = string.format('%.17g', now)
+local base, base_s = now, now_s
+if ARGV[1] ~= '' then
+  base, base_s = tonumber(ARGV[1]), ARGV[1]
+end
+local prefix, scheduled, ready = KEYS[4], KEYS[1], KEYS[2]
+local out = {now_s}
+local n = 1
 for i = 2, #ARGV, 7 do
   local id = ARGV[i]
-  local key = KEYS[4] .. id
+  local key = prefix .. id
   local existing = redis.call('HGET', key, 'run_at')
   if existing then
-    out[#out + 1] = 0
-    out[#out + 1] = existing
+    out[n + 1] = 0
+    out[n + 2] = existing
   else
-    local run_at
+    local run_at, run_at_s
     if ARGV[i + 3] ~= '' then
-      run_at = tonumber(ARGV[i + 3])
+      run_at_s = ARGV[i + 3]
+      run_at = tonumber(run_at_s)
     else
-      run_at = base + math.max(0, tonumber(ARGV[i + 4]))
+      local delay = tonumber(ARGV[i + 4])
+      if delay > 0 then
+        run_at = base + delay
+        run_at_s = string.format('%.17g', run_at)
+      else
+        run_at, run_at_s = base, base_s
+      end
     end
-    local state = 'scheduled'
-    local zset = KEYS[1]
+    local state, zset = 'scheduled', scheduled
     if run_at <= now then
-      state = 'ready'
-      zset = KEYS[2]
+      state, zset = 'ready', ready
     end
-    redis.call('HSET', key, 'kind', ARGV[i + 1], 'payload', ARGV[i + 2], 'run_at', run_at,
-      'state', state, 'attempts', 0, 'max_retries', ARGV[i + 5], 'timeout', ARGV[i + 6],
-      'created_at', now)
-    redis.call('ZADD', zset, run_at, id)
-    out[#out + 1] = 1
-    out[#out + 1] = string.format('%.17g', run_at)
+    redis.call('HSET', key, 'kind', ARGV[i + 1], 'payload', ARGV[i + 2], 'run_at', run_at_s,
+      'state', state, 'attempts', '0', 'max_retries', ARGV[i + 5], 'timeout', ARGV[i + 6],
+      'created_at', now_s)
+    redis.call('ZADD', zset, run_at_s, id)
+    out[n + 1] = 1
+    out[n + 2] = run_at_s
   end
+  n = n + 2
 end
 return out
