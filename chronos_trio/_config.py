@@ -94,7 +94,7 @@ class WorkerConfig:
     dead_max_count: int | None = attrs.field(default=100_000, validator=_positive)
     restart_intensity: int = attrs.field(default=5, validator=attrs.validators.ge(0))
     restart_period: float = attrs.field(default=10.0, validator=_positive)
-    #: Leadership lease (schedules, janitor): renewed every ttl/3; a dead
+    #: Leadership lease (schedules, janitor): renewed every ttl/2; a dead
     #: leader is replaced within this long, a resigning one at once.
     leader_ttl: float = attrs.field(default=15.0, validator=_positive)
     #: Longest the scheduler sleeps before re-reading the store's clock.

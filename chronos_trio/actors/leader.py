@@ -8,7 +8,8 @@ in the store is unexpired), and the scheduler and janitor work only while
   when the current lease expires, so a crashed or paused leader is replaced
   within ``leader_ttl`` (plus one store round trip), and a resigning one within
   ``leader_ttl / 3``.
-* The leader renews every ``leader_ttl / 3``. It steps down (``rt.leadership``
+* The leader renews every ``leader_ttl / 2`` (retrying until its deadline
+  when the store fails, so one lost renewal costs nothing). It steps down (``rt.leadership``
   becomes None) at once when a renewal is refused, and, when the store cannot
   be reached, before its lease would expire by its own clock: the deadline
   is counted from when each renewal was *sent*, less a 5% margin for clock
@@ -63,7 +64,8 @@ class _Elector:
         self.name = leadership_name(rt.app.name)
         self.holder = rt.config.worker_id
         self.ttl = rt.config.leader_ttl
-        self.every = self.ttl / 3
+        self.every = self.ttl / 3  # a follower's attempts
+        self.renew_every = self.ttl / 2  # the leader's renewals
         # Give up a little before the store's lease ends: this host's clock may
         # run slightly faster or slower than the store's.
         self.safe_ttl = self.ttl * (1 - SAFETY_MARGIN)
@@ -99,7 +101,7 @@ class _Elector:
         (the scheduler clears ``rt.leadership`` on a stale epoch)."""
         store = self.rt.store
         deadline = sent + self.safe_ttl
-        next_renewal = sent + self.every
+        next_renewal = sent + self.renew_every
         while True:
             with trio.move_on_at(next_renewal):
                 await self.rt.leadership.wait_value(lambda v: v != lead)
@@ -139,7 +141,7 @@ class _Elector:
                     )
                     return
                 deadline = attempt + self.safe_ttl
-                next_renewal = attempt + self.every
+                next_renewal = attempt + self.renew_every
                 break
 
     async def resign(self, lead: Leadership) -> None:

@@ -96,17 +96,21 @@ class StoreContext:
     def default_versions(self) -> tuple[QueueVersion, ...]:
         return (QueueVersion(1, self.default_partitions, VersionState.ACTIVE),)
 
-    async def meta(self, queues: Sequence[str], *, fresh: bool = False) -> dict[str, QueueMeta]:
+    async def meta(
+        self, queues: Sequence[str], *, fresh: bool = False, max_age: float | None = None
+    ) -> dict[str, QueueMeta]:
         """Topology and paused flag of ``queues``: one round trip for the stale ones
-        (``fresh``: for all of them). Concurrent callers share one refresh."""
+        (``fresh``: for all of them). An entry is stale after ``max_age``
+        seconds (default: the topology TTL). Concurrent callers share one refresh."""
         asked = time.monotonic()
         names = list(dict.fromkeys(queues))
+        age = self.topology_ttl if max_age is None else max_age
 
         def current(q: str) -> bool:
             m = self._meta.get(q)
             if m is None:
                 return False
-            return m.fetched_at >= asked if fresh else asked - m.fetched_at < self.topology_ttl
+            return m.fetched_at >= asked if fresh else asked - m.fetched_at < age
 
         if not all(current(q) for q in names):
             async with self._refresh_lock:

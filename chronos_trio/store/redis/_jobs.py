@@ -39,6 +39,11 @@ _SETTLE_CODES = {
 }
 
 
+#: How old a cached topology recovery may use (seconds). A busy worker's
+#: hot path refreshes it every second anyway; for an idle one this only
+#: delays recovery in a version created by another process in the last 30 s.
+RECOVER_TOPOLOGY_AGE = 30.0
+
 #: Seconds beyond the estimated store clock that a peek still reads: covers
 #: the skew between the estimate and Redis TIME (the scripts decide for real).
 _PEEK_MARGIN = 1.0
@@ -282,7 +287,9 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> list[b
 async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) -> RecoverResult:
     if limit <= 0:
         return RecoverResult()
-    metas = await ctx.meta(queues)
+    # An older topology will do here (see RECOVER_TOPOLOGY_AGE): an idle
+    # worker then spends no round trip per recovery pass on re-reading it.
+    metas = await ctx.meta(queues, max_age=RECOVER_TOPOLOGY_AGE)
     order = list(dict.fromkeys(queues))
     slots = [pk for q in order for pk in ctx.partitions_of(q, metas[q])]
     if not slots:
