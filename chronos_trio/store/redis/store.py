@@ -32,6 +32,7 @@ from . import _admin, _enqueue, _jobs, _leader, _waiting
 from ._adapter import Client, RedisAdapter
 from ._connect import SCHEMES, connect, redact, split_store_options
 from ._context import StoreContext
+from ._group_commit import GroupCommit
 from ._scripts import Op
 from .keys import KeySpace
 
@@ -79,6 +80,7 @@ class RedisStore(Store):
             default_partitions=default_partitions,
             topology_ttl=topology_ttl,
         )
+        self._enqueues = GroupCommit(functools.partial(_enqueue.enqueue_many, self._ctx))
 
     @classmethod
     def from_url(
@@ -128,7 +130,8 @@ class RedisStore(Store):
 
     # -- producing ---------------------------------------------------------------------
     async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
-        return await _enqueue.enqueue_many(self._ctx, jobs)
+        """Concurrent calls share round trips (see ``_group_commit``)."""
+        return await self._enqueues.enqueue_many(jobs)
 
     # -- the worker's hot path ---------------------------------------------------------
     async def promote_due(self, queues: Sequence[str], limit: int) -> PromoteResult:
