@@ -132,6 +132,12 @@ async def test_url_helpers() -> None:
     assert redact("redis://h:1/0") == "redis://h:1/0"
     clean, opts = split_store_options("redis://h:1/0?namespace=x&partitions=8&db=2")
     assert opts == {"namespace": "x", "partitions": "8"} and "namespace" not in clean
+    assert clean == "redis://h:1/0?db=2"
+    # A Unix socket path keeps its empty host (urlunsplit would drop the //).
+    assert split_store_options("unix:///run/redis.sock?partitions=4") == (
+        "unix:///run/redis.sock",
+        {"partitions": "4"},
+    )
     with pytest.raises(ValueError, match="scheme"):
         connect("http://h:1")
     with pytest.raises(ValueError, match="not a Redis store URL"):

@@ -1,9 +1,12 @@
 """A thin Trio adapter over redis-py (sync client, hiredis parser).
 
-Blocking redis-py calls run in worker threads via ``trio.to_thread.run_sync``;
-a whole batch (one pipeline per node, plus any ``NOSCRIPT`` reload and retry)
-is a single thread hop, so the adapter adds no per-job overhead. Every
-redis-py failure surfaces as :class:`~chronos_trio.store.StoreError`.
+On a single node reached over plain TCP or a Unix socket, a batch (one
+pipeline, plus any ``NOSCRIPT`` reload and retry) is one round trip over Trio
+sockets (``_native``), with no thread hop. Otherwise (TLS, Cluster) blocking
+redis-py calls run in worker threads via ``trio.to_thread.run_sync``, one hop
+per batch; blocking waits (``BLPOP``) always do. Either way the adapter adds
+no per-job overhead, and every failure surfaces as
+:class:`~chronos_trio.store.StoreError`.
 
 Redis Cluster: redis-py's cluster pipeline refuses ``EVALSHA``, so a batch is
 grouped by the node owning each op's slot and pipelined on that node's own
@@ -24,6 +27,7 @@ import redis.exceptions
 import trio
 
 from .._base import StoreError
+from ._native import NativeNode
 from ._scripts import Op
 
 T = TypeVar("T")
@@ -64,6 +68,7 @@ class RedisAdapter:
         description: str,
         max_block: float = 30.0,
         threads: int = 32,
+        native: bool = True,
     ) -> None:
         self._client: Client | None = None
         self._factory: Callable[[], Client] | None = None
@@ -80,6 +85,10 @@ class RedisAdapter:
         # Blocking waits get their own threads so idle waiters never starve the hot path.
         self._blocking_limiter = trio.CapacityLimiter(threads)
         self._closed = False
+        #: Round trips to a single node go over Trio sockets when the client's
+        #: connection kind allows it (see ``_native``); None until decided.
+        self._use_native = native
+        self._native: NativeNode | None = None
 
     # -- errors ---------------------------------------------------------------------
     def _error(self, exc: BaseException) -> StoreError:
@@ -117,9 +126,13 @@ class RedisAdapter:
         client = await self.client()
         try:
             if isinstance(client, redis.Redis):
-                replies = await trio.to_thread.run_sync(
-                    self._run_on_node, client, [*ops, *after], limiter=self._limiter
-                )
+                native = self._native_node(client)
+                if native is not None:
+                    replies = await self._run_native(native, [*ops, *after])
+                else:
+                    replies = await trio.to_thread.run_sync(
+                        self._run_on_node, client, [*ops, *after], limiter=self._limiter
+                    )
                 replies = replies[: len(ops)]
             else:
                 replies = await self._execute_cluster(client, ops)
@@ -130,6 +143,35 @@ class RedisAdapter:
         for reply in replies:
             if isinstance(reply, Exception):
                 raise self._error(reply)
+        return replies
+
+    def _native_node(self, client: redis.Redis) -> NativeNode | None:
+        if self._use_native and self._native is None:
+            self._native = NativeNode.for_client(client)
+            self._use_native = self._native is not None
+        return self._native
+
+    async def _run_native(self, node: NativeNode, ops: Sequence[Op]) -> list[Any]:
+        """``_run_on_node`` over Trio sockets: one pipeline, scripts reloaded
+        and the ops that got NOSCRIPT re-run."""
+        self.stats.round_trips += 1
+        self.stats.commands += len(ops)
+        replies = await node.execute([op.args for op in ops])
+        missing = [
+            i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)
+        ]
+        if missing:
+            for script in {ops[i].script for i in missing}:
+                if script is not None:
+                    [loaded] = await node.execute([("SCRIPT", "LOAD", script.source)])
+                    if isinstance(loaded, Exception):
+                        raise loaded
+                    self.stats.script_loads += 1
+            self.stats.round_trips += 1
+            self.stats.commands += len(missing)
+            again = await node.execute([ops[i].args for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
         return replies
 
     def _run_on_node(self, client: redis.Redis, ops: Sequence[Op]) -> list[Any]:
@@ -259,5 +301,7 @@ class RedisAdapter:
         if self._closed:
             return
         self._closed = True
+        if self._native is not None:
+            await self._native.aclose()
         if self._client is not None:
             await trio.to_thread.run_sync(self._client.close, limiter=self._limiter)

@@ -15,7 +15,7 @@ namespace and default partition count; every other option goes to redis-py.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import redis
 import redis.backoff
@@ -29,11 +29,13 @@ SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 
 def split_store_options(url: str) -> tuple[str, dict[str, str]]:
     """Remove the store's own query options from ``url``; return both parts."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    ours = {k: v for k, v in query if k in STORE_OPTIONS}
-    rest = [(k, v) for k, v in query if k not in STORE_OPTIONS]
-    return urlunsplit(parts._replace(query=urlencode(rest))), ours
+    # Split by hand: urlsplit/urlunsplit would turn unix:///path into unix:/path.
+    base, _, tail = url.partition("?")
+    query, hash_, fragment = tail.partition("#")
+    pairs = parse_qsl(query, keep_blank_values=True)
+    ours = {k: v for k, v in pairs if k in STORE_OPTIONS}
+    rest = urlencode([(k, v) for k, v in pairs if k not in STORE_OPTIONS])
+    return base + (f"?{rest}" if rest else "") + hash_ + fragment, ours
 
 
 def redact(url: str) -> str:

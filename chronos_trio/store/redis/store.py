@@ -70,10 +70,13 @@ class RedisStore(Store):
         topology_ttl: float = 1.0,
         description: str = "redis",
         max_block: float = 30.0,
+        native: bool = True,
     ) -> None:
         if default_partitions < 1:
             raise ValueError(f"default_partitions must be >= 1, got {default_partitions}")
-        self._adapter = RedisAdapter(client, description=description, max_block=max_block)
+        self._adapter = RedisAdapter(
+            client, description=description, max_block=max_block, native=native
+        )
         self._ctx = StoreContext(
             self._adapter,
             KeySpace(namespace),
@@ -92,6 +95,7 @@ class RedisStore(Store):
         topology_ttl: float = 1.0,
         socket_timeout: float = 5.0,
         connect_timeout: float = 5.0,
+        native: bool = True,
         **redis_kwargs: Any,
     ) -> RedisStore:
         """A store for ``url``: ``redis://``, ``rediss://`` (TLS), ``unix://`` or
@@ -118,6 +122,7 @@ class RedisStore(Store):
             default_partitions=default_partitions or int(opts.get("partitions") or 1),
             topology_ttl=topology_ttl,
             description=redact(clean),
+            native=native,
         )
 
     def statistics(self) -> RedisStoreStatistics:

@@ -1,0 +1,260 @@
+"""Trio-native round trips to one Redis node: Trio sockets, hiredis for the
+protocol, no thread hop.
+
+A hop through ``trio.to_thread`` costs more than a local Redis round trip
+itself (about 130 us of CPU here), which capped one-at-a-time enqueues and
+added to every batch of the worker's hot path. This path serves plain TCP
+and Unix-socket connections to a single node, the common deployment; TLS,
+Cluster, custom credential providers and the blocking ``BLPOP`` keep using
+redis-py in threads (see ``_adapter``).
+
+It behaves like the thread hop it replaces:
+
+* a round trip, once started, runs to completion or fails; cancelling the
+  caller waits for it (the outcome of a state change is never lost between
+  the store and the worker), bounded by the socket timeout;
+* every failure surfaces as a redis-py ``ConnectionError``/``TimeoutError``
+  (the adapter turns those into ``StoreError``), and the connection is dropped;
+* a pooled connection that turns out dead before any reply (the server
+  restarted since) is replaced and the batch sent again once, as redis-py's
+  retry does;
+* replies go through redis-py's own response callbacks, and error replies
+  become redis-py's exception classes (``NoScriptError`` and friends), so
+  callers see exactly what redis-py would have returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import hiredis
+import redis
+import redis.connection
+import redis.exceptions
+import trio
+from redis._parsers.base import BaseParser
+
+#: Idle connections kept per node (more are opened when needed, then closed).
+MAX_IDLE = 16
+_READ_SIZE = 65536
+
+
+class _Dead(Exception):
+    """The connection failed; ``replied`` tells whether any reply had arrived."""
+
+    def __init__(self, cause: BaseException, replied: bool) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause = cause
+        self.replied = replied
+
+
+def _encode(arg: Any) -> bytes:
+    """An argument as redis-py's encoder writes it."""
+    if isinstance(arg, bytes):
+        return arg
+    if isinstance(arg, str):
+        return arg.encode()
+    if isinstance(arg, bool):
+        raise redis.exceptions.DataError(f"invalid argument {arg!r}: booleans are not sent")
+    if isinstance(arg, int | float):
+        return repr(arg).encode()
+    if isinstance(arg, memoryview | bytearray):
+        return bytes(arg)
+    raise redis.exceptions.DataError(f"invalid argument of type {type(arg).__name__}")
+
+
+def _error(reply: hiredis.ReplyError) -> redis.exceptions.RedisError:
+    """An error reply as the redis-py exception its parser would make."""
+    error: redis.exceptions.RedisError = BaseParser.parse_error(str(reply))  # type: ignore[no-untyped-call]
+    return error
+
+
+def _connect_failure(exc: OSError) -> str:
+    """Why a connect failed, in the system's words ("Connection refused"): Trio
+    reports "all attempts ... failed" with each attempt's error as the cause."""
+    cause: BaseException | None = exc
+    while cause is not None and not (isinstance(cause, OSError) and cause.strerror):
+        if isinstance(cause, BaseExceptionGroup):
+            cause = cause.exceptions[0]
+        else:
+            cause = cause.__cause__
+    if isinstance(cause, OSError) and cause is not exc:
+        return f"{exc} ({cause.strerror})"
+    return str(exc)
+
+
+class _Connection:
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.reader = hiredis.Reader()
+
+    async def round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        data = b"".join(
+            # (hiredis' stub types the argument as a 1-tuple; any length is fine)
+            hiredis.pack_command(tuple(_encode(a) for a in c))  # type: ignore[arg-type]
+            for c in commands
+        )
+        replies: list[Any] = []
+        try:
+            await self.stream.send_all(data)
+            while len(replies) < len(commands):
+                reply = self.reader.gets()
+                if reply is False:
+                    chunk = await self.stream.receive_some(_READ_SIZE)
+                    if not chunk:
+                        raise ConnectionResetError("Redis closed the connection")
+                    self.reader.feed(bytes(chunk) if isinstance(chunk, bytearray) else chunk)
+                    continue
+                replies.append(reply)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise _Dead(exc, bool(replies)) from exc
+        except hiredis.ProtocolError as exc:
+            raise _Dead(exc, True) from exc
+        return replies
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            await trio.aclose_forcefully(self.stream)
+
+
+class NativeNode:
+    """A small pool of Trio connections to one Redis node."""
+
+    def __init__(
+        self,
+        *,
+        connect: Callable[[], Awaitable[trio.abc.Stream]],
+        handshake: list[tuple[Any, ...]],
+        timeout: float,
+        connect_timeout: float,
+        callbacks: Mapping[str, Callable[..., Any]],
+    ) -> None:
+        self._connect = connect
+        self._handshake = handshake
+        self._timeout = timeout
+        self._connect_timeout = connect_timeout
+        self._callbacks = callbacks
+        self._idle: list[_Connection] = []
+        self._closed = False
+
+    @classmethod
+    def for_client(cls, client: redis.Redis) -> NativeNode | None:
+        """A native node with ``client``'s settings, or None when this path does
+        not cover its connection kind (TLS, custom connection classes or
+        credential providers): redis-py in threads then."""
+        pool = client.connection_pool
+        kind = pool.connection_class
+        kw = pool.connection_kwargs
+        if kw.get("credential_provider") is not None or kw.get("redis_connect_func") is not None:
+            return None
+        connect: Callable[[], Awaitable[trio.abc.Stream]]
+        if kind is redis.connection.Connection:
+            host, port = kw.get("host", "localhost"), int(kw.get("port", 6379))
+
+            async def connect() -> trio.abc.Stream:
+                return await trio.open_tcp_stream(host, port)
+
+        elif kind is redis.connection.UnixDomainSocketConnection:
+            path = kw["path"]
+
+            async def connect() -> trio.abc.Stream:
+                return await trio.open_unix_socket(path)
+
+        else:
+            return None
+        handshake: list[tuple[Any, ...]] = []
+        if kw.get("password") is not None:
+            user = kw.get("username")
+            handshake.append(
+                ("AUTH", user, kw["password"]) if user else ("AUTH", kw["password"])
+            )
+        if int(kw.get("db") or 0):
+            handshake.append(("SELECT", int(kw["db"])))
+        timeout = kw.get("socket_timeout") or 5.0
+        return cls(
+            connect=connect,
+            handshake=handshake,
+            timeout=float(timeout),
+            connect_timeout=float(kw.get("socket_connect_timeout") or timeout),
+            callbacks=client.response_callbacks,
+        )
+
+    async def execute(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Send ``commands`` as one pipeline; their replies, error replies as
+        redis-py exception instances. Raises redis-py's ConnectionError or
+        TimeoutError when the node cannot be reached in time."""
+        if self._closed:
+            raise redis.exceptions.ConnectionError("the store is closed")
+        with trio.CancelScope(shield=True):
+            replies = await self._execute(commands)
+        return [self._parse(c, r) for c, r in zip(commands, replies, strict=True)]
+
+    async def _execute(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        for attempt in (1, 2):
+            conn = self._idle.pop() if self._idle else None
+            pooled = conn is not None
+            try:
+                if conn is None:
+                    conn = await self._open()
+                with trio.fail_after(self._timeout):
+                    replies = await conn.round_trip(commands)
+            except trio.TooSlowError:
+                if conn is not None:
+                    await conn.aclose()
+                raise redis.exceptions.TimeoutError(
+                    f"no reply from Redis within {self._timeout:g}s"
+                ) from None
+            except _Dead as dead:
+                await conn.aclose()  # type: ignore[union-attr]
+                # A pooled connection that died before any reply: the server
+                # went away since it was last used, so the batch never ran.
+                if pooled and not dead.replied and attempt == 1:
+                    continue
+                raise redis.exceptions.ConnectionError(
+                    f"lost the connection to Redis: {dead}"
+                ) from dead.cause
+            if len(self._idle) < MAX_IDLE and not self._closed:
+                self._idle.append(conn)
+            else:
+                await conn.aclose()
+            return replies
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _open(self) -> _Connection:
+        try:
+            with trio.fail_after(self._connect_timeout):
+                conn = _Connection(await self._connect())
+        except trio.TooSlowError:
+            raise redis.exceptions.TimeoutError(
+                f"could not connect to Redis within {self._connect_timeout:g}s"
+            ) from None
+        except OSError as exc:
+            raise redis.exceptions.ConnectionError(
+                f"could not connect to Redis: {_connect_failure(exc)}"
+            ) from exc
+        if self._handshake:
+            try:
+                with trio.fail_after(self._timeout):
+                    replies = await conn.round_trip(self._handshake)
+            except (_Dead, trio.TooSlowError) as exc:
+                await conn.aclose()
+                raise redis.exceptions.ConnectionError(f"Redis handshake failed: {exc}") from exc
+            for reply in replies:
+                if isinstance(reply, hiredis.ReplyError):
+                    await conn.aclose()
+                    raise _error(reply)
+        return conn
+
+    def _parse(self, command: Sequence[Any], reply: Any) -> Any:
+        if isinstance(reply, hiredis.ReplyError):
+            return _error(reply)
+        name = command[0]
+        callback = self._callbacks.get(name if isinstance(name, str) else name.decode())
+        return reply if callback is None else callback(reply)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.aclose()
