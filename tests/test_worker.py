@@ -57,6 +57,32 @@ async def test_delayed_job_starts_at_its_due_time(autojump_clock: object) -> Non
     assert times[1] == pytest.approx(42.0, abs=0.01)
 
 
+async def test_jobs_due_within_a_short_wait_are_punctual(autojump_clock: object) -> None:
+    # Due times closer than the promoter's SHORT_WAIT are slept until (no
+    # blocking wait in the store): each job of a dense stream starts on time,
+    # and one scheduled meanwhile, due before the job slept for, is late by
+    # less than SHORT_WAIT.
+    from chronos_trio.actors.promoter import SHORT_WAIT
+
+    rec = Recorder(MemoryStore())
+    async with rec.app.open_worker(**FAST) as worker:
+        await trio.sleep(1)
+        start = trio.current_time()
+        dues = {}
+        for i in range(20):
+            res = await rec.work.enqueue(Work(i), delay=0.05 + i * 0.001)
+            dues[res.job_id] = start + 0.05 + i * 0.001
+        await trio.sleep(0.05 + 0.0005)  # the promoter now sleeps ~0.5 ms to the next
+        late = await rec.work.enqueue(Work(99), delay=0.0002)
+        dues[late.job_id] = trio.current_time() + 0.0002
+        with trio.fail_after(30):
+            await worker.wait_idle()
+    starts = {job_id: t for job_id, _, t in rec.runs}
+    lateness = {job_id: starts[job_id] - due for job_id, due in dues.items()}
+    assert all(-1e-6 <= v < 0.001 for k, v in lateness.items() if k != late.job_id), lateness
+    assert -1e-6 <= lateness[late.job_id] <= SHORT_WAIT
+
+
 async def test_retry_backoff_doubles(autojump_clock: object) -> None:
     rec = Recorder(MemoryStore(), max_retries=5)
     async with rec.app.open_worker(**FAST) as worker:

@@ -15,6 +15,9 @@ from ..store import StoreError
 
 #: Jobs promoted per store call; a full batch means "call again at once".
 PROMOTE_BATCH = 512
+#: A next due time closer than this (seconds) is slept until, not waited for
+#: in the store.
+SHORT_WAIT = 0.01
 
 
 async def run(
@@ -38,6 +41,12 @@ async def run(
             wait = min(wait, max(0.0, result.next_due_at - result.now))
         if wait <= 0:
             await trio.lowlevel.checkpoint()
+            continue
+        if wait <= SHORT_WAIT:
+            # Due this soon: a plain sleep is more punctual than a blocking
+            # wait in Redis (no thread hop, no cancelled BLPOP), and a job
+            # scheduled meanwhile can be early by at most this long.
+            await trio.sleep(wait)
             continue
         try:
             await rt.store.wait_scheduled(queues, earlier_than=result.next_due_at, timeout=wait)
