@@ -209,6 +209,44 @@ async def test_each_handler_gets_its_own_timeout_on_a_shared_executor(
     assert ended["later"] == ("done", pytest.approx(3.0 + 0.5 + 150.0, abs=0.1))
 
 
+async def test_a_cancel_too_late_for_its_handler_spares_the_next_job(
+    autojump_clock: object,
+) -> None:
+    # The lease of A is lost in the same instant A's handler is released to
+    # return normally: the cancel misses A. B, already queued for the same
+    # executor, must run in a fresh scope, not be cancelled as a "timeout".
+    from chronos_trio._inflight import Stage
+
+    app = App(MemoryStore())
+    gate = trio.Event()
+    finished: list[str] = []
+
+    @app.task("gated", max_retries=3)
+    async def gated(args: bytes, job: JobContext) -> None:
+        if args == b"A":
+            await gate.wait()
+        else:
+            await trio.sleep(1)
+        finished.append(args.decode())
+
+    async with app.open_worker(concurrency=1, **FAST) as worker:
+        await gated.enqueue(b"A", job_id="A")
+        b = await gated.enqueue(b"B", job_id="B")
+        with trio.fail_after(30):
+            while not (running := worker.runtime.table.in_stage(Stage.RUNNING)):
+                await trio.sleep(0.01)
+            [entry] = running
+            assert entry.leased.job.id == "A"
+            gate.set()  # A is rescheduled with a value...
+            entry.mark_lost()  # ...so this cancel cannot reach it any more
+            await worker.wait_idle()
+        stats = worker.statistics()
+    assert finished == ["A", "B"]
+    job_b = await app.store.get_job(b.job_id)
+    assert job_b is None or (job_b.attempts == 1 and not job_b.last_error)
+    assert stats.retried == 0 and stats.dead == 0
+
+
 @pytest.mark.parametrize(
     ("payload", "expected"),
     [

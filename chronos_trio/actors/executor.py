@@ -166,7 +166,9 @@ async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog, dispatch: Dispa
         slot.scope = trio.CancelScope()
         running: Entry | None = None  # survives the scope's cancellation
         with slot.scope:
-            while True:
+            # A cancel that came too late for its handler (it returned first)
+            # must not hit the next job: start that one in a fresh scope.
+            while not slot.scope.cancel_called:
                 message = await dispatch.next()
                 entry = rt.table.get(message.leased.token)
                 if entry is None or entry.stage is not Stage.QUEUED:
@@ -182,9 +184,9 @@ async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog, dispatch: Dispa
                     running = None
                 _finish(rt, entry, outcome)
         # Only this executor's scope being cancelled gets here: the running
-        # handler timed out or lost its lease. (A scope cancelled just after
-        # its handler returned surfaces at the next receive, which then takes
-        # nothing from the channel: no job is dropped.)
+        # handler timed out or lost its lease (``running`` is set), or the
+        # cancel arrived after the handler returned (it is None; a job is
+        # never taken from the channel in a cancelled scope).
         if running is not None and running.stage is Stage.RUNNING:
             _finish(rt, running, _interrupted(rt, running))
 
