@@ -107,8 +107,11 @@ async def test_restarted_server_is_reconnected_transparently() -> None:
     with RedisServer() as server:
         store = RedisStore.from_url(server.url)
         try:
-            await store.enqueue_many([job("x")])  # a pooled connection now exists
-            server.restart()  # empty again, and that connection is dead
+            async with trio.open_nursery() as nursery:  # several pooled connections
+                for k in range(4):
+                    nursery.start_soon(store.get_job, f"x{k}")
+            assert len(store._adapter._native._idle) > 1  # type: ignore[union-attr]
+            server.restart()  # empty again, and every pooled connection is dead
             with trio.fail_after(10):
                 [result] = await store.enqueue_many([job("y")])
             assert result.created, "the dead pooled connection was replaced, scripts reloaded"

@@ -208,8 +208,11 @@ class NativeNode:
             except _Dead as dead:
                 await conn.aclose()  # type: ignore[union-attr]
                 # A pooled connection that died before any reply: the server
-                # went away since it was last used, so the batch never ran.
+                # went away since it was last used, so the batch never ran,
+                # and the other idle connections are as stale: drop them all
+                # and send once more on a new connection.
                 if pooled and not dead.replied and attempt == 1:
+                    await self._drop_idle()
                     continue
                 raise redis.exceptions.ConnectionError(
                     f"lost the connection to Redis: {dead}"
@@ -253,8 +256,11 @@ class NativeNode:
         callback = self._callbacks.get(name if isinstance(name, str) else name.decode())
         return reply if callback is None else callback(reply)
 
-    async def aclose(self) -> None:
-        self._closed = True
+    async def _drop_idle(self) -> None:
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.aclose()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await self._drop_idle()
