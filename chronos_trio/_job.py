@@ -132,3 +132,11 @@ class LeasedJob:
     def _make_ref(self) -> LeaseRef:
         job = self.job
         return LeaseRef(job.id, job.queue, self.token, job.queue_version, job.partition)
+
+
+def require_field_order(cls: type, names: tuple[str, ...], user: str) -> None:
+    """Fail at import if ``cls``'s attrs fields are not ``names`` in order: hot
+    loops build these records positionally (much cheaper than by keyword), so
+    a change to the class must fail loudly, not garble records."""
+    if tuple(f.name for f in attrs.fields(cls)) != names:  # pragma: no cover
+        raise ImportError(f"{cls.__qualname__}'s fields changed: update {user}")

@@ -14,7 +14,7 @@ import attrs
 from ._codec import encode_payload
 from ._context import JobContext
 from ._errors import PayloadError
-from ._job import EnqueueResult, NewJob
+from ._job import EnqueueResult, NewJob, require_field_order
 
 if TYPE_CHECKING:
     from ._app import App
@@ -40,6 +40,13 @@ def payload_type_of(fn: Callable[..., Any]) -> Any:
     except Exception:  # unresolvable forward references: fall back to raw JSON
         hints = {}
     return hints.get(params[0].name, Any)
+
+
+require_field_order(
+    NewJob,
+    ("id", "queue", "kind", "payload", "run_at", "delay", "max_retries", "timeout"),
+    "Task.new_jobs",
+)
 
 
 def new_job_id() -> str:
@@ -162,7 +169,6 @@ class Task(Generic[P]):
             data = encode_payload(payload, payload_type)
             if len(data) > limit:
                 self._too_large(data)
-            # Positional: NewJob(id, queue, kind, payload, run_at, delay, max_retries, timeout)
             jobs.append(NewJob(new_job_id(), queue, kind, data, None, delay, max_retries, timeout))
         return jobs
 

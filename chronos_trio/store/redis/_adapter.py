@@ -28,7 +28,7 @@ import trio
 
 from .._base import StoreError
 from ._native import NativeNode
-from ._scripts import Op
+from ._scripts import Op, Script
 
 T = TypeVar("T")
 
@@ -157,16 +157,13 @@ class RedisAdapter:
         self.stats.round_trips += 1
         self.stats.commands += len(ops)
         replies = await node.execute([op.args for op in ops])
-        missing = [
-            i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)
-        ]
+        missing, scripts = _reload_plan(ops, replies)
         if missing:
-            for script in {ops[i].script for i in missing}:
-                if script is not None:
-                    [loaded] = await node.execute([("SCRIPT", "LOAD", script.source)])
-                    if isinstance(loaded, Exception):
-                        raise loaded
-                    self.stats.script_loads += 1
+            for script in scripts:
+                [loaded] = await node.execute([("SCRIPT", "LOAD", script.source)])
+                if isinstance(loaded, Exception):
+                    raise loaded
+                self.stats.script_loads += 1
             self.stats.round_trips += 1
             self.stats.commands += len(missing)
             again = await node.execute([ops[i].args for i in missing])
@@ -177,14 +174,11 @@ class RedisAdapter:
     def _run_on_node(self, client: redis.Redis, ops: Sequence[Op]) -> list[Any]:
         """One pipeline on one node; reload scripts and re-run ops that got NOSCRIPT."""
         replies = self._pipeline(client, ops)
-        missing = [
-            i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)
-        ]
+        missing, scripts = _reload_plan(ops, replies)
         if missing:
-            for script in {ops[i].script for i in missing}:
-                if script is not None:
-                    client.script_load(script.source)
-                    self.stats.script_loads += 1
+            for script in scripts:
+                client.script_load(script.source)
+                self.stats.script_loads += 1
             for i, reply in zip(
                 missing, self._pipeline(client, [ops[i] for i in missing]), strict=True
             ):
@@ -305,3 +299,11 @@ class RedisAdapter:
             await self._native.aclose()
         if self._client is not None:
             await trio.to_thread.run_sync(self._client.close, limiter=self._limiter)
+
+
+def _reload_plan(ops: Sequence[Op], replies: Sequence[Any]) -> tuple[list[int], list[Script]]:
+    """The ops that got NOSCRIPT (they did not run) and the scripts to load
+    before running them again."""
+    missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
+    scripts = {ops[i].script for i in missing}
+    return missing, [s for s in scripts if s is not None]

@@ -13,9 +13,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
-
-from ..._job import Job, JobState, LeasedJob, LeaseRef
+from ..._job import Job, JobState, LeasedJob, LeaseRef, require_field_order
 from .._base import (
     PromoteResult,
     QueueWeight,
@@ -184,15 +182,15 @@ async def lease(
     return out
 
 
-#: Job's fields in order: the hot path builds Jobs positionally (twice as fast
-#: as by keyword), so a change to Job must fail loudly here, not garble jobs.
-_JOB_ORDER = (
-    "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries", "timeout",
-    "lease_token", "lease_owner", "lease_expires_at", "queue_version", "partition",
-    "last_error", "created_at", "finished_at",
+require_field_order(
+    Job,
+    (
+        "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
+        "timeout", "lease_token", "lease_owner", "lease_expires_at", "queue_version",
+        "partition", "last_error", "created_at", "finished_at",
+    ),
+    "store.redis._jobs._leased_jobs",
 )  # fmt: skip
-if tuple(f.name for f in attrs.fields(Job)) != _JOB_ORDER:  # pragma: no cover
-    raise ImportError("chronos_trio.Job's fields changed: update _jobs._leased_jobs")
 
 
 def _leased_jobs(reply: list[Any], pk: PartitionKeys, worker_id: str) -> list[LeasedJob]:
