@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import math
 import random
 from typing import Any
 
@@ -84,7 +85,7 @@ def test_codec_keeps_what_fast_json_would_change() -> None:
             encode_payload(Numbers(big=1, ratio=bad, by_id={}), Numbers)
     # A real null is kept, and data stored before (NaN written by json) still reads.
     assert encode_payload({"x": None}, Any) == b'{"x":null}'
-    assert decode_payload(b'{"x": NaN}', Any)["x"] != decode_payload(b'{"x": 0}', Any)["x"]
+    assert math.isnan(decode_payload(b'{"x": NaN}', Any)["x"])
 
 
 @given(st.recursive(
