@@ -1,37 +1,63 @@
-"""chronos_trio: reliable distributed delayed jobs on Redis, built on Trio."""
+"""chronos_trio: reliable distributed delayed jobs on Redis, built on Trio.
 
-from ._app import App as App
-from ._app import open_store as open_store
-from ._config import WorkerConfig as WorkerConfig
-from ._config import parse_queues as parse_queues
-from ._context import JobContext as JobContext
-from ._errors import ActorFailed as ActorFailed
-from ._errors import ChronosError as ChronosError
-from ._errors import PayloadError as PayloadError
-from ._errors import SkipRetry as SkipRetry
-from ._errors import StoreError as StoreError
-from ._errors import TopologyError as TopologyError
-from ._errors import UnknownTask as UnknownTask
-from ._inspector import ActionRefused as ActionRefused
-from ._inspector import Inspector as Inspector
-from ._inspector import UnknownJob as UnknownJob
-from ._inspector import UnknownQueue as UnknownQueue
-from ._job import EnqueueResult as EnqueueResult
-from ._job import Job as Job
-from ._job import JobState as JobState
-from ._job import NewJob as NewJob
-from ._retry import RetryPolicy as RetryPolicy
-from ._schedule import Schedule as Schedule
-from ._schedule import ScheduleInfo as ScheduleInfo
-from ._schedule import leadership_name as leadership_name
-from ._schedule import schedule_rows as schedule_rows
-from ._task import Task as Task
-from ._worker import ACTORS as ACTORS
-from ._worker import Worker as Worker
-from ._worker import WorkerStatistics as WorkerStatistics
+Layers, each importing only those below it (``pyproject.toml`` holds the
+import-linter contract that enforces it)::
+
+    cli       command line, process manager, demo         chronos_trio.cli
+    app       App, Task handles, Inspector                chronos_trio.app
+    worker    the supervised actor tree of one process    chronos_trio.worker
+    actors    one module per actor                        chronos_trio.actors
+    runtime   registry, config, in-flight table, events   chronos_trio.runtime
+    store     role protocols, schemes, memory, redis      chronos_trio.store
+    records   jobs, errors, codec, retry policy           chronos_trio.records
+"""
+
+from .app import App as App
+from .app import Inspector as Inspector
+from .app import JobPage as JobPage
+from .app import QueueInfo as QueueInfo
+from .app import ScheduleInfo as ScheduleInfo
+from .app import Task as Task
+from .app import VersionInfo as VersionInfo
+from .app import schedule_rows as schedule_rows
+from .records import ActionRefused as ActionRefused
+from .records import ActorFailed as ActorFailed
+from .records import ChronosError as ChronosError
+from .records import EnqueueResult as EnqueueResult
+from .records import InspectorError as InspectorError
+from .records import Job as Job
+from .records import JobState as JobState
+from .records import LeasedJob as LeasedJob
+from .records import LeaseRef as LeaseRef
+from .records import NewJob as NewJob
+from .records import PayloadError as PayloadError
+from .records import RetryPolicy as RetryPolicy
+from .records import SkipRetry as SkipRetry
+from .records import StoreError as StoreError
+from .records import TopologyError as TopologyError
+from .records import UnknownJob as UnknownJob
+from .records import UnknownQueue as UnknownQueue
+from .records import UnknownTask as UnknownTask
+from .runtime import JobContext as JobContext
+from .runtime import Registry as Registry
+from .runtime import Schedule as Schedule
+from .runtime import TaskSpec as TaskSpec
+from .runtime import WorkerConfig as WorkerConfig
+from .runtime import WorkerHost as WorkerHost
+from .runtime import leadership_name as leadership_name
+from .runtime import parse_queues as parse_queues
 from .store import Leadership as Leadership
 from .store import MemoryStore as MemoryStore
 from .store import QueueWeight as QueueWeight
 from .store import Store as Store
+from .store import open_store as open_store
+from .worker import ACTORS as ACTORS
+from .worker import Worker as Worker
+from .worker import WorkerStatistics as WorkerStatistics
 
 __version__ = "0.1.0"
+
+from .records._public import fixup_module_metadata as _fixup
+
+_fixup(__name__, globals())
+del _fixup

@@ -1,8 +1,8 @@
-"""``python -m chronos_trio``: see ``chronos_trio._cli``."""
+"""``python -m chronos_trio``: see :mod:`chronos_trio.cli`."""
 
 import sys
 
-from ._cli import main
+from .cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from chronos_trio import JobState, MemoryStore, QueueWeight
-from chronos_trio._cli import (
+from chronos_trio.cli import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REFUSED,
@@ -346,7 +346,7 @@ def test_schedules_need_the_app(
     monkeypatch.setattr(tests_app.app, "_store", MemoryStore())
     assert main(["schedules", "tests.tests_app:app"]) == EXIT_OK
     assert capsys.readouterr().out.strip() == "no schedules"
-    monkeypatch.setattr(tests_app.app, "schedules", [])
+    monkeypatch.setattr(tests_app.app.registry, "schedules", [])
     tests_app.app.cron("0 3 * * *", Note("nightly"), task="tests.note", schedule_id="nightly")
     assert main(["schedules", "tests.tests_app:app"]) == EXIT_OK
     table = capsys.readouterr().out

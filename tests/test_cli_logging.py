@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from chronos_trio._logging import JsonFormatter, TextFormatter, configure_logging, split_message
+from chronos_trio.cli._logs import JsonFormatter, TextFormatter, configure_logging, split_message
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from chronos_trio._cli import (
+from chronos_trio.cli import (
     EXIT_BAD_URL,
     EXIT_NO_APP,
     EXIT_OK,

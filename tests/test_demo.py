@@ -6,7 +6,7 @@ import io
 import subprocess
 import sys
 
-from chronos_trio._demo import run_demo
+from chronos_trio.cli._demo import run_demo
 
 
 async def test_demo_accounts_for_every_job(autojump_clock: object) -> None:

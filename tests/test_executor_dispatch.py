@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 import pytest
 import trio
 
-from chronos_trio._job import Job, JobState, LeasedJob
-from chronos_trio._runtime import JobDispatched
+from chronos_trio import Job, JobState, LeasedJob
 from chronos_trio.actors.executor import Dispatch
+from chronos_trio.runtime import JobDispatched
 
 
 def message(n: int) -> JobDispatched:

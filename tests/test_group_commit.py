@@ -10,8 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import pytest
 import trio
 
-from chronos_trio import NewJob
-from chronos_trio._job import EnqueueResult
+from chronos_trio import EnqueueResult, NewJob
 from chronos_trio.store import StoreError
 from chronos_trio.store.redis import RedisStore, _group_commit
 from chronos_trio.store.redis._group_commit import GroupCommit

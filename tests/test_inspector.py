@@ -14,7 +14,7 @@ from chronos_trio import (
     UnknownJob,
     UnknownQueue,
 )
-from chronos_trio._inspector import payload_view
+from chronos_trio.app._inspector import payload_view
 from chronos_trio.store import VersionState
 from tests._support import Recorder, Work
 
@@ -126,9 +126,10 @@ async def test_topology_defaults() -> None:
         await inspector.promote("default", partitions=0)
 
 
-def test_inspector_names_are_exported() -> None:
+def test_app_inspector_is_an_inspector_with_the_app() -> None:
     import chronos_trio
 
-    for name in ("Inspector", "ActionRefused", "UnknownJob", "UnknownQueue"):
-        assert getattr(chronos_trio, name).__module__ == "chronos_trio._inspector", name
-    assert isinstance(chronos_trio.App(MemoryStore()).inspector(), Inspector)
+    app = chronos_trio.App(MemoryStore())
+    inspector = app.inspector()
+    assert isinstance(inspector, Inspector) and inspector.app is app
+    assert issubclass(chronos_trio.UnknownJob, chronos_trio.InspectorError)

@@ -19,7 +19,7 @@ import redis
 import trio
 
 from chronos_trio import Inspector, JobState
-from chronos_trio._cli import EXIT_OK
+from chronos_trio.cli import EXIT_OK
 from tests.tests_app import Record, make_app
 
 pytestmark = pytest.mark.redis

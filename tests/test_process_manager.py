@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import pytest
 import trio
 
-from chronos_trio._process_manager import (
+from chronos_trio.cli._process_manager import (
     ChildCannotStart,
     ProcessManager,
     RestartIntensityExceeded,
@@ -209,7 +209,7 @@ def test_rejects_zero_processes() -> None:
 
 
 def test_signal_names_in_exit_descriptions() -> None:
-    from chronos_trio._process_manager import _describe_exit
+    from chronos_trio.cli._process_manager import _describe_exit
 
     assert _describe_exit(-signal.SIGKILL) == "killed by SIGKILL"
     assert _describe_exit(0) == "exited" and _describe_exit(1) == "failed"

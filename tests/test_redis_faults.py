@@ -9,7 +9,7 @@ import pytest
 import redis
 import trio
 
-from chronos_trio._job import JobState, NewJob
+from chronos_trio import JobState, NewJob
 from chronos_trio.store import QueueWeight, SettleKind, Settlement, StoreError
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.testing.redis_server import RedisServer

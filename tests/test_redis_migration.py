@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from chronos_trio._job import NewJob
+from chronos_trio import NewJob
 from chronos_trio.store import (
     QueueWeight,
     SettleKind,

@@ -14,7 +14,7 @@ import pytest
 import redis
 import trio
 
-from chronos_trio._job import NewJob
+from chronos_trio import NewJob
 from chronos_trio.store import QueueWeight, StoreError
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.testing.redis_server import RedisServer

@@ -15,11 +15,18 @@ import redis
 import redis.crc
 import trio
 
-from chronos_trio._job import JobState, NewJob
-from chronos_trio.store import QueueWeight, SettleKind, Settlement, StoreError, TriggerResult
-from chronos_trio.store.memory import partition_of
+from chronos_trio import JobState, NewJob
+from chronos_trio.store import (
+    QueueWeight,
+    SettleKind,
+    Settlement,
+    StoreError,
+    TriggerResult,
+    partition_of,
+    redact,
+)
 from chronos_trio.store.redis import RedisStore, _leader, open_store
-from chronos_trio.store.redis._connect import connect, redact, split_store_options
+from chronos_trio.store.redis._connect import connect, split_store_options
 from chronos_trio.testing.redis_server import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
@@ -140,7 +147,7 @@ async def test_url_helpers() -> None:
     )
     with pytest.raises(ValueError, match="scheme"):
         connect("http://h:1")
-    with pytest.raises(ValueError, match="not a Redis store URL"):
+    with pytest.raises(ValueError, match="unsupported Redis URL"):
         open_store("memory://")
     # a RedisCluster connects when built: the store builds it on first use
     store = RedisStore.from_url("redis+cluster://u:p%40ss@127.0.0.1:1,127.0.0.1:2/")

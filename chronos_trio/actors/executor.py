@@ -22,12 +22,12 @@ from typing import Any
 
 import trio
 
-from .._codec import decode_payload
-from .._context import JobContext
-from .._errors import PayloadError, SkipRetry
-from .._inflight import Entry, Stage
-from .._job import Job, LeaseRef
-from .._runtime import JobDispatched, JobFinished, Runtime, log
+from ..records._codec import decode_payload
+from ..records._errors import PayloadError, SkipRetry
+from ..records._jobs import Job, LeaseRef
+from ..runtime._context import JobContext
+from ..runtime._inflight import Entry, Stage
+from ..runtime._state import JobDispatched, JobFinished, Runtime, log
 from ..store import SettleKind, Settlement
 
 #: Longest error text kept on a job (message plus the end of the traceback).
@@ -206,7 +206,7 @@ def _decide(entry: Entry, outcome: Settlement | None) -> None:
 async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog) -> Settlement:
     job = entry.leased.job
     ref = entry.leased.ref
-    task = rt.app.tasks.get(job.kind)
+    task = rt.registry.tasks.get(job.kind)
     if task is None:
         return Settlement(
             ref,

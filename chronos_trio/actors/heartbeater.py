@@ -10,9 +10,9 @@ from __future__ import annotations
 import trio
 from trio_util import periodic
 
-from .._backoff import Backoff
-from .._inflight import Stage
-from .._runtime import Runtime, log
+from ..runtime._backoff import Backoff
+from ..runtime._inflight import Stage
+from ..runtime._state import Runtime, log
 from ..store import StoreError
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import trio
 from trio_util import periodic
 
-from .._runtime import Runtime, log
+from ..runtime._state import Runtime, log
 from ..store import StoreError
 
 

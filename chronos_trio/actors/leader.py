@@ -27,9 +27,8 @@ import logging
 
 import trio
 
-from .._backoff import Backoff
-from .._runtime import Runtime
-from .._schedule import leadership_name
+from ..runtime._backoff import Backoff
+from ..runtime._state import Runtime
 from ..store import Leadership, StoreError
 
 log = logging.getLogger("chronos_trio.leader")
@@ -61,7 +60,7 @@ async def run(
 class _Elector:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        self.name = leadership_name(rt.app.name)
+        self.name = rt.registry.leadership_name
         self.holder = rt.config.worker_id
         self.ttl = rt.config.leader_ttl
         self.every = self.ttl / 3  # a follower's attempts

@@ -10,9 +10,9 @@ import logging
 
 import trio
 
-from .._backoff import Backoff
-from .._inflight import Stage
-from .._runtime import JobDispatched, Runtime, log
+from ..runtime._backoff import Backoff
+from ..runtime._inflight import Stage
+from ..runtime._state import JobDispatched, Runtime, log
 from ..store import StoreError
 
 

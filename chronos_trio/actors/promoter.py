@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import trio
 
-from .._backoff import Backoff
-from .._runtime import Runtime, log
+from ..runtime._backoff import Backoff
+from ..runtime._state import Runtime, log
 from ..store import StoreError
 
 #: Jobs promoted per store call; a full batch means "call again at once".

@@ -25,8 +25,8 @@ import logging
 
 import trio
 
-from .._backoff import Backoff
-from .._runtime import Runtime
+from ..runtime._backoff import Backoff
+from ..runtime._state import Runtime
 from ..store import Leadership, StoreError, TriggerResult
 
 log = logging.getLogger("chronos_trio.scheduler")
@@ -53,7 +53,7 @@ async def _fire_while_leading(rt: Runtime, lead: Leadership) -> None:
     # the store's clock reaches it, nothing can be due (saves cron arithmetic).
     upcoming: dict[str, float] = {}
     while True:
-        if not rt.app.schedules:
+        if not rt.registry.schedules:
             with trio.move_on_after(cfg.scheduler_tick):
                 await rt.leadership.wait_value(lambda v: v != lead)
                 return
@@ -63,12 +63,12 @@ async def _fire_while_leading(rt: Runtime, lead: Leadership) -> None:
                 last_fired = await store.schedule_last_fired(lead.name)
             now = await store.now()
             read_at = trio.current_time()
-            for schedule in list(rt.app.schedules):
+            for schedule in list(rt.registry.schedules):
                 if now < upcoming.get(schedule.id, now):
                     continue
                 due = schedule.due_triggers(last_fired.get(schedule.id), now, cfg.misfire_grace)
                 for fire_at in due:
-                    job = schedule.new_job(fire_at, rt.app.tasks.get(schedule.kind))
+                    job = schedule.new_job(fire_at, rt.registry.tasks.get(schedule.kind))
                     result = await store.enqueue_trigger(
                         lead.name, lead.epoch, schedule.id, fire_at, job
                     )
@@ -99,7 +99,7 @@ async def _fire_while_leading(rt: Runtime, lead: Leadership) -> None:
             continue
         backoff.reset()
         wait = cfg.scheduler_tick
-        for schedule in rt.app.schedules:
+        for schedule in rt.registry.schedules:
             wait = min(wait, upcoming.get(schedule.id, now) - now)
         with trio.move_on_at(read_at + max(0.0, wait)):
             await rt.leadership.wait_value(lambda v: v != lead)

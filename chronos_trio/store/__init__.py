@@ -1,18 +1,30 @@
-"""Job stores: the :class:`Store` protocol and its backends."""
+"""Job stores: the role protocols every backend implements, the URL scheme
+registry, and the backends (``memory``, ``redis``)."""
 
-from ._base import Leadership as Leadership
-from ._base import PromoteResult as PromoteResult
-from ._base import QueueStats as QueueStats
-from ._base import QueueTopology as QueueTopology
-from ._base import QueueVersion as QueueVersion
-from ._base import QueueWeight as QueueWeight
-from ._base import RecoverResult as RecoverResult
-from ._base import SettleKind as SettleKind
-from ._base import Settlement as Settlement
-from ._base import Store as Store
-from ._base import StoreError as StoreError
-from ._base import TopologyError as TopologyError
-from ._base import TriggerResult as TriggerResult
-from ._base import VersionState as VersionState
+from ..records._public import fixup_module_metadata as _fixup
+from ._partitioning import partition_of as partition_of
+from ._partitioning import share_by_weight as share_by_weight
+from ._roles import Leadership as Leadership
+from ._roles import PromoteResult as PromoteResult
+from ._roles import QueueStats as QueueStats
+from ._roles import QueueTopology as QueueTopology
+from ._roles import QueueVersion as QueueVersion
+from ._roles import QueueWeight as QueueWeight
+from ._roles import RecoverResult as RecoverResult
+from ._roles import SettleKind as SettleKind
+from ._roles import Settlement as Settlement
+from ._roles import Store as Store
+from ._roles import StoreError as StoreError
+from ._roles import TopologyError as TopologyError
+from ._roles import TriggerResult as TriggerResult
+from ._roles import VersionState as VersionState
+from ._schemes import Scheme as Scheme
+from ._schemes import open_store as open_store
+from ._schemes import redact as redact
+from ._schemes import register_scheme as register_scheme
+from ._schemes import scheme_of as scheme_of
+from ._schemes import schemes as schemes
 from .memory import MemoryStore as MemoryStore
-from .memory import partition_of as partition_of
+
+_fixup(__name__, globals())
+del _fixup

@@ -14,14 +14,14 @@ import heapq
 import itertools
 import secrets
 import time
-import zlib
 from collections.abc import Callable, Sequence
 
 import attrs
 import trio
 
-from .._job import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
-from ._base import (
+from ..records._jobs import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
+from ._partitioning import partition_of, share_by_weight
+from ._roles import (
     Leadership,
     PromoteResult,
     QueueStats,
@@ -36,7 +36,6 @@ from ._base import (
     TriggerResult,
     VersionState,
 )
-from ._sharing import share_by_weight
 
 #: ``(due-or-expiry time, sequence, job id, record version)`` — a heap entry is
 #: valid only while the record still has that version (lazy deletion).
@@ -62,11 +61,6 @@ class _TrioAnchoredClock:
             self._token = token
             self._offset = time.time() - trio.current_time()
         return self._offset + trio.current_time()
-
-
-def partition_of(job_id: str, partitions: int) -> int:
-    """The partition a job ID hashes to (CRC32, the same in every backend)."""
-    return zlib.crc32(job_id.encode()) % partitions
 
 
 class MemoryStore(Store):
@@ -606,3 +600,10 @@ class MemoryStore(Store):
     async def schedule_last_fired(self, name: str) -> dict[str, float]:
         await trio.lowlevel.checkpoint()
         return dict(self._last_fired.get(name, {}))
+
+
+def open_memory_store(url: str) -> MemoryStore:
+    """A new MemoryStore for ``memory://`` (the scheme registry's opener)."""
+    if url.strip().lower() not in ("memory", "memory://"):
+        raise ValueError(f"the in-memory store takes no options: use 'memory://', not {url!r}")
+    return MemoryStore()

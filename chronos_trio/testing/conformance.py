@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from .._job import JobState, LeasedJob, LeaseRef, NewJob
-from ..store._base import (
+from ..records._jobs import JobState, LeasedJob, LeaseRef, NewJob
+from ..store._roles import (
     QueueWeight,
     SettleKind,
     Settlement,

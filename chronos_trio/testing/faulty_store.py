@@ -13,7 +13,7 @@ import collections
 from collections.abc import Callable
 from typing import Any
 
-from ..store._base import Store, StoreError
+from ..store._roles import Store, StoreError
 
 
 class FaultyStore(Store):

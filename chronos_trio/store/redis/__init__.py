@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-from .._base import Store
-from ._connect import SCHEMES
 from .store import RedisStore as RedisStore
 from .store import RedisStoreStatistics as RedisStoreStatistics
 
 
-def open_store(url: str | None) -> Store:
+def open_store(url: str) -> RedisStore:
     """A Redis store for a ``redis://``, ``rediss://``, ``unix://``,
-    ``redis+cluster://`` or ``rediss+cluster://`` URL.
-
-    ``memory://`` and None are the App's business (the embedded MemoryStore);
-    anything else raises ValueError naming the accepted schemes.
-    """
-    scheme = (url or "").partition("://")[0].lower()
-    if url is None or scheme not in SCHEMES:
-        raise ValueError(
-            f"not a Redis store URL: {url!r}; expected one of "
-            + ", ".join(f"{s}://" for s in SCHEMES)
-        )
+    ``redis+cluster://`` or ``rediss+cluster://`` URL (the scheme registry's
+    opener; see :meth:`RedisStore.from_url`). ``ValueError`` for any other."""
     return RedisStore.from_url(url)
 
 

@@ -26,7 +26,7 @@ import redis.cluster
 import redis.exceptions
 import trio
 
-from .._base import StoreError
+from .._roles import StoreError
 from ._native import NativeNode
 from ._scripts import Op, Script
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from ..._job import Job, JobState
-from .._base import QueueStats, QueueTopology, TopologyError, VersionState
-from ..memory import partition_of
+from ...records._jobs import Job, JobState
+from .._partitioning import partition_of
+from .._roles import QueueStats, QueueTopology, TopologyError, VersionState
 from . import _scripts as S
 from ._alloc import earliest, pairs
 from ._codec import JOB_FIELDS, decode_topology, encode_topology, job_from_fields

@@ -6,8 +6,8 @@ import base64
 import json
 from collections.abc import Sequence
 
-from ..._job import Job, JobState, NewJob
-from .._base import QueueVersion, VersionState
+from ...records._jobs import Job, JobState, NewJob
+from .._roles import QueueVersion, VersionState
 
 #: Job hash fields, in the order every full read (HMGET) uses.
 JOB_FIELDS = (

@@ -23,8 +23,18 @@ import redis.cluster
 import redis.connection
 import redis.retry
 
+from .._schemes import redact, schemes
+
+#: How the scheme registry (``store/_schemes.py``) names this backend's opener.
+OPENER = "chronos_trio.store.redis:open_store"
+
+
+def redis_schemes() -> tuple[str, ...]:
+    """The URL schemes the registry hands to this backend."""
+    return tuple(s.name for s in schemes() if s.opener == OPENER)
+
+
 STORE_OPTIONS = ("namespace", "partitions")
-SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 
 
 def split_store_options(url: str) -> tuple[str, dict[str, str]]:
@@ -36,16 +46,6 @@ def split_store_options(url: str) -> tuple[str, dict[str, str]]:
     ours = {k: v for k, v in pairs if k in STORE_OPTIONS}
     rest = urlencode([(k, v) for k, v in pairs if k not in STORE_OPTIONS])
     return base + (f"?{rest}" if rest else "") + hash_ + fragment, ours
-
-
-def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for error messages)."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, hosts = rest.rpartition("@")
-    if not at:
-        return url
-    user, colon, _ = userinfo.partition(":")
-    return f"{scheme}{sep}{user}{colon}{'***' if colon else ''}@{hosts}"
 
 
 def _client_options(socket_timeout: float, connect_timeout: float) -> dict[str, Any]:
@@ -77,7 +77,9 @@ def connect(
     if scheme in ("redis", "rediss", "unix"):
         return redis.Redis.from_url(url, **options)
     if scheme not in ("redis+cluster", "rediss+cluster"):
-        raise ValueError(f"unsupported Redis URL scheme {scheme!r}; expected one of {SCHEMES}")
+        raise ValueError(
+            f"unsupported Redis URL scheme {scheme!r}; expected one of {redis_schemes()}"
+        )
     parts = urlsplit(url)
     userinfo, _, hosts = parts.netloc.rpartition("@")
     nodes = []

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import attrs
 import trio
 
-from .._base import QueueVersion, VersionState
+from .._roles import QueueVersion, VersionState
 from ._adapter import RedisAdapter
 from ._codec import decode_topology, encode_topology
 from ._scripts import Op

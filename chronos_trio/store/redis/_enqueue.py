@@ -1,7 +1,7 @@
 """Enqueue on Redis: one pipelined round trip per batch, one script per partition.
 
 New jobs go to the queue's active version, partition ``crc32(id) % partitions``
-(the MemoryStore's :func:`~chronos_trio.store.memory.partition_of`). While a
+(:func:`~chronos_trio.store.partition_of`, as in every backend). While a
 queue has draining versions, an ID that still exists there is not stored
 again. A stale topology that routes to a completed (closed) version is
 refused by the script and the jobs are routed again.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..._job import EnqueueResult, NewJob
-from .._base import StoreError
-from ..memory import partition_of
+from ...records._jobs import EnqueueResult, NewJob
+from .._partitioning import partition_of
+from .._roles import StoreError
 from . import _scripts as S
 from ._context import QueueMeta, StoreContext
 from ._scripts import Op

@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from ..._job import EnqueueResult, NewJob
-from .._base import StoreError
+from ...records._jobs import EnqueueResult, NewJob
+from .._roles import StoreError
 
 Send = Callable[[Sequence[NewJob]], Awaitable[list[EnqueueResult]]]
 

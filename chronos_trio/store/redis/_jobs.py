@@ -13,15 +13,15 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from ..._job import Job, JobState, LeasedJob, LeaseRef, require_field_order
-from .._base import (
+from ...records._jobs import Job, JobState, LeasedJob, LeaseRef, require_field_order
+from .._partitioning import share_by_weight
+from .._roles import (
     PromoteResult,
     QueueWeight,
     RecoverResult,
     SettleKind,
     Settlement,
 )
-from .._sharing import share_by_weight
 from . import _scripts as S
 from ._alloc import earliest, pairs
 from ._codec import job_from_fields

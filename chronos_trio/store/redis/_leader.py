@@ -22,8 +22,8 @@ can run once more.
 
 from __future__ import annotations
 
-from ..._job import NewJob
-from .._base import Leadership, TriggerResult
+from ...records._jobs import NewJob
+from .._roles import Leadership, TriggerResult
 from . import _scripts as S
 from ._codec import decode_new_job, encode_new_job
 from ._context import StoreContext

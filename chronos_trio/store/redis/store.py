@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from ..._job import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
-from .._base import (
+from ...records._jobs import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
+from .._roles import (
     Leadership,
     PromoteResult,
     QueueStats,
@@ -28,9 +28,10 @@ from .._base import (
     Store,
     TriggerResult,
 )
+from .._schemes import redact
 from . import _admin, _enqueue, _jobs, _leader, _waiting
 from ._adapter import Client, RedisAdapter
-from ._connect import SCHEMES, connect, redact, split_store_options
+from ._connect import connect, redis_schemes, split_store_options
 from ._context import StoreContext
 from ._group_commit import GroupCommit
 from ._scripts import Op
@@ -107,8 +108,11 @@ class RedisStore(Store):
         ``socket_timeout`` seconds; a blocking wait reads its reply with its own,
         longer timeout, so an idle worker can sleep in BLPOP up to 30 s."""
         clean, opts = split_store_options(url)
-        if urlsplit(clean).scheme.lower() not in SCHEMES:
-            raise ValueError(f"unsupported Redis URL {redact(clean)!r}; expected one of {SCHEMES}")
+        if urlsplit(clean).scheme.lower() not in redis_schemes():
+            raise ValueError(
+                f"unsupported Redis URL {redact(clean)!r}; expected one of "
+                + ", ".join(f"{s}://" for s in redis_schemes())
+            )
         return cls(
             functools.partial(
                 connect,

@@ -28,84 +28,18 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import NoReturn
 
-#: Exit codes of every command, in one place (the README lists them).
-EXIT_OK = 0  #: success; also a worker or process manager stopped by SIGTERM/SIGINT
-EXIT_FAILURE = 1  #: the worker failed at run time (an actor exceeded its restart intensity)
-EXIT_USAGE = 2  #: bad command line or option value (argparse's own code too)
-EXIT_NO_APP = 3  #: APP cannot be imported, lacks the attribute, or is not a chronos_trio.App
-EXIT_BAD_URL = 4  #: unsupported or malformed store URL
-EXIT_UNAVAILABLE = 5  #: the store cannot be reached (Redis down, wrong host/port, auth)
-EXIT_NOT_FOUND = 6  #: unknown queue or job id
-EXIT_REFUSED = 7  #: action refused: job in the wrong state, topology change refused, not confirmed
-EXIT_RESTARTS = 8  #: process manager gave up: worker processes crashed too often
-EXIT_INTERRUPTED = 130  #: a second SIGINT/SIGTERM forced an immediate exit
-
-#: Exit codes a worker process cannot recover from by restarting.
-FATAL_CHILD_EXITS = frozenset({EXIT_USAGE, EXIT_NO_APP, EXIT_BAD_URL})
-
-
-class CliError(Exception):
-    """A one-line error for the user and the exit code that goes with it."""
-
-    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-class _Parser(argparse.ArgumentParser):
-    """Usage errors are one line (plus a hint), exit code 2."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {one_line(message)} (see --help)", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
-
+from . import _admin, _worker_command
+from ._options import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, Parser, one_line
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-# -- option types: a bad value is a one-line usage error naming the option ----------
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
-        return value
-
-    parse.__name__ = f"integer >= {minimum}"
-    return parse
-
-
-def seconds(*, allow_zero: bool = False) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
-        if not (value >= 0 if allow_zero else value > 0) or value == float("inf"):
-            bound = ">= 0" if allow_zero else "> 0"
-            raise argparse.ArgumentTypeError(f"expected seconds {bound}, got {text!r}")
-        return value
-
-    parse.__name__ = "seconds"
-    return parse
 
 
 def build_parser() -> tuple[
     argparse.ArgumentParser, dict[tuple[str, ...], argparse.ArgumentParser]
 ]:
     """The top-level parser, and each leaf command's parser by its words."""
-    from . import _cli_admin, _cli_worker
-
-    parser = _Parser(
+    parser = Parser(
         prog="python -m chronos_trio",
         description="Reliable distributed delayed jobs on Redis, built on Trio.",
         epilog="APP is module:attribute (module alone means module:app). "
@@ -123,10 +57,10 @@ def build_parser() -> tuple[
     worker = sub.add_parser(
         "worker", help="run workers for APP (--processes N: a local process manager)"
     )
-    _cli_worker.add_arguments(worker)
+    _worker_command.add_arguments(worker)
     leaves[("worker",)] = worker
 
-    _cli_admin.add_commands(sub, leaves)
+    _admin.add_commands(sub, leaves)
     return parser, leaves
 
 
@@ -185,17 +119,4 @@ def _run_demo(args: argparse.Namespace) -> int:
     return trio.run(lambda: run_demo(jobs=args.jobs, live=live))
 
 
-__all__ = [
-    "EXIT_BAD_URL",
-    "EXIT_FAILURE",
-    "EXIT_INTERRUPTED",
-    "EXIT_NOT_FOUND",
-    "EXIT_NO_APP",
-    "EXIT_OK",
-    "EXIT_REFUSED",
-    "EXIT_RESTARTS",
-    "EXIT_UNAVAILABLE",
-    "EXIT_USAGE",
-    "CliError",
-    "main",
-]
+__all__ = ["build_parser", "main", "parse_args"]

@@ -22,7 +22,9 @@ from collections.abc import Sequence
 
 import attrs
 
-from .._job import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
+from ..records._errors import StoreError as StoreError
+from ..records._errors import TopologyError as TopologyError
+from ..records._jobs import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
 
 
 class SettleKind(enum.StrEnum):
@@ -129,14 +131,6 @@ class TriggerResult(enum.StrEnum):
     ENQUEUED = "enqueued"  # this call recorded the trigger and enqueued its job
     ALREADY_FIRED = "already_fired"  # the schedule had already fired at or after it
     STALE_EPOCH = "stale_epoch"  # the caller no longer leads: nothing was done
-
-
-class StoreError(Exception):
-    """The store could not be reached or refused an operation."""
-
-
-class TopologyError(StoreError):
-    """A topology change was refused (e.g. completing a non-empty version)."""
 
 
 class Store(abc.ABC):

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import trio
 
-from ._errors import ActorFailed
+from ..records._errors import ActorFailed
 
 log = logging.getLogger("chronos_trio.supervisor")
 

@@ -5,14 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
-from ._inspector import JobPage, QueueInfo, next_run_at, payload_view
-from ._job import Job, JobState
-from .store import QueueTopology
-
-if TYPE_CHECKING:
-    from ._schedule import ScheduleInfo
+from ..app._inspector import JobPage, QueueInfo, ScheduleInfo, next_run_at, payload_view
+from ..records._jobs import Job, JobState
+from ..store import QueueTopology
 
 #: Column order of job states in tables.
 STATES = tuple(JobState)

@@ -22,18 +22,11 @@ import functools
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
-from ._config import WorkerConfig
-from ._errors import ActorFailed
-from ._inflight import Stage
-from ._job import PENDING_STATES, JobState
-from ._runtime import Counters, JobFinished, Runtime
-from ._supervisor import ChildSpec, Supervisor
-from .actors import (
+from ..actors import (
     completer,
     executor,
     heartbeater,
@@ -44,10 +37,14 @@ from .actors import (
     recoverer,
     scheduler,
 )
-from .store import SettleKind, Settlement, StoreError
-
-if TYPE_CHECKING:
-    from ._app import App
+from ..records._errors import ActorFailed
+from ..records._jobs import PENDING_STATES, JobState
+from ..runtime._config import WorkerConfig
+from ..runtime._inflight import Stage
+from ..runtime._registry import WorkerHost
+from ..runtime._state import Counters, JobFinished, Runtime
+from ..runtime._supervisor import ChildSpec, Supervisor
+from ..store import SettleKind, Settlement, StoreError
 
 log = logging.getLogger("chronos_trio.worker")
 
@@ -85,7 +82,7 @@ class Worker:
     """One worker. Run it with ``await nursery.start(worker.run)`` or
     ``async with app.open_worker(...)``."""
 
-    def __init__(self, app: App, config: WorkerConfig | None = None) -> None:
+    def __init__(self, app: WorkerHost, config: WorkerConfig | None = None) -> None:
         self.app = app
         self.config = config or WorkerConfig.build()
         self.supervisor = Supervisor(

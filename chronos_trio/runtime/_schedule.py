@@ -32,22 +32,37 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import attrs
 from croniter import CroniterBadDateError, croniter
 
-from ._codec import encode_payload
-from ._errors import PayloadError, UnknownTask
-from ._job import NewJob
-from ._task import DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_TIMEOUT, Task, check_options
-
-if TYPE_CHECKING:
-    from ._app import App
+from ..records._jobs import NewJob
+from ..records._options import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_QUEUE,
+    DEFAULT_TIMEOUT,
+    check_options,
+)
 
 MisfirePolicy = Literal["skip", "fire_once"]
+
+
+class JobDefaultsOf(Protocol):
+    """Where a trigger's job takes the defaults the schedule does not set: the
+    task it fires (a ``TaskSpec`` or an App's ``Task``)."""
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def max_retries(self) -> int: ...
+
+    @property
+    def timeout(self) -> float: ...
+
+
 MISFIRE_POLICIES: tuple[str, ...] = ("skip", "fire_once")
 
 #: Shortest interval: a trigger per second is the finest the leader promises.
@@ -288,7 +303,7 @@ class Schedule:
     def job_id(self, fire_at: float) -> str:
         return trigger_job_id(self.id, fire_at)
 
-    def new_job(self, fire_at: float, task: Task[Any] | None = None) -> NewJob:
+    def new_job(self, fire_at: float, task: JobDefaultsOf | None = None) -> NewJob:
         """The job of the trigger at ``fire_at``: due at that time, with the
         schedule's options, else ``task``'s defaults (looked up when the
         trigger fires, so a task registered after the schedule still counts)."""
@@ -304,116 +319,16 @@ class Schedule:
             timeout=self.timeout if self.timeout is not None else timeout,
         )
 
-    def resolved_queue(self, task: Task[Any] | None = None) -> str:
+    def resolved_queue(self, task: JobDefaultsOf | None = None) -> str:
         if self.queue is not None:
             return self.queue
         return task.queue if task is not None else DEFAULT_QUEUE
-
-
-def build_schedule(
-    app: App,
-    payload: Any,
-    task: Task[Any] | str | None,
-    **options: Any,
-) -> Schedule:
-    """A validated Schedule for ``app``: resolves the task (a Task, a kind, or
-    None to find the one registered task whose payload type is
-    ``type(payload)``) and encodes ``payload`` with its payload type now, so a
-    payload that cannot be encoded fails at registration."""
-    kind, payload_type = _resolve_task(app, task, payload)
-    data = encode_payload(payload, payload_type)
-    if len(data) > app.max_payload_bytes:
-        raise PayloadError(
-            f"schedule payload of {kind!r} is {len(data)} bytes, over the "
-            f"{app.max_payload_bytes}-byte limit"
-        )
-    return Schedule.build(kind, data, **options)
-
-
-def _resolve_task(app: App, task: Task[Any] | str | None, payload: Any) -> tuple[str, Any]:
-    if isinstance(task, Task):
-        return task.kind, task.payload_type
-    if isinstance(task, str):
-        if not task:
-            raise ValueError("task kind must be a non-empty string")
-        known = app.tasks.get(task)
-        # A kind not registered (yet) is allowed: a producer-only app may
-        # schedule work that other processes handle. Its payload goes as JSON.
-        return task, known.payload_type if known is not None else Any
-    if task is not None:
-        raise TypeError(f"task must be a Task or a kind string, got {type(task).__name__}")
-    matches = [t for t in app.tasks.values() if t.payload_type is type(payload)]
-    if len(matches) != 1:
-        found = ", ".join(sorted(t.kind for t in matches)) or "none"
-        raise UnknownTask(
-            f"cannot tell which task a {type(payload).__name__} payload is for "
-            f"(registered tasks taking it: {found}); pass task="
-        )
-    return matches[0].kind, matches[0].payload_type
-
-
-def check_unique(existing: Sequence[Schedule], schedule: Schedule) -> None:
-    for other in existing:
-        if other.id == schedule.id:
-            raise ValueError(
-                f"a schedule with id {schedule.id!r} is already registered "
-                "(same task, spec and payload?); pass schedule_id= to tell them apart"
-            )
-
-
-@attrs.frozen
-class ScheduleInfo:
-    """One schedule as the inspector shows it. Times are epoch seconds on the
-    store's clock; ``leader``/``epoch`` describe the current leadership (None
-    when nobody leads, e.g. no worker is running)."""
-
-    id: str
-    kind: str
-    spec: str
-    tz: str
-    misfire: str
-    queue: str
-    next_run: float | None
-    last_run: float | None
-    leader: str | None
-    epoch: int | None
-
-
-async def schedule_rows(app: App) -> list[ScheduleInfo]:
-    """Every schedule of ``app`` with its next run (from the store's now),
-    last run (the store's trigger bookkeeping) and the current leader."""
-    store = app.store
-    name = leadership_name(app.name)
-    now = await store.now()
-    last = await store.schedule_last_fired(name)
-    lead = await store.current_leader(name)
-    rows = []
-    for s in app.schedules:
-        rows.append(
-            ScheduleInfo(
-                id=s.id,
-                kind=s.kind,
-                spec=s.spec,
-                tz=s.tz,
-                misfire=s.misfire,
-                queue=s.resolved_queue(app.tasks.get(s.kind)),
-                next_run=s.next_after(now),
-                last_run=last.get(s.id),
-                leader=lead.holder if lead is not None else None,
-                epoch=lead.epoch if lead is not None else None,
-            )
-        )
-    return rows
 
 
 __all__ = [
     "MISFIRE_POLICIES",
     "MisfirePolicy",
     "Schedule",
-    "ScheduleInfo",
-    "build_schedule",
-    "check_unique",
     "leadership_name",
-    "schedule_rows",
     "trigger_job_id",
 ]

@@ -1,10 +1,17 @@
-"""Splitting one lease batch among weighted queues."""
+"""How jobs spread over partitions, and one lease batch over weighted queues
+(the same rules in every backend)."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 
-from ._base import QueueWeight
+from ._roles import QueueWeight
+
+
+def partition_of(job_id: str, partitions: int) -> int:
+    """The partition a job ID hashes to (CRC32, the same in every backend)."""
+    return zlib.crc32(job_id.encode()) % partitions
 
 
 def share_by_weight(

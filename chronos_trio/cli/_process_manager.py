@@ -41,7 +41,7 @@ from contextlib import contextmanager
 import attrs
 import trio
 
-from ._errors import ChronosError
+from ..records._errors import ChronosError
 
 log = logging.getLogger("chronos_trio.manager")
 

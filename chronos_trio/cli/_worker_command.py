@@ -30,8 +30,14 @@ import attrs
 import trio
 from trio_util import periodic
 
-from ._app import App
-from ._cli import (
+from ..app._app import App
+from ..records._errors import ActorFailed
+from ..runtime._config import WorkerConfig, parse_queues
+from ..store import QueueWeight
+from ..worker._worker import Worker
+from ._loading import check_store, describe_store, load_app, resolve_store, url_from
+from ._logs import FORMATS, LEVELS, configure_logging
+from ._options import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -43,10 +49,6 @@ from ._cli import (
     one_line,
     seconds,
 )
-from ._cli_app import check_store, describe_store, load_app, resolve_store, url_from
-from ._config import WorkerConfig, parse_queues
-from ._errors import ActorFailed
-from ._logging import FORMATS, LEVELS, configure_logging
 from ._process_manager import (
     CHILD_HEARTBEAT_INTERVAL,
     ChildCannotStart,
@@ -54,8 +56,6 @@ from ._process_manager import (
     RestartIntensityExceeded,
     run_until_signalled,
 )
-from ._worker import Worker
-from .store import QueueWeight
 
 log = logging.getLogger("chronos_trio.cli")
 

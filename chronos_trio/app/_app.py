@@ -7,53 +7,36 @@ from an App, so ``python -m chronos_trio worker module:app`` needs nothing else.
 from __future__ import annotations
 
 import datetime as dt
-import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import trio
 
-from ._job import EnqueueResult, Job, NewJob
-from ._schedule import MisfirePolicy, Schedule, build_schedule, check_unique
-from ._task import (
+from ..records._jobs import EnqueueResult, NewJob
+from ..records._options import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_QUEUE,
     DEFAULT_TIMEOUT,
-    Handler,
-    Task,
+    EnqueueOptions,
+    JobDefaults,
     check_options,
-    payload_type_of,
 )
-from .store import MemoryStore, Store
-
-if TYPE_CHECKING:
-    from ._inspector import Inspector
-    from ._worker import Worker
-
-log = logging.getLogger("chronos_trio")
+from ..runtime._config import WorkerConfig
+from ..runtime._registry import DeadLetterHook, Registry
+from ..runtime._schedule import MisfirePolicy, Schedule
+from ..runtime._tasks import Handler, TaskSpec
+from ..store import Store, open_store
+from ..worker import Worker
+from ._inspector import Inspector
+from ._schedules import build_schedule, check_unique
+from ._task import Task, payload_type_of
 
 P = TypeVar("P")
-DeadLetterHook = Callable[[Job], Awaitable[object]]
 
 #: Payloads larger than this are refused at enqueue time (the store keeps them
 #: in memory; big blobs belong in object storage, with a key in the payload).
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
-
-
-def open_store(url: str | None) -> Store:
-    """A store for ``url``: None or ``memory://`` gives a new MemoryStore;
-    ``redis://``, ``rediss://`` and ``redis+cluster://`` give a RedisStore."""
-    if url is None or url in ("memory://", "memory"):
-        return MemoryStore()
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
-        from .store.redis import open_store as open_redis_store
-
-        return open_redis_store(url)
-    raise ValueError(
-        f"unsupported store URL {url!r}: use memory://, redis://, rediss:// or redis+cluster://"
-    )
 
 
 class App:
@@ -75,9 +58,8 @@ class App:
         self.max_payload_bytes = max_payload_bytes
         self._store_url = store if isinstance(store, str) or store is None else None
         self._store: Store | None = store if isinstance(store, Store) else None
-        self.tasks: dict[str, Task[Any]] = {}
-        self.dead_letter_hooks: list[DeadLetterHook] = []
-        self.schedules: list[Schedule] = []
+        #: What workers of this app run: tasks, hooks, schedules.
+        self.registry = Registry(name)
 
     # -- store -------------------------------------------------------------------
     @property
@@ -100,6 +82,21 @@ class App:
             await self._store.aclose()
 
     # -- tasks -------------------------------------------------------------------
+    @property
+    def tasks(self) -> Mapping[str, Task[Any]]:
+        """The registered tasks by kind."""
+        return {kind: Task(self, spec) for kind, spec in self.registry.tasks.items()}
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        """The registered cron and interval schedules (a copy)."""
+        return list(self.registry.schedules)
+
+    @property
+    def dead_letter_hooks(self) -> list[DeadLetterHook]:
+        """The registered dead-letter hooks (a copy)."""
+        return list(self.registry.dead_letter_hooks)
+
     def task(
         self,
         kind: str,
@@ -107,7 +104,7 @@ class App:
         queue: str = DEFAULT_QUEUE,
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout: float = DEFAULT_TIMEOUT,
-    ) -> Callable[[Handler[P]], Task[P]]:
+    ) -> Callable[[Handler], Task[P]]:
         """Register ``async def handler(payload, job)`` under ``kind``.
 
         The payload type comes from the first parameter's annotation: an attrs
@@ -117,13 +114,12 @@ class App:
         if not kind:
             raise ValueError("task kind must be a non-empty string")
 
-        def register(fn: Handler[P]) -> Task[P]:
-            if kind in self.tasks:
+        def register(fn: Handler) -> Task[P]:
+            if kind in self.registry.tasks:
                 raise ValueError(f"a task is already registered under kind {kind!r}")
             if not callable(fn):
                 raise TypeError(f"{fn!r} is not callable")
-            task: Task[P] = Task(
-                app=self,
+            spec = TaskSpec(
                 kind=kind,
                 fn=fn,
                 payload_type=payload_type_of(fn),
@@ -131,15 +127,16 @@ class App:
                 max_retries=max_retries,
                 timeout=timeout,
             )
-            self.tasks[kind] = task
-            return task
+            self.registry.tasks[kind] = spec
+            return Task(self, spec)
 
         return register
 
     def on_dead_letter(self, hook: DeadLetterHook) -> DeadLetterHook:
         """Register ``async def hook(job)``, called once a job is dead-lettered
-        (its ``last_error`` says why). Errors in the hook are logged."""
-        self.dead_letter_hooks.append(hook)
+        (its ``last_error`` says why); see :class:`~chronos_trio.Worker` for
+        when hooks run. Errors in the hook are logged."""
+        self.registry.dead_letter_hooks.append(hook)
         return hook
 
     # -- schedules -----------------------------------------------------------------
@@ -152,9 +149,7 @@ class App:
         tz: str = "UTC",
         schedule_id: str | None = None,
         misfire: MisfirePolicy = "skip",
-        queue: str | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
+        **defaults: Unpack[JobDefaults],
     ) -> Schedule:
         """Enqueue ``task``'s job with ``payload`` at each time of the 5-field
         cron ``spec`` in timezone ``tz`` (fired once per trigger by the elected
@@ -163,16 +158,15 @@ class App:
         ``ValueError`` here, not when the schedule fires. See
         :class:`~chronos_trio.Schedule` for DST and misfire rules."""
         schedule = build_schedule(
-            self,
+            self.registry,
+            self.max_payload_bytes,
             payload,
             task,
             cron=spec,
             tz=tz,
             schedule_id=schedule_id,
             misfire=misfire,
-            queue=queue,
-            max_retries=max_retries,
-            timeout=timeout,
+            **defaults,
         )
         return self._add_schedule(schedule)
 
@@ -184,28 +178,25 @@ class App:
         task: Task[Any] | str | None = None,
         schedule_id: str | None = None,
         misfire: MisfirePolicy = "skip",
-        queue: str | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
+        **defaults: Unpack[JobDefaults],
     ) -> Schedule:
         """Like :meth:`cron`, every ``interval`` (seconds or a timedelta,
         >= 1 s), at multiples of the interval since the Unix epoch."""
         schedule = build_schedule(
-            self,
+            self.registry,
+            self.max_payload_bytes,
             payload,
             task,
             interval=interval,
             schedule_id=schedule_id,
             misfire=misfire,
-            queue=queue,
-            max_retries=max_retries,
-            timeout=timeout,
+            **defaults,
         )
         return self._add_schedule(schedule)
 
     def _add_schedule(self, schedule: Schedule) -> Schedule:
-        check_unique(self.schedules, schedule)
-        self.schedules.append(schedule)
+        check_unique(self.registry.schedules, schedule)
+        self.registry.schedules.append(schedule)
         return schedule
 
     # -- producing ---------------------------------------------------------------
@@ -215,22 +206,33 @@ class App:
             return []
         return await self.store.enqueue_many(jobs)
 
-    async def enqueue(self, kind: str, payload: Any, **options: Any) -> EnqueueResult:
+    async def enqueue(
+        self, kind: str, payload: Any, **options: Unpack[EnqueueOptions]
+    ) -> EnqueueResult:
         """Enqueue by kind name (for producers that do not import the handler)."""
-        task = self.tasks.get(kind)
-        if task is None:
-            task = Task(app=self, kind=kind, fn=_no_handler, payload_type=Any)
-        return await task.enqueue(payload, **options)
+        spec = self.registry.tasks.get(kind)
+        if spec is None:
+            spec = TaskSpec(
+                kind=kind,
+                fn=_no_handler,
+                payload_type=Any,
+                queue=DEFAULT_QUEUE,
+                max_retries=DEFAULT_MAX_RETRIES,
+                timeout=DEFAULT_TIMEOUT,
+            )
+        return await Task(self, spec).enqueue(payload, **options)
 
     # -- workers -------------------------------------------------------------------
+    def worker(self, **config: Any) -> Worker:
+        """A worker for this app (run it with ``await nursery.start(worker.run)``);
+        options are :class:`~chronos_trio.WorkerConfig`'s."""
+        return Worker(self, WorkerConfig.build(**config))
+
     @asynccontextmanager
     async def open_worker(self, **config: Any) -> AsyncIterator[Worker]:
         """Run a worker for the body of the ``async with``; on exit (or
         cancellation) it shuts down gracefully. Options are WorkerConfig's."""
-        from ._config import WorkerConfig
-        from ._worker import Worker
-
-        worker = Worker(self, WorkerConfig.build(**config))
+        worker = self.worker(**config)
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)
             try:
@@ -241,8 +243,6 @@ class App:
     # -- administration ------------------------------------------------------------
     def inspector(self) -> Inspector:
         """Queue counts, job listing and admin actions on this app's store."""
-        from ._inspector import Inspector
-
         return Inspector(self.store, app=self)
 
 
@@ -250,4 +250,4 @@ async def _no_handler(payload: Any, job: Any) -> None:  # pragma: no cover - nev
     raise RuntimeError("producer-side placeholder task")
 
 
-__all__ = ["App", "check_options", "open_store"]
+__all__ = ["App"]

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 import attrs
 import trio
 
+from ..records._jobs import LeasedJob
+from ..store import Settlement
 from ._context import JobContext
-from ._job import LeasedJob
-from .store import Settlement
 
 
 class Stage(enum.Enum):

@@ -5,19 +5,16 @@ outlives any actor that crashes and restarts."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import attrs
 import trio
 from trio_util import AsyncValue
 
+from ..records._jobs import Job, LeasedJob
+from ..store import Leadership, Store
 from ._config import WorkerConfig
 from ._inflight import InFlight
-from ._job import Job, LeasedJob
-from .store import Leadership, Store
-
-if TYPE_CHECKING:
-    from ._app import App
+from ._registry import Registry, WorkerHost
 
 log = logging.getLogger("chronos_trio.worker")
 
@@ -52,7 +49,7 @@ class Counters:
 
 @attrs.define(eq=False)
 class Runtime:
-    app: App
+    app: WorkerHost
     store: Store
     config: WorkerConfig
     table: InFlight
@@ -68,8 +65,12 @@ class Runtime:
     #: epoch); singleton duties run only while it is not None.
     leadership: AsyncValue[Leadership | None] = attrs.field(factory=lambda: AsyncValue(None))
 
+    @property
+    def registry(self) -> Registry:
+        return self.app.registry
+
     @classmethod
-    def create(cls, app: App, store: Store, config: WorkerConfig) -> Runtime:
+    def create(cls, app: WorkerHost, store: Store, config: WorkerConfig) -> Runtime:
         dispatch_send, dispatch_recv = trio.open_memory_channel[JobDispatched](config.buffer_size)
         # Every finished job holds an in-flight slot until settled, so the
         # table's capacity bounds this channel: it can never hold more.
@@ -96,7 +97,7 @@ class Runtime:
             job.attempts,
             (job.last_error.splitlines() or [""])[0],
         )
-        for hook in self.app.dead_letter_hooks:
+        for hook in self.registry.dead_letter_hooks:
             with trio.move_on_after(10) as scope:
                 try:
                     await hook(job)

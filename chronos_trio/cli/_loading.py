@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import sys
 
 import trio
 
-from ._app import App, open_store
-from ._cli import (
+from ..app import App
+from ..store import MemoryStore, Store, StoreError, open_store, redact
+from ._options import (
     EXIT_BAD_URL,
     EXIT_NO_APP,
     EXIT_UNAVAILABLE,
@@ -20,7 +20,6 @@ from ._cli import (
     CliError,
     one_line,
 )
-from .store import MemoryStore, Store, StoreError
 
 URL_ENV = "CHRONOS_URL"
 #: How long the start-up reachability check waits for the store.
@@ -82,11 +81,6 @@ def url_from(flag: str | None) -> str | None:
     return flag or os.environ.get(URL_ENV) or None
 
 
-def redact(url: str) -> str:
-    """``url`` without its password, for messages and logs."""
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
-
-
 def resolve_store(app: App | None, url: str | None) -> Store:
     """The store commands act on: ``url`` (replacing the app's store) or the
     app's own. ``CliError`` for a bad URL or when there is neither."""
@@ -133,4 +127,4 @@ async def check_store(store: Store, where: str, *, timeout: float = CHECK_TIMEOU
         raise CliError(f"the store at {where} did not answer within {timeout:g}s", EXIT_UNAVAILABLE)
 
 
-__all__ = ["check_store", "load_app", "redact", "resolve_store", "url_from"]
+__all__ = ["check_store", "load_app", "resolve_store", "url_from"]

@@ -10,13 +10,13 @@ from typing import TextIO
 import attrs
 import trio
 
-from ._app import App
-from ._context import JobContext
-from ._errors import SkipRetry
-from ._job import Job, JobState
-from ._retry import RetryPolicy
-from ._worker import Worker
-from .store import MemoryStore
+from ..app._app import App
+from ..records._errors import SkipRetry
+from ..records._jobs import Job, JobState
+from ..records._retry import RetryPolicy
+from ..runtime._context import JobContext
+from ..store import MemoryStore
+from ..worker._worker import Worker
 
 
 @attrs.frozen

@@ -10,8 +10,8 @@ from typing import Any
 
 import attrs
 
-from ._retry import RetryPolicy
-from .store import QueueWeight
+from ..records._retry import RetryPolicy
+from ..store import QueueWeight
 
 
 def default_worker_id() -> str:

@@ -18,35 +18,14 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
-from ._errors import ChronosError
-from ._job import Job, JobState
-from .store import QueueTopology, Store, VersionState
-
-if TYPE_CHECKING:
-    from ._app import App
-    from ._schedule import ScheduleInfo
-
-
-class InspectorError(ChronosError):
-    """An admin request could not be carried out."""
-
-
-class UnknownQueue(InspectorError, LookupError):
-    """No such queue in the store (nor among the app's tasks)."""
-
-
-class UnknownJob(InspectorError, LookupError):
-    """No job with that ID (in that queue)."""
-
-
-class ActionRefused(InspectorError):
-    """The job's current state does not allow the action (e.g. deleting a
-    leased job, running a ready job now)."""
-
+from ..records._errors import ActionRefused, InspectorError, UnknownJob, UnknownQueue
+from ..records._jobs import Job, JobState
+from ..runtime._registry import WorkerHost
+from ..store import QueueTopology, Store, VersionState
 
 #: States from which ``run_now`` makes a job ready at once.
 RUN_NOW_STATES = frozenset({JobState.SCHEDULED, JobState.RETRY_WAIT, JobState.DEAD})
@@ -114,14 +93,60 @@ def next_run_at(job: Job) -> float | None:
     return None
 
 
+@attrs.frozen
+class ScheduleInfo:
+    """One schedule as the inspector shows it. Times are epoch seconds on the
+    store's clock; ``leader``/``epoch`` describe the current leadership (None
+    when nobody leads, e.g. no worker is running)."""
+
+    id: str
+    kind: str
+    spec: str
+    tz: str
+    misfire: str
+    queue: str
+    next_run: float | None
+    last_run: float | None
+    leader: str | None
+    epoch: int | None
+
+
+async def schedule_rows(app: WorkerHost) -> list[ScheduleInfo]:
+    """Every schedule of ``app`` with its next run (from the store's now),
+    last run (the store's trigger bookkeeping) and the current leader."""
+    store, registry = app.store, app.registry
+    name = registry.leadership_name
+    now = await store.now()
+    last = await store.schedule_last_fired(name)
+    lead = await store.current_leader(name)
+    rows = []
+    for s in registry.schedules:
+        rows.append(
+            ScheduleInfo(
+                id=s.id,
+                kind=s.kind,
+                spec=s.spec,
+                tz=s.tz,
+                misfire=s.misfire,
+                queue=s.resolved_queue(registry.tasks.get(s.kind)),
+                next_run=s.next_after(now),
+                last_run=last.get(s.id),
+                leader=lead.holder if lead is not None else None,
+                epoch=lead.epoch if lead is not None else None,
+            )
+        )
+    return rows
+
+
 class Inspector:
     """Inspection and administration of the jobs in ``store``.
 
     ``app`` (optional) adds the queues its tasks use to the known queues, so
-    a queue can be paused or given a topology before its first job.
+    a queue can be paused or given a topology before its first job, and
+    gives :meth:`schedules` the app's schedules.
     """
 
-    def __init__(self, store: Store, *, app: App | None = None) -> None:
+    def __init__(self, store: Store, *, app: WorkerHost | None = None) -> None:
         self.store = store
         self.app = app
 
@@ -137,7 +162,7 @@ class Inspector:
         """Every queue the store knows, plus the queues of the app's tasks."""
         names = set(await self.store.queues())
         if self.app is not None:
-            names.update(task.queue for task in self.app.tasks.values())
+            names.update(task.queue for task in self.app.registry.tasks.values())
         return sorted(names)
 
     async def check_queue(self, queue: str) -> str:
@@ -261,8 +286,6 @@ class Inspector:
         current leader. Needs the app (schedules are declared in code)."""
         if self.app is None:
             raise InspectorError("schedules are declared in the app: inspect it via the app")
-        from ._schedule import schedule_rows
-
         return await schedule_rows(self.app)
 
     # -- topology ----------------------------------------------------------------
@@ -300,14 +323,12 @@ class Inspector:
 
 
 __all__ = [
-    "ActionRefused",
     "Inspector",
-    "InspectorError",
     "JobPage",
     "QueueInfo",
-    "UnknownJob",
-    "UnknownQueue",
+    "ScheduleInfo",
     "VersionInfo",
     "next_run_at",
     "payload_view",
+    "schedule_rows",
 ]

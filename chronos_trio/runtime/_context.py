@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, Unpack
 
 import attrs
 
-from ._job import Job
+from ..records._jobs import EnqueueResult, Job
+from ..records._options import EnqueueOptions
+from ..store import Store
 
-if TYPE_CHECKING:
-    from ._app import App
+
+class Producer(Protocol):
+    """What a handler can reach through ``job.app``: the store, and
+    ``enqueue`` by kind (to start follow-up jobs). The App is one."""
+
+    @property
+    def store(self) -> Store: ...
+
+    async def enqueue(
+        self, kind: str, payload: Any, **options: Unpack[EnqueueOptions]
+    ) -> EnqueueResult: ...
 
 
 @attrs.define(eq=False)
@@ -19,13 +30,14 @@ class JobContext:
     ``deadline`` is on Trio's clock (compare with ``trio.current_time()``); the
     handler is cancelled there. ``lease_lost`` turns True when the worker lost
     the lease (another worker may now run the job); the handler is cancelled
-    too, so it only matters to cleanup code.
+    too, so it only matters to cleanup code. ``app`` is the App the worker
+    runs for (``await job.app.enqueue("kind", payload)``).
     """
 
     job: Job
     worker_id: str
     deadline: float
-    app: App
+    app: Producer
     _lease_lost: bool = False
 
     @property

@@ -16,8 +16,13 @@ from typing import Any, TextIO
 import attrs
 import trio
 
-from ._app import App
-from ._cli import (
+from ..app import Inspector
+from ..app._app import App
+from ..records import ActionRefused, UnknownJob, UnknownQueue
+from ..records._jobs import JobState
+from ..store import StoreError, TopologyError, scheme_of
+from ._loading import check_store, describe_store, load_app, resolve_store, url_from
+from ._options import (
     EXIT_BAD_URL,
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -28,8 +33,7 @@ from ._cli import (
     int_at_least,
     one_line,
 )
-from ._cli_app import check_store, describe_store, load_app, resolve_store, url_from
-from ._cli_output import (
+from ._output import (
     job_details,
     job_json,
     jobs_table,
@@ -42,9 +46,6 @@ from ._cli_output import (
     topology_json,
     topology_table,
 )
-from ._inspector import ActionRefused, Inspector, UnknownJob, UnknownQueue
-from ._job import JobState
-from .store import StoreError, TopologyError
 
 
 @attrs.define
@@ -149,6 +150,15 @@ def add_commands(sub: Any, leaves: dict[tuple[str, ...], argparse.ArgumentParser
     p.set_defaults(needs_app=True)
 
 
+def _shared(url: str) -> bool:
+    """Whether ``url``'s store can be seen from another process (a malformed
+    URL is left to :func:`resolve_store` to report)."""
+    try:
+        return scheme_of(url).shared
+    except ValueError:
+        return True
+
+
 def _state_names() -> str:
     return ", ".join(s.value for s in JobState)
 
@@ -162,7 +172,7 @@ def _handler(fn: Command) -> Callable[[argparse.Namespace], int]:
             )
         app = load_app(args.app) if args.app else None
         url = url_from(args.url)
-        if url is not None and url.split("://", 1)[0].lower() == "memory":
+        if url is not None and not _shared(url):
             raise CliError(
                 "memory:// lives inside one process and cannot be inspected from another: "
                 "use the Redis URL your workers use",

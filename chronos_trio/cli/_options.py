@@ -1,0 +1,74 @@
+"""What every command module shares: exit codes, :class:`CliError`, and
+argument types whose bad values are one-line usage errors naming the option."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+#: Exit codes of every command, in one place (the README lists them).
+EXIT_OK = 0  #: success; also a worker or process manager stopped by SIGTERM/SIGINT
+EXIT_FAILURE = 1  #: the worker failed at run time (an actor exceeded its restart intensity)
+EXIT_USAGE = 2  #: bad command line or option value (argparse's own code too)
+EXIT_NO_APP = 3  #: APP cannot be imported, lacks the attribute, or is not a chronos_trio.App
+EXIT_BAD_URL = 4  #: unsupported or malformed store URL
+EXIT_UNAVAILABLE = 5  #: the store cannot be reached (Redis down, wrong host/port, auth)
+EXIT_NOT_FOUND = 6  #: unknown queue or job id
+EXIT_REFUSED = 7  #: action refused: job in the wrong state, topology change refused, not confirmed
+EXIT_RESTARTS = 8  #: process manager gave up: worker processes crashed too often
+EXIT_INTERRUPTED = 130  #: a second SIGINT/SIGTERM forced an immediate exit
+
+#: Exit codes a worker process cannot recover from by restarting.
+FATAL_CHILD_EXITS = frozenset({EXIT_USAGE, EXIT_NO_APP, EXIT_BAD_URL})
+
+
+class CliError(Exception):
+    """A one-line error for the user and the exit code that goes with it."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors are one line (plus a hint), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {one_line(message)} (see --help)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+# -- option types: a bad value is a one-line usage error naming the option ----------
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def seconds(*, allow_zero: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not (value >= 0 if allow_zero else value > 0) or value == float("inf"):
+            bound = ">= 0" if allow_zero else "> 0"
+            raise argparse.ArgumentTypeError(f"expected seconds {bound}, got {text!r}")
+        return value
+
+    parse.__name__ = "seconds"
+    return parse

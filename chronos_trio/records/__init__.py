@@ -1,0 +1,28 @@
+"""The bottom layer: job records, errors, the payload codec, retry policy and
+job options. Every other layer may import it; it imports none of them."""
+
+from ._errors import ActionRefused as ActionRefused
+from ._errors import ActorFailed as ActorFailed
+from ._errors import ChronosError as ChronosError
+from ._errors import InspectorError as InspectorError
+from ._errors import PayloadError as PayloadError
+from ._errors import SkipRetry as SkipRetry
+from ._errors import StoreError as StoreError
+from ._errors import TopologyError as TopologyError
+from ._errors import UnknownJob as UnknownJob
+from ._errors import UnknownQueue as UnknownQueue
+from ._errors import UnknownTask as UnknownTask
+from ._jobs import PENDING_STATES as PENDING_STATES
+from ._jobs import EnqueueResult as EnqueueResult
+from ._jobs import Job as Job
+from ._jobs import JobState as JobState
+from ._jobs import LeasedJob as LeasedJob
+from ._jobs import LeaseRef as LeaseRef
+from ._jobs import NewJob as NewJob
+from ._options import EnqueueOptions as EnqueueOptions
+from ._options import JobDefaults as JobDefaults
+from ._public import fixup_module_metadata as _fixup
+from ._retry import RetryPolicy as RetryPolicy
+
+_fixup(__name__, globals())
+del _fixup

@@ -1,0 +1,93 @@
+"""Every error chronos_trio raises on purpose, in one tree under ChronosError.
+
+``except ChronosError`` catches all of them; the subclasses say what failed::
+
+    ChronosError
+    ├── StoreError              the store could not be reached or refused an operation
+    │   └── TopologyError       a topology change was refused
+    ├── PayloadError            a payload could not be encoded or decoded, or is too large
+    ├── SkipRetry               raised by a handler: dead-letter this job at once
+    ├── UnknownTask             no task is registered under a kind
+    ├── ActorFailed             an actor exceeded its restart intensity
+    └── InspectorError          an admin request could not be carried out
+        ├── UnknownQueue
+        ├── UnknownJob
+        └── ActionRefused
+
+Errors that are also a builtin category derive from it too (``PayloadError``
+is a ``ValueError``, ``UnknownJob`` a ``LookupError``), so existing ``except``
+clauses keep working.
+"""
+
+from __future__ import annotations
+
+
+class ChronosError(Exception):
+    """Base class of chronos_trio's own errors."""
+
+
+class StoreError(ChronosError):
+    """The store could not be reached or refused an operation."""
+
+
+class TopologyError(StoreError):
+    """A topology change was refused (e.g. completing a non-empty version)."""
+
+
+class SkipRetry(ChronosError):
+    """Raise from a handler to dead-letter the job at once, without retries.
+
+    ``raise SkipRetry("card declined")`` or ``raise SkipRetry(exc) from exc``.
+    """
+
+
+class PayloadError(ChronosError, ValueError):
+    """A payload could not be encoded (at enqueue) or decoded (at run time),
+    or is too large."""
+
+
+class UnknownTask(ChronosError, LookupError):
+    """No task is registered under that kind."""
+
+
+class ActorFailed(ChronosError):
+    """An actor exceeded its restart intensity; the worker stops."""
+
+    def __init__(self, actor: str, restarts: int, period: float) -> None:
+        super().__init__(f"actor {actor!r} crashed {restarts} times within {period:g}s; giving up")
+        self.actor = actor
+        self.restarts = restarts
+        self.period = period
+
+
+class InspectorError(ChronosError):
+    """An admin request could not be carried out."""
+
+
+class UnknownQueue(InspectorError, LookupError):
+    """No such queue in the store (nor among the app's tasks)."""
+
+
+class UnknownJob(InspectorError, LookupError):
+    """No job with that ID (in that queue)."""
+
+
+class ActionRefused(InspectorError):
+    """The job's current state does not allow the action (e.g. deleting a
+    leased job, running a ready job now)."""
+
+
+def sole_exception(exc: BaseException) -> BaseException:
+    """The one exception inside (nested) one-member exception groups, or
+    ``exc`` itself when it is not such a group (a nursery wraps a lone
+    failure in a group; callers that expect one error want the error)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def first_exception(exc: BaseException) -> BaseException:
+    """The first leaf of (nested) exception groups, or ``exc`` itself."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc

@@ -1,0 +1,59 @@
+"""A job's options as producers give them, their defaults and their checks."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import TypedDict
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_TIMEOUT = 30.0
+
+
+class JobDefaults(TypedDict, total=False):
+    """Options that override a task's defaults, for one job or a schedule."""
+
+    #: Queue to put the job in (default: the task's, else ``"default"``).
+    queue: str
+    #: Retries after the first attempt before the job is dead (default 3).
+    max_retries: int
+    #: Seconds a run may take before it is cancelled and counted as failed (30).
+    timeout: float
+
+
+class EnqueueOptions(JobDefaults, total=False):
+    """Every option ``enqueue`` takes, in one place; each signature that takes
+    them says ``**options: Unpack[EnqueueOptions]``."""
+
+    #: Due this many seconds from the store's now (not with ``run_at``).
+    delay: float
+    #: Due at this time: a timezone-aware datetime or epoch seconds.
+    run_at: dt.datetime | float
+    #: Idempotency key: while a job with this ID exists, enqueue changes nothing.
+    job_id: str
+
+
+def check_options(
+    *, max_retries: int | None = None, timeout: float | None = None, delay: float | None = None
+) -> None:
+    """Raise ``ValueError`` naming the first option out of range (None: not given)."""
+    if max_retries is not None and (not isinstance(max_retries, int) or max_retries < 0):
+        raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+    if delay is not None and not (delay >= 0 and math.isfinite(delay)):
+        raise ValueError(f"delay must be finite and >= 0 seconds, got {delay!r}")
+
+
+def to_epoch(run_at: dt.datetime | float) -> float:
+    """``run_at`` as epoch seconds; a datetime must be timezone-aware and a
+    number finite (``ValueError`` otherwise)."""
+    if isinstance(run_at, dt.datetime):
+        if run_at.tzinfo is None:
+            raise ValueError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        return run_at.timestamp()
+    value = float(run_at)
+    if not math.isfinite(value):
+        raise ValueError(f"run_at must be a finite epoch time, got {run_at!r}")
+    return value

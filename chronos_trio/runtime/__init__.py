@@ -1,0 +1,31 @@
+"""One worker process's runtime pieces, below the actors: the task registry,
+schedules, configuration, the job context, the in-flight table, the
+supervisor and the state the actors share. It imports only ``store`` and
+``records``; the App hands a worker its registry and store as a
+:class:`WorkerHost`."""
+
+from ..records._public import fixup_module_metadata as _fixup
+from ._config import WorkerConfig as WorkerConfig
+from ._config import parse_queues as parse_queues
+from ._context import JobContext as JobContext
+from ._context import Producer as Producer
+from ._inflight import Entry as Entry
+from ._inflight import InFlight as InFlight
+from ._inflight import Stage as Stage
+from ._registry import DeadLetterHook as DeadLetterHook
+from ._registry import Registry as Registry
+from ._registry import WorkerHost as WorkerHost
+from ._schedule import JobDefaultsOf as JobDefaultsOf
+from ._schedule import MisfirePolicy as MisfirePolicy
+from ._schedule import Schedule as Schedule
+from ._schedule import leadership_name as leadership_name
+from ._schedule import trigger_job_id as trigger_job_id
+from ._state import Counters as Counters
+from ._state import JobDispatched as JobDispatched
+from ._state import JobFinished as JobFinished
+from ._state import Runtime as Runtime
+from ._tasks import Handler as Handler
+from ._tasks import TaskSpec as TaskSpec
+
+_fixup(__name__, globals())
+del _fixup

@@ -1,0 +1,48 @@
+"""What a worker needs from the program that runs it: the task registry
+(handlers by kind, dead-letter hooks, schedules) and the store.
+
+The App builds a :class:`Registry` as tasks are registered and hands itself
+to a worker as a :class:`WorkerHost`; the runtime never imports the App.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import attrs
+
+from ..records._jobs import Job
+from ._context import Producer
+from ._schedule import Schedule, leadership_name
+from ._tasks import TaskSpec
+
+#: ``async def hook(job)``, called for each dead-lettered job.
+DeadLetterHook = Callable[[Job], Awaitable[object]]
+
+
+@attrs.define(eq=False)
+class Registry:
+    """Tasks by kind, dead-letter hooks and schedules of one app.
+
+    ``name`` names the app's leadership (schedules and janitor run under it).
+    The App writes it while tasks are registered; workers only read it.
+    """
+
+    name: str
+    tasks: dict[str, TaskSpec] = attrs.field(factory=dict)
+    dead_letter_hooks: list[DeadLetterHook] = attrs.field(factory=list)
+    schedules: list[Schedule] = attrs.field(factory=list)
+
+    @property
+    def leadership_name(self) -> str:
+        """The store leadership that guards this app's singleton duties."""
+        return leadership_name(self.name)
+
+
+class WorkerHost(Producer, Protocol):
+    """The program a worker runs for (an App): a :class:`Producer` that also
+    has the task registry."""
+
+    @property
+    def registry(self) -> Registry: ...

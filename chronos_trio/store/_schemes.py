@@ -1,0 +1,101 @@
+"""Store URL schemes, in one registry: which backend opens which URL, and
+whether the store it opens can be shared by several processes.
+
+Backends are imported on first use (``memory://`` never imports redis-py).
+Another backend registers its schemes with :func:`register_scheme`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import cast
+
+import attrs
+
+from ._roles import Store
+
+#: What ``open_store`` passes a backend: the whole URL.
+Opener = Callable[[str], Store]
+
+
+@attrs.frozen
+class Scheme:
+    """A URL scheme: ``opener`` is ``"module:function"`` taking the URL;
+    ``shared`` says whether its stores can serve several processes."""
+
+    name: str
+    opener: str
+    shared: bool
+    description: str = ""
+
+
+_SCHEMES: dict[str, Scheme] = {}
+
+
+def register_scheme(name: str, opener: str, *, shared: bool, description: str = "") -> None:
+    """Make ``open_store`` hand ``name://...`` URLs to ``opener``
+    (``"package.module:function"``, imported on first use)."""
+    module, sep, function = opener.partition(":")
+    if not sep or not module or not function:
+        raise ValueError(f"opener must be 'module:function', got {opener!r}")
+    _SCHEMES[name.lower()] = Scheme(name.lower(), opener, shared, description)
+
+
+def schemes() -> tuple[Scheme, ...]:
+    """Every registered scheme, in registration order."""
+    return tuple(_SCHEMES.values())
+
+
+def scheme_names(*, shared: bool | None = None) -> tuple[str, ...]:
+    """Registered scheme names (only those whose ``shared`` matches, if given)."""
+    return tuple(s.name for s in _SCHEMES.values() if shared is None or s.shared == shared)
+
+
+def scheme_of(url: str | None) -> Scheme:
+    """The scheme of ``url`` (None or ``memory`` is the in-memory store).
+    ``ValueError`` naming the accepted forms for anything else."""
+    if url is None or url.strip().lower() == "memory":
+        return _SCHEMES["memory"]
+    name = url.partition("://")[0].lower() if "://" in url else ""
+    scheme = _SCHEMES.get(name)
+    if scheme is None:
+        accepted = ", ".join(f"{s}://" for s in _SCHEMES)
+        raise ValueError(f"unsupported store URL {redact(url)!r}: use one of {accepted}")
+    return scheme
+
+
+def open_store(url: str | None) -> Store:
+    """A new store for ``url`` (None: a MemoryStore). ``ValueError`` for an
+    unknown scheme or a malformed URL; ``ImportError`` when the backend's
+    library is missing. Nothing connects yet: stores connect on first use."""
+    scheme = scheme_of(url)
+    module, _, function = scheme.opener.partition(":")
+    opener = cast(Opener, getattr(importlib.import_module(module), function))
+    return opener(url or "memory://")
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for messages and logs)."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, hosts = rest.rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}{sep}{user}{colon}{'***' if colon else ''}@{hosts}"
+
+
+register_scheme(
+    "memory",
+    "chronos_trio.store.memory:open_memory_store",
+    shared=False,
+    description="this process's memory (tests, embedded use)",
+)
+for _name, _what in (
+    ("redis", "Redis"),
+    ("rediss", "Redis over TLS"),
+    ("unix", "Redis on a Unix socket"),
+    ("redis+cluster", "Redis Cluster"),
+    ("rediss+cluster", "Redis Cluster over TLS"),
+):
+    register_scheme(_name, "chronos_trio.store.redis:open_store", shared=True, description=_what)
