@@ -1,7 +1,7 @@
 """How idle executors take jobs (``actors.executor.Dispatch``): a batch of
 handlers that never yield runs back to back without waking every executor,
 handlers that do yield still fan out to every executor within a few
-scheduling rounds, and no job is ever left waiting in the channel while an
+scheduling rounds, and no job is ever left waiting in the run queue while an
 executor is free."""
 
 from __future__ import annotations
@@ -14,12 +14,16 @@ import trio
 
 from chronos_trio import Job, JobState, LeasedJob
 from chronos_trio.actors.executor import Dispatch
-from chronos_trio.runtime import JobDispatched
+from chronos_trio.runtime import InFlight
+
+#: Room for every job a test sends: the run queue never fills, so sending
+#: never depends on how fast the executors happen to drain it.
+ROOM = 10_000
 
 
-def message(n: int) -> JobDispatched:
+def leased(n: int) -> LeasedJob:
     job = Job(str(n), "default", "k", b"", 0.0, JobState.LEASED)
-    return JobDispatched(LeasedJob(job, f"t{n}", 0.0))
+    return LeasedJob(job, f"t{n}", 0.0)
 
 
 class Pool:
@@ -27,8 +31,8 @@ class Pool:
     scheduling rounds (it runs once per round)."""
 
     def __init__(self, size: int, handler: Callable[[int], Awaitable[None]]) -> None:
-        self.send, recv = trio.open_memory_channel[JobDispatched](256)
-        self.dispatch = Dispatch(recv)
+        self.table = InFlight(ROOM, ROOM)
+        self.dispatch = Dispatch(self.table)
         self.size = size
         self.handler = handler
         self.ticks = 0
@@ -44,9 +48,10 @@ class Pool:
             await trio.lowlevel.checkpoint()
 
     async def _executor(self, index: int) -> None:
+        scope = trio.CancelScope()
         while True:
-            msg = await self.dispatch.next()
-            n = int(msg.leased.job.id)
+            entry = await self.dispatch.next(scope)
+            n = int(entry.leased.job.id)
             self.started[n] = (index, self.ticks, trio.current_time())
             self.running += 1
             self.peak = max(self.peak, self.running)
@@ -54,14 +59,15 @@ class Pool:
                 await self.handler(n)
             finally:
                 self.running -= 1
+            self.table.decide(entry, None)
 
     def start(self, nursery: trio.Nursery) -> None:
         for i in range(self.size):
             nursery.start_soon(self._executor, i)
 
     def send_batch(self, first: int, count: int) -> None:
-        for n in range(first, first + count):
-            self.send.send_nowait(message(n))
+        for entry in self.table.admit([leased(n) for n in range(first, first + count)]):
+            assert self.table.dispatch_nowait(entry)
 
 
 async def test_handlers_that_never_yield_run_back_to_back() -> None:

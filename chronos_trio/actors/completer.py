@@ -1,8 +1,10 @@
-"""completer: writes outcomes to the store in batches, then frees the slots.
+"""completer: writes decided outcomes to the store in batches, then frees
+their in-flight slots and publishes what the store confirmed.
 
 Settlement is fenced by each lease's token, so a lease lost meanwhile is
 reported and changes nothing. While the store is unreachable the batch is
-kept and retried with backoff; nothing is dropped.
+kept and retried with backoff; nothing is dropped. Nothing here awaits user
+code: hooks and other subscribers run in the notifier.
 """
 
 from __future__ import annotations
@@ -12,76 +14,60 @@ import logging
 import attrs
 import trio
 
-from ..records._jobs import Job, JobState
+from ..records._jobs import JobState
 from ..runtime._backoff import Backoff
+from ..runtime._events import JobReleased, JobRetried, JobSucceeded, LeaseLost
 from ..runtime._inflight import Entry, Stage
 from ..runtime._state import Runtime, log
-from ..store import SettleKind, StoreError
+from ..store import SettleKind
 
 
 async def run(
     rt: Runtime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     backoff = Backoff(log, "completer")
+    table = rt.table
     task_status.started()
     # A previous incarnation died holding these: settle them again (a second
     # settle of an applied outcome is fenced off harmlessly).
-    orphans = rt.table.in_stage(Stage.SETTLING)
+    orphans = table.in_stage(Stage.SETTLING)
     if orphans:
         await _settle(rt, orphans, backoff)
     limit = rt.config.batch_size
     while True:
-        message = await rt.finished_recv.receive()
-        batch = _claim(rt, message.token)
+        await table.wait_decided()
         # One scheduling round lets executors that finished in the same tick
         # add their outcomes, so a burst costs one store call, not one each.
         await trio.lowlevel.checkpoint()
-        while len(batch) < limit:
-            try:
-                message = rt.finished_recv.receive_nowait()
-            except trio.WouldBlock:
-                break
-            batch += _claim(rt, message.token)
-        if batch:
-            await _settle(rt, batch, backoff)
-
-
-def _claim(rt: Runtime, token: str) -> list[Entry]:
-    entry = rt.table.get(token)
-    if entry is None or entry.stage is not Stage.DONE:
-        return []  # a duplicate notice after an executor restart
-    entry.stage = Stage.SETTLING
-    return [entry]
+        await _settle(rt, table.claim_decided(limit), backoff)
 
 
 async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
     to_store = [e for e in batch if e.outcome is not None]
-    while True:
-        try:
-            applied = await rt.store.settle([e.outcome for e in to_store if e.outcome])
-            break
-        except StoreError as exc:
-            await backoff.failed(exc)
-    backoff.reset()
+    if to_store:
+        applied = await backoff.call(rt.store.settle, [e.outcome for e in to_store if e.outcome])
+    else:
+        applied = []
     debug = log.isEnabledFor(logging.DEBUG)
     for entry, ok in zip(to_store, applied, strict=True):
         _account(rt, entry, ok, debug)
-    rt.table.remove_many([entry.token for entry in batch])
-    for entry, ok in zip(to_store, applied, strict=True):
-        if ok and entry.outcome is not None and entry.outcome.kind is SettleKind.DEAD:
-            await rt.dead_lettered(_dead_view(entry.leased.job, entry.outcome.error))
+    rt.table.settled(batch)
 
 
 def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool) -> None:
     job = entry.leased.job
-    assert entry.outcome is not None
-    kind = entry.outcome.kind
+    outcome = entry.outcome
+    assert outcome is not None
+    kind = outcome.kind
+    events = rt.events
     if not ok:
         rt.counters.lost += 1
         log.warning(
             "outcome %s of job=%s kind=%s rejected: lease no longer held", kind, job.id, job.kind
         )
+        events.publish(LeaseLost(job))
         return
+    duration = _duration(entry)
     if kind is SettleKind.SUCCEEDED:
         rt.counters.succeeded += 1
         if debug:
@@ -92,6 +78,8 @@ def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool) -> None:
                 job.queue,
                 job.attempts,
             )
+        if events.wants(JobSucceeded):
+            events.publish(JobSucceeded(job, duration or 0.0))
     elif kind is SettleKind.RETRY:
         rt.counters.retried += 1
         log.info(
@@ -100,15 +88,25 @@ def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool) -> None:
             job.kind,
             job.queue,
             job.attempts,
-            entry.outcome.retry_delay,
-            entry.outcome.error.splitlines()[0] if entry.outcome.error else "",
+            outcome.retry_delay,
+            outcome.error.splitlines()[0] if outcome.error else "",
         )
+        if events.wants(JobRetried):
+            events.publish(JobRetried(job, duration or 0.0, outcome.error, outcome.retry_delay))
     elif kind is SettleKind.DEAD:
         rt.counters.dead += 1
+        # The job as the store now holds it, without another round trip.
+        dead = attrs.evolve(
+            job, state=JobState.DEAD, last_error=outcome.error, lease_token="", lease_owner=""
+        )
+        rt.report_dead(dead, recovered=False, duration=duration)
     else:
         rt.counters.released += 1
+        if events.wants(JobReleased):
+            events.publish(JobReleased(job))
 
 
-def _dead_view(job: Job, error: str) -> Job:
-    """The job as the store now holds it, without another round trip."""
-    return attrs.evolve(job, state=JobState.DEAD, last_error=error, lease_token="")
+def _duration(entry: Entry) -> float | None:
+    if entry.started_at is None or entry.decided_at is None:
+        return None
+    return entry.decided_at - entry.started_at

@@ -26,8 +26,8 @@ from ..records._codec import decode_payload
 from ..records._errors import PayloadError, SkipRetry
 from ..records._jobs import Job, LeaseRef
 from ..runtime._context import JobContext
-from ..runtime._inflight import Entry, Stage
-from ..runtime._state import JobDispatched, JobFinished, Runtime, log
+from ..runtime._inflight import Entry, InFlight
+from ..runtime._state import Runtime, log
 from ..store import SettleKind, Settlement
 
 #: Longest error text kept on a job (message plus the end of the traceback).
@@ -37,14 +37,11 @@ MAX_ERROR_CHARS = 4000
 async def run(
     rt: Runtime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    # A previous incarnation's executors died with these jobs: a handler that
-    # was running is released (run again soon), a decided outcome is resent.
-    for entry in rt.table.in_stage(Stage.RUNNING):
-        _decide(entry, Settlement(entry.leased.ref, SettleKind.RELEASE))
-    for entry in rt.table.in_stage(Stage.DONE):
-        await rt.finished_send.send(JobFinished(entry.token))
+    # A previous incarnation's executors died with these handlers running:
+    # release them (run again soon, attempt given back).
+    rt.table.release_running()
     watchdog = Watchdog()
-    dispatch = Dispatch(rt.dispatch_recv)
+    dispatch = Dispatch(rt.table)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watchdog.run)
         for _ in range(rt.config.concurrency):
@@ -55,11 +52,11 @@ async def run(
 
 
 class Dispatch:
-    """How idle executors take jobs from the leased-job channel.
+    """How idle executors take jobs from the in-flight table's run queue.
 
-    If every idle executor waited on the channel, a batch of 64 would cost 64
+    If every idle executor waited on the queue, a batch of 64 would cost 64
     task switches even when each handler finishes without ever yielding. So
-    one idle executor listens on the channel and the rest are parked. An
+    one idle executor listens on the queue and the rest are parked. An
     executor that finishes a handler takes the next queued job itself, with no
     checkpoint. Helpers are woken only as needed: one to take over listening
     when nobody listens, and, while jobs are queued, two more for each woken
@@ -68,24 +65,24 @@ class Dispatch:
     back to back in one.
 
     Invariant: while an executor is parked, another one listens or has been
-    woken and has yet to look at the channel, so a queued job always has
+    woken and has yet to look at the queue, so a queued job always has
     someone on its way to it.
     """
 
-    def __init__(self, recv: trio.MemoryReceiveChannel[JobDispatched]) -> None:
-        self._recv = recv
+    def __init__(self, table: InFlight) -> None:
+        self._table = table
         self._parked = trio.lowlevel.ParkingLot()
         self._listening = False
         self._waking = 0
 
-    async def next(self) -> JobDispatched:
+    async def next(self, scope: trio.CancelScope) -> Entry:
+        """The next job to run, already RUNNING in ``scope``."""
+        table = self._table
         woken = False
         while True:
-            try:
-                message = self._recv.receive_nowait()
+            entry = table.start_next_nowait(scope)
+            if entry is not None:
                 break
-            except trio.WouldBlock:
-                pass
             if self._listening or self._waking:
                 await self._parked.park()
                 # Only an unpark gets here (a cancelled park raises), and
@@ -95,22 +92,21 @@ class Dispatch:
                 continue
             self._listening = True
             try:
-                message = await self._recv.receive()
+                await table.wait_queued()
             finally:
                 self._listening = False
             woken = True
-            break
         self._after_take(woken)
-        return message
+        return entry
 
     def _after_take(self, woken: bool) -> None:
         parked = len(self._parked)
         if not parked:
             return
-        if woken and self._recv.statistics().current_buffer_used:
+        if woken and self._table.queued:
             wake = 2  # fan out while jobs are queued
         elif not self._listening and not self._waking:
-            wake = 1  # someone must be on the channel
+            wake = 1  # someone must be on the queue
         else:
             return
         wake = min(wake, parked)
@@ -162,6 +158,7 @@ class Watchdog:
 
 
 async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog, dispatch: Dispatch) -> None:
+    table = rt.table
     while True:
         slot.scope = trio.CancelScope()
         running: Entry | None = None  # survives the scope's cancellation
@@ -169,60 +166,36 @@ async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog, dispatch: Dispa
             # A cancel that came too late for its handler (it returned first)
             # must not hit the next job: start that one in a fresh scope.
             while not slot.scope.cancel_called:
-                message = await dispatch.next()
-                entry = rt.table.get(message.leased.token)
-                if entry is None or entry.stage is not Stage.QUEUED:
-                    continue
-                if entry.lost:
-                    outcome: Settlement | None = None
-                elif rt.draining:
-                    outcome = Settlement(entry.leased.ref, SettleKind.RELEASE)
-                else:
-                    entry.stage = Stage.RUNNING
-                    running = entry
-                    outcome = await _run_handler(rt, entry, slot, watchdog)
-                    running = None
-                _finish(rt, entry, outcome)
+                running = await dispatch.next(slot.scope)
+                outcome = await _run_handler(rt, running, slot, watchdog)
+                table.decide(running, outcome)
+                running = None
         # Only this executor's scope being cancelled gets here: the running
         # handler timed out or lost its lease (``running`` is set), or the
         # cancel arrived after the handler returned (it is None; a job is
-        # never taken from the channel in a cancelled scope).
-        if running is not None and running.stage is Stage.RUNNING:
-            _finish(rt, running, _interrupted(rt, running))
-
-
-def _finish(rt: Runtime, entry: Entry, outcome: Settlement | None) -> None:
-    _decide(entry, outcome)
-    # Never blocks: the channel holds one slot per in-flight entry.
-    rt.finished_send.send_nowait(JobFinished(entry.token))
-
-
-def _decide(entry: Entry, outcome: Settlement | None) -> None:
-    entry.outcome = outcome
-    entry.stage = Stage.DONE
-    entry.cancel_scope = None
+        # never started in a cancelled scope).
+        if running is not None:
+            table.decide(running, _interrupted(rt, running))
 
 
 async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog) -> Settlement:
     job = entry.leased.job
     ref = entry.leased.ref
     task = rt.registry.tasks.get(job.kind)
+    # The job's id, kind and queue are in its record (and in the log line):
+    # the error says only what went wrong.
     if task is None:
         return Settlement(
-            ref,
-            SettleKind.DEAD,
-            error=(
-                f"job {job.id} (queue {job.queue!r}): no handler registered for kind {job.kind!r}"
-            ),
+            ref, SettleKind.DEAD, error=f"no handler registered for kind {job.kind!r}"
         )
     try:
         payload: Any = decode_payload(job.payload, task.payload_type)
     except PayloadError as exc:
-        return Settlement(ref, SettleKind.DEAD, error=f"job {job.id} (kind {job.kind!r}): {exc}")
+        return Settlement(ref, SettleKind.DEAD, error=str(exc))
     deadline = trio.current_time() + job.timeout
-    ctx = JobContext(job=job, worker_id=rt.config.worker_id, deadline=deadline, app=rt.app)
-    entry.context = ctx
-    entry.cancel_scope = slot.scope
+    ctx = JobContext(
+        job=job, worker_id=rt.config.worker_id, deadline=deadline, app=rt.app, lease=entry
+    )
     slot.entry = entry
     slot.deadline = deadline
     watchdog.started(deadline)
@@ -235,10 +208,10 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
     else:
         return Settlement(ref, SettleKind.SUCCEEDED, retain_for=rt.config.retain_succeeded)
     finally:
-        # Cancelled or not, the slot no longer runs this job: neither the
-        # watchdog nor a lost lease may cancel the next one on its account.
+        # Cancelled or not, the slot no longer runs this job: the watchdog
+        # may not cancel the next one on its account (the table forgets the
+        # scope when the outcome is decided).
         slot.entry = None
-        entry.cancel_scope = None
 
 
 def _interrupted(rt: Runtime, entry: Entry) -> Settlement | None:

@@ -1,8 +1,8 @@
 """heartbeater: renews every lease this worker holds, in one batch per tick.
 
 A lease the store no longer grants (expired and recovered elsewhere, or its
-token superseded) is marked lost, which cancels its handler: a stale worker
-must not keep running a job someone else now holds.
+token superseded) is marked lost in the in-flight table, which cancels its
+handler: a stale worker must not keep running a job someone else now holds.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import trio
 from trio_util import periodic
 
 from ..runtime._backoff import Backoff
-from ..runtime._inflight import Stage
+from ..runtime._events import LeaseLost
 from ..runtime._state import Runtime, log
 from ..store import StoreError
 
@@ -20,9 +20,10 @@ async def run(
     rt: Runtime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     backoff = Backoff(log, "heartbeater")
+    table = rt.table
     task_status.started()
-    async for _ in periodic(rt.config.heartbeat_every):
-        entries = [e for e in rt.table if not e.lost and e.stage is not Stage.SETTLING]
+    async for _ in periodic(rt.config.heartbeat_interval):
+        entries = table.renewable()
         if not entries:
             continue
         try:
@@ -33,13 +34,14 @@ async def run(
             continue
         backoff.reset()
         for entry, ok in zip(entries, held, strict=True):
-            if not ok and rt.table.get(entry.token) is entry and entry.stage is not Stage.SETTLING:
+            if not ok and table.mark_lost(entry):
+                job = entry.leased.job
                 log.warning(
                     "lease lost job=%s kind=%s queue=%s attempt=%d",
-                    entry.leased.job.id,
-                    entry.leased.job.kind,
-                    entry.leased.job.queue,
-                    entry.leased.job.attempts,
+                    job.id,
+                    job.kind,
+                    job.queue,
+                    job.attempts,
                 )
                 rt.counters.lost += 1
-                entry.mark_lost()
+                rt.events.publish(LeaseLost(job))

@@ -2,6 +2,8 @@
 
 Asks the store for at most ``min(batch_size, free slots)`` jobs, so a slow
 worker leases less; waits on the store's wake-up when nothing is ready.
+Leased jobs enter the in-flight table at once and then its run queue, as
+fast as the queue has room.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ import logging
 import trio
 
 from ..runtime._backoff import Backoff
-from ..runtime._inflight import Stage
-from ..runtime._state import JobDispatched, Runtime, log
+from ..runtime._inflight import Entry, Stage
+from ..runtime._state import Runtime, log
 from ..store import StoreError
 
 
@@ -21,34 +23,33 @@ async def run(
 ) -> None:
     cfg = rt.config
     names = cfg.queue_names
+    table = rt.table
     backoff = Backoff(log, "leaser")
     task_status.started()
-    # Entries a previous incarnation leased but never handed on.
-    for entry in rt.table.in_stage(Stage.LEASED):
-        await _dispatch(rt, entry.leased.token)
+    # Leases a previous incarnation took but never queued.
+    await _dispatch(rt, table.in_stage(Stage.LEASED))
     while True:
-        await rt.table.wait_free()
-        want = min(cfg.batch_size, rt.table.free)
-        try:
-            batch = await rt.store.lease(
-                cfg.queues, want, worker_id=cfg.worker_id, lease_duration=cfg.lease_duration
-            )
-        except StoreError as exc:
-            await backoff.failed(exc)
-            continue
-        backoff.reset()
+        await table.wait_free()
+        want = min(cfg.batch_size, table.free)
+        batch = await backoff.call(
+            rt.store.lease,
+            cfg.queues,
+            want,
+            worker_id=cfg.worker_id,
+            lease_duration=cfg.lease_duration,
+        )
         if not batch:
             try:
                 await rt.store.wait_ready(names, timeout=cfg.poll_interval)
-            except StoreError as exc:
+            except StoreError as exc:  # back off, then try leasing again
                 await backoff.failed(exc)
             continue
-        # Register every lease before the first checkpoint, so a crash while
-        # dispatching leaves them in the table for the next incarnation.
-        debug = log.isEnabledFor(logging.DEBUG)
-        for leased in batch:
-            rt.table.add(leased)
-            if debug:
+        # Every lease enters the table before the first checkpoint, so a
+        # crash while queueing leaves them there for the next incarnation.
+        entries = table.admit(batch)
+        rt.counters.leased += len(batch)
+        if log.isEnabledFor(logging.DEBUG):
+            for leased in batch:
                 log.debug(
                     "leased job=%s kind=%s queue=%s attempt=%d",
                     leased.job.id,
@@ -56,26 +57,14 @@ async def run(
                     leased.job.queue,
                     leased.job.attempts,
                 )
-        rt.counters.leased += len(batch)
-        for leased in batch:
-            await _dispatch(rt, leased.token)
+        await _dispatch(rt, entries)
 
 
-async def _dispatch(rt: Runtime, token: str) -> None:
-    entry = rt.table.get(token)
-    if entry is None or entry.stage is not Stage.LEASED:
-        return
-    # QUEUED before sending: a waiting executor may run before send returns.
-    # A send that raises delivered nothing (trio guarantees it), so revert.
-    entry.stage = Stage.QUEUED
-    message = JobDispatched(entry.leased)
-    try:
-        # No yield per job while the buffer has room: a whole batch reaches
-        # the executors in one scheduling round.
-        rt.dispatch_send.send_nowait(message)
-    except trio.WouldBlock:
-        try:
-            await rt.dispatch_send.send(message)
-        except BaseException:
-            entry.stage = Stage.LEASED
-            raise
+async def _dispatch(rt: Runtime, entries: list[Entry]) -> None:
+    """Queue ``entries`` for the executors in order, waiting for room when
+    the run queue is full. No yield per job while there is room: a whole
+    batch reaches the executors in one scheduling round."""
+    table = rt.table
+    for entry in entries:
+        while not table.dispatch_nowait(entry):
+            await table.wait_queue_room()

@@ -27,12 +27,7 @@ async def run(
     backoff = Backoff(log, "promoter")
     task_status.started()
     while True:
-        try:
-            result = await rt.store.promote_due(queues, PROMOTE_BATCH)
-        except StoreError as exc:
-            await backoff.failed(exc)
-            continue
-        backoff.reset()
+        result = await backoff.call(rt.store.promote_due, queues, PROMOTE_BATCH)
         rt.counters.promoted += result.promoted
         if result.promoted >= PROMOTE_BATCH:
             continue
@@ -50,5 +45,5 @@ async def run(
             continue
         try:
             await rt.store.wait_scheduled(queues, earlier_than=result.next_due_at, timeout=wait)
-        except StoreError as exc:
+        except StoreError as exc:  # back off, then promote again
             await backoff.failed(exc)

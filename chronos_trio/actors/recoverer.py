@@ -10,8 +10,8 @@ from __future__ import annotations
 import trio
 
 from ..runtime._backoff import Backoff
+from ..runtime._events import JobsRecovered
 from ..runtime._state import Runtime, log
-from ..store import StoreError
 
 RECOVER_BATCH = 256
 
@@ -23,12 +23,7 @@ async def run(
     backoff = Backoff(log, "recoverer")
     task_status.started()
     while True:
-        try:
-            result = await rt.store.recover_expired(queues, RECOVER_BATCH)
-        except StoreError as exc:
-            await backoff.failed(exc)
-            continue
-        backoff.reset()
+        result = await backoff.call(rt.store.recover_expired, queues, RECOVER_BATCH)
         found = len(result.requeued) + len(result.dead)
         rt.counters.recovered += found
         if result.requeued:
@@ -37,7 +32,8 @@ async def run(
                 len(result.requeued),
                 ", ".join(result.requeued[:10]),
             )
+            rt.events.publish(JobsRecovered(result.requeued))
         for job in result.dead:
-            await rt.dead_lettered(job)
+            rt.report_dead(job, recovered=True)
         if found < RECOVER_BATCH:
-            await trio.sleep(rt.config.recover_every)
+            await trio.sleep(rt.config.recover_interval)

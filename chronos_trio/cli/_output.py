@@ -214,7 +214,7 @@ def jobs_table(page: JobPage, now: float) -> str:
             job.attempts,
             relative(time_of(job), now),
             job.lease_owner or None,
-            first_line(_without_job_prefix(job), 60) or None,
+            first_line(job.last_error, 60) or None,
         ]
         for job in page.jobs
     ]
@@ -233,13 +233,6 @@ def jobs_table(page: JobPage, now: float) -> str:
     if page.next_offset is not None:
         footer += f" (next page: --offset {page.next_offset})"
     return f"{body}\n{footer}"
-
-
-def _without_job_prefix(job: Job) -> str:
-    """The error without a leading ``job <id> (kind '<kind>'): `` (the row says that)."""
-    prefix = f"job {job.id} (kind {job.kind!r}): "
-    error = job.last_error.strip()
-    return error[len(prefix) :] if error.startswith(prefix) else error
 
 
 def job_details(job: Job, now: float) -> str:

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Awaitable, Callable
+from typing import ParamSpec, TypeVar
 
 import trio
+
+from ..records._errors import StoreError
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class Backoff:
@@ -44,6 +51,18 @@ class Backoff:
             self.failures,
         )
         await trio.sleep(random.uniform(self._delay / 2, self._delay))
+
+    async def call(self, fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``await fn(*args, **kwargs)`` until it does not raise StoreError,
+        backing off between tries; the actors' way to ride out an outage."""
+        while True:
+            try:
+                result = await fn(*args, **kwargs)
+            except StoreError as exc:
+                await self.failed(exc)
+                continue
+            self.reset()
+            return result
 
     def reset(self) -> None:
         if self.failures:

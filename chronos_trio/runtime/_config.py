@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -62,12 +62,19 @@ def _positive(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> N
         raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
 
 
-@attrs.frozen
+def _derived(compute: Callable[[WorkerConfig], Any]) -> Any:
+    """A default computed from the fields before it (attrs fills them in order)."""
+    return attrs.Factory(compute, takes_self=True)
+
+
+@attrs.frozen(kw_only=True)
 class WorkerConfig:
-    """Knobs of one worker process. Derived defaults (``None``) are filled in
-    by :meth:`build`: heartbeat every lease/3, recovery every lease/6 (at
-    most 5 s), in-flight cap of
-    concurrency + 2 * batch_size, a leased-job buffer of batch_size.
+    """Knobs of one worker process, validated when built: a bad value or
+    combination raises ``ValueError`` naming it (``TypeError`` for an unknown
+    option). Defaults that depend on other options are computed from them:
+    heartbeat every lease/3, recovery every lease/6 (at most 5 s), an
+    in-flight cap of concurrency + 2 * batch_size and a leased-job buffer of
+    batch_size.
 
     The in-flight cap leaves room for two batches beyond the running
     handlers: one being handed to executors and one being leased or settled,
@@ -79,12 +86,21 @@ class WorkerConfig:
     )
     concurrency: int = attrs.field(default=16, validator=_positive)
     batch_size: int = attrs.field(default=64, validator=_positive)
-    queue_buffer: int | None = attrs.field(default=None, validator=_positive)
+    #: Leased jobs waiting for a free executor, at most.
+    queue_buffer: int = attrs.field(default=_derived(lambda c: c.batch_size), validator=_positive)
     poll_interval: float = attrs.field(default=30.0, validator=_positive)
     lease_duration: float = attrs.field(default=30.0, validator=_positive)
-    heartbeat_interval: float | None = attrs.field(default=None, validator=_positive)
-    recover_interval: float | None = attrs.field(default=None, validator=_positive)
-    max_in_flight: int | None = attrs.field(default=None, validator=_positive)
+    heartbeat_interval: float = attrs.field(
+        default=_derived(lambda c: c.lease_duration / 3), validator=_positive
+    )
+    #: Expired leases are found within this long of expiring.
+    recover_interval: float = attrs.field(
+        default=_derived(lambda c: min(5.0, c.lease_duration / 6)), validator=_positive
+    )
+    #: Leases held at once (backpressure).
+    max_in_flight: int = attrs.field(
+        default=_derived(lambda c: c.concurrency + 2 * c.batch_size), validator=_positive
+    )
     retry: RetryPolicy = attrs.field(factory=RetryPolicy)
     shutdown_grace: float = attrs.field(default=10.0, validator=attrs.validators.ge(0))
     flush_timeout: float = attrs.field(default=5.0, validator=_positive)
@@ -95,58 +111,40 @@ class WorkerConfig:
     restart_intensity: int = attrs.field(default=5, validator=attrs.validators.ge(0))
     restart_period: float = attrs.field(default=10.0, validator=_positive)
     #: Leadership lease (schedules, janitor): renewed every ttl/2; a dead
-    #: leader is replaced within this long, a resigning one at once.
+    #: leader is replaced within this long, a resigning one within ttl/3.
     leader_ttl: float = attrs.field(default=15.0, validator=_positive)
     #: Longest the scheduler sleeps before re-reading the store's clock.
     scheduler_tick: float = attrs.field(default=1.0, validator=_positive)
     #: A trigger fired this late still counts as on time (see misfire policies).
     misfire_grace: float = attrs.field(default=1.0, validator=_positive)
+    #: Events (hooks, metrics) buffered for the notifier, at most; beyond
+    #: that the newest are dropped and counted.
+    event_buffer: int = attrs.field(default=10_000, validator=_positive)
+    #: Longest one event subscriber call (a dead-letter hook, say) may take.
+    hook_timeout: float = attrs.field(default=10.0, validator=_positive)
+    #: Subscriber calls the notifier runs at once.
+    hook_concurrency: int = attrs.field(default=16, validator=_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if self.heartbeat_interval >= self.lease_duration:
+            raise ValueError(
+                f"heartbeat_interval ({self.heartbeat_interval}s) must be shorter than "
+                f"lease_duration ({self.lease_duration}s) or every lease would expire"
+            )
+        if self.max_in_flight < self.concurrency:
+            raise ValueError(
+                f"max_in_flight ({self.max_in_flight}) must be at least concurrency "
+                f"({self.concurrency}), or executors would sit idle"
+            )
 
     @classmethod
     def build(cls, **options: Any) -> WorkerConfig:
-        """Validate ``options`` and fill in derived defaults."""
+        """``WorkerConfig(**options)``, with a clearer error for unknown names."""
         unknown = set(options) - {a.name for a in attrs.fields(cls)}
         if unknown:
             raise TypeError(f"unknown worker option(s): {', '.join(sorted(unknown))}")
-        cfg = cls(**options)
-        if cfg.heartbeat_interval is None:
-            cfg = attrs.evolve(cfg, heartbeat_interval=cfg.lease_duration / 3)
-        if cfg.max_in_flight is None:
-            cfg = attrs.evolve(cfg, max_in_flight=cfg.concurrency + 2 * cfg.batch_size)
-        if cfg.recover_interval is None:
-            # Expired leases are found within lease/6 (at most 5 s) of expiring.
-            cfg = attrs.evolve(cfg, recover_interval=min(5.0, cfg.lease_duration / 6))
-        if cfg.queue_buffer is None:
-            cfg = attrs.evolve(cfg, queue_buffer=cfg.batch_size)
-        assert cfg.heartbeat_interval is not None
-        if cfg.heartbeat_interval >= cfg.lease_duration:
-            raise ValueError(
-                f"heartbeat_interval ({cfg.heartbeat_interval}s) must be shorter than "
-                f"lease_duration ({cfg.lease_duration}s) or every lease would expire"
-            )
-        return cfg
+        return cls(**options)
 
     @property
     def queue_names(self) -> list[str]:
         return [q.name for q in self.queues]
-
-    # Typed accessors for the derived fields (always set after build()).
-    @property
-    def heartbeat_every(self) -> float:
-        assert self.heartbeat_interval is not None
-        return self.heartbeat_interval
-
-    @property
-    def recover_every(self) -> float:
-        assert self.recover_interval is not None
-        return self.recover_interval
-
-    @property
-    def in_flight_cap(self) -> int:
-        assert self.max_in_flight is not None
-        return self.max_in_flight
-
-    @property
-    def buffer_size(self) -> int:
-        assert self.queue_buffer is not None
-        return self.queue_buffer

@@ -11,6 +11,13 @@ from ..records._options import EnqueueOptions
 from ..store import Store
 
 
+class LeaseStatus(Protocol):
+    """Whether the worker still holds a job's lease (its in-flight entry)."""
+
+    @property
+    def lost(self) -> bool: ...
+
+
 class Producer(Protocol):
     """What a handler can reach through ``job.app``: the store, and
     ``enqueue`` by kind (to start follow-up jobs). The App is one."""
@@ -38,7 +45,7 @@ class JobContext:
     worker_id: str
     deadline: float
     app: Producer
-    _lease_lost: bool = False
+    _lease: LeaseStatus
 
     @property
     def id(self) -> str:
@@ -59,7 +66,4 @@ class JobContext:
 
     @property
     def lease_lost(self) -> bool:
-        return self._lease_lost
-
-    def mark_lease_lost(self) -> None:
-        self._lease_lost = True
+        return self._lease.lost

@@ -1,63 +1,120 @@
-"""The worker's table of leases it holds, and the stage each one is at.
+"""The in-flight table: the leases one worker holds, and the one owner of
+every move each of them makes.
 
-The table belongs to the worker, not to any actor, so when an actor dies its
-work is not forgotten: the restarted actor picks up the entries of the stages
-it owns (see each actor's start-up). A slot is taken when a job is leased and
-given back only when its outcome reached the store (or the lease was lost),
-which is what bounds the in-flight work.
+A slot is taken when a job is leased and given back only when its outcome
+reached the store (or there was nothing left to write), which is what bounds
+the work in flight. The table belongs to the worker, not to any actor, so
+when an actor dies its work is not forgotten: the restarted actor picks up
+the entries of the stages it owns.
+
+Stages, and the only legal moves (anything else raises
+:class:`IllegalTransition`)::
+
+   admit> LEASED -dispatch> QUEUED -start> RUNNING -decide> DECIDED -claim> SETTLING -settled> gone
+             |                |               |                 ^
+             +----------------+---------------+---- release ----+   (shutdown, crashed executors)
+
+``lost`` is a flag, not a stage: the store refused to renew the lease
+(another worker may hold the job now). It cancels a running handler; a
+lost entry that has not run is decided with nothing to write (an outcome
+decided before the loss is still sent: the store's fence judges it).
+
+The table also owns the two queues between actors, so an entry's stage and
+its place in a queue can never disagree: the run queue (QUEUED entries,
+FIFO, at most ``queue_capacity``) that executors take from, and the decided
+queue (DECIDED entries) that the completer claims in batches.
 """
 
 from __future__ import annotations
 
 import enum
+from collections import deque
 from collections.abc import Callable, Iterator
 
-import attrs
 import trio
 
 from ..records._jobs import LeasedJob
-from ..store import Settlement
-from ._context import JobContext
+from ..store import SettleKind, Settlement
 
 
 class Stage(enum.Enum):
-    LEASED = "leased"  # leased by the leaser, not yet handed to executors
-    QUEUED = "queued"  # in the worker's leased-job channel
+    LEASED = "leased"  # leased, not yet in the run queue
+    QUEUED = "queued"  # in the run queue, waiting for an executor
     RUNNING = "running"  # an executor runs its handler
-    DONE = "done"  # outcome decided, being handed to the completer
-    SETTLING = "settling"  # the completer holds it and is writing it to the store
+    DECIDED = "decided"  # outcome decided, waiting for the completer
+    SETTLING = "settling"  # the completer is writing the outcome to the store
 
 
-@attrs.define(eq=False)
+class IllegalTransition(RuntimeError):
+    """A move the in-flight table does not allow (a bug in the runtime)."""
+
+
 class Entry:
-    leased: LeasedJob
-    stage: Stage = Stage.LEASED
-    outcome: Settlement | None = None  # None with stage DONE: lease lost, just forget it
-    cancel_scope: trio.CancelScope | None = None
-    context: JobContext | None = None
-    lost: bool = False
+    """One lease this worker holds. Only :class:`InFlight` changes it;
+    everyone else reads it."""
+
+    __slots__ = (
+        "cancel_scope",
+        "decided_at",
+        "leased",
+        "lost",
+        "outcome",
+        "stage",
+        "started_at",
+    )
+
+    def __init__(self, leased: LeasedJob) -> None:
+        self.leased = leased
+        self.stage = Stage.LEASED
+        #: What the completer writes; None once decided means nothing to
+        #: write (the lease was lost).
+        self.outcome: Settlement | None = None
+        self.lost = False
+        #: The scope its handler runs in, while RUNNING (a lost lease cancels it).
+        self.cancel_scope: trio.CancelScope | None = None
+        #: Trio-clock times the handler started and its outcome was decided.
+        self.started_at: float | None = None
+        self.decided_at: float | None = None
 
     @property
     def token(self) -> str:
         return self.leased.token
 
-    def mark_lost(self) -> None:
-        """The lease is gone: cancel the handler if it runs."""
-        self.lost = True
-        if self.context is not None:
-            self.context.mark_lease_lost()
-        if self.cancel_scope is not None:
-            self.cancel_scope.cancel()
+    def __repr__(self) -> str:
+        lost = " lost" if self.lost else ""
+        return f"<Entry {self.leased.job.id} {self.stage.value}{lost}>"
 
 
 class InFlight:
-    """Leases held by this worker, keyed by fencing token, capped at ``capacity``."""
+    """Leases held by this worker, keyed by fencing token, at most ``capacity``."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        queue_capacity: int,
+        *,
+        clock: Callable[[], float] = trio.current_time,
+    ) -> None:
+        if capacity < 1 or queue_capacity < 1:
+            raise ValueError("capacity and queue_capacity must be >= 1")
+        #: Times handlers start and outcomes are decided (Trio's clock).
+        self._clock = clock
         self.capacity = capacity
+        self.queue_capacity = queue_capacity
         self._entries: dict[str, Entry] = {}
-        self._changed = trio.Event()
+        self._run_queue: deque[Entry] = deque()
+        self._decided: deque[Entry] = deque()
+        self._running = 0
+        #: Set by :meth:`release_unstarted` (shutdown): nothing starts any more.
+        self.draining = False
+        # Wake-ups, each created only while someone waits (the hot path pays
+        # one attribute test per move when nobody does).
+        self._queued_waiter: trio.Event | None = None
+        self._room_waiter: trio.Event | None = None
+        self._decided_waiter: trio.Event | None = None
+        self._change_waiter: trio.Event | None = None
 
+    # -- reading ----------------------------------------------------------------
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -69,18 +126,18 @@ class InFlight:
 
     @property
     def free(self) -> int:
+        """Slots left for new leases."""
         return max(0, self.capacity - len(self._entries))
 
-    def add(self, leased: LeasedJob) -> Entry:
-        entry = Entry(leased)
-        self._entries[leased.token] = entry
-        return entry
+    @property
+    def running(self) -> int:
+        """Handlers running now."""
+        return self._running
 
-    def remove_many(self, tokens: list[str]) -> None:
-        """Remove a settled batch, waking waiters once (not once per job)."""
-        removed = [self._entries.pop(t, None) for t in tokens]
-        if any(e is not None for e in removed):
-            self._notify()
+    @property
+    def queued(self) -> int:
+        """Entries in the run queue."""
+        return len(self._run_queue)
 
     def in_stage(self, *stages: Stage) -> list[Entry]:
         return [e for e in self._entries.values() if e.stage in stages]
@@ -88,16 +145,231 @@ class InFlight:
     def count(self, *stages: Stage) -> int:
         return sum(1 for e in self._entries.values() if e.stage in stages)
 
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+    # -- leaser -----------------------------------------------------------------
+    def admit(self, batch: list[LeasedJob]) -> list[Entry]:
+        """Take a slot for each newly leased job (LEASED). While draining they
+        are released at once, so a lease that arrives during shutdown goes
+        straight back. Raises if the batch does not fit or a token repeats."""
+        if len(batch) > self.free:
+            raise IllegalTransition(f"{len(batch)} leases do not fit in {self.free} free slot(s)")
+        entries = []
+        for leased in batch:
+            if leased.token in self._entries:
+                raise IllegalTransition(f"lease token {leased.token!r} is already held")
+            entry = Entry(leased)
+            self._entries[leased.token] = entry
+            entries.append(entry)
+        if self.draining:
+            for entry in entries:
+                self._release(entry)
+        return entries
 
+    def dispatch_nowait(self, entry: Entry) -> bool:
+        """LEASED -> QUEUED at the end of the run queue; False (and no change)
+        when the run queue is full. An entry released meanwhile (shutdown)
+        is skipped and counts as done."""
+        if entry.stage is not Stage.LEASED:
+            if entry.stage is Stage.DECIDED and self.draining:
+                return True
+            self._illegal(entry, Stage.QUEUED)
+        if len(self._run_queue) >= self.queue_capacity:
+            return False
+        entry.stage = Stage.QUEUED
+        self._run_queue.append(entry)
+        if self._queued_waiter is not None:
+            self._queued_waiter.set()
+            self._queued_waiter = None
+        return True
+
+    async def wait_queue_room(self) -> None:
+        """Until the run queue has room for one more entry."""
+        while len(self._run_queue) >= self.queue_capacity:
+            if self._room_waiter is None:
+                self._room_waiter = trio.Event()
+            await self._room_waiter.wait()
+
+    # -- executors --------------------------------------------------------------
+    def start_next_nowait(self, scope: trio.CancelScope) -> Entry | None:
+        """QUEUED -> RUNNING for the first entry of the run queue, its handler
+        to run in ``scope``; None when the queue is empty. Entries whose
+        lease was lost meanwhile are decided with nothing to write, and
+        while draining entries are released instead of started."""
+        queue = self._run_queue
+        while queue:
+            entry = queue.popleft()
+            if self._room_waiter is not None:
+                self._room_waiter.set()
+                self._room_waiter = None
+            if entry.lost:
+                self._decide(entry, None)
+            elif self.draining:
+                self._release(entry)
+            else:
+                entry.stage = Stage.RUNNING
+                entry.cancel_scope = scope
+                entry.started_at = self._clock()
+                self._running += 1
+                return entry
+        return None
+
+    async def wait_queued(self) -> None:
+        """Until the run queue may hold an entry (spurious returns allowed)."""
+        if self._run_queue:
+            return
+        if self._queued_waiter is None:
+            self._queued_waiter = trio.Event()
+        await self._queued_waiter.wait()
+
+    def decide(self, entry: Entry, outcome: Settlement | None) -> None:
+        """RUNNING -> DECIDED with ``outcome`` (None: the lease was lost,
+        nothing to write); the completer will claim it."""
+        if entry.stage is not Stage.RUNNING:
+            self._illegal(entry, Stage.DECIDED)
+        self._running -= 1
+        self._decide(entry, outcome)
+
+    def release_running(self) -> int:
+        """RUNNING -> DECIDED (release) for every entry whose handler no
+        longer runs because the executors stopped (crash, or shutdown past
+        its grace): back to ready without counting the attempt."""
+        running = [e for e in self._entries.values() if e.stage is Stage.RUNNING]
+        for entry in running:
+            self._running -= 1
+            self._release(entry)
+        return len(running)
+
+    # -- completer ----------------------------------------------------------------
+    async def wait_decided(self) -> None:
+        """Until at least one entry is DECIDED and unclaimed."""
+        while not self._decided:
+            if self._decided_waiter is None:
+                self._decided_waiter = trio.Event()
+            await self._decided_waiter.wait()
+
+    def claim_decided(self, limit: int) -> list[Entry]:
+        """DECIDED -> SETTLING for up to ``limit`` entries, oldest first."""
+        batch: list[Entry] = []
+        decided = self._decided
+        while decided and len(batch) < limit:
+            entry = decided.popleft()
+            entry.stage = Stage.SETTLING
+            batch.append(entry)
+        return batch
+
+    def settled(self, batch: list[Entry]) -> None:
+        """SETTLING -> gone: their outcomes reached the store (or were
+        refused by its fence); the slots are free again. Wakes waiters once."""
+        entries = self._entries
+        for entry in batch:
+            if entry.stage is not Stage.SETTLING or entries.get(entry.token) is not entry:
+                self._illegal(entry, None)
+        for entry in batch:
+            del entries[entry.token]
+            entry.cancel_scope = None
+        self._changed()
+
+    # -- heartbeater ----------------------------------------------------------------
+    def renewable(self) -> list[Entry]:
+        """Entries whose leases should be renewed: held, not lost, and not
+        being settled (a settle in flight ends the lease itself)."""
+        return [
+            e
+            for e in self._entries.values()
+            if not e.lost and e.stage is not Stage.SETTLING
+        ]
+
+    def mark_lost(self, entry: Entry) -> bool:
+        """The store refused to renew ``entry``'s lease: flag it and cancel
+        its handler if one runs. False (and nothing changes) when it no
+        longer needs the lease: settling or settled (a settle that applied
+        ends the lease, which is why the renewal was refused), or already lost."""
+        if entry.lost or entry.stage is Stage.SETTLING:
+            return False
+        if self._entries.get(entry.token) is not entry:
+            return False
+        entry.lost = True
+        # A decided outcome is still sent: the store's fence, not this
+        # process's belief, decides whether it applies.
+        if entry.cancel_scope is not None:
+            entry.cancel_scope.cancel()
+        return True
+
+    # -- shutdown ----------------------------------------------------------------
+    def release_unstarted(self) -> int:
+        """Shutdown: LEASED and QUEUED -> DECIDED (release), so jobs that have
+        not started go back to ready at once, and from now on nothing starts
+        (late leases are released on admission). Returns how many."""
+        self.draining = True
+        unstarted = [e for e in self._entries.values() if e.stage in (Stage.LEASED, Stage.QUEUED)]
+        self._run_queue.clear()
+        for entry in unstarted:
+            self._release(entry)
+        if self._room_waiter is not None:
+            self._room_waiter.set()
+            self._room_waiter = None
+        return len(unstarted)
+
+    def unsettled(self) -> list[Settlement]:
+        """What is left to write when the completer could not (exit): each
+        decided outcome, and a release for every lease not yet decided."""
+        out: list[Settlement] = []
+        for entry in self._entries.values():
+            if entry.stage in (Stage.DECIDED, Stage.SETTLING):
+                if entry.outcome is not None:
+                    out.append(entry.outcome)
+            elif not entry.lost:
+                out.append(Settlement(entry.leased.ref, SettleKind.RELEASE))
+        return out
+
+    def forget_all(self) -> None:
+        """Drop every entry (their outcomes were written directly, or their
+        leases will expire and be recovered)."""
+        self._entries.clear()
+        self._run_queue.clear()
+        self._decided.clear()
+        self._running = 0
+        self._changed()
+
+    # -- waiting ------------------------------------------------------------------
     async def wait_free(self) -> None:
         """Until at least one slot is free."""
         while not self.free:
-            await self._changed.wait()
+            await self._wait_change()
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
-        """Until ``predicate()`` is true (re-checked after every removal)."""
+        """Until ``predicate()`` is true (re-checked after every settle and
+        every decided outcome)."""
         while not predicate():
-            await self._changed.wait()
+            await self._wait_change()
+
+    async def _wait_change(self) -> None:
+        if self._change_waiter is None:
+            self._change_waiter = trio.Event()
+        await self._change_waiter.wait()
+
+    def _changed(self) -> None:
+        if self._change_waiter is not None:
+            self._change_waiter.set()
+            self._change_waiter = None
+
+    # -- internal moves ------------------------------------------------------------
+    def _decide(self, entry: Entry, outcome: Settlement | None) -> None:
+        entry.stage = Stage.DECIDED
+        entry.outcome = outcome
+        entry.cancel_scope = None
+        entry.decided_at = self._clock()
+        self._decided.append(entry)
+        if self._decided_waiter is not None:
+            self._decided_waiter.set()
+            self._decided_waiter = None
+        if self._change_waiter is not None:
+            self._changed()
+
+    def _release(self, entry: Entry) -> None:
+        # A lost lease has nothing to give back: the store took it already.
+        outcome = None if entry.lost else Settlement(entry.leased.ref, SettleKind.RELEASE)
+        self._decide(entry, outcome)
+
+    def _illegal(self, entry: Entry, target: Stage | None) -> None:
+        where = "gone" if target is None else target.value
+        raise IllegalTransition(f"job {entry.leased.job.id}: {entry.stage.value} -> {where}")

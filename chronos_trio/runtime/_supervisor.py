@@ -36,9 +36,17 @@ class ChildSpec:
 class Supervisor:
     """Restarts crashed children, within ``intensity`` restarts per ``period`` s."""
 
-    def __init__(self, *, intensity: int, period: float) -> None:
+    def __init__(
+        self,
+        *,
+        intensity: int,
+        period: float,
+        on_restart: Callable[[str, BaseException, int], None] | None = None,
+    ) -> None:
         self.intensity = intensity
         self.period = period
+        #: Called (never awaited) as ``on_restart(actor, failure, restarts)``.
+        self.on_restart = on_restart
         self.restarts: collections.Counter[str] = collections.Counter()
         self._failures: collections.deque[float] = collections.deque()
         self._scopes: dict[str, trio.CancelScope] = {}
@@ -105,6 +113,8 @@ class Supervisor:
             self.restarts[name],
             exc_info=failure,
         )
+        if self.on_restart is not None:
+            self.on_restart(name, failure, self.restarts[name])
 
 
 def _unwrap(exc: BaseException) -> BaseException:

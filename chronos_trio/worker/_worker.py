@@ -1,27 +1,30 @@
 """The worker: a supervised tree of actors in one Trio task tree.
 
-Actors start in three groups and stop in reverse order:
+Actors start in four groups and stop in reverse order:
 
 * intake — promoter, leaser, recoverer, janitor, leader, scheduler: they
   bring work in (the leader-elector holds the leadership lease under which
   the scheduler fires triggers and the janitor trims);
 * execution — the executor pool;
 * settlement — heartbeater, completer: they keep leases alive and write
-  outcomes, so they stop last.
+  outcomes;
+* notification — the notifier, which runs dead-letter hooks and other event
+  subscribers off the settle path, so it stops last and may flush.
 
 Graceful shutdown (cancellation of :meth:`Worker.run`, or :meth:`Worker.stop`):
 stop intake, hand jobs that have not started straight back to ready, let
 running handlers finish within ``shutdown_grace``, release the rest at once,
-flush every outcome, then exit. Leases are never left to expire on a clean
-shutdown.
+flush every outcome, deliver pending events within ``flush_timeout``, then
+exit. Leases are never left to expire on a clean shutdown.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from types import ModuleType
 
 import attrs
 import trio
@@ -33,32 +36,34 @@ from ..actors import (
     janitor,
     leader,
     leaser,
+    notifier,
     promoter,
     recoverer,
     scheduler,
 )
-from ..records._errors import ActorFailed
-from ..records._jobs import PENDING_STATES, JobState
+from ..records._errors import ActorFailed, first_exception
+from ..records._jobs import PENDING_STATES
 from ..runtime._config import WorkerConfig
-from ..runtime._inflight import Stage
-from ..runtime._registry import WorkerHost
-from ..runtime._state import Counters, JobFinished, Runtime
+from ..runtime._events import ActorRestarted, JobDead
+from ..runtime._registry import DeadLetterHook, WorkerHost
+from ..runtime._state import Counters, Runtime
 from ..runtime._supervisor import ChildSpec, Supervisor
-from ..store import SettleKind, Settlement, StoreError
+from ..store import StoreError
 
 log = logging.getLogger("chronos_trio.worker")
 
+#: The actors of each group, in start order; groups start in this order and
+#: stop in the reverse one.
+GROUPS: Mapping[str, tuple[ModuleType, ...]] = {
+    "notification": (notifier,),
+    "settlement": (heartbeater, completer),
+    "execution": (executor,),
+    "intake": (promoter, leaser, recoverer, janitor, leader, scheduler),
+}
+
 #: Actor names, in start order. Fault-injection tests address them by name.
-ACTORS = (
-    "heartbeater",
-    "completer",
-    "executor",
-    "promoter",
-    "leaser",
-    "recoverer",
-    "janitor",
-    "leader",
-    "scheduler",
+ACTORS: tuple[str, ...] = tuple(
+    module.__name__.rpartition(".")[2] for modules in GROUPS.values() for module in modules
 )
 
 
@@ -75,18 +80,33 @@ class WorkerStatistics:
     lost: int
     recovered: int
     promoted: int
+    trimmed: int
+    triggered: int
+    #: Events (for hooks and other subscribers) dropped because the buffer was full.
+    events_dropped: int
     restarts: dict[str, int]
 
 
 class Worker:
     """One worker. Run it with ``await nursery.start(worker.run)`` or
-    ``async with app.open_worker(...)``."""
+    ``async with app.open_worker(...)``.
+
+    Dead-letter hooks (``app.on_dead_letter``) run in the notifier actor,
+    never on the settle path: each is called at most once for each job this
+    worker dead-letters (by a handler's outcome or by lease recovery), after
+    the store applied it, bounded by ``hook_timeout``; errors are logged. A
+    hook may be skipped when the event buffer overflows (counted in
+    ``statistics().events_dropped``) or the worker stops before delivering
+    it (it gets ``flush_timeout``). The dead job itself stays in the store.
+    """
 
     def __init__(self, app: WorkerHost, config: WorkerConfig | None = None) -> None:
         self.app = app
-        self.config = config or WorkerConfig.build()
+        self.config = config or WorkerConfig()
         self.supervisor = Supervisor(
-            intensity=self.config.restart_intensity, period=self.config.restart_period
+            intensity=self.config.restart_intensity,
+            period=self.config.restart_period,
+            on_restart=self._actor_restarted,
         )
         self._rt: Runtime | None = None
         self._stop = trio.Event()
@@ -114,12 +134,12 @@ class Worker:
         self.supervisor.crash(name, exc)
 
     def statistics(self) -> WorkerStatistics:
-        c = self._rt.counters if self._rt else Counters()
-        table = self._rt.table if self._rt else None
+        rt = self._rt
+        c = rt.counters if rt else Counters()
         return WorkerStatistics(
             worker_id=self.id,
-            in_flight=len(table) if table else 0,
-            running=table.count(Stage.RUNNING) if table else 0,
+            in_flight=len(rt.table) if rt else 0,
+            running=rt.table.running if rt else 0,
             leased=c.leased,
             succeeded=c.succeeded,
             retried=c.retried,
@@ -128,6 +148,9 @@ class Worker:
             lost=c.lost,
             recovered=c.recovered,
             promoted=c.promoted,
+            trimmed=c.trimmed,
+            triggered=c.triggered,
+            events_dropped=rt.events.dropped if rt else 0,
             restarts=dict(self.supervisor.restarts),
         )
 
@@ -152,32 +175,12 @@ class Worker:
             raise RuntimeError("a Worker runs once; create another")
         store = self.app.store
         rt = self._rt = Runtime.create(self.app, store, self.config)
-        actor = {
-            name: ChildSpec(name, functools.partial(module.run, rt))
-            for name, module in (
-                ("heartbeater", heartbeater),
-                ("completer", completer),
-                ("executor", executor),
-                ("promoter", promoter),
-                ("leaser", leaser),
-                ("recoverer", recoverer),
-                ("janitor", janitor),
-                ("leader", leader),
-                ("scheduler", scheduler),
+        for hook in self.app.registry.dead_letter_hooks:
+            rt.events.subscribe(
+                JobDead,
+                functools.partial(_call_hook, hook),
+                name=f"on_dead_letter hook {getattr(hook, '__qualname__', hook)!r}",
             )
-        }
-        groups = {
-            "settlement": [actor["heartbeater"], actor["completer"]],
-            "execution": [actor["executor"]],
-            "intake": [
-                actor["promoter"],
-                actor["leaser"],
-                actor["recoverer"],
-                actor["janitor"],
-                actor["leader"],
-                actor["scheduler"],
-            ],
-        }
         scopes: dict[str, trio.CancelScope] = {}
         log.info(
             "worker %s starting: queues=%s concurrency=%d",
@@ -188,8 +191,9 @@ class Worker:
         try:
             with _unwrapped_failure():
                 async with trio.open_nursery() as root:
-                    for name, specs in groups.items():
-                        scopes[name] = await root.start(self._run_group, specs)
+                    for group, modules in GROUPS.items():
+                        specs = [_spec(rt, module) for module in modules]
+                        scopes[group] = await root.start(self._run_group, specs)
                     task_status.started(self)
                     try:
                         await self._stop.wait()
@@ -217,58 +221,69 @@ class Worker:
 
     async def _shutdown(self, rt: Runtime, scopes: dict[str, trio.CancelScope]) -> None:
         cfg = self.config
+        table = rt.table
 
         def stop_group(name: str) -> None:
             if name in scopes:  # absent when start-up itself failed
                 scopes[name].cancel()
 
         stop_group("intake")
-        rt.draining = True
         # Jobs leased but not started go back to ready now, not after expiry.
-        for entry in rt.table.in_stage(Stage.LEASED, Stage.QUEUED):
-            entry.outcome = Settlement(entry.leased.ref, SettleKind.RELEASE)
-            entry.stage = Stage.DONE
-            rt.finished_send.send_nowait(JobFinished(entry.token))
+        table.release_unstarted()
         with trio.move_on_after(cfg.shutdown_grace):
-            await rt.table.wait_until(lambda: rt.table.count(Stage.RUNNING) == 0)
-        running = rt.table.count(Stage.RUNNING)
-        if running:
+            await table.wait_until(lambda: table.running == 0)
+        if table.running:
             log.warning(
                 "shutdown grace of %gs over: cancelling %d running handler(s)",
                 cfg.shutdown_grace,
-                running,
+                table.running,
             )
         stop_group("execution")
-        await trio.lowlevel.checkpoint()
-        for entry in rt.table.in_stage(Stage.RUNNING, Stage.QUEUED, Stage.LEASED):
-            entry.outcome = Settlement(entry.leased.ref, SettleKind.RELEASE)
-            entry.stage = Stage.DONE
-            rt.finished_send.send_nowait(JobFinished(entry.token))
+        await trio.lowlevel.checkpoint()  # the cancelled executors leave their handlers
+        table.release_running()
         with trio.move_on_after(cfg.flush_timeout):
-            await rt.table.wait_until(lambda: len(rt.table) == 0)
+            await table.wait_until(lambda: len(table) == 0)
         stop_group("settlement")
+        with trio.move_on_after(cfg.flush_timeout):
+            await rt.events.wait_drained()
+        dropped = rt.events.discard_pending()
+        if dropped:
+            log.warning("%d event(s) not delivered before shutdown (hooks not run)", dropped)
+        stop_group("notification")
 
     async def _release_leftovers(self, rt: Runtime) -> None:
         """Last resort (completer dead or store slow): settle what is left in
         one direct call; whatever still fails will expire and be recovered."""
-        settlements: list[Settlement] = []
-        for entry in rt.table:
-            if entry.stage in (Stage.DONE, Stage.SETTLING):
-                if entry.outcome is not None:  # None: lease lost, nothing to write
-                    settlements.append(entry.outcome)
-            else:
-                settlements.append(Settlement(entry.leased.ref, SettleKind.RELEASE))
-        if not settlements:
+        if not len(rt.table):
             return
-        with trio.move_on_after(self.config.flush_timeout):
-            try:
-                await rt.store.settle(settlements)
-            except StoreError as exc:
-                log.error("could not settle %d lease(s) at exit: %s", len(settlements), exc)
-            else:
-                rt.table.remove_many([entry.token for entry in rt.table])
-                return
-        log.error("%d lease(s) left to expire and be recovered", len(rt.table))
+        settlements = rt.table.unsettled()
+        if settlements:
+            with trio.move_on_after(self.config.flush_timeout):
+                try:
+                    await rt.store.settle(settlements)
+                except StoreError as exc:
+                    log.error("could not settle %d lease(s) at exit: %s", len(settlements), exc)
+                else:
+                    rt.table.forget_all()
+                    return
+            log.error("%d lease(s) left to expire and be recovered", len(rt.table))
+        rt.table.forget_all()
+
+    def _actor_restarted(self, actor: str, failure: BaseException, restarts: int) -> None:
+        if self._rt is not None:
+            error = f"{type(failure).__name__}: {failure}"
+            self._rt.events.publish(ActorRestarted(actor, error, restarts))
+
+
+async def _call_hook(hook: DeadLetterHook, event: JobDead) -> None:
+    """One dead-letter hook, as an event subscriber (the notifier bounds it
+    by ``hook_timeout`` and logs what it raises)."""
+    await hook(event.job)
+
+
+def _spec(rt: Runtime, module: ModuleType) -> ChildSpec:
+    name = module.__name__.rpartition(".")[2]
+    return ChildSpec(name, functools.partial(module.run, rt))
 
 
 @contextmanager
@@ -280,14 +295,8 @@ def _unwrapped_failure() -> Iterator[None]:
         matched, rest = group.split(ActorFailed)
         if matched is not None and rest is None:
             # Plain raise keeps its __cause__ (the actor's last crash).
-            raise _first(matched)  # noqa: B904
+            raise first_exception(matched)  # noqa: B904
         raise
 
 
-def _first(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
-
-
-__all__ = ["ACTORS", "JobState", "Worker", "WorkerStatistics"]
+__all__ = ["ACTORS", "GROUPS", "Worker", "WorkerStatistics"]

@@ -1,0 +1,245 @@
+"""The event seam: what the runtime reports after the store confirmed it, for
+code that must never sit on the settle path (dead-letter hooks, metrics,
+result waiters, workflow continuations that are not part of the settle).
+
+Actors :meth:`~EventBus.publish` typed events without awaiting anything; the
+supervised ``notifier`` actor delivers them to subscribers. Guarantees:
+
+* **Publishing never blocks or fails.** Events wait in a bounded buffer
+  (``capacity``); when subscribers fall so far behind that it is full, the
+  newest event is dropped and counted (:attr:`EventBus.dropped`, in the
+  worker's statistics as ``events_dropped``), with a warning. Memory never
+  grows without bound and no settle ever waits for a subscriber.
+* **At most once, in publish order.** Each subscriber sees each event at
+  most once, started in the order events were published (several may run at
+  once, see the notifier). An event is delivered only if the worker is still
+  running when its turn comes: a shutdown gives pending events
+  ``flush_timeout`` seconds, then drops what is left. Durable facts live in
+  the store (a dead job stays in the dead set until trimmed or requeued);
+  events are notifications of them.
+* **Only what happened.** Outcome events are published after the store
+  applied the outcome under the lease's fence; a refused (stale) outcome
+  produces ``LeaseLost``, never a success.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+import attrs
+import trio
+
+from ..records._jobs import Job
+
+log = logging.getLogger("chronos_trio.events")
+
+
+@attrs.frozen
+class JobSucceeded:
+    """A handler returned and the store recorded the success."""
+
+    job: Job
+    #: Seconds the handler ran (Trio's clock).
+    duration: float
+
+
+@attrs.frozen
+class JobRetried:
+    """A handler failed and the job waits ``delay`` seconds for its next attempt."""
+
+    job: Job
+    duration: float
+    error: str
+    delay: float
+
+
+@attrs.frozen
+class JobDead:
+    """The job was dead-lettered: by its handler's outcome (``recovered``
+    False), or by lease recovery after its attempts ran out (True). ``job``
+    is the job as the store now holds it (state dead, ``last_error`` set)."""
+
+    job: Job
+    error: str
+    recovered: bool = False
+    #: Seconds its last handler ran (None: dead-lettered by recovery, or
+    #: without running, e.g. an unknown kind).
+    duration: float | None = None
+
+
+@attrs.frozen
+class JobReleased:
+    """A leased job went back to ready without running to an outcome
+    (shutdown, or a crashed executor); its attempt was given back."""
+
+    job: Job
+
+
+@attrs.frozen
+class LeaseLost:
+    """This worker lost a job's lease (renewal or settle refused by the
+    store's fence); its handler was cancelled, its outcome discarded."""
+
+    job: Job
+
+
+@attrs.frozen
+class JobsRecovered:
+    """Expired leases (of crashed or hung workers) were taken back to ready."""
+
+    job_ids: tuple[str, ...]
+
+
+@attrs.frozen
+class ActorRestarted:
+    """An actor crashed and was restarted by the supervisor."""
+
+    actor: str
+    error: str
+    restarts: int
+
+
+Event = (
+    JobSucceeded | JobRetried | JobDead | JobReleased | LeaseLost | JobsRecovered | ActorRestarted
+)
+EVENT_TYPES: tuple[type, ...] = (
+    JobSucceeded,
+    JobRetried,
+    JobDead,
+    JobReleased,
+    LeaseLost,
+    JobsRecovered,
+    ActorRestarted,
+)
+
+#: ``callback(event)``; may be sync or async. Runs in the notifier, never on
+#: the settle path, under the notifier's per-call timeout.
+Subscriber = Callable[[Event], Awaitable[object] | object]
+
+
+@attrs.frozen
+class Subscription:
+    types: tuple[type, ...]
+    callback: Subscriber
+    name: str
+
+
+class EventBus:
+    """A bounded buffer of events between the actors and the notifier."""
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._pending: deque[Event] = deque()
+        self._subscriptions: list[Subscription] = []
+        self._wanted: frozenset[type] = frozenset()
+        self._waiter: trio.Event | None = None
+        self._drained: trio.Event | None = None
+        #: An event taken by the notifier whose subscribers are not all started.
+        self._taking = 0
+        self._delivering = 0
+        self.published = 0
+        self.dropped = 0
+
+    def subscribe(
+        self, types: type | tuple[type, ...], callback: Subscriber, *, name: str = ""
+    ) -> None:
+        """Deliver events of ``types`` to ``callback`` from now on."""
+        as_tuple = types if isinstance(types, tuple) else (types,)
+        for t in as_tuple:
+            if t not in EVENT_TYPES:
+                raise TypeError(f"{t!r} is not an event type")
+        label = name or getattr(callback, "__qualname__", repr(callback))
+        self._subscriptions.append(Subscription(as_tuple, callback, label))
+        self._wanted = frozenset(t for s in self._subscriptions for t in s.types)
+
+    def wants(self, event_type: type) -> bool:
+        """Whether anyone subscribed to ``event_type``: publishers check this
+        first, so an event nobody wants costs nothing to build."""
+        return event_type in self._wanted
+
+    def publish(self, event: Event) -> None:
+        """Queue ``event`` for its subscribers; never blocks (see the module
+        docstring for what happens when the buffer is full)."""
+        if type(event) not in self._wanted:
+            return
+        if len(self._pending) >= self.capacity:
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                log.warning(
+                    "event buffer full (%d): subscribers are behind; dropped %d event(s) so far",
+                    self.capacity,
+                    self.dropped,
+                )
+            return
+        self.published += 1
+        self._pending.append(event)
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def subscribers_of(self, event: Event) -> list[Subscription]:
+        return [s for s in self._subscriptions if isinstance(event, s.types)]
+
+    async def next(self) -> Event:
+        """The oldest pending event, waiting for one if there is none (the
+        notifier calls :meth:`event_done` once it started its deliveries)."""
+        while not self._pending:
+            if self._waiter is None:
+                self._waiter = trio.Event()
+            await self._waiter.wait()
+        self._taking += 1
+        return self._pending.popleft()
+
+    def event_done(self) -> None:
+        self._taking -= 1
+        self._check_drained()
+
+    def delivery_started(self) -> None:
+        self._delivering += 1
+
+    def delivery_done(self) -> None:
+        self._delivering -= 1
+        self._check_drained()
+
+    @property
+    def drained(self) -> bool:
+        """No event pending, being taken or being delivered."""
+        return not self._pending and not self._taking and not self._delivering
+
+    async def wait_drained(self) -> None:
+        """Until every published event has been delivered (or given up on)."""
+        while not self.drained:
+            if self._drained is None:
+                self._drained = trio.Event()
+            await self._drained.wait()
+
+    def _check_drained(self) -> None:
+        if self._drained is not None and self.drained:
+            self._drained.set()
+            self._drained = None
+
+    def discard_pending(self) -> int:
+        """Drop every pending event (shutdown past its flush time); returns how many."""
+        n = len(self._pending)
+        self._pending.clear()
+        self.dropped += n
+        return n
+
+
+async def deliver(subscription: Subscription, event: Event) -> None:
+    """Call one subscriber; its errors are logged, never raised."""
+    try:
+        result = subscription.callback(event)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        log.exception("event subscriber %s failed on %s", subscription.name, type(event).__name__)
