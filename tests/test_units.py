@@ -1,5 +1,5 @@
-"""Small pieces: payload codec, retry policy, queue parsing, weight sharing,
-the public API."""
+"""Small pieces: payload codec, retry policy, restart window, queue parsing,
+weight sharing, the public API."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import chronos_trio
 from chronos_trio import PayloadError, RetryPolicy, parse_queues
 from chronos_trio.records._codec import decode_payload, encode_payload
+from chronos_trio.runtime import RestartWindow
 from chronos_trio.store import QueueWeight, share_by_weight
 
 
@@ -108,6 +109,66 @@ def test_full_jitter_stays_within_the_backoff(attempt: int, seed: int) -> None:
     policy = RetryPolicy(jitter=True)
     delay = policy.delay(attempt, rng=random.Random(seed))
     assert 0 <= delay <= RetryPolicy().delay(attempt)
+
+
+def test_restart_window_counts_a_failure_exactly_period_old() -> None:
+    window = RestartWindow(intensity=2, period=10.0)
+    assert [window.record_failure(t) for t in (0.0, 5.0)] == [False, False]
+    assert window.record_failure(10.0), "0.0 is exactly one period old: still in the window"
+    assert window.failures == 3
+
+
+def test_restart_window_drops_a_failure_older_than_period() -> None:
+    window = RestartWindow(intensity=2, period=10.0)
+    assert [window.record_failure(t) for t in (0.0, 5.0, 10.5)] == [False, False, False]
+    assert window.failures == 2  # 0.0 fell out
+    assert window.record_failure(15.0), "5.0, 10.5 and 15.0 are within 10 s"
+    assert window.failures == 3
+
+
+def test_restart_window_intensity_zero_gives_up_at_the_first_failure() -> None:
+    window = RestartWindow(intensity=0, period=1.0)
+    assert window.failures == 0
+    assert window.record_failure(0.0)
+    assert window.failures == 1
+
+
+def test_restart_window_allows_intensity_failures_at_one_instant() -> None:
+    window = RestartWindow(intensity=3, period=1.0)
+    assert [window.record_failure(7.0) for _ in range(4)] == [False, False, False, True]
+
+
+def test_restart_window_spread_failures_never_exceed() -> None:
+    window = RestartWindow(intensity=1, period=10.0)
+    assert not any(window.record_failure(10.5 * i) for i in range(100))
+    assert window.failures == 1  # memory stays bounded by one window
+
+
+def test_restart_window_rejects_bad_limits() -> None:
+    with pytest.raises(ValueError, match="intensity must be >= 0"):
+        RestartWindow(intensity=-1, period=1.0)
+    for bad in (0.0, -1.0, math.nan):
+        with pytest.raises(ValueError, match="period must be > 0"):
+            RestartWindow(intensity=1, period=bad)
+
+
+@given(
+    st.integers(min_value=0, max_value=4),
+    st.integers(min_value=1, max_value=20),
+    st.lists(st.integers(min_value=0, max_value=15), max_size=30),
+)
+def test_restart_window_matches_its_definition(
+    intensity: int, period: int, gaps: list[int]
+) -> None:
+    # Integer times: the boundary (exactly one period old) is hit often and exactly.
+    window = RestartWindow(intensity=intensity, period=float(period))
+    times: list[float] = []
+    for gap in gaps:
+        now = (times[-1] if times else 0.0) + gap
+        times.append(now)
+        in_window = [t for t in times if now - period <= t]
+        assert window.record_failure(now) == (len(in_window) > intensity)
+        assert window.failures == len(in_window)
 
 
 def test_parse_queues_forms_and_errors() -> None:

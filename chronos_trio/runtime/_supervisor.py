@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from ..records._errors import ActorFailed
+from ._restarts import RestartWindow
 
 log = logging.getLogger("chronos_trio.supervisor")
 
@@ -37,12 +38,18 @@ class Supervisor:
     """Restarts crashed children, within ``intensity`` restarts per ``period`` s."""
 
     def __init__(self, *, intensity: int, period: float) -> None:
-        self.intensity = intensity
-        self.period = period
+        self._window = RestartWindow(intensity, period)
         self.restarts: collections.Counter[str] = collections.Counter()
-        self._failures: collections.deque[float] = collections.deque()
         self._scopes: dict[str, trio.CancelScope] = {}
         self._injected: dict[str, BaseException] = {}
+
+    @property
+    def intensity(self) -> int:
+        return self._window.intensity
+
+    @property
+    def period(self) -> float:
+        return self._window.period
 
     @property
     def children(self) -> list[str]:
@@ -89,13 +96,9 @@ class Supervisor:
             self._record(spec.name, failure)
 
     def _record(self, name: str, failure: BaseException) -> None:
-        now = trio.current_time()
-        self._failures.append(now)
-        while self._failures and self._failures[0] < now - self.period:
-            self._failures.popleft()
-        if len(self._failures) > self.intensity:
+        if self._window.record_failure(trio.current_time()):
             log.error("actor %s crashed again; restart intensity exceeded", name)
-            raise ActorFailed(name, len(self._failures), self.period) from failure
+            raise ActorFailed(name, self._window.failures, self.period) from failure
         self.restarts[name] += 1
         log.warning(
             "actor %s crashed (%s: %s); restarting (restart %d)",
