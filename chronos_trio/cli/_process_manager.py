@@ -41,7 +41,7 @@ from contextlib import contextmanager
 import attrs
 import trio
 
-from ..records._errors import ChronosError
+from ..records._errors import ChronosError, sole_exception
 from ..runtime import RestartWindow
 
 log = logging.getLogger("chronos_trio.manager")
@@ -397,9 +397,7 @@ def _unwrapped() -> Iterator[None]:
     try:
         yield
     except BaseExceptionGroup as group:
-        exc: BaseException = group
-        while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-            exc = exc.exceptions[0]
+        exc = sole_exception(group)
         if exc is group:
             raise
         raise exc from None

@@ -31,7 +31,7 @@ import trio
 from trio_util import periodic
 
 from ..app._app import App
-from ..records._errors import ActorFailed
+from ..records._errors import ActorFailed, first_exception
 from ..runtime._config import WorkerConfig, parse_queues
 from ..store import QueueWeight
 from ..worker._worker import Worker
@@ -320,15 +320,9 @@ async def serve_worker(
             failed, rest = group.split(ActorFailed)
             if failed is None or rest is not None:
                 raise
-            log.error("worker failed error=%s", one_line(str(_first(failed))))
+            log.error("worker failed error=%s", one_line(str(first_exception(failed))))
             return EXIT_FAILURE
     return EXIT_OK
-
-
-def _first(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
 
 
 async def _heartbeat(fd: int, worker: Worker, state: _Shutdown) -> None:

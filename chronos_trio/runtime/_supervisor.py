@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import trio
 
-from ..records._errors import ActorFailed
+from ..records._errors import ActorFailed, sole_exception
 from ._restarts import RestartWindow
 
 log = logging.getLogger("chronos_trio.supervisor")
@@ -82,7 +82,7 @@ class Supervisor:
                             started = True
                             task_status.started()
             except* Exception as group:
-                failure = _unwrap(group)
+                failure = sole_exception(group)
             finally:
                 if self._scopes.get(spec.name) is scope:
                     del self._scopes[spec.name]
@@ -108,13 +108,6 @@ class Supervisor:
             self.restarts[name],
             exc_info=failure,
         )
-
-
-def _unwrap(exc: BaseException) -> BaseException:
-    """The single exception inside (nested) one-member groups, or the group."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 __all__: list[Any] = ["ActorRun", "ChildSpec", "Supervisor"]
