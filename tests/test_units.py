@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import chronos_trio
 from chronos_trio import PayloadError, RetryPolicy, parse_queues
+from chronos_trio.records import _codec
 from chronos_trio.records._codec import decode_payload, encode_payload
 from chronos_trio.runtime import RestartWindow
 from chronos_trio.store import QueueWeight, share_by_weight
@@ -86,6 +87,80 @@ def test_codec_keeps_what_fast_json_would_change() -> None:
     # A real null is kept, and data stored before (NaN written by json) still reads.
     assert encode_payload({"x": None}, Any) == b'{"x":null}'
     assert math.isnan(decode_payload(b'{"x": NaN}', Any)["x"])
+
+
+@attrs.frozen
+class Contact:
+    name: str
+    reply_to: str | None
+    scores: list[float | None]
+    extra: dict[str, Any]
+
+
+@attrs.frozen
+class Wrapper:
+    numbers: Numbers
+    note: str | None
+
+
+def _no_strict_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(raw: Any) -> bytes:
+        raise AssertionError(f"took the standard-library fallback for {raw!r}")
+
+    monkeypatch.setattr(_codec, "_strict_dumps", refuse)
+
+
+def test_codec_encodes_none_on_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    value = Contact(
+        name='says "null" and NaN, Infinity',
+        reply_to=None,
+        scores=[0.5, None, -1.25e300],
+        extra={"null": None, "nested": [None, {"x": None}], "NaN": "NaN"},
+    )
+    raw = _codec.converter.unstructure(value)
+    strict = _codec._strict_dumps(raw)
+    _no_strict_fallback(monkeypatch)
+    assert encode_payload(value, Contact) == strict
+    assert decode_payload(strict, Contact) == value
+    assert encode_payload(None, Any) == b"null"
+    assert encode_payload([None, "null"], Any) == b'[null,"null"]'
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        lambda x: x,
+        lambda x: [1, None, x],
+        lambda x: {"a": None, "b": [{"c": x}]},
+        lambda x: {7: None, "b": (1, x)},
+        lambda x: Numbers(big=1, ratio=x, by_id={}),
+        lambda x: Numbers(big=2**70, ratio=x, by_id={}),  # orjson refuses the int first
+        lambda x: Contact("n", None, [None, x], {}),
+        lambda x: Contact("n", "r", [], {"deep": [[{"v": x}]]}),
+        lambda x: Wrapper(Numbers(big=1, ratio=x, by_id={1: "a"}), note=None),
+    ],
+    ids=["bare", "list", "dict", "int-key-dict-tuple", "attrs", "attrs-big-int", "attrs-list",
+         "attrs-dict", "nested-attrs"],
+)  # fmt: skip
+def test_codec_refuses_non_finite_floats_anywhere(bad: float, where: Any) -> None:
+    value = where(bad)
+    with pytest.raises(PayloadError, match="not JSON-able"):
+        encode_payload(value, Any)
+
+
+def test_codec_keeps_big_integers_exact_beside_none() -> None:
+    for big in (2**64, 2**70 + 1, -(10**40)):
+        value = {"big": big, "none": None, "list": [None, big]}
+        data = encode_payload(value, Any)
+        assert str(big).encode() in data
+        assert decode_payload(data, Any) == value
+    # Just inside 64 bits orjson writes them itself, exactly.
+    for edge in (2**64 - 1, -(2**63)):
+        assert decode_payload(encode_payload({"n": edge, "x": None}, Any), Any) == {
+            "n": edge,
+            "x": None,
+        }
 
 
 @given(st.recursive(

@@ -4,9 +4,11 @@ Pickle is never used: a payload is data any language can read. cattrs turns
 values into plain JSON types; orjson writes and parses the text (several
 times faster than the standard library, on every enqueue and every run).
 Where orjson would differ from strict JSON as ``json`` reads and writes it
-(integers beyond 64 bits, which it parses as floats; NaN, which it writes as
-null) the standard library decides, so nothing changes in transit: big
-integers round-trip exactly and NaN/Infinity are refused at enqueue.
+(integers beyond 64 bits, which it cannot write and parses as floats;
+NaN/Infinity, which it writes as null) the standard library decides, so
+nothing changes in transit: big integers round-trip exactly and NaN/Infinity
+are refused at enqueue. A ``None`` (null) keeps orjson's speed: only output
+that does not read back as its input (a NaN became null) goes to ``json``.
 """
 
 from __future__ import annotations
@@ -41,8 +43,13 @@ def dumps(raw: Any) -> bytes:
     except orjson.JSONEncodeError:
         # Big integers: the standard library writes them (or raises a clear error).
         return _strict_dumps(raw)
-    if b"null" in out:
-        # orjson writes NaN/Infinity as null: let the standard library refuse them.
+    if b"null" in out and orjson.loads(out) != raw:
+        # orjson writes NaN/Infinity as null, and NaN or inf never equals the
+        # None read back in its place: let the standard library refuse them.
+        # Output with only real nulls reads back equal and is kept. (Int keys
+        # and tuples read back as str keys and lists: a payload with those and
+        # a null still comes here, for the same result at the old cost plus
+        # the read-back.)
         return _strict_dumps(raw)
     # orjson's output starts as a ~1 KiB buffer shrunk in place; a small
     # payload kept alive (as every enqueued one is until sent) pins that
