@@ -150,7 +150,8 @@ def test_codec_refuses_non_finite_floats_anywhere(bad: float, where: Any) -> Non
 
 
 def test_codec_keeps_big_integers_exact_beside_none() -> None:
-    for big in (2**64, 2**70 + 1, -(10**40)):
+    # -(2**63) - 1 has only 19 digits but is beyond 64 bits too.
+    for big in (2**64, -(2**63) - 1, -(10**19) + 1, 2**70 + 1, -(10**40)):
         value = {"big": big, "none": None, "list": [None, big]}
         data = encode_payload(value, Any)
         assert str(big).encode() in data
@@ -161,6 +162,18 @@ def test_codec_keeps_big_integers_exact_beside_none() -> None:
             "n": edge,
             "x": None,
         }
+
+
+@given(st.integers(min_value=-(2**66), max_value=2**66))
+def test_codec_reads_integers_back_exactly_around_64_bits(n: int) -> None:
+    for data in (encode_payload([n, None], Any), b"[%d, null]" % n):
+        back = decode_payload(data, Any)
+        assert back == [n, None] and type(back[0]) is int
+
+
+def test_codec_reads_digit_runs_in_strings() -> None:
+    for text in ("12345678901234567890", "-1234567890123456789", "id 00000000000000000000"):
+        assert decode_payload(encode_payload({"s": text}, Any), Any) == {"s": text}
 
 
 @given(st.recursive(
