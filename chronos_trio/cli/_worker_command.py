@@ -118,13 +118,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--poll-interval",
         metavar="S",
         type=seconds(),
-        help="longest idle wait between lease tries (1)",
+        help="longest idle wait before re-checking the store (30)",
     )
     worker.add_argument(
         "--recover-interval",
         metavar="S",
         type=seconds(),
-        help="period of expired-lease recovery (1)",
+        help="period of expired-lease recovery (lease/6, at most 5)",
     )
     worker.add_argument(
         "--shutdown-grace",
