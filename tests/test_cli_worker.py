@@ -1,11 +1,14 @@
 """``python -m chronos_trio worker`` as a subprocess: start-up errors are one
 line with their exit code (never a traceback); a single-process worker runs
-jobs, logs JSON lines, and shuts down gracefully on SIGTERM and SIGINT."""
+jobs, logs JSON lines, and shuts down gracefully on SIGTERM and SIGINT. And,
+in-process, its ``--help`` states the defaults the worker really uses."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +25,8 @@ from chronos_trio.cli import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
 )
+from chronos_trio.cli._worker_command import _OPTIONS, add_arguments, build_config
+from chronos_trio.runtime import WorkerConfig, parse_queues
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.testing.redis_server import free_port
 from tests.tests_app import Record, make_app
@@ -74,6 +79,49 @@ BAD_INPUT = [
     ),
     (["worker"], EXIT_USAGE, "the following arguments are required: APP"),
 ]
+
+
+def _worker_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser
+
+
+def _config(*options: str) -> WorkerConfig:
+    """The config the CLI builds for ``worker APP *options``."""
+    args = _worker_parser().parse_args([APP, *options])
+    return build_config(args, "testhost:1:0")
+
+
+def test_worker_help_states_the_real_defaults() -> None:
+    """Every worker option's help ends with its default in parentheses: a
+    number, ``lease/N``, ``lease/N, at most M``, or a queue spec. Each is
+    checked against the config the CLI really builds, at three lease
+    durations, so a default or rule that changes in WorkerConfig fails here."""
+    helps = {action.dest: action.help or "" for action in _worker_parser()._actions}
+    default = _config()
+    checked = set()
+    for dest, field in _OPTIONS.items():
+        match = re.search(r"\(([^()]*)\)$", helps[dest])
+        assert match, f"--{dest} help states no default: {helps[dest]!r}"
+        stated = match.group(1)
+        for lease in (default.lease_duration, 12.0, 90.0):
+            actual = getattr(_config("--lease-duration", f"{lease:g}"), field)
+            if number := re.fullmatch(r"(\d+(?:\.\d+)?)(?:: .*)?", stated):
+                expected = getattr(default, field)
+                assert float(number.group(1)) == expected, (dest, stated, expected)
+                if field != "lease_duration":
+                    assert actual == expected, (dest, lease)
+            elif share := re.fullmatch(r"lease/(\d+)", stated):
+                assert actual == lease / int(share.group(1)), (dest, stated, lease, actual)
+            elif capped := re.fullmatch(r"lease/(\d+), at most (\d+)", stated):
+                expected = min(float(capped.group(2)), lease / int(capped.group(1)))
+                assert actual == expected, (dest, stated, lease, actual)
+            else:
+                assert dest == "queues", f"--{dest}: cannot read the default {stated!r}"
+                assert parse_queues(stated) == actual, (dest, stated, actual)
+        checked.add(dest)
+    assert {"poll_interval", "recover_interval"} <= checked
 
 
 @pytest.mark.parametrize(("args", "code", "message"), BAD_INPUT)

@@ -1,5 +1,5 @@
-"""Small pieces: payload codec, retry policy, queue parsing, weight sharing,
-the public API."""
+"""Small pieces: payload codec, retry policy, restart window, queue parsing,
+weight sharing, the public API."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 import chronos_trio
 from chronos_trio import PayloadError, RetryPolicy, parse_queues
+from chronos_trio.records import _codec
 from chronos_trio.records._codec import decode_payload, encode_payload
+from chronos_trio.runtime import RestartWindow
 from chronos_trio.store import QueueWeight, share_by_weight
 
 
@@ -87,6 +89,93 @@ def test_codec_keeps_what_fast_json_would_change() -> None:
     assert math.isnan(decode_payload(b'{"x": NaN}', Any)["x"])
 
 
+@attrs.frozen
+class Contact:
+    name: str
+    reply_to: str | None
+    scores: list[float | None]
+    extra: dict[str, Any]
+
+
+@attrs.frozen
+class Wrapper:
+    numbers: Numbers
+    note: str | None
+
+
+def _no_strict_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(raw: Any) -> bytes:
+        raise AssertionError(f"took the standard-library fallback for {raw!r}")
+
+    monkeypatch.setattr(_codec, "_strict_dumps", refuse)
+
+
+def test_codec_encodes_none_on_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    value = Contact(
+        name='says "null" and NaN, Infinity',
+        reply_to=None,
+        scores=[0.5, None, -1.25e300],
+        extra={"null": None, "nested": [None, {"x": None}], "NaN": "NaN"},
+    )
+    raw = _codec.converter.unstructure(value)
+    strict = _codec._strict_dumps(raw)
+    _no_strict_fallback(monkeypatch)
+    assert encode_payload(value, Contact) == strict
+    assert decode_payload(strict, Contact) == value
+    assert encode_payload(None, Any) == b"null"
+    assert encode_payload([None, "null"], Any) == b'[null,"null"]'
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        lambda x: x,
+        lambda x: [1, None, x],
+        lambda x: {"a": None, "b": [{"c": x}]},
+        lambda x: {7: None, "b": (1, x)},
+        lambda x: Numbers(big=1, ratio=x, by_id={}),
+        lambda x: Numbers(big=2**70, ratio=x, by_id={}),  # orjson refuses the int first
+        lambda x: Contact("n", None, [None, x], {}),
+        lambda x: Contact("n", "r", [], {"deep": [[{"v": x}]]}),
+        lambda x: Wrapper(Numbers(big=1, ratio=x, by_id={1: "a"}), note=None),
+    ],
+    ids=["bare", "list", "dict", "int-key-dict-tuple", "attrs", "attrs-big-int", "attrs-list",
+         "attrs-dict", "nested-attrs"],
+)  # fmt: skip
+def test_codec_refuses_non_finite_floats_anywhere(bad: float, where: Any) -> None:
+    value = where(bad)
+    with pytest.raises(PayloadError, match="not JSON-able"):
+        encode_payload(value, Any)
+
+
+def test_codec_keeps_big_integers_exact_beside_none() -> None:
+    # -(2**63) - 1 has only 19 digits but is beyond 64 bits too.
+    for big in (2**64, -(2**63) - 1, -(10**19) + 1, 2**70 + 1, -(10**40)):
+        value = {"big": big, "none": None, "list": [None, big]}
+        data = encode_payload(value, Any)
+        assert str(big).encode() in data
+        assert decode_payload(data, Any) == value
+    # Just inside 64 bits orjson writes them itself, exactly.
+    for edge in (2**64 - 1, -(2**63)):
+        assert decode_payload(encode_payload({"n": edge, "x": None}, Any), Any) == {
+            "n": edge,
+            "x": None,
+        }
+
+
+@given(st.integers(min_value=-(2**66), max_value=2**66))
+def test_codec_reads_integers_back_exactly_around_64_bits(n: int) -> None:
+    for data in (encode_payload([n, None], Any), b"[%d, null]" % n):
+        back = decode_payload(data, Any)
+        assert back == [n, None] and type(back[0]) is int
+
+
+def test_codec_reads_digit_runs_in_strings() -> None:
+    for text in ("12345678901234567890", "-1234567890123456789", "id 00000000000000000000"):
+        assert decode_payload(encode_payload({"s": text}, Any), Any) == {"s": text}
+
+
 @given(st.recursive(
     st.none() | st.booleans() | st.integers() | st.text()
     | st.floats(allow_nan=False, allow_infinity=False),
@@ -108,6 +197,66 @@ def test_full_jitter_stays_within_the_backoff(attempt: int, seed: int) -> None:
     policy = RetryPolicy(jitter=True)
     delay = policy.delay(attempt, rng=random.Random(seed))
     assert 0 <= delay <= RetryPolicy().delay(attempt)
+
+
+def test_restart_window_counts_a_failure_exactly_period_old() -> None:
+    window = RestartWindow(intensity=2, period=10.0)
+    assert [window.record_failure(t) for t in (0.0, 5.0)] == [False, False]
+    assert window.record_failure(10.0), "0.0 is exactly one period old: still in the window"
+    assert window.failures == 3
+
+
+def test_restart_window_drops_a_failure_older_than_period() -> None:
+    window = RestartWindow(intensity=2, period=10.0)
+    assert [window.record_failure(t) for t in (0.0, 5.0, 10.5)] == [False, False, False]
+    assert window.failures == 2  # 0.0 fell out
+    assert window.record_failure(15.0), "5.0, 10.5 and 15.0 are within 10 s"
+    assert window.failures == 3
+
+
+def test_restart_window_intensity_zero_gives_up_at_the_first_failure() -> None:
+    window = RestartWindow(intensity=0, period=1.0)
+    assert window.failures == 0
+    assert window.record_failure(0.0)
+    assert window.failures == 1
+
+
+def test_restart_window_allows_intensity_failures_at_one_instant() -> None:
+    window = RestartWindow(intensity=3, period=1.0)
+    assert [window.record_failure(7.0) for _ in range(4)] == [False, False, False, True]
+
+
+def test_restart_window_spread_failures_never_exceed() -> None:
+    window = RestartWindow(intensity=1, period=10.0)
+    assert not any(window.record_failure(10.5 * i) for i in range(100))
+    assert window.failures == 1  # memory stays bounded by one window
+
+
+def test_restart_window_rejects_bad_limits() -> None:
+    with pytest.raises(ValueError, match="intensity must be >= 0"):
+        RestartWindow(intensity=-1, period=1.0)
+    for bad in (0.0, -1.0, math.nan):
+        with pytest.raises(ValueError, match="period must be > 0"):
+            RestartWindow(intensity=1, period=bad)
+
+
+@given(
+    st.integers(min_value=0, max_value=4),
+    st.integers(min_value=1, max_value=20),
+    st.lists(st.integers(min_value=0, max_value=15), max_size=30),
+)
+def test_restart_window_matches_its_definition(
+    intensity: int, period: int, gaps: list[int]
+) -> None:
+    # Integer times: the boundary (exactly one period old) is hit often and exactly.
+    window = RestartWindow(intensity=intensity, period=float(period))
+    times: list[float] = []
+    for gap in gaps:
+        now = (times[-1] if times else 0.0) + gap
+        times.append(now)
+        in_window = [t for t in times if now - period <= t]
+        assert window.record_failure(now) == (len(in_window) > intensity)
+        assert window.failures == len(in_window)
 
 
 def test_parse_queues_forms_and_errors() -> None:

@@ -16,7 +16,8 @@ in the store is unexpired), and the scheduler and janitor work only while
   rate differences, so it passes before the store's own expiry. A leader
   paused past its lease therefore steps down as soon as it runs again.
 * On the way out (shutdown, crash, cancellation) it resigns, so a follower
-  takes over at once instead of after the lease expires.
+  takes over at its next attempt (within ``leader_ttl / 3``) instead of
+  after the lease expires.
 * Being leader is advisory for the process; correctness does not depend on it:
   every trigger the scheduler enqueues is fenced by the epoch in the store.
 """

@@ -19,6 +19,7 @@ import trio
 from ..app import Inspector
 from ..app._app import App
 from ..records import ActionRefused, UnknownJob, UnknownQueue
+from ..records._errors import sole_exception
 from ..records._jobs import JobState
 from ..store import StoreError, TopologyError, scheme_of
 from ._loading import check_store, describe_store, load_app, resolve_store, url_from
@@ -201,19 +202,13 @@ async def run_command(fn: Command, ctx: Context, args: argparse.Namespace) -> in
         await check_store(ctx.inspector.store, ctx.where)
         return await fn(ctx, args)
     except BaseException as exc:
-        error = _as_cli_error(_unwrap(exc), ctx.where)
+        error = _as_cli_error(sole_exception(exc), ctx.where)
         if error is None:
             raise
         raise error from None
     finally:
         with trio.CancelScope(shield=True):
             await ctx.inspector.aclose()
-
-
-def _unwrap(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _as_cli_error(exc: BaseException, where: str) -> CliError | None:

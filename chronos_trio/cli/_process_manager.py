@@ -41,7 +41,8 @@ from contextlib import contextmanager
 import attrs
 import trio
 
-from ..records._errors import ChronosError
+from ..records._errors import ChronosError, sole_exception
+from ..runtime import RestartWindow
 
 log = logging.getLogger("chronos_trio.manager")
 
@@ -130,19 +131,25 @@ class ProcessManager:
         self.shutdown_timeout = shutdown_timeout
         self.liveness_timeout = liveness_timeout
         self.start_timeout = max(start_timeout, liveness_timeout)
-        self.restart_intensity = restart_intensity
-        self.restart_period = restart_period
+        self._restart_window = RestartWindow(restart_intensity, restart_period)
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.fatal_exit_codes = fatal_exit_codes
         self.env = dict(env) if env is not None else None
         self._children: dict[int, _Child] = {}
         self._restarts: collections.Counter[int] = collections.Counter()
-        self._restart_times: collections.deque[float] = collections.deque()
         self._stop_event = trio.Event()
         self._outer: trio.Nursery | None = None
         self._failure: ManagerError | None = None
         self._started = False
+
+    @property
+    def restart_intensity(self) -> int:
+        return self._restart_window.intensity
+
+    @property
+    def restart_period(self) -> float:
+        return self._restart_window.period
 
     # -- control -------------------------------------------------------------------
     @property
@@ -230,12 +237,9 @@ class ProcessManager:
                 self._give_up(ChildCannotStart(index, returncode))
                 return
             now = trio.current_time()
-            self._restart_times.append(now)
-            while self._restart_times and self._restart_times[0] < now - self.restart_period:
-                self._restart_times.popleft()
-            if len(self._restart_times) > self.restart_intensity:
+            if self._restart_window.record_failure(now):
                 self._give_up(
-                    RestartIntensityExceeded(len(self._restart_times), self.restart_period)
+                    RestartIntensityExceeded(self._restart_window.failures, self.restart_period)
                 )
                 return
             # A child that ran for a whole period was healthy: start backoff over.
@@ -393,9 +397,7 @@ def _unwrapped() -> Iterator[None]:
     try:
         yield
     except BaseExceptionGroup as group:
-        exc: BaseException = group
-        while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-            exc = exc.exceptions[0]
+        exc = sole_exception(group)
         if exc is group:
             raise
         raise exc from None

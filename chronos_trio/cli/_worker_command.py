@@ -31,7 +31,7 @@ import trio
 from trio_util import periodic
 
 from ..app._app import App
-from ..records._errors import ActorFailed
+from ..records._errors import ActorFailed, first_exception
 from ..runtime._config import WorkerConfig, parse_queues
 from ..store import QueueWeight
 from ..worker._worker import Worker
@@ -118,13 +118,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--poll-interval",
         metavar="S",
         type=seconds(),
-        help="longest idle wait between lease tries (1)",
+        help="longest idle wait before re-checking the store (30)",
     )
     worker.add_argument(
         "--recover-interval",
         metavar="S",
         type=seconds(),
-        help="period of expired-lease recovery (1)",
+        help="period of expired-lease recovery (lease/6, at most 5)",
     )
     worker.add_argument(
         "--shutdown-grace",
@@ -320,15 +320,9 @@ async def serve_worker(
             failed, rest = group.split(ActorFailed)
             if failed is None or rest is not None:
                 raise
-            log.error("worker failed error=%s", one_line(str(_first(failed))))
+            log.error("worker failed error=%s", one_line(str(first_exception(failed))))
             return EXIT_FAILURE
     return EXIT_OK
-
-
-def _first(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
 
 
 async def _heartbeat(fd: int, worker: Worker, state: _Shutdown) -> None:

@@ -1,6 +1,6 @@
 """One worker process's runtime pieces, below the actors: the task registry,
 schedules, configuration, the job context, the in-flight table, the
-supervisor and the state the actors share. It imports only ``store`` and
+supervisor and its restart window, and the state the actors share. It imports only ``store`` and
 ``records``; the App hands a worker its registry and store as a
 :class:`WorkerHost`."""
 
@@ -28,6 +28,7 @@ from ._inflight import Stage as Stage
 from ._registry import DeadLetterHook as DeadLetterHook
 from ._registry import Registry as Registry
 from ._registry import WorkerHost as WorkerHost
+from ._restarts import RestartWindow as RestartWindow
 from ._schedule import JobDefaultsOf as JobDefaultsOf
 from ._schedule import MisfirePolicy as MisfirePolicy
 from ._schedule import Schedule as Schedule

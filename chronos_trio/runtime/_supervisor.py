@@ -17,7 +17,8 @@ from typing import Any
 import attrs
 import trio
 
-from ..records._errors import ActorFailed
+from ..records._errors import ActorFailed, sole_exception
+from ._restarts import RestartWindow
 
 log = logging.getLogger("chronos_trio.supervisor")
 
@@ -43,14 +44,20 @@ class Supervisor:
         period: float,
         on_restart: Callable[[str, BaseException, int], None] | None = None,
     ) -> None:
-        self.intensity = intensity
-        self.period = period
+        self._window = RestartWindow(intensity, period)
         #: Called (never awaited) as ``on_restart(actor, failure, restarts)``.
         self.on_restart = on_restart
         self.restarts: collections.Counter[str] = collections.Counter()
-        self._failures: collections.deque[float] = collections.deque()
         self._scopes: dict[str, trio.CancelScope] = {}
         self._injected: dict[str, BaseException] = {}
+
+    @property
+    def intensity(self) -> int:
+        return self._window.intensity
+
+    @property
+    def period(self) -> float:
+        return self._window.period
 
     @property
     def children(self) -> list[str]:
@@ -83,7 +90,7 @@ class Supervisor:
                             started = True
                             task_status.started()
             except* Exception as group:
-                failure = _unwrap(group)
+                failure = sole_exception(group)
             finally:
                 if self._scopes.get(spec.name) is scope:
                     del self._scopes[spec.name]
@@ -97,13 +104,9 @@ class Supervisor:
             self._record(spec.name, failure)
 
     def _record(self, name: str, failure: BaseException) -> None:
-        now = trio.current_time()
-        self._failures.append(now)
-        while self._failures and self._failures[0] < now - self.period:
-            self._failures.popleft()
-        if len(self._failures) > self.intensity:
+        if self._window.record_failure(trio.current_time()):
             log.error("actor %s crashed again; restart intensity exceeded", name)
-            raise ActorFailed(name, len(self._failures), self.period) from failure
+            raise ActorFailed(name, self._window.failures, self.period) from failure
         self.restarts[name] += 1
         log.warning(
             "actor %s crashed (%s: %s); restarting (restart %d)",
@@ -115,13 +118,6 @@ class Supervisor:
         )
         if self.on_restart is not None:
             self.on_restart(name, failure, self.restarts[name])
-
-
-def _unwrap(exc: BaseException) -> BaseException:
-    """The single exception inside (nested) one-member groups, or the group."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 __all__: list[Any] = ["ActorRun", "ChildSpec", "Supervisor"]
