@@ -577,9 +577,12 @@ def roles_of(store: object) -> tuple[type[StoreRole], ...]:
     return tuple(role for role in ROLES if issubclass(cls, role))
 
 
-def require_roles(store: object, *roles: type[StoreRole], what: str) -> None:
-    """Check that ``store`` offers every one of ``roles``; ``what`` names who
-    needs them (``"the inspector"``), for the message.
+# ``roles`` is typed ``type``, not ``type[StoreRole]``: mypy refuses abstract
+# classes (every role is one) where ``type[X]`` is expected.
+def require_roles(store: object, *roles: type, what: str) -> None:
+    """Check that ``store`` offers every one of ``roles`` (role classes such
+    as :class:`AdminRole`); ``what`` names who needs them (``"the
+    inspector"``), for the message.
 
     Call it where a store enters (a constructor), so a store without a role
     fails at once with a message naming the roles, rather than with an
@@ -595,7 +598,7 @@ def require_roles(store: object, *roles: type[StoreRole], what: str) -> None:
         )
 
 
-def _names(roles: Iterable[type[StoreRole]]) -> str:
+def _names(roles: Iterable[type]) -> str:
     """``A``, ``A and B``, ``A, B and C``."""
     names = [role.__name__ for role in roles]
     return " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]
