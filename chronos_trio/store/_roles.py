@@ -262,12 +262,13 @@ class WorkerRole(StoreRole):
 
         ``count`` is shared among the queues by weight
         (:func:`~chronos_trio.store.share_by_weight`); a share a queue cannot
-        use goes to the others, so the batch is short only when the queues
-        hold fewer ready jobs. Paused queues, queues with weight <= 0 and
-        unknown queues are skipped; ``count`` <= 0 leases nothing. Each leased
-        job's ``attempts`` grows by one and it gets ``worker_id`` as owner and
-        a fresh fencing token, unique among all leases this store ever
-        issued, expiring ``lease_duration`` (> 0) seconds from the store's now.
+        use goes to the others, so a batch comes back short only for want of
+        ready jobs (or when concurrent leasers took them first). Paused
+        queues, queues with weight <= 0 and unknown queues are skipped;
+        ``count`` <= 0 leases nothing. Each leased job's ``attempts`` grows by
+        one and it gets ``worker_id`` as owner and a fresh fencing token,
+        unique among all leases this store ever issued, expiring
+        ``lease_duration`` (> 0) seconds from the store's now.
 
         Raises StoreError when the store cannot be reached; jobs leased by a
         call whose reply was lost stay leased until their lease expires and
@@ -309,10 +310,10 @@ class WorkerRole(StoreRole):
     async def recover_expired(self, queues: Sequence[str], limit: int) -> RecoverResult:
         """Take back up to ``limit`` leases of ``queues`` that expired (by the
         store's clock), queue by queue in the order given, earliest expiry
-        first within a queue: back to ready (due now), or
-        dead, with a ``last_error`` saying the lease expired, when the job has
-        used ``max_retries + 1`` attempts (a job that keeps killing its
-        worker must not loop forever). Their old tokens are fenced from then
+        first within a queue: back to ready (due now), or dead, with a
+        ``last_error`` saying the lease expired, when the job has used
+        ``max_retries + 1`` attempts (a job that keeps killing its worker
+        must not loop forever). Their old tokens are fenced from then
         on. ``limit`` <= 0 recovers nothing.
 
         Raises StoreError when the store cannot be reached.
@@ -387,7 +388,9 @@ class AdminRole(StoreRole):
         dead), then job ID; ``offset`` (>= 0) and ``limit`` (>= 0) page
         through them, and ``limit`` 0 lists nothing. An unknown queue lists
         nothing. Pages are read one by one, so jobs that move between two
-        calls may be skipped or listed twice.
+        calls may be skipped or listed twice. (A RedisStore indexes succeeded
+        jobs by the end of their retention: when they were retained for
+        different periods, its pages may leave finish-time order.)
 
         Raises StoreError when the store cannot be reached.
         """
