@@ -25,7 +25,16 @@ import attrs
 from ..records._errors import ActionRefused, InspectorError, UnknownJob, UnknownQueue
 from ..records._jobs import Job, JobState
 from ..runtime._registry import WorkerHost
-from ..store import QueueTopology, Store, VersionState
+from ..store import (
+    AdminRole,
+    LeadershipRole,
+    QueueTopology,
+    Store,
+    StoreRole,
+    TopologyRole,
+    VersionState,
+    require_roles,
+)
 
 #: States from which ``run_now`` makes a job ready at once.
 RUN_NOW_STATES = frozenset({JobState.SCHEDULED, JobState.RETRY_WAIT, JobState.DEAD})
@@ -113,8 +122,10 @@ class ScheduleInfo:
 
 async def schedule_rows(app: WorkerHost) -> list[ScheduleInfo]:
     """Every schedule of ``app`` with its next run (from the store's now),
-    last run (the store's trigger bookkeeping) and the current leader."""
+    last run (the store's trigger bookkeeping) and the current leader.
+    ``TypeError`` if the app's store does not offer :class:`LeadershipRole`."""
     store, registry = app.store, app.registry
+    require_roles(store, LeadershipRole, what="listing schedules")
     name = registry.leadership_name
     now = await store.now()
     last = await store.schedule_last_fired(name)
@@ -141,12 +152,21 @@ async def schedule_rows(app: WorkerHost) -> list[ScheduleInfo]:
 class Inspector:
     """Inspection and administration of the jobs in ``store``.
 
-    ``app`` (optional) adds the queues its tasks use to the known queues, so
-    a queue can be paused or given a topology before its first job, and
-    gives :meth:`schedules` the app's schedules.
+    ``store`` must offer :class:`AdminRole` and :class:`TopologyRole`
+    (``TypeError`` naming what it lacks otherwise), and
+    :class:`LeadershipRole` for :meth:`schedules`. ``app`` (optional) adds
+    the queues its tasks use to the known queues, so a queue can be paused or
+    given a topology before its first job, and gives :meth:`schedules` the
+    app's schedules.
     """
 
+    #: The roles every inspector needs of its store.
+    ROLES: tuple[type[StoreRole], ...] = (AdminRole, TopologyRole)
+
     def __init__(self, store: Store, *, app: WorkerHost | None = None) -> None:
+        # Checked here, so a store without a role fails when the inspector is
+        # made, not with an AttributeError in the middle of a command.
+        require_roles(store, *self.ROLES, what="the inspector")
         self.store = store
         self.app = app
 
@@ -283,7 +303,8 @@ class Inspector:
     # -- schedules ---------------------------------------------------------------
     async def schedules(self) -> list[ScheduleInfo]:
         """The app's cron/interval schedules with next and last run and the
-        current leader. Needs the app (schedules are declared in code)."""
+        current leader. Needs the app (schedules are declared in code) and a
+        store offering :class:`LeadershipRole` (``TypeError`` otherwise)."""
         if self.app is None:
             raise InspectorError("schedules are declared in the app: inspect it via the app")
         return await schedule_rows(self.app)

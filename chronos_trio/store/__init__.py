@@ -4,7 +4,10 @@ registry, and the backends (``memory``, ``redis``)."""
 from ..records._public import fixup_module_metadata as _fixup
 from ._partitioning import partition_of as partition_of
 from ._partitioning import share_by_weight as share_by_weight
+from ._roles import ROLES as ROLES
+from ._roles import AdminRole as AdminRole
 from ._roles import Leadership as Leadership
+from ._roles import LeadershipRole as LeadershipRole
 from ._roles import PromoteResult as PromoteResult
 from ._roles import QueueStats as QueueStats
 from ._roles import QueueTopology as QueueTopology
@@ -15,9 +18,14 @@ from ._roles import SettleKind as SettleKind
 from ._roles import Settlement as Settlement
 from ._roles import Store as Store
 from ._roles import StoreError as StoreError
+from ._roles import StoreRole as StoreRole
 from ._roles import TopologyError as TopologyError
+from ._roles import TopologyRole as TopologyRole
 from ._roles import TriggerResult as TriggerResult
 from ._roles import VersionState as VersionState
+from ._roles import WorkerRole as WorkerRole
+from ._roles import require_roles as require_roles
+from ._roles import roles_of as roles_of
 from ._schemes import Scheme as Scheme
 from ._schemes import open_store as open_store
 from ._schemes import redact as redact

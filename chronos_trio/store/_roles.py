@@ -1,8 +1,29 @@
-"""The store protocol: a small set of *batched*, atomic job operations.
+"""The store protocol, in roles: small sets of *batched*, atomic job operations.
 
-Every backend (``MemoryStore``, ``RedisStore``) implements :class:`Store` and is
-held to the conformance suite in :mod:`chronos_trio.testing`. The guarantees
-below are the contract; the suite checks each of them.
+A backend declares what it offers by subclassing roles; each role is an ABC
+whose methods are the contract, held to the conformance suite in
+:mod:`chronos_trio.testing` (each check declares the roles it needs, so a
+backend that offers fewer roles runs the checks that apply to it).
+
+* :class:`StoreRole`: the base of every role: the store's clock (``now``),
+  ``shared_across_processes`` and ``aclose``.
+* :class:`WorkerRole`: the worker's hot path (enqueue, promote, lease,
+  renew, settle, recover) and idle waiting.
+* :class:`AdminRole`: inspection, administration and retention (``trim``).
+* :class:`TopologyRole`: versioned queue routing.
+* :class:`LeadershipRole`: leadership leases with epochs, and schedule
+  triggers fenced by them.
+* :class:`Store`: all four. ``MemoryStore``, ``RedisStore`` and
+  ``testing.FaultyStore`` are full stores.
+
+Who needs which: a producer needs :class:`WorkerRole`; a worker needs
+:class:`WorkerRole`, and :class:`LeadershipRole` for schedules and the
+janitor (which trims, so also :class:`AdminRole`); the ``Inspector`` needs
+:class:`AdminRole` and :class:`TopologyRole`, and :class:`LeadershipRole` for
+its schedules. Code that takes a store checks the roles it needs with
+:func:`require_roles` where the store comes in (the ``Inspector`` does, in its
+constructor), so a store without a role fails there with one clear
+``TypeError``, not with an ``AttributeError`` halfway through a run.
 
 Conventions
 -----------
@@ -12,13 +33,36 @@ Conventions
   may be applied per partition, but no job is in two states at once.
 * Every lease carries a fencing token. ``renew`` and ``settle`` must present
   it; a stale token changes nothing and is reported as ``False``.
+* A job ID is unique within its queue. Reusing one ID in two queues is not
+  part of the contract (the MemoryStore has one ID space for all queues, the
+  RedisStore one per queue): give jobs of different queues different IDs.
+* Cancelling a call, like a :class:`StoreError`, leaves each job of the
+  batch either moved or not moved, never in between.
+
+Errors
+------
+* :class:`StoreError`: the store could not be reached, timed out, refused
+  the operation (an error reply) or is closed. The operation may or may not
+  have been applied (a reply can be lost after the store applied it), so
+  every method is safe to call again: enqueue is idempotent by job ID, renew
+  and settle are fenced by the token (a repeated settle that already applied
+  reports ``False``), and the rest are idempotent or report what they did.
+  A MemoryStore is never unreachable: it raises no StoreError except
+  :class:`TopologyError`.
+* :class:`TopologyError` (a StoreError): a topology change was refused.
+* ``ValueError``: an argument the store rejects before doing anything
+  (documented per method), and, from the first call of a RedisStore built
+  from a URL, a URL part only parsed when it connects. Arguments outside a
+  method's documented range that it does not check (e.g. a negative
+  ``limit``) are a caller's bug with unspecified results; the ``Inspector``
+  checks what an operator types.
 """
 
 from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import attrs
 
@@ -133,28 +177,76 @@ class TriggerResult(enum.StrEnum):
     STALE_EPOCH = "stale_epoch"  # the caller no longer leads: nothing was done
 
 
-class Store(abc.ABC):
-    """The batched job store. See the module docstring for conventions."""
+# -- the roles ------------------------------------------------------------------------
+class StoreRole(abc.ABC):
+    """What every store offers, whatever its roles: its clock, whether it can
+    be shared by processes, and closing.
 
-    #: True when the store can be shared by several processes.
+    A backend does not subclass this directly but the roles it offers
+    (:class:`WorkerRole`, :class:`AdminRole`, :class:`TopologyRole`,
+    :class:`LeadershipRole`), or :class:`Store` for all of them.
+    """
+
+    #: True when several processes (or machines) can share the store: a
+    #: worker pool of many processes needs it. Stores in one process's memory
+    #: set False.
     shared_across_processes: bool = False
 
-    # -- producing ---------------------------------------------------------
+    @abc.abstractmethod
+    async def now(self) -> float:
+        """The store's clock, in epoch seconds: the clock every due time,
+        lease expiry and leadership expiry is judged by (every role's times
+        are on it, so every role offers it).
+
+        Raises StoreError when the store cannot be reached."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; the store cannot be used afterwards (a
+        RedisStore raises StoreError from every later call). Closing twice is
+        allowed. The default does nothing."""
+
+
+class WorkerRole(StoreRole):
+    """The worker's hot path: store new jobs, promote due ones, lease, renew
+    and settle leases, take back expired ones, and let idle workers wait.
+
+    Every operation on jobs takes a batch and costs the backend one round
+    trip per batch (per partition or node at most), never one per job. Producers
+    (``App.enqueue``) need only this role.
+    """
+
     @abc.abstractmethod
     async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """Store ``jobs`` atomically per job, in order; one result per job.
 
-        A job whose ID already exists (in any state, including retained
-        succeeded and dead) is not touched and reports ``created=False``.
-        Due jobs become ``ready``, others ``scheduled``. New jobs are routed to
-        the queue's active topology version and a partition by job-ID hash.
+        A job whose ID already exists in its queue (in any state, including
+        retained succeeded and dead) is not touched and reports
+        ``created=False`` with the existing job's due time and routing; so
+        does a later job of the same batch with an ID already used in it.
+        Due jobs (``run_at`` at or before the store's now, or no ``run_at``
+        and ``delay`` <= 0) become ``ready``, others ``scheduled``. New jobs
+        are routed to the queue's active topology version and a partition by
+        job-ID hash (:func:`~chronos_trio.store.partition_of`); a queue's
+        first job registers the queue. An empty batch does nothing.
+
+        Raises StoreError when the store cannot be reached or refuses; some
+        of the jobs may be stored then, and enqueueing the same jobs again
+        (same IDs) is safe.
         """
 
-    # -- the worker's hot path ----------------------------------------------
     @abc.abstractmethod
     async def promote_due(self, queues: Sequence[str], limit: int) -> PromoteResult:
         """Move up to ``limit`` jobs of ``queues`` whose due time has come from
-        ``scheduled``/``retry_wait`` to ``ready``, earliest first."""
+        ``scheduled``/``retry_wait`` to ``ready``, queue by queue in the order
+        given, earliest due first within a queue. Reports how many moved, the
+        earliest due time still waiting over all of ``queues``
+        (``next_due_at``) and the store's now.
+
+        A queue that holds no job (or is unknown) contributes nothing;
+        ``limit`` <= 0 promotes nothing. Paused queues are promoted too
+        (pausing stops leasing, not time). Raises StoreError when the store
+        cannot be reached.
+        """
 
     @abc.abstractmethod
     async def lease(
@@ -165,77 +257,127 @@ class Store(abc.ABC):
         worker_id: str,
         lease_duration: float,
     ) -> list[LeasedJob]:
-        """Lease at most ``count`` ready jobs, oldest due first within a queue.
+        """Lease at most ``count`` ready jobs, oldest due first within a queue
+        (however the queue is partitioned).
 
-        ``count`` is shared among the queues by weight; a share a queue cannot
-        use goes to the others. Paused queues are skipped. Each leased job's
-        ``attempts`` grows by one and it gets a fresh fencing token, unique
-        among all leases this store ever issued, expiring ``lease_duration``
-        seconds from the store's now.
+        ``count`` is shared among the queues by weight
+        (:func:`~chronos_trio.store.share_by_weight`); a share a queue cannot
+        use goes to the others, so a batch comes back short only for want of
+        ready jobs (or when concurrent leasers took them first). Paused
+        queues, queues with weight <= 0 and unknown queues are skipped;
+        ``count`` <= 0 leases nothing. Each leased job's ``attempts`` grows by
+        one and it gets ``worker_id`` as owner and a fresh fencing token,
+        unique among all leases this store ever issued, expiring
+        ``lease_duration`` (> 0) seconds from the store's now.
+
+        Raises StoreError when the store cannot be reached; jobs leased by a
+        call whose reply was lost stay leased until their lease expires and
+        :meth:`recover_expired` takes them back (that attempt counts).
         """
 
     @abc.abstractmethod
     async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> list[bool]:
-        """Extend each lease to ``lease_duration`` seconds from now. ``False``
-        for a lease that is no longer held with that token (nothing changes)."""
+        """Extend each lease to ``lease_duration`` seconds from the store's
+        now; one result per lease, in order.
+
+        ``False`` (and nothing changes) for a lease that is no longer held
+        with that token: settled, taken back, leased again, deleted, or
+        expired, even if not yet recovered (an expired lease is lost for
+        good). Raises StoreError when the store cannot be reached (renew
+        again: renewing twice is harmless).
+        """
 
     @abc.abstractmethod
     async def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
-        """Apply each outcome if its lease token still holds; ``False`` (and no
-        change) otherwise. SUCCEEDED drops the job, or keeps it until
-        ``retain_for`` seconds have passed; RETRY records ``error`` and makes
-        the job due ``retry_delay`` seconds from now; DEAD dead-letters it with
-        ``error``; RELEASE returns it to ready at once and gives back the
-        attempt its lease took."""
+        """Apply each outcome if its lease is still held with its token (and
+        unexpired); ``False`` and no change otherwise. One result per
+        settlement, in order; of two settlements of one lease only the first
+        applies.
+
+        SUCCEEDED drops the job, or keeps it as ``succeeded`` until
+        ``retain_for`` (> 0) seconds have passed; RETRY records ``error`` and
+        makes the job ``retry_wait``, due ``retry_delay`` seconds from now
+        (a negative delay counts as 0); DEAD dead-letters it with ``error``
+        and its finish time; RELEASE returns it to ``ready`` at once with its
+        due time kept and gives back the attempt its lease took. Every
+        applied outcome clears the lease (token, owner, expiry).
+
+        Raises StoreError when the store cannot be reached; settlements that
+        did apply then report ``False`` if sent again (their leases are gone).
+        """
 
     @abc.abstractmethod
     async def recover_expired(self, queues: Sequence[str], limit: int) -> RecoverResult:
-        """Take back up to ``limit`` leases of ``queues`` that expired: back to
-        ready, or dead when the job has used ``max_retries + 1`` attempts (a
-        job that keeps killing its worker must not loop forever)."""
+        """Take back up to ``limit`` leases of ``queues`` that expired (by the
+        store's clock), queue by queue in the order given, earliest expiry
+        first within a queue: back to ready (due now), or dead, with a
+        ``last_error`` saying the lease expired, when the job has used
+        ``max_retries + 1`` attempts (a job that keeps killing its worker
+        must not loop forever). Their old tokens are fenced from then
+        on. ``limit`` <= 0 recovers nothing.
 
-    @abc.abstractmethod
-    async def trim(
-        self, queues: Sequence[str], *, dead_max_age: float | None, dead_max_count: int | None
-    ) -> int:
-        """Delete retained succeeded jobs past their retention, dead jobs older
-        than ``dead_max_age`` and the oldest dead jobs beyond
-        ``dead_max_count`` per queue. Returns how many were deleted."""
+        Raises StoreError when the store cannot be reached.
+        """
 
-    # -- waiting (idle workers block here instead of polling fast) -----------
     @abc.abstractmethod
     async def wait_ready(self, queues: Sequence[str], timeout: float) -> None:
-        """Return soon after a job may have become ready in ``queues`` (or a
-        queue was resumed), or after ``timeout`` seconds. Spurious returns are
-        allowed; missing a wake-up for longer than ``timeout`` is not."""
+        """Return soon after a job may have become ready in ``queues`` (an
+        enqueue, promotion, release, recovery, run-now or resume), at once
+        when one that is not paused already has a ready job, or after
+        ``timeout`` (>= 0) seconds. Spurious returns are allowed; missing a
+        wake-up for longer than ``timeout`` is not.
+
+        Idle workers block here instead of polling fast. Raises StoreError
+        when the store cannot be reached. A negative ``timeout`` is a
+        ValueError on the MemoryStore.
+        """
 
     @abc.abstractmethod
     async def wait_scheduled(
         self, queues: Sequence[str], *, earlier_than: float | None, timeout: float
     ) -> None:
         """Return soon after ``queues`` hold a scheduled or retry_wait job due
-        before ``earlier_than`` (at once if one is already there; any such job
-        when None), or after ``timeout`` seconds. A promoter sleeping until its
-        next due time calls this so an earlier job wakes it. Spurious returns
-        are allowed."""
+        before ``earlier_than`` (at once if one is already there; any such
+        job when None), or after ``timeout`` (>= 0) seconds. A promoter
+        sleeping until its next due time calls this so an earlier job wakes
+        it. Spurious returns are allowed.
 
-    @abc.abstractmethod
-    async def now(self) -> float:
-        """The store's clock."""
+        Raises StoreError when the store cannot be reached. A negative
+        ``timeout`` is a ValueError on the MemoryStore.
+        """
 
-    # -- inspection and administration --------------------------------------
+
+class AdminRole(StoreRole):
+    """Inspection and administration: what an operator (the ``Inspector``,
+    the command line) sees and does, and retention (:meth:`trim`, run by the
+    leader's janitor).
+
+    Not the hot path: these may cost a few round trips, never one per job.
+    A queue is *known* once a job was enqueued in it, it was paused or
+    resumed, or its topology was read or changed; it stays known.
+    """
+
     @abc.abstractmethod
     async def queues(self) -> list[str]:
-        """Names of every queue that has held a job or has a topology."""
+        """Names of every known queue (see the class docstring), sorted.
+        Raises StoreError when the store cannot be reached."""
 
     @abc.abstractmethod
     async def stats(self, queues: Sequence[str] | None = None) -> list[QueueStats]:
-        """Counts per state for ``queues`` (all known queues when None)."""
+        """Counts per state (and per version/partition) of ``queues``, one
+        entry per name in order (all known queues, sorted, when None).
+
+        A name the store does not know reports zero counts and is not
+        registered by asking. Counts of several partitions are read in one
+        batch, not one snapshot: under load they can be off by the jobs that
+        moved meanwhile. Raises StoreError when the store cannot be reached.
+        """
 
     @abc.abstractmethod
     async def get_job(self, job_id: str, *, queue: str | None = None) -> Job | None:
-        """The job with ``job_id`` (searching all queues when ``queue`` is
-        None), or None."""
+        """The job with ``job_id`` in ``queue`` (searching every known queue
+        when None), in whatever state, or None when there is none.
+        Raises StoreError when the store cannot be reached."""
 
     @abc.abstractmethod
     async def list_jobs(
@@ -243,66 +385,158 @@ class Store(abc.ABC):
     ) -> list[Job]:
         """Jobs of ``queue`` in ``state``, ordered by due time (scheduled,
         ready, retry_wait), lease expiry (leased) or finish time (succeeded,
-        dead); ``offset``/``limit`` page through them."""
+        dead), then job ID; ``offset`` (>= 0) and ``limit`` (>= 0) page
+        through them, and ``limit`` 0 lists nothing. An unknown queue lists
+        nothing. Pages are read one by one, so jobs that move between two
+        calls may be skipped or listed twice. (A RedisStore indexes succeeded
+        jobs by the end of their retention: when they were retained for
+        different periods, its pages may leave finish-time order.)
+
+        Raises StoreError when the store cannot be reached.
+        """
 
     @abc.abstractmethod
     async def run_now(self, job_id: str, *, queue: str | None = None) -> bool:
-        """Make a scheduled, retry_wait or dead job ready at once (a dead job
-        gets its attempts reset). False if no such job in one of those states."""
+        """Make a scheduled, retry_wait or dead job ready at once (due now; a
+        dead job gets its attempts reset to 0 and its finish time cleared).
+        False, and nothing changes, if there is no such job in one of those
+        states (``queue`` None: in any queue).
+
+        Raises StoreError when the store cannot be reached.
+        """
 
     @abc.abstractmethod
     async def delete_job(self, job_id: str, *, queue: str | None = None) -> bool:
-        """Delete a job that is not leased. False if absent or leased."""
+        """Delete a job that is not leased, in any other state. False, and
+        nothing changes, if absent (``queue`` None: in every queue) or leased
+        (a running job is settled by its worker, not deleted under it).
+
+        Raises StoreError when the store cannot be reached.
+        """
 
     @abc.abstractmethod
     async def requeue_dead(self, queue: str, *, limit: int | None = None) -> int:
-        """Make up to ``limit`` dead jobs of ``queue`` ready again with
-        attempts reset; returns how many."""
+        """Make up to ``limit`` dead jobs of ``queue`` ready again (due now),
+        the oldest dead first, with attempts reset to 0; ``limit`` None (or
+        0) requeues every dead job. Returns how many were requeued.
+
+        Raises StoreError when the store cannot be reached; some may have
+        been requeued then.
+        """
 
     @abc.abstractmethod
     async def set_paused(self, queue: str, paused: bool) -> None:
-        """Pause (no new leases from ``queue``) or resume a queue."""
+        """Pause (no new leases from ``queue``; leased jobs run on) or resume
+        it, and register the queue. Idempotent. A resume wakes idle workers.
+        This store instance obeys at once; other processes within a short,
+        backend-defined delay (a RedisStore's ``topology_ttl``, 1 s by
+        default).
 
-    # -- topology --------------------------------------------------------------
+        Raises StoreError when the store cannot be reached.
+        """
+
+    @abc.abstractmethod
+    async def trim(
+        self, queues: Sequence[str], *, dead_max_age: float | None, dead_max_count: int | None
+    ) -> int:
+        """Delete the retained succeeded jobs of ``queues`` whose retention
+        has passed, their dead jobs that finished ``dead_max_age`` or more
+        seconds ago, and the oldest dead jobs beyond ``dead_max_count`` per
+        queue (``dead_max_count`` 0: every dead job). None turns a limit
+        off. Returns how many jobs were deleted.
+
+        Raises StoreError when the store cannot be reached; some jobs may
+        have been deleted then (trimming again is harmless).
+        """
+
+
+class TopologyRole(StoreRole):
+    """Versioned queue routing: new jobs go to a queue's active version;
+    draining versions are still consumed until they are empty and completed.
+
+    A queue never configured has version 1, with the store's default
+    partition count, active. Reading or changing a queue's topology
+    registers the queue.
+    """
+
     @abc.abstractmethod
     async def topology(self, queue: str) -> QueueTopology:
-        """The queue's versions; a queue never configured has version 1 with
-        the store's default partition count, active."""
+        """The queue's versions (exactly one active). Raises StoreError when
+        the store cannot be reached."""
 
     @abc.abstractmethod
     async def promote_queue_version(
         self, queue: str, version: int, partitions: int
     ) -> QueueTopology:
         """Make ``version`` (with ``partitions`` partitions) active for new
-        jobs; the previously active version becomes draining. ``version`` must
-        be greater than every existing version (TopologyError otherwise)."""
+        jobs; the previously active version becomes draining (workers keep
+        consuming it). Returns the new topology. Other processes route new
+        jobs to it within a short, backend-defined delay (a RedisStore's
+        ``topology_ttl``); jobs they route to the old version meanwhile are
+        still consumed.
+
+        Raises TopologyError, changing nothing, when ``partitions`` < 1 or
+        ``version`` is not greater than every existing version; StoreError
+        when the store cannot be reached.
+        """
 
     @abc.abstractmethod
     async def complete_draining_version(self, queue: str, version: int) -> QueueTopology:
-        """Remove a draining version once it holds no job in any state.
-        TopologyError if it is active, unknown, or still holds jobs."""
+        """Remove a draining version once it holds no job in any state
+        (retained succeeded and dead jobs count: trim or delete them first).
+        Returns the new topology. A writer with an outdated topology cannot
+        slip a job into the removed version.
 
-    # -- leadership and schedule triggers -------------------------------------
+        Raises TopologyError, changing nothing, when ``version`` is unknown,
+        active, or still holds jobs; StoreError when the store cannot be
+        reached.
+        """
+
+
+class LeadershipRole(StoreRole):
+    """Leadership leases and fenced schedule triggers: singleton duties (cron
+    triggers, the janitor) run only under the elected leader, and each
+    trigger is fenced by the leader's epoch and recorded once per fire time.
+
+    A leadership ``name`` is a lease held by one ``holder`` until it expires
+    (by the store's clock); its ``epoch`` grows with every new acquisition
+    and is never reused, so it fences out a paused ex-leader. A trigger
+    enqueues a job, so a backend with this role offers :class:`WorkerRole`
+    too in practice.
+    """
+
     @abc.abstractmethod
     async def acquire_leadership(self, name: str, holder: str, ttl: float) -> Leadership | None:
-        """Take leadership ``name`` for ``ttl`` seconds if nobody holds it (or
-        its lease expired), with a new epoch one above the last one ever
-        issued for ``name``. If ``holder`` already holds it, renew and return
-        the same epoch. None when someone else holds it."""
+        """Take leadership ``name`` for ``ttl`` (> 0) seconds if nobody holds
+        it (or its lease expired), with a new epoch one above the last one
+        ever issued for ``name``. If ``holder`` already holds it, renew it
+        and return the same epoch. None, and nothing changes, when someone
+        else holds it.
+
+        A new leader also finishes the triggers a predecessor recorded but
+        may not have enqueued (see :meth:`enqueue_trigger`). Raises
+        StoreError when the store cannot be reached.
+        """
 
     @abc.abstractmethod
     async def renew_leadership(self, name: str, holder: str, epoch: int, ttl: float) -> bool:
-        """Extend a held leadership; False (and no change) if ``holder`` with
-        ``epoch`` no longer holds it."""
+        """Extend a held leadership to ``ttl`` seconds from the store's now;
+        False, and nothing changes, if ``holder`` with ``epoch`` no longer
+        holds it (including when its lease expired, even if nobody took it).
+
+        Raises StoreError when the store cannot be reached.
+        """
 
     @abc.abstractmethod
     async def resign_leadership(self, name: str, holder: str, epoch: int) -> bool:
-        """Give up leadership at once so a follower can take over; False if
-        not held by ``holder`` with ``epoch``."""
+        """Give up leadership at once so a follower can take over (with the
+        next epoch); False, and nothing changes, if not held by ``holder``
+        with ``epoch``. Raises StoreError when the store cannot be reached."""
 
     @abc.abstractmethod
     async def current_leader(self, name: str) -> Leadership | None:
-        """The unexpired holder of ``name``, or None."""
+        """The unexpired holder of ``name``, or None. Raises StoreError when
+        the store cannot be reached."""
 
     @abc.abstractmethod
     async def enqueue_trigger(
@@ -310,16 +544,64 @@ class Store(abc.ABC):
     ) -> TriggerResult:
         """Fire one schedule trigger, fenced by leadership ``name``/``epoch``.
 
-        STALE_EPOCH unless ``epoch`` is the current, unexpired epoch of
-        ``name``; ALREADY_FIRED if the schedule's last fired time is at or
-        after ``fire_at``; otherwise record ``fire_at`` as last fired and
-        enqueue ``job`` (whose ID is deterministic, so a retry after a crash
-        cannot double-fire)."""
+        STALE_EPOCH, doing nothing, unless ``epoch`` is the current,
+        unexpired epoch of ``name``; ALREADY_FIRED if the schedule's last
+        fired time is at or after ``fire_at``; otherwise record ``fire_at`` as
+        last fired and enqueue ``job`` (as :meth:`WorkerRole.enqueue_many`;
+        its ID is deterministic, so a retry after a crash cannot double-fire).
+
+        A recorded trigger's job is never lost: if the call fails (or is
+        cancelled) after recording it, the job is enqueued by the next
+        ``enqueue_trigger`` under ``name`` or the next acquisition of the
+        leadership. Raises StoreError when the store cannot be reached.
+        """
 
     @abc.abstractmethod
     async def schedule_last_fired(self, name: str) -> dict[str, float]:
-        """Last fired trigger time of every schedule under leadership ``name``."""
+        """Last fired trigger time of every schedule under leadership
+        ``name`` (whoever led then). Raises StoreError when the store cannot
+        be reached."""
 
-    # -- lifecycle ---------------------------------------------------------------
-    async def aclose(self) -> None:  # noqa: B027 - optional hook
-        """Release connections. The default does nothing."""
+
+class Store(WorkerRole, AdminRole, TopologyRole, LeadershipRole):
+    """A store with every role: what the worker, the producers, the
+    ``Inspector`` and the command line can all use. ``MemoryStore`` and
+    ``RedisStore`` are Stores. See the module docstring for conventions and
+    errors, and each role for its methods' guarantees."""
+
+
+#: Every role, in the order messages list them.
+ROLES: tuple[type[StoreRole], ...] = (WorkerRole, AdminRole, TopologyRole, LeadershipRole)
+
+
+def roles_of(store: object) -> tuple[type[StoreRole], ...]:
+    """The roles ``store`` (an instance or a class) offers, in :data:`ROLES` order."""
+    cls = store if isinstance(store, type) else type(store)
+    return tuple(role for role in ROLES if issubclass(cls, role))
+
+
+# ``roles`` is typed ``type``, not ``type[StoreRole]``: mypy refuses abstract
+# classes (every role is one) where ``type[X]`` is expected.
+def require_roles(store: object, *roles: type, what: str) -> None:
+    """Check that ``store`` offers every one of ``roles`` (role classes such
+    as :class:`AdminRole`); ``what`` names who needs them (``"the
+    inspector"``), for the message.
+
+    Call it where a store enters (a constructor), so a store without a role
+    fails at once with a message naming the roles, rather than with an
+    ``AttributeError`` in the middle of a run. Raises ``TypeError`` naming
+    the missing roles and the ones ``store`` offers.
+    """
+    missing = [role for role in roles if not isinstance(store, role)]
+    if missing:
+        offered = _names(roles_of(store)) or "no role"
+        raise TypeError(
+            f"{what} needs a store offering {_names(roles)}; "
+            f"{type(store).__name__} lacks {_names(missing)} (it offers {offered})"
+        )
+
+
+def _names(roles: Iterable[type]) -> str:
+    """``A``, ``A and B``, ``A, B and C``."""
+    names = [role.__name__ for role in roles]
+    return " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]

@@ -170,6 +170,11 @@ class MemoryStore(Store):
     # -- producing ---------------------------------------------------------------
     async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         await trio.lowlevel.checkpoint()
+        return self._enqueue(jobs)
+
+    def _enqueue(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        """``enqueue_many`` without its checkpoint, for use inside another
+        operation's single step."""
         now = self._clock()
         results = []
         for new in jobs:
@@ -592,9 +597,10 @@ class MemoryStore(Store):
         if fired.get(schedule_id, float("-inf")) >= fire_at:
             return TriggerResult.ALREADY_FIRED
         fired[schedule_id] = fire_at
-        # enqueue_many checkpoints first; nothing else of ours runs in between
-        # that could observe the trigger recorded but not enqueued.
-        await self.enqueue_many([job])
+        # Recorded and enqueued in one step, with no checkpoint in between: a
+        # cancellation there would leave the trigger fired with no job, and
+        # this store has no pending-trigger log to enqueue it later.
+        self._enqueue([job])
         return TriggerResult.ENQUEUED
 
     async def schedule_last_fired(self, name: str) -> dict[str, float]:

@@ -2,4 +2,6 @@
 fault-injection helpers, usable by any project that builds on it."""
 
 from .conformance import CHECKS as CHECKS
+from .conformance import Check as Check
+from .conformance import StoreFactory as StoreFactory
 from .faulty_store import FaultyStore as FaultyStore

@@ -1,43 +1,149 @@
 """The store conformance suite: one set of semantic checks for every backend.
 
-Each check is ``async def check_x(store: Store) -> None`` and raises
-``AssertionError`` on a violation. A check expects a store with no jobs and
-uses short real sleeps (fractions of a second), so it runs as-is against Redis
-and instantly against a ``MemoryStore`` under ``autojump_clock``.
+Each check is a :class:`Check`: ``await check(factory)`` runs it, where
+``factory`` is an async function taking no argument that returns a **fresh,
+empty** store each time it is called (a new ``MemoryStore``; a
+``RedisStore`` on a namespace of its own; a new SQLite file...). A check
+makes the stores it needs through it (some make two, to see that stores are
+independent) and closes them (``aclose``) when it ends, pass or fail. It
+raises ``AssertionError`` on a violation, and on a factory store that is
+not empty (checked with ``queues()`` when the store offers
+:class:`~chronos_trio.store.AdminRole`).
 
-Run them with pytest, parametrized over :data:`CHECKS`::
+Each check declares the roles it needs (``check.roles``), so a backend that
+offers only some roles runs the checks that apply to it and skips the others:
+``check.skip_reason(MyStore)`` says why a check does not apply, or None.
 
-    @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
-    async def test_store_conforms(check, autojump_clock):
-        await check(MemoryStore())
+Checks use short real sleeps (fractions of a second), so they run as-is
+against a networked store and instantly against a store on Trio's clock (the
+``MemoryStore``) under ``autojump_clock``. A third-party backend runs the
+suite with pytest (and pytest-trio), parametrized over :data:`CHECKS`::
+
+    import pytest
+    from chronos_trio.testing import CHECKS, Check
+
+    from mybackend import SqliteStore
+
+    @pytest.mark.parametrize("check", CHECKS, ids=str)
+    async def test_sqlite_store_conforms(check: Check, tmp_path) -> None:
+        if reason := check.skip_reason(SqliteStore):
+            pytest.skip(reason)
+        paths = (tmp_path / f"store{n}.db" for n in range(100))
+
+        async def fresh() -> SqliteStore:
+            return await SqliteStore.open(next(paths))
+
+        await check(fresh)
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import cast
 
+import attrs
 import trio
 
 from ..records._jobs import JobState, LeasedJob, LeaseRef, NewJob
 from ..store._roles import (
+    AdminRole,
+    LeadershipRole,
     QueueWeight,
     SettleKind,
     Settlement,
     Store,
+    StoreRole,
     TopologyError,
+    TopologyRole,
     TriggerResult,
     VersionState,
+    WorkerRole,
+    require_roles,
+    roles_of,
 )
 
-Check = Callable[[Store], Awaitable[None]]
-CHECKS: list[Check] = []
+#: What a backend hands a check: each call returns a fresh, empty store.
+StoreFactory = Callable[[], Awaitable[StoreRole]]
+
+#: What a check's body gets: the backend's factory, with each store it makes
+#: checked for the check's roles and emptiness, and closed after the check.
+#: Typed as a full Store for the body's convenience: the body calls only the
+#: methods of the roles its check declares (tests/test_store_roles.py runs
+#: every check on stores that offer nothing more).
+Fresh = Callable[[], Awaitable[Store]]
 
 LEASE = 5.0  # long enough never to expire by accident in a check
 
 
-def check(fn: Check) -> Check:
-    CHECKS.append(fn)
-    return fn
+@attrs.frozen
+class Check:
+    """One conformance check: ``await check(factory)`` runs ``body`` with
+    stores made by ``factory`` (see the module docstring).
+
+    ``roles`` are the roles the check uses; a store made for it that lacks
+    one fails the check with a ``TypeError`` (ask :meth:`skip_reason`
+    first to skip it instead).
+    """
+
+    body: Callable[[Fresh], Awaitable[None]]
+    #: Role classes (``type``, not ``type[StoreRole]``: mypy refuses abstract
+    #: classes there, and every role is one).
+    roles: tuple[type, ...]
+
+    @property
+    def name(self) -> str:
+        """The body's name without its ``check_`` prefix (a test ID)."""
+        return self.body.__name__.removeprefix("check_")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def skip_reason(self, backend: object) -> str | None:
+        """Why this check does not apply to ``backend`` (a store or a store
+        class): the roles it needs that the backend does not offer. None when
+        it applies."""
+        offered = roles_of(backend)
+        missing = [role.__name__ for role in self.roles if role not in offered]
+        if not missing:
+            return None
+        name = backend.__name__ if isinstance(backend, type) else type(backend).__name__
+        return f"{self.name} needs {', '.join(missing)}, which {name} does not offer"
+
+    async def __call__(self, factory: StoreFactory) -> None:
+        made: list[StoreRole] = []
+
+        async def fresh() -> Store:
+            store = await factory()
+            made.append(store)
+            require_roles(store, *self.roles, what=f"the conformance check {self.name}")
+            if isinstance(store, AdminRole):
+                known = await store.queues()
+                assert not known, f"the factory must make empty stores; this one has {known}"
+            # The body uses only the roles just checked (see Fresh).
+            return cast(Store, store)
+
+        try:
+            await self.body(fresh)
+        finally:
+            # Shielded: a check that failed by timing out still closes its stores.
+            with trio.CancelScope(shield=True):
+                for store in made:
+                    await store.aclose()
+
+
+#: Every check, in definition order.
+CHECKS: list[Check] = []
+
+
+def check(*roles: type) -> Callable[[Callable[[Fresh], Awaitable[None]]], Check]:
+    """Register the decorated body in :data:`CHECKS` as a check needing ``roles``."""
+
+    def register(body: Callable[[Fresh], Awaitable[None]]) -> Check:
+        made = Check(body, roles)
+        CHECKS.append(made)
+        return made
+
+    return register
 
 
 def job(job_id: str, queue: str = "q", **kw: object) -> NewJob:
@@ -63,8 +169,24 @@ def stale(ref: LeaseRef) -> LeaseRef:
     return LeaseRef(ref.job_id, ref.queue, ref.token + "-stale", ref.queue_version, ref.partition)
 
 
-@check
-async def check_enqueue_due_job_is_ready(store: Store) -> None:
+@check(WorkerRole)
+async def check_factory_makes_independent_stores(fresh: Fresh) -> None:
+    a, b = await fresh(), await fresh()
+    assert await lease(a) == [], "a store from the factory starts empty"
+    await a.enqueue_many([job("x")])
+    assert await lease(b) == [], "a store from the factory must not see another's jobs"
+    [mine] = await b.enqueue_many([job("x")])
+    assert mine.created, "a store from the factory must not see another's job IDs"
+    [from_a] = await lease(a)
+    [from_b] = await lease(b)
+    assert from_a.job.id == from_b.job.id == "x"
+    assert await a.settle([settle(from_a, SettleKind.SUCCEEDED)]) == [True]
+    assert await b.renew([from_b.ref], LEASE) == [True], "a settle in one store touched another's"
+
+
+@check(WorkerRole, AdminRole)
+async def check_enqueue_due_job_is_ready(fresh: Fresh) -> None:
+    store = await fresh()
     [res] = await store.enqueue_many([job("a")])
     assert res.created and res.job_id == "a"
     got = await store.get_job("a")
@@ -76,8 +198,9 @@ async def check_enqueue_due_job_is_ready(store: Store) -> None:
     assert "q" in await store.queues()
 
 
-@check
-async def check_delayed_job_promoted_when_due(store: Store) -> None:
+@check(WorkerRole, AdminRole)
+async def check_delayed_job_promoted_when_due(fresh: Fresh) -> None:
+    store = await fresh()
     [res] = await store.enqueue_many([job("a", delay=0.4)])
     assert await state_of(store, "a") is JobState.SCHEDULED
     now = await store.now()
@@ -92,16 +215,18 @@ async def check_delayed_job_promoted_when_due(store: Store) -> None:
     assert await state_of(store, "a") is JobState.READY
 
 
-@check
-async def check_run_at_in_past_is_ready(store: Store) -> None:
+@check(WorkerRole, AdminRole)
+async def check_run_at_in_past_is_ready(fresh: Fresh) -> None:
+    store = await fresh()
     now = await store.now()
     await store.enqueue_many([job("past", run_at=now - 60), job("future", run_at=now + 600)])
     assert await state_of(store, "past") is JobState.READY
     assert await state_of(store, "future") is JobState.SCHEDULED
 
 
-@check
-async def check_job_ids_are_idempotent(store: Store) -> None:
+@check(WorkerRole, AdminRole)
+async def check_job_ids_are_idempotent(fresh: Fresh) -> None:
+    store = await fresh()
     first = await store.enqueue_many([job("a"), job("a", delay=100)])
     assert [r.created for r in first] == [True, False]
     [again] = await store.enqueue_many([NewJob("a", "q", "other", b"changed")])
@@ -116,8 +241,9 @@ async def check_job_ids_are_idempotent(store: Store) -> None:
     assert (await store.enqueue_many([job("a")]))[0].created, "a deleted ID can be reused"
 
 
-@check
-async def check_lease_order_follows_due_time(store: Store) -> None:
+@check(WorkerRole)
+async def check_lease_order_follows_due_time(fresh: Fresh) -> None:
+    store = await fresh()
     now = await store.now()
     await store.enqueue_many([job(f"j{i}", run_at=now - 10 + i * 0.01) for i in reversed(range(6))])
     order = [lj.job.id for lj in await lease(store, count=1)]
@@ -125,8 +251,9 @@ async def check_lease_order_follows_due_time(store: Store) -> None:
     assert order == [f"j{i}" for i in range(6)]
 
 
-@check
-async def check_batch_limits(store: Store) -> None:
+@check(WorkerRole)
+async def check_batch_limits(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job(f"r{i}") for i in range(10)])
     await store.enqueue_many([job(f"s{i}", delay=0.2) for i in range(7)])
     assert len(await lease(store, count=3)) == 3
@@ -138,8 +265,9 @@ async def check_batch_limits(store: Store) -> None:
     assert await lease(store) == []
 
 
-@check
-async def check_lease_marks_attempt_owner_and_expiry(store: Store) -> None:
+@check(WorkerRole, AdminRole)
+async def check_lease_marks_attempt_owner_and_expiry(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job("a", max_retries=5, timeout=7.5)])
     before = await store.now()
     [leased] = await lease(store, ttl=2.0)
@@ -152,8 +280,9 @@ async def check_lease_marks_attempt_owner_and_expiry(store: Store) -> None:
     assert got.lease_owner == "w1" and got.lease_token == leased.token
 
 
-@check
-async def check_tokens_are_unique(store: Store) -> None:
+@check(WorkerRole)
+async def check_tokens_are_unique(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job(f"j{i}") for i in range(5)])
     tokens = set()
     for _ in range(3):
@@ -163,8 +292,9 @@ async def check_tokens_are_unique(store: Store) -> None:
     assert len(tokens) == 15
 
 
-@check
-async def check_stale_token_is_fenced(store: Store) -> None:
+@check(WorkerRole, AdminRole)
+async def check_stale_token_is_fenced(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job("a")])
     [leased] = await lease(store)
     bad = stale(leased.ref)
@@ -178,8 +308,9 @@ async def check_stale_token_is_fenced(store: Store) -> None:
     assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [False]
 
 
-@check
-async def check_settle_mixed_batch(store: Store) -> None:
+@check(WorkerRole, AdminRole)
+async def check_settle_mixed_batch(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job("ok"), job("retry"), job("dead"), job("rel")])
     leased = {lj.job.id: lj for lj in await lease(store)}
     results = await store.settle(
@@ -203,8 +334,9 @@ async def check_settle_mixed_batch(store: Store) -> None:
     assert rel is not None and rel.state is JobState.READY and rel.attempts == 0
 
 
-@check
-async def check_retry_waits_its_delay(store: Store) -> None:
+@check(WorkerRole)
+async def check_retry_waits_its_delay(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job("a")])
     [leased] = await lease(store)
     await store.settle([settle(leased, SettleKind.RETRY, error="e1", retry_delay=0.4)])
@@ -217,8 +349,9 @@ async def check_retry_waits_its_delay(store: Store) -> None:
     assert again.token != leased.token
 
 
-@check
-async def check_succeeded_retained_then_trimmed(store: Store) -> None:
+@check(WorkerRole, AdminRole)
+async def check_succeeded_retained_then_trimmed(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job("a")])
     [leased] = await lease(store)
     await store.settle([settle(leased, SettleKind.SUCCEEDED, retain_for=0.3)])
@@ -231,8 +364,9 @@ async def check_succeeded_retained_then_trimmed(store: Store) -> None:
     assert await store.get_job("a") is None
 
 
-@check
-async def check_renew_extends_lease(store: Store) -> None:
+@check(WorkerRole, AdminRole)
+async def check_renew_extends_lease(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job("a")])
     [leased] = await lease(store, ttl=0.4)
     await trio.sleep(0.25)
@@ -244,8 +378,9 @@ async def check_renew_extends_lease(store: Store) -> None:
     assert got is not None and got.state is JobState.LEASED
 
 
-@check
-async def check_expired_lease_recovered_and_old_token_fenced(store: Store) -> None:
+@check(WorkerRole, AdminRole)
+async def check_expired_lease_recovered_and_old_token_fenced(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job("a")])
     [old] = await lease(store, ttl=0.2)
     await trio.sleep(0.3)
@@ -262,8 +397,9 @@ async def check_expired_lease_recovered_and_old_token_fenced(store: Store) -> No
     assert await store.settle([settle(new, SettleKind.SUCCEEDED)]) == [True]
 
 
-@check
-async def check_expired_settle_rejected_before_recovery(store: Store) -> None:
+@check(WorkerRole)
+async def check_expired_settle_rejected_before_recovery(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job("a")])
     [leased] = await lease(store, ttl=0.2)
     await trio.sleep(0.3)
@@ -271,8 +407,9 @@ async def check_expired_settle_rejected_before_recovery(store: Store) -> None:
     assert (await store.recover_expired(["q"], 10)).requeued == ("a",)
 
 
-@check
-async def check_recover_dead_letters_exhausted_jobs(store: Store) -> None:
+@check(WorkerRole, AdminRole)
+async def check_recover_dead_letters_exhausted_jobs(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job("poison", max_retries=0), job("fine", max_retries=1)])
     await lease(store, ttl=0.2)
     await trio.sleep(0.3)
@@ -283,8 +420,9 @@ async def check_recover_dead_letters_exhausted_jobs(store: Store) -> None:
     assert dead is not None and dead.state is JobState.DEAD and "lease expired" in dead.last_error
 
 
-@check
-async def check_recover_respects_limit(store: Store) -> None:
+@check(WorkerRole)
+async def check_recover_respects_limit(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job(f"j{i}") for i in range(5)])
     await lease(store, ttl=0.2)
     await trio.sleep(0.3)
@@ -294,8 +432,9 @@ async def check_recover_respects_limit(store: Store) -> None:
     assert set(first.requeued) | set(second.requeued) == {f"j{i}" for i in range(5)}
 
 
-@check
-async def check_weighted_lease_shares_and_fills(store: Store) -> None:
+@check(WorkerRole)
+async def check_weighted_lease_shares_and_fills(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job(f"h{i}", queue="high") for i in range(40)])
     await store.enqueue_many([job(f"l{i}", queue="low") for i in range(40)])
     queues = [QueueWeight("high", 3), QueueWeight("low", 1)]
@@ -308,8 +447,9 @@ async def check_weighted_lease_shares_and_fills(store: Store) -> None:
     assert [lj.job.id for lj in got] == ["only"], "an empty queue's share goes to others"
 
 
-@check
-async def check_paused_queue_is_not_leased(store: Store) -> None:
+@check(WorkerRole, AdminRole)
+async def check_paused_queue_is_not_leased(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job("a", queue="p"), job("b", queue="q")])
     await store.set_paused("p", True)
     queues = [QueueWeight("p"), QueueWeight("q")]
@@ -322,8 +462,9 @@ async def check_paused_queue_is_not_leased(store: Store) -> None:
     assert [lj.job.id for lj in got] == ["a"]
 
 
-@check
-async def check_inspector_operations(store: Store) -> None:
+@check(WorkerRole, AdminRole)
+async def check_inspector_operations(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job(f"s{i}", delay=100 + i) for i in range(5)])
     page1 = await store.list_jobs("q", JobState.SCHEDULED, offset=0, limit=2)
     page2 = await store.list_jobs("q", JobState.SCHEDULED, offset=2, limit=2)
@@ -344,8 +485,9 @@ async def check_inspector_operations(store: Store) -> None:
     assert revived is not None and revived.state is JobState.READY and revived.attempts == 0
 
 
-@check
-async def check_requeue_dead(store: Store) -> None:
+@check(WorkerRole, AdminRole)
+async def check_requeue_dead(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job(f"d{i}") for i in range(4)])
     leased = await lease(store)
     await store.settle([settle(lj, SettleKind.DEAD, error="x") for lj in leased])
@@ -356,8 +498,9 @@ async def check_requeue_dead(store: Store) -> None:
     assert len(ready) == 4 and all(lj.job.attempts == 1 for lj in ready)
 
 
-@check
-async def check_trim_dead_by_count_and_age(store: Store) -> None:
+@check(WorkerRole, AdminRole)
+async def check_trim_dead_by_count_and_age(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job(f"d{i}") for i in range(5)])
     for lj in sorted(await lease(store), key=lambda lj: lj.job.id):
         await store.settle([settle(lj, SettleKind.DEAD, error="x")])
@@ -369,8 +512,9 @@ async def check_trim_dead_by_count_and_age(store: Store) -> None:
     assert await store.trim(["q"], dead_max_age=0.1, dead_max_count=None) == 3
 
 
-@check
-async def check_topology_versions_drain(store: Store) -> None:
+@check(WorkerRole, AdminRole, TopologyRole)
+async def check_topology_versions_drain(fresh: Fresh) -> None:
+    store = await fresh()
     topo = await store.topology("mig")
     assert topo.active.version == 1
     await store.enqueue_many([job(f"old{i}", queue="mig") for i in range(6)])
@@ -408,8 +552,9 @@ async def check_topology_versions_drain(store: Store) -> None:
     assert stats.total == 0
 
 
-@check
-async def check_wait_ready_wakes_on_enqueue(store: Store) -> None:
+@check(WorkerRole)
+async def check_wait_ready_wakes_on_enqueue(fresh: Fresh) -> None:
+    store = await fresh()
     with trio.fail_after(2):
         await store.enqueue_many([job("now")])
         await store.wait_ready(["q"], timeout=30)  # a ready job is there: no wait
@@ -435,8 +580,9 @@ async def check_wait_ready_wakes_on_enqueue(store: Store) -> None:
     assert woke_at and woke_at[0] - sent_at < 2.0
 
 
-@check
-async def check_wait_scheduled_sees_earlier_job(store: Store) -> None:
+@check(WorkerRole)
+async def check_wait_scheduled_sees_earlier_job(fresh: Fresh) -> None:
+    store = await fresh()
     await store.enqueue_many([job("far", delay=100)])
     res = await store.promote_due(["q"], 10)
     assert res.next_due_at is not None
@@ -457,8 +603,9 @@ async def check_wait_scheduled_sees_earlier_job(store: Store) -> None:
     assert woke
 
 
-@check
-async def check_leadership_epochs(store: Store) -> None:
+@check(LeadershipRole)
+async def check_leadership_epochs(fresh: Fresh) -> None:
+    store = await fresh()
     a = await store.acquire_leadership("cron", "A", 0.3)
     assert a is not None and a.holder == "A" and a.epoch >= 1
     assert await store.acquire_leadership("cron", "B", 0.3) is None
@@ -479,8 +626,9 @@ async def check_leadership_epochs(store: Store) -> None:
     assert c is not None and c.epoch == b.epoch + 1
 
 
-@check
-async def check_triggers_fenced_by_epoch(store: Store) -> None:
+@check(LeadershipRole, AdminRole)
+async def check_triggers_fenced_by_epoch(fresh: Fresh) -> None:
+    store = await fresh()
     old = await store.acquire_leadership("cron", "A", 0.2)
     assert old is not None
     t1 = job("sched:1000", queue="cron-q")

@@ -1,19 +1,25 @@
 """A store wrapper that injects faults, for fault-injection tests.
 
-``FaultyStore(inner)`` behaves exactly like ``inner`` until told otherwise::
+``FaultyStore(inner)`` behaves exactly like ``inner`` (a full
+:class:`~chronos_trio.store.Store`) until told otherwise::
 
     store.fail("settle", times=3)      # the next 3 settle calls raise StoreError
     store.break_ops("renew", "lease")  # every call raises until heal()
     store.heal()
+
+It wraps every method of every role (:data:`OPERATIONS`, built from the
+roles themselves, so a method added to a role is wrapped without a change
+here); ``aclose`` is passed through and never fails.
 """
 
 from __future__ import annotations
 
 import collections
+import inspect
 from collections.abc import Callable
 from typing import Any
 
-from ..store._roles import Store, StoreError
+from ..store._roles import ROLES, Store, StoreError
 
 
 class FaultyStore(Store):
@@ -61,7 +67,8 @@ class FaultyStore(Store):
         await self.inner.aclose()
 
 
-OPERATIONS = sorted(Store.__abstractmethods__)
+#: Every store operation a FaultyStore can fail: each method of each role.
+OPERATIONS = sorted({name for role in ROLES for name in role.__abstractmethods__})
 
 
 def _delegate(name: str) -> Any:
@@ -69,8 +76,13 @@ def _delegate(name: str) -> Any:
         self._maybe_fail(name)
         return await getattr(self.inner, name)(*args, **kwargs)
 
+    declared = getattr(Store, name)
     method.__name__ = name
-    method.__doc__ = getattr(Store, name).__doc__
+    method.__qualname__ = f"FaultyStore.{name}"
+    method.__doc__ = declared.__doc__
+    # Introspection (help(), the public-API test) sees the role's signature.
+    method.__signature__ = inspect.signature(declared)  # type: ignore[attr-defined]
+    method.__annotations__ = dict(declared.__annotations__)
     return method
 
 

@@ -1,0 +1,237 @@
+"""The store's roles: what each backend offers, the role check at the door
+(``require_roles``, the Inspector), the conformance suite's factory and
+role declarations, and FaultyStore wrapping every role method."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Sequence
+from typing import Any, cast
+
+import pytest
+
+from chronos_trio import Inspector
+from chronos_trio.app._inspector import schedule_rows
+from chronos_trio.records import JobState
+from chronos_trio.store import (
+    ROLES,
+    AdminRole,
+    LeadershipRole,
+    MemoryStore,
+    Store,
+    StoreRole,
+    TopologyRole,
+    WorkerRole,
+    require_roles,
+    roles_of,
+)
+from chronos_trio.store.redis import RedisStore
+from chronos_trio.testing import CHECKS, Check, FaultyStore
+from chronos_trio.testing.faulty_store import OPERATIONS
+
+
+# -- the layout -------------------------------------------------------------------------
+def _own_methods(role: type) -> set[str]:
+    """The abstract methods a role adds to those of StoreRole."""
+    return set(role.__abstractmethods__) - set(StoreRole.__abstractmethods__)
+
+
+def test_each_method_belongs_to_one_role_and_store_is_all_of_them() -> None:
+    owners: dict[str, list[str]] = {}
+    for role in ROLES:
+        for name in _own_methods(role):
+            owners.setdefault(name, []).append(role.__name__)
+    assert all(len(o) == 1 for o in owners.values()), owners
+    assert set(owners) | set(StoreRole.__abstractmethods__) == set(Store.__abstractmethods__)
+    assert StoreRole.__abstractmethods__ == frozenset({"now"})
+    assert roles_of(Store) == ROLES
+
+
+@pytest.mark.parametrize("backend", [MemoryStore, RedisStore, FaultyStore, Store])
+def test_shipped_stores_offer_every_role(backend: type) -> None:
+    assert roles_of(backend) == ROLES
+    assert issubclass(backend, Store)
+
+
+# -- stores that offer only some roles ---------------------------------------------------
+def limited_store(roles: Sequence[type], inner: Store) -> StoreRole:
+    """A store offering exactly ``roles`` (and StoreRole), each method passed
+    to ``inner``: the shape of a third-party backend with fewer roles."""
+    names = set(StoreRole.__abstractmethods__).union(*(r.__abstractmethods__ for r in roles))
+
+    def forward(name: str) -> Any:
+        async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return await getattr(self.inner, name)(*args, **kwargs)
+
+        method.__name__ = name
+        return method
+
+    namespace: dict[str, Any] = {name: forward(name) for name in names}
+    label = "".join(r.__name__.removesuffix("Role") for r in roles) or "Bare"
+    cls = type(f"{label}OnlyStore", (*roles, StoreRole), namespace)
+    store = cls()
+    store.inner = inner
+    return cast(StoreRole, store)
+
+
+def test_require_roles_names_the_missing_roles_and_who_needs_them() -> None:
+    worker_only = limited_store([WorkerRole], MemoryStore())
+    require_roles(worker_only, WorkerRole, what="a producer")
+    require_roles(MemoryStore(), *ROLES, what="a full worker")
+    with pytest.raises(TypeError) as info:
+        require_roles(worker_only, WorkerRole, AdminRole, LeadershipRole, what="the janitor")
+    message = str(info.value)
+    assert message.startswith("the janitor needs a store offering WorkerRole, AdminRole and")
+    assert "WorkerOnlyStore lacks AdminRole and LeadershipRole (it offers WorkerRole)" in message
+    with pytest.raises(TypeError, match=r"object lacks AdminRole \(it offers no role\)"):
+        require_roles(object(), AdminRole, what="x")
+
+
+def test_inspector_needs_admin_and_topology() -> None:
+    with pytest.raises(TypeError, match=r"the inspector needs .*AdminRole and TopologyRole"):
+        Inspector(cast(Store, limited_store([WorkerRole, AdminRole], MemoryStore())))
+    Inspector(cast(Store, limited_store([AdminRole, TopologyRole], MemoryStore())))
+
+
+async def test_inspector_lists_queues_of_a_store_with_only_its_roles() -> None:
+    inner = MemoryStore()
+    await inner.set_paused("q", True)
+    inspector = Inspector(cast(Store, limited_store([AdminRole, TopologyRole], inner)))
+    [info] = await inspector.queues()
+    assert info.name == "q" and info.paused and info.counts[JobState.READY] == 0
+    assert [v.version for v in (await inspector.topology("q")).versions] == [1]
+
+
+async def test_schedules_need_leadership() -> None:
+    store = limited_store([AdminRole, TopologyRole], MemoryStore())
+    host = types.SimpleNamespace(store=store, registry=None)
+    with pytest.raises(TypeError, match="listing schedules needs a store offering LeadershipRole"):
+        await schedule_rows(host)  # type: ignore[arg-type]
+
+
+# -- the conformance suite -----------------------------------------------------------------
+def test_every_check_declares_its_roles() -> None:
+    assert len({c.name for c in CHECKS}) == len(CHECKS)
+    for check in CHECKS:
+        assert check.roles and set(check.roles) <= set(ROLES), check
+    # Every role has checks of its own.
+    assert {role for c in CHECKS for role in c.roles} == set(ROLES)
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=str)
+async def test_each_check_needs_only_the_roles_it_declares(
+    check: Check, autojump_clock: object
+) -> None:
+    """A store offering exactly the declared roles passes: a check that called
+    a method of another role would fail here with an AttributeError."""
+
+    async def fresh() -> StoreRole:
+        return limited_store(check.roles, MemoryStore())
+
+    assert check.skip_reason(limited_store(check.roles, MemoryStore())) is None
+    await check(fresh)
+
+
+def test_skip_reason_names_what_a_backend_lacks() -> None:
+    [leadership] = [c for c in CHECKS if c.name == "leadership_epochs"]
+    worker_only = type(limited_store([WorkerRole], MemoryStore()))
+    assert leadership.skip_reason(worker_only) == (
+        "leadership_epochs needs LeadershipRole, which WorkerOnlyStore does not offer"
+    )
+    assert leadership.skip_reason(MemoryStore) is None
+
+
+async def test_a_check_refuses_a_store_without_its_roles(autojump_clock: object) -> None:
+    [topology] = [c for c in CHECKS if c.name == "topology_versions_drain"]
+
+    async def fresh() -> StoreRole:
+        return limited_store([WorkerRole, AdminRole], MemoryStore())
+
+    with pytest.raises(TypeError, match=r"topology_versions_drain needs .*lacks TopologyRole"):
+        await topology(fresh)
+
+
+async def test_a_check_refuses_a_factory_store_that_is_not_empty(autojump_clock: object) -> None:
+    async def fresh() -> MemoryStore:
+        store = MemoryStore()
+        await store.set_paused("leftover", True)
+        return store
+
+    with pytest.raises(AssertionError, match="the factory must make empty stores"):
+        await CHECKS[0](fresh)
+
+
+async def test_the_independence_check_fails_on_a_shared_store(autojump_clock: object) -> None:
+    [independent] = [c for c in CHECKS if c.name == "factory_makes_independent_stores"]
+    shared = limited_store([WorkerRole], MemoryStore())  # no AdminRole: no emptiness check
+
+    async def fresh() -> StoreRole:
+        return shared
+
+    with pytest.raises(AssertionError, match="must not see another's jobs"):
+        await independent(fresh)
+
+
+class _Closing(MemoryStore):
+    closed = 0
+
+    async def aclose(self) -> None:
+        type(self).closed += 1
+
+
+async def test_a_check_closes_every_store_it_made_even_when_it_fails(
+    autojump_clock: object,
+) -> None:
+    [independent] = [c for c in CHECKS if c.name == "factory_makes_independent_stores"]
+    _Closing.closed = 0
+
+    async def fresh() -> MemoryStore:
+        return _Closing()
+
+    await independent(fresh)
+    assert _Closing.closed == 2
+
+    async def failing(make: Any) -> None:
+        await make()
+        raise AssertionError("boom")
+
+    with pytest.raises(AssertionError, match="boom"):
+        await Check(failing, (WorkerRole,))(fresh)
+    assert _Closing.closed == 3
+
+
+# -- FaultyStore -----------------------------------------------------------------------------
+def test_faulty_store_wraps_every_role_method() -> None:
+    every = {name for role in ROLES for name in role.__abstractmethods__}
+    assert set(OPERATIONS) == every == set(Store.__abstractmethods__)
+    for name in every:
+        method = vars(FaultyStore).get(name)
+        assert method is not None, f"FaultyStore does not wrap {name}"
+        assert not getattr(method, "__isabstractmethod__", False), name
+        assert method.__doc__ == getattr(Store, name).__doc__
+    assert not FaultyStore.__abstractmethods__
+
+
+@pytest.mark.parametrize("name", sorted(Store.__abstractmethods__))
+async def test_faulty_store_fails_and_forwards_each_operation(name: str) -> None:
+    calls: list[str] = []
+
+    class Spy(MemoryStore):
+        pass
+
+    for op in Store.__abstractmethods__:
+
+        def spy(op: str = op) -> Any:
+            async def method(self: Any, *args: Any, **kwargs: Any) -> str:
+                calls.append(op)
+                return op
+
+            return method
+
+        setattr(Spy, op, spy())
+    store = FaultyStore(Spy())
+    store.fail(name)
+    with pytest.raises(Exception, match=f"injected fault in {name}"):
+        await getattr(store, name)()
+    assert await getattr(store, name)() == name
+    assert calls == [name] and store.calls[name] == 2 and store.failures[name] == 1
