@@ -48,7 +48,7 @@ from ..runtime._events import ActorRestarted, JobDead
 from ..runtime._registry import DeadLetterHook, WorkerHost
 from ..runtime._state import Counters, Runtime
 from ..runtime._supervisor import ChildSpec, Supervisor
-from ..store import StoreError
+from ..store import AdminRole, LeadershipRole, StoreError, WorkerRole, require_roles
 
 log = logging.getLogger("chronos_trio.worker")
 
@@ -174,6 +174,9 @@ class Worker:
         if self._rt is not None:
             raise RuntimeError("a Worker runs once; create another")
         store = self.app.store
+        # The hot path, plus leadership (schedules, janitor) and the admin
+        # reads the janitor and wait_idle make.
+        require_roles(store, WorkerRole, LeadershipRole, AdminRole, what="a worker")
         rt = self._rt = Runtime.create(self.app, store, self.config)
         for hook in self.app.registry.dead_letter_hooks:
             rt.events.subscribe(
