@@ -9,7 +9,7 @@ import attrs
 import trio
 
 import chronos_trio
-from chronos_trio import App, JobContext, JobState
+from chronos_trio import App, JobContext, JobState, Worker
 from chronos_trio.store import Store
 
 
@@ -30,11 +30,13 @@ class Recorder:
         self.finished: collections.Counter[str] = collections.Counter()
         self.dead: list[chronos_trio.Job] = []
         self.running = 0
+        self.peak = 0  # most handlers running at once
 
         @self.app.task("work", **task_options)
         async def work(args: Work, job: JobContext) -> None:
             self.runs.append((job.id, job.attempt, trio.current_time()))
             self.running += 1
+            self.peak = max(self.peak, self.running)
             try:
                 if args.sleep:
                     await trio.sleep(args.sleep)
@@ -55,6 +57,22 @@ class Recorder:
         return collections.Counter({k: v for k, v in stats.counts.items() if v})
 
 
-async def wait_for(predicate: Any, *, poll: float = 0.01) -> None:
-    while not predicate():
-        await trio.sleep(poll)
+async def wait_for(predicate: Any, *, poll: float = 0.01, timeout: float = 60.0) -> None:
+    """Until ``predicate()`` is true; fails after ``timeout`` seconds."""
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(poll)
+
+
+def lose_lease(worker: Worker, job_id: str) -> None:
+    """Mark the lease of ``job_id``, the one job ``worker`` runs, lost, as the
+    heartbeater does when the store refuses a renewal.
+
+    The one place the tests reach into the runtime (no public call loses a
+    lease on demand): keep it that way, so the tests outlive a rewrite of the
+    in-flight table."""
+    from chronos_trio.runtime import Stage
+
+    [entry] = worker.runtime.table.in_stage(Stage.RUNNING)
+    assert entry.leased.job.id == job_id, entry.leased.job.id
+    assert worker.runtime.table.mark_lost(entry)

@@ -122,36 +122,50 @@ async def _run_in(scope: trio.CancelScope, fn: Callable[[], Awaitable[None]]) ->
 
 @pytest.mark.parametrize("seed", range(8))
 async def test_no_job_waits_while_an_executor_is_free(seed: int, autojump_clock: object) -> None:
+    # The whole run is drawn from the seed before it starts: handlers must not
+    # draw from the rng as they run, or the draws (and so the backlog) would
+    # depend on Trio's randomised scheduling order, not on the seed.
     rng = random.Random(seed)
-    kinds = {}
+    plan: list[list[tuple[str, float]]] = []  # per round: each job's kind, sleep
+    pauses: list[float] = []
+    for _ in range(200):
+        count = rng.choice([1, 1, 2, 5, 20])
+        jobs = []
+        for _ in range(count):
+            kind = rng.choice(["none", "yield", "sleep"])
+            pause = rng.choice([0.001, 0.01, 0.1, 1.0]) if kind == "sleep" else 0.0
+            jobs.append((kind, pause))
+        plan.append(jobs)
+        pauses.append(rng.choice([0.0, 0.0005, 0.02, 0.5]))
+    jobs_by_id = [job for jobs in plan for job in jobs]
 
     async def mixed(n: int) -> None:
-        kind = kinds[n]
+        kind, pause = jobs_by_id[n]
         if kind == "yield":
             await trio.lowlevel.checkpoint()
         elif kind == "sleep":
-            await trio.sleep(rng.choice([0.001, 0.01, 0.1, 1.0]))
+            await trio.sleep(pause)
 
     size = 8
+    # Room for every job sent: the backlog is whatever the plan makes it.
     pool = Pool(size, mixed)
     sent_at: dict[int, float] = {}
     had_a_free_executor: set[int] = set()
     async with trio.open_nursery() as nursery:
         pool.start(nursery)
         n = 0
-        for _ in range(200):
-            count = rng.choice([1, 1, 2, 5, 20])
+        for jobs, pause in zip(plan, pauses, strict=True):
+            count = len(jobs)
             # Executors running a handler, or owed to a job sent and not started.
             busy = pool.running + (n - len(pool.started))
             for k in range(n, n + count):
-                kinds[k] = rng.choice(["none", "yield", "sleep"])
                 sent_at[k] = trio.current_time()
                 if busy < size:
                     had_a_free_executor.add(k)
                 busy += 1
             pool.send_batch(n, count)
             n += count
-            await trio.sleep(rng.choice([0.0, 0.0005, 0.02, 0.5]))
+            await trio.sleep(pause)
         with trio.fail_after(600):
             while len(pool.started) < n:
                 await trio.sleep(0.01)

@@ -1,5 +1,7 @@
 """Fault injection: actors killed mid-flight, restart intensity, lease loss,
-store outages. Every test checks that no job is lost or stuck."""
+store outages. Every test checks that no job is lost or stuck. Each runs on
+the MemoryStore under Trio's virtual clock and on a real Redis with short
+real intervals (see tests/_backends.py)."""
 
 from __future__ import annotations
 
@@ -7,31 +9,40 @@ import pytest
 import trio
 
 import chronos_trio
-from chronos_trio import ACTORS, ActorFailed, JobState, MemoryStore
+from chronos_trio import ACTORS, ActorFailed, JobState
 from chronos_trio.store import QueueWeight
 from chronos_trio.testing import FaultyStore
+from tests._backends import Backend
 from tests._support import Recorder, Work, wait_for
 
+#: Worker timing on memory; on Redis, backend.timing() shortens each one.
 OPTS = {"poll_interval": 0.5, "lease_duration": 4.0, "recover_interval": 0.5}
 
 
 @pytest.mark.parametrize("actor", ACTORS)
-async def test_killing_any_actor_loses_no_job(actor: str, autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore(), max_retries=3)
+async def test_killing_any_actor_loses_no_job(actor: str, backend: Backend, clock: object) -> None:
+    rec = Recorder(backend.store(), max_retries=3)
+    # Ready jobs, delayed jobs, and the gap between strikes, in seconds.
+    ready, delayed, delay, sleep, gap = backend.pick(
+        memory=(60, 20, 2.0, 0.3, 0.7), redis=(24, 8, 0.5, 0.15, 0.2)
+    )
     async with rec.app.open_worker(
-        concurrency=4, batch_size=8, janitor_interval=1.0, **OPTS
+        concurrency=4, batch_size=8, janitor_interval=1.0, **backend.timing(**OPTS)
     ) as worker:
         ids = [
-            r.job_id for r in await rec.work.enqueue_many([Work(i, sleep=0.3) for i in range(60)])
+            r.job_id
+            for r in await rec.work.enqueue_many([Work(i, sleep=sleep) for i in range(ready)])
         ]
         ids += [
             r.job_id
-            for r in await rec.work.enqueue_many([Work(i, sleep=0.3) for i in range(20)], delay=2)
+            for r in await rec.work.enqueue_many(
+                [Work(i, sleep=sleep) for i in range(delayed)], delay=delay
+            )
         ]
         for _ in range(3):
-            await trio.sleep(0.7)
+            await trio.sleep(gap)
             # Strike while jobs are in flight, wherever the actor is blocked.
-            assert len(worker.runtime.table) > 0
+            assert worker.statistics().in_flight > 0
             worker.crash_actor(actor, RuntimeError(f"chaos in {actor}"))
         with trio.fail_after(120):
             await worker.wait_idle()
@@ -42,32 +53,43 @@ async def test_killing_any_actor_loses_no_job(actor: str, autojump_clock: object
     assert rec.dead == []
 
 
-async def test_restart_intensity_escalates_to_worker_failure(autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore())
+async def test_restart_intensity_escalates_to_worker_failure(
+    backend: Backend, clock: object
+) -> None:
+    rec = Recorder(backend.store())
     worker = chronos_trio.Worker(
         rec.app,
-        chronos_trio.WorkerConfig.build(restart_intensity=2, restart_period=10, **OPTS),
+        chronos_trio.WorkerConfig.build(
+            restart_intensity=2,
+            restart_period=10,
+            # The failing worker gives running handlers their grace first.
+            **backend.timing(shutdown_grace=10.0, **OPTS),
+        ),
     )
     await rec.work.enqueue_many([Work(i, sleep=100) for i in range(5)])
     expected = pytest.RaisesExc(ActorFailed, match="'leaser' crashed 3 times within 10s")
-    with pytest.RaisesGroup(expected) as info:
+    with pytest.RaisesGroup(expected) as info, trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)
             await wait_for(lambda: rec.running == 5)
             for _ in range(3):
                 worker.crash_actor("leaser", ValueError("boom"))
-                await trio.sleep(1)
+                await trio.sleep(backend.pick(memory=1.0, redis=0.1))
     assert isinstance(info.value.exceptions[0].__cause__, ValueError)
     # The dying worker still handed its leases straight back.
     assert await rec.states() == {JobState.READY: 5}
 
 
-async def test_restarts_spread_over_time_do_not_escalate(autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore())
-    async with rec.app.open_worker(restart_intensity=2, restart_period=10, **OPTS) as worker:
+async def test_restarts_spread_over_time_do_not_escalate(backend: Backend, clock: object) -> None:
+    rec = Recorder(backend.store())
+    # Crashes `gap` apart: never three within `period`.
+    period, gap = backend.pick(memory=(10.0, 6.0), redis=(0.5, 0.3))
+    async with rec.app.open_worker(
+        restart_intensity=2, restart_period=period, **backend.timing(**OPTS)
+    ) as worker:
         for _ in range(6):
             worker.crash_actor("promoter")
-            await trio.sleep(6)
+            await trio.sleep(gap)
         await rec.work.enqueue(Work(1))
         with trio.fail_after(10):
             await worker.wait_idle()
@@ -75,9 +97,9 @@ async def test_restarts_spread_over_time_do_not_escalate(autojump_clock: object)
     assert len(rec.finished) == 1
 
 
-async def test_crash_actor_rejects_unknown_name(autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore())
-    async with rec.app.open_worker(**OPTS) as worker:
+async def test_crash_actor_rejects_unknown_name(backend: Backend, clock: object) -> None:
+    rec = Recorder(backend.store())
+    async with rec.app.open_worker(**backend.timing(**OPTS)) as worker:
         with pytest.raises(KeyError, match="no running actor 'nope'"):
             worker.crash_actor("nope")
 
@@ -95,9 +117,10 @@ async def _partition_and_steal(store: FaultyStore, lease_duration: float) -> chr
     return stolen.job
 
 
-async def test_lost_lease_cancels_handler(autojump_clock: object) -> None:
-    store = FaultyStore(MemoryStore())
+async def test_lost_lease_cancels_handler(backend: Backend, clock: object) -> None:
+    store = FaultyStore(backend.store())
     rec = Recorder(store)
+    opts = backend.timing(**OPTS)
     cancelled: list[bool] = []
 
     @rec.app.task("long")
@@ -108,14 +131,14 @@ async def test_lost_lease_cancels_handler(autojump_clock: object) -> None:
             cancelled.append(job.lease_lost)
             raise
 
-    async with rec.app.open_worker(**OPTS) as worker:
+    async with rec.app.open_worker(**opts) as worker:
         res = await long.enqueue(b"")
         await wait_for(lambda: worker.statistics().running == 1)
-        stolen = await _partition_and_steal(store, OPTS["lease_duration"])
+        stolen = await _partition_and_steal(store, opts["lease_duration"])
         store.heal()
         with trio.fail_after(10):
             await wait_for(lambda: cancelled != [])
-            await wait_for(lambda: len(worker.runtime.table) == 0)
+            await wait_for(lambda: worker.statistics().in_flight == 0)
         stats = worker.statistics()
     assert cancelled == [True]
     assert stats.lost == 1 and stats.succeeded == 0
@@ -126,18 +149,21 @@ async def test_lost_lease_cancels_handler(autojump_clock: object) -> None:
 
 
 async def test_stale_outcome_is_rejected_and_leaves_new_holder_alone(
-    autojump_clock: object,
+    backend: Backend, clock: object
 ) -> None:
-    store = FaultyStore(MemoryStore())
+    store = FaultyStore(backend.store())
     rec = Recorder(store, max_retries=5)
-    async with rec.app.open_worker(**OPTS) as worker:
+    opts = backend.timing(**OPTS)
+    lease = opts["lease_duration"]
+    async with rec.app.open_worker(**opts) as worker:
         # Finishes (with a failure) after its lease expired, before any
         # heartbeat could tell it so: the store must reject the outcome.
-        res = await rec.work.enqueue(Work(1, sleep=OPTS["lease_duration"] + 2, fail_times=1))
+        overrun = backend.pick(memory=2.0, redis=0.5)
+        res = await rec.work.enqueue(Work(1, sleep=lease + overrun, fail_times=1))
         await wait_for(lambda: worker.statistics().running == 1)
-        stolen = await _partition_and_steal(store, OPTS["lease_duration"])
+        stolen = await _partition_and_steal(store, lease)
         with trio.fail_after(10):
-            await wait_for(lambda: len(worker.runtime.table) == 0)
+            await wait_for(lambda: worker.statistics().in_flight == 0)
         store.heal()
         stats = worker.statistics()
     assert stats.lost == 1 and stats.retried == 0
@@ -146,16 +172,19 @@ async def test_stale_outcome_is_rejected_and_leaves_new_holder_alone(
     assert job.lease_token == stolen.lease_token and job.last_error == ""
 
 
-async def test_worker_rides_out_a_store_outage(autojump_clock: object) -> None:
-    store = FaultyStore(MemoryStore())
+async def test_worker_rides_out_a_store_outage(backend: Backend, clock: object) -> None:
+    store = FaultyStore(backend.store())
     rec = Recorder(store)
-    async with rec.app.open_worker(**OPTS) as worker:
+    # Handlers run `sleep`; the outage starts at `at` (the second batch of 16
+    # running) and lasts `outage`.
+    sleep, at, outage = backend.pick(memory=(0.5, 0.6, 3.0), redis=(0.3, 0.4, 0.8))
+    async with rec.app.open_worker(**backend.timing(**OPTS)) as worker:
         ids = {
-            r.job_id for r in await rec.work.enqueue_many([Work(i, sleep=0.5) for i in range(30)])
+            r.job_id for r in await rec.work.enqueue_many([Work(i, sleep=sleep) for i in range(30)])
         }
-        await trio.sleep(0.6)
+        await trio.sleep(at)
         store.break_ops()  # everything fails, e.g. Redis restarting
-        await trio.sleep(3)
+        await trio.sleep(outage)
         store.heal()
         with trio.fail_after(120):
             await worker.wait_idle()
@@ -166,8 +195,8 @@ async def test_worker_rides_out_a_store_outage(autojump_clock: object) -> None:
     assert await rec.states() == {}
 
 
-async def test_enqueue_surfaces_store_errors(autojump_clock: object) -> None:
-    store = FaultyStore(MemoryStore())
+async def test_enqueue_surfaces_store_errors(backend: Backend, clock: object) -> None:
+    store = FaultyStore(backend.store())
     rec = Recorder(store)
     store.fail("enqueue_many")
     with pytest.raises(chronos_trio.StoreError, match="injected fault"):
@@ -175,15 +204,18 @@ async def test_enqueue_surfaces_store_errors(autojump_clock: object) -> None:
     assert (await rec.work.enqueue(Work(1))).created
 
 
-async def _die_hard(store: FaultyStore, rec: Recorder, jobs: int = 0) -> set[str]:
-    """Run a worker until it runs ``jobs`` new jobs (or any ready job), then
-    kill it with the store unreachable, so nothing is released: like a
-    SIGKILL or a power cut. Returns the IDs of the new jobs."""
+async def _die_hard(
+    store: FaultyStore, rec: Recorder, opts: dict[str, float], jobs: int = 0, sleep: float = 20
+) -> set[str]:
+    """Run a worker until it runs ``jobs`` new jobs of ``sleep`` seconds (or
+    any ready job), then kill it with the store unreachable, so nothing is
+    released: like a SIGKILL or a power cut. Returns the IDs of the new jobs."""
     async with rec.app.open_worker(
-        concurrency=max(1, jobs), shutdown_grace=0, flush_timeout=0.5, **OPTS
+        concurrency=max(1, jobs), shutdown_grace=0, flush_timeout=0.5, **opts
     ):
         ids = {
-            r.job_id for r in await rec.work.enqueue_many([Work(i, sleep=20) for i in range(jobs)])
+            r.job_id
+            for r in await rec.work.enqueue_many([Work(i, sleep=sleep) for i in range(jobs)])
         }
         await wait_for(lambda: rec.running == max(1, jobs))
         store.break_ops()
@@ -191,31 +223,37 @@ async def _die_hard(store: FaultyStore, rec: Recorder, jobs: int = 0) -> set[str
     return ids
 
 
-async def test_crashed_workers_jobs_recovered_after_lease_expiry(autojump_clock: object) -> None:
-    store = FaultyStore(MemoryStore())
+async def test_crashed_workers_jobs_recovered_after_lease_expiry(
+    backend: Backend, clock: object
+) -> None:
+    store = FaultyStore(backend.store())
+    opts = backend.timing(**OPTS)
     dead_worker = Recorder(store)
-    ids = await _die_hard(store, dead_worker, 4)
+    ids = await _die_hard(store, dead_worker, opts, 4, sleep=backend.pick(memory=20, redis=0.5))
     assert await dead_worker.states() == {JobState.LEASED: 4}
     died_at = trio.current_time()
     survivor = Recorder(store)
-    async with survivor.app.open_worker(**OPTS) as worker:
+    async with survivor.app.open_worker(**opts) as worker:
         await wait_for(lambda: len(survivor.runs) == 4)
         recovered_after = trio.current_time() - died_at
         with trio.fail_after(120):
             await worker.wait_idle()
-    assert recovered_after <= OPTS["lease_duration"] + OPTS["recover_interval"] + 0.1
+    # At the latest one recovery pass after the lease ran out.
+    limit = opts["lease_duration"] + opts["recover_interval"] + backend.late(0.1)
+    assert recovered_after <= limit
     assert set(survivor.finished) == ids
     assert {attempt for _, attempt, _ in survivor.runs} == {2}
 
 
-async def test_job_that_keeps_killing_its_worker_goes_dead(autojump_clock: object) -> None:
-    store = FaultyStore(MemoryStore())
-    [job_id] = await _die_hard(store, Recorder(store, max_retries=1), 1)  # attempt 1
-    await trio.sleep(OPTS["lease_duration"] + 0.1)
+async def test_job_that_keeps_killing_its_worker_goes_dead(backend: Backend, clock: object) -> None:
+    store = FaultyStore(backend.store())
+    opts = backend.timing(**OPTS)
+    [job_id] = await _die_hard(store, Recorder(store, max_retries=1), opts, 1)  # attempt 1
+    await trio.sleep(opts["lease_duration"] + 0.1)
     assert (await store.recover_expired(["default"], 10)).requeued == (job_id,)
-    await _die_hard(store, Recorder(store, max_retries=1))  # attempt 2 kills it too
+    await _die_hard(store, Recorder(store, max_retries=1), opts)  # attempt 2 kills it too
     observer = Recorder(store)
-    async with observer.app.open_worker(**OPTS):
+    async with observer.app.open_worker(**opts):
         with trio.fail_after(60):
             await wait_for(lambda: len(observer.dead) == 1)
     [dead] = observer.dead

@@ -1,4 +1,5 @@
-"""Graceful shutdown and embedding in a Trio program."""
+"""Graceful shutdown and embedding in a Trio program, on the MemoryStore under
+Trio's virtual clock and on a real Redis (see tests/_backends.py)."""
 
 from __future__ import annotations
 
@@ -6,23 +7,30 @@ import pytest
 import trio
 
 import chronos_trio
-from chronos_trio import JobState, MemoryStore
+from chronos_trio import JobState
+from tests._backends import Backend
 from tests._support import Recorder, Work, wait_for
 
-OPTS = {"poll_interval": 0.5, "lease_duration": 30.0}
+# A 30 s lease on both backends: released jobs must never wait for it to expire.
+LEASE = {"lease_duration": 30.0}
+
+
+def options(backend: Backend) -> dict[str, float]:
+    return {**backend.timing(poll_interval=0.5), **LEASE}
 
 
 async def test_stop_lets_running_finish_and_releases_the_rest_at_once(
-    autojump_clock: object,
+    backend: Backend, clock: object
 ) -> None:
-    rec = Recorder(MemoryStore())
-    async with rec.app.open_worker(concurrency=2, shutdown_grace=10, **OPTS) as worker:
-        await rec.work.enqueue_many([Work(i, sleep=1.0) for i in range(10)])
+    rec = Recorder(backend.store())
+    sleep, left = backend.pick(memory=(1.0, 0.5), redis=(0.5, 0.25))
+    async with rec.app.open_worker(concurrency=2, shutdown_grace=10, **options(backend)) as worker:
+        await rec.work.enqueue_many([Work(i, sleep=sleep) for i in range(10)])
         await wait_for(lambda: rec.running == 2)
-        await trio.sleep(0.5)
+        await trio.sleep(sleep - left)
         stopping_at = trio.current_time()
     stopped_after = trio.current_time() - stopping_at
-    assert stopped_after == pytest.approx(0.5, abs=0.05), "waited only for running handlers"
+    assert stopped_after == backend.around(left, abs=0.05), "waited only for running handlers"
     assert len(rec.finished) == 2
     assert await rec.states() == {JobState.READY: 8}
     ready = await rec.store.list_jobs("default", JobState.READY)
@@ -33,53 +41,59 @@ async def test_stop_lets_running_finish_and_releases_the_rest_at_once(
 
 
 async def test_grace_period_cancels_slow_handlers_and_releases_them(
-    autojump_clock: object,
+    backend: Backend, clock: object
 ) -> None:
-    rec = Recorder(MemoryStore())
-    async with rec.app.open_worker(concurrency=3, shutdown_grace=2, **OPTS):
+    rec = Recorder(backend.store())
+    grace = backend.pick(memory=2.0, redis=0.5)
+    async with rec.app.open_worker(concurrency=3, shutdown_grace=grace, **options(backend)):
         await rec.work.enqueue_many([Work(i, sleep=500) for i in range(5)])
         await wait_for(lambda: rec.running == 3)
         stopping_at = trio.current_time()
-    assert trio.current_time() - stopping_at == pytest.approx(2.0, abs=0.05)
+    assert trio.current_time() - stopping_at == backend.around(grace, abs=0.05)
     assert rec.running == 0 and not rec.finished
     assert await rec.states() == {JobState.READY: 5}, "nothing waits for lease expiry"
 
 
 async def test_cancelling_the_embedding_scope_shuts_down_gracefully(
-    autojump_clock: object,
+    backend: Backend, clock: object
 ) -> None:
-    rec = Recorder(MemoryStore())
-    worker = chronos_trio.Worker(rec.app, chronos_trio.WorkerConfig.build(concurrency=4, **OPTS))
-    async with trio.open_nursery() as nursery:
-        started = await nursery.start(worker.run)
-        assert started is worker
-        await rec.work.enqueue_many([Work(i, sleep=0.2) for i in range(4)])
-        await rec.work.enqueue_many([Work(i, sleep=0.2) for i in range(4)], delay=60)
-        await wait_for(lambda: rec.running == 4)
-        nursery.cancel_scope.cancel()
+    rec = Recorder(backend.store())
+    config = chronos_trio.WorkerConfig.build(concurrency=4, **options(backend))
+    worker = chronos_trio.Worker(rec.app, config)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            started = await nursery.start(worker.run)
+            assert started is worker
+            await rec.work.enqueue_many([Work(i, sleep=0.2) for i in range(4)])
+            await rec.work.enqueue_many([Work(i, sleep=0.2) for i in range(4)], delay=60)
+            await wait_for(lambda: rec.running == 4)
+            nursery.cancel_scope.cancel()
     # Cancellation asked for the shutdown; the running jobs still finished.
     assert len(rec.finished) == 4
     assert await rec.states() == {JobState.SCHEDULED: 4}
-    await worker.wait_stopped()
+    with trio.fail_after(1):
+        await worker.wait_stopped()
 
 
-async def test_a_second_worker_picks_up_released_jobs(autojump_clock: object) -> None:
-    store = MemoryStore()
+async def test_a_second_worker_picks_up_released_jobs(backend: Backend, clock: object) -> None:
+    store = backend.store()
     first = Recorder(store)
-    async with first.app.open_worker(concurrency=1, shutdown_grace=0.1, **OPTS):
+    sleep = backend.pick(memory=1.0, redis=0.3)
+    async with first.app.open_worker(concurrency=1, shutdown_grace=0.1, **options(backend)):
         ids = {
-            r.job_id for r in await first.work.enqueue_many([Work(i, sleep=1) for i in range(6)])
+            r.job_id
+            for r in await first.work.enqueue_many([Work(i, sleep=sleep) for i in range(6)])
         }
         await wait_for(lambda: first.running == 1)
     second = Recorder(store)
-    async with second.app.open_worker(concurrency=6, **OPTS) as worker:
+    async with second.app.open_worker(concurrency=6, **options(backend)) as worker:
         with trio.fail_after(5):  # far below the 30 s lease: no expiry involved
             await worker.wait_idle()
     assert set(second.finished) == ids
 
 
-async def test_worker_runs_once(autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore())
-    async with rec.app.open_worker(**OPTS) as worker:
+async def test_worker_runs_once(backend: Backend, clock: object) -> None:
+    rec = Recorder(backend.store())
+    async with rec.app.open_worker(**options(backend)) as worker:
         with pytest.raises(RuntimeError, match="runs once"):
             await worker.run()

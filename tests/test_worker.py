@@ -1,4 +1,5 @@
-"""The worker end to end on the MemoryStore, under Trio's virtual clock."""
+"""The worker end to end, on the MemoryStore under Trio's virtual clock and on
+a real Redis with short real intervals (see tests/_backends.py)."""
 
 from __future__ import annotations
 
@@ -11,53 +12,66 @@ import trio
 
 import chronos_trio
 from chronos_trio import App, JobContext, JobState, MemoryStore, PayloadError, SkipRetry
-from tests._support import Recorder, Work, wait_for
+from tests._backends import Backend
+from tests._support import Recorder, Work, lose_lease, wait_for
 
 FAST = {"poll_interval": 0.5, "lease_duration": 5.0}
 
 
-async def test_jobs_run_once_each(autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore())
-    async with rec.app.open_worker(concurrency=8, batch_size=16, **FAST) as worker:
-        results = await rec.work.enqueue_many([Work(i, sleep=0.1) for i in range(100)])
+def default_retry(backend: Backend) -> dict[str, chronos_trio.RetryPolicy]:
+    """The worker's default retry policy (1 s, doubling) on memory; on Redis,
+    a tenth of it: backoff times scale by ``backoff_scale(backend)``."""
+    return backend.pick(memory={}, redis={"retry": chronos_trio.RetryPolicy(base=0.1)})
+
+
+def backoff_scale(backend: Backend) -> float:
+    return backend.pick(memory=1.0, redis=0.1)
+
+
+async def test_jobs_run_once_each(backend: Backend, clock: object) -> None:
+    rec = Recorder(backend.store())
+    n = backend.pick(memory=100, redis=40)
+    async with rec.app.open_worker(
+        concurrency=8, batch_size=16, **backend.timing(**FAST)
+    ) as worker:
+        results = await rec.work.enqueue_many([Work(i, sleep=0.1) for i in range(n)])
         with trio.fail_after(60):
             await worker.wait_idle()
         stats = worker.statistics()
     assert {r.job_id for r in results} == set(rec.finished)
     assert all(n == 1 for n in rec.finished.values())
-    assert stats.succeeded == 100 and stats.dead == 0 and stats.in_flight == 0
+    assert stats.succeeded == n and stats.dead == 0 and stats.in_flight == 0
     assert await rec.states() == {}
 
 
-async def test_concurrency_is_bounded(autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore())
-    peak = 0
-
-    async with rec.app.open_worker(concurrency=5, **FAST) as worker:
-        await rec.work.enqueue_many([Work(i, sleep=1.0) for i in range(40)])
+async def test_concurrency_is_bounded(backend: Backend, clock: object) -> None:
+    rec = Recorder(backend.store())
+    n, sleep = backend.pick(memory=(40, 1.0), redis=(15, 0.2))
+    async with rec.app.open_worker(concurrency=5, **backend.timing(**FAST)) as worker:
+        await rec.work.enqueue_many([Work(i, sleep=sleep) for i in range(n)])
         with trio.fail_after(60):
-            while len(rec.finished) < 40:
-                peak = max(peak, rec.running)
-                await trio.sleep(0.1)
             await worker.wait_idle()
-    assert peak == 5
+    assert len(rec.finished) == n
+    assert rec.peak == 5
 
 
-async def test_delayed_job_starts_at_its_due_time(autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore())
-    async with rec.app.open_worker(**FAST) as worker:
+async def test_delayed_job_starts_at_its_due_time(backend: Backend, clock: object) -> None:
+    rec = Recorder(backend.store())
+    delay, at = backend.pick(memory=(42.0, 7.0), redis=(1.0, 0.5))
+    async with rec.app.open_worker(**backend.timing(**FAST)) as worker:
         start = trio.current_time()
-        await rec.work.enqueue(Work(1), delay=42.0)
-        when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=7)
+        await rec.work.enqueue(Work(1), delay=delay)
+        when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=at)
         await rec.work.enqueue(Work(2), run_at=when)
         with trio.fail_after(100):
             await worker.wait_idle()
     times = sorted(t - start for _, _, t in rec.runs)
-    assert times[0] == pytest.approx(7.0, abs=0.05)
-    assert times[1] == pytest.approx(42.0, abs=0.01)
+    assert times[0] == backend.around(at, abs=0.05)
+    assert times[1] == backend.around(delay, abs=0.01)
 
 
 async def test_jobs_due_within_a_short_wait_are_punctual(autojump_clock: object) -> None:
+    # Memory only: sub-millisecond lateness is a promise of the virtual clock.
     # Due times closer than the promoter's SHORT_WAIT are slept until (no
     # blocking wait in the store): each job of a dense stream starts on time,
     # and one scheduled meanwhile, due before the job slept for, is late by
@@ -83,34 +97,36 @@ async def test_jobs_due_within_a_short_wait_are_punctual(autojump_clock: object)
     assert -1e-6 <= lateness[late.job_id] <= SHORT_WAIT
 
 
-async def test_retry_backoff_doubles(autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore(), max_retries=5)
-    async with rec.app.open_worker(**FAST) as worker:
+async def test_retry_backoff_doubles(backend: Backend, clock: object) -> None:
+    rec = Recorder(backend.store(), max_retries=5)
+    scale = backoff_scale(backend)
+    async with rec.app.open_worker(**default_retry(backend), **backend.timing(**FAST)) as worker:
         [res] = [await rec.work.enqueue(Work(1, fail_times=4))]
         with trio.fail_after(100):
             await worker.wait_idle()
     times = [t for job_id, _, t in rec.runs if job_id == res.job_id]
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert gaps == pytest.approx([1.0, 2.0, 4.0, 8.0], abs=0.02)
+    assert gaps == [backend.around(gap * scale, abs=0.02) for gap in (1.0, 2.0, 4.0, 8.0)]
     assert [a for _, a, _ in rec.runs] == [1, 2, 3, 4, 5]
     assert rec.finished[res.job_id] == 1
 
 
-async def test_backoff_is_capped(autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore(), max_retries=10)
-    policy = chronos_trio.RetryPolicy(base=10, max_delay=25)
-    async with rec.app.open_worker(retry=policy, **FAST) as worker:
+async def test_backoff_is_capped(backend: Backend, clock: object) -> None:
+    rec = Recorder(backend.store(), max_retries=10)
+    scale = backend.pick(memory=1.0, redis=0.02)
+    policy = chronos_trio.RetryPolicy(base=10 * scale, max_delay=25 * scale)
+    async with rec.app.open_worker(retry=policy, **backend.timing(**FAST)) as worker:
         await rec.work.enqueue(Work(1, fail_times=3))
         with trio.fail_after(200):
             await worker.wait_idle()
     times = [t for _, _, t in rec.runs]
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert gaps == pytest.approx([10.0, 20.0, 25.0], abs=0.02)
+    assert gaps == [backend.around(gap * scale, abs=0.02) for gap in (10.0, 20.0, 25.0)]
 
 
-async def test_retries_exhausted_goes_dead_and_fires_hook(autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore(), max_retries=2)
-    async with rec.app.open_worker(**FAST) as worker:
+async def test_retries_exhausted_goes_dead_and_fires_hook(backend: Backend, clock: object) -> None:
+    rec = Recorder(backend.store(), max_retries=2)
+    async with rec.app.open_worker(**default_retry(backend), **backend.timing(**FAST)) as worker:
         res = await rec.work.enqueue(Work(1, fail_times=99))
         with trio.fail_after(100):
             await worker.wait_idle()
@@ -122,8 +138,8 @@ async def test_retries_exhausted_goes_dead_and_fires_hook(autojump_clock: object
     assert [j.id for j in rec.dead] == [res.job_id]
 
 
-async def test_skip_retry_dead_letters_at_once(autojump_clock: object) -> None:
-    app = App(MemoryStore())
+async def test_skip_retry_dead_letters_at_once(backend: Backend, clock: object) -> None:
+    app = App(backend.store())
     dead: list[chronos_trio.Job] = []
 
     @app.task("charge", max_retries=5)
@@ -131,7 +147,7 @@ async def test_skip_retry_dead_letters_at_once(autojump_clock: object) -> None:
         raise SkipRetry("card declined")
 
     app.on_dead_letter(lambda job: _append(dead, job))
-    async with app.open_worker(**FAST) as worker:
+    async with app.open_worker(**backend.timing(**FAST)) as worker:
         res = await charge.enqueue({"cents": 100})
         with trio.fail_after(30):
             await worker.wait_idle()
@@ -145,11 +161,15 @@ async def _append(items: list[chronos_trio.Job], job: chronos_trio.Job) -> None:
     items.append(job)
 
 
-async def test_timeout_cancels_handler_and_counts_as_failure(autojump_clock: object) -> None:
-    app = App(MemoryStore())
+async def test_timeout_cancels_handler_and_counts_as_failure(
+    backend: Backend, clock: object
+) -> None:
+    app = App(backend.store())
     cancelled: list[float] = []
+    # A 3 s timeout and the default 1 s backoff; on Redis a tenth of each.
+    scale = backoff_scale(backend)
 
-    @app.task("slow", timeout=3.0, max_retries=1)
+    @app.task("slow", timeout=3.0 * scale, max_retries=1)
     async def slow(args: bytes, job: JobContext) -> None:
         try:
             await trio.sleep(1000)
@@ -157,25 +177,33 @@ async def test_timeout_cancels_handler_and_counts_as_failure(autojump_clock: obj
             cancelled.append(trio.current_time())
             raise
 
-    async with app.open_worker(**FAST) as worker:
+    async with app.open_worker(**default_retry(backend), **backend.timing(**FAST)) as worker:
         start = trio.current_time()
         res = await slow.enqueue(b"")
         with trio.fail_after(60):
             await worker.wait_idle()
-    assert [t - start for t in cancelled] == pytest.approx([3.0, 7.0], abs=0.05)
+    # The retry runs its own full timeout after the backoff.
+    expected = [backend.around(t * scale, abs=0.05) for t in (3.0, 7.0)]
+    assert [t - start for t in cancelled] == expected
     job = await app.store.get_job(res.job_id)
     assert job is not None and job.state is JobState.DEAD
-    assert "exceeded its 3s timeout" in job.last_error
+    assert f"exceeded its {3.0 * scale:g}s timeout" in job.last_error
 
 
 async def test_each_handler_gets_its_own_timeout_on_a_shared_executor(
-    autojump_clock: object,
+    backend: Backend, clock: object
 ) -> None:
     # One executor runs every job in turn: a short timeout started after a long
     # one is still enforced on time, an earlier job's deadline never cancels
     # a later job, and the executor keeps working after a timeout.
-    app = App(MemoryStore())
+    app = App(backend.store())
     ended: dict[str, tuple[str, float]] = {}
+    # Seconds: long's timeout, short's start and timeout, quick's sleep and
+    # timeout, later's sleep (it outlives long's deadline) and timeout.
+    long_t, short_at, short_t, quick, quick_t, later, later_t = backend.pick(
+        memory=(100.0, 1.0, 2.0, 0.5, 1.0, 150.0, 200.0),
+        redis=(1.0, 0.1, 0.2, 0.05, 0.5, 1.2, 3.0),
+    )
 
     @app.task("sleepy", max_retries=0)
     async def sleepy(args: bytes, job: JobContext) -> None:
@@ -187,37 +215,35 @@ async def test_each_handler_gets_its_own_timeout_on_a_shared_executor(
             raise
         ended[name] = ("done", trio.current_time() - start)
 
-    async with app.open_worker(concurrency=2, **FAST) as worker:
+    async with app.open_worker(concurrency=2, **backend.timing(**FAST)) as worker:
         start = trio.current_time()
-        await sleepy.enqueue(b"long:1000", timeout=100.0)
-        await trio.sleep(1)
-        await sleepy.enqueue(b"short:1000", timeout=2.0)  # due before the long one
+        await sleepy.enqueue(b"long:1000", timeout=long_t)
+        await trio.sleep(short_at)
+        await sleepy.enqueue(b"short:1000", timeout=short_t)  # due before the long one
         with trio.fail_after(300):
-            while "short" not in ended:
-                await trio.sleep(0.1)
+            await wait_for(lambda: "short" in ended, poll=backend.pick(memory=0.1, redis=0.01))
         # The executor that timed out runs a job that outlives both earlier
         # jobs' deadlines and finishes.
-        await sleepy.enqueue(b"quick:0.5", timeout=1.0)
-        await sleepy.enqueue(b"later:150", timeout=200.0)
+        short_ended = trio.current_time() - start
+        await sleepy.enqueue(f"quick:{quick}".encode(), timeout=quick_t)
+        await sleepy.enqueue(f"later:{later}".encode(), timeout=later_t)
         with trio.fail_after(400):
             await worker.wait_idle()
         stats = worker.statistics()
     assert (stats.dead, stats.succeeded) == (2, 2)
-    assert ended["short"] == ("cancelled", pytest.approx(3.0, abs=0.05))
-    assert ended["long"] == ("cancelled", pytest.approx(100.0, abs=0.05))
+    assert ended["short"] == ("cancelled", backend.around(short_at + short_t, abs=0.05))
+    assert ended["long"] == ("cancelled", backend.around(long_t, abs=0.05))
     assert ended["quick"][0] == "done"
-    assert ended["later"] == ("done", pytest.approx(3.0 + 0.5 + 150.0, abs=0.1))
+    assert ended["later"] == ("done", backend.around(short_ended + quick + later, abs=0.1))
 
 
 async def test_a_cancel_too_late_for_its_handler_spares_the_next_job(
-    autojump_clock: object,
+    backend: Backend, clock: object
 ) -> None:
     # The lease of A is lost in the same instant A's handler is released to
     # return normally: the cancel misses A. B, already queued for the same
     # executor, must run in a fresh scope, not be cancelled as a "timeout".
-    from chronos_trio.runtime import Stage
-
-    app = App(MemoryStore())
+    app = App(backend.store())
     gate = trio.Event()
     finished: list[str] = []
 
@@ -226,25 +252,26 @@ async def test_a_cancel_too_late_for_its_handler_spares_the_next_job(
         if args == b"A":
             await gate.wait()
         else:
-            await trio.sleep(1)
+            await trio.sleep(backend.pick(memory=1.0, redis=0.3))
         finished.append(args.decode())
 
-    async with app.open_worker(concurrency=1, **FAST) as worker:
+    # Succeeded jobs are kept, so B's record shows how it ended.
+    async with app.open_worker(
+        concurrency=1, retain_succeeded=600, **backend.timing(**FAST)
+    ) as worker:
         await gated.enqueue(b"A", job_id="A")
         b = await gated.enqueue(b"B", job_id="B")
         with trio.fail_after(30):
-            while not (running := worker.runtime.table.in_stage(Stage.RUNNING)):
-                await trio.sleep(0.01)
-            [entry] = running
-            assert entry.leased.job.id == "A"
+            await wait_for(lambda: worker.statistics().running == 1)
             gate.set()  # A is rescheduled with a value...
-            worker.runtime.table.mark_lost(entry)  # ...so this cancel cannot reach it any more
+            lose_lease(worker, "A")  # ...so this cancel cannot reach it any more
             await worker.wait_idle()
         stats = worker.statistics()
     assert finished == ["A", "B"]
     job_b = await app.store.get_job(b.job_id)
-    assert job_b is None or (job_b.attempts == 1 and not job_b.last_error)
-    assert stats.retried == 0 and stats.dead == 0
+    assert job_b is not None and job_b.state is JobState.SUCCEEDED
+    assert job_b.attempts == 1 and not job_b.last_error
+    assert (stats.succeeded, stats.retried, stats.dead) == (2, 0, 0)
 
 
 @pytest.mark.parametrize(
@@ -256,10 +283,10 @@ async def test_a_cancel_too_late_for_its_handler_spares_the_next_job(
     ],
 )
 async def test_bad_payload_is_dead_with_clear_error(
-    payload: bytes, expected: str, autojump_clock: object
+    payload: bytes, expected: str, backend: Backend, clock: object
 ) -> None:
-    rec = Recorder(MemoryStore(), max_retries=3)
-    async with rec.app.open_worker(**FAST) as worker:
+    rec = Recorder(backend.store(), max_retries=3)
+    async with rec.app.open_worker(**backend.timing(**FAST)) as worker:
         # A producer that does not share our types sends raw bytes.
         producer = App(rec.store)
         res = await producer.enqueue("work", payload)
@@ -272,9 +299,9 @@ async def test_bad_payload_is_dead_with_clear_error(
     assert rec.runs == [] and [j.id for j in rec.dead] == [res.job_id]
 
 
-async def test_unknown_kind_is_dead_with_clear_error(autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore())
-    async with rec.app.open_worker(**FAST) as worker:
+async def test_unknown_kind_is_dead_with_clear_error(backend: Backend, clock: object) -> None:
+    rec = Recorder(backend.store())
+    async with rec.app.open_worker(**backend.timing(**FAST)) as worker:
         res = await App(rec.store).enqueue("no.such.kind", {"x": 1})
         with trio.fail_after(30):
             await worker.wait_idle()
@@ -283,8 +310,8 @@ async def test_unknown_kind_is_dead_with_clear_error(autojump_clock: object) -> 
     assert "no handler registered for kind 'no.such.kind'" in job.last_error
 
 
-async def test_enqueue_validates_input_and_loses_nothing(autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore())
+async def test_enqueue_validates_input_and_loses_nothing(backend: Backend, clock: object) -> None:
+    rec = Recorder(backend.store())
     rec.app.max_payload_bytes = 1000
     with pytest.raises(PayloadError, match="over the 1000-byte limit"):
         await App.enqueue(rec.app, "work", b"x" * 1001)
@@ -311,12 +338,13 @@ async def test_enqueue_validates_input_and_loses_nothing(autojump_clock: object)
     assert await rec.store.queues() == []
 
 
-async def test_explicit_job_id_is_idempotent(autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore())
-    first = await rec.work.enqueue(Work(1), job_id="order-42", delay=10)
+async def test_explicit_job_id_is_idempotent(backend: Backend, clock: object) -> None:
+    rec = Recorder(backend.store())
+    delay = backend.pick(memory=10.0, redis=0.3)
+    first = await rec.work.enqueue(Work(1), job_id="order-42", delay=delay)
     second = await rec.work.enqueue(Work(2), job_id="order-42")
     assert first.created and not second.created
-    async with rec.app.open_worker(**FAST) as worker:
+    async with rec.app.open_worker(**backend.timing(**FAST)) as worker:
         with trio.fail_after(30):
             await worker.wait_idle()
     assert rec.finished == {"order-42": 1}
@@ -324,8 +352,8 @@ async def test_explicit_job_id_is_idempotent(autojump_clock: object) -> None:
     assert third.created, "once the job is gone the ID may be used again"
 
 
-async def test_handler_can_enqueue_follow_up_jobs(autojump_clock: object) -> None:
-    app = App(MemoryStore())
+async def test_handler_can_enqueue_follow_up_jobs(backend: Backend, clock: object) -> None:
+    app = App(backend.store())
     done: list[int] = []
 
     @app.task("countdown")
@@ -334,15 +362,15 @@ async def test_handler_can_enqueue_follow_up_jobs(autojump_clock: object) -> Non
         if n:
             await job.app.enqueue("countdown", n - 1)
 
-    async with app.open_worker(**FAST) as worker:
+    async with app.open_worker(**backend.timing(**FAST)) as worker:
         await countdown.enqueue(5)
         with trio.fail_after(30):
             await worker.wait_idle()
     assert done == [5, 4, 3, 2, 1, 0]
 
 
-async def test_weighted_queues_prefer_heavier(autojump_clock: object) -> None:
-    app = App(MemoryStore())
+async def test_weighted_queues_prefer_heavier(backend: Backend, clock: object) -> None:
+    app = App(backend.store())
     order: list[str] = []
 
     @app.task("q")
@@ -353,7 +381,7 @@ async def test_weighted_queues_prefer_heavier(autojump_clock: object) -> None:
     await q.enqueue_many(["x"] * 40, queue="high")
     await q.enqueue_many(["x"] * 40, queue="low")
     async with app.open_worker(
-        queues="high=4,low=1", concurrency=1, batch_size=5, **FAST
+        queues="high=4,low=1", concurrency=1, batch_size=5, **backend.timing(**FAST)
     ) as worker:
         with trio.fail_after(60):
             await worker.wait_idle()
@@ -362,28 +390,33 @@ async def test_weighted_queues_prefer_heavier(autojump_clock: object) -> None:
     assert order.count("low") == 40
 
 
-async def test_paused_queue_waits_until_resumed(autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore())
+async def test_paused_queue_waits_until_resumed(backend: Backend, clock: object) -> None:
+    rec = Recorder(backend.store())
     await rec.store.set_paused("default", True)
-    async with rec.app.open_worker(**FAST):
+    async with rec.app.open_worker(**backend.timing(**FAST)):
         await rec.work.enqueue_many([Work(i) for i in range(3)])
-        await trio.sleep(5)
+        await trio.sleep(backend.pick(memory=5.0, redis=0.5))
         assert rec.runs == []
         await rec.store.set_paused("default", False)
         with trio.fail_after(10):
             await wait_for(lambda: len(rec.finished) == 3)
 
 
-async def test_retained_success_is_inspectable_then_trimmed(autojump_clock: object) -> None:
-    rec = Recorder(MemoryStore())
-    async with rec.app.open_worker(retain_succeeded=30, janitor_interval=10, **FAST):
+async def test_retained_success_is_inspectable_then_trimmed(
+    backend: Backend, clock: object
+) -> None:
+    rec = Recorder(backend.store())
+    # Kept for `retain`, trimmed by a janitor pass every `every`, gone by `gone`.
+    retain, every, gone = backend.pick(memory=(30.0, 10.0, 45.0), redis=(0.5, 0.2, 1.2))
+    opts = backend.timing(**FAST)
+    async with rec.app.open_worker(retain_succeeded=retain, janitor_interval=every, **opts):
         res = await rec.work.enqueue(Work(1))
         with trio.fail_after(10):
             await wait_for(lambda: len(rec.finished) == 1)
         await trio.sleep(0.1)
         job = await rec.store.get_job(res.job_id)
         assert job is not None and job.state is JobState.SUCCEEDED
-        await trio.sleep(45)
+        await trio.sleep(gone)
         assert await rec.store.get_job(res.job_id) is None
 
 
