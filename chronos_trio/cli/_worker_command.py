@@ -3,7 +3,7 @@
 * ``--processes 1`` (default): one worker in this process. SIGTERM/SIGINT
   shut it down gracefully; a second signal exits at once (leases then expire
   and are recovered by other workers).
-* ``--processes N``: a :class:`~chronos_trio._process_manager.ProcessManager`
+* ``--processes N``: a :class:`~chronos_trio.cli.ProcessManager`
   in this process runs N children, each ``python -m chronos_trio worker APP
   <same options> --child-index I --heartbeat-fd FD`` (hidden options). A
   child writes heartbeats to FD, exits by itself when its stdin (a pipe the
