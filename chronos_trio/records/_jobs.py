@@ -68,6 +68,11 @@ class Job:
     last_error: str = ""
     created_at: float = 0.0
     finished_at: float | None = None
+    #: Empty for a sound record. Otherwise why the stored record could not
+    #: be read as it is (which field, what it held); the fields it names hold
+    #: defaults. Only inspection shows such jobs: workers never run them
+    #: (the store dead-letters a damaged record it meets).
+    damage: str = ""
 
     @property
     def retries_left(self) -> int:

@@ -187,7 +187,7 @@ require_field_order(
     (
         "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
         "timeout", "lease_token", "lease_owner", "lease_expires_at", "queue_version",
-        "partition", "last_error", "created_at", "finished_at",
+        "partition", "last_error", "created_at", "finished_at", "damage",
     ),
     "store.redis._jobs._leased_jobs",
 )  # fmt: skip
