@@ -225,3 +225,10 @@ async def test_single_process_worker_runs_jobs_and_stops_on_signal(
     assert any(e["event"] == "leased" for e in lines)
     shutdown = [e for e in lines if e["event"] == "shutting down gracefully"]
     assert shutdown and shutdown[0]["signal"] == signal.Signals(signum).name
+
+
+def test_leader_ttl_is_a_worker_option() -> None:
+    # A killed leader's interval schedules miss triggers until another worker
+    # takes over: a deployment that cares sets a shorter lease.
+    assert _config("--leader-ttl", "3").leader_ttl == 3.0
+    assert _config().leader_ttl == WorkerConfig().leader_ttl

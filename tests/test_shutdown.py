@@ -97,3 +97,36 @@ async def test_worker_runs_once(backend: Backend, clock: object) -> None:
     async with rec.app.open_worker(**options(backend)) as worker:
         with pytest.raises(RuntimeError, match="runs once"):
             await worker.run()
+
+
+async def test_unstarted_jobs_are_ready_while_a_handler_still_runs(
+    backend: Backend, clock: object
+) -> None:
+    # The early release itself, observed mid-grace: if shutdown only released
+    # what was left after the running handler finished, the final state would
+    # look the same, but these jobs would sit leased until then.
+    rec = Recorder(backend.store())
+    release = trio.Event()
+
+    @rec.app.task("hold")
+    async def hold(args: bytes, job: chronos_trio.JobContext) -> None:
+        await release.wait()
+
+    opts = {**options(backend), "shutdown_grace": 60.0}
+    async with trio.open_nursery() as nursery:
+        worker = rec.app.worker(concurrency=1, batch_size=8, **opts)
+        await nursery.start(worker.run)
+        await hold.enqueue(b"", job_id="holder")
+        await wait_for(lambda: worker.statistics().running == 1)
+        await rec.work.enqueue_many([Work(i) for i in range(5)])
+        await wait_for(lambda: worker.statistics().in_flight == 6)  # all leased, 1 runs
+        worker.stop()
+        with trio.fail_after(10):
+            while (await rec.states()).get(JobState.READY, 0) < 5:
+                await trio.sleep(0.01)
+        states = await rec.states()
+        assert states == {JobState.READY: 5, JobState.LEASED: 1}, states
+        assert worker.statistics().running == 1  # the handler is still inside its grace
+        release.set()
+    assert not rec.finished  # released, never run
+    assert await rec.states() == {JobState.READY: 5}

@@ -72,7 +72,7 @@ def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool) -> None:
         rt.counters.succeeded += 1
         if debug:
             log.debug(
-                "succeeded job=%s kind=%s queue=%s attempt=%d",
+                "succeeded job=%s kind=%s queue=%s attempt=%s",
                 job.id,
                 job.kind,
                 job.queue,
@@ -83,7 +83,7 @@ def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool) -> None:
     elif kind is SettleKind.RETRY:
         rt.counters.retried += 1
         log.info(
-            "retry job=%s kind=%s queue=%s attempt=%d in=%.2fs error=%s",
+            "retry job=%s kind=%s queue=%s attempt=%s in=%.2fs error=%s",
             job.id,
             job.kind,
             job.queue,

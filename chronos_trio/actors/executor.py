@@ -181,6 +181,9 @@ async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog, dispatch: Dispa
 async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog) -> Settlement:
     job = entry.leased.job
     ref = entry.leased.ref
+    damage = _damage(job)
+    if damage is not None:
+        return Settlement(ref, SettleKind.DEAD, error=damage)
     task = rt.registry.tasks.get(job.kind)
     # The job's id, kind and queue are in its record (and in the log line):
     # the error says only what went wrong.
@@ -192,6 +195,8 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
         payload: Any = decode_payload(job.payload, task.payload_type)
     except PayloadError as exc:
         return Settlement(ref, SettleKind.DEAD, error=str(exc))
+    except Exception as exc:  # a decoder bug must not crash the executor
+        return Settlement(ref, SettleKind.DEAD, error=f"payload does not decode: {exc!r}")
     deadline = trio.current_time() + job.timeout
     ctx = JobContext(
         job=job, worker_id=rt.config.worker_id, deadline=deadline, app=rt.app, lease=entry
@@ -212,6 +217,25 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
         # may not cancel the next one on its account (the table forgets the
         # scope when the outcome is decided).
         slot.entry = None
+
+
+def _damage(job: Job) -> str | None:
+    """Why a leased job cannot be run as its record says, or None. The
+    stores dead-letter damaged records before handing them out; this keeps
+    one that slipped through (a store bug, a newer writer) from crashing the
+    executor into its restart limit: it goes dead instead, once."""
+    if type(job.payload) is not bytes:
+        return f"damaged record: payload is {type(job.payload).__name__}, not bytes"
+    if type(job.kind) is not str or not job.kind:
+        return f"damaged record: kind is {job.kind!r}"
+    for field in ("attempts", "max_retries"):
+        value = getattr(job, field)
+        if type(value) is not int or value < 0:
+            return f"damaged record: {field} is {value!r}, not an integer >= 0"
+    timeout = job.timeout
+    if not isinstance(timeout, float | int) or not 0 < timeout < math.inf:
+        return f"damaged record: timeout is {timeout!r}, not a number of seconds > 0"
+    return None
 
 
 def _interrupted(rt: Runtime, entry: Entry) -> Settlement | None:

@@ -37,7 +37,7 @@ async def run(
             if not ok and table.mark_lost(entry):
                 job = entry.leased.job
                 log.warning(
-                    "lease lost job=%s kind=%s queue=%s attempt=%d",
+                    "lease lost job=%s kind=%s queue=%s attempt=%s",
                     job.id,
                     job.kind,
                     job.queue,

@@ -51,7 +51,7 @@ async def run(
         if log.isEnabledFor(logging.DEBUG):
             for leased in batch:
                 log.debug(
-                    "leased job=%s kind=%s queue=%s attempt=%d",
+                    "leased job=%s kind=%s queue=%s attempt=%s",
                     leased.job.id,
                     leased.job.kind,
                     leased.job.queue,

@@ -74,6 +74,7 @@ _OPTIONS = {
     "recover_interval": "recover_interval",
     "shutdown_grace": "shutdown_grace",
     "retain_succeeded": "retain_succeeded",
+    "leader_ttl": "leader_ttl",
 }
 
 
@@ -137,6 +138,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         type=seconds(allow_zero=True),
         help="keep succeeded jobs visible for this long (0: drop at once)",
+    )
+    worker.add_argument(
+        "--leader-ttl",
+        metavar="S",
+        type=seconds(),
+        help="leadership lease: a dead leader's schedules and janitor move to another "
+        "worker within this long (15)",
     )
     manager = parser.add_argument_group("process manager (--processes > 1)")
     manager.add_argument(

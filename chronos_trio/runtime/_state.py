@@ -69,7 +69,7 @@ class Runtime:
         """Log a job the store just dead-lettered and publish it (the
         notifier runs the dead-letter hooks). Never awaits."""
         log.warning(
-            "dead job=%s kind=%s queue=%s attempts=%d error=%s",
+            "dead job=%s kind=%s queue=%s attempts=%s error=%s",
             job.id,
             job.kind,
             job.queue,
