@@ -26,11 +26,13 @@ from .records import ChronosError as ChronosError
 from .records import EnqueueResult as EnqueueResult
 from .records import InspectorError as InspectorError
 from .records import Job as Job
+from .records import JobCancelled as JobCancelled
 from .records import JobState as JobState
 from .records import LeasedJob as LeasedJob
 from .records import LeaseRef as LeaseRef
 from .records import NewJob as NewJob
 from .records import PayloadError as PayloadError
+from .records import Retry as Retry
 from .records import RetryPolicy as RetryPolicy
 from .records import SkipRetry as SkipRetry
 from .records import StoreError as StoreError

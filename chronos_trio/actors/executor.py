@@ -16,6 +16,7 @@ And a batch does not wake every idle executor: see :class:`Dispatch`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import traceback
 from typing import Any
@@ -23,11 +24,12 @@ from typing import Any
 import trio
 
 from ..records._codec import decode_payload
-from ..records._errors import PayloadError, SkipRetry
+from ..records._errors import PayloadError, Retry, SkipRetry
 from ..records._jobs import Job, LeaseRef
 from ..runtime._context import JobContext
 from ..runtime._inflight import Entry, InFlight
 from ..runtime._state import Runtime, log
+from ..runtime._tasks import TaskSpec
 from ..store import SettleKind, Settlement
 
 #: Longest error text kept on a job (message plus the end of the traceback).
@@ -199,17 +201,34 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
         return Settlement(ref, SettleKind.DEAD, error=f"payload does not decode: {exc!r}")
     deadline = trio.current_time() + job.timeout
     ctx = JobContext(
-        job=job, worker_id=rt.config.worker_id, deadline=deadline, app=rt.app, lease=entry
+        job=job,
+        worker_id=rt.config.worker_id,
+        deadline=deadline,
+        app=rt.app,
+        lease=entry,
+        lifespan=rt.lifespan,
+        scope=slot.scope,
+        in_thread=not task.is_async,
     )
     slot.entry = entry
     slot.deadline = deadline
     watchdog.started(deadline)
     try:
-        await task.fn(payload, ctx)
+        if rt.registry.middleware:
+            await _with_middleware(rt, task, payload, ctx)
+        elif task.is_async:
+            await task.fn(payload, ctx)  # type: ignore[misc]  # is_async: it returns an awaitable
+        else:
+            await _in_thread(rt, task, payload, ctx)
     except SkipRetry as exc:
         return Settlement(ref, SettleKind.DEAD, error=_error_text(exc, "SkipRetry"))
+    except Retry as exc:
+        return _failure(rt, task, job, ref, _error_text(exc, "Retry"), exc.delay)
     except Exception as exc:
-        return _failure(rt, job, ref, _error_text(exc))
+        if task.never_retry and isinstance(exc, task.never_retry):
+            label = f"{type(exc).__name__} (never retried for this task)"
+            return Settlement(ref, SettleKind.DEAD, error=_error_text(exc, label))
+        return _failure(rt, task, job, ref, _error_text(exc))
     else:
         return Settlement(ref, SettleKind.SUCCEEDED, retain_for=rt.config.retain_succeeded)
     finally:
@@ -217,6 +236,32 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
         # may not cancel the next one on its account (the table forgets the
         # scope when the outcome is decided).
         slot.entry = None
+
+
+async def _in_thread(rt: Runtime, task: TaskSpec, payload: Any, ctx: JobContext) -> object:
+    """A plain-function handler, in a worker thread (never on the event
+    loop), at most ``sync_concurrency`` at once. When its run is called off
+    (timeout, lost lease, shutdown past its grace) the thread is abandoned:
+    the outcome is decided at once and the thread's result, when it comes,
+    is dropped."""
+    try:
+        return await trio.to_thread.run_sync(
+            task.fn, payload, ctx, limiter=rt.sync_limiter, abandon_on_cancel=True
+        )
+    except trio.Cancelled:
+        ctx.call_off()  # the abandoned thread may still be watching
+        raise
+
+
+async def _with_middleware(rt: Runtime, task: TaskSpec, payload: Any, ctx: JobContext) -> object:
+    """The handler inside every registered middleware, the first one
+    outermost, all within the run's cancel scope (timeouts apply)."""
+    async with contextlib.AsyncExitStack() as stack:
+        for middleware in rt.registry.middleware:
+            await stack.enter_async_context(middleware(ctx))
+        if task.is_async:
+            return await task.fn(payload, ctx)  # type: ignore[misc]
+        return await _in_thread(rt, task, payload, ctx)
 
 
 def _damage(job: Job) -> str | None:
@@ -246,20 +291,32 @@ def _interrupted(rt: Runtime, entry: Entry) -> Settlement | None:
         return None
     return _failure(
         rt,
+        rt.registry.tasks.get(job.kind),
         job,
         entry.leased.ref,
         f"TimeoutError: handler exceeded its {job.timeout:g}s timeout",
     )
 
 
-def _failure(rt: Runtime, job: Job, ref: LeaseRef, error: str) -> Settlement:
+def _failure(
+    rt: Runtime,
+    task: TaskSpec | None,
+    job: Job,
+    ref: LeaseRef,
+    error: str,
+    delay: float | None = None,
+) -> Settlement:
+    """A failed attempt: retry after ``delay`` (None: the task's backoff,
+    else the worker's), or dead once the attempts are used up."""
     if job.attempts > job.max_retries:
         return Settlement(
             ref,
             SettleKind.DEAD,
             error=f"retries exhausted after {job.attempts} attempt(s): {error}",
         )
-    delay = rt.config.retry.delay(job.attempts)
+    if delay is None:
+        policy = task.retry if task is not None and task.retry is not None else rt.config.retry
+        delay = policy.delay(job.attempts)
     return Settlement(ref, SettleKind.RETRY, error=error, retry_delay=delay)
 
 

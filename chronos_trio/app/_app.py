@@ -22,15 +22,17 @@ from ..records._options import (
     JobDefaults,
     check_options,
 )
+from ..records._retry import RetryPolicy
 from ..runtime._config import WorkerConfig
-from ..runtime._registry import DeadLetterHook, Registry
+from ..runtime._registry import DeadLetterHook, Lifespan, Middleware, Registry
 from ..runtime._schedule import MisfirePolicy, Schedule
-from ..runtime._tasks import Handler, TaskSpec
+from ..runtime._tasks import DEFAULT_RESULT_TTL, Handler, TaskSpec
 from ..store import Store, open_store
 from ..worker import Worker
+from ._handlers import inspect_handler
 from ._inspector import Inspector
 from ._schedules import build_schedule, check_unique
-from ._task import Task, payload_type_of
+from ._task import Task
 
 P = TypeVar("P")
 
@@ -45,6 +47,10 @@ class App:
     ``App()`` uses an in-memory store (one process, nothing to install);
     ``App("redis://127.0.0.1:6379/0")`` uses Redis. The store is opened on
     first use, so an App can be created at import time.
+
+    ``lifespan(app)`` is an async context manager each worker process enters
+    once, before its first lease, and exits after its last settle; what it
+    yields (a DB pool, an HTTP client) is ``job.lifespan`` in handlers.
     """
 
     def __init__(
@@ -53,13 +59,14 @@ class App:
         *,
         name: str = "chronos",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        lifespan: Lifespan | None = None,
     ) -> None:
         self.name = name
         self.max_payload_bytes = max_payload_bytes
         self._store_url = store if isinstance(store, str) or store is None else None
         self._store: Store | None = store if isinstance(store, Store) else None
         #: What workers of this app run: tasks, hooks, schedules.
-        self.registry = Registry(name)
+        self.registry = Registry(name, lifespan=lifespan)
 
     # -- store -------------------------------------------------------------------
     @property
@@ -104,33 +111,67 @@ class App:
         queue: str = DEFAULT_QUEUE,
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        never_retry: Sequence[type[BaseException]] = (),
+        result_ttl: float = DEFAULT_RESULT_TTL,
     ) -> Callable[[Handler], Task[P]]:
-        """Register ``async def handler(payload, job)`` under ``kind``.
+        """Register ``handler(payload, job)`` under ``kind``: an ``async def``
+        (runs on the event loop) or a plain ``def`` (runs in a worker thread,
+        see ``sync_concurrency``).
 
         The payload type comes from the first parameter's annotation: an attrs
-        class (JSON via cattrs), ``bytes`` (raw), or anything cattrs handles.
+        class (JSON via cattrs), ``bytes`` (raw), or anything cattrs handles;
+        the result type from the return annotation (none, or ``None``: no
+        result is kept). ``retry`` is this task's backoff (default: the
+        worker's); an exception of a ``never_retry`` type dead-letters the
+        job at once; results are kept ``result_ttl`` seconds.
+
+        Raises ``TypeError`` for a function that cannot be a handler (not
+        callable, a generator, not taking ``(payload, job)``) and
+        ``ValueError`` for a bad option or a kind already registered.
         """
         check_options(max_retries=max_retries, timeout=timeout)
         if not kind:
             raise ValueError("task kind must be a non-empty string")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy, got {retry!r}")
+        never = tuple(never_retry)
+        for exc_type in never:
+            if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
+                raise TypeError(f"never_retry takes exception classes, got {exc_type!r}")
+        if not result_ttl > 0:
+            raise ValueError(f"result_ttl must be > 0 seconds, got {result_ttl!r}")
 
         def register(fn: Handler) -> Task[P]:
             if kind in self.registry.tasks:
                 raise ValueError(f"a task is already registered under kind {kind!r}")
-            if not callable(fn):
-                raise TypeError(f"{fn!r} is not callable")
+            shape = inspect_handler(fn)
             spec = TaskSpec(
                 kind=kind,
                 fn=fn,
-                payload_type=payload_type_of(fn),
+                payload_type=shape.payload_type,
                 queue=queue,
                 max_retries=max_retries,
                 timeout=timeout,
+                is_async=shape.is_async,
+                result_type=shape.result_type,
+                result_ttl=result_ttl,
+                retry=retry,
+                never_retry=never,
             )
             self.registry.tasks[kind] = spec
             return Task(self, spec)
 
         return register
+
+    def middleware(self, factory: Middleware) -> Middleware:
+        """Register ``factory(job) -> async context manager`` entered around
+        every handler run, inside the run's cancel scope (timeouts and lost
+        leases apply to it), in registration order (the first is outermost).
+        What it raises counts as the handler's failure. With none registered
+        a run costs nothing extra."""
+        self.registry.middleware.append(factory)
+        return factory
 
     def on_dead_letter(self, hook: DeadLetterHook) -> DeadLetterHook:
         """Register ``async def hook(job)``, called once a job is dead-lettered

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import inspect
 import os
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Generic, NoReturn, Protocol, TypeVar, Unpack, get_type_hints
+from collections.abc import Iterable, Sequence
+from typing import Any, Generic, NoReturn, Protocol, TypeVar, Unpack
 
 import attrs
 
@@ -19,21 +18,6 @@ P = TypeVar("P")
 
 #: Job IDs a caller gives are at most this long.
 MAX_JOB_ID_LENGTH = 200
-
-
-def payload_type_of(fn: Callable[..., Any]) -> Any:
-    """The annotated type of a handler's first parameter (Any if missing)."""
-    params = list(inspect.signature(fn).parameters.values())
-    if len(params) != 2:
-        raise TypeError(
-            f"handler {fn.__qualname__} must take (payload, job_context), "
-            f"it takes {len(params)} parameter(s)"
-        )
-    try:
-        hints = get_type_hints(fn)
-    except Exception:  # unresolvable forward references: fall back to raw JSON
-        hints = {}
-    return hints.get(params[0].name, Any)
 
 
 require_field_order(

@@ -5,7 +5,9 @@ from ._errors import ActionRefused as ActionRefused
 from ._errors import ActorFailed as ActorFailed
 from ._errors import ChronosError as ChronosError
 from ._errors import InspectorError as InspectorError
+from ._errors import JobCancelled as JobCancelled
 from ._errors import PayloadError as PayloadError
+from ._errors import Retry as Retry
 from ._errors import SkipRetry as SkipRetry
 from ._errors import StoreError as StoreError
 from ._errors import TopologyError as TopologyError

@@ -7,6 +7,8 @@
     │   └── TopologyError       a topology change was refused
     ├── PayloadError            a payload could not be encoded or decoded, or is too large
     ├── SkipRetry               raised by a handler: dead-letter this job at once
+    ├── Retry                   raised by a handler: run it again after a delay
+    ├── JobCancelled            raised by job.check_cancelled() once a run is called off
     ├── UnknownTask             no task is registered under a kind
     ├── ActorFailed             an actor exceeded its restart intensity
     └── InspectorError          an admin request could not be carried out
@@ -39,6 +41,29 @@ class SkipRetry(ChronosError):
 
     ``raise SkipRetry("card declined")`` or ``raise SkipRetry(exc) from exc``.
     """
+
+
+class Retry(ChronosError):
+    """Raise from a handler to run the job again ``delay`` seconds from now
+    (None: after the task's usual backoff). It counts an attempt like any
+    failure: once ``max_retries`` are used up the job is dead.
+
+    ``raise Retry(delay=30)`` or ``raise Retry(30, "upstream busy")``.
+    """
+
+    def __init__(self, delay: float | None = None, reason: str = "") -> None:
+        if delay is not None and not (delay >= 0 and delay != float("inf")):
+            raise ValueError(f"Retry delay must be a finite number >= 0, got {delay!r}")
+        super().__init__(reason or (f"retry in {delay:g}s" if delay is not None else "retry"))
+        self.delay = delay
+        self.reason = reason
+
+
+class JobCancelled(ChronosError):
+    """Raised by ``job.check_cancelled()`` in a handler whose run was called
+    off (timeout, lost lease, shutdown): a plain-function handler running in
+    a thread calls it to stop cooperatively (its thread is otherwise
+    abandoned, see the README)."""
 
 
 class PayloadError(ChronosError, ValueError):

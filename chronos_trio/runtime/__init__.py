@@ -26,6 +26,8 @@ from ._inflight import IllegalTransition as IllegalTransition
 from ._inflight import InFlight as InFlight
 from ._inflight import Stage as Stage
 from ._registry import DeadLetterHook as DeadLetterHook
+from ._registry import Lifespan as Lifespan
+from ._registry import Middleware as Middleware
 from ._registry import Registry as Registry
 from ._registry import WorkerHost as WorkerHost
 from ._restarts import RestartWindow as RestartWindow
@@ -36,6 +38,7 @@ from ._schedule import leadership_name as leadership_name
 from ._schedule import trigger_job_id as trigger_job_id
 from ._state import Counters as Counters
 from ._state import Runtime as Runtime
+from ._tasks import DEFAULT_RESULT_TTL as DEFAULT_RESULT_TTL
 from ._tasks import Handler as Handler
 from ._tasks import TaskSpec as TaskSpec
 

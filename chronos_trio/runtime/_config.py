@@ -85,6 +85,11 @@ class WorkerConfig:
         default=(QueueWeight("default"),), converter=parse_queues
     )
     concurrency: int = attrs.field(default=16, validator=_positive)
+    #: Plain-function handlers running in threads at once, at most (each
+    #: also holds one of the ``concurrency`` places while it runs).
+    sync_concurrency: int = attrs.field(
+        default=_derived(lambda c: c.concurrency), validator=_positive
+    )
     batch_size: int = attrs.field(default=64, validator=_positive)
     #: Leased jobs waiting for a free executor, at most.
     queue_buffer: int = attrs.field(default=_derived(lambda c: c.batch_size), validator=_positive)

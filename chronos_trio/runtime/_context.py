@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any, Protocol, Unpack
 
 import attrs
+import trio
 
+from ..records._errors import JobCancelled
 from ..records._jobs import EnqueueResult, Job
 from ..records._options import EnqueueOptions
 from ..store import Store
@@ -38,7 +40,13 @@ class JobContext:
     handler is cancelled there. ``lease_lost`` turns True when the worker lost
     the lease (another worker may now run the job); the handler is cancelled
     too, so it only matters to cleanup code. ``app`` is the App the worker
-    runs for (``await job.app.enqueue("kind", payload)``).
+    runs for (``await job.app.enqueue("kind", payload)``). ``lifespan`` is
+    what the app's lifespan yielded for this worker process (a DB pool, an
+    HTTP client; None without one).
+
+    A plain-function handler runs in a worker thread and cannot be
+    interrupted there: it may read :attr:`cancelled` or call
+    :meth:`check_cancelled` to stop once its run was called off.
     """
 
     job: Job
@@ -46,6 +54,12 @@ class JobContext:
     deadline: float
     app: Producer
     _lease: LeaseStatus
+    lifespan: Any = None
+    _scope: trio.CancelScope | None = None
+    #: Set by the executor for a handler in a worker thread: the scope may
+    #: not be read there, so the executor tells the thread with this flag.
+    _in_thread: bool = False
+    _called_off: bool = False
 
     @property
     def id(self) -> str:
@@ -67,3 +81,23 @@ class JobContext:
     @property
     def lease_lost(self) -> bool:
         return self._lease.lost
+
+    @property
+    def cancelled(self) -> bool:
+        """True once this run was called off (timeout, lost lease, or a
+        shutdown past its grace). Safe to read from the handler's thread."""
+        if self._in_thread:
+            return self._called_off
+        scope = self._scope
+        return scope is not None and scope.cancel_called
+
+    def call_off(self) -> None:
+        """The executor's note that this run was called off (for a handler
+        in a worker thread, which cannot see the cancel scope)."""
+        self._called_off = True
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`~chronos_trio.JobCancelled` if this run was called
+        off: how a long plain-function handler stops cooperatively."""
+        if self.cancelled:
+            raise JobCancelled(f"job {self.job.id}: run called off")

@@ -8,17 +8,24 @@ to a worker as a :class:`WorkerHost`; the runtime never imports the App.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
 import attrs
 
 from ..records._jobs import Job
-from ._context import Producer
+from ._context import JobContext, Producer
 from ._schedule import Schedule, leadership_name
 from ._tasks import TaskSpec
 
 #: ``async def hook(job)``, called for each dead-lettered job.
 DeadLetterHook = Callable[[Job], Awaitable[object]]
+#: ``middleware(job_context)`` -> an async context manager entered around
+#: every handler run (inside the run's cancel scope).
+Middleware = Callable[[JobContext], AbstractAsyncContextManager[object]]
+#: ``lifespan(app)`` -> an async context manager entered once per worker
+#: process, before the first lease; its value is ``job.lifespan``.
+Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
 
 
 @attrs.define(eq=False)
@@ -33,6 +40,9 @@ class Registry:
     tasks: dict[str, TaskSpec] = attrs.field(factory=dict)
     dead_letter_hooks: list[DeadLetterHook] = attrs.field(factory=list)
     schedules: list[Schedule] = attrs.field(factory=list)
+    #: Around every handler run, the first registered outermost.
+    middleware: list[Middleware] = attrs.field(factory=list)
+    lifespan: Lifespan | None = None
 
     @property
     def leadership_name(self) -> str:

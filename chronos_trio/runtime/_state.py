@@ -5,8 +5,10 @@ actor that crashes and restarts; each piece has one writer, named below."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import attrs
+import trio
 from trio_util import AsyncValue
 
 from ..records._jobs import Job
@@ -50,6 +52,10 @@ class Runtime:
     #: leader-elector (and cleared by the scheduler when the store rejects its
     #: epoch); singleton duties run only while it is not None.
     leadership: AsyncValue[Leadership | None] = attrs.field(factory=lambda: AsyncValue(None))
+    #: Threads plain-function handlers may use at once (sync_concurrency).
+    sync_limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
+    #: What the app's lifespan yielded (set by the worker before any actor runs).
+    lifespan: Any = None
 
     @property
     def registry(self) -> Registry:
@@ -63,6 +69,7 @@ class Runtime:
             config=config,
             table=InFlight(config.max_in_flight, config.queue_buffer),
             events=EventBus(config.event_buffer),
+            sync_limiter=trio.CapacityLimiter(config.sync_concurrency),
         )
 
     def report_dead(self, job: Job, *, recovered: bool, duration: float | None = None) -> None:

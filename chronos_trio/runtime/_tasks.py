@@ -1,4 +1,5 @@
-"""A registered task as the runtime sees it: the handler and its job defaults."""
+"""A registered task as the runtime sees it: the handler, how to call it,
+and its job defaults."""
 
 from __future__ import annotations
 
@@ -7,16 +8,26 @@ from typing import Any
 
 import attrs
 
+from ..records._retry import RetryPolicy
 from ._context import JobContext
 
-#: ``async def handler(payload, job_context)``.
-Handler = Callable[[Any, JobContext], Awaitable[object]]
+#: ``async def handler(payload, job_context)``, or a plain ``def`` (run in a
+#: worker thread).
+Handler = Callable[[Any, JobContext], Awaitable[object] | object]
+
+#: How long a result is kept when the task does not say (seconds).
+DEFAULT_RESULT_TTL = 3600.0
 
 
 @attrs.frozen
 class TaskSpec:
     """One registered handler and its job defaults (the App's ``Task`` wraps
-    it for producers)."""
+    it for producers).
+
+    ``is_async`` False: the handler is a plain function, run in a worker
+    thread. ``result_type``: how the return value is stored (None: nothing
+    is). ``retry``: this task's backoff (None: the worker's). ``never_retry``:
+    exception types that dead-letter the job at once."""
 
     kind: str
     fn: Handler
@@ -24,3 +35,8 @@ class TaskSpec:
     queue: str
     max_retries: int
     timeout: float
+    is_async: bool = True
+    result_type: Any = None
+    result_ttl: float = DEFAULT_RESULT_TTL
+    retry: RetryPolicy | None = None
+    never_retry: tuple[type[BaseException], ...] = ()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from types import ModuleType
 
 import attrs
@@ -191,23 +191,29 @@ class Worker:
             ",".join(f"{q.name}={q.weight}" for q in self.config.queues),
             self.config.concurrency,
         )
+        lifespan = self.app.registry.lifespan
         try:
-            with _unwrapped_failure():
-                async with trio.open_nursery() as root:
-                    for group, modules in GROUPS.items():
-                        specs = [_spec(rt, module) for module in modules]
-                        scopes[group] = await root.start(self._run_group, specs)
-                    task_status.started(self)
-                    try:
-                        await self._stop.wait()
-                    finally:
-                        # Shielded: an outer cancellation is exactly what asks for
-                        # this shutdown, and it must still flush every outcome.
-                        with trio.CancelScope(shield=True):
-                            await self._shutdown(rt, scopes)
+            # Entered before the first lease and left after the last settle.
+            async with lifespan(self.app) if lifespan else nullcontext() as value:
+                rt.lifespan = value
+                try:
+                    with _unwrapped_failure():
+                        async with trio.open_nursery() as root:
+                            for group, modules in GROUPS.items():
+                                specs = [_spec(rt, module) for module in modules]
+                                scopes[group] = await root.start(self._run_group, specs)
+                            task_status.started(self)
+                            try:
+                                await self._stop.wait()
+                            finally:
+                                # Shielded: an outer cancellation is exactly what asks
+                                # for this shutdown, and it must still flush every outcome.
+                                with trio.CancelScope(shield=True):
+                                    await self._shutdown(rt, scopes)
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await self._release_leftovers(rt)
         finally:
-            with trio.CancelScope(shield=True):
-                await self._release_leftovers(rt)
             self._stopped.set()
             log.info("worker %s stopped: %s", self.id, self.statistics())
 

@@ -1,0 +1,350 @@
+"""The handler contract: plain functions run in worker threads (never on the
+event loop), wrong shapes fail at registration, retry rules are per task,
+middleware wraps every run inside its cancel scope, and the lifespan is
+entered once per worker around everything."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+
+from chronos_trio import (
+    App,
+    JobCancelled,
+    JobContext,
+    JobState,
+    MemoryStore,
+    Retry,
+    RetryPolicy,
+)
+from tests._support import wait_for
+
+FAST = {"poll_interval": 0.5, "lease_duration": 5.0}
+
+
+# -- plain-function handlers ------------------------------------------------------------
+async def test_a_plain_function_runs_once_in_a_thread_not_on_the_loop() -> None:
+    app = App(MemoryStore())
+    calls: list[tuple[str, int]] = []
+    loop_thread = threading.get_ident()
+    ticks = 0
+
+    @app.task("sync.work")
+    def work(args: bytes, job: JobContext) -> None:
+        time.sleep(0.2)  # blocks its thread only
+        calls.append((job.id, threading.get_ident()))
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.sleep(0.01)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        async with app.open_worker(**FAST) as worker:
+            result = await work.enqueue(b"x")
+            with trio.fail_after(10):
+                await wait_for(lambda: calls)
+                await worker.wait_idle()
+            stats = worker.statistics()
+        nursery.cancel_scope.cancel()
+    # Ran exactly once (today's bug: run on the loop, then TypeError on
+    # `await None`, retried: four runs and a dead job) and off the loop.
+    assert [job_id for job_id, _ in calls] == [result.job_id]
+    assert calls[0][1] != loop_thread
+    assert stats.succeeded == 1 and stats.retried == 0 and stats.dead == 0
+    assert ticks >= 10, "the event loop went on while the handler slept"
+
+
+async def test_plain_handlers_are_bounded_by_sync_concurrency() -> None:
+    app = App(MemoryStore())
+    running = 0
+    peak = 0
+    lock = threading.Lock()
+
+    @app.task("sync.slow")
+    def slow(args: bytes, job: JobContext) -> None:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.05)
+        with lock:
+            running -= 1
+
+    async with app.open_worker(concurrency=8, sync_concurrency=2, **FAST) as worker:
+        await slow.enqueue_many([b"x"] * 10)
+        with trio.fail_after(20):
+            await worker.wait_idle()
+    assert peak == 2
+
+
+async def test_a_plain_handler_past_its_timeout_is_abandoned_and_can_stop_itself() -> None:
+    app = App(MemoryStore())
+    left_at: list[float] = []
+    start = time.monotonic()
+
+    @app.task("sync.loop", timeout=0.3, max_retries=0)
+    def loop(args: bytes, job: JobContext) -> None:
+        try:
+            while True:
+                job.check_cancelled()
+                time.sleep(0.01)
+        except JobCancelled:
+            left_at.append(time.monotonic() - start)
+            raise
+
+    async with app.open_worker(**FAST) as worker:
+        res = await loop.enqueue(b"x")
+        with trio.fail_after(10):
+            await worker.wait_idle()
+            await wait_for(lambda: left_at)
+    job = await app.store.get_job(res.job_id)
+    assert job is not None and job.state is JobState.DEAD
+    assert "exceeded its 0.3s timeout" in job.last_error
+    assert 0.3 <= left_at[0] < 1.5, left_at
+
+
+async def test_a_plain_handler_that_never_returns_cannot_hold_up_shutdown() -> None:
+    app = App(MemoryStore())
+    started = threading.Event()
+
+    @app.task("sync.forever", timeout=3600)
+    def forever(args: bytes, job: JobContext) -> None:
+        started.set()
+        while True:  # checks nothing: only abandoning the thread ends its run
+            time.sleep(0.05)
+
+    worker = app.worker(shutdown_grace=0.5, **FAST)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        res = await forever.enqueue(b"x")
+        with trio.fail_after(10):
+            await trio.to_thread.run_sync(started.wait)
+        stopping = time.monotonic()
+        worker.stop()
+    took = time.monotonic() - stopping
+    assert 0.5 <= took < 2.0, took
+    job = await app.store.get_job(res.job_id)
+    assert job is not None and job.state is JobState.READY and job.attempts == 0
+
+
+# -- handler shapes ---------------------------------------------------------------------
+def _gen(args: bytes, job: JobContext) -> Any:
+    yield 1
+
+
+async def _agen(args: bytes, job: JobContext) -> Any:
+    yield 1
+
+
+@pytest.mark.parametrize(
+    ("fn", "message"),
+    [
+        (42, "is not callable"),
+        (lambda: None, "must take (payload, job_context), it takes 0"),
+        (lambda a, b, c: None, "must take (payload, job_context), it takes 3"),
+        (_gen, "is a generator function"),
+        (_agen, "is a generator function"),
+    ],
+)
+def test_wrong_handler_shapes_fail_at_registration(fn: Any, message: str) -> None:
+    app = App(MemoryStore())
+    with pytest.raises(TypeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        app.task("bad")(fn)
+    assert "bad" not in app.tasks
+
+
+def test_handler_kinds_and_result_types_are_read_at_registration() -> None:
+    app = App(MemoryStore())
+
+    @app.task("a")
+    async def a(args: bytes, job: JobContext) -> int:
+        return 1
+
+    @app.task("s")
+    def s(args: bytes, job: JobContext, extra: int = 0) -> None:
+        return None
+
+    assert a.spec.is_async and a.spec.result_type is int
+    assert not s.spec.is_async and s.spec.result_type is None
+    with pytest.raises(TypeError, match="RetryPolicy"):
+        app.task("r", retry=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="exception classes"):
+        app.task("n", never_retry=["ValueError"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="result_ttl"):
+        app.task("t", result_ttl=0)
+
+
+# -- retry rules per task ---------------------------------------------------------------
+async def test_a_task_has_its_own_backoff(autojump_clock: object) -> None:
+    app = App(MemoryStore())
+    runs: list[float] = []
+
+    @app.task("flat", max_retries=3, retry=RetryPolicy(base=5.0, factor=1.0))
+    async def flat(args: bytes, job: JobContext) -> None:
+        runs.append(trio.current_time())
+        raise ValueError("again")
+
+    # The worker's own policy (1 s doubling) must not apply to this task.
+    async with app.open_worker(retry=RetryPolicy(base=1.0), **FAST) as worker:
+        await flat.enqueue(b"x")
+        with trio.fail_after(120):
+            await worker.wait_idle()
+    gaps = [round(b - a, 2) for a, b in itertools.pairwise(runs)]
+    assert gaps == [5.0, 5.0, 5.0]
+
+
+async def test_retry_asks_for_a_delay_and_counts_an_attempt(autojump_clock: object) -> None:
+    app = App(MemoryStore())
+    runs: list[tuple[int, float]] = []
+
+    @app.task("later", max_retries=2)
+    async def later(args: bytes, job: JobContext) -> None:
+        runs.append((job.attempt, trio.current_time()))
+        raise Retry(delay=7, reason="upstream busy")
+
+    async with app.open_worker(**FAST) as worker:
+        res = await later.enqueue(b"x")
+        with trio.fail_after(120):
+            await worker.wait_idle()
+    assert [a for a, _ in runs] == [1, 2, 3]
+    assert [round(t2 - t1, 2) for (_, t1), (_, t2) in itertools.pairwise(runs)] == [
+        7.0,
+        7.0,
+    ]
+    job = await app.store.get_job(res.job_id)
+    assert job is not None and job.state is JobState.DEAD
+    assert "retries exhausted after 3 attempt(s): Retry: upstream busy" in job.last_error
+    with pytest.raises(ValueError, match="finite number"):
+        Retry(delay=-1)
+
+
+async def test_never_retry_exceptions_dead_letter_at_once(autojump_clock: object) -> None:
+    app = App(MemoryStore())
+    runs = 0
+
+    class BadInput(Exception):
+        pass
+
+    @app.task("strict", max_retries=5, never_retry=(BadInput,))
+    async def strict(args: bytes, job: JobContext) -> None:
+        nonlocal runs
+        runs += 1
+        if args == b"bad":
+            raise BadInput("malformed order")
+        raise ValueError("flaky")
+
+    async with app.open_worker(**FAST) as worker:
+        bad = await strict.enqueue(b"bad")
+        flaky = await strict.enqueue(b"flaky", max_retries=1)
+        with trio.fail_after(120):
+            await worker.wait_idle()
+    job = await app.store.get_job(bad.job_id)
+    assert job is not None and job.state is JobState.DEAD and job.attempts == 1
+    assert job.last_error.startswith("BadInput (never retried for this task): malformed order")
+    other = await app.store.get_job(flaky.job_id)
+    assert other is not None and other.attempts == 2  # other exceptions still retry
+    assert runs == 3
+
+
+# -- middleware ---------------------------------------------------------------------------
+async def test_middleware_wraps_each_run_in_order_inside_its_cancel_scope(
+    autojump_clock: object,
+) -> None:
+    app = App(MemoryStore())
+    trail: list[str] = []
+
+    def named(name: str, *, sleep: float = 0.0, fail: bool = False) -> Any:
+        @asynccontextmanager
+        async def middleware(job: JobContext) -> AsyncIterator[None]:
+            trail.append(f"{name}>{job.id}")
+            if sleep:
+                await trio.sleep(sleep)
+            if fail:
+                raise RuntimeError(f"{name} refused")
+            try:
+                yield
+            finally:
+                trail.append(f"{name}<{job.id}")
+
+        return middleware
+
+    app.middleware(named("outer"))
+    app.middleware(named("inner"))
+
+    @app.task("mw", max_retries=0, timeout=2)
+    async def mw(args: bytes, job: JobContext) -> None:
+        trail.append(f"run {job.id}")
+        if args == b"slow":
+            await trio.sleep(10)
+
+    async with app.open_worker(concurrency=1, **FAST) as worker:
+        await mw.enqueue(b"ok", job_id="a")
+        with trio.fail_after(60):
+            await worker.wait_idle()
+        assert trail == ["outer>a", "inner>a", "run a", "inner<a", "outer<a"]
+        trail.clear()
+        await mw.enqueue(b"slow", job_id="b")  # the timeout reaches inside middleware
+        with trio.fail_after(60):
+            await worker.wait_idle()
+    assert trail == ["outer>b", "inner>b", "run b", "inner<b", "outer<b"]
+    job_b = await app.store.get_job("b")
+    assert job_b is not None and "exceeded its 2s timeout" in job_b.last_error
+
+    app2 = App(MemoryStore())
+    app2.middleware(named("gate", fail=True))
+
+    @app2.task("mw2", max_retries=0)
+    async def mw2(args: bytes, job: JobContext) -> None:
+        trail.append("never")
+
+    async with app2.open_worker(**FAST) as worker:
+        res = await mw2.enqueue(b"x")
+        with trio.fail_after(60):
+            await worker.wait_idle()
+    failed = await app2.store.get_job(res.job_id)
+    assert failed is not None and failed.state is JobState.DEAD
+    assert "RuntimeError: gate refused" in failed.last_error and "never" not in trail
+
+
+# -- lifespan ----------------------------------------------------------------------------
+async def test_the_lifespan_wraps_the_worker_and_handlers_reach_its_value(
+    autojump_clock: object,
+) -> None:
+    events: list[str] = []
+    store = MemoryStore()
+
+    @asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[dict[str, str]]:
+        events.append("enter")
+        try:
+            yield {"pool": "db-pool"}
+        finally:
+            [stats] = await store.stats(["default"])
+            events.append(f"exit leased={stats.counts[JobState.LEASED]}")
+
+    app = App(store, lifespan=lifespan)
+    seen: list[Any] = []
+
+    @app.task("uses.pool")
+    async def uses(args: bytes, job: JobContext) -> None:
+        seen.append(job.lifespan["pool"])
+        await trio.sleep(1)
+
+    async with app.open_worker(concurrency=4, **FAST) as worker:
+        assert events == ["enter"]
+        await uses.enqueue_many([b"x"] * 6)
+        await wait_for(lambda: len(seen) >= 2)
+    # Left after the last settle: nothing was still leased when it exited.
+    assert events == ["enter", "exit leased=0"]
+    assert seen and set(seen) == {"db-pool"}
+    assert worker.statistics().succeeded + worker.statistics().released == 6
