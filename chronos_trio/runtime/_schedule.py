@@ -32,11 +32,10 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import math
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import attrs
-from croniter import CroniterBadDateError, croniter
 
 from ..records._jobs import NewJob
 from ..records._options import (
@@ -77,6 +76,14 @@ _MACROS = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
+
+
+def _croniter() -> tuple[Any, type[Exception]]:
+    """croniter and its "never fires" error, imported on first use: it costs
+    tens of milliseconds at start-up, and most workers have no cron schedule."""
+    from croniter import CroniterBadDateError, croniter
+
+    return croniter, CroniterBadDateError
 
 
 def leadership_name(app_name: str) -> str:
@@ -173,10 +180,11 @@ class Schedule:
         assert self.cron is not None
         if self.cron != _normalize_cron(self.cron):
             raise ValueError(f"cron spec {self.cron!r} is not normalized; use app.cron()")
+        croniter, bad_date = _croniter()
         try:
             it = croniter(self.cron, dt.datetime.now(self._zone))
             it.get_next(float)
-        except CroniterBadDateError as exc:
+        except bad_date as exc:
             raise ValueError(f"cron spec {self.cron!r} never fires") from exc
         except (ValueError, TypeError, KeyError) as exc:
             raise ValueError(f"bad cron spec {self.cron!r}: {exc}") from exc
@@ -243,6 +251,7 @@ class Schedule:
         # From the whole second: a datetime rounds to microseconds, which could
         # step past a trigger a hair after t. Triggers fall on whole seconds,
         # so none lies in (floor(t), t].
+        croniter, _ = _croniter()
         it = croniter(self.cron, dt.datetime.fromtimestamp(math.floor(t), self._zone))
         while True:
             x = float(it.get_next(float))
@@ -264,13 +273,14 @@ class Schedule:
         # whole second" is "at or before t".
         assert self.cron is not None
         start = dt.datetime.fromtimestamp(math.floor(t) + 1, self._zone)
+        croniter, bad_date = _croniter()
         it = croniter(self.cron, start)
         try:
             while True:
                 x = float(it.get_prev(float))
                 if x <= t and not self._repeated(x):
                     return x
-        except CroniterBadDateError:
+        except bad_date:
             return None
 
     def _repeated(self, t: float) -> bool:
