@@ -6,7 +6,11 @@ from ._errors import ActorFailed as ActorFailed
 from ._errors import ChronosError as ChronosError
 from ._errors import InspectorError as InspectorError
 from ._errors import JobCancelled as JobCancelled
+from ._errors import JobError as JobError
+from ._errors import JobFailed as JobFailed
+from ._errors import JobNotFound as JobNotFound
 from ._errors import PayloadError as PayloadError
+from ._errors import ResultExpired as ResultExpired
 from ._errors import Retry as Retry
 from ._errors import SkipRetry as SkipRetry
 from ._errors import StoreError as StoreError

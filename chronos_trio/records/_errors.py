@@ -11,6 +11,10 @@
     ├── JobCancelled            raised by job.check_cancelled() once a run is called off
     ├── UnknownTask             no task is registered under a kind
     ├── ActorFailed             an actor exceeded its restart intensity
+    ├── JobError                a job's outcome, as a producer waiting on it sees it
+    │   ├── JobFailed           the job is dead (its last error and attempts)
+    │   ├── JobNotFound         no such job (never enqueued, or trimmed)
+    │   └── ResultExpired       the job succeeded but its result is gone
     └── InspectorError          an admin request could not be carried out
         ├── UnknownQueue
         ├── UnknownJob
@@ -83,6 +87,33 @@ class ActorFailed(ChronosError):
         self.actor = actor
         self.restarts = restarts
         self.period = period
+
+
+class JobError(ChronosError):
+    """What ``handle.result()`` raises when there is no result to give."""
+
+    def __init__(self, message: str, job_id: str) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
+class JobFailed(JobError):
+    """The job is dead: ``last_error`` says why, after ``attempts`` attempts."""
+
+    def __init__(self, job_id: str, last_error: str, attempts: int) -> None:
+        first = (last_error.splitlines() or ["no error recorded"])[0]
+        super().__init__(f"job {job_id} failed after {attempts} attempt(s): {first}", job_id)
+        self.last_error = last_error
+        self.attempts = attempts
+
+
+class JobNotFound(JobError, LookupError):
+    """No job with that ID: never enqueued (in that queue), or trimmed."""
+
+
+class ResultExpired(JobError):
+    """The job succeeded, but its result was kept for ``result_ttl`` seconds
+    and that time is over (or its task stores no result)."""
 
 
 class InspectorError(ChronosError):
