@@ -21,7 +21,15 @@ import attrs
 import trio
 
 from ..records._jobs import Job, JobState
-from ._roles import DAMAGED_RECORD, CheckReport, Finding, Problem, QueueVersion, Repair
+from ._roles import (
+    DAMAGED_RECORD,
+    CheckReport,
+    Finding,
+    Problem,
+    QueueVersion,
+    Repair,
+    finding_order,
+)
 
 
 class _Record(Protocol):
@@ -167,7 +175,7 @@ def check(
         repair=repair,
         lease_grace=lease_grace,
         now=now,
-        findings=tuple(findings),
+        findings=tuple(sorted(findings, key=finding_order)),
         partitions=sum(_partitions(store, q) for q in names),
         records=records,
         index_entries=entries,
@@ -222,7 +230,7 @@ def _repair(store: MemoryStore, job: Job, finding: Finding, now: float) -> Findi
     if finding.problem is Problem.DAMAGED:
         reason = DAMAGED_RECORD + finding.detail
         store._put(attrs.evolve(cleared, state=JobState.DEAD, last_error=reason, finished_at=now))
-        return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=f"dead: {reason}")
+        return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=reason)
     if finding.problem is Problem.EXPIRED_LEASE:
         if job.attempts > job.max_retries:
             reason = (
@@ -232,9 +240,7 @@ def _repair(store: MemoryStore, job: Job, finding: Finding, now: float) -> Findi
             store._put(
                 attrs.evolve(cleared, state=JobState.DEAD, last_error=reason, finished_at=now)
             )
-            return attrs.evolve(
-                finding, repair=Repair.DEAD_LETTERED, repair_detail=f"dead: {reason}"
-            )
+            return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=reason)
         store._put(attrs.evolve(cleared, state=JobState.READY, run_at=now))
         return attrs.evolve(finding, repair=Repair.RECOVERED, repair_detail="ready again (due now)")
     # an index problem: a new version of the record makes every old entry

@@ -249,18 +249,23 @@ class Finding:
     repair_detail: str = ""
 
 
+def finding_order(finding: Finding) -> tuple[str, int, int, str]:
+    """The order reports list findings in: by queue, version, partition, job id."""
+    return (finding.queue, finding.queue_version, finding.partition, finding.job_id)
+
+
 @attrs.frozen
 class CheckReport:
     """What one walk of a store found (see :meth:`CheckRole.check`).
 
-    ``findings`` lists problems and report-only findings (newer-format
-    records, quarantine entries) in the order found. The counters say how
-    much was walked: ``records`` job records and ``index_entries`` index
-    entries seen (a record or entry that moved during the walk may be seen
-    twice), in ``partitions`` partitions; ``skipped_keys`` are job keys of the
-    namespace outside the checked partitions (another queue, or a version no
-    longer in the topology), left alone. ``now`` is the store's clock when the
-    walk began.
+    ``findings`` lists problems and newer-format records by queue, version,
+    partition and job id (:func:`finding_order`), then quarantine entries.
+    The counters say how much was walked: ``records`` job records and
+    ``index_entries`` index entries seen (a record or entry that moved during
+    the walk may be seen twice), in ``partitions`` partitions;
+    ``skipped_keys`` are job keys of the namespace outside the checked
+    partitions (another queue, or a version no longer in the topology), left
+    alone. ``now`` is the store's clock when the walk began.
     """
 
     queues: tuple[str, ...]

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import attrs
 
 from ...records._jobs import JobState
-from .._roles import DAMAGED_RECORD, CheckReport, Finding, Problem, Repair
+from .._roles import DAMAGED_RECORD, CheckReport, Finding, Problem, Repair, finding_order
 from ._admin import queue_names
 from ._context import StoreContext
 from ._scripts import Op, Script
@@ -287,20 +287,16 @@ def repaired(finding: Finding, reply: Sequence[Any]) -> Finding:
             finding, repair=Repair.REINDEXED, repair_detail=f"put in the {where} index"
         )
     if action == "dead":
-        return attrs.evolve(
-            finding, repair=Repair.DEAD_LETTERED, repair_detail=f"dead: {reply[1].decode()}"
-        )
+        # the detail is the last_error written
+        return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=reply[1].decode())
     if action == "orphan":
+        held = ", ".join(finding.indexes)
         return attrs.evolve(
             finding,
             repair=Repair.QUARANTINED,
-            repair_detail=f"index entries removed; job id quarantined in {finding_tag(finding)}",
+            repair_detail=f"removed from {held}; job id recorded in the quarantine hash",
         )
     return attrs.evolve(finding, repair=Repair.RECOVERED, repair_detail="ready again (due now)")
-
-
-def finding_tag(finding: Finding) -> str:
-    return f"queue {finding.queue!r} v{finding.queue_version} p{finding.partition}"
 
 
 def quarantine_detail(value: bytes) -> str:
@@ -534,7 +530,7 @@ async def check(
         repair=repair,
         lease_grace=lease_grace,
         now=now,
-        findings=(*walk.findings.values(), *walk.quarantined),
+        findings=(*sorted(walk.findings.values(), key=finding_order), *walk.quarantined),
         partitions=len(parts),
         records=walk.records,
         index_entries=walk.index_entries,
