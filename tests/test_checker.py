@@ -33,6 +33,7 @@ from chronos_trio.store import (
     Settlement,
     Store,
     TopologyRole,
+    _memory_check,
 )
 from chronos_trio.store.redis import RedisStore, _check
 from chronos_trio.store.redis.keys import KeySpace, PartitionKeys
@@ -93,7 +94,7 @@ class RedisPlanter:
             self.r.hset(key, field, value)
 
     def field(self, job: Job, field: str) -> str | None:
-        value = self.r.hget(self.pk(job).job(job.id), field)
+        value: bytes | None = self.r.hget(self.pk(job).job(job.id), field)  # type: ignore[assignment]
         return None if value is None else value.decode()
 
     def indexes_of(self, job: Job) -> dict[str, float]:
@@ -112,7 +113,8 @@ class RedisPlanter:
         self.r.hset(self.pk(job).damaged, job_id, entry)
 
     def quarantined(self, job: Job) -> dict[str, Any]:
-        return {k.decode(): json.loads(v) for k, v in self.r.hgetall(self.pk(job).damaged).items()}
+        entries: dict[bytes, bytes] = self.r.hgetall(self.pk(job).damaged)  # type: ignore[assignment]
+        return {k.decode(): json.loads(v) for k, v in entries.items()}
 
 
 class MemoryPlanter:
@@ -155,7 +157,8 @@ class MemoryPlanter:
 
     def set_field(self, job: Job, field: str, value: str | None) -> None:
         rec = self.store._records[job.id]
-        rec.job = attrs.evolve(rec.job, **{field: value})
+        damage: dict[str, Any] = {field: value}  # any type: that is the damage
+        rec.job = attrs.evolve(rec.job, **damage)
 
     def field(self, job: Job, field: str) -> str | None:
         value = getattr(self.store._records[job.id].job, field)
@@ -235,7 +238,7 @@ async def plant(store: Store, planter: Planter) -> Planted:
     await trio.sleep(1.0)  # the 0.2 s leases are now expired for longer than GRACE
 
     planter.drop_from_index(jobs["p-noindex"])
-    if planter.can_orphan:
+    if isinstance(planter, RedisPlanter):  # only Redis can hold an entry without a record
         planter.drop_record(jobs["p-norecord"])
     two = jobs["p-two"]
     planter.add_to_index(two, JobState.READY, two.run_at)
@@ -362,6 +365,89 @@ async def run_scenario(store: Store, planter: Planter, *, batch: int) -> None:
     ready = await store.lease([QueueWeight("q")], 100, worker_id="w2", lease_duration=600)
     got = {lj.job.id for lj in ready}
     assert {"p-noindex", "p-expired"} <= got and not got & {"p-attempts", "p-wrong"}
+
+
+# -- what counts as damage ------------------------------------------------------------------
+SOUND = {
+    "kind": b"k",
+    "payload": b"",
+    "run_at": b"1700000000.25",
+    "state": b"ready",
+    "attempts": b"0",
+    "max_retries": b"3",
+    "timeout": b"30.0",
+    "lease_token": None,
+    "lease_owner": None,
+    "lease_expires_at": None,
+    "last_error": None,
+    "created_at": b"1.7e+09",
+    "finished_at": b"",
+    "v": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "damage"),
+    [
+        ({}, []),
+        ({"timeout": b"inf"}, []),  # timeout=math.inf: no timeout
+        ({"payload": None}, ["field 'payload' is missing"]),
+        ({"kind": b""}, ["field 'kind' is empty"]),
+        ({"v": b"x"}, ["field 'v' holds b'x', not a record format version"]),
+        ({"timeout": b"nan"}, ["field 'timeout' holds b'nan', not a number"]),
+        ({"run_at": b"1_0"}, ["field 'run_at' holds b'1_0', not a number"]),
+        ({"attempts": b"1.0"}, ["field 'attempts' holds b'1.0', not an integer >= 0"]),
+        ({"max_retries": b"-1"}, ["field 'max_retries' holds b'-1', not an integer >= 0"]),
+        (
+            {"state": b"leased"},
+            ["field 'lease_token' is missing", "field 'lease_expires_at' is missing"],
+        ),
+        ({"state": b"dead"}, ["field 'finished_at' is empty"]),
+        (
+            {
+                "state": b"dead",
+                "finished_at": b"5",
+                "kind": None,
+                "last_error": b"damaged record: x",
+            },
+            [],  # already set aside as damaged: only its place in the dead index matters
+        ),
+        (
+            {"created_at": b"x" * 50},
+            [f"field 'created_at' holds {b'x' * 40!r}... (50 bytes), not a number"],
+        ),
+    ],
+)
+def test_what_the_redis_checker_calls_damaged(
+    changes: dict[str, bytes | None], damage: list[str]
+) -> None:
+    assert _check.record_damage({**SOUND, **changes}) == damage
+
+
+def test_record_format_versions() -> None:
+    assert _check.record_format(None) == (1, "")
+    assert _check.record_format(b"2") == (2, "")
+    assert _check.record_format(b"0") == (None, "field 'v' holds b'0', not a record format version")
+
+
+@pytest.mark.parametrize(
+    ("changes", "damage"),
+    [
+        ({"timeout": float("inf")}, []),
+        ({"timeout": float("nan")}, ["field 'timeout' holds nan, not a number"]),
+        ({"attempts": True}, ["field 'attempts' holds True, not an integer >= 0"]),
+        (
+            {"state": JobState.LEASED},
+            [
+                "field 'lease_token' holds '', not a lease token",
+                "field 'lease_expires_at' holds None, not a number",
+            ],
+        ),
+    ],
+)
+def test_what_the_memory_checker_calls_damaged(changes: dict[str, Any], damage: list[str]) -> None:
+    job = Job(id="a", queue="q", kind="k", payload=b"", run_at=1.0, state=JobState.READY)
+    assert _memory_check.record_damage(attrs.evolve(job, **changes)) == damage
 
 
 # -- the scenario on each store ------------------------------------------------------------

@@ -13,7 +13,6 @@ step over an in-process store blocks nothing else.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -75,7 +74,8 @@ HEAP_OF = {
 
 
 def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    # infinity is a number (timeout=math.inf: no timeout); NaN is not
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
 
 
 def _count(value: object) -> bool:

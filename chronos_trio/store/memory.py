@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from ..records._jobs import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
-from ._memory_check import check_memory
+from . import _memory_check
 from ._partitioning import partition_of, share_by_weight
 from ._roles import (
     LEASE_GRACE,
@@ -621,7 +621,9 @@ class MemoryStore(Store):
     ) -> CheckReport:
         """Judges every record and heap entry in one step (see
         :mod:`._memory_check`); never reports NO_RECORD."""
-        return await check_memory(self, queues, repair=repair, batch=batch, lease_grace=lease_grace)
+        return await _memory_check.check_memory(
+            self, queues, repair=repair, batch=batch, lease_grace=lease_grace
+        )
 
 
 def open_memory_store(url: str) -> MemoryStore:

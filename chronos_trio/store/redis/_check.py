@@ -44,6 +44,11 @@ Ident = tuple[str, int, int]
 INSPECT = Script.load("check_inspect")
 REPAIR = Script.load("check_repair")
 
+#: Cursors (index zsets, quarantine hashes) walked side by side in one round
+#: trip: bounds one step's work to this many times ``batch`` entries however
+#: many partitions the namespace has.
+CURSORS_PER_STEP = 32
+
 #: The newest record format this version reads (a hash without ``v`` is
 #: format 1). A record of a newer format is reported, never touched.
 RECORD_FORMAT = 1
@@ -87,12 +92,28 @@ SCORE_FIELD = {
 }
 
 _STATES = {s.value.encode(): s for s in JobState}
-# Numbers as Python's repr and Lua's number formatting write them; both
-# float() and Lua's tonumber() read these the same way.
-_NUMBER = re.compile(rb"-?\d+(\.\d*)?([eE][-+]?\d+)?\Z")
-_COUNT = re.compile(rb"\d+\Z")
 _DAMAGED = DAMAGED_RECORD.encode()
 _SKIPPED = "the job changed since it was inspected: left alone (check again)"
+
+
+def _is_number(value: bytes) -> bool:
+    """Whether the runtime reads ``value`` as a number: Python's float()
+    (the decoders) takes it, and so does Lua's tonumber() (the scripts), which
+    refuses underscores; NaN is refused (it breaks every comparison and is no
+    score). Infinity is a number (``timeout=math.inf`` means no timeout)."""
+    try:
+        number = float(value)
+    except ValueError:
+        return False
+    return b"_" not in value and number == number
+
+
+def _is_count(value: bytes) -> bool:
+    """Whether ``value`` is an integer >= 0 for Python's int() and Lua alike."""
+    try:
+        return b"_" not in value and int(value) >= 0
+    except ValueError:
+        return False
 
 
 def zsets(pk: PartitionKeys) -> list[str]:
@@ -113,7 +134,7 @@ def record_format(value: bytes | None) -> tuple[int | None, str]:
     and why it cannot be read."""
     if value is None:
         return 1, ""
-    if _COUNT.match(value) and int(value) >= 1:
+    if _is_count(value) and int(value) >= 1:
         return int(value), ""
     return None, f"field 'v' holds {shown(value)}, not a record format version"
 
@@ -126,12 +147,12 @@ def record_damage(f: dict[str, bytes | None]) -> list[str]:
     the dead index needs."""
     out: list[str] = []
 
-    def need(name: str, ok: re.Pattern[bytes] | None, what: str, *, required: bool) -> None:
+    def need(name: str, ok: Callable[[bytes], bool] | None, what: str, *, required: bool) -> None:
         value = f[name]
         if value is None or value == b"":
             if required:
                 out.append(f"field {name!r} is {'missing' if value is None else 'empty'}")
-        elif ok is not None and not ok.match(value):
+        elif ok is not None and not ok(value):
             out.append(f"field {name!r} holds {shown(value)}, not {what}")
 
     raw = f["state"]
@@ -141,20 +162,23 @@ def record_damage(f: dict[str, bytes | None]) -> list[str]:
     elif state is None:
         out.append(f"field 'state' holds {shown(raw)}, not a job state")
     if state is JobState.DEAD and (f["last_error"] or b"").startswith(_DAMAGED):
-        need("finished_at", _NUMBER, "a number", required=True)
+        need("finished_at", _is_number, "a number", required=True)
         return out
+    _fmt, fmt_problem = record_format(f["v"])
+    if fmt_problem:
+        out.append(fmt_problem)
     need("kind", None, "", required=True)
     if f["payload"] is None:
         out.append("field 'payload' is missing")  # empty is a valid bytes payload
     for name in ("run_at", "timeout", "created_at"):
-        need(name, _NUMBER, "a number", required=True)
+        need(name, _is_number, "a number", required=True)
     for name in ("attempts", "max_retries"):
-        need(name, _COUNT, "an integer >= 0", required=True)
+        need(name, _is_count, "an integer >= 0", required=True)
     leased = state is JobState.LEASED
     need("lease_token", None, "", required=leased)
-    need("lease_expires_at", _NUMBER, "a number", required=leased)
+    need("lease_expires_at", _is_number, "a number", required=leased)
     finished = state in (JobState.DEAD, JobState.SUCCEEDED)
-    need("finished_at", _NUMBER, "a number", required=finished)
+    need("finished_at", _is_number, "a number", required=finished)
     return out
 
 
@@ -244,12 +268,12 @@ def judge(r: Reading, grace: float) -> tuple[Finding, Fix | None] | None:
         detail = f"index entry without a record (in {', '.join(held)})"
         fix = Fix(r.repair_op("orphan", detail + "; removed by the store checker"))
         return attrs.evolve(finding, problem=Problem.NO_RECORD, detail=detail), fix
-    fmt, fmt_problem = record_format(f["v"])
+    fmt, _ = record_format(f["v"])
     finding = attrs.evolve(finding, record_format=fmt)
     if fmt is not None and fmt > RECORD_FORMAT:
         detail = f"record format {fmt}, newer than {RECORD_FORMAT}: left for a newer version"
         return attrs.evolve(finding, problem=Problem.NEWER_FORMAT, detail=detail), None
-    problems = ([fmt_problem] if fmt_problem else []) + record_damage(f)
+    problems = record_damage(f)
     if problems:
         detail = "; ".join(problems)
         fix = Fix(r.repair_op("dead", DAMAGED_RECORD + detail), JobState.DEAD)
@@ -487,19 +511,21 @@ class Walk:
         command: Callable[[T, int], Op],
         step: Callable[[list[tuple[T, Any]]], Awaitable[None]],
     ) -> None:
-        """Walk one SCAN-family cursor per target, all of them side by side
-        (one round trip per step), handing each step's items to ``step``."""
-        cursors = dict.fromkeys(targets, 0)
-        active = list(targets)
-        while active:
-            replies = await self.ctx.adapter.execute([command(t, cursors[t]) for t in active])
-            await step([(t, reply[1]) for t, reply in zip(active, replies, strict=True)])
-            left = []
-            for t, reply in zip(active, replies, strict=True):
-                if int(reply[0]) != 0:
-                    cursors[t] = int(reply[0])
-                    left.append(t)
-            active = left
+        """Walk one SCAN-family cursor per target, up to :data:`CURSORS_PER_STEP`
+        of them side by side (one round trip per step), handing each step's
+        items to ``step``."""
+        for start in range(0, len(targets), CURSORS_PER_STEP):
+            active = targets[start : start + CURSORS_PER_STEP]
+            cursors = dict.fromkeys(active, 0)
+            while active:
+                replies = await self.ctx.adapter.execute([command(t, cursors[t]) for t in active])
+                await step([(t, reply[1]) for t, reply in zip(active, replies, strict=True)])
+                left = []
+                for t, reply in zip(active, replies, strict=True):
+                    if int(reply[0]) != 0:
+                        cursors[t] = int(reply[0])
+                        left.append(t)
+                active = left
 
 
 async def check(
