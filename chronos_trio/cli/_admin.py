@@ -158,7 +158,8 @@ def add_commands(sub: Any, leaves: dict[tuple[str, ...], argparse.ArgumentParser
         ("check",),
         _check,
         "walk the store for inconsistencies (records without an index, index entries "
-        "without a record, damaged records, leases never recovered); --repair fixes them",
+        "without a record, damaged records, leases never recovered); --repair fixes them; "
+        "exit code 9 when problems are left",
     )
     p.add_argument("--queue", action="append", help="only this queue (repeatable)")
     p.add_argument(
