@@ -1,8 +1,12 @@
 -- check_inspect.lua: read jobs of ONE partition for the store checker, each
 -- job's record and its place in every index in one atomic reading (read-only).
 --
--- KEYS[1..6]  the partition's indexes: scheduled, ready, leased, retry_wait,
---             succeeded, dead zsets (in that order)
+-- KEYS[1]     scheduled zset of the partition (score = run_at)
+-- KEYS[2]     ready zset (score = run_at)
+-- KEYS[3]     leased zset (score = lease expiry)
+-- KEYS[4]     retry_wait zset (score = run_at)
+-- KEYS[5]     succeeded zset (score = end of retention)
+-- KEYS[6]     dead zset (score = finished_at); KEYS[1..6] are "the 6 indexes" below
 -- KEYS[7]     job key prefix: the job hash of ID x is KEYS[7]..x
 -- ARGV[1]     'all': report every job of ARGV[2..]; 'missing': report only those
 --             whose record is gone but that some index still holds

@@ -3,13 +3,18 @@
 -- record fields and its place in every index), so a repair never acts on a job
 -- that a worker moved meanwhile.
 --
--- KEYS[1..6]  the partition's indexes: scheduled, ready, leased, retry_wait,
---             succeeded, dead zsets (in that order)
+-- KEYS[1]     scheduled zset of the partition (score = run_at)
+-- KEYS[2]     ready zset (score = run_at)
+-- KEYS[3]     leased zset (score = lease expiry)
+-- KEYS[4]     retry_wait zset (score = run_at)
+-- KEYS[5]     succeeded zset (score = end of retention)
+-- KEYS[6]     dead zset (score = finished_at); KEYS[1..6] are "the 6 indexes" below
 -- KEYS[7]     quarantine hash of the partition (job id -> reason and time)
 -- KEYS[8]     job key prefix: the job hash of ID x is KEYS[8]..x
 -- ARGV[1]     job id
 -- ARGV[2]     action:
---             'reindex'  put the job in index ARGV[3] (1..6) with score ARGV[4],
+--             'reindex'  put the job in index ARGV[3] (1..6) with score ARGV[4] ('' for
+--                        the other actions),
 --                        and out of every other index
 --             'dead'     dead-letter it: state dead, last_error ARGV[3],
 --                        finished_at now, lease fields cleared, in the dead index only
