@@ -2,8 +2,9 @@
 
 ``app.inspector()`` (or ``Inspector(store)`` for a bare store URL) lists
 queues with their counts, pages through jobs, shows one job, and runs the
-admin actions: run-now, delete, requeue dead jobs, pause/resume a queue, and
-queue topology (promote a new version, complete a drained one). The command
+admin actions: run-now, delete, requeue dead jobs, pause/resume a queue,
+queue topology (promote a new version, complete a drained one), and the
+store checker (find, and repair, what no correct operation leaves behind). The command
 line (``python -m chronos_trio queues|jobs|job|...``) is a thin layer on it.
 
 Every method checks its input against the store first and raises a precise
@@ -26,7 +27,10 @@ from ..records._errors import ActionRefused, InspectorError, UnknownJob, Unknown
 from ..records._jobs import Job, JobState
 from ..runtime._registry import WorkerHost
 from ..store import (
+    LEASE_GRACE,
     AdminRole,
+    CheckReport,
+    CheckRole,
     LeadershipRole,
     QueueTopology,
     Store,
@@ -308,6 +312,35 @@ class Inspector:
         if self.app is None:
             raise InspectorError("schedules are declared in the app: inspect it via the app")
         return await schedule_rows(self.app)
+
+    # -- the store checker -------------------------------------------------------
+    async def check(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        repair: bool = False,
+        batch: int = 500,
+        lease_grace: float = LEASE_GRACE,
+    ) -> CheckReport:
+        """Walk the store (``queues``, else every queue it knows) and report
+        what no correct operation leaves behind; with ``repair``, put each job
+        back where it belongs or dead-letter it with a reason (see
+        :meth:`~chronos_trio.store.CheckRole.check`). Safe while workers run.
+
+        Raises :class:`UnknownQueue` for a name the store does not know,
+        ``ValueError`` for ``batch`` < 1 or a negative ``lease_grace``,
+        ``TypeError`` if the store does not offer :class:`CheckRole`, and
+        StoreError when it cannot be reached.
+        """
+        require_roles(self.store, CheckRole, what="checking the store")
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
+        if not lease_grace >= 0:
+            raise ValueError(f"lease grace must be >= 0 seconds, got {lease_grace}")
+        if queues is not None:
+            for queue in queues:
+                await self.check_queue(queue)
+        return await self.store.check(queues, repair=repair, batch=batch, lease_grace=lease_grace)
 
     # -- topology ----------------------------------------------------------------
     async def topology(self, queue: str) -> QueueTopology:

@@ -1,5 +1,5 @@
 """Admin commands on the :class:`~chronos_trio.Inspector`: queues, jobs, job,
-run-now, delete, requeue-dead, pause, resume, topology, schedules.
+run-now, delete, requeue-dead, pause, resume, topology, schedules, check.
 
 Each takes ``[APP]`` and/or ``--url`` (a URL alone is enough, except for
 ``schedules``, which lives in the app), prints a table or ``--json``, and
@@ -21,20 +21,24 @@ from ..app._app import App
 from ..records import ActionRefused, UnknownJob, UnknownQueue
 from ..records._errors import sole_exception
 from ..records._jobs import JobState
-from ..store import StoreError, TopologyError, scheme_of
+from ..store import LEASE_GRACE, StoreError, TopologyError, scheme_of
 from ._loading import check_store, describe_store, load_app, resolve_store, url_from
 from ._options import (
     EXIT_BAD_URL,
     EXIT_NOT_FOUND,
     EXIT_OK,
+    EXIT_PROBLEMS,
     EXIT_REFUSED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     CliError,
     int_at_least,
     one_line,
+    seconds,
 )
 from ._output import (
+    check_json,
+    check_table,
     job_details,
     job_json,
     jobs_table,
@@ -149,6 +153,32 @@ def add_commands(sub: Any, leaves: dict[tuple[str, ...], argparse.ArgumentParser
 
     p = command(("schedules",), _schedules, "the app's cron and interval schedules")
     p.set_defaults(needs_app=True)
+
+    p = command(
+        ("check",),
+        _check,
+        "walk the store for inconsistencies (records without an index, index entries "
+        "without a record, damaged records, leases never recovered); --repair fixes them; "
+        "exit code 9 when problems are left",
+    )
+    p.add_argument("--queue", action="append", help="only this queue (repeatable)")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="put each job back where its state says, or dead-letter it with the reason",
+    )
+    p.add_argument(
+        "--batch",
+        type=int_at_least(1),
+        default=500,
+        help="keys or index entries per store command (default 500)",
+    )
+    p.add_argument(
+        "--lease-grace",
+        type=seconds(allow_zero=True),
+        default=LEASE_GRACE,
+        help=f"report leases expired longer ago than this (default {LEASE_GRACE:g}s)",
+    )
 
 
 def _shared(url: str) -> bool:
@@ -382,6 +412,17 @@ async def _schedules(ctx: Context, args: argparse.Namespace) -> int:
     else:
         _say(ctx, schedules_table(rows, await ctx.inspector.now()))
     return EXIT_OK
+
+
+async def _check(ctx: Context, args: argparse.Namespace) -> int:
+    report = await ctx.inspector.check(
+        args.queue, repair=args.repair, batch=args.batch, lease_grace=args.lease_grace
+    )
+    if ctx.json:
+        print_json(check_json(report), ctx.out)
+    else:
+        _say(ctx, check_table(report))
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
 
 
 __all__ = ["Context", "add_commands", "confirm", "run_command"]

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from ..app._inspector import JobPage, QueueInfo, ScheduleInfo, next_run_at, payload_view
 from ..records._jobs import Job, JobState
-from ..store import QueueTopology
+from ..store import CheckReport, Finding, Problem, QueueTopology, Repair
 
 #: Column order of job states in tables.
 STATES = tuple(JobState)
@@ -312,7 +312,95 @@ def schedules_table(rows: Sequence[ScheduleInfo], now: float) -> str:
     )
 
 
+# -- the store checker ------------------------------------------------------------------
+def finding_json(f: Finding) -> dict[str, Any]:
+    return {
+        "problem": f.problem.value,
+        "job_id": f.job_id,
+        "queue": f.queue,
+        "queue_version": f.queue_version,
+        "partition": f.partition,
+        "state": f.state or None,
+        "indexes": list(f.indexes),
+        "record_format": f.record_format,
+        "detail": f.detail,
+        "repair": f.repair.value,
+        "repair_detail": f.repair_detail or None,
+    }
+
+
+def check_json(report: CheckReport) -> dict[str, Any]:
+    return {
+        "ok": report.ok,
+        "repair": report.repair,
+        "queues": list(report.queues),
+        "checked_at": iso(report.now),
+        "lease_grace": report.lease_grace,
+        "partitions": report.partitions,
+        "records": report.records,
+        "index_entries": report.index_entries,
+        "skipped_keys": report.skipped_keys,
+        "problems": len(report.problems),
+        "unresolved": len(report.unresolved),
+        "findings": [finding_json(f) for f in report.findings],
+    }
+
+
+def check_table(report: CheckReport) -> str:
+    """The findings (if any), then what was walked and what it adds up to."""
+    header = ["PROBLEM", "QUEUE", "VERSION", "PARTITION", "JOB", "STATE", "INDEXES", "DETAIL"]
+    if report.repair:
+        header.append("REPAIR")
+    rows = []
+    for f in report.findings:
+        row: list[object] = [
+            f.problem.value,
+            f.queue,
+            f.queue_version,
+            f.partition,
+            f.job_id,
+            f.state or None,
+            ",".join(f.indexes) or None,
+            first_line(f.detail, 70),
+        ]
+        if report.repair:
+            done = f"{f.repair.value}: {f.repair_detail}" if f.repair_detail else f.repair.value
+            row.append(first_line(done, 70) if f.repair is not Repair.NONE else None)
+        rows.append(row)
+    names = ", ".join(repr(q) for q in report.queues) or "none"
+    lines = [table(header, rows), ""] if rows else []
+    lines.append(
+        f"checked queues {names}: {report.partitions} partition(s), {report.records} "
+        f"record(s), {report.index_entries} index entries"
+    )
+    problems, unresolved = len(report.problems), len(report.unresolved)
+    if not problems:
+        lines.append("no problems found")
+    elif not report.repair:
+        lines.append(f"{problems} problem(s) found: --repair fixes them")
+    else:
+        fixed = problems - unresolved
+        line = f"{problems} problem(s) found, {fixed} repaired"
+        if unresolved:
+            line += f", {unresolved} left alone (the job changed meanwhile: check again)"
+        lines.append(line)
+    newer = sum(1 for f in report.findings if f.problem is Problem.NEWER_FORMAT)
+    if newer:
+        lines.append(f"{newer} record(s) of a newer format left alone, for a newer version")
+    held = sum(1 for f in report.findings if f.problem is Problem.QUARANTINED)
+    if held:
+        lines.append(
+            f"{held} quarantined index entr{'y' if held == 1 else 'ies'} (already set aside)"
+        )
+    if report.skipped_keys:
+        lines.append(f"{report.skipped_keys} job key(s) outside the checked partitions left alone")
+    return "\n".join(lines)
+
+
 __all__ = [
+    "check_json",
+    "check_table",
+    "finding_json",
     "job_details",
     "job_json",
     "jobs_table",

@@ -13,17 +13,19 @@ backend that offers fewer roles runs the checks that apply to it).
 * :class:`TopologyRole`: versioned queue routing.
 * :class:`LeadershipRole`: leadership leases with epochs, and schedule
   triggers fenced by them.
-* :class:`Store`: all four. ``MemoryStore``, ``RedisStore`` and
+* :class:`CheckRole`: the store checker (find and repair inconsistencies).
+* :class:`Store`: all five. ``MemoryStore``, ``RedisStore`` and
   ``testing.FaultyStore`` are full stores.
 
 Who needs which: a producer needs :class:`WorkerRole`; a worker needs
 :class:`WorkerRole`, and :class:`LeadershipRole` for schedules and the
 janitor (which trims, so also :class:`AdminRole`); the ``Inspector`` needs
-:class:`AdminRole` and :class:`TopologyRole`, and :class:`LeadershipRole` for
-its schedules. Code that takes a store checks the roles it needs with
-:func:`require_roles` where the store comes in (the ``Inspector`` does, in its
-constructor), so a store without a role fails there with one clear
-``TypeError``, not with an ``AttributeError`` halfway through a run.
+:class:`AdminRole` and :class:`TopologyRole`, :class:`LeadershipRole` for
+its schedules and :class:`CheckRole` for its ``check``. Code that takes a
+store checks the roles it needs with :func:`require_roles` where the store
+comes in (the ``Inspector`` does, in its constructor), so a store without a
+role fails there with one clear ``TypeError``, not with an ``AttributeError``
+halfway through a run.
 
 Conventions
 -----------
@@ -175,6 +177,122 @@ class TriggerResult(enum.StrEnum):
     ENQUEUED = "enqueued"  # this call recorded the trigger and enqueued its job
     ALREADY_FIRED = "already_fired"  # the schedule had already fired at or after it
     STALE_EPOCH = "stale_epoch"  # the caller no longer leads: nothing was done
+
+
+# -- the store checker's findings ---------------------------------------------------------
+#: How long (seconds) past its expiry a lease may stay unrecovered before the
+#: checker reports it: workers recover expired leases every few seconds (at
+#: most 5 s by default), so one still there a minute later has nobody
+#: recovering it (no worker runs that queue, or recovery is failing).
+LEASE_GRACE = 60.0
+
+#: The ``last_error`` prefix of a job dead-lettered because its record could
+#: not be used ("damaged record: field 'attempts' holds b'x', not an integer").
+#: The checker accepts a dead record with this prefix as set aside, whatever
+#: its other fields hold.
+DAMAGED_RECORD = "damaged record: "
+
+
+class Problem(enum.StrEnum):
+    """What the store checker found wrong with one job (or index entry)."""
+
+    NO_INDEX = "no_index"  # a record in no index: nothing will ever lease, promote or trim it
+    NO_RECORD = "no_record"  # an index entry whose record is gone
+    TWO_INDEXES = "two_indexes"  # a record in more than one index
+    WRONG_INDEX = "wrong_index"  # a record in one index, not the one its state names
+    EXPIRED_LEASE = "expired_lease"  # a lease expired more than the grace ago, not recovered
+    DAMAGED = "damaged"  # a field missing or of the wrong type (the detail names it)
+    NEWER_FORMAT = "newer_format"  # written in a newer record format: left for a newer version
+    QUARANTINED = "quarantined"  # an entry of a quarantine hash: already set aside
+
+    @property
+    def report_only(self) -> bool:
+        """True for findings that are listed but are not a problem to repair:
+        a newer format's record (a rolling upgrade in progress) and a
+        quarantine entry (a problem already dealt with)."""
+        return self in (Problem.NEWER_FORMAT, Problem.QUARANTINED)
+
+
+class Repair(enum.StrEnum):
+    """What ``check(repair=True)`` did about one finding."""
+
+    NONE = "none"  # nothing: repair not asked, or a report-only finding
+    REINDEXED = "reindexed"  # put in the index its state names, with the right score
+    RECOVERED = "recovered"  # an expired lease taken back: ready again
+    DEAD_LETTERED = "dead_lettered"  # made dead, with a last_error naming the problem
+    QUARANTINED = "quarantined"  # index entries removed, the job id recorded in quarantine
+    SKIPPED = "skipped"  # the job changed since it was inspected: left alone (check again)
+
+
+@attrs.frozen
+class Finding:
+    """One problem the store checker found, and what repair did about it.
+
+    ``state`` is the record's state as stored ("" when there is no record or
+    no state), ``indexes`` the indexes (state names) that held the job when
+    it was inspected, ``record_format`` the record's format version (None
+    with no record, or one that cannot be read). ``detail`` says what is
+    wrong, naming the field and value for a damaged record;
+    ``repair_detail`` what the repair did (or why it did nothing).
+    """
+
+    problem: Problem
+    job_id: str
+    queue: str
+    queue_version: int
+    partition: int
+    detail: str
+    state: str = ""
+    indexes: tuple[str, ...] = ()
+    record_format: int | None = None
+    repair: Repair = Repair.NONE
+    repair_detail: str = ""
+
+
+def finding_order(finding: Finding) -> tuple[str, int, int, str]:
+    """The order reports list findings in: by queue, version, partition, job id."""
+    return (finding.queue, finding.queue_version, finding.partition, finding.job_id)
+
+
+@attrs.frozen
+class CheckReport:
+    """What one walk of a store found (see :meth:`CheckRole.check`).
+
+    ``findings`` lists problems and newer-format records by queue, version,
+    partition and job id (:func:`finding_order`), then quarantine entries.
+    The counters say how much was walked: ``records`` job records and
+    ``index_entries`` index entries seen (a record or entry that moved during
+    the walk may be seen twice), in ``partitions`` partitions;
+    ``skipped_keys`` are job keys of the namespace outside the checked
+    partitions (another queue, or a version no longer in the topology), left
+    alone. ``now`` is the store's clock when the walk began.
+    """
+
+    queues: tuple[str, ...]
+    repair: bool
+    lease_grace: float
+    now: float
+    findings: tuple[Finding, ...] = ()
+    partitions: int = 0
+    records: int = 0
+    index_entries: int = 0
+    skipped_keys: int = 0
+
+    @property
+    def problems(self) -> tuple[Finding, ...]:
+        """Findings that are problems (not report-only)."""
+        return tuple(f for f in self.findings if not f.problem.report_only)
+
+    @property
+    def unresolved(self) -> tuple[Finding, ...]:
+        """Problems not repaired: every problem without repair; with repair,
+        those it skipped because the job changed meanwhile."""
+        return tuple(f for f in self.problems if f.repair in (Repair.NONE, Repair.SKIPPED))
+
+    @property
+    def ok(self) -> bool:
+        """True when no problem is left unrepaired."""
+        return not self.unresolved
 
 
 # -- the roles ------------------------------------------------------------------------
@@ -563,7 +681,63 @@ class LeadershipRole(StoreRole):
         be reached."""
 
 
-class Store(WorkerRole, AdminRole, TopologyRole, LeadershipRole):
+class CheckRole(StoreRole):
+    """The store checker: walk the store and report (and optionally repair)
+    what no correct operation leaves behind.
+
+    It is safe on a live system: the walk reads in bounded batches, so it
+    never blocks a shared store for long, and each job is judged from one
+    atomic reading of its record and of every index of its partition, so a
+    job that moves while the walk runs is never a finding. Each repair is
+    one atomic step per job that first re-checks that the job is still
+    exactly as inspected, so it never races a worker into a wrong state.
+    """
+
+    @abc.abstractmethod
+    async def check(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        repair: bool = False,
+        batch: int = 500,
+        lease_grace: float = LEASE_GRACE,
+    ) -> CheckReport:
+        """Walk the jobs of ``queues`` (every known queue when None; an
+        unknown name contributes nothing), ``batch`` (>= 1) keys or entries
+        per step, and report every :class:`Problem` found:
+
+        * NO_INDEX: a record in no index (its state says where it belongs);
+        * NO_RECORD: an index entry whose record is gone;
+        * TWO_INDEXES / WRONG_INDEX: a record in several indexes, or in one
+          that is not its state's;
+        * EXPIRED_LEASE: a lease expired more than ``lease_grace`` seconds
+          ago and not recovered;
+        * DAMAGED: a record with a field missing or of the wrong type (the
+          detail names each such field and its value);
+        * NEWER_FORMAT: a record in a newer format than this version knows
+          (report only: never repaired, never touched);
+        * QUARANTINED: an index entry a store operation already set aside
+          (report only).
+
+        With ``repair`` each problem is repaired where the job still is as
+        inspected (else SKIPPED): a record goes back to the index its state
+        names, with the score its fields give; an expired lease is taken
+        back as :meth:`WorkerRole.recover_expired` would (ready, or dead when
+        its attempts are used up); a damaged record is dead-lettered with
+        ``last_error`` = :data:`DAMAGED_RECORD` + the detail; an index entry
+        without a record is removed and its job id quarantined. Dead-letter
+        hooks do not run for jobs the checker dead-letters: the report lists
+        them.
+
+        A backend whose indexes cannot hold an entry without a record (the
+        MemoryStore) never reports NO_RECORD. Raises ``ValueError`` for
+        ``batch`` < 1 or a negative ``lease_grace``; StoreError when the store
+        cannot be reached (repairs already applied stay applied; checking
+        again is safe).
+        """
+
+
+class Store(WorkerRole, AdminRole, TopologyRole, LeadershipRole, CheckRole):
     """A store with every role: what the worker, the producers, the
     ``Inspector`` and the command line can all use. ``MemoryStore`` and
     ``RedisStore`` are Stores. See the module docstring for conventions and
@@ -571,7 +745,13 @@ class Store(WorkerRole, AdminRole, TopologyRole, LeadershipRole):
 
 
 #: Every role, in the order messages list them.
-ROLES: tuple[type[StoreRole], ...] = (WorkerRole, AdminRole, TopologyRole, LeadershipRole)
+ROLES: tuple[type[StoreRole], ...] = (
+    WorkerRole,
+    AdminRole,
+    TopologyRole,
+    LeadershipRole,
+    CheckRole,
+)
 
 
 def roles_of(store: object) -> tuple[type[StoreRole], ...]:

@@ -20,8 +20,11 @@ import attrs
 import trio
 
 from ..records._jobs import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
+from . import _memory_check
 from ._partitioning import partition_of, share_by_weight
 from ._roles import (
+    LEASE_GRACE,
+    CheckReport,
     Leadership,
     PromoteResult,
     QueueStats,
@@ -606,6 +609,21 @@ class MemoryStore(Store):
     async def schedule_last_fired(self, name: str) -> dict[str, float]:
         await trio.lowlevel.checkpoint()
         return dict(self._last_fired.get(name, {}))
+
+    # -- the store checker ----------------------------------------------------------------
+    async def check(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        repair: bool = False,
+        batch: int = 500,
+        lease_grace: float = LEASE_GRACE,
+    ) -> CheckReport:
+        """Judges every record and heap entry in one step (see
+        :mod:`._memory_check`); never reports NO_RECORD."""
+        return await _memory_check.check_memory(
+            self, queues, repair=repair, batch=batch, lease_grace=lease_grace
+        )
 
 
 def open_memory_store(url: str) -> MemoryStore:

@@ -47,8 +47,11 @@ import trio
 from ..records._jobs import JobState, LeasedJob, LeaseRef, NewJob
 from ..store._roles import (
     AdminRole,
+    CheckRole,
     LeadershipRole,
+    Problem,
     QueueWeight,
+    Repair,
     SettleKind,
     Settlement,
     Store,
@@ -648,3 +651,66 @@ async def check_triggers_fenced_by_epoch(fresh: Fresh) -> None:
     assert await store.get_job("sched:2000") is None
     assert await store.enqueue_trigger("cron", new.epoch, "s", 2000.0, t2) is TriggerResult.ENQUEUED
     assert (await store.schedule_last_fired("cron"))["s"] == 2000.0
+
+
+# -- the store checker -------------------------------------------------------------------
+@check(WorkerRole, AdminRole, CheckRole)
+async def check_checker_finds_nothing_in_a_sound_store(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job(n) for n in ("leased", "retry", "done", "dead")])
+    leased = {lj.job.id: lj for lj in await lease(store)}
+    assert set(leased) == {"leased", "retry", "done", "dead"}
+    await store.enqueue_many([job("ready"), job("later", delay=3600), job("other", queue="q2")])
+    await store.settle(
+        [
+            settle(leased["retry"], SettleKind.RETRY, error="e", retry_delay=3600),
+            settle(leased["done"], SettleKind.SUCCEEDED, retain_for=3600),
+            settle(leased["dead"], SettleKind.DEAD, error="fatal"),
+        ]
+    )
+    before = {n: await store.get_job(n) for n in ("leased", "retry", "done", "dead", "ready")}
+    for batch in (1, 500):  # one key per step walks the same as one step for all
+        for repair in (False, True):
+            report = await store.check(repair=repair, batch=batch)
+            assert report.findings == () and report.ok, report.findings
+            assert report.queues == ("q", "q2") and report.records == 7
+            assert report.repair is repair
+    assert {n: await store.get_job(n) for n in before} == before
+    only = await store.check(["q2", "unknown"])
+    assert only.queues == ("q2", "unknown") and only.records == 1 and only.ok
+    for bad in ({"batch": 0}, {"lease_grace": -1.0}):
+        try:
+            await store.check(**bad)  # type: ignore[arg-type]
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"check({bad}) must raise ValueError")
+
+
+@check(WorkerRole, AdminRole, CheckRole)
+async def check_checker_recovers_a_lease_expired_past_the_grace(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job("again"), job("last", max_retries=0)])
+    first = await lease(store, ttl=0.1)
+    assert {lj.job.id for lj in first} == {"again", "last"}
+    await store.enqueue_many([job("fresh")])
+    await trio.sleep(0.5)
+    await lease(store, count=1, ttl=0.1)  # "fresh": expired, but within the grace
+    report = await store.check(lease_grace=0.3)
+    assert {(f.job_id, f.problem) for f in report.findings} == {
+        ("again", Problem.EXPIRED_LEASE),
+        ("last", Problem.EXPIRED_LEASE),
+    }, report.findings
+    assert not report.ok and all(f.repair is Repair.NONE for f in report.findings)
+    assert await state_of(store, "again") is JobState.LEASED  # reporting changes nothing
+    report = await store.check(repair=True, lease_grace=0.3)
+    repairs = {f.job_id: f.repair for f in report.findings}
+    assert repairs == {"again": Repair.RECOVERED, "last": Repair.DEAD_LETTERED}, report.findings
+    assert report.ok
+    again, last = await store.get_job("again"), await store.get_job("last")
+    assert again is not None and again.state is JobState.READY and not again.lease_token
+    assert last is not None and last.state is JobState.DEAD
+    assert "retries exhausted" in last.last_error
+    assert (await store.check(lease_grace=0.3)).findings == ()
+    [leased] = await lease(store, count=1)
+    assert leased.job.id == "again" and leased.job.attempts == 2

@@ -246,6 +246,45 @@ class RedisAdapter:
                 )
         return replies
 
+    # -- walking the keyspace ----------------------------------------------------------
+    async def scan_nodes(self) -> list[str | None]:
+        """The nodes a walk of the whole keyspace must visit: every primary of
+        a Cluster (by name), or None for the one server. StoreError when the
+        store cannot be reached."""
+        client = await self.client()
+        if isinstance(client, redis.cluster.RedisCluster):
+            return [node.name for node in client.get_primaries()]  # type: ignore[no-untyped-call]
+        return [None]
+
+    async def scan(
+        self, node: str | None, cursor: int, match: str, count: int
+    ) -> tuple[int, list[bytes]]:
+        """One ``SCAN cursor MATCH match COUNT count`` step on ``node`` (a name
+        from :meth:`scan_nodes`): the next cursor (0 when the walk is done) and
+        the keys of this step. StoreError when the store cannot be reached or
+        the node is no longer a primary of the Cluster (walk again)."""
+        client = await self.client()
+        if not isinstance(client, redis.cluster.RedisCluster):
+            (reply,) = await self.execute(
+                [Op.command(None, "SCAN", cursor, "MATCH", match, "COUNT", count)]
+            )
+            return int(reply[0]), list(reply[1])
+        target = client.get_node(node_name=node)  # type: ignore[no-untyped-call]
+        if target is None:
+            raise StoreError(f"Redis at {self.description}: node {node} left the cluster")
+        direct: redis.Redis = client.get_redis_connection(target)
+
+        def step() -> tuple[int, list[bytes]]:
+            self.stats.round_trips += 1
+            self.stats.commands += 1
+            got = direct.scan(cursor, match=match, count=count)
+            return int(got[0]), [k if isinstance(k, bytes) else k.encode() for k in got[1]]
+
+        try:
+            return await trio.to_thread.run_sync(step, limiter=self._limiter)
+        except _REDIS_ERRORS as exc:
+            raise self._error(exc) from exc
+
     # -- blocking -------------------------------------------------------------------
     async def blpop(self, keys: Sequence[str], timeout: float) -> tuple[bytes, bytes] | None:
         """BLPOP with ``timeout`` capped at ``max_block``; cancellable at once.

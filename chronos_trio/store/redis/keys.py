@@ -16,6 +16,8 @@ a Redis Cluster:
 ``<tag>:dead``         zset, score = finished_at
 ``<tag>:tokens``       fencing counter (INCRBY)
 ``<tag>:closed``       marker: the version was completed; enqueue refuses it
+``<tag>:damaged``      quarantine hash: job id -> why its index entries were
+                       set aside (an entry without a record) and when
 ``<tag>:j:<id>``       the job hash
 =====================  =====================================================
 
@@ -72,6 +74,7 @@ class PartitionKeys:
     dead: str
     tokens: str
     closed: str
+    damaged: str
     job_prefix: str
 
     @classmethod
@@ -90,6 +93,7 @@ class PartitionKeys:
             dead=f"{tag}:dead",
             tokens=f"{tag}:tokens",
             closed=f"{tag}:closed",
+            damaged=f"{tag}:damaged",
             job_prefix=f"{tag}:j:",
         )
 

@@ -3,8 +3,9 @@
 Same semantics as the MemoryStore (held to the same conformance suite), with
 every state transition one Lua script over one partition's slot, and every
 hot-path batch one pipelined round trip. See :mod:`.keys` for the layout,
-:mod:`._jobs` for the hot path, :mod:`._waiting` for idle waiting and
-:mod:`._leader` for leadership and triggers.
+:mod:`._jobs` for the hot path, :mod:`._waiting` for idle waiting,
+:mod:`._leader` for leadership and triggers and :mod:`._check` for the store
+checker.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import attrs
 
 from ...records._jobs import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
 from .._roles import (
+    LEASE_GRACE,
+    CheckReport,
     Leadership,
     PromoteResult,
     QueueStats,
@@ -29,7 +32,7 @@ from .._roles import (
     TriggerResult,
 )
 from .._schemes import redact
-from . import _admin, _enqueue, _jobs, _leader, _waiting
+from . import _admin, _check, _enqueue, _jobs, _leader, _waiting
 from ._adapter import Client, RedisAdapter
 from ._connect import connect, redis_schemes, split_store_options
 from ._context import StoreContext
@@ -244,6 +247,22 @@ class RedisStore(Store):
 
     async def schedule_last_fired(self, name: str) -> dict[str, float]:
         return await _leader.last_fired(self._ctx, name)
+
+    # -- the store checker ----------------------------------------------------------------
+    async def check(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        repair: bool = False,
+        batch: int = 500,
+        lease_grace: float = LEASE_GRACE,
+    ) -> CheckReport:
+        """Walks job hashes with SCAN on every primary, then each checked
+        partition's indexes with ZSCAN and its quarantine hash with HSCAN,
+        ``batch`` per command (see :mod:`._check`)."""
+        return await _check.check(
+            self._ctx, queues, repair=repair, batch=batch, lease_grace=lease_grace
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
     async def aclose(self) -> None:

@@ -1,0 +1,264 @@
+"""The store checker on the MemoryStore: its records and its three heaps.
+
+The MemoryStore indexes waiting jobs in per-queue heaps with lazy deletion:
+``due`` (scheduled and retry_wait), ``ready`` and ``leased``; an entry counts
+only while its record still has the entry's version, so a stale entry is
+normal and an entry without a record cannot be a problem (NO_RECORD is
+never reported). Succeeded and dead jobs are in no heap. The check runs in
+one synchronous step (no checkpoint inside), so it is atomic with respect to
+every other task of the process: no job can move while it is judged or
+repaired. ``batch`` is accepted for the role's signature and checked; one
+step over an in-process store blocks nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+import attrs
+import trio
+
+from ..records._jobs import Job, JobState
+from ._roles import (
+    DAMAGED_RECORD,
+    CheckReport,
+    Finding,
+    Problem,
+    QueueVersion,
+    Repair,
+    finding_order,
+)
+
+
+class _Record(Protocol):
+    @property
+    def job(self) -> Job: ...
+    @property
+    def version(self) -> int: ...
+
+
+class MemoryStore(Protocol):
+    """What the checker reads of a MemoryStore's internals (it is the store's
+    own checker, kept in a module of its own; a protocol, not an import, as
+    the store imports this module)."""
+
+    @property
+    def _records(self) -> Mapping[str, _Record]: ...
+    @property
+    def _due(self) -> Mapping[str, list[tuple[float, int, str, int]]]: ...
+    @property
+    def _ready(self) -> Mapping[str, list[tuple[float, int, str, int]]]: ...
+    @property
+    def _leased(self) -> Mapping[str, list[tuple[float, int, str, int]]]: ...
+    @property
+    def _known_queues(self) -> set[str]: ...
+    @property
+    def _topology(self) -> Mapping[str, list[QueueVersion]]: ...
+    @property
+    def _default_partitions(self) -> int: ...
+    @property
+    def _clock(self) -> Callable[[], float]: ...
+    def _put(self, job: Job) -> None: ...
+
+
+#: The heap each state's jobs belong in (None: no heap).
+HEAP_OF = {
+    JobState.SCHEDULED: "due",
+    JobState.RETRY_WAIT: "due",
+    JobState.READY: "ready",
+    JobState.LEASED: "leased",
+    JobState.SUCCEEDED: None,
+    JobState.DEAD: None,
+}
+
+
+def _number(value: object) -> bool:
+    # infinity is a number (timeout=math.inf: no timeout); NaN is not
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def record_damage(job: Job) -> list[str]:
+    """What makes an in-memory record unusable (a field of the wrong type, or
+    missing for its state), one message per field; empty for a sound one."""
+    out: list[str] = []
+
+    def need(name: str, ok: bool, what: str) -> None:
+        if not ok:
+            out.append(f"field {name!r} holds {getattr(job, name)!r}, not {what}")
+
+    state = job.state if isinstance(job.state, JobState) else None
+    need("state", state is not None, "a job state")
+    if state is JobState.DEAD and str(job.last_error).startswith(DAMAGED_RECORD):
+        need("finished_at", _number(job.finished_at), "a number")
+        return out
+    need("kind", isinstance(job.kind, str) and job.kind != "", "a task kind")
+    need("payload", isinstance(job.payload, bytes), "bytes")
+    for name in ("run_at", "timeout", "created_at"):
+        need(name, _number(getattr(job, name)), "a number")
+    for name in ("attempts", "max_retries"):
+        need(name, _count(getattr(job, name)), "an integer >= 0")
+    need("last_error", isinstance(job.last_error, str), "text")
+    leased = state is JobState.LEASED
+    need(
+        "lease_token",
+        isinstance(job.lease_token, str) and bool(job.lease_token or not leased),
+        "a lease token" if leased else "text",
+    )
+    need("lease_owner", isinstance(job.lease_owner, str), "text")
+    expiry = job.lease_expires_at
+    need(
+        "lease_expires_at",
+        _number(expiry) or (expiry is None and not leased),
+        "a number" if leased else "a number or None",
+    )
+    finished = state in (JobState.DEAD, JobState.SUCCEEDED)
+    need(
+        "finished_at",
+        _number(job.finished_at) or (job.finished_at is None and not finished),
+        "a number" if finished else "a number or None",
+    )
+    return out
+
+
+def check(
+    store: MemoryStore,
+    queues: Sequence[str] | None,
+    *,
+    repair: bool,
+    batch: int,
+    lease_grace: float,
+) -> CheckReport:
+    """See :meth:`~chronos_trio.store.CheckRole.check`; one synchronous step."""
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    if not lease_grace >= 0:
+        raise ValueError(f"lease_grace must be >= 0, got {lease_grace}")
+    names = (
+        list(dict.fromkeys(queues))
+        if queues is not None
+        else sorted(store._known_queues | set(store._topology))
+    )
+    wanted = set(names)
+    now = store._clock()
+    held: dict[str, list[str]] = {}
+    entries = 0
+    heaps_by_name = (("due", store._due), ("ready", store._ready), ("leased", store._leased))
+    for heap_name, heaps in heaps_by_name:
+        for queue, heap in heaps.items():
+            for _score, _seq, job_id, version in heap:
+                rec = store._records.get(job_id)
+                if rec is None or rec.version != version or rec.job.queue not in wanted:
+                    continue  # a stale entry (lazy deletion), or another queue's job
+                entries += 1
+                where = heap_name if queue == rec.job.queue else f"{heap_name} of queue {queue!r}"
+                held.setdefault(job_id, []).append(where)
+    findings: list[Finding] = []
+    records = 0
+    for rec in list(store._records.values()):
+        job = rec.job
+        if job.queue not in wanted:
+            continue
+        records += 1
+        found = _judge(job, tuple(held.get(job.id, ())), now, lease_grace)
+        if found is None:
+            continue
+        if repair:
+            found = _repair(store, job, found, now)
+        findings.append(found)
+    return CheckReport(
+        queues=tuple(names),
+        repair=repair,
+        lease_grace=lease_grace,
+        now=now,
+        findings=tuple(sorted(findings, key=finding_order)),
+        partitions=sum(_partitions(store, q) for q in names),
+        records=records,
+        index_entries=entries,
+    )
+
+
+def _partitions(store: MemoryStore, queue: str) -> int:
+    """How many partitions ``queue`` has (0 when unknown), without registering it."""
+    versions = store._topology.get(queue)
+    if versions is not None:
+        return sum(v.partitions for v in versions)
+    return store._default_partitions if queue in store._known_queues else 0
+
+
+def _judge(job: Job, held: tuple[str, ...], now: float, grace: float) -> Finding | None:
+    finding = Finding(
+        problem=Problem.DAMAGED,
+        job_id=job.id,
+        queue=job.queue,
+        queue_version=job.queue_version,
+        partition=job.partition,
+        detail="",
+        state=str(job.state),
+        indexes=held,
+    )
+    damage = record_damage(job)
+    if damage:
+        return attrs.evolve(finding, detail="; ".join(damage))
+    expected = HEAP_OF[job.state]
+    if held != ((expected,) if expected else ()):
+        if not held:
+            detail = f"{job.state} record in no index"
+            return attrs.evolve(finding, problem=Problem.NO_INDEX, detail=detail)
+        if len(held) > 1:
+            detail = f"{job.state} record in {' and '.join(held)}"
+            return attrs.evolve(finding, problem=Problem.TWO_INDEXES, detail=detail)
+        detail = f"{job.state} record in the {held[0]} index"
+        return attrs.evolve(finding, problem=Problem.WRONG_INDEX, detail=detail)
+    if job.state is JobState.LEASED and job.lease_expires_at is not None:
+        late = now - job.lease_expires_at
+        if late >= grace:
+            owner = job.lease_owner or "a worker"
+            detail = f"lease of {owner} expired {late:.0f}s ago and was not recovered"
+            return attrs.evolve(finding, problem=Problem.EXPIRED_LEASE, detail=detail)
+    return None
+
+
+def _repair(store: MemoryStore, job: Job, finding: Finding, now: float) -> Finding:
+    """Repair one finding at once (nothing can have moved the job since it
+    was judged: the whole check is one step)."""
+    cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
+    if finding.problem is Problem.DAMAGED:
+        reason = DAMAGED_RECORD + finding.detail
+        store._put(attrs.evolve(cleared, state=JobState.DEAD, last_error=reason, finished_at=now))
+        return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=reason)
+    if finding.problem is Problem.EXPIRED_LEASE:
+        if job.attempts > job.max_retries:
+            reason = (
+                f"lease expired on attempt {job.attempts} of {job.max_retries + 1} "
+                "(worker lost); retries exhausted"
+            )
+            store._put(
+                attrs.evolve(cleared, state=JobState.DEAD, last_error=reason, finished_at=now)
+            )
+            return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=reason)
+        store._put(attrs.evolve(cleared, state=JobState.READY, run_at=now))
+        return attrs.evolve(finding, repair=Repair.RECOVERED, repair_detail="ready again (due now)")
+    # an index problem: a new version of the record makes every old entry
+    # stale, and _put indexes it where its state says
+    store._put(job)
+    where = HEAP_OF[job.state]
+    detail = f"put in the {where} index" if where else "taken out of every index"
+    return attrs.evolve(finding, repair=Repair.REINDEXED, repair_detail=detail)
+
+
+async def check_memory(
+    store: MemoryStore,
+    queues: Sequence[str] | None,
+    *,
+    repair: bool,
+    batch: int,
+    lease_grace: float,
+) -> CheckReport:
+    """:func:`check` after a checkpoint (every store method is one)."""
+    await trio.lowlevel.checkpoint()
+    return check(store, queues, repair=repair, batch=batch, lease_grace=lease_grace)
