@@ -38,7 +38,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import redis
 import trio
 
 from chronos_trio import Job, JobState, NewJob, leadership_name
@@ -218,42 +218,17 @@ class WorkerProcess:
 
 def client_kill(port: int, rng: random.Random) -> int:
     """CLIENT KILL some of the server's clients (never the one asking);
-    returns how many."""
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-        s.sendall(b"CLIENT ID\r\nCLIENT LIST\r\n")
-        data = b""
-        s.settimeout(2)
-        while data.count(b"\n") < 2 or not data.endswith(b"\r\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-            head, _, rest = data.partition(b"\r\n")
-            if rest.startswith(b"$"):
-                size_line, _, body = rest.partition(b"\r\n")
-                if len(body) >= int(size_line[1:]) + 2:
-                    break
-        head, _, rest = data.partition(b"\r\n")
-        me = int(head[1:])
-        _, _, body = rest.partition(b"\r\n")
-        ids = [
-            int(field[3:])
-            for line in body.decode(errors="replace").splitlines()
-            for field in line.split()[:1]
-            if field.startswith("id=")
-        ]
-        others = [i for i in ids if i != me]
+    returns how many were killed."""
+    admin = redis.Redis(port=port, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        me = admin.client_id()
+        others = sorted(int(c["id"]) for c in admin.client_list() if int(c["id"]) != me)
         if not others:
             return 0
         victims = rng.sample(others, rng.randint(1, len(others)))
-        s.sendall(b"".join(b"CLIENT KILL ID %d\r\n" % v for v in victims))
-        got = b""
-        while got.count(b"\r\n") < len(victims):
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            got += chunk
-        return got.count(b":1\r\n")
+        return sum(int(admin.client_kill_filter(_id=str(v))) for v in victims)
+    finally:
+        admin.close()
 
 
 class Soak:
@@ -261,7 +236,10 @@ class Soak:
 
     def __init__(self, plan: Plan, directory: Path) -> None:
         self.plan = plan
-        self.rng = random.Random(plan.seed)
+        # One generator per task: the producer and the injector draw in an
+        # order the scheduler decides, so a shared one would not repeat.
+        self.job_rng = random.Random(f"{plan.seed}:jobs")
+        self.fault_rng = random.Random(f"{plan.seed}:faults")
         self.directory = directory
         self.runs_dir = directory / "runs"
         self.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -366,9 +344,20 @@ class Soak:
                 w.close()
         self.redis.close()
 
+    def save(self) -> None:
+        """Write ``expected.jsonl`` and ``faults.jsonl`` next to the run files."""
+        with (self.directory / "expected.jsonl").open("w") as f:
+            for e in self.expected.values():
+                f.write(json.dumps(attrs.asdict(e)) + "\n")
+        with (self.directory / "faults.jsonl").open("w") as f:
+            for fault in self.faults:
+                record = attrs.asdict(fault)
+                record["pids"] = None if fault.pids is None else sorted(fault.pids)
+                f.write(json.dumps(record) + "\n")
+
     # -- producer --------------------------------------------------------------------
     def _new_job(self, producer: Any, label: str) -> NewJob:
-        rng = self.rng
+        rng = self.job_rng
         tasks = producer.tasks
         spec = soak_app.Spec
         if label == "poison_payload":  # a payload that is not JSON: dead without running
@@ -394,7 +383,7 @@ class Soak:
         batch that fails (Redis down, a connection cut) is sent again with
         the same job IDs until the store answers, so every job tried gets an
         EnqueueResult (``created=False`` for the ones the failed try stored)."""
-        rng = self.rng
+        rng = self.job_rng
         labels = list(JOB_MIX)
         weights = [JOB_MIX[k] for k in labels]
         deadline = trio.current_time() + self.plan.produce_seconds
@@ -427,7 +416,7 @@ class Soak:
         round of all kinds first). Faults run concurrently (at most
         ``max_concurrent_faults``), one at a time per resource (Redis, the
         proxy, the leader, each worker process); each heals itself."""
-        rng = self.rng
+        rng = self.fault_rng
         plan = self.plan
         first_round = list(FAULT_KINDS)
         rng.shuffle(first_round)
@@ -548,7 +537,7 @@ class Soak:
                 killed = await trio.to_thread.run_sync(
                     client_kill, self.redis.port, random.Random(seed)
                 )
-            except OSError as exc:
+            except (OSError, redis.RedisError) as exc:
                 raise _Skip(f"redis unreachable: {exc}") from None
         self.fault_notes["clients killed by CLIENT KILL"] += killed
         self._record("CLIENT KILL", start)

@@ -25,15 +25,15 @@ what is wrong):
   producer's ``EnqueueResult``, the one in the record it was leased with,
   and a trigger's fire time, less ``tolerance`` seconds.
 * **double-fired triggers**: no trigger logged as fired twice, and no
-  trigger job run twice but after a lost lease (next rule).
-* **unexplained duplicates**: runs of one job, in start order, carry
-  growing attempt numbers (each new lease counts one). A run with the same
-  attempt as the one before is allowed only after that one was called off
-  at shutdown (the worker gives the attempt back); a smaller one never.
-  Every run after one that did not fail is a duplicate, and must therefore
-  follow a lost lease: its cause is named from the earlier run (cut short by
-  kill -9, cancelled on a lost lease, finished but not acknowledged, still
-  running when the other started).
+  trigger job run twice on one lease (next rule).
+* **unexplained duplicates**: each lease (attempt number: every new lease
+  counts one) runs once. The same attempt may run again only after its run
+  was called off at shutdown and ended (the worker gives the attempt back).
+  Runs on different leases follow a lost lease unless the earlier one
+  failed: each such duplicate's cause is named from the earlier lease's run
+  (cut short by kill -9, cancelled on a lost lease, finished but not
+  acknowledged, still running when the next began, or started only after
+  the next lease had begun: its worker was paused between lease and run).
 * **ran after acknowledged success**: no run with an attempt above the one
   whose success the store acknowledged.
 * **unexpected outcome**: poison jobs end dead (an undecodable payload without
@@ -420,28 +420,32 @@ def _check_sequence(
     faults: Sequence[Fault],
     lease_duration: float,
 ) -> None:
+    """Runs in lease order (attempt, then start): each lease runs once,
+    unless a run was called off and its attempt given back."""
     trigger = fire_time(job_id) is not None
-    report.leases_lost_unrun += job_runs[0].attempt - 1
-    for prev, run in itertools.pairwise(job_runs):
-        if prev.outcome == "error":
-            report.handler_errors += 1
-        if run.attempt < prev.attempt or (
-            run.attempt == prev.attempt and not _called_off(prev, timeouts)
-        ):
-            where = "double-fired triggers" if trigger else "unexplained duplicates"
-            report.problem(
-                where,
-                f"{job_id}: {run.describe()} after {prev.describe()}: a run without a new lease",
-            )
-            continue
+    report.handler_errors += sum(1 for r in job_runs if r.outcome == "error")
+    ordered = sorted(job_runs, key=lambda r: (r.attempt, r.start))
+    report.leases_lost_unrun += ordered[0].attempt - 1
+    for prev, run in itertools.pairwise(ordered):
         if run.attempt == prev.attempt:
-            report.duplicates["called off at shutdown, attempt given back, run again"] += 1
+            if _called_off(prev, timeouts) and prev.end is not None and prev.end <= run.start:
+                report.duplicates["called off at shutdown, attempt given back, run again"] += 1
+            else:
+                where = "double-fired triggers" if trigger else "unexplained duplicates"
+                report.problem(
+                    where,
+                    f"{job_id}: {run.describe()} after {prev.describe()}: two runs on one lease",
+                )
             continue
         report.leases_lost_unrun += run.attempt - prev.attempt - 1
-        if prev.outcome in ("fail", "error") or _timed_out(prev, timeouts):
+        if run.start < prev.start:
+            # The later lease began first: ``prev``'s worker started a lease
+            # that had been lost meanwhile (it was paused between lease and run).
+            cause = "started on a lease already lost (a later lease ran first)"
+        elif prev.outcome in ("fail", "error") or _timed_out(prev, timeouts):
             report.retries += 1
             continue
-        if prev.end is None:
+        elif prev.end is None:
             cause = "cut short (worker killed mid-run), run again"
         elif prev.outcome == "cancelled" and prev.lease_lost:
             cause = "lease lost mid-run (handler cancelled), run again"
@@ -453,20 +457,17 @@ def _check_sequence(
             cause = "finished, success not acknowledged (lease lost first), run again"
         report.duplicates[cause] += 1
         report.duplicates_by_fault[_fault_behind(prev, run, faults, lease_duration)] += 1
-    if job_runs[-1].outcome == "error":
-        report.handler_errors += 1
 
 
 def _fault_behind(prev: Run, run: Run, faults: Sequence[Fault], lease_duration: float) -> str:
     """The injected faults that hit ``prev``'s worker while it held the lease
-    (from its start until ``run`` started), most recent first."""
-    hits = [
-        f
+    that was lost: from a lease before the earlier of the two starts to the
+    later one."""
+    since = min(prev.start, run.start) - lease_duration
+    until = max(prev.start, run.start)
+    hits = {
+        f.kind
         for f in faults
-        if (f.pids is None or prev.pid in f.pids)
-        and f.start <= run.start
-        and f.end + lease_duration >= prev.start
-    ]
-    if not hits:
-        return "none found"
-    return "+".join(sorted({f.kind for f in hits}))
+        if (f.pids is None or prev.pid in f.pids) and f.start <= until and f.end >= since
+    }
+    return "+".join(sorted(hits)) if hits else "none found"

@@ -5,11 +5,15 @@ for the invariants). The figures are printed at the end (``pytest -s``).
 
 * ``test_soak_short``: about a minute of faults, in the normal suite
   (deselect it with ``-m "not soak_short"``).
-* ``test_soak_long``: ten minutes of faults and about 18,000 jobs, only with
+* ``test_soak_long``: ten minutes of faults and about 16,000 jobs, only with
   ``CHRONOS_SOAK=1``.
 
 ``CHRONOS_SOAK_SEED`` replaces the fixed seed (the seed used is printed);
-``CHRONOS_SOAK_MINUTES`` the long form's length.
+``CHRONOS_SOAK_MINUTES`` the long form's length. A soak leaves its records
+in its temporary directory (printed): ``runs/`` (the handlers' run files),
+``logs/`` (every worker process's JSON log), ``redis/`` (the AOF),
+``expected.jsonl`` (every EnqueueResult) and ``faults.jsonl`` (the faults,
+with their times and the pids they hit).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ async def run_soak(plan: Plan, directory: Path) -> None:
     finally:
         await producer.aclose()
         soak.close()
+        soak.save()  # what the producer was told and the fault timeline, for a post-mortem
     runs, bad = read_runs(soak.runs_dir)
     logs = read_worker_logs(soak.worker_logs())
     report = check(
