@@ -128,6 +128,10 @@ def send_signal(pid: int, sig: int) -> bool:
     return True
 
 
+#: The log events the soak follows.
+_EVENTS = ("worker process started", "worker process ready", "store reachable")
+
+
 class WorkerProcess:
     """``python -m chronos_trio worker APP ...`` in a subprocess, its JSON log
     in ``log_path`` (children of a ``--processes N`` manager log there too)."""
@@ -137,6 +141,8 @@ class WorkerProcess:
         self.env = env
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
+        self._read_to = 0
+        self._events: dict[str, list[dict[str, Any]]] = {}
 
     def start(self) -> WorkerProcess:
         with self.log_path.open("ab") as log:
@@ -159,14 +165,19 @@ class WorkerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def events(self, name: str) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if line.startswith("{") and f'"{name}"' in line:
+        """The log's records of event ``name`` so far (read incrementally: a
+        manager's log holds its children's debug lines and grows large)."""
+        with self.log_path.open("rb") as f:
+            f.seek(self._read_to)
+            data = f.read()
+        complete = data.rfind(b"\n") + 1
+        self._read_to += complete
+        for line in data[:complete].decode(errors="replace").splitlines():
+            if line.startswith("{") and any(f'"{e}"' in line for e in _EVENTS):
                 with contextlib.suppress(ValueError):
                     rec = json.loads(line)
-                    if rec.get("event") == name:
-                        out.append(rec)
-        return out
+                    self._events.setdefault(rec.get("event"), []).append(rec)
+        return list(self._events.get(name, []))
 
     def children(self) -> dict[int, int]:
         """For a manager: index -> pid of the newest child in each slot."""

@@ -5,7 +5,7 @@ for the invariants). The figures are printed at the end (``pytest -s``).
 
 * ``test_soak_short``: about a minute of faults, in the normal suite
   (deselect it with ``-m "not soak_short"``).
-* ``test_soak_long``: ten minutes of faults and about 16,000 jobs, only with
+* ``test_soak_long``: ten minutes of faults and 13,000-16,000 jobs (by load), only with
   ``CHRONOS_SOAK=1``.
 
 ``CHRONOS_SOAK_SEED`` replaces the fixed seed (the seed used is printed);
