@@ -1,7 +1,22 @@
 """Shared pytest fixtures. Redis/cluster fixtures live in tests/_redis_fixtures.py,
-the runtime tests' memory-and-Redis ``backend`` in tests/_backends.py."""
+the runtime tests' memory-and-Redis ``backend`` in tests/_backends.py.
+
+Tests marked ``soak`` (long soaks) are skipped unless ``CHRONOS_SOAK=1``."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from tests._backends import *  # noqa: F403
 from tests._redis_fixtures import *  # noqa: F403
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("CHRONOS_SOAK") == "1":
+        return
+    skip = pytest.mark.skip(reason="long soak: runs only with CHRONOS_SOAK=1")
+    for item in items:
+        if item.get_closest_marker("soak") is not None:
+            item.add_marker(skip)

@@ -73,8 +73,7 @@ async def test_killed_and_restarted_server() -> None:
 async def test_worker_survives_restart_and_loses_no_persisted_job() -> None:
     """With an fsynced AOF, every job Redis acknowledged survives a SIGKILL; the
     worker rides out the outage and runs every job at least once."""
-    aof = ["--appendonly", "yes", "--appendfsync", "always"]
-    with RedisServer(extra_args=aof) as server, trio.fail_after(60):
+    with RedisServer(aof="always") as server, trio.fail_after(60):
         store = RedisStore.from_url(server.url, default_partitions=4)
         rec = Recorder(store)
         n = 200
@@ -112,3 +111,22 @@ async def test_script_flush_mid_run(redis_store: Factory, redis_url: str) -> Non
     assert len(rec.finished) == n
     assert store.statistics().script_loads >= 2
     admin.close()
+
+
+@pytest.mark.parametrize("aof", [None, "always"])
+def test_launcher_keeps_acknowledged_writes_across_kill_9_only_with_aof(aof: str | None) -> None:
+    """The soak's premise: ``RedisServer(aof="always")`` loads every write it
+    acknowledged back after a SIGKILL and a restart on the same port and
+    directory; without ``aof`` the restarted server is empty."""
+    with RedisServer(aof=aof) as server:  # type: ignore[arg-type]
+        port, first_pid = server.port, server.pid
+        client = redis.Redis.from_url(server.url)
+        for i in range(100):
+            client.set(f"k{i}", i)
+        server.kill()
+        assert server.pid is None and not server.running
+        server.start()
+        assert server.port == port and server.pid not in (None, first_pid)
+        survived = sum(client.exists(f"k{i}") for i in range(100))
+        client.close()
+    assert survived == (100 if aof else 0)

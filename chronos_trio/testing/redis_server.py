@@ -24,10 +24,17 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
-__all__ = ["RedisCluster", "RedisServer", "RedisUnavailable", "free_port"]
+__all__ = ["FsyncPolicy", "RedisCluster", "RedisServer", "RedisUnavailable", "free_port"]
 
 _FORBIDDEN_PORTS = {6379}
+
+#: ``appendfsync`` policies: ``always`` fsyncs (and writes) the AOF before
+#: any reply goes out; ``everysec`` may postpone even the write(2) by up to
+#: 2 s while a background fsync is slow, so a kill -9 can then lose writes
+#: that were already acknowledged; ``no`` leaves flushing to the kernel.
+FsyncPolicy = Literal["always", "everysec", "no"]
 _LIVE: set[subprocess.Popen[bytes]] = set()
 
 
@@ -91,11 +98,16 @@ def _kill_leftovers() -> None:
 
 
 class RedisServer:
-    """One ``redis-server`` on a free loopback port, without persistence.
+    """One ``redis-server`` on a free loopback port, without persistence
+    unless ``aof`` is given.
 
-    ``start()`` returns once it answers PING. ``stop()`` shuts it down
-    (SIGTERM), ``kill()`` SIGKILLs it (simulating a crash), ``restart()``
-    starts it again on the same port (empty: nothing is persisted).
+    ``start()`` returns once it answers PING (after loading its data).
+    ``stop()`` shuts it down (SIGTERM), ``kill()`` SIGKILLs it (simulating a
+    crash), ``restart()`` starts it again on the same port. Without ``aof``
+    a restarted server is empty; with ``aof`` (an ``appendfsync`` policy,
+    see :data:`FsyncPolicy`) it writes an append-only file in ``directory``
+    and a restart on the same directory loads it back: with ``"always"``
+    every write it acknowledged survives a ``kill()``.
     """
 
     def __init__(
@@ -105,7 +117,10 @@ class RedisServer:
         extra_args: list[str] | None = None,
         directory: str | Path | None = None,
         start_timeout: float = 10.0,
+        aof: FsyncPolicy | None = None,
     ) -> None:
+        if aof is not None and aof not in ("always", "everysec", "no"):
+            raise ValueError(f"aof must be 'always', 'everysec' or 'no', got {aof!r}")
         self.binary = _binary("redis-server")
         if port in _FORBIDDEN_PORTS:
             raise ValueError("refusing to use port 6379: it may be someone else's Redis")
@@ -114,6 +129,7 @@ class RedisServer:
         self._own_dir = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="chronos-redis-"))
         self.start_timeout = start_timeout
+        self.aof = aof
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -124,6 +140,11 @@ class RedisServer:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._proc.pid if self.running and self._proc is not None else None
+
     def start(self) -> RedisServer:
         if self.running:
             return self
@@ -132,7 +153,7 @@ class RedisServer:
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--save", "",
-            "--appendonly", "no",
+            *self._persistence_args(),
             "--daemonize", "no",
             "--dir", str(self.directory),
             "--logfile", "redis.log",
@@ -156,6 +177,13 @@ class RedisServer:
             time.sleep(0.02)
         self.kill()
         raise RedisUnavailable(f"redis-server on port {self.port} did not answer PING in time")
+
+    def _persistence_args(self) -> list[str]:
+        if self.aof is None:
+            return ["--appendonly", "no"]
+        # aof-load-truncated: a kill -9 mid-write leaves a torn last command,
+        # which was never acknowledged; load the rest instead of refusing.
+        return ["--appendonly", "yes", "--appendfsync", self.aof, "--aof-load-truncated", "yes"]
 
     def _reap(self, sig: int, wait: float) -> None:
         proc = self._proc

@@ -1,0 +1,137 @@
+"""The fault soak: real worker processes and a real redis-server with an
+append-only file, mixed jobs, and faults drawn from a seed (see
+``tests/_soak.py`` for the set-up and the faults, ``tests/_soak_check.py``
+for the invariants). The figures are printed at the end (``pytest -s``).
+
+* ``test_soak_short``: about a minute of faults, in the normal suite
+  (deselect it with ``-m "not soak_short"``).
+* ``test_soak_long``: ten minutes of faults and 13,000-16,000 jobs (by load), only with
+  ``CHRONOS_SOAK=1``.
+
+``CHRONOS_SOAK_SEED`` replaces the fixed seed (the seed used is printed);
+``CHRONOS_SOAK_MINUTES`` the long form's length. A soak leaves its records
+in its temporary directory (printed): ``runs/`` (the handlers' run files),
+``logs/`` (every worker process's JSON log), ``redis/`` (the AOF),
+``expected.jsonl`` (every EnqueueResult) and ``faults.jsonl`` (the faults,
+with their times and the pids they hit).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from chronos_trio import leadership_name
+from tests import soak_app
+from tests._soak import FAULT_KINDS, Plan, Soak
+from tests._soak_check import check, read_runs, read_worker_logs
+
+pytestmark = pytest.mark.redis
+
+#: Early runs are judged against the store's due times with this tolerance.
+#: Redis's TIME and the handlers' time.time() read the same host clock, and
+#: the store lets a job run only once TIME has reached its due time, so the
+#: tolerance covers float rounding of the stored times, nothing more.
+EARLY_TOLERANCE = 0.01
+
+SHORT_SEED = 20261101
+LONG_SEED = 1103
+
+
+def seed(default: int) -> int:
+    return int(os.environ.get("CHRONOS_SOAK_SEED", default))
+
+
+async def run_soak(plan: Plan, directory: Path) -> None:
+    began = time.monotonic()
+    print(f"\nsoak seed={plan.seed} (CHRONOS_SOAK_SEED={plan.seed} repeats the plan)")
+    print(f"plan: {plan}")
+    print(f"records and logs: {directory}")
+    soak = Soak(plan, directory)
+    producer = soak_app.make_app(soak.url(soak.redis.port), schedules=False)
+    try:
+        with trio.fail_after(plan.bound):
+            async with trio.open_nursery() as nursery:
+                await soak.start(nursery)
+                store = producer.store
+                started = time.monotonic()
+                async with trio.open_nursery() as faults:
+                    faults.start_soon(soak.produce, producer)
+                    faults.start_soon(soak.inject_faults, store)
+                soak.timings["fault phase seconds"] = time.monotonic() - started
+                await soak.drain(store)
+                final = await soak.snapshot(store)
+                leader = await store.current_leader(leadership_name(soak_app.app.name))
+                nursery.cancel_scope.cancel()
+    finally:
+        await producer.aclose()
+        soak.close()
+        soak.save()  # what the producer was told and the fault timeline, for a post-mortem
+    runs, bad = read_runs(soak.runs_dir)
+    logs = read_worker_logs(soak.worker_logs())
+    report = check(
+        expected=soak.expected,
+        final=final,
+        runs=runs,
+        logs=logs,
+        timeouts=soak_app.TIMEOUTS,
+        faults=soak.faults,
+        lease_duration=plan.lease,
+        tolerance=EARLY_TOLERANCE,
+        bad_lines=bad,
+    )
+    for item in soak.stuck_at_drain:
+        report.problem("stuck", item)
+    for item in soak.unclean_stops:
+        report.problem("unclean stops", item)
+    soak.timings["total seconds"] = time.monotonic() - began
+    print(f"jobs enqueued: {len(soak.expected)} (enqueue calls retried: {soak.enqueue_failures})")
+    print("faults injected by kind:")
+    for kind in FAULT_KINDS:
+        print(f"  {kind:<16} {soak.fault_counts[kind]}")
+    for note, n in sorted(soak.fault_notes.items()):
+        print(f"  ({note}: {n})")
+    for line in report.lines():
+        print(line)
+    print("timings: " + ", ".join(f"{k} {v:.1f}" for k, v in soak.timings.items()))
+    print(f"leader at the end: {leader.holder if leader else None}")
+    violations = report.violations()
+    assert all(soak.fault_counts[k] for k in FAULT_KINDS), soak.fault_counts
+    assert not violations, (
+        "\n".join(
+            f"{name} ({len(items)}): " + "\n    ".join(items[:20])
+            for name, items in violations.items()
+        )
+        + f"\nseed {plan.seed}; records in {directory}"
+    )
+
+
+@pytest.mark.soak_short
+async def test_soak_short(tmp_path: Path) -> None:
+    plan = Plan(
+        seed=seed(SHORT_SEED),
+        fault_seconds=60,
+        produce_seconds=45,
+        jobs_per_second=20,
+        fault_interval=2.0,
+        drain_timeout=60,
+    )
+    await run_soak(plan, tmp_path)
+
+
+@pytest.mark.soak  # skipped unless CHRONOS_SOAK=1 (tests/conftest.py)
+async def test_soak_long(tmp_path: Path) -> None:
+    minutes = float(os.environ.get("CHRONOS_SOAK_MINUTES", "10"))
+    plan = Plan(
+        seed=seed(LONG_SEED),
+        fault_seconds=60 * minutes,
+        produce_seconds=60 * minutes - 30,
+        jobs_per_second=30,
+        fault_interval=3.0,
+        drain_timeout=120,
+    )
+    await run_soak(plan, tmp_path)
