@@ -244,3 +244,35 @@ async def test_publishing_an_event_nobody_wants_costs_nothing() -> None:
     assert bus.pending == 1 and bus.dropped == 1
     with pytest.raises(TypeError, match="not an event type"):
         bus.subscribe(QueueWeight, seen.append)
+
+
+async def test_a_lease_that_cannot_be_renewed_is_given_up_before_it_expires(
+    autojump_clock: object,
+) -> None:
+    store = FaultyStore(MemoryStore())
+    app = App(store)
+    ended: list[tuple[float, bool]] = []
+
+    @app.task("long")
+    async def long(args: bytes, job: JobContext) -> None:
+        try:
+            await trio.sleep(100)
+        finally:
+            ended.append((trio.current_time(), job.lease_lost))
+
+    async with app.open_worker(lease_duration=3.0, poll_interval=0.5) as worker:
+        await long.enqueue(b"x")
+        with trio.fail_after(30):
+            await wait_for(lambda: worker.statistics().running == 1)
+        started = trio.current_time()
+        store.break_ops("renew")  # renewals no longer get through
+        with trio.fail_after(30):
+            await wait_for(lambda: ended)
+        # Given up at the first heartbeat past 95% of the lease, while the
+        # store still held it for this worker: no other worker could have
+        # started the job yet, so it never runs twice at once.
+        stopped_at, lost = ended[0]
+        assert lost is True
+        assert stopped_at - started <= 3.0 + 0.01
+        store.heal()
+        worker.stop()

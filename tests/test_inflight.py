@@ -222,3 +222,18 @@ def test_leases_admitted_while_draining_go_straight_back() -> None:
     assert entry.outcome is not None and entry.outcome.kind is SettleKind.RELEASE
     assert table.dispatch_nowait(entry)  # the leaser's queueing is then a no-op
     assert table.queued == 0
+
+
+def test_an_entry_past_its_lease_deadline_never_starts() -> None:
+    now = [100.0]
+    table = InFlight(4, 4, clock=lambda: now[0])
+    [fresh, stale] = table.admit([leased(1), leased(2)], deadline=105.0)
+    table.renewed(fresh, 120.0)
+    for entry in (stale, fresh):
+        assert table.dispatch_nowait(entry)
+    now[0] = 110.0  # e.g. the process was paused: stale's lease may be gone
+    assert table.overdue() == [stale]
+    started = table.start_next_nowait(trio.CancelScope())
+    assert started is fresh  # stale was skipped on the way
+    assert stale.lost and stale.stage is Stage.DECIDED and stale.outcome is None
+    assert table.overdue() == []

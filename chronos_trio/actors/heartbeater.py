@@ -12,6 +12,7 @@ from trio_util import periodic
 
 from ..runtime._backoff import Backoff
 from ..runtime._events import LeaseLost
+from ..runtime._inflight import Entry, lease_deadline
 from ..runtime._state import Runtime, log
 from ..store import StoreError
 
@@ -22,26 +23,43 @@ async def run(
     backoff = Backoff(log, "heartbeater")
     table = rt.table
     task_status.started()
+    lease = rt.config.lease_duration
     async for _ in periodic(rt.config.heartbeat_interval):
+        # Renewals that did not get through in time (this process was paused,
+        # or the store was out of reach): the store may hand these jobs to
+        # another worker any moment, so stop using them now, without waiting
+        # for the store to refuse the next renewal.
+        for entry in table.overdue():
+            if table.mark_lost(entry):
+                _lost(rt, entry, "lease expired before it could be renewed")
         entries = table.renewable()
         if not entries:
             continue
+        asked_at = trio.current_time()
         try:
-            held = await rt.store.renew([e.leased.ref for e in entries], rt.config.lease_duration)
+            held = await rt.store.renew([e.leased.ref for e in entries], lease)
         except StoreError as exc:
             # Keep ticking: the next renewal may get through before expiry.
             await backoff.failed(exc)
             continue
         backoff.reset()
+        deadline = lease_deadline(asked_at, lease)
         for entry, ok in zip(entries, held, strict=True):
-            if not ok and table.mark_lost(entry):
-                job = entry.leased.job
-                log.warning(
-                    "lease lost job=%s kind=%s queue=%s attempt=%s",
-                    job.id,
-                    job.kind,
-                    job.queue,
-                    job.attempts,
-                )
-                rt.counters.lost += 1
-                rt.events.publish(LeaseLost(job))
+            if ok:
+                table.renewed(entry, deadline)
+            elif table.mark_lost(entry):
+                _lost(rt, entry, "renewal refused")
+
+
+def _lost(rt: Runtime, entry: Entry, why: str) -> None:
+    job = entry.leased.job
+    log.warning(
+        "lease lost job=%s kind=%s queue=%s attempt=%s why=%s",
+        job.id,
+        job.kind,
+        job.queue,
+        job.attempts,
+        why,
+    )
+    rt.counters.lost += 1
+    rt.events.publish(LeaseLost(job))

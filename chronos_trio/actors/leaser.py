@@ -13,7 +13,7 @@ import logging
 import trio
 
 from ..runtime._backoff import Backoff
-from ..runtime._inflight import Entry, Stage
+from ..runtime._inflight import Entry, Stage, lease_deadline
 from ..runtime._state import Runtime, log
 from ..store import StoreError
 
@@ -31,6 +31,7 @@ async def run(
     while True:
         await table.wait_free()
         want = min(cfg.batch_size, table.free)
+        asked_at = trio.current_time()
         batch = await backoff.call(
             rt.store.lease,
             cfg.queues,
@@ -46,7 +47,7 @@ async def run(
             continue
         # Every lease enters the table before the first checkpoint, so a
         # crash while queueing leaves them there for the next incarnation.
-        entries = table.admit(batch)
+        entries = table.admit(batch, lease_deadline(asked_at, cfg.lease_duration))
         rt.counters.leased += len(batch)
         if log.isEnabledFor(logging.DEBUG):
             for leased in batch:

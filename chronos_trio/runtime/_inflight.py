@@ -28,6 +28,7 @@ queue (DECIDED entries) that the completer claims in batches.
 from __future__ import annotations
 
 import enum
+import math
 from collections import deque
 from collections.abc import Callable, Iterator
 
@@ -35,6 +36,18 @@ import trio
 
 from ..records._jobs import LeasedJob
 from ..store import SettleKind, Settlement
+
+#: Fraction of a lease this worker gives up early: its clock may run a
+#: little slower than the store's, so it must stop using a lease before the
+#: store hands it to another worker.
+LEASE_SAFETY_MARGIN = 0.05
+
+
+def lease_deadline(asked_at: float, lease_duration: float) -> float:
+    """Until when a lease asked for (or renewed) at ``asked_at`` on Trio's
+    clock is this worker's: the store counts from when it received the
+    request, which is later."""
+    return asked_at + lease_duration * (1 - LEASE_SAFETY_MARGIN)
 
 
 class Stage(enum.Enum):
@@ -55,6 +68,7 @@ class Entry:
 
     __slots__ = (
         "cancel_scope",
+        "deadline",
         "decided_at",
         "leased",
         "lost",
@@ -63,8 +77,13 @@ class Entry:
         "started_at",
     )
 
-    def __init__(self, leased: LeasedJob) -> None:
+    def __init__(self, leased: LeasedJob, deadline: float = math.inf) -> None:
         self.leased = leased
+        #: When this worker must consider the lease gone, on Trio's clock:
+        #: a little before the store's expiry, counted from when the lease
+        #: (or its last renewal) was asked for. A worker paused past it
+        #: starts nothing more on the lease and cancels what runs.
+        self.deadline = deadline
         self.stage = Stage.LEASED
         #: What the completer writes; None once decided means nothing to
         #: write (the lease was lost).
@@ -146,9 +165,10 @@ class InFlight:
         return sum(1 for e in self._entries.values() if e.stage in stages)
 
     # -- leaser -----------------------------------------------------------------
-    def admit(self, batch: list[LeasedJob]) -> list[Entry]:
-        """Take a slot for each newly leased job (LEASED). While draining they
-        are released at once, so a lease that arrives during shutdown goes
+    def admit(self, batch: list[LeasedJob], deadline: float = math.inf) -> list[Entry]:
+        """Take a slot for each newly leased job (LEASED), each held until
+        ``deadline`` on Trio's clock unless renewed. While draining they are
+        released at once, so a lease that arrives during shutdown goes
         straight back. Raises if the batch does not fit or a token repeats."""
         if len(batch) > self.free:
             raise IllegalTransition(f"{len(batch)} leases do not fit in {self.free} free slot(s)")
@@ -156,7 +176,7 @@ class InFlight:
         for leased in batch:
             if leased.token in self._entries:
                 raise IllegalTransition(f"lease token {leased.token!r} is already held")
-            entry = Entry(leased)
+            entry = Entry(leased, deadline)
             self._entries[leased.token] = entry
             entries.append(entry)
         if self.draining:
@@ -200,6 +220,8 @@ class InFlight:
             if self._room_waiter is not None:
                 self._room_waiter.set()
                 self._room_waiter = None
+            if entry.deadline <= self._clock():
+                entry.lost = True  # past its deadline: the store may have it back
             if entry.lost:
                 self._decide(entry, None)
             elif self.draining:
@@ -269,6 +291,22 @@ class InFlight:
         self._changed()
 
     # -- heartbeater ----------------------------------------------------------------
+    def renewed(self, entry: Entry, deadline: float) -> None:
+        """The store extended ``entry``'s lease; this worker holds it until
+        ``deadline`` (a lease already lost stays lost)."""
+        if not entry.lost and deadline > entry.deadline:
+            entry.deadline = deadline
+
+    def overdue(self) -> list[Entry]:
+        """Held entries past their deadline and not yet marked lost (their
+        renewals did not get through in time: a pause, a partition)."""
+        now = self._clock()
+        return [
+            e
+            for e in self._entries.values()
+            if e.deadline <= now and not e.lost and e.stage is not Stage.SETTLING
+        ]
+
     def renewable(self) -> list[Entry]:
         """Entries whose leases should be renewed: held, not lost, and not
         being settled (a settle in flight ends the lease itself)."""
