@@ -189,6 +189,7 @@ class RedisServer:
         if proc.poll() is None:
             with contextlib.suppress(OSError):
                 proc.send_signal(sig)
+                proc.send_signal(signal.SIGCONT)  # a paused server must see the signal
             try:
                 proc.wait(wait)
             except subprocess.TimeoutExpired:
@@ -204,6 +205,16 @@ class RedisServer:
     def kill(self) -> None:
         """SIGKILL: the server dies at once, as in a crash."""
         self._reap(signal.SIGKILL, 5.0)
+
+    def pause(self) -> None:
+        """SIGSTOP: the server stops answering (a stalled node) until :meth:`resume`."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)
 
     def restart(self) -> RedisServer:
         """Stop (if running) and start again on the same port."""
