@@ -389,5 +389,7 @@ def _reload_plan(ops: Sequence[Op], replies: Sequence[Any]) -> tuple[list[int], 
     """The ops that got NOSCRIPT (they did not run) and the scripts to load
     before running them again (with any WAIT after them: it must cover them)."""
     missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
+    if not missing:
+        return missing, []
     scripts = {ops[i].script for i in missing}
     return with_waits([op.args for op in ops], missing), [s for s in scripts if s is not None]
