@@ -27,6 +27,7 @@ import trio
 from chronos_trio import App, NewJob
 from chronos_trio.store import QueueWeight, SettleKind, Settlement, StoreError, open_store
 from chronos_trio.store.redis import RedisStore
+from chronos_trio.store.redis._adapter import ReplicaWait
 from chronos_trio.store.redis._connect import connect, split_store_options
 from chronos_trio.store.redis._sentinel import SentinelConnection, SentinelSSLConnection
 from chronos_trio.testing import CHECKS, Check
@@ -287,10 +288,10 @@ async def test_kill_9_of_the_master(native: bool, fresh_redis_sentinel: RedisSen
             f"{first_ok - done:+.2f}s after; {sum(not ok for _, ok in attempts)} StoreErrors"
         )
         assert not attempts[0][1], "the master's death is seen"
-        # Fails only while no master answers: a call started 0.5 s after the
-        # switch works (one lookup of the sentinels, one connect).
-        assert all(ok for t, ok in attempts if t >= done + 0.5)
-        assert first_ok <= done + 0.5
+        # Fails only while no master answers: a call started 1 s after the
+        # switch works (one lookup of the sentinels, one connect, a busy machine).
+        assert all(ok for t, ok in attempts if t >= done + 1.0)
+        assert first_ok <= done + 1.0
         assert await lease_all(store) == sorted(f"before-{i}" for i in range(20))
         assert store.statistics().script_loads > loads
         new = rs.master()
@@ -328,7 +329,7 @@ async def test_a_blocked_wait_notices_the_master_death(fresh_redis_sentinel: Red
             assert not failed and store.statistics().blocking_waits >= 2
             old = rs.kill_master()
             killed = trio.current_time()
-        assert len(failed) == 2 and max(failed) - killed < 1.0
+        assert len(failed) == 2 and max(failed) - killed < 2.0  # not the 20 s timeout
         await failover_done(rs, old)
         woke: list[float] = []
 
@@ -348,7 +349,7 @@ async def test_a_blocked_wait_notices_the_master_death(fresh_redis_sentinel: Red
             await trio.sleep(1.0)
             sent = trio.current_time()
             await producer.enqueue_many([job("after")])
-        assert woke[0] - sent < 0.5
+        assert woke[0] - sent < 1.0
     await store.aclose()
     await producer.aclose()
 
@@ -398,12 +399,12 @@ async def test_writes_follow_a_manual_failover_within_a_second(
             switched = await failover_done(rs, old)
             new = rs.master()
             placed: list[tuple[float, str]] = []
-            for i in range(40):
+            for i in range(60):
                 at = trio.current_time()
                 await store.enqueue_many([job(f"m{i}")])
                 placed.append((at - switched, f"m{i}"))
                 await trio.sleep(0.05)
-                if i == 30:
+                if i == 45:
                     sent = trio.current_time()
                     await store.enqueue_many([NewJob(id="wake", queue="w", kind="k", payload=b"")])
             # Look now: once converted, the old master copies the new one's data.
@@ -414,9 +415,9 @@ async def test_writes_follow_a_manual_failover_within_a_second(
             f"{woke[0] - sent:.2f}s after the enqueue"
         )
         assert still_master, "the old master was converted already: no split brain to test"
-        assert all(holds(new.port, j) for t, j in placed if t >= RECHECK + 0.5)
-        assert all(t < RECHECK + 0.5 for t, _ in on_old)
-        assert woke[0] - sent < SENTINEL_MAX_BLOCK + 1.0
+        assert all(holds(new.port, j) for t, j in placed if t >= RECHECK + 1.0)
+        assert all(t < RECHECK + 1.0 for t, _ in on_old)
+        assert woke[0] - sent < SENTINEL_MAX_BLOCK + 2.0
     await store.aclose()
     await waiter.aclose()
 
@@ -525,8 +526,10 @@ async def test_an_enqueue_with_wait_returns_once_the_replica_has_it(native: bool
 async def test_too_few_replicas_is_a_store_error_and_a_retry_is_idempotent() -> None:
     with RedisReplicaSet() as rs, trio.fail_after(30):
         master, replica = rs.nodes
-        store = RedisStore.from_url(rs.url + "?wait_replicas=1&wait_timeout=0.2")
+        # warm (connected, scripts loaded), with a timeout a loaded machine meets
+        store = RedisStore.from_url(rs.url + "?wait_replicas=1&wait_timeout=3")
         await store.enqueue_many([job("warm")])
+        store._ctx.replica_wait = ReplicaWait(1, 0.2)
         replica.kill()
         started = trio.current_time()
         with pytest.raises(StoreError, match=r"only 0 of 1 replica\(s\) acknowledged") as err:
@@ -756,7 +759,7 @@ async def test_workers_and_producers_ride_out_a_kill_9_of_the_master(
     assert not lost["wait"], "an enqueue that waited for the replica was lost"
     assert all(0 <= s <= 1.0 for s in window["plain"]), "lost jobs were acked well before the kill"
     assert errors["plain"] and errors["wait"], "the producers saw the outage"
-    assert all(t < switched + 1.0 for t in errors["plain"]), "StoreErrors after the switch"
+    assert all(t < switched + 2.0 for t in errors["plain"]), "StoreErrors after the switch"
     log = log_path.read_text()
     assert "Traceback" not in log, log[-3000:]
     assert cli.returncode == 0, log[-3000:]
