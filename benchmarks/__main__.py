@@ -42,6 +42,7 @@ WORKLOADS = (
     "drain",
     "saturation",
     "enqueue",
+    "replicas",
     "pickup",
     "lateness",
     "recovery",
@@ -194,6 +195,17 @@ def suite(args: argparse.Namespace, redis: BenchRedis) -> dict[str, list[dict[st
             cb.enqueue, url, s.enqueue_single, s.enqueue_many, 32, s.enqueue_many))  # fmt: skip
         for peer in peers:
             theirs("enqueue", "no worker", peer, 600, n=s.enqueue_many, n_single=s.enqueue_single)
+
+    if "replicas" in wanted:
+        # A master with one replica of its own (asynchronous replication, as
+        # in production), to price wait_replicas=1: WAIT after each enqueue
+        # round trip until the replica acknowledged it.
+        from chronos_trio.testing.redis_server import RedisReplicaSet
+
+        with RedisReplicaSet(replicas=1) as replicated:
+            ours("replicas", "master + 1 replica", lambda: cb.run(
+                cb.replicated_enqueue, replicated.url, s.enqueue_single, s.enqueue_many,
+                replicated.flushall))  # fmt: skip
 
     if "pickup" in wanted:
         ours("pickup", f"{s.pickup_rate:.0f} jobs/s, c=16", lambda: cb.run(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -303,6 +304,55 @@ async def enqueue(
     bulk = n_bulk / (time.perf_counter() - t)
     await app.aclose()
     return {"single_per_s": single, "concurrent_per_s": concurrent, "bulk_per_s": bulk, "ok": True}
+
+
+# -- 4b. enqueue with a replica, with and without WAIT --------------------------------------
+
+
+async def replicated_enqueue(
+    url: str, n_single: int, n_bulk: int, flush: Callable[[], None], chunks: int = 10
+) -> dict[str, Any]:
+    """The cost of ``wait_replicas=1`` against a master with one replica at
+    ``url``: one-at-a-time awaited enqueues and bulk (``enqueue_many`` of
+    1,000), with and without WAIT, in ``chunks`` alternating slices of each
+    (which variant goes first alternates too), so load that drifts during
+    the run falls on both alike. Rates come from the total time, latencies
+    are the median call (one job, or one batch of 1,000); the cost of WAIT
+    is the difference of the medians."""
+    flush()
+    plain_app, plain = make_app(url)
+    wait_app, waiting = make_app(url + "?wait_replicas=1&wait_timeout=1")
+    for task in (plain, waiting):
+        await task.enqueue(Bench(sent_at=0.0))  # connect, load scripts
+    calls: dict[str, dict[str, list[float]]] = {
+        mode: {"plain": [], "wait": []} for mode in ("single", "bulk")
+    }
+    per_single, per_bulk = n_single // chunks, max(1, n_bulk // chunks // BULK_BATCH)
+
+    for chunk in range(chunks):
+        order = [("plain", plain), ("wait", waiting)]
+        for name, task in order if chunk % 2 == 0 else order[::-1]:
+            for _ in range(per_single):
+                t = time.perf_counter()
+                await task.enqueue(Bench(sent_at=time.time()))
+                calls["single"][name].append(time.perf_counter() - t)
+            for _ in range(per_bulk):
+                payloads = [Bench(sent_at=time.time()) for _ in range(BULK_BATCH)]
+                t = time.perf_counter()
+                await task.enqueue_many(payloads)
+                calls["bulk"][name].append(time.perf_counter() - t)
+    await plain_app.aclose()
+    await wait_app.aclose()
+
+    row: dict[str, Any] = {"ok": True}
+    for mode, jobs_per_call in (("single", 1), ("bulk", BULK_BATCH)):
+        for name in ("plain", "wait"):
+            took = calls[mode][name]
+            suffix = "" if name == "plain" else "_wait"
+            row[f"{mode}{suffix}_per_s"] = len(took) * jobs_per_call / sum(took)
+            row[f"{mode}{suffix}_p50_us"] = statistics.median(took) * 1e6
+        row[f"{mode}_wait_cost_us"] = row[f"{mode}_wait_p50_us"] - row[f"{mode}_p50_us"]
+    return row
 
 
 # -- 5. pickup latency --------------------------------------------------------------------

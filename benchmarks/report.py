@@ -59,6 +59,20 @@ TABLES: dict[str, dict[str, Any]] = {
             ("bulk_per_s", True, "ratio bulk"),
         ],
     },
+    "replicas": {
+        "title": "4b. Enqueue against a master with one replica: the cost of wait_replicas=1 "
+        "(WAIT after each round trip; slices of both interleaved; p50 per call)",
+        "columns": [
+            ("single_per_s", "1-by-1/s", "{:,.0f}"),
+            ("single_wait_per_s", "+WAIT/s", "{:,.0f}"),
+            ("single_p50_us", "p50 us", "{:.0f}"),
+            ("single_wait_p50_us", "+WAIT p50 us", "{:.0f}"),
+            ("bulk_per_s", "bulk/s", "{:,.0f}"),
+            ("bulk_wait_per_s", "+WAIT/s", "{:,.0f}"),
+            ("bulk_p50_us", "p50 us/1000", "{:.0f}"),
+            ("bulk_wait_p50_us", "+WAIT p50 us/1000", "{:.0f}"),
+        ],
+    },
     "pickup": {
         "title": "5. Pickup latency of immediate jobs at a steady light rate (enqueue -> start)",
         "columns": [

@@ -6,6 +6,11 @@
 * ``redis_cluster_url`` (function): its URL, emptied before each test.
 * ``redis_store`` (function): ``await redis_store(url=None, **options)`` makes a
   RedisStore (on ``redis_url`` by default) and closes it after the test.
+* ``redis_sentinel`` (session): a master, a replica and three sentinels;
+  ``redis_sentinel_url`` (function): its ``redis+sentinel://`` URL, the
+  master emptied before each test. Tests that fail the master over take
+  ``fresh_redis_sentinel`` (function): a set of their own, as theirs is left
+  with another master (or none).
 
 Without a ``redis-server`` binary these tests skip, except under CI=true,
 where they fail: CI must never pass by silently skipping the Redis suite.
@@ -22,14 +27,18 @@ import pytest
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.testing.redis_server import (
     RedisCluster,
+    RedisSentinel,
     RedisServer,
     RedisUnavailable,
     in_ci,
 )
 
 __all__ = [
+    "fresh_redis_sentinel",
     "redis_cluster",
     "redis_cluster_url",
+    "redis_sentinel",
+    "redis_sentinel_url",
     "redis_server",
     "redis_store",
     "redis_url",
@@ -88,6 +97,39 @@ def redis_cluster() -> Iterator[RedisCluster]:
 def redis_cluster_url(redis_cluster: RedisCluster) -> str:
     redis_cluster.flushall()
     return redis_cluster.url
+
+
+def _start_sentinel() -> RedisSentinel:
+    try:
+        return RedisSentinel().start()
+    except RedisUnavailable as exc:
+        _unavailable(exc)
+        raise
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[RedisSentinel]:
+    sentinel = _start_sentinel()
+    try:
+        yield sentinel
+    finally:
+        sentinel.close()
+
+
+@pytest.fixture
+def redis_sentinel_url(redis_sentinel: RedisSentinel) -> str:
+    redis_sentinel.wait_settled()  # one master that every sentinel knows
+    redis_sentinel.flushall()
+    return redis_sentinel.url
+
+
+@pytest.fixture
+def fresh_redis_sentinel() -> Iterator[RedisSentinel]:
+    sentinel = _start_sentinel()
+    try:
+        yield sentinel
+    finally:
+        sentinel.close()
 
 
 @pytest.fixture

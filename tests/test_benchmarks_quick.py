@@ -34,8 +34,8 @@ def test_quick_benchmark_completes_every_workload(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     workloads = doc["workloads"]
-    expected = {"lifecycle", "drain", "saturation", "enqueue", "pickup", "lateness",
-                "recovery", "idle"}  # fmt: skip
+    expected = {"lifecycle", "drain", "saturation", "enqueue", "replicas", "pickup",
+                "lateness", "recovery", "idle"}  # fmt: skip
     assert expected <= {name for name, rows in workloads.items() if rows}
     for name, rows in workloads.items():
         for row in rows:

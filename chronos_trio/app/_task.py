@@ -108,7 +108,9 @@ class Task(Generic[P]):
         )
 
     async def enqueue(self, payload: P, **options: Unpack[EnqueueOptions]) -> EnqueueResult:
-        """Enqueue one job; returns once the store has it (durably, for Redis).
+        """Enqueue one job; returns once the store has it (for Redis: the
+        master has it; with ``wait_replicas``, that many replicas too, see the
+        README's "Redis Sentinel" on what a failover can lose otherwise).
 
         With ``job_id`` the call is idempotent: while a job with that ID
         exists, enqueueing it again changes nothing (``created`` is False).

@@ -8,6 +8,7 @@ Another backend registers its schemes with :func:`register_scheme`.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from typing import cast
 
@@ -76,13 +77,19 @@ def open_store(url: str | None) -> Store:
 
 
 def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for messages and logs)."""
+    """``url`` with any password replaced by ``***`` (for messages and logs):
+    the userinfo's, and the value of any query option whose name contains
+    "password" (``sentinel_password``)."""
+    url = _QUERY_PASSWORD.sub(r"\1***", url)
     scheme, sep, rest = url.partition("://")
     userinfo, at, hosts = rest.rpartition("@")
     if not at:
         return url
     user, colon, _ = userinfo.partition(":")
     return f"{scheme}{sep}{user}{colon}{'***' if colon else ''}@{hosts}"
+
+
+_QUERY_PASSWORD = re.compile(r"([?&][^=&#]*password[^=&#]*=)[^&#]*", re.IGNORECASE)
 
 
 register_scheme(
@@ -97,5 +104,7 @@ for _name, _what in (
     ("unix", "Redis on a Unix socket"),
     ("redis+cluster", "Redis Cluster"),
     ("rediss+cluster", "Redis Cluster over TLS"),
+    ("redis+sentinel", "Redis Sentinel (the master of a service)"),
+    ("rediss+sentinel", "Redis Sentinel over TLS"),
 ):
     register_scheme(_name, "chronos_trio.store.redis:open_store", shared=True, description=_what)

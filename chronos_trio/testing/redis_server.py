@@ -9,6 +9,11 @@ interpreter exits.
 
 If ``redis-server`` (or ``redis-cli``, for a cluster) is not installed they
 raise :class:`RedisUnavailable` with a message saying what to install.
+
+:class:`RedisReplicaSet` is a master with replicas (asynchronous
+replication, for ``WAIT``); :class:`RedisSentinel` adds sentinels
+(``redis-server --sentinel``) that fail the master over to a replica within
+a few seconds of its death.
 """
 
 from __future__ import annotations
@@ -24,9 +29,21 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
-__all__ = ["FsyncPolicy", "RedisCluster", "RedisServer", "RedisUnavailable", "free_port"]
+import hiredis
+
+__all__ = [
+    "FsyncPolicy",
+    "RedisCluster",
+    "RedisReplicaSet",
+    "RedisSentinel",
+    "RedisServer",
+    "RedisUnavailable",
+    "TlsFiles",
+    "call",
+    "free_port",
+]
 
 _FORBIDDEN_PORTS = {6379}
 
@@ -118,10 +135,16 @@ class RedisServer:
         directory: str | Path | None = None,
         start_timeout: float = 10.0,
         aof: FsyncPolicy | None = None,
+        config_file: str | Path | None = None,
+        sentinel: bool = False,
     ) -> None:
         if aof is not None and aof not in ("always", "everysec", "no"):
             raise ValueError(f"aof must be 'always', 'everysec' or 'no', got {aof!r}")
         self.binary = _binary("redis-server")
+        #: A config file read before the command-line options (a sentinel
+        #: rewrites its own, so it must be writable and private).
+        self.config_file = None if config_file is None else Path(config_file)
+        self.sentinel = sentinel
         if port in _FORBIDDEN_PORTS:
             raise ValueError("refusing to use port 6379: it may be someone else's Redis")
         self.port = port if port is not None else free_port()
@@ -150,6 +173,8 @@ class RedisServer:
             return self
         args = [
             self.binary,
+            *([str(self.config_file)] if self.config_file is not None else []),
+            *(["--sentinel"] if self.sentinel else []),
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--save", "",
@@ -192,6 +217,7 @@ class RedisServer:
         if proc.poll() is None:
             with contextlib.suppress(OSError):
                 proc.send_signal(sig)
+                proc.send_signal(signal.SIGCONT)  # a paused server must see the signal
             try:
                 proc.wait(wait)
             except subprocess.TimeoutExpired:
@@ -207,6 +233,16 @@ class RedisServer:
     def kill(self) -> None:
         """SIGKILL: the server dies at once, as in a crash."""
         self._reap(signal.SIGKILL, 5.0)
+
+    def pause(self) -> None:
+        """SIGSTOP: the server stops answering (a stalled node) until :meth:`resume`."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)
 
     def restart(self) -> RedisServer:
         """Stop (if running) and start again on the same port."""
@@ -306,6 +342,426 @@ class RedisCluster:
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def __enter__(self) -> RedisCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def call(port: int, *args: str | int, password: str | None = None, timeout: float = 2.0) -> Any:
+    """Run one command on the loopback ``port`` (after AUTH when ``password``
+    is given) and return its reply, decoded by hiredis (an error reply comes
+    back as a ``hiredis.ReplyError`` instance). ``OSError`` when nobody answers."""
+    commands: list[tuple[str | int, ...]] = [args]
+    if password is not None:
+        commands.insert(0, ("AUTH", password))
+    data = b"".join(hiredis.pack_command(tuple(str(a) for a in c)) for c in commands)  # type: ignore[arg-type]
+    reader = hiredis.Reader()
+    replies: list[Any] = []
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        while len(replies) < len(commands):
+            reply = reader.gets()
+            if reply is False:
+                chunk = s.recv(65536)
+                if not chunk:
+                    raise ConnectionResetError(f"127.0.0.1:{port} closed the connection")
+                reader.feed(chunk)
+                continue
+            replies.append(reply)
+    return replies[-1]
+
+
+def _fields(reply: Any) -> dict[str, str]:
+    """A flat [key, value, ...] reply (SENTINEL MASTER) as a dict of strings."""
+    items = [x.decode() if isinstance(x, bytes) else str(x) for x in reply]
+    return dict(zip(items[::2], items[1::2], strict=True))
+
+
+def _info(port: int, section: str, password: str | None) -> dict[str, str]:
+    reply = call(port, "INFO", section, password=password)
+    if not isinstance(reply, bytes):
+        raise RedisUnavailable(f"INFO on port {port} failed: {reply!r}")
+    pairs = (line.partition(":") for line in reply.decode().splitlines() if ":" in line)
+    return {k: v for k, _, v in pairs}
+
+
+class TlsFiles(NamedTuple):
+    """A self-signed certificate for 127.0.0.1 that is also its own CA."""
+
+    cert: Path
+    key: Path
+
+    @classmethod
+    def make(cls, directory: str | Path) -> TlsFiles:
+        """Generate one with ``openssl`` in ``directory`` (RedisUnavailable
+        when openssl is missing or fails)."""
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            raise RedisUnavailable("openssl not found on PATH: it makes the test certificate")
+        cert, key = Path(directory) / "cert.pem", Path(directory) / "key.pem"
+        done = subprocess.run(
+            [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+             "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+             "-keyout", str(key), "-out", str(cert)],
+            capture_output=True, timeout=60, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RedisUnavailable(f"openssl failed: {done.stderr[-2000:]!r}")
+        return cls(cert, key)
+
+    def server_args(self, tls_port: int) -> list[str]:
+        """Options serving TLS on ``tls_port`` and replicating over TLS."""
+        return [
+            "--tls-port", str(tls_port),
+            "--tls-cert-file", str(self.cert), "--tls-key-file", str(self.key),
+            "--tls-ca-cert-file", str(self.cert), "--tls-auth-clients", "no",
+            "--tls-replication", "yes",
+        ]  # fmt: skip
+
+
+class RedisReplicaSet:
+    """A master and ``replicas`` replicas of it, on free loopback ports, with
+    asynchronous replication as in production (for ``WAIT`` and failovers).
+
+    ``password`` protects every node (``requirepass``, and ``masterauth`` so
+    any node can replicate from any other). With ``tls``, every node also
+    serves TLS on a port of its own and replicates over TLS; the plain port
+    stays open for the launcher's own checks. ``start()`` returns once every
+    replica has synced.
+    """
+
+    def __init__(
+        self,
+        *,
+        replicas: int = 1,
+        password: str | None = None,
+        tls: TlsFiles | None = None,
+        start_timeout: float = 30.0,
+    ) -> None:
+        self.replica_count = replicas
+        self.password = password
+        self.tls = tls
+        self.start_timeout = start_timeout
+        self.directory = Path(tempfile.mkdtemp(prefix="chronos-replicas-"))
+        #: Every data node, the first started as the master.
+        self.nodes: list[RedisServer] = []
+        #: The port clients use for each node (its TLS port with ``tls``), by plain port.
+        self.data_ports: dict[int, int] = {}
+
+    @property
+    def first_master(self) -> RedisServer:
+        return self.nodes[0]
+
+    @property
+    def url(self) -> str:
+        """A plain URL of the first master (``rediss://`` with TLS)."""
+        node = self.first_master
+        auth = f":{self.password}@" if self.password else ""
+        if self.tls is None:
+            return f"redis://{auth}127.0.0.1:{node.port}/0"
+        return (
+            f"rediss://{auth}127.0.0.1:{self.data_ports[node.port]}/0?ssl_ca_certs={self.tls.cert}"
+        )
+
+    def node_by_data_port(self, port: int) -> RedisServer:
+        for node in self.nodes:
+            if self.data_ports[node.port] == port:
+                return node
+        raise KeyError(f"no node of this set serves port {port}")
+
+    def _node_args(self, data_port: int, replica_of: int | None) -> list[str]:
+        args = [
+            # Replicas sync at once (7.0 waits 5 s by default for more to join).
+            "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0",
+        ]  # fmt: skip
+        if self.password is not None:
+            args += ["--requirepass", self.password, "--masterauth", self.password]
+        if self.tls is not None:
+            args += self.tls.server_args(data_port)
+        if replica_of is not None:
+            args += ["--replicaof", "127.0.0.1", str(replica_of)]
+        return args
+
+    def start(self) -> RedisReplicaSet:
+        try:
+            master_data_port = 0
+            for i in range(1 + self.replica_count):
+                port = free_port()
+                data_port = port if self.tls is None else free_port()
+                node_dir = self.directory / f"node{i}"
+                node_dir.mkdir()
+                node = RedisServer(
+                    port=port,
+                    directory=node_dir,
+                    extra_args=self._node_args(data_port, master_data_port if i else None),
+                    start_timeout=self.start_timeout,
+                )
+                self.nodes.append(node.start())
+                self.data_ports[port] = data_port
+                if i == 0:
+                    master_data_port = data_port
+            self.wait_synced(self.first_master, self.replica_count)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def wait_synced(self, master: RedisServer, replicas: int, timeout: float | None = None) -> None:
+        """Until ``master`` has ``replicas`` connected replicas, each with its link up."""
+        deadline = time.monotonic() + (timeout or self.start_timeout)
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                info = _info(master.port, "replication", self.password)
+                online = [v for k, v in info.items() if k.startswith("slave") and "online" in v]
+                if info.get("role") == "master" and len(online) >= replicas:
+                    return
+            time.sleep(0.05)
+        raise RedisUnavailable(f"the replicas of port {master.port} did not sync in time")
+
+    def flushall(self, master: RedisServer | None = None) -> None:
+        """Empty the master (replicas follow) and its script cache."""
+        port = (master or self.first_master).port
+        for command in (("FLUSHALL",), ("SCRIPT", "FLUSH")):
+            call(port, *command, password=self.password)
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+        self.nodes = []
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> RedisReplicaSet:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class RedisSentinel:
+    """A master, ``replicas`` replicas and ``sentinels`` sentinels
+    (``redis-server --sentinel`` with a generated ``sentinel.conf``) watching
+    them as ``service``, all on free loopback ports in temporary directories.
+
+    Failover is tuned to take a few seconds: a master that does not answer
+    for ``down_after_ms`` is down for a sentinel, ``quorum`` sentinels agree,
+    one is elected and promotes a replica; a failover that stalls is retried
+    after ``2 * failover_timeout_ms``. ``sentinel_password`` protects the
+    sentinels themselves (``requirepass``, and ``sentinel sentinel-pass`` among
+    them); ``password`` and ``tls`` apply to the data nodes as in
+    :class:`RedisReplicaSet` (with ``tls`` the sentinels serve TLS too).
+    ``start()`` returns once every sentinel sees the master, every replica and
+    every other sentinel, so a failover can happen at once.
+    """
+
+    def __init__(
+        self,
+        *,
+        service: str = "chronos",
+        replicas: int = 1,
+        sentinels: int = 3,
+        quorum: int = 2,
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 3000,
+        password: str | None = None,
+        sentinel_password: str | None = None,
+        tls: TlsFiles | None = None,
+        start_timeout: float = 30.0,
+    ) -> None:
+        if sentinels < quorum:
+            raise ValueError(f"{sentinels} sentinels cannot reach a quorum of {quorum}")
+        self.service = service
+        self.sentinel_count = sentinels
+        self.quorum = quorum
+        self.down_after_ms = down_after_ms
+        self.failover_timeout_ms = failover_timeout_ms
+        self.sentinel_password = sentinel_password
+        self.start_timeout = start_timeout
+        self.data = RedisReplicaSet(
+            replicas=replicas, password=password, tls=tls, start_timeout=start_timeout
+        )
+        self.sentinels: list[RedisServer] = []
+        #: The port clients use for each sentinel (its TLS port with ``tls``).
+        self.sentinel_ports: dict[int, int] = {}
+
+    @property
+    def tls(self) -> TlsFiles | None:
+        return self.data.tls
+
+    @property
+    def password(self) -> str | None:
+        return self.data.password
+
+    @property
+    def nodes(self) -> list[RedisServer]:
+        return self.data.nodes
+
+    @property
+    def url(self) -> str:
+        """``redis+sentinel://`` (``rediss+sentinel://`` with TLS) naming every
+        sentinel, the service and db 0, with whatever credentials it needs."""
+        auth = f":{self.password}@" if self.password else ""
+        hosts = ",".join(f"127.0.0.1:{self.sentinel_ports[s.port]}" for s in self.sentinels)
+        query = []
+        if self.sentinel_password is not None:
+            query.append(f"sentinel_password={self.sentinel_password}")
+        if self.tls is not None:
+            query.append(f"ssl_ca_certs={self.tls.cert}")
+        scheme = "redis+sentinel" if self.tls is None else "rediss+sentinel"
+        tail = "?" + "&".join(query) if query else ""
+        return f"{scheme}://{auth}{hosts}/{self.service}/0{tail}"
+
+    def _sentinel_conf(self, directory: Path, tls_port: int | None) -> Path:
+        master_port = self.data.data_ports[self.data.first_master.port]
+        s = self.service
+        lines = [
+            f"sentinel monitor {s} 127.0.0.1 {master_port} {self.quorum}",
+            f"sentinel down-after-milliseconds {s} {self.down_after_ms}",
+            f"sentinel failover-timeout {s} {self.failover_timeout_ms}",
+            f"sentinel parallel-syncs {s} 1",
+        ]
+        if self.password is not None:
+            lines.append(f"sentinel auth-pass {s} {self.password}")
+        if self.sentinel_password is not None:
+            lines += [
+                f"requirepass {self.sentinel_password}",
+                f"sentinel sentinel-pass {self.sentinel_password}",
+            ]
+        if self.tls is not None and tls_port is not None:
+            t = self.tls
+            lines += [
+                f"tls-port {tls_port}", f"tls-cert-file {t.cert}", f"tls-key-file {t.key}",
+                f"tls-ca-cert-file {t.cert}", "tls-auth-clients no", "tls-replication yes",
+            ]  # fmt: skip
+        path = directory / "sentinel.conf"
+        path.write_text("\n".join(lines) + "\n")  # the sentinel rewrites it as it learns
+        return path
+
+    def start(self) -> RedisSentinel:
+        try:
+            self.data.start()
+            for i in range(self.sentinel_count):
+                port = free_port()
+                tls_port = None if self.tls is None else free_port()
+                directory = self.data.directory / f"sentinel{i}"
+                directory.mkdir()
+                sentinel = RedisServer(
+                    port=port,
+                    directory=directory,
+                    config_file=self._sentinel_conf(directory, tls_port),
+                    sentinel=True,
+                    start_timeout=self.start_timeout,
+                )
+                self.sentinels.append(sentinel.start())
+                self.sentinel_ports[port] = tls_port or port
+            self.wait_settled()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def sentinel_call(self, sentinel: RedisServer, *args: str | int) -> Any:
+        return call(sentinel.port, *args, password=self.sentinel_password)
+
+    def _view(self, sentinel: RedisServer) -> dict[str, str] | None:
+        with contextlib.suppress(OSError):
+            reply = self.sentinel_call(sentinel, "SENTINEL", "MASTER", self.service)
+            if isinstance(reply, list):
+                return _fields(reply)
+        return None
+
+    def wait_settled(self, timeout: float | None = None) -> RedisServer:
+        """Until every running sentinel agrees on one master that is up and
+        sees every running replica of it and every other running sentinel;
+        returns that master."""
+        deadline = time.monotonic() + (timeout or self.start_timeout)
+        alive = [s for s in self.sentinels if s.running]
+        while time.monotonic() < deadline:
+            views = [self._view(s) for s in alive]
+            ports = {v.get("port") for v in views if v is not None}
+            if None not in views and len(ports) == 1:
+                master = self.data.node_by_data_port(int(ports.pop() or 0))
+                replicas = sum(1 for n in self.nodes if n.running and n is not master)
+                if master.running and all(
+                    v is not None
+                    and v.get("flags") == "master"
+                    and int(v["num-other-sentinels"]) >= len(alive) - 1
+                    and self._replicas_up(v, replicas)
+                    for v in views
+                ):
+                    return master
+            time.sleep(0.05)
+        raise RedisUnavailable("the sentinels did not agree on a master in time")
+
+    def _replicas_up(self, view: dict[str, str], replicas: int) -> bool:
+        if replicas == 0:
+            return True
+        sentinel = next(s for s in self.sentinels if s.running)
+        reply = self.sentinel_call(sentinel, "SENTINEL", "REPLICAS", self.service)
+        ups = [f for r in reply if (f := _fields(r)).get("flags") == "slave"]
+        return len(ups) >= replicas and int(view.get("num-slaves", 0)) >= replicas
+
+    def master(self) -> RedisServer:
+        """The node the first answering sentinel names as the master."""
+        for sentinel in self.sentinels:
+            with contextlib.suppress(OSError):
+                reply = self.sentinel_call(
+                    sentinel, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service
+                )
+                if isinstance(reply, list) and reply:
+                    return self.data.node_by_data_port(int(reply[1]))
+        raise RedisUnavailable("no sentinel answered")
+
+    def kill_master(self) -> RedisServer:
+        """SIGKILL the current master (a crash: nothing it did not replicate
+        survives); returns it (stopped)."""
+        master = self.master()
+        master.kill()
+        return master
+
+    def wait_for_failover(self, old: RedisServer, timeout: float = 30.0) -> RedisServer:
+        """Until every running sentinel names a master other than ``old`` and
+        that node says it is a master; returns it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            named: set[str] = set()
+            for sentinel in (s for s in self.sentinels if s.running):
+                with contextlib.suppress(OSError):
+                    reply = self.sentinel_call(
+                        sentinel, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service
+                    )
+                    named.add(reply[1].decode() if isinstance(reply, list) else "?")
+            if len(named) == 1 and (port := named.pop()).isdigit():
+                new = self.data.node_by_data_port(int(port))
+                if new is not old and new.running:
+                    with contextlib.suppress(OSError):
+                        role = call(new.port, "ROLE", password=self.password)
+                        if isinstance(role, list) and role[0] == b"master":
+                            return new
+            time.sleep(0.02)
+        raise RedisUnavailable(f"no failover away from port {old.port} in {timeout:g}s")
+
+    def flushall(self) -> None:
+        """Empty the current master (its replicas follow) and its script cache."""
+        self.data.flushall(self.master())
+
+    def close(self) -> None:
+        for sentinel in self.sentinels:
+            sentinel.close()
+        self.sentinels = []
+        self.data.close()
+
+    def __enter__(self) -> RedisSentinel:
         return self.start()
 
     def __exit__(

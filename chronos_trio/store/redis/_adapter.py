@@ -12,6 +12,16 @@ Redis Cluster: redis-py's cluster pipeline refuses ``EVALSHA``, so a batch is
 grouped by the node owning each op's slot and pipelined on that node's own
 client, one round trip per node (nodes in parallel). A ``MOVED``/``ASK`` reply
 refreshes the slot map and re-runs the affected ops.
+
+Redis Sentinel: the client is redis-py's ``Sentinel.master_for``; round trips
+take the native path to the master a :class:`~._sentinel.MasterWatch` names
+(re-discovered after a connection error or a ``READONLY`` reply, and checked
+once a second), TLS and ``BLPOP`` go through redis-py's Sentinel pool, which
+asks the sentinels on every new connection.
+
+``WAIT``: a batch can end with ``WAIT numreplicas timeout`` in its own
+pipeline (:class:`ReplicaWait`; one per node on a Cluster), which covers
+every write of that pipeline's connection.
 """
 
 from __future__ import annotations
@@ -27,8 +37,9 @@ import redis.exceptions
 import trio
 
 from .._roles import StoreError
-from ._native import NativeNode
+from ._native import NativeNode, with_waits
 from ._scripts import Op, Script
+from ._sentinel import MasterWatch, describe
 
 T = TypeVar("T")
 
@@ -48,6 +59,29 @@ class AdapterStatistics:
     commands: int = 0  # commands inside them
     script_loads: int = 0  # NOSCRIPT recoveries
     blocking_waits: int = 0  # BLPOPs issued
+    replica_waits: int = 0  # WAITs sent (one per node per batch)
+
+
+@attrs.frozen
+class ReplicaWait:
+    """End a batch with ``WAIT replicas timeout``: its writes count as done
+    once ``replicas`` replicas acknowledged them within ``timeout`` seconds.
+
+    Raises ``ValueError`` for fewer than 1 replica or a timeout that is not
+    positive (``WAIT`` with timeout 0 would block for good).
+    """
+
+    replicas: int
+    timeout: float
+
+    def __attrs_post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ValueError(f"wait_replicas must be >= 1, got {self.replicas}")
+        if not self.timeout > 0:
+            raise ValueError(f"wait_timeout must be > 0 seconds, got {self.timeout}")
+
+    def op(self) -> Op:
+        return Op.command(None, "WAIT", self.replicas, max(1, round(self.timeout * 1000)))
 
 
 Client = redis.Redis | redis.cluster.RedisCluster
@@ -89,10 +123,14 @@ class RedisAdapter:
         #: connection kind allows it (see ``_native``); None until decided.
         self._use_native = native
         self._native: NativeNode | None = None
+        #: Set once the client is known to be a Sentinel master's.
+        self.watch: MasterWatch | None = None
 
     # -- errors ---------------------------------------------------------------------
     def _error(self, exc: BaseException) -> StoreError:
-        return StoreError(f"Redis at {self.description} failed: {type(exc).__name__}: {exc}")
+        return StoreError(
+            f"Redis at {self.description} failed: {type(exc).__name__}: {describe(exc)}"
+        )
 
     async def client(self) -> Client:
         """The redis-py client, made on first use (errors become StoreError)."""
@@ -104,15 +142,18 @@ class RedisAdapter:
             if self._client is None:
                 assert self._factory is not None
                 try:
-                    self._client = await trio.to_thread.run_sync(
-                        self._factory, limiter=self._limiter
-                    )
+                    client = await trio.to_thread.run_sync(self._factory, limiter=self._limiter)
                 except _REDIS_ERRORS as exc:
                     raise self._error(exc) from exc
+                if isinstance(client, redis.Redis):
+                    self.watch = MasterWatch.for_client(client)
+                self._client = client
             return self._client
 
     # -- batches --------------------------------------------------------------------
-    async def execute(self, ops: Sequence[Op], after: Sequence[Op] = ()) -> list[Any]:
+    async def execute(
+        self, ops: Sequence[Op], after: Sequence[Op] = (), *, replicas: ReplicaWait | None = None
+    ) -> list[Any]:
         """Run ``ops`` (one pipeline per node) and return their replies in order.
 
         ``after`` ops (wake-ups) run once ``ops`` have been applied: appended to
@@ -120,22 +161,33 @@ class RedisAdapter:
         commands in order), or as a second step on a Cluster, whose nodes run
         in parallel. Their replies are not returned. An error reply raises
         StoreError after the whole batch ran.
+
+        ``replicas``: the pipeline ends with ``WAIT`` (on a single node after
+        ``after``; on a Cluster in each node's pipeline of ``ops``). StoreError
+        when fewer replicas acknowledged within the timeout: the batch was
+        applied on the master, but a failover may still lose it.
         """
         if not ops and not after:
             return []
         client = await self.client()
+        acks: list[Any] = []
         try:
             if isinstance(client, redis.Redis):
                 native = self._native_node(client)
+                if self.watch is not None and native is None:
+                    self.watch.poke()  # redis-py's pool drops idle connections to an old master
+                batch = [*ops, *after, *([replicas.op()] if replicas else [])]
                 if native is not None:
-                    replies = await self._run_native(native, [*ops, *after])
+                    replies = await self._run_native(native, batch)
                 else:
                     replies = await trio.to_thread.run_sync(
-                        self._run_on_node, client, [*ops, *after], limiter=self._limiter
+                        self._run_on_node, client, batch, limiter=self._limiter
                     )
+                if replicas is not None:
+                    acks.append(replies[-1])
                 replies = replies[: len(ops)]
             else:
-                replies = await self._execute_cluster(client, ops)
+                replies = await self._execute_cluster(client, ops, replicas, acks)
                 if after:
                     await self._execute_cluster(client, after)
         except _REDIS_ERRORS as exc:
@@ -143,11 +195,27 @@ class RedisAdapter:
         for reply in replies:
             if isinstance(reply, Exception):
                 raise self._error(reply)
+        if replicas is not None:
+            self.stats.replica_waits += len(acks)
+            self._check_acks(replicas, acks)
         return replies
+
+    def _check_acks(self, wait: ReplicaWait, acks: Sequence[Any]) -> None:
+        for ack in acks:
+            if isinstance(ack, Exception):
+                raise self._error(ack)
+        fewest = min((int(a) for a in acks), default=wait.replicas)
+        if fewest < wait.replicas:
+            raise StoreError(
+                f"Redis at {self.description}: only {fewest} of {wait.replicas} replica(s) "
+                f"acknowledged the writes within {wait.timeout:g}s (WAIT). The master "
+                "applied them, but a failover before they replicate would lose them; "
+                "retrying with the same job IDs is safe"
+            )
 
     def _native_node(self, client: redis.Redis) -> NativeNode | None:
         if self._use_native and self._native is None:
-            self._native = NativeNode.for_client(client)
+            self._native = NativeNode.for_client(client, self.watch)
             self._use_native = self._native is not None
         return self._native
 
@@ -199,8 +267,14 @@ class RedisAdapter:
         return list(pipe.execute(raise_on_error=False))
 
     async def _execute_cluster(
-        self, cluster: redis.cluster.RedisCluster, ops: Sequence[Op]
+        self,
+        cluster: redis.cluster.RedisCluster,
+        ops: Sequence[Op],
+        wait: ReplicaWait | None = None,
+        acks: list[Any] | None = None,
     ) -> list[Any]:
+        """Run ``ops`` grouped by node; with ``wait``, each node's pipeline ends
+        with WAIT and its reply is appended to ``acks``."""
         replies: list[Any] = [None] * len(ops)
         pending = list(range(len(ops)))
         errors: list[BaseException] = []
@@ -217,13 +291,16 @@ class RedisAdapter:
                 groups[node.name][1].append(i)
 
             async def run_group(client: redis.Redis, idx: list[int]) -> None:
+                batch = [ops[i] for i in idx] + ([wait.op()] if wait else [])
                 try:
                     got = await trio.to_thread.run_sync(
-                        self._run_on_node, client, [ops[i] for i in idx], limiter=self._limiter
+                        self._run_on_node, client, batch, limiter=self._limiter
                     )
                 except _REDIS_ERRORS as exc:  # kept out of the nursery's ExceptionGroup
                     errors.append(exc)
                     return
+                if wait is not None and acks is not None:
+                    acks.append(got.pop())
                 for i, reply in zip(idx, got, strict=True):
                     replies[i] = reply
 
@@ -303,6 +380,10 @@ class RedisAdapter:
             direct = client
 
         def pop() -> tuple[bytes, bytes] | None:
+            if watch is not None:
+                # Behind Sentinel: make sure the pool's idle connections are
+                # not to a master that was replaced (wake-ups go to the new one).
+                watch.recheck_sync()
             # A connection of our own, read with a timeout longer than the
             # block: the pool's socket timeout (meant to catch a dead server
             # quickly) would otherwise cap how long an idle worker may sleep.
@@ -317,6 +398,7 @@ class RedisAdapter:
                 direct.lpush(got[0], got[1])
             return None if got is None else (got[0], got[1])
 
+        watch = self.watch
         self.stats.blocking_waits += 1
         try:
             return await trio.to_thread.run_sync(
@@ -338,11 +420,15 @@ class RedisAdapter:
             await self._native.aclose()
         if self._client is not None:
             await trio.to_thread.run_sync(self._client.close, limiter=self._limiter)
+        if self.watch is not None:
+            await trio.to_thread.run_sync(self.watch.close, limiter=self._limiter)
 
 
 def _reload_plan(ops: Sequence[Op], replies: Sequence[Any]) -> tuple[list[int], list[Script]]:
     """The ops that got NOSCRIPT (they did not run) and the scripts to load
-    before running them again."""
+    before running them again (with any WAIT after them: it must cover them)."""
     missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
+    if not missing:
+        return missing, []
     scripts = {ops[i].script for i in missing}
-    return missing, [s for s in scripts if s is not None]
+    return with_waits([op.args for op in ops], missing), [s for s in scripts if s is not None]

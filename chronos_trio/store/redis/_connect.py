@@ -7,9 +7,20 @@ Accepted forms::
     unix:///path/to/redis.sock[?db=N]
     redis+cluster://[[user]:password@]host:port[,host:port...][/][?options]
     rediss+cluster://...                          (Cluster over TLS)
+    redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service_name[/db][?options]
+    rediss+sentinel://...                         (Sentinel and Redis over TLS)
 
 ``namespace`` and ``partitions`` in the query string set the store's key
-namespace and default partition count; every other option goes to redis-py.
+namespace and default partition count; ``wait_replicas`` and ``wait_timeout``
+make enqueues wait for replicas (``WAIT``); every other option goes to
+redis-py.
+
+Sentinel: the hosts are the sentinels (port 26379 when left out), asked for
+the master of ``service_name``; the userinfo is the Redis credentials (for
+the master), and ``sentinel_username``/``sentinel_password`` in the query are
+the sentinels' own, when they require any (``requirepass`` in
+sentinel.conf). With ``rediss+sentinel``, the sentinels and the data nodes
+are reached over TLS, with the same ``ssl_*`` options.
 """
 
 from __future__ import annotations
@@ -22,8 +33,10 @@ import redis.backoff
 import redis.cluster
 import redis.connection
 import redis.retry
+import redis.sentinel
 
 from .._schemes import redact, schemes
+from ._sentinel import SentinelConnection, SentinelSSLConnection
 
 #: How the scheme registry (``store/_schemes.py``) names this backend's opener.
 OPENER = "chronos_trio.store.redis:open_store"
@@ -34,7 +47,11 @@ def redis_schemes() -> tuple[str, ...]:
     return tuple(s.name for s in schemes() if s.opener == OPENER)
 
 
-STORE_OPTIONS = ("namespace", "partitions")
+STORE_OPTIONS = ("namespace", "partitions", "wait_replicas", "wait_timeout")
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+#: Query options for the sentinels' own credentials (not for redis-py's URL parser).
+SENTINEL_OPTIONS = ("sentinel_username", "sentinel_password")
+DEFAULT_SENTINEL_PORT = 26379
 
 
 def split_store_options(url: str) -> tuple[str, dict[str, str]]:
@@ -76,30 +93,106 @@ def connect(
     }
     if scheme in ("redis", "rediss", "unix"):
         return redis.Redis.from_url(url, **options)
+    if scheme in SENTINEL_SCHEMES:
+        return _sentinel_master(url, options)
     if scheme not in ("redis+cluster", "rediss+cluster"):
         raise ValueError(
             f"unsupported Redis URL scheme {scheme!r}; expected one of {redis_schemes()}"
         )
     parts = urlsplit(url)
-    userinfo, _, hosts = parts.netloc.rpartition("@")
-    nodes = []
-    for hostport in hosts.split(","):
-        host, _, port = hostport.strip().rpartition(":")
-        if not host:
-            host, port = port, "6379"
-        nodes.append(redis.cluster.ClusterNode(host.strip("[]"), int(port)))  # type: ignore[no-untyped-call]
-    if not nodes or not hosts:
-        raise ValueError(f"no cluster node in {redact(url)!r}")
-    # Let redis-py parse the query options exactly as for a plain URL.
-    kwargs = redis.connection.parse_url(f"redis://localhost/?{parts.query}")  # type: ignore[no-untyped-call]
-    kwargs.pop("host", None)
+    nodes = [
+        redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
+        for host, port in _host_list(url, default_port=6379)
+    ]
+    kwargs = _query_and_credentials(parts.query, parts.netloc)
     kwargs.pop("db", None)
-    if userinfo:
+    if scheme == "rediss+cluster":
+        kwargs["ssl"] = True
+    return redis.cluster.RedisCluster(startup_nodes=nodes, **{**kwargs, **options})
+
+
+def _host_list(url: str, *, default_port: int) -> list[tuple[str, int]]:
+    """The comma-separated ``host[:port]`` list of a multi-host URL."""
+    hosts = urlsplit(url).netloc.rpartition("@")[2]
+    found = []
+    for hostport in hosts.split(","):
+        hostport = hostport.strip()
+        if not hostport:
+            continue
+        if hostport.startswith("["):  # [IPv6]:port
+            host, _, rest = hostport[1:].partition("]")
+            port = rest.removeprefix(":") or str(default_port)
+        else:
+            host, colon, port = hostport.rpartition(":")
+            if not colon:
+                host, port = hostport, str(default_port)
+        try:
+            found.append((host, int(port)))
+        except ValueError:
+            raise ValueError(f"bad host:port {hostport!r} in {redact(url)!r}") from None
+    if not found:
+        raise ValueError(f"no host in {redact(url)!r}")
+    return found
+
+
+def _query_and_credentials(query: str, netloc: str) -> dict[str, Any]:
+    """redis-py's reading of ``query`` (exactly as for a plain URL) plus the
+    username and password of ``netloc``'s userinfo."""
+    kwargs: dict[str, Any] = redis.connection.parse_url(f"redis://localhost/?{query}")  # type: ignore[no-untyped-call]
+    kwargs.pop("host", None)
+    userinfo, at, _ = netloc.rpartition("@")
+    if at:
         user, colon, password = userinfo.partition(":")
         if user:
             kwargs["username"] = unquote(user)
         if colon:
             kwargs["password"] = unquote(password)
-    if scheme == "rediss+cluster":
-        kwargs["ssl"] = True
-    return redis.cluster.RedisCluster(startup_nodes=nodes, **{**kwargs, **options})
+    return kwargs
+
+
+def _sentinel_master(url: str, options: dict[str, Any]) -> redis.Redis:
+    """A client of the master of the Sentinel service named in ``url``:
+    redis-py's ``Sentinel.master_for``, whose pool asks the sentinels for the
+    master's address whenever it opens a connection (see ``_sentinel``)."""
+    parts = urlsplit(url)
+    sentinels = _host_list(url, default_port=DEFAULT_SENTINEL_PORT)
+    path = [unquote(p) for p in parts.path.split("/") if p]
+    if not path or len(path) > 2:
+        raise ValueError(
+            f"expected /service_name[/db] after the sentinels in {redact(url)!r} "
+            "(redis+sentinel://host:port[,host:port...]/service_name[/db])"
+        )
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    ours = {k: v for k, v in pairs if k in SENTINEL_OPTIONS}
+    kwargs = _query_and_credentials(
+        urlencode([(k, v) for k, v in pairs if k not in SENTINEL_OPTIONS]), parts.netloc
+    )
+    if len(path) == 2:
+        try:
+            kwargs["db"] = int(path[1])
+        except ValueError:
+            raise ValueError(f"db must be a number, got {path[1]!r} in {redact(url)!r}") from None
+    extra_sentinel_kwargs = options.pop("sentinel_kwargs", None) or {}
+    kwargs = {**kwargs, **options}
+    tls = parts.scheme.lower() == "rediss+sentinel"
+    # The sentinels get the timeouts and TLS settings, and their own
+    # credentials: never the master's password, which they have no use for.
+    sentinel_kwargs: dict[str, Any] = {
+        k: v for k, v in kwargs.items() if k.startswith(("socket_", "ssl_"))
+    }
+    sentinel_kwargs["protocol"] = 2
+    # No retries: a lookup asks every sentinel in turn anyway, and redis-py's
+    # default (3 retries backing off from 1 s) made one lookup with a dead or
+    # refusing sentinel take seconds per sentinel.
+    sentinel_kwargs["retry"] = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
+    if tls:
+        sentinel_kwargs["ssl"] = True
+    if ours.get("sentinel_username"):
+        sentinel_kwargs["username"] = ours["sentinel_username"]
+    if "sentinel_password" in ours:
+        sentinel_kwargs["password"] = ours["sentinel_password"]
+    sentinel_kwargs.update(extra_sentinel_kwargs)
+    manager = redis.sentinel.Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+    kind = SentinelSSLConnection if tls else SentinelConnection
+    master: redis.Redis = manager.master_for(path[0], connection_class=kind, **kwargs)  # type: ignore[no-untyped-call]
+    return master

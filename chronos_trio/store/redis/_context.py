@@ -10,7 +10,7 @@ import attrs
 import trio
 
 from .._roles import QueueVersion, VersionState
-from ._adapter import RedisAdapter
+from ._adapter import RedisAdapter, ReplicaWait
 from ._codec import decode_topology, encode_topology
 from ._scripts import Op
 from .keys import KeySpace, PartitionKeys
@@ -53,8 +53,11 @@ class StoreContext:
         *,
         default_partitions: int,
         topology_ttl: float,
+        replica_wait: ReplicaWait | None = None,
     ) -> None:
         self.adapter = adapter
+        #: Enqueues end with WAIT for this many replicas (None: they do not wait).
+        self.replica_wait = replica_wait
         self.keys = keys
         self.default_partitions = default_partitions
         self.topology_ttl = topology_ttl

@@ -4,7 +4,8 @@ New jobs go to the queue's active version, partition ``crc32(id) % partitions``
 (:func:`~chronos_trio.store.partition_of`, as in every backend). While a
 queue has draining versions, an ID that still exists there is not stored
 again. A stale topology that routes to a completed (closed) version is
-refused by the script and the jobs are routed again.
+refused by the script and the jobs are routed again. With ``wait_replicas``,
+the round trip ends with ``WAIT`` (see ``RedisStore``).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ async def enqueue_many(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[Enqueu
                 Op.script_call(S.ENQUEUE, [pk.scheduled, pk.ready, pk.closed, pk.job_prefix], argv)
             )
         replies = await ctx.adapter.execute(
-            ops, after=_enqueue_wake_ops(ctx, [jobs[i] for i in todo])
+            ops, after=_enqueue_wake_ops(ctx, [jobs[i] for i in todo]), replicas=ctx.replica_wait
         )
         closed: list[int] = []
         for (pk, idxs), reply in zip(groups.items(), replies, strict=True):

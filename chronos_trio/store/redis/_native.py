@@ -4,9 +4,9 @@ protocol, no thread hop.
 A hop through ``trio.to_thread`` costs more than a local Redis round trip
 itself (about 130 us of CPU here), which capped one-at-a-time enqueues and
 added to every batch of the worker's hot path. This path serves plain TCP
-and Unix-socket connections to a single node, the common deployment; TLS,
-Cluster, custom credential providers and the blocking ``BLPOP`` keep using
-redis-py in threads (see ``_adapter``).
+and Unix-socket connections to a single node, the common deployment, and the
+master of a Redis Sentinel service; TLS, Cluster, custom credential providers
+and the blocking ``BLPOP`` keep using redis-py in threads (see ``_adapter``).
 
 It behaves like the thread hop it replaces:
 
@@ -21,6 +21,25 @@ It behaves like the thread hop it replaces:
 * replies go through redis-py's own response callbacks, and error replies
   become redis-py's exception classes (``NoScriptError`` and friends), so
   callers see exactly what redis-py would have returned.
+
+Behind Redis Sentinel (a :class:`~._sentinel.MasterWatch`), the node is
+whichever the sentinels name as the master:
+
+* a new connection goes to the address the watch knows (asking the sentinels
+  when it knows none) and checks with ``ROLE`` that the node is a master, so
+  reads never come from a replica (a remembered address that turns out to be
+  a replica is looked up again at once; one the sentinels still name is a
+  ConnectionError: they have not finished a failover);
+* a dead connection, or a refused connect, makes the watch forget the
+  address, so the next connection asks the sentinels again (after a master's
+  death, that is the promoted replica once the failover is done);
+* a ``READONLY`` reply (the node was demoted under a pooled connection)
+  drops the idle connections, forgets the address, and sends the commands
+  that got it once more on a new connection: a command refused with
+  READONLY did not run, so that is as safe as the ``NOSCRIPT`` retry;
+* before each round trip the watch may start its periodic lookup (never
+  waited for); idle connections to an address that is no longer the master
+  are closed instead of used.
 """
 
 from __future__ import annotations
@@ -35,9 +54,15 @@ import redis.exceptions
 import trio
 from redis._parsers.base import BaseParser
 
+from ._sentinel import Address, MasterWatch, SentinelConnection
+
 #: Idle connections kept per node (more are opened when needed, then closed).
 MAX_IDLE = 16
 _READ_SIZE = 65536
+
+
+class _NotMaster(redis.exceptions.ConnectionError):
+    """The node the watch named says it is not a master."""
 
 
 class _Dead(Exception):
@@ -70,6 +95,26 @@ def _error(reply: hiredis.ReplyError) -> redis.exceptions.RedisError:
     return error
 
 
+def with_waits(commands: Sequence[Sequence[Any]], rerun: list[int]) -> list[int]:
+    """``rerun`` (indices of commands to send again, in order) with every
+    ``WAIT`` after the first of them: a WAIT acknowledges the writes sent
+    before it on its connection, so one that ran before the re-sent commands
+    does not cover them."""
+    if not rerun:
+        return rerun
+    first = rerun[0]
+    waits = [i for i in range(first + 1, len(commands)) if commands[i][0] == "WAIT"]
+    return sorted(set(rerun) | set(waits))
+
+
+def _is_readonly(reply: Any) -> bool:
+    return isinstance(reply, hiredis.ReplyError) and str(reply).startswith("READONLY ")
+
+
+def _at(address: Address | None) -> str:
+    return "" if address is None else f" at {address[0]}:{address[1]}"
+
+
 def _connect_failure(exc: OSError) -> str:
     """Why a connect failed, in the system's words ("Connection refused"): Trio
     reports "all attempts ... failed" with each attempt's error as the cause."""
@@ -85,9 +130,11 @@ def _connect_failure(exc: OSError) -> str:
 
 
 class _Connection:
-    def __init__(self, stream: trio.abc.Stream) -> None:
+    def __init__(self, stream: trio.abc.Stream, address: Address | None = None) -> None:
         self.stream = stream
         self.reader = hiredis.Reader()
+        #: The master this connection was opened to (Sentinel only).
+        self.address = address
 
     async def round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         data = b"".join(
@@ -124,31 +171,35 @@ class NativeNode:
     def __init__(
         self,
         *,
-        connect: Callable[[], Awaitable[trio.abc.Stream]],
+        connect: Callable[[], Awaitable[trio.abc.Stream]] | None,
         handshake: list[tuple[Any, ...]],
         timeout: float,
         connect_timeout: float,
         callbacks: Mapping[str, Callable[..., Any]],
+        watch: MasterWatch | None = None,
     ) -> None:
         self._connect = connect
+        self._watch = watch
         self._handshake = handshake
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._callbacks = callbacks
         self._idle: list[_Connection] = []
+        self._stale: list[_Connection] = []
         self._closed = False
 
     @classmethod
-    def for_client(cls, client: redis.Redis) -> NativeNode | None:
+    def for_client(cls, client: redis.Redis, watch: MasterWatch | None = None) -> NativeNode | None:
         """A native node with ``client``'s settings, or None when this path does
         not cover its connection kind (TLS, custom connection classes or
-        credential providers): redis-py in threads then."""
+        credential providers): redis-py in threads then. ``watch``: the client
+        is a Sentinel master's, and the node is the master ``watch`` names."""
         pool = client.connection_pool
         kind = pool.connection_class
         kw = pool.connection_kwargs
         if kw.get("credential_provider") is not None or kw.get("redis_connect_func") is not None:
             return None
-        connect: Callable[[], Awaitable[trio.abc.Stream]]
+        connect: Callable[[], Awaitable[trio.abc.Stream]] | None
         if kind is redis.connection.Connection:
             host, port = kw.get("host", "localhost"), int(kw.get("port", 6379))
 
@@ -161,23 +212,26 @@ class NativeNode:
             async def connect() -> trio.abc.Stream:
                 return await trio.open_unix_socket(path)
 
+        elif kind is SentinelConnection and watch is not None:
+            connect = None  # to the master the watch names (see _open)
         else:
             return None
         handshake: list[tuple[Any, ...]] = []
         if kw.get("password") is not None:
             user = kw.get("username")
-            handshake.append(
-                ("AUTH", user, kw["password"]) if user else ("AUTH", kw["password"])
-            )
+            handshake.append(("AUTH", user, kw["password"]) if user else ("AUTH", kw["password"]))
         if int(kw.get("db") or 0):
             handshake.append(("SELECT", int(kw["db"])))
         timeout = kw.get("socket_timeout") or 5.0
+        if watch is not None:
+            handshake.append(("ROLE",))  # checked in _open: a master, or not used
         return cls(
             connect=connect,
             handshake=handshake,
             timeout=float(timeout),
             connect_timeout=float(kw.get("socket_connect_timeout") or timeout),
             callbacks=client.response_callbacks,
+            watch=watch,
         )
 
     async def execute(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
@@ -188,11 +242,37 @@ class NativeNode:
             raise redis.exceptions.ConnectionError("the store is closed")
         with trio.CancelScope(shield=True):
             replies = await self._execute(commands)
+            if self._watch is not None:
+                readonly = [i for i, r in enumerate(replies) if _is_readonly(r)]
+                refused = with_waits(commands, readonly)
+                if refused:
+                    # Demoted under us: those commands did not run; send them
+                    # once more to whoever the sentinels name now.
+                    self._watch.forget()
+                    await self._drop_idle()
+                    again = await self._execute([commands[i] for i in refused])
+                    for i, reply in zip(refused, again, strict=True):
+                        replies[i] = reply
         return [self._parse(c, r) for c, r in zip(commands, replies, strict=True)]
+
+    def _take_idle(self) -> _Connection | None:
+        """An idle connection, skipping (and closing) those opened to a node
+        the watch no longer names as the master."""
+        watch = self._watch
+        if watch is not None:
+            watch.poke()
+        while self._idle:
+            conn = self._idle.pop()
+            if watch is None or watch.address is None or conn.address == watch.address:
+                return conn
+            self._stale.append(conn)
+        return None
 
     async def _execute(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         for attempt in (1, 2):
-            conn = self._idle.pop() if self._idle else None
+            conn = self._take_idle()
+            if self._stale:
+                await self._close_stale()
             pooled = conn is not None
             try:
                 if conn is None:
@@ -207,6 +287,8 @@ class NativeNode:
                 ) from None
             except _Dead as dead:
                 await conn.aclose()  # type: ignore[union-attr]
+                if self._watch is not None:
+                    self._watch.forget()
                 # A pooled connection that died before any reply: the server
                 # went away since it was last used, so the batch never ran,
                 # and the other idle connections are as stale: drop them all
@@ -225,16 +307,39 @@ class NativeNode:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _open(self) -> _Connection:
+        if self._watch is None:
+            return await self._open_once()
+        lookups = self._watch.lookups
         try:
+            return await self._open_once()
+        except _NotMaster:
+            if self._watch.lookups != lookups:
+                raise  # the sentinels were asked just now: they still name it
+        # The address was remembered from before: ask the sentinels once more.
+        return await self._open_once()
+
+    async def _open_once(self) -> _Connection:
+        address: Address | None = None
+        try:
+            if self._watch is not None:
+                address = await self._watch.current()
             with trio.fail_after(self._connect_timeout):
-                conn = _Connection(await self._connect())
+                if address is not None:
+                    stream: trio.abc.Stream = await trio.open_tcp_stream(*address)
+                elif self._connect is not None:
+                    stream = await self._connect()
+                else:
+                    raise redis.exceptions.ConnectionError("no address to connect to")
+                conn = _Connection(stream, address)
         except trio.TooSlowError:
+            self._forget()
             raise redis.exceptions.TimeoutError(
-                f"could not connect to Redis within {self._connect_timeout:g}s"
+                f"could not connect to Redis{_at(address)} within {self._connect_timeout:g}s"
             ) from None
         except OSError as exc:
+            self._forget()
             raise redis.exceptions.ConnectionError(
-                f"could not connect to Redis: {_connect_failure(exc)}"
+                f"could not connect to Redis{_at(address)}: {_connect_failure(exc)}"
             ) from exc
         if self._handshake:
             try:
@@ -242,12 +347,33 @@ class NativeNode:
                     replies = await conn.round_trip(self._handshake)
             except (_Dead, trio.TooSlowError) as exc:
                 await conn.aclose()
+                self._forget()
                 raise redis.exceptions.ConnectionError(f"Redis handshake failed: {exc}") from exc
             for reply in replies:
                 if isinstance(reply, hiredis.ReplyError):
                     await conn.aclose()
                     raise _error(reply)
+            if self._watch is not None:
+                role = replies[-1]
+                if not (isinstance(role, list) and role and role[0] == b"master"):
+                    await conn.aclose()
+                    self._forget()
+                    what = role[0].decode() if isinstance(role, list) and role else repr(role)
+                    raise _NotMaster(
+                        f"Redis{_at(address)} is not the master of "
+                        f"{self._watch.service!r} (its role is {what}); "
+                        "the sentinels have not finished a failover"
+                    )
         return conn
+
+    def _forget(self) -> None:
+        if self._watch is not None:
+            self._watch.forget()
+
+    async def _close_stale(self) -> None:
+        stale, self._stale = self._stale, []
+        for conn in stale:
+            await conn.aclose()
 
     def _parse(self, command: Sequence[Any], reply: Any) -> Any:
         if isinstance(reply, hiredis.ReplyError):

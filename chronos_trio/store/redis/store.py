@@ -33,12 +33,31 @@ from .._roles import (
 )
 from .._schemes import redact
 from . import _admin, _check, _enqueue, _jobs, _leader, _waiting
-from ._adapter import Client, RedisAdapter
-from ._connect import connect, redis_schemes, split_store_options
+from ._adapter import Client, RedisAdapter, ReplicaWait
+from ._connect import SENTINEL_SCHEMES, connect, redis_schemes, split_store_options
 from ._context import StoreContext
 from ._group_commit import GroupCommit
 from ._scripts import Op
 from .keys import KeySpace
+
+#: Longest single BLPOP behind Sentinel (see ``from_url``).
+SENTINEL_MAX_BLOCK = 5.0
+
+
+def _int_option(opts: dict[str, str], name: str, default: int) -> int:
+    value = opts.get(name) or ""
+    try:
+        return int(value) if value else default
+    except ValueError:
+        raise ValueError(f"store URL option {name} must be an integer, got {value!r}") from None
+
+
+def _float_option(opts: dict[str, str], name: str, default: float) -> float:
+    value = opts.get(name) or ""
+    try:
+        return float(value) if value else default
+    except ValueError:
+        raise ValueError(f"store URL option {name} must be a number, got {value!r}") from None
 
 
 @attrs.frozen
@@ -49,6 +68,12 @@ class RedisStoreStatistics:
     commands: int
     script_loads: int
     blocking_waits: int
+    #: WAITs sent after enqueues (``wait_replicas``; one per node per round trip).
+    replica_waits: int = 0
+    #: Behind Sentinel: times the sentinels were asked for the master, and
+    #: how many of those answers named a new one (a failover seen).
+    master_lookups: int = 0
+    master_switches: int = 0
 
 
 class RedisStore(Store):
@@ -60,7 +85,17 @@ class RedisStore(Store):
     use a queue records it in Redis, and it holds for every process after.
     Topology and paused flags are cached for ``topology_ttl`` seconds.
     ``client`` is a redis-py ``Redis``/``RedisCluster`` (made with
-    ``decode_responses=False``) or a function returning one, called on first use.
+    ``decode_responses=False``; for Sentinel, ``Sentinel.master_for``) or a
+    function returning one, called on first use.
+
+    ``wait_replicas`` > 0: every enqueue round trip ends with ``WAIT
+    wait_replicas wait_timeout`` in the same pipeline (concurrent enqueues
+    that share a round trip share one WAIT), and ``enqueue_many`` returns only
+    once that many replicas hold its jobs; when fewer acknowledged within
+    ``wait_timeout`` seconds it raises StoreError, although the master holds
+    the jobs (enqueue again with the same job IDs: that is idempotent).
+    ``ValueError`` for a negative count or a timeout that is not positive.
+    Other writes (settles, leases) never wait: see the README's "Redis Sentinel".
     """
 
     shared_across_processes = True
@@ -75,9 +110,14 @@ class RedisStore(Store):
         description: str = "redis",
         max_block: float = 30.0,
         native: bool = True,
+        wait_replicas: int = 0,
+        wait_timeout: float = 0.1,
     ) -> None:
         if default_partitions < 1:
             raise ValueError(f"default_partitions must be >= 1, got {default_partitions}")
+        if wait_replicas < 0:
+            raise ValueError(f"wait_replicas must be >= 0, got {wait_replicas}")
+        replica_wait = ReplicaWait(wait_replicas, wait_timeout) if wait_replicas else None
         self._adapter = RedisAdapter(
             client, description=description, max_block=max_block, native=native
         )
@@ -86,6 +126,7 @@ class RedisStore(Store):
             KeySpace(namespace),
             default_partitions=default_partitions,
             topology_ttl=topology_ttl,
+            replica_wait=replica_wait,
         )
         self._enqueues = GroupCommit(functools.partial(_enqueue.enqueue_many, self._ctx))
 
@@ -100,21 +141,42 @@ class RedisStore(Store):
         socket_timeout: float = 5.0,
         connect_timeout: float = 5.0,
         native: bool = True,
+        wait_replicas: int | None = None,
+        wait_timeout: float | None = None,
         **redis_kwargs: Any,
     ) -> RedisStore:
-        """A store for ``url``: ``redis://``, ``rediss://`` (TLS), ``unix://`` or
-        ``redis+cluster://host:port[,host:port...]`` (also ``rediss+cluster://``).
-        Credentials go in the URL (``redis://user:password@host``). The query
-        options ``namespace`` and ``partitions`` are read here; explicit keyword
-        arguments win over them. Nothing connects until first use, and every
+        """A store for ``url``: ``redis://``, ``rediss://`` (TLS), ``unix://``,
+        ``redis+cluster://host:port[,host:port...]`` (also ``rediss+cluster://``)
+        or ``redis+sentinel://host:port[,host:port...]/service_name[/db]`` (also
+        ``rediss+sentinel://``; the hosts are the sentinels). Credentials go in
+        the URL (``redis://user:password@host``); a Sentinel URL's userinfo is
+        the master's, and the sentinels' own go in ``sentinel_username`` and
+        ``sentinel_password`` query options (or ``sentinel_kwargs={...}``).
+        The query options ``namespace``, ``partitions``, ``wait_replicas`` and
+        ``wait_timeout`` are read here; explicit keyword arguments win over
+        them. ``ValueError`` for a malformed URL, or a ``wait_timeout`` that is
+        not below ``socket_timeout`` (a WAIT's reply must come back before the
+        socket times out). Nothing connects until first use, and every
         failure then is a StoreError. Socket operations time out after
         ``socket_timeout`` seconds; a blocking wait reads its reply with its own,
-        longer timeout, so an idle worker can sleep in BLPOP up to 30 s."""
+        longer timeout, so an idle worker can sleep in BLPOP up to 30 s (5 s
+        behind Sentinel, so a wait on a master that was just replaced ends
+        soon, and the next one goes to the new master)."""
         clean, opts = split_store_options(url)
-        if urlsplit(clean).scheme.lower() not in redis_schemes():
+        scheme = urlsplit(clean).scheme.lower()
+        if scheme not in redis_schemes():
             raise ValueError(
                 f"unsupported Redis URL {redact(clean)!r}; expected one of "
                 + ", ".join(f"{s}://" for s in redis_schemes())
+            )
+        if wait_replicas is None:
+            wait_replicas = _int_option(opts, "wait_replicas", 0)
+        if wait_timeout is None:
+            wait_timeout = _float_option(opts, "wait_timeout", 0.1)
+        if wait_replicas and not wait_timeout < socket_timeout:
+            raise ValueError(
+                f"wait_timeout ({wait_timeout:g}s) must be below socket_timeout "
+                f"({socket_timeout:g}s)"
             )
         return cls(
             functools.partial(
@@ -124,17 +186,28 @@ class RedisStore(Store):
                 connect_timeout=connect_timeout,
                 **redis_kwargs,
             ),
-            max_block=30.0,
+            max_block=SENTINEL_MAX_BLOCK if scheme in SENTINEL_SCHEMES else 30.0,
             namespace=namespace or opts.get("namespace") or "chronos",
-            default_partitions=default_partitions or int(opts.get("partitions") or 1),
+            default_partitions=default_partitions or _int_option(opts, "partitions", 1),
             topology_ttl=topology_ttl,
             description=redact(clean),
             native=native,
+            wait_replicas=wait_replicas,
+            wait_timeout=wait_timeout,
         )
 
     def statistics(self) -> RedisStoreStatistics:
         s = self._adapter.stats
-        return RedisStoreStatistics(s.round_trips, s.commands, s.script_loads, s.blocking_waits)
+        watch = self._adapter.watch
+        return RedisStoreStatistics(
+            s.round_trips,
+            s.commands,
+            s.script_loads,
+            s.blocking_waits,
+            s.replica_waits,
+            watch.lookups if watch else 0,
+            watch.switches if watch else 0,
+        )
 
     @property
     def namespace(self) -> str:
