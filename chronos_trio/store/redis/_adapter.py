@@ -119,7 +119,8 @@ class RedisAdapter:
         the same pipeline on a single node (Redis applies a connection's
         commands in order), or as a second step on a Cluster, whose nodes run
         in parallel. Their replies are not returned. An error reply raises
-        StoreError after the whole batch ran.
+        StoreError after the whole batch ran, except for a ``soft`` op, whose
+        error reply is returned as the exception.
         """
         if not ops and not after:
             return []
@@ -140,8 +141,8 @@ class RedisAdapter:
                     await self._execute_cluster(client, after)
         except _REDIS_ERRORS as exc:
             raise self._error(exc) from exc
-        for reply in replies:
-            if isinstance(reply, Exception):
+        for op, reply in zip(ops, replies, strict=True):
+            if isinstance(reply, Exception) and not op.soft:
                 raise self._error(reply)
         return replies
 

@@ -5,10 +5,18 @@ node on a Cluster), running one Lua script per partition. When a batch spans
 several partitions, lease/promote/recover first peek at the partitions' heads
 (one more round trip) so a queue's jobs come out in one global order — due
 time, then job ID — exactly as with the MemoryStore, however it is partitioned.
+
+Replies are decoded totally: what a script set aside (damaged records it
+dead-lettered, index entries without a record, records of a newer format)
+comes back in each result's ``aside``; a leased job the script let through
+but Python cannot decode (text that is not UTF-8, say) is dead-lettered here
+with its lease's token, one more round trip, and reported the same way. No
+record makes lease, renew, settle, promote or recover raise.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Sequence
 from typing import Any
@@ -16,18 +24,24 @@ from typing import Any
 from ...records._jobs import Job, JobState, LeasedJob, LeaseRef, require_field_order
 from .._partitioning import share_by_weight
 from .._roles import (
+    NOTHING_SET_ASIDE,
+    FencedResults,
+    LeaseBatch,
     PromoteResult,
     QueueWeight,
     RecoverResult,
+    SetAside,
     SettleKind,
     Settlement,
 )
 from . import _scripts as S
 from ._alloc import earliest, pairs
-from ._codec import job_from_fields
+from ._codec import READ_FIELDS, decode_aside, ident, job_from_fields
 from ._context import StoreContext
 from ._scripts import Op
 from .keys import LEASED_SENTINEL, PartitionKeys
+
+log = logging.getLogger("chronos_trio.store.redis")
 
 _SETTLE_CODES = {
     SettleKind.SUCCEEDED: "s",
@@ -102,15 +116,21 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
             remaining -= sum(taken.values())
     run = [(pk, n) for pk, n in plan.items() if n > 0]
     promoted = 0
+    aside = NOTHING_SET_ASIDE
     woke: dict[str, int] = {}
     if run:
         replies = await ctx.adapter.execute(
             [
-                Op.script_call(S.PROMOTE, [pk.scheduled, pk.retry, pk.ready, pk.job_prefix], [n])
+                Op.script_call(
+                    S.PROMOTE,
+                    [pk.scheduled, pk.retry, pk.ready, pk.job_prefix, pk.dead, pk.damaged],
+                    [n],
+                )
                 for pk, n in run
             ]
         )
-        for (pk, _), (n, next_due, script_now) in zip(run, replies, strict=True):
+        for (pk, _), (n, next_due, script_now, raw_aside) in zip(run, replies, strict=True):
+            aside += decode_aside(raw_aside, pk.queue, pk.version, pk.partition)
             promoted += n
             if n:
                 woke[pk.queue] = woke.get(pk.queue, 0) + n
@@ -123,7 +143,7 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
     assert now is not None
     next_due = min(heads.values(), default=None)
     ctx.record_promote(list(dict.fromkeys(queues)), next_due)
-    return PromoteResult(promoted, next_due, now)
+    return PromoteResult(promoted, next_due, now, ctx.count_aside(aside))
 
 
 # -- lease -----------------------------------------------------------------------------
@@ -134,15 +154,15 @@ async def lease(
     *,
     worker_id: str,
     lease_duration: float,
-) -> list[LeasedJob]:
+) -> LeaseBatch:
     if count <= 0 or not queues:
-        return []
+        return LeaseBatch()
     metas = await ctx.meta([q.name for q in queues])
     live = [q for q in queues if metas[q.name].versions is not None and not metas[q.name].paused]
     slots = {q.name: ctx.partitions_of(q.name, metas[q.name]) for q in live if q.weight > 0}
     flat = [pk for pks in slots.values() for pk in pks]
     if not flat:
-        return []
+        return LeaseBatch()
     plan: dict[PartitionKeys, int]
     if len(flat) == 1:
         plan = {flat[0]: count}
@@ -156,24 +176,29 @@ async def lease(
         for q, share in share_by_weight(live, count, available).items():
             plan.update(earliest({pk: cands[pk] for pk in slots[q]}, share))
     if not plan:
-        return []
+        return LeaseBatch()
     duration = repr(float(lease_duration))
     replies = await ctx.adapter.execute(
         [
             Op.script_call(
                 S.LEASE,
-                [pk.ready, pk.leased, pk.tokens, pk.job_prefix],
+                [pk.ready, pk.leased, pk.tokens, pk.job_prefix, pk.dead, pk.damaged],
                 [n, duration, worker_id, _nonce(), LEASED_SENTINEL],
             )
             for pk, n in plan.items()
         ]
     )
     by_queue: dict[str, list[LeasedJob]] = {}
+    aside = NOTHING_SET_ASIDE
+    undecodable: list[tuple[PartitionKeys, bytes, bytes, str]] = []
     for pk, reply in zip(plan, replies, strict=True):
         ctx.observe_now(reply[0])
+        aside += decode_aside(reply[2], pk.queue, pk.version, pk.partition)
         got = by_queue.setdefault(pk.queue, [])
-        got += _leased_jobs(reply, pk, worker_id)
-    out: list[LeasedJob] = []
+        got += _leased_jobs(reply, pk, worker_id, undecodable)
+    if undecodable:
+        aside += await _dead_letter_undecodable(ctx, undecodable)
+    out = LeaseBatch(aside=ctx.count_aside(aside))
     for qw in live:
         mine = by_queue.pop(qw.name, [])
         if len(slots.get(qw.name, ())) > 1:
@@ -193,23 +218,83 @@ require_field_order(
 )  # fmt: skip
 
 
-def _leased_jobs(reply: list[Any], pk: PartitionKeys, worker_id: str) -> list[LeasedJob]:
-    """The jobs of one lease.lua reply (see its header for the layout)."""
+def _leased_jobs(
+    reply: list[Any],
+    pk: PartitionKeys,
+    worker_id: str,
+    undecodable: list[tuple[PartitionKeys, bytes, bytes, str]],
+) -> list[LeasedJob]:
+    """The jobs of one lease.lua reply (see its header for the layout). The
+    script checked every field; one Python still cannot decode (text that
+    is not UTF-8) is added to ``undecodable`` (partition, raw id, raw token,
+    why) instead of the result."""
     expires = float(reply[1])
     queue, version, partition = pk.queue, pk.version, pk.partition
     leased = JobState.LEASED
     out = []
-    for k in range(2, len(reply), 10):
-        token = reply[k + 1].decode()
-        error = reply[k + 8]
-        job = Job(
-            reply[k].decode(), queue, reply[k + 2].decode(), reply[k + 3],
-            float(reply[k + 4]), leased, int(reply[k + 5]), int(reply[k + 6]),
-            float(reply[k + 7]), token, worker_id, expires, version, partition,
-            error.decode() if error else "", float(reply[k + 9]), None,
-        )  # fmt: skip
+    for k in range(3, len(reply), 10):
+        try:
+            token = reply[k + 1].decode()
+            error = reply[k + 8]
+            # lease.lua checked kind, payload and attempts; these are as stored
+            max_retries, timeout = int(reply[k + 6]), float(reply[k + 7])
+            if max_retries < 0 or not timeout > 0:  # not > 0: NaN too
+                raise ValueError("max_retries or timeout out of range")
+            job = Job(
+                reply[k].decode(), queue, reply[k + 2].decode(), reply[k + 3],
+                float(reply[k + 4]), leased, int(reply[k + 5]), max_retries,
+                timeout, token, worker_id, expires, version, partition,
+                error.decode() if error else "", float(reply[k + 9]), None,
+            )  # fmt: skip
+        except (UnicodeDecodeError, ValueError, TypeError, AttributeError) as exc:
+            undecodable.append((pk, reply[k], reply[k + 1], _why_undecodable(reply, k, exc)))
+            continue
         out.append(LeasedJob(job, token, expires))
     return out
+
+
+def _why_undecodable(reply: list[Any], k: int, exc: Exception) -> str:
+    """Why the lease reply's job at ``k`` could not be decoded, naming the field."""
+    if not isinstance(reply[k], bytes):
+        return f"job ID {reply[k]!r} is not text"
+    try:
+        reply[k].decode()
+    except UnicodeDecodeError:
+        return f"job ID {ident(reply[k])!r} is not UTF-8 text"
+    fields = [
+        reply[k + 2], reply[k + 3], reply[k + 4], b"leased", str(reply[k + 5]).encode(),
+        reply[k + 6], reply[k + 7], reply[k + 1], b"w", reply[1], reply[k + 8] or None,
+        reply[k + 9], None,
+    ]  # fmt: skip
+    damage = job_from_fields("", "", 1, 0, fields).damage
+    return damage or f"the lease reply could not be decoded ({type(exc).__name__}: {exc})"
+
+
+async def _dead_letter_undecodable(
+    ctx: StoreContext, jobs: list[tuple[PartitionKeys, bytes, bytes, str]]
+) -> SetAside:
+    """Dead-letter leased jobs Python could not decode, with their fresh
+    lease's token (a fenced settle: if the lease is somehow gone, nothing
+    changes and recovery takes the job back), and read them back to report."""
+    ops = []
+    for pk, job_id, token, why in jobs:
+        ops.append(
+            Op.script_call(
+                S.SETTLE,
+                [pk.ready, pk.leased, pk.retry, pk.succeeded, pk.dead, pk.job_prefix],
+                [job_id, token, "d", f"damaged record: {why}", "0", "0"],
+            )
+        )
+        ops.append(Op.soft_command(pk.tag, "HMGET", pk.job_prefix.encode() + job_id, *READ_FIELDS))
+    replies = await ctx.adapter.execute(ops)
+    dead = []
+    for n, (pk, job_id, _, why) in enumerate(jobs):
+        code, fields = replies[2 * n][2], replies[2 * n + 1]
+        if code != 1 or isinstance(fields, Exception):
+            log.warning("could not dead-letter undecodable job %s: %s", ident(job_id), why)
+            continue
+        dead.append(job_from_fields(ident(job_id), pk.queue, pk.version, pk.partition, fields))
+    return SetAside(dead=tuple(dead))
 
 
 # -- renew and settle --------------------------------------------------------------------
@@ -221,7 +306,9 @@ def _group(ctx: StoreContext, refs: Sequence[LeaseRef]) -> dict[PartitionKeys, l
     return groups
 
 
-async def renew(ctx: StoreContext, leases: Sequence[LeaseRef], lease_duration: float) -> list[bool]:
+async def renew(
+    ctx: StoreContext, leases: Sequence[LeaseRef], lease_duration: float
+) -> FencedResults:
     groups = _group(ctx, leases)
     duration = repr(float(lease_duration))
     ops = []
@@ -229,16 +316,18 @@ async def renew(ctx: StoreContext, leases: Sequence[LeaseRef], lease_duration: f
         argv: list[object] = [duration]
         for i in idxs:
             argv += [leases[i].job_id, leases[i].token]
-        ops.append(Op.script_call(S.RENEW, [pk.leased, pk.job_prefix], argv))
+        ops.append(Op.script_call(S.RENEW, [pk.leased, pk.job_prefix, pk.dead], argv))
     replies = await ctx.adapter.execute(ops)
     results = [False] * len(leases)
-    for idxs, reply in zip(groups.values(), replies, strict=True):
+    aside = NOTHING_SET_ASIDE
+    for (pk, idxs), reply in zip(groups.items(), replies, strict=True):
+        aside += decode_aside(reply[1], pk.queue, pk.version, pk.partition)
         for k, i in enumerate(idxs):
-            results[i] = reply[1 + k] == 1
-    return results
+            results[i] = reply[2 + k] == 1
+    return FencedResults(results, ctx.count_aside(aside))
 
 
-async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> list[bool]:
+async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> FencedResults:
     groups = _group(ctx, [s.lease for s in settlements])
     ops = []
     for pk, idxs in groups.items():
@@ -274,11 +363,13 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> list[b
         ops, after=ctx.wake_ready_ops(ready) + ctx.wake_scheduled_ops(due)
     )
     results = [False] * len(settlements)
-    for idxs, reply in zip(groups.values(), replies, strict=True):
+    aside = NOTHING_SET_ASIDE
+    for (pk, idxs), reply in zip(groups.items(), replies, strict=True):
         ctx.observe_now(reply[0])
+        aside += decode_aside(reply[1], pk.queue, pk.version, pk.partition)
         for k, i in enumerate(idxs):
-            results[i] = reply[1 + k] == 1
-    return results
+            results[i] = reply[2 + k] == 1
+    return FencedResults(results, ctx.count_aside(aside))
 
 
 # -- recover ---------------------------------------------------------------------------
@@ -326,22 +417,26 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
         return RecoverResult()
     replies = await ctx.adapter.execute(
         [
-            Op.script_call(S.RECOVER, [pk.leased, pk.ready, pk.dead, pk.job_prefix], [n])
+            Op.script_call(
+                S.RECOVER, [pk.leased, pk.ready, pk.dead, pk.job_prefix, pk.damaged], [n]
+            )
             for pk, n in plan.items()
         ]
     )
     requeued: list[str] = []
     dead: list[Job] = []
     woke: dict[str, int] = {}
-    for pk, (script_now, ids, dead_flat) in zip(plan, replies, strict=True):
+    aside = NOTHING_SET_ASIDE
+    for pk, (script_now, ids, dead_flat, raw_aside) in zip(plan, replies, strict=True):
         ctx.observe_now(script_now)
-        requeued += [i.decode() for i in ids]
+        aside += decode_aside(raw_aside, pk.queue, pk.version, pk.partition)
+        requeued += [ident(i) for i in ids]
         if ids:
             woke[pk.queue] = woke.get(pk.queue, 0) + len(ids)
         for k in range(0, len(dead_flat), 14):
             dead.append(
                 job_from_fields(
-                    dead_flat[k].decode(),
+                    ident(dead_flat[k]),
                     pk.queue,
                     pk.version,
                     pk.partition,
@@ -350,4 +445,4 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
             )
     if woke:
         await ctx.adapter.execute([], after=ctx.wake_ready_ops(woke))
-    return RecoverResult(tuple(requeued), tuple(dead))
+    return RecoverResult(tuple(requeued), tuple(dead), ctx.count_aside(aside))

@@ -16,9 +16,12 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from ...records._jobs import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
+from ...records._jobs import EnqueueResult, Job, JobState, LeaseRef, NewJob
 from .._roles import (
+    CountResult,
+    FencedResults,
     Leadership,
+    LeaseBatch,
     PromoteResult,
     QueueStats,
     QueueTopology,
@@ -40,12 +43,18 @@ from .keys import KeySpace
 
 @attrs.frozen
 class RedisStoreStatistics:
-    """Round trips and commands sent so far (one pipeline per node counts once)."""
+    """Round trips and commands sent so far (one pipeline per node counts
+    once), and what the scripts set aside so far: damaged records
+    dead-lettered, index entries without a record quarantined, and records
+    of a newer format met and left alone (counted each time they are met)."""
 
     round_trips: int
     commands: int
     script_loads: int
     blocking_waits: int
+    damaged_dead: int = 0
+    quarantined: int = 0
+    newer_met: int = 0
 
 
 class RedisStore(Store):
@@ -130,8 +139,16 @@ class RedisStore(Store):
         )
 
     def statistics(self) -> RedisStoreStatistics:
-        s = self._adapter.stats
-        return RedisStoreStatistics(s.round_trips, s.commands, s.script_loads, s.blocking_waits)
+        s, c = self._adapter.stats, self._ctx
+        return RedisStoreStatistics(
+            s.round_trips,
+            s.commands,
+            s.script_loads,
+            s.blocking_waits,
+            c.damaged_dead,
+            c.quarantined,
+            c.newer_met,
+        )
 
     @property
     def namespace(self) -> str:
@@ -153,15 +170,17 @@ class RedisStore(Store):
         *,
         worker_id: str,
         lease_duration: float,
-    ) -> list[LeasedJob]:
+    ) -> LeaseBatch:
+        """A :class:`~chronos_trio.store.LeaseBatch`: the leased jobs (a
+        list) and, in ``aside``, the records the lease set aside."""
         return await _jobs.lease(
             self._ctx, queues, count, worker_id=worker_id, lease_duration=lease_duration
         )
 
-    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> list[bool]:
+    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> FencedResults:
         return await _jobs.renew(self._ctx, leases, lease_duration)
 
-    async def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
+    async def settle(self, settlements: Sequence[Settlement]) -> FencedResults:
         return await _jobs.settle(self._ctx, settlements)
 
     async def recover_expired(self, queues: Sequence[str], limit: int) -> RecoverResult:
@@ -169,7 +188,7 @@ class RedisStore(Store):
 
     async def trim(
         self, queues: Sequence[str], *, dead_max_age: float | None, dead_max_count: int | None
-    ) -> int:
+    ) -> CountResult:
         return await _admin.trim(self._ctx, queues, dead_max_age, dead_max_count)
 
     # -- waiting -------------------------------------------------------------------------
@@ -206,7 +225,7 @@ class RedisStore(Store):
     async def delete_job(self, job_id: str, *, queue: str | None = None) -> bool:
         return await _admin.delete_job(self._ctx, job_id, queue)
 
-    async def requeue_dead(self, queue: str, *, limit: int | None = None) -> int:
+    async def requeue_dead(self, queue: str, *, limit: int | None = None) -> CountResult:
         return await _admin.requeue_dead(self._ctx, queue, limit)
 
     async def set_paused(self, queue: str, paused: bool) -> None:
