@@ -28,7 +28,15 @@ import trio
 
 import chronos_trio
 from chronos_trio import App, JobContext, JobState, LeaseRef, NewJob
-from chronos_trio.store import QueueWeight, SettleKind, Settlement, partition_of
+from chronos_trio.store import (
+    QueueWeight,
+    SettleKind,
+    Settlement,
+    StoreError,
+    TopologyError,
+    TriggerResult,
+    partition_of,
+)
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis.keys import KeySpace, PartitionKeys
 from tests._support import wait_for
@@ -456,3 +464,153 @@ async def test_set_aside_entries_are_replaced_by_more_ready_jobs(
     assert sorted(lj.job.id for lj in [*got, *rest]) == healthy
     dead = [j.id for j in [*got.aside.dead, *rest.aside.dead]]
     assert sorted(dead) == bad
+
+
+# -- record format versioning --------------------------------------------------------------
+def snapshot(client: redis.Redis, pk: PartitionKeys, ids: list[str]) -> dict[str, Any]:
+    """Each job hash and the indexes that hold it, with scores."""
+    zsets = (pk.scheduled, pk.ready, pk.leased, pk.retry, pk.succeeded, pk.dead)
+    return {i: (client.hgetall(pk.job(i)), [(z, client.zscore(z, i)) for z in zsets]) for i in ids}
+
+
+async def test_a_newer_format_record_is_never_touched_and_is_reported(
+    redis_store: Factory, redis_url: str
+) -> None:
+    store = await redis_store()
+    client = redis.Redis.from_url(redis_url)
+    pk = part(store)
+    await store.topology("q")
+    past = 1.0
+    # one record of format 2 in every state, planted as a newer worker would
+    # write it (fields an older version would misread, e.g. attempts as JSON)
+    newer = {
+        "n-ready": "ready", "n-sched": "scheduled", "n-retry": "retry_wait",
+        "n-leased": "leased", "n-dead": "dead", "n-done": "succeeded",
+    }  # fmt: skip
+    for job_id, state in newer.items():
+        plant(client, pk, job_id, state, past, v="2", attempts='{"n": 0}',
+              lease_token="t2", lease_expires_at="1.0", finished_at="1.0")  # fmt: skip
+    before = snapshot(client, pk, list(newer))
+    # and healthy ones beside them, in the same states
+    await store.enqueue_many([job("h-ready"), job("h-sched", delay=0.05)])
+    await trio.sleep(0.1)
+
+    promoted = await store.promote_due(["q"], 100)
+    assert promoted.promoted == 1
+    assert {e.job_id for e in promoted.aside.newer} == {"n-sched", "n-retry"}
+    assert all("record format 2 is newer" in e.reason for e in promoted.aside.newer)
+    # only the newer records wait: none of them counts as due
+    assert promoted.next_due_at is None
+
+    batch = await lease(store, ttl=0.2)
+    assert sorted(lj.job.id for lj in batch) == ["h-ready", "h-sched"]
+    assert [e.job_id for e in batch.aside.newer] == ["n-ready"]
+
+    # the newer worker's lease, held with its token: settle and renew refuse it
+    theirs = LeaseRef("n-leased", "q", "t2")
+    renewed = await store.renew([theirs], 5)
+    assert renewed == [False] and [e.job_id for e in renewed.aside.newer] == ["n-leased"]
+    settled = await store.settle([Settlement(theirs, SettleKind.SUCCEEDED)])
+    assert settled == [False] and [e.job_id for e in settled.aside.newer] == ["n-leased"]
+
+    await trio.sleep(0.3)  # the healthy leases expire too
+    recovered = await store.recover_expired(["q"], 100)
+    assert sorted(recovered.requeued) == ["h-ready", "h-sched"]
+    assert [e.job_id for e in recovered.aside.newer] == ["n-leased"]
+
+    met = store.statistics().newer_met
+    assert await store.run_now("n-dead") is False
+    assert await store.run_now("n-sched") is False
+    assert await store.delete_job("n-done") is False
+    assert store.statistics().newer_met == met + 3
+    requeued = await store.requeue_dead("q")
+    assert requeued == 0 and [e.job_id for e in requeued.aside.newer] == ["n-dead"]
+    trimmed = await store.trim(["q"], dead_max_age=0, dead_max_count=0)
+    assert trimmed == 0
+    assert {e.job_id for e in trimmed.aside.newer} == {"n-dead", "n-done"}
+
+    assert snapshot(client, pk, list(newer)) == before  # not one field, not one index entry
+    shown = await store.get_job("n-ready")
+    assert shown is not None and "record format 2 is newer than this version reads (1)" in (
+        shown.damage
+    )
+
+
+async def test_a_record_without_v_is_format_1(redis_store: Factory, redis_url: str) -> None:
+    store = await redis_store()
+    client = redis.Redis.from_url(redis_url)
+    pk = part(store)
+    await store.enqueue_many([job("old"), job("later", delay=0.05)])
+    for job_id in ("old", "later"):
+        assert client.hget(pk.job(job_id), "v") == b"1"
+        client.hdel(pk.job(job_id), "v")  # as written before formats were recorded
+    old = await store.get_job("old")
+    assert old is not None and old.damage == ""
+    await trio.sleep(0.1)
+    assert (await store.promote_due(["q"], 10)).promoted == 1
+    batch = await lease(store)
+    assert sorted(lj.job.id for lj in batch) == ["later", "old"] and not batch.aside
+    assert await store.renew([lj.ref for lj in batch], 5) == [True, True]
+    assert await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in batch]) == [
+        True,
+        True,
+    ]
+
+
+# -- topology and leadership records ------------------------------------------------------
+async def test_a_damaged_topology_stops_only_its_queue(
+    redis_store: Factory, redis_url: str
+) -> None:
+    store = await redis_store(topology_ttl=0.0)
+    client = redis.Redis.from_url(redis_url)
+    await store.enqueue_many([job("g", queue="good"), job("b", queue="bad")])
+    topology_key = KeySpace(store.namespace).topology
+    client.hset(topology_key, "bad", "1:zero:a")
+    got = await store.lease(
+        [QueueWeight("bad"), QueueWeight("good")], 10, worker_id="w", lease_duration=5
+    )
+    assert [lj.job.id for lj in got] == ["g"]
+    with pytest.raises(StoreError, match="damaged topology encoding '1:zero:a'"):
+        await store.enqueue_many([job("b2", queue="bad")])
+    with pytest.raises(TopologyError, match="damaged topology encoding"):
+        await store.topology("bad")
+    with pytest.raises(TopologyError, match="damaged topology encoding"):
+        await store.promote_queue_version("bad", 2, 4)
+    assert client.hget(topology_key, "bad") == b"1:zero:a"  # left for an operator
+    assert [q.total for q in await store.stats(["good"])] == [1]
+
+
+async def test_damaged_leadership_records(redis_store: Factory, redis_url: str) -> None:
+    store = await redis_store()
+    client = redis.Redis.from_url(redis_url)
+    keys = KeySpace(store.namespace).leader("cron")
+    lead = await store.acquire_leadership("cron", "a", ttl=30)
+    assert lead is not None
+    # an expiry nobody can read: nobody can prove the lease is held
+    client.hset(keys.lead, "expires_at", "later")
+    assert await store.current_leader("cron") is None
+    assert await store.renew_leadership("cron", "a", lead.epoch, 30) is False
+    taken = await store.acquire_leadership("cron", "b", ttl=30)
+    assert taken is not None and taken.epoch == lead.epoch + 1  # the fence still holds
+    # an epoch nobody can read: no new epoch is issued (it might repeat one)
+    client.hset(keys.lead, mapping={"epoch": "many", "expires_at": "1"})
+    with pytest.raises(StoreError, match="field 'epoch' holds b'many', not an integer"):
+        await store.acquire_leadership("cron", "c", ttl=30)
+    assert client.hget(keys.lead, "epoch") == b"many"
+
+
+async def test_damaged_trigger_records(redis_store: Factory, redis_url: str) -> None:
+    store = await redis_store()
+    client = redis.Redis.from_url(redis_url)
+    keys = KeySpace(store.namespace).leader("cron")
+    client.hset(keys.pending, mapping={"s@1.0": b"{not json", "t@2.0": b"{}"})
+    client.hset(keys.fired, mapping={"s": "yesterday", "u": "5.0"})
+    lead = await store.acquire_leadership("cron", "a", ttl=30)
+    assert lead is not None  # the pending entries it could not decode did not stop it
+    assert client.hlen(keys.pending) == 0
+    assert set(client.hkeys(keys.damaged)) == {b"s@1.0", b"t@2.0"}
+    assert await store.schedule_last_fired("cron") == {"u": 5.0}
+    # an unreadable last-fired time counts as never fired, and is overwritten
+    result = await store.enqueue_trigger("cron", lead.epoch, "s", 10.0, job("s@10"))
+    assert result is TriggerResult.ENQUEUED
+    assert await store.schedule_last_fired("cron") == {"s": 10.0, "u": 5.0}
