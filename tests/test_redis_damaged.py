@@ -614,3 +614,47 @@ async def test_damaged_trigger_records(redis_store: Factory, redis_url: str) -> 
     result = await store.enqueue_trigger("cron", lead.epoch, "s", 10.0, job("s@10"))
     assert result is TriggerResult.ENQUEUED
     assert await store.schedule_last_fired("cron") == {"s": 10.0, "u": 5.0}
+
+
+async def test_healthy_jobs_survive_a_failed_dead_lettering_of_undecodable_ones(
+    redis_store: Factory, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await redis_store()
+    client = redis.Redis.from_url(redis_url)
+    pk = part(store)
+    await store.enqueue_many([job("a"), job("bad")])
+    client.hset(pk.job("bad"), "kind", b"\xff")
+    adapter = store._adapter
+    real = adapter.execute
+
+    async def flaky(ops: Any, after: Any = ()) -> Any:
+        if any(op.script is not None and op.script.name == "settle" for op in ops):
+            raise StoreError("connection dropped")
+        return await real(ops, after)
+
+    monkeypatch.setattr(adapter, "execute", flaky)
+    batch = await lease(store, ttl=0.2)
+    assert [lj.job.id for lj in batch] == ["a"] and not batch.aside
+    # still leased: recovery takes it back, the next lease dead-letters it
+    monkeypatch.setattr(adapter, "execute", real)
+    await trio.sleep(0.3)
+    assert sorted((await store.recover_expired(["q"], 10)).requeued) == ["a", "bad"]
+    again = await lease(store)
+    assert [lj.job.id for lj in again] == ["a"] and [j.id for j in again.aside.dead] == ["bad"]
+
+
+async def test_the_inspector_refuses_to_run_a_damaged_job(
+    redis_store: Factory, redis_url: str
+) -> None:
+    store = await redis_store()
+    client = redis.Redis.from_url(redis_url)
+    await store.enqueue_many([job("p")])
+    client.hdel(part(store).job("p"), "payload")
+    assert [j.id for j in (await lease(store)).aside.dead] == ["p"]
+    inspector = App(store).inspector()
+    with pytest.raises(chronos_trio.ActionRefused, match="field 'payload' is missing"):
+        await inspector.run_now("p")
+    with pytest.raises(chronos_trio.ActionRefused, match="damaged"):
+        await inspector.requeue_dead("q", job_id="p")
+    assert (await inspector.delete("p")).id == "p"  # deleting is how it is cleared
+    assert await store.get_job("p") is None

@@ -21,6 +21,8 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
+import trio
+
 from ...records._jobs import Job, JobState, LeasedJob, LeaseRef, require_field_order
 from .._partitioning import share_by_weight
 from .._roles import (
@@ -33,6 +35,7 @@ from .._roles import (
     SetAside,
     SettleKind,
     Settlement,
+    StoreError,
 )
 from . import _scripts as S
 from ._alloc import earliest, pairs
@@ -55,6 +58,9 @@ _SETTLE_CODES = {
 #: hot path refreshes it every second anyway; for an idle one this only
 #: delays recovery in a version created by another process in the last 30 s.
 RECOVER_TOPOLOGY_AGE = 30.0
+
+#: Longest wait for dead-lettering leased jobs the client could not decode.
+_UNDECODABLE_TIMEOUT = 10.0
 
 #: Seconds beyond the estimated store clock that a peek still reads: covers
 #: the skew between the estimate and Redis TIME (the scripts decide for real).
@@ -197,7 +203,10 @@ async def lease(
         got = by_queue.setdefault(pk.queue, [])
         got += _leased_jobs(reply, pk, worker_id, undecodable)
     if undecodable:
-        aside += await _dead_letter_undecodable(ctx, undecodable)
+        # Shielded: a cancellation here must not drop the healthy jobs this
+        # call has already leased (their reply is in hand).
+        with trio.move_on_after(_UNDECODABLE_TIMEOUT, shield=True):
+            aside += await _dead_letter_undecodable(ctx, undecodable)
     out = LeaseBatch(aside=ctx.count_aside(aside))
     for qw in live:
         mine = by_queue.pop(qw.name, [])
@@ -286,7 +295,14 @@ async def _dead_letter_undecodable(
             )
         )
         ops.append(Op.soft_command(pk.tag, "HMGET", pk.job_prefix.encode() + job_id, *READ_FIELDS))
-    replies = await ctx.adapter.execute(ops)
+    try:
+        replies = await ctx.adapter.execute(ops)
+    except StoreError as exc:
+        # Still leased: recovery takes them back after their lease, and the
+        # next lease dead-letters them again (their attempts count, so
+        # recovery dead-letters them in the end). Never fail the healthy jobs.
+        log.warning("could not dead-letter %d undecodable job(s): %s", len(jobs), exc)
+        return NOTHING_SET_ASIDE
     dead = []
     for n, (pk, job_id, _, why) in enumerate(jobs):
         code, fields = replies[2 * n][2], replies[2 * n + 1]
