@@ -658,3 +658,28 @@ async def test_the_inspector_refuses_to_run_a_damaged_job(
         await inspector.requeue_dead("q", job_id="p")
     assert (await inspector.delete("p")).id == "p"  # deleting is how it is cleared
     assert await store.get_job("p") is None
+
+
+async def test_a_key_of_the_wrong_type_stops_only_its_partition(
+    redis_store: Factory, redis_url: str
+) -> None:
+    store = await redis_store(default_partitions=4)
+    client = redis.Redis.from_url(redis_url)
+    ks = KeySpace(store.namespace)
+    ids = [f"j{i:02d}" for i in range(40)]
+    await store.enqueue_many([job(i) for i in ids])
+    broken = ks.partition("q", 1, 2)
+    client.set(broken.leased, "not a zset")  # lease.lua writes it last
+    before = client.zrange(broken.ready, 0, -1)
+    assert before
+    got = await lease(store, count=100)
+    assert sorted(lj.job.id for lj in got) == sorted(i for i in ids if partition_of(i, 4) != 2)
+    assert client.zrange(broken.ready, 0, -1) == before  # nothing popped there
+    assert all(client.hget(broken.job(i.decode()), "state") == b"ready" for i in before)
+    # the same with the only partition of a queue: nothing done, StoreError
+    one = await redis_store()
+    await one.enqueue_many([job("x", queue="solo")])
+    client.set(KeySpace(one.namespace).partition("solo", 1, 0).dead, "nope")
+    with pytest.raises(StoreError, match="holds a string, not a zset"):
+        await lease(one, queue="solo")
+    assert await counts(one, "solo") == {"ready": 1}

@@ -112,8 +112,9 @@ async def stats(ctx: StoreContext, queues: Sequence[str] | None) -> list[QueueSt
     metas = await ctx.meta(names, fresh=True)
     slots = {q: ctx.partitions_of(q, metas[q]) for q in dict.fromkeys(names)}
     # ZCOUNT below +inf: the leased zset's sentinel is not a job
+    # soft: an index key of the wrong type counts 0 (logged), not an error
     ops = [
-        Op.command(pk.tag, "ZCOUNT", zset_of(pk, state), "-inf", "(+inf")
+        Op.soft_command(pk.tag, "ZCOUNT", zset_of(pk, state), "-inf", "(+inf")
         for pks in slots.values()
         for pk in pks
         for state in JobState
@@ -127,6 +128,9 @@ async def stats(ctx: StoreContext, queues: Sequence[str] | None) -> list[QueueSt
             total = 0
             for state in JobState:
                 n = next(replies)
+                if isinstance(n, Exception):
+                    log.warning("stats: %s is not an index: %s", zset_of(pk, state), n)
+                    n = 0
                 counts[state] += n
                 total += n
             if total:
@@ -186,8 +190,13 @@ async def list_jobs(
     slots = await _slots(ctx, queue)
     n = offset + limit
     replies = await ctx.adapter.execute(
-        [Op.command(pk.tag, "ZRANGE", zset_of(pk, state), 0, n - 1, "WITHSCORES") for pk in slots]
+        [
+            Op.soft_command(pk.tag, "ZRANGE", zset_of(pk, state), 0, n - 1, "WITHSCORES")
+            for pk in slots
+        ]
     )
+    # an index key of the wrong type lists nothing
+    replies = [[] if isinstance(r, Exception) else r for r in replies]
     merged = list(
         heapq.merge(
             *([(score, member, k) for score, member in pairs(r)] for k, r in enumerate(replies))

@@ -72,6 +72,23 @@ def _nonce() -> str:
     return secrets.token_hex(6) + "-"
 
 
+def _usable(slots: Sequence[Any], replies: list[Any], what: str) -> list[Any]:
+    """The replies of one script per partition, with None for a partition
+    whose script failed (an error reply: a key of that partition of the
+    wrong type, say), so one broken partition does not discard what the
+    others already did (leases taken, jobs moved). Raises StoreError when
+    every partition failed: nothing was done, and the caller backs off."""
+    failed = [(s, r) for s, r in zip(slots, replies, strict=True) if isinstance(r, Exception)]
+    if not failed:
+        return replies
+    for slot, error in failed:
+        pk = slot[0] if isinstance(slot, tuple) else slot
+        log.warning("%s: partition %s failed: %s", what, pk.tag, error)
+    if len(failed) == len(replies):
+        raise StoreError(f"{what} failed in every partition: {failed[0][1]}")
+    return [None if isinstance(r, Exception) else r for r in replies]
+
+
 # -- promote ---------------------------------------------------------------------------
 async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> PromoteResult:
     metas = await ctx.meta(queues)
@@ -131,11 +148,15 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
                     S.PROMOTE,
                     [pk.scheduled, pk.retry, pk.ready, pk.job_prefix, pk.dead, pk.damaged],
                     [n],
+                    soft=True,
                 )
                 for pk, n in run
             ]
         )
-        for (pk, _), (n, next_due, script_now, raw_aside) in zip(run, replies, strict=True):
+        for (pk, _), reply in zip(run, _usable(run, replies, "promote"), strict=True):
+            if reply is None:
+                continue
+            n, next_due, script_now, raw_aside = reply
             aside += decode_aside(raw_aside, pk.queue, pk.version, pk.partition)
             promoted += n
             if n:
@@ -190,6 +211,7 @@ async def lease(
                 S.LEASE,
                 [pk.ready, pk.leased, pk.tokens, pk.job_prefix, pk.dead, pk.damaged],
                 [n, duration, worker_id, _nonce(), LEASED_SENTINEL],
+                soft=True,
             )
             for pk, n in plan.items()
         ]
@@ -197,7 +219,9 @@ async def lease(
     by_queue: dict[str, list[LeasedJob]] = {}
     aside = NOTHING_SET_ASIDE
     undecodable: list[tuple[PartitionKeys, bytes, bytes, str]] = []
-    for pk, reply in zip(plan, replies, strict=True):
+    for pk, reply in zip(plan, _usable(list(plan), replies, "lease"), strict=True):
+        if reply is None:
+            continue
         ctx.observe_now(reply[0])
         aside += decode_aside(reply[2], pk.queue, pk.version, pk.partition)
         got = by_queue.setdefault(pk.queue, [])
@@ -434,7 +458,10 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
     replies = await ctx.adapter.execute(
         [
             Op.script_call(
-                S.RECOVER, [pk.leased, pk.ready, pk.dead, pk.job_prefix, pk.damaged], [n]
+                S.RECOVER,
+                [pk.leased, pk.ready, pk.dead, pk.job_prefix, pk.damaged],
+                [n],
+                soft=True,
             )
             for pk, n in plan.items()
         ]
@@ -443,7 +470,10 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
     dead: list[Job] = []
     woke: dict[str, int] = {}
     aside = NOTHING_SET_ASIDE
-    for pk, (script_now, ids, dead_flat, raw_aside) in zip(plan, replies, strict=True):
+    for pk, reply in zip(plan, _usable(list(plan), replies, "recover"), strict=True):
+        if reply is None:
+            continue
+        script_now, ids, dead_flat, raw_aside = reply
         ctx.observe_now(script_now)
         aside += decode_aside(raw_aside, pk.queue, pk.version, pk.partition)
         requeued += [ident(i) for i in ids]

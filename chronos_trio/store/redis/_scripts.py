@@ -80,8 +80,11 @@ class Op:
     soft: bool = False
 
     @classmethod
-    def script_call(cls, script: Script, keys: list[str], argv: list[Any]) -> Op:
-        return cls(keys[0], ("EVALSHA", script.sha, len(keys), *keys, *argv), script)
+    def script_call(
+        cls, script: Script, keys: list[str], argv: list[Any], *, soft: bool = False
+    ) -> Op:
+        """``soft``: an error reply is returned, not raised (see :attr:`soft`)."""
+        return cls(keys[0], ("EVALSHA", script.sha, len(keys), *keys, *argv), script, soft)
 
     @classmethod
     def command(cls, route: str | None, *args: Any) -> Op:

@@ -12,6 +12,12 @@
 --   a write. Scripts that take a batch (lease pops it; recover, promote and
 --   the admin scripts read it) judge all of it, then write; settle and renew
 --   write each record right after judging it.
+-- * An index or other key of the partition that holds the wrong type fails
+--   the script before anything is written: lease, recover and promote check
+--   the keys they write (wrong_type) before their first write; settle, renew
+--   and dead_letter write the index before the record, so a failing index
+--   write leaves that record as it was. The client then skips that partition
+--   and keeps what the others did.
 -- * A record whose field the script needs is missing, empty or unreadable is
 --   dead-lettered (dead_letter): state dead, last_error "damaged record: ...",
 --   finished_at now, lease cleared, in the partition's dead index.
@@ -127,14 +133,30 @@ local function read_job(key, ...)
   return probe_job(key, f, select('#', ...))
 end
 
+-- Why one of the keys a script writes holds another type ('zset' or 'hash'
+-- expected; 'none' is fine), or nil. A script checks before its first
+-- write, so a key of the wrong type fails it while nothing is written yet.
+-- pairs: key, type, key, type, ...
+local function wrong_type(...)
+  local n = select('#', ...)
+  for i = 1, n, 2 do
+    local key, want = select(i, ...)
+    local t = redis.call('TYPE', key).ok
+    if t ~= want and t ~= 'none' then
+      return 'key ' .. key .. ' holds a ' .. t .. ', not a ' .. want .. ': nothing done'
+    end
+  end
+  return nil
+end
+
 local function new_aside() return {{}, {}, {}} end
 
 -- Dead-letter a damaged record (the caller removes it from the index it was
 -- found in) and report it with its fields as now stored.
 local function dead_letter(aside, key, id, dead_zset, reason, now, now_s)
+  redis.call('ZADD', dead_zset, now, id)  -- the index first: see wrong_type
   redis.call('HSET', key, 'state', 'dead', 'last_error', 'damaged record: ' .. reason,
     'finished_at', now_s, 'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-  redis.call('ZADD', dead_zset, now, id)
   local d = aside[1]
   d[#d + 1] = id
   local g = redis.call('HMGET', key, unpack(JOB_FIELDS))

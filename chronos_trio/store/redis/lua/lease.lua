@@ -18,18 +18,22 @@
 --          after Redis lost its data and the counter restarted.
 -- ARGV[5]  the leased zset's sentinel member (see KEYS[2])
 --
--- Each popped entry is judged before anything is written for it (nothing in
--- a judgement can fail; see _prelude.lua): a record without kind or payload, or whose attempts is not a count, is
--- dead-lettered, an entry without a job hash is quarantined, a record of a
--- newer format goes back to the ready zset with its score, untouched. What
--- was set aside is replaced by further ready jobs, so the batch is short only
--- for want of usable ready jobs (at most ARGV[1] + 256 entries are looked at
--- per call; the tokens of set-aside entries go unused). The job's state is not read: the index it is in decides, and the
+-- Each popped entry is judged before anything is written for it (nothing in a
+-- judgement can fail; see _prelude.lua): a record without kind or payload, or
+-- whose attempts is not a count, is dead-lettered, an entry without a job hash
+-- is quarantined, a record of a newer format goes back to the ready zset with
+-- its score, untouched. What was set aside is replaced by further ready jobs,
+-- so the batch is short only for want of usable ready jobs (at most ARGV[1] +
+-- 256 entries are looked at per call; the tokens of set-aside entries go
+-- unused). The job's state is not read: the index it is in decides, and the
 -- lease overwrites it. The fields returned as stored (max_retries, timeout,
 -- last_error, created_at) are checked where they are decoded, by the client
--- (number parsing is the costliest part of a Lua check): it dead-letters a
--- job whose fields it cannot use with this lease's token, so no worker is
--- ever handed one.
+-- (number parsing is the costliest part of a Lua check): it dead-letters a job
+-- whose fields it cannot use with this lease's token, so no worker is ever
+-- handed one.
+--
+-- A key of the wrong type among KEYS fails the script before it writes
+-- anything (checked first: the pop must never be followed by a failure).
 --
 -- Returns {now, expires_at, set aside (see _prelude.lua), then per job 10
 -- entries: id, token, kind, payload, run_at, attempts (already incremented),
@@ -43,6 +47,8 @@ local aside = new_aside()
 local out = {now_s, exp_s, aside}
 local target = tonumber(ARGV[1])
 if redis.call('ZCARD', KEYS[1]) == 0 then return out end
+local bad_key = wrong_type(KEYS[2], 'zset', KEYS[5], 'zset', KEYS[6], 'hash')
+if bad_key then return redis.error_reply(bad_key) end
 -- Tokens for the whole batch before the pop: INCRBY is the one call here
 -- that could fail (a counter key of another type), so it comes before any
 -- write. Tokens only need to be unique: values of set-aside entries go unused.

@@ -10,9 +10,12 @@
 -- ARGV[1]  limit (> 0): due entries looked at, promoted or set aside
 --
 -- Each due entry is judged before anything is written for it (nothing in a
--- judgement can fail; see _prelude.lua): a record whose state is not the one of its index is dead-lettered, an entry
--- without a job hash is quarantined, a record of a newer format stays where
--- it is, untouched (and does not count as waiting in next_due).
+-- judgement can fail; see _prelude.lua): a record whose state is not the one of
+-- its index is dead-lettered, an entry without a job hash is quarantined, a
+-- record of a newer format stays where it is, untouched (and does not count as
+-- waiting in next_due).
+--
+-- A key of the wrong type among KEYS fails the script before it writes anything.
 --
 -- Returns {promoted, next_due ('' when nothing waits), now, set aside (see
 -- _prelude.lua)}. next_due is the earliest due time of a job this version
@@ -25,6 +28,10 @@ local limit = tonumber(ARGV[1])
 local aside = new_aside()
 local s = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
 local r = redis.call('ZRANGE', KEYS[2], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
+if #s > 0 or #r > 0 then
+  local bad_key = wrong_type(KEYS[3], 'zset', KEYS[5], 'zset', KEYS[6], 'hash')
+  if bad_key then return redis.error_reply(bad_key) end
+end
 -- merge the two due lists by (score, id), judging each record, then writing it
 local i, j, n, promoted = 1, 1, 0, 0
 local scored = {}

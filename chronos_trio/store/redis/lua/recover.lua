@@ -15,6 +15,8 @@
 -- newer format keeps its lease entry, untouched. (The state is not read: the
 -- leased index decides, and recovery overwrites it.)
 --
+-- A key of the wrong type among KEYS fails the script before it writes anything.
+--
 -- Returns {now, {requeued ids...}, {dead jobs: per job the id then the 13
 -- fields kind, payload, run_at, state, attempts, max_retries, timeout,
 -- lease_token, lease_owner, lease_expires_at, last_error, created_at,
@@ -26,6 +28,8 @@ local aside = new_aside()
 local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[1])
 local requeued, dead = {}, {}
 if #expired == 0 then return {now_s, requeued, dead, aside} end
+local bad_key = wrong_type(KEYS[2], 'zset', KEYS[3], 'zset', KEYS[5], 'hash')
+if bad_key then return redis.error_reply(bad_key) end
 local plan, why, taken = {}, {}, {}
 for k, id in ipairs(expired) do
   local key = KEYS[4] .. id

@@ -6,12 +6,12 @@
 -- ARGV[1]  lease duration in seconds
 -- ARGV[2+2i], ARGV[3+2i]  job id, fencing token
 --
--- Each record is judged before anything is written for it (see
--- _prelude.lua; nothing in a judgement can fail, so no record can stop the
--- script after another's writes). A record not leased with that token (or with no job hash) is not ours and is
--- not touched. One leased with that token whose lease_expires_at is
--- unreadable is dead-lettered (its expiry cannot be judged); one of a newer
--- format is left untouched.
+-- Each record is judged before anything is written for it (see _prelude.lua;
+-- nothing in a judgement can fail, so no record can stop the script after
+-- another's writes). A record not leased with that token (or with no job hash)
+-- is not ours and is not touched. One leased with that token whose
+-- lease_expires_at is unreadable is dead-lettered (its expiry cannot be
+-- judged); one of a newer format is left untouched.
 --
 -- Returns {expires_at, set aside (see _prelude.lua), code_1, code_2, ...};
 -- code 1 renewed, 0 lease not held (wrong token, not leased, expired or gone:
@@ -45,8 +45,8 @@ for i = 2, #ARGV, 2 do
   end
   -- ... then write what it decides
   if p == 1 then
-    redis.call('HSET', key, 'lease_expires_at', exp_s)
     redis.call('ZADD', KEYS[1], exp, id)
+    redis.call('HSET', key, 'lease_expires_at', exp_s)
   elseif p == 2 then
     dead_letter(aside, key, id, KEYS[3], w, now, now_s)
     redis.call('ZREM', KEYS[1], id)

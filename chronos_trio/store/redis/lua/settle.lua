@@ -10,12 +10,14 @@
 --          kind ('s' succeeded, 'r' retry, 'd' dead, 'l' release), error text,
 --          retry_delay (s), retain_for (s)
 --
--- Each record is judged before anything is written for it (see
--- _prelude.lua; nothing in a judgement can fail, so no record can stop the
--- script after another's writes). A record not leased with that token (or with no job hash) is not ours and is
--- not touched, damaged or not. One leased with that token whose
--- lease_expires_at (or, to release it, attempts or run_at) is unreadable is
--- dead-lettered; one of a newer format is left untouched.
+-- Each record is judged before anything is written for it (see _prelude.lua;
+-- nothing in a judgement can fail, so no record can stop the script after
+-- another's writes). A record not leased with that token (or with no job hash)
+-- is not ours and is not touched, damaged or not. One leased with that token
+-- whose lease_expires_at (or, to release it, attempts or run_at) is unreadable
+-- is dead-lettered; one of a newer format is left untouched. Each outcome
+-- writes the index before the record: a key of the wrong type fails the script
+-- with that record unchanged (outcomes before it stay applied).
 --
 -- Returns {now, set aside (see _prelude.lua), code_1, code_2, ...}; code 1
 -- applied, 0 the lease is no longer held with that token (or expired): the job
@@ -63,26 +65,26 @@ for i = 1, #ARGV, 6 do
       local retain = tonumber(ARGV[i + 5])
       if retain > 0 then
         local until_ = now + retain
+        redis.call('ZADD', KEYS[4], until_, id)
         redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s, 'run_at', until_,
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-        redis.call('ZADD', KEYS[4], until_, id)
       else
         redis.call('DEL', key)
       end
     elseif kind == 'r' then
       local due = now + math.max(0, tonumber(ARGV[i + 4]))
+      redis.call('ZADD', KEYS[3], due, id)
       redis.call('HSET', key, 'state', 'retry_wait', 'run_at', due, 'last_error', ARGV[i + 3],
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-      redis.call('ZADD', KEYS[3], due, id)
     elseif kind == 'd' then
+      redis.call('ZADD', KEYS[5], now, id)
       redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3], 'finished_at', now_s,
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-      redis.call('ZADD', KEYS[5], now, id)
     else
       -- release: back to ready at once, keeping its due time; the attempt is given back
+      redis.call('ZADD', KEYS[1], f[6], id)
       redis.call('HSET', key, 'state', 'ready', 'attempts', math.max(0, tonumber(f[5]) - 1),
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-      redis.call('ZADD', KEYS[1], f[6], id)
     end
   end
   out[#out + 1] = p
