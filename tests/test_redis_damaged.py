@@ -683,3 +683,22 @@ async def test_a_key_of_the_wrong_type_stops_only_its_partition(
     with pytest.raises(StoreError, match="holds a string, not a zset"):
         await lease(one, queue="solo")
     assert await counts(one, "solo") == {"ready": 1}
+
+
+async def test_lua_and_python_name_a_damaged_value_alike(
+    redis_store: Factory, redis_url: str
+) -> None:
+    store = await redis_store()
+    client = redis.Redis.from_url(redis_url)
+    await store.enqueue_many([job("a")])
+    value = b"it's\\\n\t\r\x00\x7f\xff" + b"9" * 50
+    client.hset(part(store).job("a"), "attempts", value)
+    shown = await store.get_job("a")
+    assert shown is not None
+    [dead] = (await lease(store)).aside.dead  # the reason is Lua's
+    assert dead.last_error == f"damaged record: {shown.damage}"
+    assert shown.damage == (
+        "field 'attempts' holds b'it\\'s\\\\\\n\\t\\r\\x00\\x7f\\xff"
+        + "9" * 29
+        + "'... (61 bytes), not an integer"
+    )
