@@ -72,6 +72,12 @@ def _nonce() -> str:
     return secrets.token_hex(6) + "-"
 
 
+def _peeked(reply: Any) -> list[tuple[float, bytes]]:
+    """A peek's (score, member) pairs; none from an index key of the wrong
+    type (its script then fails alone, see :func:`_usable`)."""
+    return [] if isinstance(reply, Exception) else pairs(reply)
+
+
 def _usable(slots: Sequence[Any], replies: list[Any], what: str) -> list[Any]:
     """The replies of one script per partition, with None for a partition
     whose script failed (an error reply: a key of that partition of the
@@ -113,11 +119,11 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
             for _, pk in slots
             for z in (pk.scheduled, pk.retry)
             for op in (
-                Op.command(
+                Op.soft_command(
                     pk.tag, "ZRANGE", z, "-inf", horizon, "BYSCORE", "LIMIT", 0, limit,
                     "WITHSCORES",
                 ),
-                Op.command(pk.tag, "ZRANGE", z, 0, 0, "WITHSCORES"),
+                Op.soft_command(pk.tag, "ZRANGE", z, 0, 0, "WITHSCORES"),
             )
         ]  # fmt: skip
         replies = await ctx.adapter.execute([*peek, Op.command(None, "TIME")])
@@ -126,8 +132,8 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
         cands: dict[PartitionKeys, list[tuple[float, bytes]]] = {}
         for n, (_, pk) in enumerate(slots):
             due_s, head_s, due_r, head_r = replies[4 * n : 4 * n + 4]
-            merged = sorted(pairs(due_s) + pairs(due_r))
-            first = [h[0][0] for h in (pairs(head_s), pairs(head_r)) if h]
+            merged = sorted(_peeked(due_s) + _peeked(due_r))
+            first = [h[0][0] for h in (_peeked(head_s), _peeked(head_r)) if h]
             if first:
                 heads[pk] = min(first)
             cands[pk] = merged
@@ -195,9 +201,12 @@ async def lease(
         plan = {flat[0]: count}
     else:
         replies = await ctx.adapter.execute(
-            [Op.command(pk.tag, "ZRANGE", pk.ready, 0, count - 1, "WITHSCORES") for pk in flat]
+            [
+                Op.soft_command(pk.tag, "ZRANGE", pk.ready, 0, count - 1, "WITHSCORES")
+                for pk in flat
+            ]
         )
-        cands = {pk: pairs(r) for pk, r in zip(flat, replies, strict=True)}
+        cands = {pk: _peeked(r) for pk, r in zip(flat, replies, strict=True)}
         available = {q: min(count, sum(len(cands[pk]) for pk in pks)) for q, pks in slots.items()}
         plan = {}
         for q, share in share_by_weight(live, count, available).items():
@@ -429,7 +438,7 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
     else:
         horizon = repr(ctx.estimated_now() + _PEEK_MARGIN)  # only what may have expired
         peek = [
-            Op.command(
+            Op.soft_command(
                 pk.tag,
                 "ZRANGE",
                 pk.leased,
@@ -446,7 +455,7 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
         replies = await ctx.adapter.execute([*peek, Op.command(None, "TIME")])
         t = replies[-1]
         now = ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)  # keeps the horizon honest
-        cands = {pk: pairs(r) for pk, r in zip(slots, replies[:-1], strict=True)}
+        cands = {pk: _peeked(r) for pk, r in zip(slots, replies[:-1], strict=True)}
         plan, remaining = {}, limit
         for q in order:
             mine = {pk: c for pk, c in cands.items() if pk.queue == q}
