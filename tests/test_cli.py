@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 import pytest
+import redis
 import trio
 
 from chronos_trio import JobState, MemoryStore, QueueWeight
@@ -408,3 +409,35 @@ def test_help_and_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_state_names_parse_like_the_job_model() -> None:
     assert JobState.parse(" Retry_Wait ") is JobState.RETRY_WAIT
+
+
+def test_job_with_a_damaged_field_shows_its_damage(
+    redis_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11: this printed ``invalid literal for int()`` and exited 2."""
+    monkeypatch.delenv("CHRONOS_URL", raising=False)
+
+    async def fill() -> None:
+        store = RedisStore.from_url(redis_url)
+        try:
+            await populate(store)
+        finally:
+            await store.aclose()
+
+    trio.run(fill)
+    client = redis.Redis.from_url(redis_url)
+    [key] = client.keys("*:j:dead-1")
+    client.hset(key, mapping={"attempts": "x", "timeout": "soon"})
+    cli = Cli(["--url", redis_url], capsys)
+    shown = cli("job", args=("dead-1",))
+    assert shown.code == EXIT_OK
+    damage = [line for line in shown.out.splitlines() if line.startswith("damage")]
+    assert damage == [
+        "damage      field 'attempts' holds b'x', not an integer; "
+        "field 'timeout' holds b'soon', not a number"
+    ]
+    assert "state       dead" in shown.out and "attempts    0 of 4" in shown.out
+    data = cli("job", args=("dead-1", "--json")).json()
+    assert data["damage"].startswith("field 'attempts' holds b'x'")
+    assert cli("job", args=("dead-2", "--json")).json()["damage"] is None
+    assert "damage" not in cli("job", args=("dead-2",)).out

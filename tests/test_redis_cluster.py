@@ -10,8 +10,16 @@ import redis
 import trio
 
 from chronos_trio import NewJob
-from chronos_trio.store import QueueWeight, SettleKind, Settlement, StoreError, TriggerResult
+from chronos_trio.store import (
+    QueueWeight,
+    SettleKind,
+    Settlement,
+    StoreError,
+    TriggerResult,
+    partition_of,
+)
 from chronos_trio.store.redis import RedisStore
+from chronos_trio.store.redis.keys import KeySpace
 from chronos_trio.testing.redis_server import RedisCluster
 from tests._support import Recorder, Work, wait_for
 
@@ -128,3 +136,26 @@ async def test_node_down_raises_store_error_then_recovers() -> None:
                     await trio.sleep(0.2)
         assert "after" in {lj.job.id for lj in got}
         await store.aclose()
+
+
+async def test_damaged_records_and_keys_on_cluster(
+    store: RedisStore, redis_cluster_url: str
+) -> None:
+    """Issue 11 on a Cluster: a damaged record is set aside and a partition
+    key of the wrong type stops only its partition, whose node runs the
+    scripts of the others' partitions too."""
+    ids = [f"j{i:02d}" for i in range(40)]
+    await store.enqueue_many([job(i) for i in ids])
+    host, port = redis_cluster_url.split("://")[1].split(",")[0].split(":")
+    client = redis.RedisCluster(host=host, port=int(port))
+    ks = KeySpace(store.namespace)
+    bad = "j05"
+    client.hdel(ks.partition("q", 1, partition_of(bad, 8)).job(bad), "attempts")
+    broken = 3 if partition_of(bad, 8) != 3 else 4
+    client.set(ks.partition("q", 1, broken).leased, "x")
+    got = await store.lease([QueueWeight("q")], 100, worker_id="w", lease_duration=5)
+    expected = [i for i in ids if i != bad and partition_of(i, 8) != broken]
+    assert sorted(lj.job.id for lj in got) == expected
+    assert [j.id for j in got.aside.dead] == [bad]
+    assert "field 'attempts' is missing" in got.aside.dead[0].last_error
+    client.close()

@@ -99,6 +99,16 @@ def payload_view(job: Job) -> Any:
         return {"base64": base64.b64encode(job.payload).decode()}
 
 
+def _refuse_damaged(job: Job, action: str) -> None:
+    """A damaged record would only be dead-lettered again by the next lease
+    (or, of a newer format, is not this version's to move): say so at once."""
+    if job.damage:
+        raise ActionRefused(
+            f"job {job.id} cannot be run: its stored record is damaged ({job.damage}); "
+            f"{action} refused (delete it, or repair the record)"
+        )
+
+
 def next_run_at(job: Job) -> float | None:
     """When the job runs next: its due time while it waits, None otherwise."""
     if job.state in (JobState.SCHEDULED, JobState.READY, JobState.RETRY_WAIT):
@@ -254,6 +264,7 @@ class Inspector:
         """Make a scheduled, retry_wait or dead job ready at once (a dead job
         starts over with its attempts reset); returns it as it is now."""
         job = await self.job(job_id, queue=queue)
+        _refuse_damaged(job, "run-now")
         if job.state not in RUN_NOW_STATES:
             raise ActionRefused(
                 f"job {job_id} is {job.state}: run-now applies to scheduled, "
@@ -287,6 +298,7 @@ class Inspector:
         await self.check_queue(queue)
         if job_id is not None:
             job = await self.job(job_id, queue=queue)
+            _refuse_damaged(job, "requeue")
             if job.state is not JobState.DEAD:
                 raise ActionRefused(f"job {job_id} is {job.state}, not dead")
             if not await self.store.run_now(job_id, queue=queue):

@@ -111,6 +111,9 @@ def job_json(job: Job) -> dict[str, Any]:
         "finished_at": iso(job.finished_at),
         "last_error": job.last_error or None,
         "payload": payload_view(job),
+        # None for a sound record; else why the stored record could not be
+        # read as it is (the fields it names show defaults)
+        "damage": job.damage or None,
     }
 
 
@@ -266,6 +269,9 @@ def job_details(job: Job, now: float) -> str:
         lines.extend(" " * width + line for line in err_lines[1:])
     else:
         lines.append(f"{'last error':<{width}}-")
+    if job.damage:
+        # one line: the store's description of what it could not read
+        lines.append(f"{'damage':<{width}}{' '.join(job.damage.split())}")
     return "\n".join(lines)
 
 

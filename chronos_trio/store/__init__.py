@@ -6,13 +6,18 @@ from ._partitioning import partition_of as partition_of
 from ._partitioning import share_by_weight as share_by_weight
 from ._roles import DAMAGED_RECORD as DAMAGED_RECORD
 from ._roles import LEASE_GRACE as LEASE_GRACE
+from ._roles import NOTHING_SET_ASIDE as NOTHING_SET_ASIDE
 from ._roles import ROLES as ROLES
 from ._roles import AdminRole as AdminRole
+from ._roles import AsideEntry as AsideEntry
 from ._roles import CheckReport as CheckReport
 from ._roles import CheckRole as CheckRole
+from ._roles import CountResult as CountResult
+from ._roles import FencedResults as FencedResults
 from ._roles import Finding as Finding
 from ._roles import Leadership as Leadership
 from ._roles import LeadershipRole as LeadershipRole
+from ._roles import LeaseBatch as LeaseBatch
 from ._roles import Problem as Problem
 from ._roles import PromoteResult as PromoteResult
 from ._roles import QueueStats as QueueStats
@@ -21,6 +26,7 @@ from ._roles import QueueVersion as QueueVersion
 from ._roles import QueueWeight as QueueWeight
 from ._roles import RecoverResult as RecoverResult
 from ._roles import Repair as Repair
+from ._roles import SetAside as SetAside
 from ._roles import SettleKind as SettleKind
 from ._roles import Settlement as Settlement
 from ._roles import Store as Store
@@ -31,6 +37,7 @@ from ._roles import TopologyRole as TopologyRole
 from ._roles import TriggerResult as TriggerResult
 from ._roles import VersionState as VersionState
 from ._roles import WorkerRole as WorkerRole
+from ._roles import aside_of as aside_of
 from ._roles import require_roles as require_roles
 from ._roles import roles_of as roles_of
 from ._schemes import Scheme as Scheme

@@ -40,6 +40,19 @@ Conventions
   RedisStore one per queue): give jobs of different queues different IDs.
 * Cancelling a call, like a :class:`StoreError`, leaves each job of the
   batch either moved or not moved, never in between.
+* A damaged record never aborts a batch. An operation checks what it reads
+  before it writes: a record that lacks a field the operation needs (missing,
+  empty, of the wrong type) is dead-lettered with ``last_error`` "damaged
+  record: <field and value>"; an index entry with no record is taken out of
+  the index and quarantined; a record of a newer record format is left
+  exactly as it is. The rest of the batch proceeds, and the operation
+  reports what it set aside (:class:`SetAside`): in the ``aside`` of its
+  result (:class:`LeaseBatch`, :class:`FencedResults`, :class:`CountResult`,
+  :class:`PromoteResult`, :class:`RecoverResult`), read with
+  :func:`aside_of`, which also takes the plain results of a backend that
+  sets nothing aside. Admin reads (``get_job``, ``list_jobs``) return a
+  damaged record as a ``Job`` whose ``damage`` says what is wrong; workers
+  are never handed one.
 
 Errors
 ------
@@ -101,23 +114,130 @@ class QueueWeight:
     weight: int = 1
 
 
+# -- what an operation set aside ---------------------------------------------------------
+@attrs.frozen
+class AsideEntry:
+    """One job an operation did not apply to and did not dead-letter: an
+    index entry without a usable record (quarantined), or a record of a newer
+    format (left alone). ``reason`` says which."""
+
+    queue: str
+    job_id: str
+    reason: str
+
+
+@attrs.frozen
+class SetAside:
+    """What one store operation met and set aside instead of applying, so the
+    rest of its batch could proceed (empty, and false, when nothing was).
+
+    * ``dead``: damaged records it dead-lettered: a field the operation needs
+      was missing, empty or unreadable. Each is the job as now stored (state
+      dead, ``last_error`` "damaged record: <field and value>", and
+      ``damage`` saying what its decoder found). A worker logs each, counts
+      it as dead and publishes ``JobDead`` for it.
+    * ``quarantined``: index entries with no record behind them (or a key
+      that is not a job record), taken out of the index and listed in the
+      store's quarantine for the checker and inspector. A worker logs them.
+    * ``newer``: records of a newer record format, left exactly as they are
+      for a newer worker. A worker warns and counts them; it meets the same
+      records again on later calls while they wait, so warn once per job.
+    """
+
+    dead: tuple[Job, ...] = ()
+    quarantined: tuple[AsideEntry, ...] = ()
+    newer: tuple[AsideEntry, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.dead or self.quarantined or self.newer)
+
+    def __add__(self, other: SetAside) -> SetAside:
+        if not other:
+            return self
+        if not self:
+            return other
+        return SetAside(
+            self.dead + other.dead,
+            self.quarantined + other.quarantined,
+            self.newer + other.newer,
+        )
+
+
+#: The empty report (shared: a SetAside is immutable).
+NOTHING_SET_ASIDE = SetAside()
+
+
+class LeaseBatch(list[LeasedJob]):
+    """What :meth:`WorkerRole.lease` returns on a store that sets records
+    aside (RedisStore): the leased jobs, a plain ``list`` in every way (it
+    compares equal to a list of the same jobs), plus ``aside``: what the
+    lease met and set aside instead of leasing. Read it with :func:`aside_of`,
+    which also accepts the plain list another backend may return."""
+
+    __slots__ = ("aside",)
+
+    def __init__(self, jobs: Iterable[LeasedJob] = (), aside: SetAside = NOTHING_SET_ASIDE):
+        super().__init__(jobs)
+        self.aside = aside
+
+
+class FencedResults(list[bool]):
+    """What ``renew`` and ``settle`` return on a store that sets records aside:
+    one bool per lease, as a plain list, plus ``aside``. A lease whose record
+    was dead-lettered as damaged, or left alone as of a newer format, reports
+    ``False`` (it was not renewed or settled as asked) and is in ``aside``."""
+
+    __slots__ = ("aside",)
+
+    def __init__(self, results: Iterable[bool] = (), aside: SetAside = NOTHING_SET_ASIDE):
+        super().__init__(results)
+        self.aside = aside
+
+
+class CountResult(int):
+    """What ``trim`` and ``requeue_dead`` return on a store that sets records
+    aside: the count, as a plain ``int``, plus ``aside``."""
+
+    aside: SetAside
+
+    def __new__(cls, count: int = 0, aside: SetAside = NOTHING_SET_ASIDE) -> CountResult:
+        made = super().__new__(cls, count)
+        made.aside = aside
+        return made
+
+
+def aside_of(result: object) -> SetAside:
+    """What the operation that returned ``result`` set aside: its ``aside``
+    (a :class:`LeaseBatch`, :class:`FencedResults`, :class:`CountResult`,
+    :class:`PromoteResult` or :class:`RecoverResult`), or the empty report for
+    a result without one (a plain list from a backend that sets nothing aside)."""
+    aside = getattr(result, "aside", None)
+    return aside if isinstance(aside, SetAside) else NOTHING_SET_ASIDE
+
+
 @attrs.frozen
 class PromoteResult:
     """``promoted`` jobs moved to ready; ``next_due_at`` is the earliest due
-    time still waiting (None when nothing waits); ``now`` is the store's clock."""
+    time still waiting (None when nothing waits; records of a newer format
+    left waiting do not count); ``now`` is the store's clock; ``aside`` what
+    the promotion set aside (see :class:`SetAside`)."""
 
     promoted: int
     next_due_at: float | None
     now: float
+    aside: SetAside = NOTHING_SET_ASIDE
 
 
 @attrs.frozen
 class RecoverResult:
     """Jobs whose leases had expired: ``requeued`` went back to ready, ``dead``
-    were dead-lettered because their attempts were used up."""
+    were dead-lettered because their attempts were used up; ``aside`` what the
+    recovery set aside instead (damaged records it dead-lettered are in
+    ``aside.dead``, not in ``dead``; see :class:`SetAside`)."""
 
     requeued: tuple[str, ...] = ()
     dead: tuple[Job, ...] = ()
+    aside: SetAside = NOTHING_SET_ASIDE
 
 
 @attrs.frozen
@@ -339,7 +459,8 @@ class WorkerRole(StoreRole):
 
         A job whose ID already exists in its queue (in any state, including
         retained succeeded and dead) is not touched and reports
-        ``created=False`` with the existing job's due time and routing; so
+        ``created=False`` with the existing job's due time (0.0 when that
+        record's due time is unreadable) and routing; so
         does a later job of the same batch with an ID already used in it.
         Due jobs (``run_at`` at or before the store's now, or no ``run_at``
         and ``delay`` <= 0) become ``ready``, others ``scheduled``. New jobs
@@ -362,8 +483,8 @@ class WorkerRole(StoreRole):
 
         A queue that holds no job (or is unknown) contributes nothing;
         ``limit`` <= 0 promotes nothing. Paused queues are promoted too
-        (pausing stops leasing, not time). Raises StoreError when the store
-        cannot be reached.
+        (pausing stops leasing, not time). Records set aside are in
+        ``aside``. Raises StoreError when the store cannot be reached.
         """
 
     @abc.abstractmethod
@@ -388,6 +509,12 @@ class WorkerRole(StoreRole):
         unique among all leases this store ever issued, expiring
         ``lease_duration`` (> 0) seconds from the store's now.
 
+        Every leased job is complete (kind, payload, attempts, ...): a ready
+        record lacking one is set aside (see the module's conventions) and
+        replaced by the next ready job. The result is a list of
+        :class:`LeasedJob`; a backend that sets records aside returns a
+        :class:`LeaseBatch` (a list) whose ``aside`` reports them.
+
         Raises StoreError when the store cannot be reached; jobs leased by a
         call whose reply was lost stay leased until their lease expires and
         :meth:`recover_expired` takes them back (that attempt counts).
@@ -401,8 +528,10 @@ class WorkerRole(StoreRole):
         ``False`` (and nothing changes) for a lease that is no longer held
         with that token: settled, taken back, leased again, deleted, or
         expired, even if not yet recovered (an expired lease is lost for
-        good). Raises StoreError when the store cannot be reached (renew
-        again: renewing twice is harmless).
+        good); also for a lease whose record, held with that token, was
+        damaged (dead-lettered) or is of a newer format (left alone), which a
+        :class:`FencedResults` reports in ``aside``. Raises StoreError when
+        the store cannot be reached (renew again: renewing twice is harmless).
         """
 
     @abc.abstractmethod
@@ -418,7 +547,10 @@ class WorkerRole(StoreRole):
         (a negative delay counts as 0); DEAD dead-letters it with ``error``
         and its finish time; RELEASE returns it to ``ready`` at once with its
         due time kept and gives back the attempt its lease took. Every
-        applied outcome clears the lease (token, owner, expiry).
+        applied outcome clears the lease (token, owner, expiry). A lease
+        whose record, held with that token, is damaged is dead-lettered
+        instead, and one of a newer format is left alone: both report
+        ``False``, and a :class:`FencedResults` lists them in ``aside``.
 
         Raises StoreError when the store cannot be reached; settlements that
         did apply then report ``False`` if sent again (their leases are gone).
@@ -432,7 +564,9 @@ class WorkerRole(StoreRole):
         ``last_error`` saying the lease expired, when the job has used
         ``max_retries + 1`` attempts (a job that keeps killing its worker
         must not loop forever). Their old tokens are fenced from then
-        on. ``limit`` <= 0 recovers nothing.
+        on. ``limit`` <= 0 recovers nothing. Damaged records and entries
+        without a record are set aside (``aside``), never left in the
+        leased index half-recovered.
 
         Raises StoreError when the store cannot be reached.
         """
@@ -518,7 +652,9 @@ class AdminRole(StoreRole):
         """Make a scheduled, retry_wait or dead job ready at once (due now; a
         dead job gets its attempts reset to 0 and its finish time cleared).
         False, and nothing changes, if there is no such job in one of those
-        states (``queue`` None: in any queue).
+        states (``queue`` None: in any queue). Also False for a record of a
+        newer format (left alone) and for one whose state is unreadable
+        (dead-lettered: it cannot be run); ``get_job`` then shows why.
 
         Raises StoreError when the store cannot be reached.
         """
@@ -526,8 +662,10 @@ class AdminRole(StoreRole):
     @abc.abstractmethod
     async def delete_job(self, job_id: str, *, queue: str | None = None) -> bool:
         """Delete a job that is not leased, in any other state. False, and
-        nothing changes, if absent (``queue`` None: in every queue) or leased
-        (a running job is settled by its worker, not deleted under it).
+        nothing changes, if absent (``queue`` None: in every queue), leased
+        (a running job is settled by its worker, not deleted under it) or of
+        a newer record format. A record whose state is unreadable is deleted
+        and taken out of every index (deleting is how an operator clears it).
 
         Raises StoreError when the store cannot be reached.
         """
@@ -536,7 +674,9 @@ class AdminRole(StoreRole):
     async def requeue_dead(self, queue: str, *, limit: int | None = None) -> int:
         """Make up to ``limit`` dead jobs of ``queue`` ready again (due now),
         the oldest dead first, with attempts reset to 0; ``limit`` None (or
-        0) requeues every dead job. Returns how many were requeued.
+        0) requeues every dead job. Returns how many were requeued (a
+        :class:`CountResult` on a backend that sets records aside: records
+        of a newer format stay dead, untouched).
 
         Raises StoreError when the store cannot be reached; some may have
         been requeued then.
@@ -561,7 +701,9 @@ class AdminRole(StoreRole):
         has passed, their dead jobs that finished ``dead_max_age`` or more
         seconds ago, and the oldest dead jobs beyond ``dead_max_count`` per
         queue (``dead_max_count`` 0: every dead job). None turns a limit
-        off. Returns how many jobs were deleted.
+        off. Returns how many jobs were deleted (a :class:`CountResult` on a
+        backend that sets records aside: only a record in the state of its
+        index is deleted; others are set aside, see the conventions).
 
         Raises StoreError when the store cannot be reached; some jobs may
         have been deleted then (trimming again is harmless).

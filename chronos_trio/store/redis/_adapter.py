@@ -160,7 +160,8 @@ class RedisAdapter:
         the same pipeline on a single node (Redis applies a connection's
         commands in order), or as a second step on a Cluster, whose nodes run
         in parallel. Their replies are not returned. An error reply raises
-        StoreError after the whole batch ran.
+        StoreError after the whole batch ran, except for a ``soft`` op, whose
+        error reply is returned as the exception.
 
         ``replicas``: the pipeline ends with ``WAIT`` (on a single node after
         ``after``; on a Cluster in each node's pipeline of ``ops``). StoreError
@@ -192,8 +193,8 @@ class RedisAdapter:
                     await self._execute_cluster(client, after)
         except _REDIS_ERRORS as exc:
             raise self._error(exc) from exc
-        for reply in replies:
-            if isinstance(reply, Exception):
+        for op, reply in zip(ops, replies, strict=True):
+            if isinstance(reply, Exception) and not op.soft:
                 raise self._error(reply)
         if replicas is not None:
             self.stats.replica_waits += len(acks)

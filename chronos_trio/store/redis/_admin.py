@@ -1,17 +1,41 @@
 """Inspection, administration and topology changes on Redis (not the hot path:
-clarity over round trips, but still never one round trip per job)."""
+clarity over round trips, but still never one round trip per job).
+
+Reads are total: a damaged record comes back as a ``Job`` whose ``damage``
+says what is wrong (a key that is not a job hash too); a damaged stored
+topology is a TopologyError naming it. What the admin scripts set aside is
+counted in the store's statistics and logged here, and ``trim`` and
+``requeue_dead`` also return it (:class:`~chronos_trio.store.CountResult`).
+"""
 
 from __future__ import annotations
 
 import heapq
+import logging
 from collections.abc import Sequence
+from typing import Any
 
 from ...records._jobs import Job, JobState
 from .._partitioning import partition_of
-from .._roles import QueueStats, QueueTopology, TopologyError, VersionState
+from .._roles import (
+    NOTHING_SET_ASIDE,
+    CountResult,
+    QueueStats,
+    QueueTopology,
+    SetAside,
+    TopologyError,
+    VersionState,
+)
 from . import _scripts as S
 from ._alloc import earliest, pairs
-from ._codec import JOB_FIELDS, decode_topology, encode_topology, job_from_fields
+from ._codec import (
+    READ_FIELDS,
+    decode_aside,
+    decode_topology,
+    encode_topology,
+    ident,
+    job_from_fields,
+)
 from ._context import StoreContext
 from ._scripts import Op
 from .keys import PartitionKeys
@@ -22,6 +46,30 @@ _REQUEUE_CHUNK = 1000
 #: A completed version's partitions stay closed this long: far longer than any
 #: writer's topology cache, so a stale writer is always refused.
 _CLOSED_TTL_MS = 24 * 3600 * 1000
+
+log = logging.getLogger("chronos_trio.store.redis")
+
+
+def _report(ctx: StoreContext, what: str, aside: SetAside) -> SetAside:
+    """Count and log what an admin script set aside (the hot path's callers
+    report theirs; these callers are operators and the janitor)."""
+    ctx.count_aside(aside)
+    for job in aside.dead:
+        log.warning("%s: dead-lettered job %s of queue %r: %s", what, job.id, job.queue,
+                    job.last_error)  # fmt: skip
+    for e in aside.quarantined:
+        log.warning("%s: quarantined job %s of queue %r: %s", what, e.job_id, e.queue, e.reason)
+    for e in aside.newer:
+        log.warning("%s: left job %s of queue %r alone: %s", what, e.job_id, e.queue, e.reason)
+    return aside
+
+
+def _not_a_hash(job_id: str, pk: PartitionKeys, error: Exception) -> Job:
+    """What get_job/list_jobs show for a job key that is not a hash."""
+    return Job(
+        job_id, pk.queue, "", b"", 0.0, JobState.DEAD, queue_version=pk.version,
+        partition=pk.partition, damage=f"its key is not a job hash ({error})",
+    )  # fmt: skip
 
 
 def zset_of(pk: PartitionKeys, state: JobState) -> str:
@@ -64,8 +112,9 @@ async def stats(ctx: StoreContext, queues: Sequence[str] | None) -> list[QueueSt
     metas = await ctx.meta(names, fresh=True)
     slots = {q: ctx.partitions_of(q, metas[q]) for q in dict.fromkeys(names)}
     # ZCOUNT below +inf: the leased zset's sentinel is not a job
+    # soft: an index key of the wrong type counts 0 (logged), not an error
     ops = [
-        Op.command(pk.tag, "ZCOUNT", zset_of(pk, state), "-inf", "(+inf")
+        Op.soft_command(pk.tag, "ZCOUNT", zset_of(pk, state), "-inf", "(+inf")
         for pks in slots.values()
         for pk in pks
         for state in JobState
@@ -79,6 +128,9 @@ async def stats(ctx: StoreContext, queues: Sequence[str] | None) -> list[QueueSt
             total = 0
             for state in JobState:
                 n = next(replies)
+                if isinstance(n, Exception):
+                    log.warning("stats: %s is not an index: %s", zset_of(pk, state), n)
+                    n = 0
                 counts[state] += n
                 total += n
             if total:
@@ -90,11 +142,42 @@ async def stats(ctx: StoreContext, queues: Sequence[str] | None) -> list[QueueSt
 async def get_job(ctx: StoreContext, job_id: str, queue: str | None) -> Job | None:
     locs = await _locations(ctx, job_id, queue)
     replies = await ctx.adapter.execute(
-        [Op.command(pk.tag, "HMGET", pk.job(job_id), *JOB_FIELDS) for pk in locs]
+        [
+            op
+            for pk in locs
+            for op in (
+                Op.soft_command(pk.tag, "HMGET", pk.job(job_id), *READ_FIELDS),
+                Op.command(pk.tag, "EXISTS", pk.job(job_id)),
+            )
+        ]
     )
-    for pk, fields in zip(locs, replies, strict=True):
-        if fields[3] is not None:
-            return job_from_fields(job_id, pk.queue, pk.version, pk.partition, fields)
+    for n, pk in enumerate(locs):
+        fields, exists = replies[2 * n], replies[2 * n + 1]
+        if not exists:
+            continue
+        if isinstance(fields, Exception):
+            return _not_a_hash(job_id, pk, fields)
+        if fields[3] not in _KNOWN_STATES:
+            # the state cannot be read: show the job in the index it is in
+            return job_from_fields(
+                job_id, pk.queue, pk.version, pk.partition, fields,
+                indexed_as=await _index_of(ctx, pk, job_id),
+            )  # fmt: skip
+        return job_from_fields(job_id, pk.queue, pk.version, pk.partition, fields)
+    return None
+
+
+_KNOWN_STATES = {s.value.encode() for s in JobState}
+
+
+async def _index_of(ctx: StoreContext, pk: PartitionKeys, job_id: str) -> JobState | None:
+    """The state of the first index of ``pk`` that holds ``job_id`` (None: none)."""
+    scores = await ctx.adapter.execute(
+        [Op.soft_command(pk.tag, "ZSCORE", zset_of(pk, state), job_id) for state in JobState]
+    )
+    for state, score in zip(JobState, scores, strict=True):
+        if isinstance(score, bytes | float | int):
+            return state
     return None
 
 
@@ -107,8 +190,13 @@ async def list_jobs(
     slots = await _slots(ctx, queue)
     n = offset + limit
     replies = await ctx.adapter.execute(
-        [Op.command(pk.tag, "ZRANGE", zset_of(pk, state), 0, n - 1, "WITHSCORES") for pk in slots]
+        [
+            Op.soft_command(pk.tag, "ZRANGE", zset_of(pk, state), 0, n - 1, "WITHSCORES")
+            for pk in slots
+        ]
     )
+    # an index key of the wrong type lists nothing
+    replies = [[] if isinstance(r, Exception) else r for r in replies]
     merged = list(
         heapq.merge(
             *([(score, member, k) for score, member in pairs(r)] for k, r in enumerate(replies))
@@ -119,14 +207,21 @@ async def list_jobs(
     picked = merged if state is JobState.SUCCEEDED else merged[offset:n]
     fetched = await ctx.adapter.execute(
         [
-            Op.command(slots[k].tag, "HMGET", slots[k].job(member.decode()), *JOB_FIELDS)
+            Op.soft_command(
+                slots[k].tag, "HMGET", slots[k].job_prefix.encode() + member, *READ_FIELDS
+            )
             for _, member, k in picked
         ]
     )
     jobs = [
-        job_from_fields(member.decode(), queue, slots[k].version, slots[k].partition, f)
+        _not_a_hash(ident(member), slots[k], f)
+        if isinstance(f, Exception)
+        else job_from_fields(
+            ident(member), queue, slots[k].version, slots[k].partition, f, indexed_as=state
+        )
         for (_, member, k), f in zip(picked, fetched, strict=True)
-        if f[3] is not None
+        # an index entry without a record is listed by the checker, not here
+        if isinstance(f, Exception) or any(v is not None for v in f)
     ]
     if state is JobState.SUCCEEDED:
         jobs.sort(key=lambda j: (j.finished_at or 0.0, j.id))
@@ -142,12 +237,15 @@ async def run_now(ctx: StoreContext, job_id: str, queue: str | None) -> bool:
     replies = await ctx.adapter.execute(
         [
             Op.script_call(
-                S.RUN_NOW, [pk.scheduled, pk.retry, pk.dead, pk.ready, pk.job_prefix], [job_id]
+                S.RUN_NOW,
+                [pk.scheduled, pk.retry, pk.dead, pk.ready, pk.job_prefix, pk.leased, pk.succeeded],
+                [job_id],
             )
             for pk in locs
         ]
     )
-    moved = [pk for pk, r in zip(locs, replies, strict=True) if r == 1]
+    _report_all(ctx, "run_now", locs, replies)
+    moved = [pk for pk, r in zip(locs, replies, strict=True) if r[0] == 1]
     if moved:
         await ctx.adapter.execute([], after=ctx.wake_ready_ops({moved[0].queue: 1}))
     return bool(moved)
@@ -165,42 +263,65 @@ async def delete_job(ctx: StoreContext, job_id: str, queue: str | None) -> bool:
             for pk in locs
         ]
     )
-    return any(r == 1 for r in replies)
+    _report_all(ctx, "delete_job", locs, replies)
+    return any(r[0] == 1 for r in replies)
 
 
-async def requeue_dead(ctx: StoreContext, queue: str, limit: int | None) -> int:
+def _report_all(
+    ctx: StoreContext, what: str, slots: Sequence[PartitionKeys], replies: Sequence[Any]
+) -> SetAside:
+    """Decode, count and log the set-aside part (``reply[-1]``) of each reply."""
+    aside = NOTHING_SET_ASIDE
+    for pk, reply in zip(slots, replies, strict=True):
+        aside += decode_aside(reply[-1], pk.queue, pk.version, pk.partition)
+    return _report(ctx, what, aside)
+
+
+async def requeue_dead(ctx: StoreContext, queue: str, limit: int | None) -> CountResult:
     slots = await _slots(ctx, queue)
     if not slots:
-        return 0
+        return CountResult(0)
     total = 0
+    aside = NOTHING_SET_ASIDE
     if not limit:  # None or 0: all of them, in bounded chunks
         active = slots
         while active:
             replies = await ctx.adapter.execute(
                 [
                     Op.script_call(
-                        S.REQUEUE_DEAD, [pk.dead, pk.ready, pk.job_prefix], [_REQUEUE_CHUNK]
+                        S.REQUEUE_DEAD,
+                        [pk.dead, pk.ready, pk.job_prefix, pk.damaged],
+                        [_REQUEUE_CHUNK],
                     )
                     for pk in active
                 ]
             )
-            total += sum(replies)
-            active = [pk for pk, r in zip(active, replies, strict=True) if r >= _REQUEUE_CHUNK]
+            total += sum(r[0] for r in replies)
+            aside += _report_all(ctx, "requeue_dead", active, replies)
+            # again while a full chunk was looked at and not all of it was
+            # left alone (records of a newer format stay where they are)
+            active = [
+                pk
+                for pk, (_, looked, raw) in zip(active, replies, strict=True)
+                if looked >= _REQUEUE_CHUNK and looked > len(raw[2]) // 2
+            ]
     else:
         peek = await ctx.adapter.execute(
             [Op.command(pk.tag, "ZRANGE", pk.dead, 0, limit - 1, "WITHSCORES") for pk in slots]
         )
         plan = earliest({pk: pairs(r) for pk, r in zip(slots, peek, strict=True)}, limit)
+        run = list(plan.items())
         replies = await ctx.adapter.execute(
             [
-                Op.script_call(S.REQUEUE_DEAD, [pk.dead, pk.ready, pk.job_prefix], [n])
-                for pk, n in plan.items()
+                Op.script_call(S.REQUEUE_DEAD, [pk.dead, pk.ready, pk.job_prefix, pk.damaged], [n])
+                for pk, n in run
             ]
         )
-        total = sum(replies)
+        total = sum(r[0] for r in replies)
+        aside += _report_all(ctx, "requeue_dead", [pk for pk, _ in run], replies)
     if total:
         await ctx.adapter.execute([], after=ctx.wake_ready_ops({queue: total}))
-    return total
+    return CountResult(total, aside)
 
 
 async def set_paused(ctx: StoreContext, queue: str, paused: bool) -> None:
@@ -222,29 +343,33 @@ async def trim(
     queues: Sequence[str],
     dead_max_age: float | None,
     dead_max_count: int | None,
-) -> int:
+) -> CountResult:
     names = list(dict.fromkeys(queues))
     metas = await ctx.meta(names, fresh=True)
     slots = {q: ctx.partitions_of(q, metas[q]) for q in names}
     age = "" if dead_max_age is None else repr(float(dead_max_age))
     deleted = 0
+    aside = NOTHING_SET_ASIDE
     dead_left: dict[PartitionKeys, int] = {}
     active = [pk for pks in slots.values() for pk in pks]
     while active:
         replies = await ctx.adapter.execute(
             [
                 Op.script_call(
-                    S.TRIM, [pk.succeeded, pk.dead, pk.job_prefix], [age, _TRIM_CHUNK, 0]
+                    S.TRIM,
+                    [pk.succeeded, pk.dead, pk.job_prefix, pk.damaged],
+                    [age, _TRIM_CHUNK, 0],
                 )
                 for pk in active
             ]
         )
-        for pk, (n, _more, left) in zip(active, replies, strict=True):
+        for pk, (n, _more, left, _) in zip(active, replies, strict=True):
             deleted += n
             dead_left[pk] = left
+        aside += _report_all(ctx, "trim", active, replies)
         active = [pk for pk, r in zip(active, replies, strict=True) if r[1] == 1]
     if dead_max_count is None:
-        return deleted
+        return CountResult(deleted, aside)
     for pks in slots.values():
         excess = sum(dead_left.get(pk, 0) for pk in pks) - max(0, dead_max_count)
         while excess > 0:
@@ -258,23 +383,36 @@ async def trim(
                 plan = earliest({pk: pairs(r) for pk, r in zip(pks, peek, strict=True)}, step)
             if not plan:
                 break
+            run = list(plan.items())
             replies = await ctx.adapter.execute(
                 [
-                    Op.script_call(S.TRIM, [pk.succeeded, pk.dead, pk.job_prefix], ["", 0, n])
-                    for pk, n in plan.items()
+                    Op.script_call(
+                        S.TRIM, [pk.succeeded, pk.dead, pk.job_prefix, pk.damaged], ["", 0, n]
+                    )
+                    for pk, n in run
                 ]
             )
             gone = sum(r[0] for r in replies)
             deleted += gone
+            aside += _report_all(ctx, "trim", [pk for pk, _ in run], replies)
             excess -= step
             if gone == 0:
                 break
-    return deleted
+    return CountResult(deleted, aside)
 
 
 # -- topology ----------------------------------------------------------------------------------
+def _damaged_topology(ctx: StoreContext, queue: str, damage: str) -> TopologyError:
+    return TopologyError(
+        f"queue {queue!r}: {damage}; its jobs are not routed until field {queue!r} of "
+        f"{ctx.keys.topology} is repaired"
+    )
+
+
 async def topology(ctx: StoreContext, queue: str) -> QueueTopology:
     metas = await ctx.ensure([queue], fresh=True)
+    if metas[queue].damage:
+        raise _damaged_topology(ctx, queue, metas[queue].damage)
     return QueueTopology(queue, metas[queue].versions or ctx.default_versions())
 
 
@@ -283,7 +421,7 @@ async def promote_queue_version(
 ) -> QueueTopology:
     if partitions < 1:
         raise TopologyError(f"partitions must be >= 1, got {partitions}")
-    ((ok, value),) = await ctx.adapter.execute(
+    ((ok, value, *stored),) = await ctx.adapter.execute(
         [
             Op.script_call(
                 S.TOPOLOGY_PROMOTE,
@@ -292,6 +430,8 @@ async def promote_queue_version(
             )
         ]
     )
+    if stored:
+        raise _damaged_topology(ctx, queue, f"damaged topology encoding {ident(stored[0])!r}")
     if not ok:
         raise TopologyError(
             f"queue {queue!r}: new version {version} must be greater than {int(value)}"
@@ -303,6 +443,8 @@ async def promote_queue_version(
 
 async def complete_draining_version(ctx: StoreContext, queue: str, version: int) -> QueueTopology:
     metas = await ctx.ensure([queue], fresh=True)
+    if metas[queue].damage:
+        raise _damaged_topology(ctx, queue, metas[queue].damage)
     match = [v for v in metas[queue].versions or () if v.version == version]
     if not match:
         raise TopologyError(f"queue {queue!r} has no version {version}")
@@ -339,7 +481,7 @@ async def complete_draining_version(ctx: StoreContext, queue: str, version: int)
             f"queue {queue!r}: version {version} still holds {left} job(s); "
             "let workers drain it first"
         )
-    ((ok, value),) = await ctx.adapter.execute(
+    ((ok, value, *stored),) = await ctx.adapter.execute(
         [
             Op.script_call(
                 S.TOPOLOGY_COMPLETE,
@@ -348,6 +490,8 @@ async def complete_draining_version(ctx: StoreContext, queue: str, version: int)
             )
         ]
     )
+    if stored:
+        raise _damaged_topology(ctx, queue, f"damaged topology encoding {ident(stored[0])!r}")
     if not ok:
         ctx.forget(queue)
         raise TopologyError(f"queue {queue!r}: version {version} is {value.decode()}")

@@ -32,6 +32,7 @@ import attrs
 from ...records._jobs import JobState
 from .._roles import DAMAGED_RECORD, CheckReport, Finding, Problem, Repair, finding_order
 from ._admin import queue_names
+from ._codec import RECORD_FORMAT
 from ._context import StoreContext
 from ._scripts import Op, Script
 from .keys import LEASED_SENTINEL, PartitionKeys, escape
@@ -48,10 +49,6 @@ REPAIR = Script.load("check_repair")
 #: trip: bounds one step's work to this many times ``batch`` entries however
 #: many partitions the namespace has.
 CURSORS_PER_STEP = 32
-
-#: The newest record format this version reads (a hash without ``v`` is
-#: format 1). A record of a newer format is reported, never touched.
-RECORD_FORMAT = 1
 
 #: The fields check_inspect.lua reads, in its order.
 FIELDS = (

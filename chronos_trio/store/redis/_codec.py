@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import base64
 import json
+import math
+import re
 from collections.abc import Sequence
+from typing import Any
 
-from ...records._jobs import Job, JobState, NewJob
-from .._roles import QueueVersion, VersionState
+from ...records._jobs import Job, JobState, NewJob, require_field_order
+from .._roles import NOTHING_SET_ASIDE, AsideEntry, QueueVersion, SetAside, VersionState
 
-#: Job hash fields, in the order every full read (HMGET) uses.
+#: The record format this version writes (field ``v`` of every job hash) and
+#: the newest it reads. Format 1: the fields of :data:`JOB_FIELDS`, times as
+#: decimal epoch seconds, counts as decimal digits, ``state`` a JobState
+#: value; a hash without ``v`` was written before formats were recorded and
+#: is format 1. Baked into every Lua script when it is loaded (see
+#: ``_scripts``): a record with a greater ``v`` is left exactly as it is by
+#: every script and reported, for a newer worker. Raise it when a change to
+#: the job hash would make an older worker misread a record, and say in the
+#: README how to roll a fleet across it.
+RECORD_FORMAT = 1
+
+#: Job hash fields, in the order every full read (HMGET) uses; the record
+#: format field ``v`` follows them in admin reads (:data:`READ_FIELDS`).
 JOB_FIELDS = (
     "kind",
     "payload",
@@ -25,8 +40,11 @@ JOB_FIELDS = (
     "created_at",
     "finished_at",
 )
+READ_FIELDS = (*JOB_FIELDS, "v")
 
 _STATES = {s.value.encode(): s for s in JobState}
+_COUNT = re.compile(rb"[0-9]{1,15}")
+_SHOW_CUT = 40
 
 
 def text(value: bytes | str | None) -> str:
@@ -35,34 +53,207 @@ def text(value: bytes | str | None) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def ident(value: bytes | str) -> str:
+    """A job ID or name from a reply, for reports: never raises (bytes that
+    are not UTF-8 show as backslash escapes)."""
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
+
+
+def show(value: bytes | str) -> str:
+    """A stored value for a message: ``b'...'``, printable ASCII as is,
+    anything else escaped, cut after 40 bytes (the same text as
+    ``show`` in ``lua/_prelude.lua``, so both sides name values alike)."""
+    raw = value.encode() if isinstance(value, str) else value
+    cut = raw[:_SHOW_CUT]
+    body = "".join(_SHOW_BYTE[b] for b in cut)
+    tail = f"... ({len(raw)} bytes)" if len(raw) > _SHOW_CUT else ""
+    return f"b'{body}'{tail}"
+
+
+def _show_byte(b: int) -> str:
+    special = {0x5C: "\\\\", 0x27: "\\'", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
+    if b in special:
+        return special[b]
+    if b < 0x20 or b >= 0x7F:
+        return f"\\x{b:02x}"
+    return chr(b)
+
+
+_SHOW_BYTE = [_show_byte(b) for b in range(256)]
+
+
 def opt_float(value: bytes | str | None) -> float | None:
     """A stored time, where '' (or an absent field) means None."""
     return float(value) if value not in (None, b"", "") else None  # type: ignore[arg-type]
 
 
+def parse_number(value: bytes) -> float | None:
+    """A stored finite decimal number, or None: exactly the texts
+    ``check_number`` in ``lua/_prelude.lua`` accepts (Python's float()
+    reads underscores, Lua hexadecimal: neither counts)."""
+    if b"_" in value or b"x" in value or b"X" in value:
+        return None
+    try:
+        x = float(value)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) else None
+
+
+def parse_count(value: bytes) -> int | None:
+    """A stored non-negative integer (decimal digits, at most 15), or None."""
+    return int(value) if _COUNT.fullmatch(value) else None
+
+
+class _Reader:
+    """Reads one record's fields totally: every problem becomes a line of
+    :attr:`problems` and the field gets a default, nothing raises."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def _missing(self, name: str, value: bytes | None) -> None:
+        self.problems.append(f"field {name!r} is {'missing' if value is None else 'empty'}")
+
+    def _bad(self, name: str, value: bytes, what: str) -> None:
+        self.problems.append(f"field {name!r} holds {show(value)}, not {what}")
+
+    def text(self, name: str, value: bytes | None, *, required: bool = False) -> str:
+        if not value:
+            if required:
+                self._missing(name, value)
+            return ""
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            self._bad(name, value, "UTF-8 text")
+            return value.decode("utf-8", "backslashreplace")
+
+    def number(self, name: str, value: bytes | None, *, optional: bool = False) -> float | None:
+        if not value:
+            if not optional:
+                self._missing(name, value)
+            return None
+        x = parse_number(value)
+        if x is None:
+            self._bad(name, value, "a number")
+        return x
+
+    def count(self, name: str, value: bytes | None, default: int) -> int:
+        if not value:
+            self._missing(name, value)
+            return default
+        n = parse_count(value)
+        if n is None:
+            self._bad(name, value, "an integer")
+            return default
+        return n
+
+    def format(self, value: bytes | None) -> None:
+        if value is None:
+            return  # written before formats were recorded: format 1
+        n = parse_count(value) if len(value) <= 9 else None
+        if n is None or n < 1:
+            self._bad("v", value, "a record format")
+        elif n > RECORD_FORMAT:
+            self.problems.append(
+                f"record format {n} is newer than this version reads ({RECORD_FORMAT}); "
+                "left for a newer worker"
+            )
+
+
 def job_from_fields(
-    job_id: str, queue: str, version: int, partition: int, f: Sequence[bytes | None]
+    job_id: str,
+    queue: str,
+    version: int,
+    partition: int,
+    f: Sequence[bytes | None],
+    *,
+    indexed_as: JobState | None = None,
 ) -> Job:
-    """A Job from the 13 values of :data:`JOB_FIELDS` (absent fields are None)."""
+    """A Job from the values of :data:`JOB_FIELDS` (13) or :data:`READ_FIELDS`
+    (14, with ``v``); absent fields are None. Total: never raises. A value it
+    cannot read (missing, empty where a value is needed, of the wrong type,
+    a newer record format) gets a default and is named in ``Job.damage``;
+    an unreadable state becomes ``indexed_as`` (the state of the index the
+    job was found in) or, without one, DEAD."""
+    r = _Reader()
+    kind = r.text("kind", f[0], required=True)
+    payload = f[1]
+    if payload is None:
+        r._missing("payload", None)
+    run_at = r.number("run_at", f[2])
+    raw_state = f[3]
+    state = _STATES.get(raw_state) if raw_state else None
+    if state is None:
+        if raw_state:
+            r._bad("state", raw_state, "a job state")
+        else:
+            r._missing("state", raw_state)
+        state = indexed_as or JobState.DEAD
+    elif indexed_as is not None and state is not indexed_as:
+        index = "retry" if indexed_as is JobState.RETRY_WAIT else indexed_as.value
+        r.problems.append(
+            f"field 'state' holds {show(raw_state or b'')}, but the job is in the {index} index"
+        )
+    attempts = r.count("attempts", f[4], 0)
+    max_retries = r.count("max_retries", f[5], 0)
+    timeout = r.number("timeout", f[6])
+    if timeout is not None and not timeout > 0:
+        r._bad("timeout", f[6] or b"", "a positive number")
+    lease_token = r.text("lease_token", f[7])
+    lease_owner = r.text("lease_owner", f[8])
+    # a leased job's expiry is what renew, settle and recovery judge it by
+    lease_expires_at = r.number("lease_expires_at", f[9], optional=state is not JobState.LEASED)
+    last_error = r.text("last_error", f[10])
+    created_at = r.number("created_at", f[11])
+    finished_at = r.number("finished_at", f[12], optional=True)
+    if len(f) > 13:
+        r.format(f[13])
     return Job(
-        id=job_id,
-        queue=queue,
-        kind=text(f[0]),
-        payload=f[1] or b"",
-        run_at=float(f[2] or 0.0),
-        state=_STATES[f[3] or b"scheduled"],
-        attempts=int(f[4] or 0),
-        max_retries=int(f[5] or 0),
-        timeout=float(f[6] or 0.0),
-        lease_token=text(f[7]),
-        lease_owner=text(f[8]),
-        lease_expires_at=opt_float(f[9]),
-        queue_version=version,
-        partition=partition,
-        last_error=text(f[10]),
-        created_at=float(f[11] or 0.0),
-        finished_at=opt_float(f[12]),
+        job_id, queue, kind, payload or b"", run_at or 0.0, state, attempts, max_retries,
+        timeout or 0.0, lease_token, lease_owner, lease_expires_at, version, partition,
+        last_error, created_at or 0.0, finished_at, "; ".join(r.problems),
+    )  # fmt: skip
+
+
+require_field_order(
+    Job,
+    (
+        "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
+        "timeout", "lease_token", "lease_owner", "lease_expires_at", "queue_version",
+        "partition", "last_error", "created_at", "finished_at", "damage",
+    ),
+    "store.redis._codec.job_from_fields",
+)  # fmt: skip
+
+
+def newer_reason(v: bytes | str | int) -> str:
+    return (
+        f"record format {ident(v) if not isinstance(v, int) else v} is newer than this "
+        f"version reads ({RECORD_FORMAT}); left for a newer worker"
     )
+
+
+def decode_aside(raw: Sequence[Any], queue: str, version: int, partition: int) -> SetAside:
+    """What a script set aside: its ``{dead, quarantined, newer}`` reply part
+    (see ``lua/_prelude.lua``). Total, like :func:`job_from_fields`."""
+    dead_flat, quarantined_flat, newer_flat = raw
+    if not (dead_flat or quarantined_flat or newer_flat):
+        return NOTHING_SET_ASIDE
+    dead = tuple(
+        job_from_fields(ident(dead_flat[k]), queue, version, partition, dead_flat[k + 1 : k + 14])
+        for k in range(0, len(dead_flat), 14)
+    )
+    quarantined = tuple(
+        AsideEntry(queue, ident(quarantined_flat[k]), ident(quarantined_flat[k + 1]))
+        for k in range(0, len(quarantined_flat), 2)
+    )
+    newer = tuple(
+        AsideEntry(queue, ident(newer_flat[k]), newer_reason(newer_flat[k + 1]))
+        for k in range(0, len(newer_flat), 2)
+    )
+    return SetAside(dead, quarantined, newer)
 
 
 # -- topology ------------------------------------------------------------------------
@@ -74,19 +265,28 @@ def encode_topology(versions: Sequence[QueueVersion]) -> str:
     )
 
 
+_TOPOLOGY_ITEM = re.compile(r"([0-9]{1,9}):([0-9]{1,9}):([ad])")
+
+
 def decode_topology(encoded: bytes | str) -> tuple[QueueVersion, ...]:
+    """The versions of an encoding; ValueError naming the encoding when it is
+    not one (an item that is not ``version:partitions:a|d`` with both >= 1,
+    or more than one active version)."""
     out = []
-    for item in text(encoded).split(","):
-        if not item:
-            continue
-        version, partitions, state = item.split(":")
+    raw = encoded.decode("utf-8", "backslashreplace") if isinstance(encoded, bytes) else encoded
+    for item in raw.split(","):
+        m = _TOPOLOGY_ITEM.fullmatch(item)
+        if m is None or int(m[1]) < 1 or int(m[2]) < 1:
+            raise ValueError(f"damaged topology encoding {raw!r}")
         out.append(
             QueueVersion(
-                int(version),
-                int(partitions),
-                VersionState.ACTIVE if state == "a" else VersionState.DRAINING,
+                int(m[1]),
+                int(m[2]),
+                VersionState.ACTIVE if m[3] == "a" else VersionState.DRAINING,
             )
         )
+    if sum(v.state is VersionState.ACTIVE for v in out) > 1:
+        raise ValueError(f"damaged topology encoding {raw!r}: more than one active version")
     return tuple(out)
 
 
@@ -108,14 +308,24 @@ def encode_new_job(job: NewJob) -> bytes:
 
 
 def decode_new_job(data: bytes) -> NewJob:
-    d = json.loads(data)
-    return NewJob(
-        id=d["id"],
-        queue=d["queue"],
-        kind=d["kind"],
-        payload=base64.b64decode(d["payload"]),
-        run_at=d["run_at"],
-        delay=d["delay"],
-        max_retries=d["max_retries"],
-        timeout=d["timeout"],
-    )
+    """The job of a pending trigger; ValueError (with what is wrong) when
+    ``data`` is not one as :func:`encode_new_job` writes it."""
+    try:
+        d = json.loads(data)
+        job = NewJob(
+            id=d["id"],
+            queue=d["queue"],
+            kind=d["kind"],
+            payload=base64.b64decode(d["payload"], validate=True),
+            run_at=None if d["run_at"] is None else float(d["run_at"]),
+            delay=float(d["delay"]),
+            max_retries=int(d["max_retries"]),
+            timeout=float(d["timeout"]),
+        )
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(
+            f"damaged pending trigger {show(data)}: {type(exc).__name__}: {exc}"
+        ) from None
+    if not all(isinstance(x, str) and x for x in (job.id, job.queue, job.kind)):
+        raise ValueError(f"damaged pending trigger {show(data)}: id, queue and kind must be text")
+    return job

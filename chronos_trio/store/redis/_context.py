@@ -3,13 +3,14 @@ short-lived cache of each queue's topology and paused flag."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 
 import attrs
 import trio
 
-from .._roles import QueueVersion, VersionState
+from .._roles import QueueVersion, SetAside, VersionState
 from ._adapter import RedisAdapter, ReplicaWait
 from ._codec import decode_topology, encode_topology
 from ._scripts import Op
@@ -17,6 +18,8 @@ from .keys import KeySpace, PartitionKeys
 
 #: Wake-up lists are trimmed to this many tokens (a burst wakes at most this many waiters).
 WAKE_CAP = 32
+
+log = logging.getLogger("chronos_trio.store.redis")
 
 
 @attrs.frozen
@@ -27,6 +30,9 @@ class QueueMeta:
     versions: tuple[QueueVersion, ...] | None
     paused: bool
     fetched_at: float
+    #: Why the stored topology could not be decoded ("" when it could, or
+    #: when there is none); ``versions`` is None then.
+    damage: str = ""
 
     @property
     def active(self) -> QueueVersion | None:
@@ -68,6 +74,20 @@ class StoreContext:
         self.clock_offset = 0.0
         #: queues of the last promote_due -> (its next_due_at, time.monotonic())
         self._promoted: dict[frozenset[str], tuple[float | None, float]] = {}
+        #: What scripts set aside so far (see :meth:`count_aside`).
+        self.damaged_dead = 0
+        self.quarantined = 0
+        self.newer_met = 0
+        #: Queues whose stored topology could not be decoded (warned once each).
+        self._bad_topology: set[str] = set()
+
+    def count_aside(self, aside: SetAside) -> SetAside:
+        """Count what an operation set aside (for ``statistics()``); returns it."""
+        if aside:
+            self.damaged_dead += len(aside.dead)
+            self.quarantined += len(aside.quarantined)
+            self.newer_met += len(aside.newer)
+        return aside
 
     # -- clock hint ---------------------------------------------------------------
     def observe_now(self, redis_now: bytes | str | float) -> float:
@@ -128,16 +148,32 @@ class StoreContext:
                         ]
                     )
                     for q, enc, p in zip(stale, topo, paused, strict=True):
-                        self._meta[q] = QueueMeta(
-                            decode_topology(enc) if enc else None, bool(p), now
-                        )
+                        versions, damage = self._decode(q, enc)
+                        self._meta[q] = QueueMeta(versions, bool(p), now, damage)
         return {q: self._meta[q] for q in names}
+
+    def _decode(self, queue: str, enc: bytes | None) -> tuple[tuple[QueueVersion, ...] | None, str]:
+        """A queue's stored topology and why it is damaged: (None, "") when
+        it has none; (None, why) when it cannot be decoded: then the queue is
+        not routed (its jobs are neither leased nor stored, enqueue raises
+        StoreError) and the others go on. Warned once per queue."""
+        if enc is None:
+            return None, ""
+        try:
+            versions = decode_topology(enc)
+        except ValueError as exc:
+            if queue not in self._bad_topology:
+                self._bad_topology.add(queue)
+                log.warning("queue %r is not routed: %s", queue, exc)
+            return None, str(exc)
+        self._bad_topology.discard(queue)
+        return versions, ""
 
     async def ensure(self, queues: Sequence[str], *, fresh: bool = False) -> dict[str, QueueMeta]:
         """Like :meth:`meta`, but store the default topology of queues that have none
         (HSETNX: whoever is first decides the partition count for everyone)."""
         metas = await self.meta(queues, fresh=fresh)
-        missing = [q for q, m in metas.items() if m.versions is None]
+        missing = [q for q, m in metas.items() if m.versions is None and not m.damage]
         if missing:
             default = encode_topology(self.default_versions())
             await self.adapter.execute(

@@ -16,6 +16,7 @@ from ...records._jobs import EnqueueResult, NewJob
 from .._partitioning import partition_of
 from .._roles import StoreError
 from . import _scripts as S
+from ._codec import parse_number
 from ._context import QueueMeta, StoreContext
 from ._scripts import Op
 from .keys import PartitionKeys
@@ -34,7 +35,12 @@ async def enqueue_many(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[Enqueu
             job = jobs[i]
             active = metas[job.queue].active
             if active is None:
-                raise StoreError(f"queue {job.queue!r} has no active topology version")
+                damage = metas[job.queue].damage
+                raise StoreError(
+                    f"queue {job.queue!r}: {damage}"
+                    if damage
+                    else f"queue {job.queue!r} has no active topology version"
+                )
             pk = ctx.keys.partition(
                 job.queue, active.version, partition_of(job.id, active.partitions)
             )
@@ -79,7 +85,8 @@ async def enqueue_many(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[Enqueu
                 results[i] = EnqueueResult(
                     jobs[i].id,
                     reply[1 + 2 * k] == 1,
-                    float(reply[2 + 2 * k]),
+                    # '' for an existing key without a readable due time
+                    float(reply[2 + 2 * k] or 0.0),
                     pk.version,
                     pk.partition,
                 )
@@ -107,12 +114,23 @@ async def _skip_existing_in_draining(
                 checks.append((i, pk))
     if not checks:
         return todo
+    # EXISTS, not only HGET run_at: a damaged record without run_at (or a key
+    # of another type, whose HGET is an error reply) exists too.
     replies = await ctx.adapter.execute(
-        [Op.command(pk.tag, "HGET", pk.job(jobs[i].id), "run_at") for i, pk in checks]
+        [
+            op
+            for i, pk in checks
+            for op in (
+                Op.command(pk.tag, "EXISTS", pk.job(jobs[i].id)),
+                Op.soft_command(pk.tag, "HGET", pk.job(jobs[i].id), "run_at"),
+            )
+        ]
     )
-    for (i, pk), run_at in zip(checks, replies, strict=True):
-        if run_at is not None and results[i] is None:
-            results[i] = EnqueueResult(jobs[i].id, False, float(run_at), pk.version, pk.partition)
+    for n, (i, pk) in enumerate(checks):
+        exists, run_at = replies[2 * n], replies[2 * n + 1]
+        if exists and results[i] is None:
+            due = parse_number(run_at) if isinstance(run_at, bytes) else None
+            results[i] = EnqueueResult(jobs[i].id, False, due or 0.0, pk.version, pk.partition)
     return [i for i in todo if results[i] is None]
 
 

@@ -5,29 +5,46 @@ node on a Cluster), running one Lua script per partition. When a batch spans
 several partitions, lease/promote/recover first peek at the partitions' heads
 (one more round trip) so a queue's jobs come out in one global order — due
 time, then job ID — exactly as with the MemoryStore, however it is partitioned.
+
+Replies are decoded totally: what a script set aside (damaged records it
+dead-lettered, index entries without a record, records of a newer format)
+comes back in each result's ``aside``; a leased job the script let through
+but Python cannot decode (text that is not UTF-8, say) is dead-lettered here
+with its lease's token, one more round trip, and reported the same way. No
+record makes lease, renew, settle, promote or recover raise.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Sequence
 from typing import Any
 
+import trio
+
 from ...records._jobs import Job, JobState, LeasedJob, LeaseRef, require_field_order
 from .._partitioning import share_by_weight
 from .._roles import (
+    NOTHING_SET_ASIDE,
+    FencedResults,
+    LeaseBatch,
     PromoteResult,
     QueueWeight,
     RecoverResult,
+    SetAside,
     SettleKind,
     Settlement,
+    StoreError,
 )
 from . import _scripts as S
 from ._alloc import earliest, pairs
-from ._codec import job_from_fields
+from ._codec import READ_FIELDS, decode_aside, ident, job_from_fields
 from ._context import StoreContext
 from ._scripts import Op
 from .keys import LEASED_SENTINEL, PartitionKeys
+
+log = logging.getLogger("chronos_trio.store.redis")
 
 _SETTLE_CODES = {
     SettleKind.SUCCEEDED: "s",
@@ -42,6 +59,9 @@ _SETTLE_CODES = {
 #: delays recovery in a version created by another process in the last 30 s.
 RECOVER_TOPOLOGY_AGE = 30.0
 
+#: Longest wait for dead-lettering leased jobs the client could not decode.
+_UNDECODABLE_TIMEOUT = 10.0
+
 #: Seconds beyond the estimated store clock that a peek still reads: covers
 #: the skew between the estimate and Redis TIME (the scripts decide for real).
 _PEEK_MARGIN = 1.0
@@ -50,6 +70,29 @@ _PEEK_MARGIN = 1.0
 def _nonce() -> str:
     """Per call and partition; with the partition's counter it makes tokens unique."""
     return secrets.token_hex(6) + "-"
+
+
+def _peeked(reply: Any) -> list[tuple[float, bytes]]:
+    """A peek's (score, member) pairs; none from an index key of the wrong
+    type (its script then fails alone, see :func:`_usable`)."""
+    return [] if isinstance(reply, Exception) else pairs(reply)
+
+
+def _usable(slots: Sequence[Any], replies: list[Any], what: str) -> list[Any]:
+    """The replies of one script per partition, with None for a partition
+    whose script failed (an error reply: a key of that partition of the
+    wrong type, say), so one broken partition does not discard what the
+    others already did (leases taken, jobs moved). Raises StoreError when
+    every partition failed: nothing was done, and the caller backs off."""
+    failed = [(s, r) for s, r in zip(slots, replies, strict=True) if isinstance(r, Exception)]
+    if not failed:
+        return replies
+    for slot, error in failed:
+        pk = slot[0] if isinstance(slot, tuple) else slot
+        log.warning("%s: partition %s failed: %s", what, pk.tag, error)
+    if len(failed) == len(replies):
+        raise StoreError(f"{what} failed in every partition: {failed[0][1]}")
+    return [None if isinstance(r, Exception) else r for r in replies]
 
 
 # -- promote ---------------------------------------------------------------------------
@@ -76,11 +119,11 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
             for _, pk in slots
             for z in (pk.scheduled, pk.retry)
             for op in (
-                Op.command(
+                Op.soft_command(
                     pk.tag, "ZRANGE", z, "-inf", horizon, "BYSCORE", "LIMIT", 0, limit,
                     "WITHSCORES",
                 ),
-                Op.command(pk.tag, "ZRANGE", z, 0, 0, "WITHSCORES"),
+                Op.soft_command(pk.tag, "ZRANGE", z, 0, 0, "WITHSCORES"),
             )
         ]  # fmt: skip
         replies = await ctx.adapter.execute([*peek, Op.command(None, "TIME")])
@@ -89,8 +132,8 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
         cands: dict[PartitionKeys, list[tuple[float, bytes]]] = {}
         for n, (_, pk) in enumerate(slots):
             due_s, head_s, due_r, head_r = replies[4 * n : 4 * n + 4]
-            merged = sorted(pairs(due_s) + pairs(due_r))
-            first = [h[0][0] for h in (pairs(head_s), pairs(head_r)) if h]
+            merged = sorted(_peeked(due_s) + _peeked(due_r))
+            first = [h[0][0] for h in (_peeked(head_s), _peeked(head_r)) if h]
             if first:
                 heads[pk] = min(first)
             cands[pk] = merged
@@ -102,15 +145,25 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
             remaining -= sum(taken.values())
     run = [(pk, n) for pk, n in plan.items() if n > 0]
     promoted = 0
+    aside = NOTHING_SET_ASIDE
     woke: dict[str, int] = {}
     if run:
         replies = await ctx.adapter.execute(
             [
-                Op.script_call(S.PROMOTE, [pk.scheduled, pk.retry, pk.ready, pk.job_prefix], [n])
+                Op.script_call(
+                    S.PROMOTE,
+                    [pk.scheduled, pk.retry, pk.ready, pk.job_prefix, pk.dead, pk.damaged],
+                    [n],
+                    soft=True,
+                )
                 for pk, n in run
             ]
         )
-        for (pk, _), (n, next_due, script_now) in zip(run, replies, strict=True):
+        for (pk, _), reply in zip(run, _usable(run, replies, "promote"), strict=True):
+            if reply is None:
+                continue
+            n, next_due, script_now, raw_aside = reply
+            aside += decode_aside(raw_aside, pk.queue, pk.version, pk.partition)
             promoted += n
             if n:
                 woke[pk.queue] = woke.get(pk.queue, 0) + n
@@ -123,7 +176,7 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
     assert now is not None
     next_due = min(heads.values(), default=None)
     ctx.record_promote(list(dict.fromkeys(queues)), next_due)
-    return PromoteResult(promoted, next_due, now)
+    return PromoteResult(promoted, next_due, now, ctx.count_aside(aside))
 
 
 # -- lease -----------------------------------------------------------------------------
@@ -134,46 +187,60 @@ async def lease(
     *,
     worker_id: str,
     lease_duration: float,
-) -> list[LeasedJob]:
+) -> LeaseBatch:
     if count <= 0 or not queues:
-        return []
+        return LeaseBatch()
     metas = await ctx.meta([q.name for q in queues])
     live = [q for q in queues if metas[q.name].versions is not None and not metas[q.name].paused]
     slots = {q.name: ctx.partitions_of(q.name, metas[q.name]) for q in live if q.weight > 0}
     flat = [pk for pks in slots.values() for pk in pks]
     if not flat:
-        return []
+        return LeaseBatch()
     plan: dict[PartitionKeys, int]
     if len(flat) == 1:
         plan = {flat[0]: count}
     else:
         replies = await ctx.adapter.execute(
-            [Op.command(pk.tag, "ZRANGE", pk.ready, 0, count - 1, "WITHSCORES") for pk in flat]
+            [
+                Op.soft_command(pk.tag, "ZRANGE", pk.ready, 0, count - 1, "WITHSCORES")
+                for pk in flat
+            ]
         )
-        cands = {pk: pairs(r) for pk, r in zip(flat, replies, strict=True)}
+        cands = {pk: _peeked(r) for pk, r in zip(flat, replies, strict=True)}
         available = {q: min(count, sum(len(cands[pk]) for pk in pks)) for q, pks in slots.items()}
         plan = {}
         for q, share in share_by_weight(live, count, available).items():
             plan.update(earliest({pk: cands[pk] for pk in slots[q]}, share))
     if not plan:
-        return []
+        return LeaseBatch()
     duration = repr(float(lease_duration))
     replies = await ctx.adapter.execute(
         [
             Op.script_call(
                 S.LEASE,
-                [pk.ready, pk.leased, pk.tokens, pk.job_prefix],
+                [pk.ready, pk.leased, pk.tokens, pk.job_prefix, pk.dead, pk.damaged],
                 [n, duration, worker_id, _nonce(), LEASED_SENTINEL],
+                soft=True,
             )
             for pk, n in plan.items()
         ]
     )
     by_queue: dict[str, list[LeasedJob]] = {}
-    for pk, reply in zip(plan, replies, strict=True):
+    aside = NOTHING_SET_ASIDE
+    undecodable: list[tuple[PartitionKeys, bytes, bytes, str]] = []
+    for pk, reply in zip(plan, _usable(list(plan), replies, "lease"), strict=True):
+        if reply is None:
+            continue
         ctx.observe_now(reply[0])
+        aside += decode_aside(reply[2], pk.queue, pk.version, pk.partition)
         got = by_queue.setdefault(pk.queue, [])
-        got += _leased_jobs(reply, pk, worker_id)
-    out: list[LeasedJob] = []
+        got += _leased_jobs(reply, pk, worker_id, undecodable)
+    if undecodable:
+        # Shielded: a cancellation here must not drop the healthy jobs this
+        # call has already leased (their reply is in hand).
+        with trio.move_on_after(_UNDECODABLE_TIMEOUT, shield=True):
+            aside += await _dead_letter_undecodable(ctx, undecodable)
+    out = LeaseBatch(aside=ctx.count_aside(aside))
     for qw in live:
         mine = by_queue.pop(qw.name, [])
         if len(slots.get(qw.name, ())) > 1:
@@ -193,23 +260,90 @@ require_field_order(
 )  # fmt: skip
 
 
-def _leased_jobs(reply: list[Any], pk: PartitionKeys, worker_id: str) -> list[LeasedJob]:
-    """The jobs of one lease.lua reply (see its header for the layout)."""
+def _leased_jobs(
+    reply: list[Any],
+    pk: PartitionKeys,
+    worker_id: str,
+    undecodable: list[tuple[PartitionKeys, bytes, bytes, str]],
+) -> list[LeasedJob]:
+    """The jobs of one lease.lua reply (see its header for the layout). The
+    script checked every field; one Python still cannot decode (text that
+    is not UTF-8) is added to ``undecodable`` (partition, raw id, raw token,
+    why) instead of the result."""
     expires = float(reply[1])
     queue, version, partition = pk.queue, pk.version, pk.partition
     leased = JobState.LEASED
     out = []
-    for k in range(2, len(reply), 10):
-        token = reply[k + 1].decode()
-        error = reply[k + 8]
-        job = Job(
-            reply[k].decode(), queue, reply[k + 2].decode(), reply[k + 3],
-            float(reply[k + 4]), leased, int(reply[k + 5]), int(reply[k + 6]),
-            float(reply[k + 7]), token, worker_id, expires, version, partition,
-            error.decode() if error else "", float(reply[k + 9]), None,
-        )  # fmt: skip
+    for k in range(3, len(reply), 10):
+        try:
+            token = reply[k + 1].decode()
+            error = reply[k + 8]
+            # lease.lua checked kind, payload and attempts; these are as stored
+            max_retries, timeout = int(reply[k + 6]), float(reply[k + 7])
+            if max_retries < 0 or not timeout > 0:  # not > 0: NaN too
+                raise ValueError("max_retries or timeout out of range")
+            job = Job(
+                reply[k].decode(), queue, reply[k + 2].decode(), reply[k + 3],
+                float(reply[k + 4]), leased, int(reply[k + 5]), max_retries,
+                timeout, token, worker_id, expires, version, partition,
+                error.decode() if error else "", float(reply[k + 9]), None,
+            )  # fmt: skip
+        except (UnicodeDecodeError, ValueError, TypeError, AttributeError) as exc:
+            undecodable.append((pk, reply[k], reply[k + 1], _why_undecodable(reply, k, exc)))
+            continue
         out.append(LeasedJob(job, token, expires))
     return out
+
+
+def _why_undecodable(reply: list[Any], k: int, exc: Exception) -> str:
+    """Why the lease reply's job at ``k`` could not be decoded, naming the field."""
+    if not isinstance(reply[k], bytes):
+        return f"job ID {reply[k]!r} is not text"
+    try:
+        reply[k].decode()
+    except UnicodeDecodeError:
+        return f"job ID {ident(reply[k])!r} is not UTF-8 text"
+    fields = [
+        reply[k + 2], reply[k + 3], reply[k + 4], b"leased", str(reply[k + 5]).encode(),
+        reply[k + 6], reply[k + 7], reply[k + 1], b"w", reply[1], reply[k + 8] or None,
+        reply[k + 9], None,
+    ]  # fmt: skip
+    damage = job_from_fields("", "", 1, 0, fields).damage
+    return damage or f"the lease reply could not be decoded ({type(exc).__name__}: {exc})"
+
+
+async def _dead_letter_undecodable(
+    ctx: StoreContext, jobs: list[tuple[PartitionKeys, bytes, bytes, str]]
+) -> SetAside:
+    """Dead-letter leased jobs Python could not decode, with their fresh
+    lease's token (a fenced settle: if the lease is somehow gone, nothing
+    changes and recovery takes the job back), and read them back to report."""
+    ops = []
+    for pk, job_id, token, why in jobs:
+        ops.append(
+            Op.script_call(
+                S.SETTLE,
+                [pk.ready, pk.leased, pk.retry, pk.succeeded, pk.dead, pk.job_prefix],
+                [job_id, token, "d", f"damaged record: {why}", "0", "0"],
+            )
+        )
+        ops.append(Op.soft_command(pk.tag, "HMGET", pk.job_prefix.encode() + job_id, *READ_FIELDS))
+    try:
+        replies = await ctx.adapter.execute(ops)
+    except StoreError as exc:
+        # Still leased: recovery takes them back after their lease, and the
+        # next lease dead-letters them again (their attempts count, so
+        # recovery dead-letters them in the end). Never fail the healthy jobs.
+        log.warning("could not dead-letter %d undecodable job(s): %s", len(jobs), exc)
+        return NOTHING_SET_ASIDE
+    dead = []
+    for n, (pk, job_id, _, why) in enumerate(jobs):
+        code, fields = replies[2 * n][2], replies[2 * n + 1]
+        if code != 1 or isinstance(fields, Exception):
+            log.warning("could not dead-letter undecodable job %s: %s", ident(job_id), why)
+            continue
+        dead.append(job_from_fields(ident(job_id), pk.queue, pk.version, pk.partition, fields))
+    return SetAside(dead=tuple(dead))
 
 
 # -- renew and settle --------------------------------------------------------------------
@@ -221,7 +355,9 @@ def _group(ctx: StoreContext, refs: Sequence[LeaseRef]) -> dict[PartitionKeys, l
     return groups
 
 
-async def renew(ctx: StoreContext, leases: Sequence[LeaseRef], lease_duration: float) -> list[bool]:
+async def renew(
+    ctx: StoreContext, leases: Sequence[LeaseRef], lease_duration: float
+) -> FencedResults:
     groups = _group(ctx, leases)
     duration = repr(float(lease_duration))
     ops = []
@@ -229,16 +365,18 @@ async def renew(ctx: StoreContext, leases: Sequence[LeaseRef], lease_duration: f
         argv: list[object] = [duration]
         for i in idxs:
             argv += [leases[i].job_id, leases[i].token]
-        ops.append(Op.script_call(S.RENEW, [pk.leased, pk.job_prefix], argv))
+        ops.append(Op.script_call(S.RENEW, [pk.leased, pk.job_prefix, pk.dead], argv))
     replies = await ctx.adapter.execute(ops)
     results = [False] * len(leases)
-    for idxs, reply in zip(groups.values(), replies, strict=True):
+    aside = NOTHING_SET_ASIDE
+    for (pk, idxs), reply in zip(groups.items(), replies, strict=True):
+        aside += decode_aside(reply[1], pk.queue, pk.version, pk.partition)
         for k, i in enumerate(idxs):
-            results[i] = reply[1 + k] == 1
-    return results
+            results[i] = reply[2 + k] == 1
+    return FencedResults(results, ctx.count_aside(aside))
 
 
-async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> list[bool]:
+async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> FencedResults:
     groups = _group(ctx, [s.lease for s in settlements])
     ops = []
     for pk, idxs in groups.items():
@@ -274,11 +412,13 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> list[b
         ops, after=ctx.wake_ready_ops(ready) + ctx.wake_scheduled_ops(due)
     )
     results = [False] * len(settlements)
-    for idxs, reply in zip(groups.values(), replies, strict=True):
+    aside = NOTHING_SET_ASIDE
+    for (pk, idxs), reply in zip(groups.items(), replies, strict=True):
         ctx.observe_now(reply[0])
+        aside += decode_aside(reply[1], pk.queue, pk.version, pk.partition)
         for k, i in enumerate(idxs):
-            results[i] = reply[1 + k] == 1
-    return results
+            results[i] = reply[2 + k] == 1
+    return FencedResults(results, ctx.count_aside(aside))
 
 
 # -- recover ---------------------------------------------------------------------------
@@ -298,7 +438,7 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
     else:
         horizon = repr(ctx.estimated_now() + _PEEK_MARGIN)  # only what may have expired
         peek = [
-            Op.command(
+            Op.soft_command(
                 pk.tag,
                 "ZRANGE",
                 pk.leased,
@@ -315,7 +455,7 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
         replies = await ctx.adapter.execute([*peek, Op.command(None, "TIME")])
         t = replies[-1]
         now = ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)  # keeps the horizon honest
-        cands = {pk: pairs(r) for pk, r in zip(slots, replies[:-1], strict=True)}
+        cands = {pk: _peeked(r) for pk, r in zip(slots, replies[:-1], strict=True)}
         plan, remaining = {}, limit
         for q in order:
             mine = {pk: c for pk, c in cands.items() if pk.queue == q}
@@ -326,22 +466,32 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
         return RecoverResult()
     replies = await ctx.adapter.execute(
         [
-            Op.script_call(S.RECOVER, [pk.leased, pk.ready, pk.dead, pk.job_prefix], [n])
+            Op.script_call(
+                S.RECOVER,
+                [pk.leased, pk.ready, pk.dead, pk.job_prefix, pk.damaged],
+                [n],
+                soft=True,
+            )
             for pk, n in plan.items()
         ]
     )
     requeued: list[str] = []
     dead: list[Job] = []
     woke: dict[str, int] = {}
-    for pk, (script_now, ids, dead_flat) in zip(plan, replies, strict=True):
+    aside = NOTHING_SET_ASIDE
+    for pk, reply in zip(plan, _usable(list(plan), replies, "recover"), strict=True):
+        if reply is None:
+            continue
+        script_now, ids, dead_flat, raw_aside = reply
         ctx.observe_now(script_now)
-        requeued += [i.decode() for i in ids]
+        aside += decode_aside(raw_aside, pk.queue, pk.version, pk.partition)
+        requeued += [ident(i) for i in ids]
         if ids:
             woke[pk.queue] = woke.get(pk.queue, 0) + len(ids)
         for k in range(0, len(dead_flat), 14):
             dead.append(
                 job_from_fields(
-                    dead_flat[k].decode(),
+                    ident(dead_flat[k]),
                     pk.queue,
                     pk.version,
                     pk.partition,
@@ -350,4 +500,4 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
             )
     if woke:
         await ctx.adapter.execute([], after=ctx.wake_ready_ops(woke))
-    return RecoverResult(tuple(requeued), tuple(dead))
+    return RecoverResult(tuple(requeued), tuple(dead), ctx.count_aside(aside))

@@ -18,27 +18,49 @@ leadership, enqueues it again: idempotent, because the ID is deterministic.
 So a recorded trigger is never lost and never enqueued as two jobs; as with
 any at-least-once system, a job that already ran and was dropped before (c)
 can run once more.
+
+Damaged leadership records: an unreadable expiry counts as expired; an
+unreadable epoch makes ``acquire`` raise StoreError (continuing it could
+reissue an epoch, breaking the fence); an unreadable last-fired time counts
+as never fired; a pending trigger that cannot be decoded is moved to
+``{ns:L:<name>}:damaged`` (field as in pending) and logged, and the others
+are enqueued.
 """
 
 from __future__ import annotations
 
+import logging
+
 from ...records._jobs import NewJob
-from .._roles import Leadership, TriggerResult
+from .._roles import Leadership, StoreError, TriggerResult
 from . import _scripts as S
-from ._codec import decode_new_job, encode_new_job
+from ._codec import decode_new_job, encode_new_job, ident, parse_number
 from ._context import StoreContext
 from ._enqueue import enqueue_many
 from ._scripts import Op
 from .keys import LeaderKeys
 
+log = logging.getLogger("chronos_trio.store.redis")
+
 
 async def _enqueue_pending(ctx: StoreContext, keys: LeaderKeys, flat: list[bytes]) -> None:
-    """Steps (b) and (c) for ``[field, encoded job, ...]``."""
+    """Steps (b) and (c) for ``[field, encoded job, ...]``; an entry that
+    cannot be decoded is moved to the name's damaged hash instead."""
     if not flat:
         return
-    fields = flat[0::2]
-    await enqueue_many(ctx, [decode_new_job(v) for v in flat[1::2]])
-    await ctx.adapter.execute([Op.command(keys.pending, "HDEL", keys.pending, *fields)])
+    fields, jobs, damaged = [], [], []
+    for field, value in zip(flat[0::2], flat[1::2], strict=True):
+        try:
+            jobs.append(decode_new_job(value))
+            fields.append(field)
+        except ValueError as exc:
+            log.warning("pending trigger %s set aside: %s", ident(field), exc)
+            damaged.append((field, value))
+    if jobs:
+        await enqueue_many(ctx, jobs)
+    ops = [Op.command(keys.damaged, "HSET", keys.damaged, f, v) for f, v in damaged]
+    drop = fields + [f for f, _ in damaged]
+    await ctx.adapter.execute([*ops, Op.command(keys.pending, "HDEL", keys.pending, *drop)])
 
 
 async def acquire(ctx: StoreContext, name: str, holder: str, ttl: float) -> Leadership | None:
@@ -48,6 +70,8 @@ async def acquire(ctx: StoreContext, name: str, holder: str, ttl: float) -> Lead
     )
     if not reply:
         return None
+    if reply[0] == b"damaged":
+        raise StoreError(f"leadership {name!r} cannot be taken: damaged record: {ident(reply[1])}")
     epoch, expires, fresh = reply
     if fresh == 1:
         # A predecessor may have died between recording a trigger and enqueuing it.
@@ -78,7 +102,7 @@ async def current(ctx: StoreContext, name: str) -> Leadership | None:
     if not reply:
         return None
     holder, epoch, expires = reply
-    return Leadership(name, holder.decode(), int(epoch), float(expires))
+    return Leadership(name, ident(holder), int(epoch), float(expires))
 
 
 async def enqueue_trigger(
@@ -105,4 +129,11 @@ async def enqueue_trigger(
 async def last_fired(ctx: StoreContext, name: str) -> dict[str, float]:
     keys = ctx.keys.leader(name)
     (fired,) = await ctx.adapter.execute([Op.command(keys.fired, "HGETALL", keys.fired)])
-    return {k.decode(): float(v) for k, v in fired.items()}  # redis-py made it a dict
+    out = {}
+    for k, v in fired.items():  # redis-py made it a dict
+        at = parse_number(v)
+        if at is None:  # counts as never fired (trigger_record.lua overwrites it)
+            log.warning("schedule %s under %r: last fired time %r unreadable", ident(k), name, v)
+            continue
+        out[ident(k)] = at
+    return out

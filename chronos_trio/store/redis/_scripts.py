@@ -4,6 +4,12 @@ Every state transition is one script, run by ``EVALSHA``; a ``NOSCRIPT`` reply
 (Redis restarted, ``SCRIPT FLUSH``, a Cluster node that never saw the script)
 loads the script on that node and re-runs exactly the operations that failed.
 That retry is safe: a ``NOSCRIPT`` reply means the script did not run.
+
+Each script is sent as ``local FORMAT = <RECORD_FORMAT>``, then
+``lua/_prelude.lua`` (the checks, dead-lettering and quarantine every script
+shares, see its header), then the script's own file: the record format is
+defined once, in :data:`~._codec.RECORD_FORMAT`, and a new format changes
+every script's SHA, so a worker never runs a script of another version.
 """
 
 from __future__ import annotations
@@ -14,10 +20,20 @@ from typing import Any
 
 import attrs
 
+from ._codec import RECORD_FORMAT
+
+
+def _lua(name: str) -> bytes:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_bytes()
+
+
+_PRELUDE = b"local FORMAT = %d\n" % RECORD_FORMAT + _lua("_prelude")
+
 
 @attrs.frozen
 class Script:
-    """One Lua file: its name, source and SHA1 (computed locally, no round trip)."""
+    """One Lua file (after the shared prelude): its name, source and SHA1
+    (computed locally, no round trip)."""
 
     name: str
     source: bytes
@@ -25,7 +41,7 @@ class Script:
 
     @classmethod
     def load(cls, name: str) -> Script:
-        source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_bytes()
+        source = _PRELUDE + _lua(name)
         return cls(name, source, hashlib.sha1(source).hexdigest())
 
 
@@ -59,11 +75,22 @@ class Op:
     route: str | None
     args: tuple[Any, ...]
     script: Script | None = None
+    #: An error reply is returned as its exception instead of failing the
+    #: batch: for reads of keys that may hold the wrong type (a damaged record).
+    soft: bool = False
 
     @classmethod
-    def script_call(cls, script: Script, keys: list[str], argv: list[Any]) -> Op:
-        return cls(keys[0], ("EVALSHA", script.sha, len(keys), *keys, *argv), script)
+    def script_call(
+        cls, script: Script, keys: list[str], argv: list[Any], *, soft: bool = False
+    ) -> Op:
+        """``soft``: an error reply is returned, not raised (see :attr:`soft`)."""
+        return cls(keys[0], ("EVALSHA", script.sha, len(keys), *keys, *argv), script, soft)
 
     @classmethod
     def command(cls, route: str | None, *args: Any) -> Op:
         return cls(route, args)
+
+    @classmethod
+    def soft_command(cls, route: str | None, *args: Any) -> Op:
+        """A command whose error reply (e.g. WRONGTYPE) is returned, not raised."""
+        return cls(route, args, soft=True)

@@ -16,9 +16,12 @@ a Redis Cluster:
 ``<tag>:dead``         zset, score = finished_at
 ``<tag>:tokens``       fencing counter (INCRBY)
 ``<tag>:closed``       marker: the version was completed; enqueue refuses it
-``<tag>:damaged``      quarantine hash: job id -> why its index entries were
-                       set aside (an entry without a record) and when
-``<tag>:j:<id>``       the job hash
+``<tag>:damaged``      quarantine hash: field = job ID of an index entry that
+                       had no job hash behind it (or a key that is not a hash),
+                       taken out of its index by a script; value = JSON
+                       ``{"reason": ..., "at": epoch seconds, "index": ...}``
+``<tag>:j:<id>``       the job hash; field ``v`` is its record format
+                       (:data:`~._codec.RECORD_FORMAT`; absent = format 1)
 =====================  =====================================================
 
 Global keys (single-key commands or single-key scripts only):
@@ -31,6 +34,7 @@ Global keys (single-key commands or single-key scripts only):
 ``{ns:L:<name>}:lead``             leadership hash: holder, epoch, expires_at
 ``{ns:L:<name>}:fired``            hash schedule id -> last fired time
 ``{ns:L:<name>}:pending``          hash of triggers recorded but not yet enqueued
+``{ns:L:<name>}:damaged``          pending triggers that could not be decoded
 =================================  ==========================================
 
 Topology and paused share a tag (one node answers both in one round trip); all
@@ -112,6 +116,7 @@ class LeaderKeys:
     lead: str
     fired: str
     pending: str
+    damaged: str
 
 
 class KeySpace:
@@ -144,4 +149,9 @@ class KeySpace:
 
     def leader(self, name: str) -> LeaderKeys:
         tag = f"{{{self._ns}:L:{escape(name)}}}"
-        return LeaderKeys(lead=f"{tag}:lead", fired=f"{tag}:fired", pending=f"{tag}:pending")
+        return LeaderKeys(
+            lead=f"{tag}:lead",
+            fired=f"{tag}:fired",
+            pending=f"{tag}:pending",
+            damaged=f"{tag}:damaged",
+        )

@@ -17,11 +17,14 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from ...records._jobs import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
+from ...records._jobs import EnqueueResult, Job, JobState, LeaseRef, NewJob
 from .._roles import (
     LEASE_GRACE,
     CheckReport,
+    CountResult,
+    FencedResults,
     Leadership,
+    LeaseBatch,
     PromoteResult,
     QueueStats,
     QueueTopology,
@@ -62,7 +65,10 @@ def _float_option(opts: dict[str, str], name: str, default: float) -> float:
 
 @attrs.frozen
 class RedisStoreStatistics:
-    """Round trips and commands sent so far (one pipeline per node counts once)."""
+    """Round trips and commands sent so far (one pipeline per node counts
+    once), and what the scripts set aside so far: damaged records
+    dead-lettered, index entries without a record quarantined, and records
+    of a newer format met and left alone (counted each time they are met)."""
 
     round_trips: int
     commands: int
@@ -74,6 +80,9 @@ class RedisStoreStatistics:
     #: how many of those answers named a new one (a failover seen).
     master_lookups: int = 0
     master_switches: int = 0
+    damaged_dead: int = 0
+    quarantined: int = 0
+    newer_met: int = 0
 
 
 class RedisStore(Store):
@@ -197,8 +206,7 @@ class RedisStore(Store):
         )
 
     def statistics(self) -> RedisStoreStatistics:
-        s = self._adapter.stats
-        watch = self._adapter.watch
+        s, c, watch = self._adapter.stats, self._ctx, self._adapter.watch
         return RedisStoreStatistics(
             s.round_trips,
             s.commands,
@@ -207,6 +215,9 @@ class RedisStore(Store):
             s.replica_waits,
             watch.lookups if watch else 0,
             watch.switches if watch else 0,
+            c.damaged_dead,
+            c.quarantined,
+            c.newer_met,
         )
 
     @property
@@ -229,15 +240,17 @@ class RedisStore(Store):
         *,
         worker_id: str,
         lease_duration: float,
-    ) -> list[LeasedJob]:
+    ) -> LeaseBatch:
+        """A :class:`~chronos_trio.store.LeaseBatch`: the leased jobs (a
+        list) and, in ``aside``, the records the lease set aside."""
         return await _jobs.lease(
             self._ctx, queues, count, worker_id=worker_id, lease_duration=lease_duration
         )
 
-    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> list[bool]:
+    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> FencedResults:
         return await _jobs.renew(self._ctx, leases, lease_duration)
 
-    async def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
+    async def settle(self, settlements: Sequence[Settlement]) -> FencedResults:
         return await _jobs.settle(self._ctx, settlements)
 
     async def recover_expired(self, queues: Sequence[str], limit: int) -> RecoverResult:
@@ -245,7 +258,7 @@ class RedisStore(Store):
 
     async def trim(
         self, queues: Sequence[str], *, dead_max_age: float | None, dead_max_count: int | None
-    ) -> int:
+    ) -> CountResult:
         return await _admin.trim(self._ctx, queues, dead_max_age, dead_max_count)
 
     # -- waiting -------------------------------------------------------------------------
@@ -282,7 +295,7 @@ class RedisStore(Store):
     async def delete_job(self, job_id: str, *, queue: str | None = None) -> bool:
         return await _admin.delete_job(self._ctx, job_id, queue)
 
-    async def requeue_dead(self, queue: str, *, limit: int | None = None) -> int:
+    async def requeue_dead(self, queue: str, *, limit: int | None = None) -> CountResult:
         return await _admin.requeue_dead(self._ctx, queue, limit)
 
     async def set_paused(self, queue: str, paused: bool) -> None:

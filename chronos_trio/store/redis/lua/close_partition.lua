@@ -8,6 +8,10 @@
 -- KEYS[8]  "closed" marker of the partition
 -- ARGV[1]  how long the marker lives, in ms (longer than any topology cache)
 --
+-- Reads no job hash, so no record can make it fail halfway: it counts index
+-- entries only (a damaged record counts where it is indexed; the quarantine
+-- hash of the partition is kept, as the record of what was set aside).
+--
 -- Returns {closed (1/0), jobs held}.
 local n = 0
 -- below +inf: the leased zset's sentinel member (see lease.lua) is not a job

@@ -5,14 +5,31 @@
 -- KEYS[7]  job key prefix: the job hash of ID x is KEYS[7]..x
 -- ARGV[1]  job id
 --
--- Returns 1 deleted, 0 absent, -1 leased (left alone).
+-- The record is judged before anything is written (see _prelude.lua). One
+-- whose state is missing or unknown is deleted and taken out of every index
+-- (where it was indexed is unknown): deleting is how an operator clears a
+-- damaged record. One of a newer format is left untouched; a key that is not
+-- a job hash is not a job and is left alone.
+--
+-- Returns {code, set aside (see _prelude.lua)}: code 1 deleted, 0 absent,
+-- -1 leased (left alone), 3 left alone (newer format).
+local aside = new_aside()
 local key = KEYS[7] .. ARGV[1]
-local state = redis.call('HGET', key, 'state')
-if not state then return 0 end
-if state == 'leased' then return -1 end
+local f = read_job(key, 'v', 'state')
+if not f then return {0, aside} end
+if check_format(f[1]) == 'newer' then
+  newer(aside, ARGV[1], f[1])
+  return {3, aside}
+end
+local state = f[2]
+if state == 'leased' then return {-1, aside} end
 local zsets = {scheduled = KEYS[1], ready = KEYS[2], retry_wait = KEYS[4],
   succeeded = KEYS[5], dead = KEYS[6]}
-local z = zsets[state]
-if z then redis.call('ZREM', z, ARGV[1]) end
+local z = state and zsets[state]
+if z then
+  redis.call('ZREM', z, ARGV[1])
+else
+  for k = 1, 6 do redis.call('ZREM', KEYS[k], ARGV[1]) end
+end
 redis.call('DEL', key)
-return 1
+return {1, aside}

@@ -11,9 +11,14 @@
 -- ARGV[2+7i .. 8+7i], per job i: id, kind, payload (raw bytes),
 --          run_at ('' = now + delay), delay, max_retries, timeout
 --
+-- Each job hash gets v = FORMAT, the record format (see _prelude.lua). An
+-- existing key under a job's ID is never touched, whatever it holds (a
+-- damaged record, one of a newer format, a key of another type).
+--
 -- Returns {'closed'} when the partition was closed (the client re-reads the
 -- topology and routes the jobs again), else {now, created_1, run_at_1, ...}
--- with created = 1 (stored) or 0 (ID existed; run_at is the existing one).
+-- with created = 1 (stored) or 0 (ID existed; run_at is the existing one,
+-- '' when that key holds no readable due time).
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {'closed'}
 end
@@ -32,8 +37,11 @@ local n = 1
 for i = 2, #ARGV, 7 do
   local id = ARGV[i]
   local key = prefix .. id
-  local existing = redis.call('HGET', key, 'run_at')
-  if existing then
+  -- EXISTS, not HGET run_at: a damaged record without run_at (or a key of
+  -- another type, on which HGET would fail the script) exists too
+  if redis.call('EXISTS', key) == 1 then
+    local existing = redis.pcall('HGET', key, 'run_at')
+    if type(existing) ~= 'string' or check_number('run_at', existing) then existing = '' end
     out[n + 1] = 0
     out[n + 2] = existing
   else
@@ -56,7 +64,7 @@ for i = 2, #ARGV, 7 do
     end
     redis.call('HSET', key, 'kind', ARGV[i + 1], 'payload', ARGV[i + 2], 'run_at', run_at_s,
       'state', state, 'attempts', '0', 'max_retries', ARGV[i + 5], 'timeout', ARGV[i + 6],
-      'created_at', now_s)
+      'created_at', now_s, 'v', FORMAT_S)
     redis.call('ZADD', zset, run_at_s, id)
     out[n + 1] = 1
     out[n + 2] = run_at_s

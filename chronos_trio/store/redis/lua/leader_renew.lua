@@ -5,11 +5,16 @@
 -- ARGV[2]  epoch
 -- ARGV[3]  ttl in seconds, or '' to resign (the lease ends now)
 --
+-- An unreadable expires_at (or a key that is not a hash) means the lease is
+-- not held: nothing changes.
+--
 -- Returns 1 when done, 0 when ARGV[1]/ARGV[2] no longer hold an unexpired lease.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local f = redis.call('HMGET', KEYS[1], 'holder', 'epoch', 'expires_at')
-if f[1] ~= ARGV[1] or f[2] ~= ARGV[2] or not f[3] or tonumber(f[3]) <= now then
+local f = redis.pcall('HMGET', KEYS[1], 'holder', 'epoch', 'expires_at')
+if f.err then return 0 end
+local until_ = not check_number('expires_at', f[3]) and tonumber(f[3])
+if f[1] ~= ARGV[1] or f[2] ~= ARGV[2] or not until_ or until_ <= now then
   return 0
 end
 if ARGV[3] == '' then

@@ -6,38 +6,83 @@
 -- KEYS[2]  ready zset (score = run_at)
 -- KEYS[3]  dead zset (score = finished_at)
 -- KEYS[4]  job key prefix: the job hash of ID x is KEYS[4]..x
+-- KEYS[5]  quarantine hash of the partition: leased entries without a job hash
 -- ARGV[1]  limit (> 0)
+--
+-- Every expired entry is judged before anything is written (see
+-- _prelude.lua): a record whose attempts or max_retries is not a count is
+-- dead-lettered, an entry without a job hash is quarantined, a record of a
+-- newer format keeps its lease entry, untouched. (The state is not read: the
+-- leased index decides, and recovery overwrites it.)
+--
+-- A key of the wrong type among KEYS fails the script before it writes anything.
 --
 -- Returns {now, {requeued ids...}, {dead jobs: per job the id then the 13
 -- fields kind, payload, run_at, state, attempts, max_retries, timeout,
--- lease_token, lease_owner, lease_expires_at, last_error, created_at, finished_at}}.
+-- lease_token, lease_owner, lease_expires_at, last_error, created_at,
+-- finished_at}, set aside (see _prelude.lua)}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)
+local aside = new_aside()
 local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[1])
 local requeued, dead = {}, {}
-if #expired == 0 then return {now_s, requeued, dead} end
-redis.call('ZPOPMIN', KEYS[1], #expired)
-for _, id in ipairs(expired) do
+if #expired == 0 then return {now_s, requeued, dead, aside} end
+local bad_key = wrong_type(KEYS[2], 'zset', KEYS[3], 'zset', KEYS[5], 'hash')
+if bad_key then return redis.error_reply(bad_key) end
+local plan, why, taken = {}, {}, {}
+for k, id in ipairs(expired) do
   local key = KEYS[4] .. id
-  local f = redis.call('HMGET', key, 'attempts', 'max_retries')
-  local attempts, max_retries = tonumber(f[1]), tonumber(f[2])
-  if attempts > max_retries then
-    local err = 'lease expired on attempt ' .. attempts .. ' of ' .. (max_retries + 1)
-      .. ' (worker lost); retries exhausted'
-    redis.call('HSET', key, 'state', 'dead', 'finished_at', now_s, 'last_error', err,
-      'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-    redis.call('ZADD', KEYS[3], now, id)
-    dead[#dead + 1] = id
-    local g = redis.call('HMGET', key, 'kind', 'payload', 'run_at', 'state', 'attempts',
-      'max_retries', 'timeout', 'lease_token', 'lease_owner', 'lease_expires_at', 'last_error',
-      'created_at', 'finished_at')
-    for k = 1, 13 do dead[#dead + 1] = g[k] or '' end
+  local f = redis.pcall('HMGET', key, 'v', 'attempts', 'max_retries')
+  local none = nil
+  if not f[2] then f, none = probe_job(key, f, 3) end
+  if not f then
+    plan[k], why[k] = 'gone', none
   else
-    redis.call('HSET', key, 'state', 'ready', 'run_at', now_s,
-      'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-    redis.call('ZADD', KEYS[2], now, id)
-    requeued[#requeued + 1] = id
+    local v, bad = f[1], nil
+    if v and v ~= FORMAT_S then bad = check_format(v) end
+    if bad == 'newer' then
+      plan[k], why[k] = 'newer', v
+    else
+      local attempts, max_retries = tonumber(f[2]), tonumber(f[3])
+      if bad or not is_count(attempts) or not is_count(max_retries) then
+        plan[k] = 'bad'
+        why[k] = bad or check_count('attempts', f[2]) or check_count('max_retries', f[3])
+      elseif attempts > max_retries then
+        plan[k], why[k] = 'dead', attempts .. ' of ' .. (max_retries + 1)
+      else
+        plan[k] = 'ready'
+      end
+    end
   end
 end
-return {now_s, requeued, dead}
+-- every record is judged: now write
+for k, id in ipairs(expired) do
+  local key = KEYS[4] .. id
+  local p = plan[k]
+  if p == 'newer' then
+    newer(aside, id, why[k])
+  else
+    taken[#taken + 1] = id
+    if p == 'gone' then
+      quarantine(aside, KEYS[5], id, why[k], 'leased', now)
+    elseif p == 'bad' then
+      dead_letter(aside, key, id, KEYS[3], why[k], now, now_s)
+    elseif p == 'dead' then
+      local err = 'lease expired on attempt ' .. why[k] .. ' (worker lost); retries exhausted'
+      redis.call('HSET', key, 'state', 'dead', 'finished_at', now_s, 'last_error', err,
+        'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+      redis.call('ZADD', KEYS[3], now, id)
+      dead[#dead + 1] = id
+      local g = redis.call('HMGET', key, unpack(JOB_FIELDS))
+      for j = 1, 13 do dead[#dead + 1] = g[j] or '' end
+    else
+      redis.call('HSET', key, 'state', 'ready', 'run_at', now_s,
+        'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+      redis.call('ZADD', KEYS[2], now, id)
+      requeued[#requeued + 1] = id
+    end
+  end
+end
+zrem_all(KEYS[1], taken)
+return {now_s, requeued, dead, aside}

@@ -2,26 +2,57 @@
 --
 -- KEYS[1]  leased zset (score = lease expiry)
 -- KEYS[2]  job key prefix: the job hash of ID x is KEYS[2]..x
+-- KEYS[3]  dead zset (score = finished_at): where damaged records go
 -- ARGV[1]  lease duration in seconds
 -- ARGV[2+2i], ARGV[3+2i]  job id, fencing token
 --
--- Returns {expires_at, ok_1, ok_2, ...}; ok = 1 renewed, 0 lease not held
--- (wrong token, not leased, expired or gone: nothing changes).
+-- Each record is judged before anything is written for it (see _prelude.lua;
+-- nothing in a judgement can fail, so no record can stop the script after
+-- another's writes). A record not leased with that token (or with no job hash)
+-- is not ours and is not touched. One leased with that token whose
+-- lease_expires_at is unreadable is dead-lettered (its expiry cannot be
+-- judged); one of a newer format is left untouched.
+--
+-- Returns {expires_at, set aside (see _prelude.lua), code_1, code_2, ...};
+-- code 1 renewed, 0 lease not held (wrong token, not leased, expired or gone:
+-- nothing changes), 2 dead-lettered as damaged, 3 left alone (newer format).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now_s = string.format('%.17g', now)
 local exp = now + tonumber(ARGV[1])
 local exp_s = string.format('%.17g', exp)
-local out = {exp_s}
+local aside = new_aside()
+local out = {exp_s, aside}
 for i = 2, #ARGV, 2 do
-  local key = KEYS[2] .. ARGV[i]
-  local f = redis.call('HMGET', key, 'state', 'lease_token', 'lease_expires_at')
-  if f[1] == 'leased' and ARGV[i + 1] ~= '' and f[2] == ARGV[i + 1]
-      and tonumber(f[3]) > now then
-    redis.call('HSET', key, 'lease_expires_at', exp_s)
-    redis.call('ZADD', KEYS[1], exp, ARGV[i])
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
+  local id = ARGV[i]
+  local key = KEYS[2] .. id
+  local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at')
+  if not f[2] then f = probe_job(key, f, 4) end
+  -- judge the record (nothing here can fail) ...
+  local p, w = 0, nil
+  if f then
+    local v = f[1]
+    if v and v ~= FORMAT_S then w = check_format(v) end
+    if w == 'newer' then
+      p, w = 3, v
+    elseif f[2] == 'leased' and ARGV[i + 1] ~= '' and f[3] == ARGV[i + 1] then
+      -- fast path: held and unexpired (not < HUGE: inf and NaN are damage)
+      local until_ = tonumber(f[4])
+      if not w and until_ and until_ > now and until_ < HUGE then p = 1 end
+      if p == 0 then w = w or check_number('lease_expires_at', f[4]) end
+      if w then p = 2 end
+    end
   end
+  -- ... then write what it decides
+  if p == 1 then
+    redis.call('ZADD', KEYS[1], exp, id)
+    redis.call('HSET', key, 'lease_expires_at', exp_s)
+  elseif p == 2 then
+    dead_letter(aside, key, id, KEYS[3], w, now, now_s)
+    redis.call('ZREM', KEYS[1], id)
+  elseif p == 3 then
+    newer(aside, id, w)
+  end
+  out[#out + 1] = p
 end
 return out

@@ -4,25 +4,57 @@
 -- KEYS[1]  scheduled zset, KEYS[2] retry_wait zset, KEYS[3] dead zset,
 -- KEYS[4]  ready zset (score = run_at)
 -- KEYS[5]  job key prefix: the job hash of ID x is KEYS[5]..x
+-- KEYS[6]  leased zset, KEYS[7] succeeded zset (only to take a record whose
+--          state is unreadable out of every index)
 -- ARGV[1]  job id
 --
--- Returns 1 when moved, 0 when absent or in another state.
+-- The record is judged before anything is written (see _prelude.lua). One
+-- whose state is missing or unknown cannot be run (where it is indexed is
+-- unknown): it is dead-lettered and taken out of every other index. One of a
+-- newer format is left untouched.
+--
+-- Returns {code, set aside (see _prelude.lua)}: code 1 moved; 0 absent (or
+-- its key is not a job hash) or in another state; 2 dead-lettered as
+-- damaged; 3 left alone (newer format).
+local aside = new_aside()
 local key = KEYS[5] .. ARGV[1]
-local state = redis.call('HGET', key, 'state')
+local f = read_job(key, 'v', 'state')
+if not f then return {0, aside} end
+local bad = check_format(f[1])
+if bad == 'newer' then
+  newer(aside, ARGV[1], f[1])
+  return {3, aside}
+end
+local state = f[2]
 local from
-if state == 'scheduled' then
+if bad then
+  from = nil
+elseif state == 'scheduled' then
   from = KEYS[1]
 elseif state == 'retry_wait' then
   from = KEYS[2]
 elseif state == 'dead' then
   from = KEYS[3]
+elseif state == 'ready' or state == 'leased' or state == 'succeeded' then
+  return {0, aside}
 else
-  return 0
+  bad = missing('state', state)
+  if state and state ~= '' then
+    bad = "field 'state' holds " .. show(state) .. ', not a job state'
+  end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now_s = string.format('%.17g', now)
+if bad then
+  for _, z in ipairs({KEYS[1], KEYS[2], KEYS[4], KEYS[6], KEYS[7]}) do
+    redis.call('ZREM', z, ARGV[1])
+  end
+  dead_letter(aside, key, ARGV[1], KEYS[3], bad, now, now_s)
+  return {2, aside}
+end
 redis.call('ZREM', from, ARGV[1])
-redis.call('HSET', key, 'state', 'ready', 'run_at', string.format('%.17g', now), 'finished_at', '')
+redis.call('HSET', key, 'state', 'ready', 'run_at', now_s, 'finished_at', '')
 if state == 'dead' then redis.call('HSET', key, 'attempts', 0) end
 redis.call('ZADD', KEYS[4], now, ARGV[1])
-return 1
+return {1, aside}

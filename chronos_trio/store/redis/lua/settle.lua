@@ -10,54 +10,85 @@
 --          kind ('s' succeeded, 'r' retry, 'd' dead, 'l' release), error text,
 --          retry_delay (s), retain_for (s)
 --
--- Returns {now, ok_1, ok_2, ...}; ok = 0 when the lease is no longer held with
--- that token (or expired): then the job is not touched at all.
+-- Each record is judged before anything is written for it (see _prelude.lua;
+-- nothing in a judgement can fail, so no record can stop the script after
+-- another's writes). A record not leased with that token (or with no job hash)
+-- is not ours and is not touched, damaged or not. One leased with that token
+-- whose lease_expires_at (or, to release it, attempts or run_at) is unreadable
+-- is dead-lettered; one of a newer format is left untouched. Each outcome
+-- writes the index before the record: a key of the wrong type fails the script
+-- with that record unchanged (outcomes before it stay applied).
+--
+-- Returns {now, set aside (see _prelude.lua), code_1, code_2, ...}; code 1
+-- applied, 0 the lease is no longer held with that token (or expired): the job
+-- is not touched at all, 2 dead-lettered as damaged, 3 left alone (newer format).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)
-local out = {now_s}
+local aside = new_aside()
+local out = {now_s, aside}
 local settled = {}
 for i = 1, #ARGV, 6 do
   local id = ARGV[i]
   local key = KEYS[6] .. id
-  local f = redis.call('HMGET', key, 'state', 'lease_token', 'lease_expires_at', 'attempts',
-    'run_at')
-  if f[1] ~= 'leased' or ARGV[i + 1] == '' or f[2] ~= ARGV[i + 1]
-      or tonumber(f[3]) <= now then
-    out[#out + 1] = 0
-  else
+  local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at',
+    'attempts', 'run_at')
+  if not f[2] then f = probe_job(key, f, 6) end
+  -- judge the record (nothing here can fail) ...
+  local p, w = 0, nil
+  if f then
+    local v = f[1]
+    if v and v ~= FORMAT_S then w = check_format(v) end
+    if w == 'newer' then
+      p, w = 3, v
+    elseif f[2] == 'leased' and ARGV[i + 1] ~= '' and f[3] == ARGV[i + 1] then
+      -- fast path: held and unexpired (not < HUGE: inf and NaN are damage)
+      local until_ = tonumber(f[4])
+      if not w and until_ and until_ > now and until_ < HUGE then p = 1 end
+      if p == 0 then w = w or check_number('lease_expires_at', f[4]) end
+      if not w and ARGV[i + 2] == 'l' then
+        w = check_count('attempts', f[5]) or check_number('run_at', f[6])
+      end
+      if w then p = 2 end
+    end
+  end
+  -- ... then write what it decides
+  if p == 3 then
+    newer(aside, id, w)
+  elseif p == 2 then
+    settled[#settled + 1] = id
+    dead_letter(aside, key, id, KEYS[5], w, now, now_s)
+  elseif p == 1 then
     settled[#settled + 1] = id
     local kind = ARGV[i + 2]
     if kind == 's' then
       local retain = tonumber(ARGV[i + 5])
       if retain > 0 then
         local until_ = now + retain
+        redis.call('ZADD', KEYS[4], until_, id)
         redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s, 'run_at', until_,
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-        redis.call('ZADD', KEYS[4], until_, id)
       else
         redis.call('DEL', key)
       end
     elseif kind == 'r' then
       local due = now + math.max(0, tonumber(ARGV[i + 4]))
+      redis.call('ZADD', KEYS[3], due, id)
       redis.call('HSET', key, 'state', 'retry_wait', 'run_at', due, 'last_error', ARGV[i + 3],
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-      redis.call('ZADD', KEYS[3], due, id)
     elseif kind == 'd' then
+      redis.call('ZADD', KEYS[5], now, id)
       redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3], 'finished_at', now_s,
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-      redis.call('ZADD', KEYS[5], now, id)
     else
       -- release: back to ready at once, keeping its due time; the attempt is given back
-      redis.call('HSET', key, 'state', 'ready', 'attempts', math.max(0, tonumber(f[4]) - 1),
+      redis.call('ZADD', KEYS[1], f[6], id)
+      redis.call('HSET', key, 'state', 'ready', 'attempts', math.max(0, tonumber(f[5]) - 1),
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-      redis.call('ZADD', KEYS[1], f[5], id)
     end
-    out[#out + 1] = 1
   end
+  out[#out + 1] = p
 end
 -- one ZREM for the batch (chunked below Lua's unpack() limit)
-for c = 1, #settled, 1000 do
-  redis.call('ZREM', KEYS[2], unpack(settled, c, math.min(c + 999, #settled)))
-end
+zrem_all(KEYS[2], settled)
 return out

@@ -7,9 +7,19 @@
 -- ARGV[2]  version to remove
 -- ARGV[3]  default partition count, for a queue never configured
 --
--- Returns {1, new encoding}, or {0, 'unknown'} / {0, 'active'} (nothing changes).
+-- A stored encoding that is not a list of version:partitions:a|d items is
+-- damaged: nothing changes.
+--
+-- Returns {1, new encoding}, or {0, 'unknown'} / {0, 'active'} /
+-- {0, 'damaged', stored encoding} (nothing changes).
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then cur = '1:' .. ARGV[3] .. ':a' end
+for item in string.gmatch(cur .. ',', '([^,]*),') do
+  local v, p = string.match(item, '^(%d+):(%d+):[ad]$')
+  if not v or tonumber(v) < 1 or tonumber(p) < 1 or #v > 9 or #p > 9 then
+    return {0, 'damaged', cur}
+  end
+end
 local parts = {}
 local found = nil
 for v, p, s in string.gmatch(cur, '(%d+):(%d+):(%a)') do

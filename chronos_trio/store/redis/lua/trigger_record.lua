@@ -13,23 +13,34 @@
 -- ARGV[4]  pending field name
 -- ARGV[5]  encoded job (JSON; never pickle)
 --
+-- Nothing read here can make it fail halfway: an unreadable expires_at (or a
+-- leadership key that is not a hash) means the caller does not lead ('stale');
+-- an unreadable last-fired time counts as never fired and is overwritten
+-- (the trigger's job ID is deterministic, so a fire time enqueued before is
+-- not enqueued twice while its job exists). A key of the wrong type among
+-- KEYS[2], KEYS[3] fails the script before it writes anything.
+--
 -- Returns {status, pending field, value, ...}: status 'stale' (nothing done,
 -- nothing else returned), 'already' or 'enqueued'; the pairs are every pending
 -- trigger (including this one when enqueued), for the caller to enqueue.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local f = redis.call('HMGET', KEYS[1], 'holder', 'epoch', 'expires_at')
-if not f[1] or f[1] == '' or f[2] ~= ARGV[1] or tonumber(f[3]) <= now then
+local f = redis.pcall('HMGET', KEYS[1], 'holder', 'epoch', 'expires_at')
+if f.err then return {'stale'} end
+local until_ = not check_number('expires_at', f[3]) and tonumber(f[3])
+if not f[1] or f[1] == '' or f[2] ~= ARGV[1] or not until_ or until_ <= now then
   return {'stale'}
 end
 local status = 'already'
 local last = redis.call('HGET', KEYS[2], ARGV[2])
-if not last or tonumber(last) < tonumber(ARGV[3]) then
+local pending = redis.call('HGETALL', KEYS[3])  -- read before any write: a wrong type fails here
+local last_n = last and tonumber(last)
+if not last_n or last_n ~= last_n or last_n == math.huge or last_n < tonumber(ARGV[3]) then
   redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
   redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
   status = 'enqueued'
 end
 local out = {status}
-local pending = redis.call('HGETALL', KEYS[3])
+if status == 'enqueued' then pending = redis.call('HGETALL', KEYS[3]) end
 for i = 1, #pending do out[#out + 1] = pending[i] end
 return out

@@ -6,36 +6,99 @@
 -- KEYS[1]  succeeded zset (score = end of retention)
 -- KEYS[2]  dead zset (score = finished_at)
 -- KEYS[3]  job key prefix: the job hash of ID x is KEYS[3]..x
+-- KEYS[4]  quarantine hash of the partition: entries without a job hash
 -- ARGV[1]  dead max age in seconds, or '' for no age limit
--- ARGV[2]  cap: at most this many deletions per kind (succeeded, old dead) per call
+-- ARGV[2]  cap: at most this many entries looked at per kind (succeeded, old
+--          dead) per call
 -- ARGV[3]  additionally delete this many of the oldest dead jobs (0 = none)
 --
--- Returns {deleted, more (1 when a cap was hit), dead jobs left}.
+-- Every entry is judged before anything is written (see _prelude.lua). Only
+-- a record whose state is that of its index is deleted: one whose state is
+-- not is dead-lettered instead (out of the succeeded index; in the dead index
+-- its state set right and its entry re-scored to now), an entry without a job
+-- hash is quarantined, a record of a newer format is left untouched.
+--
+-- Returns {deleted, more (1 when a cap was hit and something moved), dead
+-- jobs left, set aside (see _prelude.lua)}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now_s = string.format('%.17g', now)
 local cap = tonumber(ARGV[2])
+local aside = new_aside()
 local deleted, more = 0, 0
-local function drop(zset, ids)
-  if #ids == 0 then return end
-  redis.call('ZPOPMIN', zset, #ids)
-  for _, id in ipairs(ids) do redis.call('DEL', KEYS[3] .. id) end
-  deleted = deleted + #ids
-  if #ids >= cap then more = 1 end
+-- judge the entries ids of zset (whose records should be in state) ...
+local function judge(ids, state)
+  local plan, why = {}, {}
+  for k, id in ipairs(ids) do
+    local f, none = read_job(KEYS[3] .. id, 'v', 'state')
+    if not f then
+      plan[k], why[k] = 'gone', none
+    else
+      local bad = check_format(f[1])
+      if bad == 'newer' then
+        plan[k], why[k] = 'newer', f[1]
+      else
+        bad = bad or check_state(f[2], state, state)
+        plan[k], why[k] = bad and 'bad' or 'ok', bad
+      end
+    end
+  end
+  return plan, why
 end
+-- ... then apply: returns how many entries left the window (all but newer ones)
+local function apply(zset, index, ids, plan, why)
+  local taken, moved = {}, 0
+  for k, id in ipairs(ids) do
+    local p = plan[k]
+    if p == 'ok' then
+      redis.call('DEL', KEYS[3] .. id)
+      taken[#taken + 1] = id
+      deleted = deleted + 1
+    elseif p == 'gone' then
+      quarantine(aside, KEYS[4], id, why[k], index, now)
+      taken[#taken + 1] = id
+    elseif p == 'bad' then
+      if zset ~= KEYS[2] then taken[#taken + 1] = id end
+      dead_letter(aside, KEYS[3] .. id, id, KEYS[2], why[k], now, now_s)
+    else
+      newer(aside, id, why[k])
+      moved = moved - 1
+    end
+    moved = moved + 1
+  end
+  zrem_all(zset, taken)
+  return moved
+end
+local batches = {}
 if cap > 0 then
-  drop(KEYS[1], redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, cap))
+  batches[#batches + 1] = {KEYS[1], 'succeeded',
+    redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, cap), true}
   if ARGV[1] ~= '' then
     local limit = now - tonumber(ARGV[1])
-    drop(KEYS[2], redis.call('ZRANGE', KEYS[2], '-inf', limit, 'BYSCORE', 'LIMIT', 0, cap))
+    batches[#batches + 1] = {KEYS[2], 'dead',
+      redis.call('ZRANGE', KEYS[2], '-inf', limit, 'BYSCORE', 'LIMIT', 0, cap), true}
   end
 end
 local oldest = tonumber(ARGV[3])
 if oldest > 0 then
-  local ids = redis.call('ZRANGE', KEYS[2], 0, oldest - 1)
-  if #ids > 0 then
-    redis.call('ZPOPMIN', KEYS[2], #ids)
-    for _, id in ipairs(ids) do redis.call('DEL', KEYS[3] .. id) end
-    deleted = deleted + #ids
-  end
+  batches[#batches + 1] = {KEYS[2], 'dead', redis.call('ZRANGE', KEYS[2], 0, oldest - 1), false}
 end
-return {deleted, more, redis.call('ZCARD', KEYS[2])}
+-- judge every batch first (a dead entry may be in two batches: judged once)
+local seen = {}
+for _, b in ipairs(batches) do
+  local ids = {}
+  for _, id in ipairs(b[3]) do
+    if not seen[id] then
+      seen[id] = true
+      ids[#ids + 1] = id
+    end
+  end
+  b[5], b[6] = judge(ids, b[2])
+  b[7] = #b[3] >= cap and b[4]
+  b[3] = ids
+end
+for _, b in ipairs(batches) do
+  local moved = apply(b[1], b[2], b[3], b[5], b[6])
+  if b[7] and moved > 0 then more = 1 end
+end
+return {deleted, more, redis.call('ZCARD', KEYS[2]), aside}

@@ -1,0 +1,185 @@
+-- _prelude.lua: helpers every job script starts with. _scripts.py prepends
+-- "local FORMAT = <RECORD_FORMAT>" and this file to each script when it loads
+-- it, so the record format is defined once, in Python. Reads no KEYS or ARGV.
+--
+-- The rules every script keeps (so one damaged record never costs another job):
+-- * Nothing here raises on what a key holds: job hashes are read with
+--   redis.pcall (a key of the wrong type is an error reply, not an abort) and
+--   every field is checked (check_*) before it is used.
+-- * Nothing a script does to judge a record can fail, and each record is
+--   judged before anything is written for it: Redis does not undo a script's
+--   writes when it fails later, so a check that could fail must never follow
+--   a write. Scripts that take a batch (lease pops it; recover, promote and
+--   the admin scripts read it) judge all of it, then write; settle and renew
+--   write each record right after judging it.
+-- * An index or other key of the partition that holds the wrong type fails
+--   the script before anything is written: lease, recover and promote check
+--   the keys they write (wrong_type) before their first write; settle, renew
+--   and dead_letter write the index before the record, so a failing index
+--   write leaves that record as it was. The client then skips that partition
+--   and keeps what the others did.
+-- * A record whose field the script needs is missing, empty or unreadable is
+--   dead-lettered (dead_letter): state dead, last_error "damaged record: ...",
+--   finished_at now, lease cleared, in the partition's dead index.
+-- * An index entry with no job hash behind it (or a key that is not a hash)
+--   leaves the index and is listed in the partition's quarantine hash
+--   (quarantine), field = job id, value = JSON {reason, at, index}.
+-- * A record whose format field v is above FORMAT (a newer version wrote it)
+--   is left exactly as it is and reported.
+-- Each script returns what it set aside as
+-- {dead: per job the id then the 13 JOB_FIELDS as stored afterwards,
+--  quarantined: per entry the id then the reason, newer: per record the id then v}.
+
+local find, HUGE, FORMAT_S = string.find, math.huge, tostring(FORMAT)
+local JOB_FIELDS = {'kind', 'payload', 'run_at', 'state', 'attempts', 'max_retries', 'timeout',
+  'lease_token', 'lease_owner', 'lease_expires_at', 'last_error', 'created_at', 'finished_at'}
+
+-- A stored value as the Python side shows bytes: b'...', printable ASCII as
+-- is, anything else escaped, cut after 40 bytes (the same text as _codec.show).
+local function show(v)
+  local s, tail = v, ''
+  if #s > 40 then
+    s, tail = string.sub(s, 1, 40), '... (' .. #v .. ' bytes)'
+  end
+  s = string.gsub(s, "[%c\\'\128-\255]", function(c)
+    if c == '\\' then return '\\\\' end
+    if c == "'" then return "\\'" end
+    if c == '\n' then return '\\n' end
+    if c == '\r' then return '\\r' end
+    if c == '\t' then return '\\t' end
+    return string.format('\\x%02x', string.byte(c))
+  end)
+  return "b'" .. s .. "'" .. tail
+end
+
+local function missing(name, v)
+  if v == false or v == nil then return "field '" .. name .. "' is missing" end
+  return "field '" .. name .. "' is empty"
+end
+
+-- A count as the hot loops check it first (cheap): a number, whole, >= 0.
+local function is_count(x)
+  return x and x >= 0 and x % 1 == 0 and x < 1e15
+end
+
+-- nil when v is a non-negative integer in decimal digits (at most 15), else why not.
+local function check_count(name, v)
+  if not v or v == '' then return missing(name, v) end
+  if #v > 15 or not find(v, '^%d+$') then
+    return "field '" .. name .. "' holds " .. show(v) .. ', not an integer'
+  end
+  return nil
+end
+
+-- nil and the number when v is a finite number, else why not. (Lua also
+-- reads hexadecimal, which Python's float() refuses: a field Python reads
+-- back that way fails Python's own decoding, which dead-letters the job too.)
+local function check_number(name, v)
+  local x = tonumber(v)
+  if x and x == x and x ~= HUGE and x ~= -HUGE then return nil, x end
+  if not v or v == '' then return missing(name, v) end
+  return "field '" .. name .. "' holds " .. show(v) .. ', not a number'
+end
+
+local function check_text(name, v)
+  if not v or v == '' then return missing(name, v) end
+  return nil
+end
+
+-- The record format of field v: nil = readable by this version (v absent
+-- means format 1, written before formats were recorded), 'newer', or why v is
+-- unreadable.
+local function check_format(v)
+  if not v or v == FORMAT_S then return nil end
+  if #v <= 9 and find(v, '^%d+$') then
+    local n = tonumber(v)
+    if n > FORMAT then return 'newer' end
+    if n >= 1 then return nil end
+  end
+  return "field 'v' holds " .. show(v) .. ', not a record format'
+end
+
+-- The state check: nil when the record says it is in the index it was found in.
+local function check_state(v, expected, index)
+  if not v or v == '' then return missing('state', v) end
+  if v ~= expected then
+    return "field 'state' holds " .. show(v) .. ', but the job is in the ' .. index .. ' index'
+  end
+  return nil
+end
+
+-- The slow path of reading a job hash whose HMGET reply f (n fields) lacks
+-- the field every record has: f, or nil and why there is no job hash to
+-- read (no key at all, or a key of another type).
+local function probe_job(key, f, n)
+  if f.err then
+    local t = redis.pcall('TYPE', key)
+    return nil, 'its key holds a ' .. tostring(t.ok or '?') .. ', not a job hash'
+  end
+  for i = 1, n do
+    if f[i] then return f, nil end
+  end
+  -- every field asked for is absent: no record, or one missing all of them
+  if redis.call('EXISTS', key) == 0 then return nil, 'no record' end
+  return f, nil
+end
+
+-- HMGET a job hash: the values, or nil and why there is no job hash to read.
+-- The fields asked for start with 'v', 'state' (every record has a state:
+-- the fast path; hot loops inline this with a field of their own).
+local function read_job(key, ...)
+  local f = redis.pcall('HMGET', key, ...)
+  if f[2] then return f, nil end
+  return probe_job(key, f, select('#', ...))
+end
+
+-- Why one of the keys a script writes holds another type ('zset' or 'hash'
+-- expected; 'none' is fine), or nil. A script checks before its first
+-- write, so a key of the wrong type fails it while nothing is written yet.
+-- pairs: key, type, key, type, ...
+local function wrong_type(...)
+  local n = select('#', ...)
+  for i = 1, n, 2 do
+    local key, want = select(i, ...)
+    local t = redis.call('TYPE', key).ok
+    if t ~= want and t ~= 'none' then
+      return 'key ' .. key .. ' holds a ' .. t .. ', not a ' .. want .. ': nothing done'
+    end
+  end
+  return nil
+end
+
+local function new_aside() return {{}, {}, {}} end
+
+-- Dead-letter a damaged record (the caller removes it from the index it was
+-- found in) and report it with its fields as now stored.
+local function dead_letter(aside, key, id, dead_zset, reason, now, now_s)
+  redis.call('ZADD', dead_zset, now, id)  -- the index first: see wrong_type
+  redis.call('HSET', key, 'state', 'dead', 'last_error', 'damaged record: ' .. reason,
+    'finished_at', now_s, 'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+  local d = aside[1]
+  d[#d + 1] = id
+  local g = redis.call('HMGET', key, unpack(JOB_FIELDS))
+  for k = 1, 13 do d[#d + 1] = g[k] end
+end
+
+-- Record an index entry without a usable job hash (the caller removes the entry).
+local function quarantine(aside, damaged_hash, id, reason, index, now)
+  redis.call('HSET', damaged_hash, id, cjson.encode({reason = reason, at = now, index = index}))
+  local q = aside[2]
+  q[#q + 1] = id
+  q[#q + 1] = reason
+end
+
+local function newer(aside, id, v)
+  local n = aside[3]
+  n[#n + 1] = id
+  n[#n + 1] = v
+end
+
+-- ZREM ids (a list) from zset, in chunks below Lua's unpack() limit.
+local function zrem_all(zset, ids)
+  for c = 1, #ids, 1000 do
+    redis.call('ZREM', zset, unpack(ids, c, math.min(c + 999, #ids)))
+  end
+end
