@@ -707,3 +707,44 @@ async def test_lua_and_python_name_a_damaged_value_alike(
         + "9" * 29
         + "'... (61 bytes), not an integer"
     )
+
+
+# -- the worker reports what the store set aside ------------------------------------------
+async def test_a_worker_counts_logs_and_publishes_what_the_store_set_aside(
+    redis_store: Factory, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = await redis_store()
+    client = redis.Redis.from_url(redis_url)
+    pk = part(store)
+    app = App(store)
+    ran: list[str] = []
+    hooked: list[str] = []
+
+    @app.task("work")
+    async def work(args: Work, job_: JobContext) -> None:
+        ran.append(job_.id)
+
+    @app.on_dead_letter
+    async def hook(job_: chronos_trio.Job) -> None:
+        hooked.append(job_.id)
+
+    await store.enqueue_many([job(f"h{i}") for i in range(8)])
+    await store.enqueue_many([job("bad"), job("gone"), job("future")])
+    damage(client, pk, "bad", "attempts=x")
+    damage(client, pk, "gone", "deleted")
+    client.hset(pk.job("future"), "v", "2")
+    async with app.open_worker(queues="q", **TIMING) as worker:
+        with trio.fail_after(30):
+            await wait_for(lambda: len(ran) == 8 and hooked == ["bad"])
+            await trio.sleep(1.0)  # more lease calls meet "future" again
+        stats = worker.statistics()
+    assert sorted(ran) == [f"h{i}" for i in range(8)]
+    assert (stats.damaged, stats.quarantined, stats.newer_skipped) == (1, 1, 1)
+    assert stats.dead == 1 and stats.lost == 0 and stats.restarts == {}
+    assert caplog.text.count("newer record format job=future") == 1, "warned once"
+    assert "quarantined job=gone" in caplog.text
+    bad = await store.get_job("bad")
+    assert bad is not None and bad.state is JobState.DEAD
+    assert bad.last_error.startswith("damaged record: field 'attempts'")
+    future = await store.get_job("future")
+    assert future is not None and future.state is JobState.READY and future.attempts == 0

@@ -48,8 +48,14 @@ async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
         applied = await backoff.call(rt.store.settle, [e.outcome for e in to_store if e.outcome])
     else:
         applied = []
+    aside = rt.report_aside(applied)
+    # A refusal because the store set the record aside (damaged, or of a
+    # newer format) is not a lost lease: it was reported just above.
+    aside_ids = {job.id for job in aside.dead} | {e.job_id for e in aside.newer} if aside else set()
     debug = log.isEnabledFor(logging.DEBUG)
     for entry, ok in zip(to_store, applied, strict=True):
+        if not ok and entry.leased.job.id in aside_ids:
+            continue
         _account(rt, entry, ok, debug)
     rt.table.settled(batch)
 

@@ -43,6 +43,7 @@ async def run(
             await backoff.failed(exc)
             continue
         backoff.reset()
+        rt.report_aside(held)
         deadline = lease_deadline(asked_at, lease)
         for entry, ok in zip(entries, held, strict=True):
             if ok:

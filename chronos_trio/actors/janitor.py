@@ -29,5 +29,6 @@ async def run(
             log.warning("janitor: trim failed (%s); will retry next round", exc)
             continue
         rt.counters.trimmed += trimmed
+        rt.report_aside(trimmed)
         if trimmed:
             log.info("janitor trimmed %d job(s)", trimmed)

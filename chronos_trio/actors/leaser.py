@@ -39,6 +39,7 @@ async def run(
             worker_id=cfg.worker_id,
             lease_duration=cfg.lease_duration,
         )
+        rt.report_aside(batch)
         if not batch:
             try:
                 await rt.store.wait_ready(names, timeout=cfg.poll_interval)

@@ -12,13 +12,16 @@ import trio
 from trio_util import AsyncValue
 
 from ..records._jobs import Job
-from ..store import Leadership, Store
+from ..store import Leadership, SetAside, Store, aside_of
 from ._config import WorkerConfig
 from ._events import EventBus, JobDead
 from ._inflight import InFlight
 from ._registry import Registry, WorkerHost
 
 log = logging.getLogger("chronos_trio.worker")
+
+#: Newer-format job ids remembered so each is warned about once.
+_NEWER_SEEN_MAX = 10_000
 
 
 @attrs.define
@@ -35,6 +38,13 @@ class Counters:
     promoted: int = 0
     trimmed: int = 0
     triggered: int = 0
+    #: Damaged records the store dead-lettered when this worker met them
+    #: (also counted in ``dead``).
+    damaged: int = 0
+    #: Index entries without a record the store quarantined for this worker.
+    quarantined: int = 0
+    #: Records of a newer format this worker left alone (once per job).
+    newer_skipped: int = 0
 
 
 @attrs.define(eq=False)
@@ -56,6 +66,9 @@ class Runtime:
     sync_limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
     #: What the app's lifespan yielded (set by the worker before any actor runs).
     lifespan: Any = None
+    #: Newer-format records already warned about (the store reports them on
+    #: every call while they wait): bounded, oldest forgotten first.
+    _newer_seen: dict[str, None] = attrs.field(factory=dict)
 
     @property
     def registry(self) -> Registry:
@@ -71,6 +84,37 @@ class Runtime:
             events=EventBus(config.event_buffer),
             sync_limiter=trio.CapacityLimiter(config.sync_concurrency),
         )
+
+    def report_aside(self, result: object, *, recovered: bool = False) -> SetAside:
+        """Log, count and publish what the store call that returned ``result``
+        set aside (damaged records dead-lettered, index entries quarantined,
+        newer-format records left alone). Never awaits; returns the report."""
+        aside = aside_of(result)
+        if not aside:
+            return aside
+        for job in aside.dead:
+            self.counters.dead += 1
+            self.counters.damaged += 1
+            self.report_dead(job, recovered=recovered)
+        for entry in aside.quarantined:
+            self.counters.quarantined += 1
+            log.warning(
+                "quarantined job=%s queue=%s reason=%s", entry.job_id, entry.queue, entry.reason
+            )
+        for entry in aside.newer:
+            if entry.job_id in self._newer_seen:
+                continue
+            if len(self._newer_seen) >= _NEWER_SEEN_MAX:
+                del self._newer_seen[next(iter(self._newer_seen))]
+            self._newer_seen[entry.job_id] = None
+            self.counters.newer_skipped += 1
+            log.warning(
+                "newer record format job=%s queue=%s: left for a newer worker (%s)",
+                entry.job_id,
+                entry.queue,
+                entry.reason,
+            )
+        return aside
 
     def report_dead(self, job: Job, *, recovered: bool, duration: float | None = None) -> None:
         """Log a job the store just dead-lettered and publish it (the

@@ -84,6 +84,11 @@ class WorkerStatistics:
     triggered: int
     #: Events (for hooks and other subscribers) dropped because the buffer was full.
     events_dropped: int
+    #: Damaged records the store dead-lettered when met (also in ``dead``),
+    #: index entries it quarantined, newer-format records left alone.
+    damaged: int
+    quarantined: int
+    newer_skipped: int
     restarts: dict[str, int]
 
 
@@ -151,6 +156,9 @@ class Worker:
             trimmed=c.trimmed,
             triggered=c.triggered,
             events_dropped=rt.events.dropped if rt else 0,
+            damaged=c.damaged,
+            quarantined=c.quarantined,
+            newer_skipped=c.newer_skipped,
             restarts=dict(self.supervisor.restarts),
         )
 
