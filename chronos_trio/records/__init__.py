@@ -18,9 +18,12 @@ from ._errors import TopologyError as TopologyError
 from ._errors import UnknownJob as UnknownJob
 from ._errors import UnknownQueue as UnknownQueue
 from ._errors import UnknownTask as UnknownTask
+from ._jobs import FINISHED_STATES as FINISHED_STATES
 from ._jobs import PENDING_STATES as PENDING_STATES
 from ._jobs import EnqueueResult as EnqueueResult
 from ._jobs import Job as Job
+from ._jobs import JobOutcome as JobOutcome
+from ._jobs import JobRef as JobRef
 from ._jobs import JobState as JobState
 from ._jobs import LeasedJob as LeasedJob
 from ._jobs import LeaseRef as LeaseRef

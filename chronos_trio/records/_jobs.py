@@ -73,6 +73,11 @@ class Job:
     #: defaults. Only inspection shows such jobs: workers never run them
     #: (the store dead-letters a damaged record it meets).
     damage: str = ""
+    #: A succeeded job's stored result (its task's encoding of the handler's
+    #: return value), kept until ``result_until`` (store clock); None when
+    #: nothing is kept.
+    result: bytes | None = None
+    result_until: float | None = None
 
     @property
     def retries_left(self) -> int:
@@ -110,6 +115,65 @@ class EnqueueResult:
     run_at: float
     queue_version: int = 1
     partition: int = 0
+
+
+@attrs.frozen
+class JobRef:
+    """Where a job lives, as its producer knows it: its ID and queue, and,
+    when known (from its EnqueueResult), its topology version and partition,
+    which spare the store a search."""
+
+    job_id: str
+    queue: str
+    queue_version: int | None = None
+    partition: int | None = None
+
+
+#: States in which a job has its outcome: it will not run again by itself.
+FINISHED_STATES = frozenset({JobState.SUCCEEDED, JobState.DEAD})
+
+
+@attrs.frozen
+class JobOutcome:
+    """Where a job stands, as a producer waiting on it sees it.
+
+    ``result`` is the stored result of a succeeded job (its task's encoding
+    of the handler's return value), or None: not finished, no result kept
+    (the task's return annotation is missing or None), or kept and expired.
+    ``result_until`` is when a stored result expires (store clock)."""
+
+    job_id: str
+    queue: str
+    state: JobState
+    attempts: int = 0
+    last_error: str = ""
+    finished_at: float | None = None
+    result: bytes | None = None
+    result_until: float | None = None
+    #: True when the job succeeded with a result that has expired since
+    #: (the record outlived it: kept for ``retain_succeeded``).
+    result_expired: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+    @classmethod
+    def of(cls, job: Job, now: float) -> JobOutcome:
+        """The outcome a producer sees of ``job`` at store time ``now``."""
+        until = job.result_until
+        expired = until is not None and until <= now
+        return cls(
+            job.id,
+            job.queue,
+            job.state,
+            job.attempts,
+            job.last_error,
+            job.finished_at,
+            None if expired else job.result,
+            until,
+            expired,
+        )
 
 
 @attrs.frozen

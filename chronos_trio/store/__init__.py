@@ -26,6 +26,7 @@ from ._roles import QueueVersion as QueueVersion
 from ._roles import QueueWeight as QueueWeight
 from ._roles import RecoverResult as RecoverResult
 from ._roles import Repair as Repair
+from ._roles import ResultRole as ResultRole
 from ._roles import SetAside as SetAside
 from ._roles import SettleKind as SettleKind
 from ._roles import Settlement as Settlement

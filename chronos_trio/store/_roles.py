@@ -83,7 +83,16 @@ import attrs
 
 from ..records._errors import StoreError as StoreError
 from ..records._errors import TopologyError as TopologyError
-from ..records._jobs import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
+from ..records._jobs import (
+    EnqueueResult,
+    Job,
+    JobOutcome,
+    JobRef,
+    JobState,
+    LeasedJob,
+    LeaseRef,
+    NewJob,
+)
 
 
 class SettleKind(enum.StrEnum):
@@ -104,6 +113,10 @@ class Settlement:
     error: str = ""
     retry_delay: float = 0.0
     retain_for: float = 0.0
+    #: SUCCEEDED only: the encoded result to keep for ``result_ttl`` seconds
+    #: (None, or a ttl of 0: nothing is kept).
+    result: bytes | None = None
+    result_ttl: float = 0.0
 
 
 @attrs.frozen
@@ -823,6 +836,35 @@ class LeadershipRole(StoreRole):
         be reached."""
 
 
+class ResultRole(StoreRole):
+    """Results and waiting for a job's outcome: what a producer holding a job
+    handle uses. Results are written by the fenced success settle (only the
+    current lease holder's counts), so a stale or duplicate run can never
+    overwrite one."""
+
+    @abc.abstractmethod
+    async def outcome(self, ref: JobRef) -> JobOutcome | None:
+        """Where the job of ``ref`` stands now, with its result if one is
+        kept; None when no such job exists (never enqueued in that queue, or
+        finished and gone: dropped, trimmed, or its result expired).
+
+        Raises StoreError when the store cannot be reached."""
+
+    @abc.abstractmethod
+    async def wait_outcome(self, ref: JobRef, *, timeout: float) -> JobOutcome | None:
+        """The job's outcome once it is finished (succeeded or dead), waiting
+        at most ``timeout`` seconds: then the outcome as it stands (not
+        finished), or None when the job does not exist (see :meth:`outcome`).
+
+        Waiting is pushed by the store, never a poll: the waiter registers,
+        then reads the state, then blocks until the job's completion wakes it,
+        so a completion between the read and the block is never missed.
+        Waiters in one process share the store's connections (many thousands
+        cost no connection each).
+
+        Raises StoreError when the store cannot be reached."""
+
+
 class CheckRole(StoreRole):
     """The store checker: walk the store and report (and optionally repair)
     what no correct operation leaves behind.
@@ -879,7 +921,7 @@ class CheckRole(StoreRole):
         """
 
 
-class Store(WorkerRole, AdminRole, TopologyRole, LeadershipRole, CheckRole):
+class Store(WorkerRole, AdminRole, TopologyRole, LeadershipRole, ResultRole, CheckRole):
     """A store with every role: what the worker, the producers, the
     ``Inspector`` and the command line can all use. ``MemoryStore`` and
     ``RedisStore`` are Stores. See the module docstring for conventions and
@@ -892,6 +934,7 @@ ROLES: tuple[type[StoreRole], ...] = (
     AdminRole,
     TopologyRole,
     LeadershipRole,
+    ResultRole,
     CheckRole,
 )
 

@@ -19,7 +19,17 @@ from collections.abc import Callable, Sequence
 import attrs
 import trio
 
-from ..records._jobs import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
+from ..records._jobs import (
+    FINISHED_STATES,
+    EnqueueResult,
+    Job,
+    JobOutcome,
+    JobRef,
+    JobState,
+    LeasedJob,
+    LeaseRef,
+    NewJob,
+)
 from . import _memory_check
 from ._partitioning import partition_of, share_by_weight
 from ._roles import (
@@ -49,6 +59,8 @@ _HeapEntry = tuple[float, int, str, int]
 class _Record:
     job: Job
     version: int = 0
+    #: A succeeded job's end of retention (its record, and result, go then).
+    retain_until: float = 0.0
 
 
 class _TrioAnchoredClock:
@@ -95,6 +107,8 @@ class MemoryStore(Store):
         self._leaders: dict[str, Leadership] = {}
         self._epochs: dict[str, int] = {}
         self._last_fired: dict[str, dict[str, float]] = {}
+        #: Result waiters: job ID -> the event its finishing (or deletion) sets.
+        self._done: dict[str, trio.Event] = {}
 
     # -- helpers -----------------------------------------------------------------
     def _put(self, job: Job) -> None:
@@ -118,9 +132,18 @@ class MemoryStore(Store):
             assert job.lease_expires_at is not None
             entry = (job.lease_expires_at, next(self._seq), job.id, rec.version)
             heapq.heappush(self._leased.setdefault(job.queue, []), entry)
+        elif self._done and job.state in FINISHED_STATES:
+            self._wake_waiters(job.id)
 
     def _delete(self, job_id: str) -> None:
         self._records.pop(job_id, None)
+        if self._done:
+            self._wake_waiters(job_id)
+
+    def _wake_waiters(self, job_id: str) -> None:
+        event = self._done.pop(job_id, None)
+        if event is not None:
+            event.set()
 
     def _valid(self, entry: _HeapEntry) -> Job | None:
         rec = self._records.get(entry[2])
@@ -298,15 +321,20 @@ class MemoryStore(Store):
                 continue
             cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
             if s.kind is SettleKind.SUCCEEDED:
-                if s.retain_for > 0:
+                # the record stays while it is retained or its result lives
+                keeps_result = s.result is not None and s.result_ttl > 0
+                keep = max(s.retain_for, s.result_ttl if keeps_result else 0.0)
+                if keep > 0:
                     self._put(
                         attrs.evolve(
                             cleared,
                             state=JobState.SUCCEEDED,
                             finished_at=now,
-                            run_at=now + s.retain_for,
+                            result=s.result if keeps_result else None,
+                            result_until=now + s.result_ttl if keeps_result else None,
                         )
                     )
+                    self._records[job.id].retain_until = now + keep
                 else:
                     self._delete(job.id)
             elif s.kind is SettleKind.RETRY:
@@ -371,7 +399,7 @@ class MemoryStore(Store):
             job = rec.job
             if job.queue not in wanted:
                 continue
-            if job.state is JobState.SUCCEEDED and job.run_at <= now:
+            if job.state is JobState.SUCCEEDED and rec.retain_until <= now:
                 self._delete(job.id)
                 deleted += 1
             elif job.state is JobState.DEAD:
@@ -454,6 +482,26 @@ class MemoryStore(Store):
 
         jobs.sort(key=order)
         return jobs[offset : offset + limit]
+
+    # -- results -------------------------------------------------------------------------
+    async def outcome(self, ref: JobRef) -> JobOutcome | None:
+        await trio.lowlevel.checkpoint()
+        job = self._find(ref.job_id, ref.queue)
+        return None if job is None else JobOutcome.of(job, self._clock())
+
+    async def wait_outcome(self, ref: JobRef, *, timeout: float) -> JobOutcome | None:
+        # Looking and registering happen in one step (no checkpoint between),
+        # so a finish can never slip in between them.
+        with trio.move_on_after(timeout):
+            while True:
+                job = self._find(ref.job_id, ref.queue)
+                if job is None or job.state in FINISHED_STATES:
+                    break
+                event = self._done.get(job.id)
+                if event is None:
+                    event = self._done[job.id] = trio.Event()
+                await event.wait()
+        return await self.outcome(ref)
 
     async def run_now(self, job_id: str, *, queue: str | None = None) -> bool:
         await trio.lowlevel.checkpoint()

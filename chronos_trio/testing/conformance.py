@@ -44,7 +44,7 @@ from typing import cast
 import attrs
 import trio
 
-from ..records._jobs import JobState, LeasedJob, LeaseRef, NewJob
+from ..records._jobs import JobRef, JobState, LeasedJob, LeaseRef, NewJob
 from ..store._roles import (
     AdminRole,
     CheckRole,
@@ -52,6 +52,7 @@ from ..store._roles import (
     Problem,
     QueueWeight,
     Repair,
+    ResultRole,
     SettleKind,
     Settlement,
     Store,
@@ -714,3 +715,99 @@ async def check_checker_recovers_a_lease_expired_past_the_grace(fresh: Fresh) ->
     assert (await store.check(lease_grace=0.3)).findings == ()
     [leased] = await lease(store, count=1)
     assert leased.job.id == "again" and leased.job.attempts == 2
+
+
+def ref_of(leased: LeasedJob) -> JobRef:
+    j = leased.job
+    return JobRef(j.id, j.queue, j.queue_version, j.partition)
+
+
+@check(WorkerRole, AdminRole, ResultRole)
+async def check_result_written_by_the_lease_holder_only(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job("a"), job("b")])
+    a, _ = sorted(await lease(store, ttl=0.2), key=lambda lj: lj.job.id)
+    ref = ref_of(a)
+    pending = await store.outcome(ref)
+    assert pending is not None and pending.state is JobState.LEASED and not pending.finished
+    assert pending.result is None
+    # a's lease expires and is recovered; a stale success carries a result
+    await trio.sleep(0.3)
+    await store.recover_expired(["q"], 10)
+    [again, _] = sorted(await lease(store), key=lambda lj: lj.job.id)
+    stale_ok = Settlement(a.ref, SettleKind.SUCCEEDED, result=b"stale", result_ttl=60)
+    assert list(await store.settle([stale_ok])) == [False]
+    assert (await store.outcome(ref)).state is JobState.LEASED  # type: ignore[union-attr]
+    fresh_ok = Settlement(again.ref, SettleKind.SUCCEEDED, result=b'{"n":42}', result_ttl=60)
+    assert list(await store.settle([fresh_ok])) == [True]
+    # a duplicate (or late) settle of the same run cannot overwrite it
+    dup = Settlement(again.ref, SettleKind.SUCCEEDED, result=b"dup", result_ttl=60)
+    assert list(await store.settle([dup])) == [False]
+    done = await store.outcome(ref)
+    assert done is not None and done.state is JobState.SUCCEEDED and done.finished
+    assert done.result == b'{"n":42}' and not done.result_expired
+    assert done.attempts == 2 and done.result_until is not None
+    # the record keeps its due time (not its retention) and shows the result
+    got = await store.get_job("a")
+    assert got is not None and got.result == b'{"n":42}' and got.run_at <= got.finished_at  # type: ignore[operator]
+    assert await store.outcome(JobRef("nope", "q")) is None
+    assert await store.outcome(JobRef("a", "other-queue")) is None
+
+
+@check(WorkerRole, AdminRole, ResultRole)
+async def check_result_expires_and_is_trimmed(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job("r"), job("kept"), job("none")])
+    leased = {lj.job.id: lj for lj in await lease(store)}
+    await store.settle(
+        [
+            Settlement(leased["r"].ref, SettleKind.SUCCEEDED, result=b"1", result_ttl=0.3),
+            Settlement(
+                leased["kept"].ref, SettleKind.SUCCEEDED, retain_for=5, result=b"2", result_ttl=0.3
+            ),
+            Settlement(leased["none"].ref, SettleKind.SUCCEEDED),
+        ]
+    )
+    assert await store.outcome(JobRef("none", "q")) is None  # nothing kept
+    r = await store.outcome(JobRef("r", "q"))
+    assert r is not None and r.result == b"1"
+    await trio.sleep(0.4)
+    # the record retained longer than its result: the result reads as expired
+    kept = await store.outcome(JobRef("kept", "q"))
+    assert kept is not None and kept.state is JobState.SUCCEEDED
+    assert kept.result is None and kept.result_expired
+    assert await store.trim(["q"], dead_max_age=None, dead_max_count=None) == 1
+    assert await store.outcome(JobRef("r", "q")) is None
+    assert await store.outcome(JobRef("kept", "q")) is not None
+
+
+@check(WorkerRole, ResultRole)
+async def check_wait_outcome_wakes_on_finish(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job("w"), job("d", max_retries=0), job("slow")])
+    leased = {lj.job.id: lj for lj in await lease(store)}
+    got: dict[str, object] = {}
+
+    async def wait(job_id: str, timeout: float) -> None:
+        got[job_id] = await store.wait_outcome(JobRef(job_id, "q"), timeout=timeout)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            for name in ("w", "d"):
+                for _ in range(3):  # several waiters on one job
+                    nursery.start_soon(wait, name, 8.0)
+            nursery.start_soon(wait, "slow", 0.3)
+            nursery.start_soon(wait, "unknown", 5.0)
+            await trio.sleep(0.2)
+            assert "w" not in got and "d" not in got and got["unknown"] is None
+            await store.settle(
+                [
+                    Settlement(leased["w"].ref, SettleKind.SUCCEEDED, result=b"ok", result_ttl=60),
+                    Settlement(leased["d"].ref, SettleKind.DEAD, error="boom"),
+                ]
+            )
+    w, d, slow = got["w"], got["d"], got["slow"]
+    assert w is not None and w.state is JobState.SUCCEEDED and w.result == b"ok"  # type: ignore[attr-defined]
+    assert d is not None and d.state is JobState.DEAD and d.last_error == "boom"  # type: ignore[attr-defined]
+    # timed out: the outcome as it stands
+    assert slow is not None and slow.state is JobState.LEASED  # type: ignore[attr-defined]

@@ -84,7 +84,10 @@ SCORE_FIELD = {
     JobState.READY: "run_at",
     JobState.LEASED: "lease_expires_at",
     JobState.RETRY_WAIT: "run_at",
-    JobState.SUCCEEDED: "run_at",  # the end of its retention
+    # The end of its retention is kept only as its score: a succeeded record
+    # put back in its index counts as retained until it finished (the next
+    # trim removes it, as it would have been by now or soon).
+    JobState.SUCCEEDED: "finished_at",
     JobState.DEAD: "finished_at",
 }
 

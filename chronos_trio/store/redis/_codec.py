@@ -40,7 +40,7 @@ JOB_FIELDS = (
     "created_at",
     "finished_at",
 )
-READ_FIELDS = (*JOB_FIELDS, "v")
+READ_FIELDS = (*JOB_FIELDS, "v", "result", "result_until")
 
 _STATES = {s.value.encode(): s for s in JobState}
 _COUNT = re.compile(rb"[0-9]{1,15}")
@@ -172,11 +172,12 @@ def job_from_fields(
     indexed_as: JobState | None = None,
 ) -> Job:
     """A Job from the values of :data:`JOB_FIELDS` (13) or :data:`READ_FIELDS`
-    (14, with ``v``); absent fields are None. Total: never raises. A value it
-    cannot read (missing, empty where a value is needed, of the wrong type,
-    a newer record format) gets a default and is named in ``Job.damage``;
-    an unreadable state becomes ``indexed_as`` (the state of the index the
-    job was found in) or, without one, DEAD."""
+    (16, with ``v``, ``result`` and ``result_until``); absent fields are
+    None. Total: never raises. A value it cannot read (missing, empty where
+    a value is needed, of the wrong type, a newer record format) gets a
+    default and is named in ``Job.damage``; an unreadable state becomes
+    ``indexed_as`` (the state of the index the job was found in) or, without
+    one, DEAD."""
     r = _Reader()
     kind = r.text("kind", f[0], required=True)
     payload = f[1]
@@ -208,12 +209,19 @@ def job_from_fields(
     last_error = r.text("last_error", f[10])
     created_at = r.number("created_at", f[11])
     finished_at = r.number("finished_at", f[12], optional=True)
+    result: bytes | None = None
+    result_until: float | None = None
     if len(f) > 13:
         r.format(f[13])
+    if len(f) > 15 and f[14] is not None:
+        result_until = r.number("result_until", f[15])
+        if result_until is not None:
+            result = f[14]
     return Job(
         job_id, queue, kind, payload or b"", run_at or 0.0, state, attempts, max_retries,
         timeout or 0.0, lease_token, lease_owner, lease_expires_at, version, partition,
-        last_error, created_at or 0.0, finished_at, "; ".join(r.problems),
+        last_error, created_at or 0.0, finished_at, "; ".join(r.problems), result,
+        result_until,
     )  # fmt: skip
 
 
@@ -222,7 +230,8 @@ require_field_order(
     (
         "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
         "timeout", "lease_token", "lease_owner", "lease_expires_at", "queue_version",
-        "partition", "last_error", "created_at", "finished_at", "damage",
+        "partition", "last_error", "created_at", "finished_at", "damage", "result",
+        "result_until",
     ),
     "store.redis._codec.job_from_fields",
 )  # fmt: skip

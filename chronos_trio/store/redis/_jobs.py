@@ -254,7 +254,8 @@ require_field_order(
     (
         "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
         "timeout", "lease_token", "lease_owner", "lease_expires_at", "queue_version",
-        "partition", "last_error", "created_at", "finished_at", "damage",
+        "partition", "last_error", "created_at", "finished_at", "damage", "result",
+        "result_until",
     ),
     "store.redis._jobs._leased_jobs",
 )  # fmt: skip
@@ -376,6 +377,10 @@ async def renew(
     return FencedResults(results, ctx.count_aside(aside))
 
 
+#: settle.lua's result and result_ttl arguments when there is no result to keep.
+_NO_RESULT = ("", "")
+
+
 async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> FencedResults:
     groups = _group(ctx, [s.lease for s in settlements])
     ops = []
@@ -390,6 +395,11 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
                 s.error,
                 repr(float(s.retry_delay)) if s.retry_delay else "0",
                 repr(float(s.retain_for)) if s.retain_for else "0",
+                *(
+                    (s.result, repr(float(s.result_ttl)))
+                    if s.result is not None and s.result_ttl > 0
+                    else _NO_RESULT
+                ),
             ]
         ops.append(
             Op.script_call(

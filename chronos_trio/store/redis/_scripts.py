@@ -62,6 +62,7 @@ LEADER_ACQUIRE = Script.load("leader_acquire")
 LEADER_RENEW = Script.load("leader_renew")
 LEADER_GET = Script.load("leader_get")
 TRIGGER_RECORD = Script.load("trigger_record")
+WATCH = Script.load("watch")
 
 
 @attrs.frozen

@@ -35,6 +35,9 @@ Global keys (single-key commands or single-key scripts only):
 ``{ns:L:<name>}:fired``            hash schedule id -> last fired time
 ``{ns:L:<name>}:pending``          hash of triggers recorded but not yet enqueued
 ``{ns:L:<name>}:damaged``          pending triggers that could not be decoded
+``{ns:done}``                      pub/sub channel (not a key): the key of a
+                                   finished job whose record names it in
+                                   field ``w`` (a producer waits on it)
 =================================  ==========================================
 
 Topology and paused share a tag (one node answers both in one round trip); all
@@ -127,6 +130,7 @@ class KeySpace:
         self._ns = escape(namespace)
         self.topology = f"{{{self._ns}:meta}}:topology"
         self.paused = f"{{{self._ns}:meta}}:paused"
+        self.done_channel = f"{{{self._ns}:done}}"
         self._partitions: dict[tuple[str, int, int], PartitionKeys] = {}
 
     def partition(self, queue: str, version: int, partition: int) -> PartitionKeys:

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from ...records._jobs import EnqueueResult, Job, JobState, LeaseRef, NewJob
+from ...records._jobs import EnqueueResult, Job, JobOutcome, JobRef, JobState, LeaseRef, NewJob
 from .._roles import (
     LEASE_GRACE,
     CheckReport,
@@ -35,7 +35,7 @@ from .._roles import (
     TriggerResult,
 )
 from .._schemes import redact
-from . import _admin, _check, _enqueue, _jobs, _leader, _waiting
+from . import _admin, _check, _enqueue, _jobs, _leader, _results, _waiting
 from ._adapter import Client, RedisAdapter, ReplicaWait
 from ._connect import SENTINEL_SCHEMES, connect, redis_schemes, split_store_options
 from ._context import StoreContext
@@ -138,6 +138,7 @@ class RedisStore(Store):
             replica_wait=replica_wait,
         )
         self._enqueues = GroupCommit(functools.partial(_enqueue.enqueue_many, self._ctx))
+        self._done = _results.DoneListener(self._adapter.client, self._ctx.keys.done_channel)
 
     @classmethod
     def from_url(
@@ -335,6 +336,13 @@ class RedisStore(Store):
         return await _leader.last_fired(self._ctx, name)
 
     # -- the store checker ----------------------------------------------------------------
+    # -- results -------------------------------------------------------------------------
+    async def outcome(self, ref: JobRef) -> JobOutcome | None:
+        return await _results.outcome(self._ctx, ref)
+
+    async def wait_outcome(self, ref: JobRef, *, timeout: float) -> JobOutcome | None:
+        return await _results.wait_outcome(self._ctx, self._done, ref, timeout)
+
     async def check(
         self,
         queues: Sequence[str] | None = None,
@@ -353,4 +361,5 @@ class RedisStore(Store):
     # -- lifecycle -------------------------------------------------------------------------
     async def aclose(self) -> None:
         """Close the connection pools. The store cannot be used afterwards."""
+        self._done.stop()
         await self._adapter.aclose()

@@ -151,6 +151,13 @@ end
 
 local function new_aside() return {{}, {}, {}} end
 
+-- Wake the producers waiting on this job's outcome: a waiter names its
+-- process's channel in field 'w' (watch.lua) before it blocks, so a job
+-- nobody waits on publishes nothing. The message is the job's key.
+local function notify_done(key, w)
+  if w then redis.call('PUBLISH', w, key) end
+end
+
 -- Dead-letter a damaged record (the caller removes it from the index it was
 -- found in) and report it with its fields as now stored.
 local function dead_letter(aside, key, id, dead_zset, reason, now, now_s)
@@ -161,6 +168,7 @@ local function dead_letter(aside, key, id, dead_zset, reason, now, now_s)
   d[#d + 1] = id
   local g = redis.call('HMGET', key, unpack(JOB_FIELDS))
   for k = 1, 13 do d[#d + 1] = g[k] end
+  notify_done(key, redis.call('HGET', key, 'w'))
 end
 
 -- Record an index entry without a usable job hash (the caller removes the entry).

@@ -31,5 +31,7 @@ if z then
 else
   for k = 1, 6 do redis.call('ZREM', KEYS[k], ARGV[1]) end
 end
+local w = redis.call('HGET', key, 'w')
 redis.call('DEL', key)
+notify_done(key, w)
 return {1, aside}

@@ -76,6 +76,7 @@ for k, id in ipairs(expired) do
       dead[#dead + 1] = id
       local g = redis.call('HMGET', key, unpack(JOB_FIELDS))
       for j = 1, 13 do dead[#dead + 1] = g[j] or '' end
+      notify_done(key, redis.call('HGET', key, 'w'))
     else
       redis.call('HSET', key, 'state', 'ready', 'run_at', now_s,
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')

@@ -3,12 +3,19 @@
 -- KEYS[1]  ready zset (score = run_at)
 -- KEYS[2]  leased zset (score = lease expiry)
 -- KEYS[3]  retry_wait zset (score = run_at)
--- KEYS[4]  succeeded zset (retained jobs; score = end of retention)
+-- KEYS[4]  succeeded zset (retained jobs, and jobs whose result lives;
+--          score = end of retention)
 -- KEYS[5]  dead zset (score = finished_at)
 -- KEYS[6]  job key prefix: the job hash of ID x is KEYS[6]..x
--- ARGV[1+6i .. 6+6i], per settlement i: job id, fencing token,
+-- ARGV[1+8i .. 8+8i], per settlement i: job id, fencing token,
 --          kind ('s' succeeded, 'r' retry, 'd' dead, 'l' release), error text,
---          retry_delay (s), retain_for (s)
+--          retry_delay (s), retain_for (s), result, result_ttl (s; '' when
+--          there is no result to keep)
+--
+-- A succeeded job's record stays (in the succeeded index) while it is
+-- retained or its result lives, whichever is longer; its run_at stays the
+-- due time it ran for. A finished job (succeeded or dead) whose record names
+-- a waiter channel (field w) is published there (see notify_done).
 --
 -- Each record is judged before anything is written for it (see _prelude.lua;
 -- nothing in a judgement can fail, so no record can stop the script after
@@ -28,12 +35,12 @@ local now_s = string.format('%.17g', now)
 local aside = new_aside()
 local out = {now_s, aside}
 local settled = {}
-for i = 1, #ARGV, 6 do
+for i = 1, #ARGV, 8 do
   local id = ARGV[i]
   local key = KEYS[6] .. id
   local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at',
-    'attempts', 'run_at')
-  if not f[2] then f = probe_job(key, f, 6) end
+    'attempts', 'run_at', 'w')
+  if not f[2] then f = probe_job(key, f, 7) end
   -- judge the record (nothing here can fail) ...
   local p, w = 0, nil
   if f then
@@ -57,20 +64,26 @@ for i = 1, #ARGV, 6 do
     newer(aside, id, w)
   elseif p == 2 then
     settled[#settled + 1] = id
-    dead_letter(aside, key, id, KEYS[5], w, now, now_s)
+    dead_letter(aside, key, id, KEYS[5], w, now, now_s)  -- (notifies)
   elseif p == 1 then
     settled[#settled + 1] = id
     local kind = ARGV[i + 2]
     if kind == 's' then
-      local retain = tonumber(ARGV[i + 5])
-      if retain > 0 then
-        local until_ = now + retain
-        redis.call('ZADD', KEYS[4], until_, id)
-        redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s, 'run_at', until_,
+      local keep = tonumber(ARGV[i + 5])
+      local ttl = tonumber(ARGV[i + 7])
+      if ttl and ttl > keep then keep = ttl end
+      if keep > 0 then
+        redis.call('ZADD', KEYS[4], now + keep, id)
+        redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s,
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+        if ttl then
+          redis.call('HSET', key, 'result', ARGV[i + 6],
+            'result_until', string.format('%.17g', now + ttl))
+        end
       else
         redis.call('DEL', key)
       end
+      notify_done(key, f[7])
     elseif kind == 'r' then
       local due = now + math.max(0, tonumber(ARGV[i + 4]))
       redis.call('ZADD', KEYS[3], due, id)
@@ -80,6 +93,7 @@ for i = 1, #ARGV, 6 do
       redis.call('ZADD', KEYS[5], now, id)
       redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3], 'finished_at', now_s,
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+      notify_done(key, f[7])
     else
       -- release: back to ready at once, keeping its due time; the attempt is given back
       redis.call('ZADD', KEYS[1], f[6], id)
