@@ -14,6 +14,7 @@ import-linter contract that enforces it)::
 
 from .app import App as App
 from .app import Inspector as Inspector
+from .app import JobHandle as JobHandle
 from .app import JobPage as JobPage
 from .app import QueueInfo as QueueInfo
 from .app import ScheduleInfo as ScheduleInfo
@@ -27,11 +28,18 @@ from .records import EnqueueResult as EnqueueResult
 from .records import InspectorError as InspectorError
 from .records import Job as Job
 from .records import JobCancelled as JobCancelled
+from .records import JobError as JobError
+from .records import JobFailed as JobFailed
+from .records import JobNotFound as JobNotFound
+from .records import JobOutcome as JobOutcome
+from .records import JobRef as JobRef
 from .records import JobState as JobState
 from .records import LeasedJob as LeasedJob
 from .records import LeaseRef as LeaseRef
 from .records import NewJob as NewJob
 from .records import PayloadError as PayloadError
+from .records import ResultExpired as ResultExpired
+from .records import ResultTimeout as ResultTimeout
 from .records import Retry as Retry
 from .records import RetryPolicy as RetryPolicy
 from .records import SkipRetry as SkipRetry

@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from ..records._codec import decode_payload
+from ..records._codec import decode_payload, encode_payload
 from ..records._errors import PayloadError, Retry, SkipRetry
 from ..records._jobs import Job, LeaseRef
 from ..runtime._context import JobContext
@@ -213,13 +213,14 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
     slot.entry = entry
     slot.deadline = deadline
     watchdog.started(deadline)
+    value: object
     try:
         if rt.registry.middleware:
-            await _with_middleware(rt, task, payload, ctx)
+            value = await _with_middleware(rt, task, payload, ctx)
         elif task.is_async:
-            await task.fn(payload, ctx)  # type: ignore[misc]  # is_async: it returns an awaitable
+            value = await task.fn(payload, ctx)  # type: ignore[misc]  # is_async: awaitable
         else:
-            await _in_thread(rt, task, payload, ctx)
+            value = await _in_thread(rt, task, payload, ctx)
     except SkipRetry as exc:
         return Settlement(ref, SettleKind.DEAD, error=_error_text(exc, "SkipRetry"))
     except Retry as exc:
@@ -230,7 +231,7 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
             return Settlement(ref, SettleKind.DEAD, error=_error_text(exc, label))
         return _failure(rt, task, job, ref, _error_text(exc))
     else:
-        return Settlement(ref, SettleKind.SUCCEEDED, retain_for=rt.config.retain_succeeded)
+        return _success(rt, task, ref, value)
     finally:
         # Cancelled or not, the slot no longer runs this job: the watchdog
         # may not cancel the next one on its account (the table forgets the
@@ -262,6 +263,33 @@ async def _with_middleware(rt: Runtime, task: TaskSpec, payload: Any, ctx: JobCo
         if task.is_async:
             return await task.fn(payload, ctx)  # type: ignore[misc]
         return await _in_thread(rt, task, payload, ctx)
+
+
+def _success(rt: Runtime, task: TaskSpec, ref: LeaseRef, value: object) -> Settlement:
+    """A handler returned ``value``: succeeded, with its result encoded by the
+    task's return annotation (none kept without one). A result that does not
+    encode, or is over the size limit, fails the job for good (dead): its
+    side effects are done, so running it again would repeat them."""
+    retain = rt.config.retain_succeeded
+    if task.result_type is None or task.result_ttl <= 0:
+        return Settlement(ref, SettleKind.SUCCEEDED, retain_for=retain)
+    try:
+        data = encode_payload(value, task.result_type, what="result")
+    except PayloadError as exc:
+        return Settlement(ref, SettleKind.DEAD, error=f"result does not encode: {exc}")
+    except Exception as exc:  # an unstructure hook's bug: the job fails, not the executor
+        return Settlement(ref, SettleKind.DEAD, error=f"result does not encode: {exc!r}")
+    if len(data) > task.max_result_bytes:
+        return Settlement(
+            ref,
+            SettleKind.DEAD,
+            error=(
+                f"result is {len(data)} bytes encoded, over the {task.max_result_bytes}-byte limit"
+            ),
+        )
+    return Settlement(
+        ref, SettleKind.SUCCEEDED, retain_for=retain, result=data, result_ttl=task.result_ttl
+    )
 
 
 def _damage(job: Job) -> str | None:

@@ -29,6 +29,7 @@ from ..runtime._schedule import MisfirePolicy, Schedule
 from ..runtime._tasks import DEFAULT_RESULT_TTL, Handler, TaskSpec
 from ..store import Store, open_store
 from ..worker import Worker
+from ._handle import JobHandle
 from ._handlers import inspect_handler
 from ._inspector import Inspector
 from ._schedules import build_schedule, check_unique
@@ -158,6 +159,7 @@ class App:
                 result_ttl=result_ttl,
                 retry=retry,
                 never_retry=never,
+                max_result_bytes=self.max_payload_bytes,
             )
             self.registry.tasks[kind] = spec
             return Task(self, spec)
@@ -249,8 +251,9 @@ class App:
 
     async def enqueue(
         self, kind: str, payload: Any, **options: Unpack[EnqueueOptions]
-    ) -> EnqueueResult:
-        """Enqueue by kind name (for producers that do not import the handler)."""
+    ) -> JobHandle[Any]:
+        """Enqueue by kind name (for producers that do not import the handler);
+        returns its :class:`JobHandle`."""
         spec = self.registry.tasks.get(kind)
         if spec is None:
             spec = TaskSpec(
@@ -262,6 +265,25 @@ class App:
                 timeout=DEFAULT_TIMEOUT,
             )
         return await Task(self, spec).enqueue(payload, **options)
+
+    def job(self, job_id: str, *, queue: str | None = None, kind: str = "") -> JobHandle[Any]:
+        """A handle for the job ``job_id`` (enqueued anywhere, by any
+        process): ``await app.job(job_id).result(timeout=10)``. ``queue``
+        spares the store a search of every queue; ``kind`` names its task
+        when the stored record cannot be read for it (rarely needed: the
+        result is decoded by the registered task of the job's kind). Nothing
+        is read until a method of the handle is awaited."""
+        if not isinstance(job_id, str) or not job_id:
+            raise ValueError("job_id must be a non-empty string")
+        return JobHandle(job_id, False, 0.0, None, None, queue, kind, self)
+
+    def result_type_of(self, kind: str) -> tuple[bool, Any]:
+        """Whether ``kind`` is registered here, and its task's result type
+        (None: it keeps no result)."""
+        spec = self.registry.tasks.get(kind)
+        if spec is None or spec.fn is _no_handler:
+            return False, None
+        return True, spec.result_type if spec.result_ttl > 0 else None
 
     # -- workers -------------------------------------------------------------------
     def worker(self, **config: Any) -> Worker:

@@ -13,6 +13,7 @@ from ..records._errors import PayloadError
 from ..records._jobs import EnqueueResult, NewJob, require_field_order
 from ..records._options import EnqueueOptions, check_options, to_epoch
 from ..runtime._tasks import Handler, TaskSpec
+from ._handle import HandleHost, JobHandle
 
 P = TypeVar("P")
 
@@ -33,8 +34,9 @@ def new_job_id() -> str:
     return os.urandom(16).hex()
 
 
-class JobSink(Protocol):
-    """Where a task's jobs go, and their size limit (the App)."""
+class JobSink(HandleHost, Protocol):
+    """Where a task's jobs go, and their size limit (the App); handles read
+    through it."""
 
     @property
     def max_payload_bytes(self) -> int: ...
@@ -107,7 +109,7 @@ class Task(Generic[P]):
             spec.timeout if timeout is None else timeout,
         )
 
-    async def enqueue(self, payload: P, **options: Unpack[EnqueueOptions]) -> EnqueueResult:
+    async def enqueue(self, payload: P, **options: Unpack[EnqueueOptions]) -> JobHandle[Any]:
         """Enqueue one job; returns once the store has it (for Redis: the
         master has it; with ``wait_replicas``, that many replicas too, see the
         README's "Redis Sentinel" on what a failover can lose otherwise).
@@ -117,16 +119,22 @@ class Task(Generic[P]):
         Raises what :meth:`new_job` raises, and ``StoreError`` when the store
         cannot be reached (then the job may or may not be stored: enqueue it
         again with the same ``job_id`` to be sure of one).
+
+        Returns a :class:`JobHandle` (``await handle.result()``).
         """
-        [result] = await self.app.enqueue_jobs([self.new_job(payload, **options)])
-        return result
+        new = self.new_job(payload, **options)
+        [result] = await self.app.enqueue_jobs([new])
+        return JobHandle.of(self.app, result, new.queue, new.kind)
 
     async def enqueue_many(
         self, payloads: Iterable[P], *, delay: float | None = None, queue: str | None = None
-    ) -> list[EnqueueResult]:
+    ) -> list[JobHandle[Any]]:
         """Enqueue many jobs of this task in one batch (one store round trip
-        per partition). Every payload is checked before any job is sent."""
-        return await self.app.enqueue_jobs(self.new_jobs(payloads, delay=delay, queue=queue))
+        per partition). Every payload is checked before any job is sent.
+        Returns a handle per job, in order."""
+        results = await self.app.enqueue_jobs(self.new_jobs(payloads, delay=delay, queue=queue))
+        host, kind, queue = self.app, self.spec.kind, queue or self.spec.queue
+        return [JobHandle.of(host, r, queue, kind) for r in results]
 
     def new_jobs(
         self, payloads: Iterable[P], *, delay: float | None = None, queue: str | None = None

@@ -11,6 +11,7 @@ from ._errors import JobFailed as JobFailed
 from ._errors import JobNotFound as JobNotFound
 from ._errors import PayloadError as PayloadError
 from ._errors import ResultExpired as ResultExpired
+from ._errors import ResultTimeout as ResultTimeout
 from ._errors import Retry as Retry
 from ._errors import SkipRetry as SkipRetry
 from ._errors import StoreError as StoreError

@@ -62,22 +62,24 @@ def dumps(raw: Any) -> bytes:
     return bytes(memoryview(out)) if len(out) < _COPY_BELOW else out
 
 
-def encode_payload(value: Any, payload_type: Any) -> bytes:
-    """Encode ``value`` for the store. ``bytes`` pass through unchanged."""
+def encode_payload(value: Any, payload_type: Any, *, what: str = "payload") -> bytes:
+    """Encode ``value`` for the store. ``bytes`` pass through unchanged.
+    Raises ``PayloadError`` (naming ``what``: a payload, a result) when it is
+    not of ``payload_type`` (a class) or not JSON-able."""
     if payload_type is bytes or isinstance(value, bytes | bytearray | memoryview):
         if not isinstance(value, bytes | bytearray | memoryview):
-            raise PayloadError(f"expected a bytes payload, got {type(value).__name__}")
+            raise PayloadError(f"expected a bytes {what}, got {type(value).__name__}")
         return bytes(value)
     if payload_type is not None and payload_type is not Any and isinstance(payload_type, type):
         if not isinstance(value, payload_type):
             raise PayloadError(
-                f"expected a {payload_type.__name__} payload, got {type(value).__name__}"
+                f"expected a {payload_type.__name__} {what}, got {type(value).__name__}"
             )
     try:
         return dumps(converter.unstructure(value))
     except (TypeError, ValueError) as exc:
         raise PayloadError(
-            f"payload of type {type(value).__name__} is not JSON-able: {exc}"
+            f"{what} of type {type(value).__name__} is not JSON-able: {exc}"
         ) from exc
 
 

@@ -116,6 +116,11 @@ class ResultExpired(JobError):
     and that time is over (or its task stores no result)."""
 
 
+class ResultTimeout(JobError, TimeoutError):
+    """The job did not finish within the time its caller waited (it goes on:
+    wait again)."""
+
+
 class InspectorError(ChronosError):
     """An admin request could not be carried out."""
 

@@ -124,7 +124,8 @@ class JobRef:
     which spare the store a search."""
 
     job_id: str
-    queue: str
+    #: None: look in every queue (slower: one read per queue).
+    queue: str | None
     queue_version: int | None = None
     partition: int | None = None
 
@@ -153,6 +154,7 @@ class JobOutcome:
     #: True when the job succeeded with a result that has expired since
     #: (the record outlived it: kept for ``retain_succeeded``).
     result_expired: bool = False
+    kind: str = ""
 
     @property
     def finished(self) -> bool:
@@ -173,6 +175,7 @@ class JobOutcome:
             None if expired else job.result,
             until,
             expired,
+            job.kind,
         )
 
 

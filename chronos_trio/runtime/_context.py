@@ -8,7 +8,7 @@ import attrs
 import trio
 
 from ..records._errors import JobCancelled
-from ..records._jobs import EnqueueResult, Job
+from ..records._jobs import Job
 from ..records._options import EnqueueOptions
 from ..store import Store
 
@@ -27,9 +27,9 @@ class Producer(Protocol):
     @property
     def store(self) -> Store: ...
 
-    async def enqueue(
-        self, kind: str, payload: Any, **options: Unpack[EnqueueOptions]
-    ) -> EnqueueResult: ...
+    async def enqueue(self, kind: str, payload: Any, **options: Unpack[EnqueueOptions]) -> Any:
+        """A job handle (the App's ``JobHandle``: the fields of an
+        EnqueueResult, and ``status()``/``result()``)."""
 
 
 @attrs.define(eq=False)

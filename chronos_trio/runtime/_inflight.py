@@ -310,11 +310,7 @@ class InFlight:
     def renewable(self) -> list[Entry]:
         """Entries whose leases should be renewed: held, not lost, and not
         being settled (a settle in flight ends the lease itself)."""
-        return [
-            e
-            for e in self._entries.values()
-            if not e.lost and e.stage is not Stage.SETTLING
-        ]
+        return [e for e in self._entries.values() if not e.lost and e.stage is not Stage.SETTLING]
 
     def mark_lost(self, entry: Entry) -> bool:
         """The store refused to renew ``entry``'s lease: flag it and cancel

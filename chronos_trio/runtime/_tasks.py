@@ -17,6 +17,8 @@ Handler = Callable[[Any, JobContext], Awaitable[object] | object]
 
 #: How long a result is kept when the task does not say (seconds).
 DEFAULT_RESULT_TTL = 3600.0
+#: The largest encoded result kept when the app does not say (its payload limit).
+DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
 
 
 @attrs.frozen
@@ -27,7 +29,8 @@ class TaskSpec:
     ``is_async`` False: the handler is a plain function, run in a worker
     thread. ``result_type``: how the return value is stored (None: nothing
     is). ``retry``: this task's backoff (None: the worker's). ``never_retry``:
-    exception types that dead-letter the job at once."""
+    exception types that dead-letter the job at once. ``max_result_bytes``:
+    a larger encoded result fails the job (dead)."""
 
     kind: str
     fn: Handler
@@ -40,3 +43,4 @@ class TaskSpec:
     result_ttl: float = DEFAULT_RESULT_TTL
     retry: RetryPolicy | None = None
     never_retry: tuple[type[BaseException], ...] = ()
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES

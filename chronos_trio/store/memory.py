@@ -63,6 +63,10 @@ class _Record:
     retain_until: float = 0.0
 
 
+#: How long a finished job nothing keeps stays readable for its waiters (s).
+WAITED_KEEP = 60.0
+
+
 class _TrioAnchoredClock:
     """Trio's clock shifted to read as Unix time; re-anchored per ``trio.run``."""
 
@@ -324,6 +328,8 @@ class MemoryStore(Store):
                 # the record stays while it is retained or its result lives
                 keeps_result = s.result is not None and s.result_ttl > 0
                 keep = max(s.retain_for, s.result_ttl if keeps_result else 0.0)
+                if keep <= 0 and job.id in self._done:
+                    keep = WAITED_KEEP  # its waiters read the outcome after the wake-up
                 if keep > 0:
                     self._put(
                         attrs.evolve(

@@ -201,10 +201,7 @@ async def lease(
         plan = {flat[0]: count}
     else:
         replies = await ctx.adapter.execute(
-            [
-                Op.soft_command(pk.tag, "ZRANGE", pk.ready, 0, count - 1, "WITHSCORES")
-                for pk in flat
-            ]
+            [Op.soft_command(pk.tag, "ZRANGE", pk.ready, 0, count - 1, "WITHSCORES") for pk in flat]
         )
         cands = {pk: _peeked(r) for pk, r in zip(flat, replies, strict=True)}
         available = {q: min(count, sum(len(cands[pk]) for pk in pks)) for q, pks in slots.items()}

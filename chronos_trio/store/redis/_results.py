@@ -193,10 +193,10 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else ""
 
 
-def _outcome_from(ref: JobRef, reply: Sequence[Any]) -> JobOutcome | None:
+def _outcome_from(job_id: str, queue: str, reply: Sequence[Any]) -> JobOutcome | None:
     """The outcome in a watch.lua reply (total: an unreadable field reads as
     its default; a job whose state cannot be read counts as unfinished)."""
-    if len(reply) < 8 or reply[1] != 1:
+    if len(reply) < 9 or reply[1] != 1:
         return None
     now = parse_number(reply[0]) if isinstance(reply[0], bytes) else None
     state_raw = reply[2]
@@ -212,8 +212,8 @@ def _outcome_from(ref: JobRef, reply: Sequence[Any]) -> JobOutcome | None:
         result = None
     expired = until is not None and now is not None and until <= now
     return JobOutcome(
-        ref.job_id,
-        ref.queue,
+        job_id,
+        queue,
         state,
         attempts or 0,
         _text(reply[4]),
@@ -221,6 +221,7 @@ def _outcome_from(ref: JobRef, reply: Sequence[Any]) -> JobOutcome | None:
         None if expired else result,
         until,
         expired,
+        _text(reply[8]),
     )
 
 
@@ -228,25 +229,29 @@ async def _watch(
     ctx: StoreContext, ref: JobRef, channel: str
 ) -> tuple[JobOutcome | None, bytes | None]:
     """Run watch.lua where ``ref``'s job lives: its outcome and its key."""
-    if ref.queue_version is not None and ref.partition is not None:
+    if ref.queue is not None and ref.queue_version is not None and ref.partition is not None:
         places = [ctx.keys.partition(ref.queue, ref.queue_version, ref.partition)]
     else:
         places = await _locations(ctx, ref.job_id, ref.queue)
     if not places:
         return None, None
     replies = await ctx.adapter.execute(
-        [
-            Op.script_call(WATCH, [pk.job(ref.job_id)], [channel], soft=True)
-            for pk in places
-        ]
+        [Op.script_call(WATCH, [pk.job(ref.job_id)], [channel], soft=True) for pk in places]
     )
     for pk, reply in zip(places, replies, strict=True):
         if isinstance(reply, Exception):
             continue
-        outcome = _outcome_from(ref, reply)
+        outcome = _outcome_from(ref.job_id, pk.queue, reply)
         if outcome is not None:
             return outcome, pk.job(ref.job_id).encode()
     return None, None
+
+
+def _expected_key(ctx: StoreContext, ref: JobRef) -> bytes:
+    if ref.queue is None:
+        return b""  # unknown: the first watch tells
+    pk = ctx.keys.partition(ref.queue, ref.queue_version or 1, ref.partition or 0)
+    return pk.job(ref.job_id).encode()
 
 
 async def outcome(ctx: StoreContext, ref: JobRef) -> JobOutcome | None:
@@ -262,11 +267,9 @@ async def wait_outcome(
     with trio.move_on_after(timeout):
         await listener.ready()
         while True:
-            key = ctx.keys.partition(ref.queue, ref.queue_version or 1, ref.partition or 0).job(
-                ref.job_id
-            ).encode()
             # register under the key we expect (the common case: the handle
             # knows where its job lives); watch tells where it really is
+            key = _expected_key(ctx, ref)
             event = listener.register(key)
             try:
                 found, real_key = await _watch(ctx, ref, listener.channel)

@@ -29,6 +29,8 @@
 -- Returns {now, set aside (see _prelude.lua), code_1, code_2, ...}; code 1
 -- applied, 0 the lease is no longer held with that token (or expired): the job
 -- is not touched at all, 2 dead-lettered as damaged, 3 left alone (newer format).
+-- How long a finished job nobody keeps stays readable for its waiters (s).
+local WAITED_KEEP = 60
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)
@@ -72,6 +74,8 @@ for i = 1, #ARGV, 8 do
       local keep = tonumber(ARGV[i + 5])
       local ttl = tonumber(ARGV[i + 7])
       if ttl and ttl > keep then keep = ttl end
+      -- a waiter reads the outcome after its wake-up: keep it that long
+      if keep <= 0 and f[7] then keep = WAITED_KEEP end
       if keep > 0 then
         redis.call('ZADD', KEYS[4], now + keep, id)
         redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s,
