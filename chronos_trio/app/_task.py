@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, NoReturn, Protocol, TypeVar, Unpack
 
 import attrs
@@ -11,7 +11,7 @@ import attrs
 from ..records._codec import encode_payload
 from ..records._errors import PayloadError
 from ..records._jobs import EnqueueResult, NewJob, require_field_order
-from ..records._options import EnqueueOptions, check_options, to_epoch
+from ..records._options import EnqueueOptions, check_headers, check_options, to_epoch
 from ..runtime._tasks import Handler, TaskSpec
 from ._handle import HandleHost, JobHandle
 
@@ -20,10 +20,14 @@ P = TypeVar("P")
 #: Job IDs a caller gives are at most this long.
 MAX_JOB_ID_LENGTH = 200
 
+#: ``hook(kind, headers)``: called for every job a producer builds, with its
+#: headers as a dict the hook may add to (a trace id, a tenant).
+ProducerHook = Callable[[str, dict[str, str]], None]
+
 
 require_field_order(
     NewJob,
-    ("id", "queue", "kind", "payload", "run_at", "delay", "max_retries", "timeout"),
+    ("id", "queue", "kind", "payload", "run_at", "delay", "max_retries", "timeout", "headers"),
     "Task.new_jobs",
 )
 
@@ -40,6 +44,9 @@ class JobSink(HandleHost, Protocol):
 
     @property
     def max_payload_bytes(self) -> int: ...
+
+    @property
+    def producer_hooks(self) -> Sequence[ProducerHook]: ...
 
     async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]: ...
 
@@ -98,6 +105,7 @@ class Task(Generic[P]):
             raise ValueError(
                 f"job_id must be a non-empty string of at most {MAX_JOB_ID_LENGTH} characters"
             )
+        headers = options.get("headers")
         return NewJob(
             job_id or new_job_id(),
             options.get("queue") or spec.queue,
@@ -107,7 +115,19 @@ class Task(Generic[P]):
             delay or 0.0,
             spec.max_retries if max_retries is None else max_retries,
             spec.timeout if timeout is None else timeout,
+            self._headers(headers) if headers or self.app.producer_hooks else (),
         )
+
+    def _headers(self, given: Any) -> tuple[tuple[str, str], ...]:
+        """The job's headers: ``given``, then what each producer hook adds.
+        Raises ValueError for headers that are not text or too large (and
+        whatever a hook raises)."""
+        if given is not None and not isinstance(given, dict | Mapping):
+            check_headers(given)  # raises, naming the type
+        headers = dict(given or {})
+        for hook in self.app.producer_hooks:
+            hook(self.spec.kind, headers)
+        return check_headers(headers)
 
     async def enqueue(self, payload: P, **options: Unpack[EnqueueOptions]) -> JobHandle[Any]:
         """Enqueue one job; returns once the store has it (for Redis: the
@@ -146,12 +166,16 @@ class Task(Generic[P]):
         payload_type, limit = spec.payload_type, self.app.max_payload_bytes
         queue, delay = queue or spec.queue, delay or 0.0
         kind, max_retries, timeout = spec.kind, spec.max_retries, spec.timeout
+        hooked = bool(self.app.producer_hooks)
         jobs = []
         for payload in payloads:
             data = encode_payload(payload, payload_type)
             if len(data) > limit:
                 self._too_large(data)
-            jobs.append(NewJob(new_job_id(), queue, kind, data, None, delay, max_retries, timeout))
+            headers = self._headers(None) if hooked else ()
+            jobs.append(
+                NewJob(new_job_id(), queue, kind, data, None, delay, max_retries, timeout, headers)
+            )
         return jobs
 
     def _too_large(self, data: bytes) -> NoReturn:

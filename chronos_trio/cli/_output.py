@@ -118,6 +118,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "finished_at": iso(job.finished_at),
         "last_error": job.last_error or None,
         "payload": payload_view(job),
+        "headers": dict(job.headers),
         # a succeeded job's stored result (None: none kept), and until when
         "result": result_view(job),
         "result_until": iso(job.result_until),
@@ -269,6 +270,7 @@ def job_details(job: Job, now: float) -> str:
         ("lease", lease),
         ("finished", when(job.finished_at, now)),
         ("payload", payload),
+        ("headers", json.dumps(dict(job.headers), ensure_ascii=False) if job.headers else "-"),
         ("result", _result_line(job, now)),
     ]
     width = max(len(k) for k, _ in [*rows, ("last error", "")]) + 2

@@ -79,6 +79,12 @@ class JobContext:
         return self.job.kind
 
     @property
+    def headers(self) -> dict[str, str]:
+        """The metadata its producer attached (``headers=``, producer hooks):
+        a new dict on each read."""
+        return dict(self.job.headers)
+
+    @property
     def lease_lost(self) -> bool:
         return self._lease.lost
 

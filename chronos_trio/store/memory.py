@@ -229,6 +229,7 @@ class MemoryStore(Store):
                 queue_version=active.version,
                 partition=partition_of(new.id, active.partitions),
                 created_at=now,
+                headers=new.headers,
             )
             self._put(job)
             results.append(EnqueueResult(job.id, True, run_at, job.queue_version, job.partition))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...records._jobs import EnqueueResult, NewJob
+from ...records._options import encode_headers
 from .._partitioning import partition_of
 from .._roles import StoreError
 from . import _scripts as S
@@ -66,6 +67,7 @@ async def enqueue_many(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[Enqueu
                     repr(float(j.delay)),
                     int(j.max_retries),
                     repr(float(j.timeout)),
+                    encode_headers(j.headers) if j.headers else "",
                 ]
             ops.append(
                 Op.script_call(S.ENQUEUE, [pk.scheduled, pk.ready, pk.closed, pk.job_prefix], argv)
