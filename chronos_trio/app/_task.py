@@ -154,7 +154,12 @@ class Task(Generic[P]):
         Returns a handle per job, in order."""
         results = await self.app.enqueue_jobs(self.new_jobs(payloads, delay=delay, queue=queue))
         host, kind, queue = self.app, self.spec.kind, queue or self.spec.queue
-        return [JobHandle.of(host, r, queue, kind) for r in results]
+        return [
+            JobHandle(
+                r.job_id, r.created, r.run_at, r.queue_version, r.partition, queue, kind, host
+            )
+            for r in results
+        ]
 
     def new_jobs(
         self, payloads: Iterable[P], *, delay: float | None = None, queue: str | None = None
