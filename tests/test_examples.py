@@ -54,3 +54,28 @@ def test_redis_demo_logs_version_and_partition(redis_url: str) -> None:
     runs = [line for line in proc.stdout.splitlines() if " ran " in line]
     assert len(runs) == 41
     assert {line.split(" v1 p")[1][0] for line in runs} == {"0", "1", "2", "3"}
+
+
+def test_results_example_on_the_embedded_store() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CHRONOS_URL"}
+    proc = subprocess.run(
+        [sys.executable, "examples/results.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "resizing https://img/cat.png for req-42" in proc.stdout
+    assert "thumbnail: Thumbnail(url='https://img/cat.png?w=64', bytes_=640)" in proc.stdout
+    assert "status: succeeded, same result: True" in proc.stdout
+    assert "failed after 1 attempt(s): retries exhausted" in proc.stdout
+
+
+@pytest.mark.redis
+def test_results_example_on_redis(redis_url: str) -> None:
+    proc = run_example("examples/results.py", env={"CHRONOS_URL": redis_url})
+    assert proc.returncode == 0, proc.stderr
+    assert "status: succeeded, same result: True" in proc.stdout
+    assert "ConnectionError: https://down.example is unreachable" in proc.stdout
