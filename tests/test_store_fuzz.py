@@ -257,14 +257,12 @@ async def _snapshot(b: Backend, damaged: Damaged) -> Any:
     """``d``'s record and index entries as stored (Redis; None on memory)."""
     if b.client is None:
         return None
-    job = await b.store.get_job(D, queue="q")
-    assert job is not None
-    pk = KeySpace(b.store.namespace).partition("q", job.queue_version, job.partition)  # type: ignore[attr-defined]
-    zsets = (pk.scheduled, pk.ready, pk.leased, pk.retry, pk.succeeded, pk.dead)
+    tag = damaged.key.rpartition(":j:")[0]  # the partition's keys share it (see keys.py)
+    zsets = [f"{tag}:{z}" for z in ("scheduled", "ready", "leased", "retry", "succeeded", "dead")]
     client = b.client
 
     def read() -> Any:
-        return client.hgetall(damaged.key), [client.zscore(z, D) for z in zsets]
+        return client.dump(damaged.key), [client.zscore(z, D) for z in zsets]
 
     return await trio.to_thread.run_sync(read)
 
