@@ -68,8 +68,9 @@ from chronos_trio.testing.damage import (
 
 FULL = os.environ.get("CHRONOS_FUZZ") == "1"
 SEED = int(os.environ.get("CHRONOS_FUZZ_SEED", "20261111"))
-#: Cases drawn per Redis backend (besides the fixed ones).
-DRAWN = 40 if FULL else 4
+#: Cases drawn per Redis backend (besides the fixed ones); CHRONOS_FUZZ_CASES
+#: replaces the count ("all": the whole cross product).
+_DRAWN = os.environ.get("CHRONOS_FUZZ_CASES", "40" if FULL else "8")
 
 STATES = ("scheduled", "ready", "leased", "expired", "retry_wait", "succeeded", "dead")
 QUEUES = ("q", "q2")
@@ -142,7 +143,7 @@ def _redis_cases(backend: str) -> list[Case]:
     rng = random.Random(f"{SEED}-{backend}")
     fixed = [Case(backend, *f) for f in FIXED]
     rest = [c for c in _cross(backend, _REDIS) if c not in fixed]
-    return fixed + rng.sample(rest, DRAWN)
+    return fixed + (rest if _DRAWN == "all" else rng.sample(rest, min(int(_DRAWN), len(rest))))
 
 
 def _params() -> list[Any]:
@@ -426,6 +427,14 @@ async def run_case(b: Backend, case: Case) -> None:
     field = case.field
     if d is not None and d.last_error.startswith(DAMAGED_RECORD) and run.first is None:
         run.first = d  # set aside by the worker's calls
+    outcome = (
+        "newer" if newer
+        else f"dead by {run.met_by or 'the worker'}" if run.first is not None
+        else "quarantined" if run.quarantined or await _quarantined(b)
+        else "recreated" if run.recreated
+        else "unharmed"
+    )  # fmt: skip
+    print(f"{case.id}: {outcome}; flagged={flagged}; final={d and (d.state, d.last_error[:60])}")
     if newer:
         assert await _snapshot(b, damaged) == before, "a newer format's record was touched"
         assert D in run.reported_newer() and ran[D] == 0
