@@ -66,6 +66,8 @@ from chronos_trio.testing.damage import (
     redis_client,
 )
 
+pytestmark = pytest.mark.fuzz
+
 FULL = os.environ.get("CHRONOS_FUZZ") == "1"
 SEED = int(os.environ.get("CHRONOS_FUZZ_SEED", "20261111"))
 #: Cases drawn per Redis backend (besides the fixed ones); CHRONOS_FUZZ_CASES

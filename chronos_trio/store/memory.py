@@ -20,8 +20,7 @@ import attrs
 import trio
 
 from ..records._jobs import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
-from . import _memory_check
-from ._memory_damage import dead_lettered, record_damage, shown
+from . import _memory_check, _memory_damage
 from ._partitioning import partition_of, share_by_weight
 from ._roles import (
     LEASE_GRACE,
@@ -209,7 +208,7 @@ class MemoryStore(Store):
         """None when ``rec`` can be used (and, found in ``index``, is in one
         of its states); otherwise dead-letter it into ``aside`` and say why."""
         job = rec.job
-        problems = record_damage(job, job_id, rec.home)
+        problems = _memory_damage.record_damage(job, job_id, rec.home)
         if not problems and index is not None and job.state not in index.states:
             problems = [
                 f"field 'state' holds {job.state!r}, but the job is in the {index.name} index"
@@ -217,9 +216,9 @@ class MemoryStore(Store):
         if not problems:
             return None
         reason = "; ".join(problems)
-        dead = dead_lettered(job, job_id, rec.home, reason, self._clock())
+        dead = _memory_damage.dead_lettered(job, job_id, rec.home, reason, self._clock())
         self._put(dead)
-        aside.dead.append(shown(dead, job_id, rec.home))
+        aside.dead.append(_memory_damage.shown(dead, job_id, rec.home))
         return reason
 
     def _set_aside_held(self, leases: Sequence[LeaseRef]) -> _Aside:
@@ -289,7 +288,7 @@ class MemoryStore(Store):
         for new in jobs:
             existing = self._records.get(new.id)
             if existing is not None:
-                ex = shown(existing.job, new.id, existing.home)
+                ex = _memory_damage.shown(existing.job, new.id, existing.home)
                 results.append(
                     EnqueueResult(new.id, False, ex.run_at, ex.queue_version, ex.partition)
                 )
@@ -545,7 +544,7 @@ class MemoryStore(Store):
         parts: dict[str, dict[tuple[int, int], int]] = {q: {} for q in names}
         for job_id, rec in self._records.items():
             if rec.home in counts:
-                job = shown(rec.job, job_id, rec.home)
+                job = _memory_damage.shown(rec.job, job_id, rec.home)
                 counts[job.queue][job.state] += 1
                 key = (job.queue_version, job.partition)
                 parts[job.queue][key] = parts[job.queue].get(key, 0) + 1
@@ -558,13 +557,17 @@ class MemoryStore(Store):
         rec = self._records.get(job_id)
         if rec is None or (queue is not None and rec.home != queue):
             return None
-        return shown(rec.job, job_id, rec.home)
+        return _memory_damage.shown(rec.job, job_id, rec.home)
 
     async def list_jobs(
         self, queue: str, state: JobState, *, offset: int = 0, limit: int = 100
     ) -> list[Job]:
         await trio.lowlevel.checkpoint()
-        jobs = [shown(r.job, i, r.home) for i, r in self._records.items() if r.home == queue]
+        jobs = [
+            _memory_damage.shown(r.job, i, r.home)
+            for i, r in self._records.items()
+            if r.home == queue
+        ]
         jobs = [j for j in jobs if j.state is state]
 
         def order(job: Job) -> tuple[float, str]:
