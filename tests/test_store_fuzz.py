@@ -44,6 +44,8 @@ import chronos_trio
 from chronos_trio import App, JobContext, JobState, LeaseRef, MemoryStore, NewJob
 from chronos_trio.store import (
     DAMAGED_RECORD,
+    CheckReport,
+    Finding,
     Problem,
     QueueWeight,
     SetAside,
@@ -117,7 +119,7 @@ class Backend:
     bound: float
 
 
-def _cross(backend: str, store_kind: object) -> list[Case]:
+def _cross(backend: str, store_kind: type) -> list[Case]:
     return [
         Case(backend, state, field, how)
         for state in STATES
@@ -125,9 +127,6 @@ def _cross(backend: str, store_kind: object) -> list[Case]:
         for how in kinds_of(store_kind, field)
     ]
 
-
-_MEMORY = MemoryStore.__new__(MemoryStore)  # only for its kind: fields_of, kinds_of
-_REDIS = RedisStore.__new__(RedisStore)
 
 #: Every backend gets these on Redis, whatever is drawn.
 FIXED = (
@@ -144,12 +143,12 @@ FIXED = (
 def _redis_cases(backend: str) -> list[Case]:
     rng = random.Random(f"{SEED}-{backend}")
     fixed = [Case(backend, *f) for f in FIXED]
-    rest = [c for c in _cross(backend, _REDIS) if c not in fixed]
+    rest = [c for c in _cross(backend, RedisStore) if c not in fixed]
     return fixed + (rest if _DRAWN == "all" else rng.sample(rest, min(int(_DRAWN), len(rest))))
 
 
 def _params() -> list[Any]:
-    out: list[Any] = [pytest.param(c, id=c.id) for c in _cross("memory", _MEMORY)]
+    out: list[Any] = [pytest.param(c, id=c.id) for c in _cross("memory", MemoryStore)]
     marks = {
         "redis": [pytest.mark.redis],
         "redis8": [pytest.mark.redis],
@@ -245,7 +244,8 @@ async def _drive(b: Backend, state: str) -> LeaseRef | None:
         return None
     [leased] = await _lease(store, 1, b.short if state == "expired" else b.held, ("q",))
     if state in ("leased", "expired"):
-        return leased.ref
+        ref: LeaseRef = leased.ref
+        return ref
     kind = {"retry_wait": SettleKind.RETRY, "succeeded": SettleKind.SUCCEEDED}.get(
         state, SettleKind.DEAD
     )
@@ -350,7 +350,7 @@ async def _operations(run: Run, d_ref: LeaseRef | None) -> None:
     await store.get_job(D)
 
 
-def _findings_on_d(report: chronos_trio.CheckReport) -> list[chronos_trio.Finding]:
+def _findings_on_d(report: CheckReport) -> list[Finding]:
     others = [f for f in report.problems if f.job_id != D]
     assert others == [], others
     return [f for f in report.findings if f.job_id == D]
@@ -374,14 +374,8 @@ async def run_case(b: Backend, case: Case) -> None:
     run = Run(b, case)
     d_ref = await _drive(b, case.state)
     await store.enqueue_many([_job(h) for h in HEALTHY] + [_job(OTHER, "q2")])
-    damaged = await damage_job(
-        store,
-        D,
-        queue="q",
-        field=case.field,
-        how=case.how,
-        client=b.client,  # type: ignore[arg-type]
-    )
+    assert isinstance(store, MemoryStore | RedisStore)
+    damaged = await damage_job(store, D, queue="q", field=case.field, how=case.how, client=b.client)
     shown = await store.get_job(D, queue="q")
     # damage the store can see (a record removed from a MemoryStore is as
     # if deleted: its heaps delete lazily, so that is not damage there)

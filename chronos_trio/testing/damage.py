@@ -115,22 +115,29 @@ class Damaged:
     key: str = ""
 
 
+def _kind(store: object) -> type:
+    cls = store if isinstance(store, type) else type(store)
+    for kind in (MemoryStore, RedisStore):
+        if issubclass(cls, kind):
+            return kind
+    raise TypeError(f"cannot damage the records of a {cls.__name__}")
+
+
 def fields_of(store: object) -> tuple[str, ...]:
-    """The record fields of ``store``'s kind (a MemoryStore's ``Job`` fields
-    but ``damage``; a RedisStore's hash fields, ``v`` included), then
-    :data:`RECORD`."""
-    if isinstance(store, MemoryStore):
+    """The record fields of ``store`` (an instance or a class): a
+    MemoryStore's ``Job`` fields but ``damage``, a RedisStore's hash fields
+    with ``v``; then :data:`RECORD`. ``TypeError`` for another store."""
+    if _kind(store) is MemoryStore:
         names = tuple(f.name for f in attrs.fields(Job) if f.name != "damage")
-    elif isinstance(store, RedisStore):
-        names = (*JOB_FIELDS, "v")
     else:
-        raise TypeError(f"cannot damage the records of a {type(store).__name__}")
+        names = (*JOB_FIELDS, "v")
     return (*names, RECORD)
 
 
 def kinds_of(store: object, field: str) -> tuple[Damage, ...]:
-    """The kinds of damage :func:`damage_job` makes to ``field`` of ``store``."""
-    redis_store = isinstance(store, RedisStore)
+    """The kinds of damage :func:`damage_job` makes to ``field`` of ``store``
+    (an instance or a class). ``TypeError`` for another store."""
+    redis_store = _kind(store) is RedisStore
     if field == RECORD:
         return (Damage.DELETED, Damage.NOT_A_HASH) if redis_store else (Damage.DELETED,)
     if field == "v":
