@@ -13,8 +13,8 @@ worker until the healthy jobs are done. Then:
   hooks), or quarantined, or (a newer format) exactly as it was, or, where the
   damage was nothing any operation needed, as a healthy job would have;
 * the store checker finds no problem but the damaged job's own damage, and
-  the stats count exactly the healthy jobs plus ``d``; deleting ``d`` then
-  leaves a store with no problem at all;
+  the stats count exactly the healthy jobs plus ``d``; the checker's repair
+  then leaves no problem, nor does deleting ``d``;
 * no store call raised, no actor of the worker was restarted, no lease lost.
 
 Cases: the full cross product on the MemoryStore (virtual time); on Redis
@@ -471,7 +471,11 @@ async def run_case(b: Backend, case: Case) -> None:
     extra = counts - expected
     assert sum(extra.values()) <= 1 and not expected - counts, counts
 
-    # deleting d (how an operator clears it) leaves no problem at all
+    # the checker's repair leaves nothing to repair (d's damage dead-lettered),
+    # and deleting d (how an operator clears it) leaves no problem at all
+    repaired = await store.check(repair=True)
+    assert repaired.ok and all(f.job_id == D for f in repaired.problems), repaired
+    assert not (await store.check()).problems
     await store.delete_job(D, queue="q")
     assert not (await store.check()).problems
 
