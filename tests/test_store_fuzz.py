@@ -67,6 +67,7 @@ from chronos_trio.testing.damage import (
     kinds_of,
     redis_client,
 )
+from tests._backends import REDIS_TIMING
 
 pytestmark = pytest.mark.fuzz
 
@@ -85,13 +86,6 @@ D = "d"
 
 #: How long the short waits of a case are: virtual seconds on memory, real on Redis.
 MEMORY_TIMING: dict[str, Any] = {"poll_interval": 0.5, "lease_duration": 5.0}
-REDIS_TIMING: dict[str, Any] = {
-    "poll_interval": 0.2,
-    "lease_duration": 1.5,
-    "recover_interval": 0.2,
-    "heartbeat_interval": 0.5,
-    "shutdown_grace": 0.5,
-}
 
 
 @attrs.frozen

@@ -57,6 +57,7 @@ __all__ = [
     "RECORD",
     "Damage",
     "Damaged",
+    "RedisClient",
     "damage_job",
     "fields_of",
     "kinds_of",
