@@ -31,6 +31,7 @@ PUBLIC_MODULES = (
     "chronos_trio.records",
     "chronos_trio.cli",
     "chronos_trio.testing",
+    "chronos_trio.testing.damage",
 )
 
 
