@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._commands import RedisCommands as RedisCommands
 from .store import RedisStore as RedisStore
 from .store import RedisStoreStatistics as RedisStoreStatistics
 
@@ -13,4 +14,4 @@ def open_store(url: str) -> RedisStore:
     return RedisStore.from_url(url)
 
 
-__all__ = ["RedisStore", "RedisStoreStatistics", "open_store"]
+__all__ = ["RedisCommands", "RedisStore", "RedisStoreStatistics", "open_store"]
