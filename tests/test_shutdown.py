@@ -125,7 +125,7 @@ async def test_unstarted_jobs_are_ready_while_a_handler_still_runs(
         # release and lease the five again; it is admitted while draining and
         # released at once, so wait for the state to settle, not for a count.)
         with trio.fail_after(10):
-            while (states := await rec.states()) != {JobState.READY: 5, JobState.LEASED: 1}:
+            while await rec.states() != {JobState.READY: 5, JobState.LEASED: 1}:
                 await trio.sleep(0.01)
         assert worker.statistics().running == 1  # the handler is still inside its grace
         release.set()
