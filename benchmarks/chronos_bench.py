@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -25,7 +26,8 @@ import trio
 
 from benchmarks import _common as common
 from benchmarks._proc import REPO, WorkerGroup
-from benchmarks.chronos_app import Bench, make_app
+from benchmarks._redis import BenchRedis, own_ports
+from benchmarks.chronos_app import Bench, Done, make_app, result_task
 from chronos_trio import MemoryStore, NewJob
 from chronos_trio.store import QueueWeight, SettleKind, Settlement
 
@@ -134,10 +136,14 @@ async def warm_up(app_task: Any, workers: Workers, timeout: float = 30) -> None:
         raise RuntimeError("warm-up job did not run")
 
 
-async def preload(app_task: Any, n: int, **fields: float) -> None:
+async def preload(app_task: Any, n: int, **fields: float) -> list[Any]:
+    """``n`` jobs of ``app_task`` in batches of :data:`BULK_BATCH`; the last
+    batch's handles."""
+    handles: list[Any] = []
     for start in range(0, n, BULK_BATCH):
         count = min(BULK_BATCH, n - start)
-        await app_task.enqueue_many([Bench(sent_at=0.0, **fields) for _ in range(count)])
+        handles = await app_task.enqueue_many([Bench(sent_at=0.0, **fields) for _ in range(count)])
+    return handles
 
 
 # -- 1. store lifecycle --------------------------------------------------------------------
@@ -207,17 +213,32 @@ async def lifecycle(url: str | None, n: int, batch: int) -> dict[str, Any]:
 
 
 async def drain(
-    url: str, n: int, concurrency: int, processes: int, timeout: float, **options: Any
+    url: str,
+    n: int,
+    concurrency: int,
+    processes: int,
+    timeout: float,
+    *,
+    results: bool = False,
+    **options: Any,
 ) -> dict[str, Any]:
     """``n`` jobs enqueued first, then the worker(s) start; jobs/s from the
-    first job's start to the last one's."""
+    first job's start to the last one's. ``results``: the jobs are of the
+    task that returns a small attrs result (stored by the worker); a few of
+    the last jobs' results are read back to check they were."""
     app, task = make_app(url)
-    await preload(task, n)
+    handles = await preload(result_task(app) if results else task, n)
     async with open_workers(url) as workers:
         spawned = time.time()
         workers.start(concurrency, processes, **options)
         ok = await workers.wait_total(n, timeout)
         rec = workers.collect()
+    # A job that returned None is not kept once done (nothing to read): only
+    # the stored results can be read back.
+    for handle in handles[-10:] if results else ():
+        value = await handle.result(timeout=10)
+        if not isinstance(value, Done):
+            raise RuntimeError(f"job {handle.job_id} returned {value!r}")
     await app.aclose()
     return _throughput(rec, n, ok, extra={"wall_s": rec["last"] - spawned})
 
@@ -468,6 +489,199 @@ async def idle(
     return {"commands_per_s": total / seconds, "by_command": by_cmd, "seconds": seconds, "ok": True}
 
 
+# -- 9. drain with results stored, against without ------------------------------------------
+
+
+async def drain_results(
+    url: str, n: int, concurrency: int, timeout: float, result_first: int
+) -> dict[str, Any]:
+    """One drain of ``n`` jobs returning None and one of ``n`` jobs returning
+    a small attrs result (stored), back to back on the same Redis (FLUSHDB
+    between), the one with results first when ``result_first`` is true
+    (1), so load that drifts over the runs falls on both alike. Jobs/s of
+    each, and their ratio (with results / without) in this run."""
+    rows = {}
+    for results in (True, False) if result_first else (False, True):
+        if rows:
+            flush_db(url)
+        rows[results] = await drain(url, n, concurrency, 1, timeout, results=results)
+    plain, stored = rows[False], rows[True]
+    return {
+        "plain_per_s": plain["jobs_per_s"],
+        "result_per_s": stored["jobs_per_s"],
+        "ratio": stored["jobs_per_s"] / plain["jobs_per_s"],
+        "completed": min(plain["completed"], stored["completed"]),
+        "result_first": bool(result_first),
+        "ok": plain["ok"] and stored["ok"],
+    }
+
+
+def flush_db(url: str) -> None:
+    """What the orchestrator does between runs (FLUSHDB, SCRIPT FLUSH,
+    CONFIG RESETSTAT), for a workload that measures twice in one run."""
+    redis = BenchRedis(url)
+    try:
+        redis.flush()
+    finally:
+        redis.client.close()
+
+
+# -- 10. result round trip at a light steady rate ----------------------------------------------
+
+
+async def roundtrip(
+    url: str, rate: float, n: int, concurrency: int, timeout: float
+) -> dict[str, Any]:
+    """``n`` round trips started at ``rate`` per second, each in its own
+    task (a slow one does not hold up the schedule): enqueue a job whose
+    handler returns a small attrs result, then ``await handle.result()``;
+    milliseconds from before the enqueue to the decoded result in hand. The
+    worker (``concurrency``) runs in its own process; the producer's one
+    subscription is made by a warm-up round trip, not counted."""
+    app, _ = make_app(url)
+    task = result_task(app)
+    took: list[float] = []
+
+    async def one() -> None:
+        t = time.perf_counter()
+        handle = await task.enqueue(Bench(sent_at=time.time()))
+        value = await handle.result(timeout=timeout)
+        took.append(time.perf_counter() - t)
+        if not isinstance(value, Done):
+            raise RuntimeError(f"job {handle.job_id} returned {value!r}")
+
+    async with open_workers(url) as workers:
+        workers.start(concurrency)
+        await one()  # warm-up: the worker is running, the subscription confirmed
+        took.clear()
+        await trio.sleep(0.5)
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                await trio.sleep_until(start + i / rate)
+                nursery.start_soon(one)
+    await app.aclose()
+    return {**common.latency_summary(took), "ok": len(took) >= n}
+
+
+# -- 11. many concurrent waiters in one process --------------------------------------------------
+
+
+class _ClientCount:
+    """Samples ``INFO clients`` (connected_clients: every process's) every
+    5 ms in a thread (the sync client waits on its socket without the GIL)
+    and keeps the highest count since :meth:`reset`."""
+
+    def __init__(self, url: str) -> None:
+        self._redis = BenchRedis(url)
+        self._stop = threading.Event()
+        # one call at a time, so redis-py's pool never opens a second connection
+        self._lock = threading.Lock()
+        self.peak = self.count()  # connects now: its connection is in every sample
+        self._thread = threading.Thread(target=self._run, name="bench-clients", daemon=True)
+        self._thread.start()
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._redis.client.info("clients")["connected_clients"])
+
+    def reset(self) -> int:
+        """Start over from the count now (returned)."""
+        self.peak = now = self.count()
+        return now
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._redis.client.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.count())
+            self._stop.wait(0.005)
+
+
+def _own_clients(redis: BenchRedis, exclude: set[int]) -> list[dict[str, Any]]:
+    """The server's clients that are connections of this process (by local
+    port), without those in ``exclude`` (the admin clients' ports)."""
+    mine = own_ports(redis.port) - exclude
+    return [c for c in redis.clients() if int(c["addr"].rsplit(":", 1)[1]) in mine]
+
+
+async def waiters(
+    url: str, n: int, delay: float, concurrency: int, timeout: float
+) -> dict[str, Any]:
+    """``n`` jobs (returning a small attrs result) enqueued in one batch,
+    due ``delay`` s later; ``n`` concurrent ``result()`` waits start at once,
+    in this one process. Once every waiter is blocked (registered with the
+    store's one subscription), the server's client list is read: this
+    process's connections, and how many of them are subscribed. Then the
+    jobs come due (worker at ``concurrency`` in its own process): the time
+    from the due time until every result is back, and per job the time from
+    its handler's run to its result in the waiter's hands. Also counted over
+    the whole phase: the connections the server accepted (every process)
+    and the most connected at once (sampled every 5 ms)."""
+    redis = BenchRedis(url)
+    redis.clients()  # connected, so its connection is among the admin ones below
+    sampler = _ClientCount(url)
+    # This process's connections before the App has any (it connects lazily):
+    # the orchestrator's, this function's and the sampler's admin clients.
+    admin = own_ports(redis.port)
+    app, _ = make_app(url)
+    task = result_task(app)
+    back: list[tuple[float, float]] = []  # (wall time a result came back, its ran_at)
+
+    async def wait(handle: Any) -> None:
+        value = await handle.result(timeout=delay + timeout)
+        back.append((time.time(), value.ran_at))
+
+    try:
+        async with open_workers(url) as workers:
+            workers.start(concurrency)
+            await one_result(task)  # the worker runs; this store's subscription is made
+            handles = await task.enqueue_many([Bench(sent_at=0.0)] * n, delay=delay)
+            due = max(h.run_at for h in handles)
+            accepted_before = redis.connections_received()
+            clients_before = sampler.reset()
+            t0 = time.time()
+            async with trio.open_nursery() as nursery:
+                for handle in handles:
+                    nursery.start_soon(wait, handle)
+                listener = app.store._done  # the store's one subscription and its waiters
+                while listener.waiting() < n:  # (polled: the store has no event for it)
+                    if time.time() >= due:
+                        break
+                    await trio.sleep(0.005)
+                registered, all_registered = listener.waiting(), time.time()
+                while_waiting = await trio.to_thread.run_sync(_own_clients, redis, admin)
+                if time.time() >= due:
+                    raise RuntimeError("the jobs came due before every waiter was blocked")
+            accepted = redis.connections_received() - accepted_before
+            peak = sampler.peak - clients_before
+    finally:
+        await app.aclose()
+        sampler.close()
+        redis.client.close()
+    last = max(t for t, _ in back)
+    return {
+        "waiters": registered,
+        "register_ms": (all_registered - t0) * 1e3,
+        "all_back_ms": (last - due) * 1e3,
+        **{f"wake_{k}": v for k, v in common.latency_summary([t - r for t, r in back]).items()},
+        "conns_waiting": len(while_waiting),
+        "conns_subscribed": sum(1 for c in while_waiting if int(c.get("sub", 0)) > 0),
+        "peak_extra_clients": peak,
+        "accepted": accepted,
+        "ok": len(back) >= n and registered >= n,
+    }
+
+
+async def one_result(task: Any, timeout: float = 30) -> None:
+    """One job of ``task`` enqueued and its result awaited (a warm-up)."""
+    handle = await task.enqueue(Bench(sent_at=0.0))
+    await handle.result(timeout=timeout)
+
+
 #: No single run may take longer than this (seconds): every run is bounded.
 RUN_LIMIT = 300.0
 
@@ -484,5 +698,6 @@ def run(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
 
 
 __all__: Sequence[str] = [
-    "drain", "enqueue", "idle", "lateness", "lifecycle", "pickup", "recovery", "saturation",
+    "drain", "drain_results", "enqueue", "idle", "lateness", "lifecycle", "pickup", "recovery",
+    "roundtrip", "saturation", "waiters",
 ]  # fmt: skip

@@ -104,6 +104,42 @@ TABLES: dict[str, dict[str, Any]] = {
         "title": "8. Idle cost: Redis commands/s issued by one idle worker",
         "columns": [("commands_per_s", "commands/s", "{:.2f}")],
     },
+    "results": {
+        "title": "9. Drain with a small attrs result stored vs returning None "
+        "(one worker process; both in every run, the order alternating), jobs/s",
+        "columns": [
+            ("plain_per_s", "None jobs/s", "{:,.0f}"),
+            ("result_per_s", "result jobs/s", "{:,.0f}"),
+            ("ratio", "result/None", "{:.3f}"),
+            ("completed", "done", "{:,.0f}"),
+        ],
+    },
+    "roundtrip": {
+        "title": "10. Result round trip at a steady light rate: enqueue -> result in hand "
+        "(lower is better)",
+        "columns": [
+            ("p50_ms", "p50 ms", "{:.2f}"),
+            ("p95_ms", "p95 ms", "{:.2f}"),
+            ("p99_ms", "p99 ms", "{:.2f}"),
+            ("max_ms", "max ms", "{:.2f}"),
+            ("samples", "samples", "{:,.0f}"),
+        ],
+        "ratio": [("p50_ms", False, "chronos/peer p50"), ("p99_ms", False, "chronos/peer p99")],
+    },
+    "waiters": {
+        "title": "11. Concurrent result() waiters in one process: jobs due together "
+        "(times from the due time; wake = handler ran -> result in the waiter's hands)",
+        "columns": [
+            ("waiters", "blocked", "{:,.0f}"),
+            ("all_back_ms", "all back ms", "{:.1f}"),
+            ("wake_p50_ms", "wake p50 ms", "{:.1f}"),
+            ("wake_p99_ms", "wake p99 ms", "{:.1f}"),
+            ("conns_waiting", "conns while blocked", "{:.0f}"),
+            ("conns_subscribed", "of them subscribed", "{:.0f}"),
+            ("peak_extra_clients", "peak extra clients", "{:.0f}"),
+            ("accepted", "conns accepted", "{:.0f}"),
+        ],
+    },
 }
 
 
