@@ -74,6 +74,7 @@ class Sizes:
         self.lease = 2.0 if q else 5.0
         self.idle_seconds = 3.0 if q else 10.0
         self.results_drain = 2_000 if q else 20_000
+        self.results_blocks = 4 if q else 10  # of results_drain jobs each, alternating
         self.roundtrip_rate = 100.0
         self.roundtrip_jobs = 50 if q else 1_000  # 10 s at 100/s
         self.waiters = 100 if q else 1_000
@@ -241,7 +242,8 @@ def suite(args: argparse.Namespace, redis: BenchRedis) -> dict[str, list[dict[st
         # Both drains in every run, the order alternating from run to run.
         order = itertools.count()
         ours("results", f"{s.results_drain:,} jobs, c=64", lambda: cb.run(
-            cb.drain_results, url, s.results_drain, 64, s.timeout, next(order) % 2))  # fmt: skip
+            cb.drain_results, url, s.results_drain, s.results_blocks, 64, s.timeout,
+            next(order) % 2))  # fmt: skip
 
     if "roundtrip" in wanted:
         setting = f"{s.roundtrip_rate:.0f}/s for {s.roundtrip_jobs / s.roundtrip_rate:g} s, c=16"

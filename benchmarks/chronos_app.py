@@ -52,12 +52,33 @@ async def noop_result(args: Bench, job: chronos_trio.JobContext) -> Done:
     return Done(recorder().record(args.sent_at, args.due_at))
 
 
+async def mixed_none(args: Bench, job: chronos_trio.JobContext) -> None:
+    """:func:`noop`, its start tagged 0 (the interleaved drain)."""
+    rec = recorder()
+    rec.record(args.sent_at, args.due_at)
+    rec.mark(0)
+
+
+async def mixed_result(args: Bench, job: chronos_trio.JobContext) -> Done:
+    """:func:`noop_result`, its start tagged 1 (the interleaved drain)."""
+    rec = recorder()
+    done = Done(rec.record(args.sent_at, args.due_at))
+    rec.mark(1)
+    return done
+
+
+#: Kinds of the tagged tasks, by tag.
+MIXED_KINDS = ("bench.mixed.none", "bench.mixed.result")
+
+
 def make_app(store: Any = None) -> tuple[chronos_trio.App, chronos_trio.Task[Bench]]:
     """An App (store URL or Store object) with the benchmark's tasks
     registered; returns the no-op task (:func:`result_task` has the other)."""
     bench_app = chronos_trio.App(store, name="bench")
     task = bench_app.task("bench.noop", max_retries=3, timeout=3600)(noop)
     bench_app.task(RESULT_KIND, max_retries=3, timeout=3600)(noop_result)
+    for kind, handler in zip(MIXED_KINDS, (mixed_none, mixed_result), strict=True):
+        bench_app.task(kind, max_retries=3, timeout=3600)(handler)
     return bench_app, task
 
 

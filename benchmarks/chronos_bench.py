@@ -9,8 +9,10 @@ report through the recorder files described in ``benchmarks._common``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -27,7 +29,7 @@ import trio
 from benchmarks import _common as common
 from benchmarks._proc import REPO, WorkerGroup
 from benchmarks._redis import BenchRedis, own_ports
-from benchmarks.chronos_app import Bench, Done, make_app, result_task
+from benchmarks.chronos_app import MIXED_KINDS, Bench, Done, make_app, result_task
 from chronos_trio import MemoryStore, NewJob
 from chronos_trio.store import QueueWeight, SettleKind, Settlement
 
@@ -220,18 +222,26 @@ async def drain(
     timeout: float,
     *,
     results: bool = False,
+    cpu_of: bool = False,
     **options: Any,
 ) -> dict[str, Any]:
     """``n`` jobs enqueued first, then the worker(s) start; jobs/s from the
     first job's start to the last one's. ``results``: the jobs are of the
     task that returns a small attrs result (stored by the worker); a few of
-    the last jobs' results are read back to check they were."""
+    the last jobs' results are read back to check they were. With
+    ``cpu_of`` (one worker process), also the CPU time per job of that
+    worker and of redis-server while it drained (:class:`CpuMeter`)."""
     app, task = make_app(url)
     handles = await preload(result_task(app) if results else task, n)
+    cpu: dict[str, Any] = {}
     async with open_workers(url) as workers:
         spawned = time.time()
-        workers.start(concurrency, processes, **options)
+        group = workers.start(concurrency, processes, **options)
+        if cpu_of:
+            meter = await CpuMeter.once_started(url, group.pid, workers)
         ok = await workers.wait_total(n, timeout)
+        if cpu_of:
+            cpu = meter.per_job(workers.count())
         rec = workers.collect()
     # A job that returned None is not kept once done (nothing to read): only
     # the stored results can be read back.
@@ -240,7 +250,41 @@ async def drain(
         if not isinstance(value, Done):
             raise RuntimeError(f"job {handle.job_id} returned {value!r}")
     await app.aclose()
-    return _throughput(rec, n, ok, extra={"wall_s": rec["last"] - spawned})
+    return _throughput(rec, n, ok, extra={"wall_s": rec["last"] - spawned, **cpu})
+
+
+class CpuMeter:
+    """CPU time (user + system) of one worker process (``/proc/PID/stat``,
+    clock ticks) and of redis-server (``INFO cpu``) from once the worker
+    started its first job (its start-up is not counted) until :meth:`per_job`."""
+
+    def __init__(self, url: str, pid: int, jobs: int) -> None:
+        self._redis = BenchRedis(url)
+        self._pid = pid
+        self._jobs = jobs
+        self._worker = self._worker_cpu()
+        self._server = self._server_cpu()
+
+    @classmethod
+    async def once_started(cls, url: str, pid: int, workers: Workers) -> CpuMeter:
+        await workers.wait_total(1, 60)
+        return cls(url, pid, workers.count())
+
+    def _worker_cpu(self) -> float:
+        # utime and stime are fields 14 and 15; the name (2) may hold spaces
+        fields = Path(f"/proc/{self._pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _server_cpu(self) -> float:
+        info = self._redis.client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    def per_job(self, jobs: int) -> dict[str, float]:
+        """Microseconds of CPU per job started since the meter started."""
+        done = max(1, jobs - self._jobs)
+        worker, server = self._worker_cpu() - self._worker, self._server_cpu() - self._server
+        self._redis.client.close()
+        return {"worker_cpu_us": worker / done * 1e6, "redis_cpu_us": server / done * 1e6}
 
 
 def _throughput(
@@ -493,26 +537,72 @@ async def idle(
 
 
 async def drain_results(
-    url: str, n: int, concurrency: int, timeout: float, result_first: int
+    url: str, n: int, blocks: int, concurrency: int, timeout: float, result_first: int
 ) -> dict[str, Any]:
-    """One drain of ``n`` jobs returning None and one of ``n`` jobs returning
-    a small attrs result (stored), back to back on the same Redis (FLUSHDB
-    between), the one with results first when ``result_first`` is true
-    (1), so load that drifts over the runs falls on both alike. Jobs/s of
-    each, and their ratio (with results / without) in this run."""
+    """The cost of storing a small attrs result, measured two ways in one run
+    (``result_first``: the jobs with results go first in both).
+
+    Separate drains: ``n`` jobs returning None and ``n`` returning a result,
+    each drained by a fresh worker process, back to back (FLUSHDB between);
+    jobs/s of each, their ratio, and CPU per job of the worker and of Redis.
+
+    One drain of ``blocks`` alternating blocks of ``n`` jobs each (no result,
+    result, ...) by one worker: each block's time runs from its first start
+    to the next block's first start (the first block, start-up, and the
+    last, with no next one, are not timed). Machine noise lasting longer
+    than a block falls on both kinds alike; the jobs still in flight at a
+    block's end (up to concurrency + 2 x batch_size) carry a little of one
+    kind's cost into the next block, which narrows the difference slightly."""
     rows = {}
     for results in (True, False) if result_first else (False, True):
         if rows:
             flush_db(url)
-        rows[results] = await drain(url, n, concurrency, 1, timeout, results=results)
+        rows[results] = await drain(url, n, concurrency, 1, timeout, results=results, cpu_of=True)
     plain, stored = rows[False], rows[True]
+    flush_db(url)
+    mixed = await drain_mixed(url, n, blocks, concurrency, timeout, int(bool(result_first)))
     return {
         "plain_per_s": plain["jobs_per_s"],
         "result_per_s": stored["jobs_per_s"],
         "ratio": stored["jobs_per_s"] / plain["jobs_per_s"],
+        **{f"plain_{k}": plain[k] for k in ("worker_cpu_us", "redis_cpu_us")},
+        **{f"result_{k}": stored[k] for k in ("worker_cpu_us", "redis_cpu_us")},
+        **mixed,
         "completed": min(plain["completed"], stored["completed"]),
         "result_first": bool(result_first),
-        "ok": plain["ok"] and stored["ok"],
+        "ok": plain["ok"] and stored["ok"] and mixed.pop("ok"),
+    }
+
+
+async def drain_mixed(
+    url: str, n: int, blocks: int, concurrency: int, timeout: float, first: int
+) -> dict[str, Any]:
+    """``blocks`` alternating blocks of ``n`` jobs (tag ``first`` first: 0
+    returns None, 1 a small attrs result), enqueued in order, then one
+    worker drains them; jobs/s of each kind from the timed blocks (see
+    :func:`drain_results`)."""
+    app, _ = make_app(url)
+    tasks = [app.tasks[kind] for kind in MIXED_KINDS]
+    for block in range(blocks):
+        await preload(tasks[(first + block) % 2], n)
+    total = n * blocks
+    async with open_workers(url) as workers:
+        workers.start(concurrency)
+        ok = await workers.wait_total(total, timeout)
+        [final] = common.collect(workers.out_dir)  # one process: starts in order
+    await app.aclose()
+    starts, marks = final["starts"], final["marks"]
+    firsts = [i for i in range(len(marks)) if i == 0 or marks[i] != marks[i - 1]]
+    took, jobs = [0.0, 0.0], [0, 0]
+    for this, after in itertools.pairwise(firsts[1:]):
+        took[marks[this]] += starts[after] - starts[this]
+        jobs[marks[this]] += after - this
+    return {
+        "mixed_plain_per_s": jobs[0] / took[0] if took[0] else math.nan,
+        "mixed_result_per_s": jobs[1] / took[1] if took[1] else math.nan,
+        "mixed_ratio": (jobs[1] / took[1]) / (jobs[0] / took[0]) if all(took) else math.nan,
+        "mixed_blocks": len(firsts),
+        "ok": ok and len(starts) >= total and len(firsts) == blocks,
     }
 
 
@@ -601,11 +691,16 @@ class _ClientCount:
             self._stop.wait(0.005)
 
 
-def _own_clients(redis: BenchRedis, exclude: set[int]) -> list[dict[str, Any]]:
+def _own_clients(redis: BenchRedis, exclude: set[int]) -> list[dict[str, Any]] | None:
     """The server's clients that are connections of this process (by local
-    port), without those in ``exclude`` (the admin clients' ports)."""
-    mine = own_ports(redis.port) - exclude
-    return [c for c in redis.clients() if int(c["addr"].rsplit(":", 1)[1]) in mine]
+    port), without those in ``exclude`` (the admin clients' ports); None
+    when this process's connections changed while the list was read."""
+    before = own_ports(redis.port)
+    clients = redis.clients()
+    if own_ports(redis.port) != before:
+        return None
+    mine = before - exclude
+    return [c for c in clients if int(c["addr"].rsplit(":", 1)[1]) in mine]
 
 
 async def waiters(
@@ -653,9 +748,16 @@ async def waiters(
                         break
                     await trio.sleep(0.005)
                 registered, all_registered = listener.waiting(), time.time()
-                while_waiting = await trio.to_thread.run_sync(_own_clients, redis, admin)
-                if time.time() >= due:
-                    raise RuntimeError("the jobs came due before every waiter was blocked")
+                # Registered waiters are still reading their jobs (one round
+                # trip each): read the client list once this process's
+                # connections have stopped changing around it.
+                while True:
+                    await trio.sleep(0.05)
+                    if time.time() >= due:
+                        raise RuntimeError("the jobs came due before every waiter was blocked")
+                    while_waiting = await trio.to_thread.run_sync(_own_clients, redis, admin)
+                    if while_waiting is not None:
+                        break
             accepted = redis.connections_received() - accepted_before
             peak = sampler.peak - clients_before
     finally:
