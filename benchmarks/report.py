@@ -105,13 +105,20 @@ TABLES: dict[str, dict[str, Any]] = {
         "columns": [("commands_per_s", "commands/s", "{:.2f}")],
     },
     "results": {
-        "title": "9. Drain with a small attrs result stored vs returning None "
-        "(one worker process; both in every run, the order alternating), jobs/s",
+        "title": "9. Drain with a small attrs result stored vs returning None, one worker "
+        "process, c=64: separate drains and alternating blocks in one drain (both in every "
+        "run); jobs/s, result/None (median of the runs' ratios), CPU us per job",
         "columns": [
-            ("plain_per_s", "None jobs/s", "{:,.0f}"),
-            ("result_per_s", "result jobs/s", "{:,.0f}"),
-            ("ratio", "result/None", "{:.3f}"),
-            ("completed", "done", "{:,.0f}"),
+            ("plain_per_s", "sep. None/s", "{:,.0f}"),
+            ("result_per_s", "sep. result/s", "{:,.0f}"),
+            ("ratio", "sep. ratio", "{:.3f}"),
+            ("mixed_plain_per_s", "blocks None/s", "{:,.0f}"),
+            ("mixed_result_per_s", "blocks result/s", "{:,.0f}"),
+            ("mixed_ratio", "blocks ratio", "{:.3f}"),
+            ("plain_worker_cpu_us", "worker us None", "{:.1f}"),
+            ("result_worker_cpu_us", "worker us result", "{:.1f}"),
+            ("plain_redis_cpu_us", "redis us None", "{:.1f}"),
+            ("result_redis_cpu_us", "redis us result", "{:.1f}"),
         ],
     },
     "roundtrip": {
