@@ -709,7 +709,8 @@ async def waiters(
     """``n`` jobs (returning a small attrs result) enqueued in one batch,
     due ``delay`` s later; ``n`` concurrent ``result()`` waits start at once,
     in this one process. Once every waiter is blocked (registered with the
-    store's one subscription), the server's client list is read: this
+    store's one subscription, its first read done: this process's
+    connections stopped changing), the server's client list is read: this
     process's connections, and how many of them are subscribed. Then the
     jobs come due (worker at ``concurrency`` in its own process): the time
     from the due time until every result is back, and per job the time from
@@ -749,15 +750,20 @@ async def waiters(
                     await trio.sleep(0.005)
                 registered, all_registered = listener.waiting(), time.time()
                 # Registered waiters are still reading their jobs (one round
-                # trip each): read the client list once this process's
-                # connections have stopped changing around it.
+                # trip each, replies in flight): read the client list once
+                # this process's connections have not changed for 250 ms.
+                ports, steady_since = own_ports(redis.port), time.time()
                 while True:
-                    await trio.sleep(0.05)
+                    await trio.sleep(0.02)
                     if time.time() >= due:
                         raise RuntimeError("the jobs came due before every waiter was blocked")
-                    while_waiting = await trio.to_thread.run_sync(_own_clients, redis, admin)
-                    if while_waiting is not None:
-                        break
+                    now_ports = await trio.to_thread.run_sync(own_ports, redis.port)
+                    if now_ports != ports:
+                        ports, steady_since = now_ports, time.time()
+                    elif time.time() - steady_since >= 0.25:
+                        while_waiting = await trio.to_thread.run_sync(_own_clients, redis, admin)
+                        if while_waiting is not None:
+                            break
             accepted = redis.connections_received() - accepted_before
             peak = sampler.peak - clients_before
     finally:
@@ -768,6 +774,7 @@ async def waiters(
     return {
         "waiters": registered,
         "register_ms": (all_registered - t0) * 1e3,
+        "blocked_ms": (steady_since - t0) * 1e3,  # their first reads done
         "all_back_ms": (last - due) * 1e3,
         **{f"wake_{k}": v for k, v in common.latency_summary([t - r for t, r in back]).items()},
         "conns_waiting": len(while_waiting),

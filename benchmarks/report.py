@@ -137,7 +137,8 @@ TABLES: dict[str, dict[str, Any]] = {
         "title": "11. Concurrent result() waiters in one process: jobs due together "
         "(times from the due time; wake = handler ran -> result in the waiter's hands)",
         "columns": [
-            ("waiters", "blocked", "{:,.0f}"),
+            ("waiters", "waiters", "{:,.0f}"),
+            ("blocked_ms", "all blocked ms", "{:.0f}"),
             ("all_back_ms", "all back ms", "{:.1f}"),
             ("wake_p50_ms", "wake p50 ms", "{:.1f}"),
             ("wake_p99_ms", "wake p99 ms", "{:.1f}"),
