@@ -145,7 +145,7 @@ TABLES: dict[str, dict[str, Any]] = {
             ("conns_waiting", "conns while blocked", "{:.0f}"),
             ("conns_subscribed", "of them subscribed", "{:.0f}"),
             ("peak_extra_clients", "peak extra clients", "{:.0f}"),
-            ("accepted", "conns accepted", "{:.0f}"),
+            ("accepted", "conns accepted", "{:,.0f}"),
         ],
     },
 }
