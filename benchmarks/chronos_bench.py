@@ -561,6 +561,7 @@ async def drain_results(
     plain, stored = rows[False], rows[True]
     flush_db(url)
     mixed = await drain_mixed(url, n, blocks, concurrency, timeout, int(bool(result_first)))
+    mixed_ok = mixed.pop("ok")
     return {
         "plain_per_s": plain["jobs_per_s"],
         "result_per_s": stored["jobs_per_s"],
@@ -570,7 +571,7 @@ async def drain_results(
         **mixed,
         "completed": min(plain["completed"], stored["completed"]),
         "result_first": bool(result_first),
-        "ok": plain["ok"] and stored["ok"] and mixed.pop("ok"),
+        "ok": plain["ok"] and stored["ok"] and mixed_ok,
     }
 
 
@@ -602,6 +603,7 @@ async def drain_mixed(
         "mixed_result_per_s": jobs[1] / took[1] if took[1] else math.nan,
         "mixed_ratio": (jobs[1] / took[1]) / (jobs[0] / took[0]) if all(took) else math.nan,
         "mixed_blocks": len(firsts),
+        # more runs of one kind than blocks: starts interleaved at a boundary
         "ok": ok and len(starts) >= total and len(firsts) == blocks,
     }
 
