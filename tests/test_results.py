@@ -30,6 +30,7 @@ from chronos_trio.records import JobRef
 from chronos_trio.store import SettleKind, Settlement
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis import _results as redis_results
+from chronos_trio.store.redis._native import MAX_OPEN, NativeNode
 from tests._backends import Backend
 
 
@@ -182,9 +183,20 @@ async def test_a_retained_job_outlives_its_result(backend: Backend, clock: objec
             assert status.state is JobState.SUCCEEDED and status.result_expired
 
 
-async def test_many_waiters_on_many_jobs(backend: Backend, clock: object) -> None:
+async def test_many_waiters_on_many_jobs(
+    backend: Backend, clock: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = backend.store()
     app = results_app(store)
+    opened = 0
+    real_open = NativeNode._open_once
+
+    async def counted_open(self: NativeNode) -> Any:
+        nonlocal opened
+        opened += 1
+        return await real_open(self)
+
+    monkeypatch.setattr(NativeNode, "_open_once", counted_open)
     n = backend.pick(memory=1000, redis=1000)
     got: dict[int, Total] = {}
     async with app.open_worker(**backend.timing(poll_interval=0.5), concurrency=64):
@@ -202,6 +214,8 @@ async def test_many_waiters_on_many_jobs(backend: Backend, clock: object) -> Non
     if isinstance(store, RedisStore):
         # one subscription for them all, no waiter left registered
         assert store._done.subscriptions == 1 and store._done.waiting() == 0
+        # their reads share the pool: never a connection per waiter
+        assert opened <= MAX_OPEN + 2, opened
 
 
 # -- the wake-up between the check and the block -----------------------------------------

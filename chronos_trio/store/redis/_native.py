@@ -13,6 +13,8 @@ It behaves like the thread hop it replaces:
 * a round trip, once started, runs to completion or fails; cancelling the
   caller waits for it (the outcome of a state change is never lost between
   the store and the worker), bounded by the socket timeout;
+* at most :data:`MAX_OPEN` round trips run at once per node; more wait
+  (cancellably: nothing was sent) for a connection;
 * every failure surfaces as a redis-py ``ConnectionError``/``TimeoutError``
   (the adapter turns those into ``StoreError``), and the connection is dropped;
 * a pooled connection that turns out dead before any reply (the server
@@ -56,8 +58,12 @@ from redis._parsers.base import BaseParser
 
 from ._sentinel import Address, MasterWatch, SentinelConnection
 
-#: Idle connections kept per node (more are opened when needed, then closed).
-MAX_IDLE = 16
+#: Connections in use per node at most: more round trips at once wait for
+#: one (1,000 result waiters reading their jobs at once opened 1,000
+#: connections, and the churn cost more than the reads).
+MAX_OPEN = 32
+#: Idle connections kept per node (as many as may be open: a burst reuses them).
+MAX_IDLE = MAX_OPEN
 _READ_SIZE = 65536
 
 
@@ -201,6 +207,7 @@ class NativeNode:
         self._idle: list[_Connection] = []
         self._stale: list[_Connection] = []
         self._closed = False
+        self._slots = trio.Semaphore(MAX_OPEN)
 
     @classmethod
     def for_client(cls, client: redis.Redis, watch: MasterWatch | None = None) -> NativeNode | None:
@@ -254,19 +261,30 @@ class NativeNode:
         TimeoutError when the node cannot be reached in time."""
         if self._closed:
             raise redis.exceptions.ConnectionError("the store is closed")
-        with trio.CancelScope(shield=True):
-            replies = await self._execute(commands)
-            if self._watch is not None:
-                readonly = [i for i, r in enumerate(replies) if _is_readonly(r)]
-                refused = with_waits(commands, readonly)
-                if refused:
-                    # Demoted under us: those commands did not run; send them
-                    # once more to whoever the sentinels name now.
-                    self._watch.forget()
-                    await self._drop_idle()
-                    again = await self._execute([commands[i] for i in refused])
-                    for i, reply in zip(refused, again, strict=True):
-                        replies[i] = reply
+        # Waiting for a connection is cancellable; a round trip once started
+        # is not (see the module docstring).
+        await self._slots.acquire()
+        try:
+            with trio.CancelScope(shield=True):
+                replies = await self._execute_in_slot(commands)
+        finally:
+            self._slots.release()
+        return replies
+
+    async def _execute_in_slot(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """One pipeline on a connection slot (see execute)."""
+        replies = await self._execute(commands)
+        if self._watch is not None:
+            readonly = [i for i, r in enumerate(replies) if _is_readonly(r)]
+            refused = with_waits(commands, readonly)
+            if refused:
+                # Demoted under us: those commands did not run; send them
+                # once more to whoever the sentinels name now.
+                self._watch.forget()
+                await self._drop_idle()
+                again = await self._execute([commands[i] for i in refused])
+                for i, reply in zip(refused, again, strict=True):
+                    replies[i] = reply
         return [self._parse(c, r) for c, r in zip(commands, replies, strict=True)]
 
     def _take_idle(self) -> _Connection | None:
