@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
+import redis.cluster
 import trio
 from redis.crc import key_slot
 
@@ -85,6 +87,28 @@ async def test_a_drain_on_the_cluster_hops_to_no_thread(
         assert hops.calls["_run_on_node"] > 3 * 8 and trips == 0
     [stats] = await store.stats(["default"])
     assert stats.total == 0
+    await store.aclose()
+
+
+async def test_a_cluster_client_with_a_connect_hook_keeps_the_threads(
+    redis_cluster: RedisCluster, redis_cluster_url: str
+) -> None:
+    """The native path cannot run a connect hook: such a client (like TLS)
+    goes through redis-py in threads, hook and all."""
+    hooked: list[object] = []
+
+    def make() -> redis.cluster.RedisCluster:
+        nodes = [redis.cluster.ClusterNode("127.0.0.1", p) for p in redis_cluster.ports]
+        return redis.cluster.RedisCluster(
+            startup_nodes=nodes, redis_connect_func=hooked.append, protocol=2
+        )
+
+    store = RedisStore(make, default_partitions=8)
+    with trio.fail_after(20):
+        await store.enqueue_many([job(f"j{i}") for i in range(20)])
+        got = await store.lease([QueueWeight("q")], 20, worker_id="w", lease_duration=5)
+    assert len(got) == 20 and hooked
+    assert store._adapter._native_cluster is None
     await store.aclose()
 
 

@@ -80,9 +80,11 @@ class NativeCluster:
         #: with it), with the idle connections of a node that left closed.
         self._nodes: dict[str, NativeNode] = {}
         self._refresh_lock = trio.Lock()
-        #: Slot map rebuilds so far; also tells a batch whether the map was
-        #: rebuilt since it routed its ops.
+        #: Slot map rebuilds so far (for tests and monitoring).
         self.refreshes = 0
+        #: Rebuilds tried, failed ones too: tells a batch whether one was
+        #: tried since it routed its ops.
+        self._attempts = 0
         #: Rebuild the map before the next batch (a node failed).
         self._stale = False
         self._closed = False
@@ -166,11 +168,11 @@ class NativeCluster:
         self, ops: Sequence[Op], wait: Op | None = None, acks: list[Any] | None = None
     ) -> list[Any]:
         if self._stale:
-            await self._refresh(self.refreshes)
+            await self._refresh(self._attempts)
         replies: list[Any] = [None] * len(ops)
         pending: Sequence[int] = range(len(ops))
         for attempt in range(MAX_REFRESHES + 1):
-            seen = self.refreshes
+            seen = self._attempts
             groups = self._route(ops, pending)
             await self._send(groups, ops, replies, wait, acks, asking=False)
             errors = [i for i in pending if isinstance(replies[i], redis.exceptions.ResponseError)]
@@ -261,12 +263,15 @@ class NativeCluster:
             raise failures[0]
 
     async def _refresh(self, seen: int) -> None:
-        """Rebuild the slot map, unless it was rebuilt since the caller saw
-        ``refreshes`` == ``seen`` (concurrent batches that all got MOVED
-        share one rebuild). RedisClusterException when no node answers."""
+        """Rebuild the slot map, unless a rebuild was tried since the caller
+        saw ``_attempts`` == ``seen``: concurrent batches that all got MOVED
+        share one rebuild, and when the nodes do not answer, batches queued
+        behind a rebuild that failed do not each wait for one more (they go
+        on with the map as it is). RedisClusterException when no node answers."""
         async with self._refresh_lock:
-            if self.refreshes != seen:
+            if self._attempts != seen:
                 return
+            self._attempts += 1
             await trio.to_thread.run_sync(
                 self._cluster.nodes_manager.initialize, limiter=self._limiter
             )
