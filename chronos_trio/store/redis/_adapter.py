@@ -40,7 +40,7 @@ import redis.exceptions
 import trio
 
 from .._roles import StoreError
-from ._cluster import NativeCluster
+from ._cluster import NativeCluster, send_at_once
 from ._native import NativeNode, with_waits
 from ._scripts import Op, Script
 from ._sentinel import MasterWatch, describe
@@ -307,7 +307,6 @@ class RedisAdapter:
         with WAIT and its reply is appended to ``acks``."""
         replies: list[Any] = [None] * len(ops)
         pending = list(range(len(ops)))
-        errors: list[BaseException] = []
         for attempt in range(3):
             groups: dict[str, tuple[redis.Redis, list[int]]] = {}
             for i in pending:
@@ -320,29 +319,13 @@ class RedisAdapter:
                     groups[node.name] = (cluster.get_redis_connection(node), [])
                 groups[node.name][1].append(i)
 
-            async def run_group(client: redis.Redis, idx: list[int]) -> None:
+            async def run_group(client: redis.Redis, idx: list[int]) -> list[Any]:
                 batch = [ops[i] for i in idx] + ([wait.op()] if wait else [])
-                try:
-                    got = await trio.to_thread.run_sync(
-                        self._run_on_node, client, batch, limiter=self._limiter
-                    )
-                except _REDIS_ERRORS as exc:  # kept out of the nursery's ExceptionGroup
-                    errors.append(exc)
-                    return
-                if wait is not None and acks is not None:
-                    acks.append(got.pop())
-                for i, reply in zip(idx, got, strict=True):
-                    replies[i] = reply
+                return await trio.to_thread.run_sync(
+                    self._run_on_node, client, batch, limiter=self._limiter
+                )
 
-            if len(groups) == 1:
-                ((client, idx),) = groups.values()
-                await run_group(client, idx)
-            else:
-                async with trio.open_nursery() as nursery:
-                    for client, idx in groups.values():
-                        nursery.start_soon(run_group, client, idx)
-            if errors:
-                raise errors[0]
+            await send_at_once(list(groups.values()), run_group, replies, acks if wait else None)
             pending = [i for i in pending if isinstance(replies[i], redis.exceptions.AskError)]
             if not pending:
                 break

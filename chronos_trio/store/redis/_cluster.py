@@ -44,7 +44,7 @@ returns None), nor is TLS: redis-py in threads then.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.cluster
@@ -64,6 +64,44 @@ MAX_REFRESHES = 2
 
 #: A node that cannot be reached: the batch fails and the map is rebuilt.
 _UNREACHABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+#: What a node's round trip may raise (the adapter makes them StoreError).
+_FAILURES = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+
+N = TypeVar("N")
+
+
+async def send_at_once(
+    groups: Sequence[tuple[N, list[int]]],
+    send: Callable[[N, list[int]], Awaitable[list[Any]]],
+    replies: list[Any],
+    acks: list[Any] | None = None,
+) -> None:
+    """``send(node, idx)`` for every group (a node and the indices of its ops
+    in ``replies``) at once; each reply goes to its op's place in
+    ``replies``, and with ``acks`` the last reply of each group (its WAIT's)
+    goes there. Raises the first failure once every group's round trip
+    ended (redis-py's exception, never an ExceptionGroup)."""
+    failures: list[BaseException] = []
+
+    async def one(node: N, idx: list[int]) -> None:
+        try:
+            got = await send(node, idx)
+        except _FAILURES as exc:  # kept out of the nursery's ExceptionGroup
+            failures.append(exc)
+            return
+        if acks is not None:
+            acks.append(got.pop())
+        for i, reply in zip(idx, got, strict=True):
+            replies[i] = reply
+
+    if len(groups) == 1:
+        await one(*groups[0])
+    else:
+        async with trio.open_nursery() as nursery:
+            for node, idx in groups:
+                nursery.start_soon(one, node, idx)
+    if failures:
+        raise failures[0]
 
 
 class NativeCluster:
@@ -158,6 +196,8 @@ class NativeCluster:
         started has ended, even when cancelled."""
         if self._closed:
             raise redis.exceptions.ConnectionError("the store is closed")
+        if wait is not None and acks is None:
+            acks = []
         with trio.CancelScope(shield=True):
             replies = await self._execute(ops, wait, acks)
             if after:
@@ -232,35 +272,18 @@ class NativeCluster:
         *,
         asking: bool,
     ) -> None:
-        """One pipeline per group, groups at once; replies into ``replies``.
-        Raises the first failure once every group's round trip ended."""
-        failures: list[BaseException] = []
+        """One pipeline per group, groups at once (see :func:`send_at_once`)."""
 
-        async def one(node: NativeNode, idx: list[int]) -> None:
+        async def send(node: NativeNode, idx: list[int]) -> list[Any]:
             batch = [ops[i] for i in idx] + ([wait] if wait is not None else [])
             try:
-                got = await self._run(node, batch, asking)
-            except _UNREACHABLE as exc:
+                return await self._run(node, batch, asking)
+            except _UNREACHABLE:
                 self._stale = True
                 await node.close_idle()  # as stale as the one that failed
-                failures.append(exc)  # kept out of the nursery's ExceptionGroup
-                return
-            except redis.exceptions.RedisError as exc:  # a SCRIPT LOAD refused, AUTH failed
-                failures.append(exc)
-                return
-            if wait is not None and acks is not None:
-                acks.append(got.pop())
-            for i, reply in zip(idx, got, strict=True):
-                replies[i] = reply
+                raise
 
-        if len(groups) == 1:
-            await one(*groups[0])
-        else:
-            async with trio.open_nursery() as nursery:
-                for node, idx in groups:
-                    nursery.start_soon(one, node, idx)
-        if failures:
-            raise failures[0]
+        await send_at_once(groups, send, replies, acks if wait is not None else None)
 
     async def _refresh(self, seen: int) -> None:
         """Rebuild the slot map, unless a rebuild was tried since the caller
