@@ -207,6 +207,8 @@ class NativeCluster:
     async def _execute(
         self, ops: Sequence[Op], wait: Op | None = None, acks: list[Any] | None = None
     ) -> list[Any]:
+        if not ops:
+            return []
         if self._stale:
             await self._refresh(self._attempts)
         replies: list[Any] = [None] * len(ops)
