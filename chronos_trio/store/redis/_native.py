@@ -5,8 +5,9 @@ A hop through ``trio.to_thread`` costs more than a local Redis round trip
 itself (about 130 us of CPU here), which capped one-at-a-time enqueues and
 added to every batch of the worker's hot path. This path serves plain TCP
 and Unix-socket connections to a single node, the common deployment, and the
-master of a Redis Sentinel service; TLS, Cluster, custom credential providers
-and the blocking ``BLPOP`` keep using redis-py in threads (see ``_adapter``).
+master of a Redis Sentinel service, and each master of a Redis Cluster (one
+node per master, see ``_cluster``); TLS, custom credential providers and the
+blocking ``BLPOP`` keep using redis-py in threads (see ``_adapter``).
 
 It behaves like the thread hop it replaces:
 
@@ -210,15 +211,28 @@ class NativeNode:
         self._slots = trio.Semaphore(MAX_OPEN)
 
     @classmethod
-    def for_client(cls, client: redis.Redis, watch: MasterWatch | None = None) -> NativeNode | None:
+    def for_client(
+        cls,
+        client: redis.Redis,
+        watch: MasterWatch | None = None,
+        *,
+        connect_func: Callable[..., Any] | None = None,
+    ) -> NativeNode | None:
         """A native node with ``client``'s settings, or None when this path does
         not cover its connection kind (TLS, custom connection classes or
         credential providers): redis-py in threads then. ``watch``: the client
-        is a Sentinel master's, and the node is the master ``watch`` names."""
+        is a Sentinel master's, and the node is the master ``watch`` names.
+        ``connect_func``: the client's ``redis_connect_func`` when the caller
+        knows it sends nothing beyond AUTH/SELECT (a Cluster node's client
+        has the cluster's own, which adds ``READONLY`` only for replica reads);
+        any other one means this path does not cover the client."""
         pool = client.connection_pool
         kind = pool.connection_class
         kw = pool.connection_kwargs
-        if kw.get("credential_provider") is not None or kw.get("redis_connect_func") is not None:
+        on_connect = kw.get("redis_connect_func")
+        if kw.get("credential_provider") is not None or (
+            on_connect is not None and on_connect != connect_func
+        ):
             return None
         connect: Callable[[], Awaitable[trio.abc.Stream]] | None
         if kind is redis.connection.Connection:
@@ -418,6 +432,12 @@ class NativeNode:
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.aclose()
+
+    async def close_idle(self) -> None:
+        """Close the idle connections (the node failed, or is no longer the
+        one to talk to); round trips in flight finish on theirs, and later
+        ones open new connections."""
+        await self._drop_idle()
 
     async def aclose(self) -> None:
         self._closed = True
