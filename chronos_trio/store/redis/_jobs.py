@@ -21,6 +21,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
+import redis
 import trio
 
 from ...records._jobs import Job, JobState, LeasedJob, LeaseRef, require_field_order
@@ -68,6 +69,14 @@ _UNDECODABLE_TIMEOUT = 10.0
 _PEEK_MARGIN = 1.0
 
 
+async def _one_node(ctx: StoreContext) -> bool:
+    """Whether the store is one Redis node (standalone, or a Sentinel's
+    master) rather than a Cluster: there one script may touch the keys of
+    many partitions, so a batch over a whole queue is one script (the client
+    is made once, then cached). Raises StoreError when it cannot be made."""
+    return isinstance(await ctx.adapter.client(), redis.Redis)
+
+
 def _nonce() -> str:
     """Per call and partition; with the partition's counter it makes tokens unique."""
     return secrets.token_hex(6) + "-"
@@ -97,87 +106,101 @@ def _usable(slots: Sequence[Any], replies: list[Any], what: str) -> list[Any]:
 
 
 # -- promote ---------------------------------------------------------------------------
+def _promote_op(pks: Sequence[PartitionKeys], limit: int, groups: Sequence[int]) -> Op:
+    """One promote.lua call over ``pks``, in ``groups`` of partitions (see its header)."""
+    keys = [
+        key
+        for pk in pks
+        for key in (pk.scheduled, pk.retry, pk.ready, pk.job_prefix, pk.dead, pk.damaged)
+    ]
+    return Op.script_call(S.PROMOTE, keys, [limit, *groups], soft=True)
+
+
 async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> PromoteResult:
-    metas = await ctx.meta(queues)
-    slots = [(q, pk) for q in dict.fromkeys(queues) for pk in ctx.partitions_of(q, metas[q])]
+    order = list(dict.fromkeys(queues))
+    metas = await ctx.meta(order)
+    by_queue = {q: ctx.partitions_of(q, metas[q]) for q in order}
+    slots = [pk for pks in by_queue.values() for pk in pks]
     if not slots:
         (t,) = await ctx.adapter.execute([Op.command(None, "TIME")])
         return PromoteResult(0, None, int(t[0]) + int(t[1]) / 1_000_000)
-    plan: dict[PartitionKeys, int]
+    plan: list[tuple[Sequence[PartitionKeys], int]]
     heads: dict[PartitionKeys, float] = {}
     now: float | None = None
-    if len(slots) == 1:
-        plan = {slots[0][1]: limit}
+    if len(slots) == 1 or await _one_node(ctx):
+        # One script promotes every queue, the split over partitions (in one
+        # order per queue, queue after queue) included: no peek.
+        groups = [len(pks) for pks in by_queue.values() if pks]
+        plan, ops = [(slots, limit)], [_promote_op(slots, limit, groups)]
     else:
-        # Plain reads (cheaper for Redis than a script): each partition's two due
-        # prefixes, their heads and the clock; the promote scripts re-check due
-        # times themselves. Only entries due by about now are read (with a
-        # margin for clock skew): jobs due later cannot be promoted by this
-        # call, and reading them made a deep schedule cost milliseconds.
-        horizon = repr(ctx.estimated_now() + _PEEK_MARGIN)
-        peek = [
-            op
-            for _, pk in slots
-            for z in (pk.scheduled, pk.retry)
-            for op in (
-                Op.soft_command(
-                    pk.tag, "ZRANGE", z, "-inf", horizon, "BYSCORE", "LIMIT", 0, limit,
-                    "WITHSCORES",
-                ),
-                Op.soft_command(pk.tag, "ZRANGE", z, 0, 0, "WITHSCORES"),
-            )
-        ]  # fmt: skip
-        replies = await ctx.adapter.execute([*peek, Op.command(None, "TIME")])
-        t = replies[-1]
-        now = ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)  # keeps the horizon honest
-        cands: dict[PartitionKeys, list[tuple[float, bytes]]] = {}
-        for n, (_, pk) in enumerate(slots):
-            due_s, head_s, due_r, head_r = replies[4 * n : 4 * n + 4]
-            merged = sorted(_peeked(due_s) + _peeked(due_r))
-            first = [h[0][0] for h in (_peeked(head_s), _peeked(head_r)) if h]
-            if first:
-                heads[pk] = min(first)
-            cands[pk] = merged
-        plan, remaining = {}, limit
-        for q in dict.fromkeys(queues):
-            mine = {pk: c for pk, c in cands.items() if pk.queue == q}
-            taken = earliest(mine, remaining, bound=now)
-            plan.update(taken)
-            remaining -= sum(taken.values())
-    run = [(pk, n) for pk, n in plan.items() if n > 0]
+        plan, heads, now = await _promote_plan(ctx, order, slots, limit)
+        ops = [_promote_op(pks, n, [1]) for pks, n in plan]
     promoted = 0
     aside = NOTHING_SET_ASIDE
     woke: dict[str, int] = {}
-    if run:
-        replies = await ctx.adapter.execute(
-            [
-                Op.script_call(
-                    S.PROMOTE,
-                    [pk.scheduled, pk.retry, pk.ready, pk.job_prefix, pk.dead, pk.damaged],
-                    [n],
-                    soft=True,
-                )
-                for pk, n in run
-            ]
-        )
-        for (pk, _), reply in zip(run, _usable(run, replies, "promote"), strict=True):
-            if reply is None:
-                continue
-            n, next_due, script_now, raw_aside = reply
+    if ops:
+        replies = await ctx.adapter.execute(ops)
+        for reply, pk, part in _partitions_done(plan, replies, "promote", first=1):
+            n, next_due, raw_aside = part
+            now = ctx.observe_now(reply[0])
             aside += decode_aside(raw_aside, pk.queue, pk.version, pk.partition)
             promoted += n
             if n:
                 woke[pk.queue] = woke.get(pk.queue, 0) + n
-            heads.pop(pk, None)  # the peek's head may have just been promoted
+            heads.pop(pk, None)  # a peek's head may have just been promoted
             if next_due:
                 heads[pk] = float(next_due)
-            now = ctx.observe_now(script_now)
     if woke:
         await ctx.adapter.execute([], after=ctx.wake_ready_ops(woke))
-    assert now is not None
-    next_due = min(heads.values(), default=None)
-    ctx.record_promote(list(dict.fromkeys(queues)), next_due)
-    return PromoteResult(promoted, next_due, now, ctx.count_aside(aside))
+    assert now is not None  # from the peek, or from a script (else StoreError)
+    next_due_at = min(heads.values(), default=None)
+    ctx.record_promote(order, next_due_at)
+    return PromoteResult(promoted, next_due_at, now, ctx.count_aside(aside))
+
+
+async def _promote_plan(
+    ctx: StoreContext, order: Sequence[str], slots: Sequence[PartitionKeys], limit: int
+) -> tuple[list[tuple[Sequence[PartitionKeys], int]], dict[PartitionKeys, float], float]:
+    """On a Cluster (one slot per script): a promote.lua call per partition
+    with due jobs, each with its share of ``limit`` in one order per queue,
+    queue after queue, from a peek at the due entries; also each partition's
+    first due time (its head) and the store's clock."""
+    # Plain reads (cheaper for Redis than a script): each partition's two due
+    # prefixes, their heads and the clock; the promote scripts re-check due
+    # times themselves. Only entries due by about now are read (with a margin
+    # for clock skew): jobs due later cannot be promoted by this call, and
+    # reading them made a deep schedule cost milliseconds.
+    horizon = repr(ctx.estimated_now() + _PEEK_MARGIN)
+    peek = [
+        op
+        for pk in slots
+        for z in (pk.scheduled, pk.retry)
+        for op in (
+            Op.soft_command(
+                pk.tag, "ZRANGE", z, "-inf", horizon, "BYSCORE", "LIMIT", 0, limit,
+                "WITHSCORES",
+            ),
+            Op.soft_command(pk.tag, "ZRANGE", z, 0, 0, "WITHSCORES"),
+        )
+    ]  # fmt: skip
+    replies = await ctx.adapter.execute([*peek, Op.command(None, "TIME")])
+    t = replies[-1]
+    now = ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)  # keeps the horizon honest
+    cands: dict[PartitionKeys, list[tuple[float, bytes]]] = {}
+    heads: dict[PartitionKeys, float] = {}
+    for n, pk in enumerate(slots):
+        due_s, head_s, due_r, head_r = replies[4 * n : 4 * n + 4]
+        cands[pk] = sorted(_peeked(due_s) + _peeked(due_r))
+        first = [h[0][0] for h in (_peeked(head_s), _peeked(head_r)) if h]
+        if first:
+            heads[pk] = min(first)
+    plan: list[tuple[Sequence[PartitionKeys], int]] = []
+    remaining = limit
+    for q in order:
+        taken = earliest({pk: c for pk, c in cands.items() if pk.queue == q}, remaining, bound=now)
+        plan += [((pk,), n) for pk, n in taken.items()]
+        remaining -= sum(taken.values())
+    return plan, heads, now
 
 
 # -- lease -----------------------------------------------------------------------------
@@ -194,21 +217,30 @@ async def lease(
     metas = await ctx.meta([q.name for q in queues])
     live = [q for q in queues if metas[q.name].versions is not None and not metas[q.name].paused]
     slots = {q.name: ctx.partitions_of(q.name, metas[q.name]) for q in live if q.weight > 0}
-    flat = [pk for pks in slots.values() for pk in pks]
-    if not flat:
+    slots = {q: pks for q, pks in slots.items() if pks}
+    if not slots:
         return LeaseBatch()
-    plan: dict[PartitionKeys, int]
-    if len(flat) == 1:
-        plan = {flat[0]: count}
+    one_node = await _one_node(ctx)
+    # Each entry: partitions one lease.lua call leases from in global order, and its count.
+    plan: list[tuple[Sequence[PartitionKeys], int]]
+    if len(slots) == 1 and (one_node or sum(map(len, slots.values())) == 1):
+        # One queue on one node (or of one partition): one script does it all,
+        # the split over partitions included. No peek, one round trip.
+        plan = [(next(iter(slots.values())), count)]
     else:
+        flat = [pk for pks in slots.values() for pk in pks]
         replies = await ctx.adapter.execute(
             [Op.soft_command(pk.tag, "ZRANGE", pk.ready, 0, count - 1, "WITHSCORES") for pk in flat]
         )
         cands = {pk: _peeked(r) for pk, r in zip(flat, replies, strict=True)}
         available = {q: min(count, sum(len(cands[pk]) for pk in pks)) for q, pks in slots.items()}
-        plan = {}
+        plan = []
         for q, share in share_by_weight(live, count, available).items():
-            plan.update(earliest({pk: cands[pk] for pk in slots[q]}, share))
+            if one_node:  # the script splits the queue's share in global order
+                plan.append((slots[q], share))
+            else:  # a script per partition (one slot each), with its share
+                taken = earliest({pk: cands[pk] for pk in slots[q]}, share)
+                plan += [((pk,), n) for pk, n in taken.items()]
     if not plan:
         return LeaseBatch()
     duration = repr(float(lease_duration))
@@ -216,23 +248,25 @@ async def lease(
         [
             Op.script_call(
                 S.LEASE,
-                [pk.ready, pk.leased, pk.tokens, pk.job_prefix, pk.dead, pk.damaged],
+                [
+                    key
+                    for pk in pks
+                    for key in (pk.ready, pk.leased, pk.tokens, pk.job_prefix, pk.dead, pk.damaged)
+                ],
                 [n, duration, worker_id, _nonce(), LEASED_SENTINEL],
                 soft=True,
             )
-            for pk, n in plan.items()
+            for pks, n in plan
         ]
     )
     by_queue: dict[str, list[LeasedJob]] = {}
     aside = NOTHING_SET_ASIDE
     undecodable: list[tuple[PartitionKeys, bytes, bytes, str]] = []
-    for pk, reply in zip(plan, _usable(list(plan), replies, "lease"), strict=True):
-        if reply is None:
-            continue
+    for reply, pk, part in _partitions_done(plan, replies, "lease"):
         ctx.observe_now(reply[0])
-        aside += decode_aside(reply[2], pk.queue, pk.version, pk.partition)
+        aside += decode_aside(part[0], pk.queue, pk.version, pk.partition)
         got = by_queue.setdefault(pk.queue, [])
-        got += _leased_jobs(reply, pk, worker_id, undecodable)
+        got += _leased_jobs(part, reply[1], pk, worker_id, undecodable)
     if undecodable:
         # Shielded: a cancellation here must not drop the healthy jobs this
         # call has already leased (their reply is in hand).
@@ -245,6 +279,39 @@ async def lease(
             mine.sort(key=lambda lj: (lj.job.run_at, lj.job.id))
         out += mine
     return out
+
+
+def _partitions_done(
+    plan: Sequence[tuple[Sequence[PartitionKeys], int]],
+    replies: list[Any],
+    what: str,
+    *,
+    first: int = 2,
+) -> list[tuple[Any, PartitionKeys, Any]]:
+    """(reply, partition, its part) of every partition that a multi-partition
+    script ran in (lease.lua, promote.lua: their replies hold one part per
+    partition from index ``first`` on), from the replies to ``plan``'s calls. A partition with no share (an
+    empty part) is left out; one that failed (its part is the reason, or its
+    call got an error reply: a key of the wrong type, say) is logged and left
+    out, so one broken partition does not discard what the others already
+    did. Raises StoreError when some partition failed and none ran: nothing
+    was done, and the caller backs off."""
+    done: list[tuple[Any, PartitionKeys, Any]] = []
+    failed: list[tuple[PartitionKeys, object]] = []
+    for (pks, _), reply in zip(plan, replies, strict=True):
+        if isinstance(reply, Exception):
+            failed.append((pks[0], reply))
+            continue
+        for pk, part in zip(pks, reply[first:], strict=True):
+            if isinstance(part, bytes):
+                failed.append((pk, part.decode(errors="replace")))
+            elif part:
+                done.append((reply, pk, part))
+    for pk, error in failed:
+        log.warning("%s: partition %s failed: %s", what, pk.tag, error)
+    if failed and not done:
+        raise StoreError(f"{what} failed in every partition: {failed[0][1]}")
+    return done
 
 
 require_field_order(
@@ -261,19 +328,21 @@ require_field_order(
 
 def _leased_jobs(
     reply: list[Any],
+    expires_at: bytes,
     pk: PartitionKeys,
     worker_id: str,
     undecodable: list[tuple[PartitionKeys, bytes, bytes, str]],
 ) -> list[LeasedJob]:
-    """The jobs of one lease.lua reply (see its header for the layout). The
-    script checked every field; one Python still cannot decode (text that
-    is not UTF-8) is added to ``undecodable`` (partition, raw id, raw token,
-    why) instead of the result."""
-    expires = float(reply[1])
+    """The jobs of one partition's part of a lease.lua reply (see its header
+    for the layout). The script checked every field; one Python still
+    cannot decode (text that is not UTF-8) is added to ``undecodable``
+    (partition, raw id, raw token, why) instead of the result. ``expires_at``
+    is the reply's expiry, as sent."""
+    expires = float(expires_at)
     queue, version, partition = pk.queue, pk.version, pk.partition
     leased = JobState.LEASED
     out = []
-    for k in range(3, len(reply), 11):
+    for k in range(1, len(reply), 11):
         try:
             token = reply[k + 1].decode()
             error = reply[k + 8]
@@ -290,13 +359,14 @@ def _leased_jobs(
                 None, None, decode_headers(raw_headers) if raw_headers else (),
             )  # fmt: skip
         except (UnicodeDecodeError, ValueError, TypeError, AttributeError) as exc:
-            undecodable.append((pk, reply[k], reply[k + 1], _why_undecodable(reply, k, exc)))
+            why = _why_undecodable(reply, k, expires_at, exc)
+            undecodable.append((pk, reply[k], reply[k + 1], why))
             continue
         out.append(LeasedJob(job, token, expires))
     return out
 
 
-def _why_undecodable(reply: list[Any], k: int, exc: Exception) -> str:
+def _why_undecodable(reply: list[Any], k: int, expires_at: bytes, exc: Exception) -> str:
     """Why the lease reply's job at ``k`` could not be decoded, naming the field."""
     if not isinstance(reply[k], bytes):
         return f"job ID {reply[k]!r} is not text"
@@ -310,7 +380,7 @@ def _why_undecodable(reply: list[Any], k: int, exc: Exception) -> str:
         return f"field 'h' holds {show(reply[k + 10])}, not a JSON object of text headers"
     fields = [
         reply[k + 2], reply[k + 3], reply[k + 4], b"leased", str(reply[k + 5]).encode(),
-        reply[k + 6], reply[k + 7], reply[k + 1], b"w", reply[1], reply[k + 8] or None,
+        reply[k + 6], reply[k + 7], reply[k + 1], b"w", expires_at, reply[k + 8] or None,
         reply[k + 9], None,
     ]  # fmt: skip
     damage = job_from_fields("", "", 1, 0, fields).damage
@@ -325,13 +395,8 @@ async def _dead_letter_undecodable(
     changes and recovery takes the job back), and read them back to report."""
     ops = []
     for pk, job_id, token, why in jobs:
-        ops.append(
-            Op.script_call(
-                S.SETTLE,
-                [pk.ready, pk.leased, pk.retry, pk.succeeded, pk.dead, pk.job_prefix],
-                [job_id, token, "d", f"damaged record: {why}", "0", "0", *_NO_RESULT],
-            )
-        )
+        argv = [job_id, token, "d", f"damaged record: {why}", "0", "0", *_NO_RESULT]
+        ops.append(_settle_op({pk: argv}))
         ops.append(Op.soft_command(pk.tag, "HMGET", pk.job_prefix.encode() + job_id, *READ_FIELDS))
     try:
         replies = await ctx.adapter.execute(ops)
@@ -343,8 +408,8 @@ async def _dead_letter_undecodable(
         return NOTHING_SET_ASIDE
     dead = []
     for n, (pk, job_id, _, why) in enumerate(jobs):
-        code, fields = replies[2 * n][2], replies[2 * n + 1]
-        if code != 1 or isinstance(fields, Exception):
+        part, fields = replies[2 * n][1], replies[2 * n + 1]
+        if isinstance(part, bytes) or part[1] != 1 or isinstance(fields, Exception):
             log.warning("could not dead-letter undecodable job %s: %s", ident(job_id), why)
             continue
         dead.append(job_from_fields(ident(job_id), pk.queue, pk.version, pk.partition, fields))
@@ -385,9 +450,23 @@ async def renew(
 _NO_RESULT = ("", "")
 
 
+def _settle_op(argv_of: dict[PartitionKeys, list[object]]) -> Op:
+    """One settle.lua call over the partitions of ``argv_of`` (partition ->
+    its settlements' arguments, 8 each, see settle.lua)."""
+    keys = [
+        key
+        for pk in argv_of
+        for key in (pk.ready, pk.leased, pk.retry, pk.succeeded, pk.dead, pk.job_prefix)
+    ]
+    argv: list[object] = [len(a) // 8 for a in argv_of.values()]
+    for a in argv_of.values():
+        argv += a
+    return Op.script_call(S.SETTLE, keys, argv)
+
+
 async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> FencedResults:
     groups = _group(ctx, [s.lease for s in settlements])
-    ops = []
+    argv_of: dict[PartitionKeys, list[object]] = {}
     for pk, idxs in groups.items():
         argv: list[object] = []
         for i in idxs:
@@ -405,13 +484,10 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
                     else _NO_RESULT
                 ),
             ]
-        ops.append(
-            Op.script_call(
-                S.SETTLE,
-                [pk.ready, pk.leased, pk.retry, pk.succeeded, pk.dead, pk.job_prefix],
-                argv,
-            )
-        )
+        argv_of[pk] = argv
+    # One script for the whole batch on one node; one per partition (slot) on a Cluster.
+    calls = [list(groups)] if await _one_node(ctx) else [[pk] for pk in groups]
+    ops = [_settle_op({pk: argv_of[pk] for pk in call}) for call in calls]
     now = ctx.estimated_now()
     ready: dict[str, int] = {}
     due: dict[str, float] = {}
@@ -427,12 +503,23 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
     )
     results = [False] * len(settlements)
     aside = NOTHING_SET_ASIDE
-    for (pk, idxs), reply in zip(groups.items(), replies, strict=True):
+    failed: list[tuple[PartitionKeys, bytes]] = []
+    for call, reply in zip(calls, replies, strict=True):
         ctx.observe_now(reply[0])
-        aside += decode_aside(reply[1], pk.queue, pk.version, pk.partition)
-        for k, i in enumerate(idxs):
-            results[i] = reply[2 + k] == 1
-    return FencedResults(results, ctx.count_aside(aside))
+        for pk, part in zip(call, reply[1:], strict=True):
+            if isinstance(part, bytes):  # a key of the wrong type stopped it
+                failed.append((pk, part))
+                continue
+            aside += decode_aside(part[0], pk.queue, pk.version, pk.partition)
+            for k, i in enumerate(groups[pk]):
+                results[i] = part[1 + k] == 1
+    ctx.count_aside(aside)
+    if failed:
+        # As when a partition's own script fails: what the others applied
+        # stays applied; the caller settles the batch again (fenced).
+        pk, why = failed[0]
+        raise StoreError(f"settle failed in partition {pk.tag}: {why.decode(errors='replace')}")
+    return FencedResults(results, aside)
 
 
 # -- recover ---------------------------------------------------------------------------

@@ -191,3 +191,50 @@ local function zrem_all(zset, ids)
     redis.call('ZREM', zset, unpack(ids, c, math.min(c + 999, #ids)))
   end
 end
+
+-- Of nsrc sorted sources (zsets read in their own order), how many of the n
+-- earliest entries (score, then member, as a zset orders them; ties between
+-- sources by member) each holds: the share of each source in one global
+-- order. read(s, from, count) returns source s's entries from (0-based) on,
+-- at most count of them, as a flat WITHSCORES list, or nil when the source
+-- cannot be read: it then holds none, and failed[s] is true. Sources are read
+-- lazily, a chunk of about n / nsrc entries at a time, so a batch spread
+-- evenly reads little more than it takes and an empty source costs one read.
+-- Returns took (per source), failed.
+local function earliest(nsrc, n, read)
+  local chunk = math.floor(n / nsrc) + 2
+  local ids, scores, pos, off, more, took, failed = {}, {}, {}, {}, {}, {}, {}
+  local function fill(s)
+    local got = read(s, off[s], chunk)
+    local m, sc = {}, {}
+    if got == nil then
+      failed[s], got = true, {}
+    end
+    for i = 1, #got, 2 do
+      m[#m + 1] = got[i]
+      sc[#sc + 1] = tonumber(got[i + 1])
+    end
+    ids[s], scores[s], pos[s] = m, sc, 1
+    off[s] = off[s] + #m
+    more[s] = #m == chunk
+  end
+  for s = 1, nsrc do
+    took[s], off[s] = 0, 0
+    fill(s)
+  end
+  for _ = 1, n do
+    local best, bs, bm = nil, nil, nil
+    for s = 1, nsrc do
+      if pos[s] > #ids[s] and more[s] then fill(s) end
+      local i = pos[s]
+      local sc = scores[s][i]
+      if sc and (best == nil or sc < bs or (sc == bs and ids[s][i] < bm)) then
+        best, bs, bm = s, sc, ids[s][i]
+      end
+    end
+    if best == nil then break end
+    took[best] = took[best] + 1
+    pos[best] = pos[best] + 1
+  end
+  return took, failed
+end

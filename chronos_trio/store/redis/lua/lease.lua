@@ -1,119 +1,188 @@
--- lease.lua: lease up to ARGV[1] ready jobs of ONE partition, oldest due first.
+-- lease.lua: lease up to ARGV[1] ready jobs of the partitions in KEYS (one or
+-- more, of one queue), oldest due first across them: the batch is the
+-- ARGV[1] earliest ready jobs of all of them (due time, then job ID), as if
+-- they were one zset. On a single node one call leases a whole queue; on a
+-- Cluster, whose scripts touch one slot, the client calls it per partition
+-- with that partition's share.
 --
--- KEYS[1]  ready zset (score = run_at)
--- KEYS[2]  leased zset (score = lease expiry). It always holds the sentinel
+-- KEYS[1+6i .. 6+6i], per partition i = 0, 1, ... (partition p = i + 1 below):
+--   KEYS[1+6i]  ready zset (score = run_at)
+--   KEYS[2+6i]  leased zset (score = lease expiry). It always holds the sentinel
 --          member ARGV[5] with score +inf: a member longer than 64 bytes makes
 --          Redis keep the zset as a skiplist, whose inserts stay O(log n); as a
 --          listpack (any zset under 128 members, i.e. a typical in-flight set)
 --          each insert scans the whole zset, which dominated this script.
--- KEYS[3]  fencing counter of the partition (INCRBY)
--- KEYS[4]  job key prefix: the job hash of ID x is KEYS[4]..x
--- KEYS[5]  dead zset (score = finished_at): where damaged records go
--- KEYS[6]  quarantine hash of the partition: ready entries without a job hash
+--   KEYS[3+6i]  fencing counter of the partition (INCRBY)
+--   KEYS[4+6i]  job key prefix: the job hash of ID x is KEYS[4+6i]..x
+--   KEYS[5+6i]  dead zset (score = finished_at): where damaged records go
+--   KEYS[6+6i]  quarantine hash of the partition: ready entries without a job hash
 -- ARGV[1]  count (> 0)
 -- ARGV[2]  lease duration in seconds
 -- ARGV[3]  worker id (lease owner)
--- ARGV[4]  token nonce: random per call and partition. A token is nonce..counter,
---          unique across partitions (nonce) and across calls (counter), even
---          after Redis lost its data and the counter restarted.
--- ARGV[5]  the leased zset's sentinel member (see KEYS[2])
+-- ARGV[4]  token nonce: random per call. Partition p's tokens are
+--          nonce..p..'.'..counter, unique across partitions (nonce and p) and
+--          across calls (counter), even after Redis lost its data and the
+--          counter restarted.
+-- ARGV[5]  the leased zset's sentinel member (see KEYS)
+--
+-- With several partitions, their ready heads are read first (lazily, about
+-- ARGV[1] / partitions at a time: see earliest in _prelude.lua) to split the
+-- count in global order; partitions with no share are not touched further.
 --
 -- Each popped entry is judged before anything is written for it (nothing in a
 -- judgement can fail; see _prelude.lua): a record without kind or payload, or
 -- whose attempts is not a count, is dead-lettered, an entry without a job hash
 -- is quarantined, a record of a newer format goes back to the ready zset with
--- its score, untouched. What was set aside is replaced by further ready jobs,
--- so the batch is short only for want of usable ready jobs (at most ARGV[1] +
--- 256 entries are looked at per call; the tokens of set-aside entries go
--- unused). The job's state is not read: the index it is in decides, and the
--- lease overwrites it. The fields returned as stored (max_retries, timeout,
--- last_error, created_at) are checked where they are decoded, by the client
--- (number parsing is the costliest part of a Lua check): it dead-letters a job
--- whose fields it cannot use with this lease's token, so no worker is ever
--- handed one.
+-- its score, untouched. What was set aside is replaced by further ready jobs
+-- of the same partition, so the batch is short only for want of usable ready
+-- jobs (at most its share + 256 entries are looked at per partition; the
+-- tokens of set-aside entries go unused). The job's state is not read: the
+-- index it is in decides, and the lease overwrites it. The fields returned as
+-- stored (max_retries, timeout, last_error, created_at) are checked where they
+-- are decoded, by the client (number parsing is the costliest part of a Lua
+-- check): it dead-letters a job whose fields it cannot use with this lease's
+-- token, so no worker is ever handed one.
 --
--- A key of the wrong type among KEYS fails the script before it writes
--- anything (checked first: the pop must never be followed by a failure).
+-- A key of the wrong type among a partition's keys fails that partition
+-- before anything is written in it (checked first: a pop must never be
+-- followed by a failure); the others are leased as usual.
 --
--- Returns {now, expires_at, set aside (see _prelude.lua), then per job 11
--- entries: id, token, kind, payload, run_at, attempts (already incremented),
--- max_retries, timeout, last_error, created_at, headers ('' for none)}.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
-local exp = now + tonumber(ARGV[2])
-local exp_s = string.format('%.17g', exp)
-local aside = new_aside()
-local out = {now_s, exp_s, aside}
+-- Returns {now, expires_at, then per partition p in KEYS order: {} when it
+-- had no share, the reason (a string) when it failed, else {set aside (see
+-- _prelude.lua), then per job 11 entries: id, token, kind, payload, run_at,
+-- attempts (already incremented), max_retries, timeout, last_error,
+-- created_at, headers ('' for none)}}. now and expires_at are '' when no
+-- partition had a share (TIME is read only when something is leased).
 local target = tonumber(ARGV[1])
-if redis.call('ZCARD', KEYS[1]) == 0 then return out end
-local bad_key = wrong_type(KEYS[2], 'zset', KEYS[5], 'zset', KEYS[6], 'hash')
-if bad_key then return redis.error_reply(bad_key) end
--- Tokens for the whole batch before the pop: INCRBY is the one call here
--- that could fail (a counter key of another type), so it comes before any
--- write. Tokens only need to be unique: values of set-aside entries go unused.
-local counter = redis.call('INCRBY', KEYS[3], target) - target
-local asked, budget, n = target, target + 256, 0
-local back = {}
-local scored = {'+inf', ARGV[5]}  -- sentinel first: the zset is converted before the inserts
-local popped = redis.call('ZPOPMIN', KEYS[1], asked)
-while #popped > 0 do
-  budget = budget - #popped / 2
-  for i = 1, #popped, 2 do
-    local id = popped[i]
-    local key = KEYS[4] .. id
-    local f = redis.pcall('HMGET', key, 'v', 'kind', 'payload', 'attempts', 'max_retries',
-      'timeout', 'last_error', 'created_at', 'h')
-    local none = nil
-    if not f[2] then f, none = probe_job(key, f, 9) end
-    if not f then
-      quarantine(aside, KEYS[6], id, none, 'ready', now)
-    else
-      local v, why = f[1], nil
-      if v and v ~= FORMAT_S then why = check_format(v) end
-      local attempts = tonumber(f[4])
-      if why == 'newer' then
-        back[#back + 1] = popped[i + 1]
-        back[#back + 1] = id
-        newer(aside, id, v)
-      elseif why or not f[2] or f[2] == '' or not f[3] or not is_count(attempts) then
-        -- the cheap checks first; the reason is worked out only for a bad record
-        why = why or check_text('kind', f[2]) or (not f[3] and missing('payload', f[3]))
-          or check_count('attempts', f[4])
-        dead_letter(aside, key, id, KEYS[5], why, now, now_s)
+local parts = #KEYS / 6
+local now, now_s, exp_s = nil, '', ''
+local out = {now_s, exp_s}
+
+-- Why partition p failed: its ready zset could not be read (reply: the error).
+local function failure(p, reply)
+  return 'key ' .. KEYS[6 * (p - 1) + 1] .. ': ' .. tostring(reply.err) .. ': nothing done'
+end
+
+-- Lease up to share jobs of partition p (its ready zset has at least one).
+local function lease_partition(p, share)
+  local b = 6 * (p - 1)
+  local ready, leased, dead, damaged = KEYS[b + 1], KEYS[b + 2], KEYS[b + 5], KEYS[b + 6]
+  local prefix = KEYS[b + 4]
+  local bad_key = wrong_type(leased, 'zset', dead, 'zset', damaged, 'hash')
+  if bad_key then return bad_key end
+  -- Tokens for the whole share before the pop: INCRBY is the one call here
+  -- that could fail (a counter key of another type), so it comes before any
+  -- write. Tokens only need to be unique: values of set-aside entries go unused.
+  local counted = redis.pcall('INCRBY', KEYS[b + 3], share)
+  if type(counted) == 'table' then
+    return 'key ' .. KEYS[b + 3] .. ' is not a counter (' .. tostring(counted.err) .. '): nothing done'
+  end
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+    now_s = string.format('%.17g', now)
+    exp_s = string.format('%.17g', now + tonumber(ARGV[2]))
+    out[1], out[2] = now_s, exp_s
+  end
+  local token_of = ARGV[4] .. p .. '.'
+  local counter = counted - share
+  local aside = new_aside()
+  local res = {aside}
+  local asked, budget, n = share, share + 256, 0
+  local back = {}
+  local scored = {'+inf', ARGV[5]}  -- sentinel first: the zset is converted before the inserts
+  local popped = redis.call('ZPOPMIN', ready, asked)
+  while #popped > 0 do
+    budget = budget - #popped / 2
+    for i = 1, #popped, 2 do
+      local id = popped[i]
+      local key = prefix .. id
+      local f = redis.pcall('HMGET', key, 'v', 'kind', 'payload', 'attempts', 'max_retries',
+        'timeout', 'last_error', 'created_at', 'h')
+      local none = nil
+      if not f[2] then f, none = probe_job(key, f, 9) end
+      if not f then
+        quarantine(aside, damaged, id, none, 'ready', now)
       else
-        n = n + 1
-        local token = ARGV[4] .. (counter + n)
-        attempts = attempts + 1
-        redis.call('HSET', key, 'state', 'leased', 'attempts', attempts, 'lease_token', token,
-          'lease_owner', ARGV[3], 'lease_expires_at', exp_s)
-        scored[#scored + 1] = exp_s
-        scored[#scored + 1] = id
-        local o = #out
-        out[o + 1] = id
-        out[o + 2] = token
-        out[o + 3] = f[2]
-        out[o + 4] = f[3]
-        out[o + 5] = popped[i + 1]
-        out[o + 6] = attempts
-        out[o + 7] = f[5]
-        out[o + 8] = f[6]
-        out[o + 9] = f[7] or ''
-        out[o + 10] = f[8]
-        out[o + 11] = f[9] or ''
+        local v, why = f[1], nil
+        if v and v ~= FORMAT_S then why = check_format(v) end
+        local attempts = tonumber(f[4])
+        if why == 'newer' then
+          back[#back + 1] = popped[i + 1]
+          back[#back + 1] = id
+          newer(aside, id, v)
+        elseif why or not f[2] or f[2] == '' or not f[3] or not is_count(attempts) then
+          -- the cheap checks first; the reason is worked out only for a bad record
+          why = why or check_text('kind', f[2]) or (not f[3] and missing('payload', f[3]))
+            or check_count('attempts', f[4])
+          dead_letter(aside, key, id, dead, why, now, now_s)
+        else
+          n = n + 1
+          local token = token_of .. (counter + n)
+          attempts = attempts + 1
+          redis.call('HSET', key, 'state', 'leased', 'attempts', attempts, 'lease_token', token,
+            'lease_owner', ARGV[3], 'lease_expires_at', exp_s)
+          scored[#scored + 1] = exp_s
+          scored[#scored + 1] = id
+          local o = #res
+          res[o + 1] = id
+          res[o + 2] = token
+          res[o + 3] = f[2]
+          res[o + 4] = f[3]
+          res[o + 5] = popped[i + 1]
+          res[o + 6] = attempts
+          res[o + 7] = f[5]
+          res[o + 8] = f[6]
+          res[o + 9] = f[7] or ''
+          res[o + 10] = f[8]
+          res[o + 11] = f[9] or ''
+        end
       end
     end
+    local more = math.min(share - n, budget)
+    if #popped < 2 * asked or more <= 0 then break end
+    asked = more
+    popped = redis.call('ZPOPMIN', ready, more)
   end
-  local more = math.min(target - n, budget)
-  if #popped < 2 * asked or more <= 0 then break end
-  asked = more
-  popped = redis.call('ZPOPMIN', KEYS[1], more)
+  for c = 1, #back, 1000 do
+    redis.call('ZADD', ready, unpack(back, c, math.min(c + 999, #back)))
+  end
+  if n > 0 then
+    for c = 1, #scored, 1000 do
+      redis.call('ZADD', leased, unpack(scored, c, math.min(c + 999, #scored)))
+    end
+  end
+  return res
 end
-for c = 1, #back, 1000 do
-  redis.call('ZADD', KEYS[1], unpack(back, c, math.min(c + 999, #back)))
+
+if parts == 1 then
+  local size = redis.pcall('ZCARD', KEYS[1])
+  if type(size) == 'table' then
+    out[3] = failure(1, size)
+  elseif size == 0 then
+    out[3] = {}
+  else
+    out[3] = lease_partition(1, target)
+  end
+  return out
 end
-if n == 0 then return out end
-for c = 1, #scored, 1000 do
-  redis.call('ZADD', KEYS[2], unpack(scored, c, math.min(c + 999, #scored)))
+
+local replies = {}
+local took, failed = earliest(parts, target, function(p, from, count)
+  local got = redis.pcall('ZRANGE', KEYS[6 * (p - 1) + 1], from, from + count - 1, 'WITHSCORES')
+  if got.err then
+    replies[p] = got
+    return nil
+  end
+  return got
+end)
+for p = 1, parts do
+  if failed[p] then
+    out[p + 2] = failure(p, replies[p])
+  elseif took[p] > 0 then
+    out[p + 2] = lease_partition(p, took[p])
+  else
+    out[p + 2] = {}
+  end
 end
 return out

@@ -1,13 +1,21 @@
--- promote.lua: move up to ARGV[1] due jobs of ONE partition from scheduled and
--- retry_wait to ready, earliest due first (ties by job ID, as in the zsets).
+-- promote.lua: move up to ARGV[1] due jobs of the partitions in KEYS (one or
+-- more, of one or more queues) from scheduled and retry_wait to ready,
+-- earliest due first (ties by job ID, as in the zsets). The partitions come
+-- in groups (queues), ARGV[2] onwards; the limit goes to the first group's
+-- due jobs, in one order across its partitions, what is left of it to the
+-- next group, and so on. On a single node one call promotes every queue; on
+-- a Cluster, whose scripts touch one slot, the client calls it per partition
+-- with that partition's share.
 --
--- KEYS[1]  scheduled zset (score = run_at)
--- KEYS[2]  retry_wait zset (score = run_at)
--- KEYS[3]  ready zset (score = run_at)
--- KEYS[4]  job key prefix: the job hash of ID x is KEYS[4]..x
--- KEYS[5]  dead zset (score = finished_at): where damaged records go
--- KEYS[6]  quarantine hash of the partition: entries without a job hash
+-- KEYS[1+6i .. 6+6i], per partition i = 0, 1, ... (partition p = i + 1 below):
+--   KEYS[1+6i]  scheduled zset (score = run_at)
+--   KEYS[2+6i]  retry_wait zset (score = run_at)
+--   KEYS[3+6i]  ready zset (score = run_at)
+--   KEYS[4+6i]  job key prefix: the job hash of ID x is KEYS[4+6i]..x
+--   KEYS[5+6i]  dead zset (score = finished_at): where damaged records go
+--   KEYS[6+6i]  quarantine hash of the partition: entries without a job hash
 -- ARGV[1]  limit (> 0): due entries looked at, promoted or set aside
+-- ARGV[2+g], per group g = 0, 1, ...: how many partitions (in KEYS order) it has
 --
 -- Each due entry is judged before anything is written for it (nothing in a
 -- judgement can fail; see _prelude.lua): a record whose state is not the one of
@@ -15,86 +23,144 @@
 -- record of a newer format stays where it is, untouched (and does not count as
 -- waiting in next_due).
 --
--- A key of the wrong type among KEYS fails the script before it writes anything.
+-- A key of the wrong type among a partition's keys fails that partition
+-- before anything is written in it; the others are promoted as usual.
 --
--- Returns {promoted, next_due ('' when nothing waits), now, set aside (see
--- _prelude.lua)}. next_due is the earliest due time of a job this version
--- can still promote; when the limit cut the due entries short it is the
--- earliest left, so the caller comes back at once.
+-- Returns {now, then per partition p in KEYS order: the reason (a string)
+-- when it failed, else {promoted, next_due ('' when nothing waits), set aside
+-- (see _prelude.lua)}}. next_due is the earliest due time of a job this
+-- version can still promote; when the limit cut the due entries short it is
+-- the earliest left, so the caller comes back at once.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)
-local limit = tonumber(ARGV[1])
-local aside = new_aside()
-local s = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
-local r = redis.call('ZRANGE', KEYS[2], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
-if #s > 0 or #r > 0 then
-  local bad_key = wrong_type(KEYS[3], 'zset', KEYS[5], 'zset', KEYS[6], 'hash')
-  if bad_key then return redis.error_reply(bad_key) end
-end
--- merge the two due lists by (score, id), judging each record, then writing it
-local i, j, n, promoted = 1, 1, 0, 0
-local scored = {}
-local taken = {{}, {}}
-while n < limit and (i <= #s or j <= #r) do
-  local take_s
-  if i > #s then
-    take_s = false
-  elseif j > #r then
-    take_s = true
-  else
-    local a, b = tonumber(s[i + 1]), tonumber(r[j + 1])
-    take_s = a < b or (a == b and s[i] < r[j])
+
+-- Promote up to limit due entries of partition p (0: none; only its next_due).
+-- Returns its part of the reply and how many due entries it looked at.
+local function promote_partition(p, limit)
+  local b = 6 * (p - 1)
+  local sched, retry, ready, prefix = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
+  local dead, damaged = KEYS[b + 5], KEYS[b + 6]
+  local aside = new_aside()
+  local s, r = {}, {}
+  if limit > 0 then
+    s = redis.call('ZRANGE', sched, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
+    r = redis.call('ZRANGE', retry, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
   end
-  local id, score, from, state
-  if take_s then
-    id, score, from, state = s[i], s[i + 1], 1, 'scheduled'
-    i = i + 2
-  else
-    id, score, from, state = r[j], r[j + 1], 2, 'retry_wait'
-    j = j + 2
+  if #s > 0 or #r > 0 then
+    local bad_key = wrong_type(ready, 'zset', dead, 'zset', damaged, 'hash')
+    if bad_key then error(bad_key, 0) end
   end
-  n = n + 1
-  local key = KEYS[4] .. id
-  local f = redis.pcall('HMGET', key, 'v', 'state')
-  local none = nil
-  if not f[2] then f, none = probe_job(key, f, 2) end
-  local index = from == 1 and 'scheduled' or 'retry'
-  local v, bad = f and f[1], nil
-  if v and v ~= FORMAT_S then bad = check_format(v) end
-  if bad == 'newer' then
-    newer(aside, id, v)  -- stays where it is
-  else
-    local tk = taken[from]
-    tk[#tk + 1] = id
-    if not f then
-      quarantine(aside, KEYS[6], id, none, index, now)
-    elseif bad or f[2] ~= state then
-      dead_letter(aside, key, id, KEYS[5], bad or check_state(f[2], state, index), now, now_s)
+  -- merge the two due lists by (score, id), judging each record, then writing it
+  local i, j, n, promoted = 1, 1, 0, 0
+  local scored = {}
+  local taken = {{}, {}}
+  while n < limit and (i <= #s or j <= #r) do
+    local take_s
+    if i > #s then
+      take_s = false
+    elseif j > #r then
+      take_s = true
     else
-      redis.call('HSET', key, 'state', 'ready')
-      scored[#scored + 1] = score
-      scored[#scored + 1] = id
-      promoted = promoted + 1
+      local x, y = tonumber(s[i + 1]), tonumber(r[j + 1])
+      take_s = x < y or (x == y and s[i] < r[j])
+    end
+    local id, score, from, state
+    if take_s then
+      id, score, from, state = s[i], s[i + 1], 1, 'scheduled'
+      i = i + 2
+    else
+      id, score, from, state = r[j], r[j + 1], 2, 'retry_wait'
+      j = j + 2
+    end
+    n = n + 1
+    local key = prefix .. id
+    local f = redis.pcall('HMGET', key, 'v', 'state')
+    local none = nil
+    if not f[2] then f, none = probe_job(key, f, 2) end
+    local index = from == 1 and 'scheduled' or 'retry'
+    local v, bad = f and f[1], nil
+    if v and v ~= FORMAT_S then bad = check_format(v) end
+    if bad == 'newer' then
+      newer(aside, id, v)  -- stays where it is
+    else
+      local tk = taken[from]
+      tk[#tk + 1] = id
+      if not f then
+        quarantine(aside, damaged, id, none, index, now)
+      elseif bad or f[2] ~= state then
+        dead_letter(aside, key, id, dead, bad or check_state(f[2], state, index), now, now_s)
+      else
+        redis.call('HSET', key, 'state', 'ready')
+        scored[#scored + 1] = score
+        scored[#scored + 1] = id
+        promoted = promoted + 1
+      end
     end
   end
+  for c = 1, #scored, 1000 do
+    redis.call('ZADD', ready, unpack(scored, c, math.min(c + 999, #scored)))
+  end
+  zrem_all(sched, taken[1])
+  zrem_all(retry, taken[2])
+  -- Every due entry was looked at unless a due list filled the limit or the
+  -- merge stopped at it (or there was no limit): then what is left may be
+  -- due and the caller comes back at once. Otherwise only entries of a newer
+  -- format are left due, and the next due time is the first one after now.
+  local complete = limit > 0 and i > #s and j > #r and #s < 2 * limit and #r < 2 * limit
+  local lo = complete and ('(' .. now_s) or '-inf'
+  local next_due = nil
+  local hs = redis.call('ZRANGE', sched, lo, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+  local hr = redis.call('ZRANGE', retry, lo, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+  if hs[2] then next_due = tonumber(hs[2]) end
+  if hr[2] and (next_due == nil or tonumber(hr[2]) < next_due) then next_due = tonumber(hr[2]) end
+  local nd = ''
+  if next_due then nd = string.format('%.17g', next_due) end
+  return {promoted, nd, aside}, n
 end
-for c = 1, #scored, 1000 do
-  redis.call('ZADD', KEYS[3], unpack(scored, c, math.min(c + 999, #scored)))
+
+-- The due entries of source k of a group starting after partition p0: its
+-- partition's scheduled (k odd) or retry_wait (k even) zset. Why one could
+-- not be read goes to unreadable[k].
+local function due_reader(p0, unreadable)
+  return function(k, from, count)
+    local key = KEYS[6 * (p0 + math.floor((k - 1) / 2)) + 1 + (k - 1) % 2]
+    local got = redis.pcall('ZRANGE', key, '-inf', now, 'BYSCORE', 'LIMIT', from, count,
+      'WITHSCORES')
+    if got.err then
+      unreadable[k] = 'key ' .. key .. ': ' .. tostring(got.err) .. ': nothing done'
+      return nil
+    end
+    return got
+  end
 end
-zrem_all(KEYS[1], taken[1])
-zrem_all(KEYS[2], taken[2])
--- Every due entry was looked at unless a due list filled the limit or the
--- merge stopped at it: then what is left may be due and the caller comes
--- back at once. Otherwise only entries of a newer format are left due, and
--- the next due time is the first one after now.
-local complete = i > #s and j > #r and #s < 2 * limit and #r < 2 * limit
-local lo = complete and ('(' .. now_s) or '-inf'
-local next_due = nil
-local hs = redis.call('ZRANGE', KEYS[1], lo, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
-local hr = redis.call('ZRANGE', KEYS[2], lo, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
-if hs[2] then next_due = tonumber(hs[2]) end
-if hr[2] and (next_due == nil or tonumber(hr[2]) < next_due) then next_due = tonumber(hr[2]) end
-local nd = ''
-if next_due then nd = string.format('%.17g', next_due) end
-return {promoted, nd, now_s, aside}
+
+local out = {now_s}
+local remaining, p0 = tonumber(ARGV[1]), 0
+for g = 2, #ARGV do
+  local size = tonumber(ARGV[g])
+  local took, unreadable = {remaining, 0}, {}
+  if size > 1 and remaining > 0 then
+    took = earliest(2 * size, remaining, due_reader(p0, unreadable))
+  end
+  for k = 1, size do
+    local p = p0 + k
+    local share = (took[2 * k - 1] or 0) + (took[2 * k] or 0)
+    local ok, res, looked = false, unreadable[2 * k - 1] or unreadable[2 * k], 0
+    if not res then
+      -- A failure (a key of the wrong type) comes before the partition's
+      -- first write and stops only this partition.
+      ok, res, looked = pcall(promote_partition, p, share)
+    end
+    if ok then
+      remaining = remaining - looked
+    elseif type(res) == 'table' then
+      res = tostring(res.err)
+    else
+      res = tostring(res)
+    end
+    out[p + 1] = res
+  end
+  p0 = p0 + size
+end
+return out
