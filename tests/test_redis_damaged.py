@@ -686,10 +686,18 @@ async def test_a_key_of_the_wrong_type_stops_only_its_partition(
     # the same with the only partition of a queue: nothing done, StoreError
     one = await redis_store()
     await one.enqueue_many([job("x", queue="solo")])
-    client.set(KeySpace(one.namespace).partition("solo", 1, 0).dead, "nope")
+    solo = KeySpace(one.namespace).partition("solo", 1, 0)
+    client.set(solo.dead, "nope")
     with pytest.raises(StoreError, match="holds a string, not a zset"):
         await lease(one, queue="solo")
     assert await counts(one, "solo") == {"ready": 1}
+    # a fencing counter that is not one: nothing done either
+    client.delete(solo.dead)
+    client.hset(solo.tokens, "not", "a counter")
+    with pytest.raises(StoreError, match="is not a counter"):
+        await lease(one, queue="solo")
+    assert await counts(one, "solo") == {"ready": 1}
+    assert client.hget(solo.job("x"), "attempts") == b"0"
 
 
 async def test_lua_and_python_name_a_damaged_value_alike(

@@ -1,7 +1,8 @@
 -- lease.lua: lease up to ARGV[1] ready jobs of the partitions in KEYS (one or
 -- more, of one queue), oldest due first across them: the batch is the
--- ARGV[1] earliest ready jobs of all of them (due time, then job ID), as if
--- they were one zset. On a single node one call leases a whole queue; on a
+-- ARGV[1] earliest ready jobs of all of them by due time (within a
+-- partition ties go by job ID, across partitions partition by partition).
+-- On a single node one call leases a whole queue; on a
 -- Cluster, whose scripts touch one slot, the client calls it per partition
 -- with that partition's share.
 --
@@ -19,25 +20,26 @@
 -- ARGV[1]  count (> 0)
 -- ARGV[2]  lease duration in seconds
 -- ARGV[3]  worker id (lease owner)
--- ARGV[4]  token nonce: random per call. Partition p's tokens are
---          nonce..p..'.'..counter, unique across partitions (nonce and p) and
---          across calls (counter), even after Redis lost its data and the
---          counter restarted.
+-- ARGV[4]  token nonce: random per call. The call's tokens are nonce..counter,
+--          the counter of the first partition that leases (INCRBY ARGV[1]),
+--          counted up across the call: unique across partitions and calls
+--          (counter), even after Redis lost its data and the counter
+--          restarted (nonce).
 -- ARGV[5]  the leased zset's sentinel member (see KEYS)
 --
--- With several partitions, their ready heads are read first (lazily, about
--- ARGV[1] / partitions at a time: see earliest in _prelude.lua) to split the
--- count in global order; partitions with no share are not touched further.
+-- With several partitions, the count is split first, in one order by due
+-- time (see earliest in _prelude.lua: it reads their heads and counts);
+-- partitions with no share are not touched further.
 --
 -- Each popped entry is judged before anything is written for it (nothing in a
 -- judgement can fail; see _prelude.lua): a record without kind or payload, or
 -- whose attempts is not a count, is dead-lettered, an entry without a job hash
 -- is quarantined, a record of a newer format goes back to the ready zset with
 -- its score, untouched. What was set aside is replaced by further ready jobs
--- of the same partition, so the batch is short only for want of usable ready
--- jobs (at most its share + 256 entries are looked at per partition; the
--- tokens of set-aside entries go unused). The job's state is not read: the
--- index it is in decides, and the lease overwrites it. The fields returned as
+-- (of the same partition while it has some, else of the others), so the
+-- batch is short only for want of usable ready jobs (at most ARGV[1] + 256
+-- entries are looked at per call). The job's state is not read: the index
+-- it is in decides, and the lease overwrites it. The fields returned as
 -- stored (max_retries, timeout, last_error, created_at) are checked where they
 -- are decoded, by the client (number parsing is the costliest part of a Lua
 -- check): it dead-letters a job whose fields it cannot use with this lease's
@@ -48,35 +50,51 @@
 -- followed by a failure); the others are leased as usual.
 --
 -- Returns {now, expires_at, then per partition p in KEYS order: {} when it
--- had no share, the reason (a string) when it failed, else {set aside (see
--- _prelude.lua), then per job 11 entries: id, token, kind, payload, run_at,
--- attempts (already incremented), max_retries, timeout, last_error,
--- created_at, headers ('' for none)}}. now and expires_at are '' when no
--- partition had a share (TIME is read only when something is leased).
+-- had no share or no ready job, the reason (a string) when it failed, else
+-- {set aside (see _prelude.lua), then per job 11 entries: id, token, kind,
+-- payload, run_at, attempts (already incremented), max_retries, timeout,
+-- last_error, created_at, headers ('' for none)}}. now and expires_at are ''
+-- when no partition had a ready job (TIME is read only then).
 local target = tonumber(ARGV[1])
 local parts = #KEYS / 6
 local now, now_s, exp_s = nil, '', ''
 local out = {now_s, exp_s}
+-- The call's tokens: ARGV[4]..(counter + issued), see tokens_from.
+local counter, issued = nil, 0
 
--- Why partition p failed: its ready zset could not be read (reply: the error).
-local function failure(p, reply)
-  return 'key ' .. KEYS[6 * (p - 1) + 1] .. ': ' .. tostring(reply.err) .. ': nothing done'
+-- The fencing counter's value before this call's tokens, taken (INCRBY
+-- ARGV[1], the most this call can issue) from the counter of the first
+-- partition that leases: nil and why when that counter is not a counter.
+local function tokens_from(key)
+  if not counter then
+    local got = redis.pcall('INCRBY', key, target)
+    if type(got) == 'table' then
+      return nil, 'key ' .. key .. ' is not a counter (' .. tostring(got.err) .. '): nothing done'
+    end
+    counter = got - target
+  end
+  return counter
 end
 
--- Lease up to share jobs of partition p (its ready zset has at least one).
-local function lease_partition(p, share)
+-- Lease up to share jobs of partition p, looking at no more than budget
+-- entries, into res (its part of the reply so far, or nil). Returns its
+-- part ({} when its ready zset is empty), or why it failed; then how many
+-- jobs it leased and how many entries it looked at.
+local function lease_partition(p, share, budget, res)
   local b = 6 * (p - 1)
   local ready, leased, dead, damaged = KEYS[b + 1], KEYS[b + 2], KEYS[b + 5], KEYS[b + 6]
   local prefix = KEYS[b + 4]
-  local bad_key = wrong_type(leased, 'zset', dead, 'zset', damaged, 'hash')
-  if bad_key then return bad_key end
-  -- Tokens for the whole share before the pop: INCRBY is the one call here
-  -- that could fail (a counter key of another type), so it comes before any
-  -- write. Tokens only need to be unique: values of set-aside entries go unused.
-  local counted = redis.pcall('INCRBY', KEYS[b + 3], share)
-  if type(counted) == 'table' then
-    return 'key ' .. KEYS[b + 3] .. ' is not a counter (' .. tostring(counted.err) .. '): nothing done'
+  local size = redis.pcall('ZCARD', ready)
+  if type(size) == 'table' then
+    return 'key ' .. ready .. ': ' .. tostring(size.err) .. ': nothing done', 0, 0
   end
+  if size == 0 then return res or {}, 0, 0 end
+  local bad_key = wrong_type(leased, 'zset', dead, 'zset', damaged, 'hash')
+  if bad_key then return bad_key, 0, 0 end
+  -- The tokens before the pop: INCRBY is the one call here that could fail
+  -- (a counter key of another type), so it comes before any write.
+  local base, why_not = tokens_from(KEYS[b + 3])
+  if not base then return why_not, 0, 0 end
   if not now then
     local t = redis.call('TIME')
     now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -84,16 +102,14 @@ local function lease_partition(p, share)
     exp_s = string.format('%.17g', now + tonumber(ARGV[2]))
     out[1], out[2] = now_s, exp_s
   end
-  local token_of = ARGV[4] .. p .. '.'
-  local counter = counted - share
-  local aside = new_aside()
-  local res = {aside}
-  local asked, budget, n = share, share + 256, 0
+  res = res or {new_aside()}
+  local aside = res[1]
+  local asked, looked, n = share, 0, 0
   local back = {}
   local scored = {'+inf', ARGV[5]}  -- sentinel first: the zset is converted before the inserts
   local popped = redis.call('ZPOPMIN', ready, asked)
   while #popped > 0 do
-    budget = budget - #popped / 2
+    looked = looked + #popped / 2
     for i = 1, #popped, 2 do
       local id = popped[i]
       local key = prefix .. id
@@ -118,7 +134,8 @@ local function lease_partition(p, share)
           dead_letter(aside, key, id, dead, why, now, now_s)
         else
           n = n + 1
-          local token = token_of .. (counter + n)
+          issued = issued + 1
+          local token = ARGV[4] .. (base + issued)
           attempts = attempts + 1
           redis.call('HSET', key, 'state', 'leased', 'attempts', attempts, 'lease_token', token,
             'lease_owner', ARGV[3], 'lease_expires_at', exp_s)
@@ -139,7 +156,7 @@ local function lease_partition(p, share)
         end
       end
     end
-    local more = math.min(share - n, budget)
+    local more = math.min(share - n, budget - looked)
     if #popped < 2 * asked or more <= 0 then break end
     asked = more
     popped = redis.call('ZPOPMIN', ready, more)
@@ -152,37 +169,55 @@ local function lease_partition(p, share)
       redis.call('ZADD', leased, unpack(scored, c, math.min(c + 999, #scored)))
     end
   end
-  return res
+  return res, n, looked
 end
 
+-- At most ARGV[1] + 256 entries are looked at per call.
+local budget = target + 256
+
 if parts == 1 then
-  local size = redis.pcall('ZCARD', KEYS[1])
-  if type(size) == 'table' then
-    out[3] = failure(1, size)
-  elseif size == 0 then
-    out[3] = {}
-  else
-    out[3] = lease_partition(1, target)
-  end
+  out[3] = lease_partition(1, target, budget)
   return out
 end
 
-local replies = {}
-local took, failed = earliest(parts, target, function(p, from, count)
-  local got = redis.pcall('ZRANGE', KEYS[6 * (p - 1) + 1], from, from + count - 1, 'WITHSCORES')
+-- Split what is still wanted in one order by due time; a partition that set
+-- records aside and ran out short is made up for by the others in another
+-- round (each partition already replaces what it set aside by its own next
+-- jobs while it has some).
+local unreadable = {}
+local function ready_of(p)
+  return KEYS[6 * (p - 1) + 1]
+end
+local function head(p, rank)
+  if unreadable[p] then return nil end
+  local key = ready_of(p)
+  local got = redis.pcall('ZRANGE', key, rank, rank, 'WITHSCORES')
   if got.err then
-    replies[p] = got
+    unreadable[p] = 'key ' .. key .. ': ' .. tostring(got.err) .. ': nothing done'
     return nil
   end
-  return got
-end)
-for p = 1, parts do
-  if failed[p] then
-    out[p + 2] = failure(p, replies[p])
-  elseif took[p] > 0 then
-    out[p + 2] = lease_partition(p, took[p])
-  else
-    out[p + 2] = {}
+  return got[2]
+end
+local function upto(p, score)
+  return redis.call('ZCOUNT', ready_of(p), '-inf', score or '+inf')
+end
+local want = target
+while want > 0 and budget > 0 do
+  local took = earliest(parts, math.min(want, budget), head, upto)
+  local asked, got = 0, 0
+  for p = 1, parts do
+    if took[p] > 0 then
+      asked = asked + took[p]
+      local part, n, looked = lease_partition(p, took[p], budget, out[p + 2])
+      if type(part) == 'string' then unreadable[p] = part end
+      out[p + 2] = part
+      got, budget = got + n, budget - looked
+    end
   end
+  want = want - got
+  if got == asked then break end
+end
+for p = 1, parts do
+  out[p + 2] = unreadable[p] or out[p + 2] or {}
 end
 return out

@@ -1,9 +1,10 @@
 -- promote.lua: move up to ARGV[1] due jobs of the partitions in KEYS (one or
 -- more, of one or more queues) from scheduled and retry_wait to ready,
--- earliest due first (ties by job ID, as in the zsets). The partitions come
--- in groups (queues), ARGV[2] onwards; the limit goes to the first group's
--- due jobs, in one order across its partitions, what is left of it to the
--- next group, and so on. On a single node one call promotes every queue; on
+-- earliest due first (within a partition ties go by job ID, as in the zsets).
+-- The partitions come in groups (queues), ARGV[2] onwards; the limit goes to
+-- the first group's due jobs, in one order by due time across its partitions
+-- (see earliest in _prelude.lua), what is left of it to the next group, and
+-- so on. On a single node one call promotes every queue; on
 -- a Cluster, whose scripts touch one slot, the client calls it per partition
 -- with that partition's share.
 --
@@ -119,20 +120,27 @@ local function promote_partition(p, limit)
   return {promoted, nd, aside}, n
 end
 
--- The due entries of source k of a group starting after partition p0: its
--- partition's scheduled (k odd) or retry_wait (k even) zset. Why one could
--- not be read goes to unreadable[k].
-local function due_reader(p0, unreadable)
-  return function(k, from, count)
-    local key = KEYS[6 * (p0 + math.floor((k - 1) / 2)) + 1 + (k - 1) % 2]
-    local got = redis.pcall('ZRANGE', key, '-inf', now, 'BYSCORE', 'LIMIT', from, count,
-      'WITHSCORES')
+-- The due entries of source k of a group starting after partition p0 (its
+-- partition's scheduled zset for k odd, retry_wait for k even) as earliest
+-- (in _prelude.lua) reads them: the head at a rank, and a count. Why a
+-- source could not be read goes to unreadable[k].
+local function due_of(p0, unreadable)
+  local function key_of(k)
+    return KEYS[6 * (p0 + math.floor((k - 1) / 2)) + 1 + (k - 1) % 2]
+  end
+  local function head(k, rank)
+    local key = key_of(k)
+    local got = redis.pcall('ZRANGE', key, '-inf', now_s, 'BYSCORE', 'LIMIT', rank, 1, 'WITHSCORES')
     if got.err then
       unreadable[k] = 'key ' .. key .. ': ' .. tostring(got.err) .. ': nothing done'
       return nil
     end
-    return got
+    return got[2]
   end
+  local function upto(k, score)
+    return redis.call('ZCOUNT', key_of(k), '-inf', score or now_s)
+  end
+  return head, upto
 end
 
 local out = {now_s}
@@ -141,7 +149,8 @@ for g = 2, #ARGV do
   local size = tonumber(ARGV[g])
   local took, unreadable = {remaining, 0}, {}
   if size > 1 and remaining > 0 then
-    took = earliest(2 * size, remaining, due_reader(p0, unreadable))
+    local head, upto = due_of(p0, unreadable)
+    took = earliest(2 * size, remaining, head, upto)
   end
   for k = 1, size do
     local p = p0 + k
