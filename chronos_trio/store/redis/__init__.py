@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...records._public import fixup_module_metadata as _fixup
 from ._commands import RedisCommands as RedisCommands
 from .store import RedisStore as RedisStore
 from .store import RedisStoreStatistics as RedisStoreStatistics
@@ -15,3 +16,6 @@ def open_store(url: str) -> RedisStore:
 
 
 __all__ = ["RedisCommands", "RedisStore", "RedisStoreStatistics", "open_store"]
+
+_fixup(__name__, globals())
+del _fixup

@@ -157,6 +157,10 @@ def _connect_failure(exc: OSError) -> str:
 class _Connection:
     def __init__(self, stream: trio.abc.Stream, address: Address | None = None) -> None:
         self.stream = stream
+        #: The socket under a SocketStream: round trips use it directly (the
+        #: stream's conflict detection and error translation cost about as
+        #: much as the system calls, and one task uses a connection at a time).
+        self.sock = stream.socket if isinstance(stream, trio.SocketStream) else None
         self.reader = hiredis.Reader()
         #: The master this connection was opened to (Sentinel only).
         self.address = address
@@ -164,12 +168,24 @@ class _Connection:
     async def round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         data = _pack(commands)
         replies: list[Any] = []
+        sock = self.sock
         try:
-            await self.stream.send_all(data)
+            if sock is not None:
+                sent = await sock.send(data)
+                if sent < len(data):
+                    view = memoryview(data)[sent:]
+                    while view:
+                        view = view[await sock.send(view) :]
+            else:
+                await self.stream.send_all(data)
             while len(replies) < len(commands):
                 reply = self.reader.gets()
                 if reply is False:
-                    chunk = await self.stream.receive_some(_READ_SIZE)
+                    chunk = (
+                        await sock.recv(_READ_SIZE)
+                        if sock is not None
+                        else await self.stream.receive_some(_READ_SIZE)
+                    )
                     if not chunk:
                         raise ConnectionResetError("Redis closed the connection")
                     self.reader.feed(bytes(chunk) if isinstance(chunk, bytearray) else chunk)
@@ -277,13 +293,15 @@ class NativeNode:
             raise redis.exceptions.ConnectionError("the store is closed")
         # Waiting for a connection is cancellable; a round trip once started
         # is not (see the module docstring).
-        await self._slots.acquire()
         try:
-            with trio.CancelScope(shield=True):
-                replies = await self._execute_in_slot(commands)
+            # no scheduler pass when a slot is free (acquire() always makes one)
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            await self._slots.acquire()
+        try:
+            return await self._execute_in_slot(commands)
         finally:
             self._slots.release()
-        return replies
 
     async def _execute_in_slot(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """One pipeline on a connection slot (see execute)."""
@@ -323,14 +341,17 @@ class NativeNode:
             try:
                 if conn is None:
                     conn = await self._open()
-                with trio.fail_after(self._timeout):
+                # One scope is both the shield (once sent, a round trip is
+                # never abandoned: see the module docstring) and its timeout.
+                with trio.CancelScope(
+                    shield=True, deadline=trio.current_time() + self._timeout
+                ) as scope:
                     replies = await conn.round_trip(commands)
-            except trio.TooSlowError:
-                if conn is not None:
+                if scope.cancelled_caught:
                     await conn.aclose()
-                raise redis.exceptions.TimeoutError(
-                    f"no reply from Redis within {self._timeout:g}s"
-                ) from None
+                    raise redis.exceptions.TimeoutError(
+                        f"no reply from Redis within {self._timeout:g}s"
+                    )
             except _Dead as dead:
                 await conn.aclose()  # type: ignore[union-attr]
                 if self._watch is not None:
