@@ -9,16 +9,18 @@ from typing import Any, Generic, Protocol, TypeVar
 import attrs
 import trio
 
-from ..records._codec import decode_payload
-from ..records._errors import JobFailed, JobNotFound, PayloadError, ResultExpired, ResultTimeout
-from ..records._jobs import EnqueueResult, JobOutcome, JobRef, JobState
+from ..records._errors import JobNotFound
+from ..records._jobs import EnqueueResult, JobOutcome, JobRef
+from ..records._producing import (
+    WAIT_CHUNK,
+    check_wait_timeout,
+    not_found,
+    result_of,
+    timed_out,
+)
 from ..store._roles import ResultRole, require_roles
 
 R = TypeVar("R")
-
-#: A single store wait lasts at most this long; a longer (or endless) wait
-#: is several, so a waiter never holds one registration for days.
-_WAIT_CHUNK = 600.0
 
 
 class HandleHost(Protocol):
@@ -98,57 +100,22 @@ class JobHandle(Generic[R]):
         finished and trimmed); PayloadError when the stored result does not
         decode as the task's result type; StoreError when the store cannot be
         reached; ValueError for a negative or NaN timeout."""
-        if timeout is not None and (math.isnan(timeout) or timeout < 0):
-            raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
+        check_wait_timeout(timeout)
         store = self._store()
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         while True:
             left = deadline - trio.current_time()
-            found = await store.wait_outcome(self.ref, timeout=max(0.0, min(left, _WAIT_CHUNK)))
+            found = await store.wait_outcome(self.ref, timeout=max(0.0, min(left, WAIT_CHUNK)))
             if found is None:
                 raise self._not_found()
             if found.finished:
                 return self._decode(found)
             if trio.current_time() >= deadline:
-                raise ResultTimeout(
-                    f"job {self.job_id} did not finish within {timeout:g}s "
-                    f"(it is {found.state}, attempt {found.attempts})",
-                    self.job_id,
-                )
+                assert timeout is not None
+                raise timed_out(self.job_id, timeout, found)
 
     def _decode(self, found: JobOutcome) -> R:
-        if found.state is JobState.DEAD:
-            raise JobFailed(self.job_id, found.last_error, found.attempts)
-        if found.result_expired:
-            raise ResultExpired(
-                f"job {self.job_id} succeeded, but its result has expired "
-                "(kept for its task's result_ttl)",
-                self.job_id,
-            )
-        known, result_type = self.host.result_type_of(found.kind or self.kind)
-        if found.result is None:
-            if not known or result_type is None:
-                return None  # type: ignore[return-value]  # the task keeps no result
-            raise ResultExpired(
-                f"job {self.job_id} succeeded, but no result is kept for it "
-                "(its task's result_ttl is 0, or it ran under another return type)",
-                self.job_id,
-            )
-        if not known:
-            # a kind this program does not register: JSON if it is, else bytes
-            try:
-                return decode_payload(found.result, Any)  # type: ignore[no-any-return]
-            except PayloadError:
-                return found.result  # type: ignore[return-value]
-        try:
-            return decode_payload(found.result, result_type)  # type: ignore[no-any-return]
-        except PayloadError as exc:
-            raise PayloadError(f"result of job {self.job_id}: {exc}") from exc
+        return result_of(found, self.job_id, self.kind, self.host.result_type_of)  # type: ignore[no-any-return]
 
     def _not_found(self) -> JobNotFound:
-        where = f" in queue {self.queue!r}" if self.queue is not None else ""
-        return JobNotFound(
-            f"no job {self.job_id}{where}: never enqueued, or finished and no longer kept "
-            "(its result expired, or nothing was kept)",
-            self.job_id,
-        )
+        return not_found(self.job_id, self.queue)
