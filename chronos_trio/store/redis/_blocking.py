@@ -1,7 +1,8 @@
 """Running batches of ops on redis-py's blocking clients (no Trio).
 
 The Trio adapter runs these functions in worker threads; the synchronous
-producer calls them directly (:class:`BlockingExecutor`). Either way a batch
+producer calls them directly (:class:`BlockingExecutor`), and waits for
+outcomes with a :class:`BlockingDoneListener`. Either way a batch
 is one pipeline per node; a ``NOSCRIPT`` reply loads the script on that node
 and re-runs exactly the ops that got it (they did not run); on a Cluster the
 ops are grouped by the node owning each op's slot (redis-py's cluster
@@ -11,7 +12,10 @@ slot map and re-runs the ops that got it.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +28,12 @@ from .._roles import StoreError
 from ._core import Call, NeedMeta, Plan, RedisCore, T, meta_plan
 from ._scripts import Op, ReplicaWait, Script
 from ._sentinel import describe
+from ._watch import RESUBSCRIBE_DELAY, WaiterTable, poll
+
+log = logging.getLogger("chronos_trio.store.redis")
+
+#: How long one poll of a producer's subscription blocks (``stop`` returns within it).
+_POLL = 0.25
 
 #: Errors that mean "Redis is unreachable or refused", mapped to StoreError.
 REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
@@ -245,3 +255,94 @@ class BlockingExecutor:
             client, self._client = self._client, None
         if client is not None:
             client.close()
+
+
+class BlockingDoneListener:
+    """The synchronous producer's one subscription to the done channel,
+    shared by every thread that waits (see ``_watch``): a daemon thread
+    reads it and sets the waiters' ``threading.Event``; it starts with the
+    first wait and ends with :meth:`stop`.
+
+    :meth:`ready` raises StoreError while the channel could never be
+    subscribed (Redis is unreachable); after a drop, waiters wait for the
+    re-subscription within their own time (and read their jobs again)."""
+
+    def __init__(self, client_of: Callable[[], Client], channel: str, description: str) -> None:
+        self._client_of = client_of
+        self.channel = channel
+        self.description = description
+        self.table: WaiterTable[threading.Event] = WaiterTable(threading.Event)
+        self._cond = threading.Condition()
+        self._up = False
+        self._tried = False
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: Subscriptions confirmed (re-subscriptions after a drop count too).
+        self.subscriptions = 0
+
+    def ready(self, timeout: float) -> bool:
+        """Whether the subscription is confirmed within ``timeout`` seconds
+        (starting the listener thread on first use). StoreError when it
+        could never be made."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            if self._thread is None:
+                if self._stop.is_set():
+                    raise StoreError("the producer is closed")
+                self._thread = threading.Thread(
+                    target=self._run, name="chronos-done-listener", daemon=True
+                )
+                self._thread.start()
+            self._cond.wait_for(lambda: self._tried, timeout)
+            if not self._up and self._error is not None and not self.subscriptions:
+                raise store_error(self.description, self._error) from self._error
+            return self._cond.wait_for(lambda: self._up, max(0.0, deadline - time.monotonic()))
+
+    def _set(self, *, up: bool, error: BaseException | None = None) -> None:
+        with self._cond:
+            self._up, self._tried, self._error = up, True, error
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        pubsub: Any = None
+        while not self._stop.is_set():
+            try:
+                if pubsub is None:
+                    pubsub = self._client_of().pubsub()  # type: ignore[no-untyped-call]
+                    pubsub.subscribe(self.channel)
+                messages = poll(pubsub, self._stop, _POLL)
+            except Exception as exc:
+                # Anything: redis-py raises odd errors when a connection
+                # closes under a poll; the thread must go on.
+                if self._stop.is_set():
+                    break
+                log.warning(
+                    "result waiters' subscription failed (%s: %s); subscribing again",
+                    type(exc).__name__,
+                    exc,
+                )
+                self._set(up=False, error=exc)
+                self.table.wake_all()  # they read their jobs again once subscribed
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):
+                        pubsub.close()
+                    pubsub = None
+                self._stop.wait(RESUBSCRIBE_DELAY)
+                continue
+            confirmed = self.table.dispatch(messages)
+            if confirmed:
+                self.subscriptions += confirmed
+                self._set(up=True)
+        if pubsub is not None:
+            with contextlib.suppress(Exception):
+                pubsub.close()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """End the listener (within its poll time) and wake every waiter."""
+        self._stop.set()
+        self.table.wake_all()
+        with self._cond:
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
