@@ -9,8 +9,8 @@ results on Redis or Redis Cluster from code that does not run Trio.
 Both run the Trio store's own sans-IO enqueue and watch plans
 (``chronos_trio.store.redis``) with the same scripts, and make jobs exactly
 as ``Task.new_job`` does; neither imports Trio. Each of the two is imported
-on first use (``from chronos_trio.producers import SyncProducer`` never
-loads asyncio's Redis client).
+on first use (``from chronos_trio.producers import SyncProducer`` does not
+load the asyncio producer).
 
 This package sits beside ``chronos_trio.app`` in the layers: it imports
 ``store`` and ``records`` only (``pyproject.toml`` holds the contract).

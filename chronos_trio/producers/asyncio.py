@@ -227,3 +227,6 @@ class AsyncioProducer:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+__all__ = ["AsyncioJobHandle", "AsyncioProducer"]

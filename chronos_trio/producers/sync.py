@@ -254,3 +254,6 @@ class SyncProducer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+__all__ = ["SyncJobHandle", "SyncProducer"]
