@@ -10,10 +10,12 @@ import attrs
 import trio
 
 from ..records._errors import JobNotFound
-from ..records._jobs import EnqueueResult, JobOutcome, JobRef
+from ..records._jobs import EnqueueResult, JobOutcome
 from ..records._producing import (
     WAIT_CHUNK,
+    HandleFields,
     check_wait_timeout,
+    handle_fields,
     not_found,
     result_of,
     timed_out,
@@ -34,7 +36,7 @@ class HandleHost(Protocol):
 
 
 @attrs.frozen
-class JobHandle(Generic[R]):
+class JobHandle(HandleFields, Generic[R]):
     """One job, as its producer holds it: the fields of the
     :class:`~chronos_trio.EnqueueResult` it came from (``job_id``,
     ``created``, ``run_at``, ``queue_version``, ``partition``), its ``queue``
@@ -45,31 +47,11 @@ class JobHandle(Generic[R]):
     and partition itself). Its methods need a store offering
     :class:`~chronos_trio.store.ResultRole` (MemoryStore and RedisStore do)."""
 
-    job_id: str
-    created: bool
-    run_at: float
-    queue_version: int | None
-    partition: int | None
-    queue: str | None
-    kind: str
     host: HandleHost = attrs.field(eq=False, repr=False)
 
     @classmethod
     def of(cls, host: HandleHost, result: EnqueueResult, queue: str, kind: str) -> JobHandle[Any]:
-        return cls(
-            result.job_id,
-            result.created,
-            result.run_at,
-            result.queue_version,
-            result.partition,
-            queue,
-            kind,
-            host,
-        )
-
-    @property
-    def ref(self) -> JobRef:
-        return JobRef(self.job_id, self.queue, self.queue_version, self.partition)
+        return cls(*handle_fields(result, queue, kind), host)
 
     def _store(self) -> ResultRole:
         store = self.host.store

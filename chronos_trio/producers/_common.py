@@ -4,24 +4,27 @@ a job handle."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, Unpack
 
 import attrs
 
-from ..records._jobs import EnqueueResult, JobRef, NewJob
+from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import EnqueueOptions
 from ..records._producing import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     KindDefaults,
     ResultTypeOf,
     TaskDefaults,
+    handle_fields,
     new_job,
     new_jobs,
     unknown_kind,
 )
 from ..store._schemes import redact, scheme_of
-from ..store.redis._connect import StoreUrl, parse_store_url
+from ..store.redis._blocking import AdapterStatistics
+from ..store.redis._connect import Flavor, StoreUrl, connect, parse_store_url
 from ..store.redis._core import RedisCore
 from ..store.redis._scripts import ReplicaWait
 from ..store.redis.keys import KeySpace
@@ -96,9 +99,27 @@ def _store_url(url: str | None, app: AppLike | None) -> str:
     return url
 
 
+class _Listener(Protocol):
+    subscriptions: int
+
+    @property
+    def table(self) -> Any: ...
+
+
+def statistics_of(stats: AdapterStatistics, listener: _Listener) -> ProducerStatistics:
+    return ProducerStatistics(
+        stats.round_trips,
+        stats.commands,
+        stats.script_loads,
+        listener.subscriptions,
+        listener.table.waiting(),
+    )
+
+
 class ProducerCore:
-    """The state both producers hold: the parsed URL, the sans-IO Redis core
-    (keys, topology cache), the app (if any) and the payload limit."""
+    """The state both producers hold: the parsed URL and how to connect,
+    the sans-IO Redis core (keys, topology cache), the app (if any) and the
+    payload limit."""
 
     def __init__(
         self,
@@ -107,10 +128,17 @@ class ProducerCore:
         *,
         namespace: str | None,
         topology_ttl: float,
-        socket_timeout: float,
         max_payload_bytes: int | None,
+        socket_timeout: float,
+        connect_timeout: float,
+        redis_kwargs: dict[str, Any],
     ) -> None:
         self.app = app
+        self._connect_options = {
+            "socket_timeout": socket_timeout,
+            "connect_timeout": connect_timeout,
+            **redis_kwargs,
+        }
         self.settings: StoreUrl = parse_store_url(
             _store_url(url, app), namespace=namespace, socket_timeout=socket_timeout
         )
@@ -125,6 +153,10 @@ class ProducerCore:
             max_payload_bytes = app.max_payload_bytes if app is not None else None
         self.max_payload_bytes = max_payload_bytes or DEFAULT_MAX_PAYLOAD_BYTES
         self.result_type_of: ResultTypeOf = app.result_type_of if app is not None else unknown_kind
+
+    def client_factory(self, flavor: Flavor) -> Callable[[], Any]:
+        """Makes the redis-py client (of ``flavor``) for the store URL."""
+        return functools.partial(connect, self.settings.url, flavor=flavor, **self._connect_options)
 
     def _spec(self, kind: str) -> TaskDefaults:
         """The registered task of ``kind`` in the app, else a kind's defaults."""
@@ -173,35 +205,8 @@ class ProducerCore:
             raise ValueError("job_id must be a non-empty string")
 
 
-@attrs.frozen
-class HandleFields:
-    """The fields of a producer's job handle: those of the
-    :class:`~chronos_trio.EnqueueResult` it came from, its queue and kind
-    (as ``chronos_trio.JobHandle`` has them)."""
-
-    job_id: str
-    created: bool
-    run_at: float
-    queue_version: int | None
-    partition: int | None
-    queue: str | None
-    kind: str
-
-    @property
-    def ref(self) -> JobRef:
-        return JobRef(self.job_id, self.queue, self.queue_version, self.partition)
-
-
 def handle_args(
     result: EnqueueResult, job: NewJob
 ) -> tuple[str, bool, float, int | None, int | None, str | None, str]:
-    """The :class:`HandleFields` of an enqueued job, in order."""
-    return (
-        result.job_id,
-        result.created,
-        result.run_at,
-        result.queue_version,
-        result.partition,
-        job.queue,
-        job.kind,
-    )
+    """The handle fields of an enqueued job, in order."""
+    return handle_fields(result, job.queue, job.kind)

@@ -12,7 +12,6 @@ place), and ``await producer.aclose()`` at its end.
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
 import time
 from collections.abc import Iterable
@@ -25,6 +24,7 @@ from ..records._jobs import JobOutcome, JobRef
 from ..records._options import EnqueueOptions
 from ..records._producing import (
     WAIT_CHUNK,
+    HandleFields,
     ResultTypeOf,
     check_wait_timeout,
     not_found,
@@ -32,16 +32,15 @@ from ..records._producing import (
     timed_out,
 )
 from ..store.redis._asyncio import AsyncioDoneListener, AsyncioExecutor
-from ..store.redis._connect import connect
 from ..store.redis._enqueue import enqueue_plan
 from ..store.redis._watch import Watch, wait_plan, watch_plan
 from ._common import (
     AppLike,
-    HandleFields,
     ProducerCore,
     ProducerStatistics,
     TaskLike,
     handle_args,
+    statistics_of,
 )
 
 
@@ -107,18 +106,13 @@ class AsyncioProducer:
             app,
             namespace=namespace,
             topology_ttl=topology_ttl,
-            socket_timeout=socket_timeout,
             max_payload_bytes=max_payload_bytes,
-        )
-        settings = self._p.settings
-        factory = functools.partial(
-            connect,
-            settings.url,
             socket_timeout=socket_timeout,
             connect_timeout=connect_timeout,
-            flavor="asyncio",
-            **redis_kwargs,
+            redis_kwargs=redis_kwargs,
         )
+        settings = self._p.settings
+        factory = self._p.client_factory("asyncio")
         self._exec = AsyncioExecutor(factory, self._p.core, settings.description)
         self._done = AsyncioDoneListener(
             self._exec.client, self._p.core.keys.done_channel, settings.description
@@ -201,14 +195,7 @@ class AsyncioProducer:
 
     # -- lifecycle -------------------------------------------------------------------
     def statistics(self) -> ProducerStatistics:
-        s = self._exec.stats
-        return ProducerStatistics(
-            s.round_trips,
-            s.commands,
-            s.script_loads,
-            self._done.subscriptions,
-            self._done.table.waiting(),
-        )
+        return statistics_of(self._exec.stats, self._done)
 
     async def aclose(self) -> None:
         """Stop the waiters' subscription and close the connections; tasks

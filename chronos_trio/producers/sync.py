@@ -10,7 +10,6 @@ same topology, as the Trio store's (``chronos_trio.store.redis``).
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Iterable
@@ -23,6 +22,7 @@ from ..records._jobs import JobOutcome, JobRef
 from ..records._options import EnqueueOptions
 from ..records._producing import (
     WAIT_CHUNK,
+    HandleFields,
     ResultTypeOf,
     check_wait_timeout,
     not_found,
@@ -30,16 +30,15 @@ from ..records._producing import (
     timed_out,
 )
 from ..store.redis._blocking import BlockingDoneListener, BlockingExecutor
-from ..store.redis._connect import connect
 from ..store.redis._enqueue import enqueue_plan
 from ..store.redis._watch import Watch, wait_plan, watch_plan
 from ._common import (
     AppLike,
-    HandleFields,
     ProducerCore,
     ProducerStatistics,
     TaskLike,
     handle_args,
+    statistics_of,
 )
 
 
@@ -127,18 +126,15 @@ class SyncProducer:
             app,
             namespace=namespace,
             topology_ttl=topology_ttl,
-            socket_timeout=socket_timeout,
             max_payload_bytes=max_payload_bytes,
-        )
-        settings = self._p.settings
-        factory = functools.partial(
-            connect,
-            settings.url,
             socket_timeout=socket_timeout,
             connect_timeout=connect_timeout,
-            **redis_kwargs,
+            redis_kwargs=redis_kwargs,
         )
-        self._exec = BlockingExecutor(factory, self._p.core, settings.description)
+        settings = self._p.settings
+        self._exec = BlockingExecutor(
+            self._p.client_factory("blocking"), self._p.core, settings.description
+        )
         self._done = BlockingDoneListener(
             self._exec.client, self._p.core.keys.done_channel, settings.description
         )
@@ -228,14 +224,7 @@ class SyncProducer:
 
     # -- lifecycle -------------------------------------------------------------------
     def statistics(self) -> ProducerStatistics:
-        s = self._exec.stats
-        return ProducerStatistics(
-            s.round_trips,
-            s.commands,
-            s.script_loads,
-            self._done.subscriptions,
-            self._done.table.waiting(),
-        )
+        return statistics_of(self._exec.stats, self._done)
 
     def close(self) -> None:
         """Stop the waiters' subscription and close the connections; threads

@@ -18,7 +18,7 @@ import attrs
 
 from ._codec import decode_payload, encode_payload
 from ._errors import JobFailed, JobNotFound, PayloadError, ResultExpired, ResultTimeout
-from ._jobs import JobOutcome, JobState, NewJob, require_field_order
+from ._jobs import EnqueueResult, JobOutcome, JobRef, JobState, NewJob, require_field_order
 from ._options import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_QUEUE,
@@ -141,7 +141,41 @@ def _too_large(kind: str, data: bytes, limit: int) -> NoReturn:
     raise PayloadError(f"payload of {kind!r} is {len(data)} bytes, over the {limit}-byte limit")
 
 
-# -- reading outcomes ---------------------------------------------------------------
+# -- handles and outcomes ------------------------------------------------------------
+@attrs.frozen
+class HandleFields:
+    """The fields of every job handle (``JobHandle`` and the producers'):
+    those of the :class:`~chronos_trio.EnqueueResult` it came from, and the
+    job's queue (None: not known, looked up) and kind."""
+
+    job_id: str
+    created: bool
+    run_at: float
+    queue_version: int | None
+    partition: int | None
+    queue: str | None
+    kind: str
+
+    @property
+    def ref(self) -> JobRef:
+        return JobRef(self.job_id, self.queue, self.queue_version, self.partition)
+
+
+def handle_fields(
+    result: EnqueueResult, queue: str | None, kind: str
+) -> tuple[str, bool, float, int | None, int | None, str | None, str]:
+    """The :class:`HandleFields` of an enqueued job, in order."""
+    return (
+        result.job_id,
+        result.created,
+        result.run_at,
+        result.queue_version,
+        result.partition,
+        queue,
+        kind,
+    )
+
+
 #: ``result_type_of(kind)``: whether the kind is registered, and its task's
 #: result type (None: it keeps no result). The App's ``result_type_of``.
 ResultTypeOf = Callable[[str], tuple[bool, Any]]

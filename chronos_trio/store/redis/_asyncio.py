@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -32,9 +31,7 @@ from ._blocking import (
 )
 from ._core import Call, NeedMeta, Plan, RedisCore, T, meta_plan
 from ._scripts import Op, ReplicaWait
-from ._watch import POLL_BLOCK, RESUBSCRIBE_DELAY, WaiterTable
-
-log = logging.getLogger("chronos_trio.store.redis")
+from ._watch import POLL_BLOCK, RESUBSCRIBE_DELAY, WaiterTable, subscription_failed
 
 
 def _is_cluster(client: Any) -> bool:
@@ -290,11 +287,7 @@ class AsyncioDoneListener:
                 except Exception as exc:
                     # Anything: redis-py raises odd errors when a connection
                     # closes under a read; the task must go on.
-                    log.warning(
-                        "result waiters' subscription failed (%s: %s); subscribing again",
-                        type(exc).__name__,
-                        exc,
-                    )
+                    subscription_failed(exc)
                     self._set(up=False, error=exc)
                     self.table.wake_all()  # they read their jobs again once subscribed
                     if pubsub is not None:

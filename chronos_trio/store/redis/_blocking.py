@@ -13,7 +13,6 @@ slot map and re-runs the ops that got it.
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,9 +27,7 @@ from .._roles import StoreError
 from ._core import Call, NeedMeta, Plan, RedisCore, T, meta_plan
 from ._scripts import Op, ReplicaWait, Script
 from ._sentinel import describe
-from ._watch import RESUBSCRIBE_DELAY, WaiterTable, poll
-
-log = logging.getLogger("chronos_trio.store.redis")
+from ._watch import RESUBSCRIBE_DELAY, WaiterTable, poll, subscription_failed
 
 #: How long one poll of a producer's subscription blocks (``stop`` returns within it).
 _POLL = 0.25
@@ -317,11 +314,7 @@ class BlockingDoneListener:
                 # closes under a poll; the thread must go on.
                 if self._stop.is_set():
                     break
-                log.warning(
-                    "result waiters' subscription failed (%s: %s); subscribing again",
-                    type(exc).__name__,
-                    exc,
-                )
+                subscription_failed(exc)
                 self._set(up=False, error=exc)
                 self.table.wake_all()  # they read their jobs again once subscribed
                 if pubsub is not None:

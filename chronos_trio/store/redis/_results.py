@@ -16,7 +16,6 @@ its job again.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import threading
 from typing import Any
@@ -29,9 +28,16 @@ import trio
 from ...records._jobs import JobOutcome, JobRef
 from ._adapter import Client
 from ._context import StoreContext
-from ._watch import RESUBSCRIBE_DELAY, Block, WaiterTable, Watch, poll, wait_plan, watch_plan
-
-log = logging.getLogger("chronos_trio.store.redis")
+from ._watch import (
+    RESUBSCRIBE_DELAY,
+    Block,
+    WaiterTable,
+    Watch,
+    poll,
+    subscription_failed,
+    wait_plan,
+    watch_plan,
+)
 
 
 class DoneListener:
@@ -92,11 +98,7 @@ class DoneListener:
                 # closes the connection under a poll.
                 if stop.is_set():
                     return
-                log.warning(
-                    "result waiters' subscription failed (%s: %s); subscribing again",
-                    type(exc).__name__,
-                    exc,
-                )
+                subscription_failed(exc)
                 self._confirmed = trio.Event()
                 self.table.wake_all()  # they read their jobs again once subscribed
                 if pubsub is not None:

@@ -23,6 +23,7 @@ and each reads its job again.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -41,6 +42,16 @@ POLL_BLOCK = 1.0
 POLL_BATCH = 1000
 #: Pause before subscribing again after the connection failed.
 RESUBSCRIBE_DELAY = 0.5
+
+log = logging.getLogger("chronos_trio.store.redis")
+
+
+def subscription_failed(exc: BaseException) -> None:
+    """Log that a listener's subscription failed (it subscribes again after
+    :data:`RESUBSCRIBE_DELAY`, and wakes every waiter to read again)."""
+    log.warning(
+        "result waiters' subscription failed (%s: %s); subscribing again", type(exc).__name__, exc
+    )
 
 
 class _Settable(Protocol):
