@@ -462,3 +462,53 @@ async def test_sync_waiters_resubscribe_after_the_connection_drops(redis_url: st
         assert got == ["late"]
         assert producer.statistics().subscriptions >= 2
     admin.close()
+
+
+def test_a_forked_child_starts_its_own_listener(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pre-forking server (gunicorn --preload) forks after the producer
+    waited once: the child has no listener thread, so it starts its own
+    (here the fork is simulated by a new pid)."""
+    from chronos_trio.store.redis import _blocking
+
+    with SyncProducer(redis_url) as producer:
+        handle = producer.enqueue("k", 1)  # no worker: it stays ready
+        with pytest.raises(ResultTimeout):
+            handle.result(timeout=0.2)
+        parent_thread = producer._done._thread
+        assert parent_thread is not None and producer.statistics().subscriptions == 1
+        real_pid = _blocking.os.getpid()
+        monkeypatch.setattr(_blocking.os, "getpid", lambda: real_pid + 1)
+        with pytest.raises(ResultTimeout):
+            handle.result(timeout=0.5)
+        assert producer._done._thread is not parent_thread
+        assert producer.statistics().subscriptions == 2
+
+
+def test_an_asyncio_producer_belongs_to_one_event_loop(redis_url: str) -> None:
+    producer = AsyncioProducer(redis_url)
+
+    async def use() -> None:
+        await producer.enqueue("k", 1)
+
+    asyncio.run(use())
+    with pytest.raises(RuntimeError, match="belongs to the event loop"):
+        asyncio.run(use())
+
+
+async def test_producers_behind_sentinel(redis_sentinel_url: str) -> None:
+    app = producer_app(redis_sentinel_url)
+
+    async def asyncio_side() -> Total:
+        async with AsyncioProducer(app=app) as producer:
+            handle = await producer.enqueue("add", Sum(4, 5))
+            result: Total = await handle.result(timeout=20)
+            return result
+
+    with SyncProducer(app=app) as producer:
+        async with app.open_worker(poll_interval=0.5):
+            with trio.fail_after(60):
+                got = await in_thread(lambda: producer.enqueue("add", Sum(1, 1)).result(timeout=20))
+                assert got == Total(2, by="add")
+                assert await in_thread(lambda: asyncio.run(asyncio_side())) == Total(9, by="add")

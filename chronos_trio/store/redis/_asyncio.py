@@ -53,11 +53,22 @@ class AsyncioExecutor:
         self.description = description
         self.stats = AdapterStatistics()
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def client(self) -> Any:
-        """The client, made (and, for a Cluster, initialized) on first use."""
+        """The client, made (and, for a Cluster, initialized) on first use.
+        RuntimeError in another event loop than the first (its connections
+        belong to that one)."""
         if self._closed:
             raise StoreError("the producer is closed")
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise RuntimeError(
+                "an AsyncioProducer belongs to the event loop that first used it; "
+                "make one per loop (e.g. in the app's lifespan)"
+            )
         if self._client is not None:
             return self._client
         if self._lock is None:
@@ -244,6 +255,11 @@ class AsyncioDoneListener:
         never be made."""
         if self._closed:
             raise StoreError("the producer is closed")
+        if self._task is not None and self._task.get_loop() is not asyncio.get_running_loop():
+            raise RuntimeError(
+                "an AsyncioProducer belongs to the event loop that first used it; "
+                "make one per loop (e.g. in the app's lifespan)"
+            )
         if self._task is None:
             self._tried, self._up = asyncio.Event(), asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(

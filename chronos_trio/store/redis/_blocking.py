@@ -13,6 +13,7 @@ slot map and re-runs the ops that got it.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -275,6 +276,7 @@ class BlockingDoneListener:
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
         #: Subscriptions confirmed (re-subscriptions after a drop count too).
         self.subscriptions = 0
 
@@ -284,6 +286,11 @@ class BlockingDoneListener:
         could never be made."""
         deadline = time.monotonic() + timeout
         with self._cond:
+            if self._pid != os.getpid():
+                # a forked child (a pre-forking server): the thread stayed
+                # in the parent, start this process's own
+                self._pid, self._thread, self._up, self._tried = os.getpid(), None, False, False
+                self.table = WaiterTable(threading.Event)
             if self._thread is None:
                 if self._stop.is_set():
                     raise StoreError("the producer is closed")
