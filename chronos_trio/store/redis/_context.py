@@ -110,7 +110,7 @@ class StoreContext(RedisCore):
         names = list(dict.fromkeys(queues))
         got = self.current_metas(names, asked, fresh, max_age)
         if len(got) == len(names):
-            return {q: got[q] for q in names}
+            return got
         async with self._refresh_lock:
             # whoever held the lock may have just refreshed what we need
             return await self.run(meta_plan(self, names, fresh=fresh, max_age=max_age, asked=asked))
