@@ -60,7 +60,13 @@ async def populate(store: Store) -> None:
     await store.settle(
         [
             Settlement(leased["retry-1"].ref, SettleKind.RETRY, "boom", retry_delay=3600),
-            Settlement(leased["done-1"].ref, SettleKind.SUCCEEDED, retain_for=3600),
+            Settlement(
+                leased["done-1"].ref,
+                SettleKind.SUCCEEDED,
+                retain_for=3600,
+                result=b'{"total": 5}',
+                result_ttl=1800,
+            ),
             Settlement(leased["dead-1"].ref, SettleKind.DEAD, "PayloadError: bad\ntrace line"),
             Settlement(leased["dead-2"].ref, SettleKind.DEAD, "SkipRetry: no"),
         ]
@@ -206,6 +212,15 @@ def test_job_shows_everything(cli: Cli) -> None:
     assert waiting["next_run_at"] is not None
     scheduled = cli("job", args=("scheduled-1",))
     assert "next run    20" in scheduled.out and "(in 59m" in scheduled.out
+    assert "result      -" in scheduled.out
+
+    done = cli("job", args=("done-1",))
+    assert 'result      {"total": 5} (kept until 20' in done.out and "(in 29m" in done.out
+    done_json = cli("job", args=("done-1", "--json")).json()
+    assert done_json["result"] == {"total": 5} and done_json["result_until"].endswith("Z")
+    assert done_json["state"] == "succeeded"
+    # it keeps the due time it ran for (not its end of retention: issue 11)
+    assert done_json["run_at"] < done_json["finished_at"]
 
 
 def test_run_now(cli: Cli) -> None:

@@ -46,6 +46,8 @@ class DamagingStore(MemoryStore):
         ("max_retries", -1, "max_retries is -1"),
         ("timeout", float("nan"), "timeout is nan"),
         ("timeout", None, "timeout is None"),
+        # below inf, but too large for a float deadline
+        pytest.param("timeout", 10**400, "timeout is 1000", id="timeout-huge-int"),
     ],
 )
 async def test_a_damaged_leased_job_goes_dead_once(

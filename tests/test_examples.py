@@ -75,3 +75,28 @@ def test_the_producer_examples_round_trip_through_a_worker_process(
     assert "thumbnails 20 b'image-0-'" in out
     assert "status {'state': 'succeeded', 'attempts': 1}" in out
     assert "waited through 1 subscription" in out
+
+
+def test_results_example_on_the_embedded_store() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CHRONOS_URL"}
+    proc = subprocess.run(
+        [sys.executable, "examples/results.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "resizing https://img/cat.png for req-42" in proc.stdout
+    assert "thumbnail: Thumbnail(url='https://img/cat.png?w=64', bytes_=640)" in proc.stdout
+    assert "status: succeeded, same result: True" in proc.stdout
+    assert "failed after 1 attempt(s): retries exhausted" in proc.stdout
+
+
+@pytest.mark.redis
+def test_results_example_on_redis(redis_url: str) -> None:
+    proc = run_example("examples/results.py", env={"CHRONOS_URL": redis_url})
+    assert proc.returncode == 0, proc.stderr
+    assert "status: succeeded, same result: True" in proc.stdout
+    assert "ConnectionError: https://down.example is unreachable" in proc.stdout

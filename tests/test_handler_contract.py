@@ -24,6 +24,7 @@ from chronos_trio import (
     Retry,
     RetryPolicy,
 )
+from tests._backends import Backend
 from tests._support import wait_for
 
 FAST = {"poll_interval": 0.5, "lease_duration": 5.0}
@@ -348,3 +349,52 @@ async def test_the_lifespan_wraps_the_worker_and_handlers_reach_its_value(
     assert events == ["enter", "exit leased=0"]
     assert seen and set(seen) == {"db-pool"}
     assert worker.statistics().succeeded + worker.statistics().released == 6
+
+
+# -- headers and producer hooks ---------------------------------------------------------
+async def test_producer_hooks_and_headers_reach_the_handler(
+    backend: Backend, clock: object
+) -> None:
+    app = App(backend.store())
+    seen: list[dict[str, str]] = []
+    traces = itertools.count(1)
+
+    @app.producer_hook
+    def add_trace(kind: str, headers: dict[str, str]) -> None:
+        headers.setdefault("trace", f"t-{next(traces)}")
+        headers["kind-seen"] = kind
+
+    @app.task("hdr.show")
+    async def show(args: int, job: JobContext) -> None:
+        seen.append(job.headers)
+
+    async with app.open_worker(**backend.timing(poll_interval=0.5)) as worker:
+        with trio.fail_after(20):
+            await show.enqueue(1, headers={"tenant": "acme"})
+            await show.enqueue(2, headers={"trace": "given"})
+            await show.enqueue_many([3, 4])
+            await wait_for(lambda: len(seen) == 4)
+            await worker.wait_idle()
+    by_trace = sorted(seen, key=lambda h: h["trace"])
+    assert by_trace == [
+        {"kind-seen": "hdr.show", "trace": "given"},
+        {"kind-seen": "hdr.show", "tenant": "acme", "trace": "t-1"},
+        {"kind-seen": "hdr.show", "trace": "t-3"},
+        {"kind-seen": "hdr.show", "trace": "t-4"},
+    ]
+
+
+async def test_bad_headers_fail_the_enqueue_with_a_clear_error() -> None:
+    app = App(MemoryStore())
+
+    @app.task("hdr.bad")
+    async def bad(args: int, job: JobContext) -> None:
+        pass
+
+    with pytest.raises(ValueError, match="headers must map non-empty str to str"):
+        await bad.enqueue(1, headers={"n": 1})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="headers must be a mapping"):
+        await bad.enqueue(1, headers=[("a", "b")])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="over the 8192-byte limit"):
+        await bad.enqueue(1, headers={"big": "x" * 9000})
+    assert await app.store.queues() == []  # nothing was stored

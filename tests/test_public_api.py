@@ -34,6 +34,7 @@ PUBLIC_MODULES = (
     "chronos_trio.producers",
     "chronos_trio.producers.sync",
     "chronos_trio.producers.asyncio",
+    "chronos_trio.testing.damage",
 )
 
 

@@ -422,6 +422,8 @@ async def test_a_key_of_another_type_in_an_index_is_quarantined(
         ("timeout", b"nan", "field 'timeout' holds b'nan', not a number"),
         ("max_retries", b"-1", "field 'max_retries' holds b'-1', not an integer"),
         ("created_at", None, "field 'created_at' is missing"),
+        ("h", b"[1]", "field 'h' holds b'[1]', not a JSON object of text headers"),
+        ("h", b"{", "field 'h' holds b'{', not a JSON object of text headers"),
     ],
 )
 async def test_fields_the_client_decodes_are_checked_there_too(

@@ -96,7 +96,6 @@ async def test_results_round_trip_typed(backend: Backend, clock: object) -> None
             total = await handle.result(timeout=10)
             assert total == Total(5, note=handle.job_id[:4])
             assert await (await app.enqueue("echo.bytes", b"abc")).result(timeout=10) == b"cba"
-            assert await (await app.enqueue("plain.json", 4)).result(timeout=10) == [4, 16]
             assert await (await app.enqueue("no.result", None)).result(timeout=10) is None
             # a handle made elsewhere from the ID alone reads the same result
             again = app.job(handle.job_id)
@@ -104,6 +103,15 @@ async def test_results_round_trip_typed(backend: Backend, clock: object) -> None
             status = await again.status()
             assert status.state is JobState.SUCCEEDED and status.attempts == 1
             assert status.kind == "add" and status.queue == "default"
+
+
+async def test_a_plain_handler_returns_its_result_from_its_thread() -> None:
+    # the real clock: under autojump_clock, a wait on a worker thread lets
+    # virtual time run ahead to the result's timeout
+    app = results_app(MemoryStore())
+    async with app.open_worker(poll_interval=0.5):
+        with trio.fail_after(10):
+            assert await (await app.enqueue("plain.json", 4)).result(timeout=5) == [4, 16]
 
 
 async def test_a_dead_job_raises_job_failed(backend: Backend, clock: object) -> None:
@@ -313,3 +321,34 @@ async def test_result_of_a_bad_stored_value_is_a_payload_error(autojump_clock: o
     )
     with pytest.raises(PayloadError, match=f"result of job {handle.job_id}"):
         await handle.result(timeout=1)
+
+
+@pytest.mark.redis
+async def test_results_on_the_cluster(redis_cluster_url: str) -> None:
+    """Jobs spread over 8 partitions of a 3-master Cluster: each handle's
+    waiter is woken from whichever node settles its job."""
+    store = RedisStore.from_url(
+        redis_cluster_url, namespace=f"cluster-results-{next(_ns)}", default_partitions=8
+    )
+    try:
+        app = results_app(store)
+        add = Task(app, app.registry.tasks["add"])
+        async with app.open_worker(poll_interval=0.2, lease_duration=5.0, concurrency=16):
+            with trio.fail_after(30):
+                handles = await add.enqueue_many([Sum(i, 1) for i in range(40)])
+                assert len({h.partition for h in handles}) > 1
+                got = [None] * len(handles)
+
+                async def wait(i: int) -> None:
+                    got[i] = await handles[i].result(timeout=20)  # type: ignore[call-overload]
+
+                async with trio.open_nursery() as nursery:
+                    for i in range(len(handles)):
+                        nursery.start_soon(wait, i)
+                dead = await app.enqueue("fails", "c", max_retries=0)
+                with pytest.raises(JobFailed):
+                    await dead.result(timeout=20)
+        assert [t.value for t in got] == [i + 1 for i in range(40)]  # type: ignore[union-attr]
+        assert await app.job(handles[3].job_id).result(timeout=1) == got[3]
+    finally:
+        await store.aclose()

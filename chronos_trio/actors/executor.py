@@ -306,7 +306,13 @@ def _damage(job: Job) -> str | None:
         if type(value) is not int or value < 0:
             return f"damaged record: {field} is {value!r}, not an integer >= 0"
     timeout = job.timeout
-    if not isinstance(timeout, float | int) or not 0 < timeout < math.inf:
+    # an int too large for a float compares below inf, but would overflow
+    # the deadline (current_time() + timeout): the executor would crash on it
+    if (
+        not isinstance(timeout, float | int)
+        or not 0 < timeout < math.inf
+        or (isinstance(timeout, int) and timeout >= 2**1023)
+    ):
         return f"damaged record: timeout is {timeout!r}, not a number of seconds > 0"
     return None
 

@@ -34,7 +34,7 @@ from ._handle import JobHandle
 from ._handlers import inspect_handler
 from ._inspector import Inspector
 from ._schedules import build_schedule, check_unique
-from ._task import Task
+from ._task import ProducerHook, Task
 
 P = TypeVar("P")
 
@@ -61,6 +61,8 @@ class App:
     ) -> None:
         self.name = name
         self.max_payload_bytes = max_payload_bytes
+        #: Called for every job this app builds (see :meth:`producer_hook`).
+        self.producer_hooks: list[ProducerHook] = []
         self._store_url = store if isinstance(store, str) or store is None else None
         self._store: Store | None = store if isinstance(store, Store) else None
         #: What workers of this app run: tasks, hooks, schedules.
@@ -240,6 +242,16 @@ class App:
         return schedule
 
     # -- producing ---------------------------------------------------------------
+    def producer_hook(self, hook: ProducerHook) -> ProducerHook:
+        """Register ``hook(kind, headers)``, called for every job this app
+        builds (enqueue, enqueue_many, schedules excepted) with the job's
+        headers as a dict it may add to: a trace id, a tenant. The handler
+        reads them as ``job.headers``. Usable as a decorator; hooks run in
+        registration order, on the producer's side (never on a worker's
+        settle path); what a hook raises fails that enqueue."""
+        self.producer_hooks.append(hook)
+        return hook
+
     async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """Send prepared jobs (``task.new_job(...)``) in one batch."""
         if not jobs:

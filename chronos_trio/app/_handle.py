@@ -35,7 +35,10 @@ class HandleHost(Protocol):
     def result_type_of(self, kind: str) -> tuple[bool, Any]: ...
 
 
-@attrs.frozen
+# Not frozen: a frozen attrs class sets each field through object.__setattr__,
+# four times the cost of this one's __init__, and a bulk enqueue makes a
+# handle per job. Treat it as read-only.
+@attrs.define(eq=True)
 class JobHandle(HandleFields, Generic[R]):
     """One job, as its producer holds it: the fields of the
     :class:`~chronos_trio.EnqueueResult` it came from (``job_id``,

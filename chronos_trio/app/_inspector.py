@@ -99,6 +99,17 @@ def payload_view(job: Job) -> Any:
         return {"base64": base64.b64encode(job.payload).decode()}
 
 
+def result_view(job: Job) -> Any:
+    """A succeeded job's stored result for display (JSON value, or
+    ``{"base64": ...}`` for bytes), or None when none is kept."""
+    if job.result is None:
+        return None
+    try:
+        return json.loads(job.result)
+    except ValueError:
+        return {"base64": base64.b64encode(job.result).decode()}
+
+
 def _refuse_damaged(job: Job, action: str) -> None:
     """A damaged record would only be dead-lettered again by the next lease
     (or, of a newer format, is not this version's to move): say so at once."""

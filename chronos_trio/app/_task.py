@@ -10,6 +10,7 @@ import attrs
 from ..records import _producing
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import EnqueueOptions
+from ..records._producing import ProducerHook as ProducerHook
 from ..runtime._tasks import Handler, TaskSpec
 from ._handle import HandleHost, JobHandle
 
@@ -22,6 +23,9 @@ class JobSink(HandleHost, Protocol):
 
     @property
     def max_payload_bytes(self) -> int: ...
+
+    @property
+    def producer_hooks(self) -> Sequence[ProducerHook]: ...
 
     async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]: ...
 
@@ -62,7 +66,10 @@ class Task(Generic[P]):
         """Build (and validate) the store record for one job without sending
         it. Raises ``ValueError`` for a bad option, ``PayloadError`` for a
         payload that does not encode or is too large."""
-        return _producing.new_job(self.spec, self.app.max_payload_bytes, payload, **options)
+        app = self.app
+        return _producing.new_job(
+            self.spec, app.max_payload_bytes, app.producer_hooks, payload, **options
+        )
 
     async def enqueue(self, payload: P, **options: Unpack[EnqueueOptions]) -> JobHandle[Any]:
         """Enqueue one job; returns once the store has it (for Redis: the
@@ -89,13 +96,19 @@ class Task(Generic[P]):
         Returns a handle per job, in order."""
         results = await self.app.enqueue_jobs(self.new_jobs(payloads, delay=delay, queue=queue))
         host, kind, queue = self.app, self.spec.kind, queue or self.spec.queue
-        return [JobHandle.of(host, r, queue, kind) for r in results]
+        return [
+            JobHandle(
+                r.job_id, r.created, r.run_at, r.queue_version, r.partition, queue, kind, host
+            )
+            for r in results
+        ]
 
     def new_jobs(
         self, payloads: Iterable[P], *, delay: float | None = None, queue: str | None = None
     ) -> list[NewJob]:
         """``new_job`` for many payloads with the same options (the options are
         checked once, not per job: this is the bulk producer's hot loop)."""
+        app = self.app
         return _producing.new_jobs(
-            self.spec, self.app.max_payload_bytes, payloads, delay=delay, queue=queue
+            self.spec, app.max_payload_bytes, app.producer_hooks, payloads, delay=delay, queue=queue
         )

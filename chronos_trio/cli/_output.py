@@ -7,7 +7,14 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
-from ..app._inspector import JobPage, QueueInfo, ScheduleInfo, next_run_at, payload_view
+from ..app._inspector import (
+    JobPage,
+    QueueInfo,
+    ScheduleInfo,
+    next_run_at,
+    payload_view,
+    result_view,
+)
 from ..records._jobs import Job, JobState
 from ..store import CheckReport, Finding, Problem, QueueTopology, Repair
 
@@ -111,6 +118,10 @@ def job_json(job: Job) -> dict[str, Any]:
         "finished_at": iso(job.finished_at),
         "last_error": job.last_error or None,
         "payload": payload_view(job),
+        "headers": dict(job.headers),
+        # a succeeded job's stored result (None: none kept), and until when
+        "result": result_view(job),
+        "result_until": iso(job.result_until),
         # None for a sound record; else why the stored record could not be
         # read as it is (the fields it names show defaults)
         "damage": job.damage or None,
@@ -259,6 +270,8 @@ def job_details(job: Job, now: float) -> str:
         ("lease", lease),
         ("finished", when(job.finished_at, now)),
         ("payload", payload),
+        ("headers", json.dumps(dict(job.headers), ensure_ascii=False) if job.headers else "-"),
+        ("result", _result_line(job, now)),
     ]
     width = max(len(k) for k, _ in [*rows, ("last error", "")]) + 2
     lines = [f"{key:<{width}}{value}" for key, value in rows]
@@ -273,6 +286,15 @@ def job_details(job: Job, now: float) -> str:
         # one line: the store's description of what it could not read
         lines.append(f"{'damage':<{width}}{' '.join(job.damage.split())}")
     return "\n".join(lines)
+
+
+def _result_line(job: Job, now: float) -> str:
+    if job.result is None:
+        return "-"
+    shown = json.dumps(result_view(job), ensure_ascii=False)
+    if job.result_until is not None and job.result_until <= now:
+        return f"{shown} (expired {relative(job.result_until, now)})"
+    return f"{shown} (kept until {when(job.result_until, now)})"
 
 
 def topology_table(topology: QueueTopology) -> str:

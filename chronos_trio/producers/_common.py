@@ -5,7 +5,7 @@ a job handle."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, Unpack
 
 import attrs
@@ -15,6 +15,7 @@ from ..records._options import EnqueueOptions
 from ..records._producing import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     KindDefaults,
+    ProducerHook,
     ResultTypeOf,
     TaskDefaults,
     handle_fields,
@@ -46,7 +47,8 @@ class TaskLike(Protocol):
 
 class AppLike(Protocol):
     """An App as producers take it (``chronos_trio.App`` is one): its store
-    URL, its registered tasks and their result types, its payload limit."""
+    URL, its registered tasks and their result types, its payload limit and
+    its producer hooks."""
 
     @property
     def store_url(self) -> str: ...
@@ -59,6 +61,9 @@ class AppLike(Protocol):
 
     @property
     def max_payload_bytes(self) -> int: ...
+
+    @property
+    def producer_hooks(self) -> Sequence[ProducerHook]: ...
 
     def result_type_of(self, kind: str) -> tuple[bool, Any]: ...
 
@@ -158,6 +163,9 @@ class ProducerCore:
         """Makes the redis-py client (of ``flavor``) for the store URL."""
         return functools.partial(connect, self.settings.url, flavor=flavor, **self._connect_options)
 
+    def _hooks(self) -> Sequence[ProducerHook]:
+        return self.app.producer_hooks if self.app is not None else ()
+
     def _spec(self, kind: str) -> TaskDefaults:
         """The registered task of ``kind`` in the app, else a kind's defaults."""
         tasks: Mapping[str, Any] = self.app.registry.tasks if self.app is not None else {}
@@ -172,9 +180,8 @@ class ProducerCore:
         if isinstance(task, str):
             if not task:
                 raise ValueError("task kind must be a non-empty string")
-            return new_job(self._spec(task), self.max_payload_bytes, payload, **options), (
-                self.result_type_of
-            )
+            spec, limit = self._spec(task), self.max_payload_bytes
+            return new_job(spec, limit, self._hooks(), payload, **options), self.result_type_of
         return task.new_job(payload, **options), self._decoder_of(task)
 
     def new_jobs(
@@ -188,9 +195,8 @@ class ProducerCore:
         if isinstance(task, str):
             if not task:
                 raise ValueError("task kind must be a non-empty string")
-            jobs = new_jobs(
-                self._spec(task), self.max_payload_bytes, payloads, delay=delay, queue=queue
-            )
+            spec, limit = self._spec(task), self.max_payload_bytes
+            jobs = new_jobs(spec, limit, self._hooks(), payloads, delay=delay, queue=queue)
             return jobs, self.result_type_of
         return task.new_jobs(payloads, delay=delay, queue=queue), self._decoder_of(task)
 

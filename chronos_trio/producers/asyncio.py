@@ -44,7 +44,7 @@ from ._common import (
 )
 
 
-@attrs.frozen
+@attrs.define(eq=True)  # not frozen, as JobHandle (a bulk enqueue makes many)
 class AsyncioJobHandle(HandleFields):
     """One job, as an asyncio producer holds it (``chronos_trio.JobHandle``
     for asyncio: ``await handle.result(timeout=10)``)."""

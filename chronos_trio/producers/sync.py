@@ -42,7 +42,7 @@ from ._common import (
 )
 
 
-@attrs.frozen
+@attrs.define(eq=True)  # not frozen, as JobHandle (a bulk enqueue makes many)
 class SyncJobHandle(HandleFields):
     """One job, as a synchronous producer holds it (the fields and methods
     of ``chronos_trio.JobHandle``, blocking instead of async)."""

@@ -78,6 +78,9 @@ class Job:
     #: nothing is kept.
     result: bytes | None = None
     result_until: float | None = None
+    #: Metadata the producer attached (``headers=`` or the app's producer
+    #: hooks), as (name, value) pairs: a trace id, a tenant.
+    headers: tuple[tuple[str, str], ...] = ()
 
     @property
     def retries_left(self) -> int:
@@ -103,6 +106,8 @@ class NewJob:
     delay: float = 0.0
     max_retries: int = 3
     timeout: float = 30.0
+    #: (name, value) pairs that travel with the job to its handler.
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @attrs.frozen

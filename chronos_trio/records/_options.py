@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
+from collections.abc import Mapping
 from typing import TypedDict
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_TIMEOUT = 30.0
+#: A job's headers, encoded as JSON, are at most this long.
+MAX_HEADERS_BYTES = 8192
 
 
 class JobDefaults(TypedDict, total=False):
@@ -32,6 +36,8 @@ class EnqueueOptions(JobDefaults, total=False):
     run_at: dt.datetime | float
     #: Idempotency key: while a job with this ID exists, enqueue changes nothing.
     job_id: str
+    #: Metadata for the handler (``job.headers``): text names to text values.
+    headers: Mapping[str, str]
 
 
 def check_options(
@@ -44,6 +50,46 @@ def check_options(
         raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
     if delay is not None and not (delay >= 0 and math.isfinite(delay)):
         raise ValueError(f"delay must be finite and >= 0 seconds, got {delay!r}")
+
+
+def check_headers(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """Headers as stored: (name, value) pairs in name order. Raises
+    ``ValueError`` when a name or value is not text, a name is empty, or they
+    encode to more than :data:`MAX_HEADERS_BYTES`."""
+    if not isinstance(headers, Mapping):
+        raise ValueError(f"headers must be a mapping of str to str, got {type(headers).__name__}")
+    pairs = []
+    for name, value in headers.items():
+        if not isinstance(name, str) or not name or not isinstance(value, str):
+            raise ValueError(f"headers must map non-empty str to str, got {name!r}: {value!r}")
+        pairs.append((name, value))
+    pairs.sort()
+    size = len(encode_headers(tuple(pairs)))
+    if size > MAX_HEADERS_BYTES:
+        raise ValueError(
+            f"headers are {size} bytes encoded, over the {MAX_HEADERS_BYTES}-byte limit"
+        )
+    return tuple(pairs)
+
+
+def encode_headers(headers: tuple[tuple[str, str], ...]) -> bytes:
+    """Headers as the stores keep them: a JSON object (b'' for none)."""
+    if not headers:
+        return b""
+    return json.dumps(dict(headers), separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def decode_headers(data: bytes | str | None) -> tuple[tuple[str, str], ...]:
+    """Stored headers back as pairs; ``ValueError`` when they are not a JSON
+    object of text to text."""
+    if not data:
+        return ()
+    value = json.loads(data)
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ValueError("headers are not a JSON object of text to text")
+    return tuple(sorted(value.items()))
 
 
 def to_epoch(run_at: dt.datetime | float) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn, Protocol, Unpack
 
 import attrs
@@ -24,6 +24,7 @@ from ._options import (
     DEFAULT_QUEUE,
     DEFAULT_TIMEOUT,
     EnqueueOptions,
+    check_headers,
     check_options,
     to_epoch,
 )
@@ -39,9 +40,13 @@ WAIT_CHUNK = 600.0
 
 require_field_order(
     NewJob,
-    ("id", "queue", "kind", "payload", "run_at", "delay", "max_retries", "timeout"),
+    ("id", "queue", "kind", "payload", "run_at", "delay", "max_retries", "timeout", "headers"),
     "records._producing.new_jobs",
 )
+
+#: ``hook(kind, headers)``: called for every job a producer builds, with its
+#: headers as a dict the hook may add to (a trace id, a tenant).
+ProducerHook = Callable[[str, dict[str, str]], None]
 
 
 def new_job_id() -> str:
@@ -78,12 +83,31 @@ class KindDefaults:
     timeout: float = DEFAULT_TIMEOUT
 
 
+def job_headers(
+    kind: str, given: Any, hooks: Sequence[ProducerHook]
+) -> tuple[tuple[str, str], ...]:
+    """A job's headers: ``given``, then what each producer hook adds.
+    Raises ValueError for headers that are not text or too large (and
+    whatever a hook raises)."""
+    if given is not None and not isinstance(given, dict | Mapping):
+        check_headers(given)  # raises, naming the type
+    headers = dict(given or {})
+    for hook in hooks:
+        hook(kind, headers)
+    return check_headers(headers)
+
+
 def new_job(
-    spec: TaskDefaults, max_payload_bytes: int, payload: Any, **options: Unpack[EnqueueOptions]
+    spec: TaskDefaults,
+    max_payload_bytes: int,
+    hooks: Sequence[ProducerHook],
+    payload: Any,
+    **options: Unpack[EnqueueOptions],
 ) -> NewJob:
-    """Build (and validate) the store record for one job of ``spec``'s task.
-    Raises ``ValueError`` for a bad option, ``PayloadError`` for a payload
-    that does not encode or is larger than ``max_payload_bytes``."""
+    """Build (and validate) the store record for one job of ``spec``'s task,
+    its headers passed through ``hooks``. Raises ``ValueError`` for a bad
+    option or headers, ``PayloadError`` for a payload that does not encode or
+    is larger than ``max_payload_bytes``, and what a hook raises."""
     delay = options.get("delay")
     run_at = options.get("run_at")
     max_retries = options.get("max_retries")
@@ -101,6 +125,7 @@ def new_job(
         raise ValueError(
             f"job_id must be a non-empty string of at most {MAX_JOB_ID_LENGTH} characters"
         )
+    headers = options.get("headers")
     return NewJob(
         job_id or new_job_id(),
         options.get("queue") or spec.queue,
@@ -110,12 +135,14 @@ def new_job(
         delay or 0.0,
         spec.max_retries if max_retries is None else max_retries,
         spec.timeout if timeout is None else timeout,
+        job_headers(spec.kind, headers, hooks) if headers or hooks else (),
     )
 
 
 def new_jobs(
     spec: TaskDefaults,
     max_payload_bytes: int,
+    hooks: Sequence[ProducerHook],
     payloads: Iterable[Any],
     *,
     delay: float | None = None,
@@ -133,7 +160,10 @@ def new_jobs(
         data = encode_payload(payload, payload_type)
         if len(data) > limit:
             _too_large(kind, data, limit)
-        jobs.append(NewJob(new_job_id(), queue, kind, data, None, delay, max_retries, timeout))
+        headers = job_headers(kind, None, hooks) if hooks else ()
+        jobs.append(
+            NewJob(new_job_id(), queue, kind, data, None, delay, max_retries, timeout, headers)
+        )
     return jobs
 
 
@@ -142,7 +172,10 @@ def _too_large(kind: str, data: bytes, limit: int) -> NoReturn:
 
 
 # -- handles and outcomes ------------------------------------------------------------
-@attrs.frozen
+# Not frozen, as its subclasses: a frozen attrs class sets each field through
+# object.__setattr__, four times the cost of this one's __init__, and a bulk
+# enqueue makes a handle per job. Treat them as read-only.
+@attrs.define(eq=True)
 class HandleFields:
     """The fields of every job handle (``JobHandle`` and the producers'):
     those of the :class:`~chronos_trio.EnqueueResult` it came from, and the

@@ -79,6 +79,27 @@ class JobContext:
         return self.job.kind
 
     @property
+    def redis(self) -> Any:
+        """The worker's own Redis connections for this handler's commands
+        (``await job.redis.execute("INCR", "hits")``; a
+        :class:`~chronos_trio.store.redis.RedisCommands`): pooled, never
+        blocking the event loop, with the store's timeouts and errors.
+        Raises TypeError when the app's store is not a Redis store."""
+        commands = getattr(self.app.store, "commands", None)
+        if commands is None:
+            raise TypeError(
+                f"job.redis needs a Redis store; this app's store is a "
+                f"{type(self.app.store).__name__}"
+            )
+        return commands()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The metadata its producer attached (``headers=``, producer hooks):
+        a new dict on each read."""
+        return dict(self.job.headers)
+
+    @property
     def lease_lost(self) -> bool:
         return self._lease.lost
 

@@ -4,7 +4,9 @@ The MemoryStore indexes waiting jobs in per-queue heaps with lazy deletion:
 ``due`` (scheduled and retry_wait), ``ready`` and ``leased``; an entry counts
 only while its record still has the entry's version, so a stale entry is
 normal and an entry without a record cannot be a problem (NO_RECORD is
-never reported). Succeeded and dead jobs are in no heap. The check runs in
+never reported; nor is QUARANTINED: nothing is quarantined). Records are
+judged by :func:`._memory_damage.record_damage`, under the job ID and queue
+they are stored in. Succeeded and dead jobs are in no heap. The check runs in
 one synchronous step (no checkpoint inside), so it is atomic with respect to
 every other task of the process: no job can move while it is judged or
 repaired. ``batch`` is accepted for the role's signature and checked; one
@@ -20,8 +22,8 @@ import attrs
 import trio
 
 from ..records._jobs import Job, JobState
+from ._memory_damage import dead_lettered, record_damage
 from ._roles import (
-    DAMAGED_RECORD,
     CheckReport,
     Finding,
     Problem,
@@ -36,6 +38,8 @@ class _Record(Protocol):
     def job(self) -> Job: ...
     @property
     def version(self) -> int: ...
+    @property
+    def home(self) -> str: ...
 
 
 class MemoryStore(Protocol):
@@ -73,58 +77,6 @@ HEAP_OF = {
 }
 
 
-def _number(value: object) -> bool:
-    # infinity is a number (timeout=math.inf: no timeout); NaN is not
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
-
-
-def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def record_damage(job: Job) -> list[str]:
-    """What makes an in-memory record unusable (a field of the wrong type, or
-    missing for its state), one message per field; empty for a sound one."""
-    out: list[str] = []
-
-    def need(name: str, ok: bool, what: str) -> None:
-        if not ok:
-            out.append(f"field {name!r} holds {getattr(job, name)!r}, not {what}")
-
-    state = job.state if isinstance(job.state, JobState) else None
-    need("state", state is not None, "a job state")
-    if state is JobState.DEAD and str(job.last_error).startswith(DAMAGED_RECORD):
-        need("finished_at", _number(job.finished_at), "a number")
-        return out
-    need("kind", isinstance(job.kind, str) and job.kind != "", "a task kind")
-    need("payload", isinstance(job.payload, bytes), "bytes")
-    for name in ("run_at", "timeout", "created_at"):
-        need(name, _number(getattr(job, name)), "a number")
-    for name in ("attempts", "max_retries"):
-        need(name, _count(getattr(job, name)), "an integer >= 0")
-    need("last_error", isinstance(job.last_error, str), "text")
-    leased = state is JobState.LEASED
-    need(
-        "lease_token",
-        isinstance(job.lease_token, str) and bool(job.lease_token or not leased),
-        "a lease token" if leased else "text",
-    )
-    need("lease_owner", isinstance(job.lease_owner, str), "text")
-    expiry = job.lease_expires_at
-    need(
-        "lease_expires_at",
-        _number(expiry) or (expiry is None and not leased),
-        "a number" if leased else "a number or None",
-    )
-    finished = state in (JobState.DEAD, JobState.SUCCEEDED)
-    need(
-        "finished_at",
-        _number(job.finished_at) or (job.finished_at is None and not finished),
-        "a number" if finished else "a number or None",
-    )
-    return out
-
-
 def check(
     store: MemoryStore,
     queues: Sequence[str] | None,
@@ -152,23 +104,22 @@ def check(
         for queue, heap in heaps.items():
             for _score, _seq, job_id, version in heap:
                 rec = store._records.get(job_id)
-                if rec is None or rec.version != version or rec.job.queue not in wanted:
+                if rec is None or rec.version != version or rec.home not in wanted:
                     continue  # a stale entry (lazy deletion), or another queue's job
                 entries += 1
-                where = heap_name if queue == rec.job.queue else f"{heap_name} of queue {queue!r}"
-                held.setdefault(job_id, []).append(where)
+                place = heap_name if queue == rec.home else f"{heap_name} of queue {queue!r}"
+                held.setdefault(job_id, []).append(place)
     findings: list[Finding] = []
     records = 0
-    for rec in list(store._records.values()):
-        job = rec.job
-        if job.queue not in wanted:
+    for job_id, rec in list(store._records.items()):
+        if rec.home not in wanted:
             continue
         records += 1
-        found = _judge(job, tuple(held.get(job.id, ())), now, lease_grace)
+        found = _judge(job_id, rec, tuple(held.get(job_id, ())), now, lease_grace)
         if found is None:
             continue
         if repair:
-            found = _repair(store, job, found, now)
+            found = _repair(store, job_id, rec, found, now)
         findings.append(found)
     return CheckReport(
         queues=tuple(names),
@@ -190,18 +141,22 @@ def _partitions(store: MemoryStore, queue: str) -> int:
     return store._default_partitions if queue in store._known_queues else 0
 
 
-def _judge(job: Job, held: tuple[str, ...], now: float, grace: float) -> Finding | None:
+def _judge(
+    job_id: str, rec: _Record, held: tuple[str, ...], now: float, grace: float
+) -> Finding | None:
+    job = rec.job
+    shown_state = job.state.value if isinstance(job.state, JobState) else ""
     finding = Finding(
         problem=Problem.DAMAGED,
-        job_id=job.id,
-        queue=job.queue,
-        queue_version=job.queue_version,
-        partition=job.partition,
+        job_id=job_id,
+        queue=rec.home,
+        queue_version=job.queue_version if type(job.queue_version) is int else 0,
+        partition=job.partition if type(job.partition) is int else 0,
         detail="",
-        state=str(job.state),
+        state=shown_state,
         indexes=held,
     )
-    damage = record_damage(job)
+    damage = record_damage(job, job_id, rec.home)
     if damage:
         return attrs.evolve(finding, detail="; ".join(damage))
     expected = HEAP_OF[job.state]
@@ -223,14 +178,15 @@ def _judge(job: Job, held: tuple[str, ...], now: float, grace: float) -> Finding
     return None
 
 
-def _repair(store: MemoryStore, job: Job, finding: Finding, now: float) -> Finding:
+def _repair(store: MemoryStore, job_id: str, rec: _Record, finding: Finding, now: float) -> Finding:
     """Repair one finding at once (nothing can have moved the job since it
     was judged: the whole check is one step)."""
-    cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
+    job = rec.job
     if finding.problem is Problem.DAMAGED:
-        reason = DAMAGED_RECORD + finding.detail
-        store._put(attrs.evolve(cleared, state=JobState.DEAD, last_error=reason, finished_at=now))
-        return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=reason)
+        dead = dead_lettered(job, job_id, rec.home, finding.detail, now)
+        store._put(dead)
+        return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=dead.last_error)
+    cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
     if finding.problem is Problem.EXPIRED_LEASE:
         if job.attempts > job.max_retries:
             reason = (

@@ -30,18 +30,23 @@ from ..records._jobs import (
     LeaseRef,
     NewJob,
 )
-from . import _memory_check
+from . import _memory_check, _memory_damage
 from ._partitioning import partition_of, share_by_weight
 from ._roles import (
     LEASE_GRACE,
+    NOTHING_SET_ASIDE,
     CheckReport,
+    CountResult,
+    FencedResults,
     Leadership,
+    LeaseBatch,
     PromoteResult,
     QueueStats,
     QueueTopology,
     QueueVersion,
     QueueWeight,
     RecoverResult,
+    SetAside,
     SettleKind,
     Settlement,
     Store,
@@ -55,16 +60,52 @@ from ._roles import (
 _HeapEntry = tuple[float, int, str, int]
 
 
+#: States whose records have a current heap entry.
+_INDEXED = frozenset({JobState.SCHEDULED, JobState.READY, JobState.LEASED, JobState.RETRY_WAIT})
+
+
+@attrs.frozen
+class _Index:
+    """One kind of heap: its name and the states of the records it holds."""
+
+    name: str
+    states: frozenset[JobState]
+
+
+def _indexed(state: object) -> bool:
+    """True for a state whose records have a heap entry (False for a damaged one)."""
+    return isinstance(state, JobState) and state in _INDEXED
+
+
+_DUE = _Index("due", frozenset({JobState.SCHEDULED, JobState.RETRY_WAIT}))
+_READY = _Index("ready", frozenset({JobState.READY}))
+_LEASED = _Index("leased", frozenset({JobState.LEASED}))
+
+
 @attrs.define
 class _Record:
     job: Job
     version: int = 0
+    #: The queue the record was first stored in: whose heaps index it. A job
+    #: never changes queue, so this is where a record whose ``queue`` field
+    #: was damaged belongs.
+    home: str = attrs.field(default=attrs.Factory(lambda rec: rec.job.queue, takes_self=True))
     #: A succeeded job's end of retention (its record, and result, go then).
     retain_until: float = 0.0
 
 
 #: How long a finished job nothing keeps stays readable for its waiters (s).
 WAITED_KEEP = 60.0
+
+
+@attrs.define
+class _Aside:
+    """What one operation set aside so far (see :class:`SetAside`)."""
+
+    dead: list[Job] = attrs.field(factory=list)
+
+    def report(self) -> SetAside:
+        return SetAside(tuple(self.dead)) if self.dead else NOTHING_SET_ASIDE
 
 
 class _TrioAnchoredClock:
@@ -87,6 +128,16 @@ class MemoryStore(Store):
 
     ``clock`` returns the store's time in epoch seconds; by default it is
     Trio's clock anchored to the wall clock (see module docstring).
+
+    Damaged records (see :mod:`._memory_damage`): every operation judges a
+    record before it uses it, so none raises on one and none loses the rest
+    of its batch. A record it cannot use is dead-lettered (``last_error``
+    "damaged record: <field and value>") and reported in its result's
+    ``aside``, like the RedisStore's. Admin reads show a damaged record with
+    defaults in its damaged fields, named in ``Job.damage``. (A heap entry
+    whose record is gone is stale, as after any deletion: the heaps delete
+    lazily, so a record removed behind the store's back cannot be told from
+    one it deleted, and is dropped with its entries; nothing is quarantined.)
     """
 
     shared_across_processes = False
@@ -155,14 +206,68 @@ class MemoryStore(Store):
             return None
         return rec.job
 
-    def _peek(self, heap: list[_HeapEntry]) -> tuple[_HeapEntry, Job] | None:
-        """Drop stale entries from the top of ``heap``; return the live top."""
+    def _top(self, heap: list[_HeapEntry]) -> _HeapEntry | None:
+        """Drop stale entries from the top of ``heap``; return the top entry
+        of a current record (sound or damaged): for reads that only ask
+        whether something waits, and when (its score)."""
         while heap:
-            job = self._valid(heap[0])
-            if job is not None:
-                return heap[0], job
+            if self._valid(heap[0]) is not None:
+                return heap[0]
             heapq.heappop(heap)
         return None
+
+    def _peek(
+        self, heap: list[_HeapEntry], index: _Index, aside: _Aside
+    ) -> tuple[_HeapEntry, Job] | None:
+        """Drop stale entries from the top of ``heap`` (an ``index`` heap),
+        dead-lettering into ``aside`` records that cannot be used; return the
+        usable top entry and its job."""
+        while (entry := self._top(heap)) is not None:
+            rec = self._records[entry[2]]
+            if self._set_aside(entry[2], rec, aside, index) is None:
+                return entry, rec.job
+            heapq.heappop(heap)  # dead-lettered: the entry is stale now
+        return None
+
+    def _set_aside(
+        self, job_id: str, rec: _Record, aside: _Aside, index: _Index | None = None
+    ) -> str | None:
+        """None when ``rec`` can be used (and, found in ``index``, is in one
+        of its states); otherwise dead-letter it into ``aside`` and say why."""
+        job = rec.job
+        problems = _memory_damage.record_damage(job, job_id, rec.home)
+        if not problems and index is not None and job.state not in index.states:
+            problems = [
+                f"field 'state' holds {job.state!r}, but the job is in the {index.name} index"
+            ]
+        if not problems:
+            return None
+        reason = "; ".join(problems)
+        dead = _memory_damage.dead_lettered(job, job_id, rec.home, reason, self._clock())
+        self._put(dead)
+        aside.dead.append(_memory_damage.shown(dead, job_id, rec.home))
+        return reason
+
+    def _set_aside_held(self, leases: Sequence[LeaseRef]) -> _Aside:
+        """Judge the records ``leases`` hold (their token matches; records
+        not held are not the caller's, damaged or not): dead-letter the ones
+        that cannot be used, so the fenced operation then finds them not held."""
+        aside = _Aside()
+        for ref in leases:
+            rec = self._records.get(ref.job_id)
+            if rec is not None and ref.token and rec.job.lease_token == ref.token:
+                self._set_aside(ref.job_id, rec, aside)
+        return aside
+
+    def _set_aside_finished(self, queues: Sequence[str]) -> _Aside:
+        """Judge the records of ``queues`` in no heap (succeeded, dead, or of
+        an unreadable state): dead-letter the ones that cannot be used."""
+        aside = _Aside()
+        wanted = set(queues)
+        for job_id, rec in list(self._records.items()):
+            if rec.home in wanted and not _indexed(rec.job.state):
+                self._set_aside(job_id, rec, aside)
+        return aside
 
     def _notify_ready(self) -> None:
         self._ready_changed.set()
@@ -193,7 +298,7 @@ class MemoryStore(Store):
 
     def _find(self, job_id: str, queue: str | None) -> Job | None:
         rec = self._records.get(job_id)
-        if rec is None or (queue is not None and rec.job.queue != queue):
+        if rec is None or (queue is not None and rec.home != queue):
             return None
         return rec.job
 
@@ -210,7 +315,7 @@ class MemoryStore(Store):
         for new in jobs:
             existing = self._records.get(new.id)
             if existing is not None:
-                ex = existing.job
+                ex = _memory_damage.shown(existing.job, new.id, existing.home)
                 results.append(
                     EnqueueResult(new.id, False, ex.run_at, ex.queue_version, ex.partition)
                 )
@@ -229,6 +334,7 @@ class MemoryStore(Store):
                 queue_version=active.version,
                 partition=partition_of(new.id, active.partitions),
                 created_at=now,
+                headers=new.headers,
             )
             self._put(job)
             results.append(EnqueueResult(job.id, True, run_at, job.queue_version, job.partition))
@@ -238,21 +344,24 @@ class MemoryStore(Store):
     async def promote_due(self, queues: Sequence[str], limit: int) -> PromoteResult:
         await trio.lowlevel.checkpoint()
         now = self._clock()
+        aside = _Aside()
         promoted = 0
         next_due: float | None = None
         for queue in queues:
             heap = self._due.get(queue, [])
+            # due times are read from the heap entries (the record's run_at
+            # when it was stored), never from a record before it is judged
             while promoted < limit:
-                top = self._peek(heap)
-                if top is None or top[1].run_at > now:
+                top = self._peek(heap, _DUE, aside)
+                if top is None or top[0][0] > now:
                     break
                 heapq.heappop(heap)
                 self._put(attrs.evolve(top[1], state=JobState.READY))
                 promoted += 1
-            top = self._peek(heap)
-            if top is not None and (next_due is None or top[1].run_at < next_due):
-                next_due = top[1].run_at
-        return PromoteResult(promoted, next_due, now)
+            top = self._peek(heap, _DUE, aside)
+            if top is not None and (next_due is None or top[0][0] < next_due):
+                next_due = top[0][0]
+        return PromoteResult(promoted, next_due, now, aside.report())
 
     async def lease(
         self,
@@ -261,9 +370,12 @@ class MemoryStore(Store):
         *,
         worker_id: str,
         lease_duration: float,
-    ) -> list[LeasedJob]:
+    ) -> LeaseBatch:
+        """A :class:`~chronos_trio.store.LeaseBatch`: the leased jobs and, in
+        ``aside``, what the lease set aside (replaced by further ready jobs)."""
         await trio.lowlevel.checkpoint()
         now = self._clock()
+        aside = _Aside()
         active = [q for q in queues if q.name not in self._paused]
         available = {q.name: self._ready_count(q.name, count) for q in active}
         shares = share_by_weight(active, count, available)
@@ -271,7 +383,7 @@ class MemoryStore(Store):
         for queue, share in shares.items():
             heap = self._ready.get(queue, [])
             for _ in range(share):
-                top = self._peek(heap)
+                top = self._peek(heap, _READY, aside)
                 if top is None:
                     break
                 heapq.heappop(heap)
@@ -286,12 +398,12 @@ class MemoryStore(Store):
                 )
                 self._put(job)
                 leased.append(LeasedJob(job, token, now + lease_duration))
-        return leased
+        return LeaseBatch(leased, aside.report())
 
     def _ready_count(self, queue: str, cap: int) -> int:
         """How many live ready jobs ``queue`` has, counting at most ``cap``."""
         heap = self._ready.get(queue, [])
-        if self._peek(heap) is None:
+        if self._top(heap) is None:
             return 0
         n = 0
         for entry in heap:
@@ -301,8 +413,9 @@ class MemoryStore(Store):
                     break
         return n
 
-    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> list[bool]:
+    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> FencedResults:
         await trio.lowlevel.checkpoint()
+        aside = self._set_aside_held(leases)
         now = self._clock()
         results = []
         for ref in leases:
@@ -312,10 +425,11 @@ class MemoryStore(Store):
                 continue
             self._put(attrs.evolve(job, lease_expires_at=now + lease_duration))
             results.append(True)
-        return results
+        return FencedResults(results, aside.report())
 
-    async def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
+    async def settle(self, settlements: Sequence[Settlement]) -> FencedResults:
         await trio.lowlevel.checkpoint()
+        aside = self._set_aside_held([s.lease for s in settlements])
         now = self._clock()
         results = []
         for s in settlements:
@@ -361,17 +475,18 @@ class MemoryStore(Store):
                     attrs.evolve(cleared, state=JobState.READY, attempts=max(0, job.attempts - 1))
                 )
             results.append(True)
-        return results
+        return FencedResults(results, aside.report())
 
     async def recover_expired(self, queues: Sequence[str], limit: int) -> RecoverResult:
         await trio.lowlevel.checkpoint()
         now = self._clock()
+        aside = _Aside()
         requeued: list[str] = []
         dead: list[Job] = []
         for queue in queues:
             heap = self._leased.get(queue, [])
             while len(requeued) + len(dead) < limit:
-                top = self._peek(heap)
+                top = self._peek(heap, _LEASED, aside)
                 if top is None or top[0][0] > now:
                     break
                 heapq.heappop(heap)
@@ -391,19 +506,20 @@ class MemoryStore(Store):
                     job = attrs.evolve(job, state=JobState.READY, run_at=now)
                     requeued.append(job.id)
                 self._put(job)
-        return RecoverResult(tuple(requeued), tuple(dead))
+        return RecoverResult(tuple(requeued), tuple(dead), aside.report())
 
     async def trim(
         self, queues: Sequence[str], *, dead_max_age: float | None, dead_max_count: int | None
-    ) -> int:
+    ) -> CountResult:
         await trio.lowlevel.checkpoint()
+        aside = self._set_aside_finished(queues)
         now = self._clock()
         wanted = set(queues)
         deleted = 0
         dead_by_queue: dict[str, list[Job]] = {}
         for rec in list(self._records.values()):
             job = rec.job
-            if job.queue not in wanted:
+            if rec.home not in wanted:
                 continue
             if job.state is JobState.SUCCEEDED and rec.retain_until <= now:
                 self._delete(job.id)
@@ -421,11 +537,12 @@ class MemoryStore(Store):
                 for job in dead[: max(0, len(dead) - dead_max_count)]:
                     self._delete(job.id)
                     deleted += 1
-        return deleted
+        return CountResult(deleted, aside.report())
 
     # -- waiting -------------------------------------------------------------------
     async def wait_ready(self, queues: Sequence[str], timeout: float) -> None:
-        if any(q not in self._paused and self._peek(self._ready.get(q, [])) for q in queues):
+        # a top entry to set aside counts too: the lease that follows sets it aside
+        if any(q not in self._paused and self._top(self._ready.get(q, [])) for q in queues):
             await trio.lowlevel.checkpoint()
             return
         event = self._ready_changed
@@ -436,8 +553,8 @@ class MemoryStore(Store):
         self, queues: Sequence[str], *, earlier_than: float | None, timeout: float
     ) -> None:
         for q in queues:
-            top = self._peek(self._due.get(q, []))
-            if top is not None and (earlier_than is None or top[1].run_at < earlier_than):
+            top = self._top(self._due.get(q, []))
+            if top is not None and (earlier_than is None or top[0] < earlier_than):
                 await trio.lowlevel.checkpoint()
                 return
         event = self._scheduled_changed
@@ -460,23 +577,32 @@ class MemoryStore(Store):
         )
         counts: dict[str, dict[JobState, int]] = {q: dict.fromkeys(JobState, 0) for q in names}
         parts: dict[str, dict[tuple[int, int], int]] = {q: {} for q in names}
-        for rec in self._records.values():
-            job = rec.job
-            if job.queue in counts:
+        for job_id, rec in self._records.items():
+            if rec.home in counts:
+                job = _memory_damage.shown(rec.job, job_id, rec.home)
                 counts[job.queue][job.state] += 1
                 key = (job.queue_version, job.partition)
                 parts[job.queue][key] = parts[job.queue].get(key, 0) + 1
         return [QueueStats(q, counts[q], q in self._paused, parts[q]) for q in names]
 
     async def get_job(self, job_id: str, *, queue: str | None = None) -> Job | None:
+        """A damaged record is shown with defaults in its damaged fields,
+        named in ``Job.damage``."""
         await trio.lowlevel.checkpoint()
-        return self._find(job_id, queue)
+        rec = self._records.get(job_id)
+        if rec is None or (queue is not None and rec.home != queue):
+            return None
+        return _memory_damage.shown(rec.job, job_id, rec.home)
 
     async def list_jobs(
         self, queue: str, state: JobState, *, offset: int = 0, limit: int = 100
     ) -> list[Job]:
         await trio.lowlevel.checkpoint()
-        jobs = [r.job for r in self._records.values() if r.job.queue == queue]
+        jobs = [
+            _memory_damage.shown(r.job, i, r.home)
+            for i, r in self._records.items()
+            if r.home == queue
+        ]
         jobs = [j for j in jobs if j.state is state]
 
         def order(job: Job) -> tuple[float, str]:
@@ -512,11 +638,9 @@ class MemoryStore(Store):
     async def run_now(self, job_id: str, *, queue: str | None = None) -> bool:
         await trio.lowlevel.checkpoint()
         job = self._find(job_id, queue)
-        if job is None or job.state not in (
-            JobState.SCHEDULED,
-            JobState.RETRY_WAIT,
-            JobState.DEAD,
-        ):
+        if job is None or self._set_aside(job_id, self._records[job_id], _Aside()):
+            return False  # absent, or damaged: dead-lettered (it cannot be run)
+        if job.state not in (JobState.SCHEDULED, JobState.RETRY_WAIT, JobState.DEAD):
             return False
         attempts = 0 if job.state is JobState.DEAD else job.attempts
         self._put(
@@ -538,14 +662,28 @@ class MemoryStore(Store):
         self._delete(job_id)
         return True
 
-    async def requeue_dead(self, queue: str, *, limit: int | None = None) -> int:
-        dead = await self.list_jobs(queue, JobState.DEAD, limit=limit or len(self._records))
+    async def requeue_dead(self, queue: str, *, limit: int | None = None) -> CountResult:
+        """Dead records that cannot be used are dead-lettered again (finished
+        now, ``last_error`` naming the damage) instead of requeued; those
+        already dead-lettered as damaged are requeued as they are (the next
+        lease sets them aside again if they still cannot be run)."""
+        await trio.lowlevel.checkpoint()
+        aside = _Aside()
+        dead: list[tuple[float, str, _Record]] = []
+        for job_id, rec in list(self._records.items()):
+            if rec.home == queue and rec.job.state is JobState.DEAD:
+                if self._set_aside(job_id, rec, aside) is None:
+                    dead.append((rec.job.finished_at or 0.0, job_id, rec))
+        dead.sort(key=lambda d: d[:2])
         now = self._clock()
-        for job in dead:
+        moved = dead[: limit or len(dead)]
+        for _, _, rec in moved:
             self._put(
-                attrs.evolve(job, state=JobState.READY, run_at=now, attempts=0, finished_at=None)
+                attrs.evolve(
+                    rec.job, state=JobState.READY, run_at=now, attempts=0, finished_at=None
+                )
             )
-        return len(dead)
+        return CountResult(len(moved), aside.report())
 
     async def set_paused(self, queue: str, paused: bool) -> None:
         await trio.lowlevel.checkpoint()

@@ -811,3 +811,14 @@ async def check_wait_outcome_wakes_on_finish(fresh: Fresh) -> None:
     assert d is not None and d.state is JobState.DEAD and d.last_error == "boom"  # type: ignore[attr-defined]
     # timed out: the outcome as it stands
     assert slow is not None and slow.state is JobState.LEASED  # type: ignore[attr-defined]
+
+
+@check(WorkerRole, AdminRole)
+async def check_headers_travel_with_the_job(fresh: Fresh) -> None:
+    store = await fresh()
+    headers = (("tenant", "acme"), ("trace", "00-ab-cd-01"), ("ünï", "çødé"))
+    await store.enqueue_many([job("h", headers=headers), job("plain")])
+    stored = await store.get_job("h")
+    assert stored is not None and stored.headers == headers
+    leased = {lj.job.id: lj.job for lj in await lease(store)}
+    assert leased["h"].headers == headers and leased["plain"].headers == ()

@@ -1,15 +1,20 @@
 """The Redis backend: :class:`RedisStore` (Redis and Redis Cluster).
 
-``RedisStore`` (which runs on Trio) is imported on first use (PEP 562): the
-backend's sans-IO core also serves the producers outside Trio."""
+``RedisStore`` and ``RedisCommands`` (which run on Trio) are imported on
+first use (PEP 562): the backend's sans-IO core also serves the producers
+outside Trio."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ._commands import RedisCommands as RedisCommands
     from .store import RedisStore as RedisStore
     from .store import RedisStoreStatistics as RedisStoreStatistics
+
+#: The names imported on first use, and their module.
+_LAZY = {"RedisCommands": "_commands", "RedisStore": "store", "RedisStoreStatistics": "store"}
 
 
 def open_store(url: str) -> RedisStore:
@@ -22,13 +27,13 @@ def open_store(url: str) -> RedisStore:
 
 
 def __getattr__(name: str) -> object:
-    if name in ("RedisStore", "RedisStoreStatistics"):
-        from . import store
+    if name in _LAZY:
+        import importlib
 
-        value = getattr(store, name)
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["RedisStore", "RedisStoreStatistics", "open_store"]
+__all__ = ["RedisCommands", "RedisStore", "RedisStoreStatistics", "open_store"]

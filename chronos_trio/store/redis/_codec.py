@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...records._jobs import Job, JobState, NewJob, require_field_order
+from ...records._options import check_headers, decode_headers
 from .._roles import NOTHING_SET_ASIDE, AsideEntry, QueueVersion, SetAside, VersionState
 
 #: The record format this version writes (field ``v`` of every job hash) and
@@ -40,7 +41,7 @@ JOB_FIELDS = (
     "created_at",
     "finished_at",
 )
-READ_FIELDS = (*JOB_FIELDS, "v", "result", "result_until")
+READ_FIELDS = (*JOB_FIELDS, "v", "result", "result_until", "h")
 
 _STATES = {s.value.encode(): s for s in JobState}
 _COUNT = re.compile(rb"[0-9]{1,15}")
@@ -213,15 +214,21 @@ def job_from_fields(
     result_until: float | None = None
     if len(f) > 13:
         r.format(f[13])
+    headers: tuple[tuple[str, str], ...] = ()
     if len(f) > 15 and f[14] is not None:
         result_until = r.number("result_until", f[15])
         if result_until is not None:
             result = f[14]
+    if len(f) > 16 and f[16]:
+        try:
+            headers = decode_headers(f[16])
+        except (ValueError, TypeError):
+            r._bad("h", f[16], "a JSON object of text headers")
     return Job(
         job_id, queue, kind, payload or b"", run_at or 0.0, state, attempts, max_retries,
         timeout or 0.0, lease_token, lease_owner, lease_expires_at, version, partition,
         last_error, created_at or 0.0, finished_at, "; ".join(r.problems), result,
-        result_until,
+        result_until, headers,
     )  # fmt: skip
 
 
@@ -231,7 +238,7 @@ require_field_order(
         "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
         "timeout", "lease_token", "lease_owner", "lease_expires_at", "queue_version",
         "partition", "last_error", "created_at", "finished_at", "damage", "result",
-        "result_until",
+        "result_until", "headers",
     ),
     "store.redis._codec.job_from_fields",
 )  # fmt: skip
@@ -311,6 +318,7 @@ def encode_new_job(job: NewJob) -> bytes:
             "delay": job.delay,
             "max_retries": job.max_retries,
             "timeout": job.timeout,
+            **({"headers": dict(job.headers)} if job.headers else {}),
         },
         separators=(",", ":"),
     ).encode()
@@ -330,6 +338,7 @@ def decode_new_job(data: bytes) -> NewJob:
             delay=float(d["delay"]),
             max_retries=int(d["max_retries"]),
             timeout=float(d["timeout"]),
+            headers=check_headers(d.get("headers") or {}),
         )
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(

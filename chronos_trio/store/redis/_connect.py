@@ -30,7 +30,7 @@ are reached over TLS, with the same ``ssl_*`` options.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, overload
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import attrs
@@ -198,6 +198,28 @@ def _clients(flavor: Flavor) -> _Clients:
         aio_sentinel.SentinelManagedConnection,
         aio_sentinel.SentinelManagedSSLConnection,
     )
+
+
+@overload
+def connect(
+    url: str,
+    *,
+    socket_timeout: float = 5.0,
+    connect_timeout: float = 5.0,
+    flavor: Literal["blocking"] = "blocking",
+    **extra: Any,
+) -> redis.Redis | redis.cluster.RedisCluster: ...
+
+
+@overload
+def connect(
+    url: str,
+    *,
+    socket_timeout: float = 5.0,
+    connect_timeout: float = 5.0,
+    flavor: Flavor,
+    **extra: Any,
+) -> Any: ...
 
 
 def connect(

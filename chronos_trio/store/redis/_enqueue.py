@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ...records._jobs import EnqueueResult, NewJob
+from ...records._options import encode_headers
 from .._partitioning import partition_of
 from .._roles import StoreError
 from . import _scripts as S
@@ -84,6 +85,7 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
                     repr(float(j.delay)),
                     int(j.max_retries),
                     repr(float(j.timeout)),
+                    encode_headers(j.headers) if j.headers else "",
                 ]
             ops.append(
                 Op.script_call(S.ENQUEUE, [pk.scheduled, pk.ready, pk.closed, pk.job_prefix], argv)

@@ -24,6 +24,7 @@ from typing import Any
 import trio
 
 from ...records._jobs import Job, JobState, LeasedJob, LeaseRef, require_field_order
+from ...records._options import decode_headers
 from .._partitioning import share_by_weight
 from .._roles import (
     NOTHING_SET_ASIDE,
@@ -39,7 +40,7 @@ from .._roles import (
 )
 from . import _scripts as S
 from ._alloc import earliest, pairs
-from ._codec import READ_FIELDS, decode_aside, ident, job_from_fields
+from ._codec import READ_FIELDS, decode_aside, ident, job_from_fields, show
 from ._context import StoreContext
 from ._scripts import Op
 from .keys import LEASED_SENTINEL, PartitionKeys
@@ -252,7 +253,7 @@ require_field_order(
         "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
         "timeout", "lease_token", "lease_owner", "lease_expires_at", "queue_version",
         "partition", "last_error", "created_at", "finished_at", "damage", "result",
-        "result_until",
+        "result_until", "headers",
     ),
     "store.redis._jobs._leased_jobs",
 )  # fmt: skip
@@ -272,7 +273,7 @@ def _leased_jobs(
     queue, version, partition = pk.queue, pk.version, pk.partition
     leased = JobState.LEASED
     out = []
-    for k in range(3, len(reply), 10):
+    for k in range(3, len(reply), 11):
         try:
             token = reply[k + 1].decode()
             error = reply[k + 8]
@@ -280,11 +281,13 @@ def _leased_jobs(
             max_retries, timeout = int(reply[k + 6]), float(reply[k + 7])
             if max_retries < 0 or not timeout > 0:  # not > 0: NaN too
                 raise ValueError("max_retries or timeout out of range")
+            raw_headers = reply[k + 10]
             job = Job(
                 reply[k].decode(), queue, reply[k + 2].decode(), reply[k + 3],
                 float(reply[k + 4]), leased, int(reply[k + 5]), max_retries,
                 timeout, token, worker_id, expires, version, partition,
-                error.decode() if error else "", float(reply[k + 9]), None,
+                error.decode() if error else "", float(reply[k + 9]), None, "",
+                None, None, decode_headers(raw_headers) if raw_headers else (),
             )  # fmt: skip
         except (UnicodeDecodeError, ValueError, TypeError, AttributeError) as exc:
             undecodable.append((pk, reply[k], reply[k + 1], _why_undecodable(reply, k, exc)))
@@ -301,6 +304,10 @@ def _why_undecodable(reply: list[Any], k: int, exc: Exception) -> str:
         reply[k].decode()
     except UnicodeDecodeError:
         return f"job ID {ident(reply[k])!r} is not UTF-8 text"
+    try:
+        decode_headers(reply[k + 10])
+    except (ValueError, TypeError):
+        return f"field 'h' holds {show(reply[k + 10])}, not a JSON object of text headers"
     fields = [
         reply[k + 2], reply[k + 3], reply[k + 4], b"leased", str(reply[k + 5]).encode(),
         reply[k + 6], reply[k + 7], reply[k + 1], b"w", reply[1], reply[k + 8] or None,
@@ -322,7 +329,7 @@ async def _dead_letter_undecodable(
             Op.script_call(
                 S.SETTLE,
                 [pk.ready, pk.leased, pk.retry, pk.succeeded, pk.dead, pk.job_prefix],
-                [job_id, token, "d", f"damaged record: {why}", "0", "0"],
+                [job_id, token, "d", f"damaged record: {why}", "0", "0", *_NO_RESULT],
             )
         )
         ops.append(Op.soft_command(pk.tag, "HMGET", pk.job_prefix.encode() + job_id, *READ_FIELDS))

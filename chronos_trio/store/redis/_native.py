@@ -90,6 +90,24 @@ def _encode(arg: Any) -> bytes:
     raise redis.exceptions.DataError(f"invalid argument of type {type(arg).__name__}")
 
 
+def _pack(commands: Sequence[Sequence[Any]]) -> bytes:
+    """The commands as one RESP request. hiredis packs str (UTF-8), bytes,
+    int and float itself, floats as repr() writes them, exactly as redis-py's
+    encoder would; anything else (a bool, a bytearray) takes the slow path,
+    which converts or refuses it as redis-py does."""
+    try:
+        return b"".join(
+            # (hiredis' stub types the argument as a 1-tuple; any length is fine)
+            hiredis.pack_command(c if type(c) is tuple else tuple(c))  # type: ignore[arg-type]
+            for c in commands
+        )
+    except TypeError:
+        return b"".join(
+            hiredis.pack_command(tuple(_encode(a) for a in c))  # type: ignore[arg-type]
+            for c in commands
+        )
+
+
 def _error(reply: hiredis.ReplyError) -> redis.exceptions.RedisError:
     """An error reply as the redis-py exception its parser would make."""
     error: redis.exceptions.RedisError = BaseParser.parse_error(str(reply))  # type: ignore[no-untyped-call]
@@ -126,11 +144,7 @@ class _Connection:
         self.address = address
 
     async def round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        data = b"".join(
-            # (hiredis' stub types the argument as a 1-tuple; any length is fine)
-            hiredis.pack_command(tuple(_encode(a) for a in c))  # type: ignore[arg-type]
-            for c in commands
-        )
+        data = _pack(commands)
         replies: list[Any] = []
         try:
             await self.stream.send_all(data)

@@ -75,7 +75,7 @@ class Op:
     do); on a Cluster, ops are grouped by the node that owns ``route``.
     """
 
-    route: str | None
+    route: str | bytes | None
     args: tuple[Any, ...]
     script: Script | None = None
     #: An error reply is returned as its exception instead of failing the

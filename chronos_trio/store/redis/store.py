@@ -35,6 +35,7 @@ from .._roles import (
 )
 from . import _admin, _check, _enqueue, _jobs, _leader, _results, _waiting
 from ._adapter import Client, RedisAdapter, ReplicaWait
+from ._commands import RedisCommands
 from ._connect import SENTINEL_SCHEMES, connect, parse_store_url
 from ._context import StoreContext
 from ._group_commit import GroupCommit
@@ -120,6 +121,7 @@ class RedisStore(Store):
             replica_wait=replica_wait,
         )
         self._enqueues = GroupCommit(functools.partial(_enqueue.enqueue_many, self._ctx))
+        self._commands = RedisCommands(self._adapter)
         self._done = _results.DoneListener(self._adapter.client, self._ctx.keys.done_channel)
 
     @classmethod
@@ -310,6 +312,12 @@ class RedisStore(Store):
         return await _leader.last_fired(self._ctx, name)
 
     # -- the store checker ----------------------------------------------------------------
+    # -- Redis for handlers ----------------------------------------------------------------
+    def commands(self) -> RedisCommands:
+        """This store's connections for handlers' own Redis commands (what
+        ``job.redis`` is on a worker of this store): see :class:`RedisCommands`."""
+        return self._commands
+
     # -- results -------------------------------------------------------------------------
     async def outcome(self, ref: JobRef) -> JobOutcome | None:
         return await _results.outcome(self._ctx, ref)

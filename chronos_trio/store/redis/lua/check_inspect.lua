@@ -23,7 +23,10 @@ local missing_only = ARGV[1] == 'missing'
 for i = 2, #ARGV do
   local id = ARGV[i]
   local key = KEYS[7] .. id
-  local exists = redis.call('EXISTS', key)
+  -- A key of another type is not a record (its index entries are orphans,
+  -- quarantined by repair; the key is not ours to delete). Reading it as a
+  -- hash would fail the whole script: the checker must be total too.
+  local exists = redis.call('TYPE', key).ok == 'hash' and 1 or 0
   if not (missing_only and exists == 1) then
     local scores, held = {}, false
     for z = 1, 6 do

@@ -32,10 +32,15 @@
 -- written (dead, and recover when it dead-lettered: action 'dead'), or ''.
 local id = ARGV[1]
 local key = KEYS[8] .. id
-if tostring(redis.call('EXISTS', key)) ~= ARGV[5] then return {'skipped'} end
-local f = redis.call('HMGET', key, 'kind', 'payload', 'run_at', 'state', 'attempts',
-  'max_retries', 'timeout', 'lease_token', 'lease_owner', 'lease_expires_at',
-  'last_error', 'created_at', 'finished_at', 'v')
+-- a key of another type is no record, as check_inspect.lua reads it (never HMGET it)
+local exists = redis.call('TYPE', key).ok == 'hash' and '1' or '0'
+if exists ~= ARGV[5] then return {'skipped'} end
+local f = {}
+if exists == '1' then
+  f = redis.call('HMGET', key, 'kind', 'payload', 'run_at', 'state', 'attempts',
+    'max_retries', 'timeout', 'lease_token', 'lease_owner', 'lease_expires_at',
+    'last_error', 'created_at', 'finished_at', 'v')
+end
 for k = 1, 14 do
   local want = ARGV[5 + k]
   if f[k] then

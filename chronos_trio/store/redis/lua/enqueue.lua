@@ -8,8 +8,9 @@
 -- ARGV[1]  batch now in epoch seconds, or '' to use this script's TIME. The client
 --          passes one TIME reading when a batch spans partitions, so delay-based
 --          due times of one batch agree across partitions.
--- ARGV[2+7i .. 8+7i], per job i: id, kind, payload (raw bytes),
---          run_at ('' = now + delay), delay, max_retries, timeout
+-- ARGV[2+8i .. 9+8i], per job i: id, kind, payload (raw bytes),
+--          run_at ('' = now + delay), delay, max_retries, timeout, headers
+--          (a JSON object, stored as field h; '' for none: no field)
 --
 -- Each job hash gets v = FORMAT, the record format (see _prelude.lua). An
 -- existing key under a job's ID is never touched, whatever it holds (a
@@ -34,7 +35,7 @@ end
 local prefix, scheduled, ready = KEYS[4], KEYS[1], KEYS[2]
 local out = {now_s}
 local n = 1
-for i = 2, #ARGV, 7 do
+for i = 2, #ARGV, 8 do
   local id = ARGV[i]
   local key = prefix .. id
   -- EXISTS, not HGET run_at: a damaged record without run_at (or a key of
@@ -65,6 +66,7 @@ for i = 2, #ARGV, 7 do
     redis.call('HSET', key, 'kind', ARGV[i + 1], 'payload', ARGV[i + 2], 'run_at', run_at_s,
       'state', state, 'attempts', '0', 'max_retries', ARGV[i + 5], 'timeout', ARGV[i + 6],
       'created_at', now_s, 'v', FORMAT_S)
+    if ARGV[i + 7] ~= '' then redis.call('HSET', key, 'h', ARGV[i + 7]) end
     redis.call('ZADD', zset, run_at_s, id)
     out[n + 1] = 1
     out[n + 2] = run_at_s

@@ -35,9 +35,9 @@
 -- A key of the wrong type among KEYS fails the script before it writes
 -- anything (checked first: the pop must never be followed by a failure).
 --
--- Returns {now, expires_at, set aside (see _prelude.lua), then per job 10
+-- Returns {now, expires_at, set aside (see _prelude.lua), then per job 11
 -- entries: id, token, kind, payload, run_at, attempts (already incremented),
--- max_retries, timeout, last_error, created_at}.
+-- max_retries, timeout, last_error, created_at, headers ('' for none)}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)
@@ -63,9 +63,9 @@ while #popped > 0 do
     local id = popped[i]
     local key = KEYS[4] .. id
     local f = redis.pcall('HMGET', key, 'v', 'kind', 'payload', 'attempts', 'max_retries',
-      'timeout', 'last_error', 'created_at')
+      'timeout', 'last_error', 'created_at', 'h')
     local none = nil
-    if not f[2] then f, none = probe_job(key, f, 8) end
+    if not f[2] then f, none = probe_job(key, f, 9) end
     if not f then
       quarantine(aside, KEYS[6], id, none, 'ready', now)
     else
@@ -100,6 +100,7 @@ while #popped > 0 do
         out[o + 8] = f[6]
         out[o + 9] = f[7] or ''
         out[o + 10] = f[8]
+        out[o + 11] = f[9] or ''
       end
     end
   end
