@@ -512,3 +512,39 @@ async def test_producers_behind_sentinel(redis_sentinel_url: str) -> None:
                 got = await in_thread(lambda: producer.enqueue("add", Sum(1, 1)).result(timeout=20))
                 assert got == Total(2, by="add")
                 assert await in_thread(lambda: asyncio.run(asyncio_side())) == Total(9, by="add")
+
+
+async def test_headers_and_the_apps_producer_hooks_travel_with_producer_jobs(
+    redis_url: str,
+) -> None:
+    app = producer_app(redis_url)
+
+    @app.task("headers.echo")
+    async def echo_headers(args: Any, job: JobContext) -> dict[str, str]:
+        return dict(job.headers)
+
+    @app.producer_hook
+    def trace(kind: str, headers: dict[str, str]) -> None:
+        headers.setdefault("traceparent", f"t-{kind}")
+
+    async def asyncio_side() -> list[Any]:
+        async with AsyncioProducer(app=app) as producer:
+            one = await producer.enqueue("headers.echo", None, headers={"tenant": "b"})
+            [many] = await producer.enqueue_many(echo_headers, [None])
+            return [await one.result(timeout=20), await many.result(timeout=20)]
+
+    with SyncProducer(app=app) as producer:
+        async with app.open_worker(poll_interval=0.5):
+            with trio.fail_after(60):
+                got = await in_thread(
+                    lambda: producer.enqueue("headers.echo", None, headers={"tenant": "a"}).result(
+                        timeout=20
+                    )
+                )
+                assert got == {"tenant": "a", "traceparent": "t-headers.echo"}
+                with pytest.raises(ValueError, match="headers"):
+                    producer.enqueue("headers.echo", None, headers={"n": 1})  # type: ignore[dict-item]
+                assert await in_thread(lambda: asyncio.run(asyncio_side())) == [
+                    {"tenant": "b", "traceparent": "t-headers.echo"},
+                    {"traceparent": "t-headers.echo"},
+                ]
