@@ -145,7 +145,7 @@ class RedisAdapter:
                     replies = await self._run_native(native, batch)
                 else:
                     replies = await trio.to_thread.run_sync(
-                        run_on_node, client, batch, self.stats, limiter=self._limiter
+                        self._run_on_node, client, batch, limiter=self._limiter
                     )
                 if replicas is not None:
                     acks.append(replies[-1])
@@ -188,6 +188,10 @@ class RedisAdapter:
                 replies[i] = reply
         return replies
 
+    def _run_on_node(self, client: redis.Redis, ops: Sequence[Op]) -> list[Any]:
+        """In a thread: one pipeline on one node (see ``_blocking.run_on_node``)."""
+        return run_on_node(client, ops, self.stats)
+
     async def _execute_cluster(
         self,
         cluster: redis.cluster.RedisCluster,
@@ -207,7 +211,7 @@ class RedisAdapter:
                 batch = [ops[i] for i in idx] + ([wait.op()] if wait else [])
                 try:
                     got = await trio.to_thread.run_sync(
-                        run_on_node, client, batch, self.stats, limiter=self._limiter
+                        self._run_on_node, client, batch, limiter=self._limiter
                     )
                 except _REDIS_ERRORS as exc:  # kept out of the nursery's ExceptionGroup
                     errors.append(exc)
