@@ -139,25 +139,10 @@ __all__ = [
 ]
 
 from .records._public import fixup_module_metadata as _fixup  # noqa: E402
+from .records._public import lazy_getattr as _lazy_getattr  # noqa: E402
 
 _fixup(__name__, globals())
-
-
-def _load() -> None:
-    """Import every lazy name (all at once: the first use of one costs the
-    import of the whole library, as ``import chronos_trio`` used to)."""
-    import importlib
-
-    loaded = {n: getattr(importlib.import_module(f".{m}", __name__), n) for n, m in _LAZY.items()}
-    globals().update(loaded)
-    _fixup(__name__, loaded)
-
-
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        _load()
-        return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _lazy_getattr(__name__, globals(), _LAZY)
 
 
 def __dir__() -> list[str]:

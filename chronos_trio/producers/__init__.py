@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..records._public import fixup_module_metadata as _fixup
+from ..records._public import lazy_getattr as _lazy_getattr
 from ._common import AppLike as AppLike
 from ._common import ProducerStatistics as ProducerStatistics
 from ._common import TaskLike as TaskLike
@@ -43,15 +44,8 @@ __all__ = ["AppLike", "ProducerStatistics", "TaskLike", *_LAZY]
 _fixup(__name__, globals())
 
 
-def __getattr__(name: str) -> object:
-    source = _LAZY.get(name)
-    if source is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{source}", __name__), name)
-    globals()[name] = value
-    return value
+# one module at a time: the sync producer never loads the asyncio one
+__getattr__ = _lazy_getattr(__name__, globals(), _LAZY, together=False)
 
 
 def __dir__() -> list[str]:

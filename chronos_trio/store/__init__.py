@@ -8,6 +8,7 @@ and the memory store is built on it."""
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ..records._public import fixup_module_metadata as _fixup
+from ..records._public import lazy_getattr as _lazy_getattr
 from ._partitioning import partition_of as partition_of
 from ._partitioning import share_by_weight as share_by_weight
 from ._roles import DAMAGED_RECORD as DAMAGED_RECORD
@@ -59,13 +60,4 @@ if _TYPE_CHECKING:
 
 _fixup(__name__, globals())
 __all__ = [n for n in globals() if not n.startswith("_")] + ["MemoryStore"]
-
-
-def __getattr__(name: str) -> object:
-    if name == "MemoryStore":
-        from .memory import MemoryStore
-
-        _fixup(__name__, {name: MemoryStore})
-        globals()[name] = MemoryStore
-        return MemoryStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _lazy_getattr(__name__, globals(), {"MemoryStore": "memory"})

@@ -6,9 +6,9 @@ outside Trio."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ...records._public import fixup_module_metadata as _fixup
+from ...records._public import lazy_getattr as _lazy_getattr
 
 if TYPE_CHECKING:
     from ._commands import RedisCommands as RedisCommands
@@ -23,24 +23,11 @@ def open_store(url: str) -> RedisStore:
     """A Redis store for a ``redis://``, ``rediss://``, ``unix://``,
     ``redis+cluster://`` or ``rediss+cluster://`` URL (the scheme registry's
     opener; see :meth:`RedisStore.from_url`). ``ValueError`` for any other."""
-    _load()
-    return RedisStore.from_url(url)
+    store: Any = __getattr__("RedisStore")
+    opened: RedisStore = store.from_url(url)
+    return opened
 
 
-def _load() -> None:
-    """Import the lazy names (all at once), reporting this package as their module."""
-    import importlib
-
-    loaded = {n: getattr(importlib.import_module(f".{m}", __name__), n) for n, m in _LAZY.items()}
-    globals().update(loaded)
-    _fixup(__name__, loaded)
-
-
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        _load()
-        return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__ = _lazy_getattr(__name__, globals(), _LAZY)
 
 __all__ = ["RedisCommands", "RedisStore", "RedisStoreStatistics", "open_store"]
