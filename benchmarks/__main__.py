@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import math
 import os
@@ -32,7 +33,7 @@ from benchmarks import chronos_bench as cb
 from benchmarks import report
 from benchmarks._proc import REPO
 from benchmarks._redis import BenchRedis, open_redis
-from benchmarks.peers import PEERS
+from benchmarks.peers import PEERS, ROUNDTRIP_PEERS
 
 VENVS = REPO / "benchmarks" / ".venv"
 RESULTS = REPO / "benchmarks" / "results"
@@ -47,6 +48,9 @@ WORKLOADS = (
     "lateness",
     "recovery",
     "idle",
+    "results",
+    "roundtrip",
+    "waiters",
 )
 
 
@@ -69,6 +73,12 @@ class Sizes:
         self.recovery_jobs = 16 if q else 64
         self.lease = 2.0 if q else 5.0
         self.idle_seconds = 3.0 if q else 10.0
+        self.results_drain = 2_000 if q else 20_000
+        self.results_blocks = 4 if q else 10  # of results_drain jobs each, alternating
+        self.roundtrip_rate = 100.0
+        self.roundtrip_jobs = 50 if q else 1_000  # 10 s at 100/s
+        self.waiters = 100 if q else 1_000
+        self.waiters_delay = 1.0 if q else 2.0
         self.timeout = 60.0 if q else 120.0
         #: A peer's drain run stops after this; its rate is then taken from the
         #: jobs it did (marked incomplete), so a slow peer cannot stall the suite.
@@ -227,6 +237,29 @@ def suite(args: argparse.Namespace, redis: BenchRedis) -> dict[str, list[dict[st
     if "idle" in wanted:
         ours("idle", f"c=16, {s.idle_seconds:g} s", lambda: cb.run(
             cb.idle, url, s.idle_seconds, 16, redis.commandstats, redis.reset_stats))  # fmt: skip
+
+    if "results" in wanted:
+        # Both drains in every run, the order alternating from run to run.
+        order = itertools.count()
+        ours("results", f"{s.results_drain:,} jobs, c=64", lambda: cb.run(
+            cb.drain_results, url, s.results_drain, s.results_blocks, 64, s.timeout,
+            next(order) % 2))  # fmt: skip
+
+    if "roundtrip" in wanted:
+        setting = f"{s.roundtrip_rate:.0f}/s for {s.roundtrip_jobs / s.roundtrip_rate:g} s, c=16"
+        ours("roundtrip", setting, lambda: cb.run(
+            cb.roundtrip, url, s.roundtrip_rate, s.roundtrip_jobs, 16, 30))  # fmt: skip
+        for peer in [p for p in peers if p in ROUNDTRIP_PEERS]:
+            opts = {"n": s.roundtrip_jobs, "rate": s.roundtrip_rate, "concurrency": 16,
+                    "timeout": 30}  # fmt: skip
+            theirs("roundtrip", setting, peer, 240, **opts)
+            # The same with the peer's result polling (and arq's queue
+            # polling) at 10 ms instead of its default 0.5 s: not a default.
+            theirs("roundtrip", f"{setting}, polls 10 ms", peer, 240, poll=0.01, **opts)
+
+    if "waiters" in wanted:
+        ours("waiters", f"{s.waiters:,} waiters, due together, c=64", lambda: cb.run(
+            cb.waiters, url, s.waiters, s.waiters_delay, 64, 30))  # fmt: skip
     return out
 
 

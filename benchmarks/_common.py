@@ -59,6 +59,7 @@ class Recorder:
         self.pickup: list[float] = []  # start - sent_at, seconds (immediate jobs)
         self.late: list[float] = []  # start - due_at, seconds (delayed jobs)
         self.starts: list[float] = []  # wall time of each start (kept for recovery)
+        self.marks: list[int] = []  # a tag per start, for handlers that call mark()
         self._thread: threading.Thread | None = None
 
     def record(self, sent_at: float, due_at: float) -> float:
@@ -74,6 +75,11 @@ class Recorder:
         self.starts.append(now)
         return now
 
+    def mark(self, tag: int) -> None:
+        """Tag the start just recorded (call right after :meth:`record`, with
+        no checkpoint between, so ``marks[i]`` belongs to ``starts[i]``)."""
+        self.marks.append(tag)
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "pid": os.getpid(),
@@ -88,6 +94,7 @@ class Recorder:
             "pickup": self.pickup,
             "late": self.late,
             "starts": self.starts,
+            "marks": self.marks,
         }
 
     def start_thread(self) -> None:

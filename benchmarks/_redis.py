@@ -4,7 +4,10 @@ free loopback port, a temp dir, no persistence. Never a shared instance."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -31,6 +34,43 @@ class BenchRedis:
 
     def version(self) -> str:
         return str(self.client.info("server")["redis_version"])
+
+    @property
+    def port(self) -> int:
+        return int(self.client.connection_pool.connection_kwargs["port"])
+
+    def clients(self) -> list[dict[str, Any]]:
+        """``CLIENT LIST``, one dict per connection (``addr``, ``sub``, ``cmd``...)."""
+        return list(self.client.client_list())
+
+    def connections_received(self) -> int:
+        """Connections the server accepted since it started (``INFO stats``)."""
+        return int(self.client.info("stats")["total_connections_received"])
+
+
+def own_ports(server_port: int) -> set[int]:
+    """Local ports of this process's established TCP connections to
+    ``server_port`` on this machine: the sockets among ``/proc/self/fd``
+    matched by inode in ``/proc/net/tcp{,6}`` (Linux only; empty elsewhere).
+    With ``CLIENT LIST``'s ``addr`` they tell which of the server's clients
+    are this process's."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/self/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                f = line.split()
+                # local_address rem_address st ... inode (hex ports; 01 = ESTABLISHED)
+                if len(f) > 9 and f[3] == "01" and f[9] in inodes:
+                    if int(f[2].rsplit(":", 1)[1], 16) == server_port:
+                        ports.add(int(f[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 @contextlib.contextmanager

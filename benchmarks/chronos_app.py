@@ -1,4 +1,5 @@
-"""The chronos_trio side of the benchmark: one App with a no-op task.
+"""The chronos_trio side of the benchmark: one App with a no-op task, and
+the same no-op returning a small attrs result (stored for its producer).
 
 Imported by worker processes (``python -m benchmarks.chronos_worker`` or
 ``python -m chronos_trio worker benchmarks.chronos_app:app``); the store URL
@@ -27,17 +28,63 @@ class Bench:
     pad: str = PAD
 
 
+@attrs.frozen
+class Done:
+    """The result of ``bench.result``: when the handler ran (wall time), so a
+    producer can tell how long the result took to reach it."""
+
+    ran_at: float
+
+
+#: The kind of the task that returns a :class:`Done`.
+RESULT_KIND = "bench.result"
+
+
 async def noop(args: Bench, job: chronos_trio.JobContext) -> None:
     recorder().record(args.sent_at, args.due_at)
     if args.hold and job.attempt == 1:
         await trio.sleep(args.hold)
 
 
+async def noop_result(args: Bench, job: chronos_trio.JobContext) -> Done:
+    """The same handler I/O as :func:`noop` (one recorder call), returning a
+    small attrs result, which the worker stores (``result_ttl`` default)."""
+    return Done(recorder().record(args.sent_at, args.due_at))
+
+
+async def mixed_none(args: Bench, job: chronos_trio.JobContext) -> None:
+    """:func:`noop`, its start tagged 0 (the interleaved drain)."""
+    rec = recorder()
+    rec.record(args.sent_at, args.due_at)
+    rec.mark(0)
+
+
+async def mixed_result(args: Bench, job: chronos_trio.JobContext) -> Done:
+    """:func:`noop_result`, its start tagged 1 (the interleaved drain)."""
+    rec = recorder()
+    done = Done(rec.record(args.sent_at, args.due_at))
+    rec.mark(1)
+    return done
+
+
+#: Kinds of the tagged tasks, by tag.
+MIXED_KINDS = ("bench.mixed.none", "bench.mixed.result")
+
+
 def make_app(store: Any = None) -> tuple[chronos_trio.App, chronos_trio.Task[Bench]]:
-    """An App (store URL or Store object) with the benchmark's task registered."""
+    """An App (store URL or Store object) with the benchmark's tasks
+    registered; returns the no-op task (:func:`result_task` has the other)."""
     bench_app = chronos_trio.App(store, name="bench")
     task = bench_app.task("bench.noop", max_retries=3, timeout=3600)(noop)
+    bench_app.task(RESULT_KIND, max_retries=3, timeout=3600)(noop_result)
+    for kind, handler in zip(MIXED_KINDS, (mixed_none, mixed_result), strict=True):
+        bench_app.task(kind, max_retries=3, timeout=3600)(handler)
     return bench_app, task
+
+
+def result_task(bench_app: chronos_trio.App) -> chronos_trio.Task[Bench]:
+    """The task of ``bench_app`` whose jobs store a :class:`Done`."""
+    return bench_app.tasks[RESULT_KIND]
 
 
 app, task = make_app(os.environ.get(ENV_URL) or None)

@@ -9,12 +9,15 @@ report through the recorder files described in ``benchmarks._common``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -25,7 +28,8 @@ import trio
 
 from benchmarks import _common as common
 from benchmarks._proc import REPO, WorkerGroup
-from benchmarks.chronos_app import Bench, make_app
+from benchmarks._redis import BenchRedis, own_ports
+from benchmarks.chronos_app import MIXED_KINDS, Bench, Done, make_app, result_task
 from chronos_trio import MemoryStore, NewJob
 from chronos_trio.store import QueueWeight, SettleKind, Settlement
 
@@ -134,10 +138,14 @@ async def warm_up(app_task: Any, workers: Workers, timeout: float = 30) -> None:
         raise RuntimeError("warm-up job did not run")
 
 
-async def preload(app_task: Any, n: int, **fields: float) -> None:
+async def preload(app_task: Any, n: int, **fields: float) -> list[Any]:
+    """``n`` jobs of ``app_task`` in batches of :data:`BULK_BATCH`; the last
+    batch's handles."""
+    handles: list[Any] = []
     for start in range(0, n, BULK_BATCH):
         count = min(BULK_BATCH, n - start)
-        await app_task.enqueue_many([Bench(sent_at=0.0, **fields) for _ in range(count)])
+        handles = await app_task.enqueue_many([Bench(sent_at=0.0, **fields) for _ in range(count)])
+    return handles
 
 
 # -- 1. store lifecycle --------------------------------------------------------------------
@@ -207,19 +215,76 @@ async def lifecycle(url: str | None, n: int, batch: int) -> dict[str, Any]:
 
 
 async def drain(
-    url: str, n: int, concurrency: int, processes: int, timeout: float, **options: Any
+    url: str,
+    n: int,
+    concurrency: int,
+    processes: int,
+    timeout: float,
+    *,
+    results: bool = False,
+    cpu_of: bool = False,
+    **options: Any,
 ) -> dict[str, Any]:
     """``n`` jobs enqueued first, then the worker(s) start; jobs/s from the
-    first job's start to the last one's."""
+    first job's start to the last one's. ``results``: the jobs are of the
+    task that returns a small attrs result (stored by the worker); a few of
+    the last jobs' results are read back to check they were. With
+    ``cpu_of`` (one worker process), also the CPU time per job of that
+    worker and of redis-server while it drained (:class:`CpuMeter`)."""
     app, task = make_app(url)
-    await preload(task, n)
+    handles = await preload(result_task(app) if results else task, n)
+    cpu: dict[str, Any] = {}
     async with open_workers(url) as workers:
         spawned = time.time()
-        workers.start(concurrency, processes, **options)
+        group = workers.start(concurrency, processes, **options)
+        if cpu_of:
+            meter = await CpuMeter.once_started(url, group.pid, workers)
         ok = await workers.wait_total(n, timeout)
+        if cpu_of:
+            cpu = meter.per_job(workers.count())
         rec = workers.collect()
+    # A job that returned None is not kept once done (nothing to read): only
+    # the stored results can be read back.
+    for handle in handles[-10:] if results else ():
+        value = await handle.result(timeout=10)
+        if not isinstance(value, Done):
+            raise RuntimeError(f"job {handle.job_id} returned {value!r}")
     await app.aclose()
-    return _throughput(rec, n, ok, extra={"wall_s": rec["last"] - spawned})
+    return _throughput(rec, n, ok, extra={"wall_s": rec["last"] - spawned, **cpu})
+
+
+class CpuMeter:
+    """CPU time (user + system) of one worker process (``/proc/PID/stat``,
+    clock ticks) and of redis-server (``INFO cpu``) from once the worker
+    started its first job (its start-up is not counted) until :meth:`per_job`."""
+
+    def __init__(self, url: str, pid: int, jobs: int) -> None:
+        self._redis = BenchRedis(url)
+        self._pid = pid
+        self._jobs = jobs
+        self._worker = self._worker_cpu()
+        self._server = self._server_cpu()
+
+    @classmethod
+    async def once_started(cls, url: str, pid: int, workers: Workers) -> CpuMeter:
+        await workers.wait_total(1, 60)
+        return cls(url, pid, workers.count())
+
+    def _worker_cpu(self) -> float:
+        # utime and stime are fields 14 and 15; the name (2) may hold spaces
+        fields = Path(f"/proc/{self._pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _server_cpu(self) -> float:
+        info = self._redis.client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    def per_job(self, jobs: int) -> dict[str, float]:
+        """Microseconds of CPU per job started since the meter started."""
+        done = max(1, jobs - self._jobs)
+        worker, server = self._worker_cpu() - self._worker, self._server_cpu() - self._server
+        self._redis.client.close()
+        return {"worker_cpu_us": worker / done * 1e6, "redis_cpu_us": server / done * 1e6}
 
 
 def _throughput(
@@ -468,6 +533,266 @@ async def idle(
     return {"commands_per_s": total / seconds, "by_command": by_cmd, "seconds": seconds, "ok": True}
 
 
+# -- 9. drain with results stored, against without ------------------------------------------
+
+
+async def drain_results(
+    url: str, n: int, blocks: int, concurrency: int, timeout: float, result_first: int
+) -> dict[str, Any]:
+    """The cost of storing a small attrs result, measured two ways in one run
+    (``result_first``: the jobs with results go first in both).
+
+    Separate drains: ``n`` jobs returning None and ``n`` returning a result,
+    each drained by a fresh worker process, back to back (FLUSHDB between);
+    jobs/s of each, their ratio, and CPU per job of the worker and of Redis.
+
+    One drain of ``blocks`` alternating blocks of ``n`` jobs each (no result,
+    result, ...) by one worker: each block's time runs from its first start
+    to the next block's first start (the first block, start-up, and the
+    last, with no next one, are not timed). Machine noise lasting longer
+    than a block falls on both kinds alike; the jobs still in flight at a
+    block's end (up to concurrency + 2 x batch_size) carry a little of one
+    kind's cost into the next block, which narrows the difference slightly."""
+    rows = {}
+    for results in (True, False) if result_first else (False, True):
+        if rows:
+            flush_db(url)
+        rows[results] = await drain(url, n, concurrency, 1, timeout, results=results, cpu_of=True)
+    plain, stored = rows[False], rows[True]
+    flush_db(url)
+    mixed = await drain_mixed(url, n, blocks, concurrency, timeout, int(bool(result_first)))
+    mixed_ok = mixed.pop("ok")
+    return {
+        "plain_per_s": plain["jobs_per_s"],
+        "result_per_s": stored["jobs_per_s"],
+        "ratio": stored["jobs_per_s"] / plain["jobs_per_s"],
+        **{f"plain_{k}": plain[k] for k in ("worker_cpu_us", "redis_cpu_us")},
+        **{f"result_{k}": stored[k] for k in ("worker_cpu_us", "redis_cpu_us")},
+        **mixed,
+        "completed": min(plain["completed"], stored["completed"]),
+        "result_first": bool(result_first),
+        "ok": plain["ok"] and stored["ok"] and mixed_ok,
+    }
+
+
+async def drain_mixed(
+    url: str, n: int, blocks: int, concurrency: int, timeout: float, first: int
+) -> dict[str, Any]:
+    """``blocks`` alternating blocks of ``n`` jobs (tag ``first`` first: 0
+    returns None, 1 a small attrs result), enqueued in order, then one
+    worker drains them; jobs/s of each kind from the timed blocks (see
+    :func:`drain_results`)."""
+    app, _ = make_app(url)
+    tasks = [app.tasks[kind] for kind in MIXED_KINDS]
+    for block in range(blocks):
+        await preload(tasks[(first + block) % 2], n)
+    total = n * blocks
+    async with open_workers(url) as workers:
+        workers.start(concurrency)
+        ok = await workers.wait_total(total, timeout)
+        [final] = common.collect(workers.out_dir)  # one process: starts in order
+    await app.aclose()
+    starts, marks = final["starts"], final["marks"]
+    firsts = [i for i in range(len(marks)) if i == 0 or marks[i] != marks[i - 1]]
+    took, jobs = [0.0, 0.0], [0, 0]
+    for this, after in itertools.pairwise(firsts[1:]):
+        took[marks[this]] += starts[after] - starts[this]
+        jobs[marks[this]] += after - this
+    return {
+        "mixed_plain_per_s": jobs[0] / took[0] if took[0] else math.nan,
+        "mixed_result_per_s": jobs[1] / took[1] if took[1] else math.nan,
+        "mixed_ratio": (jobs[1] / took[1]) / (jobs[0] / took[0]) if all(took) else math.nan,
+        "mixed_blocks": len(firsts),
+        # more runs of one kind than blocks: starts interleaved at a boundary
+        "ok": ok and len(starts) >= total and len(firsts) == blocks,
+    }
+
+
+def flush_db(url: str) -> None:
+    """What the orchestrator does between runs (FLUSHDB, SCRIPT FLUSH,
+    CONFIG RESETSTAT), for a workload that measures twice in one run."""
+    redis = BenchRedis(url)
+    try:
+        redis.flush()
+    finally:
+        redis.client.close()
+
+
+# -- 10. result round trip at a light steady rate ----------------------------------------------
+
+
+async def roundtrip(
+    url: str, rate: float, n: int, concurrency: int, timeout: float
+) -> dict[str, Any]:
+    """``n`` round trips started at ``rate`` per second, each in its own
+    task (a slow one does not hold up the schedule): enqueue a job whose
+    handler returns a small attrs result, then ``await handle.result()``;
+    milliseconds from before the enqueue to the decoded result in hand. The
+    worker (``concurrency``) runs in its own process; the producer's one
+    subscription is made by a warm-up round trip, not counted."""
+    app, _ = make_app(url)
+    task = result_task(app)
+    took: list[float] = []
+
+    async def one() -> None:
+        t = time.perf_counter()
+        handle = await task.enqueue(Bench(sent_at=time.time()))
+        value = await handle.result(timeout=timeout)
+        took.append(time.perf_counter() - t)
+        if not isinstance(value, Done):
+            raise RuntimeError(f"job {handle.job_id} returned {value!r}")
+
+    async with open_workers(url) as workers:
+        workers.start(concurrency)
+        await one()  # warm-up: the worker is running, the subscription confirmed
+        took.clear()
+        await trio.sleep(0.5)
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                await trio.sleep_until(start + i / rate)
+                nursery.start_soon(one)
+    await app.aclose()
+    return {**common.latency_summary(took), "ok": len(took) >= n}
+
+
+# -- 11. many concurrent waiters in one process --------------------------------------------------
+
+
+class _ClientCount:
+    """Samples ``INFO clients`` (connected_clients: every process's) every
+    5 ms in a thread (the sync client waits on its socket without the GIL)
+    and keeps the highest count since :meth:`reset`."""
+
+    def __init__(self, url: str) -> None:
+        self._redis = BenchRedis(url)
+        self._stop = threading.Event()
+        # one call at a time, so redis-py's pool never opens a second connection
+        self._lock = threading.Lock()
+        self.peak = self.count()  # connects now: its connection is in every sample
+        self._thread = threading.Thread(target=self._run, name="bench-clients", daemon=True)
+        self._thread.start()
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._redis.client.info("clients")["connected_clients"])
+
+    def reset(self) -> int:
+        """Start over from the count now (returned)."""
+        self.peak = now = self.count()
+        return now
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._redis.client.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.count())
+            self._stop.wait(0.005)
+
+
+def _own_clients(redis: BenchRedis, exclude: set[int]) -> list[dict[str, Any]] | None:
+    """The server's clients that are connections of this process (by local
+    port), without those in ``exclude`` (the admin clients' ports); None
+    when this process's connections changed while the list was read."""
+    before = own_ports(redis.port)
+    clients = redis.clients()
+    if own_ports(redis.port) != before:
+        return None
+    mine = before - exclude
+    return [c for c in clients if int(c["addr"].rsplit(":", 1)[1]) in mine]
+
+
+async def waiters(
+    url: str, n: int, delay: float, concurrency: int, timeout: float
+) -> dict[str, Any]:
+    """``n`` jobs (returning a small attrs result) enqueued in one batch,
+    due ``delay`` s later; ``n`` concurrent ``result()`` waits start at once,
+    in this one process. Once every waiter is blocked (registered with the
+    store's one subscription, its first read done: this process's
+    connections stopped changing), the server's client list is read: this
+    process's connections, and how many of them are subscribed. Then the
+    jobs come due (worker at ``concurrency`` in its own process): the time
+    from the due time until every result is back, and per job the time from
+    its handler's run to its result in the waiter's hands. Also counted over
+    the whole phase: the connections the server accepted (every process)
+    and the most connected at once (sampled every 5 ms)."""
+    redis = BenchRedis(url)
+    redis.clients()  # connected, so its connection is among the admin ones below
+    sampler = _ClientCount(url)
+    # This process's connections before the App has any (it connects lazily):
+    # the orchestrator's, this function's and the sampler's admin clients.
+    admin = own_ports(redis.port)
+    app, _ = make_app(url)
+    task = result_task(app)
+    back: list[tuple[float, float]] = []  # (wall time a result came back, its ran_at)
+
+    async def wait(handle: Any) -> None:
+        value = await handle.result(timeout=delay + timeout)
+        back.append((time.time(), value.ran_at))
+
+    try:
+        async with open_workers(url) as workers:
+            workers.start(concurrency)
+            await one_result(task)  # the worker runs; this store's subscription is made
+            handles = await task.enqueue_many([Bench(sent_at=0.0)] * n, delay=delay)
+            due = max(h.run_at for h in handles)
+            accepted_before = redis.connections_received()
+            clients_before = sampler.reset()
+            t0 = time.time()
+            async with trio.open_nursery() as nursery:
+                for handle in handles:
+                    nursery.start_soon(wait, handle)
+                listener = app.store._done  # the store's one subscription and its waiters
+                while listener.waiting() < n:  # (polled: the store has no event for it)
+                    if time.time() >= due:
+                        break
+                    await trio.sleep(0.005)
+                registered, all_registered = listener.waiting(), time.time()
+                # Registered waiters are still reading their jobs (one round
+                # trip each, replies in flight): read the client list once
+                # this process's connections have not changed for 250 ms.
+                ports, steady_since = own_ports(redis.port), time.time()
+                while True:
+                    await trio.sleep(0.02)
+                    if time.time() >= due:
+                        raise RuntimeError("the jobs came due before every waiter was blocked")
+                    now_ports = await trio.to_thread.run_sync(own_ports, redis.port)
+                    if now_ports != ports:
+                        ports, steady_since = now_ports, time.time()
+                    elif time.time() - steady_since >= 0.25:
+                        while_waiting = await trio.to_thread.run_sync(_own_clients, redis, admin)
+                        if while_waiting is not None:
+                            break
+            accepted = redis.connections_received() - accepted_before
+            peak = sampler.peak - clients_before
+    finally:
+        await app.aclose()
+        sampler.close()
+        redis.client.close()
+    last = max(t for t, _ in back)
+    return {
+        "waiters": registered,
+        "register_ms": (all_registered - t0) * 1e3,
+        "blocked_ms": (steady_since - t0) * 1e3,  # their first reads done
+        "all_back_ms": (last - due) * 1e3,
+        **{f"wake_{k}": v for k, v in common.latency_summary([t - r for t, r in back]).items()},
+        "conns_waiting": len(while_waiting),
+        "conns_subscribed": sum(1 for c in while_waiting if int(c.get("sub", 0)) > 0),
+        "peak_extra_clients": peak,
+        "accepted": accepted,
+        "ok": len(back) >= n and registered >= n,
+    }
+
+
+async def one_result(task: Any, timeout: float = 30) -> None:
+    """One job of ``task`` enqueued and its result awaited (a warm-up)."""
+    handle = await task.enqueue(Bench(sent_at=0.0))
+    await handle.result(timeout=timeout)
+
+
 #: No single run may take longer than this (seconds): every run is bounded.
 RUN_LIMIT = 300.0
 
@@ -484,5 +809,6 @@ def run(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
 
 
 __all__: Sequence[str] = [
-    "drain", "enqueue", "idle", "lateness", "lifecycle", "pickup", "recovery", "saturation",
+    "drain", "drain_results", "enqueue", "idle", "lateness", "lifecycle", "pickup", "recovery",
+    "roundtrip", "saturation", "waiters",
 ]  # fmt: skip

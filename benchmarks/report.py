@@ -104,6 +104,50 @@ TABLES: dict[str, dict[str, Any]] = {
         "title": "8. Idle cost: Redis commands/s issued by one idle worker",
         "columns": [("commands_per_s", "commands/s", "{:.2f}")],
     },
+    "results": {
+        "title": "9. Drain with a small attrs result stored vs returning None, one worker "
+        "process, c=64: separate drains and alternating blocks in one drain (both in every "
+        "run); jobs/s, result/None (median of the runs' ratios), CPU us per job",
+        "columns": [
+            ("plain_per_s", "sep. None/s", "{:,.0f}"),
+            ("result_per_s", "sep. result/s", "{:,.0f}"),
+            ("ratio", "sep. ratio", "{:.3f}"),
+            ("mixed_plain_per_s", "blocks None/s", "{:,.0f}"),
+            ("mixed_result_per_s", "blocks result/s", "{:,.0f}"),
+            ("mixed_ratio", "blocks ratio", "{:.3f}"),
+            ("plain_worker_cpu_us", "worker us None", "{:.1f}"),
+            ("result_worker_cpu_us", "worker us result", "{:.1f}"),
+            ("plain_redis_cpu_us", "redis us None", "{:.1f}"),
+            ("result_redis_cpu_us", "redis us result", "{:.1f}"),
+        ],
+    },
+    "roundtrip": {
+        "title": "10. Result round trip at a steady light rate: enqueue -> result in hand "
+        "(lower is better)",
+        "columns": [
+            ("p50_ms", "p50 ms", "{:.2f}"),
+            ("p95_ms", "p95 ms", "{:.2f}"),
+            ("p99_ms", "p99 ms", "{:.2f}"),
+            ("max_ms", "max ms", "{:.2f}"),
+            ("samples", "samples", "{:,.0f}"),
+        ],
+        "ratio": [("p50_ms", False, "chronos/peer p50"), ("p99_ms", False, "chronos/peer p99")],
+    },
+    "waiters": {
+        "title": "11. Concurrent result() waiters in one process: jobs due together "
+        "(times from the due time; wake = handler ran -> result in the waiter's hands)",
+        "columns": [
+            ("waiters", "waiters", "{:,.0f}"),
+            ("blocked_ms", "all blocked ms", "{:.0f}"),
+            ("all_back_ms", "all back ms", "{:.1f}"),
+            ("wake_p50_ms", "wake p50 ms", "{:.1f}"),
+            ("wake_p99_ms", "wake p99 ms", "{:.1f}"),
+            ("conns_waiting", "conns while blocked", "{:.0f}"),
+            ("conns_subscribed", "of them subscribed", "{:.0f}"),
+            ("peak_extra_clients", "peak extra clients", "{:.0f}"),
+            ("accepted", "conns accepted", "{:,.0f}"),
+        ],
+    },
 }
 
 

@@ -1,7 +1,7 @@
 """Results, job handles and headers: enqueue, wait for the typed result.
 
-    python examples/results.py                     # embedded store, one process
-    CHRONOS_URL=redis://127.0.0.1:6379/0 python examples/results.py
+python examples/results.py                     # embedded store, one process
+CHRONOS_URL=redis://127.0.0.1:6379/0 python examples/results.py
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ async def main() -> None:
 
         # a handle from the ID alone, e.g. in another process or request
         again = app.job(handle.job_id)
-        print(f"status: {(await again.status()).state}, same result: {await again.result() == thumb}")
+        status = await again.status()
+        print(f"status: {status.state}, same result: {await again.result() == thumb}")
 
         failing = await fetch.enqueue("https://down.example")
         try:

@@ -30,6 +30,7 @@ from chronos_trio.records import JobRef
 from chronos_trio.store import SettleKind, Settlement
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis import _results as redis_results
+from chronos_trio.store.redis._native import MAX_OPEN, NativeNode
 from tests._backends import Backend
 
 
@@ -182,9 +183,20 @@ async def test_a_retained_job_outlives_its_result(backend: Backend, clock: objec
             assert status.state is JobState.SUCCEEDED and status.result_expired
 
 
-async def test_many_waiters_on_many_jobs(backend: Backend, clock: object) -> None:
+async def test_many_waiters_on_many_jobs(
+    backend: Backend, clock: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = backend.store()
     app = results_app(store)
+    opened = 0
+    real_open = NativeNode._open_once
+
+    async def counted_open(self: NativeNode) -> Any:
+        nonlocal opened
+        opened += 1
+        return await real_open(self)
+
+    monkeypatch.setattr(NativeNode, "_open_once", counted_open)
     n = backend.pick(memory=1000, redis=1000)
     got: dict[int, Total] = {}
     async with app.open_worker(**backend.timing(poll_interval=0.5), concurrency=64):
@@ -202,6 +214,8 @@ async def test_many_waiters_on_many_jobs(backend: Backend, clock: object) -> Non
     if isinstance(store, RedisStore):
         # one subscription for them all, no waiter left registered
         assert store._done.subscriptions == 1 and store._done.waiting() == 0
+        # their reads share the pool: never a connection per waiter
+        assert opened <= MAX_OPEN + 2, opened
 
 
 # -- the wake-up between the check and the block -----------------------------------------
@@ -351,4 +365,46 @@ async def test_results_on_the_cluster(redis_cluster_url: str) -> None:
         assert [t.value for t in got] == [i + 1 for i in range(40)]  # type: ignore[union-attr]
         assert await app.job(handles[3].job_id).result(timeout=1) == got[3]
     finally:
+        await store.aclose()
+
+
+@pytest.mark.redis
+async def test_redis_keeps_a_result_only_record_out_of_the_indexes(redis_url: str) -> None:
+    """Kept only for its result (no retain_succeeded), a succeeded record is
+    in no index and expires by itself: nothing for the janitor to trim, and
+    the checker does not call it an orphan. Retained, it is indexed."""
+    import redis as redis_py
+
+    store = RedisStore.from_url(redis_url, namespace=f"ttl-{next(_ns)}")
+    client = redis_py.Redis.from_url(redis_url)
+    try:
+        app = results_app(store)
+        a = await app.enqueue("add", Sum(1, 1))
+        b = await app.enqueue("add", Sum(2, 2))
+        leased = {
+            lj.job.id: lj
+            for lj in await store.lease([app_queue()], 2, worker_id="w", lease_duration=30)
+        }
+        await store.settle(
+            [
+                Settlement(leased[a.job_id].ref, SettleKind.SUCCEEDED, result=b"1", result_ttl=30),
+                Settlement(
+                    leased[b.job_id].ref,
+                    SettleKind.SUCCEEDED,
+                    retain_for=60,
+                    result=b"2",
+                    result_ttl=30,
+                ),
+            ]
+        )
+        pk = store._ctx.keys.partition("default", 1, 0)
+        assert 0 < client.pttl(pk.job(a.job_id)) <= 30_000
+        assert client.zscore(pk.succeeded, a.job_id) is None
+        assert client.pttl(pk.job(b.job_id)) == -1  # retained: trimmed by the janitor
+        assert client.zscore(pk.succeeded, b.job_id) is not None
+        report = await store.check()
+        assert report.findings == (), report.findings
+        assert (await a.status()).result == b"1"
+    finally:
+        client.close()
         await store.aclose()

@@ -8,3 +8,6 @@ prints one JSON object.
 """
 
 PEERS = ("arq", "saq", "taskiq", "streaq")
+#: Peers that run the result round trip (workload 10): arq's ``job.result()``
+#: and SAQ's ``Queue.apply``.
+ROUNDTRIP_PEERS = ("arq", "saq")

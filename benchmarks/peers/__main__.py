@@ -1,8 +1,8 @@
 """``python -m benchmarks.peers PEER WORKLOAD [options]``: one run, one JSON line.
 
 Run with the peer's own interpreter (``benchmarks/.venv/PEER/bin/python``).
-Workloads: ``drain``, ``enqueue``, ``lateness`` (the same method as
-chronos_trio's, see ``benchmarks.chronos_bench``).
+Workloads: ``drain``, ``enqueue``, ``lateness`` and (arq, SAQ) ``roundtrip``
+(the same method as chronos_trio's, see ``benchmarks.chronos_bench``).
 """
 
 from __future__ import annotations
@@ -74,8 +74,9 @@ def _fastest_preload(mod: Any) -> str:
 
 
 class Workers:
-    def __init__(self, mod: Any, url: str, out: Path) -> None:
+    def __init__(self, mod: Any, url: str, out: Path, **options: Any) -> None:
         self.mod, self.url, self.out = mod, url, out
+        self.options = options  # worker settings the peer module reads (env_options)
         self.bin = str(Path(sys.executable).parent)
         self.groups: list[WorkerGroup] = []
 
@@ -84,6 +85,7 @@ class Workers:
             common.ENV_URL: self.url,
             common.ENV_DIR: str(self.out),
             common.ENV_CONCURRENCY: str(concurrency),
+            common.ENV_OPTIONS: json.dumps(self.options),
         }
 
     def start(self, concurrency: int, processes: int) -> None:
@@ -171,6 +173,61 @@ def lateness(mod: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return {**common.latency_summary(rec["late"]), "ok": ok and len(rec["late"]) >= n}
 
 
+async def round_trips(
+    mod: Any, url: str, rate: float, n: int, poll: float | None, timeout: float
+) -> list[float]:
+    """``n`` round trips (enqueue, then the peer's own wait for the result)
+    started at ``rate`` per second, each in its own task; seconds each.
+    First (not counted) round trips until one succeeds: the worker is up."""
+    producer = mod.Producer()
+    await producer.open(url)
+    took: list[float] = []
+
+    async def one(limit: float) -> None:
+        t = time.perf_counter()
+        value = await producer.round_trip(time.time(), poll, limit)
+        took.append(time.perf_counter() - t)
+        if not (isinstance(value, dict) and "ran_at" in value):
+            raise RuntimeError(f"unexpected result {value!r}")
+
+    try:
+        for attempt in range(1, 7):
+            try:
+                await one(10.0)
+                break
+            except Exception:
+                # SAQ's sweep at worker start-up aborts ("swept") a job it
+                # catches between dequeue and start: try again.
+                if attempt == 6:
+                    raise
+        took.clear()
+        await asyncio.sleep(0.5)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        tasks = []
+        for i in range(n):
+            await asyncio.sleep(max(0.0, start + i / rate - loop.time()))
+            tasks.append(asyncio.create_task(one(timeout)))
+        await asyncio.gather(*tasks)
+    finally:
+        await producer.close()
+    return took
+
+
+def roundtrip(mod: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Enqueue a job whose handler returns a small result, then wait for it
+    the peer's way (arq ``job.result()``, SAQ ``Queue.apply``); ``--poll``:
+    the peer's polling intervals in seconds (default: its own)."""
+    options = {} if args.poll is None else {"poll_delay": args.poll}
+    workers = Workers(mod, args.url, out, **options)
+    try:
+        workers.start(args.concurrency, 1)
+        took = mod.run(round_trips, mod, args.url, args.rate, args.n, args.poll, args.timeout)
+    finally:
+        workers.stop()
+    return {**common.latency_summary(took), "ok": len(took) >= args.n}
+
+
 def versions(mod: Any) -> dict[str, str]:
     out = {}
     for name in mod.PACKAGES:
@@ -184,7 +241,9 @@ def versions(mod: Any) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.peers")
     parser.add_argument("peer")
-    parser.add_argument("workload", choices=("drain", "enqueue", "lateness", "versions"))
+    parser.add_argument(
+        "workload", choices=("drain", "enqueue", "lateness", "roundtrip", "versions")
+    )
     parser.add_argument("--url", default="")
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--n-single", type=int, default=2_000)
@@ -193,6 +252,8 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=2.0)
     parser.add_argument("--spread", type=float, default=1.0)
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--poll", type=float, default=None)
     args = parser.parse_args()
     # Peer modules build their clients at import: give them a URL even for
     # "versions" (nothing connects then).
@@ -201,7 +262,9 @@ def main() -> None:
     if args.workload == "versions":
         print(json.dumps(versions(mod)))
         return
-    fn = {"drain": drain, "enqueue": enqueue, "lateness": lateness}[args.workload]
+    fn = {"drain": drain, "enqueue": enqueue, "lateness": lateness, "roundtrip": roundtrip}[
+        args.workload
+    ]
     with tempfile.TemporaryDirectory(prefix=f"bench-{args.peer}-") as tmp:
         result = fn(mod, args, Path(tmp))
     print(json.dumps(result))

@@ -1,7 +1,9 @@
 """arq: ``arq benchmarks.peers.arq_bench.WorkerSettings`` (one process per worker;
 arq has no multi-process flag). Settings: ``max_jobs`` = concurrency, and
-``keep_result = 0`` (no result stored, like chronos_trio); the rest default
-(``poll_delay`` 0.5 s, pickle)."""
+``keep_result = 0`` (no result stored, like chronos_trio's no-op); the rest
+default (``poll_delay`` 0.5 s, pickle). ``noop_result`` (the round trip)
+keeps its result for arq's default 3600 s; ``poll_delay`` may come from the
+benchmark's options (the tuned round trip)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ from typing import Any
 
 from arq import create_pool
 from arq.connections import RedisSettings
+from arq.worker import func
 
-from benchmarks._common import ENV_URL, PAD_PEER, env_concurrency, recorder
+from benchmarks._common import ENV_URL, PAD_PEER, env_concurrency, env_options, recorder
 
 NAME = "arq"
 BACKEND = "asyncio"
@@ -26,11 +29,19 @@ async def noop(ctx: dict[str, Any], sent_at: float, due_at: float, hold: float, 
         await asyncio.sleep(hold)
 
 
+async def noop_result(
+    ctx: dict[str, Any], sent_at: float, due_at: float, hold: float, pad: str
+) -> dict[str, float]:
+    """The same handler I/O as ``noop``, returning a small result."""
+    return {"ran_at": recorder().record(sent_at, due_at)}
+
+
 class WorkerSettings:
-    functions = [noop]
+    functions = [noop, func(noop_result, keep_result=3600)]
     redis_settings = RedisSettings.from_dsn(os.environ.get(ENV_URL, "redis://127.0.0.1:1"))
     max_jobs = env_concurrency(10)
     keep_result = 0
+    poll_delay = env_options().get("poll_delay", 0.5)  # arq's default
     on_startup = None
 
 
@@ -50,6 +61,15 @@ class Producer:
     async def enqueue(self, sent_at: float, due_at: float = 0.0) -> None:
         defer = dt.datetime.fromtimestamp(due_at, dt.UTC) if due_at else None
         await self.redis.enqueue_job("noop", sent_at, due_at, 0.0, PAD_PEER, _defer_until=defer)
+
+    async def round_trip(self, sent_at: float, poll: float | None, timeout: float) -> Any:
+        """``enqueue_job`` then ``job.result()`` (polling every ``poll`` s;
+        None: arq's default 0.5 s)."""
+        job = await self.redis.enqueue_job("noop_result", sent_at, 0.0, 0.0, PAD_PEER)
+        assert job is not None  # None only for a job ID already taken
+        if poll is None:
+            return await job.result(timeout=timeout)
+        return await job.result(timeout=timeout, poll_delay=poll)
 
 
 def run(fn: Any, *args: Any) -> Any:

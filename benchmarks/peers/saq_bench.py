@@ -1,7 +1,9 @@
 """SAQ: ``saq benchmarks.peers.saq_bench.settings --workers N --quiet`` (its
 CLI, as its README shows). Settings: ``concurrency`` = concurrency; the rest
 default (``dequeue_timeout`` 0, ``timers.schedule`` 1 s, job ttl 600 s).
-Scheduled jobs take whole epoch seconds (``scheduled: int``), rounded up here."""
+Scheduled jobs take whole epoch seconds (``scheduled: int``), rounded up here.
+``noop_result`` (the round trip) returns a small result, awaited with
+``Queue.apply`` (which polls every ``poll_interval``, 0.5 s by default)."""
 
 from __future__ import annotations
 
@@ -25,9 +27,16 @@ async def noop(ctx: Any, *, sent_at: float, due_at: float, hold: float, pad: str
         await asyncio.sleep(hold)
 
 
+async def noop_result(
+    ctx: Any, *, sent_at: float, due_at: float, hold: float, pad: str
+) -> dict[str, float]:
+    """The same handler I/O as ``noop``, returning a small result."""
+    return {"ran_at": recorder().record(sent_at, due_at)}
+
+
 settings = {
     "queue": Queue.from_url(os.environ.get(ENV_URL, "redis://127.0.0.1:1")),
-    "functions": [noop],
+    "functions": [noop, noop_result],
     "concurrency": env_concurrency(10),
 }
 
@@ -56,6 +65,13 @@ class Producer:
             pad=PAD_PEER,
             scheduled=math.ceil(due_at) if due_at else 0,
         )
+
+    async def round_trip(self, sent_at: float, poll: float | None, timeout: float) -> Any:
+        """``Queue.apply`` (polling every ``poll`` s; None: SAQ's default 0.5 s)."""
+        kwargs = {"sent_at": sent_at, "due_at": 0.0, "hold": 0.0, "pad": PAD_PEER}
+        if poll is not None:
+            kwargs["poll_interval"] = poll
+        return await self.queue.apply("noop_result", timeout=timeout, **kwargs)
 
 
 def run(fn: Any, *args: Any) -> Any:

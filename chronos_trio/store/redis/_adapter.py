@@ -2,16 +2,19 @@
 
 On a single node reached over plain TCP or a Unix socket, a batch (one
 pipeline, plus any ``NOSCRIPT`` reload and retry) is one round trip over Trio
-sockets (``_native``), with no thread hop. Otherwise (TLS, Cluster) blocking
+sockets (``_native``), with no thread hop; so is each master's share of a
+Cluster batch (``_cluster``). Otherwise (TLS, ``native=False``) blocking
 redis-py calls run in worker threads via ``trio.to_thread.run_sync``, one hop
-per batch; blocking waits (``BLPOP``) always do. Either way the adapter adds
-no per-job overhead, and every failure surfaces as
-:class:`~chronos_trio.store.StoreError`.
+per batch (per node on a Cluster); blocking waits (``BLPOP``) always do.
+Either way the adapter adds no per-job overhead, and every failure surfaces
+as :class:`~chronos_trio.store.StoreError`.
 
 Redis Cluster: redis-py's cluster pipeline refuses ``EVALSHA``, so a batch is
-grouped by the node owning each op's slot and pipelined on that node's own
-client, one round trip per node (nodes in parallel). A ``MOVED``/``ASK`` reply
-refreshes the slot map and re-runs the affected ops.
+grouped by the node owning each op's slot and pipelined to that node, one
+round trip per node (nodes in parallel). A ``MOVED`` reply refreshes the slot
+map and re-runs the affected ops; natively, an ``ASK`` reply sends the op
+once to the node it names, after ``ASKING`` (see ``_cluster``), while in
+threads it is treated like ``MOVED``.
 
 Redis Sentinel: the client is redis-py's ``Sentinel.master_for``; round trips
 take the native path to the master a :class:`~._sentinel.MasterWatch` names
@@ -40,6 +43,7 @@ from ._blocking import REDIS_ERRORS as _REDIS_ERRORS
 from ._blocking import AdapterStatistics as AdapterStatistics
 from ._blocking import Client as Client
 from ._blocking import check_replies, moved, node_groups, reload_plan, run_on_node, store_error
+from ._cluster import NativeCluster, send_at_once
 from ._native import NativeNode
 from ._scripts import Op
 from ._scripts import ReplicaWait as ReplicaWait
@@ -88,6 +92,7 @@ class RedisAdapter:
         #: connection kind allows it (see ``_native``); None until decided.
         self._use_native = native
         self._native: NativeNode | None = None
+        self._native_cluster: NativeCluster | None = None
         #: Set once the client is known to be a Sentinel master's.
         self.watch: MasterWatch | None = None
 
@@ -150,6 +155,9 @@ class RedisAdapter:
                 if replicas is not None:
                     acks.append(replies[-1])
                 replies = replies[: len(ops)]
+            elif (cluster := self._cluster_node(client)) is not None:
+                wait = replicas.op() if replicas else None
+                replies = await cluster.execute(ops, after, wait=wait, acks=acks)
             else:
                 replies = await self._execute_cluster(client, ops, replicas, acks)
                 if after:
@@ -168,12 +176,19 @@ class RedisAdapter:
             self._use_native = self._native is not None
         return self._native
 
-    async def _run_native(self, node: NativeNode, ops: Sequence[Op]) -> list[Any]:
+    def _cluster_node(self, client: redis.cluster.RedisCluster) -> NativeCluster | None:
+        if self._use_native and self._native_cluster is None:
+            self._native_cluster = NativeCluster.for_client(client, self._run_native, self._limiter)
+            self._use_native = self._native_cluster is not None
+        return self._native_cluster
+
+    async def _run_native(
+        self, node: NativeNode, ops: Sequence[Op], asking: bool = False
+    ) -> list[Any]:
         """``_run_on_node`` over Trio sockets: one pipeline, scripts reloaded
-        and the ops that got NOSCRIPT re-run."""
-        self.stats.round_trips += 1
-        self.stats.commands += len(ops)
-        replies = await node.execute([op.args for op in ops])
+        and the ops that got NOSCRIPT re-run. ``asking``: each op (but a
+        WAIT) is sent after ``ASKING``, for a Cluster node importing its slot."""
+        replies = await self._send_native(node, ops, asking)
         missing, scripts = reload_plan(ops, replies)
         if missing:
             for script in scripts:
@@ -181,12 +196,25 @@ class RedisAdapter:
                 if isinstance(loaded, Exception):
                     raise loaded
                 self.stats.script_loads += 1
-            self.stats.round_trips += 1
-            self.stats.commands += len(missing)
-            again = await node.execute([ops[i].args for i in missing])
+            again = await self._send_native(node, [ops[i] for i in missing], asking)
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
         return replies
+
+    async def _send_native(self, node: NativeNode, ops: Sequence[Op], asking: bool) -> list[Any]:
+        self.stats.round_trips += 1
+        self.stats.native_round_trips += 1
+        self.stats.commands += len(ops)
+        if not asking:
+            return await node.execute([op.args for op in ops])
+        # ASKING lets only the next command into a slot the node is importing.
+        commands: list[tuple[Any, ...]] = []
+        for op in ops:
+            if op.args[0] != "WAIT":
+                commands.append(("ASKING",))
+            commands.append(op.args)
+        replies = await node.execute(commands)
+        return [r for c, r in zip(commands, replies, strict=True) if c[0] != "ASKING"]
 
     def _run_on_node(self, client: redis.Redis, ops: Sequence[Op]) -> list[Any]:
         """In a thread: one pipeline on one node (see ``_blocking.run_on_node``)."""
@@ -203,33 +231,16 @@ class RedisAdapter:
         with WAIT and its reply is appended to ``acks``."""
         replies: list[Any] = [None] * len(ops)
         pending = list(range(len(ops)))
-        errors: list[BaseException] = []
         for attempt in range(3):
             groups = node_groups(cluster, ops, pending)
 
-            async def run_group(client: redis.Redis, idx: list[int]) -> None:
+            async def run_group(client: redis.Redis, idx: list[int]) -> list[Any]:
                 batch = [ops[i] for i in idx] + ([wait.op()] if wait else [])
-                try:
-                    got = await trio.to_thread.run_sync(
-                        self._run_on_node, client, batch, limiter=self._limiter
-                    )
-                except _REDIS_ERRORS as exc:  # kept out of the nursery's ExceptionGroup
-                    errors.append(exc)
-                    return
-                if wait is not None and acks is not None:
-                    acks.append(got.pop())
-                for i, reply in zip(idx, got, strict=True):
-                    replies[i] = reply
+                return await trio.to_thread.run_sync(
+                    self._run_on_node, client, batch, limiter=self._limiter
+                )
 
-            if len(groups) == 1:
-                ((client, idx),) = groups.values()
-                await run_group(client, idx)
-            else:
-                async with trio.open_nursery() as nursery:
-                    for client, idx in groups.values():
-                        nursery.start_soon(run_group, client, idx)
-            if errors:
-                raise errors[0]
+            await send_at_once(list(groups.values()), run_group, replies, acks if wait else None)
             pending = moved(replies, pending)
             if not pending:
                 break
@@ -335,6 +346,8 @@ class RedisAdapter:
         self._closed = True
         if self._native is not None:
             await self._native.aclose()
+        if self._native_cluster is not None:
+            await self._native_cluster.aclose()
         if self._client is not None:
             await trio.to_thread.run_sync(self._client.close, limiter=self._limiter)
         if self.watch is not None:

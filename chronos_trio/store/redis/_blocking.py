@@ -48,6 +48,7 @@ class AdapterStatistics:
     script_loads: int = 0  # NOSCRIPT recoveries
     blocking_waits: int = 0  # BLPOPs issued
     replica_waits: int = 0  # WAITs sent (one per node per batch)
+    native_round_trips: int = 0  # of round_trips: over Trio sockets (no thread hop)
 
 
 def store_error(where: str, exc: BaseException) -> StoreError:

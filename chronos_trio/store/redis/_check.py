@@ -202,6 +202,9 @@ class Reading:
     fields: tuple[bytes | None, ...]  # FIELDS order
     scores: tuple[bytes | None, ...]  # INDEX_STATES order
     now: float
+    #: The record has a TTL: a succeeded job kept only for its result, in
+    #: no index by design (it expires by itself; nothing trims it).
+    expiring: bool = False
 
     @property
     def held(self) -> tuple[str, ...]:
@@ -233,10 +236,11 @@ def parse_readings(pk: PartitionKeys, reply: Sequence[Any]) -> list[Reading]:
             Reading(
                 pk,
                 reply[i],
-                reply[i + 1] == 1,
+                reply[i + 1] in (1, 2),
                 tuple(reply[i + 2 : i + 16]),
                 tuple(reply[i + 16 : i + 22]),
                 now,
+                reply[i + 1] == 2,
             )
         )
     return out
@@ -279,6 +283,8 @@ def judge(r: Reading, grace: float) -> tuple[Finding, Fix | None] | None:
         fix = Fix(r.repair_op("dead", DAMAGED_RECORD + detail), JobState.DEAD)
         return attrs.evolve(finding, detail=detail), fix
     state = _STATES[f["state"] or b""]
+    if state is JobState.SUCCEEDED and not held and r.expiring:
+        return None
     if held != (state.value,):
         if not held:
             problem, detail = Problem.NO_INDEX, f"{state} record in no index"

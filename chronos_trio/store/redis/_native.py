@@ -5,14 +5,17 @@ A hop through ``trio.to_thread`` costs more than a local Redis round trip
 itself (about 130 us of CPU here), which capped one-at-a-time enqueues and
 added to every batch of the worker's hot path. This path serves plain TCP
 and Unix-socket connections to a single node, the common deployment, and the
-master of a Redis Sentinel service; TLS, Cluster, custom credential providers
-and the blocking ``BLPOP`` keep using redis-py in threads (see ``_adapter``).
+master of a Redis Sentinel service, and each master of a Redis Cluster (one
+node per master, see ``_cluster``); TLS, custom credential providers and the
+blocking ``BLPOP`` keep using redis-py in threads (see ``_adapter``).
 
 It behaves like the thread hop it replaces:
 
 * a round trip, once started, runs to completion or fails; cancelling the
   caller waits for it (the outcome of a state change is never lost between
   the store and the worker), bounded by the socket timeout;
+* at most :data:`MAX_OPEN` round trips run at once per node; more wait
+  (cancellably: nothing was sent) for a connection;
 * every failure surfaces as a redis-py ``ConnectionError``/``TimeoutError``
   (the adapter turns those into ``StoreError``), and the connection is dropped;
 * a pooled connection that turns out dead before any reply (the server
@@ -57,8 +60,12 @@ from redis._parsers.base import BaseParser
 from ._blocking import with_waits as with_waits
 from ._sentinel import Address, MasterWatch, SentinelConnection
 
-#: Idle connections kept per node (more are opened when needed, then closed).
-MAX_IDLE = 16
+#: Connections in use per node at most: more round trips at once wait for
+#: one (1,000 result waiters reading their jobs at once opened 1,000
+#: connections, and the churn cost more than the reads).
+MAX_OPEN = 32
+#: Idle connections kept per node (as many as may be open: a burst reuses them).
+MAX_IDLE = MAX_OPEN
 _READ_SIZE = 65536
 
 
@@ -190,17 +197,31 @@ class NativeNode:
         self._idle: list[_Connection] = []
         self._stale: list[_Connection] = []
         self._closed = False
+        self._slots = trio.Semaphore(MAX_OPEN)
 
     @classmethod
-    def for_client(cls, client: redis.Redis, watch: MasterWatch | None = None) -> NativeNode | None:
+    def for_client(
+        cls,
+        client: redis.Redis,
+        watch: MasterWatch | None = None,
+        *,
+        connect_func: Callable[..., Any] | None = None,
+    ) -> NativeNode | None:
         """A native node with ``client``'s settings, or None when this path does
         not cover its connection kind (TLS, custom connection classes or
         credential providers): redis-py in threads then. ``watch``: the client
-        is a Sentinel master's, and the node is the master ``watch`` names."""
+        is a Sentinel master's, and the node is the master ``watch`` names.
+        ``connect_func``: the client's ``redis_connect_func`` when the caller
+        knows it sends nothing beyond AUTH/SELECT (a Cluster node's client
+        has the cluster's own, which adds ``READONLY`` only for replica reads);
+        any other one means this path does not cover the client."""
         pool = client.connection_pool
         kind = pool.connection_class
         kw = pool.connection_kwargs
-        if kw.get("credential_provider") is not None or kw.get("redis_connect_func") is not None:
+        on_connect = kw.get("redis_connect_func")
+        if kw.get("credential_provider") is not None or (
+            on_connect is not None and on_connect != connect_func
+        ):
             return None
         connect: Callable[[], Awaitable[trio.abc.Stream]] | None
         if kind is redis.connection.Connection:
@@ -243,19 +264,30 @@ class NativeNode:
         TimeoutError when the node cannot be reached in time."""
         if self._closed:
             raise redis.exceptions.ConnectionError("the store is closed")
-        with trio.CancelScope(shield=True):
-            replies = await self._execute(commands)
-            if self._watch is not None:
-                readonly = [i for i, r in enumerate(replies) if _is_readonly(r)]
-                refused = with_waits(commands, readonly)
-                if refused:
-                    # Demoted under us: those commands did not run; send them
-                    # once more to whoever the sentinels name now.
-                    self._watch.forget()
-                    await self._drop_idle()
-                    again = await self._execute([commands[i] for i in refused])
-                    for i, reply in zip(refused, again, strict=True):
-                        replies[i] = reply
+        # Waiting for a connection is cancellable; a round trip once started
+        # is not (see the module docstring).
+        await self._slots.acquire()
+        try:
+            with trio.CancelScope(shield=True):
+                replies = await self._execute_in_slot(commands)
+        finally:
+            self._slots.release()
+        return replies
+
+    async def _execute_in_slot(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """One pipeline on a connection slot (see execute)."""
+        replies = await self._execute(commands)
+        if self._watch is not None:
+            readonly = [i for i, r in enumerate(replies) if _is_readonly(r)]
+            refused = with_waits(commands, readonly)
+            if refused:
+                # Demoted under us: those commands did not run; send them
+                # once more to whoever the sentinels name now.
+                self._watch.forget()
+                await self._drop_idle()
+                again = await self._execute([commands[i] for i in refused])
+                for i, reply in zip(refused, again, strict=True):
+                    replies[i] = reply
         return [self._parse(c, r) for c, r in zip(commands, replies, strict=True)]
 
     def _take_idle(self) -> _Connection | None:
@@ -389,6 +421,12 @@ class NativeNode:
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.aclose()
+
+    async def close_idle(self) -> None:
+        """Close the idle connections (the node failed, or is no longer the
+        one to talk to); round trips in flight finish on theirs, and later
+        ones open new connections."""
+        await self._drop_idle()
 
     async def aclose(self) -> None:
         self._closed = True

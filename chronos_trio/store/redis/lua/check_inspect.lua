@@ -12,7 +12,8 @@
 --             whose record is gone but that some index still holds
 -- ARGV[2..]   job ids (the caller bounds how many per call)
 --
--- Returns {now, then per reported job 22 entries: id, exists (0/1), the 14
+-- Returns {now, then per reported job 22 entries: id, exists (0 no, 1 yes,
+-- 2 yes and it expires by itself), the 14
 -- fields kind, payload, run_at, state, attempts, max_retries, timeout,
 -- lease_token, lease_owner, lease_expires_at, last_error, created_at,
 -- finished_at, v (nil when absent), then its score in each of the 6 indexes
@@ -27,7 +28,9 @@ for i = 2, #ARGV do
   -- quarantined by repair; the key is not ours to delete). Reading it as a
   -- hash would fail the whole script: the checker must be total too.
   local exists = redis.call('TYPE', key).ok == 'hash' and 1 or 0
-  if not (missing_only and exists == 1) then
+  -- 2: a record that expires by itself (a succeeded job kept for its result)
+  if exists == 1 and redis.call('PTTL', key) > 0 then exists = 2 end
+  if not (missing_only and exists ~= 0) then
     local scores, held = {}, false
     for z = 1, 6 do
       scores[z] = redis.call('ZSCORE', KEYS[z], id)
@@ -35,7 +38,7 @@ for i = 2, #ARGV do
     end
     if not missing_only or held then
       local f = {}
-      if exists == 1 then
+      if exists ~= 0 then
         f = redis.call('HMGET', key, 'kind', 'payload', 'run_at', 'state', 'attempts',
           'max_retries', 'timeout', 'lease_token', 'lease_owner', 'lease_expires_at',
           'last_error', 'created_at', 'finished_at', 'v')

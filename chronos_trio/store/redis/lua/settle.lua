@@ -12,9 +12,10 @@
 --          retry_delay (s), retain_for (s), result, result_ttl (s; '' when
 --          there is no result to keep)
 --
--- A succeeded job's record stays (in the succeeded index) while it is
--- retained or its result lives, whichever is longer; its run_at stays the
--- due time it ran for. A finished job (succeeded or dead) whose record names
+-- A succeeded job's record stays while it is retained (in the succeeded
+-- index, trimmed by the janitor) or its result lives, whichever is longer;
+-- kept only for its result, it is in no index and expires by itself
+-- (PEXPIRE: nothing to trim). Its run_at stays the due time it ran for. A finished job (succeeded or dead) whose record names
 -- a waiter channel (field w) is published there (see notify_done).
 --
 -- Each record is judged before anything is written for it (see _prelude.lua;
@@ -71,18 +72,26 @@ for i = 1, #ARGV, 8 do
     settled[#settled + 1] = id
     local kind = ARGV[i + 2]
     if kind == 's' then
-      local keep = tonumber(ARGV[i + 5])
+      local retain = tonumber(ARGV[i + 5])
       local ttl = tonumber(ARGV[i + 7])
-      if ttl and ttl > keep then keep = ttl end
-      -- a waiter reads the outcome after its wake-up: keep it that long
-      if keep <= 0 and f[7] then keep = WAITED_KEEP end
-      if keep > 0 then
-        redis.call('ZADD', KEYS[4], now + keep, id)
-        redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s,
-          'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+      if retain > 0 or ttl or f[7] then
         if ttl then
-          redis.call('HSET', key, 'result', ARGV[i + 6],
-            'result_until', string.format('%.17g', now + ttl))
+          redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s,
+            'lease_token', '', 'lease_owner', '', 'lease_expires_at', '',
+            'result', ARGV[i + 6], 'result_until', string.format('%.17g', now + ttl))
+        else
+          redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s,
+            'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+        end
+        if retain > 0 then
+          -- retained for inspection: listed and counted, trimmed by the janitor
+          local keep = retain
+          if ttl and ttl > keep then keep = ttl end
+          redis.call('ZADD', KEYS[4], now + keep, id)
+        else
+          -- kept only for its result, or for its waiters to read the outcome
+          -- after their wake-up: no index entry, the record expires by itself
+          redis.call('PEXPIRE', key, math.ceil((ttl or WAITED_KEEP) * 1000))
         end
       else
         redis.call('DEL', key)
