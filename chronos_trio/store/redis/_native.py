@@ -57,6 +57,7 @@ import redis.exceptions
 import trio
 from redis._parsers.base import BaseParser
 
+from ._blocking import with_waits as with_waits
 from ._sentinel import Address, MasterWatch, SentinelConnection
 
 #: Connections in use per node at most: more round trips at once wait for
@@ -118,18 +119,6 @@ def _error(reply: hiredis.ReplyError) -> redis.exceptions.RedisError:
     """An error reply as the redis-py exception its parser would make."""
     error: redis.exceptions.RedisError = BaseParser.parse_error(str(reply))  # type: ignore[no-untyped-call]
     return error
-
-
-def with_waits(commands: Sequence[Sequence[Any]], rerun: list[int]) -> list[int]:
-    """``rerun`` (indices of commands to send again, in order) with every
-    ``WAIT`` after the first of them: a WAIT acknowledges the writes sent
-    before it on its connection, so one that ran before the re-sent commands
-    does not cover them."""
-    if not rerun:
-        return rerun
-    first = rerun[0]
-    waits = [i for i in range(first + 1, len(commands)) if commands[i][0] == "WAIT"]
-    return sorted(set(rerun) | set(waits))
 
 
 def _is_readonly(reply: Any) -> bool:
