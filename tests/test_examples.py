@@ -23,16 +23,16 @@ def run_example(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     )
 
 
-def test_quickstart_on_the_embedded_store() -> None:
+def run_embedded(script: str) -> subprocess.CompletedProcess[str]:
+    """Run an example on the embedded store (no CHRONOS_URL in its environment)."""
     env = {k: v for k, v in os.environ.items() if k != "CHRONOS_URL"}
-    proc = subprocess.run(
-        [sys.executable, "examples/quickstart.py"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=env,
+    return subprocess.run(
+        [sys.executable, script], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env
     )
+
+
+def test_quickstart_on_the_embedded_store() -> None:
+    proc = run_embedded("examples/quickstart.py")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("attempt 1: mail to") == 7
     assert "succeeded=7" in proc.stdout
@@ -78,15 +78,7 @@ def test_the_producer_examples_round_trip_through_a_worker_process(
 
 
 def test_results_example_on_the_embedded_store() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "CHRONOS_URL"}
-    proc = subprocess.run(
-        [sys.executable, "examples/results.py"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=env,
-    )
+    proc = run_embedded("examples/results.py")
     assert proc.returncode == 0, proc.stderr
     assert "resizing https://img/cat.png for req-42" in proc.stdout
     assert "thumbnail: Thumbnail(url='https://img/cat.png?w=64', bytes_=640)" in proc.stdout
