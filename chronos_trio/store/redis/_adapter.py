@@ -294,11 +294,23 @@ class RedisAdapter:
     async def blpop(self, keys: Sequence[str], timeout: float) -> tuple[bytes, bytes] | None:
         """BLPOP with ``timeout`` capped at ``max_block``; cancellable at once.
 
-        Cancelling abandons the thread; if its BLPOP then still pops a token,
-        the token is pushed back so the wake-up reaches another waiter.
+        On a single node over TCP or a Unix socket it runs on Trio sockets
+        (``NativeNode.blpop``); otherwise in a thread. Either way, a cancelled
+        wait whose BLPOP still pops a token pushes the token back, so the
+        wake-up reaches another waiter.
         """
         client = await self.client()
         block = max(0.001, min(timeout, self.max_block))
+        if isinstance(client, redis.Redis) and self.watch is None:
+            native = self._native_node(client)
+            if native is not None:
+                # Trio sockets: no thread hop between a wake-up and its waiter
+                self.stats.blocking_waits += 1
+                try:
+                    got = await native.blpop(keys, block, BLOCK_READ_SLACK)
+                except _REDIS_ERRORS as exc:
+                    raise self._error(exc) from exc
+                return None if got is None else (got[0], got[1])
         abandoned = threading.Event()
         if isinstance(client, redis.cluster.RedisCluster):
             # Every wake-up list shares one hash tag: the first key routes all.
