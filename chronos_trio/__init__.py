@@ -10,17 +10,17 @@ import-linter contract that enforces it)::
     runtime   registry, config, in-flight table, events   chronos_trio.runtime
     store     role protocols, schemes, memory, redis      chronos_trio.store
     records   jobs, errors, codec, retry policy           chronos_trio.records
+
+Beside ``app``, ``producers`` enqueues and follows jobs from code that does
+not run Trio (threads, asyncio): ``chronos_trio.producers``.
+
+Importing the package is cheap and does not import Trio: the records (jobs
+and errors) load at once, every other public name on first use (PEP 562),
+which then loads them all. ``import chronos_trio.producers`` relies on it.
 """
 
-from .app import App as App
-from .app import Inspector as Inspector
-from .app import JobHandle as JobHandle
-from .app import JobPage as JobPage
-from .app import QueueInfo as QueueInfo
-from .app import ScheduleInfo as ScheduleInfo
-from .app import Task as Task
-from .app import VersionInfo as VersionInfo
-from .app import schedule_rows as schedule_rows
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from .records import ActionRefused as ActionRefused
 from .records import ActorFailed as ActorFailed
 from .records import ChronosError as ChronosError
@@ -48,26 +48,102 @@ from .records import TopologyError as TopologyError
 from .records import UnknownJob as UnknownJob
 from .records import UnknownQueue as UnknownQueue
 from .records import UnknownTask as UnknownTask
-from .runtime import JobContext as JobContext
-from .runtime import Registry as Registry
-from .runtime import Schedule as Schedule
-from .runtime import TaskSpec as TaskSpec
-from .runtime import WorkerConfig as WorkerConfig
-from .runtime import WorkerHost as WorkerHost
-from .runtime import leadership_name as leadership_name
-from .runtime import parse_queues as parse_queues
-from .store import Leadership as Leadership
-from .store import MemoryStore as MemoryStore
-from .store import QueueWeight as QueueWeight
-from .store import Store as Store
-from .store import open_store as open_store
-from .worker import ACTORS as ACTORS
-from .worker import Worker as Worker
-from .worker import WorkerStatistics as WorkerStatistics
+
+if _TYPE_CHECKING:
+    from .app import App as App
+    from .app import Inspector as Inspector
+    from .app import JobHandle as JobHandle
+    from .app import JobPage as JobPage
+    from .app import QueueInfo as QueueInfo
+    from .app import ScheduleInfo as ScheduleInfo
+    from .app import Task as Task
+    from .app import VersionInfo as VersionInfo
+    from .app import schedule_rows as schedule_rows
+    from .runtime import JobContext as JobContext
+    from .runtime import Registry as Registry
+    from .runtime import Schedule as Schedule
+    from .runtime import TaskSpec as TaskSpec
+    from .runtime import WorkerConfig as WorkerConfig
+    from .runtime import WorkerHost as WorkerHost
+    from .runtime import leadership_name as leadership_name
+    from .runtime import parse_queues as parse_queues
+    from .store import Leadership as Leadership
+    from .store import MemoryStore as MemoryStore
+    from .store import QueueWeight as QueueWeight
+    from .store import Store as Store
+    from .store import open_store as open_store
+    from .worker import ACTORS as ACTORS
+    from .worker import Worker as Worker
+    from .worker import WorkerStatistics as WorkerStatistics
 
 __version__ = "0.1.0"
 
-from .records._public import fixup_module_metadata as _fixup
+#: The public names loaded on first use, and the subpackage of each.
+_LAZY = {
+    "App": "app",
+    "Inspector": "app",
+    "JobHandle": "app",
+    "JobPage": "app",
+    "QueueInfo": "app",
+    "ScheduleInfo": "app",
+    "Task": "app",
+    "VersionInfo": "app",
+    "schedule_rows": "app",
+    "JobContext": "runtime",
+    "Registry": "runtime",
+    "Schedule": "runtime",
+    "TaskSpec": "runtime",
+    "WorkerConfig": "runtime",
+    "WorkerHost": "runtime",
+    "leadership_name": "runtime",
+    "parse_queues": "runtime",
+    "Leadership": "store",
+    "MemoryStore": "store",
+    "QueueWeight": "store",
+    "Store": "store",
+    "open_store": "store",
+    "ACTORS": "worker",
+    "Worker": "worker",
+    "WorkerStatistics": "worker",
+}
+
+__all__ = [
+    "ActionRefused",
+    "ActorFailed",
+    "ChronosError",
+    "EnqueueResult",
+    "InspectorError",
+    "Job",
+    "JobCancelled",
+    "JobError",
+    "JobFailed",
+    "JobNotFound",
+    "JobOutcome",
+    "JobRef",
+    "JobState",
+    "LeasedJob",
+    "LeaseRef",
+    "NewJob",
+    "PayloadError",
+    "ResultExpired",
+    "ResultTimeout",
+    "Retry",
+    "RetryPolicy",
+    "SkipRetry",
+    "StoreError",
+    "TopologyError",
+    "UnknownJob",
+    "UnknownQueue",
+    "UnknownTask",
+    *_LAZY,
+]
+
+from .records._public import fixup_module_metadata as _fixup  # noqa: E402
+from .records._public import lazy_getattr as _lazy_getattr  # noqa: E402
 
 _fixup(__name__, globals())
-del _fixup
+__getattr__ = _lazy_getattr(__name__, globals(), _LAZY)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

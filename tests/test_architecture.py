@@ -50,6 +50,12 @@ def test_the_contract_holds() -> None:
         ("store/_roles.py", "from . import memory", "No import cycles"),
         # actors talk over channels, never to each other
         ("actors/leaser.py", "from . import executor", "Actors never import each other"),
+        # the producers outside Trio stand beside the App, not on it ...
+        ("producers/_common.py", "from ..app import Task", "Layers"),
+        ("app/_task.py", "from ..producers import SyncProducer", "Layers"),
+        # ... nor on the worker side, nor on Trio
+        ("producers/sync.py", "from ..runtime import TaskSpec", "Producers outside Trio import"),
+        ("producers/asyncio.py", "import trio", "Producers outside Trio do not import trio"),
     ],
 )
 def test_a_planted_bad_import_breaks_the_contract(

@@ -23,16 +23,16 @@ def run_example(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     )
 
 
-def test_quickstart_on_the_embedded_store() -> None:
+def run_embedded(script: str) -> subprocess.CompletedProcess[str]:
+    """Run an example on the embedded store (no CHRONOS_URL in its environment)."""
     env = {k: v for k, v in os.environ.items() if k != "CHRONOS_URL"}
-    proc = subprocess.run(
-        [sys.executable, "examples/quickstart.py"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=env,
+    return subprocess.run(
+        [sys.executable, script], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env
     )
+
+
+def test_quickstart_on_the_embedded_store() -> None:
+    proc = run_embedded("examples/quickstart.py")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("attempt 1: mail to") == 7
     assert "succeeded=7" in proc.stdout
@@ -56,16 +56,29 @@ def test_redis_demo_logs_version_and_partition(redis_url: str) -> None:
     assert {line.split(" v1 p")[1][0] for line in runs} == {"0", "1", "2", "3"}
 
 
+@pytest.mark.redis
+@pytest.mark.parametrize("example", ["producer_sync.py", "producer_asyncio.py"])
+def test_the_producer_examples_round_trip_through_a_worker_process(
+    redis_url: str, example: str
+) -> None:
+    """The README's Flask/Django-style and FastAPI-style programs: orders
+    enqueued outside Trio, run by a worker process, receipts (typed) and
+    failures read back; bulk thumbnails; one subscription for every wait."""
+    proc = run_example(f"examples/{example}", env={"CHRONOS_URL": redis_url})
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for n in range(12):
+        if n % 4:
+            assert f"'order': 'order-{n}', 'total_cents': {250 * (n % 4)}" in out, out
+        else:
+            assert f"SkipRetry: order order-{n} is empty" in out, out
+    assert "thumbnails 20 b'image-0-'" in out
+    assert "status {'state': 'succeeded', 'attempts': 1}" in out
+    assert "waited through 1 subscription" in out
+
+
 def test_results_example_on_the_embedded_store() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "CHRONOS_URL"}
-    proc = subprocess.run(
-        [sys.executable, "examples/results.py"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=env,
-    )
+    proc = run_embedded("examples/results.py")
     assert proc.returncode == 0, proc.stderr
     assert "resizing https://img/cat.png for req-42" in proc.stdout
     assert "thumbnail: Thumbnail(url='https://img/cat.png?w=64', bytes_=640)" in proc.stdout

@@ -31,6 +31,9 @@ PUBLIC_MODULES = (
     "chronos_trio.records",
     "chronos_trio.cli",
     "chronos_trio.testing",
+    "chronos_trio.producers",
+    "chronos_trio.producers.sync",
+    "chronos_trio.producers.asyncio",
     "chronos_trio.testing.damage",
 )
 

@@ -151,3 +151,32 @@ async def test_cancelled_caller_still_completes_its_round_trip() -> None:
             assert await store.get_job("shielded") is not None
         finally:
             await store.aclose()
+
+
+@pytest.mark.parametrize("native", [True, False])
+async def test_a_cancelled_wait_gives_its_wake_up_to_the_next_waiter(
+    redis_url: str, native: bool
+) -> None:
+    """A waiter cancelled while its BLPOP blocks: the token that BLPOP pops
+    later is pushed back, so the next waiter wakes at once instead of
+    sleeping out its timeout (the wake-up is never lost)."""
+    store = RedisStore.from_url(redis_url, namespace=f"wake-{native}", native=native)
+    try:
+        await store.stats(["q"])  # the queue's topology, read once
+        with trio.CancelScope() as first:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store.wait_ready, ["q"], 20.0)
+                await trio.sleep(0.3)  # blocked in BLPOP now
+                first.cancel()
+        # the token arrives after the cancel: the abandoned BLPOP pops it
+        await store.enqueue_many([NewJob("j1", "q", "k", b"{}")])
+        await trio.sleep(0.3)
+        # no ready job left, so the next wait blocks on the token alone
+        [got] = await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=5)
+        assert got.job.id == "j1"
+        with trio.fail_after(5):
+            start = trio.current_time()
+            await store.wait_ready(["q"], 3.0)
+            assert trio.current_time() - start < 1.0, "the wake-up token was lost"
+    finally:
+        await store.aclose()

@@ -22,6 +22,7 @@ from ..records._options import (
     JobDefaults,
     check_options,
 )
+from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES
 from ..records._retry import RetryPolicy
 from ..runtime._config import WorkerConfig
 from ..runtime._registry import DeadLetterHook, Lifespan, Middleware, Registry
@@ -36,10 +37,6 @@ from ._schedules import build_schedule, check_unique
 from ._task import ProducerHook, Task
 
 P = TypeVar("P")
-
-#: Payloads larger than this are refused at enqueue time (the store keeps them
-#: in memory; big blobs belong in object storage, with a key in the payload).
-DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 
 
 class App:

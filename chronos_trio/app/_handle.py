@@ -9,16 +9,20 @@ from typing import Any, Generic, Protocol, TypeVar
 import attrs
 import trio
 
-from ..records._codec import decode_payload
-from ..records._errors import JobFailed, JobNotFound, PayloadError, ResultExpired, ResultTimeout
-from ..records._jobs import EnqueueResult, JobOutcome, JobRef, JobState
+from ..records._errors import JobNotFound
+from ..records._jobs import EnqueueResult, JobOutcome
+from ..records._producing import (
+    WAIT_CHUNK,
+    HandleFields,
+    check_wait_timeout,
+    handle_fields,
+    not_found,
+    result_of,
+    timed_out,
+)
 from ..store._roles import ResultRole, require_roles
 
 R = TypeVar("R")
-
-#: A single store wait lasts at most this long; a longer (or endless) wait
-#: is several, so a waiter never holds one registration for days.
-_WAIT_CHUNK = 600.0
 
 
 class HandleHost(Protocol):
@@ -35,7 +39,7 @@ class HandleHost(Protocol):
 # four times the cost of this one's __init__, and a bulk enqueue makes a
 # handle per job. Treat it as read-only.
 @attrs.define(eq=True)
-class JobHandle(Generic[R]):
+class JobHandle(HandleFields, Generic[R]):
     """One job, as its producer holds it: the fields of the
     :class:`~chronos_trio.EnqueueResult` it came from (``job_id``,
     ``created``, ``run_at``, ``queue_version``, ``partition``), its ``queue``
@@ -46,31 +50,11 @@ class JobHandle(Generic[R]):
     and partition itself). Its methods need a store offering
     :class:`~chronos_trio.store.ResultRole` (MemoryStore and RedisStore do)."""
 
-    job_id: str
-    created: bool
-    run_at: float
-    queue_version: int | None
-    partition: int | None
-    queue: str | None
-    kind: str
     host: HandleHost = attrs.field(eq=False, repr=False)
 
     @classmethod
     def of(cls, host: HandleHost, result: EnqueueResult, queue: str, kind: str) -> JobHandle[Any]:
-        return cls(
-            result.job_id,
-            result.created,
-            result.run_at,
-            result.queue_version,
-            result.partition,
-            queue,
-            kind,
-            host,
-        )
-
-    @property
-    def ref(self) -> JobRef:
-        return JobRef(self.job_id, self.queue, self.queue_version, self.partition)
+        return cls(*handle_fields(result, queue, kind), host)
 
     def _store(self) -> ResultRole:
         store = self.host.store
@@ -101,57 +85,22 @@ class JobHandle(Generic[R]):
         finished and trimmed); PayloadError when the stored result does not
         decode as the task's result type; StoreError when the store cannot be
         reached; ValueError for a negative or NaN timeout."""
-        if timeout is not None and (math.isnan(timeout) or timeout < 0):
-            raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
+        check_wait_timeout(timeout)
         store = self._store()
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         while True:
             left = deadline - trio.current_time()
-            found = await store.wait_outcome(self.ref, timeout=max(0.0, min(left, _WAIT_CHUNK)))
+            found = await store.wait_outcome(self.ref, timeout=max(0.0, min(left, WAIT_CHUNK)))
             if found is None:
                 raise self._not_found()
             if found.finished:
                 return self._decode(found)
             if trio.current_time() >= deadline:
-                raise ResultTimeout(
-                    f"job {self.job_id} did not finish within {timeout:g}s "
-                    f"(it is {found.state}, attempt {found.attempts})",
-                    self.job_id,
-                )
+                assert timeout is not None
+                raise timed_out(self.job_id, timeout, found)
 
     def _decode(self, found: JobOutcome) -> R:
-        if found.state is JobState.DEAD:
-            raise JobFailed(self.job_id, found.last_error, found.attempts)
-        if found.result_expired:
-            raise ResultExpired(
-                f"job {self.job_id} succeeded, but its result has expired "
-                "(kept for its task's result_ttl)",
-                self.job_id,
-            )
-        known, result_type = self.host.result_type_of(found.kind or self.kind)
-        if found.result is None:
-            if not known or result_type is None:
-                return None  # type: ignore[return-value]  # the task keeps no result
-            raise ResultExpired(
-                f"job {self.job_id} succeeded, but no result is kept for it "
-                "(its task's result_ttl is 0, or it ran under another return type)",
-                self.job_id,
-            )
-        if not known:
-            # a kind this program does not register: JSON if it is, else bytes
-            try:
-                return decode_payload(found.result, Any)  # type: ignore[no-any-return]
-            except PayloadError:
-                return found.result  # type: ignore[return-value]
-        try:
-            return decode_payload(found.result, result_type)  # type: ignore[no-any-return]
-        except PayloadError as exc:
-            raise PayloadError(f"result of job {self.job_id}: {exc}") from exc
+        return result_of(found, self.job_id, self.kind, self.host.result_type_of)  # type: ignore[no-any-return]
 
     def _not_found(self) -> JobNotFound:
-        where = f" in queue {self.queue!r}" if self.queue is not None else ""
-        return JobNotFound(
-            f"no job {self.job_id}{where}: never enqueued, or finished and no longer kept "
-            "(its result expired, or nothing was kept)",
-            self.job_id,
-        )
+        return not_found(self.job_id, self.queue)

@@ -2,40 +2,19 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Generic, NoReturn, Protocol, TypeVar, Unpack
+from collections.abc import Iterable, Sequence
+from typing import Any, Generic, Protocol, TypeVar, Unpack
 
 import attrs
 
-from ..records._codec import encode_payload
-from ..records._errors import PayloadError
-from ..records._jobs import EnqueueResult, NewJob, require_field_order
-from ..records._options import EnqueueOptions, check_headers, check_options, to_epoch
+from ..records import _producing
+from ..records._jobs import EnqueueResult, NewJob
+from ..records._options import EnqueueOptions
+from ..records._producing import ProducerHook as ProducerHook
 from ..runtime._tasks import Handler, TaskSpec
 from ._handle import HandleHost, JobHandle
 
 P = TypeVar("P")
-
-#: Job IDs a caller gives are at most this long.
-MAX_JOB_ID_LENGTH = 200
-
-#: ``hook(kind, headers)``: called for every job a producer builds, with its
-#: headers as a dict the hook may add to (a trace id, a tenant).
-ProducerHook = Callable[[str, dict[str, str]], None]
-
-
-require_field_order(
-    NewJob,
-    ("id", "queue", "kind", "payload", "run_at", "delay", "max_retries", "timeout", "headers"),
-    "Task.new_jobs",
-)
-
-
-def new_job_id() -> str:
-    """A fresh job ID: 128 random bits as 32 hex digits (the length of a UUID's
-    hex, several times cheaper to make than ``uuid.uuid4().hex``)."""
-    return os.urandom(16).hex()
 
 
 class JobSink(HandleHost, Protocol):
@@ -87,47 +66,10 @@ class Task(Generic[P]):
         """Build (and validate) the store record for one job without sending
         it. Raises ``ValueError`` for a bad option, ``PayloadError`` for a
         payload that does not encode or is too large."""
-        spec = self.spec
-        delay = options.get("delay")
-        run_at = options.get("run_at")
-        max_retries = options.get("max_retries")
-        timeout = options.get("timeout")
-        job_id = options.get("job_id")
-        check_options(max_retries=max_retries, timeout=timeout, delay=delay)
-        if delay is not None and run_at is not None:
-            raise ValueError("give either delay or run_at, not both")
-        data = encode_payload(payload, spec.payload_type)
-        if len(data) > self.app.max_payload_bytes:
-            self._too_large(data)
-        if job_id is not None and (
-            not isinstance(job_id, str) or not job_id or len(job_id) > MAX_JOB_ID_LENGTH
-        ):
-            raise ValueError(
-                f"job_id must be a non-empty string of at most {MAX_JOB_ID_LENGTH} characters"
-            )
-        headers = options.get("headers")
-        return NewJob(
-            job_id or new_job_id(),
-            options.get("queue") or spec.queue,
-            spec.kind,
-            data,
-            None if run_at is None else to_epoch(run_at),
-            delay or 0.0,
-            spec.max_retries if max_retries is None else max_retries,
-            spec.timeout if timeout is None else timeout,
-            self._headers(headers) if headers or self.app.producer_hooks else (),
+        app = self.app
+        return _producing.new_job(
+            self.spec, app.max_payload_bytes, app.producer_hooks, payload, **options
         )
-
-    def _headers(self, given: Any) -> tuple[tuple[str, str], ...]:
-        """The job's headers: ``given``, then what each producer hook adds.
-        Raises ValueError for headers that are not text or too large (and
-        whatever a hook raises)."""
-        if given is not None and not isinstance(given, dict | Mapping):
-            check_headers(given)  # raises, naming the type
-        headers = dict(given or {})
-        for hook in self.app.producer_hooks:
-            hook(self.spec.kind, headers)
-        return check_headers(headers)
 
     async def enqueue(self, payload: P, **options: Unpack[EnqueueOptions]) -> JobHandle[Any]:
         """Enqueue one job; returns once the store has it (for Redis: the
@@ -166,25 +108,7 @@ class Task(Generic[P]):
     ) -> list[NewJob]:
         """``new_job`` for many payloads with the same options (the options are
         checked once, not per job: this is the bulk producer's hot loop)."""
-        check_options(delay=delay)
-        spec = self.spec
-        payload_type, limit = spec.payload_type, self.app.max_payload_bytes
-        queue, delay = queue or spec.queue, delay or 0.0
-        kind, max_retries, timeout = spec.kind, spec.max_retries, spec.timeout
-        hooked = bool(self.app.producer_hooks)
-        jobs = []
-        for payload in payloads:
-            data = encode_payload(payload, payload_type)
-            if len(data) > limit:
-                self._too_large(data)
-            headers = self._headers(None) if hooked else ()
-            jobs.append(
-                NewJob(new_job_id(), queue, kind, data, None, delay, max_retries, timeout, headers)
-            )
-        return jobs
-
-    def _too_large(self, data: bytes) -> NoReturn:
-        raise PayloadError(
-            f"payload of {self.kind!r} is {len(data)} bytes, over the "
-            f"{self.app.max_payload_bytes}-byte limit"
+        app = self.app
+        return _producing.new_jobs(
+            self.spec, app.max_payload_bytes, app.producer_hooks, payloads, delay=delay, queue=queue
         )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -35,3 +36,27 @@ def fixup_module_metadata(module_name: str, namespace: Mapping[str, Any]) -> Non
     for name, obj in namespace.items():
         if not name.startswith("_") and (isinstance(obj, type) or callable(obj)):
             fix(name, obj)
+
+
+def lazy_getattr(
+    module_name: str, namespace: dict[str, Any], names: Mapping[str, str], *, together: bool = True
+) -> Callable[[str], object]:
+    """A PEP 562 ``__getattr__`` for the package ``module_name`` (whose
+    ``globals()`` is ``namespace``): ``names`` maps each lazy public name to
+    the submodule (relative, without the dot) that defines it. The first use
+    of one imports it (``together``: all of them, so every name reports its
+    module the same way however it was reached), binds it in the package and
+    reports the package as its module (:func:`fixup_module_metadata`)."""
+
+    def __getattr__(name: str) -> object:
+        if name not in names:
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        wanted = names if together else {n: m for n, m in names.items() if m == names[name]}
+        loaded = {
+            n: getattr(importlib.import_module(f".{m}", module_name), n) for n, m in wanted.items()
+        }
+        namespace.update(loaded)
+        fixup_module_metadata(module_name, loaded)
+        return loaded[name]
+
+    return __getattr__

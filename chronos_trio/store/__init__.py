@@ -1,7 +1,14 @@
 """Job stores: the role protocols every backend implements, the URL scheme
-registry, and the backends (``memory``, ``redis``)."""
+registry, and the backends (``memory``, ``redis``).
+
+``MemoryStore`` is imported on first use (PEP 562): the store's protocols
+and the Redis backend's sans-IO core serve producers that do not run Trio,
+and the memory store is built on it."""
+
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ..records._public import fixup_module_metadata as _fixup
+from ..records._public import lazy_getattr as _lazy_getattr
 from ._partitioning import partition_of as partition_of
 from ._partitioning import share_by_weight as share_by_weight
 from ._roles import DAMAGED_RECORD as DAMAGED_RECORD
@@ -47,7 +54,10 @@ from ._schemes import redact as redact
 from ._schemes import register_scheme as register_scheme
 from ._schemes import scheme_of as scheme_of
 from ._schemes import schemes as schemes
-from .memory import MemoryStore as MemoryStore
+
+if _TYPE_CHECKING:
+    from .memory import MemoryStore as MemoryStore
 
 _fixup(__name__, globals())
-del _fixup
+__all__ = [n for n in globals() if not n.startswith("_")] + ["MemoryStore"]
+__getattr__ = _lazy_getattr(__name__, globals(), {"MemoryStore": "memory"})

@@ -33,63 +33,27 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import attrs
 import redis
 import redis.cluster
 import redis.exceptions
 import trio
 
 from .._roles import StoreError
+from ._blocking import REDIS_ERRORS as _REDIS_ERRORS
+from ._blocking import AdapterStatistics as AdapterStatistics
+from ._blocking import Client as Client
+from ._blocking import check_replies, moved, node_groups, reload_plan, run_on_node, store_error
 from ._cluster import NativeCluster, send_at_once
-from ._native import NativeNode, with_waits
-from ._scripts import Op, Script
-from ._sentinel import MasterWatch, describe
+from ._native import NativeNode
+from ._scripts import Op
+from ._scripts import ReplicaWait as ReplicaWait
+from ._sentinel import MasterWatch
 
 T = TypeVar("T")
 
 #: Extra seconds to wait for a BLPOP's reply beyond its block time before the
 #: connection counts as dead.
 BLOCK_READ_SLACK = 5.0
-
-#: Errors that mean "Redis is unreachable or refused", mapped to StoreError.
-_REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
-
-
-@attrs.define
-class AdapterStatistics:
-    """Counters of one adapter, for tests and monitoring."""
-
-    round_trips: int = 0  # pipelines / commands sent (one per node per batch)
-    commands: int = 0  # commands inside them
-    script_loads: int = 0  # NOSCRIPT recoveries
-    blocking_waits: int = 0  # BLPOPs issued
-    replica_waits: int = 0  # WAITs sent (one per node per batch)
-    native_round_trips: int = 0  # of round_trips: over Trio sockets (no thread hop)
-
-
-@attrs.frozen
-class ReplicaWait:
-    """End a batch with ``WAIT replicas timeout``: its writes count as done
-    once ``replicas`` replicas acknowledged them within ``timeout`` seconds.
-
-    Raises ``ValueError`` for fewer than 1 replica or a timeout that is not
-    positive (``WAIT`` with timeout 0 would block for good).
-    """
-
-    replicas: int
-    timeout: float
-
-    def __attrs_post_init__(self) -> None:
-        if self.replicas < 1:
-            raise ValueError(f"wait_replicas must be >= 1, got {self.replicas}")
-        if not self.timeout > 0:
-            raise ValueError(f"wait_timeout must be > 0 seconds, got {self.timeout}")
-
-    def op(self) -> Op:
-        return Op.command(None, "WAIT", self.replicas, max(1, round(self.timeout * 1000)))
-
-
-Client = redis.Redis | redis.cluster.RedisCluster
 
 
 class RedisAdapter:
@@ -134,9 +98,7 @@ class RedisAdapter:
 
     # -- errors ---------------------------------------------------------------------
     def _error(self, exc: BaseException) -> StoreError:
-        return StoreError(
-            f"Redis at {self.description} failed: {type(exc).__name__}: {describe(exc)}"
-        )
+        return store_error(self.description, exc)
 
     async def client(self) -> Client:
         """The redis-py client, made on first use (errors become StoreError)."""
@@ -202,26 +164,11 @@ class RedisAdapter:
                     await self._execute_cluster(client, after)
         except _REDIS_ERRORS as exc:
             raise self._error(exc) from exc
-        for op, reply in zip(ops, replies, strict=True):
-            if isinstance(reply, Exception) and not op.soft:
-                raise self._error(reply)
+        check_replies(ops, replies, self.description)
         if replicas is not None:
             self.stats.replica_waits += len(acks)
-            self._check_acks(replicas, acks)
+            replicas.check(acks, self.description, self._error)
         return replies
-
-    def _check_acks(self, wait: ReplicaWait, acks: Sequence[Any]) -> None:
-        for ack in acks:
-            if isinstance(ack, Exception):
-                raise self._error(ack)
-        fewest = min((int(a) for a in acks), default=wait.replicas)
-        if fewest < wait.replicas:
-            raise StoreError(
-                f"Redis at {self.description}: only {fewest} of {wait.replicas} replica(s) "
-                f"acknowledged the writes within {wait.timeout:g}s (WAIT). The master "
-                "applied them, but a failover before they replicate would lose them; "
-                "retrying with the same job IDs is safe"
-            )
 
     def _native_node(self, client: redis.Redis) -> NativeNode | None:
         if self._use_native and self._native is None:
@@ -242,7 +189,7 @@ class RedisAdapter:
         and the ops that got NOSCRIPT re-run. ``asking``: each op (but a
         WAIT) is sent after ``ASKING``, for a Cluster node importing its slot."""
         replies = await self._send_native(node, ops, asking)
-        missing, scripts = _reload_plan(ops, replies)
+        missing, scripts = reload_plan(ops, replies)
         if missing:
             for script in scripts:
                 [loaded] = await node.execute([("SCRIPT", "LOAD", script.source)])
@@ -270,31 +217,8 @@ class RedisAdapter:
         return [r for c, r in zip(commands, replies, strict=True) if c[0] != "ASKING"]
 
     def _run_on_node(self, client: redis.Redis, ops: Sequence[Op]) -> list[Any]:
-        """One pipeline on one node; reload scripts and re-run ops that got NOSCRIPT."""
-        replies = self._pipeline(client, ops)
-        missing, scripts = _reload_plan(ops, replies)
-        if missing:
-            for script in scripts:
-                client.script_load(script.source)
-                self.stats.script_loads += 1
-            for i, reply in zip(
-                missing, self._pipeline(client, [ops[i] for i in missing]), strict=True
-            ):
-                replies[i] = reply
-        return replies
-
-    def _pipeline(self, client: redis.Redis, ops: Sequence[Op]) -> list[Any]:
-        self.stats.round_trips += 1
-        self.stats.commands += len(ops)
-        if len(ops) == 1:
-            try:
-                return [client.execute_command(*ops[0].args)]  # type: ignore[no-untyped-call]
-            except redis.exceptions.ResponseError as exc:
-                return [exc]
-        pipe = client.pipeline(transaction=False)
-        for op in ops:
-            pipe.execute_command(*op.args)  # type: ignore[no-untyped-call]
-        return list(pipe.execute(raise_on_error=False))
+        """In a thread: one pipeline on one node (see ``_blocking.run_on_node``)."""
+        return run_on_node(client, ops, self.stats)
 
     async def _execute_cluster(
         self,
@@ -308,16 +232,7 @@ class RedisAdapter:
         replies: list[Any] = [None] * len(ops)
         pending = list(range(len(ops)))
         for attempt in range(3):
-            groups: dict[str, tuple[redis.Redis, list[int]]] = {}
-            for i in pending:
-                route = ops[i].route
-                if route is not None:
-                    node = cluster.get_node_from_key(route)  # type: ignore[no-untyped-call]
-                else:
-                    node = cluster.get_default_node()  # type: ignore[no-untyped-call]
-                if node.name not in groups:
-                    groups[node.name] = (cluster.get_redis_connection(node), [])
-                groups[node.name][1].append(i)
+            groups = node_groups(cluster, ops, pending)
 
             async def run_group(client: redis.Redis, idx: list[int]) -> list[Any]:
                 batch = [ops[i] for i in idx] + ([wait.op()] if wait else [])
@@ -326,7 +241,7 @@ class RedisAdapter:
                 )
 
             await send_at_once(list(groups.values()), run_group, replies, acks if wait else None)
-            pending = [i for i in pending if isinstance(replies[i], redis.exceptions.AskError)]
+            pending = moved(replies, pending)
             if not pending:
                 break
             if attempt < 2:
@@ -379,11 +294,23 @@ class RedisAdapter:
     async def blpop(self, keys: Sequence[str], timeout: float) -> tuple[bytes, bytes] | None:
         """BLPOP with ``timeout`` capped at ``max_block``; cancellable at once.
 
-        Cancelling abandons the thread; if its BLPOP then still pops a token,
-        the token is pushed back so the wake-up reaches another waiter.
+        On a single node over TCP or a Unix socket it runs on Trio sockets
+        (``NativeNode.blpop``); otherwise in a thread. Either way, a cancelled
+        wait whose BLPOP still pops a token pushes the token back, so the
+        wake-up reaches another waiter.
         """
         client = await self.client()
         block = max(0.001, min(timeout, self.max_block))
+        if isinstance(client, redis.Redis) and self.watch is None:
+            native = self._native_node(client)
+            if native is not None:
+                # Trio sockets: no thread hop between a wake-up and its waiter
+                self.stats.blocking_waits += 1
+                try:
+                    got = await native.blpop(keys, block, BLOCK_READ_SLACK)
+                except _REDIS_ERRORS as exc:
+                    raise self._error(exc) from exc
+                return None if got is None else (got[0], got[1])
         abandoned = threading.Event()
         if isinstance(client, redis.cluster.RedisCluster):
             # Every wake-up list shares one hash tag: the first key routes all.
@@ -437,13 +364,3 @@ class RedisAdapter:
             await trio.to_thread.run_sync(self._client.close, limiter=self._limiter)
         if self.watch is not None:
             await trio.to_thread.run_sync(self.watch.close, limiter=self._limiter)
-
-
-def _reload_plan(ops: Sequence[Op], replies: Sequence[Any]) -> tuple[list[int], list[Script]]:
-    """The ops that got NOSCRIPT (they did not run) and the scripts to load
-    before running them again (with any WAIT after them: it must cover them)."""
-    missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
-    if not missing:
-        return missing, []
-    scripts = {ops[i].script for i in missing}
-    return with_waits([op.args for op in ops], missing), [s for s in scripts if s is not None]

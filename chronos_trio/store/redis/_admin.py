@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...records._jobs import Job, JobState
-from .._partitioning import partition_of
 from .._roles import (
     NOTHING_SET_ASIDE,
     CountResult,
@@ -37,6 +36,7 @@ from ._codec import (
     job_from_fields,
 )
 from ._context import StoreContext
+from ._core import locations_plan, queue_names_plan
 from ._scripts import Op
 from .keys import PartitionKeys
 
@@ -84,10 +84,7 @@ def zset_of(pk: PartitionKeys, state: JobState) -> str:
 
 
 async def queue_names(ctx: StoreContext) -> list[str]:
-    (names,) = await ctx.adapter.execute(
-        [Op.command(ctx.keys.topology, "HKEYS", ctx.keys.topology)]
-    )
-    return sorted(n.decode() for n in names)
+    return await ctx.run(queue_names_plan(ctx))
 
 
 async def _slots(ctx: StoreContext, queue: str) -> list[PartitionKeys]:
@@ -97,13 +94,7 @@ async def _slots(ctx: StoreContext, queue: str) -> list[PartitionKeys]:
 
 async def _locations(ctx: StoreContext, job_id: str, queue: str | None) -> list[PartitionKeys]:
     """The one partition per live version where ``job_id`` would live."""
-    names = [queue] if queue is not None else await queue_names(ctx)
-    metas = await ctx.meta(names, fresh=True)
-    return [
-        ctx.keys.partition(q, v.version, partition_of(job_id, v.partitions))
-        for q in names
-        for v in metas[q].versions or ()
-    ]
+    return await ctx.run(locations_plan(ctx, job_id, queue))
 
 
 # -- inspection --------------------------------------------------------------------------

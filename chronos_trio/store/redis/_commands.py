@@ -49,8 +49,9 @@ class RedisCommands:
     XREAD BLOCK...) would hold a pooled connection for their whole wait: use
     a client of your own for those."""
 
-    def __init__(self, adapter: RedisAdapter) -> None:
-        self._adapter = adapter
+    def __init__(self, adapter: Any) -> None:
+        # (the store makes it: ``store.commands()``; the adapter is private)
+        self._adapter: RedisAdapter = adapter
 
     async def execute(self, *command: Any) -> Any:
         """One command; its reply."""

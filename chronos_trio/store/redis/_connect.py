@@ -10,10 +10,15 @@ Accepted forms::
     redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service_name[/db][?options]
     rediss+sentinel://...                         (Sentinel and Redis over TLS)
 
+:func:`connect` makes redis-py's blocking clients (the Trio store's, the
+synchronous producer's); ``connect(url, flavor="asyncio")`` the same
+clients of ``redis.asyncio`` (the asyncio producer's).
+
 ``namespace`` and ``partitions`` in the query string set the store's key
 namespace and default partition count; ``wait_replicas`` and ``wait_timeout``
 make enqueues wait for replicas (``WAIT``); every other option goes to
-redis-py.
+redis-py (:func:`parse_store_url` reads ours, for the Trio store and the
+producers outside Trio alike).
 
 Sentinel: the hosts are the sentinels (port 26379 when left out), asked for
 the master of ``service_name``; the userinfo is the Redis credentials (for
@@ -25,9 +30,10 @@ are reached over TLS, with the same ``ssl_*`` options.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
+import attrs
 import redis
 import redis.backoff
 import redis.cluster
@@ -37,6 +43,9 @@ import redis.sentinel
 
 from .._schemes import redact, schemes
 from ._sentinel import SentinelConnection, SentinelSSLConnection
+
+#: Which redis-py clients :func:`connect` makes.
+Flavor = Literal["blocking", "asyncio"]
 
 #: How the scheme registry (``store/_schemes.py``) names this backend's opener.
 OPENER = "chronos_trio.store.redis:open_store"
@@ -65,7 +74,80 @@ def split_store_options(url: str) -> tuple[str, dict[str, str]]:
     return base + (f"?{rest}" if rest else "") + hash_ + fragment, ours
 
 
-def _client_options(socket_timeout: float, connect_timeout: float) -> dict[str, Any]:
+def _int_option(opts: dict[str, str], name: str, default: int) -> int:
+    value = opts.get(name) or ""
+    try:
+        return int(value) if value else default
+    except ValueError:
+        raise ValueError(f"store URL option {name} must be an integer, got {value!r}") from None
+
+
+def _float_option(opts: dict[str, str], name: str, default: float) -> float:
+    value = opts.get(name) or ""
+    try:
+        return float(value) if value else default
+    except ValueError:
+        raise ValueError(f"store URL option {name} must be a number, got {value!r}") from None
+
+
+@attrs.frozen
+class StoreUrl:
+    """A Redis store URL as read by :func:`parse_store_url`."""
+
+    #: The URL without the store's own options (what redis-py reads).
+    url: str
+    #: Its scheme, lower case.
+    scheme: str
+    namespace: str
+    default_partitions: int
+    wait_replicas: int
+    wait_timeout: float
+
+    @property
+    def description(self) -> str:
+        """The URL with any password replaced (for messages and logs)."""
+        return redact(self.url)
+
+
+def parse_store_url(
+    url: str,
+    *,
+    namespace: str | None = None,
+    default_partitions: int | None = None,
+    wait_replicas: int | None = None,
+    wait_timeout: float | None = None,
+    socket_timeout: float = 5.0,
+) -> StoreUrl:
+    """Read a Redis store URL and its options (explicit arguments win over
+    the query's). ``ValueError`` for a scheme that is not Redis's, a bad
+    option, or a ``wait_timeout`` that is not below ``socket_timeout`` (a
+    WAIT's reply must come back before the socket times out)."""
+    clean, opts = split_store_options(url)
+    scheme = urlsplit(clean).scheme.lower()
+    if scheme not in redis_schemes():
+        raise ValueError(
+            f"unsupported Redis URL {redact(clean)!r}; expected one of "
+            + ", ".join(f"{s}://" for s in redis_schemes())
+        )
+    if wait_replicas is None:
+        wait_replicas = _int_option(opts, "wait_replicas", 0)
+    if wait_timeout is None:
+        wait_timeout = _float_option(opts, "wait_timeout", 0.1)
+    if wait_replicas and not wait_timeout < socket_timeout:
+        raise ValueError(
+            f"wait_timeout ({wait_timeout:g}s) must be below socket_timeout ({socket_timeout:g}s)"
+        )
+    return StoreUrl(
+        clean,
+        scheme,
+        namespace or opts.get("namespace") or "chronos",
+        default_partitions or _int_option(opts, "partitions", 1),
+        wait_replicas,
+        wait_timeout,
+    )
+
+
+def _client_options(socket_timeout: float, connect_timeout: float, retry: Any) -> dict[str, Any]:
     return {
         "decode_responses": False,  # payloads are raw bytes
         "protocol": 2,  # fixed reply shapes, whatever redis-py's default becomes
@@ -73,42 +155,109 @@ def _client_options(socket_timeout: float, connect_timeout: float) -> dict[str, 
         "socket_connect_timeout": connect_timeout,
         # A couple of quick retries hide a pooled connection that died with a
         # restarted server; more would only delay the StoreError when Redis is down.
-        "retry": redis.retry.Retry(
-            redis.backoff.ExponentialWithJitterBackoff(base=0.01, cap=0.2), retries=2
-        ),
+        "retry": retry(redis.backoff.ExponentialWithJitterBackoff(base=0.01, cap=0.2), retries=2),
     }
 
 
+@attrs.frozen
+class _Clients:
+    """The redis-py classes of one flavor (blocking or asyncio)."""
+
+    redis: Any
+    cluster: Any
+    cluster_node: Any
+    sentinel: Any
+    retry: Any
+    sentinel_connection: Any
+    sentinel_ssl_connection: Any
+
+
+def _clients(flavor: Flavor) -> _Clients:
+    if flavor == "blocking":
+        return _Clients(
+            redis.Redis,
+            redis.cluster.RedisCluster,
+            redis.cluster.ClusterNode,
+            redis.sentinel.Sentinel,
+            redis.retry.Retry,
+            SentinelConnection,
+            SentinelSSLConnection,
+        )
+    # imported here: a program that never uses asyncio never loads it
+    from redis.asyncio import cluster as aio_cluster
+    from redis.asyncio import retry as aio_retry
+    from redis.asyncio import sentinel as aio_sentinel
+    from redis.asyncio.client import Redis as AsyncioRedis
+
+    return _Clients(
+        AsyncioRedis,
+        aio_cluster.RedisCluster,
+        aio_cluster.ClusterNode,
+        aio_sentinel.Sentinel,
+        aio_retry.Retry,
+        aio_sentinel.SentinelManagedConnection,
+        aio_sentinel.SentinelManagedSSLConnection,
+    )
+
+
+@overload
 def connect(
-    url: str, *, socket_timeout: float = 5.0, connect_timeout: float = 5.0, **extra: Any
-) -> redis.Redis | redis.cluster.RedisCluster:
-    """A redis-py client for ``url`` (no store options in it; see module doc)."""
+    url: str,
+    *,
+    socket_timeout: float = 5.0,
+    connect_timeout: float = 5.0,
+    flavor: Literal["blocking"] = "blocking",
+    **extra: Any,
+) -> redis.Redis | redis.cluster.RedisCluster: ...
+
+
+@overload
+def connect(
+    url: str,
+    *,
+    socket_timeout: float = 5.0,
+    connect_timeout: float = 5.0,
+    flavor: Flavor,
+    **extra: Any,
+) -> Any: ...
+
+
+def connect(
+    url: str,
+    *,
+    socket_timeout: float = 5.0,
+    connect_timeout: float = 5.0,
+    flavor: Flavor = "blocking",
+    **extra: Any,
+) -> Any:
+    """A redis-py client for ``url`` (no store options in it; see module
+    doc): ``redis.Redis`` or ``redis.cluster.RedisCluster``, or with
+    ``flavor="asyncio"`` their ``redis.asyncio`` counterparts. ``ValueError``
+    for a scheme that is not Redis's or a malformed URL."""
     scheme = url.partition("://")[0].lower()
+    kinds = _clients(flavor)
     # The store depends on raw bytes and RESP2 reply shapes: those two are not optional.
     options = {
-        **_client_options(socket_timeout, connect_timeout),
+        **_client_options(socket_timeout, connect_timeout, kinds.retry),
         **extra,
         "decode_responses": False,
         "protocol": 2,
     }
     if scheme in ("redis", "rediss", "unix"):
-        return redis.Redis.from_url(url, **options)
+        return kinds.redis.from_url(url, **options)
     if scheme in SENTINEL_SCHEMES:
-        return _sentinel_master(url, options)
+        return _sentinel_master(url, options, kinds)
     if scheme not in ("redis+cluster", "rediss+cluster"):
         raise ValueError(
             f"unsupported Redis URL scheme {scheme!r}; expected one of {redis_schemes()}"
         )
     parts = urlsplit(url)
-    nodes = [
-        redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
-        for host, port in _host_list(url, default_port=6379)
-    ]
+    nodes = [kinds.cluster_node(host, port) for host, port in _host_list(url, default_port=6379)]
     kwargs = _query_and_credentials(parts.query, parts.netloc)
     kwargs.pop("db", None)
     if scheme == "rediss+cluster":
         kwargs["ssl"] = True
-    return redis.cluster.RedisCluster(startup_nodes=nodes, **{**kwargs, **options})
+    return kinds.cluster(startup_nodes=nodes, **{**kwargs, **options})
 
 
 def _host_list(url: str, *, default_port: int) -> list[tuple[str, int]]:
@@ -150,7 +299,7 @@ def _query_and_credentials(query: str, netloc: str) -> dict[str, Any]:
     return kwargs
 
 
-def _sentinel_master(url: str, options: dict[str, Any]) -> redis.Redis:
+def _sentinel_master(url: str, options: dict[str, Any], kinds: _Clients) -> Any:
     """A client of the master of the Sentinel service named in ``url``:
     redis-py's ``Sentinel.master_for``, whose pool asks the sentinels for the
     master's address whenever it opens a connection (see ``_sentinel``)."""
@@ -184,7 +333,7 @@ def _sentinel_master(url: str, options: dict[str, Any]) -> redis.Redis:
     # No retries: a lookup asks every sentinel in turn anyway, and redis-py's
     # default (3 retries backing off from 1 s) made one lookup with a dead or
     # refusing sentinel take seconds per sentinel.
-    sentinel_kwargs["retry"] = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
+    sentinel_kwargs["retry"] = kinds.retry(redis.backoff.NoBackoff(), 0)
     if tls:
         sentinel_kwargs["ssl"] = True
     if ours.get("sentinel_username"):
@@ -192,7 +341,6 @@ def _sentinel_master(url: str, options: dict[str, Any]) -> redis.Redis:
     if "sentinel_password" in ours:
         sentinel_kwargs["password"] = ours["sentinel_password"]
     sentinel_kwargs.update(extra_sentinel_kwargs)
-    manager = redis.sentinel.Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
-    kind = SentinelSSLConnection if tls else SentinelConnection
-    master: redis.Redis = manager.master_for(path[0], connection_class=kind, **kwargs)  # type: ignore[no-untyped-call]
-    return master
+    manager = kinds.sentinel(sentinels, sentinel_kwargs=sentinel_kwargs)
+    kind = kinds.sentinel_ssl_connection if tls else kinds.sentinel_connection
+    return manager.master_for(path[0], connection_class=kind, **kwargs)

@@ -6,11 +6,16 @@ queue has draining versions, an ID that still exists there is not stored
 again. A stale topology that routes to a completed (closed) version is
 refused by the script and the jobs are routed again. With ``wait_replicas``,
 the round trip ends with ``WAIT`` (see ``RedisStore``).
+
+The enqueue is a sans-IO plan (:func:`enqueue_plan`, see ``_core``): the
+Trio store and the producers outside Trio run the very same routing, scripts
+and retry rules, each over its own client. This module imports no Trio.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ...records._jobs import EnqueueResult, NewJob
 from ...records._options import encode_headers
@@ -18,19 +23,32 @@ from .._partitioning import partition_of
 from .._roles import StoreError
 from . import _scripts as S
 from ._codec import parse_number
-from ._context import QueueMeta, StoreContext
+from ._core import Call, Plan, QueueMeta, RedisCore, ensure_plan
 from ._scripts import Op
 from .keys import PartitionKeys
 
+if TYPE_CHECKING:
+    from ._context import StoreContext
+
 
 async def enqueue_many(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+    """The Trio store's enqueue: :func:`enqueue_plan` over its adapter."""
+    return await ctx.run(enqueue_plan(ctx, jobs))
+
+
+def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueResult]]:
+    """Store ``jobs`` (results in their order): routed by the queues'
+    topologies, one enqueue.lua per partition in one batch with the
+    wake-ups; jobs refused by a version completed meanwhile are routed again
+    (up to 3 times, then StoreError). StoreError for a queue whose topology
+    cannot be read."""
     results: list[EnqueueResult | None] = [None] * len(jobs)
     todo = list(range(len(jobs)))
     for _attempt in range(3):
         if not todo:
             break
-        metas = await ctx.ensure([jobs[i].queue for i in todo])
-        todo = await _skip_existing_in_draining(ctx, jobs, todo, metas, results)
+        metas = yield from ensure_plan(ctx, [jobs[i].queue for i in todo])
+        todo = yield from _skip_existing_in_draining(ctx, jobs, todo, metas, results)
         groups: dict[PartitionKeys, list[int]] = {}
         for i in todo:
             job = jobs[i]
@@ -52,7 +70,7 @@ async def enqueue_many(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[Enqueu
         if len(groups) > 1 and any(jobs[i].run_at is None for i in todo):
             # One clock reading for the batch, so delay-based due times of jobs in
             # different partitions keep the batch's order.
-            (t,) = await ctx.adapter.execute([Op.command(None, "TIME")])
+            (t,) = yield Call([Op.command(None, "TIME")])
             batch_now = repr(int(t[0]) + int(t[1]) / 1_000_000)
         ops = []
         for pk, idxs in groups.items():
@@ -72,7 +90,7 @@ async def enqueue_many(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[Enqueu
             ops.append(
                 Op.script_call(S.ENQUEUE, [pk.scheduled, pk.ready, pk.closed, pk.job_prefix], argv)
             )
-        replies = await ctx.adapter.execute(
+        replies = yield Call(
             ops, after=_enqueue_wake_ops(ctx, [jobs[i] for i in todo]), replicas=ctx.replica_wait
         )
         closed: list[int] = []
@@ -98,13 +116,13 @@ async def enqueue_many(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[Enqueu
     return [r for r in results if r is not None]
 
 
-async def _skip_existing_in_draining(
-    ctx: StoreContext,
+def _skip_existing_in_draining(
+    ctx: RedisCore,
     jobs: Sequence[NewJob],
     todo: list[int],
     metas: dict[str, QueueMeta],
     results: list[EnqueueResult | None],
-) -> list[int]:
+) -> Plan[list[int]]:
     """A job ID that exists in a draining version must not be stored again in the
     active one. Checked only while a queue has more than one version."""
     checks: list[tuple[int, PartitionKeys]] = []
@@ -118,7 +136,7 @@ async def _skip_existing_in_draining(
         return todo
     # EXISTS, not only HGET run_at: a damaged record without run_at (or a key
     # of another type, whose HGET is an error reply) exists too.
-    replies = await ctx.adapter.execute(
+    replies = yield Call(
         [
             op
             for i, pk in checks
@@ -136,7 +154,7 @@ async def _skip_existing_in_draining(
     return [i for i in todo if results[i] is None]
 
 
-def _enqueue_wake_ops(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[Op]:
+def _enqueue_wake_ops(ctx: RedisCore, jobs: Sequence[NewJob]) -> list[Op]:
     """Wake-ups for the jobs a batch probably made ready or scheduled (a wrong
     guess only costs a waiter a cheap look)."""
     now = ctx.estimated_now()

@@ -62,18 +62,22 @@ class GroupCommit:
         self.groups_sent = 0  # round trips that carried more than one call
 
     async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
-        call = _Call(jobs)
-        if self._busy:
-            self._waiting.append(call)
-            with trio.CancelScope(shield=True):
-                await call.done.wait()
-            if call.group is None:
-                return call.unwrap()
-            group = call.group
-        else:
+        if not self._busy:
+            # A lone caller (the common one-at-a-time producer): no call
+            # record, no event, its results as they come.
             self._busy = True
-            group = [call]
-        return await self._send_group(call, group)
+            try:
+                with trio.CancelScope(shield=True):
+                    return await self._send(jobs)
+            finally:
+                self._hand_over()
+        call = _Call(jobs)
+        self._waiting.append(call)
+        with trio.CancelScope(shield=True):
+            await call.done.wait()
+        if call.group is None:
+            return call.unwrap()  # sent in a group another call sent
+        return await self._send_group(call, call.group)
 
     async def _send_group(self, me: _Call, group: list[_Call]) -> list[EnqueueResult]:
         results: list[EnqueueResult] = []

@@ -57,6 +57,7 @@ import redis.exceptions
 import trio
 from redis._parsers.base import BaseParser
 
+from ._blocking import with_waits as with_waits
 from ._sentinel import Address, MasterWatch, SentinelConnection
 
 #: Connections in use per node at most: more round trips at once wait for
@@ -65,6 +66,8 @@ from ._sentinel import Address, MasterWatch, SentinelConnection
 MAX_OPEN = 32
 #: Idle connections kept per node (as many as may be open: a burst reuses them).
 MAX_IDLE = MAX_OPEN
+#: Idle connections kept for blocking waits (a worker has two waiters).
+MAX_BLOCKING_IDLE = 4
 _READ_SIZE = 65536
 
 
@@ -120,18 +123,6 @@ def _error(reply: hiredis.ReplyError) -> redis.exceptions.RedisError:
     return error
 
 
-def with_waits(commands: Sequence[Sequence[Any]], rerun: list[int]) -> list[int]:
-    """``rerun`` (indices of commands to send again, in order) with every
-    ``WAIT`` after the first of them: a WAIT acknowledges the writes sent
-    before it on its connection, so one that ran before the re-sent commands
-    does not cover them."""
-    if not rerun:
-        return rerun
-    first = rerun[0]
-    waits = [i for i in range(first + 1, len(commands)) if commands[i][0] == "WAIT"]
-    return sorted(set(rerun) | set(waits))
-
-
 def _is_readonly(reply: Any) -> bool:
     return isinstance(reply, hiredis.ReplyError) and str(reply).startswith("READONLY ")
 
@@ -157,29 +148,52 @@ def _connect_failure(exc: OSError) -> str:
 class _Connection:
     def __init__(self, stream: trio.abc.Stream, address: Address | None = None) -> None:
         self.stream = stream
+        #: The socket under a SocketStream: round trips use it directly (the
+        #: stream's conflict detection and error translation cost about as
+        #: much as the system calls, and one task uses a connection at a time).
+        self.sock = stream.socket if isinstance(stream, trio.SocketStream) else None
         self.reader = hiredis.Reader()
         #: The master this connection was opened to (Sentinel only).
         self.address = address
 
     async def round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        data = _pack(commands)
         replies: list[Any] = []
         try:
-            await self.stream.send_all(data)
-            while len(replies) < len(commands):
-                reply = self.reader.gets()
-                if reply is False:
-                    chunk = await self.stream.receive_some(_READ_SIZE)
-                    if not chunk:
-                        raise ConnectionResetError("Redis closed the connection")
-                    self.reader.feed(bytes(chunk) if isinstance(chunk, bytearray) else chunk)
-                    continue
-                replies.append(reply)
+            await self.send(_pack(commands))
+            await self.read(len(commands), replies)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise _Dead(exc, bool(replies)) from exc
         except hiredis.ProtocolError as exc:
             raise _Dead(exc, True) from exc
         return replies
+
+    async def send(self, data: bytes) -> None:
+        sock = self.sock
+        if sock is not None:
+            sent = await sock.send(data)
+            if sent < len(data):
+                view = memoryview(data)[sent:]
+                while view:
+                    view = view[await sock.send(view) :]
+        else:
+            await self.stream.send_all(data)
+
+    async def read(self, count: int, replies: list[Any]) -> None:
+        """Append the next replies to ``replies`` until it holds ``count``."""
+        sock = self.sock
+        while len(replies) < count:
+            reply = self.reader.gets()
+            if reply is False:
+                chunk = (
+                    await sock.recv(_READ_SIZE)
+                    if sock is not None
+                    else await self.stream.receive_some(_READ_SIZE)
+                )
+                if not chunk:
+                    raise ConnectionResetError("Redis closed the connection")
+                self.reader.feed(bytes(chunk) if isinstance(chunk, bytearray) else chunk)
+                continue
+            replies.append(reply)
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
@@ -209,6 +223,8 @@ class NativeNode:
         self._stale: list[_Connection] = []
         self._closed = False
         self._slots = trio.Semaphore(MAX_OPEN)
+        #: Idle connections for blocking waits (BLPOP), apart from the pool.
+        self._blocking: list[_Connection] = []
 
     @classmethod
     def for_client(
@@ -277,13 +293,15 @@ class NativeNode:
             raise redis.exceptions.ConnectionError("the store is closed")
         # Waiting for a connection is cancellable; a round trip once started
         # is not (see the module docstring).
-        await self._slots.acquire()
         try:
-            with trio.CancelScope(shield=True):
-                replies = await self._execute_in_slot(commands)
+            # no scheduler pass when a slot is free (acquire() always makes one)
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            await self._slots.acquire()
+        try:
+            return await self._execute_in_slot(commands)
         finally:
             self._slots.release()
-        return replies
 
     async def _execute_in_slot(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """One pipeline on a connection slot (see execute)."""
@@ -323,14 +341,17 @@ class NativeNode:
             try:
                 if conn is None:
                     conn = await self._open()
-                with trio.fail_after(self._timeout):
+                # One scope is both the shield (once sent, a round trip is
+                # never abandoned: see the module docstring) and its timeout.
+                with trio.CancelScope(
+                    shield=True, deadline=trio.current_time() + self._timeout
+                ) as scope:
                     replies = await conn.round_trip(commands)
-            except trio.TooSlowError:
-                if conn is not None:
+                if scope.cancelled_caught:
                     await conn.aclose()
-                raise redis.exceptions.TimeoutError(
-                    f"no reply from Redis within {self._timeout:g}s"
-                ) from None
+                    raise redis.exceptions.TimeoutError(
+                        f"no reply from Redis within {self._timeout:g}s"
+                    )
             except _Dead as dead:
                 await conn.aclose()  # type: ignore[union-attr]
                 if self._watch is not None:
@@ -439,6 +460,80 @@ class NativeNode:
         ones open new connections."""
         await self._drop_idle()
 
+    # -- blocking waits ---------------------------------------------------------------
+    async def blpop(self, keys: Sequence[str], block: float, slack: float) -> Any:
+        """``BLPOP keys block`` on a connection of its own (blocking waits
+        never hold a round-trip slot): the reply (None or [key, value]).
+        Cancellable at once: a cancelled wait's connection is handed to a
+        background reader, which pushes back a token the BLPOP still pops, so
+        the wake-up reaches another waiter. Raises redis-py's
+        ConnectionError/TimeoutError like :meth:`execute`."""
+        if self._closed:
+            raise redis.exceptions.ConnectionError("the store is closed")
+        for attempt in (1, 2):
+            pooled = bool(self._blocking)
+            conn = self._blocking.pop() if pooled else await self._open()
+            sent = False
+            replies: list[Any] = []
+            try:
+                with trio.CancelScope(deadline=trio.current_time() + block + slack) as scope:
+                    await conn.send(_pack([("BLPOP", *keys, block)]))
+                    sent = True
+                    await conn.read(1, replies)
+                break
+            except trio.Cancelled:
+                if sent:
+                    trio.lowlevel.spawn_system_task(
+                        self._finish_blpop, conn, block + slack, name="chronos-blpop-abandoned"
+                    )
+                else:
+                    await conn.aclose()  # maybe half a command on the wire
+                raise
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                await conn.aclose()
+                if pooled and attempt == 1:
+                    continue  # it died idle (a server restart): once more on a new one
+                raise redis.exceptions.ConnectionError(
+                    f"lost the connection to Redis: {exc}"
+                ) from exc
+            except hiredis.ProtocolError as exc:
+                await conn.aclose()
+                raise redis.exceptions.ConnectionError(f"bad reply from Redis: {exc}") from exc
+        if scope.cancelled_caught:
+            await conn.aclose()
+            raise redis.exceptions.TimeoutError(f"no reply to BLPOP within {block + slack:g}s")
+        self._keep_blocking(conn)
+        reply = replies[0]
+        if isinstance(reply, hiredis.ReplyError):
+            raise _error(reply)
+        return reply
+
+    async def _finish_blpop(self, conn: _Connection, wait: float) -> None:
+        """A cancelled BLPOP's reply, read in the background: a popped token
+        goes back to its list. Never raises (a system task)."""
+        try:
+            replies: list[Any] = []
+            with trio.move_on_after(wait):
+                await conn.read(1, replies)
+            if not replies:
+                await conn.aclose()
+                return
+            got = replies[0]
+            if isinstance(got, list) and len(got) == 2:
+                await self.execute([("LPUSH", got[0], got[1])])
+            self._keep_blocking(conn)
+        except Exception:
+            await conn.aclose()
+
+    def _keep_blocking(self, conn: _Connection) -> None:
+        if len(self._blocking) < MAX_BLOCKING_IDLE and not self._closed:
+            self._blocking.append(conn)
+        else:
+            self._stale.append(conn)
+
     async def aclose(self) -> None:
         self._closed = True
         await self._drop_idle()
+        blocking, self._blocking = self._blocking, []
+        for conn in blocking:
+            await conn.aclose()

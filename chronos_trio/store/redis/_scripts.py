@@ -15,11 +15,13 @@ every script's SHA, so a worker never runs a script of another version.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
 import attrs
 
+from .._roles import StoreError
 from ._codec import RECORD_FORMAT
 
 
@@ -95,3 +97,43 @@ class Op:
     def soft_command(cls, route: str | None, *args: Any) -> Op:
         """A command whose error reply (e.g. WRONGTYPE) is returned, not raised."""
         return cls(route, args, soft=True)
+
+
+@attrs.frozen
+class ReplicaWait:
+    """End a batch with ``WAIT replicas timeout``: its writes count as done
+    once ``replicas`` replicas acknowledged them within ``timeout`` seconds.
+
+    Raises ``ValueError`` for fewer than 1 replica or a timeout that is not
+    positive (``WAIT`` with timeout 0 would block for good).
+    """
+
+    replicas: int
+    timeout: float
+
+    def __attrs_post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ValueError(f"wait_replicas must be >= 1, got {self.replicas}")
+        if not self.timeout > 0:
+            raise ValueError(f"wait_timeout must be > 0 seconds, got {self.timeout}")
+
+    def op(self) -> Op:
+        return Op.command(None, "WAIT", self.replicas, max(1, round(self.timeout * 1000)))
+
+    def check(
+        self, acks: Sequence[Any], where: str, error: Callable[[BaseException], StoreError]
+    ) -> None:
+        """Raise StoreError unless every ``WAIT`` reply in ``acks`` (one per
+        node) counts at least :attr:`replicas`: ``error(reply)`` for an
+        error reply; ``where`` names the store."""
+        for ack in acks:
+            if isinstance(ack, Exception):
+                raise error(ack)
+        fewest = min((int(a) for a in acks), default=self.replicas)
+        if fewest < self.replicas:
+            raise StoreError(
+                f"Redis at {where}: only {fewest} of {self.replicas} replica(s) "
+                f"acknowledged the writes within {self.timeout:g}s (WAIT). The master "
+                "applied them, but a failover before they replicate would lose them; "
+                "retrying with the same job IDs is safe"
+            )

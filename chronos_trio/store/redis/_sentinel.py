@@ -30,11 +30,13 @@ import contextlib
 import re
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.sentinel
-import trio
+
+if TYPE_CHECKING:
+    import trio
 
 #: Seconds between two periodic lookups (at most one round trip to a sentinel
 #: per second per store, off the Redis round trip itself).
@@ -143,6 +145,8 @@ class MasterWatch:
         once: the round trip that pokes never waits for the sentinels; the
         ones after it see the new address."""
         if self.due():
+            import trio  # here: the connection classes above serve producers without Trio
+
             self._looking = True
             trio.lowlevel.start_thread_soon(self._recheck_thread, _ignore)
 
@@ -155,6 +159,8 @@ class MasterWatch:
         address = self.address
         if address is not None:
             return address
+        import trio
+
         return await trio.to_thread.run_sync(self.lookup_sync, limiter=limiter)
 
     def close(self) -> None:

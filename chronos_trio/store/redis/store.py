@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 import attrs
 
@@ -34,11 +33,10 @@ from .._roles import (
     Store,
     TriggerResult,
 )
-from .._schemes import redact
 from . import _admin, _check, _enqueue, _jobs, _leader, _results, _waiting
 from ._adapter import Client, RedisAdapter, ReplicaWait
 from ._commands import RedisCommands
-from ._connect import SENTINEL_SCHEMES, connect, redis_schemes, split_store_options
+from ._connect import SENTINEL_SCHEMES, connect, parse_store_url
 from ._context import StoreContext
 from ._group_commit import GroupCommit
 from ._scripts import Op
@@ -46,22 +44,6 @@ from .keys import KeySpace
 
 #: Longest single BLPOP behind Sentinel (see ``from_url``).
 SENTINEL_MAX_BLOCK = 5.0
-
-
-def _int_option(opts: dict[str, str], name: str, default: int) -> int:
-    value = opts.get(name) or ""
-    try:
-        return int(value) if value else default
-    except ValueError:
-        raise ValueError(f"store URL option {name} must be an integer, got {value!r}") from None
-
-
-def _float_option(opts: dict[str, str], name: str, default: float) -> float:
-    value = opts.get(name) or ""
-    try:
-        return float(value) if value else default
-    except ValueError:
-        raise ValueError(f"store URL option {name} must be a number, got {value!r}") from None
 
 
 @attrs.frozen
@@ -174,38 +156,30 @@ class RedisStore(Store):
         longer timeout, so an idle worker can sleep in BLPOP up to 30 s (5 s
         behind Sentinel, so a wait on a master that was just replaced ends
         soon, and the next one goes to the new master)."""
-        clean, opts = split_store_options(url)
-        scheme = urlsplit(clean).scheme.lower()
-        if scheme not in redis_schemes():
-            raise ValueError(
-                f"unsupported Redis URL {redact(clean)!r}; expected one of "
-                + ", ".join(f"{s}://" for s in redis_schemes())
-            )
-        if wait_replicas is None:
-            wait_replicas = _int_option(opts, "wait_replicas", 0)
-        if wait_timeout is None:
-            wait_timeout = _float_option(opts, "wait_timeout", 0.1)
-        if wait_replicas and not wait_timeout < socket_timeout:
-            raise ValueError(
-                f"wait_timeout ({wait_timeout:g}s) must be below socket_timeout "
-                f"({socket_timeout:g}s)"
-            )
+        parsed = parse_store_url(
+            url,
+            namespace=namespace,
+            default_partitions=default_partitions,
+            wait_replicas=wait_replicas,
+            wait_timeout=wait_timeout,
+            socket_timeout=socket_timeout,
+        )
         return cls(
             functools.partial(
                 connect,
-                clean,
+                parsed.url,
                 socket_timeout=socket_timeout,
                 connect_timeout=connect_timeout,
                 **redis_kwargs,
             ),
-            max_block=SENTINEL_MAX_BLOCK if scheme in SENTINEL_SCHEMES else 30.0,
-            namespace=namespace or opts.get("namespace") or "chronos",
-            default_partitions=default_partitions or _int_option(opts, "partitions", 1),
+            max_block=SENTINEL_MAX_BLOCK if parsed.scheme in SENTINEL_SCHEMES else 30.0,
+            namespace=parsed.namespace,
+            default_partitions=parsed.default_partitions,
             topology_ttl=topology_ttl,
-            description=redact(clean),
+            description=parsed.description,
             native=native,
-            wait_replicas=wait_replicas,
-            wait_timeout=wait_timeout,
+            wait_replicas=parsed.wait_replicas,
+            wait_timeout=parsed.wait_timeout,
         )
 
     def statistics(self) -> RedisStoreStatistics:

@@ -1,0 +1,218 @@
+"""What the synchronous and the asyncio producer share: where the store is,
+how a job is made (exactly as ``Task.new_job`` makes it), and the fields of
+a job handle."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, Unpack
+
+import attrs
+
+from ..records._jobs import EnqueueResult, NewJob
+from ..records._options import EnqueueOptions
+from ..records._producing import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    KindDefaults,
+    ProducerHook,
+    ResultTypeOf,
+    TaskDefaults,
+    handle_fields,
+    new_job,
+    new_jobs,
+    unknown_kind,
+)
+from ..store._schemes import redact, scheme_of
+from ..store.redis._blocking import AdapterStatistics
+from ..store.redis._connect import Flavor, StoreUrl, connect, parse_store_url
+from ..store.redis._core import RedisCore
+from ..store.redis._scripts import ReplicaWait
+from ..store.redis.keys import KeySpace
+
+
+class TaskLike(Protocol):
+    """A task as producers take it: a ``chronos_trio.Task`` (what
+    ``@app.task`` returns) is one."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def new_job(self, payload: Any, **options: Unpack[EnqueueOptions]) -> NewJob: ...
+
+    def new_jobs(
+        self, payloads: Iterable[Any], *, delay: float | None = None, queue: str | None = None
+    ) -> list[NewJob]: ...
+
+
+class AppLike(Protocol):
+    """An App as producers take it (``chronos_trio.App`` is one): its store
+    URL, its registered tasks and their result types, its payload limit and
+    its producer hooks."""
+
+    @property
+    def store_url(self) -> str: ...
+
+    @property
+    def store(self) -> Any: ...
+
+    @property
+    def registry(self) -> Any: ...
+
+    @property
+    def max_payload_bytes(self) -> int: ...
+
+    @property
+    def producer_hooks(self) -> Sequence[ProducerHook]: ...
+
+    def result_type_of(self, kind: str) -> tuple[bool, Any]: ...
+
+
+@attrs.frozen
+class ProducerStatistics:
+    """Counters of one producer: round trips and commands sent (a pipeline
+    per node counts once), scripts loaded after ``NOSCRIPT``, subscriptions
+    of its waiters' channel confirmed (re-subscriptions count too), and the
+    waiters registered now."""
+
+    round_trips: int
+    commands: int
+    script_loads: int
+    subscriptions: int
+    waiting: int
+
+
+def _store_url(url: str | None, app: AppLike | None) -> str:
+    """The producer's store URL: ``url``, else the app's. ``ValueError`` for
+    a store that cannot be shared (the memory store lives in one process)."""
+    if url is None:
+        if app is None:
+            raise ValueError("a producer needs the store's URL (or an app that names it)")
+        url = app.store_url
+        if not scheme_of(url).shared and getattr(app.store, "shared_across_processes", False):
+            raise ValueError(
+                "this app was given a store object, not a URL: pass the store's URL "
+                "to the producer (url=...)"
+            )
+    scheme = scheme_of(url)
+    if not scheme.shared:
+        raise ValueError(
+            f"{redact(url)!r}: the {scheme.name} store lives in one process and cannot be "
+            "shared, so a producer outside it cannot reach its jobs; use a Redis URL "
+            "(redis://, redis+cluster://, ...) for the app and its producers"
+        )
+    return url
+
+
+class _Listener(Protocol):
+    subscriptions: int
+
+    @property
+    def table(self) -> Any: ...
+
+
+def statistics_of(stats: AdapterStatistics, listener: _Listener) -> ProducerStatistics:
+    return ProducerStatistics(
+        stats.round_trips,
+        stats.commands,
+        stats.script_loads,
+        listener.subscriptions,
+        listener.table.waiting(),
+    )
+
+
+class ProducerCore:
+    """The state both producers hold: the parsed URL and how to connect,
+    the sans-IO Redis core (keys, topology cache), the app (if any) and the
+    payload limit."""
+
+    def __init__(
+        self,
+        url: str | None,
+        app: AppLike | None,
+        *,
+        namespace: str | None,
+        topology_ttl: float,
+        max_payload_bytes: int | None,
+        socket_timeout: float,
+        connect_timeout: float,
+        redis_kwargs: dict[str, Any],
+    ) -> None:
+        self.app = app
+        self._connect_options = {
+            "socket_timeout": socket_timeout,
+            "connect_timeout": connect_timeout,
+            **redis_kwargs,
+        }
+        self.settings: StoreUrl = parse_store_url(
+            _store_url(url, app), namespace=namespace, socket_timeout=socket_timeout
+        )
+        s = self.settings
+        self.core = RedisCore(
+            KeySpace(s.namespace),
+            default_partitions=s.default_partitions,
+            topology_ttl=topology_ttl,
+            replica_wait=ReplicaWait(s.wait_replicas, s.wait_timeout) if s.wait_replicas else None,
+        )
+        if max_payload_bytes is None:
+            max_payload_bytes = app.max_payload_bytes if app is not None else None
+        self.max_payload_bytes = max_payload_bytes or DEFAULT_MAX_PAYLOAD_BYTES
+        self.result_type_of: ResultTypeOf = app.result_type_of if app is not None else unknown_kind
+
+    def client_factory(self, flavor: Flavor) -> Callable[[], Any]:
+        """Makes the redis-py client (of ``flavor``) for the store URL."""
+        return functools.partial(connect, self.settings.url, flavor=flavor, **self._connect_options)
+
+    def _hooks(self) -> Sequence[ProducerHook]:
+        return self.app.producer_hooks if self.app is not None else ()
+
+    def _spec(self, kind: str) -> TaskDefaults:
+        """The registered task of ``kind`` in the app, else a kind's defaults."""
+        tasks: Mapping[str, Any] = self.app.registry.tasks if self.app is not None else {}
+        spec: TaskDefaults | None = tasks.get(kind)
+        return spec if spec is not None else KindDefaults(kind)
+
+    def new_job(
+        self, task: TaskLike | str, payload: Any, options: EnqueueOptions
+    ) -> tuple[NewJob, ResultTypeOf]:
+        """The job record (validated and encoded as ``Task.new_job`` does),
+        and how to decode its result."""
+        if isinstance(task, str):
+            if not task:
+                raise ValueError("task kind must be a non-empty string")
+            spec, limit = self._spec(task), self.max_payload_bytes
+            return new_job(spec, limit, self._hooks(), payload, **options), self.result_type_of
+        return task.new_job(payload, **options), self._decoder_of(task)
+
+    def new_jobs(
+        self,
+        task: TaskLike | str,
+        payloads: Iterable[Any],
+        delay: float | None,
+        queue: str | None,
+    ) -> tuple[list[NewJob], ResultTypeOf]:
+        """:meth:`new_job` for many payloads (``Task.new_jobs``)."""
+        if isinstance(task, str):
+            if not task:
+                raise ValueError("task kind must be a non-empty string")
+            spec, limit = self._spec(task), self.max_payload_bytes
+            jobs = new_jobs(spec, limit, self._hooks(), payloads, delay=delay, queue=queue)
+            return jobs, self.result_type_of
+        return task.new_jobs(payloads, delay=delay, queue=queue), self._decoder_of(task)
+
+    def _decoder_of(self, task: TaskLike) -> ResultTypeOf:
+        """A Task decodes by its own app's registry (the producer may have none)."""
+        host = getattr(task, "app", None)
+        decoder = getattr(host, "result_type_of", None)
+        return decoder if callable(decoder) else self.result_type_of
+
+    def check_job_id(self, job_id: str) -> None:
+        if not isinstance(job_id, str) or not job_id:
+            raise ValueError("job_id must be a non-empty string")
+
+
+def handle_args(
+    result: EnqueueResult, job: NewJob
+) -> tuple[str, bool, float, int | None, int | None, str | None, str]:
+    """The handle fields of an enqueued job, in order."""
+    return handle_fields(result, job.queue, job.kind)

@@ -1,0 +1,219 @@
+"""The asyncio producer: enqueue jobs and wait for their results from asyncio
+programs (FastAPI, aiohttp, Starlette), on ``redis.asyncio``.
+
+``AsyncioProducer`` is :class:`~chronos_trio.producers.sync.SyncProducer`
+with awaitable methods: the same job validation and encoding
+(``Task.new_job``), the same Lua scripts and routing, waiting pushed by
+pub/sub; it never imports or runs Trio. Its clients belong to the event
+loop that first uses it: make one per loop (a FastAPI lifespan is the
+place), and ``await producer.aclose()`` at its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any, Unpack
+
+import attrs
+
+from ..records._jobs import JobOutcome, JobRef
+from ..records._options import EnqueueOptions
+from ..records._producing import (
+    WAIT_CHUNK,
+    HandleFields,
+    ResultTypeOf,
+    check_wait_timeout,
+    not_found,
+    result_of,
+    timed_out,
+)
+from ..store.redis._asyncio import AsyncioDoneListener, AsyncioExecutor
+from ..store.redis._enqueue import enqueue_plan
+from ..store.redis._watch import Watch, wait_plan, watch_plan
+from ._common import (
+    AppLike,
+    ProducerCore,
+    ProducerStatistics,
+    TaskLike,
+    handle_args,
+    statistics_of,
+)
+
+
+@attrs.define(eq=True)  # not frozen, as JobHandle (a bulk enqueue makes many)
+class AsyncioJobHandle(HandleFields):
+    """One job, as an asyncio producer holds it (``chronos_trio.JobHandle``
+    for asyncio: ``await handle.result(timeout=10)``)."""
+
+    producer: AsyncioProducer = attrs.field(eq=False, repr=False)
+    result_type_of: ResultTypeOf = attrs.field(eq=False, repr=False)
+
+    async def status(self) -> JobOutcome:
+        """Where the job stands now. Raises as ``SyncJobHandle.status``."""
+        found = await self.producer._outcome(self.ref)
+        if found is None:
+            raise not_found(self.job_id, self.queue)
+        return found
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """Wait until the job has finished, at most ``timeout`` seconds (None:
+        as long as it takes), and return its typed result; Redis wakes the
+        waiter, nothing polls. Cancellable. Raises as
+        ``SyncJobHandle.result`` (JobFailed, ResultTimeout, ResultExpired,
+        JobNotFound, PayloadError, StoreError, ValueError)."""
+        check_wait_timeout(timeout)
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            found = await self.producer._wait_outcome(self.ref, max(0.0, min(left, WAIT_CHUNK)))
+            if found is None:
+                raise not_found(self.job_id, self.queue)
+            if found.finished:
+                return result_of(found, self.job_id, self.kind, self.result_type_of)
+            if time.monotonic() >= deadline:
+                assert timeout is not None
+                raise timed_out(self.job_id, timeout, found)
+
+
+class AsyncioProducer:
+    """Enqueue jobs and follow them on Redis or Redis Cluster, from asyncio.
+
+    Takes what ``SyncProducer`` takes (``url``, ``app``, ``namespace``, ...)
+    and raises what it raises: ``ValueError`` for the memory store (it lives
+    in one process and cannot be shared), StoreError when Redis cannot be
+    reached. Nothing connects until first use. Every task of the loop may
+    use it at once; all waiting tasks share one pub/sub connection.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        app: AppLike | None = None,
+        namespace: str | None = None,
+        topology_ttl: float = 1.0,
+        max_payload_bytes: int | None = None,
+        socket_timeout: float = 5.0,
+        connect_timeout: float = 5.0,
+        **redis_kwargs: Any,
+    ) -> None:
+        self._p = ProducerCore(
+            url,
+            app,
+            namespace=namespace,
+            topology_ttl=topology_ttl,
+            max_payload_bytes=max_payload_bytes,
+            socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
+            redis_kwargs=redis_kwargs,
+        )
+        settings = self._p.settings
+        factory = self._p.client_factory("asyncio")
+        self._exec = AsyncioExecutor(factory, self._p.core, settings.description)
+        self._done = AsyncioDoneListener(
+            self._exec.client, self._p.core.keys.done_channel, settings.description
+        )
+
+    @property
+    def namespace(self) -> str:
+        return self._p.settings.namespace
+
+    # -- producing -------------------------------------------------------------------
+    async def enqueue(
+        self, task: TaskLike | str, payload: Any, **options: Unpack[EnqueueOptions]
+    ) -> AsyncioJobHandle:
+        """Enqueue one job of ``task`` (a Task, or a kind name); returns once
+        Redis has it. Options and errors as ``SyncProducer.enqueue``."""
+        job, decoder = self._p.new_job(task, payload, options)
+        [result] = await self._exec.run(enqueue_plan(self._p.core, [job]))
+        return AsyncioJobHandle(*handle_args(result, job), self, decoder)
+
+    async def enqueue_many(
+        self,
+        task: TaskLike | str,
+        payloads: Iterable[Any],
+        *,
+        delay: float | None = None,
+        queue: str | None = None,
+    ) -> list[AsyncioJobHandle]:
+        """Enqueue many jobs of ``task`` in one batch (every payload checked
+        first); a handle per job, in order. Raises as :meth:`enqueue`."""
+        jobs, decoder = self._p.new_jobs(task, payloads, delay, queue)
+        if not jobs:
+            return []
+        results = await self._exec.run(enqueue_plan(self._p.core, jobs))
+        return [
+            AsyncioJobHandle(*handle_args(r, j), self, decoder)
+            for r, j in zip(results, jobs, strict=True)
+        ]
+
+    def job(self, job_id: str, *, queue: str | None = None, kind: str = "") -> AsyncioJobHandle:
+        """A handle for the job ``job_id`` (enqueued anywhere). Reads nothing yet."""
+        self._p.check_job_id(job_id)
+        return AsyncioJobHandle(
+            job_id, False, 0.0, None, None, queue, kind, self, self._p.result_type_of
+        )
+
+    # -- reading outcomes ------------------------------------------------------------
+    async def _outcome(self, ref: JobRef) -> JobOutcome | None:
+        found, _ = await self._exec.run(watch_plan(self._p.core, ref, ""))
+        return found
+
+    async def _wait_outcome(self, ref: JobRef, timeout: float) -> JobOutcome | None:
+        """As ``SyncProducer._wait_outcome``: subscribe first, then register
+        and watch, then block; at the deadline, read the job as it is."""
+        if not timeout > 0:
+            return await self._outcome(ref)
+        deadline = time.monotonic() + timeout
+        if await self._done.ready(timeout):
+            plan = wait_plan(self._done.table, self._p.core.keys, ref, self._done.channel)
+            try:
+                step = next(plan)
+                while True:
+                    reply: Any = None
+                    if type(step) is Watch:
+                        reply = await self._exec.run(
+                            watch_plan(self._p.core, step.ref, step.channel)
+                        )
+                    else:
+                        left = deadline - time.monotonic()
+                        try:
+                            await asyncio.wait_for(step.event.wait(), max(0.0, left))
+                        except TimeoutError:
+                            break  # the deadline: read it once more, as it is
+                    step = plan.send(reply)
+            except StopIteration as done:
+                found: JobOutcome | None = done.value
+                return found
+            finally:
+                plan.close()
+        return await self._outcome(ref)
+
+    # -- lifecycle -------------------------------------------------------------------
+    def statistics(self) -> ProducerStatistics:
+        return statistics_of(self._exec.stats, self._done)
+
+    async def aclose(self) -> None:
+        """Stop the waiters' subscription and close the connections; tasks
+        still waiting are woken and get a StoreError. The producer cannot be
+        used afterwards."""
+        await self._done.aclose()
+        await self._exec.aclose()
+
+    async def __aenter__(self) -> AsyncioProducer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+__all__ = ["AsyncioJobHandle", "AsyncioProducer"]

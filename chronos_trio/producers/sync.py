@@ -1,0 +1,248 @@
+"""The synchronous producer: enqueue jobs and wait for their results from
+code that does not run Trio (Django and Flask views, scripts, threads).
+
+``SyncProducer`` holds one redis-py client (a connection pool) and one
+subscription for waiters, shared by every thread that uses it; it never
+imports or runs Trio. Jobs are validated and encoded exactly as
+``Task.new_job`` does, and stored by the same Lua scripts, routed by the
+same topology, as the Trio store's (``chronos_trio.store.redis``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any, Unpack
+
+import attrs
+
+from ..records._jobs import JobOutcome, JobRef
+from ..records._options import EnqueueOptions
+from ..records._producing import (
+    WAIT_CHUNK,
+    HandleFields,
+    ResultTypeOf,
+    check_wait_timeout,
+    not_found,
+    result_of,
+    timed_out,
+)
+from ..store.redis._blocking import BlockingDoneListener, BlockingExecutor
+from ..store.redis._enqueue import enqueue_plan
+from ..store.redis._watch import Watch, wait_plan, watch_plan
+from ._common import (
+    AppLike,
+    ProducerCore,
+    ProducerStatistics,
+    TaskLike,
+    handle_args,
+    statistics_of,
+)
+
+
+@attrs.define(eq=True)  # not frozen, as JobHandle (a bulk enqueue makes many)
+class SyncJobHandle(HandleFields):
+    """One job, as a synchronous producer holds it (the fields and methods
+    of ``chronos_trio.JobHandle``, blocking instead of async)."""
+
+    producer: SyncProducer = attrs.field(eq=False, repr=False)
+    result_type_of: ResultTypeOf = attrs.field(eq=False, repr=False)
+
+    def status(self) -> JobOutcome:
+        """Where the job stands now (state, attempts, last error, result bytes).
+
+        Raises JobNotFound when no such job exists (never enqueued in that
+        queue, or finished and no longer kept), StoreError when Redis cannot
+        be reached."""
+        found = self.producer._outcome(self.ref)
+        if found is None:
+            raise not_found(self.job_id, self.queue)
+        return found
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Block until the job has finished, at most ``timeout`` seconds
+        (None: as long as it takes), and return its result decoded by its
+        task's return annotation (None for a task that keeps no result).
+        Redis wakes the waiter when the job finishes: nothing polls.
+
+        Raises JobFailed (with ``last_error`` and ``attempts``) when the job
+        is dead; ResultTimeout when it has not finished in time (it goes on:
+        call again); ResultExpired when it succeeded but its result is no
+        longer kept; JobNotFound when no such job exists; PayloadError when
+        the stored result does not decode as the task's result type;
+        StoreError when Redis cannot be reached; ValueError for a negative or
+        NaN timeout."""
+        check_wait_timeout(timeout)
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            found = self.producer._wait_outcome(self.ref, max(0.0, min(left, WAIT_CHUNK)))
+            if found is None:
+                raise not_found(self.job_id, self.queue)
+            if found.finished:
+                return result_of(found, self.job_id, self.kind, self.result_type_of)
+            if time.monotonic() >= deadline:
+                assert timeout is not None
+                raise timed_out(self.job_id, timeout, found)
+
+
+class SyncProducer:
+    """Enqueue jobs and follow them on Redis or Redis Cluster, from threads.
+
+    ``url`` is the store URL the workers use (``redis://``, ``rediss://``,
+    ``unix://``, ``redis+cluster://``, ``redis+sentinel://``, with the same
+    query options; None: the app's ``store_url``). ``app`` (optional) is
+    the App whose tasks are registered: enqueueing by kind name then uses
+    the task's payload type, queue and defaults, and results decode by its
+    return annotation; without it, kinds take JSON-able or bytes payloads
+    and results read as JSON (else bytes). ``namespace`` overrides the
+    URL's. Nothing connects until first use.
+
+    One producer serves every thread of a process (a Flask or Django app's
+    worker threads): the client pools its connections, and all waiting
+    threads share one pub/sub connection. ``close()`` (or ``with``) ends it.
+
+    Raises ``ValueError`` for the memory store (it lives in one process and
+    cannot be shared) or a URL that is not Redis's; every failure to reach
+    Redis later is a StoreError.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        app: AppLike | None = None,
+        namespace: str | None = None,
+        topology_ttl: float = 1.0,
+        max_payload_bytes: int | None = None,
+        socket_timeout: float = 5.0,
+        connect_timeout: float = 5.0,
+        **redis_kwargs: Any,
+    ) -> None:
+        self._p = ProducerCore(
+            url,
+            app,
+            namespace=namespace,
+            topology_ttl=topology_ttl,
+            max_payload_bytes=max_payload_bytes,
+            socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
+            redis_kwargs=redis_kwargs,
+        )
+        settings = self._p.settings
+        self._exec = BlockingExecutor(
+            self._p.client_factory("blocking"), self._p.core, settings.description
+        )
+        self._done = BlockingDoneListener(
+            self._exec.client, self._p.core.keys.done_channel, settings.description
+        )
+
+    @property
+    def namespace(self) -> str:
+        return self._p.settings.namespace
+
+    # -- producing -------------------------------------------------------------------
+    def enqueue(
+        self, task: TaskLike | str, payload: Any, **options: Unpack[EnqueueOptions]
+    ) -> SyncJobHandle:
+        """Enqueue one job of ``task`` (a Task, or a kind name); returns once
+        Redis has it (with ``wait_replicas`` in the URL, that many replicas
+        too). Options are ``Task.enqueue``'s (``delay``, ``run_at``,
+        ``job_id``, ``queue``, ``max_retries``, ``timeout``); with ``job_id``
+        it is idempotent (``created`` is False for an existing job).
+
+        Raises ``ValueError`` for a bad option, PayloadError for a payload
+        that does not encode or is too large, StoreError when Redis cannot be
+        reached (the job may or may not be stored: enqueue it again with the
+        same ``job_id`` to be sure of one)."""
+        job, decoder = self._p.new_job(task, payload, options)
+        [result] = self._exec.run(enqueue_plan(self._p.core, [job]))
+        return SyncJobHandle(*handle_args(result, job), self, decoder)
+
+    def enqueue_many(
+        self,
+        task: TaskLike | str,
+        payloads: Iterable[Any],
+        *,
+        delay: float | None = None,
+        queue: str | None = None,
+    ) -> list[SyncJobHandle]:
+        """Enqueue many jobs of ``task`` in one batch (one round trip, one
+        script per partition); every payload is checked before any job is
+        sent. Returns a handle per job, in order. Raises as :meth:`enqueue`."""
+        jobs, decoder = self._p.new_jobs(task, payloads, delay, queue)
+        if not jobs:
+            return []
+        results = self._exec.run(enqueue_plan(self._p.core, jobs))
+        return [
+            SyncJobHandle(*handle_args(r, j), self, decoder)
+            for r, j in zip(results, jobs, strict=True)
+        ]
+
+    def job(self, job_id: str, *, queue: str | None = None, kind: str = "") -> SyncJobHandle:
+        """A handle for the job ``job_id`` (enqueued anywhere, by any
+        process). ``queue`` spares a search of every queue; ``kind`` names
+        its task when the stored record does not. Reads nothing yet."""
+        self._p.check_job_id(job_id)
+        return SyncJobHandle(
+            job_id, False, 0.0, None, None, queue, kind, self, self._p.result_type_of
+        )
+
+    # -- reading outcomes ------------------------------------------------------------
+    def _outcome(self, ref: JobRef) -> JobOutcome | None:
+        found, _ = self._exec.run(watch_plan(self._p.core, ref, ""))
+        return found
+
+    def _wait_outcome(self, ref: JobRef, timeout: float) -> JobOutcome | None:
+        """The job's outcome once it finished or ``timeout`` seconds passed
+        (then as it is; None: no such job). Subscribe first, then register
+        and watch, then block (see ``store.redis._watch``)."""
+        if not timeout > 0:
+            return self._outcome(ref)
+        deadline = time.monotonic() + timeout
+        if self._done.ready(timeout):
+            plan = wait_plan(self._done.table, self._p.core.keys, ref, self._done.channel)
+            try:
+                step = next(plan)
+                while True:
+                    reply: Any = None
+                    if type(step) is Watch:
+                        reply = self._exec.run(watch_plan(self._p.core, step.ref, step.channel))
+                    else:
+                        left = deadline - time.monotonic()
+                        if left <= 0 or not step.event.wait(left):
+                            break  # the deadline: read it once more, as it is
+                    step = plan.send(reply)
+            except StopIteration as done:
+                found: JobOutcome | None = done.value
+                return found
+            finally:
+                plan.close()
+        return self._outcome(ref)
+
+    # -- lifecycle -------------------------------------------------------------------
+    def statistics(self) -> ProducerStatistics:
+        return statistics_of(self._exec.stats, self._done)
+
+    def close(self) -> None:
+        """Stop the waiters' subscription and close the connections; threads
+        still waiting are woken and get a StoreError. The producer cannot be
+        used afterwards."""
+        self._done.stop()
+        self._exec.close()
+
+    def __enter__(self) -> SyncProducer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+__all__ = ["SyncJobHandle", "SyncProducer"]

@@ -1,0 +1,280 @@
+"""What every producer shares, in Trio or not: building a job's store record
+from a payload and options (validation and encoding), and reading a job's
+outcome as its typed result or the error that says why there is none.
+
+``Task.new_job`` / ``Task.new_jobs`` and ``JobHandle`` (``chronos_trio.app``)
+and the producers outside Trio (``chronos_trio.producers``) all call these,
+so a job is checked, encoded and decoded the same way wherever it is made.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NoReturn, Protocol, Unpack
+
+import attrs
+
+from ._codec import decode_payload, encode_payload
+from ._errors import JobFailed, JobNotFound, PayloadError, ResultExpired, ResultTimeout
+from ._jobs import EnqueueResult, JobOutcome, JobRef, JobState, NewJob, require_field_order
+from ._options import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_QUEUE,
+    DEFAULT_TIMEOUT,
+    EnqueueOptions,
+    check_headers,
+    check_options,
+    to_epoch,
+)
+
+#: Job IDs a caller gives are at most this long.
+MAX_JOB_ID_LENGTH = 200
+#: Payloads larger than this are refused at enqueue time (the store keeps them
+#: in memory; big blobs belong in object storage, with a key in the payload).
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+#: A single store wait lasts at most this long; a longer (or endless) wait
+#: is several, so a waiter never holds one registration for days.
+WAIT_CHUNK = 600.0
+
+require_field_order(
+    NewJob,
+    ("id", "queue", "kind", "payload", "run_at", "delay", "max_retries", "timeout", "headers"),
+    "records._producing.new_jobs",
+)
+
+#: ``hook(kind, headers)``: called for every job a producer builds, with its
+#: headers as a dict the hook may add to (a trace id, a tenant).
+ProducerHook = Callable[[str, dict[str, str]], None]
+
+
+def new_job_id() -> str:
+    """A fresh job ID: 128 random bits as 32 hex digits (the length of a UUID's
+    hex, several times cheaper to make than ``uuid.uuid4().hex``)."""
+    return os.urandom(16).hex()
+
+
+class TaskDefaults(Protocol):
+    """What a task contributes to its jobs (a ``TaskSpec`` is one)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def payload_type(self) -> Any: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def max_retries(self) -> int: ...
+    @property
+    def timeout(self) -> float: ...
+
+
+@attrs.frozen
+class KindDefaults:
+    """The defaults of a kind this program does not register (a producer
+    that enqueues by name): JSON-able or bytes payloads, the default queue,
+    retries and timeout."""
+
+    kind: str
+    payload_type: Any = Any
+    queue: str = DEFAULT_QUEUE
+    max_retries: int = DEFAULT_MAX_RETRIES
+    timeout: float = DEFAULT_TIMEOUT
+
+
+def job_headers(
+    kind: str, given: Any, hooks: Sequence[ProducerHook]
+) -> tuple[tuple[str, str], ...]:
+    """A job's headers: ``given``, then what each producer hook adds.
+    Raises ValueError for headers that are not text or too large (and
+    whatever a hook raises)."""
+    if given is not None and not isinstance(given, dict | Mapping):
+        check_headers(given)  # raises, naming the type
+    headers = dict(given or {})
+    for hook in hooks:
+        hook(kind, headers)
+    return check_headers(headers)
+
+
+def new_job(
+    spec: TaskDefaults,
+    max_payload_bytes: int,
+    hooks: Sequence[ProducerHook],
+    payload: Any,
+    **options: Unpack[EnqueueOptions],
+) -> NewJob:
+    """Build (and validate) the store record for one job of ``spec``'s task,
+    its headers passed through ``hooks``. Raises ``ValueError`` for a bad
+    option or headers, ``PayloadError`` for a payload that does not encode or
+    is larger than ``max_payload_bytes``, and what a hook raises."""
+    delay = options.get("delay")
+    run_at = options.get("run_at")
+    max_retries = options.get("max_retries")
+    timeout = options.get("timeout")
+    job_id = options.get("job_id")
+    check_options(max_retries=max_retries, timeout=timeout, delay=delay)
+    if delay is not None and run_at is not None:
+        raise ValueError("give either delay or run_at, not both")
+    data = encode_payload(payload, spec.payload_type)
+    if len(data) > max_payload_bytes:
+        _too_large(spec.kind, data, max_payload_bytes)
+    if job_id is not None and (
+        not isinstance(job_id, str) or not job_id or len(job_id) > MAX_JOB_ID_LENGTH
+    ):
+        raise ValueError(
+            f"job_id must be a non-empty string of at most {MAX_JOB_ID_LENGTH} characters"
+        )
+    headers = options.get("headers")
+    return NewJob(
+        job_id or new_job_id(),
+        options.get("queue") or spec.queue,
+        spec.kind,
+        data,
+        None if run_at is None else to_epoch(run_at),
+        delay or 0.0,
+        spec.max_retries if max_retries is None else max_retries,
+        spec.timeout if timeout is None else timeout,
+        job_headers(spec.kind, headers, hooks) if headers or hooks else (),
+    )
+
+
+def new_jobs(
+    spec: TaskDefaults,
+    max_payload_bytes: int,
+    hooks: Sequence[ProducerHook],
+    payloads: Iterable[Any],
+    *,
+    delay: float | None = None,
+    queue: str | None = None,
+) -> list[NewJob]:
+    """:func:`new_job` for many payloads with the same options (the options
+    are checked once, not per job: this is the bulk producer's hot loop).
+    Every payload is checked before any record is returned."""
+    check_options(delay=delay)
+    payload_type, limit = spec.payload_type, max_payload_bytes
+    queue, delay = queue or spec.queue, delay or 0.0
+    kind, max_retries, timeout = spec.kind, spec.max_retries, spec.timeout
+    jobs = []
+    for payload in payloads:
+        data = encode_payload(payload, payload_type)
+        if len(data) > limit:
+            _too_large(kind, data, limit)
+        headers = job_headers(kind, None, hooks) if hooks else ()
+        jobs.append(
+            NewJob(new_job_id(), queue, kind, data, None, delay, max_retries, timeout, headers)
+        )
+    return jobs
+
+
+def _too_large(kind: str, data: bytes, limit: int) -> NoReturn:
+    raise PayloadError(f"payload of {kind!r} is {len(data)} bytes, over the {limit}-byte limit")
+
+
+# -- handles and outcomes ------------------------------------------------------------
+# Not frozen, as its subclasses: a frozen attrs class sets each field through
+# object.__setattr__, four times the cost of this one's __init__, and a bulk
+# enqueue makes a handle per job. Treat them as read-only.
+@attrs.define(eq=True)
+class HandleFields:
+    """The fields of every job handle (``JobHandle`` and the producers'):
+    those of the :class:`~chronos_trio.EnqueueResult` it came from, and the
+    job's queue (None: not known, looked up) and kind."""
+
+    job_id: str
+    created: bool
+    run_at: float
+    queue_version: int | None
+    partition: int | None
+    queue: str | None
+    kind: str
+
+    @property
+    def ref(self) -> JobRef:
+        return JobRef(self.job_id, self.queue, self.queue_version, self.partition)
+
+
+def handle_fields(
+    result: EnqueueResult, queue: str | None, kind: str
+) -> tuple[str, bool, float, int | None, int | None, str | None, str]:
+    """The :class:`HandleFields` of an enqueued job, in order."""
+    return (
+        result.job_id,
+        result.created,
+        result.run_at,
+        result.queue_version,
+        result.partition,
+        queue,
+        kind,
+    )
+
+
+#: ``result_type_of(kind)``: whether the kind is registered, and its task's
+#: result type (None: it keeps no result). The App's ``result_type_of``.
+ResultTypeOf = Callable[[str], tuple[bool, Any]]
+
+
+def unknown_kind(kind: str) -> tuple[bool, Any]:
+    """:data:`ResultTypeOf` of a producer that registers no task."""
+    return False, None
+
+
+def check_wait_timeout(timeout: float | None) -> None:
+    """``ValueError`` for a wait timeout that is negative or NaN."""
+    if timeout is not None and (math.isnan(timeout) or timeout < 0):
+        raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
+
+
+def result_of(found: JobOutcome, job_id: str, kind: str, result_type_of: ResultTypeOf) -> Any:
+    """The result of the finished job ``found``, decoded by its task's return
+    annotation (``kind`` names the task when the record does not).
+
+    Raises JobFailed when it is dead, ResultExpired when its result is no
+    longer kept (or none is kept for a task that returns one), PayloadError
+    when the stored result does not decode as its result type. A kind that
+    is not registered reads JSON when the result is JSON, else bytes."""
+    if found.state is JobState.DEAD:
+        raise JobFailed(job_id, found.last_error, found.attempts)
+    if found.result_expired:
+        raise ResultExpired(
+            f"job {job_id} succeeded, but its result has expired (kept for its task's result_ttl)",
+            job_id,
+        )
+    known, result_type = result_type_of(found.kind or kind)
+    if found.result is None:
+        if not known or result_type is None:
+            return None  # the task keeps no result
+        raise ResultExpired(
+            f"job {job_id} succeeded, but no result is kept for it "
+            "(its task's result_ttl is 0, or it ran under another return type)",
+            job_id,
+        )
+    if not known:
+        # a kind this program does not register: JSON if it is, else bytes
+        try:
+            return decode_payload(found.result, Any)
+        except PayloadError:
+            return found.result
+    try:
+        return decode_payload(found.result, result_type)
+    except PayloadError as exc:
+        raise PayloadError(f"result of job {job_id}: {exc}") from exc
+
+
+def not_found(job_id: str, queue: str | None) -> JobNotFound:
+    """The error for a job the store does not have."""
+    where = f" in queue {queue!r}" if queue is not None else ""
+    return JobNotFound(
+        f"no job {job_id}{where}: never enqueued, or finished and no longer kept "
+        "(its result expired, or nothing was kept)",
+        job_id,
+    )
+
+
+def timed_out(job_id: str, timeout: float, found: JobOutcome) -> ResultTimeout:
+    """The error for a job that did not finish within ``timeout`` seconds."""
+    return ResultTimeout(
+        f"job {job_id} did not finish within {timeout:g}s "
+        f"(it is {found.state}, attempt {found.attempts})",
+        job_id,
+    )

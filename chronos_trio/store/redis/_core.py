@@ -1,0 +1,283 @@
+"""The sans-IO core of the Redis store, shared by the Trio store and the
+producers outside Trio (``chronos_trio.producers``).
+
+Nothing here does IO or imports Trio. An operation that needs Redis is a
+*plan*: a generator that yields what it needs and is sent the answer:
+
+* :class:`Call` — run these ops as one batch (see ``RedisAdapter.execute``);
+  it is sent their replies, in order;
+* :class:`NeedMeta` — the topology and paused flags of some queues, through
+  the driver's cache (the Trio store shares one refresh between concurrent
+  callers; a producer runs :func:`meta_plan`); it is sent the
+  ``{queue: QueueMeta}``.
+
+A driver (``StoreContext.run`` for Trio, the sync and asyncio executors of
+the producers) runs a plan to its return value, so the routing, the retry
+rules and the reply decoding of an operation are written once, and every
+client sends the same scripts with the same arguments. A plan that is
+abandoned (an error, a cancellation) is closed, which runs its ``finally``
+blocks.
+
+:class:`RedisCore` holds what a plan reads and updates: the keys, the
+topology cache and the store-clock hint.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Generator, Sequence
+from typing import Any, NamedTuple, TypeVar
+
+import attrs
+
+from .._partitioning import partition_of
+from .._roles import QueueVersion, VersionState
+from ._codec import decode_topology, encode_topology
+from ._scripts import Op, ReplicaWait
+from .keys import KeySpace, PartitionKeys
+
+T = TypeVar("T")
+
+#: Wake-up lists are trimmed to this many tokens (a burst wakes at most this many waiters).
+WAKE_CAP = 32
+
+log = logging.getLogger("chronos_trio.store.redis")
+
+
+# The requests are named tuples, not attrs classes: one or two are made per
+# enqueue on the hot path, and a tuple costs a third of a frozen attrs init.
+class Call(NamedTuple):
+    """A plan's request: run ``ops`` (then ``after``, whose replies are not
+    returned; with ``replicas``, ending with ``WAIT``) as one batch; the plan
+    is sent the replies of ``ops``."""
+
+    ops: Sequence[Op]
+    after: Sequence[Op] = ()
+    replicas: ReplicaWait | None = None
+
+
+class NeedMeta(NamedTuple):
+    """A plan's request: the :class:`QueueMeta` of ``queues`` (``fresh``:
+    read now, not from the cache); the plan is sent ``{queue: QueueMeta}``."""
+
+    queues: Sequence[str]
+    fresh: bool = False
+
+
+#: What a plan yields; drivers may add requests of their own (see ``_watch``).
+Step = Call | NeedMeta
+#: A plan returning ``T``: yields steps, is sent each step's answer.
+Plan = Generator[Any, Any, T]
+
+
+@attrs.frozen
+class QueueMeta:
+    """One queue's topology (None: never configured, so it holds no job) and
+    paused flag, as read at ``fetched_at`` (time.monotonic)."""
+
+    versions: tuple[QueueVersion, ...] | None
+    paused: bool
+    fetched_at: float
+    #: Why the stored topology could not be decoded ("" when it could, or
+    #: when there is none); ``versions`` is None then.
+    damage: str = ""
+
+    @property
+    def active(self) -> QueueVersion | None:
+        for v in self.versions or ():
+            if v.state is VersionState.ACTIVE:
+                return v
+        return None
+
+
+class RedisCore:
+    """The keys, the topology cache and the clock hint of one client.
+
+    Topology and paused flags are cached for ``topology_ttl`` seconds so the
+    hot path does not pay a round trip per call; this client's own changes
+    apply at once, other processes' changes within the TTL. Safe to share
+    between threads: each change is one dict or attribute assignment (two
+    threads refreshing at once only cost a round trip more).
+    """
+
+    def __init__(
+        self,
+        keys: KeySpace,
+        *,
+        default_partitions: int,
+        topology_ttl: float,
+        replica_wait: ReplicaWait | None = None,
+    ) -> None:
+        #: Enqueues end with WAIT for this many replicas (None: they do not wait).
+        self.replica_wait = replica_wait
+        self.keys = keys
+        self.default_partitions = default_partitions
+        self.topology_ttl = topology_ttl
+        self._meta: dict[str, QueueMeta] = {}
+        #: Redis time minus local time, from the last script reply (a guess of
+        #: the store's clock used only for wake-up hints, never for decisions).
+        self.clock_offset = 0.0
+        #: Queues whose stored topology could not be decoded (warned once each).
+        self._bad_topology: set[str] = set()
+
+    # -- clock hint ---------------------------------------------------------------
+    def observe_now(self, redis_now: bytes | str | float) -> float:
+        now = float(redis_now)
+        self.clock_offset = now - time.time()
+        return now
+
+    def estimated_now(self) -> float:
+        return time.time() + self.clock_offset
+
+    # -- topology cache -----------------------------------------------------------
+    def default_versions(self) -> tuple[QueueVersion, ...]:
+        return (QueueVersion(1, self.default_partitions, VersionState.ACTIVE),)
+
+    def current_metas(
+        self, names: Sequence[str], asked: float, fresh: bool, max_age: float | None
+    ) -> dict[str, QueueMeta]:
+        """The cached entries of ``names`` that are still good for a caller
+        who asked at ``asked`` (``fresh``: read since then; otherwise younger
+        than ``max_age``, default the TTL), in the order of ``names``."""
+        age = self.topology_ttl if max_age is None else max_age
+        got = {}
+        for q in names:
+            m = self._meta.get(q)
+            if m is not None and (m.fetched_at >= asked if fresh else asked - m.fetched_at < age):
+                got[q] = m
+        return got
+
+    def refresh_ops(self, queues: Sequence[str]) -> list[Op]:
+        """One round trip reading the topology and paused flags of ``queues``."""
+        return [
+            Op.command(self.keys.topology, "HMGET", self.keys.topology, *queues),
+            Op.command(self.keys.paused, "SMISMEMBER", self.keys.paused, *queues),
+        ]
+
+    def store_metas(
+        self, queues: Sequence[str], replies: Sequence[Any], fetched_at: float
+    ) -> dict[str, QueueMeta]:
+        """Cache (and return) the replies of :meth:`refresh_ops`."""
+        topo, paused = replies
+        got = {}
+        for q, enc, p in zip(queues, topo, paused, strict=True):
+            versions, damage = self._decode(q, enc)
+            got[q] = self._meta[q] = QueueMeta(versions, bool(p), fetched_at, damage)
+        return got
+
+    def _decode(self, queue: str, enc: bytes | None) -> tuple[tuple[QueueVersion, ...] | None, str]:
+        """A queue's stored topology and why it is damaged: (None, "") when
+        it has none; (None, why) when it cannot be decoded: then the queue is
+        not routed (its jobs are neither leased nor stored, enqueue raises
+        StoreError) and the others go on. Warned once per queue."""
+        if enc is None:
+            return None, ""
+        try:
+            versions = decode_topology(enc)
+        except ValueError as exc:
+            if queue not in self._bad_topology:
+                self._bad_topology.add(queue)
+                log.warning("queue %r is not routed: %s", queue, exc)
+            return None, str(exc)
+        self._bad_topology.discard(queue)
+        return versions, ""
+
+    def remember(self, queue: str, versions: tuple[QueueVersion, ...]) -> None:
+        """Record a topology this client just wrote."""
+        old = self._meta.get(queue)
+        self._meta[queue] = QueueMeta(versions, old.paused if old else False, time.monotonic())
+
+    def any_open_cached(self, queues: Sequence[str]) -> bool:
+        """Whether the cache (however old) knows one of ``queues`` as not paused."""
+        return any((m := self._meta.get(q)) is not None and not m.paused for q in queues)
+
+    def forget(self, queue: str) -> None:
+        self._meta.pop(queue, None)
+
+    def partitions_of(self, queue: str, meta: QueueMeta) -> list[PartitionKeys]:
+        """Keys of every partition of every live version (active and draining)."""
+        return [
+            self.keys.partition(queue, v.version, p)
+            for v in meta.versions or ()
+            for p in range(v.partitions)
+        ]
+
+    # -- wake-ups -----------------------------------------------------------------
+    def wake_ready_ops(self, counts: dict[str, int]) -> list[Op]:
+        """Push up to WAKE_CAP tokens per queue: one per job that became ready, so a
+        burst wakes that many idle waiters, each wake-up pops exactly one token."""
+        ops = []
+        for queue, n in counts.items():
+            if n > 0:
+                key = self.keys.wake_ready(queue)
+                ops.append(Op.command(key, "LPUSH", key, *([b"1"] * min(n, WAKE_CAP))))
+                ops.append(Op.command(key, "LTRIM", key, 0, WAKE_CAP - 1))
+        return ops
+
+    def wake_scheduled_ops(self, due: dict[str, float]) -> list[Op]:
+        """Tell sleeping promoters that ``queue`` got a job due at (about) ``due``."""
+        ops = []
+        for queue, at in due.items():
+            key = self.keys.wake_scheduled(queue)
+            ops.append(Op.command(key, "LPUSH", key, repr(at)))
+            ops.append(Op.command(key, "LTRIM", key, 0, WAKE_CAP - 1))
+        return ops
+
+
+# -- plans ------------------------------------------------------------------------
+def meta_plan(
+    core: RedisCore,
+    queues: Sequence[str],
+    *,
+    fresh: bool = False,
+    max_age: float | None = None,
+    asked: float | None = None,
+) -> Plan[dict[str, QueueMeta]]:
+    """Topology and paused flag of ``queues`` (in their order, without
+    repeats): one round trip for the stale ones (``fresh``: for all of them,
+    unless read since ``asked``). An entry is stale after ``max_age``
+    seconds (default: the topology TTL)."""
+    asked = time.monotonic() if asked is None else asked
+    names = list(dict.fromkeys(queues))
+    got = core.current_metas(names, asked, fresh, max_age)
+    if len(got) < len(names):
+        stale = [q for q in names if q not in got]
+        now = time.monotonic()
+        replies = yield Call(core.refresh_ops(stale))
+        got.update(core.store_metas(stale, replies, now))
+    return {q: got[q] for q in names}
+
+
+def ensure_plan(
+    core: RedisCore, queues: Sequence[str], *, fresh: bool = False
+) -> Plan[dict[str, QueueMeta]]:
+    """Like :func:`meta_plan` (through the driver's cache), but store the
+    default topology of queues that have none (HSETNX: whoever is first
+    decides the partition count for everyone)."""
+    metas: dict[str, QueueMeta] = yield NeedMeta(queues, fresh)
+    missing = [q for q, m in metas.items() if m.versions is None and not m.damage]
+    if missing:
+        default = encode_topology(core.default_versions())
+        topology = core.keys.topology
+        yield Call([Op.command(topology, "HSETNX", topology, q, default) for q in missing])
+        metas.update((yield NeedMeta(missing, True)))
+    return metas
+
+
+def queue_names_plan(core: RedisCore) -> Plan[list[str]]:
+    """Every queue with a stored topology, sorted."""
+    (names,) = yield Call([Op.command(core.keys.topology, "HKEYS", core.keys.topology)])
+    return sorted(n.decode() for n in names)
+
+
+def locations_plan(core: RedisCore, job_id: str, queue: str | None) -> Plan[list[PartitionKeys]]:
+    """The one partition per live version where ``job_id`` would live (in
+    ``queue``, or in every queue when None)."""
+    names = [queue] if queue is not None else (yield from queue_names_plan(core))
+    metas = yield NeedMeta(names, True)
+    return [
+        core.keys.partition(q, v.version, partition_of(job_id, v.partitions))
+        for q in names
+        for v in metas[q].versions or ()
+    ]
