@@ -90,8 +90,34 @@ async def test_jobs_come_out_in_due_order_across_partitions(redis_store: Factory
     [early] = ids_in(3, 1, "early")
     await store.enqueue_many([job(early, run_at=now - 5.001)])
     got = await lease(store, 20)
-    assert got == ids[10:] + [early] + sorted(got[15:]) and set(got[15:]) <= set(late)
+    assert got == [*ids[10:], early, *sorted(got[15:])] and set(got[15:]) <= set(late)
     assert sorted(got[15:] + await lease(store)) == sorted(late)
+
+
+async def test_a_deep_backlog_of_distinct_due_times_comes_out_in_due_order(
+    redis_store: Factory,
+) -> None:
+    # deep enough that a lease splits its count in rounds of counts up to a
+    # bound (see earliest in lua/_prelude.lua), not one head at a time
+    store = await redis_store(default_partitions=PARTS)
+    now = await store.now()
+    # partition 0 sparse (its jobs 100 s apart), the others dense in between
+    due = {i: now - 3000 + 100 * n for n, i in enumerate(ids_in(0, 20, "s"))}
+    for p in range(1, PARTS):
+        due |= {i: now - 3000 + 3 * n + p * 0.1 for n, i in enumerate(ids_in(p, 80, "d"))}
+    ids = sorted(due, key=due.__getitem__)
+    await store.enqueue_many([job(i, run_at=due[i]) for i in sorted(due)])
+    sizes = [64, 100, 7, 64, 200, 64, 81]  # all 580
+    batches = [await lease(store, n) for n in sizes]
+    assert [len(b) for b in batches] == sizes
+    assert [i for b in batches for i in b] == ids
+    # and promote, delayed jobs of distinct due times
+    later = [f"c{i:03d}" for i in range(300)]
+    await store.enqueue_many([job(i, run_at=now + 0.3 + int(i[1:]) * 0.001) for i in later])
+    await trio.sleep(0.7)
+    for lo, hi in ((0, 90), (90, 130), (130, 300)):
+        assert (await store.promote_due(["q"], hi - lo)).promoted == hi - lo
+        assert await lease(store, 500) == later[lo:hi]
 
 
 async def test_promote_follows_due_order_across_partitions(redis_store: Factory) -> None:
@@ -159,7 +185,7 @@ async def test_a_key_of_the_wrong_type_stops_only_its_partition_in_settle_and_pr
     # partition 2's settlements first: the script comes to it before the others
     batch.sort(key=lambda lj: lj.job.partition != 2)
     retry = [Settlement(lj.ref, SettleKind.RETRY, error="x", retry_delay=0.1) for lj in batch]
-    with pytest.raises(StoreError, match="partition .*p2"):
+    with pytest.raises(StoreError, match=r"partition .*p2"):
         await store.settle(retry)
     states = {lj.job.id: (await store.get_job(lj.job.id)).state for lj in batch}  # type: ignore[union-attr]
     assert {i: s for i, s in states.items() if partition_of(i, 4) == 2} == {

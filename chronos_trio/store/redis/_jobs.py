@@ -1,10 +1,23 @@
 """The worker's hot path on Redis: promote, lease, renew, settle, recover.
 
 Each operation costs one pipelined round trip for the whole batch (one per
-node on a Cluster), running one Lua script per partition. When a batch spans
-several partitions, lease/promote/recover first peek at the partitions' heads
-(one more round trip) so a queue's jobs come out in one global order — due
-time, then job ID — exactly as with the MemoryStore, however it is partitioned.
+node on a Cluster). A queue's jobs come out in one order by due time however
+it is partitioned (jobs due at the same time: by job ID within a partition,
+in no set order across partitions, as the store protocol allows).
+
+On a single node a script may touch the keys of many partitions, so lease,
+promote and settle run one script over every partition of the batch: it
+splits a lease's count or a promote's limit over the partitions by due time
+itself (counting, see ``earliest`` in ``lua/_prelude.lua``), skips the
+partitions with nothing to give, and keeps a key of the wrong type from
+stopping more than its own partition. Nothing is cached between calls, so a
+job enqueued into a partition that was empty is seen by the next call. On a
+Cluster a script touches one slot: lease and promote first peek at the
+partitions' heads (one more round trip) and then run a script per partition
+with its share; settle runs one per partition. Recovery (not on the hot
+path) peeks on a single node too. Leasing from several queues at once peeks
+first as well (their shares by weight depend on what each holds), then runs
+one script per queue on a single node.
 
 Replies are decoded totally: what a script set aside (damaged records it
 dead-lettered, index entries without a record, records of a newer format)
@@ -78,7 +91,7 @@ async def _one_node(ctx: StoreContext) -> bool:
 
 
 def _nonce() -> str:
-    """Per call and partition; with the partition's counter it makes tokens unique."""
+    """Per lease.lua call; with a partition's counter it makes tokens unique."""
     return secrets.token_hex(6) + "-"
 
 
@@ -290,12 +303,13 @@ def _partitions_done(
 ) -> list[tuple[Any, PartitionKeys, Any]]:
     """(reply, partition, its part) of every partition that a multi-partition
     script ran in (lease.lua, promote.lua: their replies hold one part per
-    partition from index ``first`` on), from the replies to ``plan``'s calls. A partition with no share (an
-    empty part) is left out; one that failed (its part is the reason, or its
-    call got an error reply: a key of the wrong type, say) is logged and left
-    out, so one broken partition does not discard what the others already
-    did. Raises StoreError when some partition failed and none ran: nothing
-    was done, and the caller backs off."""
+    partition from index ``first`` on), from the replies to ``plan``'s
+    calls. A partition with no share (an empty part) is left out; one that
+    failed (its part is the reason, or its call got an error reply: a key of
+    the wrong type, say) is logged and left out, so one broken partition
+    does not discard what the others already did. Raises StoreError when
+    some partition failed and none ran: nothing was done, and the caller
+    backs off."""
     done: list[tuple[Any, PartitionKeys, Any]] = []
     failed: list[tuple[PartitionKeys, object]] = []
     for (pks, _), reply in zip(plan, replies, strict=True):
@@ -395,7 +409,7 @@ async def _dead_letter_undecodable(
     changes and recovery takes the job back), and read them back to report."""
     ops = []
     for pk, job_id, token, why in jobs:
-        argv = [job_id, token, "d", f"damaged record: {why}", "0", "0", *_NO_RESULT]
+        argv: list[object] = [job_id, token, "d", f"damaged record: {why}", "0", "0", *_NO_RESULT]
         ops.append(_settle_op({pk: argv}))
         ops.append(Op.soft_command(pk.tag, "HMGET", pk.job_prefix.encode() + job_id, *READ_FIELDS))
     try:

@@ -17,7 +17,10 @@
 --   the keys they write (wrong_type) before their first write; settle, renew
 --   and dead_letter write the index before the record, so a failing index
 --   write leaves that record as it was. The client then skips that partition
---   and keeps what the others did.
+--   and keeps what the others did. A script over several partitions (lease,
+--   promote, settle on a single node) keeps that per partition: lease checks
+--   each partition's keys before its first write there, promote and settle
+--   run each partition in a pcall, so a failure stops only its partition.
 -- * A record whose field the script needs is missing, empty or unreadable is
 --   dead-lettered (dead_letter): state dead, last_error "damaged record: ...",
 --   finished_at now, lease cleared, in the partition's dead index.

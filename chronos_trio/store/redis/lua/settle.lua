@@ -1,7 +1,7 @@
 -- settle.lua: apply lease outcomes in the partitions in KEYS (one or more),
--- each fenced by its token. On a single node one call settles a batch over a
--- whole queue; on a Cluster, whose scripts touch one slot, the client calls
--- it per partition.
+-- each fenced by its token. On a single node one call settles a batch over
+-- all its partitions; on a Cluster, whose scripts touch one slot, the client
+-- calls it per partition.
 --
 -- KEYS[1+6i .. 6+6i], per partition i = 0, 1, ... (partition p = i + 1 below):
 --   KEYS[1+6i]  ready zset (score = run_at)
@@ -21,8 +21,9 @@
 -- A succeeded job's record stays while it is retained (in the succeeded
 -- index, trimmed by the janitor) or its result lives, whichever is longer;
 -- kept only for its result, it is in no index and expires by itself
--- (PEXPIRE: nothing to trim). Its run_at stays the due time it ran for. A finished job (succeeded or dead) whose record names
--- a waiter channel (field w) is published there (see notify_done).
+-- (PEXPIRE: nothing to trim). Its run_at stays the due time it ran for. A
+-- finished job (succeeded or dead) whose record names a waiter channel
+-- (field w) is published there (see notify_done).
 --
 -- Each record is judged before anything is written for it (see _prelude.lua;
 -- nothing in a judgement can fail, so no record can stop the script after
