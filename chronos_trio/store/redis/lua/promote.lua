@@ -122,20 +122,25 @@ end
 
 -- The due entries of source k of a group starting after partition p0 (its
 -- partition's scheduled zset for k odd, retry_wait for k even) as earliest
--- (in _prelude.lua) reads them: the head at a rank, and a count. Why a
--- source could not be read goes to unreadable[k].
-local function due_of(p0, unreadable)
+-- (in _prelude.lua) reads them: the head at a rank (nil once not due), and
+-- a count. The first entry of each source, due or not, goes to first[k] (a
+-- partition given nothing takes its next due time from there); why a source
+-- could not be read goes to unreadable[k].
+local function due_of(p0, first, unreadable)
   local function key_of(k)
     return KEYS[6 * (p0 + math.floor((k - 1) / 2)) + 1 + (k - 1) % 2]
   end
   local function head(k, rank)
     local key = key_of(k)
-    local got = redis.pcall('ZRANGE', key, '-inf', now_s, 'BYSCORE', 'LIMIT', rank, 1, 'WITHSCORES')
+    local got = redis.pcall('ZRANGE', key, rank, rank, 'WITHSCORES')
     if got.err then
       unreadable[k] = 'key ' .. key .. ': ' .. tostring(got.err) .. ': nothing done'
       return nil
     end
-    return got[2]
+    local score = got[2]
+    if rank == 0 then first[k] = score end
+    if score and tonumber(score) <= now then return score end
+    return nil
   end
   local function upto(k, score)
     return redis.call('ZCOUNT', key_of(k), '-inf', score or now_s)
@@ -143,20 +148,34 @@ local function due_of(p0, unreadable)
   return head, upto
 end
 
+-- The lower of two scores as read (nil: none), '' when both are nil.
+local function lowest(x, y)
+  if not (x and y) then return x or y or '' end
+  if tonumber(y) < tonumber(x) then return y end
+  return x
+end
+
 local out = {now_s}
 local remaining, p0 = tonumber(ARGV[1]), 0
 for g = 2, #ARGV do
   local size = tonumber(ARGV[g])
-  local took, unreadable = {remaining, 0}, {}
-  if size > 1 and remaining > 0 then
-    local head, upto = due_of(p0, unreadable)
+  local took, first, unreadable = {remaining, 0}, nil, {}
+  if size > 1 then
+    first = {}
+    local head, upto = due_of(p0, first, unreadable)
     took = earliest(2 * size, remaining, head, upto)
   end
   for k = 1, size do
     local p = p0 + k
     local share = (took[2 * k - 1] or 0) + (took[2 * k] or 0)
     local ok, res, looked = false, unreadable[2 * k - 1] or unreadable[2 * k], 0
-    if not res then
+    if res then
+      ok = false
+    elseif share == 0 and first then
+      -- nothing to promote: its next due time is its first entry (due now
+      -- when the limit was used up before it: the caller comes back at once)
+      ok, res = true, {0, lowest(first[2 * k - 1], first[2 * k]), new_aside()}
+    else
       -- A failure (a key of the wrong type) comes before the partition's
       -- first write and stops only this partition.
       ok, res, looked = pcall(promote_partition, p, share)
