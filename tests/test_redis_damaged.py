@@ -662,14 +662,20 @@ async def test_the_inspector_refuses_to_run_a_damaged_job(
     assert await store.get_job("p") is None
 
 
+async def four_partitions(
+    redis_store: Factory, redis_url: str
+) -> tuple[RedisStore, redis.Redis, KeySpace, list[str]]:
+    """A store of 4 partitions with 40 ready jobs (their IDs), a client, the keys."""
+    store = await redis_store(default_partitions=4)
+    ids = [f"j{i:02d}" for i in range(40)]
+    await store.enqueue_many([job(i) for i in ids])
+    return store, redis.Redis.from_url(redis_url), KeySpace(store.namespace), ids
+
+
 async def test_a_key_of_the_wrong_type_stops_only_its_partition(
     redis_store: Factory, redis_url: str
 ) -> None:
-    store = await redis_store(default_partitions=4)
-    client = redis.Redis.from_url(redis_url)
-    ks = KeySpace(store.namespace)
-    ids = [f"j{i:02d}" for i in range(40)]
-    await store.enqueue_many([job(i) for i in ids])
+    store, client, ks, ids = await four_partitions(redis_store, redis_url)
     broken = ks.partition("q", 1, 2)
     client.set(broken.leased, "not a zset")  # lease.lua writes it last
     before = client.zrange(broken.ready, 0, -1)
@@ -698,6 +704,37 @@ async def test_a_key_of_the_wrong_type_stops_only_its_partition(
         await lease(one, queue="solo")
     assert await counts(one, "solo") == {"ready": 1}
     assert client.hget(solo.job("x"), "attempts") == b"0"
+
+
+async def test_a_key_of_the_wrong_type_stops_only_its_partition_in_one_script(
+    redis_store: Factory, redis_url: str
+) -> None:
+    store, client, ks, ids = await four_partitions(redis_store, redis_url)
+    batch = await store.lease([QueueWeight("q")], 40, worker_id="w", lease_duration=30)
+    # one script settles (and promotes) every partition on a single node
+    broken = ks.partition("q", 1, 2)
+    client.set(broken.retry, "not a zset")
+    # partition 2's settlements first: the script comes to it before the others
+    batch.sort(key=lambda lj: lj.job.partition != 2)
+    retry = [Settlement(lj.ref, SettleKind.RETRY, error="x", retry_delay=0.1) for lj in batch]
+    with pytest.raises(StoreError, match=r"partition .*p2"):
+        await store.settle(retry)
+    states = {lj.job.id: (await store.get_job(lj.job.id)).state for lj in batch}  # type: ignore[union-attr]
+    assert {i: s for i, s in states.items() if partition_of(i, 4) == 2} == {
+        i: JobState.LEASED for i in ids if partition_of(i, 4) == 2
+    }
+    assert {s for i, s in states.items() if partition_of(i, 4) != 2} == {JobState.RETRY_WAIT}
+    # settling again applies nothing twice (fenced), and partition 2 once fixed
+    client.delete(broken.retry)
+    again = await store.settle(retry)
+    assert again == [lj.job.partition == 2 for lj in batch]
+    # promote: partition 2's ready zset is broken, the others are promoted
+    await trio.sleep(0.2)
+    client.set(broken.ready, "not a zset")
+    result = await store.promote_due(["q"], 100)
+    assert result.promoted == sum(1 for i in ids if partition_of(i, 4) != 2)
+    assert client.zcard(broken.retry) == sum(1 for i in ids if partition_of(i, 4) == 2)
+    client.close()
 
 
 async def test_lua_and_python_name_a_damaged_value_alike(

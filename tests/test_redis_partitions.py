@@ -1,7 +1,8 @@
 """Partitions on one Redis node: lease, promote and settle are one script
 (one round trip) over every partition of a batch, which keeps one order by
-due time across the partitions, never strands a job in a partition that
-was empty, and lets a broken key stop only its own partition."""
+due time across the partitions and never strands a job in a partition that
+was empty. (That a broken key stops only its own partition is in
+test_redis_damaged.py.)"""
 
 from __future__ import annotations
 
@@ -10,13 +11,11 @@ from collections.abc import Awaitable, Callable
 
 import attrs
 import pytest
-import redis
 import trio
 
-from chronos_trio import App, JobContext, JobState, NewJob
-from chronos_trio.store import QueueWeight, SettleKind, Settlement, StoreError, partition_of
+from chronos_trio import App, JobContext, NewJob
+from chronos_trio.store import QueueWeight, SettleKind, Settlement, partition_of
 from chronos_trio.store.redis import RedisStore
-from chronos_trio.store.redis.keys import KeySpace
 
 pytestmark = pytest.mark.redis
 
@@ -169,37 +168,3 @@ async def test_no_job_is_stranded_in_a_partition_that_was_empty(redis_store: Fac
                 while one not in ran:
                     await trio.sleep(0.005)
                     assert trio.current_time() - start < 2, f"{one} (partition {p}) stranded"
-
-
-async def test_a_key_of_the_wrong_type_stops_only_its_partition_in_settle_and_promote(
-    redis_store: Factory, redis_url: str
-) -> None:
-    store = await redis_store(default_partitions=4)
-    client = redis.Redis.from_url(redis_url)
-    ks = KeySpace(store.namespace)
-    ids = [f"j{i:02d}" for i in range(40)]
-    await store.enqueue_many([job(i) for i in ids])
-    batch = await store.lease([QueueWeight("q")], 40, worker_id="w", lease_duration=30)
-    broken = ks.partition("q", 1, 2)
-    client.set(broken.retry, "not a zset")
-    # partition 2's settlements first: the script comes to it before the others
-    batch.sort(key=lambda lj: lj.job.partition != 2)
-    retry = [Settlement(lj.ref, SettleKind.RETRY, error="x", retry_delay=0.1) for lj in batch]
-    with pytest.raises(StoreError, match=r"partition .*p2"):
-        await store.settle(retry)
-    states = {lj.job.id: (await store.get_job(lj.job.id)).state for lj in batch}  # type: ignore[union-attr]
-    assert {i: s for i, s in states.items() if partition_of(i, 4) == 2} == {
-        i: JobState.LEASED for i in ids if partition_of(i, 4) == 2
-    }
-    assert {s for i, s in states.items() if partition_of(i, 4) != 2} == {JobState.RETRY_WAIT}
-    # settling again applies nothing twice (fenced), and partition 2 once fixed
-    client.delete(broken.retry)
-    again = await store.settle(retry)
-    assert again == [lj.job.partition == 2 for lj in batch]
-    # promote: partition 2's ready zset is broken, the others are promoted
-    await trio.sleep(0.2)
-    client.set(broken.ready, "not a zset")
-    result = await store.promote_due(["q"], 100)
-    assert result.promoted == sum(1 for i in ids if partition_of(i, 4) != 2)
-    assert client.zcard(broken.retry) == sum(1 for i in ids if partition_of(i, 4) == 2)
-    client.close()
