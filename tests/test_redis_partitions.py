@@ -67,6 +67,7 @@ async def test_lease_promote_and_settle_take_one_round_trip_over_8_partitions(
         before = stats.round_trips
         assert (await store.promote_due(["q"], 100)).promoted == 0
         assert stats.round_trips - before == 1
+        assert await store.settle([]) == [] and stats.round_trips - before == 1
 
 
 async def test_jobs_come_out_in_due_order_across_partitions(redis_store: Factory) -> None:

@@ -500,7 +500,9 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
             ]
         argv_of[pk] = argv
     # One script for the whole batch on one node; one per partition (slot) on a Cluster.
-    calls = [list(groups)] if await _one_node(ctx) else [[pk] for pk in groups]
+    calls = [[pk] for pk in groups]
+    if len(calls) > 1 and await _one_node(ctx):
+        calls = [list(groups)]
     ops = [_settle_op({pk: argv_of[pk] for pk in call}) for call in calls]
     now = ctx.estimated_now()
     ready: dict[str, int] = {}
