@@ -1,0 +1,71 @@
+"""huey with ``RedisHuey``, on threads: ``huey_consumer
+benchmarks.peers.huey_bench.huey -w C -k thread -q`` (its consumer, one
+process per worker; ``-q`` keeps it from logging two INFO lines per task, as
+SAQ runs ``--quiet``). Settings: ``RedisHuey("bench", url=...)``: blocking
+dequeue (``BRPOP``, 1 s), results kept only for tasks that return something
+(none here), the scheduler every 1 s (so delayed jobs have 1 s resolution).
+Delayed jobs: ``task.schedule(args, eta=...)``. ``incr`` makes its one Redis
+round trip on a redis-py client of the module's own, as a huey user would;
+``noop`` sleeps ``hold`` s with ``time.sleep`` (the I/O workload)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from typing import Any
+
+import redis
+from huey import RedisHuey
+
+from benchmarks._common import ENV_URL, INCR_KEY, PAD_PEER, recorder
+
+NAME = "huey"
+BACKEND = "threads"
+PACKAGES = ("huey", "redis", "hiredis")
+
+_url = os.environ.get(ENV_URL, "redis://127.0.0.1:1")
+huey = RedisHuey("bench", url=_url)
+client = redis.Redis.from_url(_url)  # connects lazily; thread-safe pool
+
+
+@huey.task()
+def noop(sent_at: float, due_at: float, hold: float, pad: str) -> None:
+    recorder().record(sent_at, due_at)
+    if hold:
+        time.sleep(hold)
+
+
+@huey.task()
+def incr(sent_at: float, due_at: float, hold: float, pad: str) -> None:
+    """One Redis round trip (sync redis-py), recorded once it is done."""
+    client.incr(INCR_KEY)
+    recorder().record(sent_at, due_at)
+
+
+TASKS: dict[str, Any] = {"noop": noop, "incr": incr}
+
+
+def worker_commands(venv_bin: str, concurrency: int, processes: int) -> list[list[str]]:
+    argv = [f"{venv_bin}/huey_consumer", "benchmarks.peers.huey_bench.huey"]
+    return [[*argv, "-w", str(concurrency), "-k", "thread", "-q"]] * processes
+
+
+class Producer:
+    bulk = False  # no batch enqueue (Task.map enqueues one by one)
+
+    def open(self, url: str) -> None:
+        pass  # the module's huey (same URL, from the environment)
+
+    def close(self) -> None:
+        huey.storage.pool.disconnect()
+
+    def enqueue(
+        self, sent_at: float, due_at: float = 0.0, *, kind: str = "noop", hold: float = 0.0
+    ) -> None:
+        task = TASKS[kind]
+        args = (sent_at, due_at, hold, PAD_PEER)
+        if due_at:
+            task.schedule(args, eta=dt.datetime.fromtimestamp(due_at, dt.UTC))
+        else:
+            task(*args)
