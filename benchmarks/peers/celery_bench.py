@@ -19,7 +19,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from benchmarks._common import ENV_URL, INCR_KEY, PAD_PEER, recorder
+from benchmarks._common import ENV_URL, INCR_KEY, PAD_PEER, env_concurrency, recorder
 
 NAME = "celery"
 BACKEND = "threads"
@@ -29,7 +29,12 @@ _url = os.environ.get(ENV_URL, "redis://127.0.0.1:1")
 app = Celery("bench", broker=_url)
 # Celery 5 warns at start-up unless this is said either way (the default).
 app.conf.broker_connection_retry_on_startup = True
-client = redis.Redis.from_url(_url)  # connects lazily; thread-safe pool
+#: Connections for the handler threads (or the 32 producer threads): redis-py 8
+#: caps a pool at 100 unless told, and a thread that finds none fails with
+#: MaxConnectionsError.
+POOL_SIZE = max(100, env_concurrency(1) + 16)
+# connects lazily; one thread-safe pool for the handler threads
+client = redis.Redis.from_url(_url, max_connections=POOL_SIZE)
 
 
 @app.task(name="noop", ignore_result=True)

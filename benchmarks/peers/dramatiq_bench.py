@@ -17,7 +17,7 @@ import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from benchmarks._common import ENV_URL, INCR_KEY, PAD_PEER, recorder
+from benchmarks._common import ENV_URL, INCR_KEY, PAD_PEER, env_concurrency, recorder
 
 NAME = "dramatiq"
 BACKEND = "threads"
@@ -26,7 +26,12 @@ PACKAGES = ("dramatiq", "redis", "hiredis")
 _url = os.environ.get(ENV_URL, "redis://127.0.0.1:1")
 broker = RedisBroker(url=_url)
 dramatiq.set_broker(broker)
-client = redis.Redis.from_url(_url)  # connects lazily; thread-safe pool
+#: Connections for the handler threads (or the 32 producer threads): redis-py 8
+#: caps a pool at 100 unless told, and a thread that finds none fails with
+#: MaxConnectionsError.
+POOL_SIZE = max(100, env_concurrency(1) + 16)
+# connects lazily; one thread-safe pool for the handler threads
+client = redis.Redis.from_url(_url, max_connections=POOL_SIZE)
 
 
 @dramatiq.actor

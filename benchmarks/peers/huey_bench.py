@@ -1,7 +1,8 @@
 """huey with ``RedisHuey``, on threads: ``huey_consumer
 benchmarks.peers.huey_bench.huey -w C -k thread -q`` (its consumer, one
 process per worker; ``-q`` keeps it from logging two INFO lines per task, as
-SAQ runs ``--quiet``). Settings: ``RedisHuey("bench", url=...)``: blocking
+SAQ runs ``--quiet``). Settings: ``RedisHuey("bench", connection_pool=...)`` with a pool of C + 16
+connections (redis-py's default of 100 is too few for 256 threads): blocking
 dequeue (``BRPOP``, 1 s), results kept only for tasks that return something
 (none here), the scheduler every 1 s (so delayed jobs have 1 s resolution).
 Delayed jobs: ``task.schedule(args, eta=...)``. ``incr`` makes its one Redis
@@ -17,16 +18,25 @@ from typing import Any
 
 import redis
 from huey import RedisHuey
+from redis import ConnectionPool
 
-from benchmarks._common import ENV_URL, INCR_KEY, PAD_PEER, recorder
+from benchmarks._common import ENV_URL, INCR_KEY, PAD_PEER, env_concurrency, recorder
 
 NAME = "huey"
 BACKEND = "threads"
 PACKAGES = ("huey", "redis", "hiredis")
 
 _url = os.environ.get(ENV_URL, "redis://127.0.0.1:1")
-huey = RedisHuey("bench", url=_url)
-client = redis.Redis.from_url(_url)  # connects lazily; thread-safe pool
+#: Connections for the handler threads (or the 32 producer threads): redis-py 8
+#: caps a pool at 100 unless told, and a thread that finds none fails with
+#: MaxConnectionsError.
+POOL_SIZE = max(100, env_concurrency(1) + 16)
+# connects lazily; one thread-safe pool for the handler threads
+client = redis.Redis.from_url(_url, max_connections=POOL_SIZE)
+# Each consumer thread holds a connection while it waits in BRPOP: with the
+# default pool (100), -w 256 lost jobs (MaxConnectionsError while finishing
+# a task it had already popped).
+huey = RedisHuey("bench", connection_pool=ConnectionPool.from_url(_url, max_connections=POOL_SIZE))
 
 
 @huey.task()
