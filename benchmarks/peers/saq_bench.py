@@ -4,6 +4,8 @@ default (``dequeue_timeout`` 0, ``timers.schedule`` 1 s, job ttl 600 s).
 Scheduled jobs take whole epoch seconds (``scheduled: int``), rounded up here.
 ``noop_result`` (the round trip) returns a small result, awaited with
 ``Queue.apply`` (which polls every ``poll_interval``, 0.5 s by default).
+The queue's redis-py pool holds max(100, C + 16) connections (redis-py 8's
+default, 100, failed jobs at concurrency 256).
 ``incr`` makes its one Redis round trip on a redis-py asyncio client that
 the worker's ``startup`` hook puts in the context, as SAQ's docs do for a
 job's resources."""
@@ -17,6 +19,7 @@ from typing import Any
 
 import redis.asyncio
 from saq import Queue
+from saq.queue.redis import RedisQueue
 
 from benchmarks._common import ENV_URL, INCR_KEY, PAD_PEER, env_concurrency, recorder
 
@@ -53,8 +56,12 @@ async def shutdown(ctx: Any) -> None:
 
 
 _url = os.environ.get(ENV_URL, "redis://127.0.0.1:1")
+#: The queue's connections: redis-py 8 caps a pool at 100 unless told, and at
+#: concurrency 256 jobs failed (MaxConnectionsError while finishing them).
+POOL_SIZE = max(100, env_concurrency(1) + 16)
 settings = {
-    "queue": Queue.from_url(_url),
+    # Queue.from_url(url), with the pool sized for the concurrency
+    "queue": RedisQueue(redis.asyncio.Redis.from_url(_url, max_connections=POOL_SIZE)),
     "functions": [noop, noop_result, incr],
     "concurrency": env_concurrency(10),
     "startup": startup,
