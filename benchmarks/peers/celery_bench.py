@@ -19,7 +19,8 @@ from typing import Any
 import redis
 from celery import Celery
 
-from benchmarks._common import ENV_URL, INCR_KEY, PAD_PEER, env_concurrency, recorder
+from benchmarks._common import ENV_URL, INCR_KEY, env_concurrency, recorder
+from benchmarks.peers._threads import ThreadProducer
 
 NAME = "celery"
 BACKEND = "threads"
@@ -64,21 +65,17 @@ def worker_commands(venv_bin: str, concurrency: int, processes: int) -> list[lis
     return [[*argv, "-n", f"bench{i}@%h"] for i in range(processes)]
 
 
-class Producer:
-    bulk = False  # no batch enqueue (a group publishes its messages one by one)
+class Producer(ThreadProducer):
+    """``task.delay(...)``; delayed: ``apply_async(eta=...)``. (No batch
+    enqueue: a group publishes its messages one by one.)"""
 
-    def open(self, url: str) -> None:
-        pass  # the module's app (same URL, from the environment)
+    tasks = TASKS
 
     def close(self) -> None:
         app.close()
 
-    def enqueue(
-        self, sent_at: float, due_at: float = 0.0, *, kind: str = "noop", hold: float = 0.0
-    ) -> None:
-        task = TASKS[kind]
-        args = (sent_at, due_at, hold, PAD_PEER)
-        if due_at:
-            task.apply_async(args, eta=dt.datetime.fromtimestamp(due_at, dt.UTC))
-        else:
-            task.delay(*args)
+    def send(self, task: Any, args: tuple[Any, ...]) -> None:
+        task.delay(*args)
+
+    def send_at(self, task: Any, args: tuple[Any, ...], due_at: float) -> None:
+        task.apply_async(args, eta=dt.datetime.fromtimestamp(due_at, dt.UTC))

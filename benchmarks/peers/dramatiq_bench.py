@@ -17,7 +17,8 @@ import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from benchmarks._common import ENV_URL, INCR_KEY, PAD_PEER, env_concurrency, recorder
+from benchmarks._common import ENV_URL, INCR_KEY, env_concurrency, recorder
+from benchmarks.peers._threads import ThreadProducer
 
 NAME = "dramatiq"
 BACKEND = "threads"
@@ -48,7 +49,7 @@ def incr(sent_at: float, due_at: float, hold: float, pad: str) -> None:
     recorder().record(sent_at, due_at)
 
 
-ACTORS = {"noop": noop, "incr": incr}
+ACTORS: dict[str, Any] = {"noop": noop, "incr": incr}
 
 
 def worker_commands(venv_bin: str, concurrency: int, processes: int) -> list[list[str]]:
@@ -60,22 +61,18 @@ def worker_commands(venv_bin: str, concurrency: int, processes: int) -> list[lis
     ]  # fmt: skip
 
 
-class Producer:
-    bulk = False  # no batch enqueue (a group sends its messages one by one)
+class Producer(ThreadProducer):
+    """``actor.send(...)``; delayed: ``send_with_options(delay=ms)``. (No
+    batch enqueue: a group sends its messages one by one.)"""
 
-    def open(self, url: str) -> None:
-        pass  # the module's broker (same URL, from the environment)
+    tasks = ACTORS
 
     def close(self) -> None:
         broker.close()
 
-    def enqueue(
-        self, sent_at: float, due_at: float = 0.0, *, kind: str = "noop", hold: float = 0.0
-    ) -> None:
-        actor: Any = ACTORS[kind]
-        args = (sent_at, due_at, hold, PAD_PEER)
-        if due_at:
-            delay = max(0, round((due_at - time.time()) * 1000))
-            actor.send_with_options(args=args, delay=delay)
-        else:
-            actor.send(*args)
+    def send(self, task: Any, args: tuple[Any, ...]) -> None:
+        task.send(*args)
+
+    def send_at(self, task: Any, args: tuple[Any, ...], due_at: float) -> None:
+        delay = max(0, round((due_at - time.time()) * 1000))
+        task.send_with_options(args=args, delay=delay)

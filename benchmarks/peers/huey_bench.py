@@ -20,7 +20,8 @@ import redis
 from huey import RedisHuey
 from redis import ConnectionPool
 
-from benchmarks._common import ENV_URL, INCR_KEY, PAD_PEER, env_concurrency, recorder
+from benchmarks._common import ENV_URL, INCR_KEY, env_concurrency, recorder
+from benchmarks.peers._threads import ThreadProducer
 
 NAME = "huey"
 BACKEND = "threads"
@@ -61,21 +62,17 @@ def worker_commands(venv_bin: str, concurrency: int, processes: int) -> list[lis
     return [[*argv, "-w", str(concurrency), "-k", "thread", "-q"]] * processes
 
 
-class Producer:
-    bulk = False  # no batch enqueue (Task.map enqueues one by one)
+class Producer(ThreadProducer):
+    """Calling the task, ``task(...)``; delayed: ``task.schedule(args, eta=...)``.
+    (No batch enqueue: ``Task.map`` enqueues one by one.)"""
 
-    def open(self, url: str) -> None:
-        pass  # the module's huey (same URL, from the environment)
+    tasks = TASKS
 
     def close(self) -> None:
         huey.storage.pool.disconnect()
 
-    def enqueue(
-        self, sent_at: float, due_at: float = 0.0, *, kind: str = "noop", hold: float = 0.0
-    ) -> None:
-        task = TASKS[kind]
-        args = (sent_at, due_at, hold, PAD_PEER)
-        if due_at:
-            task.schedule(args, eta=dt.datetime.fromtimestamp(due_at, dt.UTC))
-        else:
-            task(*args)
+    def send(self, task: Any, args: tuple[Any, ...]) -> None:
+        task(*args)
+
+    def send_at(self, task: Any, args: tuple[Any, ...], due_at: float) -> None:
+        task.schedule(args, eta=dt.datetime.fromtimestamp(due_at, dt.UTC))
