@@ -13,6 +13,7 @@ test). ``--setup-peers``: create each peer's virtual environment
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import itertools
 import json
@@ -25,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,9 @@ WORKLOADS = (
     "results",
     "roundtrip",
     "waiters",
+    "incr",
+    "io",
+    "startup",
 )
 
 
@@ -79,6 +84,11 @@ class Sizes:
         self.roundtrip_jobs = 50 if q else 1_000  # 10 s at 100/s
         self.waiters = 100 if q else 1_000
         self.waiters_delay = 1.0 if q else 2.0
+        self.incr_drain = 2_000 if q else 10_000
+        self.incr_concurrency = 64
+        self.io_drain = 2_000 if q else 10_000
+        self.io_concurrency = (64, 256)
+        self.startup_concurrency = 16
         self.timeout = 60.0 if q else 120.0
         #: A peer's drain run stops after this; its rate is then taken from the
         #: jobs it did (marked incomplete), so a slow peer cannot stall the suite.
@@ -169,11 +179,42 @@ def suite(args: argparse.Namespace, redis: BenchRedis) -> dict[str, list[dict[st
         out[workload].append({"system": report.OURS, "setting": setting, **row})
         _save_partial(args.out, out)
 
-    def theirs(workload: str, setting: str, peer: str, limit: float, **opts: Any) -> None:
+    def theirs(
+        workload: str,
+        setting: str,
+        peer: str,
+        limit: float,
+        *,
+        as_: str | None = None,
+        then: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        **opts: Any,
+    ) -> None:
+        """``peer``'s run of its workload ``as_`` (default ``workload``),
+        each run's figures passed through ``then`` (read right after it)."""
+
+        def once() -> dict[str, Any]:
+            result = run_peer(peer, as_ or workload, url, limit, **opts)
+            return then(result) if then else result
+
         log(f"-- {workload}: {peer} {setting}")
-        row = repeat(runs, redis, lambda: run_peer(peer, workload, url, limit, **opts))
+        row = repeat(runs, redis, once)
         out[workload].append({"system": peer, "setting": setting, **row})
         _save_partial(args.out, out)
+
+    def counted(result: dict[str, Any]) -> dict[str, Any]:
+        """A peer's INCR drain: Redis must hold a count for every job done."""
+        count = redis.counter(common.INCR_KEY)
+        ok = result.get("ok", True) and count >= result["completed"]
+        return {**result, "incr_count": count, "ok": ok}
+
+    def of_ideal(concurrency: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """The I/O workload's ideal: ``concurrency`` handlers each done in 1 ms."""
+        ideal = concurrency / common.IO_WAIT
+
+        def add(result: dict[str, Any]) -> dict[str, Any]:
+            return {**result, "ideal_per_s": ideal, "of_ideal": result["jobs_per_s"] / ideal}
+
+        return add
 
     if "lifecycle" in wanted:
         configs: list[tuple[str, str | None]] = [
@@ -260,6 +301,40 @@ def suite(args: argparse.Namespace, redis: BenchRedis) -> dict[str, list[dict[st
     if "waiters" in wanted:
         ours("waiters", f"{s.waiters:,} waiters, due together, c=64", lambda: cb.run(
             cb.waiters, url, s.waiters, s.waiters_delay, 64, 30))  # fmt: skip
+
+    if "incr" in wanted:
+        c = s.incr_concurrency
+        ours("incr", f"c={c}", lambda: cb.run(
+            partial(cb.drain, incr=True), url, s.incr_drain, c, 1, s.timeout))  # fmt: skip
+        for peer in peers:
+            theirs("incr", f"c={c}", peer, s.peer_timeout + 120, as_="drain", then=counted,
+                   n=s.incr_drain, concurrency=c, processes=1, timeout=s.peer_timeout,
+                   kind="incr")  # fmt: skip
+
+    if "io" in wanted:
+        sleepy = partial(cb.drain, hold=common.IO_WAIT)
+        for c in s.io_concurrency:
+            setting = f"c={c}, {common.IO_WAIT * 1e3:g} ms"
+            ours("io", setting, lambda c=c: of_ideal(c)(
+                cb.run(sleepy, url, s.io_drain, c, 1, s.timeout)))  # fmt: skip
+            for peer in peers:
+                theirs("io", setting, peer, s.peer_timeout + 120, as_="drain", then=of_ideal(c),
+                       n=s.io_drain, concurrency=c, processes=1, timeout=s.peer_timeout,
+                       hold=common.IO_WAIT)  # fmt: skip
+
+    if "startup" in wanted:
+        # One launch first, not counted, so every system's runs find its
+        # bytecode compiled and its files in the page cache.
+        c = s.startup_concurrency
+        log("-- startup: warming up")
+        redis.flush()
+        cb.run(cb.startup, url, c, 60)
+        ours("startup", f"c={c}", lambda: cb.run(cb.startup, url, c, 60))
+        for peer in peers:
+            redis.flush()
+            with contextlib.suppress(Exception):  # a failure shows in the counted runs
+                run_peer(peer, "startup", url, 120, concurrency=c, timeout=60)
+            theirs("startup", f"c={c}", peer, 120, concurrency=c, timeout=60)
     return out
 
 

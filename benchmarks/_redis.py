@@ -32,6 +32,10 @@ class BenchRedis:
     def reset_stats(self) -> None:
         self.client.config_resetstat()
 
+    def counter(self, key: str) -> int:
+        """The integer at ``key`` (0 when missing): what ``INCR`` handlers did."""
+        return int(self.client.get(key) or 0)
+
     def version(self) -> str:
         return str(self.client.info("server")["redis_version"])
 

@@ -1,5 +1,7 @@
-"""The chronos_trio side of the benchmark: one App with a no-op task, and
-the same no-op returning a small attrs result (stored for its producer).
+"""The chronos_trio side of the benchmark: one App with a no-op task (which
+sleeps ``hold`` seconds when asked: the I/O-bound workload), the same no-op
+returning a small attrs result (stored for its producer), and a handler that
+makes one Redis round trip (``INCR`` on the worker's own connections).
 
 Imported by worker processes (``python -m benchmarks.chronos_worker`` or
 ``python -m chronos_trio worker benchmarks.chronos_app:app``); the store URL
@@ -15,7 +17,7 @@ import attrs
 import trio
 
 import chronos_trio
-from benchmarks._common import ENV_URL, PAD, recorder
+from benchmarks._common import ENV_URL, INCR_KEY, PAD, recorder
 
 
 @attrs.frozen
@@ -67,16 +69,28 @@ async def mixed_result(args: Bench, job: chronos_trio.JobContext) -> Done:
     return done
 
 
+async def incr(args: Bench, job: chronos_trio.JobContext) -> None:
+    """One Redis round trip the way a chronos_trio user makes it: ``INCR`` on
+    the worker's own Trio-native connections (``job.redis``). Recorded once
+    the reply is in, so a job counts when its round trip is done."""
+    await job.redis.execute("INCR", INCR_KEY)
+    recorder().record(args.sent_at, args.due_at)
+
+
+#: The kind of the task whose handler makes one Redis round trip.
+INCR_KIND = "bench.incr"
+
 #: Kinds of the tagged tasks, by tag.
 MIXED_KINDS = ("bench.mixed.none", "bench.mixed.result")
 
 
 def make_app(store: Any = None) -> tuple[chronos_trio.App, chronos_trio.Task[Bench]]:
     """An App (store URL or Store object) with the benchmark's tasks
-    registered; returns the no-op task (:func:`result_task` has the other)."""
+    registered; returns the no-op task (``app.tasks[kind]`` has the others)."""
     bench_app = chronos_trio.App(store, name="bench")
     task = bench_app.task("bench.noop", max_retries=3, timeout=3600)(noop)
     bench_app.task(RESULT_KIND, max_retries=3, timeout=3600)(noop_result)
+    bench_app.task(INCR_KIND, max_retries=3, timeout=3600)(incr)
     for kind, handler in zip(MIXED_KINDS, (mixed_none, mixed_result), strict=True):
         bench_app.task(kind, max_retries=3, timeout=3600)(handler)
     return bench_app, task

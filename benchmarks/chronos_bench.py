@@ -29,7 +29,14 @@ import trio
 from benchmarks import _common as common
 from benchmarks._proc import REPO, WorkerGroup
 from benchmarks._redis import BenchRedis, own_ports
-from benchmarks.chronos_app import MIXED_KINDS, Bench, Done, make_app, result_task
+from benchmarks.chronos_app import (
+    INCR_KIND,
+    MIXED_KINDS,
+    Bench,
+    Done,
+    make_app,
+    result_task,
+)
 from chronos_trio import MemoryStore, NewJob
 from chronos_trio.store import QueueWeight, SettleKind, Settlement
 
@@ -52,8 +59,10 @@ def cli_available() -> bool:
     return probe.returncode == 0 and b"--processes" in probe.stdout
 
 
-def worker_argv(concurrency: int, processes: int) -> list[str]:
-    if processes > 1:
+def worker_argv(concurrency: int, processes: int, *, cli: bool = False) -> list[str]:
+    """The worker command: ``benchmarks.chronos_worker`` for one process, the
+    ``python -m chronos_trio worker`` CLI for several (or with ``cli``)."""
+    if processes > 1 or cli:
         return [
             sys.executable, "-m", "chronos_trio", "worker", "benchmarks.chronos_app:app",
             "--processes", str(processes), "--concurrency", str(concurrency),
@@ -69,14 +78,16 @@ class Workers:
         self.out_dir = out_dir
         self.groups: list[WorkerGroup] = []
 
-    def start(self, concurrency: int, processes: int = 1, **options: Any) -> WorkerGroup:
+    def start(
+        self, concurrency: int, processes: int = 1, *, cli: bool = False, **options: Any
+    ) -> WorkerGroup:
         env = {
             common.ENV_URL: self.url,
             common.ENV_DIR: str(self.out_dir),
             common.ENV_CONCURRENCY: str(concurrency),
             common.ENV_OPTIONS: json.dumps(options),
         }
-        argv = worker_argv(concurrency, processes)
+        argv = worker_argv(concurrency, processes, cli=cli)
         if processes > 1 and not cli_available():
             # No process manager yet: start the processes ourselves.
             groups = [
@@ -223,16 +234,22 @@ async def drain(
     *,
     results: bool = False,
     cpu_of: bool = False,
+    incr: bool = False,
+    hold: float = 0.0,
     **options: Any,
 ) -> dict[str, Any]:
     """``n`` jobs enqueued first, then the worker(s) start; jobs/s from the
     first job's start to the last one's. ``results``: the jobs are of the
     task that returns a small attrs result (stored by the worker); a few of
-    the last jobs' results are read back to check they were. With
+    the last jobs' results are read back to check they were. ``incr``: the
+    jobs are of the task that makes one Redis round trip (``INCR``, then
+    recorded), and the counter must show every one of them. ``hold``: each
+    handler sleeps that long (``trio.sleep``; the I/O-bound workload). With
     ``cpu_of`` (one worker process), also the CPU time per job of that
     worker and of redis-server while it drained (:class:`CpuMeter`)."""
     app, task = make_app(url)
-    handles = await preload(result_task(app) if results else task, n)
+    kind = result_task(app) if results else app.tasks[INCR_KIND] if incr else task
+    handles = await preload(kind, n, hold=hold)
     cpu: dict[str, Any] = {}
     async with open_workers(url) as workers:
         spawned = time.time()
@@ -250,7 +267,20 @@ async def drain(
         if not isinstance(value, Done):
             raise RuntimeError(f"job {handle.job_id} returned {value!r}")
     await app.aclose()
-    return _throughput(rec, n, ok, extra={"wall_s": rec["last"] - spawned, **cpu})
+    extra: dict[str, Any] = {"wall_s": rec["last"] - spawned, **cpu}
+    if incr:
+        extra["incr_count"] = incr_count(url)
+        ok = ok and extra["incr_count"] >= rec["count"]
+    return _throughput(rec, n, ok, extra=extra)
+
+
+def incr_count(url: str) -> int:
+    """What the ``INCR`` handlers counted (``common.INCR_KEY``)."""
+    redis = BenchRedis(url)
+    try:
+        return redis.counter(common.INCR_KEY)
+    finally:
+        redis.client.close()
 
 
 class CpuMeter:
@@ -793,6 +823,25 @@ async def one_result(task: Any, timeout: float = 30) -> None:
     await handle.result(timeout=timeout)
 
 
+# -- 14. start-up ---------------------------------------------------------------------------------
+
+
+async def startup(url: str, concurrency: int, timeout: float) -> dict[str, Any]:
+    """Seconds from spawning ``python -m chronos_trio worker APP`` (the
+    CLI, one process) to its first handler start, with one job waiting in
+    the queue before the process starts: interpreter start, imports, the
+    first connection and lease."""
+    app, task = make_app(url)
+    await task.enqueue(Bench(sent_at=0.0))
+    await app.aclose()
+    async with open_workers(url) as workers:
+        spawned = time.time()
+        workers.start(concurrency, cli=True)
+        ok = await workers.wait_total(1, timeout)
+        rec = workers.collect()
+    return {"startup_s": rec["first"] - spawned if rec["count"] else math.nan, "ok": ok}
+
+
 #: No single run may take longer than this (seconds): every run is bounded.
 RUN_LIMIT = 300.0
 
@@ -810,5 +859,5 @@ def run(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
 
 __all__: Sequence[str] = [
     "drain", "drain_results", "enqueue", "idle", "lateness", "lifecycle", "pickup", "recovery",
-    "roundtrip", "saturation", "waiters",
+    "roundtrip", "saturation", "startup", "waiters",
 ]  # fmt: skip

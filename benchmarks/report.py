@@ -148,6 +148,35 @@ TABLES: dict[str, dict[str, Any]] = {
             ("accepted", "conns accepted", "{:,.0f}"),
         ],
     },
+    "incr": {
+        "title": "12. One Redis round trip per job: drain of pre-enqueued jobs whose handler "
+        "makes one INCR the system's own way (ours: job.redis; asyncio peers: an asyncio "
+        "client; thread peers: sync redis-py), one worker process, jobs/s (higher is better)",
+        "columns": [
+            ("jobs_per_s", "jobs/s", "{:,.0f}"),
+            ("completed", "done", "{:,.0f}"),
+            ("incr_count", "INCRs", "{:,.0f}"),
+        ],
+        "ratio": [("jobs_per_s", True, "chronos/peer")],
+    },
+    "io": {
+        "title": "13. I/O-bound handlers: each awaits 1 ms (trio.sleep / asyncio.sleep / "
+        "time.sleep in threads), one worker process at concurrency C; drain of pre-enqueued "
+        "jobs, jobs/s against the ideal C / 1 ms (higher is better)",
+        "columns": [
+            ("jobs_per_s", "jobs/s", "{:,.0f}"),
+            ("ideal_per_s", "ideal/s", "{:,.0f}"),
+            ("of_ideal", "of ideal", "{:.1%}"),
+            ("completed", "done", "{:,.0f}"),
+        ],
+        "ratio": [("jobs_per_s", True, "chronos/peer")],
+    },
+    "startup": {
+        "title": "14. Start-up: worker CLI spawned -> first job handled (one job waiting), "
+        "one process (lower is better)",
+        "columns": [("startup_s", "seconds", "{:.3f}")],
+        "ratio": [("startup_s", False, "chronos/peer")],
+    },
 }
 
 
@@ -265,12 +294,33 @@ def charts(doc: dict[str, Any], out_dir: Path) -> list[Path]:
                                      out_dir / "lateness.png", log=True))  # fmt: skip
     if w.get("lifecycle"):
         written.append(_lifecycle(plt, w["lifecycle"], out_dir / "lifecycle.png"))
+    if w.get("incr"):
+        written.append(_grouped_bars(plt, w["incr"], "jobs_per_s", "jobs/s (log)",
+                                     "Drain, one Redis round trip (INCR) per job "
+                                     "(higher is better)",
+                                     out_dir / "incr.png", log=True))  # fmt: skip
+    if w.get("io"):
+        rows = list(w["io"])
+        for setting in dict.fromkeys(r["setting"] for r in rows):
+            ideal = next((r.get("ideal_per_s") for r in rows if r["setting"] == setting), None)
+            rows.append({"system": "ideal (C / 1 ms)", "setting": setting, "value": ideal})
+        rows = [{**r, "value": r.get("value", r.get("jobs_per_s"))} for r in rows]
+        written.append(_grouped_bars(plt, rows, "value", "jobs/s (log)",
+                                     "Handlers awaiting 1 ms each, against the ideal "
+                                     "(higher is better)",
+                                     out_dir / "io.png", log=True))  # fmt: skip
+    if w.get("startup"):
+        rows = [{**r, "value": r.get("startup_s")} for r in w["startup"]]
+        written.append(_grouped_bars(plt, rows, "value", "seconds",
+                                     "Worker start-up: spawn -> first job handled "
+                                     "(lower is better)",
+                                     out_dir / "startup.png", label_fmt="{:.3f}"))  # fmt: skip
     return written
 
 
 def _grouped_bars(
     plt: Any, rows: list[dict[str, Any]], key: str, ylabel: str, title: str, path: Path,
-    *, log: bool = False,
+    *, log: bool = False, label_fmt: str | None = None,
 ) -> Path:  # fmt: skip
     settings = list(dict.fromkeys(r["setting"] for r in rows))
     systems = list(dict.fromkeys(r["system"] for r in rows))
@@ -285,18 +335,21 @@ def _grouped_bars(
                 xs.append(j + i * width)
                 ys.append(value)
         bars = ax.bar(xs, ys, width, label=system)
-        ax.bar_label(bars, fmt="{:,.0f}" if max(ys, default=0) >= 100 else "{:.1f}",
-                     fontsize=6, rotation=90, padding=2)  # fmt: skip
+        fmt = label_fmt or ("{:,.0f}" if max(ys, default=0) >= 100 else "{:.1f}")
+        ax.bar_label(bars, fmt=fmt, fontsize=6, rotation=90, padding=2)
     ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(settings))])
     ax.set_xticklabels(settings, fontsize=8)
     if log:
         ax.set_yscale("log")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    if len(systems) > 5:  # beside the axes: inside, it would cover the bars
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(fontsize=8)
     ax.margins(y=0.25)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 

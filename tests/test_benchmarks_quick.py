@@ -35,7 +35,8 @@ def test_quick_benchmark_completes_every_workload(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     workloads = doc["workloads"]
     expected = {"lifecycle", "drain", "saturation", "enqueue", "replicas", "pickup",
-                "lateness", "recovery", "idle", "results", "roundtrip", "waiters"}  # fmt: skip
+                "lateness", "recovery", "idle", "results", "roundtrip", "waiters", "incr", "io",
+                "startup"}  # fmt: skip
     assert expected <= {name for name, rows in workloads.items() if rows}
     for name, rows in workloads.items():
         for row in rows:

@@ -117,3 +117,41 @@ async def test_the_memory_store_has_no_job_redis() -> None:
         with trio.fail_after(10):
             await (await none.enqueue(None)).result(timeout=5)
     assert seen == ["job.redis needs a Redis store; this app's store is a MemoryStore"]
+
+
+async def test_concurrent_commands_share_round_trips(redis_url: str) -> None:
+    store = RedisStore.from_url(redis_url, namespace=f"hr-{next(_ns)}")
+    try:
+        commands = store.commands()
+        await commands.execute("DEL", "hr:shared")
+        before = store._adapter.stats.round_trips
+        got: list[int] = []
+
+        async def incr() -> None:
+            got.append(int(await commands.execute("INCR", "hr:shared")))
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                for _ in range(64):
+                    nursery.start_soon(incr)
+        assert sorted(got) == list(range(1, 65))  # each ran once
+        trips = store._adapter.stats.round_trips - before
+        assert trips <= 8, f"64 concurrent commands took {trips} round trips"
+        # an error reply is raised in its own call only
+        await commands.execute("SET", "hr:s", "x")
+        results: list[object] = []
+
+        async def call(*c: str) -> None:
+            try:
+                results.append(await commands.execute(*c))
+            except redis.exceptions.ResponseError as exc:
+                results.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call, "GET", "hr:s")
+            nursery.start_soon(call, "LPUSH", "hr:s", "y")
+            nursery.start_soon(call, "GET", "hr:s")
+        assert results.count(b"x") == 2
+        assert sum(isinstance(r, redis.exceptions.ResponseError) for r in results) == 1
+    finally:
+        await store.aclose()

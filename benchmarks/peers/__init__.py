@@ -7,7 +7,7 @@ here uses the standard library, ``benchmarks._common`` and the peer itself.
 prints one JSON object.
 """
 
-PEERS = ("arq", "saq", "taskiq", "streaq")
+PEERS = ("arq", "saq", "taskiq", "streaq", "dramatiq", "huey", "celery")
 #: Peers that run the result round trip (workload 10): arq's ``job.result()``
 #: and SAQ's ``Queue.apply``.
 ROUNDTRIP_PEERS = ("arq", "saq")

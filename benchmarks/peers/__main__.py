@@ -1,8 +1,12 @@
 """``python -m benchmarks.peers PEER WORKLOAD [options]``: one run, one JSON line.
 
 Run with the peer's own interpreter (``benchmarks/.venv/PEER/bin/python``).
-Workloads: ``drain``, ``enqueue``, ``lateness`` and (arq, SAQ) ``roundtrip``
-(the same method as chronos_trio's, see ``benchmarks.chronos_bench``).
+Workloads: ``drain`` (``--kind incr``: handlers make one Redis round trip;
+``--hold S``: they sleep S seconds), ``enqueue``, ``lateness``, ``startup``
+and (arq, SAQ) ``roundtrip`` (the same method as chronos_trio's, see
+``benchmarks.chronos_bench``). A peer module's ``BACKEND`` is ``asyncio``,
+``trio`` or ``threads``; a thread peer's ``Producer`` is synchronous and its
+concurrent producers are threads.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ import math
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +31,8 @@ from benchmarks import _common as common
 from benchmarks._proc import WorkerGroup
 
 BULK_BATCH = 1000
+#: Concurrent one-at-a-time producers (tasks, or threads for a thread peer).
+PRODUCERS = 32
 
 
 def load(peer: str) -> Any:
@@ -42,31 +50,83 @@ async def _spawn(backend: str, producers: int, body: Callable[[], Awaitable[None
         await asyncio.gather(*(body() for _ in range(producers)))
 
 
-async def produce(mod: Any, url: str, items: list[tuple[float, float]], how: str) -> float:
-    """Enqueue ``items`` ((sent_at, due_at); sent_at None = now) ``how``:
-    ``single``, ``concurrent`` (32 producers) or ``bulk``; returns seconds."""
+async def produce(
+    mod: Any, url: str, items: list[tuple[float, float]], how: str, kind: str, hold: float
+) -> float:
+    """Enqueue ``items`` ((sent_at, due_at); sent_at None = now) of task
+    ``kind`` (handlers sleep ``hold`` s) ``how``: ``single``, ``concurrent``
+    (:data:`PRODUCERS` producers) or ``bulk``; returns seconds."""
     producer = mod.Producer()
     await producer.open(url)
     try:
-        await producer.enqueue(0.0)  # connect, load scripts; counts as a warm-up job
+        # connect, load scripts; counts as a warm-up job (of the same kind)
+        await producer.enqueue(0.0, kind=kind, hold=hold)
         t = time.perf_counter()
         if how == "bulk":
             for i in range(0, len(items), BULK_BATCH):
-                await producer.enqueue_bulk(items[i : i + BULK_BATCH])
+                await producer.enqueue_bulk(items[i : i + BULK_BATCH], kind=kind, hold=hold)
         elif how == "single":
             for sent_at, due_at in items:
-                await producer.enqueue(sent_at or time.time(), due_at)
+                await producer.enqueue(sent_at or time.time(), due_at, kind=kind, hold=hold)
         else:
             it = iter(items)
 
             async def body() -> None:
                 for sent_at, due_at in it:
-                    await producer.enqueue(sent_at or time.time(), due_at)
+                    await producer.enqueue(sent_at or time.time(), due_at, kind=kind, hold=hold)
 
-            await _spawn(mod.BACKEND, 32, body)
+            await _spawn(mod.BACKEND, PRODUCERS, body)
         return time.perf_counter() - t
     finally:
         await producer.close()
+
+
+def produce_threads(
+    mod: Any, url: str, items: list[tuple[float, float]], how: str, kind: str, hold: float
+) -> float:
+    """:func:`produce` for a thread peer: its synchronous enqueue calls, and
+    threads for the concurrent producers (no bulk API among them)."""
+    producer = mod.Producer()
+    producer.open(url)
+    try:
+        producer.enqueue(0.0, kind=kind, hold=hold)
+        t = time.perf_counter()
+        if how == "single":
+            for sent_at, due_at in items:
+                producer.enqueue(sent_at or time.time(), due_at, kind=kind, hold=hold)
+        else:
+            it, lock = iter(items), threading.Lock()
+
+            def body() -> None:
+                while True:
+                    with lock:
+                        item = next(it, None)
+                    if item is None:
+                        return
+                    producer.enqueue(item[0] or time.time(), item[1], kind=kind, hold=hold)
+
+            with ThreadPoolExecutor(PRODUCERS) as pool:
+                for future in [pool.submit(body) for _ in range(PRODUCERS)]:
+                    future.result()  # a producer's exception, raised here
+        return time.perf_counter() - t
+    finally:
+        producer.close()
+
+
+def enqueue_items(
+    mod: Any,
+    url: str,
+    items: list[tuple[float, float]],
+    how: str,
+    *,
+    kind: str = "noop",
+    hold: float = 0.0,
+) -> float:
+    """Enqueue ``items`` plus one warm-up job (see :func:`produce`); seconds."""
+    if mod.BACKEND == "threads":
+        return produce_threads(mod, url, items, how, kind, hold)
+    took: float = mod.run(produce, mod, url, items, how, kind, hold)
+    return took
 
 
 def _fastest_preload(mod: Any) -> str:
@@ -116,7 +176,8 @@ class Workers:
 
 def drain(mod: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     n = args.n
-    mod.run(produce, mod, args.url, [(0.0, 0.0)] * (n - 1), _fastest_preload(mod))
+    items = [(0.0, 0.0)] * (n - 1)
+    enqueue_items(mod, args.url, items, _fastest_preload(mod), kind=args.kind, hold=args.hold)
     workers = Workers(mod, args.url, out)
     try:
         workers.start(args.concurrency, args.processes)
@@ -136,16 +197,14 @@ def drain(mod: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
 def enqueue(mod: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     result: dict[str, Any] = {"ok": True}
     n_single, n_conc, n_bulk = args.n_single, args.n, args.n
-    result["single_per_s"] = n_single / mod.run(
-        produce, mod, args.url, [(0.0, 0.0)] * n_single, "single"
+    result["single_per_s"] = n_single / enqueue_items(
+        mod, args.url, [(0.0, 0.0)] * n_single, "single"
     )
-    result["concurrent_per_s"] = n_conc / mod.run(
-        produce, mod, args.url, [(0.0, 0.0)] * n_conc, "concurrent"
+    result["concurrent_per_s"] = n_conc / enqueue_items(
+        mod, args.url, [(0.0, 0.0)] * n_conc, "concurrent"
     )
     if mod.Producer.bulk:
-        result["bulk_per_s"] = n_bulk / mod.run(
-            produce, mod, args.url, [(0.0, 0.0)] * n_bulk, "bulk"
-        )
+        result["bulk_per_s"] = n_bulk / enqueue_items(mod, args.url, [(0.0, 0.0)] * n_bulk, "bulk")
     else:
         result["bulk_per_s"] = None  # not supported: reported as such
     return result
@@ -158,19 +217,35 @@ def lateness(mod: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
         workers.start(args.concurrency, 1)
         if hasattr(mod, "scheduler_command"):
             workers.start_argv(mod.scheduler_command(workers.bin))
-        mod.run(produce, mod, args.url, [], "single")  # the warm-up job
+        enqueue_items(mod, args.url, [], "single")  # the warm-up job
         if not workers.wait(1, 60):
             raise RuntimeError(f"warm-up job did not run: {workers.log_tail()}")
         time.sleep(1.0)
         t0 = time.time() + args.delay
         items = [(0.0, t0 + (i * args.spread / n if args.spread else 0.0)) for i in range(n)]
-        how = "bulk" if mod.Producer.bulk else "concurrent"
-        mod.run(produce, mod, args.url, items, how)
+        enqueue_items(mod, args.url, items, _fastest_preload(mod))
         ok = workers.wait(n + 2, args.delay + args.spread + args.timeout)
         rec = common.merge(common.collect(out))
     finally:
         workers.stop()
     return {**common.latency_summary(rec["late"]), "ok": ok and len(rec["late"]) >= n}
+
+
+def startup(mod: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Seconds from spawning the peer's worker command (one process, at
+    ``--concurrency``) to its first handler start, with one job already
+    waiting in the queue: interpreter start, imports, connecting, the
+    first fetch."""
+    enqueue_items(mod, args.url, [], "single")  # the one waiting job
+    workers = Workers(mod, args.url, out)
+    try:
+        spawned = time.time()
+        workers.start(args.concurrency, 1)
+        ok = workers.wait(1, args.timeout)
+        rec = common.merge(common.collect(out))
+    finally:
+        workers.stop()
+    return {"startup_s": rec["first"] - spawned if rec["count"] else math.nan, "ok": ok}
 
 
 async def round_trips(
@@ -242,7 +317,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.peers")
     parser.add_argument("peer")
     parser.add_argument(
-        "workload", choices=("drain", "enqueue", "lateness", "roundtrip", "versions")
+        "workload",
+        choices=("drain", "enqueue", "lateness", "roundtrip", "startup", "versions"),
     )
     parser.add_argument("--url", default="")
     parser.add_argument("--n", type=int, default=20_000)
@@ -254,6 +330,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--poll", type=float, default=None)
+    parser.add_argument("--kind", choices=("noop", "incr"), default="noop")
+    parser.add_argument("--hold", type=float, default=0.0)
     args = parser.parse_args()
     # Peer modules build their clients at import: give them a URL even for
     # "versions" (nothing connects then).
@@ -262,9 +340,13 @@ def main() -> None:
     if args.workload == "versions":
         print(json.dumps(versions(mod)))
         return
-    fn = {"drain": drain, "enqueue": enqueue, "lateness": lateness, "roundtrip": roundtrip}[
-        args.workload
-    ]
+    fn = {
+        "drain": drain,
+        "enqueue": enqueue,
+        "lateness": lateness,
+        "roundtrip": roundtrip,
+        "startup": startup,
+    }[args.workload]
     with tempfile.TemporaryDirectory(prefix=f"bench-{args.peer}-") as tmp:
         result = fn(mod, args, Path(tmp))
     print(json.dumps(result))

@@ -3,7 +3,9 @@ arq has no multi-process flag). Settings: ``max_jobs`` = concurrency, and
 ``keep_result = 0`` (no result stored, like chronos_trio's no-op); the rest
 default (``poll_delay`` 0.5 s, pickle). ``noop_result`` (the round trip)
 keeps its result for arq's default 3600 s; ``poll_delay`` may come from the
-benchmark's options (the tuned round trip)."""
+benchmark's options (the tuned round trip). ``incr`` makes its one Redis round
+trip on the ``ArqRedis`` arq hands every job (``ctx["redis"]``, redis-py's
+asyncio client)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,14 @@ from arq import create_pool
 from arq.connections import RedisSettings
 from arq.worker import func
 
-from benchmarks._common import ENV_URL, PAD_PEER, env_concurrency, env_options, recorder
+from benchmarks._common import (
+    ENV_URL,
+    INCR_KEY,
+    PAD_PEER,
+    env_concurrency,
+    env_options,
+    recorder,
+)
 
 NAME = "arq"
 BACKEND = "asyncio"
@@ -36,8 +45,14 @@ async def noop_result(
     return {"ran_at": recorder().record(sent_at, due_at)}
 
 
+async def incr(ctx: dict[str, Any], sent_at: float, due_at: float, hold: float, pad: str) -> None:
+    """One Redis round trip on arq's own client, recorded once it is done."""
+    await ctx["redis"].incr(INCR_KEY)
+    recorder().record(sent_at, due_at)
+
+
 class WorkerSettings:
-    functions = [noop, func(noop_result, keep_result=3600)]
+    functions = [noop, incr, func(noop_result, keep_result=3600)]
     redis_settings = RedisSettings.from_dsn(os.environ.get(ENV_URL, "redis://127.0.0.1:1"))
     max_jobs = env_concurrency(10)
     keep_result = 0
@@ -58,9 +73,11 @@ class Producer:
     async def close(self) -> None:
         await self.redis.aclose()
 
-    async def enqueue(self, sent_at: float, due_at: float = 0.0) -> None:
+    async def enqueue(
+        self, sent_at: float, due_at: float = 0.0, *, kind: str = "noop", hold: float = 0.0
+    ) -> None:
         defer = dt.datetime.fromtimestamp(due_at, dt.UTC) if due_at else None
-        await self.redis.enqueue_job("noop", sent_at, due_at, 0.0, PAD_PEER, _defer_until=defer)
+        await self.redis.enqueue_job(kind, sent_at, due_at, hold, PAD_PEER, _defer_until=defer)
 
     async def round_trip(self, sent_at: float, poll: float | None, timeout: float) -> Any:
         """``enqueue_job`` then ``job.result()`` (polling every ``poll`` s;

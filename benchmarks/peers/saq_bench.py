@@ -3,7 +3,12 @@ CLI, as its README shows). Settings: ``concurrency`` = concurrency; the rest
 default (``dequeue_timeout`` 0, ``timers.schedule`` 1 s, job ttl 600 s).
 Scheduled jobs take whole epoch seconds (``scheduled: int``), rounded up here.
 ``noop_result`` (the round trip) returns a small result, awaited with
-``Queue.apply`` (which polls every ``poll_interval``, 0.5 s by default)."""
+``Queue.apply`` (which polls every ``poll_interval``, 0.5 s by default).
+The queue's redis-py pool holds max(100, C + 16) connections (redis-py 8's
+default, 100, failed jobs at concurrency 256).
+``incr`` makes its one Redis round trip on a redis-py asyncio client that
+the worker's ``startup`` hook puts in the context, as SAQ's docs do for a
+job's resources."""
 
 from __future__ import annotations
 
@@ -12,9 +17,11 @@ import math
 import os
 from typing import Any
 
+import redis.asyncio
 from saq import Queue
+from saq.queue.redis import RedisQueue
 
-from benchmarks._common import ENV_URL, PAD_PEER, env_concurrency, recorder
+from benchmarks._common import ENV_URL, INCR_KEY, PAD_PEER, env_concurrency, recorder
 
 NAME = "saq"
 BACKEND = "asyncio"
@@ -34,10 +41,31 @@ async def noop_result(
     return {"ran_at": recorder().record(sent_at, due_at)}
 
 
+async def incr(ctx: Any, *, sent_at: float, due_at: float, hold: float, pad: str) -> None:
+    """One Redis round trip on the worker's own client, recorded once done."""
+    await ctx["redis"].incr(INCR_KEY)
+    recorder().record(sent_at, due_at)
+
+
+async def startup(ctx: Any) -> None:
+    ctx["redis"] = redis.asyncio.Redis.from_url(_url)
+
+
+async def shutdown(ctx: Any) -> None:
+    await ctx["redis"].aclose()
+
+
+_url = os.environ.get(ENV_URL, "redis://127.0.0.1:1")
+#: The queue's connections: redis-py 8 caps a pool at 100 unless told, and at
+#: concurrency 256 jobs failed (MaxConnectionsError while finishing them).
+POOL_SIZE = max(100, env_concurrency(1) + 16)
 settings = {
-    "queue": Queue.from_url(os.environ.get(ENV_URL, "redis://127.0.0.1:1")),
-    "functions": [noop, noop_result],
+    # Queue.from_url(url), with the pool sized for the concurrency
+    "queue": RedisQueue(redis.asyncio.Redis.from_url(_url, max_connections=POOL_SIZE)),
+    "functions": [noop, noop_result, incr],
     "concurrency": env_concurrency(10),
+    "startup": startup,
+    "shutdown": shutdown,
 }
 
 
@@ -56,12 +84,14 @@ class Producer:
     async def close(self) -> None:
         await self.queue.disconnect()
 
-    async def enqueue(self, sent_at: float, due_at: float = 0.0) -> None:
+    async def enqueue(
+        self, sent_at: float, due_at: float = 0.0, *, kind: str = "noop", hold: float = 0.0
+    ) -> None:
         await self.queue.enqueue(
-            "noop",
+            kind,
             sent_at=sent_at,
             due_at=due_at,
-            hold=0.0,
+            hold=hold,
             pad=PAD_PEER,
             scheduled=math.ceil(due_at) if due_at else 0,
         )

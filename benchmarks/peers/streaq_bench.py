@@ -1,7 +1,9 @@
 """streaQ on its Trio backend: ``streaq run benchmarks.peers.streaq_bench:worker
 --workers N``. Settings: ``Worker(concurrency=C, anyio_backend="trio")`` and
 the task with ``ttl=0`` (no result stored, like chronos_trio); the rest
-default (prefetch = concurrency, pickle)."""
+default (prefetch = concurrency, pickle). ``incr`` makes its one Redis round
+trip on the worker's own coredis client (``worker.redis``, which runs on
+Trio), as a streaQ user on Trio would."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 import trio
 from streaq import Worker
 
-from benchmarks._common import ENV_URL, PAD_PEER, env_concurrency, recorder
+from benchmarks._common import ENV_URL, INCR_KEY, PAD_PEER, env_concurrency, recorder
 
 NAME = "streaq"
 BACKEND = "trio"
@@ -32,6 +34,16 @@ async def noop(sent_at: float, due_at: float, hold: float, pad: str) -> None:
         await trio.sleep(hold)
 
 
+@worker.task(ttl=0)
+async def incr(sent_at: float, due_at: float, hold: float, pad: str) -> None:
+    """One Redis round trip on streaQ's own client, recorded once done."""
+    await worker.redis.incr(INCR_KEY)
+    recorder().record(sent_at, due_at)
+
+
+TASKS = {"noop": noop, "incr": incr}
+
+
 def worker_commands(venv_bin: str, concurrency: int, processes: int) -> list[list[str]]:
     argv = [f"{venv_bin}/streaq", "run", "benchmarks.peers.streaq_bench:worker"]
     return [[*argv, "--workers", str(processes)]]
@@ -46,16 +58,20 @@ class Producer:
     async def close(self) -> None:
         await worker.__aexit__(None, None, None)
 
-    async def enqueue(self, sent_at: float, due_at: float = 0.0) -> None:
-        task = noop.enqueue(sent_at, due_at, 0.0, PAD_PEER)
+    async def enqueue(
+        self, sent_at: float, due_at: float = 0.0, *, kind: str = "noop", hold: float = 0.0
+    ) -> None:
+        task = TASKS[kind].enqueue(sent_at, due_at, hold, PAD_PEER)
         if due_at:
             task = task.start(schedule=dt.datetime.fromtimestamp(due_at, dt.UTC))
         await task
 
-    async def enqueue_bulk(self, items: list[tuple[float, float]]) -> None:
+    async def enqueue_bulk(
+        self, items: list[tuple[float, float]], *, kind: str = "noop", hold: float = 0.0
+    ) -> None:
         tasks = []
         for sent_at, due_at in items:
-            task = noop.enqueue(sent_at, due_at, 0.0, PAD_PEER)
+            task = TASKS[kind].enqueue(sent_at, due_at, hold, PAD_PEER)
             if due_at:
                 task = task.start(schedule=dt.datetime.fromtimestamp(due_at, dt.UTC))
             tasks.append(task)
