@@ -12,7 +12,7 @@ import trio
 
 from chronos_trio import EnqueueResult, NewJob
 from chronos_trio.store import StoreError
-from chronos_trio.store.redis import RedisStore, _group_commit
+from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis._group_commit import GroupCommit
 
 Factory = Callable[..., Awaitable[RedisStore]]
@@ -50,7 +50,7 @@ async def test_concurrent_calls_share_round_trips(autojump_clock: object) -> Non
     got: dict[int, list[EnqueueResult]] = {}
 
     async def call(n: int) -> None:
-        got[n] = await gc.enqueue_many(jobs(f"a{n}", f"b{n}"))
+        got[n] = await gc.submit(jobs(f"a{n}", f"b{n}"))
 
     async with trio.open_nursery() as nursery:
         for n in range(10):
@@ -65,7 +65,7 @@ async def test_concurrent_calls_share_round_trips(autojump_clock: object) -> Non
         assert all(r.created for r in got[n])
     assert gc.groups_sent == 1
     # A lone caller afterwards is sent at once, alone.
-    await gc.enqueue_many(jobs("solo"))
+    await gc.submit(jobs("solo"))
     assert fake.batches[-1] == ["solo"]
 
 
@@ -75,7 +75,7 @@ async def test_calls_apply_in_arrival_order(autojump_clock: object) -> None:
     results: list[tuple[str, bool]] = []
 
     async def call(tag: str) -> None:
-        [r] = await gc.enqueue_many(jobs("same-id"))
+        [r] = await gc.submit(jobs("same-id"))
         results.append((tag, r.created))
 
     async with trio.open_nursery() as nursery:
@@ -92,7 +92,7 @@ async def test_a_failed_trip_fails_every_call_in_it_then_recovers(autojump_clock
 
     async def call(n: int) -> None:
         try:
-            await gc.enqueue_many(jobs(f"j{n}"))
+            await gc.submit(jobs(f"j{n}"))
             outcomes[n] = "ok"
         except StoreError as exc:
             outcomes[n] = str(exc)
@@ -106,7 +106,7 @@ async def test_a_failed_trip_fails_every_call_in_it_then_recovers(autojump_clock
     assert outcomes[0] == "ok"
     assert all(outcomes[n] == "Redis went away" for n in range(1, 5))
     # Nothing is stuck: the next call goes through.
-    [r] = await gc.enqueue_many(jobs("after"))
+    [r] = await gc.submit(jobs("after"))
     assert r.created and "after" in fake.stored
 
 
@@ -119,12 +119,12 @@ async def test_a_cancelled_waiting_call_still_lands_then_sees_the_cancel(
 
     async def cancelled_caller(scope: trio.CancelScope) -> None:
         with scope:
-            returned.append(await gc.enqueue_many(jobs("waiting")))
+            returned.append(await gc.submit(jobs("waiting")))
             await trio.lowlevel.checkpoint()  # the cancellation arrives here
 
     scope = trio.CancelScope()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(gc.enqueue_many, jobs("first"))
+        nursery.start_soon(gc.submit, jobs("first"))
         await trio.sleep(0.001)
         nursery.start_soon(cancelled_caller, scope)
         await trio.sleep(0.001)
@@ -134,13 +134,12 @@ async def test_a_cancelled_waiting_call_still_lands_then_sees_the_cancel(
     assert [r.job_id for r in returned[0]] == ["waiting"]
 
 
-async def test_groups_are_capped(autojump_clock: object, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_group_commit, "MAX_GROUP_JOBS", 5)
+async def test_groups_are_capped(autojump_clock: object) -> None:
     fake = FakeStore()
-    gc = GroupCommit(fake.send)
+    gc = GroupCommit(fake.send, max_items=5)
     async with trio.open_nursery() as nursery:
         for n in range(12):
-            nursery.start_soon(gc.enqueue_many, jobs(f"c{n}", f"d{n}"))
+            nursery.start_soon(gc.submit, jobs(f"c{n}", f"d{n}"))
     assert all(len(b) <= 5 for b in fake.batches[1:])
     assert len(fake.stored) == 24
 

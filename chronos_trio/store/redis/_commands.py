@@ -13,10 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import trio
-
 from ._adapter import RedisAdapter
-from ._group_commit import _shared_failure as shared_failure
+from ._group_commit import GroupCommit
 from ._scripts import Op
 
 #: Commands whose first argument is not a key (routed to any node on a Cluster).
@@ -40,26 +38,6 @@ def _route(command: Sequence[Any]) -> str | bytes | None:
 MAX_COALESCED = 1000
 
 
-class _Pending:
-    """One :meth:`RedisCommands.execute` call waiting for, or in, a batch."""
-
-    __slots__ = ("done", "error", "group", "op", "reply")
-
-    def __init__(self, op: Op) -> None:
-        self.op = op
-        self.done = trio.Event()
-        self.reply: Any = None
-        self.error: BaseException | None = None
-        self.group: list[_Pending] | None = None  # set when this call sends the next batch
-
-    def result(self) -> Any:
-        if self.error is not None:
-            raise self.error
-        if isinstance(self.reply, Exception):
-            raise self.reply
-        return self.reply
-
-
 class RedisCommands:
     """Run Redis commands on the store's connections: ``await
     job.redis.execute("INCR", "hits")``, or several in one round trip with
@@ -79,56 +57,22 @@ class RedisCommands:
     def __init__(self, adapter: Any) -> None:
         # (the store makes it: ``store.commands()``; the adapter is private)
         self._adapter: RedisAdapter = adapter
-        self._busy = False
-        self._waiting: list[_Pending] = []
+        self._calls: GroupCommit[Op, Any] = GroupCommit(adapter.execute, max_items=MAX_COALESCED)
 
     async def execute(self, *command: Any) -> Any:
         """One command; its reply.
 
-        Concurrent calls share round trips: while one batch is in flight,
-        the calls that arrive wait, then go as the next batch (one pipeline
-        per node), like concurrent enqueues. So 64 handlers each running one
+        Concurrent calls share round trips (group commit, as concurrent
+        enqueues do): while one batch is in flight, the calls that arrive
+        wait, then go as the next pipeline. So 64 handlers each running one
         command cost a few round trips, not 64. A call that was sent, or is
         waiting to be, completes (cancellation is delivered after it)."""
         if not command:
             raise ValueError("an empty command")
-        me = _Pending(Op(_route(command), tuple(command), soft=True))
-        if self._busy:
-            self._waiting.append(me)
-            with trio.CancelScope(shield=True):
-                await me.done.wait()
-            if me.group is None:
-                return me.result()  # sent in another call's batch
-            group = me.group
-        else:
-            self._busy = True
-            group = [me]
-        try:
-            with trio.CancelScope(shield=True):
-                replies = await self._adapter.execute([p.op for p in group])
-            for p, reply in zip(group, replies, strict=True):
-                p.reply = reply
-        except BaseException as exc:
-            for p in group:
-                p.error = exc if p is me else shared_failure(exc)
-        finally:
-            self._hand_over()
-        for p in group:
-            if p is not me:
-                p.done.set()
-        return me.result()
-
-    def _hand_over(self) -> None:
-        """The first waiting call sends the next batch, or nobody is busy."""
-        if not self._waiting:
-            self._busy = False
-            return
-        group, self._waiting = (
-            self._waiting[:MAX_COALESCED],
-            self._waiting[MAX_COALESCED:],
-        )
-        group[0].group = group
-        group[0].done.set()
+        [reply] = await self._calls.submit([Op(_route(command), tuple(command), soft=True)])
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     async def pipeline(
         self, commands: Sequence[Sequence[Any]], *, raise_on_error: bool = True

@@ -1,4 +1,7 @@
-"""Group commit for enqueues: concurrent callers share one round trip.
+"""Group commit: concurrent callers share one round trip.
+
+Used for enqueues (a call is a batch of jobs) and for handlers' own Redis
+commands (``job.redis``: a call is one command).
 
 A Redis round trip through the thread adapter costs a few hundred
 microseconds of mostly fixed overhead, so many producers each enqueueing one
@@ -24,44 +27,51 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
 
 import trio
 
-from ...records._jobs import EnqueueResult, NewJob
 from .._roles import StoreError
 
-Send = Callable[[Sequence[NewJob]], Awaitable[list[EnqueueResult]]]
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Sends items (jobs, commands) in one round trip: a result per item, in order.
+Send = Callable[[Sequence[T]], Awaitable[list[R]]]
 
 #: Largest batch made of waiting calls (more wait for the next round trip).
 MAX_GROUP_JOBS = 2000
 
 
-class _Call:
+class _Call(Generic[T, R]):
     __slots__ = ("done", "error", "group", "jobs", "results")
 
-    def __init__(self, jobs: Sequence[NewJob]) -> None:
+    def __init__(self, jobs: Sequence[T]) -> None:
         self.jobs = jobs
         self.done = trio.Event()
-        self.results: list[EnqueueResult] = []
+        self.results: list[R] = []
         self.error: BaseException | None = None
-        self.group: list[_Call] | None = None  # set when this call must send a group
+        self.group: list[_Call[T, R]] | None = None  # set when this call must send a group
 
-    def unwrap(self) -> list[EnqueueResult]:
+    def unwrap(self) -> list[R]:
         if self.error is not None:
             raise self.error
         return self.results
 
 
-class GroupCommit:
+class GroupCommit(Generic[T, R]):
     """Coalesces concurrent ``send`` calls (see the module docstring)."""
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send[T, R], *, max_items: int = MAX_GROUP_JOBS) -> None:
         self._send = send
+        self._max_items = max_items
         self._busy = False
-        self._waiting: deque[_Call] = deque()
+        self._waiting: deque[_Call[T, R]] = deque()
         self.groups_sent = 0  # round trips that carried more than one call
 
-    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+    async def submit(self, jobs: Sequence[T]) -> list[R]:
+        """Send ``jobs`` (items), sharing a round trip with concurrent calls;
+        their results in order (see the module docstring)."""
         if not self._busy:
             # A lone caller (the common one-at-a-time producer): no call
             # record, no event, its results as they come.
@@ -71,7 +81,7 @@ class GroupCommit:
                     return await self._send(jobs)
             finally:
                 self._hand_over()
-        call = _Call(jobs)
+        call: _Call[T, R] = _Call(jobs)
         self._waiting.append(call)
         with trio.CancelScope(shield=True):
             await call.done.wait()
@@ -79,8 +89,8 @@ class GroupCommit:
             return call.unwrap()  # sent in a group another call sent
         return await self._send_group(call, call.group)
 
-    async def _send_group(self, me: _Call, group: list[_Call]) -> list[EnqueueResult]:
-        results: list[EnqueueResult] = []
+    async def _send_group(self, me: _Call[T, R], group: list[_Call[T, R]]) -> list[R]:
+        results: list[R] = []
         error: BaseException | None = None
         try:
             jobs = [job for c in group for job in c.jobs] if len(group) > 1 else me.jobs
@@ -108,9 +118,9 @@ class GroupCommit:
         if not self._waiting:
             self._busy = False
             return
-        group: list[_Call] = []
+        group: list[_Call[T, R]] = []
         size = 0
-        while self._waiting and (not group or size + len(self._waiting[0].jobs) <= MAX_GROUP_JOBS):
+        while self._waiting and (not group or size + len(self._waiting[0].jobs) <= self._max_items):
             nxt = self._waiting.popleft()
             group.append(nxt)
             size += len(nxt.jobs)

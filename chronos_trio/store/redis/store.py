@@ -204,7 +204,7 @@ class RedisStore(Store):
     # -- producing ---------------------------------------------------------------------
     async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """Concurrent calls share round trips (see ``_group_commit``)."""
-        return await self._enqueues.enqueue_many(jobs)
+        return await self._enqueues.submit(jobs)
 
     # -- the worker's hot path ---------------------------------------------------------
     async def promote_due(self, queues: Sequence[str], limit: int) -> PromoteResult:
