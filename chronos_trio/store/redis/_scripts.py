@@ -5,7 +5,8 @@ Every state transition is one script, run by ``EVALSHA``; a ``NOSCRIPT`` reply
 loads the script on that node and re-runs exactly the operations that failed.
 That retry is safe: a ``NOSCRIPT`` reply means the script did not run.
 
-Each script is sent as ``local FORMAT = <RECORD_FORMAT>``, then
+Each script is sent as ``local FORMAT, CHUNK, CHUNKED_MAX = ...`` (the
+record format and its payload chunking, from ``_codec``), then
 ``lua/_prelude.lua`` (the checks, dead-lettering and quarantine every script
 shares, see its header), then the script's own file: the record format is
 defined once, in :data:`~._codec.RECORD_FORMAT`, and a new format changes
@@ -22,14 +23,18 @@ from typing import Any
 import attrs
 
 from .._roles import StoreError
-from ._codec import RECORD_FORMAT
+from ._codec import CHUNKED_PAYLOAD_MAX, PAYLOAD_CHUNK, RECORD_FORMAT
 
 
 def _lua(name: str) -> bytes:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_bytes()
 
 
-_PRELUDE = b"local FORMAT = %d\n" % RECORD_FORMAT + _lua("_prelude")
+_PRELUDE = b"local FORMAT, CHUNK, CHUNKED_MAX = %d, %d, %d\n" % (
+    RECORD_FORMAT,
+    PAYLOAD_CHUNK,
+    CHUNKED_PAYLOAD_MAX,
+) + _lua("_prelude")
 
 
 @attrs.frozen

@@ -12,7 +12,9 @@
 --          run_at ('' = now + delay), delay, max_retries, timeout, headers
 --          (a JSON object, stored as field h; '' for none: no field)
 --
--- Each job hash gets v = FORMAT, the record format (see _prelude.lua). An
+-- Each job hash gets v = FORMAT, the record format (see _prelude.lua), and the
+-- payload of a delayed job, when of more than CHUNK bytes (at most
+-- CHUNKED_MAX), is stored in chunks. An
 -- existing key under a job's ID is never touched, whatever it holds (a
 -- damaged record, one of a newer format, a key of another type).
 --
@@ -33,6 +35,22 @@ if ARGV[1] ~= '' then
   base, base_s = tonumber(ARGV[1]), ARGV[1]
 end
 local prefix, scheduled, ready = KEYS[4], KEYS[1], KEYS[2]
+local sub = string.sub
+
+-- Appends to HSET arguments args the payload after its first CHUNK bytes,
+-- in fields p1 .. p<n> of CHUNK bytes each, and n in pn (record format 2,
+-- see _prelude.lua).
+local function add_chunks(args, payload, size)
+  local a, n = #args, 0
+  for start = CHUNK + 1, size, CHUNK do
+    n = n + 1
+    args[a + 1] = 'p' .. n
+    args[a + 2] = sub(payload, start, start + CHUNK - 1)
+    a = a + 2
+  end
+  args[a + 1] = 'pn'
+  args[a + 2] = n
+end
 local out = {now_s}
 local n = 1
 for i = 2, #ARGV, 8 do
@@ -63,9 +81,24 @@ for i = 2, #ARGV, 8 do
     if run_at <= now then
       state, zset = 'ready', ready
     end
-    redis.call('HSET', key, 'kind', ARGV[i + 1], 'payload', ARGV[i + 2], 'run_at', run_at_s,
-      'state', state, 'attempts', '0', 'max_retries', ARGV[i + 5], 'timeout', ARGV[i + 6],
-      'created_at', now_s, 'v', FORMAT_S)
+    local payload = ARGV[i + 2]
+    local size = #payload
+    -- Only a job that waits is chunked: memory matters for the schedule,
+    -- while a job due now is leased within moments, and a compact hash
+    -- costs Redis more CPU to build and read (about 23k and 29k more
+    -- instructions per job for a 100-byte payload, enqueue and lease).
+    if size <= CHUNK or size > CHUNKED_MAX or zset == ready then
+      redis.call('HSET', key, 'kind', ARGV[i + 1], 'payload', payload, 'run_at', run_at_s,
+        'state', state, 'attempts', '0', 'max_retries', ARGV[i + 5], 'timeout', ARGV[i + 6],
+        'created_at', now_s, 'v', FORMAT_S)
+    else
+      -- one HSET with the chunks: a second call would cost more than the fields
+      local args = {'kind', ARGV[i + 1], 'payload', sub(payload, 1, CHUNK), 'run_at', run_at_s,
+        'state', state, 'attempts', '0', 'max_retries', ARGV[i + 5], 'timeout', ARGV[i + 6],
+        'created_at', now_s, 'v', FORMAT_S}
+      add_chunks(args, payload, size)
+      redis.call('HSET', key, unpack(args))
+    end
     if ARGV[i + 7] ~= '' then redis.call('HSET', key, 'h', ARGV[i + 7]) end
     redis.call('ZADD', zset, run_at_s, id)
     out[n + 1] = 1

@@ -114,23 +114,25 @@ local function lease_partition(p, share, budget, res)
       local id = popped[i]
       local key = prefix .. id
       local f = redis.pcall('HMGET', key, 'v', 'kind', 'payload', 'attempts', 'max_retries',
-        'timeout', 'last_error', 'created_at', 'h')
+        'timeout', 'last_error', 'created_at', 'h', 'pn')
       local none = nil
-      if not f[2] then f, none = probe_job(key, f, 9) end
+      if not f[2] then f, none = probe_job(key, f, 10) end
       if not f then
         quarantine(aside, damaged, id, none, 'ready', now)
       else
         local v, why = f[1], nil
         if v and v ~= FORMAT_S then why = check_format(v) end
         local attempts = tonumber(f[4])
+        local payload, chunks_why = f[3], nil
+        if f[10] and not why then payload, chunks_why = join_payload(key, f[3], f[10]) end
         if why == 'newer' then
           back[#back + 1] = popped[i + 1]
           back[#back + 1] = id
           newer(aside, id, v)
-        elseif why or not f[2] or f[2] == '' or not f[3] or not is_count(attempts) then
+        elseif why or chunks_why or not f[2] or f[2] == '' or not f[3] or not is_count(attempts) then
           -- the cheap checks first; the reason is worked out only for a bad record
-          why = why or check_text('kind', f[2]) or (not f[3] and missing('payload', f[3]))
-            or check_count('attempts', f[4])
+          why = why or check_text('kind', f[2]) or chunks_why
+            or (not f[3] and missing('payload', f[3])) or check_count('attempts', f[4])
           dead_letter(aside, key, id, dead, why, now, now_s)
         else
           n = n + 1
@@ -145,7 +147,7 @@ local function lease_partition(p, share, budget, res)
           res[o + 1] = id
           res[o + 2] = token
           res[o + 3] = f[2]
-          res[o + 4] = f[3]
+          res[o + 4] = payload
           res[o + 5] = popped[i + 1]
           res[o + 6] = attempts
           res[o + 7] = f[5]

@@ -74,7 +74,7 @@ for k, id in ipairs(expired) do
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
       redis.call('ZADD', KEYS[3], now, id)
       dead[#dead + 1] = id
-      local g = redis.call('HMGET', key, unpack(JOB_FIELDS))
+      local g = job_fields(key)
       for j = 1, 13 do dead[#dead + 1] = g[j] or '' end
       notify_done(key, redis.call('HGET', key, 'w'))
     else
