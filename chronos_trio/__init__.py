@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from .records import ActionRefused as ActionRefused
 from .records import ActorFailed as ActorFailed
 from .records import ChronosError as ChronosError
+from .records import DuplicateJob as DuplicateJob
 from .records import EnqueueResult as EnqueueResult
 from .records import InspectorError as InspectorError
 from .records import Job as Job
@@ -45,6 +46,7 @@ from .records import RetryPolicy as RetryPolicy
 from .records import SkipRetry as SkipRetry
 from .records import StoreError as StoreError
 from .records import TopologyError as TopologyError
+from .records import Unique as Unique
 from .records import UnknownJob as UnknownJob
 from .records import UnknownQueue as UnknownQueue
 from .records import UnknownTask as UnknownTask
@@ -111,6 +113,7 @@ __all__ = [
     "ActionRefused",
     "ActorFailed",
     "ChronosError",
+    "DuplicateJob",
     "EnqueueResult",
     "InspectorError",
     "Job",
@@ -132,6 +135,7 @@ __all__ = [
     "SkipRetry",
     "StoreError",
     "TopologyError",
+    "Unique",
     "UnknownJob",
     "UnknownQueue",
     "UnknownTask",

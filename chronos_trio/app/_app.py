@@ -24,6 +24,7 @@ from ..records._options import (
 )
 from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES
 from ..records._retry import RetryPolicy
+from ..records._unique import Unique, unique_of
 from ..runtime._config import WorkerConfig
 from ..runtime._registry import DeadLetterHook, Lifespan, Middleware, Registry
 from ..runtime._schedule import MisfirePolicy, Schedule
@@ -114,6 +115,7 @@ class App:
         retry: RetryPolicy | None = None,
         never_retry: Sequence[type[BaseException]] = (),
         result_ttl: float = DEFAULT_RESULT_TTL,
+        unique: Unique | str | bool | None = None,
     ) -> Callable[[Handler], Task[P]]:
         """Register ``handler(payload, job)`` under ``kind``: an ``async def``
         (runs on the event loop) or a plain ``def`` (runs in a worker thread,
@@ -124,7 +126,10 @@ class App:
         the result type from the return annotation (none, or ``None``: no
         result is kept). ``retry`` is this task's backoff (default: the
         worker's); an exception of a ``never_retry`` type dead-letters the
-        job at once; results are kept ``result_ttl`` seconds.
+        job at once; results are kept ``result_ttl`` seconds. ``unique``: its
+        jobs' default (see :class:`~chronos_trio.Unique`; True derives the
+        key from kind and payload, a str is the key); ``enqueue(unique=...)``
+        overrides it per job.
 
         Raises ``TypeError`` for a function that cannot be a handler (not
         callable, a generator, not taking ``(payload, job)``) and
@@ -141,6 +146,7 @@ class App:
                 raise TypeError(f"never_retry takes exception classes, got {exc_type!r}")
         if not result_ttl > 0:
             raise ValueError(f"result_ttl must be > 0 seconds, got {result_ttl!r}")
+        unique_default = unique_of(unique)
 
         def register(fn: Handler) -> Task[P]:
             if kind in self.registry.tasks:
@@ -159,6 +165,7 @@ class App:
                 retry=retry,
                 never_retry=never,
                 max_result_bytes=self.max_payload_bytes,
+                unique=unique_default,
             )
             self.registry.tasks[kind] = spec
             return Task(self, spec)

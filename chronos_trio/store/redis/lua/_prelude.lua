@@ -189,6 +189,28 @@ local function inspect_fields(key)
   return f
 end
 
+-- The unique lock of key u in the partition whose job key prefix is prefix
+-- (keys.py: <tag>:u:<key> beside <tag>:j:<id>). Its value is the mode's
+-- letter (l lock, t throttle, d debounce) then the holder's ID.
+local function lock_key(prefix, u)
+  return string.sub(prefix, 1, -3) .. 'u:' .. u
+end
+
+-- The job id finished (succeeded: ok true; dead or deleted: false): a
+-- throttle's lock it holds starts its ttl (ut ms), any other lock it holds is
+-- released. A lock another job holds (or none) is left as it is.
+local function unique_finished(prefix, id, u, um, ut, ok)
+  if not u or u == '' then return end
+  local lock = lock_key(prefix, u)
+  if redis.pcall('GET', lock) ~= (um or 'l') .. id then return end
+  local ttl = tonumber(ut)
+  if ok and um == 't' and ttl then
+    redis.call('PEXPIRE', lock, math.max(1, math.floor(ttl)))
+  else
+    redis.call('DEL', lock)
+  end
+end
+
 -- Why one of the keys a script writes holds another type ('zset' or 'hash'
 -- expected; 'none' is fine), or nil. A script checks before its first
 -- write, so a key of the wrong type fails it while nothing is written yet.
