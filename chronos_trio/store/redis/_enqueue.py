@@ -93,7 +93,7 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
                     int(j.max_retries),
                     repr(float(j.timeout)),
                     encode_headers(j.headers) if j.headers else "",
-                    *(_NOT_UNIQUE if j.unique is None else unique_args(j.unique)),
+                    "" if j.unique is None else unique_spec(j.unique),
                 ]
             ops.append(
                 Op.script_call(
@@ -129,14 +129,15 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
     return [r for r in results if r is not None]
 
 
-_NOT_UNIQUE = ("", "", "")
 _MODE_LETTERS = {"lock": "l", "throttle": "t", "debounce": "d"}
 
 
-def unique_args(unique: Unique) -> tuple[str, str, str]:
-    """enqueue.lua's unique arguments: key, mode letter, ttl in ms ('' none)."""
+def unique_spec(unique: Unique) -> str:
+    """A unique job's spec as enqueue.lua takes it (``unique_spec`` in
+    ``lua/_prelude.lua``): mode letter, lock ttl in ms (none: no digits),
+    ``|``, key."""
     ttl = "" if unique.ttl is None else str(max(1, math.ceil(unique.ttl * 1000)))
-    return unique.key or "", _MODE_LETTERS[unique.mode], ttl
+    return f"{_MODE_LETTERS[unique.mode]}{ttl}|{unique.key}"
 
 
 def _skip_existing_in_draining(

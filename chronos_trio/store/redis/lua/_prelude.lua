@@ -196,16 +196,26 @@ local function lock_key(prefix, u)
   return string.sub(prefix, 1, -3) .. 'u:' .. u
 end
 
+-- A unique job's spec, as enqueue.lua takes it and its record keeps it in
+-- field u: its mode letter, its lock ttl in ms (none: no digits), '|', its
+-- key. Returns key, mode, ttl (a number or nil); nil for no (or a damaged) u.
+local function unique_spec(u)
+  if not u then return nil end
+  local mode, ttl, key = string.match(u, '^([ltd])(%d*)|(.+)$')
+  return key, mode, tonumber(ttl)
+end
+
 -- The job id finished (succeeded: ok true; dead or deleted: false): a
--- throttle's lock it holds starts its ttl (ut ms), any other lock it holds is
--- released. A lock another job holds (or none) is left as it is.
-local function unique_finished(prefix, id, u, um, ut, ok)
-  if not u or u == '' then return end
-  local lock = lock_key(prefix, u)
-  if redis.pcall('GET', lock) ~= (um or 'l') .. id then return end
-  local ttl = tonumber(ut)
-  if ok and um == 't' and ttl then
-    redis.call('PEXPIRE', lock, math.max(1, math.floor(ttl)))
+-- throttle's lock it holds starts its ttl, any other lock it holds is
+-- released. A lock another job holds (or none) is left as it is. u: the
+-- record's field u.
+local function unique_finished(prefix, id, u, ok)
+  local key, mode, ttl = unique_spec(u)
+  if not key then return end
+  local lock = lock_key(prefix, key)
+  if redis.pcall('GET', lock) ~= mode .. id then return end
+  if ok and mode == 't' and ttl then
+    redis.call('PEXPIRE', lock, math.max(1, ttl))
   else
     redis.call('DEL', lock)
   end

@@ -10,17 +10,16 @@
 -- ARGV[1]  batch now in epoch seconds, or '' to use this script's TIME. The client
 --          passes one TIME reading when a batch spans partitions, so delay-based
 --          due times of one batch agree across partitions.
--- ARGV[2+11i .. 12+11i], per job i: id, kind, payload (raw bytes),
+-- ARGV[2+9i .. 10+9i], per job i: id, kind, payload (raw bytes),
 --          run_at ('' = now + delay), delay, max_retries, timeout, headers
 --          (a JSON object, stored as field h; '' for none: no field), unique
---          key ('' for an ordinary job), unique mode letter (l lock, t
---          throttle, d debounce), unique ttl in ms ('' for none)
+--          spec ('' for an ordinary job, else see unique_spec in _prelude.lua)
 --
 -- A unique job (see Unique in records/_unique.py) meets the lock of its key:
 -- held by a pending job (or a throttle's, within its ttl), it stores nothing
 -- and reports the holder; a debounce replaces a waiting holder's payload,
 -- headers and due time instead. Otherwise it is stored and takes the lock,
--- in this same step; the record keeps u (key), um (mode), ut (ttl ms).
+-- in this same step; the record keeps the spec in field u.
 --
 -- Each job hash gets v = FORMAT, the record format (see _prelude.lua), and the
 -- payload of a delayed job, when of more than CHUNK bytes (at most
@@ -109,7 +108,7 @@ end
 
 local out = {now_s}
 local n = 1
-for i = 2, #ARGV, 11 do
+for i = 2, #ARGV, 9 do
   local id = ARGV[i]
   local key = prefix .. id
   -- EXISTS, not HGET run_at: a damaged record without run_at (or a key of
@@ -138,10 +137,12 @@ for i = 2, #ARGV, 11 do
     if run_at <= now then
       state, zset = 'ready', ready
     end
-    local ukey, umode = ARGV[i + 8], ARGV[i + 9]
+    local spec = ARGV[i + 8]
     local verdict, holder, h = 'store', nil, nil
-    local lock = nil
-    if ukey ~= '' then
+    local lock, umode, ttl = nil, nil, nil
+    if spec ~= '' then
+      local ukey
+      ukey, umode, ttl = unique_spec(spec)
       lock = locks .. ukey
       local held = redis.pcall('GET', lock)
       if type(held) ~= 'string' then held = nil end
@@ -196,13 +197,8 @@ for i = 2, #ARGV, 11 do
       if lock then
         -- the lock is taken in this same step (a ttl lapses it; a throttle's
         -- starts when the job succeeds, see unique_finished)
-        local ttl = ARGV[i + 10]
-        if ttl ~= '' then
-          redis.call('HSET', key, 'u', ukey, 'um', umode, 'ut', ttl)
-        else
-          redis.call('HSET', key, 'u', ukey, 'um', umode)
-        end
-        if ttl ~= '' and umode ~= 't' then
+        redis.call('HSET', key, 'u', spec)
+        if ttl and umode ~= 't' then
           redis.call('SET', lock, umode .. id, 'PX', ttl)
         else
           redis.call('SET', lock, umode .. id)

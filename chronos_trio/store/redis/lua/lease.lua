@@ -114,9 +114,9 @@ local function lease_partition(p, share, budget, res)
       local id = popped[i]
       local key = prefix .. id
       local f = redis.pcall('HMGET', key, 'v', 'kind', 'payload', 'attempts', 'max_retries',
-        'timeout', 'last_error', 'created_at', 'h', 'pn')
+        'timeout', 'last_error', 'created_at', 'h')
       local none = nil
-      if not f[2] then f, none = probe_job(key, f, 10) end
+      if not f[2] then f, none = probe_job(key, f, 9) end
       if not f then
         quarantine(aside, damaged, id, none, 'ready', now)
       else
@@ -124,7 +124,13 @@ local function lease_partition(p, share, budget, res)
         if v and v ~= FORMAT_S then why = check_format(v) end
         local attempts = tonumber(f[4])
         local payload, chunks_why = f[3], nil
-        if f[10] and not why then payload, chunks_why = join_payload(key, f[3], f[10]) end
+        if not why and f[3] and #f[3] == CHUNK then
+          -- only a first chunk is CHUNK bytes long: the field lookup is spared
+          -- for every other payload (a listpack lookup of an absent field
+          -- scans it whole)
+          local pn = redis.call('HGET', key, 'pn')
+          if pn then payload, chunks_why = join_payload(key, f[3], pn) end
+        end
         if why == 'newer' then
           back[#back + 1] = popped[i + 1]
           back[#back + 1] = id

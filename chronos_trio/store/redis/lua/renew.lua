@@ -28,9 +28,8 @@ local out = {exp_s, aside}
 for i = 2, #ARGV, 2 do
   local id = ARGV[i]
   local key = KEYS[2] .. id
-  local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at', 'u', 'um',
-    'ut')
-  if not f[2] then f = probe_job(key, f, 7) end
+  local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at', 'u')
+  if not f[2] then f = probe_job(key, f, 5) end
   -- judge the record (nothing here can fail) ...
   local p, w = 0, nil
   if f then
@@ -50,10 +49,11 @@ for i = 2, #ARGV, 2 do
   if p == 1 then
     redis.call('ZADD', KEYS[1], exp, id)
     redis.call('HSET', key, 'lease_expires_at', exp_s)
-    if f[5] and f[7] and f[6] ~= 't' then
+    local ukey, umode, ttl = unique_spec(f[5])
+    if ukey and ttl and umode ~= 't' then
       -- a unique lock that lapses lasts at least as long as the lease it renews
-      local lock = lock_key(KEYS[2], f[5])
-      if redis.pcall('GET', lock) == (f[6] or 'l') .. id and redis.call('PTTL', lock) < lease_ms then
+      local lock = lock_key(KEYS[2], ukey)
+      if redis.pcall('GET', lock) == umode .. id and redis.call('PTTL', lock) < lease_ms then
         redis.call('PEXPIRE', lock, lease_ms)
       end
     end

@@ -60,8 +60,8 @@ local function settle_partition(part, first, last, res)
     local id = ARGV[i]
     local key = prefix .. id
     local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at',
-      'attempts', 'run_at', 'w', 'u', 'um', 'ut')
-    if not f[2] then f = probe_job(key, f, 10) end
+      'attempts', 'run_at', 'w', 'u')
+    if not f[2] then f = probe_job(key, f, 8) end
     -- judge the record (nothing here can fail) ...
     local p, w = 0, nil
     if f then
@@ -114,7 +114,7 @@ local function settle_partition(part, first, last, res)
         else
           redis.call('DEL', key)
         end
-        unique_finished(prefix, id, f[8], f[9], f[10], true)
+        unique_finished(prefix, id, f[8], true)
         notify_done(key, f[7])
       elseif kind == 'r' then
         local due = now + math.max(0, tonumber(ARGV[i + 4]))
@@ -125,7 +125,7 @@ local function settle_partition(part, first, last, res)
         redis.call('ZADD', dead, now, id)
         redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3], 'finished_at', now_s,
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-        unique_finished(prefix, id, f[8], f[9], f[10], false)
+        unique_finished(prefix, id, f[8], false)
         notify_done(key, f[7])
       else
         -- release: back to ready at once, keeping its due time; the attempt is given back
