@@ -50,6 +50,8 @@ from .records import Unique as Unique
 from .records import UnknownJob as UnknownJob
 from .records import UnknownQueue as UnknownQueue
 from .records import UnknownTask as UnknownTask
+from .records import chain as chain
+from .records import group as group
 
 if _TYPE_CHECKING:
     from .app import App as App
@@ -60,6 +62,7 @@ if _TYPE_CHECKING:
     from .app import ScheduleInfo as ScheduleInfo
     from .app import Task as Task
     from .app import VersionInfo as VersionInfo
+    from .app import Workflow as Workflow
     from .app import schedule_rows as schedule_rows
     from .runtime import JobContext as JobContext
     from .runtime import Registry as Registry
@@ -85,6 +88,7 @@ _LAZY = {
     "App": "app",
     "Inspector": "app",
     "JobHandle": "app",
+    "Workflow": "app",
     "JobPage": "app",
     "QueueInfo": "app",
     "ScheduleInfo": "app",
@@ -136,6 +140,8 @@ __all__ = [
     "StoreError",
     "TopologyError",
     "Unique",
+    "chain",
+    "group",
     "UnknownJob",
     "UnknownQueue",
     "UnknownTask",

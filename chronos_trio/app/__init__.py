@@ -5,6 +5,7 @@ from ..records._public import fixup_module_metadata as _fixup
 from ._app import App as App
 from ._handle import HandleHost as HandleHost
 from ._handle import JobHandle as JobHandle
+from ._handle import Workflow as Workflow
 from ._inspector import Inspector as Inspector
 from ._inspector import JobPage as JobPage
 from ._inspector import QueueInfo as QueueInfo

@@ -22,16 +22,18 @@ from ..records._options import (
     JobDefaults,
     check_options,
 )
-from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES
+from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES, new_job_id
 from ..records._retry import RetryPolicy
 from ..records._unique import Unique, unique_of
+from ..records._workflow import Chain, Group, Step, final_job_id
+from ..records._workflow import start as start_workflow
 from ..runtime._config import WorkerConfig
 from ..runtime._registry import DeadLetterHook, Lifespan, Middleware, Registry
 from ..runtime._schedule import MisfirePolicy, Schedule
 from ..runtime._tasks import DEFAULT_RESULT_TTL, Handler, TaskSpec
 from ..store import Store, open_store
 from ..worker import Worker
-from ._handle import JobHandle
+from ._handle import JobHandle, Workflow
 from ._handlers import inspect_handler
 from ._inspector import Inspector
 from ._schedules import build_schedule, check_unique
@@ -264,6 +266,33 @@ class App:
         if not jobs:
             return []
         return await self.store.enqueue_many(jobs)
+
+    async def enqueue_workflow(
+        self, workflow: Step | Chain | Group, *, workflow_id: str | None = None
+    ) -> Workflow:
+        """Start a workflow (``chain``, ``group``, their nesting, of
+        ``task.s(...)`` steps): its first jobs in one batch. What follows
+        each job is enqueued when it succeeds (see docs/WORKFLOWS.md); a
+        failed step stops the flow behind it until it is re-run.
+
+        ``workflow_id`` (default: a new one) names every job of the flow
+        (``<workflow_id>.<path>``): starting the same ID again changes
+        nothing while its jobs exist. Returns a :class:`Workflow`:
+        ``await flow.result()`` is the last step's result. Raises ValueError past the limits (see
+        ``records._workflow``), StoreError when the store cannot be reached.
+        """
+        wid = workflow_id or new_job_id()
+        steps = start_workflow(workflow, wid)
+        await self.enqueue_jobs(steps.jobs)
+        last = final_job_id(workflow, wid)
+        final: JobHandle[Any] | None = None
+        if last is not None:
+            step = workflow
+            while isinstance(step, Chain):
+                step = step.links[-1]
+            assert isinstance(step, Step)
+            final = JobHandle(last, False, 0.0, None, None, step.queue, step.kind, self)
+        return Workflow(wid, final)
 
     async def enqueue(
         self, kind: str, payload: Any, **options: Unpack[EnqueueOptions]

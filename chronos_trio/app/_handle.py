@@ -9,7 +9,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import attrs
 import trio
 
-from ..records._errors import JobNotFound
+from ..records._errors import JobNotFound, ResultTimeout
 from ..records._jobs import EnqueueResult, JobOutcome
 from ..records._producing import (
     WAIT_CHUNK,
@@ -104,3 +104,38 @@ class JobHandle(HandleFields, Generic[R]):
 
     def _not_found(self) -> JobNotFound:
         return not_found(self.job_id, self.queue)
+
+
+@attrs.frozen
+class Workflow:
+    """A started workflow: its ID, and ``final``, the handle of its last
+    step (None when it ends with a group)."""
+
+    id: str
+    final: JobHandle[Any] | None
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """The last step's result once the whole flow ran (see
+        :meth:`JobHandle.result`). The last step's job exists only once
+        everything before it succeeded: until then this looks again, every
+        50 ms at first and at most every second. Raises what
+        ``JobHandle.result`` raises (ResultTimeout when the flow has not
+        finished in time; it goes on), and ValueError for a flow that ends
+        with a group."""
+        if self.final is None:
+            raise ValueError(f"workflow {self.id} ends with a group: follow its members")
+        check_wait_timeout(timeout)
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        pause = 0.05
+        while True:
+            left = deadline - trio.current_time()
+            try:
+                return await self.final.result(timeout=None if left == math.inf else left)
+            except JobNotFound:
+                if trio.current_time() + pause > deadline:
+                    raise ResultTimeout(
+                        f"workflow {self.id} did not reach its last step within {timeout:g}s",
+                        self.final.job_id,
+                    ) from None
+            await trio.sleep(pause)
+            pause = min(1.0, pause * 2)

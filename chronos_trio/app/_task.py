@@ -7,9 +7,10 @@ from typing import Any, Generic, Protocol, TypeVar, Unpack
 
 import attrs
 
-from ..records import _producing
+from ..records import _producing, _workflow
+from ..records._codec import encode_payload
 from ..records._jobs import EnqueueResult, NewJob
-from ..records._options import EnqueueOptions
+from ..records._options import EnqueueOptions, check_options
 from ..records._producing import ProducerHook as ProducerHook
 from ..runtime._tasks import Handler, TaskSpec
 from ._handle import HandleHost, JobHandle
@@ -61,6 +62,37 @@ class Task(Generic[P]):
     @property
     def timeout(self) -> float:
         return self.spec.timeout
+
+    def s(
+        self,
+        payload: Any = _workflow.FROM_PREVIOUS,
+        *,
+        queue: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        delay: float = 0.0,
+    ) -> _workflow.Step:
+        """A step of a workflow (``chain``, ``group``): this task with
+        ``payload``, or, without one, its predecessor's result (checked
+        against this task's payload type when the workflow is built).
+        ``delay``: seconds after its predecessor finished. Raises
+        ``ValueError`` for a bad option, ``PayloadError`` for a payload that
+        does not encode."""
+        check_options(max_retries=max_retries, timeout=timeout, delay=delay)
+        spec = self.spec
+        data = None
+        if payload is not _workflow.FROM_PREVIOUS:
+            data = encode_payload(payload, spec.payload_type)
+        return _workflow.Step(
+            kind=spec.kind,
+            queue=queue or spec.queue,
+            payload=data,
+            max_retries=spec.max_retries if max_retries is None else max_retries,
+            timeout=spec.timeout if timeout is None else timeout,
+            delay=delay,
+            payload_type=spec.payload_type,
+            result_type=spec.result_type,
+        )
 
     def new_job(self, payload: P, **options: Unpack[EnqueueOptions]) -> NewJob:
         """Build (and validate) the store record for one job without sending

@@ -35,6 +35,8 @@ from ._options import JobDefaults as JobDefaults
 from ._public import fixup_module_metadata as _fixup
 from ._retry import RetryPolicy as RetryPolicy
 from ._unique import Unique as Unique
+from ._workflow import chain as chain
+from ._workflow import group as group
 
 _fixup(__name__, globals())
 del _fixup

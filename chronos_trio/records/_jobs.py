@@ -119,6 +119,10 @@ class NewJob:
     #: to its key's partition: one the producer made up is drawn again by the
     #: store until it does; a given one that does not is refused.
     id_given: bool = True
+    #: A workflow job's continuation (JSON text, see ``records._workflow``):
+    #: what follows when it succeeds. The store keeps it, and its fenced
+    #: success settle puts the job in the outbox the continuer drains.
+    then: str | None = None
 
 
 @attrs.frozen

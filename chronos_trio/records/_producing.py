@@ -60,6 +60,7 @@ require_field_order(
         "headers",
         "unique",
         "id_given",
+        "then",
     ),
     "records._producing.new_jobs",
 )

@@ -19,9 +19,11 @@ from ._roles import AdminRole as AdminRole
 from ._roles import AsideEntry as AsideEntry
 from ._roles import CheckReport as CheckReport
 from ._roles import CheckRole as CheckRole
+from ._roles import Continuation as Continuation
 from ._roles import CountResult as CountResult
 from ._roles import FencedResults as FencedResults
 from ._roles import Finding as Finding
+from ._roles import FlowRole as FlowRole
 from ._roles import Leadership as Leadership
 from ._roles import LeadershipRole as LeadershipRole
 from ._roles import LeaseBatch as LeaseBatch

@@ -865,6 +865,52 @@ class ResultRole(StoreRole):
         Raises StoreError when the store cannot be reached."""
 
 
+@attrs.frozen
+class Continuation:
+    """An outbox entry: a workflow job that succeeded, its continuation (see
+    ``records._workflow``) and its result (None: none kept)."""
+
+    job_id: str
+    queue: str
+    queue_version: int
+    partition: int
+    then: str
+    result: bytes | None
+
+
+class FlowRole(StoreRole):
+    """Workflow continuations: the outbox the fenced success settle fills
+    (a job enqueued with ``NewJob.then`` that succeeds is put there in the
+    same atomic step, and is kept :data:`~chronos_trio.records._workflow.
+    WORKFLOW_KEEP` seconds), and group arrivals."""
+
+    @abc.abstractmethod
+    async def continuations(self, queues: Sequence[str], limit: int) -> list[Continuation]:
+        """Up to ``limit`` outbox entries of ``queues`` (oldest first), left in
+        the outbox until :meth:`finish_continuations`: a continuer that dies
+        before then leaves them for the next. Raises StoreError."""
+
+    @abc.abstractmethod
+    async def finish_continuations(self, done: Sequence[Continuation]) -> None:
+        """Remove handled outbox entries (an entry already gone is fine)."""
+
+    @abc.abstractmethod
+    async def wait_continuations(self, timeout: float) -> None:
+        """Return when a settle of this process may have filled the outbox,
+        or after ``timeout`` seconds (entries other processes left are found
+        by looking again then)."""
+
+    @abc.abstractmethod
+    async def group_arrive(
+        self, group_id: str, index: int, size: int, result: bytes | None, ttl: float
+    ) -> list[bytes | None] | None:
+        """Record member ``index`` (of ``size``) of group ``group_id`` with its
+        ``result``; a second arrival of the same member changes nothing. The
+        members' results in member order once all ``size`` have arrived (on
+        every call from then on), else None. The group's record lasts
+        ``ttl`` seconds from its first arrival. Raises StoreError."""
+
+
 class CheckRole(StoreRole):
     """The store checker: walk the store and report (and optionally repair)
     what no correct operation leaves behind.
@@ -921,7 +967,9 @@ class CheckRole(StoreRole):
         """
 
 
-class Store(WorkerRole, AdminRole, TopologyRole, LeadershipRole, ResultRole, CheckRole):
+class Store(
+    WorkerRole, AdminRole, TopologyRole, LeadershipRole, ResultRole, CheckRole, FlowRole
+):
     """A store with every role: what the worker, the producers, the
     ``Inspector`` and the command line can all use. ``MemoryStore`` and
     ``RedisStore`` are Stores. See the module docstring for conventions and
@@ -936,6 +984,7 @@ ROLES: tuple[type[StoreRole], ...] = (
     LeadershipRole,
     ResultRole,
     CheckRole,
+    FlowRole,
 )
 
 

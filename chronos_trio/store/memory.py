@@ -31,12 +31,14 @@ from ..records._jobs import (
     NewJob,
 )
 from ..records._unique import Unique
+from ..records._workflow import WORKFLOW_KEEP
 from . import _memory_check, _memory_damage, _memory_unique, _partitioning
 from ._partitioning import partition_of, share_by_weight
 from ._roles import (
     LEASE_GRACE,
     NOTHING_SET_ASIDE,
     CheckReport,
+    Continuation,
     CountResult,
     FencedResults,
     Leadership,
@@ -95,6 +97,8 @@ class _Record:
     retain_until: float = 0.0
     #: A unique job's key and mode (see ``_memory_unique``).
     unique: Unique | None = None
+    #: A workflow job's continuation (``NewJob.then``).
+    then: str | None = None
 
 
 #: How long a finished job nothing keeps stays readable for its waiters (s).
@@ -168,6 +172,11 @@ class MemoryStore(Store):
         #: Result waiters: job ID -> the event its finishing (or deletion) sets.
         self._done: dict[str, trio.Event] = {}
         self._unique = _memory_unique.UniqueLocks()
+        #: Workflow outbox: job ID -> queue, oldest first (see FlowRole).
+        self._outbox: dict[str, str] = {}
+        self._outbox_filled = trio.Event()
+        #: Groups: ID -> (expiry, size, results by member index).
+        self._groups: dict[str, tuple[float, int, dict[int, bytes | None]]] = {}
 
     # -- helpers -----------------------------------------------------------------
     def _put(self, job: Job) -> None:
@@ -370,6 +379,8 @@ class MemoryStore(Store):
                 headers=new.headers,
             )
             self._put(job)
+            if new.then is not None:
+                self._records[job_id].then = new.then
             if new.unique is not None:
                 self._records[job_id].unique = new.unique
                 self._unique.take(new.queue, new.unique, job_id, now)
@@ -395,6 +406,55 @@ class MemoryStore(Store):
         assert new.unique is not None and new.unique.key is not None
         home = partition_of(new.unique.key, active.partitions)
         return EnqueueResult(holder_id, False, 0.0, active.version, home)
+
+    # -- workflows -------------------------------------------------------------------
+    async def continuations(self, queues: Sequence[str], limit: int) -> list[Continuation]:
+        await trio.lowlevel.checkpoint()
+        wanted = set(queues)
+        out: list[Continuation] = []
+        for job_id, queue in list(self._outbox.items()):
+            if len(out) >= limit:
+                break
+            if queue not in wanted:
+                continue
+            rec = self._records.get(job_id)
+            if rec is None or rec.then is None:
+                del self._outbox[job_id]  # trimmed or deleted meanwhile: nothing to continue
+                continue
+            job = rec.job
+            out.append(
+                Continuation(
+                    job_id, queue, job.queue_version, job.partition, rec.then, job.result
+                )
+            )
+        return out
+
+    async def finish_continuations(self, done: Sequence[Continuation]) -> None:
+        await trio.lowlevel.checkpoint()
+        for c in done:
+            self._outbox.pop(c.job_id, None)
+
+    async def wait_continuations(self, timeout: float) -> None:
+        if not self._outbox_filled.is_set():
+            with trio.move_on_after(timeout):
+                await self._outbox_filled.wait()
+        # reset before the caller reads the outbox: a settle after this sets it again
+        self._outbox_filled = trio.Event()
+        await trio.lowlevel.checkpoint()
+
+    async def group_arrive(
+        self, group_id: str, index: int, size: int, result: bytes | None, ttl: float
+    ) -> list[bytes | None] | None:
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        entry = self._groups.get(group_id)
+        if entry is None or entry[0] <= now:
+            entry = self._groups[group_id] = (now + ttl, size, {})
+        results = entry[2]
+        results.setdefault(index, result)
+        if len(results) < entry[1]:
+            return None
+        return [results.get(k) for k in range(entry[1])]
 
     # -- hot path ----------------------------------------------------------------------
     async def promote_due(self, queues: Sequence[str], limit: int) -> PromoteResult:
@@ -507,6 +567,11 @@ class MemoryStore(Store):
                 # the record stays while it is retained or its result lives
                 keeps_result = s.result is not None and s.result_ttl > 0
                 keep = max(s.retain_for, s.result_ttl if keeps_result else 0.0)
+                if rec.then is not None:
+                    # a workflow job: kept, so its continuation's IDs stay taken
+                    keep = max(keep, WORKFLOW_KEEP)
+                    self._outbox[job.id] = rec.home
+                    self._outbox_filled.set()
                 if keep <= 0 and job.id in self._done:
                     keep = WAITED_KEEP  # its waiters read the outcome after the wake-up
                 if keep > 0:

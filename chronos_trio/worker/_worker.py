@@ -6,8 +6,8 @@ Actors start in four groups and stop in reverse order:
   bring work in (the leader-elector holds the leadership lease under which
   the scheduler fires triggers and the janitor trims);
 * execution — the executor pool;
-* settlement — heartbeater, completer: they keep leases alive and write
-  outcomes;
+* settlement — heartbeater, completer, continuer: they keep leases alive,
+  write outcomes, and run what follows a workflow job that succeeded;
 * notification — the notifier, which runs dead-letter hooks and other event
   subscribers off the settle path, so it stops last and may flush.
 
@@ -31,6 +31,7 @@ import trio
 
 from ..actors import (
     completer,
+    continuer,
     executor,
     heartbeater,
     janitor,
@@ -56,7 +57,7 @@ log = logging.getLogger("chronos_trio.worker")
 #: stop in the reverse one.
 GROUPS: Mapping[str, tuple[ModuleType, ...]] = {
     "notification": (notifier,),
-    "settlement": (heartbeater, completer),
+    "settlement": (heartbeater, completer, continuer),
     "execution": (executor,),
     "intake": (promoter, leaser, recoverer, janitor, leader, scheduler),
 }

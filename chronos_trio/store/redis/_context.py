@@ -51,6 +51,8 @@ class StoreContext(RedisCore):
         self.damaged_dead = 0
         self.quarantined = 0
         self.newer_met = 0
+        #: Set when a settle of this store queued a workflow continuation.
+        self.outbox_filled = trio.Event()
 
     def count_aside(self, aside: SetAside) -> SetAside:
         """Count what an operation set aside (for ``statistics()``); returns it."""

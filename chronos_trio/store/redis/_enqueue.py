@@ -93,7 +93,7 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
                     int(j.max_retries),
                     repr(float(j.timeout)),
                     encode_headers(j.headers) if j.headers else "",
-                    "" if j.unique is None else unique_spec(j.unique),
+                    extras(j),
                 ]
             ops.append(
                 Op.script_call(
@@ -130,6 +130,16 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
 
 
 _MODE_LETTERS = {"lock": "l", "throttle": "t", "debounce": "d"}
+
+
+def extras(job: NewJob) -> str:
+    """A job's extras as enqueue.lua takes them (``unique_spec`` in
+    ``lua/_prelude.lua``): its unique spec, NUL, its workflow continuation;
+    '' for an ordinary job."""
+    if job.unique is None and job.then is None:
+        return ""
+    spec = "" if job.unique is None else unique_spec(job.unique)
+    return f"{spec}\0{job.then or ''}"
 
 
 def unique_spec(unique: Unique) -> str:

@@ -533,7 +533,10 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
                 continue
             aside += decode_aside(part[0], pk.queue, pk.version, pk.partition)
             for k, i in enumerate(groups[pk]):
-                results[i] = part[1 + k] == 1
+                code = part[1 + k]
+                results[i] = code == 1 or code == 4
+                if code == 4:  # a workflow continuation went to the outbox
+                    ctx.outbox_filled.set()
     ctx.count_aside(aside)
     if failed:
         # As when a partition's own script fails: what the others applied

@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from ...records._workflow import WORKFLOW_KEEP
 from .._roles import StoreError
 from ._codec import CHUNKED_PAYLOAD_MAX, PAYLOAD_CHUNK, RECORD_FORMAT
 
@@ -30,10 +31,11 @@ def _lua(name: str) -> bytes:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_bytes()
 
 
-_PRELUDE = b"local FORMAT, CHUNK, CHUNKED_MAX = %d, %d, %d\n" % (
+_PRELUDE = b"local FORMAT, CHUNK, CHUNKED_MAX, WORKFLOW_KEEP = %d, %d, %d, %d\n" % (
     RECORD_FORMAT,
     PAYLOAD_CHUNK,
     CHUNKED_PAYLOAD_MAX,
+    WORKFLOW_KEEP,
 ) + _lua("_prelude")
 
 
@@ -53,6 +55,8 @@ class Script:
 
 
 ENQUEUE = Script.load("enqueue")
+OUTBOX_READ = Script.load("outbox_read")
+GROUP_ARRIVE = Script.load("group_arrive")
 PROMOTE = Script.load("promote")
 LEASE = Script.load("lease")
 RENEW = Script.load("renew")

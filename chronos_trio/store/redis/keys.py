@@ -22,6 +22,8 @@ a Redis Cluster:
                        ``{"reason": ..., "at": epoch seconds, "index": ...}``
 ``<tag>:j:<id>``       the job hash; field ``v`` is its record format
                        (:data:`~._codec.RECORD_FORMAT`; absent = format 1)
+``<tag>:outbox``       zset of workflow jobs that succeeded, score = when:
+                       the continuations the continuer drains
 ``<tag>:u:<key>``      a unique job's lock (string): its mode letter (``l``
                        lock, ``t`` throttle, ``d`` debounce) then the ID of
                        the job that holds the key; a ttl lapses it. Unique
@@ -40,6 +42,8 @@ Global keys (single-key commands or single-key scripts only):
 ``{ns:L:<name>}:fired``            hash schedule id -> last fired time
 ``{ns:L:<name>}:pending``          hash of triggers recorded but not yet enqueued
 ``{ns:L:<name>}:damaged``          pending triggers that could not be decoded
+``{ns:wf:<group>}:g``             a workflow group's member results
+                                   (field = index), expiring with the workflow
 ``{ns:done}``                      pub/sub channel (not a key): the key of a
                                    finished job whose record names it in
                                    field ``w`` (a producer waits on it)
@@ -89,6 +93,7 @@ class PartitionKeys:
     damaged: str
     job_prefix: str
     unique_prefix: str
+    outbox: str
 
     @classmethod
     def build(cls, ns: str, queue: str, version: int, partition: int) -> PartitionKeys:
@@ -109,6 +114,7 @@ class PartitionKeys:
             damaged=f"{tag}:damaged",
             job_prefix=f"{tag}:j:",
             unique_prefix=f"{tag}:u:",
+            outbox=f"{tag}:outbox",
         )
 
     def job(self, job_id: str) -> str:
@@ -151,6 +157,10 @@ class KeySpace:
                 self._ns, queue, version, partition
             )
         return keys
+
+    def group(self, group_id: str) -> str:
+        """A workflow group's hash (its own slot)."""
+        return f"{{{self._ns}:wf:{escape(group_id)}}}:g"
 
     def wake_ready(self, queue: str) -> str:
         return f"{{{self._ns}:wake}}:ready:{escape(queue)}"

@@ -20,6 +20,7 @@ from ...records._jobs import EnqueueResult, Job, JobOutcome, JobRef, JobState, L
 from .._roles import (
     LEASE_GRACE,
     CheckReport,
+    Continuation,
     CountResult,
     FencedResults,
     Leadership,
@@ -33,7 +34,7 @@ from .._roles import (
     Store,
     TriggerResult,
 )
-from . import _admin, _check, _enqueue, _jobs, _leader, _results, _waiting
+from . import _admin, _check, _enqueue, _flow, _jobs, _leader, _results, _waiting
 from ._adapter import Client, RedisAdapter, ReplicaWait
 from ._commands import RedisCommands
 from ._connect import SENTINEL_SCHEMES, connect, parse_store_url
@@ -324,6 +325,24 @@ class RedisStore(Store):
 
     async def wait_outcome(self, ref: JobRef, *, timeout: float) -> JobOutcome | None:
         return await _results.wait_outcome(self._ctx, self._done, ref, timeout)
+
+    # -- workflows (FlowRole) -----------------------------------------------------------------
+    async def continuations(self, queues: Sequence[str], limit: int) -> list[Continuation]:
+        """One ``outbox_read.lua`` per partition of ``queues``, in one round trip."""
+        return await _flow.continuations(self._ctx, queues, limit)
+
+    async def finish_continuations(self, done: Sequence[Continuation]) -> None:
+        await _flow.finish_continuations(self._ctx, done)
+
+    async def wait_continuations(self, timeout: float) -> None:
+        """Woken by this store's own settles (their reply says when one
+        queued a continuation); others' are found when ``timeout`` passes."""
+        await _flow.wait_continuations(self._ctx, timeout)
+
+    async def group_arrive(
+        self, group_id: str, index: int, size: int, result: bytes | None, ttl: float
+    ) -> list[bytes | None] | None:
+        return await _flow.group_arrive(self._ctx, group_id, index, size, result, ttl)
 
     async def check(
         self,

@@ -196,21 +196,36 @@ local function lock_key(prefix, u)
   return string.sub(prefix, 1, -3) .. 'u:' .. u
 end
 
--- A unique job's spec, as enqueue.lua takes it and its record keeps it in
--- field u: its mode letter, its lock ttl in ms (none: no digits), '|', its
--- key. Returns key, mode, ttl (a number or nil); nil for no (or a damaged) u.
-local function unique_spec(u)
-  if not u then return nil end
-  local mode, ttl, key = string.match(u, '^([ltd])(%d*)|(.+)$')
+-- A job's extras, as enqueue.lua takes them and its record keeps them in
+-- field x: its unique spec, a NUL byte, its workflow continuation (either
+-- may be empty). The unique spec: mode letter, lock ttl in ms (none: no
+-- digits), '|', key. unique_spec returns key, mode, ttl (a number or nil);
+-- nil for none (or a damaged x).
+local function unique_spec(x)
+  if not x then return nil end
+  local mode, ttl, key = string.match(x, '^([ltd])(%d*)|([^%z]+)%z')
   return key, mode, tonumber(ttl)
+end
+
+-- Whether extras x carry a workflow continuation.
+local function continues(x)
+  if not x then return false end
+  local z = string.find(x, '\0', 1, true)
+  return z ~= nil and z < #x
+end
+
+-- The outbox of the partition whose job key prefix is prefix: a zset of
+-- workflow jobs that succeeded (score: when), drained by the continuer.
+local function outbox_key(prefix)
+  return string.sub(prefix, 1, -3) .. 'outbox'
 end
 
 -- The job id finished (succeeded: ok true; dead or deleted: false): a
 -- throttle's lock it holds starts its ttl, any other lock it holds is
--- released. A lock another job holds (or none) is left as it is. u: the
--- record's field u.
-local function unique_finished(prefix, id, u, ok)
-  local key, mode, ttl = unique_spec(u)
+-- released. A lock another job holds (or none) is left as it is. x: the
+-- record's field x.
+local function unique_finished(prefix, id, x, ok)
+  local key, mode, ttl = unique_spec(x)
   if not key then return end
   local lock = lock_key(prefix, key)
   if redis.pcall('GET', lock) ~= mode .. id then return end

@@ -31,7 +31,7 @@ if z then
 else
   for k = 1, 6 do redis.call('ZREM', KEYS[k], ARGV[1]) end
 end
-local u = redis.call('HMGET', key, 'w', 'u')
+local u = redis.call('HMGET', key, 'w', 'x')
 unique_finished(KEYS[7], ARGV[1], u[2], false)  -- its unique key is free
 local w = u[1]
 redis.call('DEL', key)

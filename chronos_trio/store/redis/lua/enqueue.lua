@@ -12,14 +12,15 @@
 --          due times of one batch agree across partitions.
 -- ARGV[2+9i .. 10+9i], per job i: id, kind, payload (raw bytes),
 --          run_at ('' = now + delay), delay, max_retries, timeout, headers
---          (a JSON object, stored as field h; '' for none: no field), unique
---          spec ('' for an ordinary job, else see unique_spec in _prelude.lua)
+--          (a JSON object, stored as field h; '' for none: no field), extras
+--          ('' for an ordinary job, else its unique spec and workflow
+--          continuation, see unique_spec in _prelude.lua; stored as field x)
 --
 -- A unique job (see Unique in records/_unique.py) meets the lock of its key:
 -- held by a pending job (or a throttle's, within its ttl), it stores nothing
 -- and reports the holder; a debounce replaces a waiting holder's payload,
 -- headers and due time instead. Otherwise it is stored and takes the lock,
--- in this same step; the record keeps the spec in field u.
+-- in this same step.
 --
 -- Each job hash gets v = FORMAT, the record format (see _prelude.lua), and the
 -- payload of a delayed job, when of more than CHUNK bytes (at most
@@ -137,12 +138,12 @@ for i = 2, #ARGV, 9 do
     if run_at <= now then
       state, zset = 'ready', ready
     end
-    local spec = ARGV[i + 8]
+    local extras = ARGV[i + 8]
     local verdict, holder, h = 'store', nil, nil
     local lock, umode, ttl = nil, nil, nil
-    if spec ~= '' then
-      local ukey
-      ukey, umode, ttl = unique_spec(spec)
+    local ukey = nil
+    if extras ~= '' then ukey, umode, ttl = unique_spec(extras) end
+    if ukey then
       lock = locks .. ukey
       local held = redis.pcall('GET', lock)
       if type(held) ~= 'string' then held = nil end
@@ -194,10 +195,10 @@ for i = 2, #ARGV, 9 do
         redis.call('HSET', key, unpack(args))
       end
       if ARGV[i + 7] ~= '' then redis.call('HSET', key, 'h', ARGV[i + 7]) end
+      if extras ~= '' then redis.call('HSET', key, 'x', extras) end
       if lock then
         -- the lock is taken in this same step (a ttl lapses it; a throttle's
         -- starts when the job succeeds, see unique_finished)
-        redis.call('HSET', key, 'u', spec)
         if ttl and umode ~= 't' then
           redis.call('SET', lock, umode .. id, 'PX', ttl)
         else

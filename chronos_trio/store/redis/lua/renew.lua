@@ -28,7 +28,7 @@ local out = {exp_s, aside}
 for i = 2, #ARGV, 2 do
   local id = ARGV[i]
   local key = KEYS[2] .. id
-  local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at', 'u')
+  local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at', 'x')
   if not f[2] then f = probe_job(key, f, 5) end
   -- judge the record (nothing here can fail) ...
   local p, w = 0, nil

@@ -40,7 +40,7 @@
 -- when it stopped, else {set aside (see _prelude.lua), code_1, code_2, ...}};
 -- code 1 applied, 0 the lease is no longer held with that token (or
 -- expired): the job is not touched at all, 2 dead-lettered as damaged, 3 left
--- alone (newer format).
+-- alone (newer format), 4 applied, and a workflow continuation was queued.
 -- How long a finished job nobody keeps stays readable for its waiters (s).
 local WAITED_KEEP = 60
 local t = redis.call('TIME')
@@ -60,7 +60,7 @@ local function settle_partition(part, first, last, res)
     local id = ARGV[i]
     local key = prefix .. id
     local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at',
-      'attempts', 'run_at', 'w', 'u')
+      'attempts', 'run_at', 'w', 'x')
     if not f[2] then f = probe_job(key, f, 8) end
     -- judge the record (nothing here can fail) ...
     local p, w = 0, nil
@@ -91,6 +91,11 @@ local function settle_partition(part, first, last, res)
       local kind = ARGV[i + 2]
       if kind == 's' then
         local retain = tonumber(ARGV[i + 5])
+        local flow = continues(f[8])
+        if flow and retain < WORKFLOW_KEEP then
+          -- a workflow job's record is kept, so its continuation's IDs stay taken
+          retain = WORKFLOW_KEEP
+        end
         local ttl = tonumber(ARGV[i + 7])
         if retain > 0 or ttl or f[7] then
           if ttl then
@@ -115,6 +120,11 @@ local function settle_partition(part, first, last, res)
           redis.call('DEL', key)
         end
         unique_finished(prefix, id, f[8], true)
+        if flow then
+          -- its continuation goes to the outbox in this same step (the record first)
+          redis.call('ZADD', outbox_key(prefix), now, id)
+          p = 4
+        end
         notify_done(key, f[7])
       elseif kind == 'r' then
         local due = now + math.max(0, tonumber(ARGV[i + 4]))

@@ -1,0 +1,74 @@
+"""continuer: runs what follows a workflow job that succeeded.
+
+The store's fenced success settle puts a workflow job in its partition's
+outbox (see ``records._workflow`` and docs/WORKFLOWS.md); this actor drains
+the outboxes of the worker's queues: for each entry it enqueues the next
+jobs under their deterministic IDs, or records a group member's arrival
+(enqueueing what follows the group once it is complete), and only then
+removes the entry. A continuer that dies midway leaves the entry for the
+next pass, whose enqueues are no-ops for the jobs already made. Woken by
+this process's own settles; entries other processes left are found every
+:data:`SWEEP` seconds.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from ..records._jobs import NewJob
+from ..records._workflow import WORKFLOW_KEEP, Arrival, Steps, advance, after_group
+from ..runtime._backoff import Backoff
+from ..runtime._state import Runtime, log
+from ..store import Continuation, FlowRole, Store
+
+#: Outbox entries handled per store call.
+BATCH = 256
+#: How often the outboxes are looked at without a wake-up (s).
+SWEEP = 30.0
+
+
+async def run(
+    rt: Runtime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    store = rt.store
+    task_status.started()
+    if not isinstance(store, FlowRole):  # pragma: no cover - every Store is one
+        await trio.sleep_forever()  # a store without workflows: nothing to continue
+    queues = rt.config.queue_names
+    backoff = Backoff(log, "continuer")
+    while True:
+        await store.wait_continuations(SWEEP)
+        while True:
+            batch = await backoff.call(store.continuations, queues, BATCH)
+            if not batch:
+                break
+            await backoff.call(_continue, store, batch)
+            await backoff.call(store.finish_continuations, batch)
+            if len(batch) < BATCH:
+                break
+
+
+async def _continue(store: Store, batch: list[Continuation]) -> None:
+    """Enqueue what each entry's continuation asks for (idempotent)."""
+    jobs: list[NewJob] = []
+    arrivals: list[Arrival] = []
+    for entry in batch:
+        try:
+            steps = advance(entry.then, entry.result)
+        except ValueError as exc:
+            # nothing can follow a continuation that cannot be read; say so loudly
+            log.error("workflow job %s: %s; its flow stops here", entry.job_id, exc)
+            continue
+        jobs.extend(steps.jobs)
+        arrivals.extend(steps.arrivals)
+    while arrivals:
+        arrival = arrivals.pop()
+        results = await store.group_arrive(
+            arrival.group_id, arrival.index, arrival.size, arrival.result, WORKFLOW_KEEP
+        )
+        if results is not None:
+            then: Steps = after_group(arrival, results)
+            jobs.extend(then.jobs)
+            arrivals.extend(then.arrivals)
+    if jobs:
+        await store.enqueue_many(jobs)

@@ -1,0 +1,78 @@
+"""Workflow continuations on Redis: the partitions' outboxes (filled by the
+fenced success settle, see ``lua/settle.lua``) and group arrivals."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import trio
+
+from .._roles import Continuation
+from . import _scripts as S
+from ._codec import ident
+from ._context import StoreContext
+from ._scripts import Op
+from .keys import PartitionKeys
+
+
+async def continuations(
+    ctx: StoreContext, queues: Sequence[str], limit: int
+) -> list[Continuation]:
+    if limit <= 0 or not queues:
+        return []
+    metas = await ctx.meta(queues)
+    slots: list[PartitionKeys] = [
+        pk for q in dict.fromkeys(queues) for pk in ctx.partitions_of(q, metas[q])
+    ]
+    replies = await ctx.adapter.execute(
+        [Op.script_call(S.OUTBOX_READ, [pk.outbox, pk.job_prefix], [limit]) for pk in slots]
+    )
+    out: list[Continuation] = []
+    for pk, reply in zip(slots, replies, strict=True):
+        for k in range(0, len(reply), 3):
+            then = reply[k + 1]
+            out.append(
+                Continuation(
+                    ident(reply[k]),
+                    pk.queue,
+                    pk.version,
+                    pk.partition,
+                    then.decode("utf-8", "replace") if isinstance(then, bytes) else then,
+                    reply[k + 2] or None,
+                )
+            )
+    out.sort(key=lambda c: c.job_id)
+    return out[:limit]
+
+
+async def finish_continuations(ctx: StoreContext, done: Sequence[Continuation]) -> None:
+    if not done:
+        return
+    ops = []
+    for c in done:
+        pk = ctx.keys.partition(c.queue, c.queue_version, c.partition)
+        ops.append(Op.command(pk.tag, "ZREM", pk.outbox, c.job_id))
+    await ctx.adapter.execute(ops)
+
+
+async def wait_continuations(ctx: StoreContext, timeout: float) -> None:
+    if not ctx.outbox_filled.is_set():
+        with trio.move_on_after(timeout):
+            await ctx.outbox_filled.wait()
+    ctx.outbox_filled = trio.Event()
+    await trio.lowlevel.checkpoint()
+
+
+async def group_arrive(
+    ctx: StoreContext, group_id: str, index: int, size: int, result: bytes | None, ttl: float
+) -> list[bytes | None] | None:
+    key = ctx.keys.group(group_id)
+    value = b"-" if result is None else b"=" + result
+    ttl_ms = max(1, math.ceil(ttl * 1000))
+    (reply,) = await ctx.adapter.execute(
+        [Op.script_call(S.GROUP_ARRIVE, [key], [index, size, value, ttl_ms])]
+    )
+    if not reply:
+        return None
+    return [None if not v or v == b"-" else bytes(v[1:]) for v in reply]
