@@ -50,6 +50,7 @@ from ..store._partitioning import partition_of
 from ..store._roles import (
     AdminRole,
     CheckRole,
+    FlowRole,
     LeadershipRole,
     Problem,
     QueueWeight,
@@ -990,3 +991,76 @@ async def check_unique_jobs_live_in_their_key_s_partition(fresh: Fresh) -> None:
         else:
             raise AssertionError("a unique job's ID that routes elsewhere must be refused")
         assert await store.get_job("plain-1") is None and await store.get_job(given) is None
+
+
+# -- workflow continuations ---------------------------------------------------------------
+@check(WorkerRole, AdminRole, FlowRole)
+async def check_continuations_come_from_the_fenced_success_only(fresh: Fresh) -> None:
+    store = await fresh()
+    flows = [job(name, then=f'{{"for":"{name}"}}') for name in ("ok", "retry", "dead", "back")]
+    await store.enqueue_many([*flows, job("plain")])
+    by_id = {lj.job.id: lj for lj in await lease(store)}
+    bad = stale(by_id["ok"].ref)
+    assert await store.settle([Settlement(bad, SettleKind.SUCCEEDED)]) == [False]
+    assert await store.continuations(["q"], 10) == [], "a stale success queues nothing"
+    assert (
+        await store.settle(
+            [
+                settle(by_id["ok"], SettleKind.SUCCEEDED, result=b"42", result_ttl=60),
+                settle(by_id["retry"], SettleKind.RETRY, error="again", retry_delay=30),
+                settle(by_id["dead"], SettleKind.DEAD, error="boom"),
+                settle(by_id["back"], SettleKind.RELEASE),
+                settle(by_id["plain"], SettleKind.SUCCEEDED),
+            ]
+        )
+        == [True] * 5
+    )
+    [entry] = await store.continuations(["q"], 10)
+    assert (entry.job_id, entry.queue, entry.then, entry.result) == (
+        "ok",
+        "q",
+        '{"for":"ok"}',
+        b"42",
+    )
+    assert await store.continuations(["other"], 10) == []
+    # the workflow job's record stays (its continuation's IDs stay taken)
+    kept = await store.get_job("ok")
+    assert kept is not None and kept.state is JobState.SUCCEEDED
+    # an entry stays until it is finished, then it is gone
+    assert [c.job_id for c in await store.continuations(["q"], 10)] == ["ok"]
+    await store.finish_continuations([entry])
+    await store.finish_continuations([entry])  # twice is fine
+    assert await store.continuations(["q"], 10) == []
+
+
+@check(WorkerRole, FlowRole)
+async def check_a_group_completes_once_with_results_in_member_order(fresh: Fresh) -> None:
+    store = await fresh()
+    assert await store.group_arrive("g1", 2, 3, b'"c"', 60.0) is None
+    assert await store.group_arrive("g1", 2, 3, b'"changed"', 60.0) is None, "arrivals repeat"
+    assert await store.group_arrive("g1", 0, 3, None, 60.0) is None
+    done = await store.group_arrive("g1", 1, 3, b'"b"', 60.0)
+    assert done == [None, b'"b"', b'"c"']
+    assert await store.group_arrive("g1", 1, 3, b'"b"', 60.0) == done, "complete from then on"
+    assert await store.group_arrive("g2", 0, 1, b"1", 60.0) == [b"1"], "groups are apart"
+
+
+@check(WorkerRole, FlowRole)
+async def check_a_settle_wakes_the_continuation_waiter(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job("w", then="{}")])
+    [leased] = await lease(store)
+    woke = trio.Event()
+
+    async def wait() -> None:
+        await store.wait_continuations(30.0)
+        woke.set()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(0.05)
+            assert not woke.is_set()
+            assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [True]
+            await woke.wait()
+    assert [c.job_id for c in await store.continuations(["q"], 10)] == ["w"]

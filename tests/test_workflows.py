@@ -1,0 +1,184 @@
+"""Workflows end to end (issue 14): chains pass results, groups hand their
+members' results in member order to what follows, nesting, a failed step
+stops its flow until it is re-run, and a continuation handled twice (a
+continuer that died before removing its outbox entry) changes nothing — on
+memory (virtual clock) and Redis. The store rules are in the conformance
+suite (``check_continuations_*``, ``check_a_group_*``)."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from chronos_trio import App, JobContext, JobState, MemoryStore, SkipRetry, chain, group
+from chronos_trio.actors import continuer
+from tests._backends import Backend
+
+
+@attrs.frozen
+class Order:
+    id: int
+    amount: int
+
+
+def flow_app(store: Any) -> tuple[App, collections.Counter[str], list[tuple[str, Any]]]:
+    app = App(store)
+    runs: collections.Counter[str] = collections.Counter()
+    seen: list[tuple[str, Any]] = []
+    broken: set[int] = set()
+    app.broken = broken  # type: ignore[attr-defined]
+
+    @app.task("add")
+    async def add(payload: int, job: JobContext) -> int:
+        runs[job.id] += 1
+        seen.append(("add", payload))
+        if payload in broken:
+            raise SkipRetry(f"{payload} is broken")
+        return payload + 1
+
+    @app.task("total")
+    async def total(payload: list[int], job: JobContext) -> int:
+        runs[job.id] += 1
+        seen.append(("total", payload))
+        return sum(payload)
+
+    @app.task("flat")
+    async def flat(payload: list[Any], job: JobContext) -> int:
+        runs[job.id] += 1
+        seen.append(("flat", payload))
+
+        def total_of(x: Any) -> int:
+            return sum(map(total_of, x)) if isinstance(x, list) else int(x)
+
+        return total_of(payload)
+
+    @app.task("price")
+    async def price(payload: Order, job: JobContext) -> int:
+        runs[job.id] += 1
+        return payload.amount
+
+    @app.task("log")
+    async def log_(payload: str, job: JobContext) -> None:
+        runs[job.id] += 1
+        seen.append(("log", payload))
+
+    return app, runs, seen
+
+
+def t(app: App, kind: str) -> Any:
+    return app.tasks[kind]
+
+
+async def test_a_chain_passes_results_and_a_chord_gets_them_in_order(
+    backend: Backend, clock: object
+) -> None:
+    app, runs, seen = flow_app(backend.store())
+    add, total = t(app, "add"), t(app, "total")
+    flow = chain(add.s(1), add.s(), group(add.s(), add.s(10), add.s(100)), total.s())
+    async with app.open_worker(**backend.timing(poll_interval=0.5)):
+        started = await app.enqueue_workflow(flow)
+        with trio.fail_after(backend.pick(memory=60, redis=20)):
+            assert await started.result(timeout=20) == 4 + 11 + 101
+    assert seen[:2] == [("add", 1), ("add", 2)]
+    assert sorted(seen[2:5]) == [("add", 3), ("add", 10), ("add", 100)]
+    assert seen[5] == ("total", [4, 11, 101]), "member order, not finishing order"
+    assert set(runs.values()) == {1} and len(runs) == 6
+    assert started.final is not None and started.final.job_id == f"{started.id}.3"
+
+
+async def test_workflows_nest(backend: Backend, clock: object) -> None:
+    app, runs, seen = flow_app(backend.store())
+    add, flat = t(app, "add"), t(app, "flat")
+    # a group whose members are a chain and a group (of a chain and a step)
+    inner = group(chain(add.s(5), add.s()), add.s(20))
+    flow = chain(group(chain(add.s(1), add.s(), add.s()), inner), flat.s(), add.s())
+    async with app.open_worker(**backend.timing(poll_interval=0.5)):
+        started = await app.enqueue_workflow(flow)
+        with trio.fail_after(backend.pick(memory=60, redis=20)):
+            # member 0: 1 -> 2 -> 3 -> 4; member 1: [7, 21], handed on as a list
+            assert await started.result(timeout=20) == 4 + 7 + 21 + 1
+    assert ("flat", [4, [7, 21]]) in seen
+    assert set(runs.values()) == {1} and len(runs) == 8
+
+
+async def test_a_failed_step_stops_its_flow_until_it_is_run_again(
+    backend: Backend, clock: object
+) -> None:
+    app, runs, _ = flow_app(backend.store())
+    add = t(app, "add")
+    app.broken.add(2)  # type: ignore[attr-defined]
+    flow = chain(add.s(1), add.s(), add.s())
+    async with app.open_worker(**backend.timing(poll_interval=0.5)):
+        started = await app.enqueue_workflow(flow, workflow_id="wf-stop")
+        failed = app.job("wf-stop.1")
+        with trio.fail_after(backend.pick(memory=60, redis=20)):
+            while (await _state(failed)) is not JobState.DEAD:
+                await trio.sleep(0.1)
+            await trio.sleep(1.0)
+            assert await app.store.get_job("wf-stop.2") is None, "nothing after the dead step"
+            app.broken.clear()  # type: ignore[attr-defined]
+            assert await app.store.run_now("wf-stop.1")
+            assert await started.result(timeout=20) == 4
+    assert runs["wf-stop.0"] == 1 and runs["wf-stop.1"] == 2 and runs["wf-stop.2"] == 1
+
+
+async def _state(handle: Any) -> JobState | None:
+    try:
+        return (await handle.status()).state
+    except Exception:
+        return None
+
+
+async def test_a_continuation_handled_twice_changes_nothing(autojump_clock: object) -> None:
+    store = MemoryStore()
+    app, runs, _ = flow_app(store)
+    add, total = t(app, "add"), t(app, "total")
+    flow = chain(group(add.s(1), add.s(2)), total.s(), add.s())
+    started = await app.enqueue_workflow(flow, workflow_id="twice")
+    leased = await store.lease(
+        [__import__("chronos_trio").QueueWeight("default")], 10, worker_id="w", lease_duration=30
+    )
+    from chronos_trio.store import SettleKind, Settlement
+
+    await store.settle(
+        [
+            Settlement(lj.ref, SettleKind.SUCCEEDED, result=str(lj.job.payload[0] - 47).encode(),
+                       result_ttl=60)
+            for lj in leased
+        ]
+    )  # fmt: skip
+    batch = await store.continuations(["default"], 10)
+    assert len(batch) == 2
+    # a continuer that died before finishing its batch: the next does it all again
+    await continuer._continue(store, batch)
+    await continuer._continue(store, batch)
+    await continuer._continue(store, batch[::-1])
+    await store.finish_continuations(batch)
+    callbacks = [j for j in await store.list_jobs("default", JobState.READY) if j.kind == "total"]
+    assert [j.id for j in callbacks] == ["twice.1"], "one callback, however often it is handled"
+    assert callbacks[0].payload == b"[2,3]"
+    async with app.open_worker(poll_interval=0.5):
+        with trio.fail_after(60):
+            assert await started.result(timeout=30) == 6
+    assert runs["twice.1"] == 1 and runs["twice.2"] == 1
+
+
+def test_a_workflow_is_checked_when_it_is_built() -> None:
+    app, _, _ = flow_app(MemoryStore())
+    add, total, price, log = t(app, "add"), t(app, "total"), t(app, "price"), t(app, "log")
+    with pytest.raises(TypeError, match="'price' takes a Order payload"):
+        chain(add.s(1), price.s())
+    with pytest.raises(TypeError, match="keeps none"):
+        chain(log.s("x"), add.s())
+    with pytest.raises(TypeError, match="'add' takes a int payload"):
+        chain(group(add.s(1), add.s(2)), add.s())
+    chain(log.s("x"), add.s(1))  # a payload of its own: fine
+    chain(group(add.s(1)), total.s())
+    with pytest.raises(ValueError, match="at least one"):
+        chain()
+    with pytest.raises(ValueError, match="at least one"):
+        group()
