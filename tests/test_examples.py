@@ -92,3 +92,20 @@ def test_results_example_on_redis(redis_url: str) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "status: succeeded, same result: True" in proc.stdout
     assert "ConnectionError: https://down.example is unreachable" in proc.stdout
+
+
+def test_workflow_example_on_the_embedded_store() -> None:
+    proc = run_embedded("examples/workflow.py")
+    assert proc.returncode == 0, proc.stderr
+    assert "subtotal, shipping, discount (member order): [300, 500, -50]" in proc.stdout
+    assert proc.stdout.count("invoice for 750 cents") == 1, "the second start is the same run"
+    assert "workflow order-7: INV-750" in proc.stdout
+    assert "unique: second stored=False, same job=True" in proc.stdout
+
+
+@pytest.mark.redis
+def test_workflow_example_on_redis(redis_url: str) -> None:
+    proc = run_example("examples/workflow.py", env={"CHRONOS_URL": redis_url})
+    assert proc.returncode == 0, proc.stderr
+    assert "workflow order-7: INV-750" in proc.stdout
+    assert proc.stdout.count("invoice for 750 cents") == 1

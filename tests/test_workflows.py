@@ -182,3 +182,84 @@ def test_a_workflow_is_checked_when_it_is_built() -> None:
         chain()
     with pytest.raises(ValueError, match="at least one"):
         group()
+
+
+# -- randomized ------------------------------------------------------------------------
+def _random_flow(rng: Any, step: Any, depth: int = 0) -> Any:
+    shapes = ["chain", "group"] if depth == 0 else ["step", "step", "chain", "group"]
+    shape = rng.choice(shapes) if depth < 4 else "step"
+    if shape == "step":
+        # a fixed payload, or (half the time) its predecessor's result
+        return step.s(f"s{rng.randrange(10**6)}") if rng.random() < 0.5 else step.s()
+    parts = [_random_flow(rng, step, depth + 1) for _ in range(rng.randint(1, 4))]
+    return chain(*parts) if shape == "chain" else group(*parts)
+
+
+def _paths(node: Any, path: str, after: set[str]) -> dict[str, set[str]]:
+    """Every job's path and the paths that must have succeeded before it."""
+    from chronos_trio.records._workflow import Chain, Group, Step
+
+    if isinstance(node, Step):
+        return {path: set(after)}
+    out: dict[str, set[str]] = {}
+    if isinstance(node, Group):
+        for k, member in enumerate(node.members):
+            out.update(_paths(member, f"{path}.{k}", after))
+        return out
+    assert isinstance(node, Chain)
+    before = set(after)
+    for k, link in enumerate(node.links):
+        part = _paths(link, f"{path}.{k}", before)
+        out.update(part)
+        before = before | set(part)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(24))
+async def test_random_nested_workflows_keep_order_and_run_each_step_once(
+    seed: int, autojump_clock: object
+) -> None:
+    import random
+
+    rng = random.Random(seed)
+    store = MemoryStore()
+    app = App(store)
+    started_at: dict[str, float] = {}
+    finished_at: dict[str, float] = {}
+    succeeded: collections.Counter[str] = collections.Counter()
+    fail_once: set[str] = set()
+
+    @app.task("step")
+    async def step(payload: Any, job: JobContext) -> Any:
+        started_at.setdefault(job.id, trio.current_time())
+        await trio.sleep(rng.random() * 0.5)
+        if job.id in fail_once:
+            fail_once.discard(job.id)
+            raise SkipRetry("injected failure")
+        finished_at[job.id] = trio.current_time()
+        succeeded[job.id] += 1
+        return [job.id, payload]
+
+    flow = chain(_random_flow(rng, step), step.s("end"))  # a final step to wait on
+    expected = _paths(flow, "wf", set())
+    fail_once.update(p for p in expected if rng.random() < 0.2)
+    injected = set(fail_once)
+    async with app.open_worker(poll_interval=0.5, concurrency=8):
+        started = await app.enqueue_workflow(flow, workflow_id="wf")
+        with trio.fail_after(600):
+            while not started_done(succeeded, expected):
+                await trio.sleep(1.0)
+                for job_id in injected:
+                    found = await store.get_job(job_id)
+                    if found is not None and found.state is JobState.DEAD:
+                        assert await store.run_now(job_id)  # re-run the failed step
+            final = await started.result(timeout=60)
+    assert succeeded == collections.Counter(dict.fromkeys(expected, 1)), "each step once"
+    for path, before in expected.items():
+        for earlier in before:
+            assert finished_at[earlier] <= started_at[path], f"{path} ran before {earlier}"
+    assert final[0] == "wf." + str(len(flow.links) - 1)
+
+
+def started_done(succeeded: collections.Counter[str], expected: dict[str, set[str]]) -> bool:
+    return all(succeeded[p] for p in expected)
