@@ -263,3 +263,21 @@ async def test_random_nested_workflows_keep_order_and_run_each_step_once(
 
 def started_done(succeeded: collections.Counter[str], expected: dict[str, set[str]]) -> bool:
     return all(succeeded[p] for p in expected)
+
+
+async def test_a_job_shows_what_waits_behind_it(backend: Backend, clock: object) -> None:
+    from chronos_trio.cli._output import job_details, job_json
+    from chronos_trio.records._workflow import describe
+
+    app, _, _ = flow_app(backend.store())
+    add, total = t(app, "add"), t(app, "total")
+    await app.enqueue_workflow(chain(add.s(1), group(add.s(), add.s()), total.s()), workflow_id="w")
+    first = await app.store.get_job("w.0")
+    assert first is not None and first.then is not None
+    waits = "group w.1 of 2 -> total (w.2)"
+    assert describe(first.then) == waits
+    assert f"then        {waits}" in job_details(first, 0.0)
+    assert job_json(first)["then"]["seq"][0]["id"] == "w.1"
+    assert describe(None) == "-" and describe("{").startswith("a damaged")
+    member = '{"grp":"w.1","i":0,"n":2,"after":{"seq":[{"job":{"id":"w.2","kind":"total"}}]}}'
+    assert describe(member) == "member 0 of group w.1 (2 in all) -> total (w.2)"

@@ -16,6 +16,7 @@ from ..app._inspector import (
     result_view,
 )
 from ..records._jobs import Job, JobState
+from ..records._workflow import describe
 from ..store import CheckReport, Finding, Problem, QueueTopology, Repair
 
 #: Column order of job states in tables.
@@ -97,6 +98,14 @@ def first_line(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 # -- JSON shapes ------------------------------------------------------------------
 def job_json(job: Job) -> dict[str, Any]:
     return {
@@ -119,6 +128,8 @@ def job_json(job: Job) -> dict[str, Any]:
         "last_error": job.last_error or None,
         "payload": payload_view(job),
         "headers": dict(job.headers),
+        # a workflow job's continuation (what waits behind it), as stored
+        "then": json.loads(job.then) if job.then and _is_json(job.then) else job.then,
         # a succeeded job's stored result (None: none kept), and until when
         "result": result_view(job),
         "result_until": iso(job.result_until),
@@ -272,6 +283,7 @@ def job_details(job: Job, now: float) -> str:
         ("payload", payload),
         ("headers", json.dumps(dict(job.headers), ensure_ascii=False) if job.headers else "-"),
         ("result", _result_line(job, now)),
+        ("then", describe(job.then)),
     ]
     width = max(len(k) for k, _ in [*rows, ("last error", "")]) + 2
     lines = [f"{key:<{width}}{value}" for key, value in rows]

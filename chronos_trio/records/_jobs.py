@@ -85,6 +85,9 @@ class Job:
     #: Metadata the producer attached (``headers=`` or the app's producer
     #: hooks), as (name, value) pairs: a trace id, a tenant.
     headers: tuple[tuple[str, str], ...] = ()
+    #: A workflow job's continuation (``NewJob.then``): what follows it.
+    #: Filled by inspection (``get_job``, ``list_jobs``); a lease may leave it None.
+    then: str | None = None
 
     @property
     def retries_left(self) -> int:

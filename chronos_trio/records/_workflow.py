@@ -261,3 +261,36 @@ def _run(node: dict[str, Any], value: bytes | None, after: Any) -> Steps:
         part = _run(member, value, {"grp": node["id"], "i": k, "n": len(members), "after": after})
         jobs.extend(part.jobs)
     return Steps(jobs=tuple(jobs))
+
+
+# -- inspection ------------------------------------------------------------------------
+def describe(then: str | None) -> str:
+    """What follows a workflow job, for people: ``-`` for none, else the steps
+    that wait behind it (their kinds and IDs) and the groups it belongs to.
+    Never raises (a damaged continuation says so)."""
+    if not then:
+        return "-"
+    try:
+        after = json.loads(then)
+        parts: list[str] = []
+        _describe(after, parts)
+    except (ValueError, KeyError, TypeError, IndexError):
+        return "a damaged workflow continuation (nothing follows it)"
+    return " -> ".join(parts) if parts else "nothing (the last step)"
+
+
+def _describe_node(node: dict[str, Any]) -> str:
+    if "job" in node:
+        return f"{node['job']['kind']} ({node['job']['id']})"
+    if "chain" in node:
+        return " -> ".join(_describe_node(n) for n in node["chain"])
+    return f"group {node['id']} of {len(node['group'])}"
+
+
+def _describe(after: Any, parts: list[str]) -> None:
+    while after is not None:
+        if "seq" in after:
+            parts.extend(_describe_node(n) for n in after["seq"])
+        else:
+            parts.append(f"member {after['i']} of group {after['grp']} ({after['n']} in all)")
+        after = after.get("after")

@@ -97,8 +97,6 @@ class _Record:
     retain_until: float = 0.0
     #: A unique job's key and mode (see ``_memory_unique``).
     unique: Unique | None = None
-    #: A workflow job's continuation (``NewJob.then``).
-    then: str | None = None
 
 
 #: How long a finished job nothing keeps stays readable for its waiters (s).
@@ -377,10 +375,9 @@ class MemoryStore(Store):
                 partition=partition_of(job_id, active.partitions),
                 created_at=now,
                 headers=new.headers,
+                then=new.then,
             )
             self._put(job)
-            if new.then is not None:
-                self._records[job_id].then = new.then
             if new.unique is not None:
                 self._records[job_id].unique = new.unique
                 self._unique.take(new.queue, new.unique, job_id, now)
@@ -418,14 +415,13 @@ class MemoryStore(Store):
             if queue not in wanted:
                 continue
             rec = self._records.get(job_id)
-            if rec is None or rec.then is None:
+            if rec is None or rec.job.then is None:
                 del self._outbox[job_id]  # trimmed or deleted meanwhile: nothing to continue
                 continue
             job = rec.job
+            assert job.then is not None
             out.append(
-                Continuation(
-                    job_id, queue, job.queue_version, job.partition, rec.then, job.result
-                )
+                Continuation(job_id, queue, job.queue_version, job.partition, job.then, job.result)
             )
         return out
 
@@ -567,7 +563,7 @@ class MemoryStore(Store):
                 # the record stays while it is retained or its result lives
                 keeps_result = s.result is not None and s.result_ttl > 0
                 keep = max(s.retain_for, s.result_ttl if keeps_result else 0.0)
-                if rec.then is not None:
+                if job.then is not None:
                     # a workflow job: kept, so its continuation's IDs stay taken
                     keep = max(keep, WORKFLOW_KEEP)
                     self._outbox[job.id] = rec.home

@@ -56,7 +56,7 @@ JOB_FIELDS = (
     "created_at",
     "finished_at",
 )
-READ_FIELDS = (*JOB_FIELDS, "v", "result", "result_until", "h")
+READ_FIELDS = (*JOB_FIELDS, "v", "result", "result_until", "h", "x")
 _READ_FIELD_BYTES = tuple(name.encode() for name in READ_FIELDS)
 
 _STATES = {s.value.encode(): s for s in JobState}
@@ -278,11 +278,15 @@ def job_from_fields(
             headers = decode_headers(f[16])
         except (ValueError, TypeError):
             r._bad("h", f[16], "a JSON object of text headers")
+    then = None
+    if len(f) > 17 and f[17]:
+        # extras: the unique spec, NUL, the continuation (see lua/_prelude.lua)
+        then = f[17].partition(b"\0")[2].decode("utf-8", "replace") or None
     return Job(
         job_id, queue, kind, payload or b"", run_at or 0.0, state, attempts, max_retries,
         timeout or 0.0, lease_token, lease_owner, lease_expires_at, version, partition,
         last_error, created_at or 0.0, finished_at, "; ".join(r.problems), result,
-        result_until, headers,
+        result_until, headers, then,
     )  # fmt: skip
 
 
@@ -292,7 +296,7 @@ require_field_order(
         "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
         "timeout", "lease_token", "lease_owner", "lease_expires_at", "queue_version",
         "partition", "last_error", "created_at", "finished_at", "damage", "result",
-        "result_until", "headers",
+        "result_until", "headers", "then",
     ),
     "store.redis._codec.job_from_fields",
 )  # fmt: skip

@@ -334,7 +334,7 @@ require_field_order(
         "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
         "timeout", "lease_token", "lease_owner", "lease_expires_at", "queue_version",
         "partition", "last_error", "created_at", "finished_at", "damage", "result",
-        "result_until", "headers",
+        "result_until", "headers", "then",
     ),
     "store.redis._jobs._leased_jobs",
 )  # fmt: skip
