@@ -23,9 +23,12 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from .records import ActionRefused as ActionRefused
 from .records import ActorFailed as ActorFailed
+from .records import Chain as Chain
 from .records import ChronosError as ChronosError
 from .records import DuplicateJob as DuplicateJob
 from .records import EnqueueResult as EnqueueResult
+from .records import FlowStep as FlowStep
+from .records import Group as Group
 from .records import InspectorError as InspectorError
 from .records import Job as Job
 from .records import JobCancelled as JobCancelled
@@ -116,9 +119,12 @@ _LAZY = {
 __all__ = [
     "ActionRefused",
     "ActorFailed",
+    "Chain",
     "ChronosError",
     "DuplicateJob",
     "EnqueueResult",
+    "FlowStep",
+    "Group",
     "InspectorError",
     "Job",
     "JobCancelled",

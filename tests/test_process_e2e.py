@@ -181,6 +181,52 @@ async def test_kill_9_of_a_child_holding_leases_loses_no_job(
     assert "Traceback" not in log
 
 
+async def test_kill_9_mid_workflow_fires_every_callback_exactly_once(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Chords (a group of members, then a callback) across two worker
+    processes, one killed with kill -9 while it holds leases: members it was
+    running (or had run but not settled) run again elsewhere; continuations
+    it had settled but not drained are found by the other's sweep; every
+    callback runs exactly once, with every member's result."""
+    from chronos_trio import chain, group
+
+    flows, members = 30, 8
+    manager = Manager(redis_url, tmp_path, "--concurrency", "8")
+    producer = make_app(redis_url)
+    inspector = producer.inspector()
+    client = redis.Redis.from_url(redis_url)
+    member, callback = producer.tasks["tests.wf_member"], producer.tasks["tests.wf_callback"]
+    flow = chain(group(*(member.s(k) for k in range(members))), callback.s())
+    try:
+        with trio.fail_after(120):
+            children = await manager.wait_ready()
+            victim = children[0]
+            for i in range(flows):
+                await producer.enqueue_workflow(flow, workflow_id=f"wf{i}")
+            while True:  # kill it mid-flight: some members done, leases held
+                held = await leased_by(inspector, victim)
+                if held and client.llen("wf:done") >= 60:
+                    break
+                await trio.sleep(0.01)
+            os.kill(victim, signal.SIGKILL)
+            while client.llen("wf:callbacks") < flows:
+                assert manager.proc.poll() is None, manager.log()
+                await trio.sleep(0.1)
+            await trio.sleep(2 * LEASE)  # room for a duplicate to show up
+            manager.proc.send_signal(signal.SIGTERM)
+            assert await manager.wait_exit() == EXIT_OK
+    finally:
+        manager.close()
+        await producer.aclose()
+    fired = collections.Counter(x.decode() for x in client.lrange("wf:callbacks", 0, -1))
+    expected = {f"wf{i}.1 {sum(range(members))}": 1 for i in range(flows)}
+    assert fired == collections.Counter(expected), "each callback once, with every result"
+    done = {x.decode().split()[0] for x in client.lrange("wf:done", 0, -1)}
+    assert done == {f"wf{i}.0.{k}" for i in range(flows) for k in range(members)}
+    assert f"worker process exited index=0 pid={victim} code=-9" in manager.log()
+
+
 async def test_sigterm_drains_and_exits_zero(redis_url: str, tmp_path: Path) -> None:
     grace = 5.0
     manager = Manager(

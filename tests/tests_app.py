@@ -69,6 +69,29 @@ def make_app(url: str | None) -> App:
         else:
             RUNS.append((args.key, job.id, job.attempt))
 
+    @app.task("tests.wf_member", max_retries=5, timeout=30)
+    async def wf_member(n: int, job: JobContext) -> int:
+        """A workflow member: records its runs like tests.record (key ``wf``)."""
+        started = time.time()
+        redis_url = url if url and url.startswith("redis") else None
+        if redis_url:
+            line = f"{job.id} {os.getpid()} {started:.3f}"
+            await trio.to_thread.run_sync(_client(redis_url).rpush, "wf:start", line)
+        await trio.sleep(0.05)
+        if redis_url:
+            line = f"{job.id} {os.getpid()} {started:.3f} {time.time():.3f}"
+            await trio.to_thread.run_sync(_client(redis_url).rpush, "wf:done", line)
+        return n
+
+    @app.task("tests.wf_callback", max_retries=5, timeout=30)
+    async def wf_callback(values: list[int], job: JobContext) -> int:
+        """A chord's callback: records ``<job id> <sum>`` in ``wf:callbacks``."""
+        redis_url = url if url and url.startswith("redis") else None
+        if redis_url:
+            line = f"{job.id} {sum(values)}"
+            await trio.to_thread.run_sync(_client(redis_url).rpush, "wf:callbacks", line)
+        return sum(values)
+
     @app.task("tests.note", queue="critical", max_retries=0)
     async def note(args: Note, job: JobContext) -> None:
         if args.text == "fail":

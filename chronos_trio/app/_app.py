@@ -25,7 +25,7 @@ from ..records._options import (
 from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES, new_job_id
 from ..records._retry import RetryPolicy
 from ..records._unique import Unique, unique_of
-from ..records._workflow import Chain, Group, Step, final_job_id
+from ..records._workflow import Chain, FlowStep, Group, final_job_id
 from ..records._workflow import start as start_workflow
 from ..runtime._config import WorkerConfig
 from ..runtime._registry import DeadLetterHook, Lifespan, Middleware, Registry
@@ -268,7 +268,7 @@ class App:
         return await self.store.enqueue_many(jobs)
 
     async def enqueue_workflow(
-        self, workflow: Step | Chain | Group, *, workflow_id: str | None = None
+        self, workflow: FlowStep | Chain | Group, *, workflow_id: str | None = None
     ) -> Workflow:
         """Start a workflow (``chain``, ``group``, their nesting, of
         ``task.s(...)`` steps): its first jobs in one batch. What follows
@@ -290,7 +290,7 @@ class App:
             step = workflow
             while isinstance(step, Chain):
                 step = step.links[-1]
-            assert isinstance(step, Step)
+            assert isinstance(step, FlowStep)
             final = JobHandle(last, False, 0.0, None, None, step.queue, step.kind, self)
         return Workflow(wid, final)
 

@@ -71,7 +71,7 @@ class Task(Generic[P]):
         max_retries: int | None = None,
         timeout: float | None = None,
         delay: float = 0.0,
-    ) -> _workflow.Step:
+    ) -> _workflow.FlowStep:
         """A step of a workflow (``chain``, ``group``): this task with
         ``payload``, or, without one, its predecessor's result (checked
         against this task's payload type when the workflow is built).
@@ -83,7 +83,7 @@ class Task(Generic[P]):
         data = None
         if payload is not _workflow.FROM_PREVIOUS:
             data = encode_payload(payload, spec.payload_type)
-        return _workflow.Step(
+        return _workflow.FlowStep(
             kind=spec.kind,
             queue=queue or spec.queue,
             payload=data,

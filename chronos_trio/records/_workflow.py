@@ -34,7 +34,7 @@ FROM_PREVIOUS = None
 
 
 @attrs.frozen
-class Step:
+class FlowStep:
     """One job of a workflow: a task's kind and defaults, and its payload
     (encoded; None: its predecessor's result)."""
 
@@ -66,7 +66,7 @@ class Group:
     members: tuple[Node, ...]
 
 
-Node = Step | Chain | Group
+Node = FlowStep | Chain | Group
 
 
 def chain(*links: Node) -> Chain:
@@ -91,15 +91,15 @@ def group(*members: Node) -> Group:
 
 def _result_of(node: Node) -> Any:
     """What ``node`` hands on: a step's result type, a group's list."""
-    if isinstance(node, Step):
+    if isinstance(node, FlowStep):
         return node.result_type
     if isinstance(node, Chain):
         return _result_of(node.links[-1])
     return list
 
 
-def _first_steps(node: Node) -> list[Step]:
-    if isinstance(node, Step):
+def _first_steps(node: Node) -> list[FlowStep]:
+    if isinstance(node, FlowStep):
         return [node]
     if isinstance(node, Chain):
         return _first_steps(node.links[0])
@@ -137,7 +137,7 @@ def _name(t: Any) -> str:
 
 # -- continuations ------------------------------------------------------------------------
 def _encode_node(node: Node, path: str) -> dict[str, Any]:
-    if isinstance(node, Step):
+    if isinstance(node, FlowStep):
         return {
             "job": {
                 "id": path,
@@ -160,7 +160,7 @@ def _encode_node(node: Node, path: str) -> dict[str, Any]:
 def _size(node: Node, depth: int = 0) -> int:
     if depth > MAX_DEPTH:
         raise ValueError(f"a workflow nests at most {MAX_DEPTH} deep")
-    if isinstance(node, Step):
+    if isinstance(node, FlowStep):
         return 1
     parts = node.links if isinstance(node, Chain) else node.members
     return sum(_size(n, depth + 1) for n in parts)
@@ -198,7 +198,7 @@ def final_job_id(node: Node, workflow_id: str) -> str | None:
     path, n = workflow_id, node
     while isinstance(n, Chain):
         path, n = f"{path}.{len(n.links) - 1}", n.links[-1]
-    return path if isinstance(n, Step) else None
+    return path if isinstance(n, FlowStep) else None
 
 
 def advance(then: str, result: bytes | None) -> Steps:
