@@ -35,8 +35,9 @@ async def test_the_lock_names_its_mode_and_holder_beside_the_job(
     assert client.get(pk.unique_prefix + "plain") == b"l" + a.job_id.encode()
     assert client.pttl(pk.unique_prefix + "plain") == -1  # lasts while the job is pending
     assert 0 < client.pttl(pk.unique_prefix + "ttl") <= 5000
-    assert client.hget(pk.job(a.job_id), "u") == b"l|plain"
-    assert client.hget(pk.job(b.job_id), "u") == b"l5000|ttl"
+    # the record's extras: the unique spec, NUL, the workflow continuation (none)
+    assert client.hget(pk.job(a.job_id), "x") == b"l|plain\0"
+    assert client.hget(pk.job(b.job_id), "x") == b"l5000|ttl\0"
     leased = await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=5.0)
     await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in leased])
     assert client.exists(pk.unique_prefix + "plain", pk.unique_prefix + "ttl") == 0
@@ -54,8 +55,8 @@ async def test_a_stale_or_damaged_lock_is_taken_over(redis_store: Factory, redis
     assert [r.created for r in got] == [True, True, True]
     assert client.get(pk.unique_prefix + "gone") == b"l" + got[0].job_id.encode()
     assert client.get(pk.unique_prefix + "hash") == b"l" + got[1].job_id.encode()
-    # a record whose u field is damaged settles as usual (its lock is left to lapse)
-    client.hset(pk.job(got[2].job_id), "u", "???")
+    # a record whose x field is damaged settles as usual (its lock is left to lapse)
+    client.hset(pk.job(got[2].job_id), "x", "???")
     leased = await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=5.0)
     assert len(leased) == 3
     done = await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in leased])
