@@ -921,11 +921,13 @@ async def scale(
     queue, the costs that must not grow with them, each by its own
     workload's code: idle pickup (:func:`pickup`, c=16), a drain of
     ``drain_jobs`` immediate jobs (:func:`drain`, c=64, one process: lease
-    and settle), ``late_jobs`` due over 1 s (:func:`lateness`, c=16:
-    promote), and the store calls themselves (:func:`lifecycle`, 64 jobs
-    per call: promote, lease, renew, complete). Also the load rate and the
-    schedule's bytes/job (``used_memory`` delta); the schedule must be
-    whole at the end (none of it ran or was lost)."""
+    and settle; also the CPU per job of redis-server and of the worker,
+    which the machine's other load moves far less than the rate),
+    ``late_jobs`` due over 1 s (:func:`lateness`, c=16: promote), and the
+    store calls themselves (:func:`lifecycle`, 64 jobs per call: promote,
+    lease, renew, complete). Also the load rate and the schedule's
+    bytes/job (``used_memory`` delta); the schedule must be whole at the
+    end (none of it ran or was lost)."""
     admin = BenchRedis(url)
     try:
         _memory.flushall(admin.client)
@@ -938,7 +940,7 @@ async def scale(
     if await scheduled_count(url) != scheduled:
         raise RuntimeError("the schedule did not load whole")
     up = await pickup(url, pickup_rate, pickup_jobs, 16, timeout)
-    dr = await drain(url, drain_jobs, 64, 1, timeout)
+    dr = await drain(url, drain_jobs, 64, 1, timeout, cpu_of=True)
     late = await lateness(url, late_jobs, late_delay, 1.0, 16, 30)
     lc = await lifecycle(url, lifecycle_jobs, 64)
     left = await scheduled_count(url)
@@ -952,6 +954,8 @@ async def scale(
         "bytes_per_job": loaded / scheduled,
         **{f"pickup_{k}": up[k] for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")},
         "drain_per_s": dr["jobs_per_s"],
+        "drain_redis_cpu_us": dr["redis_cpu_us"],
+        "drain_worker_cpu_us": dr["worker_cpu_us"],
         **{f"late_{k}": late[k] for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")},
         **{k: lc[k] for k in ("promote_us", "lease_us", "renew_us", "complete_us", "cycle_us")},
         "scheduled_after": left,

@@ -212,6 +212,7 @@ TABLES: dict[str, dict[str, Any]] = {
             ("pickup_p50_ms", "pickup p50 ms", "{:.2f}"),
             ("pickup_p99_ms", "pickup p99 ms", "{:.2f}"),
             ("drain_per_s", "drain jobs/s", "{:,.0f}"),
+            ("drain_redis_cpu_us", "redis CPU us/job", "{:.1f}"),
             ("late_p50_ms", "late p50 ms", "{:.1f}"),
             ("late_p99_ms", "late p99 ms", "{:.1f}"),
             ("promote_us", "promote us", "{:.1f}"),
@@ -221,6 +222,7 @@ TABLES: dict[str, dict[str, Any]] = {
         "baseline": [
             ("pickup_p99_ms", "pickup p99"),
             ("drain_per_s", "drain"),
+            ("drain_redis_cpu_us", "redis CPU"),
             ("late_p99_ms", "late p99"),
             ("promote_us", "promote"),
             ("lease_us", "lease"),
