@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 import trio
 
@@ -35,9 +35,11 @@ from ..store import Store, open_store
 from ..worker import Worker
 from ._handle import JobHandle, Workflow
 from ._handlers import inspect_handler
-from ._inspector import Inspector
 from ._schedules import build_schedule, check_unique
 from ._task import ProducerHook, Task
+
+if TYPE_CHECKING:
+    from ._inspector import Inspector
 
 P = TypeVar("P")
 
@@ -351,6 +353,8 @@ class App:
     # -- administration ------------------------------------------------------------
     def inspector(self) -> Inspector:
         """Queue counts, job listing and admin actions on this app's store."""
+        from ._inspector import Inspector  # not on a worker's way to its first job
+
         return Inspector(self.store, app=self)
 
 

@@ -34,7 +34,6 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-import redis
 import trio
 
 from ...records._jobs import Job, JobState, LeasedJob, LeaseRef, require_field_order
@@ -52,6 +51,7 @@ from .._roles import (
     Settlement,
     StoreError,
 )
+from . import _kinds as redis  # isinstance(client, redis.Redis) without importing redis-py
 from . import _scripts as S
 from ._alloc import earliest, pairs
 from ._codec import decode_aside, ident, job_from_fields, record_fields, show
