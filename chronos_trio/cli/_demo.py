@@ -14,6 +14,7 @@ from ..app._app import App
 from ..records._errors import SkipRetry
 from ..records._jobs import Job, JobState
 from ..records._retry import RetryPolicy
+from ..records._workflow import chain, group
 from ..runtime._context import JobContext
 from ..store import MemoryStore
 from ..worker._worker import Worker
@@ -67,6 +68,25 @@ def build_demo_app() -> tuple[App, list[Job]]:
             raise SkipRetry(f"{args.path} is not an image")
         raise OSError(f"{args.path}: corrupt file")
 
+    # a workflow: price an order, then tax and shipping at once (a group),
+    # then the invoice on both results (the chord's callback)
+    @app.task("order.price")
+    async def price(cents: int, job: JobContext) -> int:
+        await trio.sleep(0.02)
+        return cents
+
+    @app.task("order.tax")
+    async def tax(cents: int, job: JobContext) -> int:
+        return cents + cents // 5  # the price with its tax
+
+    @app.task("order.shipping")
+    async def shipping(cents: int, job: JobContext) -> int:
+        return 0 if cents >= 5000 else 499
+
+    @app.task("order.invoice")
+    async def invoice(parts: list[int], job: JobContext) -> int:
+        return sum(parts)
+
     @app.on_dead_letter
     async def remember(job: Job) -> None:
         dead.append(job)
@@ -96,6 +116,19 @@ async def _produce(app: App, jobs: int) -> int:
     # A producer that does not share our types: a payload that cannot decode.
     await app.enqueue("image.resize", b'{"file": 3}')
     return count + 1
+
+
+def order_flow(app: App, cents: int) -> object:
+    tasks = app.tasks
+    return chain(
+        tasks["order.price"].s(cents),
+        group(tasks["order.tax"].s(), tasks["order.shipping"].s()),
+        tasks["order.invoice"].s(),
+    )
+
+
+#: Jobs in one order workflow (price, tax, shipping, invoice).
+ORDER_JOBS = 4
 
 
 QUEUES = ("critical", "default", "reports")
@@ -133,7 +166,14 @@ async def run_demo(*, jobs: int = 200, out: TextIO = sys.stdout, live: bool | No
         retry=RetryPolicy(base=0.5, max_delay=4),
     ) as worker:
         total = await _produce(app, jobs)
-        print(f"enqueued {total} jobs (immediate, delayed, flaky, poison)", file=out)
+        orders = [1000 * (i + 1) for i in range(max(1, jobs // 40))]
+        flows = [await app.enqueue_workflow(order_flow(app, c)) for c in orders]  # type: ignore[arg-type]
+        total += ORDER_JOBS * len(flows)
+        print(
+            f"enqueued {total} jobs (immediate, delayed, flaky, poison, and {len(flows)} "
+            "order workflows: price -> tax + shipping -> invoice)",
+            file=out,
+        )
         shown = 0
         with trio.move_on_after(120):
             async with trio.open_nursery() as nursery:
@@ -150,6 +190,7 @@ async def run_demo(*, jobs: int = 200, out: TextIO = sys.stdout, live: bool | No
                         await trio.sleep(0.25 if live else 1.0)
 
                 nursery.start_soon(progress)
+                invoices = [await flow.result(timeout=60) for flow in flows]
                 await worker.wait_idle()
                 nursery.cancel_scope.cancel()
         print(await _render(app, worker, out, start), file=out)
@@ -162,6 +203,8 @@ async def run_demo(*, jobs: int = 200, out: TextIO = sys.stdout, live: bool | No
     for job in dead:
         reason = job.last_error.splitlines()[0]
         print(f"    - {job.kind} {job.id[:8]} after {job.attempts} attempt(s): {reason}", file=out)
-    ok = ws.succeeded == total - 3 and ws.dead == 3 and len(dead) == 3
+    expected = [c + c // 5 + (0 if c >= 5000 else 499) for c in orders]
+    print(f"  workflows  {len(flows)} invoices: {', '.join(map(str, invoices))}", file=out)
+    ok = ws.succeeded == total - 3 and ws.dead == 3 and len(dead) == 3 and invoices == expected
     print("all jobs accounted for" if ok else "UNEXPECTED OUTCOME", file=out)
     return 0 if ok else 1
