@@ -276,7 +276,9 @@ async def test_a_job_shows_what_waits_behind_it(backend: Backend, clock: object)
     assert first is not None and first.then is not None
     waits = "group w.1 of 2 -> total (w.2)"
     assert describe(first.then) == waits
-    assert f"then        {waits}" in job_details(first, 0.0)
+    assert f"then        {waits} (a workflow job: kept 24 h after it succeeds)" in job_details(
+        first, 0.0
+    )
     assert job_json(first)["then"]["seq"][0]["id"] == "w.1"
     assert describe(None) == "-" and describe("{").startswith("a damaged")
     member = '{"grp":"w.1","i":0,"n":2,"after":{"seq":[{"job":{"id":"w.2","kind":"total"}}]}}'

@@ -16,7 +16,7 @@ from ..app._inspector import (
     result_view,
 )
 from ..records._jobs import Job, JobState
-from ..records._workflow import describe
+from ..records._workflow import WORKFLOW_KEEP, describe
 from ..store import CheckReport, Finding, Problem, QueueTopology, Repair
 
 #: Column order of job states in tables.
@@ -96,6 +96,10 @@ def when(ts: float | None, now: float) -> str:
 def first_line(text: str, width: int = 60) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= width else line[: width - 3] + "..."
+
+
+#: How long a workflow job is kept after it succeeds, said where it shows.
+_KEPT = f" (a workflow job: kept {WORKFLOW_KEEP / 3600:g} h after it succeeds)"
 
 
 def _is_json(text: str) -> bool:
@@ -283,7 +287,7 @@ def job_details(job: Job, now: float) -> str:
         ("payload", payload),
         ("headers", json.dumps(dict(job.headers), ensure_ascii=False) if job.headers else "-"),
         ("result", _result_line(job, now)),
-        ("then", describe(job.then)),
+        ("then", describe(job.then) + (_KEPT if job.then else "")),
     ]
     width = max(len(k) for k, _ in [*rows, ("last error", "")]) + 2
     lines = [f"{key:<{width}}{value}" for key, value in rows]

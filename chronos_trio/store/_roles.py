@@ -908,7 +908,7 @@ class FlowRole(StoreRole):
         ``result``; a second arrival of the same member changes nothing. The
         members' results in member order once all ``size`` have arrived (on
         every call from then on), else None. The group's record lasts
-        ``ttl`` seconds from its first arrival. Raises StoreError."""
+        ``ttl`` seconds from its latest arrival. Raises StoreError."""
 
 
 class CheckRole(StoreRole):

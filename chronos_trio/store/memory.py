@@ -445,7 +445,9 @@ class MemoryStore(Store):
         now = self._clock()
         entry = self._groups.get(group_id)
         if entry is None or entry[0] <= now:
-            entry = self._groups[group_id] = (now + ttl, size, {})
+            entry = (now + ttl, size, {})
+        # every arrival keeps the group another ttl (a member re-run late)
+        entry = self._groups[group_id] = (now + ttl, entry[1], entry[2])
         results = entry[2]
         results.setdefault(index, result)
         if len(results) < entry[1]:
