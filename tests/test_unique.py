@@ -76,6 +76,7 @@ def test_the_derived_key_is_the_kind_and_the_canonical_payload() -> None:
         (123, "unique must be"),
         ("", "unique key must be"),
         ("k" * 201, "unique key must be"),
+        ("a\0b", "no NUL"),
     ],
 )
 def test_bad_unique_options_raise(value: Any, message: str) -> None:

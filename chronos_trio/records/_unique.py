@@ -38,11 +38,14 @@ def _check_mode(instance: Any, attribute: Any, value: str) -> None:
 
 def _check_key(instance: Any, attribute: Any, value: str | None) -> None:
     if value is not None and (
-        not isinstance(value, str) or not value or len(value) > MAX_UNIQUE_KEY_LENGTH
+        not isinstance(value, str)
+        or not value
+        or len(value) > MAX_UNIQUE_KEY_LENGTH
+        or "\0" in value  # the stores' records end the key with a NUL
     ):
         raise ValueError(
             f"unique key must be a non-empty string of at most {MAX_UNIQUE_KEY_LENGTH} "
-            f"characters, got {value!r}"
+            f"characters and no NUL, got {value!r}"
         )
 
 
