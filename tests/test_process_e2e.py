@@ -227,6 +227,41 @@ async def test_kill_9_mid_workflow_fires_every_callback_exactly_once(
     assert f"worker process exited index=0 pid={victim} code=-9" in manager.log()
 
 
+async def test_kill_9_after_a_member_ran_but_before_its_settle(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A member's handler finishes its work and its process dies before the
+    settle (kill -9 from inside, deterministic): the lease expires, the
+    member runs again elsewhere, and the callback fires once."""
+    from chronos_trio import chain, group
+
+    monkeypatch.setenv("WF_KILL_AFTER", "wfk.0.3")
+    manager = Manager(redis_url, tmp_path, "--concurrency", "8")
+    producer = make_app(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    member, callback = producer.tasks["tests.wf_member"], producer.tasks["tests.wf_callback"]
+    flow = chain(group(*(member.s(k) for k in range(6))), callback.s())
+    try:
+        with trio.fail_after(90):
+            await manager.wait_ready()
+            await producer.enqueue_workflow(flow, workflow_id="wfk")
+            while client.llen("wf:callbacks") < 1:
+                assert manager.proc.poll() is None, manager.log()
+                await trio.sleep(0.1)
+            await trio.sleep(2 * LEASE)
+            manager.proc.send_signal(signal.SIGTERM)
+            assert await manager.wait_exit() == EXIT_OK
+    finally:
+        manager.close()
+        await producer.aclose()
+    assert [x.decode() for x in client.lrange("wf:callbacks", 0, -1)] == ["wfk.1 15"]
+    ran = collections.Counter(x.decode().split()[0] for x in client.lrange("wf:done", 0, -1))
+    assert ran["wfk.0.3"] >= 2, "the killed member ran again"
+    # the others ran at least once (those whose settles died with it, again)
+    assert all(ran[f"wfk.0.{k}"] >= 1 for k in range(6))
+    assert "code=-9" in manager.log()
+
+
 async def test_sigterm_drains_and_exits_zero(redis_url: str, tmp_path: Path) -> None:
     grace = 5.0
     manager = Manager(
