@@ -15,9 +15,12 @@ job enqueued into a partition that was empty is seen by the next call. On a
 Cluster a script touches one slot: lease and promote first peek at the
 partitions' heads (one more round trip) and then run a script per partition
 with its share; settle runs one per partition. Recovery (not on the hot
-path) peeks on a single node too. Leasing from several queues at once peeks
-first as well (their shares by weight depend on what each holds), then runs
-one script per queue on a single node.
+path) peeks first on a single node too, with one script over every
+partition (recover_peek.lua; a queue holding no lease costs it one
+EXISTS), then runs recover.lua per partition that has expired leases.
+Leasing from several queues at once peeks first as well (their shares by
+weight depend on what each holds), then runs one script per queue on a
+single node.
 
 Replies are decoded totally: what a script set aside (damaged records it
 dead-lettered, index entries without a record, records of a newer format)
@@ -539,6 +542,22 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
 
 
 # -- recover ---------------------------------------------------------------------------
+async def _recover_plan_one_node(
+    ctx: StoreContext, order: Sequence[str], slots: Sequence[PartitionKeys], limit: int
+) -> dict[PartitionKeys, int]:
+    """On a single node: each partition's share of ``limit`` expired leases
+    (earliest expiry first, queue after queue in ``order``), from one
+    recover_peek.lua call over all of ``slots``: one round trip, and when no
+    partition holds a lease, one EXISTS in Redis (see the script)."""
+    groups = [n for q in order if (n := sum(1 for pk in slots if pk.queue == q))]
+    (reply,) = await ctx.adapter.execute(
+        [Op.script_call(S.RECOVER_PEEK, [pk.leased for pk in slots], [limit, *groups])]
+    )
+    if reply[0]:
+        ctx.observe_now(reply[0])
+    return {pk: n for pk, n in zip(slots, reply[1:], strict=True) if n > 0}
+
+
 async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) -> RecoverResult:
     if limit <= 0:
         return RecoverResult()
@@ -550,7 +569,9 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
     if not slots:
         return RecoverResult()
     plan: dict[PartitionKeys, int]
-    if len(slots) == 1:
+    if await _one_node(ctx):
+        plan = await _recover_plan_one_node(ctx, order, slots, limit)
+    elif len(slots) == 1:
         plan = {slots[0]: limit}
     else:
         horizon = repr(ctx.estimated_now() + _PEEK_MARGIN)  # only what may have expired

@@ -5,11 +5,12 @@ Every state transition is one script, run by ``EVALSHA``; a ``NOSCRIPT`` reply
 loads the script on that node and re-runs exactly the operations that failed.
 That retry is safe: a ``NOSCRIPT`` reply means the script did not run.
 
-Each script is sent as ``local FORMAT = <RECORD_FORMAT>``, then
-``lua/_prelude.lua`` (the checks, dead-lettering and quarantine every script
-shares, see its header), then the script's own file: the record format is
-defined once, in :data:`~._codec.RECORD_FORMAT`, and a new format changes
-every script's SHA, so a worker never runs a script of another version.
+Each script is sent as ``local FORMAT = <RECORD_FORMAT>`` and ``local
+LEASED_SENTINEL = '<keys.LEASED_SENTINEL>'``, then ``lua/_prelude.lua`` (the
+checks, dead-lettering and quarantine every script shares, see its header),
+then the script's own file: the record format is defined once, in
+:data:`~._codec.RECORD_FORMAT`, and a new format changes every script's SHA,
+so a worker never runs a script of another version.
 """
 
 from __future__ import annotations
@@ -23,13 +24,17 @@ import attrs
 
 from .._roles import StoreError
 from ._codec import RECORD_FORMAT
+from .keys import LEASED_SENTINEL
 
 
 def _lua(name: str) -> bytes:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_bytes()
 
 
-_PRELUDE = b"local FORMAT = %d\n" % RECORD_FORMAT + _lua("_prelude")
+_PRELUDE = b"local FORMAT = %d\nlocal LEASED_SENTINEL = '%s'\n" % (
+    RECORD_FORMAT,
+    LEASED_SENTINEL.encode(),
+) + _lua("_prelude")
 
 
 @attrs.frozen
@@ -53,6 +58,7 @@ LEASE = Script.load("lease")
 RENEW = Script.load("renew")
 SETTLE = Script.load("settle")
 RECOVER = Script.load("recover")
+RECOVER_PEEK = Script.load("recover_peek")
 TRIM = Script.load("trim")
 RUN_NOW = Script.load("run_now")
 DELETE = Script.load("delete")
