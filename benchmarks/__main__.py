@@ -243,19 +243,20 @@ def suite(args: argparse.Namespace, redis: BenchRedis) -> dict[str, list[dict[st
 
     if "cluster" in wanted:
         # A local 3-master Cluster of the benchmark's own, the queue in 8
-        # partitions (spread over the masters' slots), against the one node
-        # with 1 partition; both drains in every run, the order alternating.
+        # partitions (--cluster-partitions; spread over the masters' slots),
+        # against the one node with 1 partition; both drains in every run,
+        # the order alternating.
         from chronos_trio.testing.redis_server import RedisCluster
 
         with RedisCluster() as cluster:
-            cluster_url = cluster.url + "?partitions=8"
             nodes = [n.url for n in cluster.nodes]
-            for p in args.cluster_processes:
+            for parts, p in itertools.product(args.cluster_partitions, args.cluster_processes):
+                cluster_url = f"{cluster.url}?partitions={parts}"
                 order = itertools.count()
                 procs = f"{p} proc{'s' if p > 1 else ''}"
-                setting = f"{s.drain:,} jobs, c=64, {procs}: p8 on 3 masters / p1 on 1 node"
-                ours("cluster", setting, lambda p=p, order=order: cb.run(
-                    cb.cluster_drain, url, cluster_url, nodes, cluster.flushall, s.drain, 64, p,
+                setting = f"{s.drain:,} jobs, c=64, {procs}: p{parts} on 3 masters / p1 on 1 node"
+                ours("cluster", setting, lambda u=cluster_url, p=p, order=order: cb.run(
+                    cb.cluster_drain, url, u, nodes, cluster.flushall, s.drain, 64, p,
                     s.timeout, next(order) % 2))  # fmt: skip
 
     if "saturation" in wanted:
@@ -402,6 +403,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated")
     parser.add_argument(
+        "--cluster-partitions",
+        default="8",
+        help="comma-separated partition counts of the cluster workload's queue (a row each)",
+    )
+    parser.add_argument(
         "--cluster-processes",
         default="1",
         help="comma-separated worker process counts for the cluster workload (a row each)",
@@ -430,10 +436,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--partitions takes comma-separated counts, got {args.partitions!r}")
     if any(p < 1 for p in args.partitions):
         parser.error("--partitions: every count must be >= 1")
-    try:
-        args.cluster_processes = [int(p) for p in args.cluster_processes.split(",") if p]
-    except ValueError:
-        parser.error(f"--cluster-processes: comma-separated counts, not {args.cluster_processes!r}")
+    for name in ("cluster_partitions", "cluster_processes"):
+        try:
+            setattr(args, name, [int(p) for p in getattr(args, name).split(",") if p])
+        except ValueError:
+            parser.error(f"--{name.replace('_', '-')}: comma-separated counts")
     unknown = set(args.workloads) - {*WORKLOADS, *OPTIONAL_WORKLOADS} | set(args.peers) - set(PEERS)
     if unknown:
         parser.error(f"unknown workload(s)/peer(s): {', '.join(sorted(unknown))}")

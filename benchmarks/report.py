@@ -37,7 +37,7 @@ TABLES: dict[str, dict[str, Any]] = {
         "ratio": [("jobs_per_s", True, "chronos/peer")],
     },
     "cluster": {
-        "title": "2b. Drain on a local 3-master Redis Cluster (8 partitions) against one node "
+        "title": "2b. Drain on a local 3-master Redis Cluster (pN: N partitions) against one node "
         "(1 partition), both in every run: jobs/s, Cluster/node (median of the runs' ratios), "
         "CPU us per job (Redis: the masters' summed)",
         "columns": [
