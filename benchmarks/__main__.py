@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import _common as common
+from benchmarks import _memory as mem
 from benchmarks import chronos_bench as cb
 from benchmarks import report
 from benchmarks._proc import REPO
@@ -56,6 +57,8 @@ WORKLOADS = (
     "incr",
     "io",
     "startup",
+    "memory",
+    "scale",
 )
 #: Run only when named in ``--workloads`` (they start servers of their own).
 OPTIONAL_WORKLOADS = ("cluster",)
@@ -95,6 +98,14 @@ class Sizes:
         #: A peer's drain run stops after this; its rate is then taken from the
         #: jobs it did (marked incomplete), so a slow peer cannot stall the suite.
         self.peer_timeout = 60.0
+        # memory: delayed jobs stored per run (--memory-jobs); a peer's enqueue
+        # stops after memory_timeout s, its figures then over the jobs it did
+        self.memory_jobs = (1_000, 5_000) if q else (10_000, 300_000)
+        self.memory_timeout = 300.0
+        # scale: delayed jobs scheduled behind the measured ones (--scale-jobs)
+        self.scale_scheduled = (1_000, 20_000) if q else (10_000, 1_000_000)
+        self.scale_drain = 2_000 if q else 10_000
+        self.scale_lifecycle = 640 if q else 6_400
 
 
 def log(msg: str) -> None:
@@ -152,6 +163,24 @@ def run_peer(peer: str, workload: str, url: str, limit: float, **opts: Any) -> d
         raise RuntimeError(f"exit {proc.returncode}: {last[:160]}")
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
+
+
+def compile_bytecode(peers: list[str]) -> None:
+    """Write the bytecode of everything a start-up run imports: our package
+    and the benchmark's modules, and each peer's virtual environment. A
+    warm-up launch writes none when PYTHONDONTWRITEBYTECODE is set (it is in
+    some sandboxes, and pip then installs the peers without any), and every
+    launch would compile its sources again: a pip-installed package has its
+    bytecode written at install."""
+    bench = [str(REPO / "benchmarks"), str(REPO / "benchmarks" / "peers")]  # not the venvs
+    commands = [
+        [sys.executable, "-m", "compileall", "-q", str(REPO / "chronos_trio")],
+        [sys.executable, "-m", "compileall", "-q", "-l", *bench],
+    ]
+    commands += [[str(peer_python(p)), "-m", "compileall", "-q", str(VENVS / p / "lib")]
+                 for p in peers if peer_python(p).exists()]  # fmt: skip
+    for argv in commands:
+        subprocess.run(argv, stdout=subprocess.DEVNULL, check=False)
 
 
 def peer_versions(peers: list[str]) -> dict[str, Any]:
@@ -354,6 +383,7 @@ def suite(args: argparse.Namespace, redis: BenchRedis) -> dict[str, list[dict[st
         # bytecode compiled and its files in the page cache.
         c = s.startup_concurrency
         log("-- startup: warming up")
+        compile_bytecode(peers)
         redis.flush()
         cb.run(cb.startup, url, c, 60)
         ours("startup", f"c={c}", lambda: cb.run(cb.startup, url, c, 60))
@@ -362,6 +392,38 @@ def suite(args: argparse.Namespace, redis: BenchRedis) -> dict[str, list[dict[st
             with contextlib.suppress(Exception):  # a failure shows in the counted runs
                 run_peer(peer, "startup", url, 120, concurrency=c, timeout=60)
             theirs("startup", f"c={c}", peer, 120, concurrency=c, timeout=60)
+
+    if "memory" in wanted:
+        for n in args.memory_jobs or s.memory_jobs:
+            setting = f"{n:,} jobs due in 1 h"
+            ours("memory", setting, lambda n=n: mem.measure(redis.client, lambda: cb.run(
+                cb.memory_enqueue, url, n, common.MEMORY_DELAY)))  # fmt: skip
+            for peer in peers:
+                once = partial(run_peer, peer, "memory", url, s.memory_timeout + 120, n=n,
+                               delay=common.MEMORY_DELAY, timeout=s.memory_timeout)  # fmt: skip
+                log(f"-- memory: {peer} {setting}")
+                row = repeat(runs, redis, partial(mem.measure, redis.client, once))
+                out["memory"].append({"system": peer, "setting": setting, **row})
+                _save_partial(args.out, out)
+
+    if "scale" in wanted:
+        # The sizes' runs interleaved (S1, S2, S1, S2, ...), so load that drifts
+        # over the minutes they take falls on every size alike; medians per size.
+        sizes = args.scale_jobs or s.scale_scheduled
+        done: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
+        for n in itertools.chain.from_iterable(itertools.repeat(sizes, runs)):
+            log(f"-- scale: chronos_trio {n:,} scheduled")
+            done[n].append(repeat(1, redis, lambda n=n: cb.run(
+                cb.scale, url, n, s.pickup_rate, s.pickup_jobs, s.scale_drain, s.late_jobs,
+                s.late_delay, s.scale_lifecycle, s.timeout, limit=2 * cb.RUN_LIMIT)))  # fmt: skip
+        for n, rows in done.items():
+            row = next((r for r in rows if r.get("error")), None)
+            if row is None:
+                row = common.median_of(rows)
+                row["ok"] = all(r["ok"] for r in rows)
+                row["all_runs"] = [r["all_runs"][0] for r in rows]
+            out["scale"].append({"system": report.OURS, "setting": f"{n:,} scheduled", **row})
+        _save_partial(args.out, out)
     return out
 
 
@@ -427,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     parser.add_argument("--publish", action="store_true", help="also write docs/benchmarks/")
     parser.add_argument("--setup-peers", action="store_true", help="create the peers' venvs")
+    parser.add_argument("--memory-jobs", type=_counts, help="memory: N, e.g. 10000,300000")
+    parser.add_argument("--scale-jobs", type=_counts, help="scale: S, e.g. 10000,1000000")
     args = parser.parse_args(argv)
     args.peers = [p for p in args.peers.split(",") if p]
     args.workloads = [w for w in args.workloads.split(",") if w]
@@ -489,6 +553,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chronos_trio workloads that did not complete: {', '.join(failed)}")
         return 1
     return 0
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    return tuple(int(x.replace("_", "")) for x in text.split(",") if x)
 
 
 def _git(*argv: str) -> str:

@@ -38,6 +38,10 @@ ENV_OPTIONS = "BENCH_OPTIONS"  # JSON object of extra worker settings
 INCR_KEY = "bench:incr"
 #: The I/O-bound handler's wait, seconds (each system's own sleep).
 IO_WAIT = 0.001
+#: The memory workload's job: one argument, this 100-character str, in each
+#: system's own payload form; due this many seconds ahead (nothing runs).
+MEMORY_DATA = "x" * 100
+MEMORY_DELAY = 3600.0
 
 
 def env_options() -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The chronos_trio side of the benchmark: one App with a no-op task (which
 sleeps ``hold`` seconds when asked: the I/O-bound workload), the same no-op
-returning a small attrs result (stored for its producer), and a handler that
-makes one Redis round trip (``INCR`` on the worker's own connections).
+returning a small attrs result (stored for its producer), a handler that
+makes one Redis round trip (``INCR`` on the worker's own connections), and
+a task whose payload is one 100-character str (the memory workload).
 
 Imported by worker processes (``python -m benchmarks.chronos_worker`` or
 ``python -m chronos_trio worker benchmarks.chronos_app:app``); the store URL
@@ -28,6 +29,14 @@ class Bench:
     due_at: float = 0.0
     hold: float = 0.0
     pad: str = PAD
+
+
+@attrs.frozen
+class Blob:
+    """The memory workload's payload: one str field (``MEMORY_DATA``, 100
+    characters), stored as the JSON ``{"data":"xx...x"}``."""
+
+    data: str
 
 
 @attrs.frozen
@@ -80,6 +89,15 @@ async def incr(args: Bench, job: chronos_trio.JobContext) -> None:
 #: The kind of the task whose handler makes one Redis round trip.
 INCR_KIND = "bench.incr"
 
+
+async def blob(args: Blob, job: chronos_trio.JobContext) -> None:
+    """The memory workload's task (its jobs are due later than it runs)."""
+    recorder().record(0.0, 0.0)
+
+
+#: The kind of the task whose payload is a :class:`Blob`.
+BLOB_KIND = "bench.blob"
+
 #: Kinds of the tagged tasks, by tag.
 MIXED_KINDS = ("bench.mixed.none", "bench.mixed.result")
 
@@ -91,6 +109,7 @@ def make_app(store: Any = None) -> tuple[chronos_trio.App, chronos_trio.Task[Ben
     task = bench_app.task("bench.noop", max_retries=3, timeout=3600)(noop)
     bench_app.task(RESULT_KIND, max_retries=3, timeout=3600)(noop_result)
     bench_app.task(INCR_KIND, max_retries=3, timeout=3600)(incr)
+    bench_app.task(BLOB_KIND, max_retries=3, timeout=3600)(blob)
     for kind, handler in zip(MIXED_KINDS, (mixed_none, mixed_result), strict=True):
         bench_app.task(kind, max_retries=3, timeout=3600)(handler)
     return bench_app, task

@@ -27,17 +27,20 @@ from typing import Any
 import trio
 
 from benchmarks import _common as common
+from benchmarks import _memory
 from benchmarks._proc import REPO, WorkerGroup
 from benchmarks._redis import BenchRedis, own_ports
 from benchmarks.chronos_app import (
+    BLOB_KIND,
     INCR_KIND,
     MIXED_KINDS,
     Bench,
+    Blob,
     Done,
     make_app,
     result_task,
 )
-from chronos_trio import MemoryStore, NewJob
+from chronos_trio import JobState, MemoryStore, NewJob
 from chronos_trio.store import QueueWeight, SettleKind, Settlement
 
 #: Jobs per ``enqueue_many`` call when pre-loading queues and in "bulk" enqueue.
@@ -320,7 +323,7 @@ class CpuMeter:
 
     def per_job(self, jobs: int) -> dict[str, float]:
         """Microseconds of CPU per job started since the meter started (the
-        servers' summed), and the seconds the meter ran."""
+        servers' summed)."""
         done = max(1, jobs - self._jobs)
         worker, server = self._worker_cpu() - self._worker, self._server_cpu() - self._server
         for s in self._servers:
@@ -901,15 +904,133 @@ async def startup(url: str, concurrency: int, timeout: float) -> dict[str, Any]:
     return {"startup_s": rec["first"] - spawned if rec["count"] else math.nan, "ok": ok}
 
 
+# -- 15. memory per job ---------------------------------------------------------------------------
+
+
+async def memory_enqueue(url: str, n: int, delay: float) -> dict[str, Any]:
+    """``n`` jobs of the :class:`Blob` task (one 100-character str), due
+    ``delay`` s from now, in ``enqueue_many`` batches of :data:`BULK_BATCH`;
+    no worker. The memory itself is read by the caller
+    (:func:`benchmarks._memory.measure`), once this App has closed."""
+    app, _ = make_app(url)
+    task = app.tasks[BLOB_KIND]
+    payload = Blob(common.MEMORY_DATA)
+    t = time.perf_counter()
+    for start in range(0, n, BULK_BATCH):
+        await task.enqueue_many([payload] * min(BULK_BATCH, n - start), delay=delay)
+    took = time.perf_counter() - t
+    await app.aclose()
+    return {"enqueued": n, "expected": n, "enqueue_s": took, "enqueue_per_s": n / took,
+            "how": f"enqueue_many of {BULK_BATCH:,}", "ok": True}  # fmt: skip
+
+
+# -- 16. costs against the size of the schedule ----------------------------------------------
+
+
+#: How far ahead the scale workload's schedule lies (none of it comes due).
+SCALE_AHEAD = 30 * 86_400.0
+
+
+async def load_schedule(url: str, n: int, producers: int = 4) -> float:
+    """``n`` :class:`Blob` jobs due from :data:`SCALE_AHEAD` on (each batch
+    of :data:`BULK_BATCH` one second later than the one before, so the
+    schedule spans many due times), by ``producers`` concurrent
+    ``enqueue_many`` callers of one App; seconds taken."""
+    app, _ = make_app(url)
+    task = app.tasks[BLOB_KIND]
+    payload = Blob(common.MEMORY_DATA)
+    batches = iter(range(0, n, BULK_BATCH))
+
+    async def produce() -> None:
+        for start in batches:
+            count = min(BULK_BATCH, n - start)
+            await task.enqueue_many([payload] * count, delay=SCALE_AHEAD + start / BULK_BATCH)
+
+    t = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(producers):
+            nursery.start_soon(produce)
+    took = time.perf_counter() - t
+    await app.aclose()
+    return took
+
+
+async def scheduled_count(url: str) -> int:
+    """Jobs in the scheduled state of the default queue (the inspector's count)."""
+    app, _ = make_app(url)
+    try:
+        info = await app.inspector().queue("default")
+        return info.counts.get(JobState.SCHEDULED, 0)
+    finally:
+        await app.aclose()
+
+
+async def scale(
+    url: str,
+    scheduled: int,
+    pickup_rate: float,
+    pickup_jobs: int,
+    drain_jobs: int,
+    late_jobs: int,
+    late_delay: float,
+    lifecycle_jobs: int,
+    timeout: float,
+) -> dict[str, Any]:
+    """With ``scheduled`` delayed jobs (due a month ahead) in the default
+    queue, the costs that must not grow with them, each by its own
+    workload's code: idle pickup (:func:`pickup`, c=16), a drain of
+    ``drain_jobs`` immediate jobs (:func:`drain`, c=64, one process: lease
+    and settle; also the CPU per job of redis-server and of the worker,
+    which the machine's other load moves far less than the rate),
+    ``late_jobs`` due over 1 s (:func:`lateness`, c=16: promote), and the
+    store calls themselves (:func:`lifecycle`, 64 jobs per call: promote,
+    lease, renew, complete). Also the load rate and the schedule's
+    bytes/job (``used_memory`` delta); the schedule must be whole at the
+    end (none of it ran or was lost)."""
+    admin = BenchRedis(url)
+    try:
+        _memory.flushall(admin.client)
+        before = _memory.memory_info(admin.client)["used_memory"]
+        load_s = await load_schedule(url, scheduled)
+        _memory.wait_clients(admin.client, 1)
+        loaded = _memory.memory_info(admin.client)["used_memory"] - before
+    finally:
+        admin.client.close()
+    if await scheduled_count(url) != scheduled:
+        raise RuntimeError("the schedule did not load whole")
+    up = await pickup(url, pickup_rate, pickup_jobs, 16, timeout)
+    dr = await drain(url, drain_jobs, 64, 1, timeout, cpu_of=True)
+    late = await lateness(url, late_jobs, late_delay, 1.0, 16, 30)
+    lc = await lifecycle(url, lifecycle_jobs, 64)
+    left = await scheduled_count(url)
+    return {
+        "scheduled": scheduled,
+        "pickup_jobs": pickup_jobs,
+        "drain_jobs": drain_jobs,
+        "late_jobs": late_jobs,
+        "load_s": load_s,
+        "load_per_s": scheduled / load_s,
+        "bytes_per_job": loaded / scheduled,
+        **{f"pickup_{k}": up[k] for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")},
+        "drain_per_s": dr["jobs_per_s"],
+        "drain_redis_cpu_us": dr["redis_cpu_us"],
+        "drain_worker_cpu_us": dr["worker_cpu_us"],
+        **{f"late_{k}": late[k] for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")},
+        **{k: lc[k] for k in ("promote_us", "lease_us", "renew_us", "complete_us", "cycle_us")},
+        "scheduled_after": left,
+        "ok": all(r["ok"] for r in (up, dr, late)) and left == scheduled,
+    }
+
+
 #: No single run may take longer than this (seconds): every run is bounded.
 RUN_LIMIT = 300.0
 
 
-def run(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
-    """One run in a fresh ``trio.run``, failing after ``RUN_LIMIT`` seconds."""
+def run(fn: Callable[..., Any], *args: Any, limit: float = RUN_LIMIT) -> dict[str, Any]:
+    """One run in a fresh ``trio.run``, failing after ``limit`` seconds."""
 
     async def bounded() -> dict[str, Any]:
-        with trio.fail_after(RUN_LIMIT):
+        with trio.fail_after(limit):
             result: dict[str, Any] = await fn(*args)
             return result
 
@@ -918,5 +1039,6 @@ def run(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
 
 __all__: Sequence[str] = [
     "cluster_drain", "drain", "drain_results", "enqueue", "idle", "lateness", "lifecycle",
-    "pickup", "recovery", "roundtrip", "saturation", "startup", "waiters",
+    "memory_enqueue", "pickup", "recovery", "roundtrip", "saturation", "scale", "startup",
+    "waiters",
 ]  # fmt: skip

@@ -4,6 +4,11 @@ A results document is the JSON that ``python -m benchmarks`` writes:
 ``{"meta": {...}, "workloads": {name: [row, ...]}}``; each row has
 ``system``, ``setting`` and the median figures of its runs (``ok`` False with
 ``error`` for a run that failed or a workload a peer cannot do).
+
+A table's ratios compare chronos_trio with each peer in the same setting
+(``ratio``), or each row with the first row of its system (``baseline``: the
+scale workload, where flat is 1.0x); ``details`` adds a second table made
+from the rows (the memory workload's key groups).
 """
 
 from __future__ import annotations
@@ -192,7 +197,68 @@ TABLES: dict[str, dict[str, Any]] = {
         "columns": [("startup_s", "seconds", "{:.3f}")],
         "ratio": [("startup_s", False, "chronos/peer")],
     },
+    "memory": {
+        "title": "15. Memory per job: N delayed jobs (due in 1 h, no worker running), one "
+        "100-character str argument each; Redis used_memory delta / N after FLUSHALL, and the "
+        "per-job key if the system has one (lower is better)",
+        "columns": [
+            ("enqueued", "jobs", "{:,.0f}"),
+            ("bytes_per_job", "bytes/job", "{:,.0f}"),
+            ("message_bytes", "message B", "{:,.0f}"),
+            ("keys_per_job", "keys/job", "{:.2f}"),
+            ("job_key", "per-job key", "{}"),
+            ("job_key_memory", "MEMORY USAGE", "{:,.0f}"),
+            ("job_key_encoding", "encoding", "{}"),
+            ("index", "largest shared key", "{}"),
+            ("enqueue_per_s", "enqueued/s", "{:,.0f}"),
+        ],
+        "ratio": [("bytes_per_job", False, "chronos/peer")],
+        "details": "memory_keys",
+    },
+    "scale": {
+        "title": "16. Scale: chronos_trio with S delayed jobs scheduled a month ahead in the "
+        "same queue: idle pickup at 100 jobs/s (c=16), drain of immediate jobs (c=64), "
+        "lateness of jobs due over 1 s (c=16), store calls (64 jobs/call); ratios: this S / "
+        "the first S (flat = 1.0x)",
+        "columns": [
+            ("scheduled", "scheduled", "{:,.0f}"),
+            ("load_per_s", "loaded/s", "{:,.0f}"),
+            ("bytes_per_job", "bytes/job", "{:,.0f}"),
+            ("pickup_p50_ms", "pickup p50 ms", "{:.2f}"),
+            ("pickup_p99_ms", "pickup p99 ms", "{:.2f}"),
+            ("drain_per_s", "drain jobs/s", "{:,.0f}"),
+            ("drain_redis_cpu_us", "redis CPU us/job", "{:.1f}"),
+            ("late_p50_ms", "late p50 ms", "{:.1f}"),
+            ("late_p99_ms", "late p99 ms", "{:.1f}"),
+            ("promote_us", "promote us", "{:.1f}"),
+            ("lease_us", "lease us", "{:.1f}"),
+            ("complete_us", "complete us", "{:.1f}"),
+        ],
+        "baseline": [
+            ("pickup_p99_ms", "pickup p99"),
+            ("drain_per_s", "drain"),
+            ("drain_redis_cpu_us", "redis CPU"),
+            ("late_p99_ms", "late p99"),
+            ("promote_us", "promote"),
+            ("lease_us", "lease"),
+            ("complete_us", "complete"),
+        ],
+    },
 }
+
+#: The memory workload's key groups, one line per group of keys (the second
+#: table of ``memory``): MEMORY USAGE is one key's for per-job keys, the whole
+#: structure's for shared ones; its share per job either way.
+MEMORY_KEYS: list[Column] = [
+    ("pattern", "key (job IDs as *)", "{}"),
+    ("type", "type", "{}"),
+    ("encoding", "encoding", "{}"),
+    ("count", "keys", "{:,.0f}"),
+    ("length", "entries", "{:,.0f}"),
+    ("memory_usage", "MEMORY USAGE", "{:,.0f}"),
+    ("bytes_per_job", "per job", "{:,.1f}"),
+    ("entry_bytes", "entry B", "{:,.0f}"),
+]
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -219,11 +285,24 @@ def _ratio(rows: Sequence[dict[str, Any]], row: dict[str, Any], key: str, higher
     return f"{r:.1f}x" if r >= 0.95 else f"{r:.2g}x"
 
 
+def _of_first(rows: Sequence[dict[str, Any]], row: dict[str, Any], key: str) -> str:
+    """``row``'s ``key`` over the first row's of its system (blank for that one)."""
+    first = next(r for r in rows if r["system"] == row["system"])
+    if first is row or first.get("error"):
+        return ""
+    a, b = row.get(key), first.get(key)
+    if not a or not b or any(isinstance(v, float) and math.isnan(v) for v in (a, b)):
+        return ""
+    return f"{a / b:.2f}x"
+
+
 def table_rows(name: str, rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     spec = TABLES[name]
     headers = ["system", "setting"] + [h for _, h, _ in spec["columns"]]
     ratios = spec.get("ratio", [])
     headers += [label for _, _, label in ratios]
+    baseline = spec.get("baseline", [])
+    headers += [f"{label} x" for _, label in baseline]
     body = []
     for row in rows:
         cells = [row["system"], row["setting"]]
@@ -235,8 +314,27 @@ def table_rows(name: str, rows: Sequence[dict[str, Any]]) -> tuple[list[str], li
                 cells[-1] += " (incomplete)"
         for key, higher, _ in ratios:
             cells.append("" if row.get("error") else _ratio(rows, row, key, higher))
+        for key, _ in baseline:
+            cells.append("" if row.get("error") else _of_first(rows, row, key))
         body.append(cells)
     return headers, body
+
+
+def memory_keys(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """One line per key group of each memory row (see :data:`MEMORY_KEYS`)."""
+    headers = ["system", "setting"] + [h for _, h, _ in MEMORY_KEYS]
+    body = []
+    for row in rows:
+        for group in row.get("key_groups") or ():
+            cells = [row["system"], row["setting"]]
+            body.append(cells + [_fmt(group.get(k), f) for k, _, f in MEMORY_KEYS])
+    return headers, body
+
+
+#: Second tables, by the name a ``details`` entry of :data:`TABLES` gives.
+DETAILS: dict[str, Callable[[Sequence[dict[str, Any]]], tuple[list[str], list[list[str]]]]] = {
+    "memory_keys": memory_keys,
+}
 
 
 def text_table(headers: list[str], body: list[list[str]]) -> str:
@@ -262,6 +360,10 @@ def render(doc: dict[str, Any], fmt: Callable[[list[str], list[list[str]]], str]
         parts.append(f"### {title}" if fmt is markdown_table else f"== {title}")
         parts.append(fmt(*table_rows(name, rows)))
         parts.append("")
+        details = TABLES[name].get("details")
+        if details:
+            parts.append(fmt(*DETAILS[details](rows)))
+            parts.append("")
     return "\n".join(parts)
 
 

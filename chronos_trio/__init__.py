@@ -16,7 +16,9 @@ not run Trio (threads, asyncio): ``chronos_trio.producers``.
 
 Importing the package is cheap and does not import Trio: the records (jobs
 and errors) load at once, every other public name on first use (PEP 562),
-which then loads them all. ``import chronos_trio.producers`` relies on it.
+with the other names of its module. ``import chronos_trio.producers`` relies
+on it, and a worker never loads what it does not use (the Inspector, the
+in-memory store of a worker on Redis).
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from .records import ActionRefused as ActionRefused
 from .records import ActorFailed as ActorFailed
 from .records import ChronosError as ChronosError
+from .records import DuplicateJob as DuplicateJob
 from .records import EnqueueResult as EnqueueResult
 from .records import InspectorError as InspectorError
 from .records import Job as Job
@@ -45,6 +48,7 @@ from .records import RetryPolicy as RetryPolicy
 from .records import SkipRetry as SkipRetry
 from .records import StoreError as StoreError
 from .records import TopologyError as TopologyError
+from .records import Unique as Unique
 from .records import UnknownJob as UnknownJob
 from .records import UnknownQueue as UnknownQueue
 from .records import UnknownTask as UnknownTask
@@ -81,14 +85,14 @@ __version__ = "0.1.0"
 #: The public names loaded on first use, and the subpackage of each.
 _LAZY = {
     "App": "app",
-    "Inspector": "app",
     "JobHandle": "app",
-    "JobPage": "app",
-    "QueueInfo": "app",
-    "ScheduleInfo": "app",
     "Task": "app",
-    "VersionInfo": "app",
-    "schedule_rows": "app",
+    "Inspector": "app._inspector",
+    "JobPage": "app._inspector",
+    "QueueInfo": "app._inspector",
+    "ScheduleInfo": "app._inspector",
+    "VersionInfo": "app._inspector",
+    "schedule_rows": "app._inspector",
     "JobContext": "runtime",
     "Registry": "runtime",
     "Schedule": "runtime",
@@ -98,7 +102,7 @@ _LAZY = {
     "leadership_name": "runtime",
     "parse_queues": "runtime",
     "Leadership": "store",
-    "MemoryStore": "store",
+    "MemoryStore": "store.memory",
     "QueueWeight": "store",
     "Store": "store",
     "open_store": "store",
@@ -111,6 +115,7 @@ __all__ = [
     "ActionRefused",
     "ActorFailed",
     "ChronosError",
+    "DuplicateJob",
     "EnqueueResult",
     "InspectorError",
     "Job",
@@ -132,6 +137,7 @@ __all__ = [
     "SkipRetry",
     "StoreError",
     "TopologyError",
+    "Unique",
     "UnknownJob",
     "UnknownQueue",
     "UnknownTask",
@@ -142,7 +148,7 @@ from .records._public import fixup_module_metadata as _fixup  # noqa: E402
 from .records._public import lazy_getattr as _lazy_getattr  # noqa: E402
 
 _fixup(__name__, globals())
-__getattr__ = _lazy_getattr(__name__, globals(), _LAZY)
+__getattr__ = _lazy_getattr(__name__, globals(), _LAZY, together=False)
 
 
 def __dir__() -> list[str]:

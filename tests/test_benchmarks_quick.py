@@ -36,9 +36,16 @@ def test_quick_benchmark_completes_every_workload(tmp_path: Path) -> None:
     workloads = doc["workloads"]
     expected = {"lifecycle", "drain", "saturation", "enqueue", "replicas", "pickup",
                 "lateness", "recovery", "idle", "results", "roundtrip", "waiters", "incr", "io",
-                "startup"}  # fmt: skip
+                "startup", "memory", "scale"}  # fmt: skip
     assert expected <= {name for name, rows in workloads.items() if rows}
     for name, rows in workloads.items():
         for row in rows:
             assert row.get("ok") is True, (name, row)
             assert not row.get("error"), (name, row)
+    # memory: every job measured, and its stored form described
+    for row in workloads["memory"]:
+        assert row["enqueued"] == row["expected"] and row["bytes_per_job"] > 0, row
+        assert row["job_key_encoding"] and row["key_groups"], row
+    # scale: the schedule was whole after the measurements (none of it ran)
+    for row in workloads["scale"]:
+        assert row["scheduled_after"] == row["scheduled"], row

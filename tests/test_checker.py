@@ -36,6 +36,7 @@ from chronos_trio.store import (
     _memory_check,
 )
 from chronos_trio.store.redis import RedisStore, _check
+from chronos_trio.store.redis._codec import RECORD_FORMAT
 from chronos_trio.store.redis.keys import KeySpace, PartitionKeys
 from chronos_trio.testing.redis_server import RedisCluster
 from tests import tests_app
@@ -250,7 +251,7 @@ async def plant(store: Store, planter: Planter) -> Planted:
     planter.set_field(jobs["p-nokind"], "kind", None)
     planter.set_field(jobs["p-state"], "state", "bogus")
     if isinstance(planter, RedisPlanter):
-        planter.set_field(jobs["p-newer"], "v", "2")
+        planter.set_field(jobs["p-newer"], "v", str(RECORD_FORMAT + 1))
         planter.quarantine(jobs["h-ready-0"], "gone-1", "index entry without a record")
     return Planted(
         {k: v for k, v in jobs.items() if k.startswith("h-")},
@@ -301,7 +302,8 @@ async def run_scenario(store: Store, planter: Planter, *, batch: int) -> None:
     assert by_id["p-noindex"].indexes == () and by_id["p-noindex"].state == "ready"
     assert "host:1:0" in by_id["p-expired"].detail
     if planter.has_formats:
-        assert by_id["p-newer"].record_format == 2 and attempts.record_format == 1
+        assert by_id["p-newer"].record_format == RECORD_FORMAT + 1
+        assert attempts.record_format == RECORD_FORMAT
         assert by_id["p-norecord"].indexes == ("ready",)
         assert by_id["gone-1"].detail.startswith("index entry without a record (set aside ")
     assert {n: planter.raw(j) for n, j in jobs.healthy.items()} == healthy_before
@@ -383,6 +385,7 @@ SOUND = {
     "created_at": b"1.7e+09",
     "finished_at": b"",
     "v": None,
+    "chunks": None,
 }
 
 
@@ -392,6 +395,10 @@ SOUND = {
         ({}, []),
         ({"timeout": b"inf"}, []),  # timeout=math.inf: no timeout
         ({"payload": None}, ["field 'payload' is missing"]),
+        (
+            {"payload": None, "chunks": b"field 'p1' is missing"},
+            ["field 'p1' is missing"],  # the reason the chunks could not be joined, once
+        ),
         ({"kind": b""}, ["field 'kind' is empty"]),
         ({"v": b"x"}, ["field 'v' holds b'x', not a record format version"]),
         ({"timeout": b"nan"}, ["field 'timeout' holds b'nan', not a number"]),
@@ -427,6 +434,7 @@ def test_what_the_redis_checker_calls_damaged(
 def test_record_format_versions() -> None:
     assert _check.record_format(None) == (1, "")
     assert _check.record_format(b"2") == (2, "")
+    assert _check.record_format(b"3") == (3, "")  # newer: reported by the judge, not here
     assert _check.record_format(b"0") == (None, "field 'v' holds b'0', not a record format version")
 
 

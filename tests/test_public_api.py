@@ -48,16 +48,22 @@ def _public_path(module: str) -> bool:
 
 
 def exported() -> Iterator[tuple[str, str, Any]]:
-    """(module, name, object) for every public name of every public module."""
+    """(module, name, object) for every public name of every public module.
+    Every one is loaded before the first is yielded: an annotation may name
+    a type its module imports for type checkers only (one imported on first
+    use, or redis-py's, which a worker does not import), found in the
+    globals of a module that imports it for real."""
+    found = []
     for module_name in PUBLIC_MODULES:
         module = importlib.import_module(module_name)
         names = getattr(module, "__all__", None) or [n for n in vars(module) if n[0] != "_"]
         for name in names:
-            obj = getattr(module, name)
+            obj = getattr(module, name)  # loads a lazy name (PEP 562)
             if isinstance(obj, types.ModuleType) or not _ours(obj):
                 continue
             if isinstance(obj, type) or callable(obj):
-                yield module_name, name, obj
+                found.append((module_name, name, obj))
+    yield from found
 
 
 def _namespace() -> dict[str, Any]:

@@ -38,12 +38,16 @@ from chronos_trio.store import (
     partition_of,
 )
 from chronos_trio.store.redis import RedisStore
+from chronos_trio.store.redis._codec import RECORD_FORMAT
 from chronos_trio.store.redis.keys import KeySpace, PartitionKeys
 from tests._support import wait_for
 
 pytestmark = pytest.mark.redis
 
 Factory = Callable[..., Awaitable[RedisStore]]
+
+#: A record format newer than this version's.
+NEXT = str(RECORD_FORMAT + 1)
 
 #: Worker timing for the runs below: short real intervals.
 TIMING: dict[str, Any] = {
@@ -372,7 +376,8 @@ async def test_enqueue_never_touches_an_existing_key(redis_store: Factory, redis
     ]
     assert results[2].created
     assert client.hgetall(pk.job("norun")) == before and client.get(pk.job("str")) == b"not a hash"
-    assert client.hget(pk.job("new"), "v") == b"1"  # enqueue writes the record format
+    # enqueue writes the record format
+    assert client.hget(pk.job("new"), "v") == str(RECORD_FORMAT).encode()
 
 
 async def test_admin_reads_are_total(redis_store: Factory, redis_url: str) -> None:
@@ -483,14 +488,14 @@ async def test_a_newer_format_record_is_never_touched_and_is_reported(
     pk = part(store)
     await store.topology("q")
     past = 1.0
-    # one record of format 2 in every state, planted as a newer worker would
+    # one record of the next format in every state, planted as a newer worker would
     # write it (fields an older version would misread, e.g. attempts as JSON)
     newer = {
         "n-ready": "ready", "n-sched": "scheduled", "n-retry": "retry_wait",
         "n-leased": "leased", "n-dead": "dead", "n-done": "succeeded",
     }  # fmt: skip
     for job_id, state in newer.items():
-        plant(client, pk, job_id, state, past, v="2", attempts='{"n": 0}',
+        plant(client, pk, job_id, state, past, v=NEXT, attempts='{"n": 0}',
               lease_token="t2", lease_expires_at="1.0", finished_at="1.0")  # fmt: skip
     before = snapshot(client, pk, list(newer))
     # and healthy ones beside them, in the same states
@@ -500,7 +505,7 @@ async def test_a_newer_format_record_is_never_touched_and_is_reported(
     promoted = await store.promote_due(["q"], 100)
     assert promoted.promoted == 1
     assert {e.job_id for e in promoted.aside.newer} == {"n-sched", "n-retry"}
-    assert all("record format 2 is newer" in e.reason for e in promoted.aside.newer)
+    assert all(f"record format {NEXT} is newer" in e.reason for e in promoted.aside.newer)
     # only the newer records wait: none of them counts as due
     assert promoted.next_due_at is None
 
@@ -533,8 +538,10 @@ async def test_a_newer_format_record_is_never_touched_and_is_reported(
 
     assert snapshot(client, pk, list(newer)) == before  # not one field, not one index entry
     shown = await store.get_job("n-ready")
-    assert shown is not None and "record format 2 is newer than this version reads (1)" in (
-        shown.damage
+    assert (
+        shown is not None
+        and f"record format {NEXT} is newer than this version reads ({RECORD_FORMAT})"
+        in (shown.damage)
     )
 
 
@@ -544,7 +551,7 @@ async def test_a_record_without_v_is_format_1(redis_store: Factory, redis_url: s
     pk = part(store)
     await store.enqueue_many([job("old"), job("later", delay=0.05)])
     for job_id in ("old", "later"):
-        assert client.hget(pk.job(job_id), "v") == b"1"
+        assert client.hget(pk.job(job_id), "v") == str(RECORD_FORMAT).encode()
         client.hdel(pk.job(job_id), "v")  # as written before formats were recorded
     old = await store.get_job("old")
     assert old is not None and old.damage == ""
@@ -779,7 +786,7 @@ async def test_a_worker_counts_logs_and_publishes_what_the_store_set_aside(
     await store.enqueue_many([job("bad"), job("gone"), job("future")])
     damage(client, pk, "bad", "attempts=x")
     damage(client, pk, "gone", "deleted")
-    client.hset(pk.job("future"), "v", "2")
+    client.hset(pk.job("future"), "v", str(RECORD_FORMAT + 1))
     async with app.open_worker(queues="q", **TIMING) as worker:
         with trio.fail_after(30):
             await wait_for(lambda: len(ran) == 8 and hooked == ["bad"])

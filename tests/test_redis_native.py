@@ -9,14 +9,25 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+import redis.exceptions
 import trio
 
 from chronos_trio import NewJob
 from chronos_trio.store import QueueWeight, StoreError
 from chronos_trio.store.redis import RedisStore
+from chronos_trio.store.redis._connect import connect, node_address
+from chronos_trio.store.redis._native import (
+    AS_SENT,
+    CONVERTED,
+    NativeNode,
+    NodeClient,
+    ReplyCallbacks,
+    redis_py_callbacks,
+)
 from chronos_trio.testing.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -178,5 +189,133 @@ async def test_a_cancelled_wait_gives_its_wake_up_to_the_next_waiter(
             start = trio.current_time()
             await store.wait_ready(["q"], 3.0)
             assert trio.current_time() - start < 1.0, "the wake-up token was lost"
+    finally:
+        await store.aclose()
+
+
+# -- a node without redis-py (NodeClient) ---------------------------------------------------
+def _outcome(callback: Any, reply: Any) -> Any:
+    """What a callback makes of ``reply`` (the reply itself without one)."""
+    if callback is None:
+        return reply
+    try:
+        return callback(reply)
+    except Exception as exc:
+        return ("raises", type(exc))
+
+
+def test_reply_callbacks_give_what_redis_pys_give() -> None:
+    """The table a NodeClient parses replies with (no redis-py) gives, for
+    each command in it, what redis-py's own callbacks give; other commands
+    get redis-py's callback itself."""
+    ours, theirs = ReplyCallbacks(), redis_py_callbacks()
+    samples: list[Any] = [None, 0, 7, b"", b"OK", b"x", [], [b"1764000000", b"250000"]]
+    samples += [[b"a", b"1", b"b", b"2"], [b"m", b"1.5"], [[b"k", b"v"]]]
+    for name in sorted(AS_SENT | set(CONVERTED)):
+        for spelled in (name, name.lower()):
+            for reply in samples:
+                assert _outcome(ours.get(spelled), reply) == _outcome(theirs.get(name), reply), (
+                    spelled,
+                    reply,
+                )
+    for name in ("SET", "HSCAN", "PING", "BLPOP"):
+        assert name not in AS_SENT and name not in CONVERTED
+        assert ours.get(name) is theirs.get(name) is not None
+
+
+#: URLs a NodeClient serves, each read by redis-py for comparison.
+PLAIN_URLS = [
+    "redis://localhost",
+    "redis://127.0.0.1:6380/2",
+    "redis://:s3cret@db.example:7000/0",
+    "redis://app:p%40ss@Db.Example/3",
+    "redis://user@h/1",
+    "redis://h/?db=4",
+    "redis://h/5?db=6",
+    "redis://h/not-a-number",
+    "redis://h?socket_timeout=2.5",
+    "redis://h?socket_connect_timeout=1&socket_timeout=3",
+    "redis://[::1]:7001/1",
+    "unix:///tmp/r.sock",
+    "unix:///tmp/r.sock?db=2",
+    "unix://:pw@/tmp/r%20s.sock",
+]
+
+
+@pytest.mark.parametrize("url", PLAIN_URLS)
+def test_node_address_reads_a_plain_url_as_redis_py_does(url: str) -> None:
+    address = node_address(url, socket_timeout=5.0, connect_timeout=4.0)
+    assert address is not None
+    client = connect(url, socket_timeout=5.0, connect_timeout=4.0)
+    try:
+        theirs = NativeNode.for_client(client)
+        kw = client.connection_pool.connection_kwargs
+    finally:
+        client.close()
+    assert theirs is not None
+    ours = NativeNode.for_address(address)
+    assert ours._handshake == theirs._handshake
+    assert (ours._timeout, ours._connect_timeout) == (theirs._timeout, theirs._connect_timeout)
+    if url.startswith("unix://"):
+        assert address.path == kw["path"]
+    else:
+        assert address.path is None
+        assert (address.host, address.port) == (kw.get("host", "localhost"), kw.get("port", 6379))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "rediss://h",  # TLS
+        "redis+cluster://h:7000",
+        "redis+sentinel://h:26379/mymaster",
+        "redis://h?client_name=worker",  # an option only redis-py reads
+        "redis://h?health_check_interval=10",
+        "redis://h:abc/0",  # malformed: redis-py says so, on first use
+        "redis://h:99999",
+        "redis://h?db=x",
+        "unix://",
+        "REDIS://h",
+    ],
+)
+def test_other_urls_are_left_to_redis_py(url: str) -> None:
+    assert node_address(url) is None
+
+
+async def test_a_plain_url_is_served_without_a_redis_py_client(redis_url: str) -> None:
+    store = RedisStore.from_url(redis_url)
+    try:
+        assert isinstance(await store._adapter.client(), NodeClient)
+        with trio.fail_after(10):
+            await store.enqueue_many([job("plain")])
+            assert (await store.get_job("plain")) is not None
+        assert uses_native(store)
+    finally:
+        await store.aclose()
+    # redis_kwargs (or native=False) need redis-py's own client
+    for other in (
+        RedisStore.from_url(redis_url, health_check_interval=5),
+        RedisStore.from_url(redis_url, native=False),
+    ):
+        try:
+            assert not isinstance(await other._adapter.client(), NodeClient)
+        finally:
+            await other.aclose()
+
+
+async def test_a_script_that_stays_missing_is_redis_pys_error(redis_url: str) -> None:
+    """NOSCRIPT for a script the store did not send (a handler's EVALSHA of
+    an unknown SHA) comes back as redis-py's NoScriptError, as before."""
+    store = RedisStore.from_url(redis_url)
+    try:
+        with trio.fail_after(10):
+            with pytest.raises(redis.exceptions.NoScriptError):
+                await store.commands().execute("EVALSHA", "0" * 40, 0)
+            # and the store's own scripts load after a flush, as always
+            await store.enqueue_many([job("before")])
+            await store.commands().execute("SCRIPT", "FLUSH")
+            loads = store.statistics().script_loads
+            [result] = await store.enqueue_many([job("after")])
+            assert result.created and store.statistics().script_loads == loads + 1
     finally:
         await store.aclose()

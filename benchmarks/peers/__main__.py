@@ -2,7 +2,8 @@
 
 Run with the peer's own interpreter (``benchmarks/.venv/PEER/bin/python``).
 Workloads: ``drain`` (``--kind incr``: handlers make one Redis round trip;
-``--hold S``: they sleep S seconds), ``enqueue``, ``lateness``, ``startup``
+``--hold S``: they sleep S seconds), ``enqueue``, ``lateness``, ``startup``,
+``memory`` (only enqueues: the orchestrator reads Redis's memory around it)
 and (arq, SAQ) ``roundtrip`` (the same method as chronos_trio's, see
 ``benchmarks.chronos_bench``). A peer module's ``BACKEND`` is ``asyncio``,
 ``trio`` or ``threads``; a thread peer's ``Producer`` is synchronous and its
@@ -303,6 +304,81 @@ def roundtrip(mod: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return {**common.latency_summary(took), "ok": len(took) >= args.n}
 
 
+def memory(mod: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """``--n`` jobs due ``--delay`` s from now, each with one argument, the
+    100-character str ``common.MEMORY_DATA`` (the peer's ``enqueue_data``);
+    no worker runs. In batches of 1,000 where the peer has a bulk enqueue,
+    else by :data:`PRODUCERS` concurrent producers; enqueueing stops after
+    ``--timeout`` s, and the jobs done by then are the ones counted."""
+    deadline = time.monotonic() + args.timeout
+    if mod.BACKEND == "threads":
+        done, took = _memory_threads(mod, args.url, args.n, args.delay, deadline)
+    else:
+        done, took = mod.run(_memory_async, mod, args.url, args.n, args.delay, deadline)
+    how = f"bulk of {BULK_BATCH:,}" if mod.Producer.bulk else f"{PRODUCERS} producers"
+    return {
+        "enqueued": done,
+        "expected": args.n,
+        "enqueue_s": took,
+        "enqueue_per_s": done / took if took > 0 else math.nan,
+        "how": how,
+        "ok": done >= args.n,
+    }
+
+
+async def _memory_async(
+    mod: Any, url: str, n: int, delay: float, deadline: float
+) -> tuple[int, float]:
+    producer = mod.Producer()
+    await producer.open(url)
+    counts = {"started": 0, "done": 0}
+    try:
+        t = time.perf_counter()
+        if mod.Producer.bulk:
+            while counts["done"] < n and time.monotonic() < deadline:
+                batch = min(BULK_BATCH, n - counts["done"])
+                await producer.enqueue_data_bulk([common.MEMORY_DATA] * batch, delay)
+                counts["done"] += batch
+        else:
+
+            async def body() -> None:
+                while counts["started"] < n and time.monotonic() < deadline:
+                    counts["started"] += 1
+                    await producer.enqueue_data(common.MEMORY_DATA, delay)
+                    counts["done"] += 1
+
+            await _spawn(mod.BACKEND, PRODUCERS, body)
+        return counts["done"], time.perf_counter() - t
+    finally:
+        await producer.close()
+
+
+def _memory_threads(mod: Any, url: str, n: int, delay: float, deadline: float) -> tuple[int, float]:
+    producer = mod.Producer()
+    producer.open(url)
+    lock = threading.Lock()
+    counts = {"started": 0, "done": 0}
+
+    def body() -> None:
+        while True:
+            with lock:
+                if counts["started"] >= n or time.monotonic() >= deadline:
+                    return
+                counts["started"] += 1
+            producer.enqueue_data(common.MEMORY_DATA, delay)
+            with lock:
+                counts["done"] += 1
+
+    try:
+        t = time.perf_counter()
+        with ThreadPoolExecutor(PRODUCERS) as pool:
+            for future in [pool.submit(body) for _ in range(PRODUCERS)]:
+                future.result()
+        return counts["done"], time.perf_counter() - t
+    finally:
+        producer.close()
+
+
 def versions(mod: Any) -> dict[str, str]:
     out = {}
     for name in mod.PACKAGES:
@@ -318,7 +394,7 @@ def main() -> None:
     parser.add_argument("peer")
     parser.add_argument(
         "workload",
-        choices=("drain", "enqueue", "lateness", "roundtrip", "startup", "versions"),
+        choices=("drain", "enqueue", "lateness", "memory", "roundtrip", "startup", "versions"),
     )
     parser.add_argument("--url", default="")
     parser.add_argument("--n", type=int, default=20_000)
@@ -344,6 +420,7 @@ def main() -> None:
         "drain": drain,
         "enqueue": enqueue,
         "lateness": lateness,
+        "memory": memory,
         "roundtrip": roundtrip,
         "startup": startup,
     }[args.workload]

@@ -1,6 +1,6 @@
 """What the thread peers' producers (Dramatiq, huey, Celery) share: a
 synchronous ``enqueue`` with the driver's signature (see ``__main__``), over
-the two calls each peer makes its own way (standard library only)."""
+the calls each peer makes its own way (standard library only)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from benchmarks._common import PAD_PEER
 
 class ThreadProducer:
     """A thread peer's producer: ``tasks`` maps a kind to the peer's task;
-    a subclass says how to send one now (:meth:`send`) and at a wall time
-    (:meth:`send_at`). The peer module's own client is used (its URL comes
+    a subclass says how to send one now (:meth:`send`), at a wall time
+    (:meth:`send_at`) and after a delay (:meth:`send_after`, the peer's own
+    delay argument). The peer module's own client is used (its URL comes
     from the environment), so :meth:`open` does nothing."""
 
     bulk = False  # none of the thread peers has a batch enqueue
@@ -34,7 +35,15 @@ class ThreadProducer:
         else:
             self.send(task, args)
 
+    def enqueue_data(self, data: str, delay: float) -> None:
+        """A job of the memory workload's task (``tasks["blob"]``, one str
+        argument) due ``delay`` s from now."""
+        self.send_after(self.tasks["blob"], (data,), delay)
+
     def send(self, task: Any, args: tuple[Any, ...]) -> None:
+        raise NotImplementedError
+
+    def send_after(self, task: Any, args: tuple[Any, ...], delay: float) -> None:
         raise NotImplementedError
 
     def send_at(self, task: Any, args: tuple[Any, ...], due_at: float) -> None:

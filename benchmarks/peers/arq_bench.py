@@ -51,8 +51,13 @@ async def incr(ctx: dict[str, Any], sent_at: float, due_at: float, hold: float, 
     recorder().record(sent_at, due_at)
 
 
+async def blob(ctx: dict[str, Any], data: str) -> None:
+    """The memory workload's task: one 100-character str argument."""
+    recorder().record(0.0, 0.0)
+
+
 class WorkerSettings:
-    functions = [noop, incr, func(noop_result, keep_result=3600)]
+    functions = [noop, incr, blob, func(noop_result, keep_result=3600)]
     redis_settings = RedisSettings.from_dsn(os.environ.get(ENV_URL, "redis://127.0.0.1:1"))
     max_jobs = env_concurrency(10)
     keep_result = 0
@@ -78,6 +83,10 @@ class Producer:
     ) -> None:
         defer = dt.datetime.fromtimestamp(due_at, dt.UTC) if due_at else None
         await self.redis.enqueue_job(kind, sent_at, due_at, hold, PAD_PEER, _defer_until=defer)
+
+    async def enqueue_data(self, data: str, delay: float) -> None:
+        """A job of ``blob`` due ``delay`` s from now (``_defer_by``)."""
+        await self.redis.enqueue_job("blob", data, _defer_by=delay)
 
     async def round_trip(self, sent_at: float, poll: float | None, timeout: float) -> Any:
         """``enqueue_job`` then ``job.result()`` (polling every ``poll`` s;

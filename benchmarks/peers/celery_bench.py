@@ -52,7 +52,13 @@ def incr(sent_at: float, due_at: float, hold: float, pad: str) -> None:
     recorder().record(sent_at, due_at)
 
 
-TASKS: dict[str, Any] = {"noop": noop, "incr": incr}
+@app.task(name="blob", ignore_result=True)
+def blob(data: str) -> None:
+    """The memory workload's task: one 100-character str argument."""
+    recorder().record(0.0, 0.0)
+
+
+TASKS: dict[str, Any] = {"noop": noop, "incr": incr, "blob": blob}
 
 
 def worker_commands(venv_bin: str, concurrency: int, processes: int) -> list[list[str]]:
@@ -79,3 +85,6 @@ class Producer(ThreadProducer):
 
     def send_at(self, task: Any, args: tuple[Any, ...], due_at: float) -> None:
         task.apply_async(args, eta=dt.datetime.fromtimestamp(due_at, dt.UTC))
+
+    def send_after(self, task: Any, args: tuple[Any, ...], delay: float) -> None:
+        task.apply_async(args, countdown=delay)

@@ -49,7 +49,13 @@ def incr(sent_at: float, due_at: float, hold: float, pad: str) -> None:
     recorder().record(sent_at, due_at)
 
 
-ACTORS: dict[str, Any] = {"noop": noop, "incr": incr}
+@dramatiq.actor
+def blob(data: str) -> None:
+    """The memory workload's task: one 100-character str argument."""
+    recorder().record(0.0, 0.0)
+
+
+ACTORS: dict[str, Any] = {"noop": noop, "incr": incr, "blob": blob}
 
 
 def worker_commands(venv_bin: str, concurrency: int, processes: int) -> list[list[str]]:
@@ -76,3 +82,6 @@ class Producer(ThreadProducer):
     def send_at(self, task: Any, args: tuple[Any, ...], due_at: float) -> None:
         delay = max(0, round((due_at - time.time()) * 1000))
         task.send_with_options(args=args, delay=delay)
+
+    def send_after(self, task: Any, args: tuple[Any, ...], delay: float) -> None:
+        task.send_with_options(args=args, delay=round(delay * 1000))

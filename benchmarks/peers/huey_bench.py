@@ -54,7 +54,13 @@ def incr(sent_at: float, due_at: float, hold: float, pad: str) -> None:
     recorder().record(sent_at, due_at)
 
 
-TASKS: dict[str, Any] = {"noop": noop, "incr": incr}
+@huey.task()
+def blob(data: str) -> None:
+    """The memory workload's task: one 100-character str argument."""
+    recorder().record(0.0, 0.0)
+
+
+TASKS: dict[str, Any] = {"noop": noop, "incr": incr, "blob": blob}
 
 
 def worker_commands(venv_bin: str, concurrency: int, processes: int) -> list[list[str]]:
@@ -76,3 +82,6 @@ class Producer(ThreadProducer):
 
     def send_at(self, task: Any, args: tuple[Any, ...], due_at: float) -> None:
         task.schedule(args, eta=dt.datetime.fromtimestamp(due_at, dt.UTC))
+
+    def send_after(self, task: Any, args: tuple[Any, ...], delay: float) -> None:
+        task.schedule(args, delay=delay)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import time
 from typing import Any
 
 import redis.asyncio
@@ -47,6 +48,11 @@ async def incr(ctx: Any, *, sent_at: float, due_at: float, hold: float, pad: str
     recorder().record(sent_at, due_at)
 
 
+async def blob(ctx: Any, *, data: str) -> None:
+    """The memory workload's task: one 100-character str argument."""
+    recorder().record(0.0, 0.0)
+
+
 async def startup(ctx: Any) -> None:
     ctx["redis"] = redis.asyncio.Redis.from_url(_url)
 
@@ -62,7 +68,7 @@ POOL_SIZE = max(100, env_concurrency(1) + 16)
 settings = {
     # Queue.from_url(url), with the pool sized for the concurrency
     "queue": RedisQueue(redis.asyncio.Redis.from_url(_url, max_connections=POOL_SIZE)),
-    "functions": [noop, noop_result, incr],
+    "functions": [noop, noop_result, incr, blob],
     "concurrency": env_concurrency(10),
     "startup": startup,
     "shutdown": shutdown,
@@ -95,6 +101,10 @@ class Producer:
             pad=PAD_PEER,
             scheduled=math.ceil(due_at) if due_at else 0,
         )
+
+    async def enqueue_data(self, data: str, delay: float) -> None:
+        """A job of ``blob`` due ``delay`` s from now (``scheduled``, whole seconds)."""
+        await self.queue.enqueue("blob", data=data, scheduled=math.ceil(time.time() + delay))
 
     async def round_trip(self, sent_at: float, poll: float | None, timeout: float) -> Any:
         """``Queue.apply`` (polling every ``poll`` s; None: SAQ's default 0.5 s)."""

@@ -41,7 +41,13 @@ async def incr(sent_at: float, due_at: float, hold: float, pad: str) -> None:
     recorder().record(sent_at, due_at)
 
 
-TASKS = {"noop": noop, "incr": incr}
+@worker.task(ttl=0)
+async def blob(data: str) -> None:
+    """The memory workload's task: one 100-character str argument."""
+    recorder().record(0.0, 0.0)
+
+
+TASKS = {"noop": noop, "incr": incr, "blob": blob}
 
 
 def worker_commands(venv_bin: str, concurrency: int, processes: int) -> list[list[str]]:
@@ -76,6 +82,15 @@ class Producer:
                 task = task.start(schedule=dt.datetime.fromtimestamp(due_at, dt.UTC))
             tasks.append(task)
         await worker.enqueue_many(tasks)
+
+    async def enqueue_data(self, data: str, delay: float) -> None:
+        """A job of ``blob`` due ``delay`` s from now (``.start(delay=...)``)."""
+        await blob.enqueue(data).start(delay=dt.timedelta(seconds=delay))
+
+    async def enqueue_data_bulk(self, data: list[str], delay: float) -> None:
+        """Jobs of ``blob`` due ``delay`` s from now in one ``enqueue_many``."""
+        when = dt.timedelta(seconds=delay)
+        await worker.enqueue_many([blob.enqueue(d).start(delay=when) for d in data])
 
 
 def run(fn: Any, *args: Any) -> Any:

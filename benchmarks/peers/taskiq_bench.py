@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
+import time
 from typing import Any
 
 import redis.asyncio
@@ -56,7 +57,13 @@ async def incr(
     recorder().record(sent_at, due_at)
 
 
-TASKS = {"noop": noop, "incr": incr}
+@broker.task(task_name="blob")
+async def blob(data: str) -> None:
+    """The memory workload's task: one 100-character str argument."""
+    recorder().record(0.0, 0.0)
+
+
+TASKS = {"noop": noop, "incr": incr, "blob": blob}
 
 
 def worker_commands(venv_bin: str, concurrency: int, processes: int) -> list[list[str]]:
@@ -97,6 +104,12 @@ class Producer:
             await task.schedule_by_time(source, when, sent_at, due_at, hold, PAD_PEER)
         else:
             await task.kiq(sent_at, due_at, hold, PAD_PEER)
+
+    async def enqueue_data(self, data: str, delay: float) -> None:
+        """A job of ``blob`` due ``delay`` s from now: ``schedule_by_time``
+        into the schedule source (the scheduler process would send it then)."""
+        when = dt.datetime.fromtimestamp(time.time() + delay, dt.UTC)
+        await blob.schedule_by_time(source, when, data)
 
 
 def run(fn: Any, *args: Any) -> Any:

@@ -1,18 +1,35 @@
 """The facade every entry point starts from: the App (store, tasks,
 schedules), task handles for producers, and the Inspector."""
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from ..records._public import fixup_module_metadata as _fixup
+from ..records._public import lazy_getattr as _lazy_getattr
 from ._app import App as App
 from ._handle import HandleHost as HandleHost
 from ._handle import JobHandle as JobHandle
-from ._inspector import Inspector as Inspector
-from ._inspector import JobPage as JobPage
-from ._inspector import QueueInfo as QueueInfo
-from ._inspector import ScheduleInfo as ScheduleInfo
-from ._inspector import VersionInfo as VersionInfo
-from ._inspector import schedule_rows as schedule_rows
 from ._task import JobSink as JobSink
 from ._task import Task as Task
 
+if _TYPE_CHECKING:
+    from ._inspector import Inspector as Inspector
+    from ._inspector import JobPage as JobPage
+    from ._inspector import QueueInfo as QueueInfo
+    from ._inspector import ScheduleInfo as ScheduleInfo
+    from ._inspector import VersionInfo as VersionInfo
+    from ._inspector import schedule_rows as schedule_rows
+
+#: The Inspector's names, imported on first use (PEP 562): a worker never needs them.
+_LAZY = {
+    "Inspector": "_inspector",
+    "JobPage": "_inspector",
+    "QueueInfo": "_inspector",
+    "ScheduleInfo": "_inspector",
+    "VersionInfo": "_inspector",
+    "schedule_rows": "_inspector",
+}
+
 _fixup(__name__, globals())
+__all__ = [n for n in globals() if not n.startswith("_")] + list(_LAZY)
+__getattr__ = _lazy_getattr(__name__, globals(), _LAZY)
 del _fixup

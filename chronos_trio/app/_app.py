@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 import trio
 
@@ -24,6 +24,7 @@ from ..records._options import (
 )
 from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES
 from ..records._retry import RetryPolicy
+from ..records._unique import Unique, unique_of
 from ..runtime._config import WorkerConfig
 from ..runtime._registry import DeadLetterHook, Lifespan, Middleware, Registry
 from ..runtime._schedule import MisfirePolicy, Schedule
@@ -32,9 +33,11 @@ from ..store import Store, open_store
 from ..worker import Worker
 from ._handle import JobHandle
 from ._handlers import inspect_handler
-from ._inspector import Inspector
 from ._schedules import build_schedule, check_unique
 from ._task import ProducerHook, Task
+
+if TYPE_CHECKING:
+    from ._inspector import Inspector
 
 P = TypeVar("P")
 
@@ -114,6 +117,7 @@ class App:
         retry: RetryPolicy | None = None,
         never_retry: Sequence[type[BaseException]] = (),
         result_ttl: float = DEFAULT_RESULT_TTL,
+        unique: Unique | str | bool | None = None,
     ) -> Callable[[Handler], Task[P]]:
         """Register ``handler(payload, job)`` under ``kind``: an ``async def``
         (runs on the event loop) or a plain ``def`` (runs in a worker thread,
@@ -124,7 +128,10 @@ class App:
         the result type from the return annotation (none, or ``None``: no
         result is kept). ``retry`` is this task's backoff (default: the
         worker's); an exception of a ``never_retry`` type dead-letters the
-        job at once; results are kept ``result_ttl`` seconds.
+        job at once; results are kept ``result_ttl`` seconds. ``unique``: its
+        jobs' default (see :class:`~chronos_trio.Unique`; True derives the
+        key from kind and payload, a str is the key); ``enqueue(unique=...)``
+        overrides it per job.
 
         Raises ``TypeError`` for a function that cannot be a handler (not
         callable, a generator, not taking ``(payload, job)``) and
@@ -141,6 +148,7 @@ class App:
                 raise TypeError(f"never_retry takes exception classes, got {exc_type!r}")
         if not result_ttl > 0:
             raise ValueError(f"result_ttl must be > 0 seconds, got {result_ttl!r}")
+        unique_default = unique_of(unique)
 
         def register(fn: Handler) -> Task[P]:
             if kind in self.registry.tasks:
@@ -159,6 +167,7 @@ class App:
                 retry=retry,
                 never_retry=never,
                 max_result_bytes=self.max_payload_bytes,
+                unique=unique_default,
             )
             self.registry.tasks[kind] = spec
             return Task(self, spec)
@@ -315,6 +324,8 @@ class App:
     # -- administration ------------------------------------------------------------
     def inspector(self) -> Inspector:
         """Queue counts, job listing and admin actions on this app's store."""
+        from ._inspector import Inspector  # not on a worker's way to its first job
+
         return Inspector(self.store, app=self)
 
 

@@ -78,6 +78,9 @@ class Task(Generic[P]):
 
         With ``job_id`` the call is idempotent: while a job with that ID
         exists, enqueueing it again changes nothing (``created`` is False).
+        A unique job (``unique=``, or the task's) whose key is taken returns
+        the pending job's handle (``created`` False), or raises
+        ``DuplicateJob`` when its ``Unique`` says ``raise_duplicate``.
         Raises what :meth:`new_job` raises, and ``StoreError`` when the store
         cannot be reached (then the job may or may not be stored: enqueue it
         again with the same ``job_id`` to be sure of one).
@@ -86,6 +89,7 @@ class Task(Generic[P]):
         """
         new = self.new_job(payload, **options)
         [result] = await self.app.enqueue_jobs([new])
+        _producing.check_duplicate(new, result)
         return JobHandle.of(self.app, result, new.queue, new.kind)
 
     async def enqueue_many(

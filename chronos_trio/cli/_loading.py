@@ -11,7 +11,7 @@ import sys
 import trio
 
 from ..app import App
-from ..store import MemoryStore, Store, StoreError, open_store, redact
+from ..store import Store, StoreError, open_store, redact
 from ._options import (
     EXIT_BAD_URL,
     EXIT_NO_APP,
@@ -108,9 +108,17 @@ def resolve_store(app: App | None, url: str | None) -> Store:
 def describe_store(app: App | None, url: str | None, store: Store) -> str:
     if url is not None:
         return redact(url)
-    if app is not None and not isinstance(store, MemoryStore):
+    memory = _is_memory(store)
+    if app is not None and not memory:
         return redact(app.store_url)
-    return "memory://" if isinstance(store, MemoryStore) else type(store).__name__
+    return "memory://" if memory else type(store).__name__
+
+
+def _is_memory(store: Store) -> bool:
+    """Whether ``store`` is a MemoryStore (without importing the memory store
+    for a worker on Redis: while it is not imported, there is none)."""
+    memory = sys.modules.get("chronos_trio.store.memory")
+    return memory is not None and isinstance(store, memory.MemoryStore)
 
 
 async def check_store(store: Store, where: str, *, timeout: float = CHECK_TIMEOUT) -> None:

@@ -24,6 +24,9 @@ EXIT_INTERRUPTED = 130  #: a second SIGINT/SIGTERM forced an immediate exit
 #: Exit codes a worker process cannot recover from by restarting.
 FATAL_CHILD_EXITS = frozenset({EXIT_USAGE, EXIT_NO_APP, EXIT_BAD_URL})
 
+#: How often a managed worker process writes to its heartbeat pipe.
+CHILD_HEARTBEAT_INTERVAL = 1.0
+
 
 class CliError(Exception):
     """A one-line error for the user and the exit code that goes with it."""

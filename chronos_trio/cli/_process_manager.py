@@ -43,11 +43,9 @@ import trio
 
 from ..records._errors import ChronosError, sole_exception
 from ..runtime import RestartWindow
+from ._options import CHILD_HEARTBEAT_INTERVAL
 
 log = logging.getLogger("chronos_trio.manager")
-
-#: How often a child writes to its heartbeat pipe.
-CHILD_HEARTBEAT_INTERVAL = 1.0
 
 #: ``command(index, heartbeat_fd)`` -> the argv of child ``index``; the child
 #: writes heartbeat lines to ``heartbeat_fd`` (inherited by it).

@@ -38,6 +38,7 @@ from ..worker._worker import Worker
 from ._loading import check_store, describe_store, load_app, resolve_store, url_from
 from ._logs import FORMATS, LEVELS, configure_logging
 from ._options import (
+    CHILD_HEARTBEAT_INTERVAL,
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -48,13 +49,6 @@ from ._options import (
     int_at_least,
     one_line,
     seconds,
-)
-from ._process_manager import (
-    CHILD_HEARTBEAT_INTERVAL,
-    ChildCannotStart,
-    ProcessManager,
-    RestartIntensityExceeded,
-    run_until_signalled,
 )
 
 log = logging.getLogger("chronos_trio.cli")
@@ -240,6 +234,14 @@ async def _child_main(app: App, config: WorkerConfig, heartbeat_fd: int | None) 
 async def _manager_main(
     app: App, config: WorkerConfig, args: argparse.Namespace, where: str
 ) -> int:
+    # here: a worker in this process (and each managed one) never needs it
+    from ._process_manager import (
+        ChildCannotStart,
+        ProcessManager,
+        RestartIntensityExceeded,
+        run_until_signalled,
+    )
+
     try:
         await check_store(app.store, where)
     finally:

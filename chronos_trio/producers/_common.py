@@ -24,7 +24,7 @@ from ..records._producing import (
     unknown_kind,
 )
 from ..store._schemes import redact, scheme_of
-from ..store.redis._blocking import AdapterStatistics
+from ..store.redis._batch import AdapterStatistics
 from ..store.redis._connect import Flavor, StoreUrl, connect, parse_store_url
 from ..store.redis._core import RedisCore
 from ..store.redis._scripts import ReplicaWait

@@ -26,6 +26,7 @@ from ..records._producing import (
     WAIT_CHUNK,
     HandleFields,
     ResultTypeOf,
+    check_duplicate,
     check_wait_timeout,
     not_found,
     result_of,
@@ -130,6 +131,7 @@ class AsyncioProducer:
         Redis has it. Options and errors as ``SyncProducer.enqueue``."""
         job, decoder = self._p.new_job(task, payload, options)
         [result] = await self._exec.run(enqueue_plan(self._p.core, [job]))
+        check_duplicate(job, result)
         return AsyncioJobHandle(*handle_args(result, job), self, decoder)
 
     async def enqueue_many(

@@ -24,6 +24,7 @@ from ..records._producing import (
     WAIT_CHUNK,
     HandleFields,
     ResultTypeOf,
+    check_duplicate,
     check_wait_timeout,
     not_found,
     result_of,
@@ -159,6 +160,7 @@ class SyncProducer:
         same ``job_id`` to be sure of one)."""
         job, decoder = self._p.new_job(task, payload, options)
         [result] = self._exec.run(enqueue_plan(self._p.core, [job]))
+        check_duplicate(job, result)
         return SyncJobHandle(*handle_args(result, job), self, decoder)
 
     def enqueue_many(

@@ -4,6 +4,7 @@ job options. Every other layer may import it; it imports none of them."""
 from ._errors import ActionRefused as ActionRefused
 from ._errors import ActorFailed as ActorFailed
 from ._errors import ChronosError as ChronosError
+from ._errors import DuplicateJob as DuplicateJob
 from ._errors import InspectorError as InspectorError
 from ._errors import JobCancelled as JobCancelled
 from ._errors import JobError as JobError
@@ -33,6 +34,7 @@ from ._options import EnqueueOptions as EnqueueOptions
 from ._options import JobDefaults as JobDefaults
 from ._public import fixup_module_metadata as _fixup
 from ._retry import RetryPolicy as RetryPolicy
+from ._unique import Unique as Unique
 
 _fixup(__name__, globals())
 del _fixup

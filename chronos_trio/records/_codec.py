@@ -9,20 +9,44 @@ NaN/Infinity, which it writes as null) the standard library decides, so
 nothing changes in transit: big integers round-trip exactly and NaN/Infinity
 are refused at enqueue. A ``None`` (null) keeps orjson's speed: only output
 that does not read back as its input (a NaN became null) goes to ``json``.
+
+cattrs is imported when a value first needs it (``converter``, PEP 562): a
+plain ``str``, number, bool or None, and a payload decoded as ``Any``, never
+do, so a worker whose first jobs are of those starts without it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from cattrs.preconf.json import make_converter
 
 from ._errors import PayloadError
 
-#: One converter for every payload; it knows datetimes, enums, attrs classes.
-converter = make_converter()
+if TYPE_CHECKING:
+    from cattrs.preconf.json import JsonConverter
+
+    #: One converter for every payload; it knows datetimes, enums, attrs classes.
+    converter: JsonConverter
+
+
+@functools.cache
+def _converter() -> JsonConverter:
+    from cattrs.preconf.json import make_converter
+
+    return make_converter()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "converter":
+        return _converter()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+#: Values that are their own JSON form (cattrs would return them as they are).
+_PLAIN = frozenset({str, int, float, bool, type(None)})
 
 _DUMPS_OPTIONS = orjson.OPT_NON_STR_KEYS
 _COPY_BELOW = 1024
@@ -76,7 +100,7 @@ def encode_payload(value: Any, payload_type: Any, *, what: str = "payload") -> b
                 f"expected a {payload_type.__name__} {what}, got {type(value).__name__}"
             )
     try:
-        return dumps(converter.unstructure(value))
+        return dumps(value if type(value) in _PLAIN else _converter().unstructure(value))
     except (TypeError, ValueError) as exc:
         raise PayloadError(
             f"{what} of type {type(value).__name__} is not JSON-able: {exc}"
@@ -112,7 +136,7 @@ def decode_payload(data: bytes, payload_type: Any) -> Any:
     if payload_type is None or payload_type is Any:
         return raw
     try:
-        return converter.structure(raw, payload_type)
+        return _converter().structure(raw, payload_type)
     except Exception as exc:  # cattrs raises ClassValidationError and friends
         name = getattr(payload_type, "__name__", repr(payload_type))
         raise PayloadError(f"payload does not structure as {name}: {_describe(exc)}") from exc

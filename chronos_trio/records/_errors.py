@@ -107,6 +107,15 @@ class JobFailed(JobError):
         self.attempts = attempts
 
 
+class DuplicateJob(JobError):
+    """A unique job's key is taken: ``job_id`` is the pending job that holds
+    it (raised only when the job's ``Unique`` asks for it)."""
+
+    def __init__(self, job_id: str, key: str) -> None:
+        super().__init__(f"a job with unique key {key!r} is pending: {job_id}", job_id)
+        self.key = key
+
+
 class JobNotFound(JobError, LookupError):
     """No job with that ID: never enqueued (in that queue), or trimmed."""
 

@@ -11,8 +11,12 @@ A job moves through these states, each transition one atomic store operation::
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
 import attrs
+
+if TYPE_CHECKING:
+    from ._unique import Unique
 
 
 class JobState(enum.StrEnum):
@@ -108,12 +112,21 @@ class NewJob:
     timeout: float = 30.0
     #: (name, value) pairs that travel with the job to its handler.
     headers: tuple[tuple[str, str], ...] = ()
+    #: At most one job with this key in the pipeline (its key resolved: never
+    #: None here); None: an ordinary job.
+    unique: Unique | None = None
+    #: Whether ``id`` was given by the caller. A unique job's ID must route
+    #: to its key's partition: one the producer made up is drawn again by the
+    #: store until it does; a given one that does not is refused.
+    id_given: bool = True
 
 
 @attrs.frozen
 class EnqueueResult:
     """What ``enqueue`` did with one job: ``created`` is False when a job with
-    the same ID already existed (the existing job is left untouched)."""
+    the same ID already existed (the existing job is left untouched), or when
+    a unique job's key was taken: then ``job_id`` is the job that holds it
+    (for a debounce, the job whose payload and due time were replaced)."""
 
     job_id: str
     created: bool

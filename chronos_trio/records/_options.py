@@ -6,7 +6,10 @@ import datetime as dt
 import json
 import math
 from collections.abc import Mapping
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from ._unique import Unique
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_RETRIES = 3
@@ -38,6 +41,10 @@ class EnqueueOptions(JobDefaults, total=False):
     job_id: str
     #: Metadata for the handler (``job.headers``): text names to text values.
     headers: Mapping[str, str]
+    #: At most one pending job per key (see ``Unique``): True derives the key
+    #: from the kind and payload, a str is the key, False overrides the
+    #: task's default.
+    unique: Unique | str | bool
 
 
 def check_options(

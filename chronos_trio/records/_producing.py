@@ -17,7 +17,14 @@ from typing import Any, NoReturn, Protocol, Unpack
 import attrs
 
 from ._codec import decode_payload, encode_payload
-from ._errors import JobFailed, JobNotFound, PayloadError, ResultExpired, ResultTimeout
+from ._errors import (
+    DuplicateJob,
+    JobFailed,
+    JobNotFound,
+    PayloadError,
+    ResultExpired,
+    ResultTimeout,
+)
 from ._jobs import EnqueueResult, JobOutcome, JobRef, JobState, NewJob, require_field_order
 from ._options import (
     DEFAULT_MAX_RETRIES,
@@ -28,6 +35,7 @@ from ._options import (
     check_options,
     to_epoch,
 )
+from ._unique import Unique, resolve, unique_of
 
 #: Job IDs a caller gives are at most this long.
 MAX_JOB_ID_LENGTH = 200
@@ -40,7 +48,19 @@ WAIT_CHUNK = 600.0
 
 require_field_order(
     NewJob,
-    ("id", "queue", "kind", "payload", "run_at", "delay", "max_retries", "timeout", "headers"),
+    (
+        "id",
+        "queue",
+        "kind",
+        "payload",
+        "run_at",
+        "delay",
+        "max_retries",
+        "timeout",
+        "headers",
+        "unique",
+        "id_given",
+    ),
     "records._producing.new_jobs",
 )
 
@@ -68,6 +88,8 @@ class TaskDefaults(Protocol):
     def max_retries(self) -> int: ...
     @property
     def timeout(self) -> float: ...
+    @property
+    def unique(self) -> Unique | None: ...
 
 
 @attrs.frozen
@@ -81,6 +103,7 @@ class KindDefaults:
     queue: str = DEFAULT_QUEUE
     max_retries: int = DEFAULT_MAX_RETRIES
     timeout: float = DEFAULT_TIMEOUT
+    unique: Unique | None = None
 
 
 def job_headers(
@@ -126,6 +149,7 @@ def new_job(
             f"job_id must be a non-empty string of at most {MAX_JOB_ID_LENGTH} characters"
         )
     headers = options.get("headers")
+    unique = unique_of(options["unique"]) if "unique" in options else spec.unique
     return NewJob(
         job_id or new_job_id(),
         options.get("queue") or spec.queue,
@@ -136,6 +160,8 @@ def new_job(
         spec.max_retries if max_retries is None else max_retries,
         spec.timeout if timeout is None else timeout,
         job_headers(spec.kind, headers, hooks) if headers or hooks else (),
+        None if unique is None else resolve(unique, spec.kind, data),
+        job_id is not None,
     )
 
 
@@ -155,16 +181,33 @@ def new_jobs(
     payload_type, limit = spec.payload_type, max_payload_bytes
     queue, delay = queue or spec.queue, delay or 0.0
     kind, max_retries, timeout = spec.kind, spec.max_retries, spec.timeout
+    unique = spec.unique
     jobs = []
     for payload in payloads:
         data = encode_payload(payload, payload_type)
         if len(data) > limit:
             _too_large(kind, data, limit)
         headers = job_headers(kind, None, hooks) if hooks else ()
-        jobs.append(
-            NewJob(new_job_id(), queue, kind, data, None, delay, max_retries, timeout, headers)
-        )
+        job = NewJob(
+            new_job_id(), queue, kind, data, None, delay, max_retries, timeout, headers,
+            None if unique is None else resolve(unique, kind, data), False,
+        )  # fmt: skip
+        jobs.append(job)
     return jobs
+
+
+def check_duplicate(new: NewJob, result: EnqueueResult) -> None:
+    """Raise ``DuplicateJob`` when ``new`` is a unique job that asks for it
+    and its key was held by another pending job (``result`` says which)."""
+    unique = new.unique
+    if (
+        unique is not None
+        and unique.raise_duplicate
+        and unique.mode != "debounce"
+        and not result.created
+        and result.job_id != new.id
+    ):
+        raise DuplicateJob(result.job_id, unique.key or "")
 
 
 def _too_large(kind: str, data: bytes, limit: int) -> NoReturn:

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 
 from ..records._retry import RetryPolicy
+from ..records._unique import Unique
 from ._context import JobContext
 
 #: ``async def handler(payload, job_context)``, or a plain ``def`` (run in a
@@ -44,3 +45,5 @@ class TaskSpec:
     retry: RetryPolicy | None = None
     never_retry: tuple[type[BaseException], ...] = ()
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    #: The default of its jobs (None: not unique; see ``Unique``).
+    unique: Unique | None = None

@@ -6,12 +6,36 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping, Sequence
 
+from ..records._jobs import NewJob
+from ..records._producing import new_job_id
 from ._roles import QueueWeight
 
 
 def partition_of(job_id: str, partitions: int) -> int:
     """The partition a job ID hashes to (CRC32, the same in every backend)."""
     return zlib.crc32(job_id.encode()) % partitions
+
+
+def unique_job_id(job: NewJob, partitions: int) -> str:
+    """The ID a unique job is stored under: it must route to the partition
+    of its unique key, where the key's lock lives (one script, one Cluster
+    slot, takes the lock and stores the job). An ID the producer made up is
+    drawn again until it does (``partitions`` tries on average); a given one
+    that does not raises ValueError (leave ``job_id`` unset for a unique job
+    of a queue with several partitions)."""
+    assert job.unique is not None and job.unique.key is not None
+    home = partition_of(job.unique.key, partitions)
+    if partition_of(job.id, partitions) == home:
+        return job.id
+    if job.id_given:
+        raise ValueError(
+            f"job {job.id!r} is unique (key {job.unique.key!r}): its ID must route to the "
+            f"partition of its key (partition {home} of {partitions}); leave job_id unset"
+        )
+    while True:
+        job_id = new_job_id()
+        if partition_of(job_id, partitions) == home:
+            return job_id
 
 
 def share_by_weight(

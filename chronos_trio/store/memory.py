@@ -30,7 +30,8 @@ from ..records._jobs import (
     LeaseRef,
     NewJob,
 )
-from . import _memory_check, _memory_damage
+from ..records._unique import Unique
+from . import _memory_check, _memory_damage, _memory_unique, _partitioning
 from ._partitioning import partition_of, share_by_weight
 from ._roles import (
     LEASE_GRACE,
@@ -92,6 +93,8 @@ class _Record:
     home: str = attrs.field(default=attrs.Factory(lambda rec: rec.job.queue, takes_self=True))
     #: A succeeded job's end of retention (its record, and result, go then).
     retain_until: float = 0.0
+    #: A unique job's key and mode (see ``_memory_unique``).
+    unique: Unique | None = None
 
 
 #: How long a finished job nothing keeps stays readable for its waiters (s).
@@ -164,6 +167,7 @@ class MemoryStore(Store):
         self._last_fired: dict[str, dict[str, float]] = {}
         #: Result waiters: job ID -> the event its finishing (or deletion) sets.
         self._done: dict[str, trio.Event] = {}
+        self._unique = _memory_unique.UniqueLocks()
 
     # -- helpers -----------------------------------------------------------------
     def _put(self, job: Job) -> None:
@@ -309,21 +313,50 @@ class MemoryStore(Store):
 
     def _enqueue(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """``enqueue_many`` without its checkpoint, for use inside another
-        operation's single step."""
+        operation's single step. ValueError (nothing stored) for a unique
+        job whose given ID does not route to its key's partition."""
         now = self._clock()
         results = []
-        for new in jobs:
-            existing = self._records.get(new.id)
+        # unique jobs' IDs first: a refused one must not follow stored ones
+        ids = [
+            _partitioning.unique_job_id(new, self._active(new.queue).partitions)
+            if new.unique is not None
+            else new.id
+            for new in jobs
+        ]
+        for new, job_id in zip(jobs, ids, strict=True):
+            existing = self._records.get(job_id)
             if existing is not None:
-                ex = _memory_damage.shown(existing.job, new.id, existing.home)
+                ex = _memory_damage.shown(existing.job, job_id, existing.home)
                 results.append(
-                    EnqueueResult(new.id, False, ex.run_at, ex.queue_version, ex.partition)
+                    EnqueueResult(job_id, False, ex.run_at, ex.queue_version, ex.partition)
                 )
                 continue
-            active = next(v for v in self._versions(new.queue) if v.state is VersionState.ACTIVE)
+            active = self._active(new.queue)
             run_at = new.run_at if new.run_at is not None else now + max(0.0, new.delay)
+            if new.unique is not None:
+                claim, holder_id, holder = self._unique.claim(new, now, self._find_pending)
+                if claim is _memory_unique.Claim.DUPLICATE:
+                    results.append(self._held_result(new, holder_id, holder, active))
+                    continue
+                if claim is _memory_unique.Claim.REPLACE:
+                    assert holder is not None
+                    replaced = attrs.evolve(
+                        holder,
+                        payload=new.payload,
+                        headers=new.headers,
+                        run_at=run_at,
+                        state=JobState.READY if run_at <= now else JobState.SCHEDULED,
+                    )
+                    self._put(replaced)
+                    results.append(
+                        EnqueueResult(
+                            holder.id, False, run_at, holder.queue_version, holder.partition
+                        )
+                    )
+                    continue
             job = Job(
-                id=new.id,
+                id=job_id,
                 queue=new.queue,
                 kind=new.kind,
                 payload=new.payload,
@@ -332,13 +365,36 @@ class MemoryStore(Store):
                 max_retries=new.max_retries,
                 timeout=new.timeout,
                 queue_version=active.version,
-                partition=partition_of(new.id, active.partitions),
+                partition=partition_of(job_id, active.partitions),
                 created_at=now,
                 headers=new.headers,
             )
             self._put(job)
+            if new.unique is not None:
+                self._records[job_id].unique = new.unique
+                self._unique.take(new.queue, new.unique, job_id, now)
             results.append(EnqueueResult(job.id, True, run_at, job.queue_version, job.partition))
         return results
+
+    def _active(self, queue: str) -> QueueVersion:
+        return next(v for v in self._versions(queue) if v.state is VersionState.ACTIVE)
+
+    def _find_pending(self, job_id: str) -> Job | None:
+        rec = self._records.get(job_id)
+        return None if rec is None else rec.job
+
+    @staticmethod
+    def _held_result(
+        new: NewJob, holder_id: str, holder: Job | None, active: QueueVersion
+    ) -> EnqueueResult:
+        """The result of a unique job whose key ``holder_id`` holds."""
+        if holder is not None:
+            return EnqueueResult(
+                holder.id, False, holder.run_at, holder.queue_version, holder.partition
+            )
+        assert new.unique is not None and new.unique.key is not None
+        home = partition_of(new.unique.key, active.partitions)
+        return EnqueueResult(holder_id, False, 0.0, active.version, home)
 
     # -- hot path ----------------------------------------------------------------------
     async def promote_due(self, queues: Sequence[str], limit: int) -> PromoteResult:
@@ -424,6 +480,9 @@ class MemoryStore(Store):
                 results.append(False)
                 continue
             self._put(attrs.evolve(job, lease_expires_at=now + lease_duration))
+            rec = self._records[job.id]
+            if rec.unique is not None:
+                self._unique.renewed(rec.home, rec.unique, job.id, now + lease_duration)
             results.append(True)
         return FencedResults(results, aside.report())
 
@@ -438,6 +497,12 @@ class MemoryStore(Store):
                 results.append(False)
                 continue
             cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
+            rec = self._records[job.id]
+            if rec.unique is not None:
+                if s.kind is SettleKind.SUCCEEDED:
+                    self._unique.succeeded(rec.home, rec.unique, job.id, now)
+                elif s.kind is SettleKind.DEAD:
+                    self._unique.release(rec.home, rec.unique, job.id)
             if s.kind is SettleKind.SUCCEEDED:
                 # the record stays while it is retained or its result lives
                 keeps_result = s.result is not None and s.result_ttl > 0
@@ -502,6 +567,8 @@ class MemoryStore(Store):
                         ),
                     )
                     dead.append(job)
+                    rec = self._records[job.id]
+                    self._unique.release(rec.home, rec.unique, job.id)
                 else:
                     job = attrs.evolve(job, state=JobState.READY, run_at=now)
                     requeued.append(job.id)
@@ -659,6 +726,8 @@ class MemoryStore(Store):
         job = self._find(job_id, queue)
         if job is None or job.state is JobState.LEASED:
             return False
+        rec = self._records[job_id]
+        self._unique.release(rec.home, rec.unique, job_id)
         self._delete(job_id)
         return True
 

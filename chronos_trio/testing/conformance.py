@@ -45,6 +45,8 @@ import attrs
 import trio
 
 from ..records._jobs import JobRef, JobState, LeasedJob, LeaseRef, NewJob
+from ..records._unique import Unique
+from ..store._partitioning import partition_of
 from ..store._roles import (
     AdminRole,
     CheckRole,
@@ -824,3 +826,167 @@ async def check_headers_travel_with_the_job(fresh: Fresh) -> None:
     assert stored is not None and stored.headers == headers
     leased = {lj.job.id: lj.job for lj in await lease(store)}
     assert leased["h"].headers == headers and leased["plain"].headers == ()
+
+
+# -- unique jobs ------------------------------------------------------------------------
+def unique_job(key: str, job_id: str = "", **kw: object) -> NewJob:
+    """A unique job under ``key``; with no ``job_id`` its ID is the store's
+    to choose (``id_given`` False), as a producer's made-up ID is."""
+    options: dict[str, object] = {"key": key}
+    for name in ("ttl", "mode"):
+        if name in kw:
+            options[name] = kw.pop(name)
+    return NewJob(
+        id=job_id or f"auto-{key}-{kw.pop('n', 0)}",
+        queue="q",
+        kind="k",
+        payload=kw.pop("payload", b'{"n":1}'),  # type: ignore[arg-type]
+        unique=Unique(**options),  # type: ignore[arg-type]
+        id_given=bool(job_id),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@check(WorkerRole, TopologyRole, AdminRole)
+async def check_unique_job_holds_its_key_while_pending(fresh: Fresh) -> None:
+    store = await fresh()
+    [first] = await store.enqueue_many([unique_job("k1")])
+    assert first.created
+    holder = first.job_id
+    # scheduled, ready, leased, retry_wait: the key is held in every pending state
+    [dup] = await store.enqueue_many([unique_job("k1", n=1, payload=b'{"n":2}')])
+    assert not dup.created and dup.job_id == holder
+    [other] = await store.enqueue_many([unique_job("k2")])
+    assert other.created and other.job_id != holder, "another key is another job"
+    [leased] = [lj for lj in await lease(store) if lj.job.id == holder]
+    assert leased.job.payload == b'{"n":1}', "a duplicate changes nothing"
+    assert not (await store.enqueue_many([unique_job("k1", n=2)]))[0].created
+    assert await store.settle([settle(leased, SettleKind.RETRY, error="again")]) == [True]
+    assert await state_of(store, holder) is JobState.RETRY_WAIT
+    [dup] = await store.enqueue_many([unique_job("k1", n=3)])
+    assert not dup.created and dup.job_id == holder
+    # a batch with two jobs of one key stores one
+    both = await store.enqueue_many([unique_job("k3", n=1), unique_job("k3", n=2)])
+    assert [r.created for r in both] == [True, False] and both[0].job_id == both[1].job_id
+
+
+@check(WorkerRole, TopologyRole, AdminRole)
+async def check_unique_key_is_released_when_its_job_finishes(fresh: Fresh) -> None:
+    store = await fresh()
+    [ok, bad] = await store.enqueue_many([unique_job("ok"), unique_job("bad")])
+    by_id = {lj.job.id: lj for lj in await lease(store)}
+    assert await store.settle(
+        [
+            settle(by_id[ok.job_id], SettleKind.SUCCEEDED),
+            settle(by_id[bad.job_id], SettleKind.DEAD, error="boom"),
+        ]
+    ) == [True, True]
+    # succeeded or dead, the key is free: a new job takes it
+    again = await store.enqueue_many([unique_job("ok", n=1), unique_job("bad", n=1)])
+    assert [r.created for r in again] == [True, True]
+    assert again[0].job_id != ok.job_id and again[1].job_id != bad.job_id
+    # a deleted job frees its key too
+    assert await store.delete_job(again[0].job_id)
+    assert (await store.enqueue_many([unique_job("ok", n=2)]))[0].created
+
+
+@check(WorkerRole, TopologyRole, AdminRole)
+async def check_unique_key_is_fenced_by_the_lease(fresh: Fresh) -> None:
+    store = await fresh()
+    [first] = await store.enqueue_many([unique_job("k")])
+    [old] = await lease(store, ttl=0.2)
+    await trio.sleep(0.3)
+    assert (await store.recover_expired(["q"], 10)).requeued == (first.job_id,)
+    [new] = await lease(store)
+    # the stale worker's late success neither settles nor frees the key
+    assert await store.settle([settle(old, SettleKind.SUCCEEDED)]) == [False]
+    [dup] = await store.enqueue_many([unique_job("k", n=1)])
+    assert not dup.created and dup.job_id == first.job_id
+    assert await store.settle([settle(new, SettleKind.SUCCEEDED)]) == [True]
+    assert (await store.enqueue_many([unique_job("k", n=2)]))[0].created
+    # a job dead by recovery (no retry left) frees its key
+    [gone] = await store.enqueue_many([unique_job("r", max_retries=0)])
+    [held] = [lj for lj in await lease(store, ttl=0.2) if lj.job.id == gone.job_id]
+    await trio.sleep(0.3)
+    assert [j.id for j in (await store.recover_expired(["q"], 10)).dead] == [held.job.id]
+    assert (await store.enqueue_many([unique_job("r", n=1)]))[0].created
+
+
+@check(WorkerRole, TopologyRole, AdminRole)
+async def check_unique_throttle_keeps_the_key_after_a_run(fresh: Fresh) -> None:
+    store = await fresh()
+    [first] = await store.enqueue_many([unique_job("t", ttl=0.5, mode="throttle")])
+    [leased] = await lease(store)
+    assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [True]
+    [dup] = await store.enqueue_many([unique_job("t", n=1, ttl=0.5, mode="throttle")])
+    assert not dup.created and dup.job_id == first.job_id, "taken for ttl after the run"
+    await trio.sleep(0.6)
+    [later] = await store.enqueue_many([unique_job("t", n=2, ttl=0.5, mode="throttle")])
+    assert later.created and later.job_id != first.job_id
+
+
+@check(WorkerRole, TopologyRole, AdminRole)
+async def check_unique_debounce_replaces_the_waiting_job(fresh: Fresh) -> None:
+    store = await fresh()
+    [first] = await store.enqueue_many([unique_job("d", mode="debounce", delay=30.0)])
+    [again] = await store.enqueue_many(
+        [unique_job("d", n=1, mode="debounce", payload=b'{"n":2}', delay=0.2)]
+    )
+    assert not again.created and again.job_id == first.job_id
+    assert again.run_at < first.run_at, "the new due time replaces the old one"
+    got = await store.get_job(first.job_id)
+    assert got is not None and got.payload == b'{"n":2}' and got.state is JobState.SCHEDULED
+    await trio.sleep(0.3)
+    assert (await store.promote_due(["q"], 10)).promoted == 1
+    [leased] = await lease(store)
+    assert leased.job.id == first.job_id and leased.job.payload == b'{"n":2}'
+    # while it runs, a new job is stored and takes the key
+    [behind] = await store.enqueue_many([unique_job("d", n=2, mode="debounce", delay=30.0)])
+    assert behind.created and behind.job_id != first.job_id
+    assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [True]
+    [replaced] = await store.enqueue_many(
+        [unique_job("d", n=3, mode="debounce", payload=b'{"n":3}')]
+    )
+    assert not replaced.created and replaced.job_id == behind.job_id
+    assert await state_of(store, behind.job_id) is JobState.READY
+
+
+@check(WorkerRole, TopologyRole, AdminRole)
+async def check_unique_ttl_lapses_and_renew_keeps_a_running_job_s_key(fresh: Fresh) -> None:
+    store = await fresh()
+    [waits] = await store.enqueue_many([unique_job("w", ttl=0.3, delay=30.0)])
+    await trio.sleep(0.4)
+    [taken] = await store.enqueue_many([unique_job("w", n=1, ttl=0.3, delay=30.0)])
+    assert taken.created and taken.job_id != waits.job_id, "the lock lapsed after its ttl"
+    [runs] = await store.enqueue_many([unique_job("r", ttl=0.3)])
+    [leased] = [lj for lj in await lease(store, ttl=1.0) if lj.job.id == runs.job_id]
+    await trio.sleep(0.2)
+    assert await store.renew([leased.ref], 1.0) == [True]
+    await trio.sleep(0.4)  # past the ttl, within the renewed lease
+    [dup] = await store.enqueue_many([unique_job("r", n=1, ttl=0.3)])
+    assert not dup.created and dup.job_id == runs.job_id, "renewal keeps the key"
+
+
+@check(WorkerRole, TopologyRole, AdminRole)
+async def check_unique_jobs_live_in_their_key_s_partition(fresh: Fresh) -> None:
+    store = await fresh()
+    partitions = (await store.topology("q")).active.partitions
+    results = await store.enqueue_many([unique_job(f"key-{i}") for i in range(24)])
+    for i, r in enumerate(results):
+        assert r.created and r.partition == partition_of(f"key-{i}", partitions)
+        assert partition_of(r.job_id, partitions) == r.partition
+        got = await store.get_job(r.job_id)
+        assert got is not None and got.partition == r.partition
+    if partitions > 1:
+        # a given ID that routes elsewhere is refused, and nothing is stored
+        given = next(
+            f"id-{n}" for n in range(100)
+            if partition_of(f"id-{n}", partitions) != partition_of("mine", partitions)
+        )  # fmt: skip
+        try:
+            await store.enqueue_many([job("plain-1"), unique_job("mine", job_id=given)])
+        except ValueError as exc:
+            assert "leave job_id unset" in str(exc)
+        else:
+            raise AssertionError("a unique job's ID that routes elsewhere must be refused")
+        assert await store.get_job("plain-1") is None and await store.get_job(given) is None

@@ -1,9 +1,13 @@
-"""A thin Trio adapter over redis-py (sync client, hiredis parser).
+"""A thin Trio adapter over redis-py (sync client, hiredis parser), or over
+no redis-py client at all.
 
 On a single node reached over plain TCP or a Unix socket, a batch (one
 pipeline, plus any ``NOSCRIPT`` reload and retry) is one round trip over Trio
 sockets (``_native``), with no thread hop; so is each master's share of a
-Cluster batch (``_cluster``). Otherwise (TLS, ``native=False``) blocking
+Cluster batch (``_cluster``). For a plain ``redis://`` or ``unix://`` URL the
+client is a :class:`~._native.NodeClient`: the same round trips, and redis-py
+is not even imported until a feature needs it (see ``_errors``), so a worker
+starts sooner. Otherwise (TLS, ``native=False``) blocking
 redis-py calls run in worker threads via ``trio.to_thread.run_sync``, one hop
 per batch (per node on a Cluster); blocking waits (``BLPOP``) always do.
 Either way the adapter adds no per-job overhead, and every failure surfaces
@@ -31,25 +35,37 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-import redis
-import redis.cluster
-import redis.exceptions
 import trio
 
 from .._roles import StoreError
-from ._blocking import REDIS_ERRORS as _REDIS_ERRORS
-from ._blocking import AdapterStatistics as AdapterStatistics
-from ._blocking import Client as Client
-from ._blocking import check_replies, moved, node_groups, reload_plan, run_on_node, store_error
-from ._cluster import NativeCluster, send_at_once
-from ._native import NativeNode
+from ._batch import AdapterStatistics as AdapterStatistics
+from ._batch import check_replies, reload_plan, store_error
+from ._errors import caught, settled
+from ._kinds import is_client, is_cluster, is_node
+from ._native import NativeNode, NodeClient
 from ._scripts import Op
 from ._scripts import ReplicaWait as ReplicaWait
-from ._sentinel import MasterWatch
+
+if TYPE_CHECKING:
+    import redis
+    import redis.cluster
+
+    from ._cluster import NativeCluster
+    from ._sentinel import MasterWatch
+
+    #: What an adapter runs on: redis-py's clients, or a NodeClient.
+    AnyClient = redis.Redis | redis.cluster.RedisCluster | NodeClient
 
 T = TypeVar("T")
+
+
+def _cluster(client: AnyClient) -> redis.cluster.RedisCluster:
+    """``client``, which is not one node's: redis-py's Cluster client."""
+    assert is_cluster(client), client
+    return client
+
 
 #: Extra seconds to wait for a BLPOP's reply beyond its block time before the
 #: connection counts as dead.
@@ -59,26 +75,27 @@ BLOCK_READ_SLACK = 5.0
 class RedisAdapter:
     """Runs redis-py calls for Trio.
 
-    ``client`` is a ``Redis`` or ``RedisCluster``, or a function making one:
-    it is then called in a thread on first use, because a ``RedisCluster``
-    connects (and may fail) as soon as it is built.
+    ``client`` is a :class:`~._native.NodeClient`, a ``Redis`` or
+    ``RedisCluster``, or a function making one of the last two: it is then
+    called in a thread on first use, because a ``RedisCluster`` connects (and
+    may fail) as soon as it is built.
     """
 
     def __init__(
         self,
-        client: Client | Callable[[], Client],
+        client: AnyClient | Callable[[], AnyClient],
         *,
         description: str,
         max_block: float = 30.0,
         threads: int = 32,
         native: bool = True,
     ) -> None:
-        self._client: Client | None = None
-        self._factory: Callable[[], Client] | None = None
-        if isinstance(client, redis.Redis | redis.cluster.RedisCluster):
+        self._client: AnyClient | None = None
+        self._factory: Callable[[], AnyClient] | None = None
+        if is_client(client):
             self._client = client
         else:
-            self._factory = client
+            self._factory = cast("Callable[[], AnyClient]", client)
         self._client_lock = trio.Lock()
         self.description = description
         #: Longest single BLPOP (its reply is read with its own timeout).
@@ -100,8 +117,8 @@ class RedisAdapter:
     def _error(self, exc: BaseException) -> StoreError:
         return store_error(self.description, exc)
 
-    async def client(self) -> Client:
-        """The redis-py client, made on first use (errors become StoreError)."""
+    async def client(self) -> AnyClient:
+        """The client, made on first use (errors become StoreError)."""
         if self._closed:
             raise StoreError("the store is closed")
         if self._client is not None:
@@ -111,12 +128,26 @@ class RedisAdapter:
                 assert self._factory is not None
                 try:
                     client = await trio.to_thread.run_sync(self._factory, limiter=self._limiter)
-                except _REDIS_ERRORS as exc:
+                except caught() as exc:
                     raise self._error(exc) from exc
-                if isinstance(client, redis.Redis):
+                if is_node(client) and not isinstance(client, NodeClient):
+                    from ._sentinel import MasterWatch
+
                     self.watch = MasterWatch.for_client(client)
                 self._client = client
             return self._client
+
+    async def redis_py_client(self) -> redis.Redis | redis.cluster.RedisCluster:
+        """redis-py's client (for pub/sub): the client itself, or a
+        NodeClient's redis-py client, made on first use (errors become
+        StoreError)."""
+        client = await self.client()
+        if not isinstance(client, NodeClient):
+            return client
+        try:
+            return await client.redis_py(self._limiter)
+        except caught() as exc:
+            raise self._error(exc) from exc
 
     # -- batches --------------------------------------------------------------------
     async def execute(
@@ -141,7 +172,7 @@ class RedisAdapter:
         client = await self.client()
         acks: list[Any] = []
         try:
-            if isinstance(client, redis.Redis):
+            if is_node(client):
                 native = self._native_node(client)
                 if self.watch is not None and native is None:
                     self.watch.poke()  # redis-py's pool drops idle connections to an old master
@@ -149,20 +180,21 @@ class RedisAdapter:
                 if native is not None:
                     replies = await self._run_native(native, batch)
                 else:
+                    assert not isinstance(client, NodeClient)  # always native
                     replies = await trio.to_thread.run_sync(
                         self._run_on_node, client, batch, limiter=self._limiter
                     )
                 if replicas is not None:
                     acks.append(replies[-1])
                 replies = replies[: len(ops)]
-            elif (cluster := self._cluster_node(client)) is not None:
+            elif (cluster := self._cluster_node(_cluster(client))) is not None:
                 wait = replicas.op() if replicas else None
                 replies = await cluster.execute(ops, after, wait=wait, acks=acks)
             else:
-                replies = await self._execute_cluster(client, ops, replicas, acks)
+                replies = await self._execute_cluster(_cluster(client), ops, replicas, acks)
                 if after:
-                    await self._execute_cluster(client, after)
-        except _REDIS_ERRORS as exc:
+                    await self._execute_cluster(_cluster(client), after)
+        except caught() as exc:
             raise self._error(exc) from exc
         check_replies(ops, replies, self.description)
         if replicas is not None:
@@ -170,14 +202,19 @@ class RedisAdapter:
             replicas.check(acks, self.description, self._error)
         return replies
 
-    def _native_node(self, client: redis.Redis) -> NativeNode | None:
+    def _native_node(self, client: redis.Redis | NodeClient) -> NativeNode | None:
         if self._use_native and self._native is None:
-            self._native = NativeNode.for_client(client, self.watch)
+            if isinstance(client, NodeClient):
+                self._native = client.node
+            else:
+                self._native = NativeNode.for_client(client, self.watch)
             self._use_native = self._native is not None
         return self._native
 
     def _cluster_node(self, client: redis.cluster.RedisCluster) -> NativeCluster | None:
         if self._use_native and self._native_cluster is None:
+            from ._cluster import NativeCluster
+
             self._native_cluster = NativeCluster.for_client(client, self._run_native, self._limiter)
             self._use_native = self._native_cluster is not None
         return self._native_cluster
@@ -198,7 +235,7 @@ class RedisAdapter:
                 self.stats.script_loads += 1
             again = await self._send_native(node, [ops[i] for i in missing], asking)
             for i, reply in zip(missing, again, strict=True):
-                replies[i] = reply
+                replies[i] = settled(reply)  # still missing (not ours): redis-py's error
         return replies
 
     async def _send_native(self, node: NativeNode, ops: Sequence[Op], asking: bool) -> list[Any]:
@@ -218,6 +255,8 @@ class RedisAdapter:
 
     def _run_on_node(self, client: redis.Redis, ops: Sequence[Op]) -> list[Any]:
         """In a thread: one pipeline on one node (see ``_blocking.run_on_node``)."""
+        from ._blocking import run_on_node
+
         return run_on_node(client, ops, self.stats)
 
     async def _execute_cluster(
@@ -229,6 +268,9 @@ class RedisAdapter:
     ) -> list[Any]:
         """Run ``ops`` grouped by node; with ``wait``, each node's pipeline ends
         with WAIT and its reply is appended to ``acks``."""
+        from ._blocking import moved, node_groups
+        from ._cluster import send_at_once
+
         replies: list[Any] = [None] * len(ops)
         pending = list(range(len(ops)))
         for attempt in range(3):
@@ -257,7 +299,7 @@ class RedisAdapter:
         a Cluster (by name), or None for the one server. StoreError when the
         store cannot be reached."""
         client = await self.client()
-        if isinstance(client, redis.cluster.RedisCluster):
+        if is_cluster(client):
             return [node.name for node in client.get_primaries()]  # type: ignore[no-untyped-call]
         return [None]
 
@@ -269,7 +311,7 @@ class RedisAdapter:
         the keys of this step. StoreError when the store cannot be reached or
         the node is no longer a primary of the Cluster (walk again)."""
         client = await self.client()
-        if not isinstance(client, redis.cluster.RedisCluster):
+        if not is_cluster(client):
             (reply,) = await self.execute(
                 [Op.command(None, "SCAN", cursor, "MATCH", match, "COUNT", count)]
             )
@@ -287,7 +329,7 @@ class RedisAdapter:
 
         try:
             return await trio.to_thread.run_sync(step, limiter=self._limiter)
-        except _REDIS_ERRORS as exc:
+        except caught() as exc:
             raise self._error(exc) from exc
 
     # -- blocking -------------------------------------------------------------------
@@ -301,23 +343,25 @@ class RedisAdapter:
         """
         client = await self.client()
         block = max(0.001, min(timeout, self.max_block))
-        if isinstance(client, redis.Redis) and self.watch is None:
+        if is_node(client) and self.watch is None:
             native = self._native_node(client)
             if native is not None:
                 # Trio sockets: no thread hop between a wake-up and its waiter
                 self.stats.blocking_waits += 1
                 try:
                     got = await native.blpop(keys, block, BLOCK_READ_SLACK)
-                except _REDIS_ERRORS as exc:
+                except caught() as exc:
                     raise self._error(exc) from exc
                 return None if got is None else (got[0], got[1])
+        assert not isinstance(client, NodeClient)  # always native
         abandoned = threading.Event()
-        if isinstance(client, redis.cluster.RedisCluster):
+        direct: redis.Redis
+        if is_cluster(client):
             # Every wake-up list shares one hash tag: the first key routes all.
             node = client.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
-            direct: redis.Redis = client.get_redis_connection(node)
+            direct = client.get_redis_connection(node)
         else:
-            direct = client
+            direct = cast("redis.Redis", client)
 
         def pop() -> tuple[bytes, bytes] | None:
             if watch is not None:
@@ -347,7 +391,7 @@ class RedisAdapter:
         except trio.Cancelled:
             abandoned.set()
             raise
-        except _REDIS_ERRORS as exc:
+        except caught() as exc:
             raise self._error(exc) from exc
 
     async def aclose(self) -> None:

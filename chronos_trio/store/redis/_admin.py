@@ -28,12 +28,12 @@ from .._roles import (
 from . import _scripts as S
 from ._alloc import earliest, pairs
 from ._codec import (
-    READ_FIELDS,
     decode_aside,
     decode_topology,
     encode_topology,
     ident,
     job_from_fields,
+    record_fields,
 )
 from ._context import StoreContext
 from ._core import locations_plan, queue_names_plan
@@ -137,24 +137,27 @@ async def get_job(ctx: StoreContext, job_id: str, queue: str | None) -> Job | No
             op
             for pk in locs
             for op in (
-                Op.soft_command(pk.tag, "HMGET", pk.job(job_id), *READ_FIELDS),
+                Op.soft_command(pk.tag, "HGETALL", pk.job(job_id)),
                 Op.command(pk.tag, "EXISTS", pk.job(job_id)),
             )
         ]
     )
     for n, pk in enumerate(locs):
-        fields, exists = replies[2 * n], replies[2 * n + 1]
+        stored, exists = replies[2 * n], replies[2 * n + 1]
         if not exists:
             continue
-        if isinstance(fields, Exception):
-            return _not_a_hash(job_id, pk, fields)
+        if isinstance(stored, Exception):
+            return _not_a_hash(job_id, pk, stored)
+        fields, problem = record_fields(stored)
         if fields[3] not in _KNOWN_STATES:
             # the state cannot be read: show the job in the index it is in
             return job_from_fields(
                 job_id, pk.queue, pk.version, pk.partition, fields,
-                indexed_as=await _index_of(ctx, pk, job_id),
+                indexed_as=await _index_of(ctx, pk, job_id), payload_problem=problem,
             )  # fmt: skip
-        return job_from_fields(job_id, pk.queue, pk.version, pk.partition, fields)
+        return job_from_fields(
+            job_id, pk.queue, pk.version, pk.partition, fields, payload_problem=problem
+        )
     return None
 
 
@@ -198,22 +201,24 @@ async def list_jobs(
     picked = merged if state is JobState.SUCCEEDED else merged[offset:n]
     fetched = await ctx.adapter.execute(
         [
-            Op.soft_command(
-                slots[k].tag, "HMGET", slots[k].job_prefix.encode() + member, *READ_FIELDS
-            )
+            Op.soft_command(slots[k].tag, "HGETALL", slots[k].job_prefix.encode() + member)
             for _, member, k in picked
         ]
     )
-    jobs = [
-        _not_a_hash(ident(member), slots[k], f)
-        if isinstance(f, Exception)
-        else job_from_fields(
-            ident(member), queue, slots[k].version, slots[k].partition, f, indexed_as=state
-        )
-        for (_, member, k), f in zip(picked, fetched, strict=True)
+    jobs = []
+    for (_, member, k), stored in zip(picked, fetched, strict=True):
+        if isinstance(stored, Exception):
+            jobs.append(_not_a_hash(ident(member), slots[k], stored))
+            continue
+        fields, problem = record_fields(stored)
         # an index entry without a record is listed by the checker, not here
-        if isinstance(f, Exception) or any(v is not None for v in f)
-    ]
+        if any(v is not None for v in fields) or problem:
+            pk = slots[k]
+            job = job_from_fields(
+                ident(member), queue, pk.version, pk.partition, fields,
+                indexed_as=state, payload_problem=problem,
+            )  # fmt: skip
+            jobs.append(job)
     if state is JobState.SUCCEEDED:
         jobs.sort(key=lambda j: (j.finished_at or 0.0, j.id))
         jobs = jobs[offset:n]

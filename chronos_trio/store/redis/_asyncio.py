@@ -21,14 +21,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .._roles import StoreError
-from ._blocking import (
-    REDIS_ERRORS,
-    AdapterStatistics,
-    check_replies,
-    moved,
-    reload_plan,
-    store_error,
-)
+from ._batch import AdapterStatistics, check_replies, reload_plan, store_error
+from ._blocking import REDIS_ERRORS, moved
 from ._core import Call, NeedMeta, Plan, RedisCore, T, meta_plan
 from ._scripts import Op, ReplicaWait
 from ._watch import POLL_BLOCK, RESUBSCRIBE_DELAY, WaiterTable, subscription_failed

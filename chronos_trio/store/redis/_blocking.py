@@ -19,15 +19,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import attrs
 import redis
 import redis.cluster
 import redis.exceptions
 
 from .._roles import StoreError
+from ._batch import AdapterStatistics, check_replies, reload_plan, store_error
 from ._core import Call, NeedMeta, Plan, RedisCore, T, meta_plan
-from ._scripts import Op, ReplicaWait, Script
-from ._sentinel import describe
+from ._scripts import Op, ReplicaWait
 from ._watch import RESUBSCRIBE_DELAY, WaiterTable, poll, subscription_failed
 
 #: How long one poll of a producer's subscription blocks (``stop`` returns within it).
@@ -39,55 +38,9 @@ REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterExcept
 Client = redis.Redis | redis.cluster.RedisCluster
 
 
-@attrs.define
-class AdapterStatistics:
-    """Counters of one adapter, for tests and monitoring."""
-
-    round_trips: int = 0  # pipelines / commands sent (one per node per batch)
-    commands: int = 0  # commands inside them
-    script_loads: int = 0  # NOSCRIPT recoveries
-    blocking_waits: int = 0  # BLPOPs issued
-    replica_waits: int = 0  # WAITs sent (one per node per batch)
-    native_round_trips: int = 0  # of round_trips: over Trio sockets (no thread hop)
-
-
-def store_error(where: str, exc: BaseException) -> StoreError:
-    """The StoreError for a redis-py failure at ``where`` (a redacted URL)."""
-    return StoreError(f"Redis at {where} failed: {type(exc).__name__}: {describe(exc)}")
-
-
-def with_waits(commands: Sequence[Sequence[Any]], rerun: list[int]) -> list[int]:
-    """``rerun`` (indices of commands to send again, in order) with every
-    ``WAIT`` after the first of them: a WAIT acknowledges the writes sent
-    before it on its connection, so one that ran before the re-sent commands
-    does not cover them."""
-    if not rerun:
-        return rerun
-    first = rerun[0]
-    waits = [i for i in range(first + 1, len(commands)) if commands[i][0] == "WAIT"]
-    return sorted(set(rerun) | set(waits))
-
-
-def reload_plan(ops: Sequence[Op], replies: Sequence[Any]) -> tuple[list[int], list[Script]]:
-    """The ops that got NOSCRIPT (they did not run) and the scripts to load
-    before running them again (with any WAIT after them: it must cover them)."""
-    missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
-    if not missing:
-        return missing, []
-    scripts = {ops[i].script for i in missing}
-    return with_waits([op.args for op in ops], missing), [s for s in scripts if s is not None]
-
-
 def moved(replies: Sequence[Any], pending: Sequence[int]) -> list[int]:
     """The ops of ``pending`` whose slot moved (``MOVED`` is an ``ASK`` in redis-py)."""
     return [i for i in pending if isinstance(replies[i], redis.exceptions.AskError)]
-
-
-def check_replies(ops: Sequence[Op], replies: Sequence[Any], where: str) -> None:
-    """Raise StoreError for the first error reply of an op that is not ``soft``."""
-    for op, reply in zip(ops, replies, strict=True):
-        if isinstance(reply, Exception) and not op.soft:
-            raise store_error(where, reply)
 
 
 def pipeline(client: redis.Redis, ops: Sequence[Op], stats: AdapterStatistics) -> list[Any]:

@@ -50,7 +50,8 @@ REPAIR = Script.load("check_repair")
 #: many partitions the namespace has.
 CURSORS_PER_STEP = 32
 
-#: The fields check_inspect.lua reads, in its order.
+#: The fields check_inspect.lua reads, in its order (``payload`` joined from
+#: its chunks, see ``inspect_fields`` in ``lua/_prelude.lua``).
 FIELDS = (
     "kind",
     "payload",
@@ -66,6 +67,7 @@ FIELDS = (
     "created_at",
     "finished_at",
     "v",
+    "chunks",  # not a field: why the payload's chunks cannot be joined (None: they can)
 )
 
 #: The index zsets in the scripts' order (KEYS[1..6]) and the state each holds.
@@ -168,7 +170,9 @@ def record_damage(f: dict[str, bytes | None]) -> list[str]:
     if fmt_problem:
         out.append(fmt_problem)
     need("kind", None, "", required=True)
-    if f["payload"] is None:
+    if f["chunks"] is not None:
+        out.append(f["chunks"].decode("utf-8", "backslashreplace"))
+    elif f["payload"] is None:
         out.append("field 'payload' is missing")  # empty is a valid bytes payload
     for name in ("run_at", "timeout", "created_at"):
         need(name, _is_number, "a number", required=True)
@@ -231,14 +235,14 @@ class Reading:
 def parse_readings(pk: PartitionKeys, reply: Sequence[Any]) -> list[Reading]:
     now = float(reply[0])
     out = []
-    for i in range(1, len(reply), 22):
+    for i in range(1, len(reply), 23):
         out.append(
             Reading(
                 pk,
                 reply[i],
                 reply[i + 1] in (1, 2),
-                tuple(reply[i + 2 : i + 16]),
-                tuple(reply[i + 16 : i + 22]),
+                tuple(reply[i + 2 : i + 17]),
+                tuple(reply[i + 17 : i + 23]),
                 now,
                 reply[i + 1] == 2,
             )

@@ -17,12 +17,27 @@ from .._roles import NOTHING_SET_ASIDE, AsideEntry, QueueVersion, SetAside, Vers
 #: the newest it reads. Format 1: the fields of :data:`JOB_FIELDS`, times as
 #: decimal epoch seconds, counts as decimal digits, ``state`` a JobState
 #: value; a hash without ``v`` was written before formats were recorded and
-#: is format 1. Baked into every Lua script when it is loaded (see
-#: ``_scripts``): a record with a greater ``v`` is left exactly as it is by
-#: every script and reported, for a newer worker. Raise it when a change to
-#: the job hash would make an older worker misread a record, and say in the
-#: README how to roll a fleet across it.
-RECORD_FORMAT = 1
+#: is format 1. Format 2 adds payload chunks: a payload may be stored as its
+#: first :data:`PAYLOAD_CHUNK` bytes in ``payload`` and the rest,
+#: :data:`PAYLOAD_CHUNK` bytes a field, in ``p1`` .. ``p<n>``, with ``pn`` =
+#: n (absent: the whole payload is in ``payload``). Enqueue chunks the
+#: payload of a delayed job when it has more than :data:`PAYLOAD_CHUNK`
+#: bytes and at most :data:`CHUNKED_PAYLOAD_MAX`: Redis keeps a hash whose
+#: values all fit in 64 bytes (``hash-max-listpack-value``) as a compact
+#: listpack instead of a hashtable, so a delayed job with a 100-byte payload
+#: takes half the memory (a job due now stays a hashtable, cheaper for Redis
+#: to build and read). Baked into every Lua script
+#: when it is loaded (see ``_scripts``): a record with a greater ``v`` is
+#: left exactly as it is by every script and reported, for a newer worker.
+#: Raise it when a change to the job hash would make an older worker misread
+#: a record, and say in the README how to roll a fleet across it.
+RECORD_FORMAT = 2
+
+#: The size of a payload chunk (Redis's default ``hash-max-listpack-value``).
+PAYLOAD_CHUNK = 64
+#: The largest payload stored in chunks: beyond it the hash would pass
+#: ``hash-max-listpack-entries`` (128 fields) anyway, so it is stored whole.
+CHUNKED_PAYLOAD_MAX = 96 * PAYLOAD_CHUNK
 
 #: Job hash fields, in the order every full read (HMGET) uses; the record
 #: format field ``v`` follows them in admin reads (:data:`READ_FIELDS`).
@@ -42,6 +57,7 @@ JOB_FIELDS = (
     "finished_at",
 )
 READ_FIELDS = (*JOB_FIELDS, "v", "result", "result_until", "h")
+_READ_FIELD_BYTES = tuple(name.encode() for name in READ_FIELDS)
 
 _STATES = {s.value.encode(): s for s in JobState}
 _COUNT = re.compile(rb"[0-9]{1,15}")
@@ -163,6 +179,40 @@ class _Reader:
             )
 
 
+#: The most continuation chunks (``pn``) a format-2 record holds.
+MAX_CHUNKS = CHUNKED_PAYLOAD_MAX // PAYLOAD_CHUNK - 1
+
+
+def join_payload(first: bytes | None, pn: bytes | None, field: Any) -> tuple[bytes | None, str]:
+    """A stored payload from its ``payload`` field, its ``pn`` field and
+    ``field(name)`` reading the others: the payload and ``""``, or None and
+    what is wrong (the same texts as ``join_payload`` in ``lua/_prelude.lua``).
+    Never raises."""
+    if pn is None:
+        return first, ""
+    n = parse_count(pn) if len(pn) <= 2 else None
+    if n is None or not 1 <= n <= MAX_CHUNKS:
+        return None, f"field 'pn' holds {show(pn)}, not a payload chunk count"
+    if first is None:
+        return None, "field 'payload' is missing"
+    parts = [first]
+    for k in range(1, n + 1):
+        chunk = field(f"p{k}")
+        if chunk is None:
+            return None, f"field 'p{k}' is missing"
+        parts.append(chunk)
+    return b"".join(parts), ""
+
+
+def record_fields(h: dict[bytes, bytes]) -> tuple[list[bytes | None], str]:
+    """The values of :data:`READ_FIELDS` from a job hash read whole
+    (``HGETALL``), the payload joined from its chunks, and what is wrong
+    with the chunks (``""``: nothing; the payload is None then)."""
+    f: list[bytes | None] = [h.get(name) for name in _READ_FIELD_BYTES]
+    f[1], problem = join_payload(f[1], h.get(b"pn"), lambda name: h.get(name.encode()))
+    return f, problem
+
+
 def job_from_fields(
     job_id: str,
     queue: str,
@@ -171,6 +221,7 @@ def job_from_fields(
     f: Sequence[bytes | None],
     *,
     indexed_as: JobState | None = None,
+    payload_problem: str = "",
 ) -> Job:
     """A Job from the values of :data:`JOB_FIELDS` (13) or :data:`READ_FIELDS`
     (16, with ``v``, ``result`` and ``result_until``); absent fields are
@@ -178,11 +229,14 @@ def job_from_fields(
     a value is needed, of the wrong type, a newer record format) gets a
     default and is named in ``Job.damage``; an unreadable state becomes
     ``indexed_as`` (the state of the index the job was found in) or, without
-    one, DEAD."""
+    one, DEAD. ``payload_problem``: why the payload's chunks could not be
+    joined (see :func:`record_fields`), reported in place of its absence."""
     r = _Reader()
     kind = r.text("kind", f[0], required=True)
     payload = f[1]
-    if payload is None:
+    if payload_problem:
+        r.problems.append(payload_problem)
+    elif payload is None:
         r._missing("payload", None)
     run_at = r.number("run_at", f[2])
     raw_state = f[3]

@@ -1,4 +1,4 @@
-"""Turning a store URL into a redis-py client.
+"""Turning a store URL into a client: redis-py's, or a plain node address.
 
 Accepted forms::
 
@@ -12,7 +12,13 @@ Accepted forms::
 
 :func:`connect` makes redis-py's blocking clients (the Trio store's, the
 synchronous producer's); ``connect(url, flavor="asyncio")`` the same
-clients of ``redis.asyncio`` (the asyncio producer's).
+clients of ``redis.asyncio`` (the asyncio producer's). redis-py is imported
+by the first call, not with this module.
+
+:func:`node_address` reads a plain ``redis://`` or ``unix://`` URL without
+redis-py, exactly as redis-py would: the Trio store then talks to that node
+over Trio sockets alone (``_native.NodeClient``) and never needs redis-py
+unless a feature does (waiting for results, an error).
 
 ``namespace`` and ``partitions`` in the query string set the store's key
 namespace and default partition count; ``wait_replicas`` and ``wait_timeout``
@@ -30,19 +36,17 @@ are reached over TLS, with the same ``ssl_*`` options.
 
 from __future__ import annotations
 
-from typing import Any, Literal, overload
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+import contextlib
+from typing import TYPE_CHECKING, Any, Literal, overload
+from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlparse, urlsplit
 
 import attrs
-import redis
-import redis.backoff
-import redis.cluster
-import redis.connection
-import redis.retry
-import redis.sentinel
 
 from .._schemes import redact, schemes
-from ._sentinel import SentinelConnection, SentinelSSLConnection
+
+if TYPE_CHECKING:
+    import redis
+    import redis.cluster
 
 #: Which redis-py clients :func:`connect` makes.
 Flavor = Literal["blocking", "asyncio"]
@@ -147,7 +151,80 @@ def parse_store_url(
     )
 
 
+@attrs.frozen
+class NodeAddress:
+    """One Redis node as a plain URL names it, read by :func:`node_address`."""
+
+    #: TCP host and port; unused when :attr:`path` is set.
+    host: str
+    port: int
+    #: A Unix socket's path (``unix://``), else None.
+    path: str | None
+    db: int
+    username: str | None
+    password: str | None
+    socket_timeout: float
+    connect_timeout: float
+
+
+#: The query options :func:`node_address` reads; a URL with any other is
+#: left to redis-py (its client then supplies the native path's settings).
+NODE_OPTIONS = {"db": int, "socket_timeout": float, "socket_connect_timeout": float}
+
+
+def node_address(
+    url: str, *, socket_timeout: float = 5.0, connect_timeout: float = 5.0
+) -> NodeAddress | None:
+    """``url`` (no store options in it) read as redis-py's ``from_url`` reads
+    it, with ``socket_timeout`` and ``connect_timeout`` as its defaults, when
+    it is a plain ``redis://`` or ``unix://`` URL whose query holds no
+    options but :data:`NODE_OPTIONS`; None for any other URL (TLS, Cluster,
+    Sentinel, other options, or anything malformed: redis-py reports that on
+    first use, as before). Never imports redis-py."""
+    if not url.startswith(("redis://", "unix://")):
+        return None
+    try:
+        parts = urlparse(url)
+        query: dict[str, Any] = {}
+        for name, values in parse_qs(parts.query).items():
+            parse = NODE_OPTIONS.get(name)
+            if parse is None:
+                return None
+            if values:
+                query[name] = parse(values[0])
+        if parts.scheme == "unix":
+            if not parts.path:
+                return None
+            path: str | None = unquote(parts.path)
+            host, port, db = "localhost", 6379, query.get("db", 0)
+        else:
+            path = None
+            host = unquote(parts.hostname) if parts.hostname else "localhost"
+            port = int(parts.port) if parts.port else 6379
+            db = query.get("db")
+            if db is None:
+                db = 0
+                if parts.path:  # redis-py: a path that is not a number selects nothing
+                    with contextlib.suppress(ValueError):
+                        db = int(unquote(parts.path).replace("/", ""))
+    except ValueError:  # a bad port or option value: redis-py's error, on first use
+        return None
+    timeout = query.get("socket_timeout", socket_timeout) or 5.0
+    return NodeAddress(
+        host=host,
+        port=port,
+        path=path,
+        db=db,
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password else None,
+        socket_timeout=float(timeout),
+        connect_timeout=float(query.get("socket_connect_timeout", connect_timeout) or timeout),
+    )
+
+
 def _client_options(socket_timeout: float, connect_timeout: float, retry: Any) -> dict[str, Any]:
+    import redis.backoff
+
     return {
         "decode_responses": False,  # payloads are raw bytes
         "protocol": 2,  # fixed reply shapes, whatever redis-py's default becomes
@@ -174,6 +251,12 @@ class _Clients:
 
 def _clients(flavor: Flavor) -> _Clients:
     if flavor == "blocking":
+        import redis.cluster
+        import redis.retry
+        import redis.sentinel
+
+        from ._sentinel import SentinelConnection, SentinelSSLConnection
+
         return _Clients(
             redis.Redis,
             redis.cluster.RedisCluster,
@@ -287,6 +370,8 @@ def _host_list(url: str, *, default_port: int) -> list[tuple[str, int]]:
 def _query_and_credentials(query: str, netloc: str) -> dict[str, Any]:
     """redis-py's reading of ``query`` (exactly as for a plain URL) plus the
     username and password of ``netloc``'s userinfo."""
+    import redis.connection
+
     kwargs: dict[str, Any] = redis.connection.parse_url(f"redis://localhost/?{query}")  # type: ignore[no-untyped-call]
     kwargs.pop("host", None)
     userinfo, at, _ = netloc.rpartition("@")
@@ -303,6 +388,8 @@ def _sentinel_master(url: str, options: dict[str, Any], kinds: _Clients) -> Any:
     """A client of the master of the Sentinel service named in ``url``:
     redis-py's ``Sentinel.master_for``, whose pool asks the sentinels for the
     master's address whenever it opens a connection (see ``_sentinel``)."""
+    import redis.backoff
+
     parts = urlsplit(url)
     sentinels = _host_list(url, default_port=DEFAULT_SENTINEL_PORT)
     path = [unquote(p) for p in parts.path.split("/") if p]

@@ -14,15 +14,17 @@ and retry rules, each over its own client. This module imports no Trio.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ...records._jobs import EnqueueResult, NewJob
 from ...records._options import encode_headers
-from .._partitioning import partition_of
+from ...records._unique import Unique
+from .._partitioning import partition_of, unique_job_id
 from .._roles import StoreError
 from . import _scripts as S
-from ._codec import parse_number
+from ._codec import ident, parse_number
 from ._core import Call, Plan, QueueMeta, RedisCore, ensure_plan
 from ._scripts import Op
 from .keys import PartitionKeys
@@ -43,6 +45,7 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
     (up to 3 times, then StoreError). StoreError for a queue whose topology
     cannot be read."""
     results: list[EnqueueResult | None] = [None] * len(jobs)
+    ids = [j.id for j in jobs]  # a unique job's ID may be drawn again (unique_job_id)
     todo = list(range(len(jobs)))
     for _attempt in range(3):
         if not todo:
@@ -60,8 +63,12 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
                     if damage
                     else f"queue {job.queue!r} has no active topology version"
                 )
+            if job.unique is not None:
+                # routed by its key, where the lock lives (raises, before
+                # anything is sent, for a given ID that routes elsewhere)
+                ids[i] = unique_job_id(job, active.partitions)
             pk = ctx.keys.partition(
-                job.queue, active.version, partition_of(job.id, active.partitions)
+                job.queue, active.version, partition_of(ids[i], active.partitions)
             )
             groups.setdefault(pk, []).append(i)
         if not groups:
@@ -78,7 +85,7 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
             for i in idxs:
                 j = jobs[i]
                 argv += [
-                    j.id,
+                    ids[i],
                     j.kind,
                     j.payload,
                     "" if j.run_at is None else repr(float(j.run_at)),
@@ -86,9 +93,14 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
                     int(j.max_retries),
                     repr(float(j.timeout)),
                     encode_headers(j.headers) if j.headers else "",
+                    "" if j.unique is None else unique_spec(j.unique),
                 ]
             ops.append(
-                Op.script_call(S.ENQUEUE, [pk.scheduled, pk.ready, pk.closed, pk.job_prefix], argv)
+                Op.script_call(
+                    S.ENQUEUE,
+                    [pk.scheduled, pk.ready, pk.closed, pk.job_prefix, pk.unique_prefix, pk.retry],
+                    argv,
+                )
             )
         replies = yield Call(
             ops, after=_enqueue_wake_ops(ctx, [jobs[i] for i in todo]), replicas=ctx.replica_wait
@@ -103,10 +115,11 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
             ctx.observe_now(reply[0])
             for k, i in enumerate(idxs):
                 results[i] = EnqueueResult(
-                    jobs[i].id,
-                    reply[1 + 2 * k] == 1,
+                    # the job's own ID, or that of the job holding its unique key
+                    ident(reply[3 + 3 * k]),
+                    reply[1 + 3 * k] == 1,
                     # '' for an existing key without a readable due time
-                    float(reply[2 + 2 * k] or 0.0),
+                    float(reply[2 + 3 * k] or 0.0),
                     pk.version,
                     pk.partition,
                 )
@@ -114,6 +127,17 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
     if todo:
         raise StoreError("could not enqueue: the queue's topology kept changing; try again")
     return [r for r in results if r is not None]
+
+
+_MODE_LETTERS = {"lock": "l", "throttle": "t", "debounce": "d"}
+
+
+def unique_spec(unique: Unique) -> str:
+    """A unique job's spec as enqueue.lua takes it (``unique_spec`` in
+    ``lua/_prelude.lua``): mode letter, lock ttl in ms (none: no digits),
+    ``|``, key."""
+    ttl = "" if unique.ttl is None else str(max(1, math.ceil(unique.ttl * 1000)))
+    return f"{_MODE_LETTERS[unique.mode]}{ttl}|{unique.key}"
 
 
 def _skip_existing_in_draining(

@@ -42,7 +42,6 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-import redis
 import trio
 
 from ...records._jobs import Job, JobState, LeasedJob, LeaseRef, require_field_order
@@ -60,9 +59,10 @@ from .._roles import (
     Settlement,
     StoreError,
 )
+from . import _kinds as redis  # isinstance(client, redis.Redis) without importing redis-py
 from . import _scripts as S
 from ._alloc import earliest, earliest_runs, pairs, runs
-from ._codec import READ_FIELDS, decode_aside, ident, job_from_fields, show
+from ._codec import decode_aside, ident, job_from_fields, record_fields, show
 from ._context import StoreContext
 from ._scripts import Op
 from .keys import LEASED_SENTINEL, PartitionKeys
@@ -449,7 +449,7 @@ async def _dead_letter_undecodable(
     for pk, job_id, token, why in jobs:
         argv: list[object] = [job_id, token, "d", f"damaged record: {why}", "0", "0", *_NO_RESULT]
         ops.append(_settle_op({pk: argv}))
-        ops.append(Op.soft_command(pk.tag, "HMGET", pk.job_prefix.encode() + job_id, *READ_FIELDS))
+        ops.append(Op.soft_command(pk.tag, "HGETALL", pk.job_prefix.encode() + job_id))
     try:
         replies = await ctx.adapter.execute(ops)
     except StoreError as exc:
@@ -460,11 +460,16 @@ async def _dead_letter_undecodable(
         return NOTHING_SET_ASIDE
     dead = []
     for n, (pk, job_id, _, why) in enumerate(jobs):
-        part, fields = replies[2 * n][1], replies[2 * n + 1]
-        if isinstance(part, bytes) or part[1] != 1 or isinstance(fields, Exception):
+        part, stored = replies[2 * n][1], replies[2 * n + 1]
+        if isinstance(part, bytes) or part[1] != 1 or isinstance(stored, Exception):
             log.warning("could not dead-letter undecodable job %s: %s", ident(job_id), why)
             continue
-        dead.append(job_from_fields(ident(job_id), pk.queue, pk.version, pk.partition, fields))
+        fields, problem = record_fields(stored)
+        dead.append(
+            job_from_fields(
+                ident(job_id), pk.queue, pk.version, pk.partition, fields, payload_problem=problem
+            )
+        )
     return SetAside(dead=tuple(dead))
 
 

@@ -23,7 +23,15 @@ It behaves like the thread hop it replaces:
   retry does;
 * replies go through redis-py's own response callbacks, and error replies
   become redis-py's exception classes (``NoScriptError`` and friends), so
-  callers see exactly what redis-py would have returned.
+  callers see exactly what redis-py would have returned; ``NOSCRIPT`` is a
+  :class:`~._errors.NoScript` until the adapter has reloaded the script.
+
+A :class:`NodeClient` is this path without a redis-py client at all, for a
+plain ``redis://`` or ``unix://`` URL: the node's settings come from the
+URL (``_connect.node_address``), the callbacks of the store's own commands
+from a table that gives what redis-py's give (:class:`ReplyCallbacks`), and
+redis-py is imported only when something needs it (a result waiter's
+subscription, another command's callback, an exception).
 
 Behind Redis Sentinel (a :class:`~._sentinel.MasterWatch`), the node is
 whichever the sentinels name as the master:
@@ -47,18 +55,22 @@ whichever the sentinels name as the master:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import hiredis
-import redis
-import redis.connection
-import redis.exceptions
 import trio
-from redis._parsers.base import BaseParser
 
-from ._blocking import with_waits as with_waits
-from ._sentinel import Address, MasterWatch, SentinelConnection
+from ._batch import with_waits as with_waits
+from ._errors import NoScript, exceptions, reply_error
+
+if TYPE_CHECKING:
+    import redis
+    import redis.cluster
+
+    from ._connect import NodeAddress
+    from ._sentinel import Address, MasterWatch
 
 #: Connections in use per node at most: more round trips at once wait for
 #: one (1,000 result waiters reading their jobs at once opened 1,000
@@ -71,8 +83,15 @@ MAX_BLOCKING_IDLE = 4
 _READ_SIZE = 65536
 
 
-class _NotMaster(redis.exceptions.ConnectionError):
-    """The node the watch named says it is not a master."""
+@functools.cache
+def _not_master() -> type[Exception]:
+    """The ConnectionError of a node the watch named that says it is not a
+    master (made on first use: only behind Sentinel, where redis-py is imported)."""
+
+    class NotMaster(exceptions().ConnectionError):  # type: ignore[misc, name-defined]
+        pass
+
+    return NotMaster
 
 
 class _Dead(Exception):
@@ -91,12 +110,12 @@ def _encode(arg: Any) -> bytes:
     if isinstance(arg, str):
         return arg.encode()
     if isinstance(arg, bool):
-        raise redis.exceptions.DataError(f"invalid argument {arg!r}: booleans are not sent")
+        raise exceptions().DataError(f"invalid argument {arg!r}: booleans are not sent")
     if isinstance(arg, int | float):
         return repr(arg).encode()
     if isinstance(arg, memoryview | bytearray):
         return bytes(arg)
-    raise redis.exceptions.DataError(f"invalid argument of type {type(arg).__name__}")
+    raise exceptions().DataError(f"invalid argument of type {type(arg).__name__}")
 
 
 def _pack(commands: Sequence[Sequence[Any]]) -> bytes:
@@ -117,10 +136,11 @@ def _pack(commands: Sequence[Sequence[Any]]) -> bytes:
         )
 
 
-def _error(reply: hiredis.ReplyError) -> redis.exceptions.RedisError:
-    """An error reply as the redis-py exception its parser would make."""
-    error: redis.exceptions.RedisError = BaseParser.parse_error(str(reply))  # type: ignore[no-untyped-call]
-    return error
+def _error(reply: hiredis.ReplyError) -> Exception:
+    """An error reply as the redis-py exception its parser would make, but
+    NOSCRIPT as a :class:`~._errors.NoScript` (the adapter reloads the script)."""
+    text = str(reply)
+    return NoScript(text) if text.startswith("NOSCRIPT ") else reply_error(text)
 
 
 def _is_readonly(reply: Any) -> bool:
@@ -200,6 +220,37 @@ class _Connection:
             await trio.aclose_forcefully(self.stream)
 
 
+class Callbacks(Protocol):
+    """Response callbacks by command name (upper or lower case), as
+    redis-py's ``client.response_callbacks`` holds them."""
+
+    def get(self, name: str) -> Callable[..., Any] | None: ...
+
+
+def _tcp(host: str, port: int) -> Callable[[], Awaitable[trio.abc.Stream]]:
+    async def connect() -> trio.abc.Stream:
+        return await trio.open_tcp_stream(host, port)
+
+    return connect
+
+
+def _unix(path: str) -> Callable[[], Awaitable[trio.abc.Stream]]:
+    async def connect() -> trio.abc.Stream:
+        return await trio.open_unix_socket(path)
+
+    return connect
+
+
+def _handshake(username: str | None, password: str | None, db: int) -> list[tuple[Any, ...]]:
+    """What a new connection sends first: AUTH (with a password), SELECT (db > 0)."""
+    handshake: list[tuple[Any, ...]] = []
+    if password is not None:
+        handshake.append(("AUTH", username, password) if username else ("AUTH", password))
+    if db:
+        handshake.append(("SELECT", db))
+    return handshake
+
+
 class NativeNode:
     """A small pool of Trio connections to one Redis node."""
 
@@ -210,7 +261,7 @@ class NativeNode:
         handshake: list[tuple[Any, ...]],
         timeout: float,
         connect_timeout: float,
-        callbacks: Mapping[str, Callable[..., Any]],
+        callbacks: Callbacks,
         watch: MasterWatch | None = None,
     ) -> None:
         self._connect = connect
@@ -225,6 +276,18 @@ class NativeNode:
         self._slots = trio.Semaphore(MAX_OPEN)
         #: Idle connections for blocking waits (BLPOP), apart from the pool.
         self._blocking: list[_Connection] = []
+
+    @classmethod
+    def for_address(cls, address: NodeAddress) -> NativeNode:
+        """A native node for a plain URL's node (see :class:`NodeClient`)."""
+        path = address.path
+        return cls(
+            connect=_tcp(address.host, address.port) if path is None else _unix(path),
+            handshake=_handshake(address.username, address.password, address.db),
+            timeout=address.socket_timeout,
+            connect_timeout=address.connect_timeout,
+            callbacks=ReplyCallbacks(),
+        )
 
     @classmethod
     def for_client(
@@ -242,6 +305,10 @@ class NativeNode:
         knows it sends nothing beyond AUTH/SELECT (a Cluster node's client
         has the cluster's own, which adds ``READONLY`` only for replica reads);
         any other one means this path does not cover the client."""
+        import redis.connection  # imported already: there is a client
+
+        from ._sentinel import SentinelConnection
+
         pool = client.connection_pool
         kind = pool.connection_class
         kw = pool.connection_kwargs
@@ -252,27 +319,14 @@ class NativeNode:
             return None
         connect: Callable[[], Awaitable[trio.abc.Stream]] | None
         if kind is redis.connection.Connection:
-            host, port = kw.get("host", "localhost"), int(kw.get("port", 6379))
-
-            async def connect() -> trio.abc.Stream:
-                return await trio.open_tcp_stream(host, port)
-
+            connect = _tcp(kw.get("host", "localhost"), int(kw.get("port", 6379)))
         elif kind is redis.connection.UnixDomainSocketConnection:
-            path = kw["path"]
-
-            async def connect() -> trio.abc.Stream:
-                return await trio.open_unix_socket(path)
-
+            connect = _unix(kw["path"])
         elif kind is SentinelConnection and watch is not None:
             connect = None  # to the master the watch names (see _open)
         else:
             return None
-        handshake: list[tuple[Any, ...]] = []
-        if kw.get("password") is not None:
-            user = kw.get("username")
-            handshake.append(("AUTH", user, kw["password"]) if user else ("AUTH", kw["password"]))
-        if int(kw.get("db") or 0):
-            handshake.append(("SELECT", int(kw["db"])))
+        handshake = _handshake(kw.get("username"), kw.get("password"), int(kw.get("db") or 0))
         timeout = kw.get("socket_timeout") or 5.0
         if watch is not None:
             handshake.append(("ROLE",))  # checked in _open: a master, or not used
@@ -290,7 +344,7 @@ class NativeNode:
         redis-py exception instances. Raises redis-py's ConnectionError or
         TimeoutError when the node cannot be reached in time."""
         if self._closed:
-            raise redis.exceptions.ConnectionError("the store is closed")
+            raise exceptions().ConnectionError("the store is closed")
         # Waiting for a connection is cancellable; a round trip once started
         # is not (see the module docstring).
         try:
@@ -349,7 +403,7 @@ class NativeNode:
                     replies = await conn.round_trip(commands)
                 if scope.cancelled_caught:
                     await conn.aclose()
-                    raise redis.exceptions.TimeoutError(
+                    raise exceptions().TimeoutError(
                         f"no reply from Redis within {self._timeout:g}s"
                     )
             except _Dead as dead:
@@ -363,7 +417,7 @@ class NativeNode:
                 if pooled and not dead.replied and attempt == 1:
                     await self._drop_idle()
                     continue
-                raise redis.exceptions.ConnectionError(
+                raise exceptions().ConnectionError(
                     f"lost the connection to Redis: {dead}"
                 ) from dead.cause
             if len(self._idle) < MAX_IDLE and not self._closed:
@@ -379,7 +433,7 @@ class NativeNode:
         lookups = self._watch.lookups
         try:
             return await self._open_once()
-        except _NotMaster:
+        except _not_master():
             if self._watch.lookups != lookups:
                 raise  # the sentinels were asked just now: they still name it
         # The address was remembered from before: ask the sentinels once more.
@@ -396,16 +450,16 @@ class NativeNode:
                 elif self._connect is not None:
                     stream = await self._connect()
                 else:
-                    raise redis.exceptions.ConnectionError("no address to connect to")
+                    raise exceptions().ConnectionError("no address to connect to")
                 conn = _Connection(stream, address)
         except trio.TooSlowError:
             self._forget()
-            raise redis.exceptions.TimeoutError(
+            raise exceptions().TimeoutError(
                 f"could not connect to Redis{_at(address)} within {self._connect_timeout:g}s"
             ) from None
         except OSError as exc:
             self._forget()
-            raise redis.exceptions.ConnectionError(
+            raise exceptions().ConnectionError(
                 f"could not connect to Redis{_at(address)}: {_connect_failure(exc)}"
             ) from exc
         if self._handshake:
@@ -415,18 +469,18 @@ class NativeNode:
             except (_Dead, trio.TooSlowError) as exc:
                 await conn.aclose()
                 self._forget()
-                raise redis.exceptions.ConnectionError(f"Redis handshake failed: {exc}") from exc
+                raise exceptions().ConnectionError(f"Redis handshake failed: {exc}") from exc
             for reply in replies:
                 if isinstance(reply, hiredis.ReplyError):
                     await conn.aclose()
-                    raise _error(reply)
+                    raise reply_error(str(reply))
             if self._watch is not None:
                 role = replies[-1]
                 if not (isinstance(role, list) and role and role[0] == b"master"):
                     await conn.aclose()
                     self._forget()
                     what = role[0].decode() if isinstance(role, list) and role else repr(role)
-                    raise _NotMaster(
+                    raise _not_master()(
                         f"Redis{_at(address)} is not the master of "
                         f"{self._watch.service!r} (its role is {what}); "
                         "the sentinels have not finished a failover"
@@ -469,7 +523,7 @@ class NativeNode:
         the wake-up reaches another waiter. Raises redis-py's
         ConnectionError/TimeoutError like :meth:`execute`."""
         if self._closed:
-            raise redis.exceptions.ConnectionError("the store is closed")
+            raise exceptions().ConnectionError("the store is closed")
         for attempt in (1, 2):
             pooled = bool(self._blocking)
             conn = self._blocking.pop() if pooled else await self._open()
@@ -493,19 +547,17 @@ class NativeNode:
                 await conn.aclose()
                 if pooled and attempt == 1:
                     continue  # it died idle (a server restart): once more on a new one
-                raise redis.exceptions.ConnectionError(
-                    f"lost the connection to Redis: {exc}"
-                ) from exc
+                raise exceptions().ConnectionError(f"lost the connection to Redis: {exc}") from exc
             except hiredis.ProtocolError as exc:
                 await conn.aclose()
-                raise redis.exceptions.ConnectionError(f"bad reply from Redis: {exc}") from exc
+                raise exceptions().ConnectionError(f"bad reply from Redis: {exc}") from exc
         if scope.cancelled_caught:
             await conn.aclose()
-            raise redis.exceptions.TimeoutError(f"no reply to BLPOP within {block + slack:g}s")
+            raise exceptions().TimeoutError(f"no reply to BLPOP within {block + slack:g}s")
         self._keep_blocking(conn)
         reply = replies[0]
         if isinstance(reply, hiredis.ReplyError):
-            raise _error(reply)
+            raise reply_error(str(reply))
         return reply
 
     async def _finish_blpop(self, conn: _Connection, wait: float) -> None:
@@ -537,3 +589,99 @@ class NativeNode:
         blocking, self._blocking = self._blocking, []
         for conn in blocking:
             await conn.aclose()
+
+
+# -- a node without redis-py ------------------------------------------------------------
+def _time(reply: Any) -> tuple[int, int]:
+    return (int(reply[0]), int(reply[1]))
+
+
+def _ok(reply: Any) -> bool:
+    return (reply.decode("utf-8", "replace") if isinstance(reply, bytes) else reply) == "OK"
+
+
+def _pairs(reply: Any) -> dict[Any, Any]:
+    return dict(zip(reply[::2], reply[1::2], strict=False)) if reply else {}
+
+
+#: Commands whose replies redis-py (RESP2, called as ``execute_command``
+#: calls them: without options) returns as they come: the store's own and
+#: common ones of handlers (tests hold it to redis-py's table).
+AS_SENT = frozenset(
+    {
+        "DECR", "DECRBY", "DEL", "EVAL", "EVALSHA", "EXISTS", "GET", "HDEL", "HGET",
+        "HINCRBY", "HKEYS", "HLEN", "HMGET", "HSET", "HSETNX", "INCR", "INCRBY", "LLEN",
+        "LPUSH", "MGET", "PUBLISH", "RPUSH", "SADD", "SCARD", "SCRIPT", "SMISMEMBER",
+        "SREM", "WAIT", "ZCARD", "ZRANGE", "ZREM",
+    }
+)  # fmt: skip
+#: Commands redis-py converts, converted the same way (TIME as a tuple, OK
+#: as True, HGETALL as a dict).
+CONVERTED: dict[str, Callable[[Any], Any]] = {"TIME": _time, "LTRIM": _ok, "HGETALL": _pairs}
+
+
+class ReplyCallbacks:
+    """redis-py's response callbacks for a node without a redis-py client:
+    :data:`AS_SENT` and :data:`CONVERTED` give what redis-py's give for
+    those commands; any other command's callback is redis-py's own, read
+    (importing redis-py) on first need."""
+
+    def __init__(self) -> None:
+        self._redis_py: Callbacks | None = None
+
+    def get(self, name: str) -> Callable[..., Any] | None:
+        name = name.upper()
+        if name in AS_SENT:
+            return None
+        converted = CONVERTED.get(name)
+        if converted is not None:
+            return converted
+        if self._redis_py is None:
+            self._redis_py = redis_py_callbacks()
+        return self._redis_py.get(name)
+
+
+def redis_py_callbacks() -> Callbacks:
+    """The response callbacks of a redis-py client as the store makes them
+    (RESP2, raw bytes), without connecting anywhere."""
+    import redis
+
+    client = redis.Redis(protocol=2, decode_responses=False)
+    callbacks: Callbacks = client.response_callbacks
+    client.close()
+    return callbacks
+
+
+class NodeClient:
+    """One Redis node over Trio sockets, with no redis-py client: what
+    ``RedisStore.from_url`` makes for a plain ``redis://`` or ``unix://``
+    URL (see the module doc). :attr:`node` makes every round trip and
+    blocking wait. ``redis_py`` makes redis-py's client for the same URL,
+    for what only redis-py does here (the subscription of result waiters):
+    it is called once, in a thread, on first need."""
+
+    def __init__(
+        self, address: NodeAddress, redis_py: Callable[[], redis.Redis | redis.cluster.RedisCluster]
+    ) -> None:
+        self.address = address
+        self.node = NativeNode.for_address(address)
+        self._factory = redis_py
+        self._redis_py: redis.Redis | redis.cluster.RedisCluster | None = None
+        self._lock = trio.Lock()
+
+    async def redis_py(
+        self, limiter: trio.CapacityLimiter
+    ) -> redis.Redis | redis.cluster.RedisCluster:
+        """redis-py's client for this node (made on first use; it raises
+        what redis-py raises)."""
+        async with self._lock:
+            if self._redis_py is None:
+                self._redis_py = await trio.to_thread.run_sync(self._factory, limiter=limiter)
+            return self._redis_py
+
+    def close(self) -> None:
+        """Close redis-py's client, if one was made (blocking). The node is
+        closed by its owner (``aclose``)."""
+        client, self._redis_py = self._redis_py, None
+        if client is not None:
+            client.close()

@@ -18,15 +18,11 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis
-import redis.client
-import redis.exceptions
 import trio
 
 from ...records._jobs import JobOutcome, JobRef
-from ._adapter import Client
 from ._context import StoreContext
 from ._watch import (
     RESUBSCRIBE_DELAY,
@@ -39,6 +35,12 @@ from ._watch import (
     watch_plan,
 )
 
+if TYPE_CHECKING:
+    import redis.client
+    import redis.cluster
+
+    RedisPy = redis.Redis | redis.cluster.RedisCluster
+
 
 class DoneListener:
     """One subscription per store to the namespace's done channel, shared by
@@ -47,7 +49,7 @@ class DoneListener:
     :meth:`stop` or the end of the Trio run."""
 
     def __init__(self, adapter_client: Any, channel: str) -> None:
-        self._client_of = adapter_client  # async () -> redis-py client
+        self._client_of = adapter_client  # async () -> redis-py client (made on first use)
         self.channel = channel
         self.table: WaiterTable[trio.Event] = WaiterTable(trio.Event)
         self._confirmed = trio.Event()
@@ -85,7 +87,7 @@ class DoneListener:
         while not stop.is_set():
             try:
                 if pubsub is None:
-                    client: Client = await self._client_of()
+                    client: RedisPy = await self._client_of()
                     pubsub = await trio.to_thread.run_sync(
                         self._subscribe, client, limiter=self._limiter
                     )
@@ -112,7 +114,7 @@ class DoneListener:
                 self.subscriptions += confirmed
                 self._confirmed.set()
 
-    def _subscribe(self, client: Client) -> redis.client.PubSub:
+    def _subscribe(self, client: RedisPy) -> redis.client.PubSub:
         pubsub: redis.client.PubSub = client.pubsub()  # type: ignore[no-untyped-call]
         pubsub.subscribe(self.channel)
         return pubsub

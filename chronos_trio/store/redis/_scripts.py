@@ -5,7 +5,8 @@ Every state transition is one script, run by ``EVALSHA``; a ``NOSCRIPT`` reply
 loads the script on that node and re-runs exactly the operations that failed.
 That retry is safe: a ``NOSCRIPT`` reply means the script did not run.
 
-Each script is sent as ``local FORMAT = <RECORD_FORMAT>`` and ``local
+Each script is sent as ``local FORMAT, CHUNK, CHUNKED_MAX = ...`` (the
+record format and its payload chunking, from ``_codec``) and ``local
 LEASED_SENTINEL = '<keys.LEASED_SENTINEL>'``, then ``lua/_prelude.lua`` (the
 checks, dead-lettering and quarantine every script shares, see its header),
 then the script's own file: the record format is defined once, in
@@ -24,7 +25,7 @@ from typing import Any
 import attrs
 
 from .._roles import StoreError
-from ._codec import RECORD_FORMAT
+from ._codec import CHUNKED_PAYLOAD_MAX, PAYLOAD_CHUNK, RECORD_FORMAT
 from .keys import LEASED_SENTINEL
 
 
@@ -32,8 +33,10 @@ def _lua(name: str) -> bytes:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_bytes()
 
 
-_PRELUDE = b"local FORMAT = %d\nlocal LEASED_SENTINEL = '%s'\n" % (
+_PRELUDE = b"local FORMAT, CHUNK, CHUNKED_MAX = %d, %d, %d\nlocal LEASED_SENTINEL = '%s'\n" % (
     RECORD_FORMAT,
+    PAYLOAD_CHUNK,
+    CHUNKED_PAYLOAD_MAX,
     LEASED_SENTINEL.encode(),
 ) + _lua("_prelude")
 

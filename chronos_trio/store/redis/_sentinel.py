@@ -27,7 +27,6 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -166,18 +165,6 @@ class MasterWatch:
     def close(self) -> None:
         """Close the connections to the sentinels."""
         self.pool.sentinel_manager.close()
-
-
-_CLIENT_REPR = re.compile(r"<redis\.client\.Redis\(.*?host=([^,]+),port=(\d+).*?\)>\)>\)>")
-
-
-def describe(exc: BaseException) -> str:
-    """``exc``'s message, with redis-py's long client reprs in a
-    ``MasterNotFoundError`` (one per sentinel asked) cut to ``host:port``."""
-    text = str(exc)
-    if isinstance(exc, redis.sentinel.MasterNotFoundError):
-        text = _CLIENT_REPR.sub(r"sentinel \1:\2", text)
-    return text
 
 
 def _ignore(result: Any) -> None:

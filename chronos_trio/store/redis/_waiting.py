@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import redis
 import trio
 
 from ._alloc import pairs
 from ._context import StoreContext
+from ._kinds import is_node
 from ._scripts import Op
 
 #: A scheduled wake-up's due time is the producer's estimate of the store's
@@ -36,7 +36,7 @@ async def _any_ready(ctx: StoreContext, queues: Sequence[str], *, fresh: bool) -
     slots = [pk for q in queues if not metas[q].paused for pk in ctx.partitions_of(q, metas[q])]
     if not slots:
         return False
-    if len(slots) > 1 and isinstance(await ctx.adapter.client(), redis.Redis):
+    if len(slots) > 1 and is_node(await ctx.adapter.client()):
         # One node: one EXISTS over every ready zset (Redis drops an empty one).
         (found,) = await ctx.adapter.execute(
             [Op.command(None, "EXISTS", *(pk.ready for pk in slots))]

@@ -22,6 +22,11 @@ a Redis Cluster:
                        ``{"reason": ..., "at": epoch seconds, "index": ...}``
 ``<tag>:j:<id>``       the job hash; field ``v`` is its record format
                        (:data:`~._codec.RECORD_FORMAT`; absent = format 1)
+``<tag>:u:<key>``      a unique job's lock (string): its mode letter (``l``
+                       lock, ``t`` throttle, ``d`` debounce) then the ID of
+                       the job that holds the key; a ttl lapses it. Unique
+                       jobs route to the partition of their key
+                       (:func:`~chronos_trio.store._partitioning.unique_job_id`)
 =====================  =====================================================
 
 Global keys (single-key commands or single-key scripts only):
@@ -83,6 +88,7 @@ class PartitionKeys:
     closed: str
     damaged: str
     job_prefix: str
+    unique_prefix: str
 
     @classmethod
     def build(cls, ns: str, queue: str, version: int, partition: int) -> PartitionKeys:
@@ -102,6 +108,7 @@ class PartitionKeys:
             closed=f"{tag}:closed",
             damaged=f"{tag}:damaged",
             job_prefix=f"{tag}:j:",
+            unique_prefix=f"{tag}:u:",
         )
 
     def job(self, job_id: str) -> str:

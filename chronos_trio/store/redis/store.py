@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -33,14 +33,18 @@ from .._roles import (
     Store,
     TriggerResult,
 )
-from . import _admin, _check, _enqueue, _jobs, _leader, _results, _waiting
-from ._adapter import Client, RedisAdapter, ReplicaWait
+from . import _admin, _enqueue, _jobs, _leader, _results, _waiting
+from ._adapter import RedisAdapter, ReplicaWait
 from ._commands import RedisCommands
-from ._connect import SENTINEL_SCHEMES, connect, parse_store_url
+from ._connect import SENTINEL_SCHEMES, connect, node_address, parse_store_url
 from ._context import StoreContext
 from ._group_commit import GroupCommit
+from ._native import NodeClient
 from ._scripts import Op
 from .keys import KeySpace
+
+if TYPE_CHECKING:
+    from ._blocking import Client
 
 #: Longest single BLPOP behind Sentinel (see ``from_url``).
 SENTINEL_MAX_BLOCK = 5.0
@@ -122,7 +126,9 @@ class RedisStore(Store):
         )
         self._enqueues = GroupCommit(functools.partial(_enqueue.enqueue_many, self._ctx))
         self._commands = RedisCommands(self._adapter)
-        self._done = _results.DoneListener(self._adapter.client, self._ctx.keys.done_channel)
+        self._done = _results.DoneListener(
+            self._adapter.redis_py_client, self._ctx.keys.done_channel
+        )
 
     @classmethod
     def from_url(
@@ -155,7 +161,11 @@ class RedisStore(Store):
         ``socket_timeout`` seconds; a blocking wait reads its reply with its own,
         longer timeout, so an idle worker can sleep in BLPOP up to 30 s (5 s
         behind Sentinel, so a wait on a master that was just replaced ends
-        soon, and the next one goes to the new master)."""
+        soon, and the next one goes to the new master).
+
+        A plain ``redis://`` or ``unix://`` URL (with ``native`` and no
+        ``redis_kwargs``) is served without a redis-py client: redis-py is
+        imported only if a feature needs it (see ``_native.NodeClient``)."""
         parsed = parse_store_url(
             url,
             namespace=namespace,
@@ -164,14 +174,23 @@ class RedisStore(Store):
             wait_timeout=wait_timeout,
             socket_timeout=socket_timeout,
         )
+        factory = functools.partial(
+            connect,
+            parsed.url,
+            socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
+            **redis_kwargs,
+        )
+        client: Client | Callable[[], Client] = factory
+        if native and not redis_kwargs:
+            address = node_address(
+                parsed.url, socket_timeout=socket_timeout, connect_timeout=connect_timeout
+            )
+            if address is not None:
+                # (a client of our own: the public signature names redis-py's only)
+                client = NodeClient(address, factory)  # type: ignore[assignment]
         return cls(
-            functools.partial(
-                connect,
-                parsed.url,
-                socket_timeout=socket_timeout,
-                connect_timeout=connect_timeout,
-                **redis_kwargs,
-            ),
+            client,
             max_block=SENTINEL_MAX_BLOCK if parsed.scheme in SENTINEL_SCHEMES else 30.0,
             namespace=parsed.namespace,
             default_partitions=parsed.default_partitions,
@@ -336,6 +355,8 @@ class RedisStore(Store):
         """Walks job hashes with SCAN on every primary, then each checked
         partition's indexes with ZSCAN and its quarantine hash with HSCAN,
         ``batch`` per command (see :mod:`._check`)."""
+        from . import _check  # not on a worker's way to its first job
+
         return await _check.check(
             self._ctx, queues, repair=repair, batch=batch, lease_grace=lease_grace
         )

@@ -1,7 +1,8 @@
 -- _prelude.lua: helpers every job script starts with. _scripts.py prepends
--- "local FORMAT = <RECORD_FORMAT>" and "local LEASED_SENTINEL = '<the leased
--- zsets' sentinel member, keys.LEASED_SENTINEL>'" and this file to each script
--- when it loads it, so both are defined once, in Python. Reads no KEYS or ARGV.
+-- "local FORMAT, CHUNK, CHUNKED_MAX = <RECORD_FORMAT>, <PAYLOAD_CHUNK>,
+-- <CHUNKED_PAYLOAD_MAX>" and "local LEASED_SENTINEL = '<the leased zsets'
+-- sentinel member, keys.LEASED_SENTINEL>'" and this file to each script when
+-- it loads it, so these are defined once, in Python. Reads no KEYS or ARGV.
 --
 -- The rules every script keeps (so one damaged record never costs another job):
 -- * Nothing here raises on what a key holds: job hashes are read with
@@ -37,6 +38,14 @@
 local find, HUGE, FORMAT_S = string.find, math.huge, tostring(FORMAT)
 local JOB_FIELDS = {'kind', 'payload', 'run_at', 'state', 'attempts', 'max_retries', 'timeout',
   'lease_token', 'lease_owner', 'lease_expires_at', 'last_error', 'created_at', 'finished_at'}
+-- Format 2 may store a payload (enqueue.lua: a delayed job's, of more than
+-- CHUNK bytes and at most CHUNKED_MAX) in chunks: its first CHUNK bytes in
+-- payload, the rest CHUNK bytes a field in p1 .. p<n>, and n in pn (see
+-- RECORD_FORMAT in _codec.py), so every value fits Redis's compact listpack
+-- encoding of small hashes.
+local MAX_CHUNKS = CHUNKED_MAX / CHUNK - 1
+local JOB_READ = {unpack(JOB_FIELDS)}
+JOB_READ[14] = 'pn'
 
 -- A stored value as the Python side shows bytes: b'...', printable ASCII as
 -- is, anything else escaped, cut after 40 bytes (the same text as _codec.show).
@@ -137,6 +146,82 @@ local function read_job(key, ...)
   return probe_job(key, f, select('#', ...))
 end
 
+-- The payload of the job hash at key (a hash: the caller has read it) from
+-- its payload and pn fields: the payload, or nil and why it cannot be joined
+-- (the same texts as join_payload in _codec.py).
+local function join_payload(key, first, pn)
+  if not pn then return first, nil end
+  local n = tonumber(pn)
+  if #pn > 2 or not find(pn, '^%d+$') or n < 1 or n > MAX_CHUNKS then
+    return nil, "field 'pn' holds " .. show(pn) .. ', not a payload chunk count'
+  end
+  if not first then return nil, missing('payload', first) end
+  local names = {}
+  for k = 1, n do names[k] = 'p' .. k end
+  local c = redis.call('HMGET', key, unpack(names))
+  for k = 1, n do
+    if not c[k] then return nil, "field 'p" .. k .. "' is missing" end
+  end
+  return first .. table.concat(c), nil
+end
+
+-- The 13 JOB_FIELDS of the job hash at key as stored, the payload joined
+-- (false when its chunks cannot be joined).
+local function job_fields(key)
+  local g = redis.call('HMGET', key, unpack(JOB_READ))
+  if g[14] then g[2] = join_payload(key, g[2], g[14]) or false end
+  g[14] = nil
+  return g
+end
+
+-- What the store checker reads of the job hash at key (check_inspect.lua,
+-- check_repair.lua): the 13 JOB_FIELDS and v, the payload joined (false when
+-- it cannot be), then why its chunks cannot be joined (false: they can).
+local function inspect_fields(key)
+  local f = redis.call('HMGET', key, 'kind', 'payload', 'run_at', 'state', 'attempts',
+    'max_retries', 'timeout', 'lease_token', 'lease_owner', 'lease_expires_at',
+    'last_error', 'created_at', 'finished_at', 'v', 'pn')
+  local why = false
+  if f[15] then
+    local joined, bad = join_payload(key, f[2], f[15])
+    f[2], why = joined or false, bad or false
+  end
+  f[15] = why
+  return f
+end
+
+-- The unique lock of key u in the partition whose job key prefix is prefix
+-- (keys.py: <tag>:u:<key> beside <tag>:j:<id>). Its value is the mode's
+-- letter (l lock, t throttle, d debounce) then the holder's ID.
+local function lock_key(prefix, u)
+  return string.sub(prefix, 1, -3) .. 'u:' .. u
+end
+
+-- A unique job's spec, as enqueue.lua takes it and its record keeps it in
+-- field u: its mode letter, its lock ttl in ms (none: no digits), '|', its
+-- key. Returns key, mode, ttl (a number or nil); nil for no (or a damaged) u.
+local function unique_spec(u)
+  if not u then return nil end
+  local mode, ttl, key = string.match(u, '^([ltd])(%d*)|(.+)$')
+  return key, mode, tonumber(ttl)
+end
+
+-- The job id finished (succeeded: ok true; dead or deleted: false): a
+-- throttle's lock it holds starts its ttl, any other lock it holds is
+-- released. A lock another job holds (or none) is left as it is. u: the
+-- record's field u.
+local function unique_finished(prefix, id, u, ok)
+  local key, mode, ttl = unique_spec(u)
+  if not key then return end
+  local lock = lock_key(prefix, key)
+  if redis.pcall('GET', lock) ~= mode .. id then return end
+  if ok and mode == 't' and ttl then
+    redis.call('PEXPIRE', lock, math.max(1, ttl))
+  else
+    redis.call('DEL', lock)
+  end
+end
+
 -- Why one of the keys a script writes holds another type ('zset' or 'hash'
 -- expected; 'none' is fine), or nil. A script checks before its first
 -- write, so a key of the wrong type fails it while nothing is written yet.
@@ -170,7 +255,7 @@ local function dead_letter(aside, key, id, dead_zset, reason, now, now_s)
     'finished_at', now_s, 'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
   local d = aside[1]
   d[#d + 1] = id
-  local g = redis.call('HMGET', key, unpack(JOB_FIELDS))
+  local g = job_fields(key)
   for k = 1, 13 do d[#d + 1] = g[k] end
   notify_done(key, redis.call('HGET', key, 'w'))
 end

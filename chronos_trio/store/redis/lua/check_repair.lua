@@ -24,8 +24,9 @@
 --                        ready (due now), or dead once max_retries + 1 attempts
 --                        were used, exactly as recover.lua does
 -- ARGV[5]     the record existed when inspected ('1') or not ('0')
--- ARGV[6..19] the 14 fields as inspected, each '' when absent, else '=' .. value
--- ARGV[20..25] its score in each of the 6 indexes as inspected ('' when not there)
+-- ARGV[6..20] the 15 values as inspected (inspect_fields in _prelude.lua),
+--             each '' when absent, else '=' .. value
+-- ARGV[21..26] its score in each of the 6 indexes as inspected ('' when not there)
 --
 -- Returns {'skipped'} when the job changed since it was inspected (nothing
 -- done), else {action, detail}: detail is the index (reindex), the last_error
@@ -37,11 +38,9 @@ local exists = redis.call('TYPE', key).ok == 'hash' and '1' or '0'
 if exists ~= ARGV[5] then return {'skipped'} end
 local f = {}
 if exists == '1' then
-  f = redis.call('HMGET', key, 'kind', 'payload', 'run_at', 'state', 'attempts',
-    'max_retries', 'timeout', 'lease_token', 'lease_owner', 'lease_expires_at',
-    'last_error', 'created_at', 'finished_at', 'v')
+  f = inspect_fields(key)
 end
-for k = 1, 14 do
+for k = 1, 15 do
   local want = ARGV[5 + k]
   if f[k] then
     if want ~= '=' .. f[k] then return {'skipped'} end
@@ -51,7 +50,7 @@ for k = 1, 14 do
 end
 for z = 1, 6 do
   local score = redis.call('ZSCORE', KEYS[z], id)
-  if (score or '') ~= ARGV[19 + z] then return {'skipped'} end
+  if (score or '') ~= ARGV[20 + z] then return {'skipped'} end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -59,7 +58,7 @@ local now_s = string.format('%.17g', now)
 local action = ARGV[2]
 local function leave_all_but(keep)
   for z = 1, 6 do
-    if z ~= keep and ARGV[19 + z] ~= '' then redis.call('ZREM', KEYS[z], id) end
+    if z ~= keep and ARGV[20 + z] ~= '' then redis.call('ZREM', KEYS[z], id) end
   end
 end
 local function dead_letter(reason)

@@ -31,7 +31,9 @@ if z then
 else
   for k = 1, 6 do redis.call('ZREM', KEYS[k], ARGV[1]) end
 end
-local w = redis.call('HGET', key, 'w')
+local u = redis.call('HMGET', key, 'w', 'u')
+unique_finished(KEYS[7], ARGV[1], u[2], false)  -- its unique key is free
+local w = u[1]
 redis.call('DEL', key)
 notify_done(key, w)
 return {1, aside}

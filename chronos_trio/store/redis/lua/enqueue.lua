@@ -5,21 +5,33 @@
 -- KEYS[3]  "closed" marker of the partition (set once its version was completed)
 -- KEYS[4]  job key prefix of the partition: the job hash of ID x is KEYS[4]..x
 --          (same hash tag as every other key here)
+-- KEYS[5]  unique lock prefix of the partition: the lock of key k is KEYS[5]..k
+-- KEYS[6]  retry_wait zset of the partition (a debounce may move a job from it)
 -- ARGV[1]  batch now in epoch seconds, or '' to use this script's TIME. The client
 --          passes one TIME reading when a batch spans partitions, so delay-based
 --          due times of one batch agree across partitions.
--- ARGV[2+8i .. 9+8i], per job i: id, kind, payload (raw bytes),
+-- ARGV[2+9i .. 10+9i], per job i: id, kind, payload (raw bytes),
 --          run_at ('' = now + delay), delay, max_retries, timeout, headers
---          (a JSON object, stored as field h; '' for none: no field)
+--          (a JSON object, stored as field h; '' for none: no field), unique
+--          spec ('' for an ordinary job, else see unique_spec in _prelude.lua)
 --
--- Each job hash gets v = FORMAT, the record format (see _prelude.lua). An
+-- A unique job (see Unique in records/_unique.py) meets the lock of its key:
+-- held by a pending job (or a throttle's, within its ttl), it stores nothing
+-- and reports the holder; a debounce replaces a waiting holder's payload,
+-- headers and due time instead. Otherwise it is stored and takes the lock,
+-- in this same step; the record keeps the spec in field u.
+--
+-- Each job hash gets v = FORMAT, the record format (see _prelude.lua), and the
+-- payload of a delayed job, when of more than CHUNK bytes (at most
+-- CHUNKED_MAX), is stored in chunks. An
 -- existing key under a job's ID is never touched, whatever it holds (a
 -- damaged record, one of a newer format, a key of another type).
 --
 -- Returns {'closed'} when the partition was closed (the client re-reads the
--- topology and routes the jobs again), else {now, created_1, run_at_1, ...}
--- with created = 1 (stored) or 0 (ID existed; run_at is the existing one,
--- '' when that key holds no readable due time).
+-- topology and routes the jobs again), else {now, created_1, run_at_1, id_1,
+-- ...} with created = 1 (stored) or 0 (the ID existed, or the unique key was
+-- held: id is then the holder's; run_at is the existing one, '' when that
+-- key holds no readable due time; for a debounce the new one).
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {'closed'}
 end
@@ -33,9 +45,70 @@ if ARGV[1] ~= '' then
   base, base_s = tonumber(ARGV[1]), ARGV[1]
 end
 local prefix, scheduled, ready = KEYS[4], KEYS[1], KEYS[2]
+local sub = string.sub
+
+-- Appends to HSET arguments args the payload after its first CHUNK bytes,
+-- in fields p1 .. p<n> of CHUNK bytes each, and n in pn (record format 2,
+-- see _prelude.lua).
+local function add_chunks(args, payload, size)
+  local a, n = #args, 0
+  for start = CHUNK + 1, size, CHUNK do
+    n = n + 1
+    args[a + 1] = 'p' .. n
+    args[a + 2] = sub(payload, start, start + CHUNK - 1)
+    a = a + 2
+  end
+  args[a + 1] = 'pn'
+  args[a + 2] = n
+end
+local retry, locks = KEYS[6], KEYS[5]
+local PENDING = {scheduled = true, ready = true, leased = true, retry_wait = true}
+-- where a debounce replaces the holder's payload and due time
+local WAITING = {scheduled = scheduled, ready = ready, retry_wait = retry}
+
+-- The fields that store payload in a hash of state state: whole, or (a
+-- delayed job's) in chunks. Only a job that waits is chunked: memory
+-- matters for the schedule, while a job due now is leased within moments,
+-- and a compact hash costs Redis more CPU to build and read (about 23k and
+-- 29k more instructions per job for a 100-byte payload, enqueue and lease).
+local function payload_fields(args, payload, state)
+  local size = #payload
+  if size <= CHUNK or size > CHUNKED_MAX or state == 'ready' then
+    args[#args + 1] = 'payload'
+    args[#args + 1] = payload
+  else
+    args[#args + 1] = 'payload'
+    args[#args + 1] = sub(payload, 1, CHUNK)
+    add_chunks(args, payload, size)
+  end
+  return args
+end
+
+-- What enqueueing a unique job (key ukey, mode letter umode) does while
+-- lock holds held: 'store' (it takes the key), 'dup' (the holder keeps it)
+-- or 'replace' (a debounce of the waiting holder), and the holder's ID and
+-- fields state, v, run_at (for dup and replace).
+local function claim(held, umode)
+  if not held then return 'store' end
+  local holder = sub(held, 2)
+  local h = redis.pcall('HMGET', prefix .. holder, 'state', 'v', 'run_at')
+  if h.err then h = {} end
+  if not PENDING[h[1]] then
+    -- a throttle's key stays taken for its ttl after the run; any other
+    -- lock whose job is gone or dead is stale
+    if sub(held, 1, 1) == 't' then return 'dup', holder, h end
+    return 'store'
+  end
+  if umode == 'd' then
+    if not WAITING[h[1]] then return 'store' end  -- it runs: the new job runs after
+    if check_format(h[2]) == nil then return 'replace', holder, h end
+  end
+  return 'dup', holder, h
+end
+
 local out = {now_s}
 local n = 1
-for i = 2, #ARGV, 8 do
+for i = 2, #ARGV, 9 do
   local id = ARGV[i]
   local key = prefix .. id
   -- EXISTS, not HGET run_at: a damaged record without run_at (or a key of
@@ -45,6 +118,7 @@ for i = 2, #ARGV, 8 do
     if type(existing) ~= 'string' or check_number('run_at', existing) then existing = '' end
     out[n + 1] = 0
     out[n + 2] = existing
+    out[n + 3] = id
   else
     local run_at, run_at_s
     if ARGV[i + 3] ~= '' then
@@ -63,14 +137,79 @@ for i = 2, #ARGV, 8 do
     if run_at <= now then
       state, zset = 'ready', ready
     end
-    redis.call('HSET', key, 'kind', ARGV[i + 1], 'payload', ARGV[i + 2], 'run_at', run_at_s,
-      'state', state, 'attempts', '0', 'max_retries', ARGV[i + 5], 'timeout', ARGV[i + 6],
-      'created_at', now_s, 'v', FORMAT_S)
-    if ARGV[i + 7] ~= '' then redis.call('HSET', key, 'h', ARGV[i + 7]) end
-    redis.call('ZADD', zset, run_at_s, id)
-    out[n + 1] = 1
-    out[n + 2] = run_at_s
+    local spec = ARGV[i + 8]
+    local verdict, holder, h = 'store', nil, nil
+    local lock, umode, ttl = nil, nil, nil
+    if spec ~= '' then
+      local ukey
+      ukey, umode, ttl = unique_spec(spec)
+      lock = locks .. ukey
+      local held = redis.pcall('GET', lock)
+      if type(held) ~= 'string' then held = nil end
+      verdict, holder, h = claim(held, umode)
+    end
+    if verdict == 'dup' then
+      local due = h[3]
+      if type(due) ~= 'string' or check_number('run_at', due) then due = '' end
+      out[n + 1] = 0
+      out[n + 2] = due
+      out[n + 3] = holder
+    elseif verdict == 'replace' then
+      -- the waiting holder takes this job's payload, headers and due time
+      local hkey = prefix .. holder
+      redis.call('ZREM', WAITING[h[1]], holder)
+      local pn = tonumber(redis.call('HGET', hkey, 'pn'))
+      if pn and pn >= 1 and pn <= MAX_CHUNKS and pn % 1 == 0 then
+        local gone = {'pn'}
+        for k = 1, pn do gone[k + 1] = 'p' .. k end
+        redis.call('HDEL', hkey, unpack(gone))
+      end
+      local args = payload_fields({}, ARGV[i + 2], state)
+      args[#args + 1] = 'run_at'
+      args[#args + 1] = run_at_s
+      args[#args + 1] = 'state'
+      args[#args + 1] = state
+      redis.call('HSET', hkey, unpack(args))
+      if ARGV[i + 7] ~= '' then
+        redis.call('HSET', hkey, 'h', ARGV[i + 7])
+      else
+        redis.call('HDEL', hkey, 'h')
+      end
+      redis.call('ZADD', zset, run_at_s, holder)
+      out[n + 1] = 0
+      out[n + 2] = run_at_s
+      out[n + 3] = holder
+    else
+      local payload = ARGV[i + 2]
+      if #payload <= CHUNK or zset == ready or #payload > CHUNKED_MAX then
+        redis.call('HSET', key, 'kind', ARGV[i + 1], 'payload', payload, 'run_at', run_at_s,
+          'state', state, 'attempts', '0', 'max_retries', ARGV[i + 5], 'timeout', ARGV[i + 6],
+          'created_at', now_s, 'v', FORMAT_S)
+      else
+        -- one HSET with the chunks: a second call would cost more than the fields
+        local args = payload_fields({'kind', ARGV[i + 1]}, payload, state)
+        local more = {'run_at', run_at_s, 'state', state, 'attempts', '0', 'max_retries',
+          ARGV[i + 5], 'timeout', ARGV[i + 6], 'created_at', now_s, 'v', FORMAT_S}
+        for k = 1, #more do args[#args + 1] = more[k] end
+        redis.call('HSET', key, unpack(args))
+      end
+      if ARGV[i + 7] ~= '' then redis.call('HSET', key, 'h', ARGV[i + 7]) end
+      if lock then
+        -- the lock is taken in this same step (a ttl lapses it; a throttle's
+        -- starts when the job succeeds, see unique_finished)
+        redis.call('HSET', key, 'u', spec)
+        if ttl and umode ~= 't' then
+          redis.call('SET', lock, umode .. id, 'PX', ttl)
+        else
+          redis.call('SET', lock, umode .. id)
+        end
+      end
+      redis.call('ZADD', zset, run_at_s, id)
+      out[n + 1] = 1
+      out[n + 2] = run_at_s
+      out[n + 3] = id
+    end
   end
-  n = n + 2
+  n = n + 3
 end
 return out

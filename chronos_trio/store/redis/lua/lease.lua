@@ -123,14 +123,22 @@ local function lease_partition(p, share, budget, res)
         local v, why = f[1], nil
         if v and v ~= FORMAT_S then why = check_format(v) end
         local attempts = tonumber(f[4])
+        local payload, chunks_why = f[3], nil
+        if not why and f[3] and #f[3] == CHUNK then
+          -- only a first chunk is CHUNK bytes long: the field lookup is spared
+          -- for every other payload (a listpack lookup of an absent field
+          -- scans it whole)
+          local pn = redis.call('HGET', key, 'pn')
+          if pn then payload, chunks_why = join_payload(key, f[3], pn) end
+        end
         if why == 'newer' then
           back[#back + 1] = popped[i + 1]
           back[#back + 1] = id
           newer(aside, id, v)
-        elseif why or not f[2] or f[2] == '' or not f[3] or not is_count(attempts) then
+        elseif why or chunks_why or not f[2] or f[2] == '' or not f[3] or not is_count(attempts) then
           -- the cheap checks first; the reason is worked out only for a bad record
-          why = why or check_text('kind', f[2]) or (not f[3] and missing('payload', f[3]))
-            or check_count('attempts', f[4])
+          why = why or check_text('kind', f[2]) or chunks_why
+            or (not f[3] and missing('payload', f[3])) or check_count('attempts', f[4])
           dead_letter(aside, key, id, dead, why, now, now_s)
         else
           n = n + 1
@@ -145,7 +153,7 @@ local function lease_partition(p, share, budget, res)
           res[o + 1] = id
           res[o + 2] = token
           res[o + 3] = f[2]
-          res[o + 4] = f[3]
+          res[o + 4] = payload
           res[o + 5] = popped[i + 1]
           res[o + 6] = attempts
           res[o + 7] = f[5]

@@ -73,8 +73,9 @@ for k, id in ipairs(expired) do
       redis.call('HSET', key, 'state', 'dead', 'finished_at', now_s, 'last_error', err,
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
       redis.call('ZADD', KEYS[3], now, id)
+      unique_finished(KEYS[4], id, redis.call('HGET', key, 'u'), false)
       dead[#dead + 1] = id
-      local g = redis.call('HMGET', key, unpack(JOB_FIELDS))
+      local g = job_fields(key)
       for j = 1, 13 do dead[#dead + 1] = g[j] or '' end
       notify_done(key, redis.call('HGET', key, 'w'))
     else

@@ -11,7 +11,8 @@
 -- another's writes). A record not leased with that token (or with no job hash)
 -- is not ours and is not touched. One leased with that token whose
 -- lease_expires_at is unreadable is dead-lettered (its expiry cannot be
--- judged); one of a newer format is left untouched.
+-- judged); one of a newer format is left untouched. A renewed unique job's
+-- lock, when it lapses (a ttl), is kept for at least the new lease.
 --
 -- Returns {expires_at, set aside (see _prelude.lua), code_1, code_2, ...};
 -- code 1 renewed, 0 lease not held (wrong token, not leased, expired or gone:
@@ -21,13 +22,14 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)
 local exp = now + tonumber(ARGV[1])
 local exp_s = string.format('%.17g', exp)
+local lease_ms = math.ceil(tonumber(ARGV[1]) * 1000)
 local aside = new_aside()
 local out = {exp_s, aside}
 for i = 2, #ARGV, 2 do
   local id = ARGV[i]
   local key = KEYS[2] .. id
-  local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at')
-  if not f[2] then f = probe_job(key, f, 4) end
+  local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at', 'u')
+  if not f[2] then f = probe_job(key, f, 5) end
   -- judge the record (nothing here can fail) ...
   local p, w = 0, nil
   if f then
@@ -47,6 +49,14 @@ for i = 2, #ARGV, 2 do
   if p == 1 then
     redis.call('ZADD', KEYS[1], exp, id)
     redis.call('HSET', key, 'lease_expires_at', exp_s)
+    local ukey, umode, ttl = unique_spec(f[5])
+    if ukey and ttl and umode ~= 't' then
+      -- a unique lock that lapses lasts at least as long as the lease it renews
+      local lock = lock_key(KEYS[2], ukey)
+      if redis.pcall('GET', lock) == umode .. id and redis.call('PTTL', lock) < lease_ms then
+        redis.call('PEXPIRE', lock, lease_ms)
+      end
+    end
   elseif p == 2 then
     dead_letter(aside, key, id, KEYS[3], w, now, now_s)
     redis.call('ZREM', KEYS[1], id)

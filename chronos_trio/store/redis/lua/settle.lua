@@ -23,7 +23,8 @@
 -- kept only for its result, it is in no index and expires by itself
 -- (PEXPIRE: nothing to trim). Its run_at stays the due time it ran for. A
 -- finished job (succeeded or dead) whose record names a waiter channel
--- (field w) is published there (see notify_done).
+-- (field w) is published there (see notify_done), and a unique job's lock
+-- is released (a throttle's starts its ttl; see unique_finished).
 --
 -- Each record is judged before anything is written for it (see _prelude.lua;
 -- nothing in a judgement can fail, so no record can stop the script after
@@ -59,8 +60,8 @@ local function settle_partition(part, first, last, res)
     local id = ARGV[i]
     local key = prefix .. id
     local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at',
-      'attempts', 'run_at', 'w')
-    if not f[2] then f = probe_job(key, f, 7) end
+      'attempts', 'run_at', 'w', 'u')
+    if not f[2] then f = probe_job(key, f, 8) end
     -- judge the record (nothing here can fail) ...
     local p, w = 0, nil
     if f then
@@ -113,6 +114,7 @@ local function settle_partition(part, first, last, res)
         else
           redis.call('DEL', key)
         end
+        unique_finished(prefix, id, f[8], true)
         notify_done(key, f[7])
       elseif kind == 'r' then
         local due = now + math.max(0, tonumber(ARGV[i + 4]))
@@ -123,6 +125,7 @@ local function settle_partition(part, first, last, res)
         redis.call('ZADD', dead, now, id)
         redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3], 'finished_at', now_s,
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+        unique_finished(prefix, id, f[8], false)
         notify_done(key, f[7])
       else
         -- release: back to ready at once, keeping its due time; the attempt is given back
