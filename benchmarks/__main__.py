@@ -60,6 +60,8 @@ WORKLOADS = (
     "memory",
     "scale",
 )
+#: Run only when named in ``--workloads`` (they start servers of their own).
+OPTIONAL_WORKLOADS = ("cluster",)
 
 
 class Sizes:
@@ -196,11 +198,13 @@ def peer_versions(peers: list[str]) -> dict[str, Any]:
 
 def suite(args: argparse.Namespace, redis: BenchRedis) -> dict[str, list[dict[str, Any]]]:
     s = Sizes(args.quick)
+    if args.idle_seconds is not None:
+        s.idle_seconds = args.idle_seconds
     url = redis.url
     runs = args.runs
     peers = [] if args.quick or args.no_peers else args.peers
     wanted = args.workloads
-    out: dict[str, list[dict[str, Any]]] = {w: [] for w in WORKLOADS}
+    out: dict[str, list[dict[str, Any]]] = {w: [] for w in (*WORKLOADS, *OPTIONAL_WORKLOADS)}
 
     def ours(workload: str, setting: str, fn: Callable[[], dict[str, Any]]) -> None:
         log(f"-- {workload}: chronos_trio {setting}")
@@ -266,6 +270,24 @@ def suite(args: argparse.Namespace, redis: BenchRedis) -> dict[str, list[dict[st
                 theirs("drain", label, peer, s.peer_timeout + 120, n=s.drain, concurrency=c,
                        processes=p, timeout=s.peer_timeout)  # fmt: skip
 
+    if "cluster" in wanted:
+        # A local 3-master Cluster of the benchmark's own, the queue in 8
+        # partitions (--cluster-partitions; spread over the masters' slots),
+        # against the one node with 1 partition; both drains in every run,
+        # the order alternating.
+        from chronos_trio.testing.redis_server import RedisCluster
+
+        with RedisCluster() as cluster:
+            nodes = [n.url for n in cluster.nodes]
+            for parts, p in itertools.product(args.cluster_partitions, args.cluster_processes):
+                cluster_url = f"{cluster.url}?partitions={parts}"
+                order = itertools.count()
+                procs = f"{p} proc{'s' if p > 1 else ''}"
+                setting = f"{s.drain:,} jobs, c=64, {procs}: p{parts} on 3 masters / p1 on 1 node"
+                ours("cluster", setting, lambda u=cluster_url, p=p, order=order: cb.run(
+                    cb.cluster_drain, url, u, nodes, cluster.flushall, s.drain, 64, p,
+                    s.timeout, next(order) % 2))  # fmt: skip
+
     if "saturation" in wanted:
         ours("saturation", "4 producers, c=64",
              lambda: cb.run(cb.saturation, url, s.saturation, 4, 64, s.timeout))  # fmt: skip
@@ -305,8 +327,13 @@ def suite(args: argparse.Namespace, redis: BenchRedis) -> dict[str, list[dict[st
             cb.recovery, url, s.recovery_jobs, s.lease, s.timeout))  # fmt: skip
 
     if "idle" in wanted:
-        ours("idle", f"c=16, {s.idle_seconds:g} s", lambda: cb.run(
-            cb.idle, url, s.idle_seconds, 16, redis.commandstats, redis.reset_stats))  # fmt: skip
+        # --partitions: the queue's partition count (several: one row each);
+        # without it the store's default (1), labelled as before.
+        for parts in args.partitions or [None]:
+            idle_url = url if parts is None else f"{url}?partitions={parts}"
+            label = f"c=16, {s.idle_seconds:g} s" + ("" if parts is None else f", p{parts}")
+            ours("idle", label, lambda u=idle_url: cb.run(
+                cb.idle, u, s.idle_seconds, 16, redis.commandstats, redis.reset_stats))  # fmt: skip
 
     if "results" in wanted:
         # Both drains in every run, the order alternating from run to run.
@@ -437,6 +464,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated")
+    parser.add_argument(
+        "--cluster-partitions",
+        default="8",
+        help="comma-separated partition counts of the cluster workload's queue (a row each)",
+    )
+    parser.add_argument(
+        "--cluster-processes",
+        default="1",
+        help="comma-separated worker process counts for the cluster workload (a row each)",
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=None,
+        help="the idle workload's window (default 10 s; 60 s covers the 30 s idle waits)",
+    )
+    parser.add_argument(
+        "--partitions",
+        default="",
+        help="comma-separated partition counts for the idle workload (a row each; "
+        "default: the store's default, 1)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     parser.add_argument("--publish", action="store_true", help="also write docs/benchmarks/")
     parser.add_argument("--setup-peers", action="store_true", help="create the peers' venvs")
@@ -445,7 +494,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.peers = [p for p in args.peers.split(",") if p]
     args.workloads = [w for w in args.workloads.split(",") if w]
-    unknown = set(args.workloads) - set(WORKLOADS) | set(args.peers) - set(PEERS)
+    try:
+        args.partitions = [int(p) for p in args.partitions.split(",") if p]
+    except ValueError:
+        parser.error(f"--partitions takes comma-separated counts, got {args.partitions!r}")
+    if any(p < 1 for p in args.partitions):
+        parser.error("--partitions: every count must be >= 1")
+    for name in ("cluster_partitions", "cluster_processes"):
+        try:
+            setattr(args, name, [int(p) for p in getattr(args, name).split(",") if p])
+        except ValueError:
+            parser.error(f"--{name.replace('_', '-')}: comma-separated counts")
+    unknown = set(args.workloads) - {*WORKLOADS, *OPTIONAL_WORKLOADS} | set(args.peers) - set(PEERS)
     if unknown:
         parser.error(f"unknown workload(s)/peer(s): {', '.join(sorted(unknown))}")
     if args.runs is None:

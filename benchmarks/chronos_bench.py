@@ -237,6 +237,7 @@ async def drain(
     *,
     results: bool = False,
     cpu_of: bool = False,
+    cpu_servers: Sequence[str] | None = None,
     incr: bool = False,
     hold: float = 0.0,
     **options: Any,
@@ -249,7 +250,8 @@ async def drain(
     recorded), and the counter must show every one of them. ``hold``: each
     handler sleeps that long (``trio.sleep``; the I/O-bound workload). With
     ``cpu_of`` (one worker process), also the CPU time per job of that
-    worker and of redis-server while it drained (:class:`CpuMeter`)."""
+    worker and of redis-server while it drained (:class:`CpuMeter`; of
+    every server in ``cpu_servers`` when given, e.g. a Cluster's masters)."""
     app, task = make_app(url)
     kind = result_task(app) if results else app.tasks[INCR_KIND] if incr else task
     handles = await preload(kind, n, hold=hold)
@@ -258,7 +260,7 @@ async def drain(
         spawned = time.time()
         group = workers.start(concurrency, processes, **options)
         if cpu_of:
-            meter = await CpuMeter.once_started(url, group.pid, workers)
+            meter = await CpuMeter.once_started(url, group.pid, workers, cpu_servers)
         ok = await workers.wait_total(n, timeout)
         if cpu_of:
             cpu = meter.per_job(workers.count())
@@ -291,17 +293,21 @@ class CpuMeter:
     clock ticks) and of redis-server (``INFO cpu``) from once the worker
     started its first job (its start-up is not counted) until :meth:`per_job`."""
 
-    def __init__(self, url: str, pid: int, jobs: int) -> None:
-        self._redis = BenchRedis(url)
+    def __init__(self, url: str, pid: int, jobs: int, servers: Sequence[str] | None = None) -> None:
+        #: Every server whose CPU counts: ``url``'s, or ``servers`` (plain
+        #: ``redis://`` URLs, e.g. each master of a Cluster).
+        self._servers = [BenchRedis(u) for u in (servers or [url])]
         self._pid = pid
         self._jobs = jobs
         self._worker = self._worker_cpu()
         self._server = self._server_cpu()
 
     @classmethod
-    async def once_started(cls, url: str, pid: int, workers: Workers) -> CpuMeter:
+    async def once_started(
+        cls, url: str, pid: int, workers: Workers, servers: Sequence[str] | None = None
+    ) -> CpuMeter:
         await workers.wait_total(1, 60)
-        return cls(url, pid, workers.count())
+        return cls(url, pid, workers.count(), servers)
 
     def _worker_cpu(self) -> float:
         # utime and stime are fields 14 and 15; the name (2) may hold spaces
@@ -309,15 +315,68 @@ class CpuMeter:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def _server_cpu(self) -> float:
-        info = self._redis.client.info("cpu")
-        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+        total = 0.0
+        for server in self._servers:
+            info = server.client.info("cpu")
+            total += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+        return total
 
     def per_job(self, jobs: int) -> dict[str, float]:
-        """Microseconds of CPU per job started since the meter started."""
+        """Microseconds of CPU per job started since the meter started (the
+        servers' summed)."""
         done = max(1, jobs - self._jobs)
         worker, server = self._worker_cpu() - self._worker, self._server_cpu() - self._server
-        self._redis.client.close()
+        for s in self._servers:
+            s.client.close()
         return {"worker_cpu_us": worker / done * 1e6, "redis_cpu_us": server / done * 1e6}
+
+
+# -- 2b. drain on a Redis Cluster, against one node ---------------------------------------
+
+
+async def cluster_drain(
+    single_url: str,
+    cluster_url: str,
+    cluster_nodes: Sequence[str],
+    flush_cluster: Callable[[], None],
+    n: int,
+    concurrency: int,
+    processes: int,
+    timeout: float,
+    cluster_first: int,
+) -> dict[str, Any]:
+    """The same drain (``n`` no-op jobs, one worker process at
+    ``concurrency``, or ``processes`` under the CLI's process manager) on
+    one node (``single_url``) and on a Cluster (``cluster_url``, whose
+    masters' plain URLs are ``cluster_nodes``), back to back in one run
+    (``cluster_first``: the Cluster goes first); jobs/s of each, their
+    ratio, and CPU per job of the worker process and of Redis (the masters'
+    summed). Each drain starts on an empty store (FLUSHDB / FLUSHALL)."""
+    rows: dict[bool, dict[str, Any]] = {}
+    for on_cluster in (True, False) if cluster_first else (False, True):
+        if on_cluster:
+            flush_cluster()
+            rows[True] = await drain(
+                cluster_url, n, concurrency, processes, timeout,
+                cpu_of=processes == 1, cpu_servers=cluster_nodes,
+            )  # fmt: skip
+        else:
+            flush_db(single_url)
+            rows[False] = await drain(
+                single_url, n, concurrency, processes, timeout, cpu_of=processes == 1
+            )
+    single, cluster = rows[False], rows[True]
+    out = {
+        "single_per_s": single["jobs_per_s"],
+        "cluster_per_s": cluster["jobs_per_s"],
+        "ratio": cluster["jobs_per_s"] / single["jobs_per_s"],
+        "ok": single["ok"] and cluster["ok"],
+        "loadavg1": os.getloadavg()[0],
+    }
+    for key in ("worker_cpu_us", "redis_cpu_us"):
+        if key in single:
+            out[f"single_{key}"], out[f"cluster_{key}"] = single[key], cluster[key]
+    return out
 
 
 def _throughput(
@@ -979,6 +1038,7 @@ def run(fn: Callable[..., Any], *args: Any, limit: float = RUN_LIMIT) -> dict[st
 
 
 __all__: Sequence[str] = [
-    "drain", "drain_results", "enqueue", "idle", "lateness", "lifecycle", "memory_enqueue",
-    "pickup", "recovery", "roundtrip", "saturation", "scale", "startup", "waiters",
+    "cluster_drain", "drain", "drain_results", "enqueue", "idle", "lateness", "lifecycle",
+    "memory_enqueue", "pickup", "recovery", "roundtrip", "saturation", "scale", "startup",
+    "waiters",
 ]  # fmt: skip

@@ -41,6 +41,21 @@ TABLES: dict[str, dict[str, Any]] = {
         "columns": [("jobs_per_s", "jobs/s", "{:,.0f}"), ("completed", "done", "{:,.0f}")],
         "ratio": [("jobs_per_s", True, "chronos/peer")],
     },
+    "cluster": {
+        "title": "2b. Drain on a local 3-master Redis Cluster (pN: N partitions) against one node "
+        "(1 partition), both in every run: jobs/s, Cluster/node (median of the runs' ratios), "
+        "CPU us per job (Redis: the masters' summed)",
+        "columns": [
+            ("single_per_s", "node jobs/s", "{:,.0f}"),
+            ("cluster_per_s", "cluster jobs/s", "{:,.0f}"),
+            ("ratio", "ratio", "{:.2f}"),
+            ("single_worker_cpu_us", "worker us node", "{:.1f}"),
+            ("cluster_worker_cpu_us", "worker us cluster", "{:.1f}"),
+            ("single_redis_cpu_us", "redis us node", "{:.1f}"),
+            ("cluster_redis_cpu_us", "redis us cluster", "{:.1f}"),
+            ("loadavg1", "load", "{:.2f}"),
+        ],
+    },
     "saturation": {
         "title": "3. Saturation: 4 producers enqueue while one worker consumes",
         "columns": [

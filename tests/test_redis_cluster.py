@@ -3,6 +3,8 @@ per-node script loading, wake-ups, triggers and an end-to-end worker."""
 
 from __future__ import annotations
 
+import collections
+import itertools
 from collections.abc import AsyncIterator
 
 import pytest
@@ -159,3 +161,59 @@ async def test_damaged_records_and_keys_on_cluster(
     assert [j.id for j in got.aside.dead] == [bad]
     assert "field 'attempts' is missing" in got.aside.dead[0].last_error
     client.close()
+
+
+async def test_lease_keeps_due_order_when_one_partition_holds_the_oldest(
+    store: RedisStore,
+) -> None:
+    # The split over partitions comes from a peek at each partition's due
+    # times (runs of equal ones), not its entries: still one global order.
+    now = await store.now()
+    ids = (f"s{i}" for i in itertools.count())
+    old = list(itertools.islice((i for i in ids if partition_of(i, 8) == 0), 40))
+    rest = [f"r{i}" for i in range(80)]
+    await store.enqueue_many([job(i, run_at=now - 100 + n * 0.01) for n, i in enumerate(old)])
+    await store.enqueue_many([job(i, run_at=now - 50 + n * 0.01) for n, i in enumerate(rest)])
+    with trio.fail_after(20):
+        trips = store.statistics().round_trips
+        got = await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
+        assert [lj.job.id for lj in got] == old + rest[:24]
+        # two steps (the peek, the lease scripts), one round trip per node each
+        assert store.statistics().round_trips - trips <= 2 * 3
+        got = await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
+        assert [lj.job.id for lj in got] == rest[24:88]
+
+
+async def test_a_batch_of_one_due_time_is_leased_from_as_few_partitions_as_can_give_it(
+    redis_cluster: RedisCluster, redis_cluster_url: str
+) -> None:
+    # Ties across partitions may go in any order: one partition after the
+    # other, so a drain of enqueue_many batches costs a script or two per
+    # lease and per settle instead of one per partition. Each store starts
+    # from a partition of its own (random), so concurrent workers spread
+    # over the masters; here two are set to start apart.
+    ids = [f"t{i}" for i in range(1000)]
+    sizes = collections.Counter(partition_of(i, 8) for i in ids)
+    assert min(sizes.values()) >= 64
+    starts = []
+    for rotation in (0, 3):
+        redis_cluster.flushall()
+        store = RedisStore.from_url(redis_cluster_url, default_partitions=8)
+        store._ctx.tie_rotation = rotation
+        try:
+            with trio.fail_after(20):
+                await store.enqueue_many([job(i) for i in ids])  # one due time
+                got = await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
+                assert len(got) == 64
+                [partition] = {lj.job.partition for lj in got}
+                starts.append(partition)
+                commands = store.statistics().commands
+                await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in got])
+                assert store.statistics().commands - commands == 1, "one settle script"
+                # the rest of that partition's jobs first, then the next partition's
+                got = await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
+                assert len(got) == 64 and len({lj.job.partition for lj in got}) <= 2
+                assert sum(lj.job.partition == partition for lj in got) == sizes[partition] - 64
+        finally:
+            await store.aclose()
+    assert starts[0] != starts[1]

@@ -14,8 +14,9 @@ import pytest
 import trio
 
 from chronos_trio import App, JobContext, NewJob
-from chronos_trio.store import QueueWeight, SettleKind, Settlement, partition_of
+from chronos_trio.store import QueueWeight, RecoverResult, SettleKind, Settlement, partition_of
 from chronos_trio.store.redis import RedisStore
+from chronos_trio.testing.redis_server import RedisServer, call
 
 pytestmark = pytest.mark.redis
 
@@ -169,3 +170,128 @@ async def test_no_job_is_stranded_in_a_partition_that_was_empty(redis_store: Fac
                 while one not in ran:
                     await trio.sleep(0.005)
                     assert trio.current_time() - start < 2, f"{one} (partition {p}) stranded"
+
+
+def _commandstats(port: int) -> dict[str, int]:
+    """Calls per command since the last CONFIG RESETSTAT (INFO commandstats:
+    what Redis executed, commands run inside scripts included), without
+    this helper's own INFO and CONFIG calls."""
+    text = call(port, "INFO", "commandstats").decode()
+    calls = {}
+    for line in text.splitlines():
+        if line.startswith("cmdstat_"):
+            name, _, fields = line.removeprefix("cmdstat_").partition(":")
+            calls[name] = int(fields.split(",")[0].removeprefix("calls="))
+    return {k: v for k, v in calls.items() if k not in ("info", "config|resetstat")}
+
+
+async def test_idle_looks_cost_one_exists_over_8_partitions() -> None:
+    """An idle worker's periodic looks (recovery every few seconds, a lease
+    and a promote per poll interval, the ready-waiter's look) each cost one
+    round trip and, in Redis, one EXISTS over every partition's zsets, not
+    a read per partition (INFO commandstats counts the commands run inside
+    scripts too)."""
+    # A private server, so INFO commandstats counts this store's commands only.
+    with RedisServer() as server, trio.fail_after(30):
+        store = RedisStore.from_url(server.url, default_partitions=PARTS, topology_ttl=3600)
+        try:
+            ids = [i for p in range(PARTS) for i in ids_in(p, 2, "idle")]
+            await store.enqueue_many([job(i) for i in ids])
+            batch = await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
+            assert len(batch) == len(ids)
+            stats = store._adapter.stats
+            await store.recover_expired(["q"], 256)  # warm up: the script is loaded
+            await store.promote_due(["q"], 10)
+            # leases held, none expired: one command, one round trip
+            before = (stats.round_trips, stats.commands)
+            assert await store.recover_expired(["q"], 256) == RecoverResult()
+            assert (stats.round_trips - before[0], stats.commands - before[1]) == (1, 1)
+            await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in batch])
+            # the settle of a partition's last lease dropped its leased zset (the sentinel alone)
+            pks = [store._ctx.keys.partition("q", 1, p) for p in range(PARTS)]
+            assert call(server.port, "EXISTS", *(pk.leased for pk in pks)) == 0
+            call(server.port, "CONFIG", "RESETSTAT")
+            before = (stats.round_trips, stats.commands)
+            passes = 5
+            for _ in range(passes):
+                assert await store.recover_expired(["q"], 256) == RecoverResult()
+            assert stats.round_trips - before[0] == passes
+            assert stats.commands - before[1] == passes, "one command per pass, not per partition"
+            calls = _commandstats(server.port)
+            # per pass: the EVALSHA and, inside it, one EXISTS over the 8 leased zsets
+            assert calls == {"evalsha": passes, "exists": passes}, calls
+            call(server.port, "CONFIG", "RESETSTAT")
+            assert await lease(store) == []
+            assert _commandstats(server.port) == {"evalsha": 1, "exists": 1}
+            call(server.port, "CONFIG", "RESETSTAT")
+            assert (await store.promote_due(["q"], 10)).promoted == 0
+            assert _commandstats(server.port) == {"evalsha": 1, "time": 1, "exists": 1}
+            call(server.port, "CONFIG", "RESETSTAT")
+            with trio.move_on_after(0.2):
+                await store.wait_ready(["q"], timeout=0.1)
+            assert _commandstats(server.port) == {"exists": 1, "blpop": 1}
+            # a lease writes its partition's sentinel again, first (skiplist from the start)
+            await store.enqueue_many([job("again")])
+            assert await lease(store, 1) == ["again"]
+            pk = pks[partition_of("again", PARTS)]
+            assert call(server.port, "OBJECT", "ENCODING", pk.leased) == b"skiplist"
+            assert call(server.port, "ZCARD", pk.leased) == 2
+        finally:
+            await store.aclose()
+
+
+async def test_recovery_peek_drops_a_leased_zset_left_with_the_sentinel_alone(
+    redis_store: Factory, redis_server: RedisServer
+) -> None:
+    # recover.lua leaves the sentinel behind; the next peek drops it
+    store = await redis_store(default_partitions=PARTS)
+    ids = ids_in(2, 3, "gone")
+    with trio.fail_after(20):
+        await store.enqueue_many([job(i) for i in ids])
+        assert len(await lease(store)) == 3
+        pk = store._ctx.keys.partition("q", 1, 2)
+        # lease expired: make it so by the store's clock, without waiting
+        for i in ids:
+            call(redis_server.port, "ZADD", pk.leased, "1", i)
+        got = await store.recover_expired(["q"], 256)
+        assert sorted(got.requeued) == sorted(ids)
+        assert call(redis_server.port, "ZCARD", pk.leased) == 1  # the sentinel
+        assert await store.recover_expired(["q"], 256) == RecoverResult()
+        assert call(redis_server.port, "EXISTS", pk.leased) == 0
+        # a damaged leased zset of one member that is not the sentinel stays
+        call(redis_server.port, "ZADD", pk.leased, "+inf", "not-the-sentinel")
+        assert await store.recover_expired(["q"], 256) == RecoverResult()
+        assert call(redis_server.port, "ZCARD", pk.leased) == 1
+        assert sorted(await lease(store)) == sorted(ids), "none lost"
+
+
+async def test_recovery_over_8_partitions_takes_the_earliest_expired_first(
+    redis_store: Factory,
+) -> None:
+    store = await redis_store(default_partitions=PARTS)
+    early = [i for p in range(PARTS) for i in ids_in(p, 2, "early")]
+    late = [i for p in range(PARTS) for i in ids_in(p, 2, "late")]
+    other = ids_in(5, 3, "other")
+    with trio.fail_after(20):
+        # short leases in two waves a little apart, and a second queue's
+        await store.enqueue_many([job(i) for i in early])
+        first = await store.lease([QueueWeight("q")], 100, worker_id="w", lease_duration=0.3)
+        await trio.sleep(0.05)
+        await store.enqueue_many([job(i) for i in late])
+        second = await store.lease([QueueWeight("q")], 100, worker_id="w", lease_duration=0.3)
+        await store.enqueue_many([NewJob(id=i, queue="r", kind="k", payload=b"{}") for i in other])
+        third = await store.lease([QueueWeight("r")], 100, worker_id="w", lease_duration=0.3)
+        assert (len(first), len(second), len(third)) == (len(early), len(late), len(other))
+        assert await store.recover_expired(["q", "r"], 256) == RecoverResult(), "none expired"
+        await trio.sleep(0.5)
+        # the limit goes to queue q first, earliest expiries first across its partitions
+        got = await store.recover_expired(["q", "r"], len(early) + 3)
+        assert len(got.requeued) == len(early) + 3
+        assert set(early) <= set(got.requeued) and len(set(got.requeued) & set(late)) == 3
+        rest = await store.recover_expired(["q", "r"], 256)
+        assert sorted([*got.requeued, *rest.requeued]) == sorted(early + late + other)
+        assert await store.recover_expired(["q", "r"], 256) == RecoverResult()
+        # none lost: every job is ready again
+        queues = [QueueWeight("q"), QueueWeight("r")]
+        back = await store.lease(queues, 100, worker_id="w", lease_duration=30)
+        assert sorted(lj.job.id for lj in back) == sorted(early + late + other)

@@ -297,3 +297,30 @@ def test_store_url_dispatch() -> None:
     assert isinstance(chronos_trio.open_store("memory://"), chronos_trio.MemoryStore)
     with pytest.raises(ValueError, match="unsupported store URL"):
         chronos_trio.open_store("postgres://x")
+
+
+_RUNS = st.lists(st.tuples(st.integers(0, 5), st.integers(1, 4)), max_size=5)
+
+
+@given(st.lists(_RUNS, min_size=1, max_size=4), st.integers(0, 40))
+def test_earliest_runs_takes_the_earliest_source_by_source_on_ties(
+    raw: list[list[tuple[int, int]]], n: int
+) -> None:
+    from chronos_trio.store.redis._alloc import earliest_runs
+
+    # each source: runs of strictly growing scores, as peek_ready.lua returns them
+    sources = []
+    for k, runs in enumerate(raw):
+        merged: dict[float, int] = {}
+        for score, count in runs:
+            merged[float(score)] = merged.get(float(score), 0) + count
+        sources.append((f"s{k}", sorted(merged.items())))
+    taken = earliest_runs(sources, n)
+    # the expected: every entry, ordered by (score, source rank), the first n
+    entries = sorted(
+        (score, rank) for rank, (_, r) in enumerate(sources) for score, c in r for _ in range(c)
+    )
+    want: dict[str, int] = {}
+    for _, rank in entries[:n]:
+        want[sources[rank][0]] = want.get(sources[rank][0], 0) + 1
+    assert taken == want

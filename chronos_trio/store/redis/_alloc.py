@@ -1,5 +1,6 @@
 """Choosing which partitions serve a batch so that a queue's jobs come out in
-one global order (due time, then job ID) however many partitions it has."""
+one global order by due time however many partitions it has (within a
+partition, equal due times go by job ID)."""
 
 from __future__ import annotations
 
@@ -37,4 +38,31 @@ def earliest(
             break
         taken[keys[idx]] = taken.get(keys[idx], 0) + 1
         count += 1
+    return taken
+
+
+def runs(flat: Sequence[bytes | int]) -> list[tuple[float, int]]:
+    """``[score, count, score, count, ...]`` (a peek_ready.lua reply) as
+    (score, count) runs."""
+    return [(float(flat[i]), int(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+
+def earliest_runs(sources: Sequence[tuple[K, Sequence[tuple[float, int]]]], n: int) -> dict[K, int]:
+    """How many of the ``n`` earliest entries each source holds, from each
+    source's entries in order as runs of (score, count). Among equal
+    scores, the source listed first gives first (so a batch of one due time
+    comes from as few sources as can give it), then the next; within a
+    source, entries go in its own order."""
+    taken: dict[K, int] = {}
+    heap = [(r[0][0], rank, 0) for rank, (_, r) in enumerate(sources) if r]
+    heapq.heapify(heap)
+    remaining = n
+    while remaining > 0 and heap:
+        _, rank, i = heapq.heappop(heap)
+        key, r = sources[rank]
+        take = min(r[i][1], remaining)
+        taken[key] = taken.get(key, 0) + take
+        remaining -= take
+        if i + 1 < len(r):
+            heapq.heappush(heap, (r[i + 1][0], rank, i + 1))
     return taken

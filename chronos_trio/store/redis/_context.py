@@ -4,6 +4,7 @@ short-lived cache of each queue's topology and paused flag (the sans-IO
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -47,6 +48,10 @@ class StoreContext(RedisCore):
         self._refresh_lock = trio.Lock()
         #: queues of the last promote_due -> (its next_due_at, time.monotonic())
         self._promoted: dict[frozenset[str], tuple[float | None, float]] = {}
+        #: Where this store starts among a queue's partitions when due times
+        #: are equal (a Cluster lease, see ``_jobs.lease``): random, so
+        #: concurrent workers start from different partitions.
+        self.tie_rotation = secrets.randbelow(1 << 16)
         #: What scripts set aside so far (see :meth:`count_aside`).
         self.damaged_dead = 0
         self.quarantined = 0

@@ -14,10 +14,18 @@ stopping more than its own partition. Nothing is cached between calls, so a
 job enqueued into a partition that was empty is seen by the next call. On a
 Cluster a script touches one slot: lease and promote first peek at the
 partitions' heads (one more round trip) and then run a script per partition
-with its share; settle runs one per partition. Recovery (not on the hot
-path) peeks on a single node too. Leasing from several queues at once peeks
-first as well (their shares by weight depend on what each holds), then runs
-one script per queue on a single node.
+with its share; settle runs one per partition. Lease's peek reads each
+partition's due times as runs of equal ones (peek_ready.lua), not its
+entries, and equal due times go partition by partition, from a partition
+each store picks at random: the jobs of one enqueue_many call share a due
+time, so a drain's batch is one or two scripts, not one per partition, and
+concurrent workers start on different masters. Recovery (not on the hot
+path) peeks first on a single node too, with one script over every
+partition (recover_peek.lua; a queue holding no lease costs it one
+EXISTS), then runs recover.lua per partition that has expired leases.
+Leasing from several queues at once peeks first as well (their shares by
+weight depend on what each holds), then runs one script per queue on a
+single node.
 
 Replies are decoded totally: what a script set aside (damaged records it
 dead-lettered, index entries without a record, records of a newer format)
@@ -53,7 +61,7 @@ from .._roles import (
 )
 from . import _kinds as redis  # isinstance(client, redis.Redis) without importing redis-py
 from . import _scripts as S
-from ._alloc import earliest, pairs
+from ._alloc import earliest, earliest_runs, pairs, runs
 from ._codec import decode_aside, ident, job_from_fields, record_fields, show
 from ._context import StoreContext
 from ._scripts import Op
@@ -241,19 +249,27 @@ async def lease(
         # the split over partitions included. No peek, one round trip.
         plan = [(next(iter(slots.values())), count)]
     else:
-        flat = [pk for pks in slots.values() for pk in pks]
-        replies = await ctx.adapter.execute(
-            [Op.soft_command(pk.tag, "ZRANGE", pk.ready, 0, count - 1, "WITHSCORES") for pk in flat]
-        )
-        cands = {pk: _peeked(r) for pk, r in zip(flat, replies, strict=True)}
-        available = {q: min(count, sum(len(cands[pk]) for pk in pks)) for q, pks in slots.items()}
+        # One node: the script splits a queue's share in global order, the
+        # peek only tells each queue's ready jobs (for the shares by weight).
+        # A Cluster: a script per partition (one slot each), with its share
+        # in one order by due time, from the peek (see _lease_peek).
+        heads = await _lease_peek(ctx, slots, count)
+        available = {
+            q: min(count, sum(n for pk in pks for _, n in heads[pk])) for q, pks in slots.items()
+        }
         plan = []
         for q, share in share_by_weight(live, count, available).items():
-            if one_node:  # the script splits the queue's share in global order
+            if one_node:
                 plan.append((slots[q], share))
-            else:  # a script per partition (one slot each), with its share
-                taken = earliest({pk: cands[pk] for pk in slots[q]}, share)
-                plan += [((pk,), n) for pk, n in taken.items()]
+                continue
+            # Equal due times go partition by partition, in an order of this
+            # store's own: a batch of one due time comes from as few
+            # partitions (scripts) as can give it, and concurrent workers
+            # start from different partitions (masters).
+            pks = slots[q]
+            first = ctx.tie_rotation % len(pks)
+            order = [(pk, heads[pk]) for pk in (*pks[first:], *pks[:first])]
+            plan += [((pk,), n) for pk, n in earliest_runs(order, share).items()]
     if not plan:
         return LeaseBatch()
     duration = repr(float(lease_duration))
@@ -275,11 +291,14 @@ async def lease(
     by_queue: dict[str, list[LeasedJob]] = {}
     aside = NOTHING_SET_ASIDE
     undecodable: list[tuple[PartitionKeys, bytes, bytes, str]] = []
+    #: Per queue, how many partitions its jobs came from (one: already in order).
+    sources: dict[str, int] = {}
     for reply, pk, part in _partitions_done(plan, replies, "lease"):
         ctx.observe_now(reply[0])
         aside += decode_aside(part[0], pk.queue, pk.version, pk.partition)
         got = by_queue.setdefault(pk.queue, [])
         got += _leased_jobs(part, reply[1], pk, worker_id, undecodable)
+        sources[pk.queue] = sources.get(pk.queue, 0) + 1
     if undecodable:
         # Shielded: a cancellation here must not drop the healthy jobs this
         # call has already leased (their reply is in hand).
@@ -288,10 +307,29 @@ async def lease(
     out = LeaseBatch(aside=ctx.count_aside(aside))
     for qw in live:
         mine = by_queue.pop(qw.name, [])
-        if len(slots.get(qw.name, ())) > 1:
+        if sources.get(qw.name, 0) > 1:
             mine.sort(key=lambda lj: (lj.job.run_at, lj.job.id))
         out += mine
     return out
+
+
+async def _lease_peek(
+    ctx: StoreContext, slots: dict[str, list[PartitionKeys]], count: int
+) -> dict[PartitionKeys, list[tuple[float, int]]]:
+    """The due times of the first ``count`` ready jobs of each partition of
+    ``slots``, as runs of (due time, how many): peek_ready.lua per
+    partition, one round trip (one per node on a Cluster). Runs, not the
+    entries: the jobs of one enqueue_many call share a due time, and
+    sending, decoding and merging 64 entries of each of 8 partitions per
+    lease cost more than the lease scripts. A key of the wrong type reads
+    as empty (its lease script then fails alone)."""
+    flat = [pk for pks in slots.values() for pk in pks]
+    replies = await ctx.adapter.execute(
+        [Op.script_call(S.PEEK_READY, [pk.ready], [count], soft=True) for pk in flat]
+    )
+    return {
+        pk: [] if isinstance(r, Exception) else runs(r) for pk, r in zip(flat, replies, strict=True)
+    }
 
 
 def _partitions_done(
@@ -547,6 +585,22 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
 
 
 # -- recover ---------------------------------------------------------------------------
+async def _recover_plan_one_node(
+    ctx: StoreContext, order: Sequence[str], slots: Sequence[PartitionKeys], limit: int
+) -> dict[PartitionKeys, int]:
+    """On a single node: each partition's share of ``limit`` expired leases
+    (earliest expiry first, queue after queue in ``order``), from one
+    recover_peek.lua call over all of ``slots``: one round trip, and when no
+    partition holds a lease, one EXISTS in Redis (see the script)."""
+    groups = [n for q in order if (n := sum(1 for pk in slots if pk.queue == q))]
+    (reply,) = await ctx.adapter.execute(
+        [Op.script_call(S.RECOVER_PEEK, [pk.leased for pk in slots], [limit, *groups])]
+    )
+    if reply[0]:
+        ctx.observe_now(reply[0])
+    return {pk: n for pk, n in zip(slots, reply[1:], strict=True) if n > 0}
+
+
 async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) -> RecoverResult:
     if limit <= 0:
         return RecoverResult()
@@ -558,7 +612,9 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
     if not slots:
         return RecoverResult()
     plan: dict[PartitionKeys, int]
-    if len(slots) == 1:
+    if await _one_node(ctx):
+        plan = await _recover_plan_one_node(ctx, order, slots, limit)
+    elif len(slots) == 1:
         plan = {slots[0]: limit}
     else:
         horizon = repr(ctx.estimated_now() + _PEEK_MARGIN)  # only what may have expired

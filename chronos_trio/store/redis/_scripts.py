@@ -6,11 +6,13 @@ loads the script on that node and re-runs exactly the operations that failed.
 That retry is safe: a ``NOSCRIPT`` reply means the script did not run.
 
 Each script is sent as ``local FORMAT, CHUNK, CHUNKED_MAX = ...`` (the
-record format and its payload chunking, from ``_codec``), then
-``lua/_prelude.lua`` (the checks, dead-lettering and quarantine every script
-shares, see its header), then the script's own file: the record format is
-defined once, in :data:`~._codec.RECORD_FORMAT`, and a new format changes
-every script's SHA, so a worker never runs a script of another version.
+record format and its payload chunking, from ``_codec``) and ``local
+LEASED_SENTINEL = '<keys.LEASED_SENTINEL>'``, then ``lua/_prelude.lua`` (the
+checks, dead-lettering and quarantine every script shares, see its header),
+then the script's own file: the record format is defined once, in
+:data:`~._codec.RECORD_FORMAT`, and a new format changes every script's SHA,
+so a worker never runs a script of another version. (``peek_ready.lua``,
+which reads no record, goes without the prelude.)
 """
 
 from __future__ import annotations
@@ -25,17 +27,17 @@ import attrs
 from ...records._workflow import WORKFLOW_KEEP
 from .._roles import StoreError
 from ._codec import CHUNKED_PAYLOAD_MAX, PAYLOAD_CHUNK, RECORD_FORMAT
+from .keys import LEASED_SENTINEL
 
 
 def _lua(name: str) -> bytes:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_bytes()
 
 
-_PRELUDE = b"local FORMAT, CHUNK, CHUNKED_MAX, WORKFLOW_KEEP = %d, %d, %d, %d\n" % (
-    RECORD_FORMAT,
-    PAYLOAD_CHUNK,
-    CHUNKED_PAYLOAD_MAX,
-    WORKFLOW_KEEP,
+_PRELUDE = (
+    b"local FORMAT, CHUNK, CHUNKED_MAX, WORKFLOW_KEEP = %d, %d, %d, %d\n"
+    b"local LEASED_SENTINEL = '%s'\n"
+    % (RECORD_FORMAT, PAYLOAD_CHUNK, CHUNKED_PAYLOAD_MAX, WORKFLOW_KEEP, LEASED_SENTINEL.encode())
 ) + _lua("_prelude")
 
 
@@ -49,8 +51,11 @@ class Script:
     sha: str
 
     @classmethod
-    def load(cls, name: str) -> Script:
-        source = _PRELUDE + _lua(name)
+    def load(cls, name: str, *, prelude: bool = True) -> Script:
+        """``prelude=False``: the file alone, for a read-only script that uses
+        none of the prelude's helpers (the prelude costs a few microseconds
+        of Redis CPU per call)."""
+        source = (_PRELUDE if prelude else b"") + _lua(name)
         return cls(name, source, hashlib.sha1(source).hexdigest())
 
 
@@ -62,6 +67,8 @@ LEASE = Script.load("lease")
 RENEW = Script.load("renew")
 SETTLE = Script.load("settle")
 RECOVER = Script.load("recover")
+RECOVER_PEEK = Script.load("recover_peek")
+PEEK_READY = Script.load("peek_ready", prelude=False)
 TRIM = Script.load("trim")
 RUN_NOW = Script.load("run_now")
 DELETE = Script.load("delete")

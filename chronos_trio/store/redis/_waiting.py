@@ -4,8 +4,9 @@ Whatever makes jobs ready (enqueue, promote, release, recover, run_now,
 requeue_dead, resume) pushes tokens on the queue's ``wake:ready`` list; what
 schedules a job pushes its due time on ``wake:scheduled``. A waiter first
 looks whether its condition already holds (one pipelined round trip, one
-command per partition), then blocks in BLPOP (at most ``max_block``
-seconds per call). A ready-waiter returns as soon as it pops a token (the
+command per partition; a ready-waiter on a single node sends one EXISTS
+over all of them), then blocks in BLPOP (at most ``max_block`` seconds per
+call). A ready-waiter returns as soon as it pops a token (the
 caller's lease is the look); a promoter looks again after each token. So an
 idle worker costs a BLPOP per poll interval, and a token pushed between the
 look and the BLPOP is never missed: it waits in the list.
@@ -21,6 +22,7 @@ import trio
 
 from ._alloc import pairs
 from ._context import StoreContext
+from ._kinds import is_node
 from ._scripts import Op
 
 #: A scheduled wake-up's due time is the producer's estimate of the store's
@@ -34,6 +36,12 @@ async def _any_ready(ctx: StoreContext, queues: Sequence[str], *, fresh: bool) -
     slots = [pk for q in queues if not metas[q].paused for pk in ctx.partitions_of(q, metas[q])]
     if not slots:
         return False
+    if len(slots) > 1 and is_node(await ctx.adapter.client()):
+        # One node: one EXISTS over every ready zset (Redis drops an empty one).
+        (found,) = await ctx.adapter.execute(
+            [Op.command(None, "EXISTS", *(pk.ready for pk in slots))]
+        )
+        return bool(found)
     counts = await ctx.adapter.execute([Op.command(pk.tag, "ZCARD", pk.ready) for pk in slots])
     return any(counts)
 

@@ -1,7 +1,8 @@
 -- _prelude.lua: helpers every job script starts with. _scripts.py prepends
 -- "local FORMAT, CHUNK, CHUNKED_MAX = <RECORD_FORMAT>, <PAYLOAD_CHUNK>,
--- <CHUNKED_PAYLOAD_MAX>" and this file to each script when it loads it, so
--- the record format is defined once, in Python. Reads no KEYS or ARGV.
+-- <CHUNKED_PAYLOAD_MAX>" and "local LEASED_SENTINEL = '<the leased zsets'
+-- sentinel member, keys.LEASED_SENTINEL>'" and this file to each script when
+-- it loads it, so these are defined once, in Python. Reads no KEYS or ARGV.
 --
 -- The rules every script keeps (so one damaged record never costs another job):
 -- * Nothing here raises on what a key holds: job hashes are read with
@@ -383,4 +384,16 @@ local function earliest(nsrc, n, head, upto)
     end
   end
   return took
+end
+
+-- Delete the leased zset of a partition when it holds nothing but the
+-- sentinel (LEASED_SENTINEL, see lease.lua): no lease is left there. An idle
+-- partition then has no leased key at all, so recovery's peek
+-- (recover_peek.lua) tells that no partition holds a lease with one EXISTS
+-- over all of them; lease.lua writes the sentinel again, first, with the
+-- next lease it records. One ZCARD, and a ZSCORE when one member is left.
+local function drop_idle_leased(leased)
+  if redis.call('ZCARD', leased) == 1 and redis.call('ZSCORE', leased, LEASED_SENTINEL) then
+    redis.call('DEL', leased)
+  end
 end

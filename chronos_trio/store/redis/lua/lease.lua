@@ -188,6 +188,15 @@ if parts == 1 then
   return out
 end
 
+-- No ready zset exists (Redis drops an empty one): nothing to lease, told by
+-- one EXISTS instead of a head read per partition (an idle worker's look).
+local readies = {}
+for p = 1, parts do readies[p] = KEYS[6 * (p - 1) + 1] end
+if redis.call('EXISTS', unpack(readies)) == 0 then
+  for p = 1, parts do out[p + 2] = {} end
+  return out
+end
+
 -- Split what is still wanted in one order by due time; a partition that set
 -- records aside and ran out short is made up for by the others in another
 -- round (each partition already replaces what it set aside by its own next

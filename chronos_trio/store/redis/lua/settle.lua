@@ -148,6 +148,7 @@ local function settle_partition(part, first, last, res)
   end
   -- one ZREM for the batch (chunked below Lua's unpack() limit)
   zrem_all(KEYS[b + 2], settled)
+  if #settled > 0 then drop_idle_leased(KEYS[b + 2]) end
 end
 
 local out = {now_s}

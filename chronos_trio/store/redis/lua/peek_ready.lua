@@ -1,0 +1,42 @@
+-- peek_ready.lua: the due times of the first ARGV[1] entries of ONE ready
+-- zset, run-length encoded: what a lease over several partitions of a
+-- Cluster needs to split its count among them in one order by due time,
+-- without sending the entries themselves. Reads only.
+--
+-- KEYS[1]  ready zset (score = run_at)
+-- ARGV[1]  how many entries (> 0)
+--
+-- Runs of one due time are common (the jobs of one enqueue_many call share
+-- theirs): a run costs a ZRANGE of one entry and a ZCOUNT. After four runs
+-- the rest is read at once and encoded here.
+--
+-- Sent without the prelude (it reads no job record). A key of another type
+-- is an error reply.
+--
+-- Returns {score_1, n_1, score_2, n_2, ...}: the first n_1 entries have the
+-- score score_1 (as Redis writes it), the next n_2 entries score_2, and so
+-- on; the counts add up to the smaller of ARGV[1] and the zset's size.
+local want = tonumber(ARGV[1])
+local out, taken = {}, 0
+while taken < want and #out < 8 do
+  local head = redis.call('ZRANGE', KEYS[1], taken, taken, 'WITHSCORES')
+  if not head[2] then return out end
+  -- every entry before rank taken scores lower or the same
+  local n = redis.call('ZCOUNT', KEYS[1], '-inf', head[2]) - taken
+  if n > want - taken then n = want - taken end
+  out[#out + 1] = head[2]
+  out[#out + 1] = n
+  taken = taken + n
+end
+if taken < want then
+  local rest = redis.call('ZRANGE', KEYS[1], taken, want - 1, 'WITHSCORES')
+  for i = 2, #rest, 2 do
+    if rest[i] == out[#out - 1] then
+      out[#out] = out[#out] + 1
+    else
+      out[#out + 1] = rest[i]
+      out[#out + 1] = 1
+    end
+  end
+end
+return out
