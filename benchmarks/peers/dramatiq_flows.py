@@ -4,8 +4,9 @@
 Worker: ``dramatiq benchmarks.peers.dramatiq_flows --processes 1 --threads
 64``. Settings: ``RedisBroker(url=...)`` with the default middleware (which
 includes ``Pipelines``) plus ``Results(backend=dramatiq.results.backends.
-RedisBackend(url=...))`` and ``GroupCallbacks(dramatiq.rate_limits.backends.
-RedisBackend(url=...))``, all on the same private redis-server; every actor
+RedisBackend(client=redis.Redis.from_url(url, socket_timeout=None)))`` and
+``GroupCallbacks(dramatiq.rate_limits.backends.RedisBackend(url=...))``, all
+on the same private redis-server; every actor
 ``store_results=True`` (chronos_trio's handlers here store their results
 too), the actors' other defaults (retries, time limit); prefetch Dramatiq's
 own (2 x threads).
@@ -23,7 +24,17 @@ own (2 x threads).
   (a counter in Redis) set to ``M``, each member's worker thread decrements
   it, the last one sends the callback. The callback gets no member results
   (Dramatiq passes none; it reports the members its process counted
-  instead); its result, stored, is what the producer waits for.
+  instead); its result, stored, is what the producer waits for. The
+  callback's start waits on the worker's consumer: once it found the queue
+  empty (the last members prefetched) it polls with an exponential backoff
+  of up to the worker timeout (1 s by default).
+
+The result backend's client has no socket timeout: redis-py 8 made its
+default 5 s, and the backend's blocking wait (``BRPOPLPUSH`` for the whole
+``get_result`` timeout) then fails after 5 s with ``redis.exceptions.
+TimeoutError`` instead of waiting (``ResultTimeout``) as Dramatiq documents;
+with ``url=...`` the backend builds its pool from the URL alone, so the
+client is passed instead.
 
 Timestamps come from the handlers (``benchmarks._common`` recorder, and the
 callback's start written to Redis), not from the producer.
@@ -35,6 +46,7 @@ import os
 from typing import Any
 
 import dramatiq
+import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import GroupCallbacks
 from dramatiq.rate_limits.backends import RedisBackend as RateLimiterBackend
@@ -50,7 +62,7 @@ PACKAGES = ("dramatiq", "redis", "hiredis")
 
 _url = os.environ.get(ENV_URL, "redis://127.0.0.1:1")
 broker = RedisBroker(url=_url)
-results = ResultBackend(url=_url)
+results = ResultBackend(client=redis.Redis.from_url(_url, socket_timeout=None))
 broker.add_middleware(Results(backend=results))
 broker.add_middleware(GroupCallbacks(RateLimiterBackend(url=_url)))
 dramatiq.set_broker(broker)
