@@ -344,7 +344,7 @@ def main() -> None:
             results[OURS].append(_ours(redis, args))
             log(f"   {results[OURS][-1]}")
             for peer in peers:
-                log(f"-- run {i + 1}/{args.runs}: {peer}")
+                log(f"-- run {i + 1}/{args.runs}: {peer} (load {loadavg()})")
                 results[peer].append(_theirs(redis, args, peer))
     load_end = loadavg()
     doc = {
