@@ -64,13 +64,18 @@ async def _continue(store: Store, batch: list[Continuation]) -> None:
         jobs.extend(steps.jobs)
         arrivals.extend(steps.arrivals)
     while arrivals:
-        arrival = arrivals.pop()
-        results = await store.group_arrive(
-            arrival.group_id, arrival.index, arrival.size, arrival.result, WORKFLOW_KEEP
-        )
-        if results is not None:
+        # every arrival of the batch in one store call: a group of many
+        # members finishing together costs one round trip, not one each
+        completed = await store.group_arrive(arrivals, WORKFLOW_KEEP)
+        fired: set[str] = set()
+        next_arrivals: list[Arrival] = []
+        for arrival, results in zip(arrivals, completed, strict=True):
+            if results is None or arrival.group_id in fired:
+                continue
+            fired.add(arrival.group_id)  # what follows it once, not per arrival
             then: Steps = after_group(arrival, results)
             jobs.extend(then.jobs)
-            arrivals.extend(then.arrivals)
+            next_arrivals.extend(then.arrivals)
+        arrivals = next_arrivals
     if jobs:
         await store.enqueue_many(jobs)

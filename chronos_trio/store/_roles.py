@@ -93,6 +93,7 @@ from ..records._jobs import (
     LeaseRef,
     NewJob,
 )
+from ..records._workflow import Arrival
 
 
 class SettleKind(enum.StrEnum):
@@ -902,13 +903,16 @@ class FlowRole(StoreRole):
 
     @abc.abstractmethod
     async def group_arrive(
-        self, group_id: str, index: int, size: int, result: bytes | None, ttl: float
-    ) -> list[bytes | None] | None:
-        """Record member ``index`` (of ``size``) of group ``group_id`` with its
-        ``result``; a second arrival of the same member changes nothing. The
-        members' results in member order once all ``size`` have arrived (on
-        every call from then on), else None. The group's record lasts
-        ``ttl`` seconds from its latest arrival. Raises StoreError."""
+        self, arrivals: Sequence[Arrival], ttl: float
+    ) -> list[list[bytes | None] | None]:
+        """Record group members' results, in order, in one step per store
+        round trip: each ``Arrival`` is member ``index`` (of ``size``) of
+        group ``group_id`` with its ``result``; a second arrival of the same
+        member changes nothing. Per arrival, the members' results in member
+        order once all ``size`` have arrived (from the arrival that completes
+        the group on, counting earlier arrivals of the same call), else None.
+        A group's record lasts ``ttl`` seconds from its latest arrival.
+        Raises StoreError."""
 
 
 class CheckRole(StoreRole):

@@ -31,7 +31,7 @@ from ..records._jobs import (
     NewJob,
 )
 from ..records._unique import Unique
-from ..records._workflow import WORKFLOW_KEEP
+from ..records._workflow import WORKFLOW_KEEP, Arrival
 from . import _memory_check, _memory_damage, _memory_unique, _partitioning
 from ._partitioning import partition_of, share_by_weight
 from ._roles import (
@@ -439,20 +439,22 @@ class MemoryStore(Store):
         await trio.lowlevel.checkpoint()
 
     async def group_arrive(
-        self, group_id: str, index: int, size: int, result: bytes | None, ttl: float
-    ) -> list[bytes | None] | None:
+        self, arrivals: Sequence[Arrival], ttl: float
+    ) -> list[list[bytes | None] | None]:
         await trio.lowlevel.checkpoint()
         now = self._clock()
-        entry = self._groups.get(group_id)
-        if entry is None or entry[0] <= now:
-            entry = (now + ttl, size, {})
-        # every arrival keeps the group another ttl (a member re-run late)
-        entry = self._groups[group_id] = (now + ttl, entry[1], entry[2])
-        results = entry[2]
-        results.setdefault(index, result)
-        if len(results) < entry[1]:
-            return None
-        return [results.get(k) for k in range(entry[1])]
+        out: list[list[bytes | None] | None] = []
+        for a in arrivals:
+            entry = self._groups.get(a.group_id)
+            if entry is None or entry[0] <= now:
+                entry = (now + ttl, a.size, {})
+            # every arrival keeps the group another ttl (a member re-run late)
+            entry = self._groups[a.group_id] = (now + ttl, entry[1], entry[2])
+            results = entry[2]
+            results.setdefault(a.index, a.result)
+            done = len(results) >= entry[1]
+            out.append([results.get(k) for k in range(entry[1])] if done else None)
+        return out
 
     # -- hot path ----------------------------------------------------------------------
     async def promote_due(self, queues: Sequence[str], limit: int) -> PromoteResult:

@@ -46,6 +46,7 @@ import trio
 
 from ..records._jobs import JobRef, JobState, LeasedJob, LeaseRef, NewJob
 from ..records._unique import Unique
+from ..records._workflow import Arrival
 from ..store._partitioning import partition_of
 from ..store._roles import (
     AdminRole,
@@ -1036,13 +1037,19 @@ async def check_continuations_come_from_the_fenced_success_only(fresh: Fresh) ->
 @check(WorkerRole, FlowRole)
 async def check_a_group_completes_once_with_results_in_member_order(fresh: Fresh) -> None:
     store = await fresh()
-    assert await store.group_arrive("g1", 2, 3, b'"c"', 60.0) is None
-    assert await store.group_arrive("g1", 2, 3, b'"changed"', 60.0) is None, "arrivals repeat"
-    assert await store.group_arrive("g1", 0, 3, None, 60.0) is None
-    done = await store.group_arrive("g1", 1, 3, b'"b"', 60.0)
-    assert done == [None, b'"b"', b'"c"']
-    assert await store.group_arrive("g1", 1, 3, b'"b"', 60.0) == done, "complete from then on"
-    assert await store.group_arrive("g2", 0, 1, b"1", 60.0) == [b"1"], "groups are apart"
+    def arrive(*args: tuple[str, int, int, bytes | None]) -> list[Arrival]:
+        return [Arrival(g, i, n, r, None) for g, i, n, r in args]
+
+    assert await store.group_arrive(arrive(("g1", 2, 3, b'"c"')), 60.0) == [None]
+    again = await store.group_arrive(arrive(("g1", 2, 3, b'"x"'), ("g1", 0, 3, None)), 60.0)
+    assert again == [None, None], "an arrival repeated changes nothing"
+    done = [None, b'"b"', b'"c"']
+    # the completing arrival, and every one after it (in the same call too)
+    got = await store.group_arrive(
+        arrive(("g1", 1, 3, b'"b"'), ("g1", 1, 3, b'"b"'), ("g2", 0, 1, b"1")), 60.0
+    )
+    assert got == [done, done, [b"1"]], "complete from then on; groups are apart"
+    assert await store.group_arrive([], 60.0) == []
 
 
 @check(WorkerRole, FlowRole)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import trio
 
+from ...records._workflow import Arrival
 from .._roles import Continuation
 from . import _scripts as S
 from ._codec import ident
@@ -65,14 +66,24 @@ async def wait_continuations(ctx: StoreContext, timeout: float) -> None:
 
 
 async def group_arrive(
-    ctx: StoreContext, group_id: str, index: int, size: int, result: bytes | None, ttl: float
-) -> list[bytes | None] | None:
-    key = ctx.keys.group(group_id)
-    value = b"-" if result is None else b"=" + result
+    ctx: StoreContext, arrivals: Sequence[Arrival], ttl: float
+) -> list[list[bytes | None] | None]:
+    """One ``group_arrive.lua`` per arrival, all in one round trip (per node
+    on a Cluster; the calls of one group run in their order)."""
+    if not arrivals:
+        return []
     ttl_ms = max(1, math.ceil(ttl * 1000))
-    (reply,) = await ctx.adapter.execute(
-        [Op.script_call(S.GROUP_ARRIVE, [key], [index, size, value, ttl_ms])]
+    replies = await ctx.adapter.execute(
+        [
+            Op.script_call(
+                S.GROUP_ARRIVE,
+                [ctx.keys.group(a.group_id)],
+                [a.index, a.size, b"-" if a.result is None else b"=" + a.result, ttl_ms],
+            )
+            for a in arrivals
+        ]
     )
-    if not reply:
-        return None
-    return [None if not v or v == b"-" else bytes(v[1:]) for v in reply]
+    return [
+        [None if not v or v == b"-" else bytes(v[1:]) for v in reply] if reply else None
+        for reply in replies
+    ]

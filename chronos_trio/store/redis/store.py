@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ...records._jobs import EnqueueResult, Job, JobOutcome, JobRef, JobState, LeaseRef, NewJob
+from ...records._workflow import Arrival
 from .._roles import (
     LEASE_GRACE,
     CheckReport,
@@ -359,9 +360,9 @@ class RedisStore(Store):
         await _flow.wait_continuations(self._ctx, timeout)
 
     async def group_arrive(
-        self, group_id: str, index: int, size: int, result: bytes | None, ttl: float
-    ) -> list[bytes | None] | None:
-        return await _flow.group_arrive(self._ctx, group_id, index, size, result, ttl)
+        self, arrivals: Sequence[Arrival], ttl: float
+    ) -> list[list[bytes | None] | None]:
+        return await _flow.group_arrive(self._ctx, arrivals, ttl)
 
     async def check(
         self,
