@@ -283,3 +283,23 @@ async def test_a_job_shows_what_waits_behind_it(backend: Backend, clock: object)
     assert describe(None) == "-" and describe("{").startswith("a damaged")
     member = '{"grp":"w.1","i":0,"n":2,"after":{"seq":[{"job":{"id":"w.2","kind":"total"}}]}}'
     assert describe(member) == "member 0 of group w.1 (2 in all) -> total (w.2)"
+
+
+async def test_waiting_on_a_flow_reports_the_step_that_failed(
+    backend: Backend, clock: object
+) -> None:
+    from chronos_trio import JobFailed, ResultTimeout
+
+    app, _, _ = flow_app(backend.store())
+    add = t(app, "add")
+    app.broken.add(2)  # type: ignore[attr-defined]
+    async with app.open_worker(**backend.timing(poll_interval=0.5)):
+        started = await app.enqueue_workflow(chain(add.s(1), add.s(), add.s()), workflow_id="f")
+        with trio.fail_after(backend.pick(memory=60, redis=20)):
+            # the waiter follows the flow step by step: the dead step's error, not a timeout
+            with pytest.raises(JobFailed) as failed:
+                await started.result(timeout=15)
+            assert failed.value.job_id == "f.1"
+        slow = await app.enqueue_workflow(chain(add.s(5), add.s(), add.s()), workflow_id="g")
+        with pytest.raises(ResultTimeout):
+            await slow.result(timeout=0.0)

@@ -25,7 +25,7 @@ from ..records._options import (
 from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES, new_job_id
 from ..records._retry import RetryPolicy
 from ..records._unique import Unique, unique_of
-from ..records._workflow import Chain, FlowStep, Group, final_job_id
+from ..records._workflow import Chain, FlowStep, Group, final_job_id, predecessors
 from ..records._workflow import start as start_workflow
 from ..runtime._config import WorkerConfig
 from ..runtime._registry import DeadLetterHook, Lifespan, Middleware, Registry
@@ -294,7 +294,7 @@ class App:
                 step = step.links[-1]
             assert isinstance(step, FlowStep)
             final = JobHandle(last, False, 0.0, None, None, step.queue, step.kind, self)
-        return Workflow(wid, final)
+        return Workflow(wid, final, predecessors(workflow, wid))
 
     async def enqueue(
         self, kind: str, payload: Any, **options: Unpack[EnqueueOptions]

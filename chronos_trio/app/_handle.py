@@ -4,6 +4,7 @@ read a job's status and wait for its typed result."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
@@ -99,6 +100,11 @@ class JobHandle(HandleFields, Generic[R]):
                 assert timeout is not None
                 raise timed_out(self.job_id, timeout, found)
 
+    def sibling(self, job_id: str) -> JobHandle[Any]:
+        """A handle on another job of the same host (a workflow's steps);
+        its queue is looked up."""
+        return JobHandle(job_id, False, 0.0, None, None, None, "", self.host)
+
     def _decode(self, found: JobOutcome) -> R:
         return result_of(found, self.job_id, self.kind, self.host.result_type_of)  # type: ignore[no-any-return]
 
@@ -108,34 +114,60 @@ class JobHandle(HandleFields, Generic[R]):
 
 @attrs.frozen
 class Workflow:
-    """A started workflow: its ID, and ``final``, the handle of its last
-    step (None when it ends with a group)."""
+    """A started workflow: its ID, ``final``, the handle of its last step
+    (None when it ends with a group), and ``waits_on``: each job ID and the
+    job IDs whose success makes it appear."""
 
     id: str
     final: JobHandle[Any] | None
+    waits_on: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, repr=False)
 
     async def result(self, timeout: float | None = None) -> Any:
         """The last step's result once the whole flow ran (see
-        :meth:`JobHandle.result`). The last step's job exists only once
-        everything before it succeeded: until then this looks again, every
-        50 ms at first and at most every second. Raises what
-        ``JobHandle.result`` raises (ResultTimeout when the flow has not
-        finished in time; it goes on), and ValueError for a flow that ends
-        with a group."""
-        if self.final is None:
+        :meth:`JobHandle.result`). The last step's job exists only once the
+        steps before it succeeded: this waits for those (pushed by the store,
+        as ``JobHandle.result`` waits, step by step back along the flow),
+        then looks for it every few milliseconds until the continuer has
+        made it. Raises what ``JobHandle.result`` raises (JobFailed for a
+        step that failed: the flow stops there; ResultTimeout when it has
+        not finished in time: it goes on), and ValueError for a flow that
+        ends with a group."""
+        final = self.final
+        if final is None:
             raise ValueError(f"workflow {self.id} ends with a group: follow its members")
         check_wait_timeout(timeout)
         deadline = math.inf if timeout is None else trio.current_time() + timeout
-        pause = 0.05
+        try:
+            return await self._outcome(final, deadline)
+        except _Late:
+            raise ResultTimeout(
+                f"workflow {self.id} did not finish within {timeout:g}s", final.job_id
+            ) from None
+
+    async def _outcome(self, handle: JobHandle[Any], deadline: float) -> Any:
+        """``handle``'s result, waiting first for the jobs it waits on when it
+        does not exist yet. _Late past the deadline."""
+        pause = 0.002
+        waited = False
         while True:
             left = deadline - trio.current_time()
+            if left <= 0:
+                raise _Late
             try:
-                return await self.final.result(timeout=None if left == math.inf else left)
+                return await handle.result(timeout=None if left == math.inf else left)
+            except ResultTimeout:
+                raise _Late from None
             except JobNotFound:
-                if trio.current_time() + pause > deadline:
-                    raise ResultTimeout(
-                        f"workflow {self.id} did not reach its last step within {timeout:g}s",
-                        self.final.job_id,
-                    ) from None
-            await trio.sleep(pause)
-            pause = min(1.0, pause * 2)
+                if not waited:
+                    # not made yet: wait (pushed) for the jobs whose success makes it
+                    for before in self.waits_on.get(handle.job_id, ()):
+                        await self._outcome(handle.sibling(before), deadline)
+                    waited = True
+                    continue
+            # its predecessors succeeded: the continuer makes it within moments
+            await trio.sleep(min(pause, max(0.0, deadline - trio.current_time())))
+            pause = min(0.1, pause * 2)
+
+
+class _Late(Exception):
+    """The workflow's deadline passed."""

@@ -201,6 +201,31 @@ def final_job_id(node: Node, workflow_id: str) -> str | None:
     return path if isinstance(n, FlowStep) else None
 
 
+def predecessors(node: Node, workflow_id: str) -> dict[str, tuple[str, ...]]:
+    """Each job ID of a workflow and the job IDs whose success makes it
+    appear (the last jobs of the link before it; none for a first job)."""
+    out: dict[str, tuple[str, ...]] = {}
+    _preds(node, workflow_id, (), out)
+    return out
+
+
+def _preds(
+    node: Node, path: str, before: tuple[str, ...], out: dict[str, tuple[str, ...]]
+) -> tuple[str, ...]:
+    """Fill ``out`` for ``node`` at ``path`` after ``before``; returns its last jobs."""
+    if isinstance(node, FlowStep):
+        out[path] = before
+        return (path,)
+    if isinstance(node, Chain):
+        for k, link in enumerate(node.links):
+            before = _preds(link, f"{path}.{k}", before, out)
+        return before
+    lasts: tuple[str, ...] = ()
+    for k, member in enumerate(node.members):
+        lasts += _preds(member, f"{path}.{k}", before, out)
+    return lasts
+
+
 def advance(then: str, result: bytes | None) -> Steps:
     """What a job's continuation ``then`` asks for now that it succeeded with
     ``result`` (ValueError naming the problem for a damaged continuation)."""
