@@ -262,6 +262,42 @@ async def test_kill_9_after_a_member_ran_but_before_its_settle(
     assert "code=-9" in manager.log()
 
 
+async def test_kill_9_after_a_member_s_settle_before_its_continuation(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A member settles (its outbox entry is written with the settle), then
+    its process dies before its continuer handles the entry (kill -9 from
+    inside the continuer, deterministic): another continuer's sweep finds
+    the entry, and the callback fires once, with every result."""
+    from chronos_trio import chain, group
+
+    monkeypatch.setenv("WF_KILL_IN_CONTINUER", "wfc.0.2")
+    monkeypatch.setenv("WF_KILL_MARK", str(tmp_path / "killed"))
+    manager = Manager(redis_url, tmp_path, "--concurrency", "8")
+    producer = make_app(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    member, callback = producer.tasks["tests.wf_member"], producer.tasks["tests.wf_callback"]
+    flow = chain(group(*(member.s(k) for k in range(6))), callback.s())
+    try:
+        with trio.fail_after(90):
+            await manager.wait_ready()
+            await producer.enqueue_workflow(flow, workflow_id="wfc")
+            while client.llen("wf:callbacks") < 1:
+                assert manager.proc.poll() is None, manager.log()
+                await trio.sleep(0.1)
+            await trio.sleep(2 * LEASE)
+            manager.proc.send_signal(signal.SIGTERM)
+            assert await manager.wait_exit() == EXIT_OK
+    finally:
+        manager.close()
+        await producer.aclose()
+    assert [x.decode() for x in client.lrange("wf:callbacks", 0, -1)] == ["wfc.1 15"]
+    ran = collections.Counter(x.decode().split()[0] for x in client.lrange("wf:done", 0, -1))
+    assert all(ran[f"wfc.0.{k}"] >= 1 for k in range(6))
+    assert "code=-9" in manager.log(), "a continuer died with the entry in hand"
+    assert (tmp_path / "killed").exists()
+
+
 async def test_sigterm_drains_and_exits_zero(redis_url: str, tmp_path: Path) -> None:
     grace = 5.0
     manager = Manager(
