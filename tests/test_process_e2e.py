@@ -227,39 +227,50 @@ async def test_kill_9_mid_workflow_fires_every_callback_exactly_once(
     assert f"worker process exited index=0 pid={victim} code=-9" in manager.log()
 
 
+async def run_one_chord(
+    redis_url: str, tmp_path: Path, workflow_id: str, members: int
+) -> tuple[list[str], collections.Counter[str], str]:
+    """One chord (``members`` tests.wf_member, then tests.wf_callback) through
+    a two-process manager, until its callback ran and 2 leases more; then
+    SIGTERM. The callbacks recorded, the members' finished runs, the log."""
+    from chronos_trio import chain, group
+
+    manager = Manager(redis_url, tmp_path, "--concurrency", "8")
+    producer = make_app(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    member, callback = producer.tasks["tests.wf_member"], producer.tasks["tests.wf_callback"]
+    flow = chain(group(*(member.s(k) for k in range(members))), callback.s())
+    try:
+        with trio.fail_after(90):
+            await manager.wait_ready()
+            await producer.enqueue_workflow(flow, workflow_id=workflow_id)
+            while client.llen("wf:callbacks") < 1:
+                assert manager.proc.poll() is None, manager.log()
+                await trio.sleep(0.1)
+            await trio.sleep(2 * LEASE)  # room for a duplicate to show up
+            manager.proc.send_signal(signal.SIGTERM)
+            assert await manager.wait_exit() == EXIT_OK
+    finally:
+        manager.close()
+        await producer.aclose()
+    fired = [x.decode() for x in client.lrange("wf:callbacks", 0, -1)]
+    ran = collections.Counter(x.decode().split()[0] for x in client.lrange("wf:done", 0, -1))
+    return fired, ran, manager.log()
+
+
 async def test_kill_9_after_a_member_ran_but_before_its_settle(
     redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A member's handler finishes its work and its process dies before the
     settle (kill -9 from inside, deterministic): the lease expires, the
     member runs again elsewhere, and the callback fires once."""
-    from chronos_trio import chain, group
-
     monkeypatch.setenv("WF_KILL_AFTER", "wfk.0.3")
-    manager = Manager(redis_url, tmp_path, "--concurrency", "8")
-    producer = make_app(redis_url)
-    client = redis.Redis.from_url(redis_url)
-    member, callback = producer.tasks["tests.wf_member"], producer.tasks["tests.wf_callback"]
-    flow = chain(group(*(member.s(k) for k in range(6))), callback.s())
-    try:
-        with trio.fail_after(90):
-            await manager.wait_ready()
-            await producer.enqueue_workflow(flow, workflow_id="wfk")
-            while client.llen("wf:callbacks") < 1:
-                assert manager.proc.poll() is None, manager.log()
-                await trio.sleep(0.1)
-            await trio.sleep(2 * LEASE)
-            manager.proc.send_signal(signal.SIGTERM)
-            assert await manager.wait_exit() == EXIT_OK
-    finally:
-        manager.close()
-        await producer.aclose()
-    assert [x.decode() for x in client.lrange("wf:callbacks", 0, -1)] == ["wfk.1 15"]
-    ran = collections.Counter(x.decode().split()[0] for x in client.lrange("wf:done", 0, -1))
+    fired, ran, log = await run_one_chord(redis_url, tmp_path, "wfk", 6)
+    assert fired == ["wfk.1 15"]
     assert ran["wfk.0.3"] >= 2, "the killed member ran again"
     # the others ran at least once (those whose settles died with it, again)
     assert all(ran[f"wfk.0.{k}"] >= 1 for k in range(6))
-    assert "code=-9" in manager.log()
+    assert "code=-9" in log
 
 
 async def test_kill_9_after_a_member_s_settle_before_its_continuation(
@@ -269,32 +280,12 @@ async def test_kill_9_after_a_member_s_settle_before_its_continuation(
     its process dies before its continuer handles the entry (kill -9 from
     inside the continuer, deterministic): another continuer's sweep finds
     the entry, and the callback fires once, with every result."""
-    from chronos_trio import chain, group
-
     monkeypatch.setenv("WF_KILL_IN_CONTINUER", "wfc.0.2")
     monkeypatch.setenv("WF_KILL_MARK", str(tmp_path / "killed"))
-    manager = Manager(redis_url, tmp_path, "--concurrency", "8")
-    producer = make_app(redis_url)
-    client = redis.Redis.from_url(redis_url)
-    member, callback = producer.tasks["tests.wf_member"], producer.tasks["tests.wf_callback"]
-    flow = chain(group(*(member.s(k) for k in range(6))), callback.s())
-    try:
-        with trio.fail_after(90):
-            await manager.wait_ready()
-            await producer.enqueue_workflow(flow, workflow_id="wfc")
-            while client.llen("wf:callbacks") < 1:
-                assert manager.proc.poll() is None, manager.log()
-                await trio.sleep(0.1)
-            await trio.sleep(2 * LEASE)
-            manager.proc.send_signal(signal.SIGTERM)
-            assert await manager.wait_exit() == EXIT_OK
-    finally:
-        manager.close()
-        await producer.aclose()
-    assert [x.decode() for x in client.lrange("wf:callbacks", 0, -1)] == ["wfc.1 15"]
-    ran = collections.Counter(x.decode().split()[0] for x in client.lrange("wf:done", 0, -1))
+    fired, ran, log = await run_one_chord(redis_url, tmp_path, "wfc", 6)
+    assert fired == ["wfc.1 15"]
     assert all(ran[f"wfc.0.{k}"] >= 1 for k in range(6))
-    assert "code=-9" in manager.log(), "a continuer died with the entry in hand"
+    assert "code=-9" in log, "a continuer died with the entry in hand"
     assert (tmp_path / "killed").exists()
 
 

@@ -34,8 +34,10 @@ async def run(
 ) -> None:
     store = rt.store
     task_status.started()
-    if not isinstance(store, FlowRole):  # pragma: no cover - every Store is one
-        await trio.sleep_forever()  # a store without workflows: nothing to continue
+    if not isinstance(store, FlowRole):
+        # a third-party store may offer only the roles a worker requires
+        # (not FlowRole): its jobs have no workflows to continue
+        await trio.sleep_forever()
     queues = rt.config.queue_names
     backoff = Backoff(log, "continuer")
     while True:

@@ -102,12 +102,14 @@ def first_line(text: str, width: int = 60) -> str:
 _KEPT = f" (a workflow job: kept {WORKFLOW_KEEP / 3600:g} h after it succeeds)"
 
 
-def _is_json(text: str) -> bool:
+def _then_json(text: str | None) -> Any:
+    """A continuation as JSON for ``--json`` (its text when it is not JSON)."""
+    if not text:
+        return None
     try:
-        json.loads(text)
+        return json.loads(text)
     except ValueError:
-        return False
-    return True
+        return text
 
 
 # -- JSON shapes ------------------------------------------------------------------
@@ -133,7 +135,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "payload": payload_view(job),
         "headers": dict(job.headers),
         # a workflow job's continuation (what waits behind it), as stored
-        "then": json.loads(job.then) if job.then and _is_json(job.then) else job.then,
+        "then": _then_json(job.then),
         # a succeeded job's stored result (None: none kept), and until when
         "result": result_view(job),
         "result_until": iso(job.result_until),

@@ -29,8 +29,15 @@ MAX_DEPTH = 16
 MAX_JOBS = 10_000
 MAX_CONTINUATION_BYTES = 64 * 1024
 
-#: A link's payload when it takes its predecessor's result.
-FROM_PREVIOUS = None
+
+class _FromPrevious:
+    def __repr__(self) -> str:
+        return "FROM_PREVIOUS"
+
+
+#: A link's payload when it takes its predecessor's result (a sentinel, so
+#: that None stays a payload of its own).
+FROM_PREVIOUS: Any = _FromPrevious()
 
 
 @attrs.frozen

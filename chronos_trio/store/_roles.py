@@ -887,7 +887,8 @@ class FlowRole(StoreRole):
 
     @abc.abstractmethod
     async def continuations(self, queues: Sequence[str], limit: int) -> list[Continuation]:
-        """Up to ``limit`` outbox entries of ``queues`` (oldest first), left in
+        """Up to ``limit`` outbox entries of ``queues`` (oldest first within a
+        partition; a Redis store reads ``limit`` of each partition), left in
         the outbox until :meth:`finish_continuations`: a continuer that dies
         before then leaves them for the next. Raises StoreError."""
 

@@ -342,7 +342,7 @@ class MemoryStore(Store):
             active = self._active(new.queue)
             run_at = new.run_at if new.run_at is not None else now + max(0.0, new.delay)
             if new.unique is not None:
-                claim, holder_id, holder = self._unique.claim(new, now, self._find_pending)
+                claim, holder_id, holder = self._unique.claim(new, now, self._job_of)
                 if claim is _memory_unique.Claim.DUPLICATE:
                     results.append(self._held_result(new, holder_id, holder, active))
                     continue
@@ -387,7 +387,7 @@ class MemoryStore(Store):
     def _active(self, queue: str) -> QueueVersion:
         return next(v for v in self._versions(queue) if v.state is VersionState.ACTIVE)
 
-    def _find_pending(self, job_id: str) -> Job | None:
+    def _job_of(self, job_id: str) -> Job | None:
         rec = self._records.get(job_id)
         return None if rec is None else rec.job
 

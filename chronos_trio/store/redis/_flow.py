@@ -43,7 +43,6 @@ async def continuations(
                     reply[k + 2] or None,
                 )
             )
-    out.sort(key=lambda c: c.job_id)
     return out[:limit]
 
 
