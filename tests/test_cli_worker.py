@@ -117,11 +117,20 @@ def test_worker_help_states_the_real_defaults() -> None:
             elif capped := re.fullmatch(r"lease/(\d+), at most (\d+)", stated):
                 expected = min(float(capped.group(2)), lease / int(capped.group(1)))
                 assert actual == expected, (dest, stated, lease, actual)
+            elif stated.startswith("off: "):
+                assert actual is False, (dest, stated, actual)
             else:
                 assert dest == "queues", f"--{dest}: cannot read the default {stated!r}"
                 assert parse_queues(stated) == actual, (dest, stated, actual)
         checked.add(dest)
     assert {"poll_interval", "recover_interval"} <= checked
+
+
+def test_strict_reaches_the_worker_config() -> None:
+    assert _config().strict_priority is False
+    config = _config("--queues", "high=1,low=1000", "--strict")
+    assert config.strict_priority is True
+    assert [q.name for q in config.queues] == ["high", "low"]
 
 
 @pytest.mark.parametrize(("args", "code", "message"), BAD_INPUT)

@@ -24,10 +24,16 @@ class DamagingStore(MemoryStore):
         self.field, self.value = field, value
 
     async def lease(
-        self, queues: Sequence[QueueWeight], count: int, *, worker_id: str, lease_duration: float
+        self,
+        queues: Sequence[QueueWeight],
+        count: int,
+        *,
+        worker_id: str,
+        lease_duration: float,
+        strict: bool = False,
     ) -> list[LeasedJob]:
         batch = await super().lease(
-            queues, count, worker_id=worker_id, lease_duration=lease_duration
+            queues, count, worker_id=worker_id, lease_duration=lease_duration, strict=strict
         )
         return [
             LeasedJob(attrs.evolve(lj.job, **{self.field: self.value}), lj.token, lj.expires_at)

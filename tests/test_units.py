@@ -19,7 +19,7 @@ from chronos_trio import PayloadError, RetryPolicy, parse_queues
 from chronos_trio.records import _codec
 from chronos_trio.records._codec import decode_payload, encode_payload
 from chronos_trio.runtime import RestartWindow
-from chronos_trio.store import QueueWeight, share_by_weight
+from chronos_trio.store import QueueWeight, share_by_weight, share_strictly
 
 
 class Color(enum.Enum):
@@ -290,6 +290,32 @@ def test_share_by_weight_fills_without_overdrawing(
     shares = share_by_weight(queues, count, avail)
     assert sum(shares.values()) == min(count, sum(avail.values()))
     assert all(0 < n <= avail[name] for name, n in shares.items())
+
+
+@given(
+    st.lists(st.integers(min_value=1, max_value=10), min_size=1, max_size=5),
+    st.lists(st.integers(min_value=0, max_value=100), min_size=5, max_size=5),
+    st.integers(min_value=0, max_value=300),
+)
+def test_share_strictly_drains_in_list_order(
+    weights: list[int], available: list[int], count: int
+) -> None:
+    queues = [QueueWeight(f"q{i}", w) for i, w in enumerate(weights)]
+    avail = {q.name: available[i] for i, q in enumerate(queues)}
+    shares = share_strictly(queues, count, avail)
+    assert sum(shares.values()) == min(count, sum(avail.values()))
+    assert all(0 < n <= avail[name] for name, n in shares.items())
+    # a queue gets a slot only when every queue before it gave all it had
+    for i, q in enumerate(queues):
+        if shares.get(q.name):
+            assert all(shares.get(p.name, 0) == avail[p.name] for p in queues[:i])
+
+
+def test_share_strictly_ignores_weights() -> None:
+    queues = [QueueWeight("high", 1), QueueWeight("low", 1000)]
+    assert share_strictly(queues, 10, {"high": 3, "low": 50}) == {"high": 3, "low": 7}
+    assert share_strictly(queues, 10, {"high": 30, "low": 50}) == {"high": 10}
+    assert share_by_weight(queues, 10, {"high": 30, "low": 50})["high"] >= 1
 
 
 def test_store_url_dispatch() -> None:

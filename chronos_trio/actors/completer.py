@@ -99,9 +99,12 @@ def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool) -> None:
         )
         if events.wants(JobRetried):
             events.publish(JobRetried(job, duration or 0.0, outcome.error, outcome.retry_delay))
-    elif kind is SettleKind.DEAD:
+    elif kind is SettleKind.DEAD or kind is SettleKind.DISCARD:
         rt.counters.dead += 1
-        # The job as the store now holds it, without another round trip.
+        if kind is SettleKind.DISCARD:
+            rt.counters.discarded += 1
+        # The job as the store now holds it (or, discarded, as it ended),
+        # without another round trip.
         dead = attrs.evolve(
             job, state=JobState.DEAD, last_error=outcome.error, lease_token="", lease_owner=""
         )

@@ -5,6 +5,9 @@ Outcomes: return -> succeeded; exception -> retry with backoff, or dead when
 the attempts are used up; ``SkipRetry`` -> dead at once; timeout -> cancelled
 and counted as a failure; unknown kind or undecodable payload -> dead with a
 clear error; lease lost -> cancelled and forgotten (another worker owns it).
+Dead becomes discard (deleted, not kept dead) for a task registered with
+``discard_dead``; a success is retained for its task's ``retain_succeeded``,
+else the worker's.
 
 Cost per job matters here (it is most of a no-op job's CPU), so nothing is
 built per job that can live per executor: each executor runs its handlers
@@ -21,6 +24,7 @@ import math
 import traceback
 from typing import Any
 
+import attrs
 import trio
 
 from ..records._codec import decode_payload, encode_payload
@@ -170,6 +174,8 @@ async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog, dispatch: Dispa
             while not slot.scope.cancel_called:
                 running = await dispatch.next(slot.scope)
                 outcome = await _run_handler(rt, running, slot, watchdog)
+                if outcome.kind is SettleKind.DEAD:
+                    outcome = _discarding(rt, running.leased.job, outcome)
                 table.decide(running, outcome)
                 running = None
         # Only this executor's scope being cancelled gets here: the running
@@ -177,7 +183,10 @@ async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog, dispatch: Dispa
         # cancel arrived after the handler returned (it is None; a job is
         # never started in a cancelled scope).
         if running is not None:
-            table.decide(running, _interrupted(rt, running))
+            interrupted = _interrupted(rt, running)
+            if interrupted is not None and interrupted.kind is SettleKind.DEAD:
+                interrupted = _discarding(rt, running.leased.job, interrupted)
+            table.decide(running, interrupted)
 
 
 async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog) -> Settlement:
@@ -270,7 +279,7 @@ def _success(rt: Runtime, task: TaskSpec, ref: LeaseRef, value: object) -> Settl
     task's return annotation (none kept without one). A result that does not
     encode, or is over the size limit, fails the job for good (dead): its
     side effects are done, so running it again would repeat them."""
-    retain = rt.config.retain_succeeded
+    retain = rt.config.retain_succeeded if task.retain_succeeded is None else task.retain_succeeded
     if task.result_type is None or task.result_ttl <= 0:
         return Settlement(ref, SettleKind.SUCCEEDED, retain_for=retain)
     try:
@@ -290,6 +299,16 @@ def _success(rt: Runtime, task: TaskSpec, ref: LeaseRef, value: object) -> Settl
     return Settlement(
         ref, SettleKind.SUCCEEDED, retain_for=retain, result=data, result_ttl=task.result_ttl
     )
+
+
+def _discarding(rt: Runtime, job: Job, dead: Settlement) -> Settlement:
+    """``dead`` as a DISCARD when the job's task discards its dead jobs
+    (``discard_dead``): deleted, not kept dead. A job of no registered task
+    (or of a damaged kind) stays DEAD."""
+    task = rt.registry.tasks.get(job.kind) if type(job.kind) is str else None
+    if task is not None and task.discard_dead:
+        return attrs.evolve(dead, kind=SettleKind.DISCARD)
+    return dead
 
 
 def _damage(job: Job) -> str | None:

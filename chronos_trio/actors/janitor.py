@@ -2,7 +2,9 @@
 
 A singleton duty: it trims only while this worker is the elected leader, and
 then every queue the store knows (not just this worker's), so a queue that
-the leader does not consume is still kept bounded."""
+the leader does not consume is still kept bounded. The per-queue cap on
+retained successes (``max_retained_succeeded``) is enforced here, so it holds
+within one ``janitor_interval``; queues that share a cap share one trim."""
 
 from __future__ import annotations
 
@@ -22,13 +24,22 @@ async def run(
         await rt.leadership.wait_value(lambda lead: lead is not None)
         try:
             queues = sorted(set(cfg.queue_names) | set(await rt.store.queues()))
-            trimmed = await rt.store.trim(
-                queues, dead_max_age=cfg.dead_max_age, dead_max_count=cfg.dead_max_count
-            )
+            by_cap: dict[int | None, list[str]] = {}
+            for queue in queues:
+                by_cap.setdefault(cfg.retained_cap(queue), []).append(queue)
+            trimmed = 0
+            for cap, capped in by_cap.items():
+                done = await rt.store.trim(
+                    capped,
+                    dead_max_age=cfg.dead_max_age,
+                    dead_max_count=cfg.dead_max_count,
+                    keep_succeeded=cap,
+                )
+                trimmed += done
+                rt.counters.trimmed += done
+                rt.report_aside(done)
         except StoreError as exc:
             log.warning("janitor: trim failed (%s); will retry next round", exc)
             continue
-        rt.counters.trimmed += trimmed
-        rt.report_aside(trimmed)
         if trimmed:
             log.info("janitor trimmed %d job(s)", trimmed)

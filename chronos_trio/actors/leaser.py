@@ -38,6 +38,7 @@ async def run(
             want,
             worker_id=cfg.worker_id,
             lease_duration=cfg.lease_duration,
+            strict=cfg.strict_priority,
         )
         rt.report_aside(batch)
         if not batch:

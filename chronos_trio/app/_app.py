@@ -7,6 +7,7 @@ from an App, so ``python -m chronos_trio worker module:app`` needs nothing else.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
@@ -120,6 +121,8 @@ class App:
         never_retry: Sequence[type[BaseException]] = (),
         result_ttl: float = DEFAULT_RESULT_TTL,
         unique: Unique | str | bool | None = None,
+        retain_succeeded: float | None = None,
+        discard_dead: bool = False,
     ) -> Callable[[Handler], Task[P]]:
         """Register ``handler(payload, job)`` under ``kind``: an ``async def``
         (runs on the event loop) or a plain ``def`` (runs in a worker thread,
@@ -133,7 +136,14 @@ class App:
         job at once; results are kept ``result_ttl`` seconds. ``unique``: its
         jobs' default (see :class:`~chronos_trio.Unique`; True derives the
         key from kind and payload, a str is the key); ``enqueue(unique=...)``
-        overrides it per job.
+        overrides it per job. ``retain_succeeded``: seconds its successes
+        stay inspectable, overriding the worker's option of that name (0:
+        dropped at once; None: the worker's). ``discard_dead``: a job that
+        fails for good (retries used up, ``SkipRetry``, a ``never_retry``
+        error, a result that does not encode) is deleted instead of kept in
+        the dead-letter index; the dead-letter hooks still run, with the job
+        as it ended. (A job the store dead-letters itself, as when its last
+        lease expires, is still kept dead: the store does not know tasks.)
 
         Raises ``TypeError`` for a function that cannot be a handler (not
         callable, a generator, not taking ``(payload, job)``) and
@@ -151,6 +161,13 @@ class App:
         if not result_ttl > 0:
             raise ValueError(f"result_ttl must be > 0 seconds, got {result_ttl!r}")
         unique_default = unique_of(unique)
+        if retain_succeeded is not None and not 0 <= retain_succeeded < math.inf:
+            raise ValueError(
+                f"retain_succeeded must be a finite number of seconds >= 0, "
+                f"got {retain_succeeded!r}"
+            )
+        if not isinstance(discard_dead, bool):
+            raise TypeError(f"discard_dead must be a bool, got {discard_dead!r}")
 
         def register(fn: Handler) -> Task[P]:
             if kind in self.registry.tasks:
@@ -170,6 +187,8 @@ class App:
                 never_retry=never,
                 max_result_bytes=self.max_payload_bytes,
                 unique=unique_default,
+                retain_succeeded=retain_succeeded,
+                discard_dead=discard_dead,
             )
             self.registry.tasks[kind] = spec
             return Task(self, spec)

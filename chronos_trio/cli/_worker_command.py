@@ -61,6 +61,7 @@ KILL_MARGIN = 6.0
 _OPTIONS = {
     "concurrency": "concurrency",
     "queues": "queues",
+    "strict": "strict_priority",
     "batch_size": "batch_size",
     "lease_duration": "lease_duration",
     "heartbeat_interval": "heartbeat_interval",
@@ -99,6 +100,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         type=_queues,
         help="queues and weights, e.g. critical=6,default=3,low=1 (default)",
+    )
+    worker.add_argument(
+        "--strict",
+        action="store_true",
+        default=None,
+        help="strict priority: lease from a queue only while every queue listed before it "
+        "in --queues has no ready job; weights are ignored (off: shares by weight)",
     )
     worker.add_argument(
         "--batch-size", metavar="N", type=int_at_least(1), help="jobs per lease call (64)"
@@ -247,11 +255,12 @@ async def _manager_main(
     finally:
         await app.aclose()  # the children open their own connections
     log.info(
-        "store reachable url=%s processes=%d concurrency=%d queues=%s",
+        "store reachable url=%s processes=%d concurrency=%d queues=%s%s",
         where,
         args.processes,
         config.concurrency,
         ",".join(f"{q.name}={q.weight}" for q in config.queues),
+        " (strict priority)" if config.strict_priority else "",
     )
     argv = list(args.argv)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -57,6 +58,21 @@ def parse_queues(spec: str | Mapping[str, int] | Iterable[Any]) -> tuple[QueueWe
     return tuple(items)
 
 
+def _retained_caps(value: int | Mapping[str, int] | None) -> int | Mapping[str, int] | None:
+    """``max_retained_succeeded``: None, one cap for every queue, or caps by
+    queue name (a read-only copy); each an int >= 0."""
+    if value is None:
+        return None
+    caps = value if isinstance(value, Mapping) else {"": value}
+    for name, cap in caps.items():
+        if type(cap) is not int or cap < 0:
+            where = f" for queue {name!r}" if isinstance(value, Mapping) else ""
+            raise ValueError(f"max_retained_succeeded{where} must be an int >= 0, got {cap!r}")
+    if isinstance(value, Mapping):
+        return types.MappingProxyType({str(k): v for k, v in value.items()})
+    return value
+
+
 def _positive(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
     if value is not None and not value > 0:
         raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
@@ -84,6 +100,10 @@ class WorkerConfig:
     queues: tuple[QueueWeight, ...] = attrs.field(
         default=(QueueWeight("default"),), converter=parse_queues
     )
+    #: Strict priority: ``queues`` in the order given, highest first; a
+    #: queue is leased from only while every queue before it has no ready
+    #: job (weights are ignored). False: shares by weight, no queue starves.
+    strict_priority: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     concurrency: int = attrs.field(default=16, validator=_positive)
     #: Plain-function handlers running in threads at once, at most (each
     #: also holds one of the ``concurrency`` places while it runs).
@@ -110,6 +130,13 @@ class WorkerConfig:
     shutdown_grace: float = attrs.field(default=10.0, validator=attrs.validators.ge(0))
     flush_timeout: float = attrs.field(default=5.0, validator=_positive)
     retain_succeeded: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
+    #: At most this many retained successes per queue (one cap for all, or
+    #: caps by queue name; a queue not named is not capped; None: no cap):
+    #: the janitor deletes those whose retention ends first beyond it, so a
+    #: queue may hold more for up to one ``janitor_interval``.
+    max_retained_succeeded: int | Mapping[str, int] | None = attrs.field(
+        default=None, converter=_retained_caps
+    )
     janitor_interval: float = attrs.field(default=60.0, validator=_positive)
     dead_max_age: float | None = attrs.field(default=7 * 86400.0, validator=_positive)
     dead_max_count: int | None = attrs.field(default=100_000, validator=_positive)
@@ -153,3 +180,8 @@ class WorkerConfig:
     @property
     def queue_names(self) -> list[str]:
         return [q.name for q in self.queues]
+
+    def retained_cap(self, queue: str) -> int | None:
+        """How many retained successes ``queue`` may keep (None: no cap)."""
+        caps = self.max_retained_succeeded
+        return caps.get(queue) if isinstance(caps, Mapping) else caps

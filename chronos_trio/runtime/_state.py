@@ -32,6 +32,8 @@ class Counters:
     succeeded: int = 0
     retried: int = 0
     dead: int = 0
+    #: Of ``dead``: jobs deleted instead of kept (``discard_dead`` tasks).
+    discarded: int = 0
     released: int = 0
     lost: int = 0
     recovered: int = 0

@@ -47,3 +47,9 @@ class TaskSpec:
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     #: The default of its jobs (None: not unique; see ``Unique``).
     unique: Unique | None = None
+    #: Seconds its successes stay retained (None: the worker's
+    #: ``retain_succeeded``).
+    retain_succeeded: float | None = None
+    #: A job that fails for good is dropped (SettleKind.DISCARD), not kept
+    #: dead; the dead-letter hooks still run.
+    discard_dead: bool = False

@@ -11,6 +11,7 @@ from ..records._public import fixup_module_metadata as _fixup
 from ..records._public import lazy_getattr as _lazy_getattr
 from ._partitioning import partition_of as partition_of
 from ._partitioning import share_by_weight as share_by_weight
+from ._partitioning import share_strictly as share_strictly
 from ._roles import DAMAGED_RECORD as DAMAGED_RECORD
 from ._roles import LEASE_GRACE as LEASE_GRACE
 from ._roles import NOTHING_SET_ASIDE as NOTHING_SET_ASIDE

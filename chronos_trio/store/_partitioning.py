@@ -67,3 +67,24 @@ def share_by_weight(
         if granted == 0:
             break
     return {name: n for name, n in shares.items() if n > 0}
+
+
+def share_strictly(
+    queues: Sequence[QueueWeight], count: int, available: Mapping[str, int]
+) -> dict[str, int]:
+    """Split ``count`` lease slots among ``queues`` by strict priority: the
+    first queue takes what it has ``available``, up to ``count``, then the
+    next one takes what is left, and so on, so a queue gets slots only when
+    every queue before it has given all its ready jobs. Weights are ignored,
+    except that a queue with weight <= 0 is skipped (as in
+    :func:`share_by_weight`)."""
+    shares: dict[str, int] = {}
+    remaining = count
+    for q in queues:
+        if remaining <= 0:
+            break
+        give = min(available.get(q.name, 0), remaining)
+        if give > 0 and q.weight > 0:
+            shares[q.name] = give
+            remaining -= give
+    return shares

@@ -103,6 +103,7 @@ class SettleKind(enum.StrEnum):
     RETRY = "retry"  # failed; run again ``retry_delay`` seconds from the store's now
     DEAD = "dead"  # failed for good: dead-letter it
     RELEASE = "release"  # not run (shutdown): back to ready at once, attempt not counted
+    DISCARD = "discard"  # failed for good, and not kept: deleted instead of dead-lettered
 
 
 @attrs.frozen
@@ -509,6 +510,7 @@ class WorkerRole(StoreRole):
         *,
         worker_id: str,
         lease_duration: float,
+        strict: bool = False,
     ) -> list[LeasedJob]:
         """Lease at most ``count`` ready jobs, oldest due first within a queue
         (however the queue is partitioned).
@@ -516,7 +518,11 @@ class WorkerRole(StoreRole):
         ``count`` is shared among the queues by weight
         (:func:`~chronos_trio.store.share_by_weight`); a share a queue cannot
         use goes to the others, so a batch comes back short only for want of
-        ready jobs (or when concurrent leasers took them first). Paused
+        ready jobs (or when concurrent leasers took them first). With
+        ``strict`` the queues are in priority order instead, weights ignored
+        (:func:`~chronos_trio.store.share_strictly`): a queue's jobs are
+        leased only once every queue before it has no ready job left to give
+        this call (as far as the store saw when the call began). Paused
         queues, queues with weight <= 0 and unknown queues are skipped;
         ``count`` <= 0 leases nothing. Each leased job's ``attempts`` grows by
         one and it gets ``worker_id`` as owner and a fresh fencing token,
@@ -559,8 +565,13 @@ class WorkerRole(StoreRole):
         ``retain_for`` (> 0) seconds have passed; RETRY records ``error`` and
         makes the job ``retry_wait``, due ``retry_delay`` seconds from now
         (a negative delay counts as 0); DEAD dead-letters it with ``error``
-        and its finish time; RELEASE returns it to ``ready`` at once with its
-        due time kept and gives back the attempt its lease took. Every
+        and its finish time; DISCARD deletes it instead (a failure nobody
+        keeps: in no dead index, never listed, counted, requeued or run; a
+        job with result waiters stays readable to them as ``dead`` with
+        ``error`` for as long as an unretained success would, then goes by
+        itself), releasing its unique lock as DEAD does; RELEASE returns it
+        to ``ready`` at once with its due time kept and gives back the
+        attempt its lease took. Every
         applied outcome clears the lease (token, owner, expiry). A lease
         whose record, held with that token, is damaged is dead-lettered
         instead, and one of a newer format is left alone: both report
@@ -709,15 +720,25 @@ class AdminRole(StoreRole):
 
     @abc.abstractmethod
     async def trim(
-        self, queues: Sequence[str], *, dead_max_age: float | None, dead_max_count: int | None
+        self,
+        queues: Sequence[str],
+        *,
+        dead_max_age: float | None,
+        dead_max_count: int | None,
+        keep_succeeded: int | None = None,
     ) -> int:
         """Delete the retained succeeded jobs of ``queues`` whose retention
         has passed, their dead jobs that finished ``dead_max_age`` or more
-        seconds ago, and the oldest dead jobs beyond ``dead_max_count`` per
-        queue (``dead_max_count`` 0: every dead job). None turns a limit
-        off. Returns how many jobs were deleted (a :class:`CountResult` on a
-        backend that sets records aside: only a record in the state of its
-        index is deleted; others are set aside, see the conventions).
+        seconds ago, the oldest dead jobs beyond ``dead_max_count`` per
+        queue (``dead_max_count`` 0: every dead job), and, beyond
+        ``keep_succeeded`` retained succeeded jobs per queue, those whose
+        retention ends first, retention left or not (with one retention
+        period for every job: the oldest; 0: every retained one). A job kept
+        only for its result or its waiters is not retained here (it goes
+        when they are done). None turns a limit off. Returns how many jobs
+        were deleted (a :class:`CountResult` on a backend that sets records
+        aside: only a record in the state of its index is deleted; others
+        are set aside, see the conventions).
 
         Raises StoreError when the store cannot be reached; some jobs may
         have been deleted then (trimming again is harmless).

@@ -33,7 +33,7 @@ from ..records._jobs import (
 from ..records._unique import Unique
 from ..records._workflow import WORKFLOW_KEEP, Arrival
 from . import _memory_check, _memory_damage, _memory_unique, _partitioning
-from ._partitioning import partition_of, share_by_weight
+from ._partitioning import partition_of, share_by_weight, share_strictly
 from ._roles import (
     LEASE_GRACE,
     NOTHING_SET_ASIDE,
@@ -97,6 +97,12 @@ class _Record:
     retain_until: float = 0.0
     #: A unique job's key and mode (see ``_memory_unique``).
     unique: Unique | None = None
+    #: A succeeded job retained for inspection (or a workflow's): what the
+    #: RedisStore indexes as succeeded, and ``keep_succeeded`` caps.
+    retained: bool = False
+    #: A discarded job kept only for its waiters (until ``retain_until``):
+    #: dead, but in no dead index (not listed, counted, requeued or run).
+    discarded: bool = False
 
 
 #: How long a finished job nothing keeps stays readable for its waiters (s).
@@ -486,6 +492,7 @@ class MemoryStore(Store):
         *,
         worker_id: str,
         lease_duration: float,
+        strict: bool = False,
     ) -> LeaseBatch:
         """A :class:`~chronos_trio.store.LeaseBatch`: the leased jobs and, in
         ``aside``, what the lease set aside (replaced by further ready jobs)."""
@@ -494,7 +501,7 @@ class MemoryStore(Store):
         aside = _Aside()
         active = [q for q in queues if q.name not in self._paused]
         available = {q.name: self._ready_count(q.name, count) for q in active}
-        shares = share_by_weight(active, count, available)
+        shares = (share_strictly if strict else share_by_weight)(active, count, available)
         leased: list[LeasedJob] = []
         for queue, share in shares.items():
             heap = self._ready.get(queue, [])
@@ -561,7 +568,7 @@ class MemoryStore(Store):
             if rec.unique is not None:
                 if s.kind is SettleKind.SUCCEEDED:
                     self._unique.succeeded(rec.home, rec.unique, job.id, now)
-                elif s.kind is SettleKind.DEAD:
+                elif s.kind is SettleKind.DEAD or s.kind is SettleKind.DISCARD:
                     self._unique.release(rec.home, rec.unique, job.id)
             if s.kind is SettleKind.SUCCEEDED:
                 # the record stays while it is retained or its result lives
@@ -585,6 +592,7 @@ class MemoryStore(Store):
                         )
                     )
                     self._records[job.id].retain_until = now + keep
+                    self._records[job.id].retained = s.retain_for > 0 or job.then is not None
                 else:
                     self._delete(job.id)
             elif s.kind is SettleKind.RETRY:
@@ -600,6 +608,18 @@ class MemoryStore(Store):
                 self._put(
                     attrs.evolve(cleared, state=JobState.DEAD, last_error=s.error, finished_at=now)
                 )
+            elif s.kind is SettleKind.DISCARD:
+                if job.id in self._done:
+                    # its waiters read the failure after the wake-up
+                    rec.discarded = True
+                    rec.retain_until = now + WAITED_KEEP
+                    self._put(
+                        attrs.evolve(
+                            cleared, state=JobState.DEAD, last_error=s.error, finished_at=now
+                        )
+                    )
+                else:
+                    self._delete(job.id)
             else:  # RELEASE
                 self._put(
                     attrs.evolve(cleared, state=JobState.READY, attempts=max(0, job.attempts - 1))
@@ -641,7 +661,12 @@ class MemoryStore(Store):
         return RecoverResult(tuple(requeued), tuple(dead), aside.report())
 
     async def trim(
-        self, queues: Sequence[str], *, dead_max_age: float | None, dead_max_count: int | None
+        self,
+        queues: Sequence[str],
+        *,
+        dead_max_age: float | None,
+        dead_max_count: int | None,
+        keep_succeeded: int | None = None,
     ) -> CountResult:
         await trio.lowlevel.checkpoint()
         aside = self._set_aside_finished(queues)
@@ -649,13 +674,19 @@ class MemoryStore(Store):
         wanted = set(queues)
         deleted = 0
         dead_by_queue: dict[str, list[Job]] = {}
+        retained: dict[str, list[_Record]] = {}
         for rec in list(self._records.values()):
             job = rec.job
             if rec.home not in wanted:
                 continue
-            if job.state is JobState.SUCCEEDED and rec.retain_until <= now:
+            if rec.discarded:
+                if rec.retain_until <= now:
+                    self._delete(job.id)  # expired, as the RedisStore's record would
+            elif job.state is JobState.SUCCEEDED and rec.retain_until <= now:
                 self._delete(job.id)
                 deleted += 1
+            elif job.state is JobState.SUCCEEDED and rec.retained:
+                retained.setdefault(rec.home, []).append(rec)
             elif job.state is JobState.DEAD:
                 finished = job.finished_at or 0.0
                 if dead_max_age is not None and finished + dead_max_age <= now:
@@ -668,6 +699,13 @@ class MemoryStore(Store):
                 dead.sort(key=lambda j: (j.finished_at or 0.0, j.id))
                 for job in dead[: max(0, len(dead) - dead_max_count)]:
                     self._delete(job.id)
+                    deleted += 1
+        if keep_succeeded is not None:
+            for recs in retained.values():
+                # those whose retention ends first go first (the RedisStore's index order)
+                recs.sort(key=lambda r: (r.retain_until, r.job.id))
+                for rec in recs[: max(0, len(recs) - keep_succeeded)]:
+                    self._delete(rec.job.id)
                     deleted += 1
         return CountResult(deleted, aside.report())
 
@@ -710,7 +748,7 @@ class MemoryStore(Store):
         counts: dict[str, dict[JobState, int]] = {q: dict.fromkeys(JobState, 0) for q in names}
         parts: dict[str, dict[tuple[int, int], int]] = {q: {} for q in names}
         for job_id, rec in self._records.items():
-            if rec.home in counts:
+            if rec.home in counts and not rec.discarded:
                 job = _memory_damage.shown(rec.job, job_id, rec.home)
                 counts[job.queue][job.state] += 1
                 key = (job.queue_version, job.partition)
@@ -733,7 +771,7 @@ class MemoryStore(Store):
         jobs = [
             _memory_damage.shown(r.job, i, r.home)
             for i, r in self._records.items()
-            if r.home == queue
+            if r.home == queue and not r.discarded
         ]
         jobs = [j for j in jobs if j.state is state]
 
@@ -770,8 +808,10 @@ class MemoryStore(Store):
     async def run_now(self, job_id: str, *, queue: str | None = None) -> bool:
         await trio.lowlevel.checkpoint()
         job = self._find(job_id, queue)
-        if job is None or self._set_aside(job_id, self._records[job_id], _Aside()):
-            return False  # absent, or damaged: dead-lettered (it cannot be run)
+        if job is None or self._records[job_id].discarded:
+            return False  # absent, or discarded (kept for its waiters only)
+        if self._set_aside(job_id, self._records[job_id], _Aside()):
+            return False  # damaged: dead-lettered (it cannot be run)
         if job.state not in (JobState.SCHEDULED, JobState.RETRY_WAIT, JobState.DEAD):
             return False
         attempts = 0 if job.state is JobState.DEAD else job.attempts
@@ -805,7 +845,7 @@ class MemoryStore(Store):
         aside = _Aside()
         dead: list[tuple[float, str, _Record]] = []
         for job_id, rec in list(self._records.items()):
-            if rec.home == queue and rec.job.state is JobState.DEAD:
+            if rec.home == queue and rec.job.state is JobState.DEAD and not rec.discarded:
                 if self._set_aside(job_id, rec, aside) is None:
                     dead.append((rec.job.finished_at or 0.0, job_id, rec))
         dead.sort(key=lambda d: d[:2])

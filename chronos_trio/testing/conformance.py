@@ -456,6 +456,37 @@ async def check_weighted_lease_shares_and_fills(fresh: Fresh) -> None:
 
 
 @check(WorkerRole, AdminRole)
+async def check_strict_lease_drains_higher_queues_first(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job(f"h{i}", queue="high") for i in range(3)])
+    await store.enqueue_many([job(f"m{i}", queue="mid") for i in range(4)])
+    await store.enqueue_many([job(f"l{i}", queue="low") for i in range(40)])
+    # list order is priority; weights are ignored
+    queues = [QueueWeight("high", 1), QueueWeight("mid", 1), QueueWeight("low", 1000)]
+
+    async def strict(count: int) -> dict[str, int]:
+        got = await store.lease(queues, count, worker_id="w", lease_duration=LEASE, strict=True)
+        by: dict[str, int] = {}
+        for lj in got:
+            by[lj.job.queue] = by.get(lj.job.queue, 0) + 1
+        return by
+
+    assert await strict(10) == {"high": 3, "mid": 4, "low": 3}
+    await store.enqueue_many([job(f"hh{i}", queue="high") for i in range(12)])
+    await store.enqueue_many([job(f"mm{i}", queue="mid") for i in range(2)])
+    assert await strict(10) == {"high": 10}, "a lower queue waits while a higher one has work"
+    assert await strict(10) == {"high": 2, "mid": 2, "low": 6}
+    await store.enqueue_many([job(f"hhh{i}", queue="high") for i in range(5)])
+    await store.set_paused("high", True)
+    assert await strict(4) == {"low": 4}, "a paused queue does not hold the others back"
+    await store.set_paused("high", False)
+    # weighted mode keeps its no-starvation rule, however heavy the first queue
+    heavy = [QueueWeight("high", 1000), QueueWeight("low", 1)]
+    got = await store.lease(heavy, 4, worker_id="w", lease_duration=LEASE)
+    assert [lj.job.queue for lj in got].count("low") == 1 and len(got) == 4
+
+
+@check(WorkerRole, AdminRole)
 async def check_paused_queue_is_not_leased(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("a", queue="p"), job("b", queue="q")])
@@ -518,6 +549,35 @@ async def check_trim_dead_by_count_and_age(fresh: Fresh) -> None:
     assert left == ["d2", "d3", "d4"], "the oldest dead jobs go first"
     await trio.sleep(0.2)
     assert await store.trim(["q"], dead_max_age=0.1, dead_max_count=None) == 3
+
+
+@check(WorkerRole, AdminRole)
+async def check_trim_keeps_the_latest_retained_successes(fresh: Fresh) -> None:
+    store = await fresh()
+    ids = ["long", "s0", "s1", "s2", "s3"]
+    await store.enqueue_many([job(i) for i in [*ids, "res"]] + [job("o0", queue="o")])
+    leased = {lj.job.id: lj for lj in await lease(store) + await lease(store, "o")}
+    for job_id in [*ids, "o0"]:
+        retain = 600.0 if job_id == "long" else 60.0
+        await store.settle([settle(leased[job_id], SettleKind.SUCCEEDED, retain_for=retain)])
+        await trio.sleep(0.01)
+    # kept only for its result: not retained, so not counted or trimmed by the cap
+    await store.settle([settle(leased["res"], SettleKind.SUCCEEDED, result=b"1", result_ttl=60)])
+
+    async def retained(queue: str = "q") -> list[str]:
+        listed = await store.list_jobs(queue, JobState.SUCCEEDED)
+        return sorted(j.id for j in listed if j.id != "res")
+
+    assert await store.trim(["q", "o"], dead_max_age=None, dead_max_count=None) == 0
+    assert await retained() == sorted(ids)
+    trimmed = await store.trim(["q", "o"], dead_max_age=None, dead_max_count=None, keep_succeeded=2)
+    assert trimmed == 3, "the cap is per queue: o keeps its one"
+    assert await retained() == ["long", "s3"], "those whose retention ends first go first"
+    assert await retained("o") == ["o0"]
+    assert await store.get_job("s0") is None
+    assert await store.get_job("res") is not None
+    assert await store.trim(["q"], dead_max_age=None, dead_max_count=None, keep_succeeded=0) == 2
+    assert await retained() == [] and await retained("o") == ["o0"]
 
 
 @check(WorkerRole, AdminRole, TopologyRole)
@@ -817,6 +877,50 @@ async def check_wait_outcome_wakes_on_finish(fresh: Fresh) -> None:
     assert d is not None and d.state is JobState.DEAD and d.last_error == "boom"  # type: ignore[attr-defined]
     # timed out: the outcome as it stands
     assert slow is not None and slow.state is JobState.LEASED  # type: ignore[attr-defined]
+
+
+@check(WorkerRole, AdminRole, ResultRole)
+async def check_discard_deletes_and_waiters_see_the_failure(fresh: Fresh) -> None:
+    store = await fresh()
+    [uniq] = await store.enqueue_many([unique_job("dk")])
+    await store.enqueue_many([job("gone"), job("waited"), job("dead")])
+    leased = {lj.job.id: lj for lj in await lease(store)}
+    got: dict[str, object] = {}
+
+    async def wait(job_id: str) -> None:
+        got[job_id] = await store.wait_outcome(JobRef(job_id, "q"), timeout=8.0)
+
+    stale = attrs.evolve(leased["gone"].ref, token=leased["gone"].token + "-stale")
+    assert await store.settle([Settlement(stale, SettleKind.DISCARD, error="x")]) == [False]
+    assert await state_of(store, "gone") is JobState.LEASED, "a stale token changes nothing"
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait, "waited")
+            await trio.sleep(0.2)
+            applied = await store.settle(
+                [
+                    settle(leased["gone"], SettleKind.DISCARD, error="boom"),
+                    settle(leased["waited"], SettleKind.DISCARD, error="boom"),
+                    settle(leased[uniq.job_id], SettleKind.DISCARD, error="boom"),
+                    settle(leased["dead"], SettleKind.DEAD, error="kept"),
+                ]
+            )
+            assert applied == [True] * 4
+    waited = got["waited"]
+    assert waited is not None and waited.state is JobState.DEAD  # type: ignore[attr-defined]
+    assert waited.last_error == "boom"  # type: ignore[attr-defined]
+    assert await store.settle([settle(leased["gone"], SettleKind.DISCARD)]) == [False]
+    assert await store.get_job("gone") is None
+    assert await store.get_job(uniq.job_id) is None
+    # a store may keep the waited-for record a while (dead, in no index)
+    kept = await store.get_job("waited")
+    assert kept is None or kept.state is JobState.DEAD
+    assert [j.id for j in await store.list_jobs("q", JobState.DEAD)] == ["dead"]
+    [stats] = await store.stats(["q"])
+    assert stats.counts[JobState.DEAD] == 1
+    assert not await store.run_now("waited"), "a discarded job cannot be run again"
+    assert await store.requeue_dead("q") == 1  # "dead" only
+    assert (await store.enqueue_many([unique_job("dk", n=1)]))[0].created, "its lock is free"
 
 
 @check(WorkerRole, AdminRole)

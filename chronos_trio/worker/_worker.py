@@ -77,6 +77,8 @@ class WorkerStatistics:
     succeeded: int
     retried: int
     dead: int
+    #: Jobs of ``discard_dead`` tasks deleted instead of kept dead (also in ``dead``).
+    discarded: int
     released: int
     lost: int
     recovered: int
@@ -103,7 +105,8 @@ class Worker:
     the store applied it, bounded by ``hook_timeout``; errors are logged. A
     hook may be skipped when the event buffer overflows (counted in
     ``statistics().events_dropped``) or the worker stops before delivering
-    it (it gets ``flush_timeout``). The dead job itself stays in the store.
+    it (it gets ``flush_timeout``). The dead job itself stays in the store,
+    unless its task was registered with ``discard_dead=True``.
     """
 
     def __init__(self, app: WorkerHost, config: WorkerConfig | None = None) -> None:
@@ -150,6 +153,7 @@ class Worker:
             succeeded=c.succeeded,
             retried=c.retried,
             dead=c.dead,
+            discarded=c.discarded,
             released=c.released,
             lost=c.lost,
             recovered=c.recovered,

@@ -339,6 +339,7 @@ async def trim(
     queues: Sequence[str],
     dead_max_age: float | None,
     dead_max_count: int | None,
+    keep_succeeded: int | None = None,
 ) -> CountResult:
     names = list(dict.fromkeys(queues))
     metas = await ctx.meta(names, fresh=True)
@@ -347,6 +348,7 @@ async def trim(
     deleted = 0
     aside = NOTHING_SET_ASIDE
     dead_left: dict[PartitionKeys, int] = {}
+    done_left: dict[PartitionKeys, int] = {}
     active = [pk for pks in slots.values() for pk in pks]
     while active:
         replies = await ctx.adapter.execute(
@@ -354,47 +356,67 @@ async def trim(
                 Op.script_call(
                     S.TRIM,
                     [pk.succeeded, pk.dead, pk.job_prefix, pk.damaged],
-                    [age, _TRIM_CHUNK, 0],
+                    [age, _TRIM_CHUNK, 0, 0],
                 )
                 for pk in active
             ]
         )
-        for pk, (n, _more, left, _) in zip(active, replies, strict=True):
+        for pk, (n, _more, left, done, _) in zip(active, replies, strict=True):
             deleted += n
             dead_left[pk] = left
+            done_left[pk] = done
         aside += _report_all(ctx, "trim", active, replies)
         active = [pk for pk, r in zip(active, replies, strict=True) if r[1] == 1]
-    if dead_max_count is None:
-        return CountResult(deleted, aside)
-    for pks in slots.values():
-        excess = sum(dead_left.get(pk, 0) for pk in pks) - max(0, dead_max_count)
-        while excess > 0:
-            step = min(excess, _TRIM_CHUNK)
-            if len(pks) == 1:
-                plan = {pks[0]: step}
-            else:
-                peek = await ctx.adapter.execute(
-                    [Op.command(pk.tag, "ZRANGE", pk.dead, 0, step - 1, "WITHSCORES") for pk in pks]
-                )
-                plan = earliest({pk: pairs(r) for pk, r in zip(pks, peek, strict=True)}, step)
-            if not plan:
-                break
-            run = list(plan.items())
-            replies = await ctx.adapter.execute(
-                [
-                    Op.script_call(
-                        S.TRIM, [pk.succeeded, pk.dead, pk.job_prefix, pk.damaged], ["", 0, n]
-                    )
-                    for pk, n in run
-                ]
-            )
-            gone = sum(r[0] for r in replies)
-            deleted += gone
-            aside += _report_all(ctx, "trim", [pk for pk, _ in run], replies)
-            excess -= step
-            if gone == 0:
-                break
+    for keep, left, dead in ((dead_max_count, dead_left, True), (keep_succeeded, done_left, False)):
+        if keep is None:
+            continue
+        for pks in slots.values():
+            excess = sum(left.get(pk, 0) for pk in pks) - max(0, keep)
+            n, more = await _trim_first(ctx, pks, excess, dead)
+            deleted += n
+            aside += more
     return CountResult(deleted, aside)
+
+
+async def _trim_first(
+    ctx: StoreContext, pks: Sequence[PartitionKeys], excess: int, dead: bool
+) -> tuple[int, SetAside]:
+    """Delete the first ``excess`` entries of one queue's dead index (the
+    oldest dead; ``dead`` True) or succeeded index (the retained successes
+    whose retention ends first) over its partitions ``pks``, in one order
+    by score. Returns how many were deleted and what was set aside."""
+    deleted = 0
+    aside = NOTHING_SET_ASIDE
+    while excess > 0:
+        step = min(excess, _TRIM_CHUNK)
+        if len(pks) == 1:
+            plan = {pks[0]: step}
+        else:
+            zsets = [(pk, pk.dead if dead else pk.succeeded) for pk in pks]
+            peek = await ctx.adapter.execute(
+                [Op.command(pk.tag, "ZRANGE", z, 0, step - 1, "WITHSCORES") for pk, z in zsets]
+            )
+            plan = earliest({pk: pairs(r) for pk, r in zip(pks, peek, strict=True)}, step)
+        if not plan:
+            break
+        run = list(plan.items())
+        replies = await ctx.adapter.execute(
+            [
+                Op.script_call(
+                    S.TRIM,
+                    [pk.succeeded, pk.dead, pk.job_prefix, pk.damaged],
+                    ["", 0, n, 0] if dead else ["", 0, 0, n],
+                )
+                for pk, n in run
+            ]
+        )
+        gone = sum(r[0] for r in replies)
+        deleted += gone
+        aside += _report_all(ctx, "trim", [pk for pk, _ in run], replies)
+        excess -= step
+        if gone == 0:
+            break
+    return deleted, aside
 
 
 # -- topology ----------------------------------------------------------------------------------

@@ -206,8 +206,9 @@ class Reading:
     fields: tuple[bytes | None, ...]  # FIELDS order
     scores: tuple[bytes | None, ...]  # INDEX_STATES order
     now: float
-    #: The record has a TTL: a succeeded job kept only for its result, in
-    #: no index by design (it expires by itself; nothing trims it).
+    #: The record has a TTL: a succeeded job kept only for its result (or
+    #: its waiters), or a discarded dead job kept for its waiters, in no
+    #: index by design (it expires by itself; nothing trims it).
     expiring: bool = False
 
     @property
@@ -287,7 +288,7 @@ def judge(r: Reading, grace: float) -> tuple[Finding, Fix | None] | None:
         fix = Fix(r.repair_op("dead", DAMAGED_RECORD + detail), JobState.DEAD)
         return attrs.evolve(finding, detail=detail), fix
     state = _STATES[f["state"] or b""]
-    if state is JobState.SUCCEEDED and not held and r.expiring:
+    if state in (JobState.SUCCEEDED, JobState.DEAD) and not held and r.expiring:
         return None
     if held != (state.value,):
         if not held:

@@ -24,8 +24,8 @@ path) peeks first on a single node too, with one script over every
 partition (recover_peek.lua; a queue holding no lease costs it one
 EXISTS), then runs recover.lua per partition that has expired leases.
 Leasing from several queues at once peeks first as well (their shares by
-weight depend on what each holds), then runs one script per queue on a
-single node.
+weight, or by strict priority, depend on what each holds), then runs one
+script per queue on a single node.
 
 Replies are decoded totally: what a script set aside (damaged records it
 dead-lettered, index entries without a record, records of a newer format)
@@ -46,7 +46,7 @@ import trio
 
 from ...records._jobs import Job, JobState, LeasedJob, LeaseRef, require_field_order
 from ...records._options import decode_headers
-from .._partitioning import share_by_weight
+from .._partitioning import share_by_weight, share_strictly
 from .._roles import (
     NOTHING_SET_ASIDE,
     FencedResults,
@@ -74,6 +74,7 @@ _SETTLE_CODES = {
     SettleKind.RETRY: "r",
     SettleKind.DEAD: "d",
     SettleKind.RELEASE: "l",
+    SettleKind.DISCARD: "x",
 }
 
 
@@ -232,6 +233,7 @@ async def lease(
     *,
     worker_id: str,
     lease_duration: float,
+    strict: bool = False,
 ) -> LeaseBatch:
     if count <= 0 or not queues:
         return LeaseBatch()
@@ -250,7 +252,8 @@ async def lease(
         plan = [(next(iter(slots.values())), count)]
     else:
         # One node: the script splits a queue's share in global order, the
-        # peek only tells each queue's ready jobs (for the shares by weight).
+        # peek only tells each queue's ready jobs (for the shares by weight,
+        # or, strict, for how many the queues before the next one can give).
         # A Cluster: a script per partition (one slot each), with its share
         # in one order by due time, from the peek (see _lease_peek).
         heads = await _lease_peek(ctx, slots, count)
@@ -258,7 +261,8 @@ async def lease(
             q: min(count, sum(n for pk in pks for _, n in heads[pk])) for q, pks in slots.items()
         }
         plan = []
-        for q, share in share_by_weight(live, count, available).items():
+        split = share_strictly if strict else share_by_weight
+        for q, share in split(live, count, available).items():
             if one_node:
                 plan.append((slots[q], share))
                 continue

@@ -238,11 +238,17 @@ class RedisStore(Store):
         *,
         worker_id: str,
         lease_duration: float,
+        strict: bool = False,
     ) -> LeaseBatch:
         """A :class:`~chronos_trio.store.LeaseBatch`: the leased jobs (a
         list) and, in ``aside``, the records the lease set aside."""
         return await _jobs.lease(
-            self._ctx, queues, count, worker_id=worker_id, lease_duration=lease_duration
+            self._ctx,
+            queues,
+            count,
+            worker_id=worker_id,
+            lease_duration=lease_duration,
+            strict=strict,
         )
 
     async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> FencedResults:
@@ -255,9 +261,14 @@ class RedisStore(Store):
         return await _jobs.recover_expired(self._ctx, queues, limit)
 
     async def trim(
-        self, queues: Sequence[str], *, dead_max_age: float | None, dead_max_count: int | None
+        self,
+        queues: Sequence[str],
+        *,
+        dead_max_age: float | None,
+        dead_max_count: int | None,
+        keep_succeeded: int | None = None,
     ) -> CountResult:
-        return await _admin.trim(self._ctx, queues, dead_max_age, dead_max_count)
+        return await _admin.trim(self._ctx, queues, dead_max_age, dead_max_count, keep_succeeded)
 
     # -- waiting -------------------------------------------------------------------------
     async def wait_ready(self, queues: Sequence[str], timeout: float) -> None:

@@ -14,7 +14,7 @@
 -- newer format is left untouched.
 --
 -- Returns {code, set aside (see _prelude.lua)}: code 1 moved; 0 absent (or
--- its key is not a job hash) or in another state; 2 dead-lettered as
+-- its key is not a job hash), in another state or discarded; 2 dead-lettered as
 -- damaged; 3 left alone (newer format).
 local aside = new_aside()
 local key = KEYS[5] .. ARGV[1]
@@ -34,6 +34,9 @@ elseif state == 'scheduled' then
 elseif state == 'retry_wait' then
   from = KEYS[2]
 elseif state == 'dead' then
+  -- a dead record that expires by itself was discarded (kept for its
+  -- waiters only, in no index): it cannot be run
+  if redis.call('PTTL', key) > 0 then return {0, aside} end
   from = KEYS[3]
 elseif state == 'ready' or state == 'leased' or state == 'succeeded' then
   return {0, aside}

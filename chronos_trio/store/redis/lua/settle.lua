@@ -14,7 +14,8 @@
 -- ARGV[1+i], per partition i: how many settlements of that partition follow
 -- then ARGV[P+1+8j .. P+8+8j] (P = number of partitions), per settlement j,
 --          partition by partition in KEYS order: job id, fencing token,
---          kind ('s' succeeded, 'r' retry, 'd' dead, 'l' release), error text,
+--          kind ('s' succeeded, 'r' retry, 'd' dead, 'x' discard, 'l' release),
+--          error text,
 --          retry_delay (s), retain_for (s), result, result_ttl (s; '' when
 --          there is no result to keep)
 --
@@ -24,7 +25,10 @@
 -- (PEXPIRE: nothing to trim). Its run_at stays the due time it ran for. A
 -- finished job (succeeded or dead) whose record names a waiter channel
 -- (field w) is published there (see notify_done), and a unique job's lock
--- is released (a throttle's starts its ttl; see unique_finished).
+-- is released (a throttle's starts its ttl; see unique_finished). A
+-- discarded job (failed for good, kept by nobody) is deleted; one whose
+-- record names a waiter channel is kept as dead, in no index, and expires by
+-- itself after WAITED_KEEP, so its waiters read the failure.
 --
 -- Each record is judged before anything is written for it (see _prelude.lua;
 -- nothing in a judgement can fail, so no record can stop the script after
@@ -135,6 +139,16 @@ local function settle_partition(part, first, last, res)
         redis.call('ZADD', dead, now, id)
         redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3], 'finished_at', now_s,
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+        unique_finished(prefix, id, f[8], false)
+        notify_done(key, f[7])
+      elseif kind == 'x' then
+        if f[7] then
+          redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3], 'finished_at',
+            now_s, 'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+          redis.call('PEXPIRE', key, WAITED_KEEP * 1000)
+        else
+          redis.call('DEL', key)
+        end
         unique_finished(prefix, id, f[8], false)
         notify_done(key, f[7])
       else

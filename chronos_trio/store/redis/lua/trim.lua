@@ -1,5 +1,6 @@
 -- trim.lua: delete finished jobs of ONE partition: retained succeeded jobs past
--- their retention, dead jobs older than a maximum age, and the N oldest dead jobs.
+-- their retention, dead jobs older than a maximum age, the N oldest dead jobs,
+-- and the M retained succeeded jobs whose retention ends first.
 -- Work per call is capped so one call never blocks Redis for long; the client
 -- calls again while 'more' is 1.
 --
@@ -11,6 +12,8 @@
 -- ARGV[2]  cap: at most this many entries looked at per kind (succeeded, old
 --          dead) per call
 -- ARGV[3]  additionally delete this many of the oldest dead jobs (0 = none)
+-- ARGV[4]  additionally delete this many of the retained succeeded jobs whose
+--          retention ends first (0 = none)
 --
 -- Every entry is judged before anything is written (see _prelude.lua). Only
 -- a record whose state is that of its index is deleted: one whose state is
@@ -19,7 +22,7 @@
 -- hash is quarantined, a record of a newer format is left untouched.
 --
 -- Returns {deleted, more (1 when a cap was hit and something moved), dead
--- jobs left, set aside (see _prelude.lua)}.
+-- jobs left, retained succeeded jobs left, set aside (see _prelude.lua)}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)
@@ -83,6 +86,11 @@ local oldest = tonumber(ARGV[3])
 if oldest > 0 then
   batches[#batches + 1] = {KEYS[2], 'dead', redis.call('ZRANGE', KEYS[2], 0, oldest - 1), false}
 end
+local first_done = tonumber(ARGV[4])
+if first_done > 0 then
+  batches[#batches + 1] = {KEYS[1], 'succeeded',
+    redis.call('ZRANGE', KEYS[1], 0, first_done - 1), false}
+end
 -- judge every batch first (a dead entry may be in two batches: judged once)
 local seen = {}
 for _, b in ipairs(batches) do
@@ -101,4 +109,4 @@ for _, b in ipairs(batches) do
   local moved = apply(b[1], b[2], b[3], b[5], b[6])
   if b[7] and moved > 0 then more = 1 end
 end
-return {deleted, more, redis.call('ZCARD', KEYS[2]), aside}
+return {deleted, more, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[1]), aside}
