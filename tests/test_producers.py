@@ -200,7 +200,8 @@ async def asyncio_program(url: str, app: App) -> dict[str, Any]:
             await producer.job("nope", queue="default").status()
         except JobNotFound:
             out["not_found"] = True
-        slow = await producer.enqueue("slow", 5.0)
+        # long enough to outlast both waits below (the worker's shutdown waits for it)
+        slow = await producer.enqueue("slow", 1.5)
         started = time.monotonic()
         try:
             await slow.result(timeout=0.3)
@@ -233,6 +234,8 @@ async def test_an_asyncio_program_round_trips_with_a_trio_worker(url: str) -> No
 
 # -- the wake-up between the check and the block ------------------------------------
 _ns = itertools.count()
+#: How long the racing waiter waits (it times out: no worker runs the job).
+RACE_TIMEOUT = 2.5
 
 
 class _Race:
@@ -269,7 +272,9 @@ class _Race:
 
     def check(self) -> None:
         self.admin.close()
-        assert len(self.times) >= 2 and self.times[1] - self.times[0] < 2.0, self.times
+        # woken: watched again at once (after the 0.3 s pause), long before
+        # RACE_TIMEOUT, where a lost wake-up would leave the waiter blocked
+        assert len(self.times) >= 2 and self.times[1] - self.times[0] < 1.2, self.times
 
 
 def test_sync_wake_up_between_the_check_and_the_block_is_not_lost(
@@ -291,7 +296,7 @@ def test_sync_wake_up_between_the_check_and_the_block_is_not_lost(
 
         monkeypatch.setattr(producer._exec, "run", run)
         with pytest.raises(ResultTimeout):
-            handle.result(timeout=4)
+            handle.result(timeout=RACE_TIMEOUT)
     race.check()
 
 
@@ -313,7 +318,7 @@ def test_asyncio_wake_up_between_the_check_and_the_block_is_not_lost(
 
             monkeypatch.setattr(producer._exec, "run", run)
             with pytest.raises(ResultTimeout):
-                await handle.result(timeout=4)
+                await handle.result(timeout=RACE_TIMEOUT)
 
     asyncio.run(asyncio.wait_for(program(), 20))
     race.check()

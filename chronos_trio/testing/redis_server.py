@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -561,7 +562,12 @@ class RedisSentinel:
     them); ``password`` and ``tls`` apply to the data nodes as in
     :class:`RedisReplicaSet` (with ``tls`` the sentinels serve TLS too).
     ``start()`` returns once every sentinel sees the master, every replica and
-    every other sentinel, so a failover can happen at once.
+    every other sentinel, so a failover can happen at once. Each sentinel's
+    config names the others (by address and run ID) and the replicas, as a
+    sentinel's own config rewrite would, so that takes a few milliseconds,
+    not the 2 s of hello messages it takes to discover them (a master killed
+    within a second of the start may take up to a second longer to fail
+    over: the sentinels count its downtime from their first link to it).
     """
 
     def __init__(
@@ -621,7 +627,10 @@ class RedisSentinel:
         tail = "?" + "&".join(query) if query else ""
         return f"{scheme}://{auth}{hosts}/{self.service}/0{tail}"
 
-    def _sentinel_conf(self, directory: Path, tls_port: int | None) -> Path:
+    def _sentinel_conf(
+        self, directory: Path, tls_port: int | None, myid: str, others: dict[str, int]
+    ) -> Path:
+        """``others``: the other sentinels' run IDs and the ports they talk on."""
         master_port = self.data.data_ports[self.data.first_master.port]
         s = self.service
         lines = [
@@ -629,6 +638,13 @@ class RedisSentinel:
             f"sentinel down-after-milliseconds {s} {self.down_after_ms}",
             f"sentinel failover-timeout {s} {self.failover_timeout_ms}",
             f"sentinel parallel-syncs {s} 1",
+            f"sentinel myid {myid}",
+        ]
+        lines += [f"sentinel known-sentinel {s} 127.0.0.1 {p} {i}" for i, p in others.items()]
+        lines += [
+            f"sentinel known-replica {s} 127.0.0.1 {self.data.data_ports[n.port]}"
+            for n in self.nodes
+            if n is not self.data.first_master
         ]
         if self.password is not None:
             lines.append(f"sentinel auth-pass {s} {self.password}")
@@ -650,15 +666,19 @@ class RedisSentinel:
     def start(self) -> RedisSentinel:
         try:
             self.data.start()
-            for i in range(self.sentinel_count):
-                port = free_port()
-                tls_port = None if self.tls is None else free_port()
+            ports = [free_port() for _ in range(self.sentinel_count)]
+            tls_ports = [None if self.tls is None else free_port() for _ in ports]
+            ids = [secrets.token_hex(20) for _ in ports]
+            # the port a sentinel announces, where the others reach it
+            talk = {ids[i]: tls_ports[i] or ports[i] for i in range(len(ports))}
+            for i, (port, tls_port) in enumerate(zip(ports, tls_ports, strict=True)):
                 directory = self.data.directory / f"sentinel{i}"
                 directory.mkdir()
+                others = {k: v for k, v in talk.items() if k != ids[i]}
                 sentinel = RedisServer(
                     port=port,
                     directory=directory,
-                    config_file=self._sentinel_conf(directory, tls_port),
+                    config_file=self._sentinel_conf(directory, tls_port, ids[i], others),
                     sentinel=True,
                     start_timeout=self.start_timeout,
                 )
