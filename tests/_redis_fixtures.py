@@ -4,6 +4,9 @@
 * ``redis_url`` (function): its URL, emptied (FLUSHALL) before each test.
 * ``redis_cluster`` (session): a 3-master Redis Cluster.
 * ``redis_cluster_url`` (function): its URL, emptied before each test.
+* ``own_redis_cluster`` (function): a cluster of the test's own (it may kill
+  a node or move slots), closed after it. Two are kept warming ahead, as a
+  new cluster needs about 2 s before it is ok.
 * ``redis_store`` (function): ``await redis_store(url=None, **options)`` makes a
   RedisStore (on ``redis_url`` by default) and closes it after the test.
 * ``redis_sentinel`` (session): a master, a replica and three sentinels;
@@ -34,7 +37,9 @@ from chronos_trio.testing.redis_server import (
 )
 
 __all__ = [
+    "_spare_clusters",
     "fresh_redis_sentinel",
+    "own_redis_cluster",
     "redis_cluster",
     "redis_cluster_url",
     "redis_sentinel",
@@ -97,6 +102,56 @@ def redis_cluster() -> Iterator[RedisCluster]:
 def redis_cluster_url(redis_cluster: RedisCluster) -> str:
     redis_cluster.flushall()
     return redis_cluster.url
+
+
+class _SpareClusters:
+    """Clusters launched ahead for the tests that take one of their own: a
+    new cluster is ok only about 2 s after its nodes started (Redis's
+    writable delay), so ``AHEAD`` of them warm up while tests run."""
+
+    AHEAD = 2
+
+    def __init__(self) -> None:
+        self.spares: list[RedisCluster] = []
+
+    def take(self) -> RedisCluster:
+        try:
+            cluster = self.spares.pop(0) if self.spares else RedisCluster().launch()
+            while len(self.spares) < self.AHEAD:
+                self.spares.append(RedisCluster().launch())
+        except RedisUnavailable as exc:
+            _unavailable(exc)
+            raise
+        try:
+            cluster.wait_ok()
+        except RedisUnavailable as exc:
+            cluster.close()
+            _unavailable(exc)
+            raise
+        return cluster
+
+    def close(self) -> None:
+        for cluster in self.spares:
+            cluster.close()
+        self.spares = []
+
+
+@pytest.fixture(scope="session")
+def _spare_clusters() -> Iterator[_SpareClusters]:
+    spares = _SpareClusters()
+    try:
+        yield spares
+    finally:
+        spares.close()
+
+
+@pytest.fixture
+def own_redis_cluster(_spare_clusters: _SpareClusters) -> Iterator[RedisCluster]:
+    cluster = _spare_clusters.take()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
 
 
 def _start_sentinel() -> RedisSentinel:

@@ -116,8 +116,9 @@ async def test_worker_end_to_end_on_cluster(store: RedisStore) -> None:
     assert stats.total == 0
 
 
-async def test_node_down_raises_store_error_then_recovers() -> None:
-    with RedisCluster() as cluster, trio.fail_after(60):
+async def test_node_down_raises_store_error_then_recovers(own_redis_cluster: RedisCluster) -> None:
+    cluster = own_redis_cluster
+    with trio.fail_after(60):
         store = RedisStore.from_url(cluster.url, default_partitions=8)
         await store.enqueue_many([job(f"j{i}") for i in range(50)])
         victim = cluster.nodes[1]

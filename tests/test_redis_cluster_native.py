@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -39,10 +39,9 @@ def native_cluster(store: RedisStore) -> NativeCluster:
 
 
 @pytest.fixture
-def own_cluster() -> Iterator[RedisCluster]:
+def own_cluster(own_redis_cluster: RedisCluster) -> RedisCluster:
     """A cluster of this test's own: its slots get moved, or a node killed."""
-    with RedisCluster() as cluster:
-        yield cluster
+    return own_redis_cluster
 
 
 class ThreadHops:

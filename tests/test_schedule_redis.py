@@ -127,10 +127,11 @@ async def test_three_processes_enqueue_each_trigger_once(
     async with three_workers(redis_url, tmp_path, store) as cluster:
         with trio.fail_after(60):
             await cluster.leader()
-            await trio.sleep(21.5)
+            # a dozen triggers, over a dozen renewals of the leadership (every TTL/2)
+            await trio.sleep(12.5)
         fired = cluster.fire_times()
         last_fired = await store.schedule_last_fired(NAME)
-    assert len(fired) >= 20
+    assert len(fired) >= 11
     assert fired == [fired[0] + k for k in range(len(fired))], "no gap, no duplicate"
     assert last_fired["tick"] >= fired[-1]
 
