@@ -156,7 +156,7 @@ async def test_unknown_expired_and_timed_out(backend: Backend, clock: object) ->
         await app.job("nope", queue="default").status()
     async with app.open_worker(**backend.timing(poll_interval=0.5)):
         with trio.fail_after(30):
-            slow = await app.enqueue("slow", 3.0)
+            slow = await app.enqueue("slow", 1.5)  # longer than the 0.5 s wait
             with pytest.raises(ResultTimeout, match=r"did not finish within 0\.5s"):
                 await slow.result(timeout=0.5)
             assert await slow.result(timeout=10) == "late"  # it went on
