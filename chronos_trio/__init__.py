@@ -27,6 +27,7 @@ from .records import ActionRefused as ActionRefused
 from .records import ActorFailed as ActorFailed
 from .records import Chain as Chain
 from .records import ChronosError as ChronosError
+from .records import ConcurrencyLimit as ConcurrencyLimit
 from .records import DuplicateJob as DuplicateJob
 from .records import EnqueueResult as EnqueueResult
 from .records import FlowStep as FlowStep
@@ -34,6 +35,7 @@ from .records import Group as Group
 from .records import InspectorError as InspectorError
 from .records import Job as Job
 from .records import JobCancelled as JobCancelled
+from .records import JobControl as JobControl
 from .records import JobError as JobError
 from .records import JobFailed as JobFailed
 from .records import JobNotFound as JobNotFound
@@ -44,6 +46,8 @@ from .records import LeasedJob as LeasedJob
 from .records import LeaseRef as LeaseRef
 from .records import NewJob as NewJob
 from .records import PayloadError as PayloadError
+from .records import RateLimit as RateLimit
+from .records import RateLimited as RateLimited
 from .records import ResultExpired as ResultExpired
 from .records import ResultTimeout as ResultTimeout
 from .records import Retry as Retry
@@ -123,6 +127,7 @@ __all__ = [
     "ActorFailed",
     "Chain",
     "ChronosError",
+    "ConcurrencyLimit",
     "DuplicateJob",
     "EnqueueResult",
     "FlowStep",
@@ -130,6 +135,7 @@ __all__ = [
     "InspectorError",
     "Job",
     "JobCancelled",
+    "JobControl",
     "JobError",
     "JobFailed",
     "JobNotFound",
@@ -140,6 +146,8 @@ __all__ = [
     "LeaseRef",
     "NewJob",
     "PayloadError",
+    "RateLimit",
+    "RateLimited",
     "ResultExpired",
     "ResultTimeout",
     "Retry",

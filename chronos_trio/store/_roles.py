@@ -103,6 +103,9 @@ class SettleKind(enum.StrEnum):
     RETRY = "retry"  # failed; run again ``retry_delay`` seconds from the store's now
     DEAD = "dead"  # failed for good: dead-letter it
     RELEASE = "release"  # not run (shutdown): back to ready at once, attempt not counted
+    #: the handler raised RateLimited: retry_wait for ``retry_delay`` seconds,
+    #: attempt not counted, and the job's rate limits held back as long
+    DEFER = "defer"
 
 
 @attrs.frozen
@@ -186,13 +189,37 @@ class LeaseBatch(list[LeasedJob]):
     aside (RedisStore): the leased jobs, a plain ``list`` in every way (it
     compares equal to a list of the same jobs), plus ``aside``: what the
     lease met and set aside instead of leasing. Read it with :func:`aside_of`,
-    which also accepts the plain list another backend may return."""
+    which also accepts the plain list another backend may return.
 
-    __slots__ = ("aside",)
+    Flow control (``records._control``) adds what the lease held back:
 
-    def __init__(self, jobs: Iterable[LeasedJob] = (), aside: SetAside = NOTHING_SET_ASIDE):
+    * ``expired``: jobs it dead-lettered instead of leasing because their
+      ``expires_at`` had passed (state dead, ``last_error`` "expired: ...");
+      a worker counts each as dead and publishes ``JobDead``.
+    * ``held_for``: seconds from the lease until the next permit of a rate
+      limit that held a ready job back, or None: the leaser sleeps that
+      long instead of polling.
+    * ``capped``: a ready job was held back by a concurrency limit at its
+      limit: a slot comes back with a settle or a lease's expiry, so the
+      leaser looks again shortly.
+    """
+
+    __slots__ = ("aside", "capped", "expired", "held_for")
+
+    def __init__(
+        self,
+        jobs: Iterable[LeasedJob] = (),
+        aside: SetAside = NOTHING_SET_ASIDE,
+        *,
+        expired: tuple[Job, ...] = (),
+        held_for: float | None = None,
+        capped: bool = False,
+    ):
         super().__init__(jobs)
         self.aside = aside
+        self.expired = expired
+        self.held_for = held_for
+        self.capped = capped
 
 
 class FencedResults(list[bool]):

@@ -28,7 +28,7 @@ a Redis Cluster:
                        lock, ``t`` throttle, ``d`` debounce) then the ID of
                        the job that holds the key; a ttl lapses it. Unique
                        jobs route to the partition of their key
-                       (:func:`~chronos_trio.store._partitioning.unique_job_id`)
+                       (:func:`~chronos_trio.store._partitioning.routed_job_id`)
 =====================  =====================================================
 
 Global keys (single-key commands or single-key scripts only):

@@ -14,7 +14,8 @@
 -- ARGV[1+i], per partition i: how many settlements of that partition follow
 -- then ARGV[P+1+8j .. P+8+8j] (P = number of partitions), per settlement j,
 --          partition by partition in KEYS order: job id, fencing token,
---          kind ('s' succeeded, 'r' retry, 'd' dead, 'l' release), error text,
+--          kind ('s' succeeded, 'r' retry, 'd' dead, 'l' release, 'f' deferred:
+--          retry without counting the attempt, see hold_back), error text,
 --          retry_delay (s), retain_for (s), result, result_ttl (s; '' when
 --          there is no result to keep)
 --
@@ -48,6 +49,25 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)
 local parts = #KEYS / 6
 
+-- No permit of the rate limits in flow control fc before time until: each
+-- limit's theoretical arrival time moves to at least until + its tolerance.
+local function hold_back(prefix, fc, until_)
+  if not fc then return end
+  for item in string.gmatch(fc, '[^\n]+') do
+    local count, per, burst, key = string.match(item, '^r(%d+)/([^/]+)/(%d+)/(.+)$')
+    local interval = count and tonumber(per) and tonumber(per) / tonumber(count)
+    if interval and interval > 0 then
+      local k = limit_key(prefix, 'rl', key)
+      local floor = until_ + (tonumber(burst) - 1) * interval
+      local tat = tonumber(redis.pcall('GET', k)) or 0
+      if floor > tat then
+        redis.call('SET', k, string.format('%.17g', floor), 'PX',
+          math.max(1, math.ceil((floor - now) * 1000)))
+      end
+    end
+  end
+end
+
 -- Settle partition part's settlements, ARGV[first .. last] (8 entries each), into res.
 local function settle_partition(part, first, last, res)
   local b = 6 * (part - 1)
@@ -60,8 +80,8 @@ local function settle_partition(part, first, last, res)
     local id = ARGV[i]
     local key = prefix .. id
     local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at',
-      'attempts', 'run_at', 'w', 'x')
-    if not f[2] then f = probe_job(key, f, 8) end
+      'attempts', 'run_at', 'w', 'x', 'fc')
+    if not f[2] then f = probe_job(key, f, 9) end
     -- judge the record (nothing here can fail) ...
     local p, w = 0, nil
     if f then
@@ -76,6 +96,8 @@ local function settle_partition(part, first, last, res)
         if p == 0 then w = w or check_number('lease_expires_at', f[4]) end
         if not w and ARGV[i + 2] == 'l' then
           w = check_count('attempts', f[5]) or check_number('run_at', f[6])
+        elseif not w and ARGV[i + 2] == 'f' then
+          w = check_count('attempts', f[5])
         end
         if w then p = 2 end
       end
@@ -89,6 +111,8 @@ local function settle_partition(part, first, last, res)
     elseif p == 1 then
       settled[#settled + 1] = id
       local kind = ARGV[i + 2]
+      -- every outcome ends the lease: its concurrency slots are free at once
+      release_slots(prefix, id, f[9])
       if kind == 's' then
         local retain = tonumber(ARGV[i + 5])
         local flow = continues(f[8])
@@ -137,9 +161,19 @@ local function settle_partition(part, first, last, res)
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
         unique_finished(prefix, id, f[8], false)
         notify_done(key, f[7])
+      elseif kind == 'f' then
+        -- deferred (the handler was rate limited upstream): retry_wait, the
+        -- attempt given back, and the job's rate limits held back as long
+        local delay = math.max(0, tonumber(ARGV[i + 4]))
+        local due = now + delay
+        redis.call('ZADD', retry, due, id)
+        redis.call('HSET', key, 'state', 'retry_wait', 'run_at', due, 'last_error', ARGV[i + 3],
+          'attempts', math.max(0, tonumber(f[5]) - 1),
+          'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+        hold_back(prefix, f[9], due)
       else
         -- release: back to ready at once, keeping its due time; the attempt is given back
-        redis.call('ZADD', ready, f[6], id)
+        redis.call('ZADD', ready, ready_score(f[6], f[9]), id)
         redis.call('HSET', key, 'state', 'ready', 'attempts', math.max(0, tonumber(f[5]) - 1),
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
       end
