@@ -102,12 +102,15 @@ class ControlState:
             floor = now + delay + tolerance(per / count, burst)
             self._tat[(queue, key)] = max(self._tat.get((queue, key), now), floor)
 
-    def release(self, queue: str, control: JobControl, job_id: str) -> None:
-        """A settled lease gives its slots back."""
+    def release(self, queue: str, control: JobControl, job_id: str) -> bool:
+        """A settled lease gives its slots back; whether it held any."""
+        freed = False
         for key, _limit in control.caps:
             holders = self._holders.get((queue, key))
-            if holders is not None:
+            if holders is not None and job_id in holders:
                 holders.discard(job_id)
+                freed = True
+        return freed
 
     def usage(
         self, queue: str, now: float, job_of: Callable[[str], Job | None]

@@ -613,12 +613,17 @@ class WorkerRole(StoreRole):
         """
 
     @abc.abstractmethod
-    async def wait_ready(self, queues: Sequence[str], timeout: float) -> None:
+    async def wait_ready(
+        self, queues: Sequence[str], timeout: float, *, held: bool = False
+    ) -> None:
         """Return soon after a job may have become ready in ``queues`` (an
         enqueue, promotion, release, recovery, run-now or resume), at once
         when one that is not paused already has a ready job, or after
         ``timeout`` (>= 0) seconds. Spurious returns are allowed; missing a
-        wake-up for longer than ``timeout`` is not.
+        wake-up for longer than ``timeout`` is not. ``held``: the caller's
+        last lease found the ready jobs there held back by flow control
+        (see :class:`LeaseBatch`): do not return for them, only for a
+        wake-up (which a settle that frees a concurrency slot also sends).
 
         Idle workers block here instead of polling fast. Raises StoreError
         when the store cannot be reached. A negative ``timeout`` is a

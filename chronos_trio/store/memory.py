@@ -615,8 +615,8 @@ class MemoryStore(Store):
                     self._unique.succeeded(rec.home, rec.unique, job.id, now)
                 elif s.kind is SettleKind.DEAD:
                     self._unique.release(rec.home, rec.unique, job.id)
-            if job.control is not None:
-                self._control.release(rec.home, job.control, job.id)
+            if job.control is not None and self._control.release(rec.home, job.control, job.id):
+                self._notify_ready()  # a slot came back: leasers held by it look again
             if s.kind is SettleKind.SUCCEEDED:
                 # the record stays while it is retained or its result lives
                 keeps_result = s.result is not None and s.result_ttl > 0
@@ -739,9 +739,13 @@ class MemoryStore(Store):
         return CountResult(deleted, aside.report())
 
     # -- waiting -------------------------------------------------------------------
-    async def wait_ready(self, queues: Sequence[str], timeout: float) -> None:
+    async def wait_ready(
+        self, queues: Sequence[str], timeout: float, *, held: bool = False
+    ) -> None:
         # a top entry to set aside counts too: the lease that follows sets it aside
-        if any(q not in self._paused and self._top(self._ready.get(q, [])) for q in queues):
+        if not held and any(
+            q not in self._paused and self._top(self._ready.get(q, [])) for q in queues
+        ):
             await trio.lowlevel.checkpoint()
             return
         event = self._ready_changed

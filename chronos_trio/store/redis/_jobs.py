@@ -582,6 +582,7 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
     results = [False] * len(settlements)
     aside = NOTHING_SET_ASIDE
     failed: list[tuple[PartitionKeys, bytes]] = []
+    freed: dict[str, int] = {}
     for call, reply in zip(calls, replies, strict=True):
         ctx.observe_now(reply[0])
         for pk, part in zip(call, reply[1:], strict=True):
@@ -594,7 +595,18 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
                 results[i] = code == 1 or code == 4
                 if code == 4:  # a workflow continuation went to the outbox
                     ctx.outbox_filled.set()
+            slots = part[1 + len(groups[pk])] if len(part) > 1 + len(groups[pk]) else 0
+            if slots:
+                freed[pk.queue] = freed.get(pk.queue, 0) + int(slots)
     ctx.count_aside(aside)
+    if freed:
+        # concurrency slots came back: idle leasers held by them look again
+        # (one more round trip, only then)
+        with trio.move_on_after(_UNDECODABLE_TIMEOUT, shield=True):
+            try:
+                await ctx.adapter.execute(ctx.wake_ready_ops(freed))
+            except StoreError as exc:  # the settle stands; leasers look again by themselves
+                log.warning("could not wake leasers after freeing concurrency slots: %s", exc)
     if failed:
         # As when a partition's own script fails: what the others applied
         # stays applied; the caller settles the batch again (fenced).

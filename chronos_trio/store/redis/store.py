@@ -260,8 +260,10 @@ class RedisStore(Store):
         return await _admin.trim(self._ctx, queues, dead_max_age, dead_max_count)
 
     # -- waiting -------------------------------------------------------------------------
-    async def wait_ready(self, queues: Sequence[str], timeout: float) -> None:
-        await _waiting.wait_ready(self._ctx, queues, timeout)
+    async def wait_ready(
+        self, queues: Sequence[str], timeout: float, *, held: bool = False
+    ) -> None:
+        await _waiting.wait_ready(self._ctx, queues, timeout, held=held)
 
     async def wait_scheduled(
         self, queues: Sequence[str], *, earlier_than: float | None, timeout: float

@@ -426,11 +426,13 @@ local function limit_key(prefix, kind, key)
   return string.sub(prefix, 1, -3) .. kind .. ':' .. key
 end
 
--- Give back the concurrency slots a job with flow control fc holds.
+-- Give back the concurrency slots a job with flow control fc holds; how many.
 local function release_slots(prefix, id, fc)
-  if not fc then return end
+  if not fc then return 0 end
+  local freed = 0
   for item in string.gmatch(fc, '[^\n]+') do
     local key = string.match(item, '^c%d+/(.+)$')
-    if key then redis.call('ZREM', limit_key(prefix, 'cap', key), id) end
+    if key then freed = freed + redis.call('ZREM', limit_key(prefix, 'cap', key), id) end
   end
+  return freed
 end

@@ -41,7 +41,9 @@
 -- when it stopped, else {set aside (see _prelude.lua), code_1, code_2, ...}};
 -- code 1 applied, 0 the lease is no longer held with that token (or
 -- expired): the job is not touched at all, 2 dead-lettered as damaged, 3 left
--- alone (newer format), 4 applied, and a workflow continuation was queued.
+-- alone (newer format), 4 applied, and a workflow continuation was queued;
+-- after the codes, how many concurrency slots the batch gave back (see
+-- release_slots in _prelude.lua: the client then wakes idle leasers).
 -- How long a finished job nobody keeps stays readable for its waiters (s).
 local WAITED_KEEP = 60
 local t = redis.call('TIME')
@@ -76,6 +78,7 @@ local function settle_partition(part, first, last, res)
   local aside = new_aside()
   res[1] = aside
   local settled = {}
+  local freed = 0
   for i = first, last, 8 do
     local id = ARGV[i]
     local key = prefix .. id
@@ -112,7 +115,7 @@ local function settle_partition(part, first, last, res)
       settled[#settled + 1] = id
       local kind = ARGV[i + 2]
       -- every outcome ends the lease: its concurrency slots are free at once
-      release_slots(prefix, id, f[9])
+      freed = freed + release_slots(prefix, id, f[9])
       if kind == 's' then
         local retain = tonumber(ARGV[i + 5])
         local flow = continues(f[8])
@@ -183,6 +186,8 @@ local function settle_partition(part, first, last, res)
   -- one ZREM for the batch (chunked below Lua's unpack() limit)
   zrem_all(KEYS[b + 2], settled)
   if #settled > 0 then drop_idle_leased(KEYS[b + 2]) end
+  -- after the codes: how many concurrency slots were given back
+  res[#res + 1] = freed
 end
 
 local out = {now_s}
