@@ -195,8 +195,9 @@ class MemoryStore(Store):
         elif job.state is JobState.READY:
             # highest priority first, due order within a level
             score = job.run_at
-            if job.control is not None:
-                score = _control.ready_score(job.run_at, job.priority)
+            control = job.control
+            if isinstance(control, _control.JobControl):  # not a damaged one (judged later)
+                score = _control.ready_score(job.run_at, control.priority)
             entry = (score, next(self._seq), job.id, rec.version)
             heapq.heappush(self._ready.setdefault(job.queue, []), entry)
             self._notify_ready()

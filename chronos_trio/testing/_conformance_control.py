@@ -1,7 +1,7 @@
 """Conformance checks of flow control (``records._control``): priority,
 expiry, rate limits, concurrency limits and the deferred settle. Registered
-in :data:`~chronos_trio.testing.conformance.CHECKS` like the others (the
-conformance module imports this one)."""
+in :data:`~chronos_trio.testing.conformance.CHECKS` like the others when
+``chronos_trio.testing`` is imported (its ``CHECKS`` is the full suite)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import trio
 
 from ..records._control import JobControl
 from ..records._jobs import JobState, NewJob
-from ..store._roles import LeaseBatch, SettleKind, Store, WorkerRole
+from ..store._roles import AdminRole, LeaseBatch, SettleKind, Store, WorkerRole
 from .conformance import Fresh, check, job, lease, settle, state_of
 
 
@@ -59,7 +59,7 @@ async def check_priority_leases_highest_first_due_order_within(fresh: Fresh) -> 
     assert [lj.job.id for lj in await lease(store)] == ["p5-late", "n0", "m3"]
 
 
-@check(WorkerRole)
+@check(WorkerRole, AdminRole)
 async def check_expired_job_is_dead_lettered_instead_of_leased(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many(
@@ -176,7 +176,7 @@ async def check_wait_ready_held_waits_for_a_freed_slot(fresh: Fresh) -> None:
     assert len(await lease(store)) == 1
 
 
-@check(WorkerRole)
+@check(WorkerRole, AdminRole)
 async def check_defer_gives_back_the_attempt_and_holds_the_limit(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many(

@@ -1071,7 +1071,3 @@ async def check_a_settle_wakes_the_continuation_waiter(fresh: Fresh) -> None:
             assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [True]
             await woke.wait()
     assert [c.job_id for c in await store.continuations(["q"], 10)] == ["w"]
-
-
-# Registers the flow-control checks in CHECKS (they use the helpers above).
-from . import _conformance_control  # noqa: E402, F401
