@@ -16,7 +16,7 @@ from .conformance import Fresh, check, job, lease, settle, state_of
 def limited(job_id: str, control: JobControl, **kw: object) -> NewJob:
     """A job under flow control whose ID is the store's to choose (a limited
     job routes to the partition of its key, as a unique job does)."""
-    return job(job_id, control=control, id_given=False, **kw)
+    return job(job_id, control=control, id_given=False, **kw)  # type: ignore[arg-type]
 
 
 async def _ids(store: Store, jobs: list[NewJob]) -> list[str]:
