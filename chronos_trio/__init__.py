@@ -67,6 +67,7 @@ if _TYPE_CHECKING:
     from .app import Inspector as Inspector
     from .app import JobHandle as JobHandle
     from .app import JobPage as JobPage
+    from .app import LimitInfo as LimitInfo
     from .app import QueueInfo as QueueInfo
     from .app import ScheduleInfo as ScheduleInfo
     from .app import Task as Task
@@ -101,6 +102,7 @@ _LAZY = {
     "Inspector": "app._inspector",
     "JobPage": "app._inspector",
     "QueueInfo": "app._inspector",
+    "LimitInfo": "app._inspector",
     "ScheduleInfo": "app._inspector",
     "VersionInfo": "app._inspector",
     "schedule_rows": "app._inspector",

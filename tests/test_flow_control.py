@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import json
 
 import attrs
 import pytest
@@ -228,3 +229,36 @@ async def test_limited_jobs_route_to_their_key_partition(redis_url: str) -> None
                 await k.enqueue(Item(n), job_id=f"given-{n}")
     finally:
         await app.aclose()
+
+
+def test_cli_limits_shows_use_and_declared_limits(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chronos_trio.cli import EXIT_OK, main
+    from chronos_trio.store import MemoryStore, QueueWeight
+    from tests import tests_app
+    from tests.tests_app import Record
+
+    monkeypatch.delenv("CHRONOS_URL", raising=False)
+    store = MemoryStore()
+    monkeypatch.setattr(tests_app.app, "_store", store)
+    monkeypatch.setattr(tests_app.app, "_store_url", None)
+
+    async def fill() -> None:
+        app = tests_app.app
+        await app.tasks["tests.capped"].enqueue_many([Record("c") for _ in range(6)])
+        await app.tasks["tests.rated"].enqueue_many([Record("r") for _ in range(2)])
+        leased = await store.lease([QueueWeight("flow")], 10, worker_id="w", lease_duration=600)
+        assert len(leased) == 4 + 2, "4 slots taken (2 capped jobs wait), 2 permits of a burst of 5"
+
+    trio.run(fill)
+    assert main(["limits", "tests.tests_app:app", "--queue", "flow"]) == EXIT_OK
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split() == ["QUEUE", "KIND", "KEY", "LIMIT", "IN", "USE", "PERMITS", "BOOKED"]
+    by_kind = {line.split()[1]: line.split() for line in lines[1:]}
+    assert by_kind["concurrency"][2:5] == ["tests.capped", "4", "4"]
+    assert by_kind["rate"][2:6] == ["tests.rated", "50/1s", "burst", "5"]
+    assert main(["limits", "tests.tests_app:app", "--json"]) == EXIT_OK
+    rows = {r["kind"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["concurrency"]["in_use"] == 4 and rows["concurrency"]["declared"] == "4"
+    assert rows["rate"]["booked_until"].endswith("Z")

@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from ..app._inspector import (
     JobPage,
+    LimitInfo,
     QueueInfo,
     ScheduleInfo,
     next_run_at,
@@ -337,6 +338,39 @@ def schedule_json(row: ScheduleInfo) -> dict[str, Any]:
     }
 
 
+def limit_json(row: LimitInfo) -> dict[str, Any]:
+    return {
+        "queue": row.queue,
+        "key": row.key,
+        "kind": row.kind,
+        "in_use": row.in_use,
+        "booked_until": iso(row.booked_until),
+        "declared": row.declared or None,
+    }
+
+
+def limits_table(rows: Sequence[LimitInfo], now: float) -> str:
+    if not rows:
+        return "no rate or concurrency limits"
+    return table(
+        ["QUEUE", "KIND", "KEY", "LIMIT", "IN USE", "PERMITS BOOKED"],
+        [
+            [
+                r.queue,
+                r.kind,
+                r.key,
+                r.declared or None,
+                r.in_use if r.kind == "concurrency" else None,
+                None
+                if r.kind != "rate"
+                else ("none" if r.booked_until is None or r.booked_until <= now
+                      else "until " + relative(r.booked_until, now)),
+            ]
+            for r in rows
+        ],
+    )  # fmt: skip
+
+
 def schedules_table(rows: Sequence[ScheduleInfo], now: float) -> str:
     if not rows:
         return "no schedules"
@@ -450,6 +484,8 @@ __all__ = [
     "job_details",
     "job_json",
     "jobs_table",
+    "limit_json",
+    "limits_table",
     "page_json",
     "print_json",
     "queue_json",

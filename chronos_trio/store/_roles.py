@@ -282,6 +282,22 @@ class RecoverResult:
 
 
 @attrs.frozen
+class LimitUsage:
+    """One flow-control key of a queue (see ``records._control``) as the
+    store holds it now."""
+
+    queue: str
+    key: str
+    #: "rate" or "concurrency".
+    kind: str
+    #: concurrency: the slots held now (by unexpired leases); rate: 0.
+    in_use: int = 0
+    #: rate: the limit's theoretical arrival time (store clock): permits are
+    #: booked up to here (a time past is a fresh limit); None for concurrency.
+    booked_until: float | None = None
+
+
+@attrs.frozen
 class QueueStats:
     """Counts of one queue's jobs by state, and by (version, partition)."""
 
@@ -754,6 +770,13 @@ class AdminRole(StoreRole):
         Raises StoreError when the store cannot be reached; some jobs may
         have been deleted then (trimming again is harmless).
         """
+
+    async def limit_usage(self, queue: str) -> list[LimitUsage]:
+        """The rate and concurrency limit keys of ``queue`` that jobs used,
+        with their state now, sorted by kind then key (a backend without
+        flow control returns none). Raises StoreError when the store cannot
+        be reached."""
+        return []
 
 
 class TopologyRole(StoreRole):

@@ -44,6 +44,7 @@ from ._roles import (
     FencedResults,
     Leadership,
     LeaseBatch,
+    LimitUsage,
     PromoteResult,
     QueueStats,
     QueueTopology,
@@ -738,6 +739,19 @@ class MemoryStore(Store):
                     self._delete(job.id)
                     deleted += 1
         return CountResult(deleted, aside.report())
+
+    async def limit_usage(self, queue: str) -> list[LimitUsage]:
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        out = [
+            LimitUsage(queue, key, "concurrency", n)
+            for key, n in self._control.usage(queue, now, self._job_of).items()
+        ]
+        out += [
+            LimitUsage(queue, key, "rate", 0, tat)
+            for key, tat in self._control.next_permits(queue).items()
+        ]
+        return sorted(out, key=lambda u: (u.kind, u.key))
 
     # -- waiting -------------------------------------------------------------------
     async def wait_ready(

@@ -196,3 +196,26 @@ async def check_defer_gives_back_the_attempt_and_holds_the_limit(fresh: Fresh) -
     assert sorted(lj.job.id for lj in again) == sorted([a.job.id, b.job.id])
     assert {lj.job.id: lj.job.attempts for lj in again}[a.job.id] == 1, "attempt not counted"
     assert {lj.job.id: lj.job.last_error for lj in again}[a.job.id] == "429"
+
+
+@check(WorkerRole, AdminRole)
+async def check_limit_usage_shows_held_slots_and_booked_permits(fresh: Fresh) -> None:
+    store = await fresh()
+    assert await store.limit_usage("q") == []
+    await store.enqueue_many(
+        [
+            limited(f"u{n}", JobControl(caps=(("pool", 3),), rates=(("api", 1, 10.0, 2),)))
+            for n in range(3)
+        ]
+    )
+    now = await store.now()
+    leased = await lease(store)
+    assert len(leased) == 2, "two permits of a burst of 2"
+    usage = {(u.kind, u.key): u for u in await store.limit_usage("q")}
+    assert set(usage) == {("concurrency", "pool"), ("rate", "api")}
+    assert usage[("concurrency", "pool")].in_use == 2
+    booked = usage[("rate", "api")].booked_until
+    assert booked is not None and now + 19 < booked <= now + 21, "two permits of 10 s booked"
+    assert await store.settle([settle(leased[0], SettleKind.SUCCEEDED)]) == [True]
+    usage = {(u.kind, u.key): u for u in await store.limit_usage("q")}
+    assert usage[("concurrency", "pool")].in_use == 1

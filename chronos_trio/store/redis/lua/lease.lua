@@ -96,7 +96,7 @@ end
 -- Flow control state of this call, read once per key and call: parsed fc
 -- texts, the rate limits' theoretical arrival times (written back at the
 -- end), the concurrency limits' holder counts.
-local flows, tats, moved, slots = {}, {}, {}, {}
+local flows, tats, moved, slots, listed_in = {}, {}, {}, {}, {}
 
 local function parse_flow(fc)
   local got = flows[fc]
@@ -178,20 +178,27 @@ local function take(flow, prefix, id, now, exp_s)
     local k = limit_key(prefix, 'rl', r[1])
     tats[k] = math.max(tats[k], now) + r[2]
     moved[k] = true
+    listed_in[k] = true
   end
   for _, c in ipairs(flow.caps) do
     local k = limit_key(prefix, 'cap', c[1])
     redis.call('ZADD', k, exp_s, id)
     slots[k] = slots[k] + 1
+    listed_in[k] = true
   end
 end
 
 -- Write back the arrival times this call moved; each key lapses when its
--- time has come (its state is then that of a fresh limit).
+-- time has come (its state is then that of a fresh limit). Every limit key
+-- used is listed in its partition's <tag>:limits (for inspection).
 local function flush_tats(now)
   for k in pairs(moved) do
     local t = tats[k]
     redis.call('SET', k, string.format('%.17g', t), 'PX', math.max(1, math.ceil((t - now) * 1000)))
+  end
+  for k in pairs(listed_in) do
+    local tag_end = string.find(k, '}:', 1, true)
+    redis.call('SADD', string.sub(k, 1, tag_end + 1) .. 'limits', string.sub(k, tag_end + 2))
   end
 end
 
