@@ -223,6 +223,10 @@ class LeaseRef:
     token: str
     queue_version: int = 1
     partition: int = 0
+    #: The job has flow control (``Job.control``): its settle also gives
+    #: back concurrency slots, or holds back rate limits (a store may skip
+    #: that work for the others).
+    controlled: bool = False
 
 
 @attrs.frozen
@@ -238,7 +242,9 @@ class LeasedJob:
     @ref.default
     def _make_ref(self) -> LeaseRef:
         job = self.job
-        return LeaseRef(job.id, job.queue, self.token, job.queue_version, job.partition)
+        return LeaseRef(
+            job.id, job.queue, self.token, job.queue_version, job.partition, job.control is not None
+        )
 
 
 def require_field_order(cls: type, names: tuple[str, ...], user: str) -> None:

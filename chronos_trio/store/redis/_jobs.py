@@ -550,7 +550,8 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
             argv += [
                 s.lease.job_id,
                 s.lease.token,
-                _SETTLE_CODES[s.kind],
+                # upper case: the job has flow control (settle.lua reads it)
+                _SETTLE_CODES[s.kind].upper() if s.lease.controlled else _SETTLE_CODES[s.kind],
                 s.error,
                 repr(float(s.retry_delay)) if s.retry_delay else "0",
                 repr(float(s.retain_for)) if s.retain_for else "0",

@@ -15,7 +15,8 @@
 -- then ARGV[P+1+8j .. P+8+8j] (P = number of partitions), per settlement j,
 --          partition by partition in KEYS order: job id, fencing token,
 --          kind ('s' succeeded, 'r' retry, 'd' dead, 'l' release, 'f' deferred:
---          retry without counting the attempt, see hold_back), error text,
+--          retry without counting the attempt, see hold_back; in upper case
+--          for a job with flow control, whose field fc is then read), error text,
 --          retry_delay (s), retain_for (s), result, result_ttl (s; '' when
 --          there is no result to keep)
 --
@@ -83,8 +84,16 @@ local function settle_partition(part, first, last, res)
     local id = ARGV[i]
     local key = prefix .. id
     local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at',
-      'attempts', 'run_at', 'w', 'x', 'fc')
-    if not f[2] then f = probe_job(key, f, 9) end
+      'attempts', 'run_at', 'w', 'x')
+    if not f[2] then f = probe_job(key, f, 8) end
+    -- an upper-case kind: the job has flow control, its field fc is read
+    -- (the others are spared an absent-field lookup)
+    local kind = ARGV[i + 2]
+    local lower = string.lower(kind)
+    if lower ~= kind then
+      kind = lower
+      if f then f[9] = redis.call('HGET', key, 'fc') end
+    end
     -- judge the record (nothing here can fail) ...
     local p, w = 0, nil
     if f then
@@ -97,9 +106,9 @@ local function settle_partition(part, first, last, res)
         local until_ = tonumber(f[4])
         if not w and until_ and until_ > now and until_ < HUGE then p = 1 end
         if p == 0 then w = w or check_number('lease_expires_at', f[4]) end
-        if not w and ARGV[i + 2] == 'l' then
+        if not w and kind == 'l' then
           w = check_count('attempts', f[5]) or check_number('run_at', f[6])
-        elseif not w and ARGV[i + 2] == 'f' then
+        elseif not w and kind == 'f' then
           w = check_count('attempts', f[5])
         end
         if w then p = 2 end
@@ -113,7 +122,6 @@ local function settle_partition(part, first, last, res)
       dead_letter(aside, key, id, dead, w, now, now_s)  -- (notifies)
     elseif p == 1 then
       settled[#settled + 1] = id
-      local kind = ARGV[i + 2]
       -- every outcome ends the lease: its concurrency slots are free at once
       freed = freed + release_slots(prefix, id, f[9])
       if kind == 's' then
