@@ -262,3 +262,28 @@ def test_cli_limits_shows_use_and_declared_limits(
     rows = {r["kind"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["concurrency"]["in_use"] == 4 and rows["concurrency"]["declared"] == "4"
     assert rows["rate"]["booked_until"].endswith("Z")
+
+
+def test_cli_job_shows_its_flow_control(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chronos_trio.cli import EXIT_OK, main
+    from chronos_trio.store import MemoryStore
+    from tests import tests_app
+    from tests.tests_app import Record
+
+    monkeypatch.delenv("CHRONOS_URL", raising=False)
+    monkeypatch.setattr(tests_app.app, "_store", MemoryStore())
+    monkeypatch.setattr(tests_app.app, "_store_url", None)
+
+    async def fill() -> str:
+        handle = await tests_app.app.tasks["tests.rated"].enqueue(Record("r"), priority=3)
+        return handle.job_id
+
+    job_id = trio.run(fill)
+    assert main(["job", "tests.tests_app:app", job_id]) == EXIT_OK
+    [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("control ")]
+    assert "priority 3" in line and "rate 50/1s burst 5 key 'tests.rated'" in line
+    assert main(["job", "tests.tests_app:app", job_id, "--json"]) == EXIT_OK
+    control = json.loads(capsys.readouterr().out)["control"]
+    assert control["priority"] == 3 and control["rate_limits"][0]["count"] == 50
