@@ -27,6 +27,7 @@ from .records import ActionRefused as ActionRefused
 from .records import ActorFailed as ActorFailed
 from .records import Chain as Chain
 from .records import ChronosError as ChronosError
+from .records import ConcurrencyLimit as ConcurrencyLimit
 from .records import DuplicateJob as DuplicateJob
 from .records import EnqueueResult as EnqueueResult
 from .records import FlowStep as FlowStep
@@ -34,6 +35,7 @@ from .records import Group as Group
 from .records import InspectorError as InspectorError
 from .records import Job as Job
 from .records import JobCancelled as JobCancelled
+from .records import JobControl as JobControl
 from .records import JobError as JobError
 from .records import JobFailed as JobFailed
 from .records import JobNotFound as JobNotFound
@@ -44,6 +46,8 @@ from .records import LeasedJob as LeasedJob
 from .records import LeaseRef as LeaseRef
 from .records import NewJob as NewJob
 from .records import PayloadError as PayloadError
+from .records import RateLimit as RateLimit
+from .records import RateLimited as RateLimited
 from .records import ResultExpired as ResultExpired
 from .records import ResultTimeout as ResultTimeout
 from .records import Retry as Retry
@@ -63,6 +67,7 @@ if _TYPE_CHECKING:
     from .app import Inspector as Inspector
     from .app import JobHandle as JobHandle
     from .app import JobPage as JobPage
+    from .app import LimitInfo as LimitInfo
     from .app import QueueInfo as QueueInfo
     from .app import ScheduleInfo as ScheduleInfo
     from .app import Task as Task
@@ -97,6 +102,7 @@ _LAZY = {
     "Inspector": "app._inspector",
     "JobPage": "app._inspector",
     "QueueInfo": "app._inspector",
+    "LimitInfo": "app._inspector",
     "ScheduleInfo": "app._inspector",
     "VersionInfo": "app._inspector",
     "schedule_rows": "app._inspector",
@@ -123,6 +129,7 @@ __all__ = [
     "ActorFailed",
     "Chain",
     "ChronosError",
+    "ConcurrencyLimit",
     "DuplicateJob",
     "EnqueueResult",
     "FlowStep",
@@ -130,6 +137,7 @@ __all__ = [
     "InspectorError",
     "Job",
     "JobCancelled",
+    "JobControl",
     "JobError",
     "JobFailed",
     "JobNotFound",
@@ -140,6 +148,8 @@ __all__ = [
     "LeaseRef",
     "NewJob",
     "PayloadError",
+    "RateLimit",
+    "RateLimited",
     "ResultExpired",
     "ResultTimeout",
     "Retry",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 import trio
 
+from ..records._control import ConcurrencyLimit, RateLimit, control_defaults
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import (
     DEFAULT_MAX_RETRIES,
@@ -121,6 +122,10 @@ class App:
         never_retry: Sequence[type[BaseException]] = (),
         result_ttl: float = DEFAULT_RESULT_TTL,
         unique: Unique | str | bool | None = None,
+        priority: int = 0,
+        expires: float | None = None,
+        rate_limit: RateLimit | Sequence[RateLimit] | None = None,
+        concurrency_limit: ConcurrencyLimit | Sequence[ConcurrencyLimit] | None = None,
         retain_succeeded: float | None = None,
         discard_dead: bool = False,
     ) -> Callable[[Handler], Task[P]]:
@@ -136,14 +141,22 @@ class App:
         job at once; results are kept ``result_ttl`` seconds. ``unique``: its
         jobs' default (see :class:`~chronos_trio.Unique`; True derives the
         key from kind and payload, a str is the key); ``enqueue(unique=...)``
-        overrides it per job. ``retain_succeeded``: seconds its successes
-        stay inspectable, overriding the worker's option of that name (0:
-        dropped at once; None: the worker's). ``discard_dead``: a job that
-        fails for good (retries used up, ``SkipRetry``, a ``never_retry``
-        error, a result that does not encode) is deleted instead of kept in
-        the dead-letter index; the dead-letter hooks still run, with the job
-        as it ended. (A job the store dead-letters itself, as when its last
-        lease expires, is still kept dead: the store does not know tasks.)
+        overrides it per job. Flow control (see ``records._control``, each
+        overridable per job at enqueue): ``priority`` (-10 .. 10, higher
+        leases first within a queue), ``expires`` (seconds after enqueue by
+        which a job must start, else it is dead-lettered as expired),
+        ``rate_limit`` (:class:`~chronos_trio.RateLimit`, one or several)
+        and ``concurrency_limit`` (:class:`~chronos_trio.ConcurrencyLimit`),
+        enforced fleet-wide by the store when it leases.
+        ``retain_succeeded``: seconds its successes stay inspectable,
+        overriding the worker's option of that name (0: dropped at once;
+        None: the worker's). ``discard_dead``: a job that fails for good
+        (retries used up, ``SkipRetry``, a ``never_retry`` error, a result
+        that does not encode) is deleted instead of kept in the dead-letter
+        index; the dead-letter hooks still run, with the job as it ended. (A
+        job the store dead-letters itself, as when its last lease expires or
+        it expired before it started, is still kept dead: the store does not
+        know tasks.)
 
         Raises ``TypeError`` for a function that cannot be a handler (not
         callable, a generator, not taking ``(payload, job)``) and
@@ -168,6 +181,12 @@ class App:
             )
         if not isinstance(discard_dead, bool):
             raise TypeError(f"discard_dead must be a bool, got {discard_dead!r}")
+        control = control_defaults(
+            priority=priority,
+            expires=expires,
+            rate_limit=rate_limit,
+            concurrency_limit=concurrency_limit,
+        )
 
         def register(fn: Handler) -> Task[P]:
             if kind in self.registry.tasks:
@@ -187,6 +206,7 @@ class App:
                 never_retry=never,
                 max_result_bytes=self.max_payload_bytes,
                 unique=unique_default,
+                control=control,
                 retain_succeeded=retain_succeeded,
                 discard_dead=discard_dead,
             )
