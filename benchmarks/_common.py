@@ -177,8 +177,10 @@ def wait_total(out_dir: Path, n: int, timeout: float, *, poll: float = 0.02) -> 
 
 
 def collect(out_dir: Path, timeout: float = 10.0) -> list[dict[str, Any]]:
-    """Ask every recorder that made progress for its samples and read them."""
-    pids = {r["pid"] for r in read_progress(out_dir)}
+    """Ask every recorder that made progress for its samples and read them
+    (a process that is gone, killed by the recovery workload, has none to
+    give: waiting for it would only use up ``timeout``)."""
+    pids = {r["pid"] for r in read_progress(out_dir) if _alive(r["pid"])}
     (out_dir / "dump").touch()
     deadline = time.monotonic() + timeout
     finals: dict[int, dict[str, Any]] = {}
@@ -190,6 +192,16 @@ def collect(out_dir: Path, timeout: float = 10.0) -> list[dict[str, Any]]:
                     finals[pid] = json.loads(path.read_text())
         time.sleep(0.02)
     return list(finals.values())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process now: not ours, gone
+        return False
+    return True
 
 
 def merge(finals: Sequence[dict[str, Any]]) -> dict[str, Any]:
