@@ -771,12 +771,11 @@ class AdminRole(StoreRole):
         have been deleted then (trimming again is harmless).
         """
 
+    @abc.abstractmethod
     async def limit_usage(self, queue: str) -> list[LimitUsage]:
-        """The rate and concurrency limit keys of ``queue`` that jobs used,
-        with their state now, sorted by kind then key (a backend without
-        flow control returns none). Raises StoreError when the store cannot
-        be reached."""
-        return []
+        """The rate and concurrency limit keys of ``queue`` that jobs used
+        (see ``records._control``), with their state now, sorted by kind
+        then key. Raises StoreError when the store cannot be reached."""
 
 
 class TopologyRole(StoreRole):
