@@ -74,6 +74,7 @@ HEAP_OF = {
     JobState.LEASED: "leased",
     JobState.SUCCEEDED: None,
     JobState.DEAD: None,
+    JobState.ABORTED: None,
 }
 
 

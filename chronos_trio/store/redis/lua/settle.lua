@@ -14,7 +14,8 @@
 -- ARGV[1+i], per partition i: how many settlements of that partition follow
 -- then ARGV[P+1+8j .. P+8+8j] (P = number of partitions), per settlement j,
 --          partition by partition in KEYS order: job id, fencing token,
---          kind ('s' succeeded, 'r' retry, 'd' dead, 'l' release), error text,
+--          kind ('s' succeeded, 'r' retry, 'd' dead, 'l' release, 'a' aborted),
+--          error text (for 'a': the last_error when no abort was asked),
 --          retry_delay (s), retain_for (s), result, result_ttl (s; '' when
 --          there is no result to keep)
 --
@@ -24,7 +25,10 @@
 -- (PEXPIRE: nothing to trim). Its run_at stays the due time it ran for. A
 -- finished job (succeeded or dead) whose record names a waiter channel
 -- (field w) is published there (see notify_done), and a unique job's lock
--- is released (a throttle's starts its ttl; see unique_finished).
+-- is released (a throttle's starts its ttl; see unique_finished). An aborted
+-- job (kind 'a', or 'r' and 'l' of a job an abort was asked for: field ab, see
+-- abort.lua; the abort wins over running it again) is kept like a dead one
+-- (abort_job), its last_error the abort's.
 --
 -- Each record is judged before anything is written for it (see _prelude.lua;
 -- nothing in a judgement can fail, so no record can stop the script after
@@ -40,7 +44,8 @@
 -- when it stopped, else {set aside (see _prelude.lua), code_1, code_2, ...}};
 -- code 1 applied, 0 the lease is no longer held with that token (or
 -- expired): the job is not touched at all, 2 dead-lettered as damaged, 3 left
--- alone (newer format), 4 applied, and a workflow continuation was queued.
+-- alone (newer format), 4 applied, and a workflow continuation was queued,
+-- 5 applied: the job is aborted.
 -- How long a finished job nobody keeps stays readable for its waiters (s).
 local WAITED_KEEP = 60
 local t = redis.call('TIME')
@@ -89,6 +94,9 @@ local function settle_partition(part, first, last, res)
     elseif p == 1 then
       settled[#settled + 1] = id
       local kind = ARGV[i + 2]
+      if (kind == 'r' or kind == 'l') and redis.call('HEXISTS', key, 'ab') == 1 then
+        kind = 'a'  -- an abort was asked while it ran: it does not run again
+      end
       if kind == 's' then
         local retain = tonumber(ARGV[i + 5])
         local flow = continues(f[8])
@@ -137,6 +145,10 @@ local function settle_partition(part, first, last, res)
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
         unique_finished(prefix, id, f[8], false)
         notify_done(key, f[7])
+      elseif kind == 'a' then
+        local text = redis.call('HGET', key, 'ab') or ARGV[i + 3]
+        abort_job(prefix, key, id, dead, text, now, now_s, f[8], f[7])
+        p = 5
       else
         -- release: back to ready at once, keeping its due time; the attempt is given back
         redis.call('ZADD', ready, f[6], id)

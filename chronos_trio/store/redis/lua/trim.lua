@@ -13,7 +13,8 @@
 -- ARGV[3]  additionally delete this many of the oldest dead jobs (0 = none)
 --
 -- Every entry is judged before anything is written (see _prelude.lua). Only
--- a record whose state is that of its index is deleted: one whose state is
+-- a record whose state is that of its index is deleted (an aborted job is
+-- kept, and trimmed, in the dead index): one whose state is
 -- not is dead-lettered instead (out of the succeeded index; in the dead index
 -- its state set right and its entry re-scored to now), an entry without a job
 -- hash is quarantined, a record of a newer format is left untouched.
@@ -38,7 +39,9 @@ local function judge(ids, state)
       if bad == 'newer' then
         plan[k], why[k] = 'newer', f[1]
       else
-        bad = bad or check_state(f[2], state, state)
+        if not (state == 'dead' and f[2] == 'aborted') then
+          bad = bad or check_state(f[2], state, state)
+        end
         plan[k], why[k] = bad and 'bad' or 'ok', bad
       end
     end
