@@ -741,9 +741,10 @@ class AdminRole(StoreRole):
         ``last_error`` "aborted" and ``reason`` if given, its unique key
         released, its waiters woken): it is never leased. A leased job is
         flagged and stays leased (asked again, the first reason stands):
-        every renewal of its lease reports the flag (see :meth:`WorkerRole.renew`), its worker cancels the run and
-        settles it ABORTED (fenced by its token), and recovery makes it
-        aborted if its lease expires first. The flag is stored with the job,
+        every renewal of its lease reports the flag (see
+        :meth:`WorkerRole.renew`), its worker cancels the run and settles it
+        ABORTED (fenced by its token), and recovery makes it aborted if its
+        lease expires first. The flag is stored with the job,
         so it outlives the worker, and the store if it persists. A finished
         job (succeeded, dead, aborted) and an unknown one are reported as
         such and left alone. A record whose state cannot be read is
