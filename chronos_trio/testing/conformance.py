@@ -1242,7 +1242,7 @@ async def check_abort_of_a_finished_or_unknown_job_changes_nothing(fresh: Fresh)
     assert await store.get_job("missing") is None
 
 
-@check(WorkerRole, AdminRole)
+@check(WorkerRole, AdminRole, CheckRole)
 async def check_aborted_jobs_are_kept_and_trimmed_as_dead_ones(fresh: Fresh) -> None:
     store = await fresh()
     # the oldest finished jobs are aborted, the newer ones dead
@@ -1257,6 +1257,8 @@ async def check_aborted_jobs_are_kept_and_trimmed_as_dead_ones(fresh: Fresh) -> 
     [stats] = await store.stats(["q"])
     assert stats.counts[JobState.ABORTED] == 3 and stats.counts[JobState.DEAD] == 3, stats
     assert stats.total == 6 and sum(stats.by_partition.values()) == 6, stats
+    report = await store.check()
+    assert report.findings == () and report.records == 6, "an aborted job is where it belongs"
     pages = [await store.list_jobs("q", JobState.DEAD, offset=o, limit=2) for o in (0, 2)]
     assert [j.id for page in pages for j in page] == ["d0", "d1", "d2"]
     aborted = await store.list_jobs("q", JobState.ABORTED, offset=1, limit=5)
