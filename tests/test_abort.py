@@ -11,9 +11,11 @@ from __future__ import annotations
 import math
 import threading
 import time
+from typing import Any
 
 import attrs
 import pytest
+import redis
 import trio
 
 from chronos_trio import (
@@ -23,8 +25,10 @@ from chronos_trio import (
     JobContext,
     JobState,
     MemoryStore,
+    NewJob,
 )
 from chronos_trio.runtime import JobAbortApplied, Stage
+from chronos_trio.store.redis.keys import KeySpace
 from tests._backends import Backend
 from tests._support import wait_for
 
@@ -188,3 +192,27 @@ async def test_a_plain_handler_in_a_thread_is_abandoned_when_aborted() -> None:
     assert seen == [(True, True)]
     job = await store.get_job(handle.job_id)
     assert job is not None and job.state is JobState.ABORTED
+
+
+@pytest.mark.redis
+async def test_redis_aborted_marks_leave_with_their_jobs(redis_store: Any, redis_url: str) -> None:
+    """On Redis an aborted job is kept in the dead index and marked in
+    ``<tag>:aborted`` (what counts and lists them); the marks of trimmed
+    jobs go with the trim, so counting never walks the marks of jobs long
+    gone, and a deleted job's stale mark is not counted."""
+    store = await redis_store(namespace="abort-marks")
+    client = redis.Redis.from_url(redis_url)
+    pk = KeySpace("abort-marks").partition("q", 1, 0)
+    await store.enqueue_many([NewJob(f"a{i}", "q", "k", b"{}", delay=60) for i in range(3)])
+    for i in range(3):
+        assert await store.abort(f"a{i}") is AbortResult.ABORTED
+    assert client.zcard(pk.aborted) == 3 and client.zcard(pk.dead) == 3
+    assert await store.delete_job("a1")
+    [stats] = await store.stats(["q"])
+    assert stats.counts[JobState.ABORTED] == 2 and stats.counts[JobState.DEAD] == 0
+    assert [j.id for j in await store.list_jobs("q", JobState.ABORTED)] == ["a0", "a2"]
+    assert await store.trim(["q"], dead_max_age=None, dead_max_count=0) == 2
+    assert not client.exists(pk.aborted), "the marks of trimmed jobs are dropped"
+    [stats] = await store.stats(["q"])
+    assert stats.counts[JobState.ABORTED] == 0 and stats.total == 0
+    client.close()

@@ -227,9 +227,20 @@ end
 -- they are counted and listed without reading every dead record. A mark
 -- counts only while the dead index holds its job with the same score: one
 -- whose job was trimmed or deleted since is stale (marks older than the
--- oldest dead entry are dropped with the next abort).
+-- oldest dead entry are dropped by trim.lua and with the next abort).
 local function aborted_key(prefix)
   return string.sub(prefix, 1, -3) .. 'aborted'
+end
+
+-- Drop the aborted marks older than the oldest entry of dead_zset (their jobs
+-- were trimmed): all of them when it is empty. With pcall: never fails.
+local function prune_aborted(prefix, dead_zset)
+  local oldest = redis.call('ZRANGE', dead_zset, 0, 0, 'WITHSCORES')
+  if oldest[2] then
+    redis.pcall('ZREMRANGEBYSCORE', aborted_key(prefix), '-inf', '(' .. oldest[2])
+  else
+    redis.pcall('DEL', aborted_key(prefix))
+  end
 end
 
 -- The job id finished (succeeded: ok true; dead or deleted: false): a
@@ -292,11 +303,9 @@ end
 -- cleared, its unique key released and its waiters woken. The marks are
 -- written with pcall: a mark is a hint, and never fails the script.
 local function abort_job(prefix, key, id, dead_zset, text, now, now_s, f_x, f_w)
-  local marks = aborted_key(prefix)
   redis.call('ZADD', dead_zset, now, id)  -- the index first: see wrong_type
-  redis.pcall('ZADD', marks, now, id)
-  local oldest = redis.call('ZRANGE', dead_zset, 0, 0, 'WITHSCORES')
-  if oldest[2] then redis.pcall('ZREMRANGEBYSCORE', marks, '-inf', '(' .. oldest[2]) end
+  redis.pcall('ZADD', aborted_key(prefix), now, id)
+  prune_aborted(prefix, dead_zset)
   redis.call('HSET', key, 'state', 'aborted', 'last_error', text, 'finished_at', now_s,
     'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
   unique_finished(prefix, id, f_x, false)
