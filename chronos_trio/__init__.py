@@ -27,6 +27,7 @@ from .records import ActionRefused as ActionRefused
 from .records import ActorFailed as ActorFailed
 from .records import Chain as Chain
 from .records import ChronosError as ChronosError
+from .records import ConcurrencyLimit as ConcurrencyLimit
 from .records import DuplicateJob as DuplicateJob
 from .records import EnqueueResult as EnqueueResult
 from .records import FlowStep as FlowStep
@@ -35,6 +36,7 @@ from .records import InspectorError as InspectorError
 from .records import Job as Job
 from .records import JobAborted as JobAborted
 from .records import JobCancelled as JobCancelled
+from .records import JobControl as JobControl
 from .records import JobError as JobError
 from .records import JobFailed as JobFailed
 from .records import JobNotFound as JobNotFound
@@ -45,6 +47,8 @@ from .records import LeasedJob as LeasedJob
 from .records import LeaseRef as LeaseRef
 from .records import NewJob as NewJob
 from .records import PayloadError as PayloadError
+from .records import RateLimit as RateLimit
+from .records import RateLimited as RateLimited
 from .records import ResultExpired as ResultExpired
 from .records import ResultTimeout as ResultTimeout
 from .records import Retry as Retry
@@ -64,6 +68,7 @@ if _TYPE_CHECKING:
     from .app import Inspector as Inspector
     from .app import JobHandle as JobHandle
     from .app import JobPage as JobPage
+    from .app import LimitInfo as LimitInfo
     from .app import QueueInfo as QueueInfo
     from .app import ScheduleInfo as ScheduleInfo
     from .app import Task as Task
@@ -99,6 +104,7 @@ _LAZY = {
     "Inspector": "app._inspector",
     "JobPage": "app._inspector",
     "QueueInfo": "app._inspector",
+    "LimitInfo": "app._inspector",
     "ScheduleInfo": "app._inspector",
     "VersionInfo": "app._inspector",
     "schedule_rows": "app._inspector",
@@ -126,6 +132,7 @@ __all__ = [
     "ActorFailed",
     "Chain",
     "ChronosError",
+    "ConcurrencyLimit",
     "DuplicateJob",
     "EnqueueResult",
     "FlowStep",
@@ -134,6 +141,7 @@ __all__ = [
     "Job",
     "JobAborted",
     "JobCancelled",
+    "JobControl",
     "JobError",
     "JobFailed",
     "JobNotFound",
@@ -144,6 +152,8 @@ __all__ = [
     "LeaseRef",
     "NewJob",
     "PayloadError",
+    "RateLimit",
+    "RateLimited",
     "ResultExpired",
     "ResultTimeout",
     "Retry",

@@ -41,9 +41,10 @@ def alive(pid: int) -> bool:
 class Manager:
     """The CLI process manager in a subprocess; its log goes to a file."""
 
-    def __init__(self, url: str, tmp_path: Path, *options: str) -> None:
+    def __init__(self, url: str, tmp_path: Path, *options: str, processes: int = 2) -> None:
+        self.processes = processes
         argv = [sys.executable, "-m", "chronos_trio", "worker", "tests.tests_app:app"]
-        argv += ["--processes", "2", "--lease-duration", str(LEASE)]
+        argv += ["--processes", str(processes), "--lease-duration", str(LEASE)]
         argv += ["--recover-interval", str(RECOVER_INTERVAL), "--poll-interval", "0.2"]
         argv += [*options]
         env = {**os.environ, "CHRONOS_URL": url}
@@ -72,7 +73,9 @@ class Manager:
     async def wait_ready(self) -> dict[int, int]:
         while True:
             children, ready = self.children(), self._pids("ready")
-            if len(children) == 2 and all(ready.get(i) == pid for i, pid in children.items()):
+            if len(children) == self.processes and all(
+                ready.get(i) == pid for i, pid in children.items()
+            ):
                 return children
             assert self.proc.poll() is None, self.log()
             await trio.sleep(0.05)

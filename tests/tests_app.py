@@ -21,7 +21,7 @@ import attrs
 import redis
 import trio
 
-from chronos_trio import App, JobContext, SkipRetry
+from chronos_trio import App, ConcurrencyLimit, JobContext, RateLimit, SkipRetry
 
 
 @attrs.frozen
@@ -106,6 +106,21 @@ def make_app(url: str | None) -> App:
             line = f"{job.id} {sum(values)}"
             await trio.to_thread.run_sync(_client(redis_url).rpush, "wf:callbacks", line)
         return sum(values)
+
+    async def record_run(args: Record, job: JobContext) -> None:
+        """Record the run as ``tests.record`` does (a Redis store only)."""
+        started = time.time()
+        assert url and url.startswith("redis"), "the flow-control tasks record in Redis"
+        line = f"{job.id} {os.getpid()} {started:.3f}"
+        await trio.to_thread.run_sync(_client(url).rpush, f"{args.key}:start", line)
+        if args.sleep:
+            await trio.sleep(args.sleep)
+        line = f"{job.id} {os.getpid()} {started:.3f} {time.time():.3f}"
+        await trio.to_thread.run_sync(_client(url).rpush, f"{args.key}:done", line)
+
+    # fleet-wide flow control (tests/test_flow_control_e2e.py)
+    app.task("tests.rated", queue="flow", rate_limit=RateLimit(50, per=1.0, burst=5))(record_run)
+    app.task("tests.capped", queue="flow", concurrency_limit=ConcurrencyLimit(4))(record_run)
 
     @app.task("tests.note", queue="critical", max_retries=0)
     async def note(args: Note, job: JobContext) -> None:

@@ -101,10 +101,11 @@ def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool, aborted: bool = F
             )
         if events.wants(JobSucceeded):
             events.publish(JobSucceeded(job, duration or 0.0))
-    elif kind is SettleKind.RETRY:
+    elif kind is SettleKind.RETRY or kind is SettleKind.DEFER:
         rt.counters.retried += 1
         log.info(
-            "retry job=%s kind=%s queue=%s attempt=%s in=%.2fs error=%s",
+            "%s job=%s kind=%s queue=%s attempt=%s in=%.2fs error=%s",
+            "retry" if kind is SettleKind.RETRY else "deferred (attempt not counted)",
             job.id,
             job.kind,
             job.queue,

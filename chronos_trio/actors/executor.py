@@ -25,7 +25,7 @@ from typing import Any
 import trio
 
 from ..records._codec import decode_payload, encode_payload
-from ..records._errors import PayloadError, Retry, SkipRetry
+from ..records._errors import PayloadError, RateLimited, Retry, SkipRetry
 from ..records._jobs import Job, LeaseRef, abort_error
 from ..runtime._context import JobContext
 from ..runtime._inflight import Entry, InFlight
@@ -226,6 +226,10 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
         return Settlement(ref, SettleKind.DEAD, error=_error_text(exc, "SkipRetry"))
     except Retry as exc:
         return _failure(rt, task, job, ref, _error_text(exc, "Retry"), exc.delay)
+    except RateLimited as exc:
+        # not a failure: again later, the attempt given back (see RateLimited)
+        error = _error_text(exc, "RateLimited")
+        return Settlement(ref, SettleKind.DEFER, error=error, retry_delay=exc.retry_after)
     except Exception as exc:
         if task.never_retry and isinstance(exc, task.never_retry):
             label = f"{type(exc).__name__} (never retried for this task)"

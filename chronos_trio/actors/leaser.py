@@ -40,9 +40,21 @@ async def run(
             lease_duration=cfg.lease_duration,
         )
         rt.report_aside(batch)
+        for job in getattr(batch, "expired", ()):
+            rt.counters.dead += 1
+            rt.report_dead(job, recovered=False)
         if not batch:
+            # Ready jobs held back by flow control: sleep until the next
+            # permit, or until a wake-up (a new job, a freed slot), not at
+            # once for the jobs that are there (see LeaseBatch).
+            held_for: float | None = getattr(batch, "held_for", None)
+            held = held_for is not None or getattr(batch, "capped", False)
+            timeout = cfg.poll_interval if held_for is None else min(cfg.poll_interval, held_for)
             try:
-                await rt.store.wait_ready(names, timeout=cfg.poll_interval)
+                if held:
+                    await rt.store.wait_ready(names, timeout=timeout, held=True)
+                else:
+                    await rt.store.wait_ready(names, timeout=timeout)
             except StoreError as exc:  # back off, then try leasing again
                 await backoff.failed(exc)
             continue

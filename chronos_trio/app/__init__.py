@@ -15,6 +15,7 @@ from ._task import Task as Task
 if _TYPE_CHECKING:
     from ._inspector import Inspector as Inspector
     from ._inspector import JobPage as JobPage
+    from ._inspector import LimitInfo as LimitInfo
     from ._inspector import QueueInfo as QueueInfo
     from ._inspector import ScheduleInfo as ScheduleInfo
     from ._inspector import VersionInfo as VersionInfo
@@ -25,6 +26,7 @@ _LAZY = {
     "Inspector": "_inspector",
     "JobPage": "_inspector",
     "QueueInfo": "_inspector",
+    "LimitInfo": "_inspector",
     "ScheduleInfo": "_inspector",
     "VersionInfo": "_inspector",
     "schedule_rows": "_inspector",

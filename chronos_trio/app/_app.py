@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 import trio
 
+from ..records._control import ConcurrencyLimit, RateLimit, control_defaults
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import (
     DEFAULT_MAX_RETRIES,
@@ -120,6 +121,10 @@ class App:
         never_retry: Sequence[type[BaseException]] = (),
         result_ttl: float = DEFAULT_RESULT_TTL,
         unique: Unique | str | bool | None = None,
+        priority: int = 0,
+        expires: float | None = None,
+        rate_limit: RateLimit | Sequence[RateLimit] | None = None,
+        concurrency_limit: ConcurrencyLimit | Sequence[ConcurrencyLimit] | None = None,
     ) -> Callable[[Handler], Task[P]]:
         """Register ``handler(payload, job)`` under ``kind``: an ``async def``
         (runs on the event loop) or a plain ``def`` (runs in a worker thread,
@@ -133,7 +138,13 @@ class App:
         job at once; results are kept ``result_ttl`` seconds. ``unique``: its
         jobs' default (see :class:`~chronos_trio.Unique`; True derives the
         key from kind and payload, a str is the key); ``enqueue(unique=...)``
-        overrides it per job.
+        overrides it per job. Flow control (see ``records._control``, each
+        overridable per job at enqueue): ``priority`` (-10 .. 10, higher
+        leases first within a queue), ``expires`` (seconds after enqueue by
+        which a job must start, else it is dead-lettered as expired),
+        ``rate_limit`` (:class:`~chronos_trio.RateLimit`, one or several)
+        and ``concurrency_limit`` (:class:`~chronos_trio.ConcurrencyLimit`),
+        enforced fleet-wide by the store when it leases.
 
         Raises ``TypeError`` for a function that cannot be a handler (not
         callable, a generator, not taking ``(payload, job)``) and
@@ -151,6 +162,12 @@ class App:
         if not result_ttl > 0:
             raise ValueError(f"result_ttl must be > 0 seconds, got {result_ttl!r}")
         unique_default = unique_of(unique)
+        control = control_defaults(
+            priority=priority,
+            expires=expires,
+            rate_limit=rate_limit,
+            concurrency_limit=concurrency_limit,
+        )
 
         def register(fn: Handler) -> Task[P]:
             if kind in self.registry.tasks:
@@ -170,6 +187,7 @@ class App:
                 never_retry=never,
                 max_result_bytes=self.max_payload_bytes,
                 unique=unique_default,
+                control=control,
             )
             self.registry.tasks[kind] = spec
             return Task(self, spec)

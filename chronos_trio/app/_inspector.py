@@ -146,6 +146,45 @@ class ScheduleInfo:
     epoch: int | None
 
 
+@attrs.frozen
+class LimitInfo:
+    """One rate or concurrency limit key of a queue (see ``records._control``)
+    as the inspector shows it: what the store holds now and, when the app's
+    tasks declare a limit under this key, that limit.
+
+    ``in_use``: concurrency slots held now (0 for a rate limit).
+    ``booked_until``: a rate limit's permits are booked up to this time
+    (store clock; past or None: a permit is free now). ``declared``: the
+    limit as the app declares it ("50/1s burst 5", "4"); '' when the key
+    is made per job (a key function) or no task of the app names it."""
+
+    queue: str
+    key: str
+    kind: str
+    in_use: int
+    booked_until: float | None
+    declared: str
+
+
+def declared_limits(app: WorkerHost | None, queue: str) -> dict[tuple[str, str], str]:
+    """(kind, key) -> the limit as ``app``'s tasks of ``queue`` declare it,
+    for the keys known without a payload (text, or the task's kind)."""
+    out: dict[tuple[str, str], str] = {}
+    if app is None:
+        return out
+    for spec in app.registry.tasks.values():
+        control = spec.control
+        if control is None or spec.queue != queue:
+            continue
+        for r in control.rate_limits:
+            if r.key is None or isinstance(r.key, str):
+                out[("rate", r.key or spec.kind)] = f"{r.count}/{r.per:g}s burst {r.burst}"
+        for c in control.concurrency_limits:
+            if c.key is None or isinstance(c.key, str):
+                out[("concurrency", c.key or spec.kind)] = str(c.limit)
+    return out
+
+
 async def schedule_rows(app: WorkerHost) -> list[ScheduleInfo]:
     """Every schedule of ``app`` with its next run (from the store's now),
     last run (the store's trigger bookkeeping) and the current leader.
@@ -356,6 +395,33 @@ class Inspector:
         if self.app is None:
             raise InspectorError("schedules are declared in the app: inspect it via the app")
         return await schedule_rows(self.app)
+
+    # -- flow control ------------------------------------------------------------
+    async def limits(self, queue: str | None = None) -> list[LimitInfo]:
+        """The rate and concurrency limits of ``queue`` (every known queue
+        when None): each key the store holds state for, with its use now,
+        and each limit the app's tasks declare (in use or not)."""
+        names = [await self.check_queue(queue)] if queue is not None else await self.queue_names()
+        out: list[LimitInfo] = []
+        for name in names:
+            declared = declared_limits(self.app, name)
+            seen: set[tuple[str, str]] = set()
+            for u in await self.store.limit_usage(name):
+                seen.add((u.kind, u.key))
+                out.append(
+                    LimitInfo(
+                        name,
+                        u.key,
+                        u.kind,
+                        u.in_use,
+                        u.booked_until,
+                        declared.get((u.kind, u.key), ""),
+                    )
+                )
+            for (kind, key), text in sorted(declared.items()):
+                if (kind, key) not in seen:
+                    out.append(LimitInfo(name, key, kind, 0, None, text))
+        return out
 
     # -- the store checker -------------------------------------------------------
     async def check(

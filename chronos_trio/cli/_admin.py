@@ -1,5 +1,5 @@
 """Admin commands on the :class:`~chronos_trio.Inspector`: queues, jobs, job,
-run-now, delete, abort, requeue-dead, pause, resume, topology, schedules, check.
+run-now, delete, abort, requeue-dead, pause, resume, topology, limits, schedules, check.
 
 Each takes ``[APP]`` and/or ``--url`` (a URL alone is enough, except for
 ``schedules``, which lives in the app), prints a table or ``--json``, and
@@ -110,6 +110,13 @@ def add_commands(sub: Any, leaves: dict[tuple[str, ...], argparse.ArgumentParser
     )
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--version", type=int_at_least(1), help="default: the only draining one")
+
+    p = command(
+        ("limits",),
+        "_limits",
+        "rate and concurrency limits per queue: their keys, use now and declared limits",
+    )
+    p.add_argument("--queue", help="only this queue")
 
     p = command(("schedules",), "_schedules", "the app's cron and interval schedules")
     p.set_defaults(needs_app=True)

@@ -36,6 +36,8 @@ from ._output import (
     job_details,
     job_json,
     jobs_table,
+    limit_json,
+    limits_table,
     page_json,
     print_json,
     queue_json,
@@ -304,6 +306,15 @@ async def _topology_complete(ctx: Context, args: argparse.Namespace) -> int:
         print_json(topology_json(topology), ctx.out)
     else:
         _say(ctx, f"queue {args.queue!r}: drained version removed\n{topology_table(topology)}")
+    return EXIT_OK
+
+
+async def _limits(ctx: Context, args: argparse.Namespace) -> int:
+    rows = await ctx.inspector.limits(args.queue)
+    if ctx.json:
+        print_json([limit_json(row) for row in rows], ctx.out)
+    else:
+        _say(ctx, limits_table(rows, await ctx.inspector.now()))
     return EXIT_OK
 
 

@@ -9,12 +9,14 @@ from typing import Any, TextIO
 
 from ..app._inspector import (
     JobPage,
+    LimitInfo,
     QueueInfo,
     ScheduleInfo,
     next_run_at,
     payload_view,
     result_view,
 )
+from ..records._control import JobControl
 from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._workflow import WORKFLOW_KEEP, describe
 from ..store import CheckReport, Finding, Problem, QueueTopology, Repair
@@ -142,6 +144,8 @@ def job_json(job: Job) -> dict[str, Any]:
         # None for a sound record; else why the stored record could not be
         # read as it is (the fields it names show defaults)
         "damage": job.damage or None,
+        # priority, expiry and limits (None: none)
+        "control": control_json(job.control),
     }
 
 
@@ -291,6 +295,7 @@ def job_details(job: Job, now: float) -> str:
         ("headers", json.dumps(dict(job.headers), ensure_ascii=False) if job.headers else "-"),
         ("result", _result_line(job, now)),
         ("then", describe(job.then) + (_KEPT if job.then else "")),
+        ("control", control_line(job.control, now)),
     ]
     width = max(len(k) for k, _ in [*rows, ("last error", "")]) + 2
     lines = [f"{key:<{width}}{value}" for key, value in rows]
@@ -305,6 +310,37 @@ def job_details(job: Job, now: float) -> str:
         # one line: the store's description of what it could not read
         lines.append(f"{'damage':<{width}}{' '.join(job.damage.split())}")
     return "\n".join(lines)
+
+
+def control_line(control: JobControl | None, now: float) -> str:
+    """A job's priority, expiry and limits on one line (``-``: none)."""
+    if control is None:
+        return "-"
+    parts = []
+    if control.priority:
+        parts.append(f"priority {control.priority}")
+    if control.expires_at is not None:
+        parts.append(f"expires {when(control.expires_at, now)}")
+    parts += [
+        f"rate {count}/{per:g}s burst {burst} key {key!r}"
+        for key, count, per, burst in control.rates
+    ]
+    parts += [f"concurrency {limit} key {key!r}" for key, limit in control.caps]
+    return "; ".join(parts) or "-"
+
+
+def control_json(control: JobControl | None) -> dict[str, Any] | None:
+    if control is None:
+        return None
+    return {
+        "priority": control.priority,
+        "expires_at": iso(control.expires_at),
+        "rate_limits": [
+            {"key": key, "count": count, "per": per, "burst": burst}
+            for key, count, per, burst in control.rates
+        ],
+        "concurrency_limits": [{"key": key, "limit": limit} for key, limit in control.caps],
+    }
 
 
 def _result_line(job: Job, now: float) -> str:
@@ -336,6 +372,39 @@ def schedule_json(row: ScheduleInfo) -> dict[str, Any]:
         "leader": row.leader,
         "epoch": row.epoch,
     }
+
+
+def limit_json(row: LimitInfo) -> dict[str, Any]:
+    return {
+        "queue": row.queue,
+        "key": row.key,
+        "kind": row.kind,
+        "in_use": row.in_use,
+        "booked_until": iso(row.booked_until),
+        "declared": row.declared or None,
+    }
+
+
+def limits_table(rows: Sequence[LimitInfo], now: float) -> str:
+    if not rows:
+        return "no rate or concurrency limits"
+    return table(
+        ["QUEUE", "KIND", "KEY", "LIMIT", "IN USE", "PERMITS BOOKED"],
+        [
+            [
+                r.queue,
+                r.kind,
+                r.key,
+                r.declared or None,
+                r.in_use if r.kind == "concurrency" else None,
+                None
+                if r.kind != "rate"
+                else ("none" if r.booked_until is None or r.booked_until <= now
+                      else "until " + relative(r.booked_until, now)),
+            ]
+            for r in rows
+        ],
+    )  # fmt: skip
 
 
 def schedules_table(rows: Sequence[ScheduleInfo], now: float) -> str:
@@ -451,6 +520,8 @@ __all__ = [
     "job_details",
     "job_json",
     "jobs_table",
+    "limit_json",
+    "limits_table",
     "page_json",
     "print_json",
     "queue_json",

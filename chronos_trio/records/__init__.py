@@ -1,6 +1,10 @@
 """The bottom layer: job records, errors, the payload codec, retry policy and
 job options. Every other layer may import it; it imports none of them."""
 
+from ._control import ConcurrencyLimit as ConcurrencyLimit
+from ._control import ControlDefaults as ControlDefaults
+from ._control import JobControl as JobControl
+from ._control import RateLimit as RateLimit
 from ._errors import ActionRefused as ActionRefused
 from ._errors import ActorFailed as ActorFailed
 from ._errors import ChronosError as ChronosError
@@ -12,6 +16,7 @@ from ._errors import JobError as JobError
 from ._errors import JobFailed as JobFailed
 from ._errors import JobNotFound as JobNotFound
 from ._errors import PayloadError as PayloadError
+from ._errors import RateLimited as RateLimited
 from ._errors import ResultExpired as ResultExpired
 from ._errors import ResultTimeout as ResultTimeout
 from ._errors import Retry as Retry

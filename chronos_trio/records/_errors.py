@@ -8,6 +8,7 @@
     ├── PayloadError            a payload could not be encoded or decoded, or is too large
     ├── SkipRetry               raised by a handler: dead-letter this job at once
     ├── Retry                   raised by a handler: run it again after a delay
+    ├── RateLimited             raised by a handler: again after a delay, attempt not counted
     ├── JobCancelled            raised by job.check_cancelled() once a run is called off
     ├── UnknownTask             no task is registered under a kind
     ├── ActorFailed             an actor exceeded its restart intensity
@@ -61,6 +62,26 @@ class Retry(ChronosError):
             raise ValueError(f"Retry delay must be a finite number >= 0, got {delay!r}")
         super().__init__(reason or (f"retry in {delay:g}s" if delay is not None else "retry"))
         self.delay = delay
+        self.reason = reason
+
+
+class RateLimited(ChronosError):
+    """Raise from a handler when an upstream says "too many requests" (an
+    HTTP 429): the job runs again ``retry_after`` seconds from now, and the
+    attempt is not counted (it never uses up ``max_retries``). When the job
+    has rate limits, each is held back until then too, so the jobs sharing
+    it wait as well instead of hammering the upstream.
+
+    ``raise RateLimited(30)`` or ``raise RateLimited(retry_after, "api 429")``.
+    """
+
+    def __init__(self, retry_after: float, reason: str = "") -> None:
+        if not (retry_after >= 0 and retry_after != float("inf")):
+            raise ValueError(
+                f"RateLimited retry_after must be a finite number >= 0, got {retry_after!r}"
+            )
+        super().__init__(reason or f"rate limited: retry in {retry_after:g}s")
+        self.retry_after = float(retry_after)
         self.reason = reason
 
 

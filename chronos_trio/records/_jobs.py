@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 if TYPE_CHECKING:
+    from ._control import JobControl
     from ._unique import Unique
 
 
@@ -95,6 +96,13 @@ class Job:
     #: A workflow job's continuation (``NewJob.then``): what follows it.
     #: Filled by inspection (``get_job``, ``list_jobs``); a lease may leave it None.
     then: str | None = None
+    #: Its priority, expiry and limits (see ``records._control``); None: defaults.
+    control: JobControl | None = None
+
+    @property
+    def priority(self) -> int:
+        """Its priority within its queue (higher leases first)."""
+        return 0 if self.control is None else self.control.priority
 
     @property
     def retries_left(self) -> int:
@@ -133,6 +141,8 @@ class NewJob:
     #: what follows when it succeeds. The store keeps it, and its fenced
     #: success settle puts the job in the outbox the continuer drains.
     then: str | None = None
+    #: Its priority, expiry and limits (see ``records._control``); None: defaults.
+    control: JobControl | None = None
 
 
 @attrs.frozen
@@ -226,6 +236,10 @@ class LeaseRef:
     token: str
     queue_version: int = 1
     partition: int = 0
+    #: The job has flow control (``Job.control``): its settle also gives
+    #: back concurrency slots, or holds back rate limits (a store may skip
+    #: that work for the others).
+    controlled: bool = False
 
 
 @attrs.frozen
@@ -241,7 +255,9 @@ class LeasedJob:
     @ref.default
     def _make_ref(self) -> LeaseRef:
         job = self.job
-        return LeaseRef(job.id, job.queue, self.token, job.queue_version, job.partition)
+        return LeaseRef(
+            job.id, job.queue, self.token, job.queue_version, job.partition, job.control is not None
+        )
 
 
 def require_field_order(cls: type, names: tuple[str, ...], user: str) -> None:

@@ -9,6 +9,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ._control import ConcurrencyLimit, RateLimit
     from ._unique import Unique
 
 DEFAULT_QUEUE = "default"
@@ -45,6 +48,16 @@ class EnqueueOptions(JobDefaults, total=False):
     #: from the kind and payload, a str is the key, False overrides the
     #: task's default.
     unique: Unique | str | bool
+    #: Within its queue, ready jobs lease highest priority first (-10 .. 10;
+    #: default: the task's, else 0).
+    priority: int
+    #: Not started by then, the job is dead-lettered (reason ``expired``)
+    #: instead of run: seconds from the store's now, or an aware datetime.
+    expires: float | dt.datetime | None
+    #: Rate limits that govern when it may start (replace the task's).
+    rate_limit: RateLimit | Sequence[RateLimit] | None
+    #: Concurrency limits it counts against while leased (replace the task's).
+    concurrency_limit: ConcurrencyLimit | Sequence[ConcurrencyLimit] | None
 
 
 def check_options(

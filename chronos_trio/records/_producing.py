@@ -17,6 +17,7 @@ from typing import Any, NoReturn, Protocol, Unpack
 import attrs
 
 from ._codec import decode_payload, encode_payload
+from ._control import ControlDefaults, job_control
 from ._errors import (
     DuplicateJob,
     JobAborted,
@@ -62,6 +63,7 @@ require_field_order(
         "unique",
         "id_given",
         "then",
+        "control",
     ),
     "records._producing.new_jobs",
 )
@@ -69,6 +71,10 @@ require_field_order(
 #: ``hook(kind, headers)``: called for every job a producer builds, with its
 #: headers as a dict the hook may add to (a trace id, a tenant).
 ProducerHook = Callable[[str, dict[str, str]], None]
+
+
+#: The enqueue options that make a job's flow control (``records._control``).
+_CONTROL_OPTIONS = frozenset({"priority", "expires", "rate_limit", "concurrency_limit"})
 
 
 def new_job_id() -> str:
@@ -92,6 +98,8 @@ class TaskDefaults(Protocol):
     def timeout(self) -> float: ...
     @property
     def unique(self) -> Unique | None: ...
+    @property
+    def control(self) -> ControlDefaults | None: ...
 
 
 @attrs.frozen
@@ -106,6 +114,7 @@ class KindDefaults:
     max_retries: int = DEFAULT_MAX_RETRIES
     timeout: float = DEFAULT_TIMEOUT
     unique: Unique | None = None
+    control: ControlDefaults | None = None
 
 
 def job_headers(
@@ -164,6 +173,10 @@ def new_job(
         job_headers(spec.kind, headers, hooks) if headers or hooks else (),
         None if unique is None else resolve(unique, spec.kind, data),
         job_id is not None,
+        None,
+        job_control(spec.control, spec.kind, payload, options)
+        if spec.control is not None or _CONTROL_OPTIONS.intersection(options)
+        else None,
     )
 
 
@@ -184,6 +197,7 @@ def new_jobs(
     queue, delay = queue or spec.queue, delay or 0.0
     kind, max_retries, timeout = spec.kind, spec.max_retries, spec.timeout
     unique = spec.unique
+    defaults = spec.control
     jobs = []
     for payload in payloads:
         data = encode_payload(payload, payload_type)
@@ -192,7 +206,8 @@ def new_jobs(
         headers = job_headers(kind, None, hooks) if hooks else ()
         job = NewJob(
             new_job_id(), queue, kind, data, None, delay, max_retries, timeout, headers,
-            None if unique is None else resolve(unique, kind, data), False,
+            None if unique is None else resolve(unique, kind, data), False, None,
+            None if defaults is None else job_control(defaults, kind, payload, {}),
         )  # fmt: skip
         jobs.append(job)
     return jobs

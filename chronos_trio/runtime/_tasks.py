@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 
+from ..records._control import ControlDefaults
 from ..records._retry import RetryPolicy
 from ..records._unique import Unique
 from ._context import JobContext
@@ -47,3 +48,5 @@ class TaskSpec:
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     #: The default of its jobs (None: not unique; see ``Unique``).
     unique: Unique | None = None
+    #: Its jobs' default priority, expiry and limits (None: none).
+    control: ControlDefaults | None = None

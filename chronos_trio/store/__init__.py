@@ -28,6 +28,7 @@ from ._roles import FlowRole as FlowRole
 from ._roles import Leadership as Leadership
 from ._roles import LeadershipRole as LeadershipRole
 from ._roles import LeaseBatch as LeaseBatch
+from ._roles import LimitUsage as LimitUsage
 from ._roles import Problem as Problem
 from ._roles import PromoteResult as PromoteResult
 from ._roles import QueueStats as QueueStats

@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 
+from ..records._control import PRIORITY_MAX, PRIORITY_MIN, JobControl
 from ..records._jobs import Job, JobState
 from ._roles import DAMAGED_RECORD
 
@@ -118,6 +119,17 @@ def field_damage(job: Job, job_id: str | None = None, home: str | None = None) -
         "lease_expires_at",
         (is_number(expiry) and math.isfinite(expiry)) or (expiry is None and not leased),  # type: ignore[arg-type]
         "a number" if leased else "a number or None",
+    )
+    control = job.control
+    need(
+        "control",
+        control is None
+        or (
+            isinstance(control, JobControl)
+            and type(control.priority) is int
+            and PRIORITY_MIN <= control.priority <= PRIORITY_MAX
+        ),
+        "flow control (a JobControl) or None",
     )
     finished = state in _FINISHED
     done = job.finished_at

@@ -16,20 +16,34 @@ def partition_of(job_id: str, partitions: int) -> int:
     return zlib.crc32(job_id.encode()) % partitions
 
 
-def unique_job_id(job: NewJob, partitions: int) -> str:
-    """The ID a unique job is stored under: it must route to the partition
-    of its unique key, where the key's lock lives (one script, one Cluster
-    slot, takes the lock and stores the job). An ID the producer made up is
-    drawn again until it does (``partitions`` tries on average); a given one
-    that does not raises ValueError (leave ``job_id`` unset for a unique job
-    of a queue with several partitions)."""
-    assert job.unique is not None and job.unique.key is not None
-    home = partition_of(job.unique.key, partitions)
+def routing_key(job: NewJob) -> str | None:
+    """The key whose partition ``job`` must live in: its unique key (where
+    its lock lives), else its first flow-control key (where that limit's
+    state lives, see ``records._control``); None: routed by its ID."""
+    if job.unique is not None and job.unique.key is not None:
+        return job.unique.key
+    if job.control is not None:
+        return job.control.routing_key
+    return None
+
+
+def routed_job_id(job: NewJob, partitions: int) -> str:
+    """The ID ``job`` is stored under: one that routes to the partition of
+    its :func:`routing_key` (one script, one Cluster slot, judges the key
+    and stores or leases the job). An ID the producer made up is drawn
+    again until it does (``partitions`` tries on average); a given one that
+    does not raises ValueError (leave ``job_id`` unset for a unique or
+    limited job of a queue with several partitions)."""
+    key = routing_key(job)
+    if key is None or partitions <= 1:
+        return job.id
+    home = partition_of(key, partitions)
     if partition_of(job.id, partitions) == home:
         return job.id
     if job.id_given:
+        what = "unique" if job.unique is not None else "limited"
         raise ValueError(
-            f"job {job.id!r} is unique (key {job.unique.key!r}): its ID must route to the "
+            f"job {job.id!r} is {what} (key {key!r}): its ID must route to the "
             f"partition of its key (partition {home} of {partitions}); leave job_id unset"
         )
     while True:

@@ -103,6 +103,9 @@ class SettleKind(enum.StrEnum):
     RETRY = "retry"  # failed; run again ``retry_delay`` seconds from the store's now
     DEAD = "dead"  # failed for good: dead-letter it
     RELEASE = "release"  # not run (shutdown): back to ready at once, attempt not counted
+    #: the handler raised RateLimited: retry_wait for ``retry_delay`` seconds,
+    #: attempt not counted, and the job's rate limits held back as long
+    DEFER = "defer"
     ABORTED = "aborted"  # an abort was asked (renew said so): aborted, never run again
 
 
@@ -196,13 +199,37 @@ class LeaseBatch(list[LeasedJob]):
     aside (RedisStore): the leased jobs, a plain ``list`` in every way (it
     compares equal to a list of the same jobs), plus ``aside``: what the
     lease met and set aside instead of leasing. Read it with :func:`aside_of`,
-    which also accepts the plain list another backend may return."""
+    which also accepts the plain list another backend may return.
 
-    __slots__ = ("aside",)
+    Flow control (``records._control``) adds what the lease held back:
 
-    def __init__(self, jobs: Iterable[LeasedJob] = (), aside: SetAside = NOTHING_SET_ASIDE):
+    * ``expired``: jobs it dead-lettered instead of leasing because their
+      ``expires_at`` had passed (state dead, ``last_error`` "expired: ...");
+      a worker counts each as dead and publishes ``JobDead``.
+    * ``held_for``: seconds from the lease until the next permit of a rate
+      limit that held a ready job back, or None: the leaser sleeps that
+      long instead of polling.
+    * ``capped``: a ready job was held back by a concurrency limit at its
+      limit: a slot comes back with a settle or a lease's expiry, so the
+      leaser looks again shortly.
+    """
+
+    __slots__ = ("aside", "capped", "expired", "held_for")
+
+    def __init__(
+        self,
+        jobs: Iterable[LeasedJob] = (),
+        aside: SetAside = NOTHING_SET_ASIDE,
+        *,
+        expired: tuple[Job, ...] = (),
+        held_for: float | None = None,
+        capped: bool = False,
+    ):
         super().__init__(jobs)
         self.aside = aside
+        self.expired = expired
+        self.held_for = held_for
+        self.capped = capped
 
 
 class FencedResults(list[bool]):
@@ -215,7 +242,7 @@ class FencedResults(list[bool]):
     (see :meth:`AdminRole.abort`): from ``renew``, leases renewed (True) and
     flagged, whose worker should stop the run and settle ABORTED; from
     ``settle``, settlements applied (True) that made the job aborted (an
-    ABORTED one, or a RETRY or RELEASE of a flagged lease). Read it with
+    ABORTED one, or a RETRY, DEFER or RELEASE of a flagged lease). Read it with
     :func:`aborted_of`, which also takes a plain list."""
 
     __slots__ = ("aborted", "aside")
@@ -285,6 +312,22 @@ class RecoverResult:
     dead: tuple[Job, ...] = ()
     aside: SetAside = NOTHING_SET_ASIDE
     aborted: tuple[Job, ...] = ()
+
+
+@attrs.frozen
+class LimitUsage:
+    """One flow-control key of a queue (see ``records._control``) as the
+    store holds it now."""
+
+    queue: str
+    key: str
+    #: "rate" or "concurrency".
+    kind: str
+    #: concurrency: the slots held now (by unexpired leases); rate: 0.
+    in_use: int = 0
+    #: rate: the limit's theoretical arrival time (store clock): permits are
+    #: booked up to here (a time past is a fresh limit); None for concurrency.
+    booked_until: float | None = None
 
 
 @attrs.frozen
@@ -602,8 +645,8 @@ class WorkerRole(StoreRole):
         makes it ``aborted``, kept as a dead job is (in the dead jobs' index,
         trimmed with them), with ``last_error`` the abort's text (``error``
         when no abort was asked), its finish time, its unique key released.
-        A RETRY or RELEASE of a lease whose job an abort was asked for makes
-        it aborted instead (the abort wins over running it again; a success
+        A RETRY, DEFER or RELEASE of a lease whose job an abort was asked
+        for makes it aborted instead (the abort wins over running it again; a success
         or a dead-letter stands): those settlements, and the ABORTED ones,
         are listed in the result's ``aborted``. Every
         applied outcome clears the lease (token, owner, expiry). A lease
@@ -632,12 +675,17 @@ class WorkerRole(StoreRole):
         """
 
     @abc.abstractmethod
-    async def wait_ready(self, queues: Sequence[str], timeout: float) -> None:
+    async def wait_ready(
+        self, queues: Sequence[str], timeout: float, *, held: bool = False
+    ) -> None:
         """Return soon after a job may have become ready in ``queues`` (an
         enqueue, promotion, release, recovery, run-now or resume), at once
         when one that is not paused already has a ready job, or after
         ``timeout`` (>= 0) seconds. Spurious returns are allowed; missing a
-        wake-up for longer than ``timeout`` is not.
+        wake-up for longer than ``timeout`` is not. ``held``: the caller's
+        last lease found the ready jobs there held back by flow control
+        (see :class:`LeaseBatch`): do not return for them, only for a
+        wake-up (which a settle that frees a concurrency slot also sends).
 
         Idle workers block here instead of polling fast. Raises StoreError
         when the store cannot be reached. A negative ``timeout`` is a
@@ -793,6 +841,13 @@ class AdminRole(StoreRole):
         Raises StoreError when the store cannot be reached; some jobs may
         have been deleted then (trimming again is harmless).
         """
+
+    async def limit_usage(self, queue: str) -> list[LimitUsage]:
+        """The rate and concurrency limit keys of ``queue`` that jobs used,
+        with their state now, sorted by kind then key (a backend without
+        flow control returns none). Raises StoreError when the store cannot
+        be reached."""
+        return []
 
 
 class TopologyRole(StoreRole):

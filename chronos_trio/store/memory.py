@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import trio
 
-from ..records import _jobs
+from ..records import _control, _jobs
 from ..records._jobs import (
     FINISHED_STATES,
     EnqueueResult,
@@ -33,7 +33,7 @@ from ..records._jobs import (
 )
 from ..records._unique import Unique
 from ..records._workflow import WORKFLOW_KEEP, Arrival
-from . import _memory_check, _memory_damage, _memory_unique, _partitioning
+from . import _memory_check, _memory_control, _memory_damage, _memory_unique, _partitioning
 from ._partitioning import partition_of, share_by_weight
 from ._roles import (
     LEASE_GRACE,
@@ -45,6 +45,7 @@ from ._roles import (
     FencedResults,
     Leadership,
     LeaseBatch,
+    LimitUsage,
     PromoteResult,
     QueueStats,
     QueueTopology,
@@ -175,6 +176,7 @@ class MemoryStore(Store):
         #: Result waiters: job ID -> the event its finishing (or deletion) sets.
         self._done: dict[str, trio.Event] = {}
         self._unique = _memory_unique.UniqueLocks()
+        self._control = _memory_control.ControlState()
         #: Workflow outbox: job ID -> queue, oldest first (see FlowRole).
         self._outbox: dict[str, str] = {}
         self._outbox_filled = trio.Event()
@@ -196,7 +198,12 @@ class MemoryStore(Store):
             heapq.heappush(self._due.setdefault(job.queue, []), entry)
             self._notify_scheduled()
         elif job.state is JobState.READY:
-            entry = (job.run_at, next(self._seq), job.id, rec.version)
+            # highest priority first, due order within a level
+            score = job.run_at
+            control = job.control
+            if isinstance(control, _control.JobControl):  # not a damaged one (judged later)
+                score = _control.ready_score(job.run_at, control.priority)
+            entry = (score, next(self._seq), job.id, rec.version)
             heapq.heappush(self._ready.setdefault(job.queue, []), entry)
             self._notify_ready()
         elif job.state is JobState.LEASED:
@@ -331,8 +338,8 @@ class MemoryStore(Store):
         results = []
         # unique jobs' IDs first: a refused one must not follow stored ones
         ids = [
-            _partitioning.unique_job_id(new, self._active(new.queue).partitions)
-            if new.unique is not None
+            _partitioning.routed_job_id(new, self._active(new.queue).partitions)
+            if new.unique is not None or new.control is not None
             else new.id
             for new in jobs
         ]
@@ -381,6 +388,7 @@ class MemoryStore(Store):
                 created_at=now,
                 headers=new.headers,
                 then=new.then,
+                control=None if new.control is None else new.control.stored(now),
             )
             self._put(job)
             if new.unique is not None:
@@ -501,25 +509,70 @@ class MemoryStore(Store):
         available = {q.name: self._ready_count(q.name, count) for q in active}
         shares = share_by_weight(active, count, available)
         leased: list[LeasedJob] = []
+        expired: list[Job] = []
+        held_until: float | None = None
+        capped = False
         for queue, share in shares.items():
             heap = self._ready.get(queue, [])
-            for _ in range(share):
+            # what flow control held back goes back after the batch; as on
+            # Redis, at most share + 256 ready jobs are looked at
+            held: list[_HeapEntry] = []
+            looked, got = 0, 0
+            while got < share and looked < share + 256:
                 top = self._peek(heap, _READY, aside)
                 if top is None:
                     break
                 heapq.heappop(heap)
+                looked += 1
+                entry, ready = top
+                if ready.control is not None:
+                    verdict = self._control.admit(ready, ready.control, now, self._job_of)
+                    if verdict.verdict is _memory_control.Verdict.EXPIRED:
+                        expired.append(self._expire(ready, now))
+                        continue
+                    if verdict.verdict is _memory_control.Verdict.HELD:
+                        held.append(entry)
+                        if verdict.until is None:
+                            capped = True
+                        elif held_until is None or verdict.until < held_until:
+                            held_until = verdict.until
+                        continue
                 token = f"{self._token_prefix}-{next(self._tokens)}"
                 job = attrs.evolve(
-                    top[1],
+                    ready,
                     state=JobState.LEASED,
-                    attempts=top[1].attempts + 1,
+                    attempts=ready.attempts + 1,
                     lease_token=token,
                     lease_owner=worker_id,
                     lease_expires_at=now + lease_duration,
                 )
                 self._put(job)
                 leased.append(LeasedJob(job, token, now + lease_duration))
-        return LeaseBatch(leased, aside.report())
+                got += 1
+            for entry in held:
+                heapq.heappush(heap, entry)
+        return LeaseBatch(
+            leased,
+            aside.report(),
+            expired=tuple(expired),
+            held_for=None if held_until is None else max(0.0, held_until - now),
+            capped=capped,
+        )
+
+    def _expire(self, job: Job, now: float) -> Job:
+        """Dead-letter a ready job whose expiry passed before it started."""
+        assert job.control is not None and job.control.expires_at is not None
+        dead = attrs.evolve(
+            job,
+            state=JobState.DEAD,
+            finished_at=now,
+            last_error=f"expired: not started by {job.control.expires_at:.3f} (its expires_at)",
+        )
+        self._put(dead)
+        rec = self._records[job.id]
+        self._unique.release(rec.home, rec.unique, job.id)
+        return dead
+
 
     def _ready_count(self, queue: str, cap: int) -> int:
         """How many live ready jobs ``queue`` has, counting at most ``cap``."""
@@ -567,8 +620,10 @@ class MemoryStore(Store):
                 continue
             cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
             rec = self._records[job.id]
+            if job.control is not None and self._control.release(rec.home, job.control, job.id):
+                self._notify_ready()  # a slot came back: leasers held by it look again
             kind = s.kind
-            if rec.abort and kind in (SettleKind.RETRY, SettleKind.RELEASE):
+            if rec.abort and kind in (SettleKind.RETRY, SettleKind.RELEASE, SettleKind.DEFER):
                 kind = SettleKind.ABORTED  # the abort wins over running it again
             if kind is SettleKind.ABORTED:
                 self._unique.release(rec.home, rec.unique, job.id)
@@ -624,6 +679,19 @@ class MemoryStore(Store):
             elif s.kind is SettleKind.DEAD:
                 self._put(
                     attrs.evolve(cleared, state=JobState.DEAD, last_error=s.error, finished_at=now)
+                )
+            elif s.kind is SettleKind.DEFER:
+                delay = max(0.0, s.retry_delay)
+                if job.control is not None:
+                    self._control.hold_back(rec.home, job.control, now, delay)
+                self._put(
+                    attrs.evolve(
+                        cleared,
+                        state=JobState.RETRY_WAIT,
+                        run_at=now + delay,
+                        last_error=s.error,
+                        attempts=max(0, job.attempts - 1),
+                    )
                 )
             else:  # RELEASE
                 self._put(
@@ -705,10 +773,27 @@ class MemoryStore(Store):
                     deleted += 1
         return CountResult(deleted, aside.report())
 
+    async def limit_usage(self, queue: str) -> list[LimitUsage]:
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        out = [
+            LimitUsage(queue, key, "concurrency", n)
+            for key, n in self._control.usage(queue, now, self._job_of).items()
+        ]
+        out += [
+            LimitUsage(queue, key, "rate", 0, tat)
+            for key, tat in self._control.next_permits(queue).items()
+        ]
+        return sorted(out, key=lambda u: (u.kind, u.key))
+
     # -- waiting -------------------------------------------------------------------
-    async def wait_ready(self, queues: Sequence[str], timeout: float) -> None:
+    async def wait_ready(
+        self, queues: Sequence[str], timeout: float, *, held: bool = False
+    ) -> None:
         # a top entry to set aside counts too: the lease that follows sets it aside
-        if any(q not in self._paused and self._top(self._ready.get(q, [])) for q in queues):
+        if not held and any(
+            q not in self._paused and self._top(self._ready.get(q, [])) for q in queues
+        ):
             await trio.lowlevel.checkpoint()
             return
         event = self._ready_changed

@@ -44,6 +44,7 @@ from typing import cast
 import attrs
 import trio
 
+from ..records._control import JobControl
 from ..records._errors import JobAborted
 from ..records._jobs import Job, JobOutcome, JobRef, JobState, LeasedJob, LeaseRef, NewJob
 from ..records._producing import result_of, unknown_kind
@@ -1276,3 +1277,20 @@ async def check_aborted_jobs_are_kept_and_trimmed_as_dead_ones(fresh: Fresh) -> 
     assert await store.get_job("a2") is None
     [stats] = await store.stats(["q"])
     assert stats.counts[JobState.ABORTED] == 0 and stats.counts[JobState.READY] == 3, stats
+
+
+@check(WorkerRole, AdminRole)
+async def check_an_aborted_holder_gives_its_concurrency_slot_back(fresh: Fresh) -> None:
+    store = await fresh()
+    capped = JobControl(caps=(("db", 1),))
+    jobs = [job(f"c{n}", control=capped, id_given=False) for n in range(3)]
+    ids = [r.job_id for r in await store.enqueue_many(jobs)]
+    [holder] = await lease(store)
+    assert await lease(store) == [], "the one slot is held"
+    waiting = [i for i in ids if i != holder.job.id]
+    assert await store.abort(waiting[0]) is AbortResult.ABORTED, "a waiting job holds no slot"
+    assert await lease(store) == []
+    assert await store.abort(holder.job.id) is AbortResult.FLAGGED
+    assert await store.settle([settle(holder, SettleKind.ABORTED)]) == [True]
+    [after] = await lease(store)
+    assert after.job.id == waiting[1], "the aborted holder's slot is free at once"

@@ -99,9 +99,11 @@ async def queue_names(ctx: StoreContext) -> list[str]:
     return await ctx.run(queue_names_plan(ctx))
 
 
-async def _slots(ctx: StoreContext, queue: str) -> list[PartitionKeys]:
+async def partitions_of_queue(ctx: StoreContext, queue: str) -> list[PartitionKeys]:
+    """Every partition of ``queue``'s versions (topology read fresh)."""
     metas = await ctx.meta([queue], fresh=True)
     return ctx.partitions_of(queue, metas[queue])
+
 
 
 async def _locations(ctx: StoreContext, job_id: str, queue: str | None) -> list[PartitionKeys]:
@@ -213,7 +215,7 @@ async def list_jobs(
     if limit <= 0:
         return []
     offset = max(0, offset)
-    slots = await _slots(ctx, queue)
+    slots = await partitions_of_queue(ctx, queue)
     n = offset + limit
     picked: list[tuple[float, bytes, int]]
     if state in (JobState.DEAD, JobState.ABORTED):
@@ -394,7 +396,7 @@ def _report_all(
 
 
 async def requeue_dead(ctx: StoreContext, queue: str, limit: int | None) -> CountResult:
-    slots = await _slots(ctx, queue)
+    slots = await partitions_of_queue(ctx, queue)
     if not slots:
         return CountResult(0)
     total = 0

@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from ...records._control import decode_control
 from ...records._jobs import Job, JobState, NewJob, require_field_order
 from ...records._options import check_headers, decode_headers
 from .._roles import NOTHING_SET_ASIDE, AsideEntry, QueueVersion, SetAside, VersionState
@@ -56,7 +57,7 @@ JOB_FIELDS = (
     "created_at",
     "finished_at",
 )
-READ_FIELDS = (*JOB_FIELDS, "v", "result", "result_until", "h", "x")
+READ_FIELDS = (*JOB_FIELDS, "v", "result", "result_until", "h", "x", "fc")
 _READ_FIELD_BYTES = tuple(name.encode() for name in READ_FIELDS)
 
 _STATES = {s.value.encode(): s for s in JobState}
@@ -282,11 +283,17 @@ def job_from_fields(
     if len(f) > 17 and f[17]:
         # extras: the unique spec, NUL, the continuation (see lua/_prelude.lua)
         then = f[17].partition(b"\0")[2].decode("utf-8", "replace") or None
+    control = None
+    if len(f) > 18 and f[18]:
+        try:
+            control = decode_control(f[18].decode())
+        except (ValueError, UnicodeDecodeError):
+            r._bad("fc", f[18], "flow control items")
     return Job(
         job_id, queue, kind, payload or b"", run_at or 0.0, state, attempts, max_retries,
         timeout or 0.0, lease_token, lease_owner, lease_expires_at, version, partition,
         last_error, created_at or 0.0, finished_at, "; ".join(r.problems), result,
-        result_until, headers, then,
+        result_until, headers, then, control,
     )  # fmt: skip
 
 
@@ -296,7 +303,7 @@ require_field_order(
         "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
         "timeout", "lease_token", "lease_owner", "lease_expires_at", "queue_version",
         "partition", "last_error", "created_at", "finished_at", "damage", "result",
-        "result_until", "headers", "then",
+        "result_until", "headers", "then", "control",
     ),
     "store.redis._codec.job_from_fields",
 )  # fmt: skip
@@ -309,16 +316,24 @@ def newer_reason(v: bytes | str | int) -> str:
     )
 
 
+def decode_dead(
+    flat: Sequence[Any], queue: str, version: int, partition: int
+) -> tuple[Job, ...]:
+    """Jobs a script reports as it left them: per job its ID then the 13
+    JOB_FIELDS (see ``lua/_prelude.lua``). Total, like :func:`job_from_fields`."""
+    return tuple(
+        job_from_fields(ident(flat[k]), queue, version, partition, flat[k + 1 : k + 14])
+        for k in range(0, len(flat), 14)
+    )
+
+
 def decode_aside(raw: Sequence[Any], queue: str, version: int, partition: int) -> SetAside:
     """What a script set aside: its ``{dead, quarantined, newer}`` reply part
     (see ``lua/_prelude.lua``). Total, like :func:`job_from_fields`."""
     dead_flat, quarantined_flat, newer_flat = raw
     if not (dead_flat or quarantined_flat or newer_flat):
         return NOTHING_SET_ASIDE
-    dead = tuple(
-        job_from_fields(ident(dead_flat[k]), queue, version, partition, dead_flat[k + 1 : k + 14])
-        for k in range(0, len(dead_flat), 14)
-    )
+    dead = decode_dead(dead_flat, queue, version, partition)
     quarantined = tuple(
         AsideEntry(queue, ident(quarantined_flat[k]), ident(quarantined_flat[k + 1]))
         for k in range(0, len(quarantined_flat), 2)

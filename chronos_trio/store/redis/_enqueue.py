@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from ...records._jobs import EnqueueResult, NewJob
 from ...records._options import encode_headers
 from ...records._unique import Unique
-from .._partitioning import partition_of, unique_job_id
+from .._partitioning import partition_of, routed_job_id
 from .._roles import StoreError
 from . import _scripts as S
 from ._codec import ident, parse_number
@@ -45,7 +45,7 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
     (up to 3 times, then StoreError). StoreError for a queue whose topology
     cannot be read."""
     results: list[EnqueueResult | None] = [None] * len(jobs)
-    ids = [j.id for j in jobs]  # a unique job's ID may be drawn again (unique_job_id)
+    ids = [j.id for j in jobs]  # a unique or limited job's ID may be drawn again (routed_job_id)
     todo = list(range(len(jobs)))
     for _attempt in range(3):
         if not todo:
@@ -63,10 +63,10 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
                     if damage
                     else f"queue {job.queue!r} has no active topology version"
                 )
-            if job.unique is not None:
-                # routed by its key, where the lock lives (raises, before
-                # anything is sent, for a given ID that routes elsewhere)
-                ids[i] = unique_job_id(job, active.partitions)
+            if job.unique is not None or job.control is not None:
+                # routed by its key, where the lock or limit lives (raises,
+                # before anything is sent, for a given ID that routes elsewhere)
+                ids[i] = routed_job_id(job, active.partitions)
             pk = ctx.keys.partition(
                 job.queue, active.version, partition_of(ids[i], active.partitions)
             )
@@ -133,13 +133,17 @@ _MODE_LETTERS = {"lock": "l", "throttle": "t", "debounce": "d"}
 
 
 def extras(job: NewJob) -> str:
-    """A job's extras as enqueue.lua takes them (``unique_spec`` in
-    ``lua/_prelude.lua``): its unique spec, NUL, its workflow continuation;
-    '' for an ordinary job."""
-    if job.unique is None and job.then is None:
-        return ""
-    spec = "" if job.unique is None else unique_spec(job.unique)
-    return f"{spec}\0{job.then or ''}"
+    """A job's extras as enqueue.lua takes them: its flow control
+    (``JobControl.encode``) and a 0x01 byte when it has one, then its
+    unique spec (``unique_spec`` in ``lua/_prelude.lua``), NUL, its
+    workflow continuation; '' for an ordinary job."""
+    rest = ""
+    if job.unique is not None or job.then is not None:
+        spec = "" if job.unique is None else unique_spec(job.unique)
+        rest = f"{spec}\0{job.then or ''}"
+    if job.control is None:
+        return rest
+    return f"{job.control.encode()}\1{rest}"
 
 
 def unique_spec(unique: Unique) -> str:

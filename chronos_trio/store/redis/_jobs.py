@@ -44,6 +44,7 @@ from typing import Any
 
 import trio
 
+from ...records._control import decode_control
 from ...records._jobs import Job, JobState, LeasedJob, LeaseRef, require_field_order
 from ...records._options import decode_headers
 from .._partitioning import share_by_weight
@@ -62,7 +63,7 @@ from .._roles import (
 from . import _kinds as redis  # isinstance(client, redis.Redis) without importing redis-py
 from . import _scripts as S
 from ._alloc import earliest, earliest_runs, pairs, runs
-from ._codec import decode_aside, ident, job_from_fields, record_fields, show
+from ._codec import decode_aside, decode_dead, ident, job_from_fields, record_fields, show
 from ._context import StoreContext
 from ._scripts import Op
 from .keys import LEASED_SENTINEL, PartitionKeys
@@ -74,6 +75,7 @@ _SETTLE_CODES = {
     SettleKind.RETRY: "r",
     SettleKind.DEAD: "d",
     SettleKind.RELEASE: "l",
+    SettleKind.DEFER: "f",
     SettleKind.ABORTED: "a",
 }
 
@@ -294,9 +296,20 @@ async def lease(
     undecodable: list[tuple[PartitionKeys, bytes, bytes, str]] = []
     #: Per queue, how many partitions its jobs came from (one: already in order).
     sources: dict[str, int] = {}
+    expired: tuple[Job, ...] = ()
+    held_until: float | None = None
+    capped = False
+    lease_now = 0.0
     for reply, pk, part in _partitions_done(plan, replies, "lease"):
-        ctx.observe_now(reply[0])
+        lease_now = ctx.observe_now(reply[0])
         aside += decode_aside(part[0], pk.queue, pk.version, pk.partition)
+        flow = part[1]
+        if flow[0]:
+            expired += decode_dead(flow[0], pk.queue, pk.version, pk.partition)
+        if flow[1]:
+            until = float(flow[1])
+            held_until = until if held_until is None else min(held_until, until)
+        capped = capped or flow[2] == 1
         got = by_queue.setdefault(pk.queue, [])
         got += _leased_jobs(part, reply[1], pk, worker_id, undecodable)
         sources[pk.queue] = sources.get(pk.queue, 0) + 1
@@ -305,11 +318,16 @@ async def lease(
         # call has already leased (their reply is in hand).
         with trio.move_on_after(_UNDECODABLE_TIMEOUT, shield=True):
             aside += await _dead_letter_undecodable(ctx, undecodable)
-    out = LeaseBatch(aside=ctx.count_aside(aside))
+    out = LeaseBatch(
+        aside=ctx.count_aside(aside),
+        expired=expired,
+        held_for=None if held_until is None else max(0.0, held_until - lease_now),
+        capped=capped,
+    )
     for qw in live:
         mine = by_queue.pop(qw.name, [])
         if sources.get(qw.name, 0) > 1:
-            mine.sort(key=lambda lj: (lj.job.run_at, lj.job.id))
+            mine.sort(key=lambda lj: (-lj.job.priority, lj.job.run_at, lj.job.id))
         out += mine
     return out
 
@@ -373,7 +391,7 @@ require_field_order(
         "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
         "timeout", "lease_token", "lease_owner", "lease_expires_at", "queue_version",
         "partition", "last_error", "created_at", "finished_at", "damage", "result",
-        "result_until", "headers", "then",
+        "result_until", "headers", "then", "control",
     ),
     "store.redis._jobs._leased_jobs",
 )  # fmt: skip
@@ -395,7 +413,7 @@ def _leased_jobs(
     queue, version, partition = pk.queue, pk.version, pk.partition
     leased = JobState.LEASED
     out = []
-    for k in range(1, len(reply), 11):
+    for k in range(2, len(reply), 12):
         try:
             token = reply[k + 1].decode()
             error = reply[k + 8]
@@ -409,7 +427,8 @@ def _leased_jobs(
                 float(reply[k + 4]), leased, int(reply[k + 5]), max_retries,
                 timeout, token, worker_id, expires, version, partition,
                 error.decode() if error else "", float(reply[k + 9]), None, "",
-                None, None, decode_headers(raw_headers) if raw_headers else (),
+                None, None, decode_headers(raw_headers) if raw_headers else (), None,
+                decode_control(reply[k + 11].decode()) if reply[k + 11] else None,
             )  # fmt: skip
         except (UnicodeDecodeError, ValueError, TypeError, AttributeError) as exc:
             why = _why_undecodable(reply, k, expires_at, exc)
@@ -536,7 +555,8 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
             argv += [
                 s.lease.job_id,
                 s.lease.token,
-                _SETTLE_CODES[s.kind],
+                # upper case: the job has flow control (settle.lua reads it)
+                _SETTLE_CODES[s.kind].upper() if s.lease.controlled else _SETTLE_CODES[s.kind],
                 s.error,
                 repr(float(s.retry_delay)) if s.retry_delay else "0",
                 repr(float(s.retain_for)) if s.retain_for else "0",
@@ -559,7 +579,7 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
         q = s.lease.queue
         if s.kind is SettleKind.RELEASE:
             ready[q] = ready.get(q, 0) + 1
-        elif s.kind is SettleKind.RETRY:
+        elif s.kind is SettleKind.RETRY or s.kind is SettleKind.DEFER:
             at = now + max(0.0, s.retry_delay)
             due[q] = min(at, due.get(q, at))
     replies = await ctx.adapter.execute(
@@ -569,6 +589,7 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
     aborted: list[int] = []
     aside = NOTHING_SET_ASIDE
     failed: list[tuple[PartitionKeys, bytes]] = []
+    freed: dict[str, int] = {}
     for call, reply in zip(calls, replies, strict=True):
         ctx.observe_now(reply[0])
         for pk, part in zip(call, reply[1:], strict=True):
@@ -583,7 +604,18 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
                     ctx.outbox_filled.set()
                 elif code == 5:  # the job is aborted now
                     aborted.append(i)
+            slots = part[1 + len(groups[pk])] if len(part) > 1 + len(groups[pk]) else 0
+            if slots:
+                freed[pk.queue] = freed.get(pk.queue, 0) + int(slots)
     ctx.count_aside(aside)
+    if freed:
+        # concurrency slots came back: idle leasers held by them look again
+        # (one more round trip, only then)
+        with trio.move_on_after(_UNDECODABLE_TIMEOUT, shield=True):
+            try:
+                await ctx.adapter.execute(ctx.wake_ready_ops(freed))
+            except StoreError as exc:  # the settle stands; leasers look again by themselves
+                log.warning("could not wake leasers after freeing concurrency slots: %s", exc)
     if failed:
         # As when a partition's own script fails: what the others applied
         # stays applied; the caller settles the batch again (fenced).

@@ -63,7 +63,9 @@ async def _earliest_due(ctx: StoreContext, queues: Sequence[str], *, fresh: bool
     return min(heads, default=None)
 
 
-async def wait_ready(ctx: StoreContext, queues: Sequence[str], timeout: float) -> None:
+async def wait_ready(
+    ctx: StoreContext, queues: Sequence[str], timeout: float, *, held: bool = False
+) -> None:
     queues = list(dict.fromkeys(queues))
     if not queues or timeout <= 0:
         await trio.lowlevel.checkpoint()
@@ -73,7 +75,9 @@ async def wait_ready(ctx: StoreContext, queues: Sequence[str], timeout: float) -
     # already; a late one is abandoned (see RedisAdapter.blpop).
     deadline = trio.current_time() + timeout
     with trio.move_on_at(deadline):
-        if await _any_ready(ctx, queues, fresh=False):
+        # held: the ready jobs there are held back by flow control; only a
+        # wake-up (a new ready job, a freed concurrency slot) is news
+        if not held and await _any_ready(ctx, queues, fresh=False):
             return
         while True:
             while await ctx.adapter.blpop(keys, deadline - trio.current_time()) is None:

@@ -32,7 +32,15 @@ a Redis Cluster:
                        lock, ``t`` throttle, ``d`` debounce) then the ID of
                        the job that holds the key; a ttl lapses it. Unique
                        jobs route to the partition of their key
-                       (:func:`~chronos_trio.store._partitioning.unique_job_id`)
+                       (:func:`~chronos_trio.store._partitioning.routed_job_id`)
+``<tag>:rl:<key>``     a rate limit's state (string): its GCRA theoretical
+                       arrival time; lapses (PX) when that time has come
+``<tag>:cap:<key>``    a concurrency limit's holders (zset): job ID, score =
+                       its lease expiry when taken (renewed holders are
+                       re-read from their records when that passes)
+``<tag>:limits``       set of the limit keys in use (``rl:<key>``,
+                       ``cap:<key>``), for inspection; limited jobs route to
+                       the partition of their first key (as unique jobs do)
 =====================  =====================================================
 
 Global keys (single-key commands or single-key scripts only):

@@ -27,6 +27,7 @@ from .._roles import (
     FencedResults,
     Leadership,
     LeaseBatch,
+    LimitUsage,
     PromoteResult,
     QueueStats,
     QueueTopology,
@@ -36,7 +37,7 @@ from .._roles import (
     Store,
     TriggerResult,
 )
-from . import _admin, _enqueue, _flow, _jobs, _leader, _results, _waiting
+from . import _admin, _enqueue, _flow, _jobs, _leader, _limits, _results, _waiting
 from ._adapter import RedisAdapter, ReplicaWait
 from ._commands import RedisCommands
 from ._connect import SENTINEL_SCHEMES, connect, node_address, parse_store_url
@@ -261,8 +262,10 @@ class RedisStore(Store):
         return await _admin.trim(self._ctx, queues, dead_max_age, dead_max_count)
 
     # -- waiting -------------------------------------------------------------------------
-    async def wait_ready(self, queues: Sequence[str], timeout: float) -> None:
-        await _waiting.wait_ready(self._ctx, queues, timeout)
+    async def wait_ready(
+        self, queues: Sequence[str], timeout: float, *, held: bool = False
+    ) -> None:
+        await _waiting.wait_ready(self._ctx, queues, timeout, held=held)
 
     async def wait_scheduled(
         self, queues: Sequence[str], *, earlier_than: float | None, timeout: float
@@ -287,6 +290,9 @@ class RedisStore(Store):
         self, queue: str, state: JobState, *, offset: int = 0, limit: int = 100
     ) -> list[Job]:
         return await _admin.list_jobs(self._ctx, queue, state, offset, limit)
+
+    async def limit_usage(self, queue: str) -> list[LimitUsage]:
+        return await _limits.limit_usage(self._ctx, queue)
 
     async def run_now(self, job_id: str, *, queue: str | None = None) -> bool:
         return await _admin.run_now(self._ctx, job_id, queue)

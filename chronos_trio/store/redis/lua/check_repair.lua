@@ -71,7 +71,9 @@ end
 if action == 'reindex' then
   local target = tonumber(ARGV[3])
   leave_all_but(target)
-  redis.call('ZADD', KEYS[target], ARGV[4], id)
+  local score = ARGV[4]
+  if target == 2 then score = ready_score(score, redis.call('HGET', key, 'fc')) end
+  redis.call('ZADD', KEYS[target], score, id)
   return {'reindex', ARGV[3]}
 elseif action == 'dead' then
   return dead_letter(ARGV[3])
@@ -90,7 +92,7 @@ elseif action == 'recover' then
   leave_all_but(2)
   redis.call('HSET', key, 'state', 'ready', 'run_at', now_s,
     'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-  redis.call('ZADD', KEYS[2], now, id)
+  redis.call('ZADD', KEYS[2], ready_score(now, redis.call('HGET', key, 'fc')), id)
   return {'recover', ''}
 end
 return redis.error_reply('check_repair.lua: unknown action ' .. tostring(action))

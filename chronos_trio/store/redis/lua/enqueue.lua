@@ -13,7 +13,9 @@
 -- ARGV[2+9i .. 10+9i], per job i: id, kind, payload (raw bytes),
 --          run_at ('' = now + delay), delay, max_retries, timeout, headers
 --          (a JSON object, stored as field h; '' for none: no field), extras
---          ('' for an ordinary job, else its unique spec and workflow
+--          ('' for an ordinary job, else its flow control and a 0x01 byte
+--          when it has one (stored as field fc, a relative expiry E<s> made
+--          e<now + s>, see _prelude.lua), then its unique spec and workflow
 --          continuation, see unique_spec in _prelude.lua; stored as field x)
 --
 -- A unique job (see Unique in records/_unique.py) meets the lock of its key:
@@ -138,7 +140,17 @@ for i = 2, #ARGV, 9 do
     if run_at <= now then
       state, zset = 'ready', ready
     end
-    local extras = ARGV[i + 8]
+    local extras, fc = ARGV[i + 8], nil
+    if extras ~= '' then
+      local sep = find(extras, '\1', 1, true)
+      if sep then
+        fc, extras = sub(extras, 1, sep - 1), sub(extras, sep + 1)
+        local rel = string.match(fc, 'E([^\n]+)$')
+        if rel then
+          fc = sub(fc, 1, #fc - #rel - 1) .. 'e' .. string.format('%.17g', now + tonumber(rel))
+        end
+      end
+    end
     local verdict, holder, h = 'store', nil, nil
     local lock, umode, ttl = nil, nil, nil
     local ukey = nil
@@ -176,7 +188,9 @@ for i = 2, #ARGV, 9 do
       else
         redis.call('HDEL', hkey, 'h')
       end
-      redis.call('ZADD', zset, run_at_s, holder)
+      local score = run_at_s
+      if zset == ready then score = ready_score(run_at_s, redis.call('HGET', hkey, 'fc')) end
+      redis.call('ZADD', zset, score, holder)
       out[n + 1] = 0
       out[n + 2] = run_at_s
       out[n + 3] = holder
@@ -196,6 +210,11 @@ for i = 2, #ARGV, 9 do
       end
       if ARGV[i + 7] ~= '' then redis.call('HSET', key, 'h', ARGV[i + 7]) end
       if extras ~= '' then redis.call('HSET', key, 'x', extras) end
+      local score = run_at_s
+      if fc then
+        redis.call('HSET', key, 'fc', fc)
+        if zset == ready then score = ready_score(run_at_s, fc) end
+      end
       if lock then
         -- the lock is taken in this same step (a ttl lapses it; a throttle's
         -- starts when the job succeeds, see unique_finished)
@@ -205,7 +224,7 @@ for i = 2, #ARGV, 9 do
           redis.call('SET', lock, umode .. id)
         end
       end
-      redis.call('ZADD', zset, run_at_s, id)
+      redis.call('ZADD', zset, score, id)
       out[n + 1] = 1
       out[n + 2] = run_at_s
       out[n + 3] = id

@@ -49,12 +49,29 @@
 -- before anything is written in it (checked first: a pop must never be
 -- followed by a failure); the others are leased as usual.
 --
+-- Flow control (field fc, see _prelude.lua) is judged in the same step: a
+-- job past its expiry is dead-lettered ("expired: ...") instead of leased;
+-- one whose rate limit has no permit now, or whose concurrency limit has
+-- no free slot, goes back to the ready zset with its score, untouched (no
+-- attempt counted) and is replaced like a record set aside. A lease takes
+-- a permit of each rate limit (the GCRA's theoretical arrival time moves
+-- one interval on) and a slot of each concurrency limit (the job joins its
+-- zset at its lease expiry). A slot's holder whose recorded expiry passed
+-- is kept (at its renewed expiry) only while still leased: a settle gives
+-- a slot back at once, a dead worker's slot comes back when its lease
+-- expires, whether or not recovery ran. A priority moved the ready score
+-- (ready_score); the run_at returned is the due time itself.
+--
 -- Returns {now, expires_at, then per partition p in KEYS order: {} when it
 -- had no share or no ready job, the reason (a string) when it failed, else
--- {set aside (see _prelude.lua), then per job 11 entries: id, token, kind,
--- payload, run_at, attempts (already incremented), max_retries, timeout,
--- last_error, created_at, headers ('' for none)}}. now and expires_at are ''
--- when no partition had a ready job (TIME is read only then).
+-- {set aside (see _prelude.lua), flow {expired: per job the id then the 13
+-- JOB_FIELDS as stored afterwards, held_until: when the next permit of a
+-- rate limit that held a job back comes ('' none), capped: 1 when a
+-- concurrency limit held one back, else 0}, then per job 12 entries: id,
+-- token, kind, payload, run_at, attempts (already incremented),
+-- max_retries, timeout, last_error, created_at, headers ('' for none), fc
+-- ('' for none)}}. now and expires_at are '' when no partition had a ready
+-- job (TIME is read only then).
 local target = tonumber(ARGV[1])
 local parts = #KEYS / 6
 local now, now_s, exp_s = nil, '', ''
@@ -74,6 +91,129 @@ local function tokens_from(key)
     counter = got - target
   end
   return counter
+end
+
+-- Flow control state of this call, read once per key and call: parsed fc
+-- texts, the rate limits' theoretical arrival times (written back at the
+-- end), the concurrency limits' holder counts.
+local flows, tats, moved, slots, listed_in = {}, {}, {}, {}, {}
+
+local function parse_flow(fc)
+  local got = flows[fc]
+  if got then return got end
+  got = {rates = {}, caps = {}}
+  for item in string.gmatch(fc, '[^\n]+') do
+    local tag = string.sub(item, 1, 1)
+    if tag == 'e' then
+      got.exp = tonumber(string.sub(item, 2))
+    elseif tag == 'r' then
+      local count, per, burst, key = string.match(item, '^r(%d+)/([^/]+)/(%d+)/(.+)$')
+      local interval = count and tonumber(per) and tonumber(per) / tonumber(count)
+      if interval and interval > 0 then
+        got.rates[#got.rates + 1] = {key, interval, (tonumber(burst) - 1) * interval}
+      end
+    elseif tag == 'c' then
+      local limit, key = string.match(item, '^c(%d+)/(.+)$')
+      if key then got.caps[#got.caps + 1] = {key, tonumber(limit)} end
+    end
+  end
+  flows[fc] = got
+  return got
+end
+
+-- A rate limit's theoretical arrival time (0: never used, or lapsed). A
+-- key that is not a number is read as 0 and overwritten at the end.
+local function tat_of(k)
+  local t = tats[k]
+  if t == nil then
+    local v = redis.pcall('GET', k)
+    t = type(v) == 'string' and tonumber(v) or 0
+    tats[k] = t
+  end
+  return t
+end
+
+-- How many slots of the concurrency limit zset k are held now. Holders
+-- whose recorded expiry passed were renewed since (kept, at the new
+-- expiry) or are gone (removed). A key of another type is replaced.
+local function held_by(k, prefix, now)
+  local n = slots[k]
+  if n then return n end
+  local t = redis.call('TYPE', k).ok
+  if t ~= 'zset' and t ~= 'none' then redis.call('DEL', k) end
+  local stale = redis.call('ZRANGE', k, '-inf', now, 'BYSCORE')
+  for _, m in ipairs(stale) do
+    local h = redis.pcall('HMGET', prefix .. m, 'state', 'lease_expires_at')
+    local until_ = type(h) == 'table' and not h.err and h[1] == 'leased' and tonumber(h[2])
+    if until_ and until_ > now and until_ < HUGE then
+      redis.call('ZADD', k, until_, m)
+    else
+      redis.call('ZREM', k, m)
+    end
+  end
+  n = redis.call('ZCARD', k)
+  slots[k] = n
+  return n
+end
+
+-- Whether flow (parsed) lets its job be leased now: nil (yes), 'expired',
+-- 'held' and when its next permit comes, or 'capped'.
+local function admit(flow, prefix, now)
+  if flow.exp and now >= flow.exp then return 'expired' end
+  local until_ = nil
+  for _, r in ipairs(flow.rates) do
+    local at = tat_of(limit_key(prefix, 'rl', r[1])) - r[3]
+    if now < at and (not until_ or at > until_) then until_ = at end
+  end
+  if until_ then return 'held', until_ end
+  for _, c in ipairs(flow.caps) do
+    if held_by(limit_key(prefix, 'cap', c[1]), prefix, now) >= c[2] then return 'capped' end
+  end
+  return nil
+end
+
+-- Take flow's permits and slots for job id, leased until exp_s.
+local function take(flow, prefix, id, now, exp_s)
+  for _, r in ipairs(flow.rates) do
+    local k = limit_key(prefix, 'rl', r[1])
+    tats[k] = math.max(tats[k], now) + r[2]
+    moved[k] = true
+    listed_in[k] = true
+  end
+  for _, c in ipairs(flow.caps) do
+    local k = limit_key(prefix, 'cap', c[1])
+    redis.call('ZADD', k, exp_s, id)
+    slots[k] = slots[k] + 1
+    listed_in[k] = true
+  end
+end
+
+-- Write back the arrival times this call moved; each key lapses when its
+-- time has come (its state is then that of a fresh limit). Every limit key
+-- used is listed in its partition's <tag>:limits (for inspection).
+local function flush_tats(now)
+  for k in pairs(moved) do
+    local t = tats[k]
+    redis.call('SET', k, string.format('%.17g', t), 'PX', math.max(1, math.ceil((t - now) * 1000)))
+  end
+  for k in pairs(listed_in) do
+    local tag_end = string.find(k, '}:', 1, true)
+    redis.call('SADD', string.sub(k, 1, tag_end + 1) .. 'limits', string.sub(k, tag_end + 2))
+  end
+end
+
+-- Dead-letter the ready job at key, past its expiry, into info (see the reply).
+local function expire(info, prefix, key, id, dead, exp, now, now_s)
+  redis.call('ZADD', dead, now, id)
+  redis.call('HSET', key, 'state', 'dead', 'last_error',
+    'expired: not started by ' .. string.format('%.3f', exp) .. ' (its expires_at)',
+    'finished_at', now_s, 'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+  unique_finished(prefix, id, redis.call('HGET', key, 'x'), false)
+  local e = info[1]
+  e[#e + 1] = id
+  local g = job_fields(key)
+  for k = 1, 13 do e[#e + 1] = g[k] or '' end
+  notify_done(key, redis.call('HGET', key, 'w'))
 end
 
 -- Lease up to share jobs of partition p, looking at no more than budget
@@ -102,8 +242,8 @@ local function lease_partition(p, share, budget, res)
     exp_s = string.format('%.17g', now + tonumber(ARGV[2]))
     out[1], out[2] = now_s, exp_s
   end
-  res = res or {new_aside()}
-  local aside = res[1]
+  res = res or {new_aside(), {{}, '', 0}}
+  local aside, info = res[1], res[2]
   local asked, looked, n = share, 0, 0
   local back = {}
   local scored = {'+inf', ARGV[5]}  -- sentinel first: the zset is converted before the inserts
@@ -114,9 +254,9 @@ local function lease_partition(p, share, budget, res)
       local id = popped[i]
       local key = prefix .. id
       local f = redis.pcall('HMGET', key, 'v', 'kind', 'payload', 'attempts', 'max_retries',
-        'timeout', 'last_error', 'created_at', 'h')
+        'timeout', 'last_error', 'created_at', 'h', 'fc')
       local none = nil
-      if not f[2] then f, none = probe_job(key, f, 9) end
+      if not f[2] then f, none = probe_job(key, f, 10) end
       if not f then
         quarantine(aside, damaged, id, none, 'ready', now)
       else
@@ -141,6 +281,22 @@ local function lease_partition(p, share, budget, res)
             or (not f[3] and missing('payload', f[3])) or check_count('attempts', f[4])
           dead_letter(aside, key, id, dead, why, now, now_s)
         else
+          local fc, verdict, until_ = f[10], nil, nil
+          local flow = fc and parse_flow(fc)
+          if flow then verdict, until_ = admit(flow, prefix, now) end
+          if verdict == 'expired' then
+            expire(info, prefix, key, id, dead, flow.exp, now, now_s)
+          elseif verdict then
+            -- held back by a limit: back with its score, nothing written
+            back[#back + 1] = popped[i + 1]
+            back[#back + 1] = id
+            if verdict == 'capped' then
+              info[3] = 1
+            elseif info[2] == '' or until_ < tonumber(info[2]) then
+              info[2] = string.format('%.17g', until_)
+            end
+          else
+          if flow then take(flow, prefix, id, now, exp_s) end
           n = n + 1
           issued = issued + 1
           local token = ARGV[4] .. (base + issued)
@@ -161,6 +317,14 @@ local function lease_partition(p, share, budget, res)
           res[o + 9] = f[7] or ''
           res[o + 10] = f[8]
           res[o + 11] = f[9] or ''
+          res[o + 12] = fc or ''
+          if fc then
+            local pr = priority_of(fc)
+            if pr ~= 0 then
+              res[o + 5] = string.format('%.17g', tonumber(popped[i + 1]) + pr * PRIO_STEP)
+            end
+          end
+          end
         end
       end
     end
@@ -185,6 +349,7 @@ local budget = target + 256
 
 if parts == 1 then
   out[3] = lease_partition(1, target, budget)
+  if now then flush_tats(now) end
   return out
 end
 
@@ -237,4 +402,5 @@ end
 for p = 1, parts do
   out[p + 2] = unreadable[p] or out[p + 2] or {}
 end
+if now then flush_tats(now) end
 return out

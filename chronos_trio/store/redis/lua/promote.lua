@@ -11,7 +11,7 @@
 -- KEYS[1+6i .. 6+6i], per partition i = 0, 1, ... (partition p = i + 1 below):
 --   KEYS[1+6i]  scheduled zset (score = run_at)
 --   KEYS[2+6i]  retry_wait zset (score = run_at)
---   KEYS[3+6i]  ready zset (score = run_at)
+--   KEYS[3+6i]  ready zset (score = run_at, moved by priority: ready_score in _prelude.lua)
 --   KEYS[4+6i]  job key prefix: the job hash of ID x is KEYS[4+6i]..x
 --   KEYS[5+6i]  dead zset (score = finished_at): where damaged records go
 --   KEYS[6+6i]  quarantine hash of the partition: entries without a job hash
@@ -76,9 +76,9 @@ local function promote_partition(p, limit)
     end
     n = n + 1
     local key = prefix .. id
-    local f = redis.pcall('HMGET', key, 'v', 'state')
+    local f = redis.pcall('HMGET', key, 'v', 'state', 'fc')
     local none = nil
-    if not f[2] then f, none = probe_job(key, f, 2) end
+    if not f[2] then f, none = probe_job(key, f, 3) end
     local index = from == 1 and 'scheduled' or 'retry'
     local v, bad = f and f[1], nil
     if v and v ~= FORMAT_S then bad = check_format(v) end
@@ -93,7 +93,8 @@ local function promote_partition(p, limit)
         dead_letter(aside, key, id, dead, bad or check_state(f[2], state, index), now, now_s)
       else
         redis.call('HSET', key, 'state', 'ready')
-        scored[#scored + 1] = score
+        -- a job with a priority goes ahead of (or behind) its due order
+        scored[#scored + 1] = f[3] and ready_score(score, f[3]) or score
         scored[#scored + 1] = id
         promoted = promoted + 1
       end

@@ -92,7 +92,7 @@ for k, id in ipairs(expired) do
     else
       redis.call('HSET', key, 'state', 'ready', 'run_at', now_s,
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-      redis.call('ZADD', KEYS[2], now, id)
+      redis.call('ZADD', KEYS[2], ready_score(now, redis.call('HGET', key, 'fc')), id)
       requeued[#requeued + 1] = id
     end
   end

@@ -59,7 +59,7 @@ while moved < want and looked < cap do
     if p == 'ok' then
       redis.call('HSET', KEYS[3] .. id, 'state', 'ready', 'run_at', now_s, 'attempts', 0,
         'finished_at', '')
-      redis.call('ZADD', KEYS[2], now, id)
+      redis.call('ZADD', KEYS[2], ready_score(now, redis.call('HGET', KEYS[3] .. id, 'fc')), id)
       taken[#taken + 1] = id
       moved = moved + 1
     elseif p == 'gone' then

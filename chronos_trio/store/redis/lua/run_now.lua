@@ -56,5 +56,5 @@ end
 redis.call('ZREM', from, ARGV[1])
 redis.call('HSET', key, 'state', 'ready', 'run_at', now_s, 'finished_at', '')
 if state == 'dead' then redis.call('HSET', key, 'attempts', 0) end
-redis.call('ZADD', KEYS[4], now, ARGV[1])
+redis.call('ZADD', KEYS[4], ready_score(now, redis.call('HGET', key, 'fc')), ARGV[1])
 return {1, aside}

@@ -14,8 +14,10 @@
 -- ARGV[1+i], per partition i: how many settlements of that partition follow
 -- then ARGV[P+1+8j .. P+8+8j] (P = number of partitions), per settlement j,
 --          partition by partition in KEYS order: job id, fencing token,
---          kind ('s' succeeded, 'r' retry, 'd' dead, 'l' release, 'a' aborted),
---          error text (for 'a': the last_error when no abort was asked),
+--          kind ('s' succeeded, 'r' retry, 'd' dead, 'l' release, 'f' deferred:
+--          retry without counting the attempt, see hold_back, 'a' aborted; in
+--          upper case for a job with flow control, whose field fc is then
+--          read), error text (for 'a': the last_error when no abort was asked),
 --          retry_delay (s), retain_for (s), result, result_ttl (s; '' when
 --          there is no result to keep)
 --
@@ -26,7 +28,7 @@
 -- finished job (succeeded or dead) whose record names a waiter channel
 -- (field w) is published there (see notify_done), and a unique job's lock
 -- is released (a throttle's starts its ttl; see unique_finished). An aborted
--- job (kind 'a', or 'r' and 'l' of a job an abort was asked for: field ab, see
+-- job (kind 'a', or 'r', 'l', 'f' of a job an abort was asked for: field ab, see
 -- abort.lua; the abort wins over running it again) is kept like a dead one
 -- (abort_job), its last_error the abort's.
 --
@@ -45,13 +47,34 @@
 -- code 1 applied, 0 the lease is no longer held with that token (or
 -- expired): the job is not touched at all, 2 dead-lettered as damaged, 3 left
 -- alone (newer format), 4 applied, and a workflow continuation was queued,
--- 5 applied: the job is aborted.
+-- 5 applied: the job is aborted; after the codes, how many concurrency slots
+-- the batch gave back (see release_slots in _prelude.lua: the client then
+-- wakes idle leasers).
 -- How long a finished job nobody keeps stays readable for its waiters (s).
 local WAITED_KEEP = 60
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)
 local parts = #KEYS / 6
+
+-- No permit of the rate limits in flow control fc before time until: each
+-- limit's theoretical arrival time moves to at least until + its tolerance.
+local function hold_back(prefix, fc, until_)
+  if not fc then return end
+  for item in string.gmatch(fc, '[^\n]+') do
+    local count, per, burst, key = string.match(item, '^r(%d+)/([^/]+)/(%d+)/(.+)$')
+    local interval = count and tonumber(per) and tonumber(per) / tonumber(count)
+    if interval and interval > 0 then
+      local k = limit_key(prefix, 'rl', key)
+      local floor = until_ + (tonumber(burst) - 1) * interval
+      local tat = tonumber(redis.pcall('GET', k)) or 0
+      if floor > tat then
+        redis.call('SET', k, string.format('%.17g', floor), 'PX',
+          math.max(1, math.ceil((floor - now) * 1000)))
+      end
+    end
+  end
+end
 
 -- Settle partition part's settlements, ARGV[first .. last] (8 entries each), into res.
 local function settle_partition(part, first, last, res)
@@ -61,12 +84,21 @@ local function settle_partition(part, first, last, res)
   local aside = new_aside()
   res[1] = aside
   local settled = {}
+  local freed = 0
   for i = first, last, 8 do
     local id = ARGV[i]
     local key = prefix .. id
     local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at',
       'attempts', 'run_at', 'w', 'x')
     if not f[2] then f = probe_job(key, f, 8) end
+    -- an upper-case kind: the job has flow control, its field fc is read
+    -- (the others are spared an absent-field lookup)
+    local kind = ARGV[i + 2]
+    local lower = string.lower(kind)
+    if lower ~= kind then
+      kind = lower
+      if f then f[9] = redis.call('HGET', key, 'fc') end
+    end
     -- judge the record (nothing here can fail) ...
     local p, w = 0, nil
     if f then
@@ -79,8 +111,10 @@ local function settle_partition(part, first, last, res)
         local until_ = tonumber(f[4])
         if not w and until_ and until_ > now and until_ < HUGE then p = 1 end
         if p == 0 then w = w or check_number('lease_expires_at', f[4]) end
-        if not w and ARGV[i + 2] == 'l' then
+        if not w and kind == 'l' then
           w = check_count('attempts', f[5]) or check_number('run_at', f[6])
+        elseif not w and kind == 'f' then
+          w = check_count('attempts', f[5])
         end
         if w then p = 2 end
       end
@@ -93,8 +127,10 @@ local function settle_partition(part, first, last, res)
       dead_letter(aside, key, id, dead, w, now, now_s)  -- (notifies)
     elseif p == 1 then
       settled[#settled + 1] = id
-      local kind = ARGV[i + 2]
-      if (kind == 'r' or kind == 'l') and redis.call('HEXISTS', key, 'ab') == 1 then
+      -- every outcome ends the lease: its concurrency slots are free at once
+      freed = freed + release_slots(prefix, id, f[9])
+      if (kind == 'r' or kind == 'l' or kind == 'f')
+          and redis.call('HEXISTS', key, 'ab') == 1 then
         kind = 'a'  -- an abort was asked while it ran: it does not run again
       end
       if kind == 's' then
@@ -149,9 +185,19 @@ local function settle_partition(part, first, last, res)
         local text = redis.call('HGET', key, 'ab') or ARGV[i + 3]
         abort_job(prefix, key, id, dead, text, now, now_s, f[8], f[7])
         p = 5
+      elseif kind == 'f' then
+        -- deferred (the handler was rate limited upstream): retry_wait, the
+        -- attempt given back, and the job's rate limits held back as long
+        local delay = math.max(0, tonumber(ARGV[i + 4]))
+        local due = now + delay
+        redis.call('ZADD', retry, due, id)
+        redis.call('HSET', key, 'state', 'retry_wait', 'run_at', due, 'last_error', ARGV[i + 3],
+          'attempts', math.max(0, tonumber(f[5]) - 1),
+          'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+        hold_back(prefix, f[9], due)
       else
         -- release: back to ready at once, keeping its due time; the attempt is given back
-        redis.call('ZADD', ready, f[6], id)
+        redis.call('ZADD', ready, ready_score(f[6], f[9]), id)
         redis.call('HSET', key, 'state', 'ready', 'attempts', math.max(0, tonumber(f[5]) - 1),
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
       end
@@ -161,6 +207,8 @@ local function settle_partition(part, first, last, res)
   -- one ZREM for the batch (chunked below Lua's unpack() limit)
   zrem_all(KEYS[b + 2], settled)
   if #settled > 0 then drop_idle_leased(KEYS[b + 2]) end
+  -- after the codes: how many concurrency slots were given back
+  res[#res + 1] = freed
 end
 
 local out = {now_s}

@@ -1,0 +1,125 @@
+"""The MemoryStore's flow control state: rate-limit buckets and concurrency
+slots (see ``records._control``), judged in the lease step as on Redis.
+
+A rate limit is a GCRA: its bucket holds a theoretical arrival time (TAT);
+a start is allowed at ``now`` when ``now >= tat - tolerance`` (tolerance =
+``(burst - 1)`` intervals), and moves the TAT one interval past
+``max(tat, now)``. A concurrency slot is held by a job while its record is
+leased and the lease unexpired: a settled, recovered or expired holder no
+longer counts, whoever noticed first (nothing to leak).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+import attrs
+
+from ..records._control import JobControl
+from ..records._jobs import Job, JobState
+
+
+class Verdict(enum.Enum):
+    LEASE = "lease"
+    EXPIRED = "expired"
+    HELD = "held"
+
+
+@attrs.define
+class Admission:
+    """What the lease does with one ready job, and, when held back by a rate
+    limit, when its next permit comes (None: a concurrency limit held it)."""
+
+    verdict: Verdict
+    until: float | None = None
+
+
+_LEASE = Admission(Verdict.LEASE)
+_EXPIRED = Admission(Verdict.EXPIRED)
+
+
+def tolerance(interval: float, burst: int) -> float:
+    return (burst - 1) * interval
+
+
+class ControlState:
+    """Buckets and slots, per (queue, key)."""
+
+    def __init__(self) -> None:
+        self._tat: dict[tuple[str, str], float] = {}
+        self._holders: dict[tuple[str, str], set[str]] = {}
+
+    def admit(
+        self, job: Job, control: JobControl, now: float, job_of: Callable[[str], Job | None]
+    ) -> Admission:
+        """Judge ``job`` for a lease at ``now``; on LEASE its permits and
+        slots are taken (the caller leases it in the same step)."""
+        if control.expires_at is not None and now >= control.expires_at:
+            return _EXPIRED
+        queue = job.queue
+        until: float | None = None
+        for key, count, per, burst in control.rates:
+            interval = per / count
+            tat = self._tat.get((queue, key), now)
+            allowed_at = tat - tolerance(interval, burst)
+            if now < allowed_at:
+                until = allowed_at if until is None else max(until, allowed_at)
+        if until is not None:
+            return Admission(Verdict.HELD, until)
+        for key, limit in control.caps:
+            if self.running(queue, key, now, job_of) >= limit:
+                return Admission(Verdict.HELD)
+        for key, count, per, _burst in control.rates:
+            tat = self._tat.get((queue, key), now)
+            self._tat[(queue, key)] = max(tat, now) + per / count
+        for key, _limit in control.caps:
+            self._holders.setdefault((queue, key), set()).add(job.id)
+        return _LEASE
+
+    def running(
+        self, queue: str, key: str, now: float, job_of: Callable[[str], Job | None]
+    ) -> int:
+        """How many slots of ``key`` are held now (holders gone are dropped)."""
+        holders = self._holders.get((queue, key))
+        if not holders:
+            return 0
+        for job_id in list(holders):
+            job = job_of(job_id)
+            if (
+                job is None
+                or job.state is not JobState.LEASED
+                or job.lease_expires_at is None
+                or job.lease_expires_at <= now
+            ):
+                holders.discard(job_id)
+        return len(holders)
+
+    def hold_back(self, queue: str, control: JobControl, now: float, delay: float) -> None:
+        """A handler was rate limited upstream: no permit of ``control``'s
+        rate limits before ``now + delay``."""
+        for key, count, per, burst in control.rates:
+            floor = now + delay + tolerance(per / count, burst)
+            self._tat[(queue, key)] = max(self._tat.get((queue, key), now), floor)
+
+    def release(self, queue: str, control: JobControl, job_id: str) -> bool:
+        """A settled lease gives its slots back; whether it held any."""
+        freed = False
+        for key, _limit in control.caps:
+            holders = self._holders.get((queue, key))
+            if holders is not None and job_id in holders:
+                holders.discard(job_id)
+                freed = True
+        return freed
+
+    def usage(
+        self, queue: str, now: float, job_of: Callable[[str], Job | None]
+    ) -> dict[str, int]:
+        """Slots held now per concurrency key of ``queue`` (for inspection)."""
+        return {
+            key: self.running(q, key, now, job_of) for (q, key) in list(self._holders) if q == queue
+        }
+
+    def next_permits(self, queue: str) -> dict[str, float]:
+        """Each rate key's theoretical arrival time (for inspection)."""
+        return {key: tat for (q, key), tat in self._tat.items() if q == queue}

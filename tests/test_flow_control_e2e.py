@@ -1,0 +1,118 @@
+"""Fleet-wide flow control end to end: three worker processes
+(``python -m chronos_trio worker tests.tests_app:app --processes 3``) share
+one rate limit and one concurrency limit through the test Redis; the
+handlers record when they ran (``record_run`` in tests/tests_app.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from chronos_trio import Inspector, JobState
+from tests.test_process_e2e import LEASE, Manager, Runs
+from tests.tests_app import Record, make_app
+
+pytestmark = pytest.mark.redis
+
+
+def _flow_workers(url: str, tmp_path: Path) -> Manager:
+    return Manager(url, tmp_path, "--queues", "flow", "--concurrency", "16", processes=3)
+
+
+def _max_overlap(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals that hold at one instant (an end before a start at a tie)."""
+    edges = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    running = worst = 0
+    for _, step in edges:
+        running += step
+        worst = max(worst, running)
+    return worst
+
+
+async def test_rate_limit_holds_across_three_processes(redis_url: str, tmp_path: Path) -> None:
+    limit, burst, seconds = 50, 5, 20.0  # tests.rated: RateLimit(50, per=1.0, burst=5)
+    manager = _flow_workers(redis_url, tmp_path)
+    producer = make_app(redis_url)
+    runs = Runs(redis_url, "rated")
+    try:
+        with trio.fail_after(seconds + 40):
+            await manager.wait_ready()
+            # more than the limit lets start in the window: a backlog throughout
+            await producer.tasks["tests.rated"].enqueue_many(
+                [Record("rated", sleep=0.01) for _ in range(int(limit * seconds) + 200)]
+            )
+            first: float | None = None
+            while first is None or time.time() < first + seconds + 0.5:
+                starts = await runs.lines("start")
+                if starts and first is None:
+                    first = min(float(line[2]) for line in starts)
+                assert manager.proc.poll() is None, manager.log()
+                await trio.sleep(0.25)
+            starts = await runs.lines("start")
+    finally:
+        manager.close()
+        await producer.aclose()
+    times = sorted(float(line[2]) for line in starts)
+    assert len({line[1] for line in starts}) == 3, "all three processes ran jobs"
+    rate = sum(1 for t in times if t < first + seconds) / seconds
+    worst = max(sum(1 for u in times[i:] if u < t + 1.0) for i, t in enumerate(times))
+    print(f"\nrate limit {limit}/s burst {burst}, 3 processes: {rate:.2f}/s over {seconds:.0f}s, "
+          f"busiest 1 s window {worst}")  # fmt: skip
+    assert abs(rate - limit) <= 0.05 * limit, rate
+    assert worst <= limit + burst, worst
+
+
+async def test_concurrency_limit_with_a_sigkilled_holder(redis_url: str, tmp_path: Path) -> None:
+    cap, jobs, sleep = 4, 60, 0.3  # tests.capped: ConcurrencyLimit(4)
+    manager = _flow_workers(redis_url, tmp_path)
+    producer = make_app(redis_url)
+    inspector = producer.inspector()
+    runs = Runs(redis_url, "capped")
+    try:
+        with trio.fail_after(60):
+            children = await manager.wait_ready()
+            await producer.tasks["tests.capped"].enqueue_many(
+                [Record("capped", sleep=sleep) for _ in range(jobs)]
+            )
+            victim = None
+            while victim is None:  # a process that holds a slot, mid-run
+                for pid in children.values():
+                    held = await leased_by_queue(inspector, pid)
+                    if held and await runs.done_count() >= 8:
+                        victim = pid
+                        break
+                await trio.sleep(0.02)
+            os.kill(victim, signal.SIGKILL)
+            killed_at = time.time()
+            while await runs.done_count() < jobs:
+                assert manager.proc.poll() is None, manager.log()
+                await trio.sleep(0.1)
+            starts, done = await runs.lines("start"), await runs.lines("done")
+    finally:
+        manager.close()
+        await producer.aclose()
+    finished = {line[0]: (float(line[2]), float(line[3])) for line in done}
+    ended = {(line[0], line[1]) for line in done}
+    cut = [
+        (float(line[2]), killed_at)
+        for line in starts
+        if int(line[1]) == victim and (line[0], line[1]) not in ended
+    ]
+    assert cut, "the victim was killed while holding a slot"
+    worst = _max_overlap([*finished.values(), *cut])
+    print(f"\nconcurrency limit {cap}, 3 processes, kill -9 of a holder: most running {worst}")
+    assert worst <= cap, worst
+    assert len(finished) == jobs, "every job ran to completion"
+    # the dead holder's slot is back within its lease: after it, 4 run at once again
+    after = [(a, b) for a, b in finished.values() if a >= killed_at + LEASE + 0.5]
+    assert after and _max_overlap(after) == cap, "all slots in use again after the lease"
+
+
+async def leased_by_queue(inspector: Inspector, pid: int) -> list[str]:
+    page = await inspector.jobs("flow", JobState.LEASED, limit=100)
+    return [j.id for j in page.jobs if j.lease_owner.endswith(f":{pid}:0")]
