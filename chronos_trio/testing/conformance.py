@@ -1294,3 +1294,19 @@ async def check_an_aborted_holder_gives_its_concurrency_slot_back(fresh: Fresh) 
     assert await store.settle([settle(holder, SettleKind.ABORTED)]) == [True]
     [after] = await lease(store)
     assert after.job.id == waiting[1], "the aborted holder's slot is free at once"
+
+
+@check(WorkerRole, AdminRole, CheckRole)
+async def check_checker_takes_back_an_expired_flagged_lease_as_aborted(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job("gone")])
+    await lease(store, ttl=0.1)
+    assert await store.abort("gone", reason="late") is AbortResult.FLAGGED
+    await trio.sleep(0.5)
+    report = await store.check(repair=True, lease_grace=0.3)
+    [found] = report.findings
+    assert found.problem is Problem.EXPIRED_LEASE and found.repair is Repair.RECOVERED, found
+    assert "aborted" in found.repair_detail, found
+    await _aborted_state(store, "gone", "aborted: late")
+    assert (await store.check()).findings == ()
+    assert await lease(store) == [], "taken back as recovery would: aborted, not ready"

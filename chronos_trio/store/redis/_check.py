@@ -327,6 +327,10 @@ def repaired(finding: Finding, reply: Sequence[Any]) -> Finding:
     if action == "dead":
         # the detail is the last_error written
         return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=reply[1].decode())
+    if action == "aborted":
+        # an abort had been asked for it: taken back as aborted, as recovery does
+        detail = f"aborted (an abort was asked): {reply[1].decode(errors='replace')}"
+        return attrs.evolve(finding, repair=Repair.RECOVERED, repair_detail=detail)
     if action == "orphan":
         held = ", ".join(finding.indexes)
         return attrs.evolve(
