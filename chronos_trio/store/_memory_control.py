@@ -35,6 +35,9 @@ class Admission:
     until: float | None = None
 
 
+#: Lapsed limits are forgotten once more than this many are known.
+_PURGE_ABOVE = 10_000
+
 _LEASE = Admission(Verdict.LEASE)
 _EXPIRED = Admission(Verdict.EXPIRED)
 
@@ -70,12 +73,19 @@ class ControlState:
         for key, limit in control.caps:
             if self.running(queue, key, now, job_of) >= limit:
                 return Admission(Verdict.HELD)
+        if control.rates and len(self._tat) > _PURGE_ABOVE:
+            self._purge(now)
         for key, count, per, _burst in control.rates:
             tat = self._tat.get((queue, key), now)
             self._tat[(queue, key)] = max(tat, now) + per / count
         for key, _limit in control.caps:
             self._holders.setdefault((queue, key), set()).add(job.id)
         return _LEASE
+
+    def _purge(self, now: float) -> None:
+        """Forget lapsed limits (a key per tenant must not pile up)."""
+        self._tat = {k: tat for k, tat in self._tat.items() if tat > now}
+        self._holders = {k: h for k, h in self._holders.items() if h}
 
     def running(
         self, queue: str, key: str, now: float, job_of: Callable[[str], Job | None]
@@ -116,10 +126,13 @@ class ControlState:
         self, queue: str, now: float, job_of: Callable[[str], Job | None]
     ) -> dict[str, int]:
         """Slots held now per concurrency key of ``queue`` (for inspection)."""
-        return {
+        held = {
             key: self.running(q, key, now, job_of) for (q, key) in list(self._holders) if q == queue
         }
+        return {key: n for key, n in held.items() if n}
 
-    def next_permits(self, queue: str) -> dict[str, float]:
-        """Each rate key's theoretical arrival time (for inspection)."""
+    def next_permits(self, queue: str, now: float) -> dict[str, float]:
+        """Each rate key's theoretical arrival time (for inspection); lapsed
+        ones are forgotten."""
+        self._purge(now)
         return {key: tat for (q, key), tat in self._tat.items() if q == queue}

@@ -782,7 +782,7 @@ class MemoryStore(Store):
         ]
         out += [
             LimitUsage(queue, key, "rate", 0, tat)
-            for key, tat in self._control.next_permits(queue).items()
+            for key, tat in self._control.next_permits(queue, now).items()
         ]
         return sorted(out, key=lambda u: (u.kind, u.key))
 

@@ -413,7 +413,10 @@ def _leased_jobs(
     queue, version, partition = pk.queue, pk.version, pk.partition
     leased = JobState.LEASED
     out = []
-    for k in range(2, len(reply), 12):
+    # a job with flow control: its number in the part -> its fc (lease.lua)
+    flat = reply[1][3]
+    controls = {flat[c]: flat[c + 1] for c in range(0, len(flat), 2)} if flat else None
+    for n, k in enumerate(range(2, len(reply), 11), 1):
         try:
             token = reply[k + 1].decode()
             error = reply[k + 8]
@@ -428,7 +431,7 @@ def _leased_jobs(
                 timeout, token, worker_id, expires, version, partition,
                 error.decode() if error else "", float(reply[k + 9]), None, "",
                 None, None, decode_headers(raw_headers) if raw_headers else (), None,
-                decode_control(reply[k + 11].decode()) if reply[k + 11] else None,
+                decode_control(controls[n].decode()) if controls and n in controls else None,
             )  # fmt: skip
         except (UnicodeDecodeError, ValueError, TypeError, AttributeError) as exc:
             why = _why_undecodable(reply, k, expires_at, exc)

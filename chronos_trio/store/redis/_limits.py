@@ -1,6 +1,7 @@
 """Inspection of flow-control state on Redis: the rate and concurrency limit
 keys a queue's jobs used (``<tag>:limits``, see ``keys``), read in two
-pipelined round trips (one more for the holders of concurrency limits).
+pipelined round trips (one more for the holders of concurrency limits, one
+to drop the keys that lapsed from the listing).
 
 A holder of a concurrency limit counts while its record is leased and its
 lease unexpired, as lease.lua counts it (a renewed holder's score in the
@@ -44,6 +45,15 @@ async def limit_usage(ctx: StoreContext, queue: str) -> list[LimitUsage]:
             for pk, name in names
         ]
     )
+    # keys that lapsed (a rate limit's time came, a concurrency limit's last
+    # holder left) leave the listing: a key per tenant must not pile up
+    gone = [
+        Op.soft_command(pk.tag, "SREM", f"{pk.tag}:limits", name)
+        for (pk, name), state in zip(names, states, strict=True)
+        if state is None or state == []
+    ]
+    if gone:
+        await ctx.adapter.execute(gone)
     holders = [
         (n, pk, ident(m))
         for n, ((pk, name), state) in enumerate(zip(names, states, strict=True))
@@ -66,6 +76,8 @@ async def limit_usage(ctx: StoreContext, queue: str) -> list[LimitUsage]:
                 held[n] = held.get(n, 0) + 1
     merged: dict[tuple[str, str], LimitUsage] = {}
     for n, ((_pk, name), state) in enumerate(zip(names, states, strict=True)):
+        if state is None or state == []:
+            continue
         kind, _, key = name.partition(":")
         if kind == "rl":
             booked = parse_number(state) if isinstance(state, bytes) else None

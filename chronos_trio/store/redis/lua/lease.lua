@@ -67,11 +67,12 @@
 -- {set aside (see _prelude.lua), flow {expired: per job the id then the 13
 -- JOB_FIELDS as stored afterwards, held_until: when the next permit of a
 -- rate limit that held a job back comes ('' none), capped: 1 when a
--- concurrency limit held one back, else 0}, then per job 12 entries: id,
--- token, kind, payload, run_at, attempts (already incremented),
--- max_retries, timeout, last_error, created_at, headers ('' for none), fc
--- ('' for none)}}. now and expires_at are '' when no partition had a ready
--- job (TIME is read only then).
+-- concurrency limit held one back, else 0, controls: per leased job with
+-- flow control its number in this part (1, 2, ...) then its fc}, then per
+-- job 11 entries: id, token, kind, payload, run_at, attempts (already
+-- incremented), max_retries, timeout, last_error, created_at, headers (''
+-- for none)}}. now and expires_at are '' when no partition had a ready job
+-- (TIME is read only then).
 local target = tonumber(ARGV[1])
 local parts = #KEYS / 6
 local now, now_s, exp_s = nil, '', ''
@@ -242,7 +243,7 @@ local function lease_partition(p, share, budget, res)
     exp_s = string.format('%.17g', now + tonumber(ARGV[2]))
     out[1], out[2] = now_s, exp_s
   end
-  res = res or {new_aside(), {{}, '', 0}}
+  res = res or {new_aside(), {{}, '', 0, {}}}
   local aside, info = res[1], res[2]
   local asked, looked, n = share, 0, 0
   local back = {}
@@ -317,8 +318,11 @@ local function lease_partition(p, share, budget, res)
           res[o + 9] = f[7] or ''
           res[o + 10] = f[8]
           res[o + 11] = f[9] or ''
-          res[o + 12] = fc or ''
           if fc then
+            -- told apart from the plain jobs' (no reply entry for those)
+            local controls = info[4]
+            controls[#controls + 1] = (o - 2) / 11 + 1
+            controls[#controls + 1] = fc
             local pr = priority_of(fc)
             if pr ~= 0 then
               res[o + 5] = string.format('%.17g', tonumber(popped[i + 1]) + pr * PRIO_STEP)

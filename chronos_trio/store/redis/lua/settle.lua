@@ -94,9 +94,8 @@ local function settle_partition(part, first, last, res)
     -- an upper-case kind: the job has flow control, its field fc is read
     -- (the others are spared an absent-field lookup)
     local kind = ARGV[i + 2]
-    local lower = string.lower(kind)
-    if lower ~= kind then
-      kind = lower
+    if string.byte(kind) < 97 then  -- below 'a': upper case
+      kind = string.lower(kind)
       if f then f[9] = redis.call('HGET', key, 'fc') end
     end
     -- judge the record (nothing here can fail) ...
@@ -128,7 +127,7 @@ local function settle_partition(part, first, last, res)
     elseif p == 1 then
       settled[#settled + 1] = id
       -- every outcome ends the lease: its concurrency slots are free at once
-      freed = freed + release_slots(prefix, id, f[9])
+      if f[9] then freed = freed + release_slots(prefix, id, f[9]) end
       if (kind == 'r' or kind == 'l' or kind == 'f')
           and redis.call('HEXISTS', key, 'ab') == 1 then
         kind = 'a'  -- an abort was asked while it ran: it does not run again
