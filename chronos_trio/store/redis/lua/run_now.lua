@@ -35,7 +35,7 @@ elseif state == 'retry_wait' then
   from = KEYS[2]
 elseif state == 'dead' then
   from = KEYS[3]
-elseif state == 'ready' or state == 'leased' or state == 'succeeded' then
+elseif state == 'ready' or state == 'leased' or state == 'succeeded' or state == 'aborted' then
   return {0, aside}
 else
   bad = missing('state', state)
