@@ -34,6 +34,7 @@ from .records import FlowStep as FlowStep
 from .records import Group as Group
 from .records import InspectorError as InspectorError
 from .records import Job as Job
+from .records import JobAborted as JobAborted
 from .records import JobCancelled as JobCancelled
 from .records import JobControl as JobControl
 from .records import JobError as JobError
@@ -82,6 +83,7 @@ if _TYPE_CHECKING:
     from .runtime import WorkerHost as WorkerHost
     from .runtime import leadership_name as leadership_name
     from .runtime import parse_queues as parse_queues
+    from .store import AbortResult as AbortResult
     from .store import Leadership as Leadership
     from .store import MemoryStore as MemoryStore
     from .store import QueueWeight as QueueWeight
@@ -114,6 +116,7 @@ _LAZY = {
     "WorkerHost": "runtime",
     "leadership_name": "runtime",
     "parse_queues": "runtime",
+    "AbortResult": "store",
     "Leadership": "store",
     "MemoryStore": "store.memory",
     "QueueWeight": "store",
@@ -136,6 +139,7 @@ __all__ = [
     "Group",
     "InspectorError",
     "Job",
+    "JobAborted",
     "JobCancelled",
     "JobControl",
     "JobError",

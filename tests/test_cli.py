@@ -135,7 +135,7 @@ def test_queues(cli: Cli) -> None:
     table = cli("queues")
     assert table.code == EXIT_OK
     lines = rows(table.out)
-    assert lines[0][:9] == [
+    assert lines[0][:10] == [
         "QUEUE",
         "STATUS",
         "SCHEDULED",
@@ -144,10 +144,11 @@ def test_queues(cli: Cli) -> None:
         "RETRY_WAIT",
         "SUCCEEDED",
         "DEAD",
+        "ABORTED",
         "TOTAL",
     ]
-    assert ["critical", "active", "0", "1", "0", "0", "0", "0", "1"] in lines
-    assert ["default", "active", "1", "1", "1", "1", "1", "2", "7"] in lines
+    assert ["critical", "active", "0", "1", "0", "0", "0", "0", "0", "1"] in lines
+    assert ["default", "active", "1", "1", "1", "1", "1", "2", "0", "7"] in lines
     assert ["default", "1", "active", "1", "7", "p0=7"] in lines, "per version/partition"
 
     data = cli("queues", args=("--json",)).json()
@@ -159,6 +160,7 @@ def test_queues(cli: Cli) -> None:
         "retry_wait": 1,
         "succeeded": 1,
         "dead": 2,
+        "aborted": 0,
     }
     assert default["total"] == 7 and default["paused"] is False
     assert default["versions"] == [
@@ -245,6 +247,39 @@ def test_delete(cli: Cli) -> None:
     leased = cli("delete", args=("leased-1",))
     assert leased.code == EXIT_REFUSED
     assert f"job leased-1 is leased by {OWNER}: a running job cannot be deleted" in leased.err
+
+
+def test_abort(cli: Cli) -> None:
+    waiting = cli("abort", args=("scheduled-1",))
+    assert waiting.code == EXIT_OK, waiting.err
+    assert waiting.out.strip() == "job scheduled-1 is aborted now (was scheduled)"
+    running = cli("abort", args=("leased-1", "--queue", "default", "--reason", "ops", "--json"))
+    data = running.json()
+    assert data["result"] == "flagged" and data["previous_state"] == "leased"
+    assert data["job"]["state"] == "leased", "its worker settles the abort"
+    told = cli("abort", args=("retry-1", "--reason", "not needed"))
+    assert told.code == EXIT_OK and "is aborted now (was retry_wait)" in told.out
+    text = cli("abort", args=("leased-1",))
+    assert text.code == EXIT_OK and f"it is leased by {OWNER}, which cancels it" in text.out
+    finished = cli("abort", args=("dead-1",))
+    assert finished.code == EXIT_REFUSED
+    assert "job dead-1 is dead: it has finished, nothing to abort" in finished.err
+    again = cli("abort", args=("scheduled-1",))
+    assert again.code == EXIT_REFUSED and "is aborted: it has finished" in again.err
+    assert cli("abort", args=("nope",)).code == EXIT_NOT_FOUND
+    assert cli("abort", args=("ready-1", "--queue", "nope")).code == EXIT_NOT_FOUND
+
+    shown = cli("job", args=("retry-1",))
+    assert "state       aborted" in shown.out and "last error  aborted: not needed" in shown.out
+    listed = cli("jobs", args=("--queue", "default", "--state", "aborted"))
+    assert listed.code == EXIT_OK and "FINISHED" in listed.out
+    assert "aborted jobs 1-2 of 2 in queue 'default'" in listed.out
+    assert {"scheduled-1", "retry-1"} <= set(listed.out.split())
+    dead = cli("jobs", args=("--queue", "default", "--state", "dead", "--json")).json()
+    assert dead["total"] == 2 and {j["id"] for j in dead["jobs"]} == {"dead-1", "dead-2"}
+    assert ["default", "active", "0", "1", "1", "0", "1", "2", "2", "7"] in rows(
+        cli("queues").out
+    )
 
 
 class FakeTerminal(io.StringIO):

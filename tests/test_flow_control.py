@@ -287,3 +287,28 @@ def test_cli_job_shows_its_flow_control(
     assert main(["job", "tests.tests_app:app", job_id, "--json"]) == EXIT_OK
     control = json.loads(capsys.readouterr().out)["control"]
     assert control["priority"] == 3 and control["rate_limits"][0]["count"] == 50
+
+
+@pytest.mark.redis
+async def test_a_producer_outside_trio_gives_flow_control(redis_url: str) -> None:
+    from chronos_trio.producers import SyncProducer
+
+    store = RedisStore.from_url(redis_url, namespace="sync-flow")
+
+    def produce() -> str:
+        with SyncProducer(redis_url, namespace="sync-flow") as producer:
+            handle = producer.enqueue(
+                "by.name", {"n": 1}, priority=4, expires=60,
+                concurrency_limit=ConcurrencyLimit(2, key="pool"),
+            )  # fmt: skip
+            return handle.job_id
+
+    try:
+        job_id = await trio.to_thread.run_sync(produce)
+        job = await store.get_job(job_id)
+        assert job is not None and job.control is not None
+        assert job.priority == 4 and job.control.caps == (("pool", 2),)
+        assert job.control.expires_at is not None
+        assert 59 < job.control.expires_at - job.created_at <= 60, "judged by the store's clock"
+    finally:
+        await store.aclose()

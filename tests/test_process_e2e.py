@@ -1,7 +1,8 @@
 """End to end: ``python -m chronos_trio worker tests.tests_app:app --processes 2``
 as a subprocess against a test Redis. ``kill -9`` of a child holding leases
 loses no job; SIGTERM drains and exits 0; ``kill -9`` of the parent leaves no
-orphans; a hung (stopped) child is killed and replaced."""
+orphans; a hung (stopped) child is killed and replaced; a running job aborted
+from this process is cancelled there within one heartbeat and never re-run."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 import redis
 import trio
 
-from chronos_trio import Inspector, JobState
+from chronos_trio import AbortResult, Inspector, JobAborted, JobState
 from chronos_trio.actors.continuer import SWEEP_FACTOR
 from chronos_trio.cli import EXIT_OK
 from tests.tests_app import Record, make_app
@@ -392,3 +393,42 @@ async def test_hung_child_is_killed_and_replaced(redis_url: str, tmp_path: Path)
     log = manager.log()
     assert f"killing hung worker process index=1 pid={children[1]} no_heartbeat_for=1.5s" in log
     assert "(hung: no heartbeat)" in log
+
+
+async def test_abort_of_a_job_running_in_another_process(redis_url: str, tmp_path: Path) -> None:
+    """Cancelled within one heartbeat interval of the abort (the flag comes
+    back with the worker's next batched renewal), recorded ``aborted``, and
+    never run again, also after its lease would have expired."""
+    heartbeat = 0.3
+    manager = Manager(redis_url, tmp_path, "--heartbeat-interval", str(heartbeat))
+    producer = make_app(redis_url)
+    inspector = producer.inspector()
+    runs = Runs(redis_url, "abort")
+    try:
+        with trio.fail_after(30):
+            await manager.wait_ready()
+            handle = await producer.tasks["tests.record"].enqueue(Record("abort", sleep=60))
+            while not await runs.lines("start"):
+                await trio.sleep(0.02)
+            asked_at = time.time()
+            assert await producer.job(handle.job_id).abort(reason="e2e") is AbortResult.FLAGGED
+            with pytest.raises(JobAborted):
+                await handle.result(timeout=10)
+            [cancelled] = await runs.lines("aborted")
+            job = await inspector.job(handle.job_id)
+            # a lease (2 s) and a recovery pass later, nothing ran it again
+            await trio.sleep(LEASE + 2 * RECOVER_INTERVAL)
+            started = await runs.lines("start")
+            manager.proc.send_signal(signal.SIGTERM)
+            assert await manager.wait_exit() == EXIT_OK
+    finally:
+        manager.close()
+        await producer.aclose()
+    assert cancelled[0] == handle.job_id
+    # the renewal comes within one interval; allow for the round trip and load
+    assert 0 < float(cancelled[2]) - asked_at <= heartbeat + 0.25, (cancelled, asked_at)
+    assert job.state is JobState.ABORTED and job.last_error == "aborted: e2e"
+    assert job.attempts == 1 and not job.lease_owner
+    assert [line[0] for line in started] == [handle.job_id], "never re-run"
+    assert await runs.lines("done") == []
+    assert "abort asked job=" in manager.log()

@@ -1,5 +1,6 @@
-"""Redis faults: a server killed and restarted, SCRIPT FLUSH mid-run, and a
-stale worker's ack after its lease was recovered and handed to someone else."""
+"""Redis faults: a server killed and restarted, SCRIPT FLUSH mid-run, a
+stale worker's ack after its lease was recovered and handed to someone else,
+and an abort flag across a restart."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import pytest
 import redis
 import trio
 
-from chronos_trio import JobState, NewJob
+from chronos_trio import AbortResult, App, JobContext, JobState, NewJob
+from chronos_trio.runtime import Stage
 from chronos_trio.store import QueueWeight, SettleKind, Settlement, StoreError
 from chronos_trio.store.redis import RedisStore
+from chronos_trio.testing import FaultyStore
 from chronos_trio.testing.redis_server import RedisServer
 from tests._support import Recorder, Work, wait_for
 
@@ -130,3 +133,45 @@ def test_launcher_keeps_acknowledged_writes_across_kill_9_only_with_aof(aof: str
         survived = sum(client.exists(f"k{i}") for i in range(100))
         client.close()
     assert survived == (100 if aof else 0)
+
+
+async def test_an_abort_flag_survives_a_restart_and_its_worker_still_aborts_the_job() -> None:
+    """An abort asked for a running job is a field of its record: with an
+    fsynced AOF it outlives a SIGKILL of Redis, and the worker learns it with
+    its first renewal after the restart (its renewals before the abort and
+    through the outage fail on purpose: the flag can only come from the
+    restarted server), cancels the handler and records the job aborted."""
+    with RedisServer(aof="always") as server, trio.fail_after(30):
+        admin = RedisStore.from_url(server.url, default_partitions=4)
+        faulty = FaultyStore(RedisStore.from_url(server.url, default_partitions=4))
+        app = App(faulty)
+        runs: list[bool] = []
+
+        @app.task("long")
+        async def long(n: int, job: JobContext) -> None:
+            try:
+                await trio.sleep(1000)
+            finally:
+                runs.append(job.abort_requested)
+
+        async with app.open_worker(
+            heartbeat_interval=0.2, lease_duration=10.0, recover_interval=0.2
+        ) as worker:
+            handle = await long.enqueue(1)
+            await wait_for(lambda: bool(worker.runtime.table.in_stage(Stage.RUNNING)))
+            faulty.break_ops("renew")  # this worker hears nothing until the restart
+            assert await admin.abort(handle.job_id, reason="restart") is AbortResult.FLAGGED
+            server.kill()
+            await trio.sleep(0.5)
+            server.start()
+            held = await admin.get_job(handle.job_id)
+            assert held is not None and held.state is JobState.LEASED, "the lease survived"
+            assert runs == [], "nothing told the worker yet"
+            faulty.heal()
+            await wait_for(lambda: worker.statistics().aborted == 1, poll=0.05)
+            assert runs == [True]
+        job = await admin.get_job(handle.job_id)
+        assert job is not None and job.state is JobState.ABORTED
+        assert job.last_error == "aborted: restart" and job.attempts == 1
+        await admin.aclose()
+        await faulty.aclose()

@@ -460,7 +460,8 @@ async def run_case(b: Backend, case: Case) -> None:
         new = run.recreated and d is not None and d.state is JobState.SUCCEEDED and ran[D] == 1
         assert d is None or d.damage or new, d
     else:
-        assert d is None or d.state in (JobState.SUCCEEDED, JobState.DEAD), d
+        # (settled ABORTED, it ends aborted)
+        assert d is None or d.state in (JobState.SUCCEEDED, JobState.DEAD, JobState.ABORTED), d
         assert all(f.problem is Problem.DAMAGED and field in f.detail for f in on_d), on_d
 
     # direct reads: the healthy jobs and d, nothing else

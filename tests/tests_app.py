@@ -5,7 +5,9 @@ Its store comes from ``$CHRONOS_URL`` (the in-memory store when unset). The
 duplicates across processes: with a Redis store it RPUSHes
 ``"<job id> <pid> <start> <end>"`` to ``<key>:start`` when it starts and to
 ``<key>:done`` when it finishes (a plain redis client, so the record does
-not depend on the code under test); otherwise it appends to :data:`RUNS`.
+not depend on the code under test), and ``"<job id> <pid> <when>"`` to
+``<key>:aborted`` when an abort cancels it; otherwise it appends to
+:data:`RUNS`.
 """
 
 from __future__ import annotations
@@ -61,7 +63,16 @@ def make_app(url: str | None) -> App:
         if args.block_first and job.attempt == 1:
             time.sleep(args.block_first)  # noqa: ASYNC251 - blocks the event loop on purpose
         if args.sleep:
-            await trio.sleep(args.sleep)
+            try:
+                await trio.sleep(args.sleep)
+            except trio.Cancelled:
+                if redis_url and job.abort_requested:
+                    line = f"{job.id} {os.getpid()} {time.time():.3f}"
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(
+                            _client(redis_url).rpush, f"{args.key}:aborted", line
+                        )
+                raise
         if args.fail:
             raise SkipRetry("asked to fail")
         if redis_url:

@@ -16,10 +16,10 @@ import trio
 
 from ..records._jobs import JobState
 from ..runtime._backoff import Backoff
-from ..runtime._events import JobReleased, JobRetried, JobSucceeded, LeaseLost
+from ..runtime._events import JobAbortApplied, JobReleased, JobRetried, JobSucceeded, LeaseLost
 from ..runtime._inflight import Entry, Stage
 from ..runtime._state import Runtime, log
-from ..store import SettleKind
+from ..store import SettleKind, aborted_of
 
 
 async def run(
@@ -53,14 +53,17 @@ async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
     # newer format) is not a lost lease: it was reported just above.
     aside_ids = {job.id for job in aside.dead} | {e.job_id for e in aside.newer} if aside else set()
     debug = log.isEnabledFor(logging.DEBUG)
-    for entry, ok in zip(to_store, applied, strict=True):
+    # Settlements the store applied as aborted: ABORTED ones, and a retry or
+    # release of a job an abort was asked for (the abort wins in the store).
+    aborted = aborted_of(applied)
+    for i, (entry, ok) in enumerate(zip(to_store, applied, strict=True)):
         if not ok and entry.leased.job.id in aside_ids:
             continue
-        _account(rt, entry, ok, debug)
+        _account(rt, entry, ok, debug, i in aborted)
     rt.table.settled(batch)
 
 
-def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool) -> None:
+def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool, aborted: bool = False) -> None:
     job = entry.leased.job
     outcome = entry.outcome
     assert outcome is not None
@@ -74,7 +77,19 @@ def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool) -> None:
         events.publish(LeaseLost(job))
         return
     duration = _duration(entry)
-    if kind is SettleKind.SUCCEEDED:
+    if aborted or kind is SettleKind.ABORTED:
+        rt.counters.aborted += 1
+        log.info(
+            "aborted job=%s kind=%s queue=%s attempt=%s (outcome %s called off)",
+            job.id,
+            job.kind,
+            job.queue,
+            job.attempts,
+            kind,
+        )
+        if events.wants(JobAbortApplied):
+            events.publish(JobAbortApplied(job, recovered=False, duration=duration))
+    elif kind is SettleKind.SUCCEEDED:
         rt.counters.succeeded += 1
         if debug:
             log.debug(

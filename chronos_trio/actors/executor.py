@@ -4,8 +4,9 @@ job's outcome.
 Outcomes: return -> succeeded; exception -> retry with backoff, or dead when
 the attempts are used up; ``SkipRetry`` -> dead at once; timeout -> cancelled
 and counted as a failure; unknown kind or undecodable payload -> dead with a
-clear error; lease lost -> cancelled and forgotten (another worker owns it).
-Dead becomes discard (deleted, not kept dead) for a task registered with
+clear error; lease lost -> cancelled and forgotten (another worker owns it);
+abort asked (a renewal said so) -> cancelled and settled ABORTED. Dead
+becomes discard (deleted, not kept dead) for a task registered with
 ``discard_dead``; a success is retained for its task's ``retain_succeeded``,
 else the worker's.
 
@@ -29,7 +30,7 @@ import trio
 
 from ..records._codec import decode_payload, encode_payload
 from ..records._errors import PayloadError, RateLimited, Retry, SkipRetry
-from ..records._jobs import Job, LeaseRef
+from ..records._jobs import Job, LeaseRef, abort_error
 from ..runtime._context import JobContext
 from ..runtime._inflight import Entry, InFlight
 from ..runtime._state import Runtime, log
@@ -179,9 +180,9 @@ async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog, dispatch: Dispa
                 table.decide(running, outcome)
                 running = None
         # Only this executor's scope being cancelled gets here: the running
-        # handler timed out or lost its lease (``running`` is set), or the
-        # cancel arrived after the handler returned (it is None; a job is
-        # never started in a cancelled scope).
+        # handler timed out, lost its lease or was aborted (``running`` is
+        # set), or the cancel arrived after the handler returned (it is None;
+        # a job is never started in a cancelled scope).
         if running is not None:
             interrupted = _interrupted(rt, running)
             if interrupted is not None and interrupted.kind is SettleKind.DEAD:
@@ -255,7 +256,7 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
 async def _in_thread(rt: Runtime, task: TaskSpec, payload: Any, ctx: JobContext) -> object:
     """A plain-function handler, in a worker thread (never on the event
     loop), at most ``sync_concurrency`` at once. When its run is called off
-    (timeout, lost lease, shutdown past its grace) the thread is abandoned:
+    (timeout, lost lease, abort, shutdown past its grace) the thread is abandoned:
     the outcome is decided at once and the thread's result, when it comes,
     is dropped."""
     try:
@@ -346,6 +347,9 @@ def _interrupted(rt: Runtime, entry: Entry) -> Settlement | None:
     if entry.lost:
         log.warning("lease lost job=%s kind=%s: handler cancelled", job.id, job.kind)
         return None
+    if entry.abort_requested:
+        log.info("abort job=%s kind=%s: handler cancelled", job.id, job.kind)
+        return Settlement(entry.leased.ref, SettleKind.ABORTED, error=abort_error())
     return _failure(
         rt,
         rt.registry.tasks.get(job.kind),

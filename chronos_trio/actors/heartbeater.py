@@ -3,6 +3,12 @@
 A lease the store no longer grants (expired and recovered elsewhere, or its
 token superseded) is marked lost in the in-flight table, which cancels its
 handler: a stale worker must not keep running a job someone else now holds.
+
+A renewed lease whose job an abort was asked for comes back flagged in the
+same reply (no call of its own, nothing to subscribe to): the in-flight
+table marks it, which cancels its handler the same way, and its outcome is
+ABORTED, settled under the lease's fence. So an abort reaches a running
+handler within one heartbeat interval (plus a round trip).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from ..runtime._backoff import Backoff
 from ..runtime._events import LeaseLost
 from ..runtime._inflight import Entry, lease_deadline
 from ..runtime._state import Runtime, log
-from ..store import StoreError
+from ..store import StoreError, aborted_of
 
 
 async def run(
@@ -50,6 +56,17 @@ async def run(
                 table.renewed(entry, deadline)
             elif table.mark_lost(entry):
                 _lost(rt, entry, "renewal refused")
+        for i in aborted_of(held):
+            entry = entries[i]
+            if table.mark_aborted(entry):
+                job = entry.leased.job
+                log.info(
+                    "abort asked job=%s kind=%s queue=%s attempt=%s: calling off its run",
+                    job.id,
+                    job.kind,
+                    job.queue,
+                    job.attempts,
+                )
 
 
 def _lost(rt: Runtime, entry: Entry, why: str) -> None:

@@ -2,7 +2,9 @@
 
 Expired jobs go back to ready, or dead when their attempts are used up, so a
 job that keeps killing its worker cannot loop forever. Any worker may run
-this: the store's recovery is atomic and judged by the store's clock.
+this: the store's recovery is atomic and judged by the store's clock. An
+expired lease whose job an abort was asked for is made aborted instead (its
+worker died before it could settle the abort).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import trio
 
 from ..runtime._backoff import Backoff
-from ..runtime._events import JobsRecovered
+from ..runtime._events import JobAbortApplied, JobsRecovered
 from ..runtime._state import Runtime, log
 
 RECOVER_BATCH = 256
@@ -25,7 +27,7 @@ async def run(
     while True:
         result = await backoff.call(rt.store.recover_expired, queues, RECOVER_BATCH)
         rt.report_aside(result, recovered=True)
-        found = len(result.requeued) + len(result.dead)
+        found = len(result.requeued) + len(result.dead) + len(result.aborted)
         rt.counters.recovered += found
         if result.requeued:
             log.info(
@@ -36,5 +38,11 @@ async def run(
             rt.events.publish(JobsRecovered(result.requeued))
         for job in result.dead:
             rt.report_dead(job, recovered=True)
+        for job in result.aborted:
+            rt.counters.aborted += 1
+            log.info("aborted job=%s kind=%s queue=%s: its expired lease", job.id, job.kind,
+                     job.queue)  # fmt: skip
+            if rt.events.wants(JobAbortApplied):
+                rt.events.publish(JobAbortApplied(job, recovered=True))
         if found < RECOVER_BATCH:
             await trio.sleep(rt.config.recover_interval)

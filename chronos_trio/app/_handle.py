@@ -21,7 +21,7 @@ from ..records._producing import (
     result_of,
     timed_out,
 )
-from ..store._roles import ResultRole, require_roles
+from ..store._roles import AbortResult, AdminRole, ResultRole, require_roles
 
 R = TypeVar("R")
 
@@ -80,8 +80,9 @@ class JobHandle(HandleFields, Generic[R]):
         waiter when the job finishes, nothing polls.
 
         Raises JobFailed (with ``last_error`` and ``attempts``) when the job
-        is dead; ResultTimeout when it has not finished in time (it goes on:
-        call again); ResultExpired when it succeeded but its result is no
+        is dead; JobAborted (the same) when it was aborted; ResultTimeout
+        when it has not finished in time (it goes on: call again);
+        ResultExpired when it succeeded but its result is no
         longer kept; JobNotFound when no such job exists (never enqueued, or
         finished and trimmed); PayloadError when the stored result does not
         decode as the task's result type; StoreError when the store cannot be
@@ -99,6 +100,29 @@ class JobHandle(HandleFields, Generic[R]):
             if trio.current_time() >= deadline:
                 assert timeout is not None
                 raise timed_out(self.job_id, timeout, found)
+
+    async def abort(self, reason: str = "") -> AbortResult:
+        """Abort the job, so that it never runs (again): one store call.
+
+        Waiting (scheduled, ready, retry_wait): it is ``aborted`` at once
+        (ABORTED), never leased. Running (leased): it is flagged (FLAGGED);
+        the flag reaches its worker with the next batched lease renewal, the
+        handler is cancelled within one heartbeat interval (``job.abort_requested``
+        is True for its cleanup), and the job becomes ``aborted`` by its
+        worker's fenced settle, or by recovery if that worker died. A
+        handler that finished before the flag reached it keeps its outcome
+        (succeeded, dead); a retry or release of a flagged job makes it
+        aborted. Already finished (FINISHED) or unknown (NOT_FOUND):
+        nothing changes. ``reason`` is kept in its ``last_error``
+        ("aborted: <reason>"). Waiters on :meth:`result` get JobAborted.
+
+        Raises StoreError when the store cannot be reached (aborting again
+        is harmless), TypeError when the store does not offer
+        :class:`~chronos_trio.store.AdminRole`."""
+        store = self.host.store
+        require_roles(store, AdminRole, what="aborting a job")
+        result: AbortResult = await store.abort(self.job_id, queue=self.queue, reason=reason)
+        return result
 
     def sibling(self, job_id: str) -> JobHandle[Any]:
         """A handle on another job of the same host (a workflow's steps);

@@ -2,7 +2,7 @@
 
 ``app.inspector()`` (or ``Inspector(store)`` for a bare store URL) lists
 queues with their counts, pages through jobs, shows one job, and runs the
-admin actions: run-now, delete, requeue dead jobs, pause/resume a queue,
+admin actions: run-now, delete, abort, requeue dead jobs, pause/resume a queue,
 queue topology (promote a new version, complete a drained one), and the
 store checker (find, and repair, what no correct operation leaves behind). The command
 line (``python -m chronos_trio queues|jobs|job|...``) is a thin layer on it.
@@ -28,6 +28,7 @@ from ..records._jobs import Job, JobState
 from ..runtime._registry import WorkerHost
 from ..store import (
     LEASE_GRACE,
+    AbortResult,
     AdminRole,
     CheckReport,
     CheckRole,
@@ -335,6 +336,26 @@ class Inspector:
         if not await self.store.delete_job(job_id, queue=job.queue):
             raise ActionRefused(f"job {job_id} changed state meanwhile; nothing deleted")
         return job
+
+    async def abort(self, job_id: str, *, queue: str | None = None, reason: str = "") -> Job:
+        """Abort a job (see :meth:`~chronos_trio.store.AdminRole.abort`):
+        one that waits is ``aborted`` at once; a leased one is flagged and
+        its worker cancels it at its next lease renewal (within one
+        heartbeat interval), then settles it aborted. Returns the job as it
+        is now: ``aborted``, or still ``leased`` while its worker has not
+        settled the abort. ``reason`` is kept in its ``last_error``.
+
+        Raises UnknownJob, and ActionRefused for a job already finished
+        (succeeded, dead or aborted)."""
+        job = await self.job(job_id, queue=queue)
+        done = await self.store.abort(job_id, queue=job.queue, reason=reason)
+        if done is AbortResult.NOT_FOUND:
+            raise UnknownJob(f"no job with id {job_id!r} in queue {job.queue!r} (gone meanwhile)")
+        if done is AbortResult.FINISHED:
+            now = await self.store.get_job(job_id, queue=job.queue)
+            state = now.state if now is not None else job.state
+            raise ActionRefused(f"job {job_id} is {state}: it has finished, nothing to abort")
+        return await self.job(job_id, queue=job.queue)
 
     async def dead_count(self, queue: str) -> int:
         return (await self.queue(queue)).counts[JobState.DEAD]

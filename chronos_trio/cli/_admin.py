@@ -1,5 +1,5 @@
 """Admin commands on the :class:`~chronos_trio.Inspector`: queues, jobs, job,
-run-now, delete, requeue-dead, pause, resume, topology, limits, schedules, check.
+run-now, delete, abort, requeue-dead, pause, resume, topology, limits, schedules, check.
 
 Each takes ``[APP]`` and/or ``--url`` (a URL alone is enough, except for
 ``schedules``, which lives in the app), prints a table or ``--json``, and
@@ -63,6 +63,16 @@ def add_commands(sub: Any, leaves: dict[tuple[str, ...], argparse.ArgumentParser
         p = command(words, fn, text)
         p.add_argument("job_id", metavar="ID", help="job id")
         p.add_argument("--queue", help="the job's queue (faster lookup, and a check)")
+
+    p = command(
+        ("abort",),
+        "_abort",
+        "abort one job: a waiting one at once; a running one is cancelled by its worker "
+        "at its next lease renewal (within one heartbeat)",
+    )
+    p.add_argument("job_id", metavar="ID", help="job id")
+    p.add_argument("--queue", help="the job's queue (faster lookup, and a check)")
+    p.add_argument("--reason", default="", help="kept in the job's last error ('aborted: TEXT')")
 
     p = command(("requeue-dead",), "_requeue_dead", "make dead jobs ready again (attempts reset)")
     p.add_argument("--queue", required=True, help="queue name")

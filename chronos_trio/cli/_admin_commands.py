@@ -203,6 +203,31 @@ async def _delete(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _abort(ctx: Context, args: argparse.Namespace) -> int:
+    before = await ctx.inspector.job(args.job_id, queue=args.queue)
+    job = await ctx.inspector.abort(args.job_id, queue=args.queue, reason=args.reason)
+    asked = job.state is JobState.LEASED
+    if ctx.json:
+        print_json(
+            {
+                "result": "flagged" if asked else "aborted",
+                "previous_state": before.state.value,
+                "job": job_json(job),
+            },
+            ctx.out,
+        )
+    elif asked:
+        _say(
+            ctx,
+            f"abort of job {job.id} asked: it is leased by {job.lease_owner or 'a worker'}, "
+            "which cancels it at its next lease renewal (within one heartbeat) and "
+            "records it aborted",
+        )
+    else:
+        _say(ctx, f"job {job.id} is {job.state.value} now (was {before.state.value})")
+    return EXIT_OK
+
+
 async def _requeue_dead(ctx: Context, args: argparse.Namespace) -> int:
     insp = ctx.inspector
     if args.job is not None:

@@ -8,6 +8,7 @@ Commands
 ``jobs [APP] --queue Q --state S``   page through jobs
 ``job [APP] ID``             one job in full
 ``run-now | delete [APP] ID``        act on one job
+``abort [APP] ID [--reason TEXT]``   stop one job (a running one within one heartbeat)
 ``requeue-dead [APP] --queue Q``     dead jobs back to ready (all, or ``--job ID``)
 ``pause | resume [APP] QUEUE``       stop / restart leasing from a queue
 ``topology show|promote|complete [APP] QUEUE``   versioned queue routing

@@ -17,7 +17,7 @@ from ..app._inspector import (
     result_view,
 )
 from ..records._control import JobControl
-from ..records._jobs import Job, JobState
+from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._workflow import WORKFLOW_KEEP, describe
 from ..store import CheckReport, Finding, Problem, QueueTopology, Repair
 
@@ -233,12 +233,13 @@ def jobs_table(page: JobPage, now: float) -> str:
         JobState.LEASED: "LEASE EXPIRES",
         JobState.SUCCEEDED: "FINISHED",
         JobState.DEAD: "FINISHED",
+        JobState.ABORTED: "FINISHED",
     }.get(page.state, "DUE")
 
     def time_of(job: Job) -> float | None:
         if page.state is JobState.LEASED:
             return job.lease_expires_at
-        if page.state in (JobState.SUCCEEDED, JobState.DEAD):
+        if page.state in FINISHED_STATES:
             return job.finished_at
         return job.run_at
 

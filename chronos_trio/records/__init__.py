@@ -10,6 +10,7 @@ from ._errors import ActorFailed as ActorFailed
 from ._errors import ChronosError as ChronosError
 from ._errors import DuplicateJob as DuplicateJob
 from ._errors import InspectorError as InspectorError
+from ._errors import JobAborted as JobAborted
 from ._errors import JobCancelled as JobCancelled
 from ._errors import JobError as JobError
 from ._errors import JobFailed as JobFailed

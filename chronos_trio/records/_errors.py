@@ -14,6 +14,7 @@
     ├── ActorFailed             an actor exceeded its restart intensity
     ├── JobError                a job's outcome, as a producer waiting on it sees it
     │   ├── JobFailed           the job is dead (its last error and attempts)
+    │   ├── JobAborted          the job was aborted before it finished
     │   ├── JobNotFound         no such job (never enqueued, or trimmed)
     │   └── ResultExpired       the job succeeded but its result is gone
     └── InspectorError          an admin request could not be carried out
@@ -124,6 +125,19 @@ class JobFailed(JobError):
     def __init__(self, job_id: str, last_error: str, attempts: int) -> None:
         first = (last_error.splitlines() or ["no error recorded"])[0]
         super().__init__(f"job {job_id} failed after {attempts} attempt(s): {first}", job_id)
+        self.last_error = last_error
+        self.attempts = attempts
+
+
+class JobAborted(JobError):
+    """The job was aborted (``handle.abort()``, ``Inspector.abort``, the
+    ``abort`` command) before it finished: it will not run again.
+    ``last_error`` is what the store recorded ("aborted", with the reason
+    given, if any), after ``attempts`` attempts."""
+
+    def __init__(self, job_id: str, last_error: str, attempts: int) -> None:
+        first = (last_error.splitlines() or ["aborted"])[0]
+        super().__init__(f"job {job_id} was aborted after {attempts} attempt(s): {first}", job_id)
         self.last_error = last_error
         self.attempts = attempts
 

@@ -6,6 +6,10 @@ A job moves through these states, each transition one atomic store operation::
         ^                ^                 |--error, retries left--> retry_wait --due--> ready
         |                '--lease expired--|
         '-- enqueue(run_at)                '--retries exhausted / SkipRetry / bad payload--> dead
+
+An abort (``handle.abort()``) makes a scheduled, ready or retry_wait job
+``aborted`` at once; a leased one is flagged, and becomes ``aborted`` when
+its worker settles it (or recovery takes back its expired lease).
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ class JobState(enum.StrEnum):
     RETRY_WAIT = "retry_wait"
     SUCCEEDED = "succeeded"
     DEAD = "dead"
+    #: Stopped by an abort before it finished; kept like a dead job (in the
+    #: dead index, trimmed with the dead jobs), never run again.
+    ABORTED = "aborted"
 
     @classmethod
     def parse(cls, text: str) -> JobState:
@@ -166,7 +173,13 @@ class JobRef:
 
 
 #: States in which a job has its outcome: it will not run again by itself.
-FINISHED_STATES = frozenset({JobState.SUCCEEDED, JobState.DEAD})
+FINISHED_STATES = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.ABORTED})
+
+
+def abort_error(reason: str = "") -> str:
+    """The ``last_error`` an aborted job keeps: ``aborted``, and the reason
+    the abort gave, if any (the one place this text is made)."""
+    return f"aborted: {reason}" if reason else "aborted"
 
 
 @attrs.frozen

@@ -20,6 +20,7 @@ from ._codec import decode_payload, encode_payload
 from ._control import ControlDefaults, job_control
 from ._errors import (
     DuplicateJob,
+    JobAborted,
     JobFailed,
     JobNotFound,
     PayloadError,
@@ -288,12 +289,15 @@ def result_of(found: JobOutcome, job_id: str, kind: str, result_type_of: ResultT
     """The result of the finished job ``found``, decoded by its task's return
     annotation (``kind`` names the task when the record does not).
 
-    Raises JobFailed when it is dead, ResultExpired when its result is no
-    longer kept (or none is kept for a task that returns one), PayloadError
-    when the stored result does not decode as its result type. A kind that
+    Raises JobFailed when it is dead, JobAborted when it was aborted,
+    ResultExpired when its result is no longer kept (or none is kept for a
+    task that returns one), PayloadError when the stored result does not
+    decode as its result type. A kind that
     is not registered reads JSON when the result is JSON, else bytes."""
     if found.state is JobState.DEAD:
         raise JobFailed(job_id, found.last_error, found.attempts)
+    if found.state is JobState.ABORTED:
+        raise JobAborted(job_id, found.last_error, found.attempts)
     if found.result_expired:
         raise ResultExpired(
             f"job {job_id} succeeded, but its result has expired (kept for its task's result_ttl)",

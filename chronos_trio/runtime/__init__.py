@@ -13,6 +13,7 @@ from ._context import Producer as Producer
 from ._events import ActorRestarted as ActorRestarted
 from ._events import Event as Event
 from ._events import EventBus as EventBus
+from ._events import JobAbortApplied as JobAbortApplied
 from ._events import JobDead as JobDead
 from ._events import JobReleased as JobReleased
 from ._events import JobRetried as JobRetried

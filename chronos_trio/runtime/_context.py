@@ -14,10 +14,14 @@ from ..store import Store
 
 
 class LeaseStatus(Protocol):
-    """Whether the worker still holds a job's lease (its in-flight entry)."""
+    """Whether the worker still holds a job's lease, and whether an abort
+    was asked for the job (its in-flight entry)."""
 
     @property
     def lost(self) -> bool: ...
+
+    @property
+    def abort_requested(self) -> bool: ...
 
 
 class Producer(Protocol):
@@ -39,7 +43,9 @@ class JobContext:
     ``deadline`` is on Trio's clock (compare with ``trio.current_time()``); the
     handler is cancelled there. ``lease_lost`` turns True when the worker lost
     the lease (another worker may now run the job); the handler is cancelled
-    too, so it only matters to cleanup code. ``app`` is the App the worker
+    too, so it only matters to cleanup code. ``abort_requested`` likewise
+    turns True, just before the handler is cancelled, when an abort of the
+    job reached this worker. ``app`` is the App the worker
     runs for (``await job.app.enqueue("kind", payload)``). ``lifespan`` is
     what the app's lifespan yielded for this worker process (a DB pool, an
     HTTP client; None without one).
@@ -104,9 +110,19 @@ class JobContext:
         return self._lease.lost
 
     @property
+    def abort_requested(self) -> bool:
+        """True once an abort of this job (``handle.abort()``,
+        ``Inspector.abort``, ``python -m chronos_trio abort``) reached this
+        worker, with a lease renewal: at most one heartbeat after it was
+        asked. It turns True before the run is cancelled, so cleanup code
+        (``finally``, ``except trio.Cancelled``) can tell an abort from a
+        timeout or a shutdown. Safe to read from the handler's thread."""
+        return self._lease.abort_requested
+
+    @property
     def cancelled(self) -> bool:
-        """True once this run was called off (timeout, lost lease, or a
-        shutdown past its grace). Safe to read from the handler's thread."""
+        """True once this run was called off (timeout, lost lease, abort, or
+        a shutdown past its grace). Safe to read from the handler's thread."""
         if self._in_thread:
             return self._called_off
         scope = self._scope

@@ -71,6 +71,21 @@ class JobDead:
 
 
 @attrs.frozen
+class JobAbortApplied:
+    """An abort asked for the job took effect: the store recorded it as
+    aborted, by this worker's settle (its run called off, or never started;
+    ``recovered`` False) or by lease recovery after its worker was lost
+    (True). ``job`` is the job as it was leased (as recovery stored it, when
+    recovered). Dead-letter hooks do not run for it."""
+
+    job: Job
+    recovered: bool = False
+    #: Seconds its handler ran before it was called off (None: it did not run,
+    #: or recovery aborted it).
+    duration: float | None = None
+
+
+@attrs.frozen
 class JobReleased:
     """A leased job went back to ready without running to an outcome
     (shutdown, or a crashed executor); its attempt was given back."""
@@ -103,12 +118,20 @@ class ActorRestarted:
 
 
 Event = (
-    JobSucceeded | JobRetried | JobDead | JobReleased | LeaseLost | JobsRecovered | ActorRestarted
+    JobSucceeded
+    | JobRetried
+    | JobDead
+    | JobAbortApplied
+    | JobReleased
+    | LeaseLost
+    | JobsRecovered
+    | ActorRestarted
 )
 EVENT_TYPES: tuple[type, ...] = (
     JobSucceeded,
     JobRetried,
     JobDead,
+    JobAbortApplied,
     JobReleased,
     LeaseLost,
     JobsRecovered,

@@ -19,6 +19,12 @@ Stages, and the only legal moves (anything else raises
 lost entry that has not run is decided with nothing to write (an outcome
 decided before the loss is still sent: the store's fence judges it).
 
+``abort_requested`` is a flag too: a renewal reported that an abort was
+asked for the job. It cancels a running handler the same way, and the
+outcome written is ABORTED; an entry that has not run is decided ABORTED
+without running; an outcome decided before the flag came stands (the store
+makes a retry or a release of a flagged job aborted itself).
+
 The table also owns the two queues between actors, so an entry's stage and
 its place in a queue can never disagree: the run queue (QUEUED entries,
 FIFO, at most ``queue_capacity``) that executors take from, and the decided
@@ -34,7 +40,7 @@ from collections.abc import Callable, Iterator
 
 import trio
 
-from ..records._jobs import LeasedJob
+from ..records._jobs import LeasedJob, abort_error
 from ..store import SettleKind, Settlement
 
 #: Fraction of a lease this worker gives up early: its clock may run a
@@ -67,6 +73,7 @@ class Entry:
     everyone else reads it."""
 
     __slots__ = (
+        "abort_requested",
         "cancel_scope",
         "deadline",
         "decided_at",
@@ -89,6 +96,9 @@ class Entry:
         #: write (the lease was lost).
         self.outcome: Settlement | None = None
         self.lost = False
+        #: An abort was asked for the job (a renewal said so): its run is
+        #: called off and its outcome is ABORTED.
+        self.abort_requested = False
         #: The scope its handler runs in, while RUNNING (a lost lease cancels it).
         self.cancel_scope: trio.CancelScope | None = None
         #: Trio-clock times the handler started and its outcome was decided.
@@ -101,7 +111,8 @@ class Entry:
 
     def __repr__(self) -> str:
         lost = " lost" if self.lost else ""
-        return f"<Entry {self.leased.job.id} {self.stage.value}{lost}>"
+        aborting = " aborting" if self.abort_requested else ""
+        return f"<Entry {self.leased.job.id} {self.stage.value}{lost}{aborting}>"
 
 
 class InFlight:
@@ -212,8 +223,9 @@ class InFlight:
     def start_next_nowait(self, scope: trio.CancelScope) -> Entry | None:
         """QUEUED -> RUNNING for the first entry of the run queue, its handler
         to run in ``scope``; None when the queue is empty. Entries whose
-        lease was lost meanwhile are decided with nothing to write, and
-        while draining entries are released instead of started."""
+        lease was lost meanwhile are decided with nothing to write, those
+        an abort was asked for are decided ABORTED, and while draining
+        entries are released instead of started."""
         queue = self._run_queue
         while queue:
             entry = queue.popleft()
@@ -224,6 +236,8 @@ class InFlight:
                 entry.lost = True  # past its deadline: the store may have it back
             if entry.lost:
                 self._decide(entry, None)
+            elif entry.abort_requested:
+                self._decide(entry, _aborted(entry))
             elif self.draining:
                 self._release(entry)
             else:
@@ -328,6 +342,32 @@ class InFlight:
             entry.cancel_scope.cancel()
         return True
 
+    def mark_aborted(self, entry: Entry) -> bool:
+        """A renewal reported that an abort was asked for ``entry``'s job:
+        flag it, then cancel its handler if one runs (the executor decides
+        ABORTED); one waiting in the run queue is decided ABORTED at once,
+        one not yet queued when it is started. False (and nothing changes)
+        when it was flagged already, is lost, or is past running (decided,
+        settling or settled: its outcome stands)."""
+        if entry.abort_requested or entry.lost:
+            return False
+        if self._entries.get(entry.token) is not entry:
+            return False
+        if entry.stage not in (Stage.LEASED, Stage.QUEUED, Stage.RUNNING):
+            return False
+        # Set before the cancel: cleanup code in the handler can see why.
+        entry.abort_requested = True
+        if entry.stage is Stage.RUNNING:
+            if entry.cancel_scope is not None:
+                entry.cancel_scope.cancel()
+        elif entry.stage is Stage.QUEUED:
+            self._run_queue.remove(entry)
+            if self._room_waiter is not None:
+                self._room_waiter.set()
+                self._room_waiter = None
+            self._decide(entry, _aborted(entry))
+        return True
+
     # -- shutdown ----------------------------------------------------------------
     def release_unstarted(self) -> int:
         """Shutdown: LEASED and QUEUED -> DECIDED (release), so jobs that have
@@ -351,6 +391,8 @@ class InFlight:
             if entry.stage in (Stage.DECIDED, Stage.SETTLING):
                 if entry.outcome is not None:
                     out.append(entry.outcome)
+            elif entry.abort_requested and not entry.lost:
+                out.append(_aborted(entry))
             elif not entry.lost:
                 out.append(Settlement(entry.leased.ref, SettleKind.RELEASE))
         return out
@@ -402,8 +444,16 @@ class InFlight:
     def _release(self, entry: Entry) -> None:
         # A lost lease has nothing to give back: the store took it already.
         outcome = None if entry.lost else Settlement(entry.leased.ref, SettleKind.RELEASE)
+        if outcome is not None and entry.abort_requested:
+            outcome = _aborted(entry)  # an aborted job is not run again
         self._decide(entry, outcome)
 
     def _illegal(self, entry: Entry, target: Stage | None) -> None:
         where = "gone" if target is None else target.value
         raise IllegalTransition(f"job {entry.leased.job.id}: {entry.stage.value} -> {where}")
+
+
+def _aborted(entry: Entry) -> Settlement:
+    """The outcome of a run an abort called off (the store records the
+    abort's own text as the job's last error)."""
+    return Settlement(entry.leased.ref, SettleKind.ABORTED, error=abort_error())

@@ -47,6 +47,9 @@ class Counters:
     quarantined: int = 0
     #: Records of a newer format this worker left alone (once per job).
     newer_skipped: int = 0
+    #: Jobs an abort stopped, as the store applied it (by this worker's
+    #: settle or its recovery of an expired lease).
+    aborted: int = 0
 
 
 @attrs.define(eq=False)

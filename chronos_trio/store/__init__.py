@@ -16,6 +16,7 @@ from ._roles import DAMAGED_RECORD as DAMAGED_RECORD
 from ._roles import LEASE_GRACE as LEASE_GRACE
 from ._roles import NOTHING_SET_ASIDE as NOTHING_SET_ASIDE
 from ._roles import ROLES as ROLES
+from ._roles import AbortResult as AbortResult
 from ._roles import AdminRole as AdminRole
 from ._roles import AsideEntry as AsideEntry
 from ._roles import CheckReport as CheckReport
@@ -49,6 +50,7 @@ from ._roles import TopologyRole as TopologyRole
 from ._roles import TriggerResult as TriggerResult
 from ._roles import VersionState as VersionState
 from ._roles import WorkerRole as WorkerRole
+from ._roles import aborted_of as aborted_of
 from ._roles import aside_of as aside_of
 from ._roles import require_roles as require_roles
 from ._roles import roles_of as roles_of

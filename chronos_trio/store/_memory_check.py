@@ -40,6 +40,8 @@ class _Record(Protocol):
     def version(self) -> int: ...
     @property
     def home(self) -> str: ...
+    @property
+    def abort(self) -> str: ...
 
 
 class MemoryStore(Protocol):
@@ -74,6 +76,7 @@ HEAP_OF = {
     JobState.LEASED: "leased",
     JobState.SUCCEEDED: None,
     JobState.DEAD: None,
+    JobState.ABORTED: None,
 }
 
 
@@ -188,6 +191,13 @@ def _repair(store: MemoryStore, job_id: str, rec: _Record, finding: Finding, now
         return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=dead.last_error)
     cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
     if finding.problem is Problem.EXPIRED_LEASE:
+        if rec.abort:
+            # an abort had been asked for it: taken back as aborted, as recovery does
+            store._put(
+                attrs.evolve(cleared, state=JobState.ABORTED, last_error=rec.abort, finished_at=now)
+            )
+            detail = f"aborted (an abort was asked): {rec.abort}"
+            return attrs.evolve(finding, repair=Repair.RECOVERED, repair_detail=detail)
         if job.attempts > job.max_retries:
             reason = (
                 f"lease expired on attempt {job.attempts} of {job.max_retries + 1} "

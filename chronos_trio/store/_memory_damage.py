@@ -48,7 +48,7 @@ _SHOWN_DEFAULTS: dict[str, Any] = {
 }
 
 
-_FINISHED = (JobState.DEAD, JobState.SUCCEEDED)
+_FINISHED = (JobState.DEAD, JobState.SUCCEEDED, JobState.ABORTED)
 
 
 def show(value: object) -> str:

@@ -107,6 +107,16 @@ class SettleKind(enum.StrEnum):
     #: the handler raised RateLimited: retry_wait for ``retry_delay`` seconds,
     #: attempt not counted, and the job's rate limits held back as long
     DEFER = "defer"
+    ABORTED = "aborted"  # an abort was asked (renew said so): aborted, never run again
+
+
+class AbortResult(enum.StrEnum):
+    """What :meth:`AdminRole.abort` did."""
+
+    ABORTED = "aborted"  # it was waiting (scheduled, ready, retry_wait): aborted at once
+    FLAGGED = "flagged"  # it is leased: flagged; its worker's next renewal is told
+    FINISHED = "finished"  # it had finished already (succeeded, dead, aborted): nothing changed
+    NOT_FOUND = "not_found"  # no such job: nothing changed
 
 
 @attrs.frozen
@@ -227,13 +237,26 @@ class FencedResults(list[bool]):
     """What ``renew`` and ``settle`` return on a store that sets records aside:
     one bool per lease, as a plain list, plus ``aside``. A lease whose record
     was dead-lettered as damaged, or left alone as of a newer format, reports
-    ``False`` (it was not renewed or settled as asked) and is in ``aside``."""
+    ``False`` (it was not renewed or settled as asked) and is in ``aside``.
 
-    __slots__ = ("aside",)
+    ``aborted``: the indexes of the leases whose job an abort was asked for
+    (see :meth:`AdminRole.abort`): from ``renew``, leases renewed (True) and
+    flagged, whose worker should stop the run and settle ABORTED; from
+    ``settle``, settlements applied (True) that made the job aborted (an
+    ABORTED one, or a RETRY, DEFER or RELEASE of a flagged lease). Read it with
+    :func:`aborted_of`, which also takes a plain list."""
 
-    def __init__(self, results: Iterable[bool] = (), aside: SetAside = NOTHING_SET_ASIDE):
+    __slots__ = ("aborted", "aside")
+
+    def __init__(
+        self,
+        results: Iterable[bool] = (),
+        aside: SetAside = NOTHING_SET_ASIDE,
+        aborted: frozenset[int] = frozenset(),
+    ):
         super().__init__(results)
         self.aside = aside
+        self.aborted = aborted
 
 
 class CountResult(int):
@@ -257,6 +280,14 @@ def aside_of(result: object) -> SetAside:
     return aside if isinstance(aside, SetAside) else NOTHING_SET_ASIDE
 
 
+def aborted_of(result: object) -> frozenset[int]:
+    """The indexes of the leases an abort was asked for, of a ``renew`` or
+    ``settle`` result (see :class:`FencedResults`); empty for a result
+    without them (a plain list)."""
+    aborted = getattr(result, "aborted", None)
+    return aborted if isinstance(aborted, frozenset) else frozenset()
+
+
 @attrs.frozen
 class PromoteResult:
     """``promoted`` jobs moved to ready; ``next_due_at`` is the earliest due
@@ -275,11 +306,13 @@ class RecoverResult:
     """Jobs whose leases had expired: ``requeued`` went back to ready, ``dead``
     were dead-lettered because their attempts were used up; ``aside`` what the
     recovery set aside instead (damaged records it dead-lettered are in
-    ``aside.dead``, not in ``dead``; see :class:`SetAside`)."""
+    ``aside.dead``, not in ``dead``; see :class:`SetAside`); ``aborted`` were
+    made aborted, as now stored, because an abort had been asked for them."""
 
     requeued: tuple[str, ...] = ()
     dead: tuple[Job, ...] = ()
     aside: SetAside = NOTHING_SET_ASIDE
+    aborted: tuple[Job, ...] = ()
 
 
 @attrs.frozen
@@ -593,8 +626,13 @@ class WorkerRole(StoreRole):
         expired, even if not yet recovered (an expired lease is lost for
         good); also for a lease whose record, held with that token, was
         damaged (dead-lettered) or is of a newer format (left alone), which a
-        :class:`FencedResults` reports in ``aside``. Raises StoreError when
-        the store cannot be reached (renew again: renewing twice is harmless).
+        :class:`FencedResults` reports in ``aside``.
+
+        A renewed lease whose job an abort was asked for (:meth:`AdminRole.abort`)
+        is listed in the result's ``aborted`` (read it with :func:`aborted_of`):
+        the flag reaches the worker in this reply, with no call of its own,
+        every renewal until the lease ends. Raises StoreError when the store
+        cannot be reached (renew again: renewing twice is harmless).
         """
 
     @abc.abstractmethod
@@ -614,7 +652,14 @@ class WorkerRole(StoreRole):
         ``error`` for as long as an unretained success would, then goes by
         itself), releasing its unique lock as DEAD does; RELEASE returns it
         to ``ready`` at once with its due time kept and gives back the
-        attempt its lease took. Every
+        attempt its lease took; ABORTED
+        makes it ``aborted``, kept as a dead job is (in the dead jobs' index,
+        trimmed with them), with ``last_error`` the abort's text (``error``
+        when no abort was asked), its finish time, its unique key released.
+        A RETRY, DEFER or RELEASE of a lease whose job an abort was asked
+        for makes it aborted instead (the abort wins over running it again; a success
+        or a dead-letter or a discard stands): those settlements, and the ABORTED ones,
+        are listed in the result's ``aborted``. Every
         applied outcome clears the lease (token, owner, expiry). A lease
         whose record, held with that token, is damaged is dead-lettered
         instead, and one of a newer format is left alone: both report
@@ -631,7 +676,8 @@ class WorkerRole(StoreRole):
         first within a queue: back to ready (due now), or dead, with a
         ``last_error`` saying the lease expired, when the job has used
         ``max_retries + 1`` attempts (a job that keeps killing its worker
-        must not loop forever). Their old tokens are fenced from then
+        must not loop forever), or aborted (``aborted``) when an abort was
+        asked for it. Their old tokens are fenced from then
         on. ``limit`` <= 0 recovers nothing. Damaged records and entries
         without a record are set aside (``aside``), never left in the
         leased index half-recovered.
@@ -710,7 +756,7 @@ class AdminRole(StoreRole):
     ) -> list[Job]:
         """Jobs of ``queue`` in ``state``, ordered by due time (scheduled,
         ready, retry_wait), lease expiry (leased) or finish time (succeeded,
-        dead), then job ID; ``offset`` (>= 0) and ``limit`` (>= 0) page
+        dead, aborted), then job ID; ``offset`` (>= 0) and ``limit`` (>= 0) page
         through them, and ``limit`` 0 lists nothing. An unknown queue lists
         nothing. Pages are read one by one, so jobs that move between two
         calls may be skipped or listed twice. (A RedisStore indexes succeeded
@@ -744,12 +790,36 @@ class AdminRole(StoreRole):
         """
 
     @abc.abstractmethod
+    async def abort(
+        self, job_id: str, *, queue: str | None = None, reason: str = ""
+    ) -> AbortResult:
+        """Abort the job ``job_id`` (in ``queue``; every queue when None).
+
+        A scheduled, ready or retry_wait job becomes ``aborted`` at once (out
+        of its index, into the dead jobs' index with its finish time,
+        ``last_error`` "aborted" and ``reason`` if given, its unique key
+        released, its waiters woken): it is never leased. A leased job is
+        flagged and stays leased (asked again, the first reason stands):
+        every renewal of its lease reports the flag (see
+        :meth:`WorkerRole.renew`), its worker cancels the run and settles it
+        ABORTED (fenced by its token), and recovery makes it aborted if its
+        lease expires first. The flag is stored with the job,
+        so it outlives the worker, and the store if it persists. A finished
+        job (succeeded, dead, aborted) and an unknown one are reported as
+        such and left alone. A record whose state cannot be read is
+        dead-lettered as damaged (reported FINISHED); one of a newer format
+        is left alone (NOT_FOUND). Raises StoreError when the store cannot
+        be reached (aborting again is harmless).
+        """
+
+    @abc.abstractmethod
     async def requeue_dead(self, queue: str, *, limit: int | None = None) -> int:
         """Make up to ``limit`` dead jobs of ``queue`` ready again (due now),
         the oldest dead first, with attempts reset to 0; ``limit`` None (or
-        0) requeues every dead job. Returns how many were requeued (a
-        :class:`CountResult` on a backend that sets records aside: records
-        of a newer format stay dead, untouched).
+        0) requeues every dead job (aborted jobs are never requeued).
+        Returns how many were requeued (a :class:`CountResult` on a backend
+        that sets records aside: records of a newer format stay dead,
+        untouched).
 
         Raises StoreError when the store cannot be reached; some may have
         been requeued then.
@@ -778,26 +848,25 @@ class AdminRole(StoreRole):
         """Delete the retained succeeded jobs of ``queues`` whose retention
         has passed, their dead jobs that finished ``dead_max_age`` or more
         seconds ago, the oldest dead jobs beyond ``dead_max_count`` per
-        queue (``dead_max_count`` 0: every dead job), and, beyond
-        ``keep_succeeded`` retained succeeded jobs per queue, those whose
-        retention ends first, retention left or not (with one retention
-        period for every job: the oldest; 0: every retained one). A job kept
-        only for its result or its waiters is not retained here (it goes
-        when they are done). None turns a limit off. Returns how many jobs
-        were deleted (a :class:`CountResult` on a backend that sets records
-        aside: only a record in the state of its index is deleted; others
-        are set aside, see the conventions).
+        queue (``dead_max_count`` 0: every dead job; aborted jobs count as
+        dead jobs here), and, beyond ``keep_succeeded`` retained succeeded
+        jobs per queue, those whose retention ends first, retention left or
+        not (with one retention period for every job: the oldest; 0: every
+        retained one). A job kept only for its result or its waiters is not
+        retained here (it goes when they are done). None turns a limit off.
+        Returns how many jobs were deleted (a :class:`CountResult` on a
+        backend that sets records aside: only a record in the state of its
+        index is deleted; others are set aside, see the conventions).
 
         Raises StoreError when the store cannot be reached; some jobs may
         have been deleted then (trimming again is harmless).
         """
 
+    @abc.abstractmethod
     async def limit_usage(self, queue: str) -> list[LimitUsage]:
-        """The rate and concurrency limit keys of ``queue`` that jobs used,
-        with their state now, sorted by kind then key (a backend without
-        flow control returns none). Raises StoreError when the store cannot
-        be reached."""
-        return []
+        """The rate and concurrency limit keys of ``queue`` that jobs used
+        (see ``records._control``), with their state now, sorted by kind
+        then key. Raises StoreError when the store cannot be reached."""
 
 
 class TopologyRole(StoreRole):

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import trio
 
-from ..records import _control
+from ..records import _control, _jobs
 from ..records._jobs import (
     FINISHED_STATES,
     EnqueueResult,
@@ -38,6 +38,7 @@ from ._partitioning import partition_of, share_by_weight, share_strictly
 from ._roles import (
     LEASE_GRACE,
     NOTHING_SET_ASIDE,
+    AbortResult,
     CheckReport,
     Continuation,
     CountResult,
@@ -105,6 +106,9 @@ class _Record:
     #: A discarded job kept only for its waiters (until ``retain_until``):
     #: dead, but in no dead index (not listed, counted, requeued or run).
     discarded: bool = False
+    #: Set by an abort of the leased job: the ``last_error`` it ends with
+    #: (renewals report it; its settle or recovery makes the job aborted).
+    abort: str = ""
 
 
 #: How long a finished job nothing keeps stays readable for its waiters (s).
@@ -595,7 +599,8 @@ class MemoryStore(Store):
         aside = self._set_aside_held(leases)
         now = self._clock()
         results = []
-        for ref in leases:
+        flagged = []
+        for i, ref in enumerate(leases):
             job = self._held(ref, now)
             if job is None:
                 results.append(False)
@@ -604,28 +609,47 @@ class MemoryStore(Store):
             rec = self._records[job.id]
             if rec.unique is not None:
                 self._unique.renewed(rec.home, rec.unique, job.id, now + lease_duration)
+            if rec.abort:
+                flagged.append(i)
             results.append(True)
-        return FencedResults(results, aside.report())
+        return FencedResults(results, aside.report(), frozenset(flagged))
 
     async def settle(self, settlements: Sequence[Settlement]) -> FencedResults:
         await trio.lowlevel.checkpoint()
         aside = self._set_aside_held([s.lease for s in settlements])
         now = self._clock()
         results = []
-        for s in settlements:
+        aborted = []
+        for i, s in enumerate(settlements):
             job = self._held(s.lease, now)
             if job is None:
                 results.append(False)
                 continue
             cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
             rec = self._records[job.id]
+            if job.control is not None and self._control.release(rec.home, job.control, job.id):
+                self._notify_ready()  # a slot came back: leasers held by it look again
+            kind = s.kind
+            if rec.abort and kind in (SettleKind.RETRY, SettleKind.RELEASE, SettleKind.DEFER):
+                kind = SettleKind.ABORTED  # the abort wins over running it again
+            if kind is SettleKind.ABORTED:
+                self._unique.release(rec.home, rec.unique, job.id)
+                self._put(
+                    attrs.evolve(
+                        cleared,
+                        state=JobState.ABORTED,
+                        last_error=rec.abort or s.error or _jobs.abort_error(),
+                        finished_at=now,
+                    )
+                )
+                aborted.append(i)
+                results.append(True)
+                continue
             if rec.unique is not None:
                 if s.kind is SettleKind.SUCCEEDED:
                     self._unique.succeeded(rec.home, rec.unique, job.id, now)
                 elif s.kind is SettleKind.DEAD or s.kind is SettleKind.DISCARD:
                     self._unique.release(rec.home, rec.unique, job.id)
-            if job.control is not None and self._control.release(rec.home, job.control, job.id):
-                self._notify_ready()  # a slot came back: leasers held by it look again
             if s.kind is SettleKind.SUCCEEDED:
                 # the record stays while it is retained or its result lives
                 keeps_result = s.result is not None and s.result_ttl > 0
@@ -694,7 +718,7 @@ class MemoryStore(Store):
                     attrs.evolve(cleared, state=JobState.READY, attempts=max(0, job.attempts - 1))
                 )
             results.append(True)
-        return FencedResults(results, aside.report())
+        return FencedResults(results, aside.report(), frozenset(aborted))
 
     async def recover_expired(self, queues: Sequence[str], limit: int) -> RecoverResult:
         await trio.lowlevel.checkpoint()
@@ -702,15 +726,24 @@ class MemoryStore(Store):
         aside = _Aside()
         requeued: list[str] = []
         dead: list[Job] = []
+        aborted: list[Job] = []
         for queue in queues:
             heap = self._leased.get(queue, [])
-            while len(requeued) + len(dead) < limit:
+            while len(requeued) + len(dead) + len(aborted) < limit:
                 top = self._peek(heap, _LEASED, aside)
                 if top is None or top[0][0] > now:
                     break
                 heapq.heappop(heap)
                 job = attrs.evolve(top[1], lease_token="", lease_owner="", lease_expires_at=None)
-                if job.attempts > job.max_retries:
+                rec = self._records[job.id]
+                if rec.abort:
+                    # its worker died (or hung) after an abort was asked
+                    job = attrs.evolve(
+                        job, state=JobState.ABORTED, finished_at=now, last_error=rec.abort
+                    )
+                    aborted.append(job)
+                    self._unique.release(rec.home, rec.unique, job.id)
+                elif job.attempts > job.max_retries:
                     job = attrs.evolve(
                         job,
                         state=JobState.DEAD,
@@ -721,13 +754,12 @@ class MemoryStore(Store):
                         ),
                     )
                     dead.append(job)
-                    rec = self._records[job.id]
                     self._unique.release(rec.home, rec.unique, job.id)
                 else:
                     job = attrs.evolve(job, state=JobState.READY, run_at=now)
                     requeued.append(job.id)
                 self._put(job)
-        return RecoverResult(tuple(requeued), tuple(dead), aside.report())
+        return RecoverResult(tuple(requeued), tuple(dead), aside.report(), tuple(aborted))
 
     async def trim(
         self,
@@ -756,7 +788,8 @@ class MemoryStore(Store):
                 deleted += 1
             elif job.state is JobState.SUCCEEDED and rec.retained:
                 retained.setdefault(rec.home, []).append(rec)
-            elif job.state is JobState.DEAD:
+            elif job.state in (JobState.DEAD, JobState.ABORTED):
+                # aborted jobs are kept, and trimmed, as dead ones are
                 finished = job.finished_at or 0.0
                 if dead_max_age is not None and finished + dead_max_age <= now:
                     self._delete(job.id)
@@ -864,7 +897,7 @@ class MemoryStore(Store):
         def order(job: Job) -> tuple[float, str]:
             if state is JobState.LEASED:
                 return (job.lease_expires_at or 0.0, job.id)
-            if state in (JobState.SUCCEEDED, JobState.DEAD):
+            if state in FINISHED_STATES:
                 return (job.finished_at or 0.0, job.id)
             return (job.run_at, job.id)
 
@@ -921,6 +954,34 @@ class MemoryStore(Store):
         self._unique.release(rec.home, rec.unique, job_id)
         self._delete(job_id)
         return True
+
+    async def abort(
+        self, job_id: str, *, queue: str | None = None, reason: str = ""
+    ) -> AbortResult:
+        """A record that cannot be used is dead-lettered (FINISHED), as
+        ``run_now`` does."""
+        await trio.lowlevel.checkpoint()
+        job = self._find(job_id, queue)
+        if job is None:
+            return AbortResult.NOT_FOUND
+        rec = self._records[job_id]
+        if self._set_aside(job_id, rec, _Aside()):
+            return AbortResult.FINISHED  # damaged: dead-lettered
+        if job.state in (JobState.SCHEDULED, JobState.READY, JobState.RETRY_WAIT):
+            self._unique.release(rec.home, rec.unique, job_id)
+            self._put(
+                attrs.evolve(
+                    job,
+                    state=JobState.ABORTED,
+                    last_error=_jobs.abort_error(reason),
+                    finished_at=self._clock(),
+                )
+            )
+            return AbortResult.ABORTED
+        if job.state is JobState.LEASED:
+            rec.abort = rec.abort or _jobs.abort_error(reason)  # the first one's reason stands
+            return AbortResult.FLAGGED
+        return AbortResult.FINISHED
 
     async def requeue_dead(self, queue: str, *, limit: int | None = None) -> CountResult:
         """Dead records that cannot be used are dead-lettered again (finished

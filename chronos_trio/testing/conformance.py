@@ -44,11 +44,15 @@ from typing import cast
 import attrs
 import trio
 
-from ..records._jobs import JobRef, JobState, LeasedJob, LeaseRef, NewJob
+from ..records._control import JobControl
+from ..records._errors import JobAborted
+from ..records._jobs import Job, JobOutcome, JobRef, JobState, LeasedJob, LeaseRef, NewJob
+from ..records._producing import result_of, unknown_kind
 from ..records._unique import Unique
 from ..records._workflow import Arrival
 from ..store._partitioning import partition_of
 from ..store._roles import (
+    AbortResult,
     AdminRole,
     CheckRole,
     FlowRole,
@@ -66,6 +70,7 @@ from ..store._roles import (
     TriggerResult,
     VersionState,
     WorkerRole,
+    aborted_of,
     require_roles,
     roles_of,
 )
@@ -1175,3 +1180,237 @@ async def check_a_settle_wakes_the_continuation_waiter(fresh: Fresh) -> None:
             assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [True]
             await woke.wait()
     assert [c.job_id for c in await store.continuations(["q"], 10)] == ["w"]
+
+
+# -- abort ----------------------------------------------------------------------------
+async def _aborted_state(store: Store, job_id: str, last_error: str = "aborted") -> Job:
+    """The job, checked to be aborted as an abort leaves it."""
+    got = await store.get_job(job_id)
+    assert got is not None and got.state is JobState.ABORTED, got
+    assert got.last_error == last_error and got.finished_at is not None, got
+    assert not got.lease_token and not got.lease_owner and got.lease_expires_at is None, got
+    return got
+
+
+def _raises_aborted(found: JobOutcome | None, job_id: str) -> None:
+    """A waiter reading ``found`` gets JobAborted (as ``handle.result()`` does)."""
+    assert found is not None and found.finished and found.state is JobState.ABORTED, found
+    try:
+        result_of(found, job_id, "k", unknown_kind)
+    except JobAborted as exc:
+        assert exc.job_id == job_id and exc.last_error == found.last_error
+    else:
+        raise AssertionError(f"the outcome of aborted job {job_id} must raise JobAborted")
+
+
+@check(WorkerRole, AdminRole, TopologyRole, ResultRole)
+async def check_abort_of_a_waiting_job_is_at_once_and_for_good(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job("retry")])
+    [leased] = await lease(store)
+    await store.settle([settle(leased, SettleKind.RETRY, error="boom", retry_delay=0.3)])
+    await store.enqueue_many([job("sched", delay=0.3), job("ready")])
+    [owned] = await store.enqueue_many([unique_job("key", delay=0.3)])
+    waited: list[JobOutcome | None] = []
+
+    async def wait() -> None:
+        waited.append(await store.wait_outcome(JobRef("ready", "q"), timeout=10))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(0.05)  # the waiter is registered and blocked
+            assert not waited
+            assert await store.abort("ready", reason="not needed") is AbortResult.ABORTED
+            assert await store.abort("sched", queue="q") is AbortResult.ABORTED
+            assert await store.abort("retry") is AbortResult.ABORTED
+            assert await store.abort(owned.job_id) is AbortResult.ABORTED
+    _raises_aborted(waited[0], "ready")
+    assert waited[0] is not None and waited[0].last_error == "aborted: not needed"
+    await _aborted_state(store, "ready", "aborted: not needed")
+    await _aborted_state(store, "sched")
+    retry = await _aborted_state(store, "retry")
+    assert retry.attempts == 1, "an abort keeps the attempts made"
+    _raises_aborted(await store.outcome(JobRef("sched", "q")), "sched")
+    # never leased, whatever time passes
+    await trio.sleep(0.4)
+    assert (await store.promote_due(["q"], 10)).promoted == 0
+    assert await lease(store) == []
+    # the unique key is free again
+    [again] = await store.enqueue_many([unique_job("key", n=1)])
+    assert again.created and again.job_id != owned.job_id
+    # aborted for good: not again, not run now, not requeued with the dead
+    assert await store.abort("sched") is AbortResult.FINISHED
+    assert not await store.run_now("sched")
+    assert await store.requeue_dead("q") == 0
+    assert await state_of(store, "sched") is JobState.ABORTED
+    [stats] = await store.stats(["q"])
+    assert stats.counts[JobState.ABORTED] == 4 and stats.counts[JobState.DEAD] == 0, stats
+    assert stats.counts[JobState.READY] == 1 and stats.total == 5, stats
+    listed = await store.list_jobs("q", JobState.ABORTED)
+    assert sorted(j.id for j in listed) == sorted(["sched", "ready", "retry", owned.job_id])
+    assert all(j.state is JobState.ABORTED and not j.damage for j in listed), listed
+    assert await store.list_jobs("q", JobState.DEAD) == []
+
+
+@check(WorkerRole, AdminRole, ResultRole)
+async def check_abort_of_a_leased_job_is_flagged_and_settled_fenced(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job(n) for n in ("run", "other", "retry", "rel", "done")])
+    by_id = {lj.job.id: lj for lj in await lease(store)}
+    run = by_id["run"]
+    assert await store.abort("run", reason="stop") is AbortResult.FLAGGED
+    flagged = await store.get_job("run")
+    assert flagged is not None and flagged.state is JobState.LEASED, "it stays leased"
+    assert flagged.lease_token == run.token
+    # every renewal reports the flag, in its own reply
+    for _ in range(2):
+        renewed = await store.renew([by_id["other"].ref, run.ref], LEASE)
+        assert renewed == [True, True] and aborted_of(renewed) == {1}, renewed
+    assert await store.abort("run") is AbortResult.FLAGGED, "asking again is harmless"
+    waited: list[JobOutcome | None] = []
+
+    async def wait() -> None:
+        waited.append(await store.wait_outcome(ref_of(run), timeout=10))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(0.05)
+            # fenced: a stale token changes nothing
+            stale_abort = Settlement(stale(run.ref), SettleKind.ABORTED)
+            assert await store.settle([stale_abort]) == [False]
+            assert await state_of(store, "run") is JobState.LEASED
+            applied = await store.settle([settle(run, SettleKind.ABORTED)])
+            assert applied == [True] and aborted_of(applied) == {0}, applied
+    await _aborted_state(store, "run", "aborted: stop")
+    _raises_aborted(waited[0], "run")
+    assert await store.settle([settle(run, SettleKind.ABORTED)]) == [False], "settled once"
+    assert await store.renew([run.ref], LEASE) == [False]
+    # a retry or a release of a flagged lease makes it aborted (not run again);
+    # an outcome that finished it stands
+    for name in ("retry", "rel", "done"):
+        assert await store.abort(name) is AbortResult.FLAGGED
+    applied = await store.settle(
+        [
+            settle(by_id["retry"], SettleKind.RETRY, error="boom", retry_delay=0),
+            settle(by_id["rel"], SettleKind.RELEASE),
+            settle(by_id["done"], SettleKind.DEAD, error="fatal"),
+        ]
+    )
+    assert applied == [True, True, True] and aborted_of(applied) == {0, 1}, applied
+    await _aborted_state(store, "retry")
+    await _aborted_state(store, "rel")
+    done = await store.get_job("done")
+    assert done is not None and done.state is JobState.DEAD and done.last_error == "fatal"
+    # the unflagged lease was never told anything
+    other = await store.renew([by_id["other"].ref], LEASE)
+    assert other == [True] and aborted_of(other) == frozenset()
+    assert await state_of(store, "other") is JobState.LEASED
+
+
+@check(WorkerRole, AdminRole)
+async def check_recovery_aborts_an_expired_flagged_lease(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job("gone"), job("back")])
+    leased = {lj.job.id: lj for lj in await lease(store, ttl=0.2)}
+    assert await store.abort("gone", reason="worker died") is AbortResult.FLAGGED
+    await trio.sleep(0.3)
+    rec = await store.recover_expired(["q"], 10)
+    assert rec.requeued == ("back",) and rec.dead == (), rec
+    assert [j.id for j in rec.aborted] == ["gone"], rec
+    assert rec.aborted[0].state is JobState.ABORTED
+    assert rec.aborted[0].last_error == "aborted: worker died"
+    await _aborted_state(store, "gone", "aborted: worker died")
+    assert await store.settle([settle(leased["gone"], SettleKind.ABORTED)]) == [False]
+    [again] = await lease(store)
+    assert again.job.id == "back", "only the job nobody aborted runs again"
+
+
+@check(WorkerRole, AdminRole)
+async def check_abort_of_a_finished_or_unknown_job_changes_nothing(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job("ok"), job("dead")])
+    by_id = {lj.job.id: lj for lj in await lease(store)}
+    await store.settle(
+        [
+            settle(by_id["ok"], SettleKind.SUCCEEDED, retain_for=60),
+            settle(by_id["dead"], SettleKind.DEAD, error="fatal"),
+        ]
+    )
+    before = {n: await store.get_job(n) for n in ("ok", "dead")}
+    assert await store.abort("ok") is AbortResult.FINISHED
+    assert await store.abort("dead", reason="late") is AbortResult.FINISHED
+    assert await store.abort("missing") is AbortResult.NOT_FOUND
+    assert await store.abort("ok", queue="other") is AbortResult.NOT_FOUND
+    assert {n: await store.get_job(n) for n in ("ok", "dead")} == before
+    assert await store.get_job("missing") is None
+
+
+@check(WorkerRole, AdminRole, CheckRole)
+async def check_aborted_jobs_are_kept_and_trimmed_as_dead_ones(fresh: Fresh) -> None:
+    store = await fresh()
+    # the oldest finished jobs are aborted, the newer ones dead
+    await store.enqueue_many([job(f"a{i}", delay=60) for i in range(3)])
+    for i in range(3):
+        assert await store.abort(f"a{i}") is AbortResult.ABORTED
+        await trio.sleep(0.01)
+    await store.enqueue_many([job(f"d{i}") for i in range(3)])
+    for lj in sorted(await lease(store), key=lambda lj: lj.job.id):
+        await store.settle([settle(lj, SettleKind.DEAD, error="x")])
+        await trio.sleep(0.01)
+    [stats] = await store.stats(["q"])
+    assert stats.counts[JobState.ABORTED] == 3 and stats.counts[JobState.DEAD] == 3, stats
+    assert stats.total == 6 and sum(stats.by_partition.values()) == 6, stats
+    report = await store.check()
+    assert report.findings == () and report.records == 6, "an aborted job is where it belongs"
+    pages = [await store.list_jobs("q", JobState.DEAD, offset=o, limit=2) for o in (0, 2)]
+    assert [j.id for page in pages for j in page] == ["d0", "d1", "d2"]
+    aborted = await store.list_jobs("q", JobState.ABORTED, offset=1, limit=5)
+    assert [j.id for j in aborted] == ["a1", "a2"]
+    # requeueing the dead passes the aborted ones by (oldest dead first)
+    assert await store.requeue_dead("q", limit=2) == 2
+    assert [j.id for j in await store.list_jobs("q", JobState.DEAD)] == ["d2"]
+    assert await store.requeue_dead("q") == 1
+    assert [j.id for j in await store.list_jobs("q", JobState.ABORTED)] == ["a0", "a1", "a2"]
+    # trimmed with the dead: by count (the oldest first), and by age
+    assert await store.trim(["q"], dead_max_age=None, dead_max_count=1) == 2
+    assert [j.id for j in await store.list_jobs("q", JobState.ABORTED)] == ["a2"]
+    await trio.sleep(0.2)
+    assert await store.trim(["q"], dead_max_age=0.1, dead_max_count=None) == 1
+    assert await store.get_job("a2") is None
+    [stats] = await store.stats(["q"])
+    assert stats.counts[JobState.ABORTED] == 0 and stats.counts[JobState.READY] == 3, stats
+
+
+@check(WorkerRole, AdminRole)
+async def check_an_aborted_holder_gives_its_concurrency_slot_back(fresh: Fresh) -> None:
+    store = await fresh()
+    capped = JobControl(caps=(("db", 1),))
+    jobs = [job(f"c{n}", control=capped, id_given=False) for n in range(3)]
+    ids = [r.job_id for r in await store.enqueue_many(jobs)]
+    [holder] = await lease(store)
+    assert await lease(store) == [], "the one slot is held"
+    waiting = [i for i in ids if i != holder.job.id]
+    assert await store.abort(waiting[0]) is AbortResult.ABORTED, "a waiting job holds no slot"
+    assert await lease(store) == []
+    assert await store.abort(holder.job.id) is AbortResult.FLAGGED
+    assert await store.settle([settle(holder, SettleKind.ABORTED)]) == [True]
+    [after] = await lease(store)
+    assert after.job.id == waiting[1], "the aborted holder's slot is free at once"
+
+
+@check(WorkerRole, AdminRole, CheckRole)
+async def check_checker_takes_back_an_expired_flagged_lease_as_aborted(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job("gone")])
+    await lease(store, ttl=0.1)
+    assert await store.abort("gone", reason="late") is AbortResult.FLAGGED
+    await trio.sleep(0.5)
+    report = await store.check(repair=True, lease_grace=0.3)
+    [found] = report.findings
+    assert found.problem is Problem.EXPIRED_LEASE and found.repair is Repair.RECOVERED, found
+    assert "aborted" in found.repair_detail, found
+    await _aborted_state(store, "gone", "aborted: late")
+    assert (await store.check()).findings == ()
+    assert await lease(store) == [], "taken back as recovery would: aborted, not ready"

@@ -93,6 +93,9 @@ class WorkerStatistics:
     quarantined: int
     newer_skipped: int
     restarts: dict[str, int]
+    #: Jobs an abort stopped (settled ABORTED, or aborted by this worker's
+    #: recovery of an expired lease).
+    aborted: int = 0
 
 
 class Worker:
@@ -165,6 +168,7 @@ class Worker:
             quarantined=c.quarantined,
             newer_skipped=c.newer_skipped,
             restarts=dict(self.supervisor.restarts),
+            aborted=c.aborted,
         )
 
     async def wait_idle(self, *, poll: float = 0.05) -> None:

@@ -15,9 +15,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from ...records._jobs import Job, JobState
+from ...records._jobs import Job, JobState, abort_error
 from .._roles import (
     NOTHING_SET_ASIDE,
+    AbortResult,
     CountResult,
     QueueStats,
     QueueTopology,
@@ -33,6 +34,7 @@ from ._codec import (
     encode_topology,
     ident,
     job_from_fields,
+    parse_number,
     record_fields,
 )
 from ._context import StoreContext
@@ -43,6 +45,9 @@ from .keys import PartitionKeys
 #: Work per trim script call (so one call never blocks Redis for long).
 _TRIM_CHUNK = 1000
 _REQUEUE_CHUNK = 1000
+#: Entries a requeue_dead.lua call may look at beyond the jobs it requeues
+#: (aborted jobs and records of a newer format it walks past).
+_REQUEUE_LOOK = 4000
 #: A completed version's partitions stay closed this long: far longer than any
 #: writer's topology cache, so a stale writer is always refused.
 _CLOSED_TTL_MS = 24 * 3600 * 1000
@@ -73,6 +78,7 @@ def _not_a_hash(job_id: str, pk: PartitionKeys, error: Exception) -> Job:
 
 
 def zset_of(pk: PartitionKeys, state: JobState) -> str:
+    """The index of ``state``'s jobs (aborted jobs are kept in the dead index)."""
     return {
         JobState.SCHEDULED: pk.scheduled,
         JobState.READY: pk.ready,
@@ -80,7 +86,13 @@ def zset_of(pk: PartitionKeys, state: JobState) -> str:
         JobState.RETRY_WAIT: pk.retry,
         JobState.SUCCEEDED: pk.succeeded,
         JobState.DEAD: pk.dead,
+        JobState.ABORTED: pk.dead,
     }[state]
+
+
+#: The states with an index of their own, in the scripts' order (aborted jobs
+#: share the dead index; ``<tag>:aborted`` marks them there).
+INDEXED_STATES: tuple[JobState, ...] = tuple(s for s in JobState if s is not JobState.ABORTED)
 
 
 async def queue_names(ctx: StoreContext) -> list[str]:
@@ -106,11 +118,19 @@ async def stats(ctx: StoreContext, queues: Sequence[str] | None) -> list[QueueSt
     slots = {q: ctx.partitions_of(q, metas[q]) for q in dict.fromkeys(names)}
     # ZCOUNT below +inf: the leased zset's sentinel is not a job
     # soft: an index key of the wrong type counts 0 (logged), not an error
+    # Aborted jobs are counted by their marks (count_aborted.lua), and
+    # subtracted from the dead index's count, where they are kept.
     ops = [
-        Op.soft_command(pk.tag, "ZCOUNT", zset_of(pk, state), "-inf", "(+inf")
+        op
         for pks in slots.values()
         for pk in pks
-        for state in JobState
+        for op in (
+            *(
+                Op.soft_command(pk.tag, "ZCOUNT", zset_of(pk, state), "-inf", "(+inf")
+                for state in INDEXED_STATES
+            ),
+            Op.script_call(S.COUNT_ABORTED, [pk.dead, pk.aborted], [], soft=True),
+        )
     ]
     replies = iter(await ctx.adapter.execute(ops))
     per_queue: dict[str, QueueStats] = {}
@@ -119,13 +139,22 @@ async def stats(ctx: StoreContext, queues: Sequence[str] | None) -> list[QueueSt
         parts: dict[tuple[int, int], int] = {}
         for pk in pks:
             total = 0
-            for state in JobState:
+            here = dict.fromkeys(JobState, 0)
+            for state in INDEXED_STATES:
                 n = next(replies)
                 if isinstance(n, Exception):
                     log.warning("stats: %s is not an index: %s", zset_of(pk, state), n)
                     n = 0
-                counts[state] += n
+                here[state] = n
                 total += n
+            aborted = next(replies)
+            if isinstance(aborted, Exception):
+                log.warning("stats: the aborted jobs of %s were not counted: %s", pk.tag, aborted)
+                aborted = 0
+            here[JobState.ABORTED] = min(aborted, here[JobState.DEAD])
+            here[JobState.DEAD] -= here[JobState.ABORTED]
+            for kept, n in here.items():
+                counts[kept] += n
             if total:
                 parts[(pk.version, pk.partition)] = total
         per_queue[q] = QueueStats(q, counts, metas[q].paused, parts)
@@ -169,9 +198,12 @@ _KNOWN_STATES = {s.value.encode() for s in JobState}
 async def _index_of(ctx: StoreContext, pk: PartitionKeys, job_id: str) -> JobState | None:
     """The state of the first index of ``pk`` that holds ``job_id`` (None: none)."""
     scores = await ctx.adapter.execute(
-        [Op.soft_command(pk.tag, "ZSCORE", zset_of(pk, state), job_id) for state in JobState]
+        [
+            Op.soft_command(pk.tag, "ZSCORE", zset_of(pk, state), job_id)
+            for state in INDEXED_STATES
+        ]
     )
-    for state, score in zip(JobState, scores, strict=True):
+    for state, score in zip(INDEXED_STATES, scores, strict=True):
         if isinstance(score, bytes | float | int):
             return state
     return None
@@ -185,22 +217,14 @@ async def list_jobs(
     offset = max(0, offset)
     slots = await partitions_of_queue(ctx, queue)
     n = offset + limit
-    replies = await ctx.adapter.execute(
-        [
-            Op.soft_command(pk.tag, "ZRANGE", zset_of(pk, state), 0, n - 1, "WITHSCORES")
-            for pk in slots
-        ]
-    )
-    # an index key of the wrong type lists nothing
-    replies = [[] if isinstance(r, Exception) else r for r in replies]
-    merged = list(
-        heapq.merge(
-            *([(score, member, k) for score, member in pairs(r)] for k, r in enumerate(replies))
-        )
-    )
-    # Succeeded jobs are indexed by end of retention but listed by finish time:
-    # load every candidate and sort them (other states are indexed in list order).
-    picked = merged if state is JobState.SUCCEEDED else merged[offset:n]
+    picked: list[tuple[float, bytes, int]]
+    if state in (JobState.DEAD, JobState.ABORTED):
+        picked = await _finished_window(ctx, slots, state, offset, n)
+    else:
+        merged = await _merged(ctx, [zset_of(pk, state) for pk in slots], slots, n)
+        # Succeeded jobs are indexed by end of retention but listed by finish time:
+        # load every candidate and sort them (other states are indexed in list order).
+        picked = merged if state is JobState.SUCCEEDED else merged[offset:n]
     fetched = await ctx.adapter.execute(
         [
             Op.soft_command(slots[k].tag, "HGETALL", slots[k].job_prefix.encode() + member)
@@ -225,6 +249,73 @@ async def list_jobs(
         jobs.sort(key=lambda j: (j.finished_at or 0.0, j.id))
         jobs = jobs[offset:n]
     return jobs
+
+
+async def _merged(
+    ctx: StoreContext, zsets: Sequence[str], slots: Sequence[PartitionKeys], n: int
+) -> list[tuple[float, bytes, int]]:
+    """The first ``n`` entries of each of ``zsets`` (one per partition of
+    ``slots``), merged by score: (score, member, partition index); an index
+    key of the wrong type lists nothing."""
+    replies = await ctx.adapter.execute(
+        [
+            Op.soft_command(pk.tag, "ZRANGE", z, 0, n - 1, "WITHSCORES")
+            for pk, z in zip(slots, zsets, strict=True)
+        ]
+    )
+    replies = [[] if isinstance(r, Exception) else r for r in replies]
+    return list(
+        heapq.merge(
+            *([(score, member, k) for score, member in pairs(r)] for k, r in enumerate(replies))
+        )
+    )
+
+
+async def _finished_window(
+    ctx: StoreContext, slots: Sequence[PartitionKeys], state: JobState, offset: int, n: int
+) -> list[tuple[float, bytes, int]]:
+    """Entries ``offset`` to ``n`` (in finish order) of the jobs in ``state``,
+    dead or aborted: both are kept in the dead index. Dead jobs are the dead
+    index's entries but the aborted ones, aborted jobs their marks' entries
+    whose record is aborted and finished at the mark's time (a stale mark's
+    job has left, or finished again). While no partition holds an aborted
+    job, dead jobs are listed as any index is; otherwise the state of each
+    candidate is read (one command each, in one round trip), and the window
+    doubles until it holds ``n`` jobs of ``state`` or the index is read."""
+    aborted = state is JobState.ABORTED
+    if not aborted:
+        marks = await ctx.adapter.execute(
+            [Op.soft_command(pk.tag, "ZCARD", pk.aborted) for pk in slots]
+        )
+        if not any(m for m in marks if not isinstance(m, Exception)):
+            return (await _merged(ctx, [pk.dead for pk in slots], slots, n))[offset:n]
+    want = n
+    while True:
+        zsets = [pk.aborted if aborted else pk.dead for pk in slots]
+        merged = await _merged(ctx, zsets, slots, want)
+        read = await ctx.adapter.execute(
+            [
+                Op.soft_command(
+                    slots[k].tag, "HMGET", slots[k].job_prefix.encode() + m, "state", "finished_at"
+                )
+                for _, m, k in merged
+            ]
+        )
+        keep = []
+        for entry, fields in zip(merged, read, strict=True):
+            if isinstance(fields, Exception):
+                is_aborted = False  # not a job hash: listed with the dead (as damaged)
+            else:
+                is_aborted = fields[0] == b"aborted"
+                if aborted and is_aborted:
+                    finished = parse_number(fields[1]) if fields[1] else None
+                    is_aborted = finished == entry[0]
+            if is_aborted == aborted:
+                keep.append(entry)
+        per_partition = [sum(1 for _, _, k in merged if k == i) for i in range(len(slots))]
+        if len(keep) >= n or all(c < want for c in per_partition):
+            return keep[offset:n]
+        want *= 2
 
 
 # -- administration ---------------------------------------------------------------------------
@@ -265,6 +356,35 @@ async def delete_job(ctx: StoreContext, job_id: str, queue: str | None) -> bool:
     return any(r[0] == 1 for r in replies)
 
 
+#: abort.lua's codes (see its header).
+_ABORT_CODES = {
+    1: AbortResult.ABORTED,
+    2: AbortResult.FLAGGED,
+    -1: AbortResult.FINISHED,
+    4: AbortResult.FINISHED,  # dead-lettered as damaged
+}
+
+
+async def abort(ctx: StoreContext, job_id: str, queue: str | None, reason: str) -> AbortResult:
+    locs = await _locations(ctx, job_id, queue)
+    text = abort_error(reason)
+    # A job lives in one place; running the script everywhere it could be
+    # saves the round trip that would find it first.
+    replies = await ctx.adapter.execute(
+        [
+            Op.script_call(
+                S.ABORT,
+                [pk.scheduled, pk.ready, pk.leased, pk.retry, pk.succeeded, pk.dead, pk.job_prefix],
+                [job_id, text],
+            )
+            for pk in locs
+        ]
+    )
+    _report_all(ctx, "abort", locs, replies)
+    found = [_ABORT_CODES[r[0]] for r in replies if r[0] in _ABORT_CODES]
+    return found[0] if found else AbortResult.NOT_FOUND
+
+
 def _report_all(
     ctx: StoreContext, what: str, slots: Sequence[PartitionKeys], replies: Sequence[Any]
 ) -> SetAside:
@@ -281,42 +401,63 @@ async def requeue_dead(ctx: StoreContext, queue: str, limit: int | None) -> Coun
         return CountResult(0)
     total = 0
     aside = NOTHING_SET_ASIDE
-    if not limit:  # None or 0: all of them, in bounded chunks
-        active = slots
-        while active:
-            replies = await ctx.adapter.execute(
-                [
-                    Op.script_call(
-                        S.REQUEUE_DEAD,
-                        [pk.dead, pk.ready, pk.job_prefix, pk.damaged],
-                        [_REQUEUE_CHUNK],
-                    )
-                    for pk in active
-                ]
-            )
-            total += sum(r[0] for r in replies)
-            aside += _report_all(ctx, "requeue_dead", active, replies)
-            # again while a full chunk was looked at and not all of it was
-            # left alone (records of a newer format stay where they are)
-            active = [
-                pk
-                for pk, (_, looked, raw) in zip(active, replies, strict=True)
-                if looked >= _REQUEUE_CHUNK and looked > len(raw[2]) // 2
-            ]
-    else:
-        peek = await ctx.adapter.execute(
-            [Op.command(pk.tag, "ZRANGE", pk.dead, 0, limit - 1, "WITHSCORES") for pk in slots]
-        )
-        plan = earliest({pk: pairs(r) for pk, r in zip(slots, peek, strict=True)}, limit)
-        run = list(plan.items())
+    #: Per partition, the oldest dead entries left in place so far (aborted
+    #: jobs, newer records): later calls pass over them.
+    kept = dict.fromkeys(slots, 0)
+
+    async def requeue(run: Sequence[tuple[PartitionKeys, int]]) -> list[Any]:
+        nonlocal total, aside
         replies = await ctx.adapter.execute(
             [
-                Op.script_call(S.REQUEUE_DEAD, [pk.dead, pk.ready, pk.job_prefix, pk.damaged], [n])
+                Op.script_call(
+                    S.REQUEUE_DEAD,
+                    [pk.dead, pk.ready, pk.job_prefix, pk.damaged],
+                    [n, n + _REQUEUE_LOOK, kept[pk]],
+                )
                 for pk, n in run
             ]
         )
-        total = sum(r[0] for r in replies)
+        for (pk, _), reply in zip(run, replies, strict=True):
+            kept[pk] += reply[2]
+        total += sum(r[0] for r in replies)
         aside += _report_all(ctx, "requeue_dead", [pk for pk, _ in run], replies)
+        return replies
+
+    if not limit:  # None or 0: all of them, in bounded chunks
+        active = slots
+        while active:
+            replies = await requeue([(pk, _REQUEUE_CHUNK) for pk in active])
+            # again while the script stopped at its bounds (see requeue_dead.lua)
+            active = [pk for pk, r in zip(active, replies, strict=True) if r[1] == 1]
+    else:
+        # The oldest dead first across partitions, by a peek at each one's
+        # oldest entries but its aborted jobs (marked: they are not
+        # requeued, and each script walks past them). A share that still
+        # falls short (records of a newer format are left too) is taken
+        # from the partitions in turn.
+        marks = await ctx.adapter.execute(
+            [Op.soft_command(pk.tag, "ZRANGE", pk.aborted, 0, -1, "WITHSCORES") for pk in slots]
+        )
+        marked = [set() if isinstance(m, Exception) else set(pairs(m)) for m in marks]
+        peek = await ctx.adapter.execute(
+            [
+                Op.command(pk.tag, "ZRANGE", pk.dead, 0, limit + len(skip) - 1, "WITHSCORES")
+                for pk, skip in zip(slots, marked, strict=True)
+            ]
+        )
+        candidates = {
+            pk: [entry for entry in pairs(r) if entry not in skip]
+            for pk, r, skip in zip(slots, peek, marked, strict=True)
+        }
+        plan = earliest(candidates, limit)
+        replies = await requeue(list(plan.items()))
+        more = [pk for pk, r in zip(plan, replies, strict=True) if r[1] == 1]
+        more += [pk for pk in slots if pk not in plan]
+        while total < limit and more:
+            pk = more.pop(0)
+            (reply,) = await requeue([(pk, limit - total)])
+            if reply[1] == 1:
+                more.append(pk)
     if total:
         await ctx.adapter.execute([], after=ctx.wake_ready_ops({queue: total}))
     return CountResult(total, aside)

@@ -91,7 +91,11 @@ SCORE_FIELD = {
     # trim removes it, as it would have been by now or soon).
     JobState.SUCCEEDED: "finished_at",
     JobState.DEAD: "finished_at",
+    JobState.ABORTED: "finished_at",
 }
+
+#: The index each state's jobs are in (aborted jobs are kept in the dead one).
+INDEX_OF = {state: JobState.DEAD if state is JobState.ABORTED else state for state in JobState}
 
 _STATES = {s.value.encode(): s for s in JobState}
 _DAMAGED = DAMAGED_RECORD.encode()
@@ -181,7 +185,7 @@ def record_damage(f: dict[str, bytes | None]) -> list[str]:
     leased = state is JobState.LEASED
     need("lease_token", None, "", required=leased)
     need("lease_expires_at", _is_number, "a number", required=leased)
-    finished = state in (JobState.DEAD, JobState.SUCCEEDED)
+    finished = state in (JobState.DEAD, JobState.SUCCEEDED, JobState.ABORTED)
     need("finished_at", _is_number, "a number", required=finished)
     return out
 
@@ -290,7 +294,7 @@ def judge(r: Reading, grace: float) -> tuple[Finding, Fix | None] | None:
     state = _STATES[f["state"] or b""]
     if state in (JobState.SUCCEEDED, JobState.DEAD) and not held and r.expiring:
         return None
-    if held != (state.value,):
+    if held != (INDEX_OF[state].value,):
         if not held:
             problem, detail = Problem.NO_INDEX, f"{state} record in no index"
         elif len(held) > 1:
@@ -298,7 +302,7 @@ def judge(r: Reading, grace: float) -> tuple[Finding, Fix | None] | None:
         else:
             problem, detail = Problem.WRONG_INDEX, f"{state} record in the {held[0]} index"
         score = f[SCORE_FIELD[state]] or b""
-        target = str(INDEX_STATES.index(state) + 1)
+        target = str(INDEX_STATES.index(INDEX_OF[state]) + 1)
         fix = Fix(r.repair_op("reindex", target, score), state)
         return attrs.evolve(finding, problem=problem, detail=detail), fix
     if state is JobState.LEASED:
@@ -324,6 +328,10 @@ def repaired(finding: Finding, reply: Sequence[Any]) -> Finding:
     if action == "dead":
         # the detail is the last_error written
         return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=reply[1].decode())
+    if action == "aborted":
+        # an abort had been asked for it: taken back as aborted, as recovery does
+        detail = f"aborted (an abort was asked): {reply[1].decode(errors='replace')}"
+        return attrs.evolve(finding, repair=Repair.RECOVERED, repair_detail=detail)
     if action == "orphan":
         held = ", ".join(finding.indexes)
         return attrs.evolve(

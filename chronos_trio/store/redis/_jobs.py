@@ -77,6 +77,7 @@ _SETTLE_CODES = {
     SettleKind.RELEASE: "l",
     SettleKind.DISCARD: "x",
     SettleKind.DEFER: "f",
+    SettleKind.ABORTED: "a",
 }
 
 
@@ -521,12 +522,16 @@ async def renew(
         ops.append(Op.script_call(S.RENEW, [pk.leased, pk.job_prefix, pk.dead], argv))
     replies = await ctx.adapter.execute(ops)
     results = [False] * len(leases)
+    flagged: list[int] = []
     aside = NOTHING_SET_ASIDE
     for (pk, idxs), reply in zip(groups.items(), replies, strict=True):
         aside += decode_aside(reply[1], pk.queue, pk.version, pk.partition)
         for k, i in enumerate(idxs):
-            results[i] = reply[2 + k] == 1
-    return FencedResults(results, ctx.count_aside(aside))
+            code = reply[2 + k]
+            results[i] = code == 1 or code == 4
+            if code == 4:  # renewed, and an abort was asked (renew.lua)
+                flagged.append(i)
+    return FencedResults(results, ctx.count_aside(aside), frozenset(flagged))
 
 
 #: settle.lua's result and result_ttl arguments when there is no result to keep.
@@ -588,6 +593,7 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
         ops, after=ctx.wake_ready_ops(ready) + ctx.wake_scheduled_ops(due)
     )
     results = [False] * len(settlements)
+    aborted: list[int] = []
     aside = NOTHING_SET_ASIDE
     failed: list[tuple[PartitionKeys, bytes]] = []
     freed: dict[str, int] = {}
@@ -600,9 +606,11 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
             aside += decode_aside(part[0], pk.queue, pk.version, pk.partition)
             for k, i in enumerate(groups[pk]):
                 code = part[1 + k]
-                results[i] = code == 1 or code == 4
+                results[i] = code == 1 or code == 4 or code == 5
                 if code == 4:  # a workflow continuation went to the outbox
                     ctx.outbox_filled.set()
+                elif code == 5:  # the job is aborted now
+                    aborted.append(i)
             slots = part[1 + len(groups[pk])] if len(part) > 1 + len(groups[pk]) else 0
             if slots:
                 freed[pk.queue] = freed.get(pk.queue, 0) + int(slots)
@@ -620,7 +628,7 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
         # stays applied; the caller settles the batch again (fenced).
         pk, why = failed[0]
         raise StoreError(f"settle failed in partition {pk.tag}: {why.decode(errors='replace')}")
-    return FencedResults(results, aside)
+    return FencedResults(results, aside, frozenset(aborted))
 
 
 # -- recover ---------------------------------------------------------------------------
@@ -697,27 +705,25 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
     )
     requeued: list[str] = []
     dead: list[Job] = []
+    aborted: list[Job] = []
     woke: dict[str, int] = {}
     aside = NOTHING_SET_ASIDE
     for pk, reply in zip(plan, _usable(list(plan), replies, "recover"), strict=True):
         if reply is None:
             continue
-        script_now, ids, dead_flat, raw_aside = reply
+        script_now, ids, dead_flat, raw_aside, aborted_flat = reply
         ctx.observe_now(script_now)
         aside += decode_aside(raw_aside, pk.queue, pk.version, pk.partition)
         requeued += [ident(i) for i in ids]
         if ids:
             woke[pk.queue] = woke.get(pk.queue, 0) + len(ids)
-        for k in range(0, len(dead_flat), 14):
-            dead.append(
-                job_from_fields(
-                    ident(dead_flat[k]),
-                    pk.queue,
-                    pk.version,
-                    pk.partition,
-                    dead_flat[k + 1 : k + 14],
+        for flat, into in ((dead_flat, dead), (aborted_flat, aborted)):
+            for k in range(0, len(flat), 14):
+                into.append(
+                    job_from_fields(
+                        ident(flat[k]), pk.queue, pk.version, pk.partition, flat[k + 1 : k + 14]
+                    )
                 )
-            )
     if woke:
         await ctx.adapter.execute([], after=ctx.wake_ready_ops(woke))
-    return RecoverResult(tuple(requeued), tuple(dead), ctx.count_aside(aside))
+    return RecoverResult(tuple(requeued), tuple(dead), ctx.count_aside(aside), tuple(aborted))

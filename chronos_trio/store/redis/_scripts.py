@@ -11,8 +11,8 @@ LEASED_SENTINEL = '<keys.LEASED_SENTINEL>'``, then ``lua/_prelude.lua`` (the
 checks, dead-lettering and quarantine every script shares, see its header),
 then the script's own file: the record format is defined once, in
 :data:`~._codec.RECORD_FORMAT`, and a new format changes every script's SHA,
-so a worker never runs a script of another version. (``peek_ready.lua``,
-which reads no record, goes without the prelude.)
+so a worker never runs a script of another version. (``peek_ready.lua``
+and ``count_aborted.lua``, which read no record, go without the prelude.)
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ PEEK_READY = Script.load("peek_ready", prelude=False)
 TRIM = Script.load("trim")
 RUN_NOW = Script.load("run_now")
 DELETE = Script.load("delete")
+ABORT = Script.load("abort")
+COUNT_ABORTED = Script.load("count_aborted", prelude=False)
 REQUEUE_DEAD = Script.load("requeue_dead")
 CLOSE_PARTITION = Script.load("close_partition")
 TOPOLOGY_PROMOTE = Script.load("topology_promote")

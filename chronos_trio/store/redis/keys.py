@@ -24,6 +24,10 @@ a Redis Cluster:
                        (:data:`~._codec.RECORD_FORMAT`; absent = format 1)
 ``<tag>:outbox``       zset of workflow jobs that succeeded, score = when:
                        the continuations the continuer drains
+``<tag>:aborted``      zset marking the aborted jobs among ``<tag>:dead``'s
+                       entries (aborted jobs are kept there), score =
+                       finished_at: what counts and lists them (a mark whose
+                       job left the dead index is stale and ignored)
 ``<tag>:u:<key>``      a unique job's lock (string): its mode letter (``l``
                        lock, ``t`` throttle, ``d`` debounce) then the ID of
                        the job that holds the key; a ttl lapses it. Unique
@@ -102,6 +106,7 @@ class PartitionKeys:
     job_prefix: str
     unique_prefix: str
     outbox: str
+    aborted: str
 
     @classmethod
     def build(cls, ns: str, queue: str, version: int, partition: int) -> PartitionKeys:
@@ -123,6 +128,7 @@ class PartitionKeys:
             job_prefix=f"{tag}:j:",
             unique_prefix=f"{tag}:u:",
             outbox=f"{tag}:outbox",
+            aborted=f"{tag}:aborted",
         )
 
     def job(self, job_id: str) -> str:

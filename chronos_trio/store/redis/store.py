@@ -20,6 +20,7 @@ from ...records._jobs import EnqueueResult, Job, JobOutcome, JobRef, JobState, L
 from ...records._workflow import Arrival
 from .._roles import (
     LEASE_GRACE,
+    AbortResult,
     CheckReport,
     Continuation,
     CountResult,
@@ -309,6 +310,13 @@ class RedisStore(Store):
 
     async def delete_job(self, job_id: str, *, queue: str | None = None) -> bool:
         return await _admin.delete_job(self._ctx, job_id, queue)
+
+    async def abort(
+        self, job_id: str, *, queue: str | None = None, reason: str = ""
+    ) -> AbortResult:
+        """One ``abort.lua`` where the job may live (a round trip; the flag of
+        a leased job is field ``ab`` of its record, persisted with it)."""
+        return await _admin.abort(self._ctx, job_id, queue, reason)
 
     async def requeue_dead(self, queue: str, *, limit: int | None = None) -> CountResult:
         return await _admin.requeue_dead(self._ctx, queue, limit)

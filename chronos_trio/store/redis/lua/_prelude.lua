@@ -221,6 +221,28 @@ local function outbox_key(prefix)
   return string.sub(prefix, 1, -3) .. 'outbox'
 end
 
+-- The aborted marks of the partition whose job key prefix is prefix: a zset
+-- of the aborted jobs among the dead index's entries (an aborted job is kept
+-- there, like a dead one), score its finished_at as in the dead index, so
+-- they are counted and listed without reading every dead record. A mark
+-- counts only while the dead index holds its job with the same score: one
+-- whose job was trimmed or deleted since is stale (marks older than the
+-- oldest dead entry are dropped by trim.lua and with the next abort).
+local function aborted_key(prefix)
+  return string.sub(prefix, 1, -3) .. 'aborted'
+end
+
+-- Drop the aborted marks older than the oldest entry of dead_zset (their jobs
+-- were trimmed): all of them when it is empty. With pcall: never fails.
+local function prune_aborted(prefix, dead_zset)
+  local oldest = redis.call('ZRANGE', dead_zset, 0, 0, 'WITHSCORES')
+  if oldest[2] then
+    redis.pcall('ZREMRANGEBYSCORE', aborted_key(prefix), '-inf', '(' .. oldest[2])
+  else
+    redis.pcall('DEL', aborted_key(prefix))
+  end
+end
+
 -- The job id finished (succeeded: ok true; dead or deleted: false): a
 -- throttle's lock it holds starts its ttl, any other lock it holds is
 -- released. A lock another job holds (or none) is left as it is. x: the
@@ -273,6 +295,21 @@ local function dead_letter(aside, key, id, dead_zset, reason, now, now_s)
   local g = job_fields(key)
   for k = 1, 13 do d[#d + 1] = g[k] end
   notify_done(key, redis.call('HGET', key, 'w'))
+end
+
+-- Abort the job id of the job hash key (the caller judged it; f_x and f_w are
+-- its fields x and w): into the dead index (score now) and the aborted marks,
+-- then state aborted with last_error text and its finish time, the lease
+-- cleared, its unique key released and its waiters woken. The marks are
+-- written with pcall: a mark is a hint, and never fails the script.
+local function abort_job(prefix, key, id, dead_zset, text, now, now_s, f_x, f_w)
+  redis.call('ZADD', dead_zset, now, id)  -- the index first: see wrong_type
+  redis.pcall('ZADD', aborted_key(prefix), now, id)
+  prune_aborted(prefix, dead_zset)
+  redis.call('HSET', key, 'state', 'aborted', 'last_error', text, 'finished_at', now_s,
+    'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+  unique_finished(prefix, id, f_x, false)
+  notify_done(key, f_w)
 end
 
 -- Record an index entry without a usable job hash (the caller removes the entry).

@@ -22,7 +22,8 @@
 --                        HSET KEYS[7] id {"reason": ARGV[3], "at": now} (JSON)
 --             'recover'  its lease expired more than ARGV[3] seconds ago: back to
 --                        ready (due now), or dead once max_retries + 1 attempts
---                        were used, exactly as recover.lua does
+--                        were used, or aborted when an abort was asked for it
+--                        (field ab), exactly as recover.lua does
 -- ARGV[5]     the record existed when inspected ('1') or not ('0')
 -- ARGV[6..20] the 15 values as inspected (inspect_fields in _prelude.lua),
 --             each '' when absent, else '=' .. value
@@ -30,7 +31,8 @@
 --
 -- Returns {'skipped'} when the job changed since it was inspected (nothing
 -- done), else {action, detail}: detail is the index (reindex), the last_error
--- written (dead, and recover when it dead-lettered: action 'dead'), or ''.
+-- written (dead, and recover when it dead-lettered: action 'dead'; recover
+-- when it aborted the job: action 'aborted'), or ''.
 local id = ARGV[1]
 local key = KEYS[8] .. id
 -- a key of another type is no record, as check_inspect.lua reads it (never HMGET it)
@@ -84,6 +86,13 @@ elseif action == 'orphan' then
 elseif action == 'recover' then
   -- the inspected record was sound: these fields are numbers
   if tonumber(f[10]) + tonumber(ARGV[3]) > now then return {'skipped'} end
+  local ab = redis.call('HGET', key, 'ab')
+  if ab then
+    leave_all_but(6)
+    local u = redis.call('HMGET', key, 'x', 'w')
+    abort_job(KEYS[8], key, id, KEYS[6], ab, now, now_s, u[1], u[2])
+    return {'aborted', ab}
+  end
   local attempts, max_retries = tonumber(f[5]), tonumber(f[6])
   if attempts > max_retries then
     return dead_letter('lease expired on attempt ' .. attempts .. ' of ' .. (max_retries + 1)

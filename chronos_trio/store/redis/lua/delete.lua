@@ -24,7 +24,7 @@ end
 local state = f[2]
 if state == 'leased' then return {-1, aside} end
 local zsets = {scheduled = KEYS[1], ready = KEYS[2], retry_wait = KEYS[4],
-  succeeded = KEYS[5], dead = KEYS[6]}
+  succeeded = KEYS[5], dead = KEYS[6], aborted = KEYS[6]}
 local z = state and zsets[state]
 if z then
   redis.call('ZREM', z, ARGV[1])

@@ -1,6 +1,8 @@
 -- recover.lua: take back up to ARGV[1] expired leases of ONE partition, earliest
 -- expiry first: back to ready, or dead once max_retries + 1 attempts were used
--- (a job that keeps killing its worker must not loop forever).
+-- (a job that keeps killing its worker must not loop forever), or aborted
+-- when an abort was asked for it (field ab, see abort.lua): its worker died
+-- before it could settle it.
 --
 -- KEYS[1]  leased zset (score = lease expiry)
 -- KEYS[2]  ready zset (score = run_at)
@@ -20,22 +22,23 @@
 -- Returns {now, {requeued ids...}, {dead jobs: per job the id then the 13
 -- fields kind, payload, run_at, state, attempts, max_retries, timeout,
 -- lease_token, lease_owner, lease_expires_at, last_error, created_at,
--- finished_at}, set aside (see _prelude.lua)}.
+-- finished_at}, set aside (see _prelude.lua), {aborted jobs: as the dead
+-- ones}}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)
 local aside = new_aside()
 local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[1])
-local requeued, dead = {}, {}
-if #expired == 0 then return {now_s, requeued, dead, aside} end
+local requeued, dead, aborted = {}, {}, {}
+if #expired == 0 then return {now_s, requeued, dead, aside, aborted} end
 local bad_key = wrong_type(KEYS[2], 'zset', KEYS[3], 'zset', KEYS[5], 'hash')
 if bad_key then return redis.error_reply(bad_key) end
 local plan, why, taken = {}, {}, {}
 for k, id in ipairs(expired) do
   local key = KEYS[4] .. id
-  local f = redis.pcall('HMGET', key, 'v', 'attempts', 'max_retries')
+  local f = redis.pcall('HMGET', key, 'v', 'attempts', 'max_retries', 'ab')
   local none = nil
-  if not f[2] then f, none = probe_job(key, f, 3) end
+  if not f[2] then f, none = probe_job(key, f, 4) end
   if not f then
     plan[k], why[k] = 'gone', none
   else
@@ -43,6 +46,8 @@ for k, id in ipairs(expired) do
     if v and v ~= FORMAT_S then bad = check_format(v) end
     if bad == 'newer' then
       plan[k], why[k] = 'newer', v
+    elseif not bad and f[4] then
+      plan[k], why[k] = 'abort', f[4]  -- an abort needs nothing else of the record
     else
       local attempts, max_retries = tonumber(f[2]), tonumber(f[3])
       if bad or not is_count(attempts) or not is_count(max_retries) then
@@ -78,6 +83,12 @@ for k, id in ipairs(expired) do
       local g = job_fields(key)
       for j = 1, 13 do dead[#dead + 1] = g[j] or '' end
       notify_done(key, redis.call('HGET', key, 'w'))
+    elseif p == 'abort' then
+      local u = redis.call('HMGET', key, 'x', 'w')
+      abort_job(KEYS[4], key, id, KEYS[3], why[k], now, now_s, u[1], u[2])
+      aborted[#aborted + 1] = id
+      local g = job_fields(key)
+      for j = 1, 13 do aborted[#aborted + 1] = g[j] or '' end
     else
       redis.call('HSET', key, 'state', 'ready', 'run_at', now_s,
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
@@ -87,4 +98,4 @@ for k, id in ipairs(expired) do
   end
 end
 zrem_all(KEYS[1], taken)
-return {now_s, requeued, dead, aside}
+return {now_s, requeued, dead, aside, aborted}

@@ -12,11 +12,14 @@
 -- is not ours and is not touched. One leased with that token whose
 -- lease_expires_at is unreadable is dead-lettered (its expiry cannot be
 -- judged); one of a newer format is left untouched. A renewed unique job's
--- lock, when it lapses (a ttl), is kept for at least the new lease.
+-- lock, when it lapses (a ttl), is kept for at least the new lease. A renewed
+-- job an abort was asked for (field ab, see abort.lua) is reported so: its
+-- worker learns it in this reply, at the cost of one more field read.
 --
 -- Returns {expires_at, set aside (see _prelude.lua), code_1, code_2, ...};
 -- code 1 renewed, 0 lease not held (wrong token, not leased, expired or gone:
--- nothing changes), 2 dead-lettered as damaged, 3 left alone (newer format).
+-- nothing changes), 2 dead-lettered as damaged, 3 left alone (newer format),
+-- 4 renewed, and an abort was asked (the worker cancels the run).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)
@@ -28,8 +31,8 @@ local out = {exp_s, aside}
 for i = 2, #ARGV, 2 do
   local id = ARGV[i]
   local key = KEYS[2] .. id
-  local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at', 'x')
-  if not f[2] then f = probe_job(key, f, 5) end
+  local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at', 'x', 'ab')
+  if not f[2] then f = probe_job(key, f, 6) end
   -- judge the record (nothing here can fail) ...
   local p, w = 0, nil
   if f then
@@ -57,6 +60,7 @@ for i = 2, #ARGV, 2 do
         redis.call('PEXPIRE', lock, lease_ms)
       end
     end
+    if f[6] then p = 4 end
   elseif p == 2 then
     dead_letter(aside, key, id, KEYS[3], w, now, now_s)
     redis.call('ZREM', KEYS[1], id)

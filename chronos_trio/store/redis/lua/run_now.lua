@@ -38,7 +38,7 @@ elseif state == 'dead' then
   -- waiters only, in no index): it cannot be run
   if redis.call('PTTL', key) > 0 then return {0, aside} end
   from = KEYS[3]
-elseif state == 'ready' or state == 'leased' or state == 'succeeded' then
+elseif state == 'ready' or state == 'leased' or state == 'succeeded' or state == 'aborted' then
   return {0, aside}
 else
   bad = missing('state', state)

@@ -15,9 +15,10 @@
 -- then ARGV[P+1+8j .. P+8+8j] (P = number of partitions), per settlement j,
 --          partition by partition in KEYS order: job id, fencing token,
 --          kind ('s' succeeded, 'r' retry, 'd' dead, 'x' discard, 'l' release,
---          'f' deferred: retry without counting the attempt, see hold_back; in
---          upper case for a job with flow control, whose field fc is then
---          read), error text,
+--          'f' deferred: retry without counting the attempt, see hold_back, 'a'
+--          aborted; in upper case for a job with flow control, whose field fc
+--          is then read), error text (for 'a': the last_error when no abort
+--          was asked),
 --          retry_delay (s), retain_for (s), result, result_ttl (s; '' when
 --          there is no result to keep)
 --
@@ -30,7 +31,10 @@
 -- is released (a throttle's starts its ttl; see unique_finished). A
 -- discarded job (failed for good, kept by nobody) is deleted; one whose
 -- record names a waiter channel is kept as dead, in no index, and expires by
--- itself after WAITED_KEEP, so its waiters read the failure.
+-- itself after WAITED_KEEP, so its waiters read the failure. An aborted
+-- job (kind 'a', or 'r', 'l', 'f' of a job an abort was asked for: field ab, see
+-- abort.lua; the abort wins over running it again) is kept like a dead one
+-- (abort_job), its last_error the abort's.
 --
 -- Each record is judged before anything is written for it (see _prelude.lua;
 -- nothing in a judgement can fail, so no record can stop the script after
@@ -46,9 +50,10 @@
 -- when it stopped, else {set aside (see _prelude.lua), code_1, code_2, ...}};
 -- code 1 applied, 0 the lease is no longer held with that token (or
 -- expired): the job is not touched at all, 2 dead-lettered as damaged, 3 left
--- alone (newer format), 4 applied, and a workflow continuation was queued;
--- after the codes, how many concurrency slots the batch gave back (see
--- release_slots in _prelude.lua: the client then wakes idle leasers).
+-- alone (newer format), 4 applied, and a workflow continuation was queued,
+-- 5 applied: the job is aborted; after the codes, how many concurrency slots
+-- the batch gave back (see release_slots in _prelude.lua: the client then
+-- wakes idle leasers).
 -- How long a finished job nobody keeps stays readable for its waiters (s).
 local WAITED_KEEP = 60
 local t = redis.call('TIME')
@@ -127,6 +132,10 @@ local function settle_partition(part, first, last, res)
       settled[#settled + 1] = id
       -- every outcome ends the lease: its concurrency slots are free at once
       if f[9] then freed = freed + release_slots(prefix, id, f[9]) end
+      if (kind == 'r' or kind == 'l' or kind == 'f')
+          and redis.call('HEXISTS', key, 'ab') == 1 then
+        kind = 'a'  -- an abort was asked while it ran: it does not run again
+      end
       if kind == 's' then
         local retain = tonumber(ARGV[i + 5])
         local flow = continues(f[8])
@@ -185,6 +194,10 @@ local function settle_partition(part, first, last, res)
         end
         unique_finished(prefix, id, f[8], false)
         notify_done(key, f[7])
+      elseif kind == 'a' then
+        local text = redis.call('HGET', key, 'ab') or ARGV[i + 3]
+        abort_job(prefix, key, id, dead, text, now, now_s, f[8], f[7])
+        p = 5
       elseif kind == 'f' then
         -- deferred (the handler was rate limited upstream): retry_wait, the
         -- attempt given back, and the job's rate limits held back as long

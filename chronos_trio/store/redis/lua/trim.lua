@@ -16,10 +16,13 @@
 --          retention ends first (0 = none)
 --
 -- Every entry is judged before anything is written (see _prelude.lua). Only
--- a record whose state is that of its index is deleted: one whose state is
+-- a record whose state is that of its index is deleted (an aborted job is
+-- kept, and trimmed, in the dead index): one whose state is
 -- not is dead-lettered instead (out of the succeeded index; in the dead index
 -- its state set right and its entry re-scored to now), an entry without a job
--- hash is quarantined, a record of a newer format is left untouched.
+-- hash is quarantined, a record of a newer format is left untouched. Then the
+-- partition's aborted marks (beside KEYS[3], see aborted_key in _prelude.lua)
+-- older than the oldest dead entry left are dropped: their jobs are gone.
 --
 -- Returns {deleted, more (1 when a cap was hit and something moved), dead
 -- jobs left, retained succeeded jobs left, set aside (see _prelude.lua)}.
@@ -41,7 +44,9 @@ local function judge(ids, state)
       if bad == 'newer' then
         plan[k], why[k] = 'newer', f[1]
       else
-        bad = bad or check_state(f[2], state, state)
+        if not (state == 'dead' and f[2] == 'aborted') then
+          bad = bad or check_state(f[2], state, state)
+        end
         plan[k], why[k] = bad and 'bad' or 'ok', bad
       end
     end
@@ -109,4 +114,5 @@ for _, b in ipairs(batches) do
   local moved = apply(b[1], b[2], b[3], b[5], b[6])
   if b[7] and moved > 0 then more = 1 end
 end
+if #batches > 0 then prune_aborted(KEYS[3], KEYS[2]) end  -- marks of trimmed jobs
 return {deleted, more, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[1]), aside}

@@ -17,7 +17,7 @@ local f = redis.pcall('HMGET', KEYS[1], 'state', 'attempts', 'last_error', 'fini
 if f.err then return {now_s, 0} end
 if not f[1] and redis.call('EXISTS', KEYS[1]) == 0 then return {now_s, 0} end
 local state = f[1]
-if ARGV[1] ~= '' and state ~= 'succeeded' and state ~= 'dead'
+if ARGV[1] ~= '' and state ~= 'succeeded' and state ~= 'dead' and state ~= 'aborted'
     and check_format(f[7]) ~= 'newer' then
   redis.call('HSET', KEYS[1], 'w', ARGV[1])
 end
