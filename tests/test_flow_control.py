@@ -247,7 +247,10 @@ def test_cli_limits_shows_use_and_declared_limits(
     async def fill() -> None:
         app = tests_app.app
         await app.tasks["tests.capped"].enqueue_many([Record("c") for _ in range(6)])
-        await app.tasks["tests.rated"].enqueue_many([Record("r") for _ in range(2)])
+        for _ in range(2):  # booked for minutes (the task's 50/s would lapse at once)
+            await app.tasks["tests.rated"].enqueue(
+                Record("r"), rate_limit=RateLimit(1, per=60.0, burst=5, key="tests.rated")
+            )
         leased = await store.lease([QueueWeight("flow")], 10, worker_id="w", lease_duration=600)
         assert len(leased) == 4 + 2, "4 slots taken (2 capped jobs wait), 2 permits of a burst of 5"
 

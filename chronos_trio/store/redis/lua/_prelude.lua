@@ -463,13 +463,43 @@ local function limit_key(prefix, kind, key)
   return string.sub(prefix, 1, -3) .. kind .. ':' .. key
 end
 
--- Give back the concurrency slots a job with flow control fc holds; how many.
-local function release_slots(prefix, id, fc)
-  if not fc then return 0 end
-  local freed = 0
+-- The concurrency limit zsets of flow control fc beside the job key prefix
+-- (a list; memo caches them per fc text for a batch).
+local function slot_keys(prefix, fc, memo)
+  local got = memo[fc]
+  if got then return got end
+  got = {}
   for item in string.gmatch(fc, '[^\n]+') do
     local key = string.match(item, '^c%d+/(.+)$')
-    if key then freed = freed + redis.call('ZREM', limit_key(prefix, 'cap', key), id) end
+    if key then got[#got + 1] = limit_key(prefix, 'cap', key) end
+  end
+  memo[fc] = got
+  return got
+end
+
+-- Queue job id's concurrency slots (flow control fc) to be given back by
+-- give_back_slots: into gone (zset key -> ids), one ZREM per zset per batch.
+local function release_slots(prefix, id, fc, memo, gone)
+  for _, k in ipairs(slot_keys(prefix, fc, memo)) do
+    local ids = gone[k]
+    if not ids then
+      ids = {}
+      gone[k] = ids
+    end
+    ids[#ids + 1] = id
+  end
+end
+
+-- Give back the slots release_slots queued; how many were held.
+local function give_back_slots(gone)
+  local freed = 0
+  for k, ids in pairs(gone) do
+    for c = 1, #ids, 1000 do
+      -- pcall: a key of another type holds no slot (lease replaces it), and
+      -- must not stop a settle after its writes
+      local n = redis.pcall('ZREM', k, unpack(ids, c, math.min(c + 999, #ids)))
+      if type(n) == 'number' then freed = freed + n end
+    end
   end
   return freed
 end

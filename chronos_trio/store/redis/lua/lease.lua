@@ -97,7 +97,7 @@ end
 -- Flow control state of this call, read once per key and call: parsed fc
 -- texts, the rate limits' theoretical arrival times (written back at the
 -- end), the concurrency limits' holder counts.
-local flows, tats, moved, slots, listed_in = {}, {}, {}, {}, {}
+local flows, tats, moved, slots, listed_in, taken = {}, {}, {}, {}, {}, {}
 
 local function parse_flow(fc)
   local got = flows[fc]
@@ -183,19 +183,33 @@ local function take(flow, prefix, id, now, exp_s)
   end
   for _, c in ipairs(flow.caps) do
     local k = limit_key(prefix, 'cap', c[1])
-    redis.call('ZADD', k, exp_s, id)
+    -- the slot is taken now (slots counts it), written at the end: one
+    -- ZADD per limit and call
+    local add = taken[k]
+    if not add then
+      add = {}
+      taken[k] = add
+    end
+    add[#add + 1] = exp_s
+    add[#add + 1] = id
     slots[k] = slots[k] + 1
     listed_in[k] = true
   end
 end
 
 -- Write back the arrival times this call moved; each key lapses when its
--- time has come (its state is then that of a fresh limit). Every limit key
--- used is listed in its partition's <tag>:limits (for inspection).
+-- time has come (its state is then that of a fresh limit). Then the slots
+-- taken, and every limit key used listed in its partition's <tag>:limits
+-- (for inspection).
 local function flush_tats(now)
   for k in pairs(moved) do
     local t = tats[k]
     redis.call('SET', k, string.format('%.17g', t), 'PX', math.max(1, math.ceil((t - now) * 1000)))
+  end
+  for k, add in pairs(taken) do
+    for c = 1, #add, 1000 do
+      redis.call('ZADD', k, unpack(add, c, math.min(c + 999, #add)))
+    end
   end
   for k in pairs(listed_in) do
     local tag_end = string.find(k, '}:', 1, true)

@@ -88,7 +88,7 @@ local function settle_partition(part, first, last, res)
   local aside = new_aside()
   res[1] = aside
   local settled = {}
-  local freed = 0
+  local slot_memo, gone = {}, {}
   for i = first, last, 8 do
     local id = ARGV[i]
     local key = prefix .. id
@@ -131,7 +131,7 @@ local function settle_partition(part, first, last, res)
     elseif p == 1 then
       settled[#settled + 1] = id
       -- every outcome ends the lease: its concurrency slots are free at once
-      if f[9] then freed = freed + release_slots(prefix, id, f[9]) end
+      if f[9] then release_slots(prefix, id, f[9], slot_memo, gone) end
       if (kind == 'r' or kind == 'l' or kind == 'f')
           and redis.call('HEXISTS', key, 'ab') == 1 then
         kind = 'a'  -- an abort was asked while it ran: it does not run again
@@ -221,7 +221,7 @@ local function settle_partition(part, first, last, res)
   zrem_all(KEYS[b + 2], settled)
   if #settled > 0 then drop_idle_leased(KEYS[b + 2]) end
   -- after the codes: how many concurrency slots were given back
-  res[#res + 1] = freed
+  res[#res + 1] = give_back_slots(gone)
 end
 
 local out = {now_s}
