@@ -6,16 +6,31 @@ themselves run in the quick benchmark (tests/test_benchmarks_quick.py)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
 from benchmarks import _memory, report
+from chronos_trio.testing.redis_server import RedisServer
+
+
+@pytest.fixture
+def private_redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """A server of this test's own: measure() counts the server's client
+    connections, which the other tests' connections to the shared server
+    (closing at their own pace) would skew."""
+    server = RedisServer().start()
+    try:
+        yield server.url
+    finally:
+        server.close()
 
 
 @pytest.mark.redis
-def test_measure_finds_the_per_job_key_and_the_shared_index(redis_url: str) -> None:
+def test_measure_finds_the_per_job_key_and_the_shared_index(private_redis_url: str) -> None:
+    redis_url = private_redis_url
     client = redis.Redis.from_url(redis_url)
     n = 500
 
