@@ -427,3 +427,37 @@ async def test_tls_url(tmp_path: Path) -> None:
         [lj] = await lease(store)  # type: ignore[arg-type]
         assert lj.job.id == "secure" and lj.job.payload == b"\x00\xffraw"
         await store.aclose()
+
+
+@pytest.mark.parametrize("scripts", ["loaded", "flushed"])
+async def test_a_first_job_of_a_queue_the_worker_found_unknown_is_leased_at_once(
+    redis_url: str, scripts: str
+) -> None:
+    """A worker's lease caches a queue that has no topology yet as unknown;
+    the first enqueue's wake-up must make it look again (not lease from the
+    cached view, find nothing, and wait a whole poll interval). With the
+    server's scripts flushed (a restart), the enqueue script is re-run after
+    NOSCRIPT, and its wake-up must come after it again, not only before."""
+    worker = RedisStore.from_url(redis_url, namespace="first-job")
+    producer = RedisStore.from_url(redis_url, namespace="first-job")
+    try:
+        assert await worker.lease([QueueWeight("new")], 10, worker_id="w", lease_duration=30) == []
+        await producer.enqueue_many([NewJob("warm", "other", "k", b"{}")])  # scripts loaded
+        if scripts == "flushed":
+            client = redis.Redis.from_url(redis_url)
+            client.script_flush()
+            client.close()
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+
+                async def enqueue_soon() -> None:
+                    await trio.sleep(0.2)
+                    await producer.enqueue_many([NewJob("j1", "new", "k", b"{}")])
+
+                nursery.start_soon(enqueue_soon)
+                await worker.wait_ready(["new"], 30.0)
+            got = await worker.lease([QueueWeight("new")], 10, worker_id="w", lease_duration=30)
+        assert [lj.job.id for lj in got] == ["j1"]
+    finally:
+        await worker.aclose()
+        await producer.aclose()

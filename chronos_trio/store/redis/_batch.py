@@ -55,7 +55,11 @@ def reload_plan(ops: Sequence[Op], replies: Sequence[Any]) -> tuple[list[int], l
     if not missing:
         return missing, []
     scripts = {ops[i].script for i in missing}
-    return with_waits([op.args for op in ops], missing), [s for s in scripts if s is not None]
+    # wake-ups after the first re-run op go again: the first time they ran
+    # before it had applied, so the waiter they woke may have found nothing
+    wakes = [i for i in range(missing[0] + 1, len(ops)) if ops[i].wake]
+    rerun = sorted(set(missing) | set(wakes))
+    return with_waits([op.args for op in ops], rerun), [s for s in scripts if s is not None]
 
 
 def check_replies(ops: Sequence[Op], replies: Sequence[Any], where: str) -> None:

@@ -189,8 +189,15 @@ class RedisCore:
         self._meta[queue] = QueueMeta(versions, old.paused if old else False, time.monotonic())
 
     def any_open_cached(self, queues: Sequence[str]) -> bool:
-        """Whether the cache (however old) knows one of ``queues`` as not paused."""
-        return any((m := self._meta.get(q)) is not None and not m.paused for q in queues)
+        """Whether the cache (however old) knows one of ``queues`` as existing
+        and not paused. A queue cached as unknown (no topology yet) is not
+        open: a wake-up for it comes from its first enqueue, and a lease on
+        the cached view would find nothing there (its caller would then
+        wait a whole poll interval with the job ready)."""
+        return any(
+            (m := self._meta.get(q)) is not None and m.versions is not None and not m.paused
+            for q in queues
+        )
 
     def forget(self, queue: str) -> None:
         self._meta.pop(queue, None)
@@ -211,8 +218,8 @@ class RedisCore:
         for queue, n in counts.items():
             if n > 0:
                 key = self.keys.wake_ready(queue)
-                ops.append(Op.command(key, "LPUSH", key, *([b"1"] * min(n, WAKE_CAP))))
-                ops.append(Op.command(key, "LTRIM", key, 0, WAKE_CAP - 1))
+                ops.append(Op.wake_command(key, "LPUSH", key, *([b"1"] * min(n, WAKE_CAP))))
+                ops.append(Op.wake_command(key, "LTRIM", key, 0, WAKE_CAP - 1))
         return ops
 
     def wake_scheduled_ops(self, due: dict[str, float]) -> list[Op]:
@@ -220,8 +227,8 @@ class RedisCore:
         ops = []
         for queue, at in due.items():
             key = self.keys.wake_scheduled(queue)
-            ops.append(Op.command(key, "LPUSH", key, repr(at)))
-            ops.append(Op.command(key, "LTRIM", key, 0, WAKE_CAP - 1))
+            ops.append(Op.wake_command(key, "LPUSH", key, repr(at)))
+            ops.append(Op.wake_command(key, "LTRIM", key, 0, WAKE_CAP - 1))
         return ops
 
 

@@ -99,6 +99,10 @@ class Op:
     #: An error reply is returned as its exception instead of failing the
     #: batch: for reads of keys that may hold the wrong type (a damaged record).
     soft: bool = False
+    #: A wake-up (LPUSH of a token, its LTRIM): sent again after ops before
+    #: it that had to be re-run (their script was not loaded), so that a
+    #: waiter it wakes finds what they did (it may then wake twice: allowed).
+    wake: bool = False
 
     @classmethod
     def script_call(
@@ -110,6 +114,11 @@ class Op:
     @classmethod
     def command(cls, route: str | None, *args: Any) -> Op:
         return cls(route, args)
+
+    @classmethod
+    def wake_command(cls, route: str | None, *args: Any) -> Op:
+        """A wake-up command (see :attr:`wake`)."""
+        return cls(route, args, wake=True)
 
     @classmethod
     def soft_command(cls, route: str | None, *args: Any) -> Op:
