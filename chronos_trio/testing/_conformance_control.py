@@ -158,8 +158,11 @@ async def check_wait_ready_held_waits_for_a_freed_slot(fresh: Fresh) -> None:
     assert await lease(store) == []
     # the enqueue's own wake-ups may still be there (a spurious return is
     # allowed): let them be taken first
-    for _ in range(3):
-        await store.wait_ready(["q"], 0.05, held=True)
+    for _ in range(20):  # until one wait runs to its timeout: none left
+        started = trio.current_time()
+        await store.wait_ready(["q"], 0.1, held=True)
+        if trio.current_time() - started >= 0.09:
+            break
     woke = trio.Event()
 
     async def wait() -> None:
