@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,25 @@ def test_workflow_example_on_redis(redis_url: str) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "workflow order-7: INV-750" in proc.stdout
     assert proc.stdout.count("invoice for 750 cents") == 1
+
+
+def _check_flow_control_output(proc: subprocess.CompletedProcess[str]) -> None:
+    assert proc.returncode == 0, proc.stderr
+    assert "reports by priority: ['urgent', 'daily', 'weekly']" in proc.stdout
+    assert "dead: report expired: not started by" in proc.stdout
+    lookups = re.search(r"lookups: (\d+) in ([\d.]+)s", proc.stdout)
+    assert lookups is not None and int(lookups[1]) == 10
+    # 2 at once, then 7 more 1/20 s apart, and a 0.3 s hold after the 429
+    assert 0.6 <= float(lookups[2]) < 2.0, lookups[2]
+    assert "exports at once per tenant: {'acme': 2, 'globex': 2}" in proc.stdout
+
+
+def test_flow_control_example_on_the_embedded_store() -> None:
+    _check_flow_control_output(run_embedded("examples/flow_control.py"))
+
+
+@pytest.mark.redis
+def test_flow_control_example_on_redis(redis_url: str) -> None:
+    _check_flow_control_output(
+        run_example("examples/flow_control.py", env={"CHRONOS_URL": redis_url})
+    )
