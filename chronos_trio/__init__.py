@@ -76,6 +76,8 @@ if _TYPE_CHECKING:
     from .app import Workflow as Workflow
     from .app import schedule_rows as schedule_rows
     from .runtime import JobContext as JobContext
+    from .runtime import JobMetric as JobMetric
+    from .runtime import Metrics as Metrics
     from .runtime import Registry as Registry
     from .runtime import Schedule as Schedule
     from .runtime import TaskSpec as TaskSpec
@@ -109,6 +111,8 @@ _LAZY = {
     "VersionInfo": "app._inspector",
     "schedule_rows": "app._inspector",
     "JobContext": "runtime",
+    "JobMetric": "runtime",
+    "Metrics": "runtime",
     "Registry": "runtime",
     "Schedule": "runtime",
     "TaskSpec": "runtime",

@@ -88,7 +88,8 @@ def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool, aborted: bool = F
             kind,
         )
         if events.wants(JobAbortApplied):
-            events.publish(JobAbortApplied(job, recovered=False, duration=duration))
+            started = _started(rt, entry)
+            events.publish(JobAbortApplied(job, False, duration, started))
     elif kind is SettleKind.SUCCEEDED:
         rt.counters.succeeded += 1
         if debug:
@@ -100,7 +101,7 @@ def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool, aborted: bool = F
                 job.attempts,
             )
         if events.wants(JobSucceeded):
-            events.publish(JobSucceeded(job, duration or 0.0))
+            events.publish(JobSucceeded(job, duration or 0.0, _started(rt, entry)))
     elif kind is SettleKind.RETRY or kind is SettleKind.DEFER:
         rt.counters.retried += 1
         log.info(
@@ -114,7 +115,11 @@ def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool, aborted: bool = F
             outcome.error.splitlines()[0] if outcome.error else "",
         )
         if events.wants(JobRetried):
-            events.publish(JobRetried(job, duration or 0.0, outcome.error, outcome.retry_delay))
+            events.publish(
+                JobRetried(
+                    job, duration or 0.0, outcome.error, outcome.retry_delay, _started(rt, entry)
+                )
+            )
     elif kind is SettleKind.DEAD or kind is SettleKind.DISCARD:
         rt.counters.dead += 1
         if kind is SettleKind.DISCARD:
@@ -124,11 +129,22 @@ def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool, aborted: bool = F
         dead = attrs.evolve(
             job, state=JobState.DEAD, last_error=outcome.error, lease_token="", lease_owner=""
         )
-        rt.report_dead(dead, recovered=False, duration=duration)
+        rt.report_dead(dead, recovered=False, duration=duration, started_at=_started(rt, entry))
     else:
         rt.counters.released += 1
         if events.wants(JobReleased):
             events.publish(JobReleased(job))
+
+
+def _started(rt: Runtime, entry: Entry) -> float | None:
+    """When the entry's handler started, on the store's clock: the lease's
+    start (its expiry less the lease duration) plus the Trio time from the
+    lease's admission to the start (computed only for a subscriber)."""
+    if entry.started_at is None or entry.admitted_at is None:
+        return None
+    leased = entry.leased
+    granted = leased.expires_at - rt.config.lease_duration
+    return granted + (entry.started_at - entry.admitted_at)
 
 
 def _duration(entry: Entry) -> float | None:

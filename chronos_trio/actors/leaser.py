@@ -61,7 +61,7 @@ async def run(
             continue
         # Every lease enters the table before the first checkpoint, so a
         # crash while queueing leaves them there for the next incarnation.
-        entries = table.admit(batch, lease_deadline(asked_at, cfg.lease_duration))
+        entries = table.admit(batch, lease_deadline(asked_at, cfg.lease_duration), asked_at)
         rt.counters.leased += len(batch)
         if log.isEnabledFor(logging.DEBUG):
             for leased in batch:

@@ -30,6 +30,7 @@ from ..records._unique import Unique, unique_of
 from ..records._workflow import Chain, FlowStep, Group, final_job_id, predecessors
 from ..records._workflow import start as start_workflow
 from ..runtime._config import WorkerConfig
+from ..runtime._metrics import Metrics
 from ..runtime._registry import DeadLetterHook, Lifespan, Middleware, Registry
 from ..runtime._schedule import MisfirePolicy, Schedule
 from ..runtime._tasks import DEFAULT_RESULT_TTL, Handler, TaskSpec
@@ -56,6 +57,11 @@ class App:
     ``lifespan(app)`` is an async context manager each worker process enters
     once, before its first lease, and exits after its last settle; what it
     yields (a DB pool, an HTTP client) is ``job.lifespan`` in handlers.
+
+    ``metrics``: an object with the :class:`~chronos_trio.Metrics` methods
+    (job outcomes with duration, lateness and pickup; leases lost; jobs
+    recovered; actor restarts), fed by every worker of this app off the
+    settle path (see ``runtime._metrics``); None costs nothing.
     """
 
     def __init__(
@@ -65,6 +71,7 @@ class App:
         name: str = "chronos",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         lifespan: Lifespan | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.name = name
         self.max_payload_bytes = max_payload_bytes
@@ -73,7 +80,7 @@ class App:
         self._store_url = store if isinstance(store, str) or store is None else None
         self._store: Store | None = store if isinstance(store, Store) else None
         #: What workers of this app run: tasks, hooks, schedules.
-        self.registry = Registry(name, lifespan=lifespan)
+        self.registry = Registry(name, lifespan=lifespan, metrics=metrics)
 
     # -- store -------------------------------------------------------------------
     @property

@@ -44,6 +44,10 @@ class JobSucceeded:
     job: Job
     #: Seconds the handler ran (Trio's clock).
     duration: float
+    #: When its handler started (epoch seconds on the store's clock, from
+    #: its lease's start; None: it did not run or nobody asked): metrics
+    #: derive lateness from it.
+    started_at: float | None = None
 
 
 @attrs.frozen
@@ -54,6 +58,10 @@ class JobRetried:
     duration: float
     error: str
     delay: float
+    #: When its handler started (epoch seconds on the store's clock, from
+    #: its lease's start; None: it did not run or nobody asked): metrics
+    #: derive lateness from it.
+    started_at: float | None = None
 
 
 @attrs.frozen
@@ -68,6 +76,10 @@ class JobDead:
     #: Seconds its last handler ran (None: dead-lettered by recovery, or
     #: without running, e.g. an unknown kind).
     duration: float | None = None
+    #: When its handler started (epoch seconds on the store's clock, from
+    #: its lease's start; None: it did not run or nobody asked): metrics
+    #: derive lateness from it.
+    started_at: float | None = None
 
 
 @attrs.frozen
@@ -83,6 +95,10 @@ class JobAbortApplied:
     #: Seconds its handler ran before it was called off (None: it did not run,
     #: or recovery aborted it).
     duration: float | None = None
+    #: When its handler started (epoch seconds on the store's clock, from
+    #: its lease's start; None: it did not run or nobody asked): metrics
+    #: derive lateness from it.
+    started_at: float | None = None
 
 
 @attrs.frozen

@@ -74,6 +74,7 @@ class Entry:
 
     __slots__ = (
         "abort_requested",
+        "admitted_at",
         "cancel_scope",
         "deadline",
         "decided_at",
@@ -104,6 +105,10 @@ class Entry:
         #: Trio-clock times the handler started and its outcome was decided.
         self.started_at: float | None = None
         self.decided_at: float | None = None
+        #: Trio-clock time the lease was asked for (``admit``'s
+        #: ``asked_at``): with the store's expiry, it puts the handler's
+        #: start on the store's clock (metrics; one round trip early).
+        self.admitted_at: float | None = None
 
     @property
     def token(self) -> str:
@@ -176,7 +181,9 @@ class InFlight:
         return sum(1 for e in self._entries.values() if e.stage in stages)
 
     # -- leaser -----------------------------------------------------------------
-    def admit(self, batch: list[LeasedJob], deadline: float = math.inf) -> list[Entry]:
+    def admit(
+        self, batch: list[LeasedJob], deadline: float = math.inf, asked_at: float | None = None
+    ) -> list[Entry]:
         """Take a slot for each newly leased job (LEASED), each held until
         ``deadline`` on Trio's clock unless renewed. While draining they are
         released at once, so a lease that arrives during shutdown goes
@@ -188,6 +195,7 @@ class InFlight:
             if leased.token in self._entries:
                 raise IllegalTransition(f"lease token {leased.token!r} is already held")
             entry = Entry(leased, deadline)
+            entry.admitted_at = asked_at
             self._entries[leased.token] = entry
             entries.append(entry)
         if self.draining:

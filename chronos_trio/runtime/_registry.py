@@ -15,6 +15,7 @@ import attrs
 
 from ..records._jobs import Job
 from ._context import JobContext, Producer
+from ._metrics import Metrics
 from ._schedule import Schedule, leadership_name
 from ._tasks import TaskSpec
 
@@ -43,6 +44,8 @@ class Registry:
     #: Around every handler run, the first registered outermost.
     middleware: list[Middleware] = attrs.field(factory=list)
     lifespan: Lifespan | None = None
+    #: Fed by every worker of the app from its event seam (None: nothing is).
+    metrics: Metrics | None = None
 
     @property
     def leadership_name(self) -> str:

@@ -121,7 +121,14 @@ class Runtime:
             )
         return aside
 
-    def report_dead(self, job: Job, *, recovered: bool, duration: float | None = None) -> None:
+    def report_dead(
+        self,
+        job: Job,
+        *,
+        recovered: bool,
+        duration: float | None = None,
+        started_at: float | None = None,
+    ) -> None:
         """Log a job the store just dead-lettered and publish it (the
         notifier runs the dead-letter hooks). Never awaits."""
         log.warning(
@@ -133,7 +140,7 @@ class Runtime:
             (job.last_error.splitlines() or [""])[0],
         )
         if self.events.wants(JobDead):
-            self.events.publish(JobDead(job, job.last_error, recovered, duration))
+            self.events.publish(JobDead(job, job.last_error, recovered, duration, started_at))
 
 
 __all__ = ["Counters", "Runtime"]

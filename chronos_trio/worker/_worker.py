@@ -46,6 +46,7 @@ from ..records._errors import ActorFailed, first_exception
 from ..records._jobs import PENDING_STATES
 from ..runtime._config import WorkerConfig
 from ..runtime._events import ActorRestarted, JobDead
+from ..runtime._metrics import METRIC_EVENTS, MetricsFeed
 from ..runtime._registry import DeadLetterHook, WorkerHost
 from ..runtime._state import Counters, Runtime
 from ..runtime._supervisor import ChildSpec, Supervisor
@@ -200,6 +201,14 @@ class Worker:
                 JobDead,
                 functools.partial(_call_hook, hook),
                 name=f"on_dead_letter hook {getattr(hook, '__qualname__', hook)!r}",
+            )
+        metrics = self.app.registry.metrics
+        if metrics is not None:
+            # fed by the notifier, off the settle path (see runtime._metrics)
+            rt.events.subscribe(
+                METRIC_EVENTS,
+                MetricsFeed(metrics, self.config.lease_duration),
+                name=f"metrics {type(metrics).__qualname__}",
             )
         scopes: dict[str, trio.CancelScope] = {}
         log.info(

@@ -1,0 +1,121 @@
+"""The metrics seam: what a worker reports to an ``App(metrics=...)``
+object, with no dependency (a Prometheus or OpenTelemetry adapter implements
+:class:`Metrics`).
+
+Metrics are fed from the event seam (``runtime._events``) by the
+supervised notifier, never on the settle path: a slow or failing metrics
+object delays or drops only its own calls (the notifier bounds each call,
+see its timeout), never a job. With no metrics object nothing subscribes,
+and the completer does not even build the events (zero cost).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import attrs
+
+from ..records._jobs import Job
+from ._events import (
+    ActorRestarted,
+    Event,
+    JobAbortApplied,
+    JobDead,
+    JobRetried,
+    JobsRecovered,
+    JobSucceeded,
+    LeaseLost,
+)
+
+
+@attrs.frozen
+class JobMetric:
+    """One run's outcome, as the store recorded it.
+
+    ``outcome``: ``succeeded``, ``retried`` (a retry or a deferral),
+    ``dead`` (or discarded) or ``aborted``. ``attempt``: which attempt this
+    was (1 for the first). Seconds, all of them: ``duration`` the handler
+    ran (None: it did not run, e.g. recovery dead-lettered the job);
+    ``lateness`` from the job's due time to its handler's start;
+    ``pickup`` from its due time to its lease (the part of the lateness
+    spent waiting in the store). The due time is on the store's clock and
+    the start on the worker's: their skew is in both."""
+
+    queue: str
+    kind: str
+    outcome: str
+    attempt: int
+    duration: float | None
+    lateness: float | None
+    pickup: float | None
+
+
+class Metrics(Protocol):
+    """What a worker calls (from its notifier, one call at a time per
+    event, in the order things happened). Every method must be quick and
+    must not raise; what one raises is logged and the event dropped."""
+
+    def job_finished(self, metric: JobMetric) -> None: ...
+
+    def lease_lost(self, queue: str, kind: str) -> None: ...
+
+    def jobs_recovered(self, count: int) -> None: ...
+
+    def actor_restarted(self, actor: str) -> None: ...
+
+
+#: The events a metrics object is fed from.
+METRIC_EVENTS: tuple[type, ...] = (
+    JobSucceeded,
+    JobRetried,
+    JobDead,
+    JobAbortApplied,
+    LeaseLost,
+    JobsRecovered,
+    ActorRestarted,
+)
+
+
+@attrs.frozen
+class MetricsFeed:
+    """The event subscriber that turns events into :class:`Metrics` calls.
+    ``lease_duration``: the worker's, to tell when a job was leased (its
+    lease's expiry minus it)."""
+
+    metrics: Metrics
+    lease_duration: float
+
+    def __call__(self, event: Event) -> None:
+        m = self.metrics
+        if isinstance(event, JobSucceeded):
+            self._finished(event.job, "succeeded", event.duration, event.started_at)
+        elif isinstance(event, JobRetried):
+            self._finished(event.job, "retried", event.duration, event.started_at)
+        elif isinstance(event, JobDead):
+            self._finished(event.job, "dead", event.duration, event.started_at)
+        elif isinstance(event, JobAbortApplied):
+            self._finished(event.job, "aborted", event.duration, event.started_at)
+        elif isinstance(event, LeaseLost):
+            m.lease_lost(event.job.queue, event.job.kind)
+        elif isinstance(event, JobsRecovered):
+            m.jobs_recovered(len(event.job_ids))
+        elif isinstance(event, ActorRestarted):
+            m.actor_restarted(event.actor)
+
+    def _finished(
+        self, job: Job, outcome: str, duration: float | None, started_at: float | None
+    ) -> None:
+        leased_at = (
+            None if job.lease_expires_at is None else job.lease_expires_at - self.lease_duration
+        )
+        self.metrics.job_finished(
+            JobMetric(
+                job.queue,
+                job.kind,
+                outcome,
+                job.attempts,
+                duration,
+                None if started_at is None else started_at - job.run_at,
+                None if leased_at is None else leased_at - job.run_at,
+            )
+        )
