@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import trio
 
-from chronos_trio import Inspector, JobState
 from tests.test_process_e2e import LEASE, Manager, Runs
 from tests.tests_app import Record, make_app
 
@@ -71,7 +70,6 @@ async def test_concurrency_limit_with_a_sigkilled_holder(redis_url: str, tmp_pat
     cap, jobs, sleep = 4, 60, 0.3  # tests.capped: ConcurrencyLimit(4)
     manager = _flow_workers(redis_url, tmp_path)
     producer = make_app(redis_url)
-    inspector = producer.inspector()
     runs = Runs(redis_url, "capped")
     try:
         with trio.fail_after(60):
@@ -80,13 +78,14 @@ async def test_concurrency_limit_with_a_sigkilled_holder(redis_url: str, tmp_pat
                 [Record("capped", sleep=sleep) for _ in range(jobs)]
             )
             victim = None
-            while victim is None:  # a process that holds a slot, mid-run
-                for pid in children.values():
-                    held = await leased_by_queue(inspector, pid)
-                    if held and await runs.done_count() >= 8:
-                        victim = pid
-                        break
-                await trio.sleep(0.02)
+            while victim is None:  # a process whose handler runs (holds a slot) now
+                starts, done = await runs.lines("start"), await runs.lines("done")
+                ended = {(line[0], line[1]) for line in done}
+                running = [line for line in starts if (line[0], line[1]) not in ended]
+                if running and len(done) >= 8 and int(running[-1][1]) in children.values():
+                    victim = int(running[-1][1])  # the latest start: the most time left
+                else:
+                    await trio.sleep(0.02)
             os.kill(victim, signal.SIGKILL)
             killed_at = time.time()
             while await runs.done_count() < jobs:
@@ -111,8 +110,3 @@ async def test_concurrency_limit_with_a_sigkilled_holder(redis_url: str, tmp_pat
     # the dead holder's slot is back within its lease: after it, 4 run at once again
     after = [(a, b) for a, b in finished.values() if a >= killed_at + LEASE + 0.5]
     assert after and _max_overlap(after) == cap, "all slots in use again after the lease"
-
-
-async def leased_by_queue(inspector: Inspector, pid: int) -> list[str]:
-    page = await inspector.jobs("flow", JobState.LEASED, limit=100)
-    return [j.id for j in page.jobs if j.lease_owner.endswith(f":{pid}:0")]
