@@ -36,21 +36,11 @@ from chronos_trio import App, ConcurrencyLimit, JobContext, RateLimit
 from chronos_trio.store.redis import RedisStore
 
 from ._proc import REPO
-from ._redis import BenchRedis, open_redis
+from ._redis import open_redis
+from .workflows import loadavg, log
 
 RESULTS = REPO / "benchmarks" / "results" / "flow_control.json"
 VARIANTS = ("plain", "priorities", "rate limit", "concurrency limit")
-
-
-def _log(text: str) -> None:
-    print(text, flush=True)
-
-
-def _loadavg() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "?"
 
 
 async def drain(url: str, n: int, variant: str) -> float:
@@ -115,17 +105,13 @@ async def strict_order(url: str, n: int) -> dict[str, Any]:
     return {"jobs": len(seen), "in_order": in_order, "high_before_first_low": first_low}
 
 
-def _fresh(redis: BenchRedis) -> None:
-    redis.flush()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    load_start = _loadavg()
+    load_start = loadavg()
     started = time.monotonic()
     rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
     orders: list[dict[str, Any]] = []
@@ -136,14 +122,14 @@ def main() -> None:
             # lands on every variant alike
             order = list(VARIANTS[i % len(VARIANTS) :] + VARIANTS[: i % len(VARIANTS)])
             for variant in order:
-                _fresh(redis)
+                redis.flush()
                 rate = trio.run(drain, redis.url, args.jobs, variant)
                 rates[variant].append(rate)
-                _log(f"run {i + 1}/{args.runs} {variant}: {rate:,.0f} jobs/s (load {_loadavg()})")
-            _fresh(redis)
+                log(f"run {i + 1}/{args.runs} {variant}: {rate:,.0f} jobs/s (load {loadavg()})")
+            redis.flush()
             orders.append(trio.run(strict_order, redis.url, max(100, args.jobs // 10)))
-            _log(f"run {i + 1}/{args.runs} strict order: {orders[-1]}")
-    load_end = _loadavg()
+            log(f"run {i + 1}/{args.runs} strict order: {orders[-1]}")
+    load_end = loadavg()
     medians = {v: statistics.median(r) for v, r in rates.items()}
     doc = {
         "jobs": args.jobs,

@@ -62,7 +62,7 @@ async def test_a_drained_run_adds_up(autojump_clock: object) -> None:
     ok = await work.enqueue_many([Work(n) for n in range(20)])
     retried = await work.enqueue_many([Work(100 + n, fail="once") for n in range(5)])
     dead = await work.enqueue_many([Work(200 + n, fail="dead") for n in range(2)])
-    late = await work.enqueue(Work(300), delay=10.0)
+    await work.enqueue(Work(300), delay=10.0)  # due later: on time when it runs
     async with app.open_worker(concurrency=4, poll_interval=0.5) as worker:
         with trio.fail_after(120):
             await worker.wait_idle()
@@ -86,7 +86,7 @@ async def test_a_drained_run_adds_up(autojump_clock: object) -> None:
     # time, the last of them about 3 s late
     first = sorted(m.lateness for m in rec.finished if m.attempt == 1 and m.lateness is not None)
     assert first[0] < 0.01 and 2.5 < first[-1] < 5.0, first
-    assert late.job_id and rec.lost == [] and rec.restarts == []
+    assert rec.lost == [] and rec.restarts == []
 
 
 async def test_no_metrics_object_builds_no_event(autojump_clock: object) -> None:
@@ -110,7 +110,8 @@ async def test_recoveries_and_lost_leases_are_counted(autojump_clock: object) ->
     app.use_store(store)
     await app.tasks["work"].enqueue(Work(1, sleep=0.01))
     # a lease taken by a worker that died: recovered once it expires
-    [gone] = await store.lease([QueueWeight("default")], 1, worker_id="dead", lease_duration=1.0)
+    taken = await store.lease([QueueWeight("default")], 1, worker_id="dead", lease_duration=1.0)
+    assert len(taken) == 1
     async with app.open_worker(poll_interval=0.5, recover_interval=0.5) as worker:
         with trio.fail_after(60):
             await worker.wait_idle()
@@ -118,4 +119,3 @@ async def test_recoveries_and_lost_leases_are_counted(autojump_clock: object) ->
                 await trio.sleep(0.1)
     assert rec.recovered == 1
     assert [m.outcome for m in rec.finished] == ["succeeded"] and rec.finished[0].attempt == 2
-    assert gone.job.id
