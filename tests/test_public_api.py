@@ -30,6 +30,7 @@ PUBLIC_MODULES = (
     "chronos_trio.store.redis",
     "chronos_trio.records",
     "chronos_trio.cli",
+    "chronos_trio.dashboard",
     "chronos_trio.testing",
     "chronos_trio.producers",
     "chronos_trio.producers.sync",

@@ -14,6 +14,7 @@ Commands
 ``topology show|promote|complete [APP] QUEUE``   versioned queue routing
 ``schedules APP``            the app's cron/interval schedules
 ``check [APP] [--repair]``   walk the store for inconsistencies; repair them
+``dashboard [APP] --port P`` the web dashboard (``--token``/``--basic-auth``, ``--read-only``)
 
 ``APP`` is ``module:attribute`` (``module`` alone means ``module:app``). The
 store URL comes from ``--url``, else ``$CHRONOS_URL``, else the app; admin
@@ -31,7 +32,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from . import _admin, _worker_command
+from . import _admin, _dashboard_command, _worker_command
 from ._options import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, Parser, one_line
 
 Handler = Callable[[argparse.Namespace], int]
@@ -63,6 +64,10 @@ def build_parser() -> tuple[
     leaves[("worker",)] = worker
 
     _admin.add_commands(sub, leaves)
+
+    dashboard = sub.add_parser("dashboard", help="serve the web dashboard for APP or --url")
+    _dashboard_command.add_arguments(dashboard)
+    leaves[("dashboard",)] = dashboard
     return parser, leaves
 
 

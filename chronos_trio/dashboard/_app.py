@@ -1,0 +1,132 @@
+"""The dashboard's ASGI app: routes, error pages, and the guard around them."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..app._app import App
+from ..app._inspector import Inspector
+from ..records._errors import (
+    ActionRefused,
+    InspectorError,
+    StoreError,
+    TopologyError,
+    UnknownJob,
+    UnknownQueue,
+)
+from ._actions import Actions
+from ._events import events_endpoint
+from ._render import static_files
+from ._security import Credentials, Guard, Signer, parse_basic_auth
+from ._views import Options, Views
+
+#: An ASGI application (scope, receive, send).
+ASGIApp = Callable[
+    [
+        MutableMapping[str, Any],
+        Callable[[], Awaitable[MutableMapping[str, Any]]],
+        Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    ],
+    Awaitable[None],
+]
+
+
+def dashboard_app(
+    target: App | Inspector,
+    *,
+    token: str | None = None,
+    basic_auth: tuple[str, str] | str | None = None,
+    read_only: bool = False,
+    page_size: int = 50,
+    refresh: float = 2.0,
+    allowed_origins: Sequence[str] = (),
+    secret: bytes | None = None,
+    title: str = "chronos_trio",
+) -> ASGIApp:
+    """The web dashboard over ``target`` (an App: its store and schedules; or
+    an Inspector) as an ASGI app, to serve with
+    :func:`~chronos_trio.dashboard.serve_dashboard` or to mount in your own
+    ASGI server (it must run on Trio, like the store: Hypercorn's Trio worker).
+
+    ``token``: every request needs ``Authorization: Bearer TOKEN`` or a
+    session signed in with ``?token=TOKEN``. ``basic_auth``: HTTP Basic with
+    ``(user, password)`` or ``"user:password"``. Neither: no authentication
+    (keep it on loopback, or behind your own). ``read_only``: no action is
+    offered, and every action endpoint answers 403. ``page_size``: jobs per
+    page. ``refresh``: seconds between live updates. ``allowed_origins``:
+    origins besides the request's own host that may post actions (a proxy
+    that rewrites Host). ``secret``: the key that signs session cookies
+    (default: random, so a restart signs everyone out; give the same one to
+    every replica behind a load balancer).
+
+    The dashboard does not close the store: its owner does.
+    Raises ``ValueError`` for both a token and basic auth, an empty
+    credential, ``page_size`` < 1 or ``refresh`` <= 0.
+    """
+    if isinstance(basic_auth, str):
+        basic_auth = parse_basic_auth(basic_auth)
+    credentials = Credentials(token=token, basic=basic_auth)
+    if page_size < 1:
+        raise ValueError(f"page_size must be >= 1, got {page_size}")
+    if not refresh > 0:
+        raise ValueError(f"refresh must be > 0 seconds, got {refresh}")
+    inspector = target.inspector() if isinstance(target, App) else target
+    options = Options(read_only, page_size, refresh, tuple(allowed_origins), title)
+    signer = Signer(secret if secret is not None else secrets.token_bytes(32))
+    views = Views(inspector, options, signer)
+    actions = Actions(views)
+    files = static_files()
+
+    async def static(request: Request) -> Response:
+        found = files.get(request.path_params["name"])
+        if found is None:
+            raise HTTPException(404, "no such file")
+        body, media_type = found
+        return Response(body, media_type=media_type, headers={"cache-control": "max-age=300"})
+
+    def error_page(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:
+        async def handle(request: Request, exc: Exception) -> Response:
+            code = exc.status_code if isinstance(exc, HTTPException) else status
+            message = exc.detail if isinstance(exc, HTTPException) else str(exc)
+            return await views.render(
+                request, "error.html", status=code, code=code, message=message, nav_at=""
+            )
+
+        return handle
+
+    routes = [
+        Route("/", views.queues, methods=["GET"]),
+        Route("/queue", views.queue, methods=["GET"]),
+        Route("/jobs", views.jobs, methods=["GET"]),
+        Route("/job", views.job, methods=["GET"]),
+        Route("/lookup", views.lookup, methods=["GET"]),
+        Route("/schedules", views.schedules, methods=["GET"]),
+        Route("/limits", views.limits, methods=["GET"]),
+        Route("/confirm/{name}", actions.confirm, methods=["GET"]),
+        Route("/actions/{name}", actions.perform, methods=["POST"]),
+        Route("/events", events_endpoint(inspector, refresh), methods=["GET"]),
+        Route("/static/{name}", static, methods=["GET"]),
+    ]
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        HTTPException: error_page(500),
+        UnknownQueue: error_page(404),
+        UnknownJob: error_page(404),
+        ActionRefused: error_page(409),
+        TopologyError: error_page(409),
+        InspectorError: error_page(400),
+        StoreError: error_page(503),
+        ValueError: error_page(400),
+    }
+    app = Starlette(routes=routes, exception_handlers=handlers)
+    return Guard(app, credentials=credentials, signer=signer)
+
+
+__all__ = ["ASGIApp", "dashboard_app"]

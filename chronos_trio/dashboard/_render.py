@@ -1,0 +1,120 @@
+"""Templates and the formatting they use.
+
+One Jinja2 environment with autoescaping on for every template, and
+StrictUndefined (a misspelt name fails the test suite, not the page).
+No template marks data ``|safe``: a payload, an error or a queue name is
+always text, whatever it holds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+
+from ..app._inspector import payload_view, result_view
+from ..records._control import JobControl
+from ..records._jobs import Job
+
+HERE = Path(__file__).resolve().parent
+
+
+def iso(ts: float | None) -> str:
+    """Store-clock epoch seconds as ``2025-01-31 12:00:00Z`` (``-`` for None)."""
+    if ts is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def duration(seconds: float) -> str:
+    """``4.2s``, ``3m05s``, ``2h03m``, ``3d04h``."""
+    s = abs(seconds)
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
+
+def relative(ts: float | None, now: float) -> str:
+    """``in 4.2s`` / ``3m05s ago`` from the store's ``now`` (``-`` for None)."""
+    if ts is None:
+        return "-"
+    delta = ts - now
+    return f"in {duration(delta)}" if delta >= 0 else f"{duration(delta)} ago"
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+
+
+def payload_text(job: Job) -> str:
+    return pretty_json(payload_view(job))
+
+
+def result_text(job: Job) -> str | None:
+    return None if job.result is None else pretty_json(result_view(job))
+
+
+def control_rows(control: JobControl | None, now: float) -> list[tuple[str, str]]:
+    """A job's priority, expiry and limits as (what, value) rows."""
+    if control is None:
+        return []
+    rows = []
+    if control.priority:
+        rows.append(("priority", str(control.priority)))
+    if control.expires_at is not None:
+        rows.append(("expires", f"{iso(control.expires_at)} ({relative(control.expires_at, now)})"))
+    rows += [
+        ("rate limit", f"{count}/{per:g}s burst {burst}, key {key}")
+        for key, count, per, burst in control.rates
+    ]
+    rows += [("concurrency limit", f"{limit}, key {key}") for key, limit in control.caps]
+    return rows
+
+
+def link(base: str, path: str, **params: object) -> str:
+    """``base + path`` with ``params`` (those not None) as the query string."""
+    query = urlencode({k: str(v) for k, v in params.items() if v is not None})
+    return f"{base}{path}" + (f"?{query}" if query else "")
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.globals.update(iso=iso, relative=relative, duration=duration)
+    return env
+
+
+def static_files() -> dict[str, tuple[bytes, str]]:
+    """name -> (content, media type) of the files under ``static/``."""
+    types = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+    return {
+        p.name: (p.read_bytes(), types[p.suffix])
+        for p in sorted((HERE / "static").iterdir())
+        if p.suffix in types
+    }
+
+
+__all__ = [
+    "control_rows",
+    "duration",
+    "environment",
+    "iso",
+    "link",
+    "payload_text",
+    "relative",
+    "result_text",
+    "static_files",
+]

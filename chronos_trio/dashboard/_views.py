@@ -1,0 +1,234 @@
+"""The dashboard's pages (GET only: none of them changes anything).
+
+Each page is one or a few :class:`~chronos_trio.Inspector` calls rendered by a
+template. What a page may offer to do is shown only when the dashboard is not
+read-only; the actions themselves live in ``_actions``.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from ..app._inspector import RUN_NOW_STATES, Inspector, next_run_at
+from ..records._jobs import FINISHED_STATES, Job, JobState
+from ..records._workflow import describe
+from ..store import VersionState
+from ._render import control_rows, environment, link, payload_text, result_text
+from ._security import SESSION_KEY, Session, Signer, mount_path
+
+FLASH_COOKIE = "chronos_dashboard_flash"
+#: Job states in the order the pages show them.
+STATES = tuple(JobState)
+MAX_PAGE = 500
+
+
+@attrs.frozen
+class Options:
+    """What the factory was told (see :func:`dashboard_app`)."""
+
+    read_only: bool = False
+    page_size: int = 50
+    refresh: float = 2.0
+    allowed_origins: tuple[str, ...] = ()
+    title: str = "chronos_trio"
+
+
+def job_actions(job: Job) -> list[str]:
+    """The actions the job's state allows (names of ``_actions.ACTIONS``)."""
+    out = []
+    if job.state is JobState.DEAD and not job.damage:
+        out.append("requeue")
+    elif job.state in RUN_NOW_STATES and not job.damage:
+        out.append("run-now")
+    if job.state not in FINISHED_STATES:
+        out.append("abort")
+    if job.state is not JobState.LEASED:
+        out.append("delete")
+    return out
+
+
+def int_param(request: Request, name: str, default: int, *, minimum: int = 0) -> int:
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise HTTPException(400, f"{name} must be an integer, got {text!r}") from None
+    if value < minimum:
+        raise HTTPException(400, f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def required(params: Mapping[str, str], name: str) -> str:
+    value = params.get(name, "")
+    if not value:
+        raise HTTPException(400, f"missing parameter {name!r}")
+    return value
+
+
+class Views:
+    """The pages over ``inspector``, rendered with the dashboard's templates."""
+
+    def __init__(self, inspector: Inspector, options: Options, signer: Signer) -> None:
+        self.inspector = inspector
+        self.options = options
+        self.signer = signer
+        self.env = environment()
+
+    # -- rendering ----------------------------------------------------------------
+    def session(self, request: Request) -> Session:
+        session = request.scope.get(SESSION_KEY)
+        if not isinstance(session, Session):  # the guard always sets it
+            raise RuntimeError("the dashboard's views run only behind its guard")
+        return session
+
+    def flash_cookie(self, request: Request, response: Response, text: str) -> None:
+        """Show ``text`` once, on the next page (a signed cookie: no page
+        shows text an outside link put in its URL)."""
+        value = base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+        response.set_cookie(
+            FLASH_COOKIE,
+            self.signer.sign("flash", value),
+            path=mount_path(request.scope) or "/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+
+    def _take_flash(self, request: Request) -> str | None:
+        raw = request.cookies.get(FLASH_COOKIE)
+        value = self.signer.unsign("flash", raw) if raw else None
+        if value is None:
+            return None
+        try:
+            return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode()
+        except ValueError:
+            return None
+
+    async def render(
+        self, request: Request, template: str, *, status: int = 200, **context: Any
+    ) -> HTMLResponse:
+        base = mount_path(request.scope)
+        flash = self._take_flash(request)
+        try:
+            now = await self.inspector.now()
+        except Exception:  # an error page must render even when the store is down
+            now = 0.0
+        html = self.env.get_template(template).render(
+            base=base,
+            url=lambda path, **params: link(base, path, **params),
+            title=self.options.title,
+            read_only=self.options.read_only,
+            csrf=self.session(request).csrf,
+            flash=flash,
+            now=now,
+            states=STATES,
+            **context,
+        )
+        response = HTMLResponse(html, status_code=status)
+        if flash is not None:
+            response.delete_cookie(FLASH_COOKIE, path=base or "/")
+        return response
+
+    # -- pages --------------------------------------------------------------------
+    async def queues(self, request: Request) -> Response:
+        infos = await self.inspector.queues()
+        return await self.render(request, "queues.html", queues=infos, nav_at="queues")
+
+    async def queue(self, request: Request) -> Response:
+        name = required(request.query_params, "name")
+        info = await self.inspector.queue(name)
+        limits = await self.inspector.limits(name)
+        draining = [v.version for v in info.versions if v.state is VersionState.DRAINING]
+        active = [v for v in info.versions if v.state is VersionState.ACTIVE]
+        return await self.render(
+            request,
+            "queue.html",
+            q=info,
+            limits=limits,
+            dead=info.counts.get(JobState.DEAD, 0),
+            draining=draining,
+            active_partitions=active[0].partitions if active else 1,
+            nav_at="queues",
+        )
+
+    async def jobs(self, request: Request) -> Response:
+        params = request.query_params
+        queue = required(params, "queue")
+        state = JobState.parse(required(params, "state"))
+        offset = int_param(request, "offset", 0)
+        limit = min(int_param(request, "limit", self.options.page_size, minimum=1), MAX_PAGE)
+        page = await self.inspector.jobs(queue, state, offset=offset, limit=limit)
+        return await self.render(
+            request,
+            "jobs.html",
+            page=page,
+            time_label=_time_label(state),
+            time_of=_time_of(state),
+            prev_offset=max(0, offset - limit) if offset > 0 else None,
+            nav_at="queues",
+        )
+
+    async def job(self, request: Request) -> Response:
+        params = request.query_params
+        job_id = params.get("id", "").strip()
+        if not job_id:
+            raise HTTPException(400, "give a job ID to look up")
+        job = await self.inspector.job(job_id, queue=params.get("queue") or None)
+        return await self.render(
+            request,
+            "job.html",
+            job=job,
+            payload=payload_text(job),
+            result=result_text(job),
+            then=describe(job.then),
+            control=control_rows(job.control, await self.inspector.now()),
+            next_run=next_run_at(job),
+            actions=[] if self.options.read_only else job_actions(job),
+            nav_at="queues",
+        )
+
+    async def lookup(self, request: Request) -> Response:
+        """The lookup form's target: the job's page."""
+        job_id = request.query_params.get("id", "").strip()
+        if not job_id:
+            raise HTTPException(400, "give a job ID to look up")
+        return RedirectResponse(link(mount_path(request.scope), "/job", id=job_id), 303)
+
+    async def schedules(self, request: Request) -> Response:
+        rows = None if self.inspector.app is None else await self.inspector.schedules()
+        return await self.render(request, "schedules.html", rows=rows, nav_at="schedules")
+
+    async def limits(self, request: Request) -> Response:
+        rows = await self.inspector.limits()
+        return await self.render(request, "limits.html", rows=rows, nav_at="limits")
+
+
+def _time_label(state: JobState) -> str:
+    if state is JobState.LEASED:
+        return "lease expires"
+    if state in FINISHED_STATES:
+        return "finished"
+    return "due"
+
+
+def _time_of(state: JobState) -> Any:
+    def of(job: Job) -> float | None:
+        if state is JobState.LEASED:
+            return job.lease_expires_at
+        if state in FINISHED_STATES:
+            return job.finished_at
+        return job.run_at
+
+    return of
+
+
+__all__ = ["FLASH_COOKIE", "STATES", "Options", "Views", "job_actions", "required"]
