@@ -1,0 +1,165 @@
+"""The dashboard in a real browser: Debian's Chromium, headless, driven by
+Selenium through Debian's chromedriver, against the dashboard served by
+Hypercorn's Trio worker on a loopback port.
+
+Locally a missing chromium/chromedriver skips these tests; with ``CI=true``
+it fails them (``.ci/run`` installs both)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from chronos_trio import JobState, MemoryStore
+from chronos_trio.store import Store
+from tests._dashboard import (
+    XSS,
+    XSS_ERROR,
+    ServedDashboard,
+    browser_missing,
+    open_browser,
+    populate_dashboard,
+)
+
+#: Seconds any one wait in the browser may take.
+WAIT = 10
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    missing = browser_missing()
+    if missing is not None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and {missing}: the browser tests must run in CI")
+        pytest.skip(missing)
+    driver = open_browser(str(tmp_path_factory.mktemp("chromium-profile")))
+    driver.set_page_load_timeout(WAIT)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def browser_fresh(browser: Any) -> Any:
+    browser.get("about:blank")
+    browser.delete_all_cookies()
+    return browser
+
+
+def served(**options: Any) -> ServedDashboard:
+    import trio
+
+    store = MemoryStore()
+    app = trio.run(populate_dashboard, store)
+    return ServedDashboard(app, **options)
+
+
+def wait_for(driver: Any, condition: Any) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, WAIT).until(condition)
+
+
+def job_state(dash: ServedDashboard, job_id: str) -> JobState | None:
+    store: Store = dash.app.store
+    job = dash.call(store.get_job, job_id)
+    return None if job is None else job.state
+
+
+def test_requeue_a_dead_job_from_the_queues_page(browser_fresh: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = browser_fresh
+    with served(token="tok3n", refresh=0.2) as dash:
+        driver.get(f"{dash.url}/?token=tok3n")  # signs in, then moves on to /
+        wait_for(driver, lambda d: d.title.startswith("Queues"))
+        dead = driver.find_element(By.CSS_SELECTOR, '[data-queue="default"][data-state="dead"]')
+        assert dead.text == "2"
+        # the script ran (the CSP allows ours) and the event stream is live
+        wait_for(driver, lambda d: d.find_element(By.ID, "live").text.startswith("live"))
+        dead.click()
+        wait_for(driver, lambda d: "dead jobs of" in d.title)
+        driver.find_element(By.LINK_TEXT, "dead-1").click()
+        wait_for(driver, lambda d: d.title.startswith("Job dead-1"))
+        assert driver.find_element(By.ID, "job-state").text == "dead"
+        assert "PayloadError: bad" in driver.find_element(By.ID, "last-error").text
+        driver.find_element(By.ID, "action-requeue").click()
+        wait_for(driver, lambda d: d.title.startswith("Requeue?"))
+        assert job_state(dash, "dead-1") is JobState.DEAD, "the confirmation page changes nothing"
+        driver.find_element(By.ID, "confirm").click()
+        wait_for(driver, lambda d: d.find_elements(By.CLASS_NAME, "flash"))
+        assert "dead job dead-1 requeued" in driver.find_element(By.CLASS_NAME, "flash").text
+        assert driver.find_element(By.ID, "job-state").text == "ready"
+        assert job_state(dash, "dead-1") is JobState.READY
+
+        # live: a change in the store shows on the open page without a reload
+        driver.get(f"{dash.url}/")
+        cell = '[data-queue="default"][data-state="dead"]'
+        assert driver.find_element(By.CSS_SELECTOR, cell).text == "1"
+        dash.call(dash.app.inspector().requeue_dead, "default")
+        wait_for(driver, lambda d: d.find_element(By.CSS_SELECTOR, cell).text == "0")
+
+
+def test_markup_in_a_payload_shows_as_text(browser_fresh: Any) -> None:
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+
+    driver = browser_fresh
+    with served() as dash:
+        driver.get(f"{dash.url}/job?id=xss-1")
+        wait_for(driver, lambda d: d.title.startswith("Job xss-1"))
+        assert XSS in driver.find_element(By.ID, "payload").text
+        assert driver.find_element(By.ID, "last-error").text == XSS_ERROR
+        assert driver.find_elements(By.CSS_SELECTOR, "main script, main img") == []
+        assert driver.execute_script("return window.__xss === undefined")
+        with pytest.raises(NoAlertPresentException):
+            driver.switch_to.alert.text  # noqa: B018 - raises when no alert is open
+
+
+def test_read_only_mode_has_no_action_buttons(browser_fresh: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = browser_fresh
+    with served(read_only=True) as dash:
+        for path in ("/job?id=dead-1", "/queue?name=default"):
+            driver.get(dash.url + path)
+            wait_for(driver, lambda d: d.find_elements(By.TAG_NAME, "main"))
+            assert driver.find_elements(By.CSS_SELECTOR, ".actions, a.button, [id^=action-]") == []
+            assert driver.find_elements(By.CSS_SELECTOR, "form[method=post]") == []
+            assert "Requeue" not in driver.find_element(By.TAG_NAME, "main").text
+        driver.get(f"{dash.url}/confirm/requeue?id=dead-1&queue=default")
+        assert "this dashboard is read-only" in driver.find_element(By.TAG_NAME, "main").text
+        assert job_state(dash, "dead-1") is JobState.DEAD
+
+
+def test_a_wrong_token_gets_401(browser_fresh: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = browser_fresh
+    with served(token="right") as dash:
+        driver.get(f"{dash.url}/?token=wrong")
+        assert driver.title == "401 Unauthorized"
+        assert "Wrong token" in driver.find_element(By.TAG_NAME, "body").text
+        driver.get(f"{dash.url}/")
+        assert driver.title == "401 Unauthorized", "a wrong token signed nobody in"
+        # the status as the browser got it, from the same server
+        assert httpx.get(f"{dash.url}/?token=wrong", timeout=5).status_code == 401
+        # the sign-in form on the 401 page takes the right token
+        field = driver.find_element(By.NAME, "token")
+        field.send_keys("right")
+        field.submit()
+        wait_for(driver, lambda d: d.title.startswith("Queues"))
+
+
+def test_screenshot_helper_writes_a_png(browser_fresh: Any, tmp_path: Path) -> None:
+    from tests.dashboard_screenshot import screenshot
+
+    out = tmp_path / "dashboard.png"
+    screenshot(out, driver=browser_fresh)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
