@@ -60,6 +60,7 @@ from .records import Unique as Unique
 from .records import UnknownJob as UnknownJob
 from .records import UnknownQueue as UnknownQueue
 from .records import UnknownTask as UnknownTask
+from .records import WorkerInfo as WorkerInfo
 from .records import chain as chain
 from .records import group as group
 
@@ -171,6 +172,7 @@ __all__ = [
     "UnknownJob",
     "UnknownQueue",
     "UnknownTask",
+    "WorkerInfo",
     *_LAZY,
 ]
 

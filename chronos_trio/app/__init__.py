@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ..records._public import fixup_module_metadata as _fixup
 from ..records._public import lazy_getattr as _lazy_getattr
+from ..records._workers import WorkerInfo as WorkerInfo
 from ._app import App as App
 from ._handle import HandleHost as HandleHost
 from ._handle import JobHandle as JobHandle

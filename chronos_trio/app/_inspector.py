@@ -25,6 +25,7 @@ import attrs
 
 from ..records._errors import ActionRefused, InspectorError, UnknownJob, UnknownQueue
 from ..records._jobs import Job, JobState
+from ..records._workers import WorkerInfo, worker_order
 from ..runtime._registry import WorkerHost
 from ..store import (
     LEASE_GRACE,
@@ -422,6 +423,17 @@ class Inspector:
                 if (kind, key) not in seen:
                     out.append(LimitInfo(name, key, kind, 0, None, text))
         return out
+
+    # -- workers -------------------------------------------------------------------
+    async def workers(self) -> list[WorkerInfo]:
+        """Every live worker process (each records itself in the store and
+        refreshes its entry every heartbeat interval): id, host, pid,
+        queues, concurrency, when it started and last beat (store clock),
+        and the jobs it was running at that beat. Sorted by host, then
+        pid. A worker that stopped cleanly is gone at once; one that died
+        without unregistering drops out when its entry's ttl (a few beats)
+        passes. Raises StoreError when the store cannot be reached."""
+        return sorted(await self.store.workers(), key=worker_order)
 
     # -- the store checker -------------------------------------------------------
     async def check(

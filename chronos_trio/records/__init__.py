@@ -41,6 +41,7 @@ from ._options import JobDefaults as JobDefaults
 from ._public import fixup_module_metadata as _fixup
 from ._retry import RetryPolicy as RetryPolicy
 from ._unique import Unique as Unique
+from ._workers import WorkerInfo as WorkerInfo
 from ._workflow import Arrival as Arrival
 from ._workflow import Chain as Chain
 from ._workflow import FlowStep as FlowStep

@@ -88,7 +88,8 @@ class WorkerConfig:
     """Knobs of one worker process, validated when built: a bad value or
     combination raises ``ValueError`` naming it (``TypeError`` for an unknown
     option). Defaults that depend on other options are computed from them:
-    heartbeat every lease/3, recovery every lease/6 (at most 5 s), an
+    heartbeat every lease/3, recovery every lease/6 (at most 5 s), a
+    worker registry entry lapsing three heartbeats after its last, an
     in-flight cap of concurrency + 2 * batch_size and a leased-job buffer of
     batch_size.
 
@@ -117,6 +118,12 @@ class WorkerConfig:
     lease_duration: float = attrs.field(default=30.0, validator=_positive)
     heartbeat_interval: float = attrs.field(
         default=_derived(lambda c: c.lease_duration / 3), validator=_positive
+    )
+    #: The worker's entry in the store's worker registry lapses this long
+    #: after its last beat (it beats every ``heartbeat_interval``): a worker
+    #: killed without unregistering drops out of ``workers`` within it.
+    registry_ttl: float = attrs.field(
+        default=_derived(lambda c: 3 * c.heartbeat_interval), validator=_positive
     )
     #: Expired leases are found within this long of expiring.
     recover_interval: float = attrs.field(
@@ -162,6 +169,12 @@ class WorkerConfig:
             raise ValueError(
                 f"heartbeat_interval ({self.heartbeat_interval}s) must be shorter than "
                 f"lease_duration ({self.lease_duration}s) or every lease would expire"
+            )
+        if self.registry_ttl <= self.heartbeat_interval:
+            raise ValueError(
+                f"registry_ttl ({self.registry_ttl}s) must be longer than "
+                f"heartbeat_interval ({self.heartbeat_interval}s) or the worker's "
+                "registry entry would lapse between beats"
             )
         if self.max_in_flight < self.concurrency:
             raise ValueError(

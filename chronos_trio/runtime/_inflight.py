@@ -174,6 +174,17 @@ class InFlight:
         """Entries in the run queue."""
         return len(self._run_queue)
 
+    def running_job_ids(self, limit: int) -> list[str]:
+        """The job IDs of the running handlers, at most ``limit`` of them
+        (the worker registry's beat reads them; a read, never a copy kept)."""
+        out: list[str] = []
+        for entry in self._entries.values():
+            if len(out) >= limit:
+                break
+            if entry.stage is Stage.RUNNING:
+                out.append(entry.leased.job.id)
+        return out
+
     def in_stage(self, *stages: Stage) -> list[Entry]:
         return [e for e in self._entries.values() if e.stage in stages]
 

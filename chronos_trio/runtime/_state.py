@@ -71,6 +71,10 @@ class Runtime:
     sync_limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
     #: What the app's lifespan yielded (set by the worker before any actor runs).
     lifespan: Any = None
+    #: When this worker registered in the store's worker registry (store
+    #: clock; None until then). Set only by the registrar, once: a restarted
+    #: registrar keeps the worker's start time.
+    registered_at: float | None = None
     #: Newer-format records already warned about (the store reports them on
     #: every call while they wait): bounded, oldest forgotten first.
     _newer_seen: dict[str, None] = attrs.field(factory=dict)

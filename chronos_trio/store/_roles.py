@@ -8,8 +8,9 @@ backend that offers fewer roles runs the checks that apply to it).
 * :class:`StoreRole`: the base of every role: the store's clock (``now``),
   ``shared_across_processes`` and ``aclose``.
 * :class:`WorkerRole`: the worker's hot path (enqueue, promote, lease,
-  renew, settle, recover) and idle waiting.
-* :class:`AdminRole`: inspection, administration and retention (``trim``).
+  renew, settle, recover), idle waiting, and the worker registry's beats.
+* :class:`AdminRole`: inspection (the live workers too), administration
+  and retention (``trim``).
 * :class:`TopologyRole`: versioned queue routing.
 * :class:`LeadershipRole`: leadership leases with epochs, and schedule
   triggers fenced by them.
@@ -93,6 +94,7 @@ from ..records._jobs import (
     LeaseRef,
     NewJob,
 )
+from ..records._workers import WorkerInfo
 from ..records._workflow import Arrival
 
 
@@ -717,6 +719,31 @@ class WorkerRole(StoreRole):
         ``timeout`` is a ValueError on the MemoryStore.
         """
 
+    # -- the worker registry (one call per beat, never per job) ------------------------
+    @abc.abstractmethod
+    async def beat_worker(self, worker: WorkerInfo, ttl: float) -> None:
+        """Record ``worker`` in the registry of live workers, or refresh its
+        entry (keyed by ``worker.worker_id``, replacing what the entry held):
+        the first beat registers it. The store sets ``last_beat`` to its own
+        now (the value passed is ignored) and keeps the entry listed until
+        ``ttl`` (> 0) seconds after it: a worker that stops beating (killed,
+        paused, cut off) drops out of :meth:`AdminRole.workers` then, even
+        if nothing removed its entry yet. At most
+        :data:`~chronos_trio.records._workers.MAX_RUNNING_IDS` of
+        ``running_job_ids`` are kept. The same call may remove a few lapsed
+        entries of other workers (bounded work, so stale entries never pile
+        up). Atomic: a listing sees the old entry or the new one.
+
+        Raises ``ValueError`` for a ``ttl`` that is not positive, StoreError
+        when the store cannot be reached (beating again is harmless).
+        """
+
+    @abc.abstractmethod
+    async def unregister_worker(self, worker_id: str) -> None:
+        """Remove the registry entry of ``worker_id`` (a worker stopping
+        cleanly); an absent entry is fine. Raises StoreError when the store
+        cannot be reached (the entry then lapses by itself)."""
+
 
 class AdminRole(StoreRole):
     """Inspection and administration: what an operator (the ``Inspector``,
@@ -861,6 +888,16 @@ class AdminRole(StoreRole):
         Raises StoreError when the store cannot be reached; some jobs may
         have been deleted then (trimming again is harmless).
         """
+
+    @abc.abstractmethod
+    async def workers(self) -> list[WorkerInfo]:
+        """Every live worker of the registry (see
+        :meth:`WorkerRole.beat_worker`): each entry whose last beat is less
+        than its ttl ago by the store's clock, sorted by host, then pid. A
+        lapsed entry is never listed, removed or not. An entry that cannot
+        be read (not a record of this version: damaged, or of a newer
+        format) is skipped with a warning, never failing the listing.
+        Raises StoreError when the store cannot be reached."""
 
     @abc.abstractmethod
     async def limit_usage(self, queue: str) -> list[LimitUsage]:

@@ -32,8 +32,16 @@ from ..records._jobs import (
     NewJob,
 )
 from ..records._unique import Unique
+from ..records._workers import WorkerInfo
 from ..records._workflow import WORKFLOW_KEEP, Arrival
-from . import _memory_check, _memory_control, _memory_damage, _memory_unique, _partitioning
+from . import (
+    _memory_check,
+    _memory_control,
+    _memory_damage,
+    _memory_unique,
+    _memory_workers,
+    _partitioning,
+)
 from ._partitioning import partition_of, share_by_weight, share_strictly
 from ._roles import (
     LEASE_GRACE,
@@ -188,6 +196,8 @@ class MemoryStore(Store):
         self._outbox_filled = trio.Event()
         #: Groups: ID -> (expiry, size, results by member index).
         self._groups: dict[str, tuple[float, int, dict[int, bytes | None]]] = {}
+        #: The worker registry (see ``_memory_workers``).
+        self._workers = _memory_workers.WorkerRegistry()
 
     # -- helpers -----------------------------------------------------------------
     def _put(self, job: Job) -> None:
@@ -853,6 +863,19 @@ class MemoryStore(Store):
     async def now(self) -> float:
         await trio.lowlevel.checkpoint()
         return self._clock()
+
+    # -- the worker registry -------------------------------------------------------------
+    async def beat_worker(self, worker: WorkerInfo, ttl: float) -> None:
+        await trio.lowlevel.checkpoint()
+        self._workers.beat(worker, ttl, self._clock())
+
+    async def unregister_worker(self, worker_id: str) -> None:
+        await trio.lowlevel.checkpoint()
+        self._workers.unregister(worker_id)
+
+    async def workers(self) -> list[WorkerInfo]:
+        await trio.lowlevel.checkpoint()
+        return self._workers.live(self._clock())
 
     # -- inspection ----------------------------------------------------------------------
     async def queues(self) -> list[str]:

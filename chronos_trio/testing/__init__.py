@@ -1,7 +1,10 @@
 """Test support shipped with chronos_trio: the store conformance suite and
 fault-injection helpers, usable by any project that builds on it."""
 
-from . import _conformance_control  # noqa: F401 - registers the flow-control checks in CHECKS
+from . import (
+    _conformance_control,  # noqa: F401 - registers the flow-control checks in CHECKS
+    _conformance_workers,  # noqa: F401 - registers the worker registry's checks
+)
 from .conformance import CHECKS as CHECKS
 from .conformance import Check as Check
 from .conformance import StoreFactory as StoreFactory

@@ -9,7 +9,9 @@ Actors start in four groups and stop in reverse order:
 * settlement — heartbeater, completer, continuer: they keep leases alive,
   write outcomes, and run what follows a workflow job that succeeded;
 * notification — the notifier, which runs dead-letter hooks and other event
-  subscribers off the settle path, so it stops last and may flush.
+  subscribers off the settle path, so it stops last and may flush; and the
+  registrar, which keeps this process listed in the store's worker
+  registry while any of it runs and removes the entry as it stops.
 
 Graceful shutdown (cancellation of :meth:`Worker.run`, or :meth:`Worker.stop`):
 stop intake, hand jobs that have not started straight back to ready, let
@@ -40,6 +42,7 @@ from ..actors import (
     notifier,
     promoter,
     recoverer,
+    registrar,
     scheduler,
 )
 from ..records._errors import ActorFailed, first_exception
@@ -57,7 +60,7 @@ log = logging.getLogger("chronos_trio.worker")
 #: The actors of each group, in start order; groups start in this order and
 #: stop in the reverse one.
 GROUPS: Mapping[str, tuple[ModuleType, ...]] = {
-    "notification": (notifier,),
+    "notification": (notifier, registrar),
     "settlement": (heartbeater, completer, continuer),
     "execution": (executor,),
     "intake": (promoter, leaser, recoverer, janitor, leader, scheduler),

@@ -83,6 +83,10 @@ LEADER_RENEW = Script.load("leader_renew")
 LEADER_GET = Script.load("leader_get")
 TRIGGER_RECORD = Script.load("trigger_record")
 WATCH = Script.load("watch")
+# The worker registry: no job records, so no prelude.
+WORKER_BEAT = Script.load("worker_beat", prelude=False)
+WORKER_UNREGISTER = Script.load("worker_unregister", prelude=False)
+WORKERS_LIST = Script.load("workers_list", prelude=False)
 
 
 @attrs.frozen

@@ -56,6 +56,12 @@ Global keys (single-key commands or single-key scripts only):
 ``{ns:L:<name>}:damaged``          pending triggers that could not be decoded
 ``{ns:wf:<group>}:g``             a workflow group's member results
                                    (field = index), expiring with the workflow
+``{ns:workers}:info``              the worker registry: hash worker id ->
+                                   its entry's JSON (``records._workers``)
+``{ns:workers}:lapse``             zset worker id -> when its entry lapses
+                                   (last beat + ttl, Redis TIME); the two
+                                   keys of the registry share one tag, and
+                                   each script on them touches that slot only
 ``{ns:done}``                      pub/sub channel (not a key): the key of a
                                    finished job whose record names it in
                                    field ``w`` (a producer waits on it)
@@ -140,6 +146,14 @@ class PartitionKeys:
 
 
 @attrs.frozen
+class WorkerKeys:
+    """The worker registry's keys; both share one hash tag."""
+
+    info: str
+    lapse: str
+
+
+@attrs.frozen
 class LeaderKeys:
     """The keys of one leadership name; all share one hash tag."""
 
@@ -158,6 +172,9 @@ class KeySpace:
         self.topology = f"{{{self._ns}:meta}}:topology"
         self.paused = f"{{{self._ns}:meta}}:paused"
         self.done_channel = f"{{{self._ns}:done}}"
+        self.workers = WorkerKeys(
+            info=f"{{{self._ns}:workers}}:info", lapse=f"{{{self._ns}:workers}}:lapse"
+        )
         self._partitions: dict[tuple[str, int, int], PartitionKeys] = {}
 
     def partition(self, queue: str, version: int, partition: int) -> PartitionKeys:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ...records._jobs import EnqueueResult, Job, JobOutcome, JobRef, JobState, LeaseRef, NewJob
+from ...records._workers import WorkerInfo
 from ...records._workflow import Arrival
 from .._roles import (
     LEASE_GRACE,
@@ -37,7 +38,7 @@ from .._roles import (
     Store,
     TriggerResult,
 )
-from . import _admin, _enqueue, _flow, _jobs, _leader, _limits, _results, _waiting
+from . import _admin, _enqueue, _flow, _jobs, _leader, _limits, _results, _waiting, _workers
 from ._adapter import RedisAdapter, ReplicaWait
 from ._commands import RedisCommands
 from ._connect import SENTINEL_SCHEMES, connect, node_address, parse_store_url
@@ -286,6 +287,18 @@ class RedisStore(Store):
     async def now(self) -> float:
         (t,) = await self._adapter.execute([Op.command(None, "TIME")])
         return self._ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)
+
+    # -- the worker registry ---------------------------------------------------------------
+    async def beat_worker(self, worker: WorkerInfo, ttl: float) -> None:
+        """One ``worker_beat.lua`` (one round trip), which also removes a
+        few lapsed entries (see :mod:`._workers`)."""
+        await _workers.beat(self._ctx, worker, ttl)
+
+    async def unregister_worker(self, worker_id: str) -> None:
+        await _workers.unregister(self._ctx, worker_id)
+
+    async def workers(self) -> list[WorkerInfo]:
+        return await _workers.workers(self._ctx)
 
     # -- inspection and administration --------------------------------------------------
     async def queues(self) -> list[str]:
