@@ -16,7 +16,7 @@ import httpx
 import pytest
 import trio
 
-from chronos_trio import App, JobState, MemoryStore
+from chronos_trio import App, JobState, MemoryStore, WorkerInfo
 from chronos_trio.cli import EXIT_BAD_URL, EXIT_USAGE, main
 from chronos_trio.dashboard import ASGIApp, dashboard_app
 from chronos_trio.store import VersionState
@@ -129,6 +129,32 @@ async def test_schedules_and_limits_pages(web: httpx.AsyncClient) -> None:
     assert schedules.status_code == 200 and "Schedules" in schedules.text
     limits = await web.get("/limits")
     assert limits.status_code == 200
+
+
+async def test_workers_page_lists_live_workers(app: App, web: httpx.AsyncClient) -> None:
+    empty = await web.get("/workers")
+    assert empty.status_code == 200 and "No live workers" in empty.text
+    now = await app.store.now()
+    for pid, running in ((4242, ("leased-1",)), (77, ())):
+        info = WorkerInfo(
+            worker_id=f"testhost:{pid}:0",
+            host="testhost",
+            pid=pid,
+            queues=("default", "critical"),
+            concurrency=8,
+            started_at=now - 30,
+            last_beat=now,
+            running=len(running) + (2 if running else 0),
+            running_job_ids=running,
+        )
+        await app.store.beat_worker(info, ttl=60)
+    html = (await web.get("/workers")).text
+    assert html.index("testhost:77:0") < html.index("testhost:4242:0"), "by host, then pid"
+    assert '<a href="/job?id=leased-1"><code>leased-1</code></a>' in html
+    assert "and 2 more" in html and "default, critical" in html
+    assert "2 worker process(es), 3 of 16 handler slots busy" in html
+    await app.store.unregister_worker("testhost:77:0")
+    assert "testhost:77:0" not in (await web.get("/workers")).text
 
 
 # -- actions --------------------------------------------------------------------------

@@ -98,6 +98,11 @@ def test_requeue_a_dead_job_from_the_queues_page(browser_fresh: Any) -> None:
         assert driver.find_element(By.ID, "job-state").text == "ready"
         assert job_state(dash, "dead-1") is JobState.READY
 
+        # the workers page, reached from the navigation bar
+        driver.find_element(By.LINK_TEXT, "Workers").click()
+        wait_for(driver, lambda d: d.title.startswith("Workers"))
+        assert "No live workers" in driver.find_element(By.TAG_NAME, "main").text
+
         # live: a change in the store shows on the open page without a reload
         driver.get(f"{dash.url}/")
         cell = '[data-queue="default"][data-state="dead"]'

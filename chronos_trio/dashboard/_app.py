@@ -110,6 +110,7 @@ def dashboard_app(
         Route("/lookup", views.lookup, methods=["GET"]),
         Route("/schedules", views.schedules, methods=["GET"]),
         Route("/limits", views.limits, methods=["GET"]),
+        Route("/workers", views.workers, methods=["GET"]),
         Route("/confirm/{name}", actions.confirm, methods=["GET"]),
         Route("/actions/{name}", actions.perform, methods=["POST"]),
         Route("/events", events_endpoint(inspector, refresh), methods=["GET"]),

@@ -207,6 +207,10 @@ class Views:
         rows = None if self.inspector.app is None else await self.inspector.schedules()
         return await self.render(request, "schedules.html", rows=rows, nav_at="schedules")
 
+    async def workers(self, request: Request) -> Response:
+        rows = await self.inspector.workers()
+        return await self.render(request, "workers.html", rows=rows, nav_at="workers")
+
     async def limits(self, request: Request) -> Response:
         rows = await self.inspector.limits()
         return await self.render(request, "limits.html", rows=rows, nav_at="limits")
