@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -445,7 +446,8 @@ def test_dashboard_command_serves_a_redis_store(redis_url: str) -> None:
             await store.aclose()
 
     trio.run(fill)
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "CHRONOS_DASHBOARD_TOKEN": "t0k"}
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": root, "CHRONOS_DASHBOARD_TOKEN": "t0k"}
     env.pop("CHRONOS_URL", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "chronos_trio", "dashboard", "--url", redis_url, "--port", "0"],

@@ -91,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # Hypercorn's own "Running on" line would repeat ours; its errors still show
+    logging.getLogger("chronos_trio.dashboard").setLevel(logging.WARNING)
+    logging.getLogger("chronos_trio.dashboard.access").setLevel(logging.INFO)
     where = describe_store(app, url, store)
     open_to_all = token is None and basic is None and args.host not in LOOPBACK
     trio.run(_serve, asgi, inspector, where, args, open_to_all)
