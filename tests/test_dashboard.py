@@ -17,11 +17,12 @@ import httpx
 import pytest
 import trio
 
-from chronos_trio import App, JobState, MemoryStore, WorkerInfo
+from chronos_trio import App, Inspector, JobState, MemoryStore, WorkerInfo
 from chronos_trio.cli import EXIT_BAD_URL, EXIT_USAGE, main
 from chronos_trio.dashboard import ASGIApp, dashboard_app
 from chronos_trio.store import VersionState
 from tests._dashboard import XSS, XSS_ERROR, csrf_of, populate_dashboard
+from tests.tests_app import Note, Record
 
 ORIGIN = "http://testserver"
 
@@ -125,11 +126,28 @@ async def test_paging_through_a_state(web: httpx.AsyncClient) -> None:
     assert bad.status_code == 400
 
 
-async def test_schedules_and_limits_pages(web: httpx.AsyncClient) -> None:
-    schedules = await web.get("/schedules")
-    assert schedules.status_code == 200 and "Schedules" in schedules.text
-    limits = await web.get("/limits")
-    assert limits.status_code == 200
+async def test_limits_on_the_job_queue_and_limits_pages(app: App, web: httpx.AsyncClient) -> None:
+    await app.tasks["tests.rated"].enqueue(Record("k"), job_id="rated-1", priority=5)
+    job = (await web.get("/job", params={"id": "rated-1"})).text
+    assert "<th>Priority</th><td>5</td>" in job
+    assert "<th>Rate limit</th><td>50/1s burst 5, key tests.rated</td>" in job
+    for page in (await web.get("/limits"), await web.get("/queue", params={"name": "flow"})):
+        assert "<td>rate</td><td><code>tests.rated</code></td><td>50/1s burst 5</td>" in page.text
+        assert "<td>concurrency</td><td><code>tests.capped</code></td><td>4</td>" in page.text
+
+
+async def test_schedules_page(app: App) -> None:
+    async with client(dashboard_app(app.inspector())) as web:
+        page = await web.get("/schedules")
+        assert page.status_code == 200 and "The app declares no schedules" in page.text
+    app.cron("*/5 * * * *", Note("digest"))
+    async with client(dashboard_app(app)) as web:
+        page = (await web.get("/schedules")).text
+        assert "<code>*/5 * * * *</code>" in page and "tests.note" in page
+        assert "none (no worker leads now)" in page and "never" in page
+    async with client(dashboard_app(Inspector(app.store))) as web:
+        page = (await web.get("/schedules")).text
+        assert "Schedules are declared in the app" in page
 
 
 async def test_workers_page_lists_live_workers(app: App, web: httpx.AsyncClient) -> None:
