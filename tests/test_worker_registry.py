@@ -1,8 +1,9 @@
 """The worker registry in the runtime: each worker records itself in the
 store (actors/registrar), beats with its running jobs, and leaves on a clean
 stop or when its beat lapses. On the MemoryStore under Trio's virtual clock,
-so the times asserted are exact beats. (The store methods themselves are
-held to the conformance suite; a real process on Redis is in
+so the times asserted are exact beats; and the RedisStore's handling of
+unreadable and lapsed entries. (The store methods themselves are held to the
+conformance suite; real worker processes on Redis are in
 tests/test_cli_workers.py.)"""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 import trio
 
 from chronos_trio import App, Inspector, JobContext, MemoryStore, WorkerConfig, WorkerInfo
+from chronos_trio.store.redis import RedisStore
 from chronos_trio.testing import FaultyStore
 
 #: A beat every 2 s; the entry lapses 6 s after the last one.
@@ -145,3 +147,35 @@ async def test_an_unreadable_entry_is_skipped_with_a_warning(
         assert [w.worker_id for w in await Inspector(store).workers()] == ["ok"]
     assert "'junk' skipped: not JSON" in caplog.text
     assert "'newer' skipped: record format 99 is newer" in caplog.text
+
+
+@pytest.mark.redis
+async def test_redis_registry_skips_unreadable_entries_and_sweeps_lapsed_ones(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import redis
+
+    store = RedisStore.from_url(redis_url, namespace="reg")
+    client = redis.Redis.from_url(redis_url)
+    info, lapse = "{reg:workers}:info", "{reg:workers}:lapse"
+    try:
+        now = await store.now()
+        await store.beat_worker(WorkerInfo("ok", "h", 1, ("q",), 1, now, 0.0, 0, ()), 30.0)
+        client.hset(info, mapping={"junk": b"\xff{", "newer": b'{"v": 99}'})
+        client.zadd(lapse, {"junk": now + 60, "newer": now + 60, "no-entry": now + 60})
+        with caplog.at_level(logging.WARNING, "chronos_trio.store.redis"):
+            [ok] = await store.workers()
+        assert ok.worker_id == "ok" and ok.last_beat == pytest.approx(now, abs=0.05)
+        for text in ("'junk' skipped: not JSON", "'newer' skipped: record format 99", "'no-entry'"):
+            assert text in caplog.text
+        # a lapsed entry is not listed, and the next beat (of anyone) removes it
+        client.hset(info, "old", b"{}")
+        client.zadd(lapse, {"old": now - 1})
+        assert [w.worker_id for w in await store.workers()] == ["ok"]
+        await store.beat_worker(WorkerInfo("ok", "h", 1, ("q",), 1, now, 0.0, 0, ()), 30.0)
+        assert not client.hexists(info, "old") and client.zscore(lapse, "old") is None
+        await store.unregister_worker("ok")
+        assert not client.hexists(info, "ok") and client.zscore(lapse, "ok") is None
+    finally:
+        client.close()
+        await store.aclose()

@@ -1,5 +1,6 @@
 """Admin commands on the :class:`~chronos_trio.Inspector`: queues, jobs, job,
-run-now, delete, abort, requeue-dead, pause, resume, topology, limits, schedules, check.
+run-now, delete, abort, requeue-dead, pause, resume, topology, limits, schedules,
+workers, check.
 
 Each takes ``[APP]`` and/or ``--url`` (a URL alone is enough, except for
 ``schedules``, which lives in the app), prints a table or ``--json``, and
@@ -117,6 +118,13 @@ def add_commands(sub: Any, leaves: dict[tuple[str, ...], argparse.ArgumentParser
         "rate and concurrency limits per queue: their keys, use now and declared limits",
     )
     p.add_argument("--queue", help="only this queue")
+
+    command(
+        ("workers",),
+        "_workers",
+        "live worker processes: host, pid, queues, concurrency, uptime, last beat and "
+        "running jobs (a worker that died drops out within three heartbeats)",
+    )
 
     p = command(("schedules",), "_schedules", "the app's cron and interval schedules")
     p.set_defaults(needs_app=True)

@@ -46,6 +46,8 @@ from ._output import (
     schedules_table,
     topology_json,
     topology_table,
+    worker_json,
+    workers_table,
 )
 
 
@@ -324,6 +326,15 @@ async def _schedules(ctx: Context, args: argparse.Namespace) -> int:
         print_json([schedule_json(row) for row in rows], ctx.out)
     else:
         _say(ctx, schedules_table(rows, await ctx.inspector.now()))
+    return EXIT_OK
+
+
+async def _workers(ctx: Context, args: argparse.Namespace) -> int:
+    rows = await ctx.inspector.workers()
+    if ctx.json:
+        print_json([worker_json(row) for row in rows], ctx.out)
+    else:
+        _say(ctx, workers_table(rows, await ctx.inspector.now()))
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ Commands
 ``pause | resume [APP] QUEUE``       stop / restart leasing from a queue
 ``topology show|promote|complete [APP] QUEUE``   versioned queue routing
 ``schedules APP``            the app's cron/interval schedules
+``workers [APP]``            live worker processes and the jobs they run
 ``check [APP] [--repair]``   walk the store for inconsistencies; repair them
 ``dashboard [APP] --port P`` the web dashboard (``--token``/``--basic-auth``, ``--read-only``)
 

@@ -18,6 +18,7 @@ from ..app._inspector import (
 )
 from ..records._control import JobControl
 from ..records._jobs import FINISHED_STATES, Job, JobState
+from ..records._workers import WorkerInfo
 from ..records._workflow import WORKFLOW_KEEP, describe
 from ..store import CheckReport, Finding, Problem, QueueTopology, Repair
 
@@ -428,6 +429,54 @@ def schedules_table(rows: Sequence[ScheduleInfo], now: float) -> str:
     )
 
 
+# -- workers ---------------------------------------------------------------------------
+def worker_json(w: WorkerInfo) -> dict[str, Any]:
+    """The fields of :class:`~chronos_trio.WorkerInfo` as they are (times as
+    epoch seconds on the store's clock)."""
+    return {
+        "worker_id": w.worker_id,
+        "host": w.host,
+        "pid": w.pid,
+        "queues": list(w.queues),
+        "concurrency": w.concurrency,
+        "started_at": w.started_at,
+        "last_beat": w.last_beat,
+        "running": w.running,
+        "running_job_ids": list(w.running_job_ids),
+    }
+
+
+def workers_table(rows: Sequence[WorkerInfo], now: float) -> str:
+    if not rows:
+        return "no live workers"
+    return table(
+        ["WORKER", "HOST", "PID", "QUEUES", "CONCURRENCY", "RUNNING", "UP", "LAST BEAT", "JOBS"],
+        [
+            [
+                w.worker_id,
+                w.host,
+                w.pid,
+                ",".join(w.queues),
+                w.concurrency,
+                w.running,
+                duration(now - w.started_at),
+                relative(w.last_beat, now),
+                _job_ids(w),
+            ]
+            for w in rows
+        ],
+    )
+
+
+def _job_ids(w: WorkerInfo, shown: int = 3) -> str | None:
+    """The first running job IDs, and how many more run."""
+    if not w.running:
+        return None
+    ids = list(w.running_job_ids[:shown])
+    more = w.running - len(ids)
+    return ",".join(ids) + (f" (+{more})" if more > 0 else "")
+
+
 # -- the store checker ------------------------------------------------------------------
 def finding_json(f: Finding) -> dict[str, Any]:
     return {
@@ -531,4 +580,6 @@ __all__ = [
     "table",
     "topology_json",
     "topology_table",
+    "worker_json",
+    "workers_table",
 ]
