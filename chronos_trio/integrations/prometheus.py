@@ -8,9 +8,13 @@ with ``python -m chronos_trio worker APP --metrics-port P`` (which installs a
 :func:`serve_metrics` in your own program. The names, labels and buckets
 are listed in ``docs/metrics.md`` and in :data:`METRIC_NAMES`.
 
-Cost: every label combination is bound once and cached, so recording a job
-is a dict lookup and four observations (about 3 us of Python; see
-``benchmarks/metrics.py``).
+Cost: a finished run is appended to a buffer (a deque append); the buffer
+is applied to the metrics in batches: when it holds ``BATCH`` runs, when
+it is older than ``MAX_AGE`` seconds at the next call (any call: an idle
+worker still makes leadership round trips every ``leader_ttl / 2`` or
+sooner), and before every scrape of :attr:`PrometheusMetrics.registry`
+(a collector registered first). Each label combination is bound once and
+cached. See ``benchmarks/metrics.py`` for what it costs per job.
 
 Several processes (``--processes N``): prometheus-client's multiprocess
 mode. The process manager makes a fresh directory, sets
@@ -27,11 +31,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client import multiprocess as _multiprocess
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from ..records._jobs import JobState
 from ..runtime._metrics import JobMetric, MetricsBase
@@ -47,6 +54,24 @@ DELAY_BUCKETS: tuple[float, ...] = (
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
     300.0, 900.0, 3600.0,
 )  # fmt: skip
+
+#: Runs buffered before they are applied to the metrics at once.
+BATCH = 256
+#: Oldest a buffered run may be at the next call before the buffer is applied.
+MAX_AGE = 0.5
+
+
+class _FlushFirst(Collector):
+    """Registered first in the registry: applies the buffered runs before
+    the other collectors are read (a scrape sees every run finished so far)."""
+
+    def __init__(self, metrics: PrometheusMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        self._metrics.flush()
+        return ()
+
 
 #: Every metric this module exports (as scraped: a counter ``x`` is
 #: ``x_total``; a histogram ``h`` is ``h_bucket``, ``h_count``, ``h_sum``).
@@ -86,6 +111,12 @@ class PrometheusMetrics(MetricsBase):
     ) -> None:
         self.registry = CollectorRegistry() if registry is None else registry
         reg, ns = self.registry, namespace
+        # appended to by the worker's thread, emptied by it or by a scrape's:
+        # deque.append and popleft are atomic
+        self._pending: deque[JobMetric] = deque()
+        self._flushed_at = time.monotonic()
+        self._flush_lock = threading.Lock()
+        reg.register(_FlushFirst(self))
         self.jobs = Counter(
             "jobs", "Runs finished, by outcome (succeeded, retried, dead, aborted).",
             ("queue", "kind", "outcome"), namespace=ns, registry=reg,
@@ -142,6 +173,21 @@ class PrometheusMetrics(MetricsBase):
         self._by_operation: dict[tuple[str, bool], Any] = {}
 
     def job_finished(self, metric: JobMetric) -> None:
+        pending = self._pending
+        pending.append(metric)
+        if len(pending) >= BATCH or time.monotonic() - self._flushed_at > MAX_AGE:
+            self.flush()
+
+    def flush(self) -> None:
+        """Apply every buffered run to the metrics now (done by itself; see
+        the module docstring). Safe from any thread."""
+        with self._flush_lock:
+            self._flushed_at = time.monotonic()
+            pending = self._pending
+            while pending:
+                self._record(pending.popleft())
+
+    def _record(self, metric: JobMetric) -> None:
         key = (metric.queue, metric.kind, metric.outcome)
         bound = self._by_outcome.get(key)
         if bound is None:
@@ -171,6 +217,8 @@ class PrometheusMetrics(MetricsBase):
         self.actor_restarts.labels(actor).inc()
 
     def store_round_trip(self, operation: str, failed: bool) -> None:
+        if self._pending and time.monotonic() - self._flushed_at > MAX_AGE:
+            self.flush()
         key = (operation, failed)
         bound = self._by_operation.get(key)
         if bound is None:
@@ -236,8 +284,10 @@ def serve_metrics(registry: CollectorRegistry, port: int, host: str = "0.0.0.0")
 
 
 __all__ = [
+    "BATCH",
     "DELAY_BUCKETS",
     "DURATION_BUCKETS",
+    "MAX_AGE",
     "METRIC_NAMES",
     "MetricsServer",
     "PrometheusMetrics",

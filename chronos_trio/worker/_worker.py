@@ -233,6 +233,7 @@ class Worker:
                 METRIC_EVENTS,
                 MetricsFeed(metrics, self.config.lease_duration),
                 name=f"metrics {type(metrics).__qualname__}",
+                inline=True,
             )
         observing = _observe_store(store, metrics)
         scopes: dict[str, trio.CancelScope] = {}
