@@ -229,6 +229,9 @@ class PrometheusMetrics(MetricsBase):
             self.store_round_trip(operation, False)
 
     def queue_depths(self, stats: Sequence[QueueStats]) -> None:
+        if not stats:  # this worker stopped leading: withdraw its series
+            self.queue_jobs.clear()
+            return
         for s in stats:
             for state in JobState:
                 self.queue_jobs.labels(s.queue, state.value).set(s.counts.get(state, 0))

@@ -106,7 +106,8 @@ class MetricsBase:
     def queue_depths(self, stats: Sequence[QueueStats]) -> None:
         """Optional. Jobs per state of every queue the store knows, read by
         the elected leader only, every ``WorkerConfig.gauge_interval``
-        seconds (a follower never calls it)."""
+        seconds (a follower never calls it). An empty ``stats``: this
+        worker stopped leading (withdraw what it reported)."""
 
     def process_restarted(self, index: int) -> None:
         """Optional. The process manager restarted child ``index`` (called in
