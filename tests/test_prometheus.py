@@ -90,10 +90,14 @@ class Counting(PrometheusMetrics):
     def __init__(self) -> None:
         super().__init__()
         self.readings = 0
+        #: Per call: how many queues, and whether any depth series was left.
+        self.calls: list[tuple[int, bool]] = []
 
     def queue_depths(self, stats: Sequence[QueueStats]) -> None:
         self.readings += 1
         super().queue_depths(stats)
+        left = any(m.samples for m in self.queue_jobs.collect())
+        self.calls.append((len(stats), left))
 
 
 async def test_queue_depths_are_read_by_the_leader_only(autojump_clock: object) -> None:
@@ -127,6 +131,34 @@ async def test_queue_depths_are_read_by_the_leader_only(autojump_clock: object) 
         )
         is None
     )
+
+
+async def test_a_worker_that_stops_leading_withdraws_its_depths(autojump_clock: object) -> None:
+    from chronos_trio.testing import FaultyStore
+
+    a = Counting()
+    store = FaultyStore(MemoryStore())
+    app = App(metrics=a)
+    app.use_store(store)
+
+    @app.task("work")
+    async def work(w: Work, job: JobContext) -> None: ...
+
+    await work.enqueue_many([Work(n) for n in range(2)], delay=1000.0)
+    async with app.open_worker(gauge_interval=1.0, poll_interval=0.5, leader_ttl=3.0) as worker:
+        await trio.sleep(3.5)
+        assert worker.runtime.leadership.value is not None
+        before = len(a.calls)
+        # the store refuses this worker's leadership: it steps down within the ttl
+        store.break_ops("renew_leadership", "acquire_leadership")
+        with trio.fail_after(10):
+            await worker.runtime.leadership.wait_value(lambda lead: lead is None)
+        await trio.sleep(3.0)
+    assert before >= 2 and all(c == (1, True) for c in a.calls[:before])
+    assert value(a, "chronos_queue_jobs", queue="default", state="scheduled") == 0
+    # after stepping down: one empty reading that withdrew every series, then none
+    assert a.calls[-1] == (0, False), a.calls
+    assert [c for c in a.calls[before:] if c[0] == 0] == [(0, False)], a.calls
 
 
 def test_every_grafana_expression_names_an_exported_metric() -> None:
@@ -218,6 +250,15 @@ async def run_worker_and_scrape(redis_url: str, tmp_path: Path, processes: int, 
         if processes > 1:
             assert len({line.split()[1] for line in done}) == processes, "both children worked"
             assert total(samples, "chronos_process_restarts_total") == 0
+            # kill -9 a child: the manager counts the restart, and the dead
+            # child's figures stay in the sum (totals never go back)
+            os.kill(int(done[0].split()[1]), signal.SIGKILL)
+            with trio.fail_after(8):
+                while total(samples, "chronos_process_restarts_total") < 1:
+                    await trio.sleep(0.1)
+                    samples = await trio.to_thread.run_sync(scrape, port)
+            assert total(samples, "chronos_process_restarts_total") == 1
+            assert total(samples, "chronos_jobs_total", **lab) == jobs
         proc.send_signal(signal.SIGTERM)
         with trio.fail_after(8):
             while proc.poll() is None:
