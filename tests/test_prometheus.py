@@ -278,3 +278,31 @@ async def test_metrics_endpoint_of_a_worker_process(redis_url: str, tmp_path: Pa
 @pytest.mark.redis
 async def test_one_endpoint_sums_both_processes(redis_url: str, tmp_path: Path) -> None:
     await run_worker_and_scrape(redis_url, tmp_path, 2, 200)
+
+
+def test_batched_observations_equal_prometheus_own() -> None:
+    import random
+
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from chronos_trio import JobMetric
+    from chronos_trio.integrations.prometheus import DURATION_BUCKETS
+
+    rng = random.Random(7)
+    reg = CollectorRegistry()
+    plain = Histogram("plain", "", registry=reg, buckets=DURATION_BUCKETS)
+    m = PrometheusMetrics()
+    # values on bucket bounds, between them, beyond the last, and negative lateness
+    values = [rng.choice([*DURATION_BUCKETS, 0.0, 1000.0, rng.random() * 400]) for _ in range(600)]
+    for v in values:
+        plain.observe(v)
+        m.job_finished(JobMetric("q", "k", "succeeded", 1, v, -1.0, None))
+    lab = {"queue": "q", "kind": "k"}
+    for le in [*DURATION_BUCKETS, float("inf")]:
+        edge = "+Inf" if le == float("inf") else str(le)
+        want = reg.get_sample_value("plain_bucket", {"le": edge})
+        assert value(m, "chronos_job_duration_seconds_bucket", le=edge, **lab) == want, le
+    assert value(m, "chronos_job_duration_seconds_sum", **lab) == pytest.approx(sum(values))
+    assert value(m, "chronos_job_lateness_seconds_bucket", le="0.001", **lab) == 600  # clamped to 0
+    assert value(m, "chronos_job_pickup_seconds_count", **lab) == 0
+    assert value(m, "chronos_jobs_total", outcome="succeeded", **lab) == 600
