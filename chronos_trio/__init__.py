@@ -79,6 +79,7 @@ if _TYPE_CHECKING:
     from .runtime import JobContext as JobContext
     from .runtime import JobMetric as JobMetric
     from .runtime import Metrics as Metrics
+    from .runtime import MetricsBase as MetricsBase
     from .runtime import Registry as Registry
     from .runtime import Schedule as Schedule
     from .runtime import TaskSpec as TaskSpec
@@ -114,6 +115,7 @@ _LAZY = {
     "JobContext": "runtime",
     "JobMetric": "runtime",
     "Metrics": "runtime",
+    "MetricsBase": "runtime",
     "Registry": "runtime",
     "Schedule": "runtime",
     "TaskSpec": "runtime",

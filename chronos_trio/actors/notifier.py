@@ -8,6 +8,11 @@ and is then cancelled (logged); one that raises is logged. Neither ever
 reaches the actors that settle jobs, and neither can kill this actor. When
 every place is taken, events wait in the bus's bounded buffer (see
 :mod:`chronos_trio.runtime._events` for what happens when that fills).
+
+Inline subscribers (quick plain functions such as the metrics feed, see
+``EventBus.subscribe``) are called right here, in order, with no task of
+their own; the loop yields every ``INLINE_BATCH`` events so a flood of
+them never starves the worker.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from ..runtime._state import Runtime
 
 log = logging.getLogger("chronos_trio.events")
 
+#: Events handled between two checkpoints when no subscriber call waits.
+INLINE_BATCH = 128
+
 
 async def run(
     rt: Runtime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -29,16 +37,30 @@ async def run(
     bus = rt.events
     places = trio.Semaphore(cfg.hook_concurrency)
     task_status.started()
+    handled = 0
     async with trio.open_nursery() as nursery:
         while True:
             event = await bus.next()
+            handled += 1
             try:
+                if handled % INLINE_BATCH == 0:
+                    await trio.lowlevel.checkpoint()
                 for subscription in bus.subscribers_of(event):
+                    if subscription.inline:
+                        _call_inline(subscription, event)
+                        continue
                     await places.acquire()
                     bus.delivery_started()
                     nursery.start_soon(_call, rt, subscription, event, places)
             finally:  # cancelled midway: the rest of this event is dropped
                 bus.event_done()
+
+
+def _call_inline(subscription: Subscription, event: Event) -> None:
+    try:
+        subscription.callback(event)
+    except Exception:
+        log.exception("event subscriber %s failed on %s", subscription.name, type(event).__name__)
 
 
 async def _call(

@@ -121,6 +121,7 @@ class ProcessManager:
         backoff_max: float = 30.0,
         fatal_exit_codes: frozenset[int] = frozenset(),
         env: Mapping[str, str] | None = None,
+        on_restart: Callable[[int], None] | None = None,
     ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be >= 1, got {processes}")
@@ -134,6 +135,8 @@ class ProcessManager:
         self.backoff_max = backoff_max
         self.fatal_exit_codes = fatal_exit_codes
         self.env = dict(env) if env is not None else None
+        #: Called with a child's index each time it is restarted (metrics).
+        self.on_restart = on_restart
         self._children: dict[int, _Child] = {}
         self._restarts: collections.Counter[int] = collections.Counter()
         self._stop_event = trio.Event()
@@ -244,6 +247,8 @@ class ProcessManager:
             failures = 1 if now - started >= self.restart_period else failures + 1
             delay = min(self.backoff_max, self.backoff_initial * 2 ** (failures - 1))
             self._restarts[index] += 1
+            if self.on_restart is not None:
+                self.on_restart(index)
             log.warning(
                 "restarting worker process index=%d in=%.1fs restart=%d max_restarts=%d window=%gs",
                 index,

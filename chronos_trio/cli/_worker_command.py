@@ -35,6 +35,7 @@ from ..records._errors import ActorFailed, first_exception
 from ..runtime._config import WorkerConfig, parse_queues
 from ..store import QueueWeight
 from ..worker._worker import Worker
+from . import _metrics_option
 from ._loading import check_store, describe_store, load_app, resolve_store, url_from
 from ._logs import FORMATS, LEVELS, configure_logging
 from ._options import (
@@ -170,6 +171,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     logs.add_argument("--log-level", choices=LEVELS, default="info", help="(default info)")
     logs.add_argument("--log-format", choices=FORMATS, default="text", help="(default text)")
     # Set by the process manager for its children; not for people.
+    _metrics_option.add_arguments(parser)
     parser.add_argument("--child-index", type=int_at_least(0), help=argparse.SUPPRESS)
     parser.add_argument("--heartbeat-fd", type=int_at_least(0), help=argparse.SUPPRESS)
     parser.set_defaults(handler=run)
@@ -196,22 +198,24 @@ def run(args: argparse.Namespace) -> int:
     worker_id = f"{socket.gethostname()}:{os.getpid()}:{index}"
     managing = args.processes > 1 and not child
     configure_logging(args.log_level, args.log_format, label="manager" if managing else worker_id)
-    app = load_app(args.app)
-    url = url_from(args.url)
-    store = resolve_store(app, url)
-    where = describe_store(app, url, store)
-    config = build_config(args, worker_id)
-    if child:
-        return trio.run(_child_main, app, config, args.heartbeat_fd)
-    if managing:
-        if not store.shared_across_processes:
+    with _metrics_option.manager_dir(args, managing):  # before the app imports prometheus-client
+        app = load_app(args.app)
+        url = url_from(args.url)
+        store = resolve_store(app, url)
+        where = describe_store(app, url, store)
+        config = build_config(args, worker_id)
+        if managing and not store.shared_across_processes:
             raise CliError(
                 f"--processes {args.processes}: the in-memory store ({where}) cannot be "
                 "shared across processes; use a redis:// URL (--url or $CHRONOS_URL)",
                 EXIT_USAGE,
             )
-        return trio.run(_manager_main, app, config, args, where)
-    return trio.run(_single_main, app, config, where)
+        with _metrics_option.endpoint(args, app, managing=managing, child=child):
+            if child:
+                return trio.run(_child_main, app, config, args.heartbeat_fd)
+            if managing:
+                return trio.run(_manager_main, app, config, args, where)
+            return trio.run(_single_main, app, config, where)
 
 
 async def _single_main(app: App, config: WorkerConfig, where: str) -> int:
@@ -284,6 +288,7 @@ async def _manager_main(
         restart_intensity=args.max_restarts,
         restart_period=args.restart_window,
         fatal_exit_codes=FATAL_CHILD_EXITS,
+        on_restart=getattr(app.registry.metrics, "process_restarted", None),
     )
     try:
         await run_until_signalled(manager)

@@ -145,6 +145,9 @@ class WorkerConfig:
         default=None, converter=_retained_caps
     )
     janitor_interval: float = attrs.field(default=60.0, validator=_positive)
+    #: How often the elected leader reads the jobs per state of every queue
+    #: for ``Metrics.queue_depths`` (only with a metrics object that has it).
+    gauge_interval: float = attrs.field(default=15.0, validator=_positive)
     dead_max_age: float | None = attrs.field(default=7 * 86400.0, validator=_positive)
     dead_max_count: int | None = attrs.field(default=100_000, validator=_positive)
     restart_intensity: int = attrs.field(default=5, validator=attrs.validators.ge(0))

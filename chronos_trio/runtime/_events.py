@@ -164,6 +164,9 @@ class Subscription:
     types: tuple[type, ...]
     callback: Subscriber
     name: str
+    #: Called in the notifier's own loop, not in a task of its own (see
+    #: :meth:`EventBus.subscribe`).
+    inline: bool = False
 
 
 class EventBus:
@@ -175,6 +178,7 @@ class EventBus:
         self.capacity = capacity
         self._pending: deque[Event] = deque()
         self._subscriptions: list[Subscription] = []
+        self._by_type: dict[type, list[Subscription]] = {}
         self._wanted: frozenset[type] = frozenset()
         self._waiter: trio.Event | None = None
         self._drained: trio.Event | None = None
@@ -185,16 +189,29 @@ class EventBus:
         self.dropped = 0
 
     def subscribe(
-        self, types: type | tuple[type, ...], callback: Subscriber, *, name: str = ""
+        self,
+        types: type | tuple[type, ...],
+        callback: Subscriber,
+        *,
+        name: str = "",
+        inline: bool = False,
     ) -> None:
-        """Deliver events of ``types`` to ``callback`` from now on."""
+        """Deliver events of ``types`` to ``callback`` from now on.
+
+        ``inline``: ``callback`` is a quick plain function (a counter
+        increment, like the metrics feed) called in the notifier's loop, in
+        order, without a task, a timeout or a place of ``hook_concurrency``
+        (a plain function cannot be cancelled by a timeout anyway): a task
+        per event would cap delivery far below a busy worker's rate. What it
+        raises is logged."""
         as_tuple = types if isinstance(types, tuple) else (types,)
         for t in as_tuple:
             if t not in EVENT_TYPES:
                 raise TypeError(f"{t!r} is not an event type")
         label = name or getattr(callback, "__qualname__", repr(callback))
-        self._subscriptions.append(Subscription(as_tuple, callback, label))
+        self._subscriptions.append(Subscription(as_tuple, callback, label, inline))
         self._wanted = frozenset(t for s in self._subscriptions for t in s.types)
+        self._by_type.clear()
 
     def wants(self, event_type: type) -> bool:
         """Whether anyone subscribed to ``event_type``: publishers check this
@@ -226,7 +243,12 @@ class EventBus:
         return len(self._pending)
 
     def subscribers_of(self, event: Event) -> list[Subscription]:
-        return [s for s in self._subscriptions if isinstance(event, s.types)]
+        # cached per event type: the notifier asks once per event
+        t = type(event)
+        got = self._by_type.get(t)
+        if got is None:
+            got = self._by_type[t] = [s for s in self._subscriptions if isinstance(event, s.types)]
+        return got
 
     async def next(self) -> Event:
         """The oldest pending event, waiting for one if there is none (the

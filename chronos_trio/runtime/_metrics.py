@@ -7,15 +7,32 @@ supervised notifier, never on the settle path: a slow or failing metrics
 object delays or drops only its own calls (the notifier bounds each call,
 see its timeout), never a job. With no metrics object nothing subscribes,
 and the completer does not even build the events (zero cost).
+
+Two more feeds do not go through the event seam, because they are not
+events of a job: store round trips (the worker hands the store an observer,
+see ``store._observer``; one attribute check per batch when no metrics
+object is set) and queue depths (read by the elected leader only, on an
+interval, see ``actors.gauges``). Process restarts are reported by the
+process manager, in its own process.
+
+Which methods are required: the four of the first version
+(``job_finished``, ``lease_lost``, ``jobs_recovered``, ``actor_restarted``).
+The later ones (``store_round_trip``, ``queue_depths``,
+``process_restarted``) are looked up once, when a worker starts: an object
+without them is simply not fed those figures, so a metrics object written
+for the first version keeps working. Subclass :class:`MetricsBase` to get
+no-op methods for everything you do not implement.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import attrs
 
 from ..records._jobs import Job
+from ..store import QueueStats
 from ._events import (
     ActorRestarted,
     Event,
@@ -62,6 +79,39 @@ class Metrics(Protocol):
     def jobs_recovered(self, count: int) -> None: ...
 
     def actor_restarted(self, actor: str) -> None: ...
+
+
+class MetricsBase:
+    """A :class:`Metrics` whose every method does nothing: subclass it and
+    override what you record. It also has the optional methods, each
+    documented here."""
+
+    def job_finished(self, metric: JobMetric) -> None:
+        """One run's outcome (from the notifier)."""
+
+    def lease_lost(self, queue: str, kind: str) -> None:
+        """A lease this worker held was lost (its handler was cancelled)."""
+
+    def jobs_recovered(self, count: int) -> None:
+        """``count`` expired leases were taken back by this worker's recoverer."""
+
+    def actor_restarted(self, actor: str) -> None:
+        """The supervisor restarted ``actor`` after it failed."""
+
+    def store_round_trip(self, operation: str, failed: bool) -> None:
+        """Optional. The store sent one batch named ``operation`` (see
+        ``store._observer``); ``failed``: it raised StoreError. Called on the
+        store's hot path, not from the notifier: must be a counter increment."""
+
+    def queue_depths(self, stats: Sequence[QueueStats]) -> None:
+        """Optional. Jobs per state of every queue the store knows, read by
+        the elected leader only, every ``WorkerConfig.gauge_interval``
+        seconds (a follower never calls it). An empty ``stats``: this
+        worker stopped leading (withdraw what it reported)."""
+
+    def process_restarted(self, index: int) -> None:
+        """Optional. The process manager restarted child ``index`` (called in
+        the manager's process)."""
 
 
 #: The events a metrics object is fed from.

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ..records._public import fixup_module_metadata as _fixup
 from ..records._public import lazy_getattr as _lazy_getattr
+from ._observer import StoreObserver as StoreObserver
 from ._partitioning import partition_of as partition_of
 from ._partitioning import share_by_weight as share_by_weight
 from ._partitioning import share_strictly as share_strictly

@@ -96,6 +96,7 @@ from ..records._jobs import (
 )
 from ..records._workers import WorkerInfo
 from ..records._workflow import Arrival
+from ._observer import StoreObserver
 
 
 class SettleKind(enum.StrEnum):
@@ -535,6 +536,12 @@ class StoreRole(abc.ABC):
         """Release connections; the store cannot be used afterwards (a
         RedisStore raises StoreError from every later call). Closing twice is
         allowed. The default does nothing."""
+
+    def observe_round_trips(self, observer: StoreObserver | None) -> None:  # noqa: B027
+        """Call ``observer(operation, failed)`` after every batch this store
+        sends (None: stop). See ``store._observer``. The default does
+        nothing: a store without round trips (the memory store) has none to
+        report."""
 
 
 class WorkerRole(StoreRole):

@@ -2,9 +2,10 @@
 
 Actors start in four groups and stop in reverse order:
 
-* intake — promoter, leaser, recoverer, janitor, leader, scheduler: they
-  bring work in (the leader-elector holds the leadership lease under which
-  the scheduler fires triggers and the janitor trims);
+* intake — promoter, leaser, recoverer, janitor, leader, scheduler, gauges:
+  they bring work in (the leader-elector holds the leadership lease under
+  which the scheduler fires triggers, the janitor trims and gauges reads
+  queue depths for the metrics);
 * execution — the executor pool;
 * settlement — heartbeater, completer, continuer: they keep leases alive,
   write outcomes, and run what follows a workflow job that succeeded;
@@ -35,6 +36,7 @@ from ..actors import (
     completer,
     continuer,
     executor,
+    gauges,
     heartbeater,
     janitor,
     leader,
@@ -49,11 +51,11 @@ from ..records._errors import ActorFailed, first_exception
 from ..records._jobs import PENDING_STATES
 from ..runtime._config import WorkerConfig
 from ..runtime._events import ActorRestarted, JobDead
-from ..runtime._metrics import METRIC_EVENTS, MetricsFeed
+from ..runtime._metrics import METRIC_EVENTS, Metrics, MetricsFeed
 from ..runtime._registry import DeadLetterHook, WorkerHost
 from ..runtime._state import Counters, Runtime
 from ..runtime._supervisor import ChildSpec, Supervisor
-from ..store import AdminRole, LeadershipRole, StoreError, WorkerRole, require_roles
+from ..store import AdminRole, LeadershipRole, Store, StoreError, WorkerRole, require_roles
 
 log = logging.getLogger("chronos_trio.worker")
 
@@ -63,13 +65,35 @@ GROUPS: Mapping[str, tuple[ModuleType, ...]] = {
     "notification": (notifier, registrar),
     "settlement": (heartbeater, completer, continuer),
     "execution": (executor,),
-    "intake": (promoter, leaser, recoverer, janitor, leader, scheduler),
+    "intake": (promoter, leaser, recoverer, janitor, leader, scheduler, gauges),
 }
 
 #: Actor names, in start order. Fault-injection tests address them by name.
 ACTORS: tuple[str, ...] = tuple(
     module.__name__.rpartition(".")[2] for modules in GROUPS.values() for module in modules
 )
+
+
+def _observe_store(store: Store, metrics: Metrics | None) -> bool:
+    """Hand the store an observer feeding ``metrics.store_round_trip``
+    (when it has one); whether one was set. What the method raises is
+    logged once and otherwise ignored: it runs on the store's hot path."""
+    record = getattr(metrics, "store_round_trip", None)
+    if record is None:
+        return False
+    failing = False
+
+    def observe(operation: str, failed: bool) -> None:
+        nonlocal failing
+        try:
+            record(operation, failed)
+        except Exception:
+            if not failing:
+                failing = True
+                log.exception("metrics store_round_trip raised (logged once; ignored)")
+
+    store.observe_round_trips(observe)
+    return True
 
 
 @attrs.frozen
@@ -212,7 +236,9 @@ class Worker:
                 METRIC_EVENTS,
                 MetricsFeed(metrics, self.config.lease_duration),
                 name=f"metrics {type(metrics).__qualname__}",
+                inline=True,
             )
+        observing = _observe_store(store, metrics)
         scopes: dict[str, trio.CancelScope] = {}
         log.info(
             "worker %s starting: queues=%s concurrency=%d",
@@ -243,6 +269,8 @@ class Worker:
                     with trio.CancelScope(shield=True):
                         await self._release_leftovers(rt)
         finally:
+            if observing:
+                store.observe_round_trips(None)
             self._stopped.set()
             log.info("worker %s stopped: %s", self.id, self.statistics())
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import trio
 
+from .._observer import StoreObserver
 from .._roles import StoreError
 from ._batch import AdapterStatistics as AdapterStatistics
 from ._batch import check_replies, reload_plan, store_error
@@ -112,6 +113,8 @@ class RedisAdapter:
         self._native_cluster: NativeCluster | None = None
         #: Set once the client is known to be a Sentinel master's.
         self.watch: MasterWatch | None = None
+        #: Told of every batch :meth:`execute` sends (see ``store._observer``).
+        self.observer: StoreObserver | None = None
 
     # -- errors ---------------------------------------------------------------------
     def _error(self, exc: BaseException) -> StoreError:
@@ -169,6 +172,22 @@ class RedisAdapter:
         """
         if not ops and not after:
             return []
+        observer = self.observer
+        if observer is None:  # the common case: one check, nothing else
+            return await self._execute(ops, after, replicas)
+        first = (ops or after)[0]
+        name = first.script.name if first.script is not None else str(first.args[0]).lower()
+        try:
+            replies = await self._execute(ops, after, replicas)
+        except StoreError:
+            observer(name, True)
+            raise
+        observer(name, False)
+        return replies
+
+    async def _execute(
+        self, ops: Sequence[Op], after: Sequence[Op], replicas: ReplicaWait | None
+    ) -> list[Any]:
         client = await self.client()
         acks: list[Any] = []
         try:

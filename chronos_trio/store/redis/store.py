@@ -19,6 +19,7 @@ import attrs
 from ...records._jobs import EnqueueResult, Job, JobOutcome, JobRef, JobState, LeaseRef, NewJob
 from ...records._workers import WorkerInfo
 from ...records._workflow import Arrival
+from .._observer import StoreObserver
 from .._roles import (
     LEASE_GRACE,
     AbortResult,
@@ -205,6 +206,12 @@ class RedisStore(Store):
             wait_replicas=parsed.wait_replicas,
             wait_timeout=parsed.wait_timeout,
         )
+
+    def observe_round_trips(self, observer: StoreObserver | None) -> None:
+        """Every batch this store sends (one pipeline per node of a Cluster
+        batch counts once) is reported to ``observer``; blocking waits are
+        not. See ``store._observer``."""
+        self._adapter.observer = observer
 
     def statistics(self) -> RedisStoreStatistics:
         s, c, watch = self._adapter.stats, self._ctx, self._adapter.watch
