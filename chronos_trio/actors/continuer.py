@@ -1,7 +1,7 @@
 """continuer: runs what follows a workflow job that succeeded.
 
 The store's fenced success settle puts a workflow job in its partition's
-outbox (see ``records._workflow`` and docs/WORKFLOWS.md); this actor drains
+outbox (see ``records._workflow`` and docs/workflows.md); this actor drains
 the outboxes of the worker's queues: for each entry it enqueues the next
 jobs under their deterministic IDs, or records a group member's arrival
 (enqueueing what follows the group once it is complete), and only then

@@ -320,7 +320,7 @@ class App:
     ) -> Workflow:
         """Start a workflow (``chain``, ``group``, their nesting, of
         ``task.s(...)`` steps): its first jobs in one batch. What follows
-        each job is enqueued when it succeeds (see docs/WORKFLOWS.md); a
+        each job is enqueued when it succeeds (see docs/workflows.md); a
         failed step stops the flow behind it until it is re-run.
 
         ``workflow_id`` (default: a new one) names every job of the flow

@@ -106,7 +106,7 @@ class Task(Generic[P]):
     async def enqueue(self, payload: P, **options: Unpack[EnqueueOptions]) -> JobHandle[Any]:
         """Enqueue one job; returns once the store has it (for Redis: the
         master has it; with ``wait_replicas``, that many replicas too, see the
-        README's "Redis Sentinel" on what a failover can lose otherwise).
+        docs/guarantees.md on what a failover can lose otherwise).
 
         With ``job_id`` the call is idempotent: while a job with that ID
         exists, enqueueing it again changes nothing (``created`` is False).

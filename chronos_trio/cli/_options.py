@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-#: Exit codes of every command, in one place (the README lists them).
+#: Exit codes of every command, in one place (docs/cli.md lists them).
 EXIT_OK = 0  #: success; also a worker or process manager stopped by SIGTERM/SIGINT
 EXIT_FAILURE = 1  #: the worker failed at run time (an actor exceeded its restart intensity)
 EXIT_USAGE = 2  #: bad command line or option value (argparse's own code too)

@@ -89,7 +89,7 @@ class JobCancelled(ChronosError):
     """Raised by ``job.check_cancelled()`` in a handler whose run was called
     off (timeout, lost lease, shutdown): a plain-function handler running in
     a thread calls it to stop cooperatively (its thread is otherwise
-    abandoned, see the README)."""
+    abandoned, see docs/tasks.md)."""
 
 
 class PayloadError(ChronosError, ValueError):

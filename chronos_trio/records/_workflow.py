@@ -1,5 +1,5 @@
 """Workflows as data: chains, groups and the continuation each job carries
-(see docs/WORKFLOWS.md). Pure functions, no I/O: what to enqueue when a
+(see docs/workflows.md). Pure functions, no I/O: what to enqueue when a
 workflow starts, and what a finished job's continuation asks for.
 
 A job of a workflow carries its continuation (``NewJob.then``, JSON text):

@@ -31,7 +31,7 @@ from .._roles import NOTHING_SET_ASIDE, AsideEntry, QueueVersion, SetAside, Vers
 #: when it is loaded (see ``_scripts``): a record with a greater ``v`` is
 #: left exactly as it is by every script and reported, for a newer worker.
 #: Raise it when a change to the job hash would make an older worker misread
-#: a record, and say in the README how to roll a fleet across it.
+#: a record, and say in docs/deployment.md ("Rolling upgrades") how to roll a fleet across it.
 RECORD_FORMAT = 2
 
 #: The size of a payload chunk (Redis's default ``hash-max-listpack-value``).

@@ -97,7 +97,7 @@ class RedisStore(Store):
     ``wait_timeout`` seconds it raises StoreError, although the master holds
     the jobs (enqueue again with the same job IDs: that is idempotent).
     ``ValueError`` for a negative count or a timeout that is not positive.
-    Other writes (settles, leases) never wait: see the README's "Redis Sentinel".
+    Other writes (settles, leases) never wait: see docs/guarantees.md.
     """
 
     shared_across_processes = True
