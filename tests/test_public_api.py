@@ -36,6 +36,7 @@ PUBLIC_MODULES = (
     "chronos_trio.producers.sync",
     "chronos_trio.producers.asyncio",
     "chronos_trio.testing.damage",
+    "chronos_trio.integrations.otel",
 )
 
 

@@ -24,10 +24,10 @@ from ..records._options import (
     JobDefaults,
     check_options,
 )
-from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES, new_job_id
+from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES, job_headers, new_job_id
 from ..records._retry import RetryPolicy
 from ..records._unique import Unique, unique_of
-from ..records._workflow import Chain, FlowStep, Group, final_job_id, predecessors
+from ..records._workflow import Chain, FlowStep, Group, final_job_id, first_kind, predecessors
 from ..records._workflow import start as start_workflow
 from ..runtime._config import WorkerConfig
 from ..runtime._metrics import Metrics
@@ -301,7 +301,8 @@ class App:
     # -- producing ---------------------------------------------------------------
     def producer_hook(self, hook: ProducerHook) -> ProducerHook:
         """Register ``hook(kind, headers)``, called for every job this app
-        builds (enqueue, enqueue_many, schedules excepted) with the job's
+        builds (enqueue, enqueue_many, once per workflow; schedules
+        excepted) with the job's
         headers as a dict it may add to: a trace id, a tenant. The handler
         reads them as ``job.headers``. Usable as a decorator; hooks run in
         registration order, on the producer's side (never on a worker's
@@ -326,11 +327,17 @@ class App:
         ``workflow_id`` (default: a new one) names every job of the flow
         (``<workflow_id>.<path>``): starting the same ID again changes
         nothing while its jobs exist. Returns a :class:`Workflow`:
-        ``await flow.result()`` is the last step's result. Raises ValueError past the limits (see
-        ``records._workflow``), StoreError when the store cannot be reached.
+        ``await flow.result()`` is the last step's result. The producer
+        hooks run once per workflow, with the kind of its first step; every
+        job of the flow, first or later, carries the headers they made.
+        Raises ValueError past the limits (see ``records._workflow``) or for
+        bad headers, StoreError when the store cannot be reached, and what a
+        hook raises.
         """
         wid = workflow_id or new_job_id()
-        steps = start_workflow(workflow, wid)
+        hooks = self.producer_hooks
+        headers = job_headers(first_kind(workflow), None, hooks) if hooks else ()
+        steps = start_workflow(workflow, wid, headers)
         await self.enqueue_jobs(steps.jobs)
         last = final_job_id(workflow, wid)
         final: JobHandle[Any] | None = None

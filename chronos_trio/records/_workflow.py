@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from ._jobs import NewJob
+from ._options import check_headers
 
 #: How long a finished workflow job's record is kept (s): the continuer's
 #: deterministic IDs make a repeated step a no-op while the jobs it made exist.
@@ -28,6 +29,9 @@ WORKFLOW_KEEP = 24 * 3600.0
 MAX_DEPTH = 16
 MAX_JOBS = 10_000
 MAX_CONTINUATION_BYTES = 64 * 1024
+
+#: A job's headers, as ``NewJob.headers`` holds them.
+Headers = tuple[tuple[str, str], ...]
 
 
 class _FromPrevious:
@@ -193,11 +197,20 @@ class Steps:
     arrivals: tuple[Arrival, ...] = ()
 
 
-def start(node: Node, workflow_id: str) -> Steps:
-    """The first jobs of a workflow (ValueError past the limits)."""
+def start(node: Node, workflow_id: str, headers: Headers = ()) -> Steps:
+    """The first jobs of a workflow (ValueError past the limits). Every job
+    of the flow, first or later, carries ``headers`` (the producer's, made
+    once when it starts): each continuation holds them once per level of
+    nesting, not once per job."""
     if _size(node) > MAX_JOBS:
         raise ValueError(f"a workflow has at most {MAX_JOBS} jobs")
-    return _run(_encode_node(node, workflow_id), None, None)
+    return _run(_encode_node(node, workflow_id), None, None, headers)
+
+
+def first_kind(node: Node) -> str:
+    """The kind of the workflow's first step (depth first): the kind its
+    producer hooks are called with."""
+    return _first_steps(node)[0].kind
 
 
 def final_job_id(node: Node, workflow_id: str) -> str | None:
@@ -258,7 +271,7 @@ def _apply(after: Any, result: bytes | None) -> Steps:
     if "seq" in after:
         rest = after["seq"]
         node = rest[0] if len(rest) == 1 else {"chain": rest}
-        return _run(node, result, after.get("after"))
+        return _run(node, result, after.get("after"), _headers_of(after))
     if "grp" in after:
         return Steps(
             arrivals=(
@@ -268,8 +281,21 @@ def _apply(after: Any, result: bytes | None) -> Steps:
     raise ValueError(f"damaged workflow continuation: {after!r}")
 
 
-def _run(node: dict[str, Any], value: bytes | None, after: Any) -> Steps:
-    """The jobs that start ``node`` on ``value``, then ``after``."""
+def _headers_of(after: dict[str, Any]) -> Headers:
+    """The headers a continuation carries (``"h"``; none: no headers)."""
+    given = after.get("h")
+    if given is None:
+        return ()
+    try:
+        return check_headers(given)
+    except ValueError as exc:
+        raise ValueError(f"damaged workflow continuation: headers: {exc}") from None
+
+
+def _run(node: dict[str, Any], value: bytes | None, after: Any, headers: Headers) -> Steps:
+    """The jobs that start ``node`` on ``value``, then ``after``, each with
+    ``headers``; every continuation made here carries them on (``"h"``)."""
+    carried = {"h": dict(headers)} if headers else {}
     if "job" in node:
         j = node["job"]
         then = json.dumps(after, separators=(",", ":")) if after is not None else None
@@ -280,17 +306,18 @@ def _run(node: dict[str, Any], value: bytes | None, after: Any) -> Steps:
         payload = base64.b64decode(j["p"]) if j["p"] is not None else (value or b"null")
         job = NewJob(
             id=j["id"], queue=j["queue"], kind=j["kind"], payload=payload, delay=j["d"],
-            max_retries=j["mr"], timeout=j["to"], then=then,
+            max_retries=j["mr"], timeout=j["to"], headers=headers, then=then,
         )  # fmt: skip
         return Steps(jobs=(job,))
     if "chain" in node:
         links = node["chain"]
-        rest = {"seq": links[1:], "after": after} if len(links) > 1 else after
-        return _run(links[0], value, rest)
+        rest = {"seq": links[1:], "after": after, **carried} if len(links) > 1 else after
+        return _run(links[0], value, rest, headers)
     members = node["group"]
     jobs: list[NewJob] = []
     for k, member in enumerate(members):
-        part = _run(member, value, {"grp": node["id"], "i": k, "n": len(members), "after": after})
+        member_after = {"grp": node["id"], "i": k, "n": len(members), "after": after, **carried}
+        part = _run(member, value, member_after, headers)
         jobs.extend(part.jobs)
     return Steps(jobs=tuple(jobs))
 
