@@ -3,9 +3,12 @@ object, with no dependency (a Prometheus or OpenTelemetry adapter implements
 :class:`Metrics`).
 
 Metrics are fed from the event seam (``runtime._events``) by the
-supervised notifier, never on the settle path: a slow or failing metrics
-object delays or drops only its own calls (the notifier bounds each call,
-see its timeout), never a job. With no metrics object nothing subscribes,
+supervised notifier, never on the settle path: a failing metrics object
+loses only its own calls (what it raises is logged), never a job. Its
+methods are called inline in the notifier's loop (a task per event would
+cap delivery far below a busy worker's rate), so they must be quick: a slow
+one delays the other event subscribers, and once the bus's bounded buffer
+fills, events are dropped and counted, but no settle ever waits for it. With no metrics object nothing subscribes,
 and the completer does not even build the events (zero cost).
 
 Two more feeds do not go through the event seam, because they are not
