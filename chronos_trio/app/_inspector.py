@@ -112,6 +112,28 @@ def result_view(job: Job) -> Any:
         return {"base64": base64.b64encode(job.result).decode()}
 
 
+def duration_text(seconds: float) -> str:
+    """A span of seconds for people: ``4.2s``, ``3m05s``, ``2h03m``, ``3d04h``
+    (the sign dropped; :func:`relative_text` says which way)."""
+    s = abs(seconds)
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
+
+def relative_text(ts: float | None, now: float) -> str:
+    """``in 4.2s`` / ``3m05s ago`` from the store's ``now`` (``-`` for None):
+    what the CLI and the dashboard show beside a store-clock time."""
+    if ts is None:
+        return "-"
+    delta = ts - now
+    return f"in {duration_text(delta)}" if delta >= 0 else f"{duration_text(delta)} ago"
+
+
 def _refuse_damaged(job: Job, action: str) -> None:
     """A damaged record would only be dead-lettered again by the next lease
     (or, of a newer format, is not this version's to move): say so at once."""

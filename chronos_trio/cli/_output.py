@@ -16,6 +16,8 @@ from ..app._inspector import (
     payload_view,
     result_view,
 )
+from ..app._inspector import duration_text as duration
+from ..app._inspector import relative_text as relative
 from ..records._control import JobControl
 from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._workers import WorkerInfo
@@ -69,26 +71,6 @@ def iso(ts: float | None) -> str | None:
         return None
     when = dt.datetime.fromtimestamp(ts, dt.UTC)
     return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
-
-
-def duration(seconds: float) -> str:
-    """``4.2s``, ``3m05s``, ``2h03m``, ``3d04h``."""
-    s = abs(seconds)
-    if s < 60:
-        return f"{s:.1f}s"
-    if s < 3600:
-        return f"{int(s // 60)}m{int(s % 60):02d}s"
-    if s < 86400:
-        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
-    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
-
-
-def relative(ts: float | None, now: float) -> str:
-    """``in 4.2s`` / ``3m05s ago`` from the store's ``now``."""
-    if ts is None:
-        return "-"
-    delta = ts - now
-    return f"in {duration(delta)}" if delta >= 0 else f"{duration(delta)} ago"
 
 
 def when(ts: float | None, now: float) -> str:

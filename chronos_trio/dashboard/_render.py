@@ -16,7 +16,9 @@ from urllib.parse import urlencode
 
 import jinja2
 
+from ..app._inspector import duration_text as duration
 from ..app._inspector import payload_view, result_view
+from ..app._inspector import relative_text as relative
 from ..records._control import JobControl
 from ..records._jobs import Job
 
@@ -28,26 +30,6 @@ def iso(ts: float | None) -> str:
     if ts is None:
         return "-"
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def duration(seconds: float) -> str:
-    """``4.2s``, ``3m05s``, ``2h03m``, ``3d04h``."""
-    s = abs(seconds)
-    if s < 60:
-        return f"{s:.1f}s"
-    if s < 3600:
-        return f"{int(s // 60)}m{int(s % 60):02d}s"
-    if s < 86400:
-        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
-    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
-
-
-def relative(ts: float | None, now: float) -> str:
-    """``in 4.2s`` / ``3m05s ago`` from the store's ``now`` (``-`` for None)."""
-    if ts is None:
-        return "-"
-    delta = ts - now
-    return f"in {duration(delta)}" if delta >= 0 else f"{duration(delta)} ago"
 
 
 def pretty_json(value: Any) -> str:

@@ -8,8 +8,9 @@ loses only its own calls (what it raises is logged), never a job. Its
 methods are called inline in the notifier's loop (a task per event would
 cap delivery far below a busy worker's rate), so they must be quick: a slow
 one delays the other event subscribers, and once the bus's bounded buffer
-fills, events are dropped and counted, but no settle ever waits for it. With no metrics object nothing subscribes,
-and the completer does not even build the events (zero cost).
+fills, events are dropped and counted, but no settle ever waits for it.
+With no metrics object nothing subscribes, and the completer does not even
+build the events (zero cost).
 
 Two more feeds do not go through the event seam, because they are not
 events of a job: store round trips (the worker hands the store an observer,
