@@ -17,10 +17,9 @@ from ..app._app import App
 from ..records import ActionRefused, UnknownJob, UnknownQueue
 from ..records._errors import sole_exception
 from ..records._jobs import JobState
-from ..store import StoreError, TopologyError, scheme_of
-from ._loading import check_store, describe_store, load_app, resolve_store, url_from
+from ..store import StoreError, TopologyError
+from ._loading import check_store, describe_store, load_app, resolve_shared_store, url_from
 from ._options import (
-    EXIT_BAD_URL,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_PROBLEMS,
@@ -68,14 +67,6 @@ class Context:
 Command = Callable[[Context, argparse.Namespace], Awaitable[int]]
 
 
-def _shared(url: str) -> bool:
-    """Whether ``url``'s store can be seen from another process (a malformed
-    URL is left to :func:`resolve_store` to report)."""
-    try:
-        return scheme_of(url).shared
-    except ValueError:
-        return True
-
 
 # -- running a command ------------------------------------------------------------
 def handle(fn: Command, args: argparse.Namespace) -> int:
@@ -86,13 +77,7 @@ def handle(fn: Command, args: argparse.Namespace) -> int:
         )
     app = load_app(args.app) if args.app else None
     url = url_from(args.url)
-    if url is not None and not _shared(url):
-        raise CliError(
-            "memory:// lives inside one process and cannot be inspected from another: "
-            "use the Redis URL your workers use",
-            EXIT_BAD_URL,
-        )
-    store = resolve_store(app, url)
+    store = resolve_shared_store(app, url)
     ctx = Context(
         inspector=Inspector(store, app=app),
         app=app,

@@ -14,8 +14,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..store import scheme_of
-from ._options import EXIT_BAD_URL, EXIT_OK, EXIT_USAGE, CliError, int_at_least, seconds
+from ._options import EXIT_OK, EXIT_USAGE, CliError, int_at_least, seconds
 
 if TYPE_CHECKING:
     import trio
@@ -65,19 +64,13 @@ def run(args: argparse.Namespace) -> int:
 
     from ..app import Inspector
     from ..dashboard import dashboard_app
-    from ._loading import describe_store, load_app, resolve_store, url_from
+    from ._loading import describe_store, load_app, resolve_shared_store, url_from
 
     token = args.token or (None if args.basic_auth else os.environ.get(TOKEN_ENV) or None)
     basic = args.basic_auth or (None if token else os.environ.get(BASIC_ENV) or None)
     app = load_app(args.app) if args.app else None
     url = url_from(args.url)
-    if url is not None and not _shared(url):
-        raise CliError(
-            "memory:// lives inside one process and cannot be inspected from another: "
-            "use the Redis URL your workers use",
-            EXIT_BAD_URL,
-        )
-    store = resolve_store(app, url)
+    store = resolve_shared_store(app, url)
     inspector = Inspector(store, app=app)
     try:
         asgi = dashboard_app(
@@ -157,12 +150,6 @@ async def _stop_on_signal(scope: trio.CancelScope) -> None:
             scope.cancel()
             return
 
-
-def _shared(url: str) -> bool:
-    try:
-        return scheme_of(url).shared
-    except ValueError:
-        return True
 
 
 __all__ = ["add_arguments", "run"]

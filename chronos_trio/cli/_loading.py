@@ -11,7 +11,7 @@ import sys
 import trio
 
 from ..app import App
-from ..store import Store, StoreError, open_store, redact
+from ..store import Store, StoreError, open_store, redact, scheme_of
 from ._options import (
     EXIT_BAD_URL,
     EXIT_NO_APP,
@@ -105,6 +105,28 @@ def resolve_store(app: App | None, url: str | None) -> Store:
     )
 
 
+def resolve_shared_store(app: App | None, url: str | None) -> Store:
+    """:func:`resolve_store` for a command that looks at a store other
+    processes use (the admin commands, the dashboard): ``CliError`` for a
+    ``memory://`` URL, which lives inside one process."""
+    if url is not None and not _shared(url):
+        raise CliError(
+            "memory:// lives inside one process and cannot be inspected from another: "
+            "use the Redis URL your workers use",
+            EXIT_BAD_URL,
+        )
+    return resolve_store(app, url)
+
+
+def _shared(url: str) -> bool:
+    """Whether ``url``'s store can be seen from another process (a malformed
+    URL is left to :func:`resolve_store` to report)."""
+    try:
+        return scheme_of(url).shared
+    except ValueError:
+        return True
+
+
 def describe_store(app: App | None, url: str | None, store: Store) -> str:
     if url is not None:
         return redact(url)
@@ -135,4 +157,4 @@ async def check_store(store: Store, where: str, *, timeout: float = CHECK_TIMEOU
         raise CliError(f"the store at {where} did not answer within {timeout:g}s", EXIT_UNAVAILABLE)
 
 
-__all__ = ["check_store", "load_app", "resolve_store", "url_from"]
+__all__ = ["check_store", "load_app", "resolve_shared_store", "resolve_store", "url_from"]
