@@ -245,6 +245,15 @@ def holds(port: int, job_id: str) -> bool:
     return bool(call(port, "EXISTS", job_key(job_id)))
 
 
+async def until_replicated(rs: RedisSentinel, job_id: str, timeout: float = 10.0) -> None:
+    """Until every replica of the current master holds ``job_id``."""
+    master = rs.master()
+    replicas = [n for n in rs.nodes if n.running and n.port != master.port]
+    with trio.fail_after(timeout):
+        while not all(holds(n.port, job_id) for n in replicas):
+            await trio.sleep(0.01)
+
+
 async def failover_done(rs: RedisSentinel, old: object) -> float:
     """Wait (in a thread) until every sentinel names a new master; the time then."""
     await trio.to_thread.run_sync(rs.wait_for_failover, old, 30.0)
@@ -258,7 +267,9 @@ async def test_kill_9_of_the_master(native: bool, fresh_redis_sentinel: RedisSen
     restart, no new store), with every replicated job and the scripts
     reloaded (NOSCRIPT: SCRIPT LOAD is not replicated)."""
     rs = fresh_redis_sentinel
-    store = RedisStore.from_url(rs.url, native=native, wait_replicas=1)
+    # A generous WAIT: on a loaded machine the replica's ack can take longer
+    # than the default 0.1 s, and what is tested is the failover, not that.
+    store = RedisStore.from_url(rs.url, native=native, wait_replicas=1, wait_timeout=2.0)
     with trio.fail_after(40):
         await store.enqueue_many([job(f"before-{i}") for i in range(20)])  # WAIT: on the replica
         loads = store.statistics().script_loads
@@ -433,6 +444,9 @@ async def test_readonly_after_a_demotion_resends_to_the_new_master(
     store = RedisStore.from_url(rs.url, native=native)
     with trio.fail_after(30):
         await store.enqueue_many([job("warm")])
+        # A failover keeps only what reached the replicas: wait until it did
+        # (a loaded machine can lag behind the manual failover otherwise).
+        await until_replicated(rs, "warm")
         watch = store._adapter.watch
         assert watch is not None
         watch.recheck = 1e9  # no periodic lookup: only READONLY can tell
