@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from chronos_trio import App, JobContext, JobMetric, Retry, SkipRetry
+from chronos_trio.runtime._metrics import RoundTripTally
 
 
 @attrs.frozen
@@ -119,3 +120,69 @@ async def test_recoveries_and_lost_leases_are_counted(autojump_clock: object) ->
                 await trio.sleep(0.1)
     assert rec.recovered == 1
     assert [m.outcome for m in rec.finished] == ["succeeded"] and rec.finished[0].attempt == 2
+
+
+def test_the_round_trip_tally_counts_by_operation_and_forgets_what_it_hands_on() -> None:
+    tally = RoundTripTally()
+    for operation, failed in [
+        ("lease", False),
+        ("settle", False),
+        ("lease", True),
+        ("lease", False),
+    ]:
+        tally(operation, failed)
+    assert tally.take() == {"lease": (3, 1), "settle": (1, 0)}
+    assert tally.take() == {}
+
+
+class TripRecorder(Recorder):
+    def __init__(self, *, fail: bool = False) -> None:
+        super().__init__()
+        self.trips: dict[str, list[int]] = {}
+        self.fail = fail
+
+    def store_round_trips(self, operation: str, sent: int, failed: int) -> None:
+        if self.fail:
+            raise RuntimeError("a broken metrics object")
+        got = self.trips.setdefault(operation, [0, 0])
+        got[0] += sent
+        got[1] += failed
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("fail", [False, True], ids=["counts", "raising"])
+async def test_store_round_trips_are_fed_off_the_store_path_and_all_at_stop(
+    redis_url: str, fail: bool
+) -> None:
+    """Every batch the store sent reaches ``store_round_trips`` (the last
+    ones when the worker stops), counted by the store's own adapter too; a
+    metrics object that raises costs no job."""
+    rec = TripRecorder(fail=fail)
+    app = make_app(rec)
+    app.use_store(redis_url)
+    seen = 0
+    with trio.fail_after(20):
+        async with app.open_worker(concurrency=8, poll_interval=0.2) as worker:
+            adapter = app.store._adapter  # type: ignore[attr-defined]
+            tally = adapter.observer
+            assert tally is not None, "the worker hands the store a tally"
+
+            def spy(operation: str, failed: bool) -> None:
+                nonlocal seen
+                seen += 1
+                tally(operation, failed)
+
+            adapter.observer = spy
+            await app.tasks["work"].enqueue_many([Work(i, sleep=0.0) for i in range(20)])
+            await worker.wait_idle()
+        assert adapter.observer is None, "a stopped worker leaves the store unobserved"
+    assert worker.statistics().succeeded == 20
+    if fail:
+        assert rec.trips == {}
+    else:
+        assert rec.trips["lease"][0] >= 1 and rec.trips["settle"][0] >= 1
+        assert all(failed == 0 for _, failed in rec.trips.values())
+        # every batch the store reported reached the metrics, the last ones
+        # (the final settles, the registry's goodbye) once the worker stopped
+        assert sum(s for s, _ in rec.trips.values()) >= seen > 0
+    await app.store.aclose()

@@ -234,7 +234,11 @@ async def run_worker_and_scrape(redis_url: str, tmp_path: Path, processes: int, 
                     samples = await trio.to_thread.run_sync(scrape, port)
                 except OSError:
                     samples = {}
-                if total(samples, "chronos_jobs_total", outcome="succeeded", **lab) >= jobs:
+                # round trips are fed every second (actors.gauges), runs at once
+                if (
+                    total(samples, "chronos_jobs_total", outcome="succeeded", **lab) >= jobs
+                    and total(samples, "chronos_store_round_trips_total", operation="settle") >= 1
+                ):
                     break
                 await trio.sleep(0.1)
         await producer.aclose()

@@ -1,15 +1,24 @@
-"""gauges: reads the jobs per state of every queue for the metrics object's
-``queue_depths``, on the elected leader only.
+"""gauges: feeds the metrics object the figures read on an interval rather
+than per event: the store's round trips (every worker) and the jobs per
+state of every queue (the elected leader only).
 
-A singleton duty like the janitor's: every worker runs this actor, but only
-the one holding the app's leadership reads the store (one ``stats`` call over
-every known queue per ``gauge_interval``), so N workers cost the store one
-scan per interval, not N, and a scrape of ``/metrics`` never reads Redis.
-A worker whose metrics object has no ``queue_depths`` (or none at all)
-never reads anything. A worker that stops leading reports one empty
-reading, so its metrics can withdraw the figures it no longer updates.
-A failed read is logged and retried next round; what
-the metrics object raises is logged and the round skipped.
+* **Round trips.** The store counts every batch in the runtime's
+  :class:`~chronos_trio.runtime._metrics.RoundTripTally` (a dict increment
+  on its hot path); every ``ROUND_TRIP_INTERVAL`` seconds this actor hands
+  the counts to ``store_round_trips``, once per operation; the worker
+  hands on the rest once every actor stopped (:func:`flush_round_trips`),
+  so a stop reports every batch. User code never
+  runs on the store's path.
+* **Queue depths**, a singleton duty like the janitor's: every worker runs
+  this actor, but only the one holding the app's leadership reads the store
+  (one ``stats`` call over every known queue per ``gauge_interval``), so N
+  workers cost the store one scan per interval, not N, and a scrape of
+  ``/metrics`` never reads Redis. A worker that stops leading reports one
+  empty reading, so its metrics can withdraw the figures it no longer
+  updates. A failed read is logged and retried next round.
+
+A worker whose metrics object takes neither (or has none) reads nothing.
+What the metrics object raises is logged and that reading dropped.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from collections.abc import Callable, Sequence
 import trio
 from trio_util import periodic
 
+from ..runtime._metrics import ROUND_TRIP_INTERVAL, RoundTripTally
 from ..runtime._state import Runtime, log
 from ..store import QueueStats, StoreError
 
@@ -27,11 +37,19 @@ from ..store import QueueStats, StoreError
 async def run(
     rt: Runtime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    report = getattr(rt.registry.metrics, "queue_depths", None)
-    task_status.started()
-    if report is None:
+    metrics = rt.registry.metrics
+    depths = getattr(metrics, "queue_depths", None)
+    trips = getattr(metrics, "store_round_trips", None)
+    async with trio.open_nursery() as nursery:
+        if depths is not None:
+            nursery.start_soon(_read_depths, rt, depths)
+        if trips is not None and rt.round_trips is not None:
+            nursery.start_soon(_feed_round_trips, rt.round_trips, trips)
+        task_status.started()
         await trio.sleep(math.inf)
-        return
+
+
+async def _read_depths(rt: Runtime, report: Callable[[Sequence[QueueStats]], None]) -> None:
     reported = False
     async for _ in periodic(rt.config.gauge_interval):
         if rt.leadership.value is None:
@@ -53,3 +71,26 @@ def _report(report: Callable[[Sequence[QueueStats]], None], stats: Sequence[Queu
         report(stats)
     except Exception:
         log.exception("metrics queue_depths raised; this reading is dropped")
+
+
+async def _feed_round_trips(tally: RoundTripTally, feed: Callable[[str, int, int], None]) -> None:
+    while True:
+        await trio.sleep(ROUND_TRIP_INTERVAL)
+        _feed(tally, feed)
+
+
+def flush_round_trips(rt: Runtime) -> None:
+    """Hand on the round trips counted since the last feed: the worker's
+    last step, once every actor stopped (the final settles included)."""
+    feed = getattr(rt.registry.metrics, "store_round_trips", None)
+    if feed is not None and rt.round_trips is not None:
+        _feed(rt.round_trips, feed)
+
+
+def _feed(tally: RoundTripTally, feed: Callable[[str, int, int], None]) -> None:
+    for operation, (sent, failed) in tally.take().items():
+        try:
+            feed(operation, sent, failed)
+        except Exception:
+            log.exception("metrics store_round_trips raised; these counts are dropped")
+            return

@@ -234,7 +234,7 @@ class PrometheusMetrics(MetricsBase):
         # Bound label children, made once per combination: labels() costs
         # a lock and a dict of its own on every call.
         self._by_outcome: dict[tuple[str, str, str], tuple[Any, Any, Any, Any]] = {}
-        self._by_operation: dict[tuple[str, bool], Any] = {}
+        self._by_operation: dict[tuple[bool, str], Any] = {}
 
     def job_finished(self, metric: JobMetric) -> None:
         pending = self._pending
@@ -282,17 +282,21 @@ class PrometheusMetrics(MetricsBase):
     def actor_restarted(self, actor: str) -> None:
         self.actor_restarts.labels(actor).inc()
 
-    def store_round_trip(self, operation: str, failed: bool) -> None:
+    def store_round_trips(self, operation: str, sent: int, failed: int) -> None:
         if self._pending and time.monotonic() - self._flushed_at > MAX_AGE:
             self.flush()
-        key = (operation, failed)
+        self._operation_counter(False, operation).inc(sent)
+        if failed:
+            self._operation_counter(True, operation).inc(failed)
+
+    def _operation_counter(self, errors: bool, operation: str) -> Any:
+        """The round-trip (or error) counter's child for ``operation``, cached."""
+        key = (errors, operation)
         bound = self._by_operation.get(key)
         if bound is None:
-            counter = self.store_errors if failed else self.round_trips
+            counter = self.store_errors if errors else self.round_trips
             bound = self._by_operation[key] = counter.labels(operation)
-        bound.inc()
-        if failed:  # a failed batch is a round trip too
-            self.store_round_trip(operation, False)
+        return bound
 
     def queue_depths(self, stats: Sequence[QueueStats]) -> None:
         if not stats:  # this worker stopped leading: withdraw its series

@@ -13,15 +13,18 @@ With no metrics object nothing subscribes, and the completer does not even
 build the events (zero cost).
 
 Two more feeds do not go through the event seam, because they are not
-events of a job: store round trips (the worker hands the store an observer,
-see ``store._observer``; one attribute check per batch when no metrics
-object is set) and queue depths (read by the elected leader only, on an
-interval, see ``actors.gauges``). Process restarts are reported by the
-process manager, in its own process.
+events of a job: store round trips and queue depths. Neither calls the
+metrics object from the store's hot path: the store tells a
+:class:`RoundTripTally` of every batch (a dict increment, our code), and the
+``gauges`` actor hands the counts to ``store_round_trips`` every
+``ROUND_TRIP_INTERVAL`` seconds (the worker the rest as it stops); queue
+depths are read by the elected leader only, on an interval (see
+``actors.gauges``). Process restarts are reported by the process manager,
+in its own process.
 
 Which methods are required: the four of the first version
 (``job_finished``, ``lease_lost``, ``jobs_recovered``, ``actor_restarted``).
-The later ones (``store_round_trip``, ``queue_depths``,
+The later ones (``store_round_trips``, ``queue_depths``,
 ``process_restarted``) are looked up once, when a worker starts: an object
 without them is simply not fed those figures, so a metrics object written
 for the first version keeps working. Subclass :class:`MetricsBase` to get
@@ -102,10 +105,12 @@ class MetricsBase:
     def actor_restarted(self, actor: str) -> None:
         """The supervisor restarted ``actor`` after it failed."""
 
-    def store_round_trip(self, operation: str, failed: bool) -> None:
-        """Optional. The store sent one batch named ``operation`` (see
-        ``store._observer``); ``failed``: it raised StoreError. Called on the
-        store's hot path, not from the notifier: must be a counter increment."""
+    def store_round_trips(self, operation: str, sent: int, failed: int) -> None:
+        """Optional. Since the last call the store sent ``sent`` batches
+        named ``operation`` (see ``store._observer``), ``failed`` of them
+        raised StoreError (counted in ``sent`` too). Called from the
+        ``gauges`` actor every ``ROUND_TRIP_INTERVAL`` seconds, once per
+        operation with batches, never from the store's hot path."""
 
     def queue_depths(self, stats: Sequence[QueueStats]) -> None:
         """Optional. Jobs per state of every queue the store knows, read by
@@ -116,6 +121,33 @@ class MetricsBase:
     def process_restarted(self, index: int) -> None:
         """Optional. The process manager restarted child ``index`` (called in
         the manager's process)."""
+
+
+#: Seconds between two ``store_round_trips`` feeds.
+ROUND_TRIP_INTERVAL = 1.0
+
+
+class RoundTripTally:
+    """The store's round trips, counted for the metrics object by operation
+    until the ``gauges`` actor takes them. The store's observer (called
+    once per batch, in the Trio thread, on the hot path): only a dict
+    increment here, never user code."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, bool], int] = {}
+
+    def __call__(self, operation: str, failed: bool) -> None:
+        key = (operation, failed)
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    def take(self) -> dict[str, tuple[int, int]]:
+        """``{operation: (sent, failed)}`` since the last take (and forget them)."""
+        counts, self._counts = self._counts, {}
+        taken: dict[str, tuple[int, int]] = {}
+        for (operation, failed), n in counts.items():
+            sent, bad = taken.get(operation, (0, 0))
+            taken[operation] = (sent + n, bad + (n if failed else 0))
+        return taken
 
 
 #: The events a metrics object is fed from.

@@ -16,6 +16,7 @@ from ..store import Leadership, SetAside, Store, aside_of
 from ._config import WorkerConfig
 from ._events import EventBus, JobDead
 from ._inflight import InFlight
+from ._metrics import RoundTripTally
 from ._registry import Registry, WorkerHost
 
 log = logging.getLogger("chronos_trio.worker")
@@ -75,6 +76,9 @@ class Runtime:
     #: clock; None until then). Set only by the registrar, once: a restarted
     #: registrar keeps the worker's start time.
     registered_at: float | None = None
+    #: The store's round trips counted for the metrics object (None: it
+    #: takes none). Filled by the store's observer, taken only by ``gauges``.
+    round_trips: RoundTripTally | None = None
     #: Newer-format records already warned about (the store reports them on
     #: every call while they wait): bounded, oldest forgotten first.
     _newer_seen: dict[str, None] = attrs.field(factory=dict)

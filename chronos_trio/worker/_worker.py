@@ -51,7 +51,7 @@ from ..records._errors import ActorFailed, first_exception
 from ..records._jobs import PENDING_STATES
 from ..runtime._config import WorkerConfig
 from ..runtime._events import ActorRestarted, JobDead
-from ..runtime._metrics import METRIC_EVENTS, Metrics, MetricsFeed
+from ..runtime._metrics import METRIC_EVENTS, Metrics, MetricsFeed, RoundTripTally
 from ..runtime._registry import DeadLetterHook, WorkerHost
 from ..runtime._state import Counters, Runtime
 from ..runtime._supervisor import ChildSpec, Supervisor
@@ -74,26 +74,16 @@ ACTORS: tuple[str, ...] = tuple(
 )
 
 
-def _observe_store(store: Store, metrics: Metrics | None) -> bool:
-    """Hand the store an observer feeding ``metrics.store_round_trip``
-    (when it has one); whether one was set. What the method raises is
-    logged once and otherwise ignored: it runs on the store's hot path."""
-    record = getattr(metrics, "store_round_trip", None)
-    if record is None:
-        return False
-    failing = False
-
-    def observe(operation: str, failed: bool) -> None:
-        nonlocal failing
-        try:
-            record(operation, failed)
-        except Exception:
-            if not failing:
-                failing = True
-                log.exception("metrics store_round_trip raised (logged once; ignored)")
-
-    store.observe_round_trips(observe)
-    return True
+def _observe_store(store: Store, metrics: Metrics | None) -> RoundTripTally | None:
+    """Hand the store a tally of its round trips when ``metrics`` takes
+    them (``store_round_trips``); the tally, or None. The tally is only a
+    dict increment on the store's hot path: the ``gauges`` actor feeds the
+    metrics object from it, off that path."""
+    if getattr(metrics, "store_round_trips", None) is None:
+        return None
+    tally = RoundTripTally()
+    store.observe_round_trips(tally)
+    return tally
 
 
 @attrs.frozen
@@ -238,7 +228,7 @@ class Worker:
                 name=f"metrics {type(metrics).__qualname__}",
                 inline=True,
             )
-        observing = _observe_store(store, metrics)
+        rt.round_trips = _observe_store(store, metrics)
         scopes: dict[str, trio.CancelScope] = {}
         log.info(
             "worker %s starting: queues=%s concurrency=%d",
@@ -269,8 +259,9 @@ class Worker:
                     with trio.CancelScope(shield=True):
                         await self._release_leftovers(rt)
         finally:
-            if observing:
+            if rt.round_trips is not None:
                 store.observe_round_trips(None)
+                gauges.flush_round_trips(rt)
             self._stopped.set()
             log.info("worker %s stopped: %s", self.id, self.statistics())
 
