@@ -29,8 +29,8 @@ from ._inflight import Stage as Stage
 from ._metrics import JobMetric as JobMetric
 from ._metrics import Metrics as Metrics
 from ._metrics import MetricsBase as MetricsBase
-from ._metrics import RoundTripTally as RoundTripTally
 from ._metrics import MetricsFeed as MetricsFeed
+from ._metrics import RoundTripTally as RoundTripTally
 from ._registry import DeadLetterHook as DeadLetterHook
 from ._registry import Lifespan as Lifespan
 from ._registry import Middleware as Middleware
