@@ -178,6 +178,21 @@ def test_a_workflow_is_checked_when_it_is_built() -> None:
         chain(group(add.s(1), add.s(2)), add.s())
     chain(log.s("x"), add.s(1))  # a payload of its own: fine
     chain(group(add.s(1)), total.s())
+
+    @app.task("evens")
+    async def evens(payload: int, job: JobContext) -> list[int]:
+        return list(range(0, payload, 2))
+
+    @app.task("names")
+    async def names(payload: list[str], job: JobContext) -> None:
+        pass
+
+    # a generic result feeds a step taking the same generic type, or the bare
+    # type, or its abstract base with the same arguments; not other arguments
+    chain(evens.s(6), total.s())
+    chain(evens.s(6), t(app, "flat").s())
+    with pytest.raises(TypeError, match="'names' takes a list\\[str\\] payload"):
+        chain(evens.s(6), names.s())
     with pytest.raises(ValueError, match="at least one"):
         chain()
     with pytest.raises(ValueError, match="at least one"):

@@ -129,13 +129,20 @@ def _check_feeds(before: Node, after: Node) -> None:
                 "keeps none (its handler returns nothing): give it a payload"
             )
         want = step.payload_type
-        if want is Any or want is produced:
+        # == as well as is: list[int] builds a new alias object each time
+        if want is Any or want is produced or want == produced:
             continue
         origin = getattr(want, "__origin__", want)
         if produced is list and origin in (list, Sequence, tuple):
             continue
-        if isinstance(produced, type) and isinstance(origin, type) and issubclass(produced, origin):
-            continue
+        # a bare type takes any of its subclasses' results, generic or not
+        # (a step taking ``list`` or ``list[Any]`` is fed a ``list[int]``)
+        made = getattr(produced, "__origin__", produced)
+        bare = all(a is Any for a in getattr(want, "__args__", None) or ())
+        if isinstance(made, type) and isinstance(origin, type) and issubclass(made, origin):
+            same_args = getattr(want, "__args__", None) == getattr(produced, "__args__", None)
+            if bare or made is produced or same_args:
+                continue
         raise TypeError(
             f"{step.kind!r} takes a {_name(want)} payload, but the step before it "
             f"hands on a {_name(produced)}"
@@ -143,6 +150,8 @@ def _check_feeds(before: Node, after: Node) -> None:
 
 
 def _name(t: Any) -> str:
+    if getattr(t, "__args__", None):  # list[str], not the bare list it wraps
+        return str(t)
     return getattr(t, "__qualname__", None) or str(t)
 
 
