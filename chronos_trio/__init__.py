@@ -63,6 +63,7 @@ from .records import UnknownTask as UnknownTask
 from .records import WorkerInfo as WorkerInfo
 from .records import chain as chain
 from .records import group as group
+from .records._version import VERSION as _VERSION
 
 if _TYPE_CHECKING:
     from .app import App as App
@@ -97,7 +98,7 @@ if _TYPE_CHECKING:
     from .worker import Worker as Worker
     from .worker import WorkerStatistics as WorkerStatistics
 
-__version__ = "0.1.0"
+__version__ = _VERSION
 
 #: The public names loaded on first use, and the subpackage of each.
 _LAZY = {

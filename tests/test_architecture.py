@@ -56,6 +56,13 @@ def test_the_contract_holds() -> None:
         # ... nor on the worker side, nor on Trio
         ("producers/sync.py", "from ..runtime import TaskSpec", "Producers outside Trio import"),
         ("producers/asyncio.py", "import trio", "Producers outside Trio do not import trio"),
+        # the dashboard and the integrations stand on the app, beside each other
+        ("app/_app.py", "from ..dashboard import dashboard_app", "Layers"),
+        ("dashboard/_app.py", "from ..cli import main", "Layers"),
+        ("integrations/otel.py", "from ..dashboard import dashboard_app", "Layers"),
+        # the root package re-exports every layer: importing it reaches past them
+        ("integrations/prometheus.py", "from .. import __version__", "No module imports the root"),
+        ("store/_roles.py", "import chronos_trio", "No module imports the root"),
     ],
 )
 def test_a_planted_bad_import_breaks_the_contract(

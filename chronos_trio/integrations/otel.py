@@ -51,6 +51,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
 from ..app import App
 from ..records import RateLimited, Retry, SkipRetry, _options
+from ..records._version import VERSION
 from ..runtime import JobContext
 
 log = logging.getLogger("chronos_trio.otel")
@@ -122,15 +123,13 @@ class Instrumentation:
         propagator: TextMapPropagator | None = None,
         producer_spans: bool = True,
     ) -> None:
-        from .. import __version__
-
         self.app = app
         self.producer_spans = producer_spans
         self._propagator = propagator
         # with no provider given, the global one: a proxy until it is set,
         # so instrument() may run before the SDK is configured
         self._tracer: Tracer = trace.get_tracer(
-            TRACER_NAME, __version__, tracer_provider=tracer_provider
+            TRACER_NAME, VERSION, tracer_provider=tracer_provider
         )
         self._injected = 0
         self._inject_failures = 0
