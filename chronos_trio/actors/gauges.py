@@ -6,8 +6,8 @@ state of every queue (the elected leader only).
   :class:`~chronos_trio.runtime._metrics.RoundTripTally` (a dict increment
   on its hot path); every ``ROUND_TRIP_INTERVAL`` seconds this actor hands
   the counts to ``store_round_trips``, once per operation; the worker
-  hands on the rest once every actor stopped (:func:`flush_round_trips`),
-  so a stop reports every batch. User code never
+  hands on the rest once every actor stopped, so a stop reports every
+  batch. User code never
   runs on the store's path.
 * **Queue depths**, a singleton duty like the janitor's: every worker runs
   this actor, but only the one holding the app's leadership reads the store
@@ -39,12 +39,11 @@ async def run(
 ) -> None:
     metrics = rt.registry.metrics
     depths = getattr(metrics, "queue_depths", None)
-    trips = getattr(metrics, "store_round_trips", None)
     async with trio.open_nursery() as nursery:
         if depths is not None:
             nursery.start_soon(_read_depths, rt, depths)
-        if trips is not None and rt.round_trips is not None:
-            nursery.start_soon(_feed_round_trips, rt.round_trips, trips)
+        if rt.round_trips is not None:  # the worker made one: metrics takes them
+            nursery.start_soon(_feed_round_trips, rt, rt.round_trips)
         task_status.started()
         await trio.sleep(math.inf)
 
@@ -73,24 +72,7 @@ def _report(report: Callable[[Sequence[QueueStats]], None], stats: Sequence[Queu
         log.exception("metrics queue_depths raised; this reading is dropped")
 
 
-async def _feed_round_trips(tally: RoundTripTally, feed: Callable[[str, int, int], None]) -> None:
+async def _feed_round_trips(rt: Runtime, tally: RoundTripTally) -> None:
     while True:
         await trio.sleep(ROUND_TRIP_INTERVAL)
-        _feed(tally, feed)
-
-
-def flush_round_trips(rt: Runtime) -> None:
-    """Hand on the round trips counted since the last feed: the worker's
-    last step, once every actor stopped (the final settles included)."""
-    feed = getattr(rt.registry.metrics, "store_round_trips", None)
-    if feed is not None and rt.round_trips is not None:
-        _feed(rt.round_trips, feed)
-
-
-def _feed(tally: RoundTripTally, feed: Callable[[str, int, int], None]) -> None:
-    for operation, (sent, failed) in tally.take().items():
-        try:
-            feed(operation, sent, failed)
-        except Exception:
-            log.exception("metrics store_round_trips raised; these counts are dropped")
-            return
+        tally.feed(rt.registry.metrics)

@@ -28,7 +28,7 @@ from ..app._inspector import Inspector
 from ..records._jobs import JobState
 from ._render import link
 from ._security import mount_path, same_origin
-from ._views import Views, required
+from ._views import Views, parse_int, required
 
 #: A form is a few short fields; anything larger is not ours.
 MAX_FORM = 16 * 1024
@@ -54,15 +54,7 @@ class Action:
 
 def _opt_int(form: Form, name: str, *, minimum: int = 1) -> int | None:
     text = form.get(name, "").strip()
-    if not text:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise HTTPException(400, f"{name} must be an integer, got {text!r}") from None
-    if value < minimum:
-        raise HTTPException(400, f"{name} must be >= {minimum}, got {value}")
-    return value
+    return parse_int(text, name, minimum=minimum) if text else None
 
 
 def _job_page(job_id: str, queue: str) -> tuple[str, dict[str, object]]:

@@ -54,10 +54,8 @@ def job_actions(job: Job) -> list[str]:
     return out
 
 
-def int_param(request: Request, name: str, default: int, *, minimum: int = 0) -> int:
-    text = request.query_params.get(name)
-    if text is None or text == "":
-        return default
+def parse_int(text: str, name: str, *, minimum: int) -> int:
+    """``text`` as an int of at least ``minimum``; HTTP 400 naming ``name`` if not."""
     try:
         value = int(text)
     except ValueError:
@@ -65,6 +63,13 @@ def int_param(request: Request, name: str, default: int, *, minimum: int = 0) ->
     if value < minimum:
         raise HTTPException(400, f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def int_param(request: Request, name: str, default: int, *, minimum: int = 0) -> int:
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return default
+    return parse_int(text, name, minimum=minimum)
 
 
 def required(params: Mapping[str, str], name: str) -> str:

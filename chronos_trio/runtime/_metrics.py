@@ -33,6 +33,7 @@ no-op methods for everything you do not implement.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -50,6 +51,8 @@ from ._events import (
     JobSucceeded,
     LeaseLost,
 )
+
+log = logging.getLogger("chronos_trio.metrics")
 
 
 @attrs.frozen
@@ -139,6 +142,20 @@ class RoundTripTally:
     def __call__(self, operation: str, failed: bool) -> None:
         key = (operation, failed)
         self._counts[key] = self._counts.get(key, 0) + 1
+
+    def feed(self, metrics: object) -> None:
+        """Hand what was counted since the last feed to ``metrics``'s
+        ``store_round_trips``, once per operation (nothing when it has none).
+        What it raises is logged and the rest of these counts dropped."""
+        record = getattr(metrics, "store_round_trips", None)
+        if record is None:
+            return
+        for operation, (sent, failed) in self.take().items():
+            try:
+                record(operation, sent, failed)
+            except Exception:
+                log.exception("metrics store_round_trips raised; these counts are dropped")
+                return
 
     def take(self) -> dict[str, tuple[int, int]]:
         """``{operation: (sent, failed)}`` since the last take (and forget them)."""

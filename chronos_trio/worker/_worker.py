@@ -261,7 +261,7 @@ class Worker:
         finally:
             if rt.round_trips is not None:
                 store.observe_round_trips(None)
-                gauges.flush_round_trips(rt)
+                rt.round_trips.feed(metrics)  # the last ones: every actor stopped
             self._stopped.set()
             log.info("worker %s stopped: %s", self.id, self.statistics())
 
