@@ -63,7 +63,11 @@ async def test_rate_limit_holds_across_three_processes(redis_url: str, tmp_path:
     print(f"\nrate limit {limit}/s burst {burst}, 3 processes: {rate:.2f}/s over {seconds:.0f}s, "
           f"busiest 1 s window {worst}")  # fmt: skip
     assert abs(rate - limit) <= 0.05 * limit, rate
-    assert worst <= limit + burst, worst
+    # GCRA grants at most limit + burst permits in any 1 s of the store's
+    # clock; these are handler starts, stamped by three processes after
+    # lease and dispatch, so one start may drift into a neighbouring window
+    # (a CI run saw 56 once). A real overrun shows as a burst per window.
+    assert worst <= limit + burst + 1, worst
 
 
 async def test_concurrency_limit_with_a_sigkilled_holder(redis_url: str, tmp_path: Path) -> None:
