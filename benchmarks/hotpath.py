@@ -1,0 +1,158 @@
+"""Hot-path cost in CPU instructions per job, counted by callgrind.
+
+Wall time on a shared 2-core machine moves by ±20% between runs; an
+instruction count does not (the same program, inputs and environment give
+the same count, whatever else the machine is doing). So a change that
+touches the hot path is judged here: each case runs under
+``valgrind --tool=callgrind`` twice, with ``n`` and ``2n`` jobs, and the
+difference divided by ``n`` is the cost of one job, free of start-up and
+import costs.
+
+Cases (the paths every job takes):
+
+* ``enqueue``: ``await task.enqueue(payload)`` one at a time, embedded
+  memory store (producer-side building, checking and encoding);
+* ``drain``: one embedded worker (c=64) draining pre-enqueued no-op jobs
+  on the memory store (lease, dispatch, run, settle in the runtime);
+* ``sync_enqueue``: ``SyncProducer(app=...).enqueue`` one at a time against
+  a private redis-server (the Python side of one enqueue; the server's work
+  is not counted).
+
+Compare two trees (say a commit checked out in a worktree) in one run::
+
+    python -m benchmarks.hotpath --trees /path/to/old:/path/to/new [--n 2000]
+
+Each tree's own ``chronos_trio`` is imported (``PYTHONPATH``), with this
+file's cases. Needs ``valgrind`` (``apt-get install valgrind``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CASES = ("enqueue", "drain", "sync_enqueue")
+HERE = Path(__file__).resolve()
+
+
+def _run_case(case: str, n: int, redis_url: str | None) -> None:
+    """The workload itself (run in the measured process)."""
+    import attrs
+    import trio
+
+    import chronos_trio
+
+    @attrs.frozen
+    class Payload:
+        to: str
+        subject: str
+        n: int
+
+    app = chronos_trio.App()
+
+    @app.task("bench.job")
+    async def job(p: Payload, ctx: chronos_trio.JobContext) -> None:
+        return None
+
+    payloads = [Payload("someone@example.com", "hello", i) for i in range(n)]
+    if case == "enqueue":
+
+        async def enqueue() -> None:
+            for p in payloads:
+                await job.enqueue(p)
+
+        trio.run(enqueue)
+    elif case == "drain":
+
+        async def drain() -> None:
+            await job.enqueue_many(payloads)
+            async with app.open_worker(concurrency=64) as worker:
+                await worker.wait_idle()
+
+        trio.run(drain)
+    elif case == "sync_enqueue":
+        assert redis_url is not None
+        with chronos_trio.SyncProducer(redis_url, app=app) as producer:
+            for p in payloads:
+                producer.enqueue("bench.job", p)
+    else:
+        raise ValueError(f"unknown case {case!r}")
+
+
+def _instructions(tree: Path, case: str, n: int, redis_url: str | None) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
+        argv = [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            str(HERE),
+            "--run",
+            case,
+            "--n",
+            str(n),
+        ]
+        if redis_url:
+            argv += ["--redis-url", redis_url]
+        subprocess.run(argv, cwd=tree, env=env, check=True, capture_output=True)
+        text = out.read_text()
+    match = re.search(r"^summary: (\d+)", text, re.M) or re.search(r"^totals: (\d+)", text, re.M)
+    if match is None:
+        raise RuntimeError("callgrind wrote no summary")
+    return int(match.group(1))
+
+
+def per_job(tree: Path, case: str, n: int, redis_url: str | None) -> float:
+    """Instructions of one job: (I(2n) - I(n)) / n."""
+    one = _instructions(tree, case, n, redis_url)
+    two = _instructions(tree, case, 2 * n, redis_url)
+    return (two - one) / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trees", default=str(HERE.parent.parent), help="tree[:tree...]")
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--n", type=int, default=2000, help="jobs in the smaller run")
+    parser.add_argument("--run", choices=CASES, help=argparse.SUPPRESS)
+    parser.add_argument("--redis-url", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.run:
+        _run_case(args.run, args.n, args.redis_url)
+        return
+    trees = [Path(t).resolve() for t in args.trees.split(":")]
+    cases = [c for c in args.cases.split(",") if c]
+    redis_url = None
+    server = None
+    if "sync_enqueue" in cases:
+        sys.path.insert(0, str(HERE.parent.parent))
+        from chronos_trio.testing.redis_server import RedisServer
+
+        server = RedisServer().start()
+        redis_url = server.url
+    try:
+        header = f"{'case':<14}" + "".join(f"{t.name[-18:]:>20}" for t in trees)
+        if len(trees) > 1:
+            header += f"{'last/first':>12}"
+        print(f"instructions per job (callgrind; n={args.n} and {2 * args.n})")
+        print(header)
+        for case in cases:
+            counts = [per_job(t, case, args.n, redis_url) for t in trees]
+            row = f"{case:<14}" + "".join(f"{c:>20,.0f}" for c in counts)
+            if len(trees) > 1:
+                row += f"{counts[-1] / counts[0]:>12.3f}"
+            print(row, flush=True)
+    finally:
+        if server is not None:
+            server.close()
+
+
+if __name__ == "__main__":
+    main()
