@@ -77,7 +77,9 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
         trio.run(drain)
     elif case == "sync_enqueue":
         assert redis_url is not None
-        with chronos_trio.SyncProducer(redis_url, app=app) as producer:
+        from chronos_trio.producers import SyncProducer
+
+        with SyncProducer(redis_url, app=app) as producer:
             for p in payloads:
                 producer.enqueue("bench.job", p)
     else:
