@@ -126,9 +126,13 @@ async def test_a_kind_nobody_knows_is_dead_after_the_grace_not_before(
         assert since is not None
         await trio.sleep(max(0.0, since + grace - margin - await fleet.store.now()))
         before = await fleet.store.get_job(job_id)
-        assert before is not None and before.state is not JobState.DEAD, before
-        assert before.unclaimed_since == since, "the stamp is kept across bounces"
-        assert old.statistics().unclaimed >= 3
+        read_by = await fleet.store.now()
+        assert before is not None and before.unclaimed_since == since, "kept across bounces"
+        # (a busy machine may oversleep a real clock: judged only when read in time)
+        assert read_by - since < grace or not backend.virtual
+        if read_by - since < grace:
+            assert before.state is not JobState.DEAD, before
+            assert old.statistics().unclaimed >= 3
         with trio.fail_after(grace + 10):
             while not fleet.dead:
                 await trio.sleep(0.02)
