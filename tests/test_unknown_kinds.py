@@ -16,13 +16,16 @@ import pytest
 import trio
 
 import chronos_trio
-from chronos_trio import App, JobContext, JobState, WorkerConfig
+from chronos_trio import App, JobContext, JobState, NewJob, WorkerConfig
 from chronos_trio.cli._output import iso, job_details, job_json
 from chronos_trio.cli._worker_command import add_arguments, build_config
 from chronos_trio.dashboard import dashboard_app
 from chronos_trio.dashboard._render import iso as dashboard_iso
 from chronos_trio.runtime._unknown_kinds import UnknownKinds, shown
-from chronos_trio.store import Store
+from chronos_trio.store import QueueWeight, SettleKind, Settlement, Store, unclaimed_dead_of
+from chronos_trio.store.redis import RedisStore
+from chronos_trio.store.redis.keys import KeySpace
+from chronos_trio.testing.damage import redis_client
 from tests._backends import Backend
 
 FAST = {"poll_interval": 0.5, "lease_duration": 5.0}
@@ -207,3 +210,43 @@ async def test_the_dashboard_shows_since_when_a_job_goes_unclaimed(autojump_cloc
         page = (await web.get("/job", params={"id": job_id})).text
     shown_at = dashboard_iso(job.unclaimed_since)
     assert f"<th>Unclaimed since</th><td>{shown_at} (" in page, page
+
+
+@pytest.mark.redis
+async def test_an_unreadable_stamp_counts_as_none_everywhere_on_redis(redis_url: str) -> None:
+    """Field ``uc`` is advisory: garbage there is no damage to the checker or
+    to reads (they show None), and the next UNCLAIMED settle stamps anew."""
+    store = RedisStore.from_url(redis_url, namespace="uc-garbage")
+    client = redis_client(redis_url)
+    try:
+        await store.enqueue_many([NewJob("j", "q", NEW, b"x")])
+        [leased] = await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=5)
+        key = KeySpace(store.namespace).partition("q", 1, leased.job.partition).job("j")
+        # not a number, then a number ahead of the store's clock (shown as
+        # stored; the settle counts it as none)
+        for garbage, shown_as in (
+            (b"soon", None),
+            (b"0x10", None),
+            (b"nan", None),
+            (b"1e999", None),
+            (b"9" * 30, 1e30),
+        ):
+            await trio.to_thread.run_sync(client.hset, key, "uc", garbage)
+            job = await store.get_job("j")
+            assert job is not None and job.unclaimed_since == shown_as, job
+            assert job.damage == "", job
+            report = await store.check()
+            assert report.findings == (), report.findings
+        before = await store.now()
+        settle = Settlement(
+            leased.ref, SettleKind.UNCLAIMED, error="x", retry_delay=60, unclaimed_grace=1
+        )
+        applied = await store.settle([settle])
+        assert applied == [True] and unclaimed_dead_of(applied) == frozenset()
+        job = await store.get_job("j")
+        assert job is not None and job.state is JobState.RETRY_WAIT
+        assert job.unclaimed_since is not None
+        assert before - 0.01 <= job.unclaimed_since <= await store.now(), "stamped anew"
+    finally:
+        await store.aclose()
+        client.close()
