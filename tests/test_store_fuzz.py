@@ -401,7 +401,10 @@ async def run_case(b: Backend, case: Case) -> None:
         return waiting == (1 if newer and before[1][1:3] != [None, None] else 0)
 
     with trio.fail_after(b.bound):
-        async with app.open_worker(queues="q,q2", retain_succeeded=3600.0, **b.timing) as worker:
+        # (a damaged kind is a kind no worker has: dead at once, not after a grace)
+        async with app.open_worker(
+            queues="q,q2", retain_succeeded=3600.0, unknown_kind_grace=0, **b.timing
+        ) as worker:
             while not await done():
                 await trio.sleep(0.05)
         stats = worker.statistics()

@@ -300,14 +300,16 @@ async def test_bad_payload_is_dead_with_clear_error(
 
 
 async def test_unknown_kind_is_dead_with_clear_error(backend: Backend, clock: object) -> None:
+    # (with unknown_kind_grace=0: at once; see tests/test_unknown_kinds.py for the grace)
     rec = Recorder(backend.store())
-    async with rec.app.open_worker(**backend.timing(**FAST)) as worker:
+    async with rec.app.open_worker(unknown_kind_grace=0, **backend.timing(**FAST)) as worker:
         res = await App(rec.store).enqueue("no.such.kind", {"x": 1})
         with trio.fail_after(30):
             await worker.wait_idle()
     job = await rec.store.get_job(res.job_id)
-    assert job is not None and job.state is JobState.DEAD
-    assert "no handler registered for kind 'no.such.kind'" in job.last_error
+    assert job is not None and job.state is JobState.DEAD and job.attempts == 0
+    assert "no worker registered kind 'no.such.kind' within 0s" in job.last_error
+    assert [j.id for j in rec.dead] == [res.job_id]
 
 
 async def test_enqueue_validates_input_and_loses_nothing(backend: Backend, clock: object) -> None:

@@ -19,7 +19,7 @@ from ..runtime._backoff import Backoff
 from ..runtime._events import JobAbortApplied, JobReleased, JobRetried, JobSucceeded, LeaseLost
 from ..runtime._inflight import Entry, Stage
 from ..runtime._state import Runtime, log
-from ..store import SettleKind, aborted_of
+from ..store import SettleKind, aborted_of, unclaimed_dead_of
 
 
 async def run(
@@ -56,14 +56,23 @@ async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
     # Settlements the store applied as aborted: ABORTED ones, and a retry or
     # release of a job an abort was asked for (the abort wins in the store).
     aborted = aborted_of(applied)
+    # UNCLAIMED settlements the store dead-lettered (past their grace)
+    unclaimed_dead = unclaimed_dead_of(applied)
     for i, (entry, ok) in enumerate(zip(to_store, applied, strict=True)):
         if not ok and entry.leased.job.id in aside_ids:
             continue
-        _account(rt, entry, ok, debug, i in aborted)
+        _account(rt, entry, ok, debug, i in aborted, i in unclaimed_dead)
     rt.table.settled(batch)
 
 
-def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool, aborted: bool = False) -> None:
+def _account(
+    rt: Runtime,
+    entry: Entry,
+    ok: bool,
+    debug: bool,
+    aborted: bool = False,
+    unclaimed_dead: bool = False,
+) -> None:
     job = entry.leased.job
     outcome = entry.outcome
     assert outcome is not None
@@ -120,7 +129,9 @@ def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool, aborted: bool = F
                     job, duration or 0.0, outcome.error, outcome.retry_delay, _started(rt, entry)
                 )
             )
-    elif kind is SettleKind.DEAD or kind is SettleKind.DISCARD:
+    elif kind is SettleKind.UNCLAIMED and not unclaimed_dead:
+        rt.counters.unclaimed += 1  # sent back for a worker with its handler (warned then)
+    elif kind is SettleKind.DEAD or kind is SettleKind.DISCARD or unclaimed_dead:
         rt.counters.dead += 1
         if kind is SettleKind.DISCARD:
             rt.counters.discarded += 1
@@ -129,6 +140,8 @@ def _account(rt: Runtime, entry: Entry, ok: bool, debug: bool, aborted: bool = F
         dead = attrs.evolve(
             job, state=JobState.DEAD, last_error=outcome.error, lease_token="", lease_owner=""
         )
+        if unclaimed_dead:  # it never ran: its attempt was given back
+            dead = attrs.evolve(dead, attempts=max(0, job.attempts - 1))
         rt.report_dead(dead, recovered=False, duration=duration, started_at=_started(rt, entry))
     else:
         rt.counters.released += 1

@@ -3,12 +3,13 @@ job's outcome.
 
 Outcomes: return -> succeeded; exception -> retry with backoff, or dead when
 the attempts are used up; ``SkipRetry`` -> dead at once; timeout -> cancelled
-and counted as a failure; unknown kind or undecodable payload -> dead with a
-clear error; lease lost -> cancelled and forgotten (another worker owns it);
-abort asked (a renewal said so) -> cancelled and settled ABORTED. Dead
-becomes discard (deleted, not kept dead) for a task registered with
-``discard_dead``; a success is retained for its task's ``retain_succeeded``,
-else the worker's.
+and counted as a failure; undecodable payload -> dead with a clear error;
+unknown kind -> back unrun for a worker that has its handler, dead once none
+took it within ``unknown_kind_grace`` (see ``runtime._unknown_kinds``); lease
+lost -> cancelled and forgotten (another worker owns it); abort asked (a
+renewal said so) -> cancelled and settled ABORTED. Dead becomes discard
+(deleted, not kept dead) for a task registered with ``discard_dead``; a
+success is retained for its task's ``retain_succeeded``, else the worker's.
 
 Cost per job matters here (it is most of a no-op job's CPU), so nothing is
 built per job that can live per executor: each executor runs its handlers
@@ -200,9 +201,8 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
     # The job's id, kind and queue are in its record (and in the log line):
     # the error says only what went wrong.
     if task is None:
-        return Settlement(
-            ref, SettleKind.DEAD, error=f"no handler registered for kind {job.kind!r}"
-        )
+        # another worker may have its handler (a rolling deploy, a shared queue)
+        return rt.unknown_kinds.unclaimed(entry.leased)
     try:
         payload: Any = decode_payload(job.payload, task.payload_type)
     except PayloadError as exc:

@@ -129,6 +129,9 @@ def job_json(job: Job) -> dict[str, Any]:
         "damage": job.damage or None,
         # priority, expiry and limits (None: none)
         "control": control_json(job.control),
+        # when a worker without a handler for its kind first sent it back
+        # (None: never, or a run since; see unknown_kind_grace)
+        "unclaimed_since": iso(job.unclaimed_since),
     }
 
 
@@ -254,6 +257,10 @@ def jobs_table(page: JobPage, now: float) -> str:
     return f"{body}\n{footer}"
 
 
+#: What the "unclaimed since" line of a job means.
+_UNCLAIMED = " (workers without a handler for its kind sent it back since then)"
+
+
 def job_details(job: Job, now: float) -> str:
     payload = json.dumps(payload_view(job), ensure_ascii=False)
     lease = "-"
@@ -280,6 +287,8 @@ def job_details(job: Job, now: float) -> str:
         ("then", describe(job.then) + (_KEPT if job.then else "")),
         ("control", control_line(job.control, now)),
     ]
+    if job.unclaimed_since is not None:
+        rows.append(("unclaimed since", f"{when(job.unclaimed_since, now)}{_UNCLAIMED}"))
     width = max(len(k) for k, _ in [*rows, ("last error", "")]) + 2
     lines = [f"{key:<{width}}{value}" for key, value in rows]
     error = job.last_error.strip()

@@ -71,6 +71,7 @@ _OPTIONS = {
     "shutdown_grace": "shutdown_grace",
     "retain_succeeded": "retain_succeeded",
     "leader_ttl": "leader_ttl",
+    "unknown_kind_grace": "unknown_kind_grace",
 }
 
 
@@ -141,6 +142,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         type=seconds(allow_zero=True),
         help="keep succeeded jobs visible for this long (0: drop at once)",
+    )
+    worker.add_argument(
+        "--unknown-kind-grace",
+        metavar="S",
+        type=seconds(allow_zero=True),
+        help="a job of a kind this worker has no handler for goes back for a worker that "
+        "has one; it is dead-lettered once none took it within this long, 0: at once (3600)",
     )
     worker.add_argument(
         "--leader-ttl",

@@ -98,6 +98,13 @@ class Job:
     then: str | None = None
     #: Its priority, expiry and limits (see ``records._control``); None: defaults.
     control: JobControl | None = None
+    #: When (store clock) a worker with no handler for its kind first sent it
+    #: back unrun (an UNCLAIMED settle) in its current wait for one that has a
+    #: handler; None: never, or a run since (a retry or deferral, a lost
+    #: lease, a requeue) cleared it. A finished job keeps it as it was. It
+    #: dead-letters the job once it is older than the sending worker's
+    #: ``unknown_kind_grace``. A lease may leave it None.
+    unclaimed_since: float | None = None
 
     @property
     def priority(self) -> int:

@@ -47,6 +47,7 @@ from ._state import Runtime as Runtime
 from ._tasks import DEFAULT_RESULT_TTL as DEFAULT_RESULT_TTL
 from ._tasks import Handler as Handler
 from ._tasks import TaskSpec as TaskSpec
+from ._unknown_kinds import UnknownKinds as UnknownKinds
 
 _fixup(__name__, globals())
 del _fixup

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import socket
@@ -76,6 +77,25 @@ def _retained_caps(value: int | Mapping[str, int] | None) -> int | Mapping[str, 
 def _positive(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
     if value is not None and not value > 0:
         raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
+
+
+def _finite(
+    minimum: float, *, allow_equal: bool
+) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """A validator: a finite number > ``minimum`` (>= with ``allow_equal``)."""
+    bound = f"{'>=' if allow_equal else '>'} {minimum:g}"
+
+    def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        ok = (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and (value >= minimum if allow_equal else value > minimum)
+        )
+        if not ok:
+            raise ValueError(f"{attribute.name} must be a finite number {bound}, got {value!r}")
+
+    return check
 
 
 def _derived(compute: Callable[[WorkerConfig], Any]) -> Any:
@@ -166,6 +186,15 @@ class WorkerConfig:
     hook_timeout: float = attrs.field(default=10.0, validator=_positive)
     #: Subscriber calls the notifier runs at once.
     hook_concurrency: int = attrs.field(default=16, validator=_positive)
+    #: A job of a kind this worker has no handler for goes back unrun (its
+    #: attempt given back) for a worker that has one, due again after
+    #: ``unknown_kind_delay`` seconds; once it has gone back unclaimed for
+    #: ``unknown_kind_grace`` seconds (store clock, counted from the first
+    #: time any worker sent it back) it is dead-lettered. The grace outlasts
+    #: a slow rolling deploy (new task, old workers still up); 0 dead-letters
+    #: such a job at once.
+    unknown_kind_grace: float = attrs.field(default=3600.0, validator=_finite(0, allow_equal=True))
+    unknown_kind_delay: float = attrs.field(default=1.0, validator=_finite(0, allow_equal=False))
 
     def __attrs_post_init__(self) -> None:
         if self.heartbeat_interval >= self.lease_duration:

@@ -18,6 +18,7 @@ from ._events import EventBus, JobDead
 from ._inflight import InFlight
 from ._metrics import RoundTripTally
 from ._registry import Registry, WorkerHost
+from ._unknown_kinds import UnknownKinds
 
 log = logging.getLogger("chronos_trio.worker")
 
@@ -51,6 +52,10 @@ class Counters:
     #: Jobs an abort stopped, as the store applied it (by this worker's
     #: settle or its recovery of an expired lease).
     aborted: int = 0
+    #: Jobs of a kind this worker has no handler for that the store sent back
+    #: for a worker that has one (their attempt given back); those it
+    #: dead-lettered instead, past ``unknown_kind_grace``, count in ``dead``.
+    unclaimed: int = 0
 
 
 @attrs.define(eq=False)
@@ -63,6 +68,8 @@ class Runtime:
     #: Events for the notifier (published by completer, heartbeater,
     #: recoverer and the supervisor; delivered by the notifier).
     events: EventBus
+    #: What becomes of jobs whose kind has no handler here (used by the executors).
+    unknown_kinds: UnknownKinds
     counters: Counters = attrs.field(factory=Counters)
     #: The leadership this worker holds (None: a follower). Set only by the
     #: leader-elector (and cleared by the scheduler when the store rejects its
@@ -95,6 +102,7 @@ class Runtime:
             config=config,
             table=InFlight(config.max_in_flight, config.queue_buffer),
             events=EventBus(config.event_buffer),
+            unknown_kinds=UnknownKinds(config),
             sync_limiter=trio.CapacityLimiter(config.sync_concurrency),
         )
 

@@ -55,6 +55,7 @@ from ._roles import aborted_of as aborted_of
 from ._roles import aside_of as aside_of
 from ._roles import require_roles as require_roles
 from ._roles import roles_of as roles_of
+from ._roles import unclaimed_dead_of as unclaimed_dead_of
 from ._schemes import Scheme as Scheme
 from ._schemes import open_store as open_store
 from ._schemes import redact as redact

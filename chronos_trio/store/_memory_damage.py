@@ -167,6 +167,10 @@ def shown(job: Job, job_id: str, home: str) -> Job:
     its default and named in ``damage`` (the record itself is unchanged), so
     a caller can sort, compare and print it; the record as is when sound."""
     damage = field_damage(job, job_id, home)
+    since = job.unclaimed_since
+    if since is not None and not (is_number(since) and math.isfinite(since)):
+        # advisory, never damage (see _memory_unclaimed): read as none, as Redis does
+        job = attrs.evolve(job, unclaimed_since=None)
     if not damage:
         return job
     defaults = {f.name: f.default for f in attrs.fields(Job) if f.default is not attrs.NOTHING}

@@ -111,6 +111,11 @@ class SettleKind(enum.StrEnum):
     #: attempt not counted, and the job's rate limits held back as long
     DEFER = "defer"
     ABORTED = "aborted"  # an abort was asked (renew said so): aborted, never run again
+    #: the worker has no handler for the job's kind: retry_wait for
+    #: ``retry_delay`` seconds, attempt not counted, for a worker that has
+    #: one; dead (with ``error``) once it has gone back unclaimed for
+    #: ``unclaimed_grace`` seconds (see :meth:`WorkerRole.settle`)
+    UNCLAIMED = "unclaimed"
 
 
 class AbortResult(enum.StrEnum):
@@ -135,6 +140,9 @@ class Settlement:
     #: (None, or a ttl of 0: nothing is kept).
     result: bytes | None = None
     result_ttl: float = 0.0
+    #: UNCLAIMED only: how long (s, store clock) the job may keep going back
+    #: unclaimed before this settle dead-letters it instead.
+    unclaimed_grace: float = 0.0
 
 
 @attrs.frozen
@@ -246,20 +254,27 @@ class FencedResults(list[bool]):
     (see :meth:`AdminRole.abort`): from ``renew``, leases renewed (True) and
     flagged, whose worker should stop the run and settle ABORTED; from
     ``settle``, settlements applied (True) that made the job aborted (an
-    ABORTED one, or a RETRY, DEFER or RELEASE of a flagged lease). Read it with
-    :func:`aborted_of`, which also takes a plain list."""
+    ABORTED one, or a RETRY, DEFER, RELEASE or UNCLAIMED of a flagged lease).
+    Read it with :func:`aborted_of`, which also takes a plain list.
 
-    __slots__ = ("aborted", "aside")
+    ``unclaimed_dead``: from ``settle``, the indexes of the UNCLAIMED
+    settlements applied (True) that dead-lettered the job, because it had
+    gone back unclaimed for longer than their ``unclaimed_grace``. Read it
+    with :func:`unclaimed_dead_of`."""
+
+    __slots__ = ("aborted", "aside", "unclaimed_dead")
 
     def __init__(
         self,
         results: Iterable[bool] = (),
         aside: SetAside = NOTHING_SET_ASIDE,
         aborted: frozenset[int] = frozenset(),
+        unclaimed_dead: frozenset[int] = frozenset(),
     ):
         super().__init__(results)
         self.aside = aside
         self.aborted = aborted
+        self.unclaimed_dead = unclaimed_dead
 
 
 class CountResult(int):
@@ -289,6 +304,14 @@ def aborted_of(result: object) -> frozenset[int]:
     without them (a plain list)."""
     aborted = getattr(result, "aborted", None)
     return aborted if isinstance(aborted, frozenset) else frozenset()
+
+
+def unclaimed_dead_of(result: object) -> frozenset[int]:
+    """The indexes of the UNCLAIMED settlements of a ``settle`` result that
+    dead-lettered their job (see :class:`FencedResults`); empty for a result
+    without them (a plain list)."""
+    dead = getattr(result, "unclaimed_dead", None)
+    return dead if isinstance(dead, frozenset) else frozenset()
 
 
 @attrs.frozen
@@ -665,10 +688,27 @@ class WorkerRole(StoreRole):
         makes it ``aborted``, kept as a dead job is (in the dead jobs' index,
         trimmed with them), with ``last_error`` the abort's text (``error``
         when no abort was asked), its finish time, its unique key released.
-        A RETRY, DEFER or RELEASE of a lease whose job an abort was asked
-        for makes it aborted instead (the abort wins over running it again; a success
-        or a dead-letter or a discard stands): those settlements, and the ABORTED ones,
-        are listed in the result's ``aborted``. Every
+
+        UNCLAIMED (the worker has no handler for the job's kind) sends the
+        job back for a worker that has one: ``retry_wait``, due
+        ``retry_delay`` seconds from now, the attempt its lease took given
+        back, ``last_error`` kept, and ``unclaimed_since`` stamped with the
+        store's now unless it holds a time already (a value that is not a
+        finite number, or is later than now, counts as none). Once that
+        stamp is ``unclaimed_grace`` seconds old or more, it dead-letters the
+        job instead (``error`` its ``last_error``, the attempt given back,
+        the stamp kept, its unique lock released as DEAD does) and lists the
+        settlement in the result's ``unclaimed_dead``. So the time with no
+        taker survives bounces between workers and their restarts. A RETRY
+        or DEFER clears the stamp (a worker that has the handler ran it),
+        and so do the recovery of an expired lease (its worker may have had
+        one) and ``requeue_dead``; RELEASE (not run) keeps it.
+
+        A RETRY, DEFER, RELEASE or UNCLAIMED of a lease whose job an abort
+        was asked for makes it aborted instead (the abort wins over running
+        it again; a success or a dead-letter or a discard stands): those
+        settlements, and the ABORTED ones, are listed in the result's
+        ``aborted``. Every
         applied outcome clears the lease (token, owner, expiry). A lease
         whose record, held with that token, is damaged is dead-lettered
         instead, and one of a newer format is left alone: both report

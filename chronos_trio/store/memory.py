@@ -38,6 +38,7 @@ from . import (
     _memory_check,
     _memory_control,
     _memory_damage,
+    _memory_unclaimed,
     _memory_unique,
     _memory_workers,
     _partitioning,
@@ -121,6 +122,11 @@ class _Record:
 
 #: How long a finished job nothing keeps stays readable for its waiters (s).
 WAITED_KEEP = 60.0
+
+#: Settle kinds that would run the job again: an abort asked for it wins.
+_RUNS_AGAIN = frozenset(
+    {SettleKind.RETRY, SettleKind.RELEASE, SettleKind.DEFER, SettleKind.UNCLAIMED}
+)
 
 
 @attrs.define
@@ -630,6 +636,7 @@ class MemoryStore(Store):
         now = self._clock()
         results = []
         aborted = []
+        unclaimed_dead: list[int] = []
         for i, s in enumerate(settlements):
             job = self._held(s.lease, now)
             if job is None:
@@ -640,7 +647,7 @@ class MemoryStore(Store):
             if job.control is not None and self._control.release(rec.home, job.control, job.id):
                 self._notify_ready()  # a slot came back: leasers held by it look again
             kind = s.kind
-            if rec.abort and kind in (SettleKind.RETRY, SettleKind.RELEASE, SettleKind.DEFER):
+            if rec.abort and kind in _RUNS_AGAIN:
                 kind = SettleKind.ABORTED  # the abort wins over running it again
             if kind is SettleKind.ABORTED:
                 self._unique.release(rec.home, rec.unique, job.id)
@@ -692,6 +699,7 @@ class MemoryStore(Store):
                         state=JobState.RETRY_WAIT,
                         run_at=now + max(0.0, s.retry_delay),
                         last_error=s.error,
+                        unclaimed_since=None,  # it ran: no longer unclaimed
                     )
                 )
             elif s.kind is SettleKind.DEAD:
@@ -721,14 +729,21 @@ class MemoryStore(Store):
                         run_at=now + delay,
                         last_error=s.error,
                         attempts=max(0, job.attempts - 1),
+                        unclaimed_since=None,  # a worker with its handler took it
                     )
                 )
+            elif s.kind is SettleKind.UNCLAIMED:
+                after = _memory_unclaimed.unclaimed(cleared, s, now)
+                if after.state is JobState.DEAD:
+                    self._unique.release(rec.home, rec.unique, job.id)
+                    unclaimed_dead.append(i)
+                self._put(after)
             else:  # RELEASE
                 self._put(
                     attrs.evolve(cleared, state=JobState.READY, attempts=max(0, job.attempts - 1))
                 )
             results.append(True)
-        return FencedResults(results, aside.report(), frozenset(aborted))
+        return FencedResults(results, aside.report(), frozenset(aborted), frozenset(unclaimed_dead))
 
     async def recover_expired(self, queues: Sequence[str], limit: int) -> RecoverResult:
         await trio.lowlevel.checkpoint()
@@ -766,7 +781,8 @@ class MemoryStore(Store):
                     dead.append(job)
                     self._unique.release(rec.home, rec.unique, job.id)
                 else:
-                    job = attrs.evolve(job, state=JobState.READY, run_at=now)
+                    # its worker may have had the handler: no longer unclaimed
+                    job = attrs.evolve(job, state=JobState.READY, run_at=now, unclaimed_since=None)
                     requeued.append(job.id)
                 self._put(job)
         return RecoverResult(tuple(requeued), tuple(dead), aside.report(), tuple(aborted))
@@ -1024,7 +1040,12 @@ class MemoryStore(Store):
         for _, _, rec in moved:
             self._put(
                 attrs.evolve(
-                    rec.job, state=JobState.READY, run_at=now, attempts=0, finished_at=None
+                    rec.job,
+                    state=JobState.READY,
+                    run_at=now,
+                    attempts=0,
+                    finished_at=None,
+                    unclaimed_since=None,
                 )
             )
         return CountResult(len(moved), aside.report())

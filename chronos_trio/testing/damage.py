@@ -93,7 +93,7 @@ FIELD_KINDS = (Damage.MISSING, Damage.EMPTY, Damage.WRONG_TYPE, Damage.HUGE)
 _MEMORY_TEXT = ("id", "queue", "kind", "lease_token", "lease_owner", "last_error")
 _MEMORY_NUMBERS = (
     "run_at", "attempts", "max_retries", "timeout", "lease_expires_at", "queue_version",
-    "partition", "created_at", "finished_at",
+    "partition", "created_at", "finished_at", "unclaimed_since",
 )  # fmt: skip
 #: RedisStore hash fields that hold numbers (the rest is text, or the payload).
 _REDIS_NUMBERS = (

@@ -114,6 +114,10 @@ class WorkerStatistics:
     #: Jobs an abort stopped (settled ABORTED, or aborted by this worker's
     #: recovery of an expired lease).
     aborted: int = 0
+    #: Jobs of a kind this worker has no handler for, sent back unrun for a
+    #: worker that has one (see ``unknown_kind_grace``; those dead-lettered
+    #: past it count in ``dead``).
+    unclaimed: int = 0
 
 
 class Worker:
@@ -187,6 +191,7 @@ class Worker:
             newer_skipped=c.newer_skipped,
             restarts=dict(self.supervisor.restarts),
             aborted=c.aborted,
+            unclaimed=c.unclaimed,
         )
 
     async def wait_idle(self, *, poll: float = 0.05) -> None:

@@ -57,7 +57,10 @@ JOB_FIELDS = (
     "created_at",
     "finished_at",
 )
-READ_FIELDS = (*JOB_FIELDS, "v", "result", "result_until", "h", "x", "fc")
+#: ``uc``: when the job first went back unclaimed (``Job.unclaimed_since``;
+#: see settle.lua): advisory, so a value that is not a number reads as None
+#: and is never damage. Older versions ignore the field: it needs no new format.
+READ_FIELDS = (*JOB_FIELDS, "v", "result", "result_until", "h", "x", "fc", "uc")
 _READ_FIELD_BYTES = tuple(name.encode() for name in READ_FIELDS)
 
 _STATES = {s.value.encode(): s for s in JobState}
@@ -225,13 +228,14 @@ def job_from_fields(
     payload_problem: str = "",
 ) -> Job:
     """A Job from the values of :data:`JOB_FIELDS` (13) or :data:`READ_FIELDS`
-    (16, with ``v``, ``result`` and ``result_until``); absent fields are
-    None. Total: never raises. A value it cannot read (missing, empty where
-    a value is needed, of the wrong type, a newer record format) gets a
-    default and is named in ``Job.damage``; an unreadable state becomes
-    ``indexed_as`` (the state of the index the job was found in) or, without
-    one, DEAD. ``payload_problem``: why the payload's chunks could not be
-    joined (see :func:`record_fields`), reported in place of its absence."""
+    (20, with ``v``, ``result``, ``result_until``, ``h``, ``x``, ``fc`` and
+    ``uc``), or a prefix of them; absent fields are None. Total: never
+    raises. A value it cannot read (missing, empty where a value is needed,
+    of the wrong type, a newer record format) gets a default and is named
+    in ``Job.damage``; an unreadable state becomes ``indexed_as`` (the state
+    of the index the job was found in) or, without one, DEAD.
+    ``payload_problem``: why the payload's chunks could not be joined (see
+    :func:`record_fields`), reported in place of its absence."""
     r = _Reader()
     kind = r.text("kind", f[0], required=True)
     payload = f[1]
@@ -289,11 +293,12 @@ def job_from_fields(
             control = decode_control(f[18].decode())
         except (ValueError, UnicodeDecodeError):
             r._bad("fc", f[18], "flow control items")
+    unclaimed_since = parse_number(f[19]) if len(f) > 19 and f[19] else None
     return Job(
         job_id, queue, kind, payload or b"", run_at or 0.0, state, attempts, max_retries,
         timeout or 0.0, lease_token, lease_owner, lease_expires_at, version, partition,
         last_error, created_at or 0.0, finished_at, "; ".join(r.problems), result,
-        result_until, headers, then, control,
+        result_until, headers, then, control, unclaimed_since,
     )  # fmt: skip
 
 
@@ -303,7 +308,7 @@ require_field_order(
         "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
         "timeout", "lease_token", "lease_owner", "lease_expires_at", "queue_version",
         "partition", "last_error", "created_at", "finished_at", "damage", "result",
-        "result_until", "headers", "then", "control",
+        "result_until", "headers", "then", "control", "unclaimed_since",
     ),
     "store.redis._codec.job_from_fields",
 )  # fmt: skip

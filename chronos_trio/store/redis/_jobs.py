@@ -78,6 +78,7 @@ _SETTLE_CODES = {
     SettleKind.DISCARD: "x",
     SettleKind.DEFER: "f",
     SettleKind.ABORTED: "a",
+    SettleKind.UNCLAIMED: "u",
 }
 
 
@@ -395,7 +396,7 @@ require_field_order(
         "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
         "timeout", "lease_token", "lease_owner", "lease_expires_at", "queue_version",
         "partition", "last_error", "created_at", "finished_at", "damage", "result",
-        "result_until", "headers", "then", "control",
+        "result_until", "headers", "then", "control", "unclaimed_since",
     ),
     "store.redis._jobs._leased_jobs",
 )  # fmt: skip
@@ -534,6 +535,9 @@ async def renew(
     return FencedResults(results, ctx.count_aside(aside), frozenset(flagged))
 
 
+#: Settle kinds that put the job back to wait for a due time (promoters are woken).
+_WAITS_AGAIN = frozenset({SettleKind.RETRY, SettleKind.DEFER, SettleKind.UNCLAIMED})
+
 #: settle.lua's result and result_ttl arguments when there is no result to keep.
 _NO_RESULT = ("", "")
 
@@ -559,6 +563,8 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
         argv: list[object] = []
         for i in idxs:
             s = settlements[i]
+            # retain_for's place carries an UNCLAIMED settle's grace (settle.lua)
+            keep = s.unclaimed_grace if s.kind is SettleKind.UNCLAIMED else s.retain_for
             argv += [
                 s.lease.job_id,
                 s.lease.token,
@@ -566,7 +572,7 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
                 _SETTLE_CODES[s.kind].upper() if s.lease.controlled else _SETTLE_CODES[s.kind],
                 s.error,
                 repr(float(s.retry_delay)) if s.retry_delay else "0",
-                repr(float(s.retain_for)) if s.retain_for else "0",
+                repr(float(keep)) if keep else "0",
                 *(
                     (s.result, repr(float(s.result_ttl)))
                     if s.result is not None and s.result_ttl > 0
@@ -586,7 +592,7 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
         q = s.lease.queue
         if s.kind is SettleKind.RELEASE:
             ready[q] = ready.get(q, 0) + 1
-        elif s.kind is SettleKind.RETRY or s.kind is SettleKind.DEFER:
+        elif s.kind in _WAITS_AGAIN:
             at = now + max(0.0, s.retry_delay)
             due[q] = min(at, due.get(q, at))
     replies = await ctx.adapter.execute(
@@ -594,6 +600,7 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
     )
     results = [False] * len(settlements)
     aborted: list[int] = []
+    unclaimed_dead: list[int] = []
     aside = NOTHING_SET_ASIDE
     failed: list[tuple[PartitionKeys, bytes]] = []
     freed: dict[str, int] = {}
@@ -606,11 +613,13 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
             aside += decode_aside(part[0], pk.queue, pk.version, pk.partition)
             for k, i in enumerate(groups[pk]):
                 code = part[1 + k]
-                results[i] = code == 1 or code == 4 or code == 5
+                results[i] = code == 1 or code == 4 or code == 5 or code == 6
                 if code == 4:  # a workflow continuation went to the outbox
                     ctx.outbox_filled.set()
                 elif code == 5:  # the job is aborted now
                     aborted.append(i)
+                elif code == 6:  # unclaimed past its grace: dead-lettered
+                    unclaimed_dead.append(i)
             slots = part[1 + len(groups[pk])] if len(part) > 1 + len(groups[pk]) else 0
             if slots:
                 freed[pk.queue] = freed.get(pk.queue, 0) + int(slots)
@@ -628,7 +637,7 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
         # stays applied; the caller settles the batch again (fenced).
         pk, why = failed[0]
         raise StoreError(f"settle failed in partition {pk.tag}: {why.decode(errors='replace')}")
-    return FencedResults(results, aside, frozenset(aborted))
+    return FencedResults(results, aside, frozenset(aborted), frozenset(unclaimed_dead))
 
 
 # -- recover ---------------------------------------------------------------------------

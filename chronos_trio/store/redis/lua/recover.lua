@@ -1,6 +1,7 @@
 -- recover.lua: take back up to ARGV[1] expired leases of ONE partition, earliest
--- expiry first: back to ready, or dead once max_retries + 1 attempts were used
--- (a job that keeps killing its worker must not loop forever), or aborted
+-- expiry first: back to ready (the unclaimed stamp uc cleared), or dead once
+-- max_retries + 1 attempts were used (a job that keeps killing its worker must
+-- not loop forever), or aborted
 -- when an abort was asked for it (field ab, see abort.lua): its worker died
 -- before it could settle it.
 --
@@ -92,6 +93,7 @@ for k, id in ipairs(expired) do
     else
       redis.call('HSET', key, 'state', 'ready', 'run_at', now_s,
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+      redis.call('HDEL', key, 'uc')  -- its worker may have had the handler (see settle.lua)
       redis.call('ZADD', KEYS[2], ready_score(now, redis.call('HGET', key, 'fc')), id)
       requeued[#requeued + 1] = id
     end

@@ -1,5 +1,6 @@
 -- requeue_dead.lua: make up to ARGV[1] of the oldest dead jobs of ONE partition
--- ready again, with attempts reset, looking at at most ARGV[2] dead entries.
+-- ready again, with attempts reset (and the unclaimed stamp uc cleared), looking at
+-- at most ARGV[2] dead entries.
 --
 -- KEYS[1]  dead zset (score = finished_at)
 -- KEYS[2]  ready zset (score = run_at)
@@ -59,6 +60,7 @@ while moved < want and looked < cap do
     if p == 'ok' then
       redis.call('HSET', KEYS[3] .. id, 'state', 'ready', 'run_at', now_s, 'attempts', 0,
         'finished_at', '')
+      redis.call('HDEL', KEYS[3] .. id, 'uc')  -- a fresh start (see settle.lua)
       redis.call('ZADD', KEYS[2], ready_score(now, redis.call('HGET', KEYS[3] .. id, 'fc')), id)
       taken[#taken + 1] = id
       moved = moved + 1

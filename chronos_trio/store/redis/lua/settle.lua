@@ -16,11 +16,12 @@
 --          partition by partition in KEYS order: job id, fencing token,
 --          kind ('s' succeeded, 'r' retry, 'd' dead, 'x' discard, 'l' release,
 --          'f' deferred: retry without counting the attempt, see hold_back, 'a'
---          aborted; in upper case for a job with flow control, whose field fc
---          is then read), error text (for 'a': the last_error when no abort
---          was asked),
---          retry_delay (s), retain_for (s), result, result_ttl (s; '' when
---          there is no result to keep)
+--          aborted, 'u' unclaimed: see below; in upper case for a job with
+--          flow control, whose field fc is then read), error text (for 'a':
+--          the last_error when no abort was asked; for 'u': the last_error
+--          if it dead-letters the job),
+--          retry_delay (s), retain_for (s; for 'u': the grace, see below),
+--          result, result_ttl (s; '' when there is no result to keep)
 --
 -- A succeeded job's record stays while it is retained (in the succeeded
 -- index, trimmed by the janitor) or its result lives, whichever is longer;
@@ -32,9 +33,20 @@
 -- discarded job (failed for good, kept by nobody) is deleted; one whose
 -- record names a waiter channel is kept as dead, in no index, and expires by
 -- itself after WAITED_KEEP, so its waiters read the failure. An aborted
--- job (kind 'a', or 'r', 'l', 'f' of a job an abort was asked for: field ab, see
--- abort.lua; the abort wins over running it again) is kept like a dead one
--- (abort_job), its last_error the abort's.
+-- job (kind 'a', or 'r', 'l', 'f', 'u' of a job an abort was asked for: field
+-- ab, see abort.lua; the abort wins over running it again) is kept like a dead
+-- one (abort_job), its last_error the abort's.
+--
+-- Unclaimed ('u': the worker has no handler for the job's kind): back to
+-- retry_wait after retry_delay, the attempt given back, for a worker that has
+-- one; field uc keeps when this first happened (store clock, kept across
+-- bounces; see unclaimed_since). Once uc is the grace old or more, the job is
+-- dead-lettered instead (the attempt given back too) with code 6. uc is
+-- advisory: a value that is not a decimal finite number, or is later than
+-- now, counts as none and is stamped anew (it can only put a dead-letter off
+-- by one grace), so it is never damage. A retry or deferral clears it (a
+-- worker with the handler ran the job), and so do recover.lua and
+-- requeue_dead.lua; a release keeps it.
 --
 -- Each record is judged before anything is written for it (see _prelude.lua;
 -- nothing in a judgement can fail, so no record can stop the script after
@@ -51,7 +63,8 @@
 -- code 1 applied, 0 the lease is no longer held with that token (or
 -- expired): the job is not touched at all, 2 dead-lettered as damaged, 3 left
 -- alone (newer format), 4 applied, and a workflow continuation was queued,
--- 5 applied: the job is aborted; after the codes, how many concurrency slots
+-- 5 applied: the job is aborted, 6 applied: dead-lettered as unclaimed past
+-- its grace ('u'); after the codes, how many concurrency slots
 -- the batch gave back (see release_slots in _prelude.lua: the client then
 -- wakes idle leasers).
 -- How long a finished job nobody keeps stays readable for its waiters (s).
@@ -60,6 +73,15 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)
 local parts = #KEYS / 6
+
+-- The time field uc holds (see 'u' above), or nil: absent, not a decimal
+-- finite number (the same texts _codec.parse_number reads), or later than now.
+local function unclaimed_since(uc)
+  if not uc or find(uc, '[xX_]') then return nil end
+  local x = tonumber(uc)
+  if x and x == x and x > -HUGE and x <= now then return x end
+  return nil
+end
 
 -- No permit of the rate limits in flow control fc before time until: each
 -- limit's theoretical arrival time moves to at least until + its tolerance.
@@ -116,7 +138,7 @@ local function settle_partition(part, first, last, res)
         if p == 0 then w = w or check_number('lease_expires_at', f[4]) end
         if not w and kind == 'l' then
           w = check_count('attempts', f[5]) or check_number('run_at', f[6])
-        elseif not w and kind == 'f' then
+        elseif not w and (kind == 'f' or kind == 'u') then
           w = check_count('attempts', f[5])
         end
         if w then p = 2 end
@@ -132,7 +154,7 @@ local function settle_partition(part, first, last, res)
       settled[#settled + 1] = id
       -- every outcome ends the lease: its concurrency slots are free at once
       if f[9] then release_slots(prefix, id, f[9], slot_memo, gone) end
-      if (kind == 'r' or kind == 'l' or kind == 'f')
+      if (kind == 'r' or kind == 'l' or kind == 'f' or kind == 'u')
           and redis.call('HEXISTS', key, 'ab') == 1 then
         kind = 'a'  -- an abort was asked while it ran: it does not run again
       end
@@ -178,6 +200,7 @@ local function settle_partition(part, first, last, res)
         redis.call('ZADD', retry, due, id)
         redis.call('HSET', key, 'state', 'retry_wait', 'run_at', due, 'last_error', ARGV[i + 3],
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+        redis.call('HDEL', key, 'uc')  -- it ran: no longer unclaimed
       elseif kind == 'd' then
         redis.call('ZADD', dead, now, id)
         redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3], 'finished_at', now_s,
@@ -207,7 +230,26 @@ local function settle_partition(part, first, last, res)
         redis.call('HSET', key, 'state', 'retry_wait', 'run_at', due, 'last_error', ARGV[i + 3],
           'attempts', math.max(0, tonumber(f[5]) - 1),
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+        redis.call('HDEL', key, 'uc')  -- a worker with its handler took it
         hold_back(prefix, f[9], due)
+      elseif kind == 'u' then
+        local since = unclaimed_since(redis.call('HGET', key, 'uc'))
+        local since_s = since and string.format('%.17g', since) or now_s
+        local attempts = math.max(0, tonumber(f[5]) - 1)
+        if now - (since or now) >= tonumber(ARGV[i + 5]) then
+          redis.call('ZADD', dead, now, id)
+          redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3],
+            'finished_at', now_s, 'attempts', attempts, 'uc', since_s,
+            'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+          unique_finished(prefix, id, f[8], false)
+          notify_done(key, f[7])
+          p = 6
+        else
+          local due = now + math.max(0, tonumber(ARGV[i + 4]))
+          redis.call('ZADD', retry, due, id)
+          redis.call('HSET', key, 'state', 'retry_wait', 'run_at', due, 'attempts', attempts,
+            'uc', since_s, 'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+        end
       else
         -- release: back to ready at once, keeping its due time; the attempt is given back
         redis.call('ZADD', ready, ready_score(f[6], f[9]), id)

@@ -1,0 +1,59 @@
+"""The UNCLAIMED settle on the MemoryStore (see ``WorkerRole.settle``): a
+job whose kind the leasing worker has no handler for goes back for a worker
+that has one, until it has gone back unclaimed for the worker's grace.
+
+The time with no taker lives in the record (``Job.unclaimed_since``), judged
+by the store's clock, so it survives bounces between workers and their
+restarts. The stamp is advisory: a value that is not a finite number, or is
+later than now, counts as none and is stamped anew. That can only put a
+dead-letter off by one grace; it never ends or loses a job, so no operation
+treats such a value as damage (settle.lua reads field ``uc`` the same way).
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from ..records._jobs import Job, JobState
+from ._roles import Settlement
+
+
+def stamp_of(job: Job, now: float) -> float | None:
+    """``job.unclaimed_since`` as the store judges it at ``now``: the time,
+    or None when there is none (absent, not a finite number, or later than
+    ``now``)."""
+    since = job.unclaimed_since
+    if type(since) is int:
+        since = float(since) if -(2**1023) < since < 2**1023 else None
+    if type(since) is not float or not math.isfinite(since) or since > now:
+        return None
+    return since
+
+
+def unclaimed(job: Job, s: Settlement, now: float) -> Job:
+    """``job`` (its lease already cleared) after the UNCLAIMED settle ``s``
+    at ``now``: back to retry_wait, due ``s.retry_delay`` from now, or dead
+    with ``s.error`` once its stamp is ``s.unclaimed_grace`` old; the
+    attempt its lease took given back, the stamp written either way."""
+    since = stamp_of(job, now)
+    if since is None:
+        since = now
+    attempts = max(0, job.attempts - 1)
+    if now - since >= s.unclaimed_grace:
+        return attrs.evolve(
+            job,
+            state=JobState.DEAD,
+            last_error=s.error,
+            finished_at=now,
+            attempts=attempts,
+            unclaimed_since=since,
+        )
+    return attrs.evolve(
+        job,
+        state=JobState.RETRY_WAIT,
+        run_at=now + max(0.0, s.retry_delay),
+        attempts=attempts,
+        unclaimed_since=since,
+    )
