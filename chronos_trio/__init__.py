@@ -50,6 +50,7 @@ from .records import PayloadError as PayloadError
 from .records import RateLimit as RateLimit
 from .records import RateLimited as RateLimited
 from .records import ResultExpired as ResultExpired
+from .records import ResultNotKeptWarning as ResultNotKeptWarning
 from .records import ResultTimeout as ResultTimeout
 from .records import Retry as Retry
 from .records import RetryPolicy as RetryPolicy
@@ -163,6 +164,7 @@ __all__ = [
     "RateLimit",
     "RateLimited",
     "ResultExpired",
+    "ResultNotKeptWarning",
     "ResultTimeout",
     "Retry",
     "RetryPolicy",

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from shop_tasks import Order, Receipt, app, checkout, worker_process
 
-from chronos_trio import JobFailed, ResultTimeout
+from chronos_trio import JobAborted, JobFailed, JobNotFound, ResultTimeout
 from chronos_trio.producers import AsyncioProducer
 
 producer: AsyncioProducer  # opened by the lifespan
@@ -44,19 +44,26 @@ async def create_order(body: dict[str, Any]) -> dict[str, Any]:
 
 async def order_receipt(job_id: str) -> dict[str, Any]:
     """GET /orders/{job_id}/receipt: a long poll of at most 10 s (a client
-    that goes away cancels the wait, and nothing is left behind)."""
+    that goes away cancels the wait, and nothing is left behind). In
+    FastAPI the errors would be ``raise HTTPException(404, ...)`` and
+    ``raise HTTPException(422, ...)``, not a 500 with a traceback."""
     try:
         receipt: Receipt = await producer.job(job_id).result(timeout=10)
     except ResultTimeout:
         return {"state": "pending"}
-    except JobFailed as exc:
-        return {"error": exc.last_error.splitlines()[0]}
+    except JobNotFound:  # a wrong ID, or a job finished and no longer kept: 404
+        return {"error": "no such order", "status": 404}
+    except (JobFailed, JobAborted) as exc:  # it ran and failed, or was stopped: 422
+        return {"error": exc.last_error.splitlines()[0], "status": 422}
     return {"order": receipt.order_id, "total_cents": receipt.total_cents}
 
 
 async def order_status(job_id: str) -> dict[str, Any]:
     """GET /orders/{job_id}/status"""
-    status = await producer.job(job_id).status()
+    try:
+        status = await producer.job(job_id).status()
+    except JobNotFound:
+        return {"error": "no such order", "status": 404}
     return {"state": status.state.value, "attempts": status.attempts}
 
 
@@ -81,6 +88,8 @@ async def main() -> None:
         created = await create_order({"id": "order-last", "items": ["book"]})
         await order_receipt(created["job_id"])
         print("status", await order_status(created["job_id"]))
+        unknown = "no-such-order"
+        print("unknown", await order_receipt(unknown), await order_status(unknown))
         print("waited through", producer.statistics().subscriptions, "subscription")
 
 

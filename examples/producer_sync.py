@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from shop_tasks import Order, Receipt, app, checkout, worker_process
 
-from chronos_trio import JobFailed, ResultTimeout
+from chronos_trio import JobAborted, JobFailed, JobNotFound, ResultTimeout
 from chronos_trio.producers import SyncProducer
 
 # app=: jobs are checked and encoded by the registered tasks, results decode
@@ -37,7 +37,10 @@ def create_order(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
 
 def order_status(job_id: str) -> tuple[dict[str, Any], int]:
     """GET /orders/<job_id>/status"""
-    status = producer.job(job_id).status()
+    try:
+        status = producer.job(job_id).status()
+    except JobNotFound:  # never enqueued, or finished and no longer kept
+        return {"error": "no such order"}, 404
     return {"state": status.state.value, "attempts": status.attempts}, 200
 
 
@@ -47,7 +50,9 @@ def order_receipt(job_id: str) -> tuple[dict[str, Any], int]:
         receipt: Receipt = producer.job(job_id).result(timeout=10)
     except ResultTimeout:
         return {"state": "pending"}, 202
-    except JobFailed as exc:
+    except JobNotFound:  # a wrong ID, or a job finished and no longer kept
+        return {"error": "no such order"}, 404
+    except (JobFailed, JobAborted) as exc:  # it ran and failed, or was stopped
         return {"error": exc.last_error.splitlines()[0]}, 422
     return {"order": receipt.order_id, "total_cents": receipt.total_cents}, 200
 
@@ -77,4 +82,5 @@ if __name__ == "__main__":
         created, _ = create_order({"id": "order-last", "items": ["book"]})
         order_receipt(created["job_id"])
         print("status", order_status(created["job_id"])[0])
+        print("unknown", order_receipt("no-such-order"), order_status("no-such-order"))
         print("waited through", producer.statistics().subscriptions, "subscription")

@@ -320,9 +320,53 @@ def test_pause_and_resume(cli: Cli) -> None:
     assert cli("resume", args=("default", "--json")).json() == {
         "queue": "default",
         "paused": False,
+        "new_queue": False,
     }
     assert ["default", "active"] == rows(cli("queues").out)[2][:2]
-    assert cli("pause", args=("critical", "--json")).json() == {"queue": "critical", "paused": True}
+    assert cli("pause", args=("critical", "--json")).json() == {
+        "queue": "critical",
+        "paused": True,
+        "new_queue": False,
+    }
+
+
+def test_a_queue_that_never_held_a_job_can_be_paused(cli: Cli) -> None:
+    """Memory and Redis (issue 23, item 11: on main, exit 6 "unknown
+    queue"). The output says the queue is new, with a close known name:
+    a misspelling shows at once."""
+    paused = cli("pause", args=("defualt",))
+    assert paused.code == EXIT_OK, paused.err
+    assert "queue 'defualt' paused" in paused.out
+    assert "it is a new queue (no job was ever in it): did you mean 'default'?" in paused.out
+    assert ["defualt", "paused"] in [r[:2] for r in rows(cli("queues").out)]
+    assert cli("pause", args=("defualt", "--json")).json() == {
+        "queue": "defualt",
+        "paused": True,
+        "new_queue": False,
+    }
+    fresh = cli("resume", args=("bulk", "--json")).json()
+    assert fresh == {"queue": "bulk", "paused": False, "new_queue": True}
+
+
+def test_errors_under_json_are_a_json_object_too(cli: Cli) -> None:
+    """Under ``--json`` a failed command prints one JSON object on stdout
+    (its one line on stderr stays), with the exit code (on main: plain
+    text only)."""
+    missing = cli("job", args=("missing", "--json"))
+    assert missing.code == EXIT_NOT_FOUND
+    assert missing.json() == {
+        "error": {
+            "message": missing.err.strip().removeprefix("error: "),
+            "exit_code": EXIT_NOT_FOUND,
+            "reason": "not_found",
+        }
+    }
+    assert "no job with id 'missing'" in missing.json()["error"]["message"]
+    usage = cli("jobs", args=("--queue", "default", "--state", "sleeping", "--json"))
+    assert usage.code == EXIT_USAGE
+    assert usage.json()["error"]["reason"] == "usage"
+    assert "unknown job state 'sleeping'" in usage.json()["error"]["message"]
+    assert cli("job", args=("missing",)).out == "", "no JSON without --json"
 
 
 def test_topology(cli: Cli) -> None:
@@ -373,8 +417,7 @@ def test_topology(cli: Cli) -> None:
         (("job",), ("ready-1", "--queue", "critical"), EXIT_NOT_FOUND, "in queue 'critical'"),
         (("run-now",), ("missing",), EXIT_NOT_FOUND, "no job with id"),
         (("delete",), ("missing",), EXIT_NOT_FOUND, "no job with id"),
-        (("pause",), ("nope",), EXIT_NOT_FOUND, "known queues: critical, default"),
-        (("resume",), ("nope",), EXIT_NOT_FOUND, "unknown queue"),
+        (("jobs",), ("--queue", "nope", "--state", "ready"), EXIT_NOT_FOUND, "known queues"),
         (("requeue-dead",), ("--queue", "nope", "--yes"), EXIT_NOT_FOUND, "unknown queue"),
         (("topology", "show"), ("nope",), EXIT_NOT_FOUND, "unknown queue"),
         (("topology", "promote"), ("default",), EXIT_USAGE, "--partitions"),

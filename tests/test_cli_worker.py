@@ -159,6 +159,25 @@ def test_broken_app_modules_are_one_line(tmp_path: Path) -> None:
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
+def test_a_schedule_of_an_unknown_task_stops_the_worker_before_it_starts(
+    tmp_path: Path,
+) -> None:
+    """One line and EXIT_NO_APP (fatal to a managed child: no restart loop),
+    before any store is touched (issue 23, item 6)."""
+    (tmp_path / "typo_app.py").write_text(
+        "import chronos_trio\n"
+        "app = chronos_trio.App()\n"
+        "@app.task('report.daily')\n"
+        "async def report(day: str) -> None: ...\n"
+        "app.every(60, 'mon', task='reprot.daily')\n"
+    )
+    proc = run_cli("worker", "typo_app", cwd=tmp_path)
+    assert proc.returncode == EXIT_NO_APP, proc.stderr
+    assert "names task 'reprot.daily', which this app does not register" in proc.stderr
+    assert "did you mean 'report.daily'?" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
 def test_unreachable_redis_is_one_line() -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
     for args in (["worker", APP, "--url", url], ["worker", APP, "--processes", "2"]):

@@ -75,6 +75,7 @@ def test_the_producer_examples_round_trip_through_a_worker_process(
             assert f"SkipRetry: order order-{n} is empty" in out, out
     assert "thumbnails 20 b'image-0-'" in out
     assert "status {'state': 'succeeded', 'attempts': 1}" in out
+    assert "unknown" in out and "'error': 'no such order'" in out and "404" in out, out
     assert "waited through 1 subscription" in out
 
 

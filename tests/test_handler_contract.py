@@ -6,12 +6,15 @@ entered once per worker around everything."""
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import time
+import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -21,8 +24,11 @@ from chronos_trio import (
     JobContext,
     JobState,
     MemoryStore,
+    ResultNotKeptWarning,
     Retry,
     RetryPolicy,
+    chain,
+    group,
 )
 from tests._backends import Backend
 from tests._support import wait_for
@@ -151,17 +157,191 @@ async def _agen(args: bytes, job: JobContext) -> Any:
     ("fn", "message"),
     [
         (42, "is not callable"),
-        (lambda: None, "must take (payload, job_context), it takes 0"),
-        (lambda a, b, c: None, "must take (payload, job_context), it takes 3"),
+        (lambda: None, "it takes no parameter for its payload"),
+        (lambda a, b, c: None, "it needs 3 arguments (a, b, c), but a job gives at most two"),
         (_gen, "is a generator function"),
         (_agen, "is a generator function"),
     ],
 )
 def test_wrong_handler_shapes_fail_at_registration(fn: Any, message: str) -> None:
     app = App(MemoryStore())
-    with pytest.raises(TypeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(TypeError, match=re.escape(message)):
         app.task("bad")(fn)
     assert "bad" not in app.tasks
+
+
+# -- handler signatures, read off the annotations (issue 23, item 7) -------------------
+async def _two_ints(x: int, y: int) -> int:
+    return x + y
+
+
+async def _context_only(job: JobContext) -> None: ...
+
+
+async def _context_twice(job: JobContext, other: JobContext) -> None: ...
+
+
+def _keyword_only(payload: int, *, tenant: str) -> None: ...
+
+
+async def _arq_dict_context(payload: int, ctx: dict[str, Any]) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("fn", "message"),
+    [
+        (_two_ints, "its second parameter 'y' is annotated int, but would receive the job context"),
+        (_arq_dict_context, "its second parameter 'ctx' is annotated dict[str, typing.Any]"),
+        (_context_only, "it takes only the job context, and no payload"),
+        (_context_twice, "both of its parameters are annotated JobContext"),
+        (_keyword_only, "its keyword-only parameter 'tenant' has no default"),
+    ],
+)
+def test_signatures_that_would_misread_a_job_are_refused_showing_the_shapes(
+    fn: Any, message: str
+) -> None:
+    app = App(MemoryStore())
+    with pytest.raises(TypeError, match=re.escape(message)) as caught:
+        app.task("bad")(fn)
+    for shape in (
+        "async def handler(payload: P) -> R",
+        "async def handler(payload: P, job: JobContext) -> R",
+        "async def handler(job: JobContext, payload: P) -> R",
+    ):
+        assert shape in str(caught.value)
+    assert "bad" not in app.tasks
+
+
+@attrs.frozen
+class Pair:
+    a: int
+    b: int
+
+
+async def test_every_accepted_shape_gets_its_payload_and_keeps_its_result(
+    autojump_clock: object,
+) -> None:
+    """Payload-only (Celery, Dramatiq, huey), payload then context (ours),
+    context then payload (arq, SAQ): async and plain, each run gets a
+    decoded payload (and its context where it asks for one) and keeps its
+    typed result; on main a payload-only handler was refused and the
+    context-first one registered with payload type JobContext."""
+    app = App(MemoryStore())
+    seen: list[tuple[str, object]] = []
+
+    @app.task("only")
+    async def only(p: Pair) -> int:
+        seen.append(("only", p))
+        return p.a + p.b
+
+    @app.task("only.sync")
+    def only_sync(p: Pair) -> int:
+        seen.append(("only.sync", p))
+        return p.a * p.b
+
+    @app.task("ctx.first")
+    async def ctx_first(job: JobContext, p: Pair) -> str:
+        seen.append(("ctx.first", (job.kind, p)))
+        return f"{job.kind}:{p.a}"
+
+    @app.task("ctx.first.sync")
+    def ctx_first_sync(job: JobContext, p: Pair) -> str:
+        seen.append(("ctx.first.sync", (job.kind, p)))
+        return f"{job.kind}:{p.b}"
+
+    @app.task("ctx.last")
+    async def ctx_last(p: Pair, job: JobContext) -> int:
+        seen.append(("ctx.last", (job.kind, p)))
+        return p.a - p.b
+
+    @app.task("extra.default")
+    async def extra_default(p: Pair, scale: int = 10) -> int:  # payload alone
+        return (p.a + p.b) * scale
+
+    assert only.payload_type is Pair and ctx_first.payload_type is Pair
+    assert only.fn is only.spec.handler and ctx_first.spec.fn is not ctx_first.spec.handler
+    assert ctx_last.spec.fn is ctx_last.spec.handler  # called as it is: no adapter
+    pair = Pair(3, 4)
+    async with app.open_worker(**FAST) as worker:
+        handles = [
+            await task.enqueue(pair)
+            for task in (only, only_sync, ctx_first, ctx_first_sync, ctx_last, extra_default)
+        ]
+        with trio.fail_after(60):
+            results = [await h.result(timeout=30) for h in handles]
+        stats = worker.statistics()
+    assert results == [7, 12, "ctx.first:3", "ctx.first.sync:4", -1, 70]
+    assert sorted(seen) == sorted(
+        [
+            ("only", pair),
+            ("only.sync", pair),
+            ("ctx.first", ("ctx.first", pair)),
+            ("ctx.first.sync", ("ctx.first.sync", pair)),
+            ("ctx.last", ("ctx.last", pair)),
+        ]
+    )
+    assert stats.succeeded == 6 and stats.dead == 0 and stats.retried == 0
+
+
+async def test_adapted_handlers_run_inside_middleware_and_feed_workflows(
+    autojump_clock: object,
+) -> None:
+    """The middleware path and workflows (which compare payload and result
+    types) take the payload-only and context-first shapes too."""
+    app = App(MemoryStore())
+    trail: list[str] = []
+
+    @app.middleware
+    @asynccontextmanager
+    async def around(job: JobContext) -> AsyncIterator[None]:
+        trail.append(f">{job.kind}")
+        yield
+        trail.append(f"<{job.kind}")
+
+    @app.task("double")
+    async def double(x: int) -> int:
+        return 2 * x
+
+    @app.task("inc")
+    def inc(job: JobContext, x: int) -> int:  # a thread, context first
+        return x + 1
+
+    @app.task("total")
+    async def total(xs: list[int]) -> int:
+        return sum(xs)
+
+    flow = chain(double.s(5), inc.s(), group(double.s(), inc.s()), total.s())
+    async with app.open_worker(**FAST):
+        started = await app.enqueue_workflow(flow)
+        with trio.fail_after(60):
+            assert await started.result(timeout=30) == 22 + 12
+    assert trail.count(">double") == 2 and trail.count("<inc") == 2 and len(trail) == 10
+    with pytest.raises(TypeError, match="takes a int payload, but the step before it hands on"):
+        chain(group(double.s(1), inc.s(1)), double.s())
+
+
+def test_a_handler_without_a_return_annotation_is_warned_about() -> None:
+    """Its return value would be dropped in silence: the warning names the
+    task and the cure; ``-> None`` and ``-> T`` are quiet."""
+    app = App(MemoryStore())
+    shout = r"task 'silent': handler .*silent.* has no return annotation, so nothing it returns"
+    with pytest.warns(ResultNotKeptWarning, match=shout) as caught:
+
+        @app.task("silent")
+        async def silent(x: int):  # type: ignore[no-untyped-def]
+            return x
+
+    assert caught[0].filename == __file__  # points at the registration
+    assert silent.spec.result_type is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+
+        @app.task("returns.none")
+        async def returns_none(x: int) -> None: ...
+
+        @app.task("returns.int")
+        def returns_int(x: int) -> int:
+            return x
 
 
 def test_handler_kinds_and_result_types_are_read_at_registration() -> None:

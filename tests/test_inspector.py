@@ -68,9 +68,34 @@ async def test_queues_include_the_apps_task_queues() -> None:
     bare = Inspector(rec.store)
     assert await bare.queue_names() == ["later"], "the store learned it when paused"
     with pytest.raises(UnknownQueue, match=r"unknown queue 'nope' \(known queues: later\)"):
-        await bare.pause("nope")
+        await bare.jobs("nope", "ready")
     with pytest.raises(UnknownQueue, match="none yet"):
         await Inspector(MemoryStore()).jobs("x", "ready")
+
+
+async def test_a_queue_that_never_held_a_job_can_be_paused_first(
+    autojump_clock: object,
+) -> None:
+    """Pausing before the first job (to ready a queue, or hold it while a
+    deploy finishes): registered, its first jobs wait until it is resumed
+    (issue 23, item 11: on main the inspector refused it as unknown)."""
+    rec = Recorder(MemoryStore())
+    bare = Inspector(rec.store)  # no app: not even a task names the queue
+    assert await bare.pause("bulk") is False, "a new queue"
+    assert await bare.pause("bulk") is True, "known once paused"
+    [info] = await bare.queues(["bulk"])
+    assert info.paused and info.total == 0
+    async with rec.app.open_worker(queues="bulk", poll_interval=POLL):
+        await rec.work.enqueue(Work(1), queue="bulk", job_id="first")
+        await trio.sleep(10 * POLL)
+        assert not rec.finished, "nothing leased from the paused queue"
+        assert await bare.resume("bulk") is True
+        with trio.fail_after(5):
+            while not rec.finished:
+                await trio.sleep(0.01)
+    assert list(rec.finished) == ["first"]
+    with pytest.raises(ValueError, match="queue must be a non-empty string, got ''"):
+        await bare.pause("")
 
 
 async def test_job_actions_check_state() -> None:

@@ -94,9 +94,39 @@ def test_every_with_kind_string_timedelta_and_overrides() -> None:
 
 def test_schedule_for_an_unregistered_kind_uses_defaults() -> None:
     app = App()
-    s = app.every(60, {"a": 1}, task="elsewhere.handled")
+    s = app.every(60, {"a": 1}, task="elsewhere.handled", external=True)
     job = s.new_job(60.0)
     assert (job.kind, job.queue, job.payload) == ("elsewhere.handled", "default", b'{"a":1}')
+    assert s.external
+    app.registry.check_schedules()  # another program registers it: fine
+
+
+def test_a_schedule_naming_an_unknown_task_cannot_be_run() -> None:
+    """Declared first, it is accepted (its task may be registered after
+    it); a worker then refuses it, with the closest registered kind (issue
+    23, item 6: on main it fired a dead job each time, for ever)."""
+    app = make_app()
+    app.every(60, Digest("x"), task="digets")
+    with pytest.raises(UnknownTask) as caught:
+        app.registry.check_schedules()
+    assert (
+        "names task 'digets', which this app does not register "
+        "(did you mean 'digest'? registered: digest, raw)"
+    ) in str(caught.value)
+    assert "external=True" in str(caught.value)
+
+
+def test_a_task_registered_after_its_schedule_must_take_its_payload() -> None:
+    app = App()
+    app.every(60, "not bytes", task="late")  # encoded as JSON: no task known yet
+    with pytest.raises(UnknownTask):
+        app.registry.check_schedules()
+
+    @app.task("late")
+    async def late(args: int, job: JobContext) -> None: ...
+
+    with pytest.raises(PayloadError, match=r"schedule 'late:[0-9a-f]+': .*int"):
+        app.registry.check_schedules()
 
 
 def test_ids_are_stable_across_processes_and_differ_by_content() -> None:

@@ -11,7 +11,15 @@ from zoneinfo import ZoneInfo
 import pytest
 import trio
 
-from chronos_trio import App, Schedule, Task, leadership_name, schedule_rows
+from chronos_trio import (
+    App,
+    JobContext,
+    Schedule,
+    Task,
+    UnknownTask,
+    leadership_name,
+    schedule_rows,
+)
 from chronos_trio.store import TriggerResult
 from tests.schedule_app import Fleet, Tick, anchored_store
 
@@ -284,3 +292,21 @@ async def test_only_the_leader_trims(autojump_clock: object) -> None:
     trims = {wid: s.calls["trim"] for wid, s in fleet.stores.items()}
     assert trims[leader] >= 10
     assert all(n == 0 for wid, n in trims.items() if wid != leader)
+
+
+async def test_a_worker_refuses_a_schedule_of_an_unknown_task(autojump_clock: object) -> None:
+    """On main, ``every(60, task="reprot.daily")`` fired a job each minute
+    that went dead at once, for ever. Now the worker refuses to start,
+    naming the schedule and the close match, and nothing is enqueued."""
+    app = App(anchored_store(BASE))
+
+    @app.task("report.daily")
+    async def report(args: Tick, job: JobContext) -> None: ...
+
+    app.every(60, Tick(), task="reprot.daily")
+    with pytest.raises(UnknownTask, match=r"did you mean 'report.daily'\?"):
+        with trio.fail_after(10):
+            async with app.open_worker(**SLOW):
+                await trio.sleep(3 * 3600)
+    [stats] = await app.store.stats(["default"])
+    assert stats.total == 0, "no trigger was fired"

@@ -319,13 +319,24 @@ async def test_enqueue_validates_input_and_loses_nothing(backend: Backend, clock
         await App.enqueue(rec.app, "work", b"x" * 1001)
     with pytest.raises(PayloadError, match="expected a Work payload"):
         await rec.work.enqueue({"n": 1})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="delay must be finite and >= 0"):
+    with pytest.raises(ValueError, match="delay must be a finite number of seconds >= 0"):
         await rec.work.enqueue(Work(1), delay=-1)
     for endless in (math.inf, math.nan):
-        with pytest.raises(ValueError, match="delay must be finite"):
+        with pytest.raises(ValueError, match="delay must be a finite number"):
             await rec.work.enqueue(Work(1), delay=endless)
-        with pytest.raises(ValueError, match="run_at must be a finite epoch time"):
+        with pytest.raises(ValueError, match="run_at must be an aware datetime or finite epoch"):
             await rec.work.enqueue(Work(1), run_at=endless)
+    # Misspelled, empty and mistyped options (issue 23, item 5): on main the
+    # first two were stored (dely ignored: the job ran at once; "" became
+    # the task's queue) and the third was a bare "'>' not supported".
+    with pytest.raises(TypeError, match=r"unknown enqueue option 'dely' \(did you mean 'delay'"):
+        await rec.work.enqueue(Work(1), dely=5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unknown enqueue option 'dely'"):
+        await App.enqueue(rec.app, "work", Work(1), dely=5)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="queue must be a non-empty string, got ''"):
+        await rec.work.enqueue(Work(1), queue="")
+    with pytest.raises(ValueError, match="timeout must be a finite number of seconds > 0, got '5'"):
+        await rec.work.enqueue(Work(1), timeout="5")  # type: ignore[arg-type]
     # A batch is checked whole before anything is sent: one bad payload, none stored.
     with pytest.raises(PayloadError, match="expected a Work payload"):
         await rec.work.enqueue_many([Work(1), Work(2), {"n": 3}])  # type: ignore[list-item]

@@ -8,21 +8,27 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import warnings
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 import trio
 
 from ..records._control import ConcurrencyLimit, RateLimit, control_defaults
+from ..records._errors import ResultNotKeptWarning
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_QUEUE,
     DEFAULT_TIMEOUT,
+    JOB_DEFAULT_OPTIONS,
     EnqueueOptions,
     JobDefaults,
     check_options,
+    check_queue,
+    checked_names,
+    is_number,
 )
 from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES, job_headers, new_job_id
 from ..records._retry import RetryPolicy
@@ -33,7 +39,7 @@ from ..runtime._config import WorkerConfig
 from ..runtime._metrics import Metrics
 from ..runtime._registry import DeadLetterHook, Lifespan, Middleware, Registry
 from ..runtime._schedule import MisfirePolicy, Schedule
-from ..runtime._tasks import DEFAULT_RESULT_TTL, Handler, TaskSpec
+from ..runtime._tasks import DEFAULT_RESULT_TTL, TaskSpec
 from ..store import Store, open_store
 from ..worker import Worker
 from ._handle import JobHandle, Workflow
@@ -118,6 +124,7 @@ class App:
         """The registered dead-letter hooks (a copy)."""
         return list(self.registry.dead_letter_hooks)
 
+    @checked_names("task")
     def task(
         self,
         kind: str,
@@ -135,15 +142,20 @@ class App:
         concurrency_limit: ConcurrencyLimit | Sequence[ConcurrencyLimit] | None = None,
         retain_succeeded: float | None = None,
         discard_dead: bool = False,
-    ) -> Callable[[Handler], Task[P]]:
-        """Register ``handler(payload, job)`` under ``kind``: an ``async def``
-        (runs on the event loop) or a plain ``def`` (runs in a worker thread,
-        see ``sync_concurrency``).
+    ) -> Callable[[Callable[..., Any]], Task[P]]:
+        """Register a handler under ``kind``: an ``async def`` (runs on the
+        event loop) or a plain ``def`` (runs in a worker thread, see
+        ``sync_concurrency``) taking its payload, and optionally the
+        :class:`~chronos_trio.JobContext` after or before it:
+        ``handler(payload)``, ``handler(payload, job)`` or
+        ``handler(job: JobContext, payload)``, told apart by the annotations
+        at registration (see ``app._handlers``).
 
-        The payload type comes from the first parameter's annotation: an attrs
-        class (JSON via cattrs), ``bytes`` (raw), or anything cattrs handles;
-        the result type from the return annotation (none, or ``None``: no
-        result is kept). ``retry`` is this task's backoff (default: the
+        The payload type comes from the payload parameter's annotation: an
+        attrs class (JSON via cattrs), ``bytes`` (raw), or anything cattrs
+        handles; the result type from the return annotation (``None``: no
+        result is kept; none at all: nothing is kept either, and a
+        ``ResultNotKeptWarning`` says so). ``retry`` is this task's backoff (default: the
         worker's); an exception of a ``never_retry`` type dead-letters the
         job at once; results are kept ``result_ttl`` seconds. ``unique``: its
         jobs' default (see :class:`~chronos_trio.Unique`; True derives the
@@ -165,23 +177,36 @@ class App:
         it expired before it started, is still kept dead: the store does not
         know tasks.)
 
-        Raises ``TypeError`` for a function that cannot be a handler (not
-        callable, a generator, not taking ``(payload, job)``) and
-        ``ValueError`` for a bad option or a kind already registered.
+        Raises ``TypeError`` for an unknown option name (naming it and the
+        closest valid one) or a function that cannot be a handler (not
+        callable, a generator, a signature that is not one of the shapes in
+        docs/tasks.md), and ``ValueError`` for an option value of the wrong
+        type or out of range, or a kind already registered (see
+        docs/bad-input.md for every option).
         """
         check_options(max_retries=max_retries, timeout=timeout)
-        if not kind:
-            raise ValueError("task kind must be a non-empty string")
+        check_queue(queue)
+        if not isinstance(kind, str) or not kind:
+            raise ValueError(f"task kind must be a non-empty string, got {kind!r}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy, got {retry!r}")
+        if isinstance(never_retry, type) or not isinstance(never_retry, Iterable):
+            raise TypeError(
+                f"never_retry takes a sequence of exception classes, got {never_retry!r} "
+                "(one class: never_retry=(ValueError,))"
+            )
         never = tuple(never_retry)
         for exc_type in never:
             if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
                 raise TypeError(f"never_retry takes exception classes, got {exc_type!r}")
-        if not result_ttl > 0:
-            raise ValueError(f"result_ttl must be > 0 seconds, got {result_ttl!r}")
+        if not (is_number(result_ttl) and 0 < result_ttl < math.inf):
+            raise ValueError(
+                f"result_ttl must be a finite number of seconds > 0, got {result_ttl!r}"
+            )
         unique_default = unique_of(unique)
-        if retain_succeeded is not None and not 0 <= retain_succeeded < math.inf:
+        if retain_succeeded is not None and not (
+            is_number(retain_succeeded) and 0 <= retain_succeeded < math.inf
+        ):
             raise ValueError(
                 f"retain_succeeded must be a finite number of seconds >= 0, "
                 f"got {retain_succeeded!r}"
@@ -195,13 +220,22 @@ class App:
             concurrency_limit=concurrency_limit,
         )
 
-        def register(fn: Handler) -> Task[P]:
+        def register(fn: Callable[..., Any]) -> Task[P]:
             if kind in self.registry.tasks:
                 raise ValueError(f"a task is already registered under kind {kind!r}")
             shape = inspect_handler(fn)
+            if not shape.returns_annotated:
+                warnings.warn(
+                    f"task {kind!r}: handler {getattr(fn, '__qualname__', fn)!r} has no return "
+                    "annotation, so nothing it returns is kept; annotate it `-> None` if it "
+                    "returns nothing, or `-> T` to keep its result for `handle.result()`",
+                    ResultNotKeptWarning,
+                    stacklevel=2,
+                )
             spec = TaskSpec(
                 kind=kind,
-                fn=fn,
+                fn=shape.call,
+                handler=fn,
                 payload_type=shape.payload_type,
                 queue=queue,
                 max_retries=max_retries,
@@ -239,6 +273,7 @@ class App:
         return hook
 
     # -- schedules -----------------------------------------------------------------
+    @checked_names("schedule", JOB_DEFAULT_OPTIONS)
     def cron(
         self,
         spec: str,
@@ -248,13 +283,23 @@ class App:
         tz: str = "UTC",
         schedule_id: str | None = None,
         misfire: MisfirePolicy = "skip",
+        external: bool = False,
         **defaults: Unpack[JobDefaults],
     ) -> Schedule:
         """Enqueue ``task``'s job with ``payload`` at each time of the 5-field
         cron ``spec`` in timezone ``tz`` (fired once per trigger by the elected
         leader among all workers). ``task`` may be omitted when exactly one
-        registered task takes ``type(payload)``. Invalid arguments raise
-        ``ValueError`` here, not when the schedule fires. See
+        registered task takes ``type(payload)``; ``defaults`` (``queue``,
+        ``max_retries``, ``timeout``) override the task's for its jobs.
+
+        ``task`` given as a kind may be registered after the schedule; a
+        worker refuses to start (``UnknownTask``, with the closest
+        registered kind) while any schedule names a kind this app does not
+        register, unless the schedule says ``external=True``: its task is
+        registered by another program sharing the store (its payload then
+        goes as JSON). Any other invalid argument raises here, not when the
+        schedule fires: ``TypeError`` for an unknown option name,
+        ``ValueError`` for a bad value (see docs/bad-input.md). See
         :class:`~chronos_trio.Schedule` for DST and misfire rules."""
         schedule = build_schedule(
             self.registry,
@@ -265,10 +310,12 @@ class App:
             tz=tz,
             schedule_id=schedule_id,
             misfire=misfire,
+            external=external,
             **defaults,
         )
         return self._add_schedule(schedule)
 
+    @checked_names("schedule", JOB_DEFAULT_OPTIONS)
     def every(
         self,
         interval: float | dt.timedelta,
@@ -277,6 +324,7 @@ class App:
         task: Task[Any] | str | None = None,
         schedule_id: str | None = None,
         misfire: MisfirePolicy = "skip",
+        external: bool = False,
         **defaults: Unpack[JobDefaults],
     ) -> Schedule:
         """Like :meth:`cron`, every ``interval`` (seconds or a timedelta,
@@ -289,6 +337,7 @@ class App:
             interval=interval,
             schedule_id=schedule_id,
             misfire=misfire,
+            external=external,
             **defaults,
         )
         return self._add_schedule(schedule)
@@ -353,7 +402,10 @@ class App:
         self, kind: str, payload: Any, **options: Unpack[EnqueueOptions]
     ) -> JobHandle[Any]:
         """Enqueue by kind name (for producers that do not import the handler);
-        returns its :class:`JobHandle`."""
+        returns its :class:`JobHandle`. Raises as :meth:`Task.enqueue`, and
+        ``ValueError`` for a kind that is not a non-empty string."""
+        if not isinstance(kind, str) or not kind:
+            raise ValueError(f"task kind must be a non-empty string, got {kind!r}")
         spec = self.registry.tasks.get(kind)
         if spec is None:
             spec = TaskSpec(

@@ -25,6 +25,7 @@ import attrs
 
 from ..records._errors import ActionRefused, InspectorError, UnknownJob, UnknownQueue
 from ..records._jobs import Job, JobState
+from ..records._options import check_queue
 from ..records._workers import WorkerInfo, worker_order
 from ..runtime._registry import WorkerHost
 from ..store import (
@@ -402,13 +403,27 @@ class Inspector:
             raise ValueError(f"limit must be >= 1, got {limit}")
         return await self.store.requeue_dead(queue, limit=limit)
 
-    async def pause(self, queue: str) -> None:
-        """Stop workers leasing from ``queue`` (each notices within one poll);
-        jobs already leased run to completion."""
-        await self.store.set_paused(await self.check_queue(queue), True)
+    async def pause(self, queue: str) -> bool:
+        """Stop workers leasing from ``queue`` (at their next lease); jobs
+        already leased run to completion. A queue that never held a job can
+        be paused too, before its first one (it is registered then), so a
+        new queue's jobs wait until it is resumed.
 
-    async def resume(self, queue: str) -> None:
-        await self.store.set_paused(await self.check_queue(queue), False)
+        Returns whether the queue was known before (it held a job, was
+        paused or given a topology, or is an app task's queue): False says
+        it is new, which a caller may show (a misspelled name, say).
+        ``ValueError`` for a name that is not a non-empty string."""
+        return await self._set_paused(queue, True)
+
+    async def resume(self, queue: str) -> bool:
+        """Let workers lease from ``queue`` again (idle ones are woken).
+        Returns and raises as :meth:`pause`."""
+        return await self._set_paused(queue, False)
+
+    async def _set_paused(self, queue: str, paused: bool) -> bool:
+        known = check_queue(queue) in await self.queue_names()
+        await self.store.set_paused(queue, paused)
+        return known
 
     # -- schedules ---------------------------------------------------------------
     async def schedules(self) -> list[ScheduleInfo]:

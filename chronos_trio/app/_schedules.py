@@ -43,8 +43,10 @@ def _resolve_task(
         if not task:
             raise ValueError("task kind must be a non-empty string")
         known = registry.tasks.get(task)
-        # A kind not registered (yet) is allowed: a producer-only app may
-        # schedule work that other processes handle. Its payload goes as JSON.
+        # A kind not registered yet is allowed here: its module may be
+        # imported after the schedule's. A worker refuses to start while it
+        # is still unknown (Registry.check_schedules), unless another
+        # program registers it (external). Its payload goes as JSON.
         return task, known.payload_type if known is not None else Any
     if task is not None:
         raise TypeError(f"task must be a Task or a kind string, got {type(task).__name__}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar, Unpack
 
 import attrs
@@ -10,9 +10,9 @@ import attrs
 from ..records import _producing, _workflow
 from ..records._codec import encode_payload
 from ..records._jobs import EnqueueResult, NewJob
-from ..records._options import EnqueueOptions, check_options
+from ..records._options import EnqueueOptions, check_options, check_queue, checked_names
 from ..records._producing import ProducerHook as ProducerHook
-from ..runtime._tasks import Handler, TaskSpec
+from ..runtime._tasks import TaskSpec
 from ._handle import HandleHost, JobHandle
 
 P = TypeVar("P")
@@ -44,8 +44,9 @@ class Task(Generic[P]):
         return self.spec.kind
 
     @property
-    def fn(self) -> Handler:
-        return self.spec.fn
+    def fn(self) -> Callable[..., Any]:
+        """The handler as registered."""
+        return self.spec.handler
 
     @property
     def payload_type(self) -> Any:
@@ -63,6 +64,7 @@ class Task(Generic[P]):
     def timeout(self) -> float:
         return self.spec.timeout
 
+    @checked_names("workflow step")
     def s(
         self,
         payload: Any = _workflow.FROM_PREVIOUS,
@@ -76,9 +78,12 @@ class Task(Generic[P]):
         ``payload``, or, without one, its predecessor's result (checked
         against this task's payload type when the workflow is built).
         ``delay``: seconds after its predecessor finished. Raises
-        ``ValueError`` for a bad option, ``PayloadError`` for a payload that
-        does not encode."""
+        ``TypeError`` for an unknown option name, ``ValueError`` for an
+        option value of the wrong type or out of range, ``PayloadError``
+        for a payload that does not encode."""
         check_options(max_retries=max_retries, timeout=timeout, delay=delay)
+        if queue is not None:
+            check_queue(queue)
         spec = self.spec
         data = None
         if payload is not _workflow.FROM_PREVIOUS:
@@ -96,8 +101,11 @@ class Task(Generic[P]):
 
     def new_job(self, payload: P, **options: Unpack[EnqueueOptions]) -> NewJob:
         """Build (and validate) the store record for one job without sending
-        it. Raises ``ValueError`` for a bad option, ``PayloadError`` for a
-        payload that does not encode or is too large."""
+        it. Raises ``TypeError`` for an option name ``enqueue`` does not
+        take (naming it and the closest valid one), ``ValueError`` for an
+        option value of the wrong type or out of range (naming both),
+        ``PayloadError`` for a payload that does not encode or is too large
+        (see docs/bad-input.md for every option)."""
         app = self.app
         return _producing.new_job(
             self.spec, app.max_payload_bytes, app.producer_hooks, payload, **options

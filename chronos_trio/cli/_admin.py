@@ -82,7 +82,7 @@ def add_commands(sub: Any, leaves: dict[tuple[str, ...], argparse.ArgumentParser
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
     for words, fn, text in (
-        (("pause",), "_pause", "stop workers leasing from a queue (within one poll)"),
+        (("pause",), "_pause", "stop workers leasing from a queue (at their next lease)"),
         (("resume",), "_resume", "let workers lease from a paused queue again"),
     ):
         p = command(words, fn, text)

@@ -241,25 +241,35 @@ async def _requeue_dead(ctx: Context, args: argparse.Namespace) -> int:
 
 
 async def _pause(ctx: Context, args: argparse.Namespace) -> int:
-    await ctx.inspector.pause(args.queue)
-    if ctx.json:
-        print_json({"queue": args.queue, "paused": True}, ctx.out)
-    else:
-        _say(
-            ctx,
-            f"queue {args.queue!r} paused: workers stop leasing from it within one poll "
-            "(leased jobs finish)",
-        )
-    return EXIT_OK
+    return await _set_paused(ctx, args.queue, True)
 
 
 async def _resume(ctx: Context, args: argparse.Namespace) -> int:
-    await ctx.inspector.resume(args.queue)
+    return await _set_paused(ctx, args.queue, False)
+
+
+async def _set_paused(ctx: Context, queue: str, paused: bool) -> int:
+    known = await (ctx.inspector.pause if paused else ctx.inspector.resume)(queue)
     if ctx.json:
-        print_json({"queue": args.queue, "paused": False}, ctx.out)
+        print_json({"queue": queue, "paused": paused, "new_queue": not known}, ctx.out)
+        return EXIT_OK
+    if paused:
+        said = f"queue {queue!r} paused: workers stop leasing from it (leased jobs finish)"
     else:
-        _say(ctx, f"queue {args.queue!r} resumed")
+        said = f"queue {queue!r} resumed"
+    if not known:
+        others = [q for q in await ctx.inspector.queue_names() if q != queue]
+        said += f"; it is a new queue (no job was ever in it){_close_queue(queue, others)}"
+    _say(ctx, said)
     return EXIT_OK
+
+
+def _close_queue(queue: str, known: list[str]) -> str:
+    """", did you mean 'x'?" for a known queue close to ``queue``, else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(queue, known, n=1, cutoff=0.6)
+    return f": did you mean {close[0]!r}?" if close else ""
 
 
 async def _topology_show(ctx: Context, args: argparse.Namespace) -> int:

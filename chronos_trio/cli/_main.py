@@ -22,7 +22,8 @@ store URL comes from ``--url``, else ``$CHRONOS_URL``, else the app; admin
 commands need only one of them. Admin commands print a table, or JSON with
 ``--json``. Errors are one line on stderr with an exit code from the table
 below, never a traceback (set ``CHRONOS_DEBUG=1`` to see one for an
-unexpected error).
+unexpected error); under ``--json`` an error is also one JSON object on
+stdout, ``{"error": {"message": ..., "exit_code": N, "reason": "not_found"}}``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,16 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from . import _admin, _dashboard_command, _worker_command
-from ._options import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, Parser, one_line
+from ._options import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    CliError,
+    Parser,
+    UsageError,
+    one_line,
+    print_error,
+)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -88,28 +98,33 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code (see ``EXIT_*``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
     try:
         args = parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error, already printed
+    except UsageError as exc:
+        print_error(exc.message, EXIT_USAGE, as_json=as_json, prefix="")
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help (0)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     args.argv = argv
+    as_json = bool(getattr(args, "json", False))
     handler: Handler = args.handler
     try:
         return handler(args)
     except CliError as exc:
-        print(f"error: {one_line(str(exc))}", file=sys.stderr)
+        print_error(one_line(str(exc)), exc.code, as_json=as_json)
         return exc.code
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        print_error("interrupted", EXIT_INTERRUPTED, as_json=as_json)
         return EXIT_INTERRUPTED
     except Exception as exc:
         if os.environ.get("CHRONOS_DEBUG"):
             traceback.print_exc()
-        print(
-            f"error: unexpected {type(exc).__name__}: {one_line(str(exc))} "
-            "(set CHRONOS_DEBUG=1 for a traceback)",
-            file=sys.stderr,
+        message = (
+            f"unexpected {type(exc).__name__}: {one_line(str(exc))} "
+            "(set CHRONOS_DEBUG=1 for a traceback)"
         )
+        print_error(message, EXIT_FAILURE, as_json=as_json)
         return EXIT_FAILURE
 
 

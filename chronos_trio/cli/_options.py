@@ -4,6 +4,7 @@ argument types whose bad values are one-line usage errors naming the option."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -12,7 +13,7 @@ from typing import NoReturn
 EXIT_OK = 0  #: success; also a worker or process manager stopped by SIGTERM/SIGINT
 EXIT_FAILURE = 1  #: the worker failed at run time (an actor exceeded its restart intensity)
 EXIT_USAGE = 2  #: bad command line or option value (argparse's own code too)
-EXIT_NO_APP = 3  #: APP cannot be imported, lacks the attribute, or is not a chronos_trio.App
+EXIT_NO_APP = 3  #: APP cannot be imported or used: not an App, or a schedule of an unknown task
 EXIT_BAD_URL = 4  #: unsupported or malformed store URL
 EXIT_UNAVAILABLE = 5  #: the store cannot be reached (Redis down, wrong host/port, auth)
 EXIT_NOT_FOUND = 6  #: unknown queue or job id
@@ -28,6 +29,14 @@ FATAL_CHILD_EXITS = frozenset({EXIT_USAGE, EXIT_NO_APP, EXIT_BAD_URL})
 CHILD_HEARTBEAT_INTERVAL = 1.0
 
 
+#: Each exit code's name, as a JSON error object gives it (``not_found``).
+EXIT_NAMES = {
+    value: name.removeprefix("EXIT_").lower()
+    for name, value in dict(globals()).items()
+    if name.startswith("EXIT_") and isinstance(value, int)
+}
+
+
 class CliError(Exception):
     """A one-line error for the user and the exit code that goes with it."""
 
@@ -40,12 +49,32 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+class UsageError(SystemExit):
+    """A bad command line: exit code 2 and the one line that says why
+    (printed by ``main``, as text or, under ``--json``, a JSON object)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXIT_USAGE)
+        self.message = message
+
+
 class Parser(argparse.ArgumentParser):
     """Usage errors are one line (plus a hint), exit code 2."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {one_line(message)} (see --help)", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
+        raise UsageError(f"{self.prog}: error: {one_line(message)} (see --help)")
+
+
+def print_error(message: str, code: int, *, as_json: bool, prefix: str = "error: ") -> None:
+    """An error as every command reports it: ``prefix`` and ``message`` as
+    one line on stderr; under ``--json`` also one JSON object on stdout,
+    ``{"error": {"message", "exit_code", "reason"}}`` (``reason`` names
+    the exit code: ``not_found``, ``usage``, ...), so a program reading the
+    JSON output reads the error there too."""
+    print(f"{prefix}{message}", file=sys.stderr)
+    if as_json:
+        error = {"message": message, "exit_code": code, "reason": EXIT_NAMES.get(code, "failure")}
+        print(json.dumps({"error": error}, ensure_ascii=False))
 
 
 # -- option types: a bad value is a one-line usage error naming the option ----------

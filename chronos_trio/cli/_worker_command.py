@@ -31,7 +31,7 @@ import trio
 from trio_util import periodic
 
 from ..app._app import App
-from ..records._errors import ActorFailed, first_exception
+from ..records._errors import ActorFailed, PayloadError, UnknownTask, first_exception
 from ..runtime._config import WorkerConfig, parse_queues
 from ..store import QueueWeight
 from ..worker._worker import Worker
@@ -42,6 +42,7 @@ from ._options import (
     CHILD_HEARTBEAT_INTERVAL,
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
+    EXIT_NO_APP,
     EXIT_OK,
     EXIT_RESTARTS,
     EXIT_USAGE,
@@ -208,6 +209,10 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format, label="manager" if managing else worker_id)
     with _metrics_option.manager_dir(args, managing):  # before the app imports prometheus-client
         app = load_app(args.app)
+        try:
+            app.registry.check_schedules()
+        except (UnknownTask, PayloadError) as exc:
+            raise CliError(f"{args.app}: {exc}", EXIT_NO_APP) from None
         url = url_from(args.url)
         store = resolve_store(app, url)
         where = describe_store(app, url, store)

@@ -18,6 +18,7 @@ from ._errors import JobNotFound as JobNotFound
 from ._errors import PayloadError as PayloadError
 from ._errors import RateLimited as RateLimited
 from ._errors import ResultExpired as ResultExpired
+from ._errors import ResultNotKeptWarning as ResultNotKeptWarning
 from ._errors import ResultTimeout as ResultTimeout
 from ._errors import Retry as Retry
 from ._errors import SkipRetry as SkipRetry

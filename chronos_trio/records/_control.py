@@ -188,6 +188,18 @@ def decode_control(text: str) -> JobControl | None:
     return None if control == JobControl() else control
 
 
+def expired_error(expires_at: float) -> str:
+    """The ``last_error`` of a job dead-lettered because it was not started
+    by ``expires_at``: the time in UTC, ISO 8601 to the millisecond
+    (``expired: not started by 2026-12-01T10:33:56.169Z (its expires_at)``).
+    ``lua/lease.lua`` writes the same text (its ``iso_utc``), so both stores
+    answer alike: whole milliseconds, rounded down, from the epoch."""
+    ms = math.floor(expires_at * 1000)
+    seconds, millis = divmod(ms, 1000)
+    when = dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"expired: not started by {when}.{millis:03d}Z (its expires_at)"
+
+
 def check_priority(priority: object) -> int:
     """``priority`` if it is an int in range, else ``ValueError``."""
     if (

@@ -22,6 +22,9 @@
         ├── UnknownJob
         └── ActionRefused
 
+One warning: ``ResultNotKeptWarning`` (a ``UserWarning``), when a task is
+registered whose handler has no return annotation.
+
 Errors that are also a builtin category derive from it too (``PayloadError``
 is a ``ValueError``, ``UnknownJob`` a ``LookupError``), so existing ``except``
 clauses keep working.
@@ -180,6 +183,12 @@ class UnknownJob(InspectorError, LookupError):
 class ActionRefused(InspectorError):
     """The job's current state does not allow the action (e.g. deleting a
     leased job, running a ready job now)."""
+
+
+class ResultNotKeptWarning(UserWarning):
+    """A task was registered whose handler has no return annotation: what it
+    returns is not kept (annotate ``-> None`` to say it returns nothing, or
+    ``-> T`` to keep its result)."""
 
 
 def sole_exception(exc: BaseException) -> BaseException:

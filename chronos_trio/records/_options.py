@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import inspect
 import json
 import math
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, TypedDict
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -19,6 +21,8 @@ DEFAULT_MAX_RETRIES = 3
 DEFAULT_TIMEOUT = 30.0
 #: A job's headers, encoded as JSON, are at most this long.
 MAX_HEADERS_BYTES = 8192
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class JobDefaults(TypedDict, total=False):
@@ -60,16 +64,82 @@ class EnqueueOptions(JobDefaults, total=False):
     concurrency_limit: ConcurrencyLimit | Sequence[ConcurrencyLimit] | None
 
 
+#: The names ``enqueue`` takes (every key of :class:`EnqueueOptions`).
+ENQUEUE_OPTIONS: frozenset[str] = frozenset(EnqueueOptions.__optional_keys__)
+#: The names a schedule takes for its jobs (every key of :class:`JobDefaults`).
+JOB_DEFAULT_OPTIONS: frozenset[str] = frozenset(JobDefaults.__optional_keys__)
+
+
+def unknown_options(given: Iterable[str], valid: Iterable[str], what: str) -> TypeError:
+    """The error for option names not among ``valid``: it names each, with
+    the closest valid name when one is close (a misspelling), else every
+    valid name. ``what`` says whose options they are ("enqueue", "worker")."""
+    import difflib  # only on this error path
+
+    known = sorted(valid)
+    unknown = sorted(set(given) - set(known))
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        parts.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+    return TypeError(
+        f"unknown {what} option{'s' if len(unknown) > 1 else ''} {', '.join(parts)}; "
+        f"valid: {', '.join(known)}"
+    )
+
+
+def checked_names(what: str, *extra: Iterable[str]) -> Callable[[F], F]:
+    """Decorate a function taking keyword options so that an unknown name
+    raises :func:`unknown_options`'s ``TypeError`` (a close match, and the
+    valid names), not Python's bare "unexpected keyword argument". The
+    valid names, read once here, are the function's keyword-only parameters
+    and ``extra`` (what its ``**options`` take); its other parameters may
+    be passed by name too. Costs one set test per call with keywords: for
+    registration-time calls, not a per-job path."""
+
+    def decorate(fn: F) -> F:
+        params = inspect.signature(fn).parameters.values()
+        listed = frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY).union(*extra)
+        allowed = listed.union(
+            p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "self"
+        )
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if kwargs and not allowed.issuperset(kwargs):
+                raise unknown_options(set(kwargs) - allowed, listed, what)
+            return fn(*args, **kwargs)
+
+        return cast(F, wrapper)
+
+    return decorate
+
+
+def check_queue(queue: object) -> str:
+    """``queue`` if it is a non-empty string, else ``ValueError`` naming it."""
+    if not isinstance(queue, str) or not queue:
+        raise ValueError(f"queue must be a non-empty string, got {queue!r}")
+    return queue
+
+
+def is_number(value: object) -> bool:
+    """A real number (an int or a float, never a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def check_options(
     *, max_retries: int | None = None, timeout: float | None = None, delay: float | None = None
 ) -> None:
-    """Raise ``ValueError`` naming the first option out of range (None: not given)."""
-    if max_retries is not None and (not isinstance(max_retries, int) or max_retries < 0):
+    """Raise ``ValueError`` naming the first option of the wrong type or
+    out of range, and its value (None: not given)."""
+    if max_retries is not None and (
+        not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0
+    ):
         raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
-    if timeout is not None and not timeout > 0:
-        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-    if delay is not None and not (delay >= 0 and math.isfinite(delay)):
-        raise ValueError(f"delay must be finite and >= 0 seconds, got {delay!r}")
+    if timeout is not None and not (is_number(timeout) and 0 < timeout < math.inf):
+        raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+    if delay is not None and not (is_number(delay) and 0 <= delay < math.inf):
+        raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
 
 
 def check_headers(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -119,7 +189,8 @@ def to_epoch(run_at: dt.datetime | float) -> float:
         if run_at.tzinfo is None:
             raise ValueError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
         return run_at.timestamp()
-    value = float(run_at)
-    if not math.isfinite(value):
-        raise ValueError(f"run_at must be a finite epoch time, got {run_at!r}")
-    return value
+    if not (is_number(run_at) and math.isfinite(run_at)):
+        raise ValueError(
+            f"run_at must be an aware datetime or finite epoch seconds, got {run_at!r}"
+        )
+    return float(run_at)

@@ -32,10 +32,13 @@ from ._options import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_QUEUE,
     DEFAULT_TIMEOUT,
+    ENQUEUE_OPTIONS,
     EnqueueOptions,
     check_headers,
     check_options,
+    check_queue,
     to_epoch,
+    unknown_options,
 )
 from ._unique import Unique, resolve, unique_of
 
@@ -139,34 +142,69 @@ def new_job(
     **options: Unpack[EnqueueOptions],
 ) -> NewJob:
     """Build (and validate) the store record for one job of ``spec``'s task,
-    its headers passed through ``hooks``. Raises ``ValueError`` for a bad
-    option or headers, ``PayloadError`` for a payload that does not encode or
-    is larger than ``max_payload_bytes``, and what a hook raises."""
+    its headers passed through ``hooks``. Raises ``TypeError`` for an
+    option name ``enqueue`` does not take (naming it, with the closest
+    valid one), ``ValueError`` for an option value of the wrong type or out
+    of range (naming the option and the value) or bad headers (``TypeError``
+    for limits that are not limits), ``PayloadError`` for a payload that
+    does not encode or is larger than ``max_payload_bytes``, and what a hook
+    raises."""
+    if options:
+        # One set test: the per-call cost of refusing a misspelled name.
+        if not ENQUEUE_OPTIONS.issuperset(options):
+            raise unknown_options(options, ENQUEUE_OPTIONS, "enqueue")
+        return _new_job_with(spec, max_payload_bytes, hooks, payload, options)
+    data = encode_payload(payload, spec.payload_type)
+    if len(data) > max_payload_bytes:
+        _too_large(spec.kind, data, max_payload_bytes)
+    unique, control = spec.unique, spec.control
+    return NewJob(
+        new_job_id(), spec.queue, spec.kind, data, None, 0.0, spec.max_retries, spec.timeout,
+        job_headers(spec.kind, None, hooks) if hooks else (),
+        None if unique is None else resolve(unique, spec.kind, data), False, None,
+        None if control is None else job_control(control, spec.kind, payload, options),
+    )  # fmt: skip
+
+
+def _new_job_with(
+    spec: TaskDefaults,
+    max_payload_bytes: int,
+    hooks: Sequence[ProducerHook],
+    payload: Any,
+    options: EnqueueOptions,
+) -> NewJob:
+    """:func:`new_job` with options (their names checked): every option is
+    checked before the payload is encoded."""
     delay = options.get("delay")
     run_at = options.get("run_at")
     max_retries = options.get("max_retries")
     timeout = options.get("timeout")
     job_id = options.get("job_id")
+    queue = options.get("queue")
     check_options(max_retries=max_retries, timeout=timeout, delay=delay)
+    if queue is not None:
+        check_queue(queue)
     if delay is not None and run_at is not None:
         raise ValueError("give either delay or run_at, not both")
-    data = encode_payload(payload, spec.payload_type)
-    if len(data) > max_payload_bytes:
-        _too_large(spec.kind, data, max_payload_bytes)
     if job_id is not None and (
         not isinstance(job_id, str) or not job_id or len(job_id) > MAX_JOB_ID_LENGTH
     ):
         raise ValueError(
-            f"job_id must be a non-empty string of at most {MAX_JOB_ID_LENGTH} characters"
+            f"job_id must be a non-empty string of at most {MAX_JOB_ID_LENGTH} characters, "
+            f"got {job_id!r:.300}"
         )
-    headers = options.get("headers")
+    at = None if run_at is None else to_epoch(run_at)
     unique = unique_of(options["unique"]) if "unique" in options else spec.unique
+    data = encode_payload(payload, spec.payload_type)
+    if len(data) > max_payload_bytes:
+        _too_large(spec.kind, data, max_payload_bytes)
+    headers = options.get("headers")
     return NewJob(
         job_id or new_job_id(),
-        options.get("queue") or spec.queue,
+        queue or spec.queue,
         spec.kind,
         data,
-        None if run_at is None else to_epoch(run_at),
+        at,
         delay or 0.0,
         spec.max_retries if max_retries is None else max_retries,
         spec.timeout if timeout is None else timeout,
@@ -193,6 +231,8 @@ def new_jobs(
     are checked once, not per job: this is the bulk producer's hot loop).
     Every payload is checked before any record is returned."""
     check_options(delay=delay)
+    if queue is not None:
+        check_queue(queue)
     payload_type, limit = spec.payload_type, max_payload_bytes
     queue, delay = queue or spec.queue, delay or 0.0
     kind, max_retries, timeout = spec.kind, spec.max_retries, spec.timeout

@@ -27,6 +27,9 @@ from ._options import check_headers
 WORKFLOW_KEEP = 24 * 3600.0
 #: Limits of one workflow.
 MAX_DEPTH = 16
+#: Members of one group, at most: a group's completion reads all their
+#: results in one step, and its callback's payload is their list.
+MAX_GROUP_MEMBERS = 1000
 MAX_JOBS = 10_000
 MAX_CONTINUATION_BYTES = 64 * 1024
 
@@ -94,10 +97,20 @@ def chain(*links: Node) -> Chain:
 
 
 def group(*members: Node) -> Group:
-    """A group of steps, chains or groups (ValueError when empty)."""
+    """A group of steps, chains or groups (ValueError when empty or over
+    :data:`MAX_GROUP_MEMBERS` members)."""
     if not members:
         raise ValueError("a group needs at least one member")
+    _check_group_size(len(members))
     return Group(tuple(members))
+
+
+def _check_group_size(size: int) -> None:
+    if size > MAX_GROUP_MEMBERS:
+        raise ValueError(
+            f"a group has at most {MAX_GROUP_MEMBERS} members, got {size}: "
+            "split the work into groups of groups, or chain batches"
+        )
 
 
 def _result_of(node: Node) -> Any:
@@ -182,6 +195,8 @@ def _size(node: Node, depth: int = 0) -> int:
         raise ValueError(f"a workflow nests at most {MAX_DEPTH} deep")
     if isinstance(node, FlowStep):
         return 1
+    if isinstance(node, Group):
+        _check_group_size(len(node.members))  # a Group built without group()
     parts = node.links if isinstance(node, Chain) else node.members
     return sum(_size(n, depth + 1) for n in parts)
 

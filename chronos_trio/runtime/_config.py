@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from ..records._options import is_number, unknown_options
 from ..records._retry import RetryPolicy
 from ..store import QueueWeight
 
@@ -74,7 +75,24 @@ def _retained_caps(value: int | Mapping[str, int] | None) -> int | Mapping[str, 
     return value
 
 
+def _number_type(_: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """``ValueError`` naming the option and the value when a field typed
+    ``int`` (a count) or ``float`` (seconds) gets something else (a bool,
+    a string). Run by :meth:`WorkerConfig.build` before the defaults
+    derived from other options are computed from them."""
+    kind, _, optional = str(attribute.type).partition(" | ")
+    if value is None and optional == "None":
+        return
+    if optional not in ("", "None"):  # a union of more (max_retained_succeeded)
+        return
+    if kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+        raise ValueError(f"{attribute.name} must be an int, got {value!r}")
+    if kind == "float" and not is_number(value):
+        raise ValueError(f"{attribute.name} must be a number of seconds, got {value!r}")
+
+
 def _positive(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    _number_type(_, attribute, value)
     if value is not None and not value > 0:
         raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
 
@@ -216,10 +234,15 @@ class WorkerConfig:
 
     @classmethod
     def build(cls, **options: Any) -> WorkerConfig:
-        """``WorkerConfig(**options)``, with a clearer error for unknown names."""
-        unknown = set(options) - {a.name for a in attrs.fields(cls)}
-        if unknown:
-            raise TypeError(f"unknown worker option(s): {', '.join(sorted(unknown))}")
+        """``WorkerConfig(**options)``, with clearer errors: ``TypeError``
+        for an unknown name (with the closest valid one), ``ValueError``
+        naming a count or a number of seconds of the wrong type before any
+        default is derived from it."""
+        fields = attrs.fields_dict(cls)
+        if not fields.keys() >= options.keys():
+            raise unknown_options(options, fields, "worker")
+        for name, value in options.items():
+            _number_type(cls, fields[name], value)
         return cls(**options)
 
     @property

@@ -43,6 +43,7 @@ from ..records._options import (
     DEFAULT_QUEUE,
     DEFAULT_TIMEOUT,
     check_options,
+    check_queue,
 )
 
 MisfirePolicy = Literal["skip", "fire_once"]
@@ -138,6 +139,9 @@ class Schedule:
     Exactly one of ``cron`` (5-field spec, wall-clock time in ``tz``) and
     ``interval`` (seconds, epoch-aligned) is set. ``queue``, ``max_retries``
     and ``timeout`` override the task's defaults when not None.
+    ``external``: its task is registered by another program sharing the
+    store, not by this app (a worker then does not refuse to start for
+    want of it, see :meth:`~chronos_trio.App.every`).
     """
 
     id: str
@@ -150,6 +154,7 @@ class Schedule:
     queue: str | None = None
     max_retries: int | None = None
     timeout: float | None = None
+    external: bool = False
     _zone: ZoneInfo = attrs.field(init=False, repr=False, eq=False)
     _fixed_hour: bool = attrs.field(init=False, repr=False, eq=False)
 
@@ -166,8 +171,10 @@ class Schedule:
                 + ", ".join(MISFIRE_POLICIES)
             )
         check_options(max_retries=self.max_retries, timeout=self.timeout)
-        if self.queue is not None and not self.queue:
-            raise ValueError("queue must be a non-empty string")
+        if self.queue is not None:
+            check_queue(self.queue)
+        if not isinstance(self.external, bool):
+            raise ValueError(f"external must be a bool, got {self.external!r}")
         object.__setattr__(self, "_zone", _zone(self.tz))
         object.__setattr__(self, "_fixed_hour", False)
         if self.interval is not None:
@@ -206,6 +213,7 @@ class Schedule:
         queue: str | None = None,
         max_retries: int | None = None,
         timeout: float | None = None,
+        external: bool = False,
     ) -> Schedule:
         """Validate and normalize the parts; derive the ID unless given."""
         tz_name = tz.key if isinstance(tz, ZoneInfo) else tz
@@ -231,6 +239,7 @@ class Schedule:
             queue=queue,
             max_retries=max_retries,
             timeout=timeout,
+            external=external,
         )
 
     # -- trigger arithmetic --------------------------------------------------------------

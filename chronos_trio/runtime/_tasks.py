@@ -13,8 +13,10 @@ from ..records._retry import RetryPolicy
 from ..records._unique import Unique
 from ._context import JobContext
 
-#: ``async def handler(payload, job_context)``, or a plain ``def`` (run in a
-#: worker thread).
+#: How the runtime calls a handler: ``fn(payload, job_context)``, awaited
+#: when the task is async, else run in a worker thread. (A handler of
+#: another accepted shape is adapted to it at registration, see
+#: ``app._handlers``.)
 Handler = Callable[[Any, JobContext], Awaitable[object] | object]
 
 #: How long a result is kept when the task does not say (seconds).
@@ -28,6 +30,9 @@ class TaskSpec:
     """One registered handler and its job defaults (the App's ``Task`` wraps
     it for producers).
 
+    ``fn``: how the runtime calls the handler, ``fn(payload, job_context)``
+    (the handler itself, or an adapter made at registration for a handler
+    of another shape); ``handler``: the function as registered.
     ``is_async`` False: the handler is a plain function, run in a worker
     thread. ``result_type``: how the return value is stored (None: nothing
     is). ``retry``: this task's backoff (None: the worker's). ``never_retry``:
@@ -56,3 +61,7 @@ class TaskSpec:
     #: A job that fails for good is dropped (SettleKind.DISCARD), not kept
     #: dead; the dead-letter hooks still run.
     discard_dead: bool = False
+    #: The function as registered (``fn`` when it takes ``(payload, job_context)``).
+    handler: Callable[..., Any] = attrs.field(
+        default=attrs.Factory(lambda spec: spec.fn, takes_self=True), eq=False
+    )

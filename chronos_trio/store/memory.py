@@ -589,7 +589,7 @@ class MemoryStore(Store):
             job,
             state=JobState.DEAD,
             finished_at=now,
-            last_error=f"expired: not started by {job.control.expires_at:.3f} (its expires_at)",
+            last_error=_control.expired_error(job.control.expires_at),
         )
         self._put(dead)
         rec = self._records[job.id]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import trio
 
-from ..records._control import JobControl
+from ..records._control import JobControl, expired_error
 from ..records._jobs import JobState, NewJob
 from ..store._roles import AdminRole, LeaseBatch, SettleKind, Store, WorkerRole
 from .conformance import Fresh, check, job, lease, settle, state_of
@@ -77,6 +77,20 @@ async def check_expired_job_is_dead_lettered_instead_of_leased(fresh: Fresh) -> 
     assert expired.last_error.startswith("expired"), expired.last_error
     assert await state_of(store, "short") is JobState.DEAD
     assert await lease(store) == [], "an expired job never comes back by itself"
+
+
+@check(WorkerRole, AdminRole)
+async def check_an_expired_job_says_when_in_utc(fresh: Fresh) -> None:
+    """Its last error gives the expiry as an ISO time in UTC, to the
+    millisecond, the same text on every backend (not epoch seconds)."""
+    store = await fresh()
+    at = 1_700_000_000.1234  # long past: expired at its first lease
+    await store.enqueue_many([job("late", control=JobControl(expires_at=at))])
+    assert await lease(store) == []
+    found = await store.get_job("late")
+    assert found is not None and found.state is JobState.DEAD
+    assert found.last_error == "expired: not started by 2023-11-14T22:13:20.123Z (its expires_at)"
+    assert found.last_error == expired_error(at)
 
 
 @check(WorkerRole)

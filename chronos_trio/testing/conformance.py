@@ -507,6 +507,25 @@ async def check_paused_queue_is_not_leased(fresh: Fresh) -> None:
 
 
 @check(WorkerRole, AdminRole)
+async def check_a_queue_paused_before_its_first_job(fresh: Fresh) -> None:
+    """A queue that never held a job can be paused (an operator readying
+    it): it is registered, and its first jobs wait until it is resumed."""
+    store = await fresh()
+    await store.set_paused("new", True)
+    assert "new" in await store.queues()
+    [stats] = await store.stats(["new"])
+    assert stats.paused and stats.total == 0
+    await store.enqueue_many([job("a", queue="new")])
+    queues = [QueueWeight("new")]
+    assert await store.lease(queues, 10, worker_id="w", lease_duration=LEASE) == []
+    await store.set_paused("never", False)  # resuming one is harmless too
+    assert "never" in await store.queues()
+    await store.set_paused("new", False)
+    got = await store.lease(queues, 10, worker_id="w", lease_duration=LEASE)
+    assert [lj.job.id for lj in got] == ["a"]
+
+
+@check(WorkerRole, AdminRole)
 async def check_inspector_operations(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job(f"s{i}", delay=100 + i) for i in range(5)])

@@ -135,6 +135,10 @@ class Worker:
     """
 
     def __init__(self, app: WorkerHost, config: WorkerConfig | None = None) -> None:
+        """Raises ``UnknownTask`` or ``PayloadError`` for a schedule of
+        ``app`` this worker could only dead-letter (see
+        ``Registry.check_schedules``; :meth:`run` checks again)."""
+        app.registry.check_schedules()
         self.app = app
         self.config = config or WorkerConfig()
         self.supervisor = Supervisor(
@@ -209,10 +213,13 @@ class Worker:
         """Run until cancelled or :meth:`stop`; then shut down gracefully.
 
         Raises ``ActorFailed`` if an actor exceeds its restart intensity
-        (after releasing what it can).
+        (after releasing what it can); before it starts anything,
+        ``UnknownTask`` or ``PayloadError`` for a schedule it could only
+        dead-letter (one added since the worker was made).
         """
         if self._rt is not None:
             raise RuntimeError("a Worker runs once; create another")
+        self.app.registry.check_schedules()
         store = self.app.store
         # The hot path, plus leadership (schedules, janitor) and the admin
         # reads the janitor and wait_idle make.

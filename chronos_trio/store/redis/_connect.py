@@ -37,6 +37,7 @@ are reached over TLS, with the same ``ssl_*`` options.
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import TYPE_CHECKING, Any, Literal, overload
 from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlparse, urlsplit
 
@@ -78,20 +79,108 @@ def split_store_options(url: str) -> tuple[str, dict[str, str]]:
     return base + (f"?{rest}" if rest else "") + hash_ + fragment, ours
 
 
-def _int_option(opts: dict[str, str], name: str, default: int) -> int:
+def _int_option(opts: dict[str, str], name: str, default: int, minimum: int) -> int:
     value = opts.get(name) or ""
     try:
-        return int(value) if value else default
+        number = int(value) if value else default
     except ValueError:
-        raise ValueError(f"store URL option {name} must be an integer, got {value!r}") from None
+        number = minimum - 1
+    if number < minimum:
+        raise ValueError(f"store URL option {name} must be an integer >= {minimum}, got {value!r}")
+    return number
 
 
 def _float_option(opts: dict[str, str], name: str, default: float) -> float:
     value = opts.get(name) or ""
     try:
-        return float(value) if value else default
+        number = float(value) if value else default
     except ValueError:
-        raise ValueError(f"store URL option {name} must be a number, got {value!r}") from None
+        number = math.nan
+    if not 0 < number < math.inf:
+        raise ValueError(f"store URL option {name} must be a number > 0, got {value!r}")
+    return number
+
+
+def _db_number(text: str, url: str) -> int:
+    """A database number from the URL's path or its ``db`` option."""
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(
+            f"bad store URL {redact(url)!r}: the database must be a number >= 0, got {text!r} "
+            "(redis://host:port/DB, e.g. redis://localhost:6379/0)"
+        )
+    return int(text)
+
+
+def _check_url(clean: str, scheme: str) -> None:
+    """``ValueError`` naming the part of a Redis URL (no store options in
+    it) that cannot be what the user meant, where redis-py would use a
+    default silently or fail only on first use: a port that is not a
+    number in range, a database that is not a number (``redis://host/abc``
+    would be database 0), a Unix URL without a path, a Cluster URL with a
+    database (a Cluster has only database 0), a Sentinel URL without its
+    service name, a host list without a host."""
+    parts = urlsplit(clean)
+    if "#" in clean:  # what follows it is lost to the URL: a password's, say
+        raise ValueError(
+            f"bad store URL {redact(clean)!r}: it holds a '#', which ends a URL: "
+            "percent-encode it as %23 (in a password, say)"
+        )
+    dbs = [v for k, v in parse_qsl(parts.query, keep_blank_values=True) if k == "db"]
+    for value in dbs:
+        _db_number(value, clean)
+    if scheme in ("redis", "rediss"):
+        if "," in parts.netloc.rpartition("@")[2]:
+            raise ValueError(
+                f"bad store URL {redact(clean)!r}: it names several hosts (use "
+                "redis+cluster:// or redis+sentinel:// for those)"
+            )
+        try:
+            parts.port  # noqa: B018 - urllib checks it when read
+        except ValueError as exc:
+            raise ValueError(f"bad store URL {redact(clean)!r}: {exc}") from None
+        path = unquote(parts.path).strip("/")
+        if path:
+            _db_number(path, clean)
+    elif scheme == "unix":
+        if not parts.path:
+            raise ValueError(
+                f"bad store URL {redact(clean)!r}: it names no socket "
+                "(unix:///path/to/redis.sock)"
+            )
+    elif scheme in SENTINEL_SCHEMES:
+        _host_list(clean, default_port=DEFAULT_SENTINEL_PORT)
+        segments = [p for p in unquote(parts.path).split("/") if p]
+        if not segments or len(segments) > 2:
+            raise ValueError(
+                f"expected /service_name[/db] after the sentinels in {redact(clean)!r} "
+                "(redis+sentinel://host:port[,host:port...]/service_name[/db])"
+            )
+        if len(segments) == 2:
+            _db_number(segments[1], clean)
+    else:  # a Cluster
+        _host_list(clean, default_port=6379)
+        if unquote(parts.path).strip("/") or any(int(v) for v in dbs):
+            raise ValueError(
+                f"bad store URL {redact(clean)!r}: it selects a database, but a Redis "
+                "Cluster has only database 0 (redis+cluster://host:port[,host:port...])"
+            )
+
+
+def _check_option_names(opts: list[str]) -> None:
+    """``ValueError`` for a query option that is a misspelling of one of the
+    store's own (``partitons=4``): redis-py would take it as one of its
+    connection options and fail on first use, or ignore it."""
+    import difflib  # only when the URL has query options
+
+    for name in opts:
+        if name in STORE_OPTIONS:
+            continue
+        close = difflib.get_close_matches(name, STORE_OPTIONS, n=1, cutoff=0.8)
+        if close:
+            raise ValueError(
+                f"unknown store URL option {name!r} (did you mean {close[0]!r}?); "
+                f"the store's own are {', '.join(STORE_OPTIONS)}, the rest go to redis-py"
+            )
 
 
 @attrs.frozen
@@ -123,9 +212,11 @@ def parse_store_url(
     socket_timeout: float = 5.0,
 ) -> StoreUrl:
     """Read a Redis store URL and its options (explicit arguments win over
-    the query's). ``ValueError`` for a scheme that is not Redis's, a bad
-    option, or a ``wait_timeout`` that is not below ``socket_timeout`` (a
-    WAIT's reply must come back before the socket times out)."""
+    the query's). ``ValueError`` naming the bad part for a scheme that is
+    not Redis's, a malformed URL (see :func:`_check_url`: a database that
+    is not a number, a bad port, ...), a bad or misspelled option, or a
+    ``wait_timeout`` that is not below ``socket_timeout`` (a WAIT's reply
+    must come back before the socket times out)."""
     clean, opts = split_store_options(url)
     scheme = urlsplit(clean).scheme.lower()
     if scheme not in redis_schemes():
@@ -133,8 +224,14 @@ def parse_store_url(
             f"unsupported Redis URL {redact(clean)!r}; expected one of "
             + ", ".join(f"{s}://" for s in redis_schemes())
         )
+    _check_url(clean, scheme)
+    query = urlsplit(clean).query
+    if query:
+        _check_option_names([k for k, _ in parse_qsl(query, keep_blank_values=True)])
+    if "namespace" in opts and not opts["namespace"]:
+        raise ValueError(f"store URL option namespace is empty in {redact(url)!r}")
     if wait_replicas is None:
-        wait_replicas = _int_option(opts, "wait_replicas", 0)
+        wait_replicas = _int_option(opts, "wait_replicas", 0, 0)
     if wait_timeout is None:
         wait_timeout = _float_option(opts, "wait_timeout", 0.1)
     if wait_replicas and not wait_timeout < socket_timeout:
@@ -145,7 +242,7 @@ def parse_store_url(
         clean,
         scheme,
         namespace or opts.get("namespace") or "chronos",
-        default_partitions or _int_option(opts, "partitions", 1),
+        default_partitions or _int_option(opts, "partitions", 1, 1),
         wait_replicas,
         wait_timeout,
     )

@@ -217,11 +217,35 @@ local function flush_tats(now)
   end
 end
 
+-- Epoch seconds t as UTC ISO 8601, whole milliseconds rounded down
+-- ("2026-12-01T10:33:56.169Z"): records._control.expired_error's text.
+-- The date is the proleptic Gregorian calendar's (days from 1970-03-01 in
+-- 400-year eras), exact in doubles for any time a job can carry.
+local function iso_utc(t)
+  local ms = math.floor(t * 1000)
+  local s = math.floor(ms / 1000)
+  ms = ms - s * 1000
+  local days = math.floor(s / 86400)
+  local secs = s - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local day = doy - math.floor((153 * mp + 2) / 5) + 1
+  local month = mp < 10 and mp + 3 or mp - 9
+  local year = yoe + era * 400 + (month <= 2 and 1 or 0)
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', year, month, day,
+    math.floor(secs / 3600), math.floor(secs / 60) % 60, secs % 60, ms)
+end
+
 -- Dead-letter the ready job at key, past its expiry, into info (see the reply).
 local function expire(info, prefix, key, id, dead, exp, now, now_s)
   redis.call('ZADD', dead, now, id)
   redis.call('HSET', key, 'state', 'dead', 'last_error',
-    'expired: not started by ' .. string.format('%.3f', exp) .. ' (its expires_at)',
+    'expired: not started by ' .. iso_utc(exp) .. ' (its expires_at)',
     'finished_at', now_s, 'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
   unique_finished(prefix, id, redis.call('HGET', key, 'x'), false)
   local e = info[1]
