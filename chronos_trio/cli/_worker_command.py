@@ -413,10 +413,18 @@ async def _wait_parent_gone(stdin: trio.lowlevel.FdStream, parent: int) -> None:
         nursery.start_soon(reparented)
 
 
-def _parent_gone(worker: Worker, state: _Shutdown, **how: object) -> None:
+def _parent_gone(
+    worker: Worker, state: _Shutdown, *, how: str, parent_pid: int | None = None
+) -> None:
     if not state.parent_gone:
         state.parent_gone = True
-        log_event(log, logging.WARNING, "shutting down: process manager gone", **how)
+        log_event(
+            log,
+            logging.WARNING,
+            "shutting down: process manager gone",
+            how=how,
+            parent_pid=parent_pid,
+        )
         worker.stop()
 
 
