@@ -37,9 +37,7 @@ def record(
     return rec
 
 
-def event_record(
-    event: str, level: int = logging.INFO, /, **fields: object
-) -> logging.LogRecord:
+def event_record(event: str, level: int = logging.INFO, /, **fields: object) -> logging.LogRecord:
     """The record ``log_event`` makes, caught on its way out."""
     logger = logging.getLogger("chronos_trio.test_cli_logging")
     caught: list[logging.LogRecord] = []
