@@ -23,8 +23,6 @@ EVENT_ATTR = "chronos_event"
 #: The LogRecord attribute holding the event's fields (``{name: value}``).
 FIELDS_ATTR = "chronos_fields"
 
-#: What makes a value need quotes in the text form.
-_NEEDS_QUOTES = re.compile(r'[\s="\\\x00-\x1f\x7f-\x9f\u2028\u2029]')
 #: Line breaks and controls ``json.dumps(ensure_ascii=False)`` leaves as they are.
 _STILL_RAW = re.compile(r"[\x7f-\x9f\u2028\u2029]")
 
@@ -32,7 +30,15 @@ _STILL_RAW = re.compile(r"[\x7f-\x9f\u2028\u2029]")
 def text_value(value: object) -> str:
     """``value`` as it appears after ``key=`` in the text form."""
     text = value if isinstance(value, str) else str(value)
-    if text and not _NEEDS_QUOTES.search(text):
+    # isprintable() is False for every control, line break and space but " "
+    if (
+        text.isprintable()
+        and text
+        and " " not in text
+        and "=" not in text
+        and '"' not in text
+        and "\\" not in text
+    ):
         return text
     quoted = json.dumps(text, ensure_ascii=False)
     return _STILL_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
