@@ -445,7 +445,7 @@ class Served:
 
 
 @pytest.fixture
-def served(redis_url: str) -> Iterator[list[Served]]:
+def served() -> Iterator[list[Served]]:
     made: list[Served] = []
     yield made
     for s in made:
