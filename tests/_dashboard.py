@@ -47,6 +47,8 @@ def csrf_of(html: str) -> str:
 
 
 # -- a served dashboard and a real browser -------------------------------------------
+#: A name of "another site" the test browser resolves to 127.0.0.1.
+REBOUND_NAME = "rebind.evil.example"
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CHROMIUM_FLAGS = (
@@ -58,6 +60,8 @@ CHROMIUM_FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    # DNS rebinding without a DNS server: this name resolves to loopback
+    f"--host-resolver-rules=MAP {REBOUND_NAME} 127.0.0.1",
 )
 
 

@@ -8,7 +8,7 @@ Inputs, each independent of the code under test where it can be:
 * runs -- the handlers' own records (``tests/soak_app.py``: append-only
   files per process, so they survive kill -9 and Redis restarts), read by
   :func:`read_runs`;
-* worker logs -- ``fired <job id>`` (a trigger the store accepted) and, at
+* worker logs -- ``fired job=...`` (a trigger the store accepted) and, at
   debug level, ``succeeded job=... attempt=...`` (a success the store
   acknowledged), read by :func:`read_worker_logs`;
 * the final store -- every job record of the soak's queues once the workers
@@ -60,7 +60,6 @@ from chronos_trio.records import PENDING_STATES
 
 #: A trigger's job id: ``sched:<schedule id>:<fire time in ms>``.
 TRIGGER_ID = re.compile(r"^sched:(?P<schedule>.+):(?P<ms>\d+)$")
-_FIRED = re.compile(r"^fired (\S+) ")
 
 #: Job kinds meant to die, and how.
 POISON_KINDS = frozenset({"poison", "poison_skip", "poison_payload"})
@@ -170,8 +169,8 @@ def read_worker_logs(paths: Iterable[Path]) -> WorkerLogs:
             if rec.get("event") == "succeeded" and "job" in rec:
                 job_id, attempt = str(rec["job"]), int(rec["attempt"])
                 acked[job_id] = min(attempt, acked.get(job_id, attempt))
-            elif match := _FIRED.match(str(rec.get("msg", ""))):
-                fired[match.group(1)] += 1
+            elif rec.get("event") == "fired" and "job" in rec:
+                fired[str(rec["job"])] += 1
     return WorkerLogs(fired, acked)
 
 

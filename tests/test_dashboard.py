@@ -24,7 +24,8 @@ from chronos_trio.store import VersionState
 from tests._dashboard import XSS, XSS_ERROR, csrf_of, populate_dashboard
 from tests.tests_app import Note, Record
 
-ORIGIN = "http://testserver"
+#: Where the tests' requests go: a loopback name, allowed by default.
+ORIGIN = "http://localhost"
 
 
 @pytest.fixture
@@ -272,7 +273,10 @@ async def test_actions_need_post_csrf_and_same_origin(app: App, web: httpx.Async
 
 
 async def test_allowed_origin_behind_a_proxy(app: App) -> None:
-    async with client(dashboard_app(app, allowed_origins=["https://admin.example"])) as web:
+    asgi = dashboard_app(
+        app, allowed_origins=["https://admin.example"], allowed_hosts=["10.0.0.5:8080"]
+    )
+    async with client(asgi) as web:
         confirm = await web.get("/confirm/pause", params={"queue": "default"})
         posted = await web.post(
             "/actions/pause",
@@ -406,9 +410,9 @@ async def test_event_stream_sends_counts_as_they_change(app: App) -> None:
         "raw_path": b"/events",
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"host", b"testserver")],
+        "headers": [(b"host", b"localhost")],
         "client": ("127.0.0.1", 1),
-        "server": ("testserver", 80),
+        "server": ("127.0.0.1", 80),
     }
 
     async def next_counts() -> dict[str, Any]:

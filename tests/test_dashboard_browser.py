@@ -18,6 +18,7 @@ import pytest
 from chronos_trio import JobState, MemoryStore
 from chronos_trio.store import Store
 from tests._dashboard import (
+    REBOUND_NAME,
     XSS,
     XSS_ERROR,
     ServedDashboard,
@@ -161,6 +162,36 @@ def test_a_wrong_token_gets_401(browser_fresh: Any) -> None:
         field.send_keys("right")
         field.submit()
         wait_for(driver, lambda d: d.title.startswith("Queues"))
+
+
+def test_sign_out_from_the_header(browser_fresh: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = browser_fresh
+    with served(token="tok3n") as dash:
+        driver.get(f"{dash.url}/?token=tok3n")
+        wait_for(driver, lambda d: d.title.startswith("Queues"))
+        driver.find_element(By.ID, "logout").click()
+        wait_for(driver, lambda d: d.title == "401 Unauthorized")
+        driver.get(f"{dash.url}/jobs?queue=default&state=dead")
+        assert driver.title == "401 Unauthorized", "the session is gone"
+
+
+def test_a_rebound_name_reaches_nothing(browser_fresh: Any) -> None:
+    """DNS rebinding: a page of another site whose name now points at
+    127.0.0.1 gets a 400 from an open dashboard, not its pages or actions."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser_fresh
+    with served() as dash:
+        port = dash.url.rsplit(":", 1)[1]
+        driver.get(f"http://{REBOUND_NAME}:{port}/confirm/requeue?id=dead-1&queue=default")
+        assert driver.title == "400 Bad Request"
+        assert "is not allowed here" in driver.find_element(By.TAG_NAME, "body").text
+        assert driver.find_elements(By.ID, "confirm") == []
+        driver.get(f"{dash.url}/")  # the dashboard's own address still works
+        wait_for(driver, lambda d: d.title.startswith("Queues"))
+        assert job_state(dash, "dead-1") is JobState.DEAD
 
 
 def test_screenshot_helper_writes_a_png(browser_fresh: Any, tmp_path: Path) -> None:

@@ -98,7 +98,8 @@ async def test_a_hung_hook_is_cancelled_after_its_timeout(
         with trio.fail_after(60):
             await wait_for(lambda: ended)
     assert ended[0] - start == pytest.approx(3.0, abs=0.05)
-    assert "timed out after 3s on JobDead" in caplog.text
+    assert "event subscriber timed out subscriber=" in caplog.text
+    assert "on=JobDead timeout=3.0" in caplog.text
 
 
 async def test_a_crashing_hook_is_logged_and_the_worker_goes_on(

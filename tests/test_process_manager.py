@@ -115,8 +115,8 @@ async def test_crashed_child_is_restarted_with_backoff_until_intensity(
     assert stats.running == 0, "the healthy child was stopped too"
     text = caplog.text
     assert "worker process exited index=0 pid=" in text and "code=1 status=failed" in text
-    assert "restarting worker process index=0 in=0.1s restart=1" in text
-    assert "restarting worker process index=0 in=0.4s restart=3" in text
+    assert "restarting worker process index=0 delay=0.1 restart=1" in text
+    assert "restarting worker process index=0 delay=0.4 restart=3" in text
     assert "restarted 4 times within 60s; giving up" in text
 
 
@@ -153,7 +153,7 @@ async def test_child_without_heartbeat_is_killed_and_restarted(
     with trio.fail_after(10), pytest.raises(RestartIntensityExceeded):
         await manager.run()
     assert caplog.text.count("killing hung worker process index=0 pid=") == 2
-    assert "code=-9 status=killed by SIGKILL (hung: no heartbeat)" in caplog.text
+    assert 'code=-9 status="killed by SIGKILL (hung: no heartbeat)"' in caplog.text
 
 
 async def test_child_ignoring_sigterm_is_killed_after_the_shutdown_timeout() -> None:

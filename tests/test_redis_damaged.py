@@ -795,7 +795,9 @@ async def test_a_worker_counts_logs_and_publishes_what_the_store_set_aside(
     assert sorted(ran) == [f"h{i}" for i in range(8)]
     assert (stats.damaged, stats.quarantined, stats.newer_skipped) == (1, 1, 1)
     assert stats.dead == 1 and stats.lost == 0 and stats.restarts == {}
-    assert caplog.text.count("newer record format job=future") == 1, "warned once"
+    assert caplog.text.count("newer record format: left for a newer worker job=future") == 1, (
+        "warned once"
+    )
     assert "quarantined job=gone" in caplog.text
     bad = await store.get_job("bad")
     assert bad is not None and bad.state is JobState.DEAD

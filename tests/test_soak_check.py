@@ -260,8 +260,8 @@ def test_run_and_worker_logs_are_read_from_files(tmp_path: Path) -> None:
             [
                 json.dumps({"event": "succeeded", "job": "a", "attempt": 2, "msg": "..."}),
                 json.dumps({"event": "succeeded", "job": "a", "attempt": 1, "msg": "..."}),
-                json.dumps({"event": f"fired {TICK} (schedule soak.tick, every 1s)",
-                            "msg": f"fired {TICK} (schedule soak.tick, every 1s)"}),
+                json.dumps({"event": "fired", "job": TICK, "schedule": "soak.tick",
+                            "msg": f"fired job={TICK} schedule=soak.tick spec=..."}),
                 "Traceback (most recent call last):",
             ]
         )

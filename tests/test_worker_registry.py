@@ -145,8 +145,8 @@ async def test_an_unreadable_entry_is_skipped_with_a_warning(
     store._workers.put("newer", b'{"v": 99}', now, 30.0)
     with caplog.at_level(logging.WARNING, "chronos_trio.store"):
         assert [w.worker_id for w in await Inspector(store).workers()] == ["ok"]
-    assert "'junk' skipped: not JSON" in caplog.text
-    assert "'newer' skipped: record format 99 is newer" in caplog.text
+    assert 'skipped worker=junk error="not JSON' in caplog.text
+    assert 'skipped worker=newer error="record format 99 is newer' in caplog.text
 
 
 @pytest.mark.redis
@@ -166,7 +166,11 @@ async def test_redis_registry_skips_unreadable_entries_and_sweeps_lapsed_ones(
         with caplog.at_level(logging.WARNING, "chronos_trio.store.redis"):
             [ok] = await store.workers()
         assert ok.worker_id == "ok" and ok.last_beat == pytest.approx(now, abs=0.05)
-        for text in ("'junk' skipped: not JSON", "'newer' skipped: record format 99", "'no-entry'"):
+        for text in (
+            'worker=junk error="not JSON',
+            'worker=newer error="record format 99',
+            "worker=no-entry",
+        ):
             assert text in caplog.text
         # a lapsed entry is not listed, and the next beat (of anyone) removes it
         client.hset(info, "old", b"{}")

@@ -15,6 +15,7 @@ import attrs
 import trio
 
 from ..records._jobs import JobState
+from ..records._log import log_event
 from ..runtime._backoff import Backoff
 from ..runtime._events import JobAbortApplied, JobReleased, JobRetried, JobSucceeded, LeaseLost
 from ..runtime._inflight import Entry, Stage
@@ -80,21 +81,28 @@ def _account(
     events = rt.events
     if not ok:
         rt.counters.lost += 1
-        log.warning(
-            "outcome %s of job=%s kind=%s rejected: lease no longer held", kind, job.id, job.kind
+        log_event(
+            log,
+            logging.WARNING,
+            "outcome rejected: lease no longer held",
+            outcome=kind,
+            job=job.id,
+            kind=job.kind,
         )
         events.publish(LeaseLost(job))
         return
     duration = _duration(entry)
     if aborted or kind is SettleKind.ABORTED:
         rt.counters.aborted += 1
-        log.info(
-            "aborted job=%s kind=%s queue=%s attempt=%s (outcome %s called off)",
-            job.id,
-            job.kind,
-            job.queue,
-            job.attempts,
-            kind,
+        log_event(
+            log,
+            logging.INFO,
+            "aborted",
+            job=job.id,
+            kind=job.kind,
+            queue=job.queue,
+            attempt=job.attempts,
+            called_off=kind,
         )
         if events.wants(JobAbortApplied):
             started = _started(rt, entry)
@@ -102,26 +110,29 @@ def _account(
     elif kind is SettleKind.SUCCEEDED:
         rt.counters.succeeded += 1
         if debug:
-            log.debug(
-                "succeeded job=%s kind=%s queue=%s attempt=%s",
-                job.id,
-                job.kind,
-                job.queue,
-                job.attempts,
+            log_event(
+                log,
+                logging.DEBUG,
+                "succeeded",
+                job=job.id,
+                kind=job.kind,
+                queue=job.queue,
+                attempt=job.attempts,
             )
         if events.wants(JobSucceeded):
             events.publish(JobSucceeded(job, duration or 0.0, _started(rt, entry)))
     elif kind is SettleKind.RETRY or kind is SettleKind.DEFER:
         rt.counters.retried += 1
-        log.info(
-            "%s job=%s kind=%s queue=%s attempt=%s in=%.2fs error=%s",
+        log_event(
+            log,
+            logging.INFO,
             "retry" if kind is SettleKind.RETRY else "deferred (attempt not counted)",
-            job.id,
-            job.kind,
-            job.queue,
-            job.attempts,
-            outcome.retry_delay,
-            outcome.error.splitlines()[0] if outcome.error else "",
+            job=job.id,
+            kind=job.kind,
+            queue=job.queue,
+            attempt=job.attempts,
+            delay=round(outcome.retry_delay, 3),
+            error=outcome.error.splitlines()[0] if outcome.error else "",
         )
         if events.wants(JobRetried):
             events.publish(

@@ -14,9 +14,12 @@ between its settle and its continuation) are found every
 
 from __future__ import annotations
 
+import logging
+
 import trio
 
 from ..records._jobs import NewJob
+from ..records._log import log_event
 from ..records._workflow import WORKFLOW_KEEP, Arrival, Steps, advance, after_group
 from ..runtime._backoff import Backoff
 from ..runtime._state import Runtime, log
@@ -61,7 +64,13 @@ async def _continue(store: Store, batch: list[Continuation]) -> None:
             steps = advance(entry.then, entry.result)
         except ValueError as exc:
             # nothing can follow a continuation that cannot be read; say so loudly
-            log.error("workflow job %s: %s; its flow stops here", entry.job_id, exc)
+            log_event(
+                log,
+                logging.ERROR,
+                "workflow stops here: continuation unreadable",
+                job=entry.job_id,
+                error=str(exc),
+            )
             continue
         jobs.extend(steps.jobs)
         arrivals.extend(steps.arrivals)

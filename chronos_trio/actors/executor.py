@@ -22,6 +22,7 @@ And a batch does not wake every idle executor: see :class:`Dispatch`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import traceback
 from typing import Any
@@ -32,6 +33,7 @@ import trio
 from ..records._codec import decode_payload, encode_payload
 from ..records._errors import PayloadError, RateLimited, Retry, SkipRetry
 from ..records._jobs import Job, LeaseRef, abort_error
+from ..records._log import log_event
 from ..runtime._context import JobContext
 from ..runtime._inflight import Entry, InFlight
 from ..runtime._state import Runtime, log
@@ -345,10 +347,10 @@ def _interrupted(rt: Runtime, entry: Entry) -> Settlement | None:
     """The outcome of a handler cancelled by its own scope."""
     job = entry.leased.job
     if entry.lost:
-        log.warning("lease lost job=%s kind=%s: handler cancelled", job.id, job.kind)
+        log_event(log, logging.WARNING, "lease lost: handler cancelled", job=job.id, kind=job.kind)
         return None
     if entry.abort_requested:
-        log.info("abort job=%s kind=%s: handler cancelled", job.id, job.kind)
+        log_event(log, logging.INFO, "abort: handler cancelled", job=job.id, kind=job.kind)
         return Settlement(entry.leased.ref, SettleKind.ABORTED, error=abort_error())
     return _failure(
         rt,

@@ -23,12 +23,14 @@ What the metrics object raises is logged and that reading dropped.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 
 import trio
 from trio_util import periodic
 
+from ..records._log import log_event
 from ..runtime._metrics import ROUND_TRIP_INTERVAL, RoundTripTally
 from ..runtime._state import Runtime, log
 from ..store import QueueStats, StoreError
@@ -59,7 +61,12 @@ async def _read_depths(rt: Runtime, report: Callable[[Sequence[QueueStats]], Non
         try:
             stats = await rt.store.stats(None)
         except StoreError as exc:
-            log.warning("gauges: reading queue depths failed (%s); will retry", exc)
+            log_event(
+                log,
+                logging.WARNING,
+                "gauges: reading queue depths failed, will retry",
+                error=str(exc),
+            )
             continue
         reported = True
         _report(report, stats)

@@ -13,9 +13,12 @@ handler within one heartbeat interval (plus a round trip).
 
 from __future__ import annotations
 
+import logging
+
 import trio
 from trio_util import periodic
 
+from ..records._log import log_event
 from ..runtime._backoff import Backoff
 from ..runtime._events import LeaseLost
 from ..runtime._inflight import Entry, lease_deadline
@@ -60,24 +63,29 @@ async def run(
             entry = entries[i]
             if table.mark_aborted(entry):
                 job = entry.leased.job
-                log.info(
-                    "abort asked job=%s kind=%s queue=%s attempt=%s: calling off its run",
-                    job.id,
-                    job.kind,
-                    job.queue,
-                    job.attempts,
+                log_event(
+                    log,
+                    logging.INFO,
+                    "abort asked",
+                    job=job.id,
+                    kind=job.kind,
+                    queue=job.queue,
+                    attempt=job.attempts,
+                    then="calling off its run",
                 )
 
 
 def _lost(rt: Runtime, entry: Entry, why: str) -> None:
     job = entry.leased.job
-    log.warning(
-        "lease lost job=%s kind=%s queue=%s attempt=%s why=%s",
-        job.id,
-        job.kind,
-        job.queue,
-        job.attempts,
-        why,
+    log_event(
+        log,
+        logging.WARNING,
+        "lease lost",
+        job=job.id,
+        kind=job.kind,
+        queue=job.queue,
+        attempt=job.attempts,
+        why=why,
     )
     rt.counters.lost += 1
     rt.events.publish(LeaseLost(job))

@@ -8,9 +8,12 @@ within one ``janitor_interval``; queues that share a cap share one trim."""
 
 from __future__ import annotations
 
+import logging
+
 import trio
 from trio_util import periodic
 
+from ..records._log import log_event
 from ..runtime._state import Runtime, log
 from ..store import StoreError
 
@@ -39,7 +42,9 @@ async def run(
                 rt.counters.trimmed += done
                 rt.report_aside(done)
         except StoreError as exc:
-            log.warning("janitor: trim failed (%s); will retry next round", exc)
+            log_event(
+                log, logging.WARNING, "janitor trim failed: retried next round", error=str(exc)
+            )
             continue
         if trimmed:
-            log.info("janitor trimmed %d job(s)", trimmed)
+            log_event(log, logging.INFO, "janitor trimmed", count=trimmed)

@@ -28,6 +28,7 @@ import logging
 
 import trio
 
+from ..records._log import log_event
 from ..runtime._backoff import Backoff
 from ..runtime._state import Runtime
 from ..store import Leadership, StoreError
@@ -47,7 +48,9 @@ async def run(
         while True:
             lead, sent = await elector.acquire()
             rt.leadership.value = lead
-            log.info("%s leads %s (epoch %d)", lead.holder, lead.name, lead.epoch)
+            log_event(
+                log, logging.INFO, "leads", holder=lead.holder, lock=lead.name, epoch=lead.epoch
+            )
             await elector.hold(lead, sent)
             if rt.leadership.value == lead:
                 rt.leadership.value = None
@@ -105,17 +108,26 @@ class _Elector:
         while True:
             with trio.move_on_at(next_renewal):
                 await self.rt.leadership.wait_value(lambda v: v != lead)
-                log.info("%s steps down from %s (epoch %d)", lead.holder, lead.name, lead.epoch)
+                log_event(
+                    log,
+                    logging.INFO,
+                    "steps down",
+                    holder=lead.holder,
+                    lock=lead.name,
+                    epoch=lead.epoch,
+                )
                 return
             while True:
                 attempt = trio.current_time()
                 if attempt >= deadline:
-                    log.warning(
-                        "%s could not renew %s (epoch %d) before its lease expired "
+                    log_event(
+                        log,
+                        logging.WARNING,
+                        "could not renew leadership before its lease expired "
                         "(store unreachable, or this process was paused); stepping down",
-                        lead.holder,
-                        lead.name,
-                        lead.epoch,
+                        holder=lead.holder,
+                        lock=lead.name,
+                        epoch=lead.epoch,
                     )
                     return
                 renewed: bool | None = None
@@ -133,11 +145,13 @@ class _Elector:
                     continue  # timed out at the deadline: step down above
                 self.backoff.reset()
                 if not renewed:
-                    log.warning(
-                        "%s lost %s (epoch %d): renewal refused; stepping down",
-                        lead.holder,
-                        lead.name,
-                        lead.epoch,
+                    log_event(
+                        log,
+                        logging.WARNING,
+                        "leadership lost: renewal refused; stepping down",
+                        holder=lead.holder,
+                        lock=lead.name,
+                        epoch=lead.epoch,
                     )
                     return
                 deadline = attempt + self.safe_ttl
@@ -150,6 +164,19 @@ class _Elector:
         with trio.CancelScope(shield=True), trio.move_on_after(self.rt.config.flush_timeout):
             try:
                 if await self.rt.store.resign_leadership(lead.name, lead.holder, lead.epoch):
-                    log.info("%s resigned %s (epoch %d)", lead.holder, lead.name, lead.epoch)
+                    log_event(
+                        log,
+                        logging.INFO,
+                        "resigned",
+                        holder=lead.holder,
+                        lock=lead.name,
+                        epoch=lead.epoch,
+                    )
             except StoreError as exc:
-                log.warning("could not resign %s (%s); it will expire", lead.name, exc)
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "could not resign: the lease will expire",
+                    lock=lead.name,
+                    error=str(exc),
+                )

@@ -12,6 +12,7 @@ import logging
 
 import trio
 
+from ..records._log import log_event
 from ..runtime._backoff import Backoff
 from ..runtime._inflight import Entry, Stage, lease_deadline
 from ..runtime._state import Runtime, log
@@ -65,12 +66,14 @@ async def run(
         rt.counters.leased += len(batch)
         if log.isEnabledFor(logging.DEBUG):
             for leased in batch:
-                log.debug(
-                    "leased job=%s kind=%s queue=%s attempt=%s",
-                    leased.job.id,
-                    leased.job.kind,
-                    leased.job.queue,
-                    leased.job.attempts,
+                log_event(
+                    log,
+                    logging.DEBUG,
+                    "leased",
+                    job=leased.job.id,
+                    kind=leased.job.kind,
+                    queue=leased.job.queue,
+                    attempt=leased.job.attempts,
                 )
         await _dispatch(rt, entries)
 

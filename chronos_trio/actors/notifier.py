@@ -21,6 +21,7 @@ import logging
 
 import trio
 
+from ..records._log import log_event
 from ..runtime._events import Event, Subscription, deliver
 from ..runtime._state import Runtime
 
@@ -60,7 +61,14 @@ def _call_inline(subscription: Subscription, event: Event) -> None:
     try:
         subscription.callback(event)
     except Exception:
-        log.exception("event subscriber %s failed on %s", subscription.name, type(event).__name__)
+        log_event(
+            log,
+            logging.ERROR,
+            "event subscriber failed",
+            subscriber=subscription.name,
+            on=type(event).__name__,
+            exc_info=True,
+        )
 
 
 async def _call(
@@ -71,11 +79,13 @@ async def _call(
         with trio.move_on_after(timeout) as scope:
             await deliver(subscription, event)
         if scope.cancelled_caught:
-            log.error(
-                "event subscriber %s timed out after %gs on %s",
-                subscription.name,
-                timeout,
-                type(event).__name__,
+            log_event(
+                log,
+                logging.ERROR,
+                "event subscriber timed out",
+                subscriber=subscription.name,
+                on=type(event).__name__,
+                timeout=timeout,
             )
     finally:
         places.release()

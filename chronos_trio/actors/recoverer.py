@@ -9,8 +9,11 @@ worker died before it could settle the abort).
 
 from __future__ import annotations
 
+import logging
+
 import trio
 
+from ..records._log import log_event
 from ..runtime._backoff import Backoff
 from ..runtime._events import JobAbortApplied, JobsRecovered
 from ..runtime._state import Runtime, log
@@ -30,18 +33,26 @@ async def run(
         found = len(result.requeued) + len(result.dead) + len(result.aborted)
         rt.counters.recovered += found
         if result.requeued:
-            log.info(
-                "recovered %d expired lease(s): %s",
-                len(result.requeued),
-                ", ".join(result.requeued[:10]),
+            log_event(
+                log,
+                logging.INFO,
+                "recovered expired leases",
+                count=len(result.requeued),
+                jobs=",".join(result.requeued[:10]),
             )
             rt.events.publish(JobsRecovered(result.requeued))
         for job in result.dead:
             rt.report_dead(job, recovered=True)
         for job in result.aborted:
             rt.counters.aborted += 1
-            log.info("aborted job=%s kind=%s queue=%s: its expired lease", job.id, job.kind,
-                     job.queue)  # fmt: skip
+            log_event(
+                log,
+                logging.INFO,
+                "aborted at lease expiry",
+                job=job.id,
+                kind=job.kind,
+                queue=job.queue,
+            )
             if rt.events.wants(JobAbortApplied):
                 rt.events.publish(JobAbortApplied(job, recovered=True))
         if found < RECOVER_BATCH:

@@ -22,12 +22,14 @@ Guarantees:
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 
 import trio
 from trio_util import periodic
 
+from ..records._log import log_event
 from ..records._workers import MAX_RUNNING_IDS, WorkerInfo
 from ..runtime._backoff import Backoff
 from ..runtime._state import Runtime, log
@@ -67,7 +69,13 @@ async def run(
                 )
             except StoreError as exc:
                 if not started:
-                    log.warning("worker %s not registered yet: %s", cfg.worker_id, exc)
+                    log_event(
+                        log,
+                        logging.WARNING,
+                        "worker not registered yet",
+                        worker=cfg.worker_id,
+                        error=str(exc),
+                    )
                 else:
                     await backoff.failed(exc)
             else:
@@ -82,9 +90,11 @@ async def run(
                 try:
                     await rt.store.unregister_worker(cfg.worker_id)
                 except StoreError as exc:
-                    log.warning(
-                        "worker %s left in the registry until its entry lapses: %s",
-                        cfg.worker_id,
-                        exc,
+                    log_event(
+                        log,
+                        logging.WARNING,
+                        "worker left in the registry until its entry lapses",
+                        worker=cfg.worker_id,
+                        error=str(exc),
                     )
         raise

@@ -25,6 +25,7 @@ import logging
 
 import trio
 
+from ..records._log import log_event
 from ..runtime._backoff import Backoff
 from ..runtime._state import Runtime
 from ..store import Leadership, StoreError, TriggerResult
@@ -73,14 +74,16 @@ async def _fire_while_leading(rt: Runtime, lead: Leadership) -> None:
                         lead.name, lead.epoch, schedule.id, fire_at, job
                     )
                     if result is TriggerResult.STALE_EPOCH:
-                        log.warning(
-                            "stale epoch rejected: %s no longer leads %s with epoch %d "
-                            "(trigger %s of %s not fired by it); stepping down",
-                            lead.holder,
-                            lead.name,
-                            lead.epoch,
-                            job.id,
-                            schedule.id,
+                        log_event(
+                            log,
+                            logging.WARNING,
+                            "stale epoch rejected: no longer the leader, trigger not fired; "
+                            "stepping down",
+                            holder=lead.holder,
+                            lock=lead.name,
+                            epoch=lead.epoch,
+                            trigger=job.id,
+                            schedule=schedule.id,
                         )
                         if rt.leadership.value == lead:
                             rt.leadership.value = None
@@ -88,7 +91,14 @@ async def _fire_while_leading(rt: Runtime, lead: Leadership) -> None:
                     last_fired[schedule.id] = max(fire_at, last_fired.get(schedule.id, fire_at))
                     if result is TriggerResult.ENQUEUED:
                         rt.counters.triggered += 1
-                        log.info("fired %s (schedule %s, %s)", job.id, schedule.id, schedule.spec)
+                        log_event(
+                            log,
+                            logging.INFO,
+                            "fired",
+                            job=job.id,
+                            schedule=schedule.id,
+                            spec=schedule.spec,
+                        )
                 upcoming[schedule.id] = schedule.next_after(now)
         except StoreError as exc:
             # Bounded by a tick: a trigger retried later than its grace is lost.

@@ -1,84 +1,49 @@
 """Log set-up for the command line: text or JSON lines, one line per event.
 
-The runtime logs through ``logging.getLogger("chronos_trio.*")`` with
-messages of the form ``"<event> key=value key=value ..."``, for example
+The runtime logs through ``logging.getLogger("chronos_trio.*")``, each event
+with :func:`~chronos_trio.records._log.log_event`: the record carries the
+event name and its fields as data (``record.chronos_event``,
+``record.chronos_fields``), and its message is their readable form,
 ``succeeded job=3f2a kind=email.send queue=default attempt=1`` (debug) or
-``retry job=... attempt=2 in=0.50s error=ConnectionError: ...`` (info).
+``retry job=... attempt=2 delay=0.5 error="ConnectionError: ..."`` (info).
 Library code never configures logging; only the CLI (or the embedding
 program) does, through :func:`configure_logging`.
 
 * ``text``: ``2025-01-31T12:00:00.123Z INFO  chronos_trio.worker [host:pid:0]
-  succeeded job=3f2a ...`` -- the message is already key=value.
-* ``json``: one JSON object per line. The message is split into ``event``
-  and its ``key=value`` fields (integers become numbers; a value runs up to
-  the next `` key=``, so ``error=`` keeps its spaces), next to ``ts``,
-  ``level``, ``logger``, ``process`` (the worker id or ``manager``), the
-  full ``msg``, any ``extra=`` fields, and ``exc`` with a traceback.
+  succeeded job=3f2a ...``: the message as it is.
+* ``json``: one JSON object per line: ``ts``, ``level``, ``logger``,
+  ``process`` (the worker id or ``manager``), ``event``, the event's fields
+  with their values as logged (numbers stay numbers), any other ``extra=``
+  attributes, the full ``msg``, and ``exc`` with a traceback. The fields
+  are read from the record, never parsed out of the message, so a value
+  (an error text, say) cannot add or overwrite a field. A record logged
+  without fields (another library's) has its message as its ``event``.
 """
 
 from __future__ import annotations
 
-import ast
 import datetime as dt
 import json
 import logging
-import re
 import sys
 from typing import Any, TextIO
+
+from ..records._log import EVENT_ATTR, FIELDS_ATTR
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")
 
-#: ``key=`` at the start of the message, after whitespace, or opening a repr.
-_KEY = re.compile(r"(?:(?<=[\s(])|^)([A-Za-z_][\w.-]*)=")
-_INT = re.compile(r"-?\d+")
 #: Attributes every LogRecord has; anything else came in through ``extra=``.
-_RECORD_ATTRS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "process_label"}
-#: Field names the JSON line uses itself; a message key that collides gets a ``field_`` prefix.
+_RECORD_ATTRS = frozenset(vars(logging.makeLogRecord({}))) | {
+    "message",
+    "asctime",
+    "process_label",
+    "taskName",
+    EVENT_ATTR,
+    FIELDS_ATTR,
+}
+#: Names the JSON line uses itself; a field that has one gets a ``field_`` prefix.
 _RESERVED = frozenset({"ts", "level", "logger", "process", "event", "msg", "exc"})
-
-
-def split_message(message: str) -> tuple[str, dict[str, Any]]:
-    """``"retry job=ab attempt=2 error=Boom: x y"`` -> ``("retry", {"job": "ab",
-    "attempt": 2, "error": "Boom: x y"})``. Text without ``key=`` is all event.
-
-    An attrs-style repr at the end (``stopped: Stats(a=1, b=2)``) gives its
-    fields too; a value that is a list of strings (``['first line']``) is
-    joined with newlines; integers become numbers."""
-    matches = list(_KEY.finditer(message))
-    if not matches:
-        return message.strip(), {}
-    event = message[: matches[0].start()].strip()
-    in_repr = _REPR_OPEN.search(event)
-    if in_repr:
-        event = event[: in_repr.start()]
-    fields: dict[str, Any] = {}
-    for i, match in enumerate(matches):
-        last = i + 1 == len(matches)
-        end = len(message) if last else matches[i + 1].start()
-        value = message[match.end() : end].strip()
-        if in_repr:
-            value = value.removesuffix(")") if last else value.removesuffix(",")
-            if len(value) >= 2 and value[0] == value[-1] == "'":
-                value = value[1:-1]
-        fields[match.group(1)] = _value(value)
-    return event.rstrip(":").strip(), fields
-
-
-_REPR_OPEN = re.compile(r"\s*[A-Za-z_]\w*\($")
-
-
-def _value(text: str) -> Any:
-    if _INT.fullmatch(text):
-        return int(text)
-    if text[:2] in ("['", '["') and text[-2:] in ("']", '"]'):
-        try:
-            items = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            return text
-        if isinstance(items, list) and all(isinstance(x, str) for x in items):
-            return "\n".join(items)
-    return text
 
 
 def _timestamp(record: logging.LogRecord) -> str:
@@ -105,7 +70,6 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
-        event, fields = split_message(message)
         out: dict[str, Any] = {
             "ts": _timestamp(record),
             "level": record.levelname.lower(),
@@ -114,12 +78,15 @@ class JsonFormatter(logging.Formatter):
         label = getattr(record, "process_label", "")
         if label:
             out["process"] = label
-        out["event"] = event
-        for key, value in fields.items():
-            out[f"field_{key}" if key in _RESERVED else key] = value
+        event = getattr(record, EVENT_ATTR, None)
+        out["event"] = event if isinstance(event, str) else message
+        fields = getattr(record, FIELDS_ATTR, None)
+        if isinstance(fields, dict):
+            for key, value in fields.items():
+                out[f"field_{key}" if key in _RESERVED else key] = value
         for key, value in vars(record).items():
             if key not in _RECORD_ATTRS and key not in out:
-                out[key] = value
+                out[f"field_{key}" if key in _RESERVED else key] = value
         out["msg"] = message
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ..app._app import App
+from ..records._log import log_event
 from ._options import EXIT_USAGE, CliError, int_at_least
 
 if TYPE_CHECKING:
@@ -108,7 +109,12 @@ def endpoint(args: argparse.Namespace, app: App, *, managing: bool, child: bool)
             f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_host}: {exc}",
             EXIT_USAGE,
         ) from None
-    log.info("metrics served url=http://%s:%d/metrics", args.metrics_host, server.port)
+    log_event(
+        log,
+        logging.INFO,
+        "metrics served",
+        url=f"http://{args.metrics_host}:{server.port}/metrics",
+    )
     try:
         yield
     finally:

@@ -42,6 +42,7 @@ import attrs
 import trio
 
 from ..records._errors import ChronosError, sole_exception
+from ..records._log import log_event
 from ..runtime import RestartWindow
 from ._options import CHILD_HEARTBEAT_INTERVAL
 
@@ -163,10 +164,13 @@ class ProcessManager:
         if self.stopping:
             return
         self._stop_event.set()
-        log.info(
-            "stopping worker processes count=%d signal=SIGTERM kill_after=%gs",
-            len(self._children),
-            self.shutdown_timeout,
+        log_event(
+            log,
+            logging.INFO,
+            "stopping worker processes",
+            count=len(self._children),
+            signal="SIGTERM",
+            kill_after=self.shutdown_timeout,
         )
         for child in list(self._children.values()):
             _signal(child.process, signal.SIGTERM)
@@ -208,7 +212,7 @@ class ProcessManager:
         if self._started:
             raise RuntimeError("a ProcessManager runs once; create another")
         self._started = True
-        log.info("starting worker processes count=%d", self.processes)
+        log_event(log, logging.INFO, "starting worker processes", count=self.processes)
         async with trio.open_nursery() as outer:
             self._outer = outer
             async with trio.open_nursery() as slots:
@@ -218,12 +222,12 @@ class ProcessManager:
             outer.cancel_scope.cancel()  # the kill timer, if any
         if self._failure is not None:
             raise self._failure
-        log.info("all worker processes stopped")
+        log_event(log, logging.INFO, "all worker processes stopped")
 
     def _give_up(self, failure: ManagerError) -> None:
         if self._failure is None:
             self._failure = failure
-            log.error("%s", failure)
+            log_event(log, logging.ERROR, "giving up", error=str(failure))
         self.stop()
 
     async def _slot(self, index: int) -> None:
@@ -249,13 +253,15 @@ class ProcessManager:
             self._restarts[index] += 1
             if self.on_restart is not None:
                 self.on_restart(index)
-            log.warning(
-                "restarting worker process index=%d in=%.1fs restart=%d max_restarts=%d window=%gs",
-                index,
-                delay,
-                self._restarts[index],
-                self.restart_intensity,
-                self.restart_period,
+            log_event(
+                log,
+                logging.WARNING,
+                "restarting worker process",
+                index=index,
+                delay=round(delay, 3),
+                restart=self._restarts[index],
+                max_restarts=self.restart_intensity,
+                window=self.restart_period,
             )
             with trio.move_on_after(delay):
                 await self._stop_event.wait()
@@ -276,11 +282,13 @@ class ProcessManager:
                 os.close(write_fd)
         except OSError as exc:
             os.close(read_fd)
-            log.error("cannot start worker process index=%d error=%s", index, exc)
+            log_event(
+                log, logging.ERROR, "cannot start worker process", index=index, error=str(exc)
+            )
             return -1
         child = _Child(index, process)
         self._children[index] = child
-        log.info("worker process started index=%d pid=%d", index, process.pid)
+        log_event(log, logging.INFO, "worker process started", index=index, pid=process.pid)
         if self.stopping:  # stop() ran while we were spawning
             _signal(process, signal.SIGTERM)
         beats = trio.lowlevel.FdStream(read_fd)
@@ -301,14 +309,14 @@ class ProcessManager:
         returncode = process.returncode
         assert returncode is not None
         level = logging.INFO if self.stopping and returncode == 0 else logging.WARNING
-        log.log(
+        log_event(
+            log,
             level,
-            "worker process exited index=%d pid=%d code=%d status=%s%s",
-            index,
-            process.pid,
-            returncode,
-            _describe_exit(returncode),
-            " (hung: no heartbeat)" if child.hung else "",
+            "worker process exited",
+            index=index,
+            pid=process.pid,
+            code=returncode,
+            status=_describe_exit(returncode) + (" (hung: no heartbeat)" if child.hung else ""),
         )
         return returncode
 
@@ -322,13 +330,21 @@ class ProcessManager:
                 child.beats += 1
                 if not child.ready and b"ready" in data:
                     child.ready = True
-                    log.info("worker process ready index=%d pid=%d", child.index, child.process.pid)
+                    log_event(
+                        log,
+                        logging.INFO,
+                        "worker process ready",
+                        index=child.index,
+                        pid=child.process.pid,
+                    )
                 continue
-            log.warning(
-                "killing hung worker process index=%d pid=%d no_heartbeat_for=%gs",
-                child.index,
-                child.process.pid,
-                timeout,
+            log_event(
+                log,
+                logging.WARNING,
+                "killing hung worker process",
+                index=child.index,
+                pid=child.process.pid,
+                no_heartbeat_for=timeout,
             )
             child.hung = True
             _signal(child.process, signal.SIGKILL)
@@ -337,11 +353,14 @@ class ProcessManager:
     async def _kill_after_timeout(self) -> None:
         await trio.sleep(self.shutdown_timeout)
         for child in list(self._children.values()):
-            log.warning(
-                "killing worker process index=%d pid=%d still_running_after=%gs signal=SIGKILL",
-                child.index,
-                child.process.pid,
-                self.shutdown_timeout,
+            log_event(
+                log,
+                logging.WARNING,
+                "killing worker process",
+                index=child.index,
+                pid=child.process.pid,
+                still_running_after=self.shutdown_timeout,
+                signal="SIGKILL",
             )
             _signal(child.process, signal.SIGKILL)
 
@@ -378,10 +397,17 @@ async def run_until_signalled(
                 async for signum in received:
                     name = signal.Signals(signum).name
                     if not manager.stopping:
-                        log.info("stopping worker processes gracefully signal=%s", name)
+                        log_event(
+                            log, logging.INFO, "stopping worker processes gracefully", signal=name
+                        )
                         manager.stop()
                     else:
-                        log.warning("killing worker processes now signal=%s (received twice)", name)
+                        log_event(
+                            log,
+                            logging.WARNING,
+                            "killing worker processes now (signal received twice)",
+                            signal=name,
+                        )
                         manager.kill()
 
             async def supervise(*, task_status: trio.TaskStatus[ProcessManager]) -> None:

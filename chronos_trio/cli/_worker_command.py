@@ -32,6 +32,7 @@ from trio_util import periodic
 
 from ..app._app import App
 from ..records._errors import ActorFailed, PayloadError, UnknownTask, first_exception
+from ..records._log import log_event
 from ..runtime._config import WorkerConfig, parse_queues
 from ..store import QueueWeight
 from ..worker._worker import Worker
@@ -238,7 +239,7 @@ async def _single_main(app: App, config: WorkerConfig, where: str) -> int:
             "using the in-memory store: this worker sees only jobs enqueued inside this "
             "process; use a redis:// URL to share work"
         )
-    log.info("store reachable url=%s", where)
+    log_event(log, logging.INFO, "store reachable", url=where)
     try:
         return await serve_worker(app, config)
     finally:
@@ -271,13 +272,15 @@ async def _manager_main(
         await check_store(app.store, where)
     finally:
         await app.aclose()  # the children open their own connections
-    log.info(
-        "store reachable url=%s processes=%d concurrency=%d queues=%s%s",
-        where,
-        args.processes,
-        config.concurrency,
-        ",".join(f"{q.name}={q.weight}" for q in config.queues),
-        " (strict priority)" if config.strict_priority else "",
+    log_event(
+        log,
+        logging.INFO,
+        "store reachable",
+        url=where,
+        processes=args.processes,
+        concurrency=config.concurrency,
+        queues=",".join(f"{q.name}={q.weight}" for q in config.queues),
+        strict_priority=config.strict_priority,
     )
     argv = list(args.argv)
 
@@ -334,14 +337,21 @@ async def serve_worker(
                         state.signals += 1
                         name = signal.Signals(signum).name
                         if state.signals == 1:
-                            log.info(
-                                "shutting down gracefully signal=%s grace=%gs",
-                                name,
-                                config.shutdown_grace,
+                            log_event(
+                                log,
+                                logging.INFO,
+                                "shutting down gracefully",
+                                signal=name,
+                                grace=config.shutdown_grace,
                             )
                             worker.stop()
                         elif not managed:  # a managed child leaves escalation to the manager
-                            log.warning("exiting now signal=%s (received twice)", name)
+                            log_event(
+                                log,
+                                logging.WARNING,
+                                "exiting now (signal received twice)",
+                                signal=name,
+                            )
                             logging.shutdown()
                             os._exit(EXIT_INTERRUPTED)
 
@@ -357,7 +367,12 @@ async def serve_worker(
             failed, rest = group.split(ActorFailed)
             if failed is None or rest is not None:
                 raise
-            log.error("worker failed error=%s", one_line(str(first_exception(failed))))
+            log_event(
+                log,
+                logging.ERROR,
+                "worker failed",
+                error=one_line(str(first_exception(failed))),
+            )
             return EXIT_FAILURE
     return EXIT_OK
 
@@ -373,7 +388,7 @@ async def _heartbeat(fd: int, worker: Worker, state: _Shutdown) -> None:
             message = b"beat\n"
             await trio.sleep(CHILD_HEARTBEAT_INTERVAL)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
-        _parent_gone(worker, state, "process manager gone (heartbeat pipe broken)")
+        _parent_gone(worker, state, how="heartbeat pipe broken")
     finally:
         await stream.aclose()
 
@@ -387,7 +402,7 @@ async def _watch_parent(worker: Worker, state: _Shutdown) -> None:
         await _wait_parent_gone(stdin, parent)
     finally:
         stdin.close()
-    _parent_gone(worker, state, f"process manager gone parent_pid={parent}")
+    _parent_gone(worker, state, how="parent exited", parent_pid=parent)
 
 
 async def _wait_parent_gone(stdin: trio.lowlevel.FdStream, parent: int) -> None:
@@ -411,10 +426,18 @@ async def _wait_parent_gone(stdin: trio.lowlevel.FdStream, parent: int) -> None:
         nursery.start_soon(reparented)
 
 
-def _parent_gone(worker: Worker, state: _Shutdown, why: str) -> None:
+def _parent_gone(
+    worker: Worker, state: _Shutdown, *, how: str, parent_pid: int | None = None
+) -> None:
     if not state.parent_gone:
         state.parent_gone = True
-        log.warning("shutting down: %s", why)
+        log_event(
+            log,
+            logging.WARNING,
+            "shutting down: process manager gone",
+            how=how,
+            parent_pid=parent_pid,
+        )
         worker.stop()
 
 

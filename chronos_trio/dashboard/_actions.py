@@ -11,6 +11,9 @@ A POST is carried out only when, in this order:
 It then runs one :class:`~chronos_trio.Inspector` call (whose errors become
 the error page: 404 unknown job or queue, 409 refused, 400 bad input) and
 answers 303 to the page that shows the result, with a one-time message.
+
+``POST /logout`` (the header's "Sign out" button) passes checks 2 and 3 too
+(read-only or not: it changes no job) and removes the session cookie.
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ from starlette.responses import RedirectResponse, Response
 
 from ..app._inspector import Inspector
 from ..records._jobs import JobState
-from ._render import link
-from ._security import mount_path, same_origin
-from ._views import Views, parse_int, required
+from ._render import link, shorten
+from ._security import logout_cookie, mount_path, same_origin
+from ._views import Views, optional, parse_int, required
 
 #: A form is a few short fields; anything larger is not ours.
 MAX_FORM = 16 * 1024
@@ -196,7 +199,7 @@ class Actions:
             raise HTTPException(403, "this dashboard is read-only")
         action = ACTIONS.get(name)
         if action is None:
-            raise HTTPException(404, f"no action {name!r}")
+            raise HTTPException(404, f"no action {shorten(name, 60)!r}")
         return action
 
     async def confirm(self, request: Request) -> Response:
@@ -214,16 +217,17 @@ class Actions:
             request,
             "confirm.html",
             action=action,
-            question=action.question.format(id=params.get("id", ""), queue=queue),
+            question=action.question.format(id=optional(params, "id"), queue=queue),
             job=job,
             queue=queue,
-            version=params.get("version", ""),
+            version=optional(params, "version"),
             partitions=active[0] if active else 1,
             nav_at="queues",
         )
 
-    async def perform(self, request: Request) -> Response:
-        action = self._action(request.path_params["name"])
+    async def _checked_form(self, request: Request) -> dict[str, str]:
+        """The form of a POST from a page of this dashboard, carrying this
+        session's CSRF token; HTTP 403 otherwise (see the module docstring)."""
         if not same_origin(request.scope, self.views.options.allowed_origins):
             raise HTTPException(403, "cross-origin request refused (Origin/Referer check)")
         form = await _read_form(request)
@@ -231,9 +235,22 @@ class Actions:
         expected = self.views.session(request).csrf
         if not token or not hmac.compare_digest(token.encode(), expected.encode()):
             raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
+        return form
+
+    async def perform(self, request: Request) -> Response:
+        action = self._action(request.path_params["name"])
+        form = await self._checked_form(request)
         message, path, query = await action.run(self.views.inspector, form)
         response = RedirectResponse(link(mount_path(request.scope), path, **query), 303)
         self.views.flash_cookie(request, response, message)
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        """End this browser's session: its cookie is removed, and the next
+        request starts a new one (with a token, at the sign-in page)."""
+        await self._checked_form(request)
+        response = RedirectResponse(mount_path(request.scope) + "/", 303)
+        response.headers.append("set-cookie", logout_cookie(request.scope))
         return response
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import secrets
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
@@ -22,11 +22,25 @@ from ..records._errors import (
     UnknownJob,
     UnknownQueue,
 )
+from ..records._log import log_event
 from ._actions import Actions
 from ._events import events_endpoint
-from ._render import static_files
-from ._security import Credentials, Guard, Signer, parse_basic_auth
+from ._hosts import HostPolicy
+from ._render import shorten, static_files
+from ._security import (
+    DEFAULT_SESSION_MAX_AGE,
+    Credentials,
+    Guard,
+    Signer,
+    parse_basic_auth,
+    signing_key,
+)
 from ._views import Options, Views
+
+log = logging.getLogger("chronos_trio.dashboard")
+
+#: An error page shows at most this much of its message (it may echo input).
+MAX_MESSAGE = 500
 
 #: An ASGI application (scope, receive, send).
 ASGIApp = Callable[
@@ -48,7 +62,11 @@ def dashboard_app(
     page_size: int = 50,
     refresh: float = 2.0,
     allowed_origins: Sequence[str] = (),
-    secret: bytes | None = None,
+    allowed_hosts: Sequence[str] = (),
+    forwarded_allow_ips: Sequence[str] = (),
+    secure_cookies: bool = False,
+    session_max_age: float = DEFAULT_SESSION_MAX_AGE,
+    secret: bytes | str | None = None,
     title: str = "chronos_trio",
 ) -> ASGIApp:
     """The web dashboard over ``target`` (an App: its store and schedules; or
@@ -63,13 +81,27 @@ def dashboard_app(
     offered, and every action endpoint answers 403. ``page_size``: jobs per
     page. ``refresh``: seconds between live updates. ``allowed_origins``:
     origins besides the request's own host that may post actions (a proxy
-    that rewrites Host). ``secret``: the key that signs session cookies
-    (default: random, so a restart signs everyone out; give the same one to
-    every replica behind a load balancer).
+    that rewrites Host).
 
-    The dashboard does not close the store: its owner does.
+    ``allowed_hosts``: the names besides ``localhost``, ``127.0.0.1`` and
+    ``[::1]`` a request's ``Host`` may give (``jobs.example.com``,
+    ``name:port``, ``*.example.com``; ``*``: any): another Host is a 400
+    before anything runs (DNS rebinding). An IP address the connection
+    arrived on is allowed too. ``forwarded_allow_ips``: proxies (addresses
+    or networks, ``*``: any peer) whose ``X-Forwarded-Proto`` and
+    ``X-Forwarded-Host`` are believed. ``secure_cookies``: mark cookies
+    ``Secure`` always (else only on HTTPS requests, forwarded ones
+    included). ``session_max_age``: seconds a session lasts (default 12 h;
+    its expiry is signed inside the cookie). ``secret``: the key that signs
+    sessions and CSRF tokens, at least 32 bytes (default: random, so a
+    restart signs everyone out; give every replica behind a load balancer
+    the same one).
+
+    Logs a warning (``chronos_trio.dashboard``) when it has no token and no
+    basic auth. The dashboard does not close the store: its owner does.
     Raises ``ValueError`` for both a token and basic auth, an empty
-    credential, ``page_size`` < 1 or ``refresh`` <= 0.
+    credential, a bad allowed host or proxy address, a short secret,
+    ``page_size`` < 1, ``refresh`` <= 0 or ``session_max_age`` <= 0.
     """
     if isinstance(basic_auth, str):
         basic_auth = parse_basic_auth(basic_auth)
@@ -78,9 +110,10 @@ def dashboard_app(
         raise ValueError(f"page_size must be >= 1, got {page_size}")
     if not refresh > 0:
         raise ValueError(f"refresh must be > 0 seconds, got {refresh}")
+    hosts = HostPolicy.make(allowed_hosts, forwarded_allow_ips)
+    signer = Signer(signing_key(secret, credentials))
     inspector = target.inspector() if isinstance(target, App) else target
     options = Options(read_only, page_size, refresh, tuple(allowed_origins), title)
-    signer = Signer(secret if secret is not None else secrets.token_bytes(32))
     views = Views(inspector, options, signer)
     actions = Actions(views)
     files = static_files()
@@ -96,6 +129,7 @@ def dashboard_app(
         async def handle(request: Request, exc: Exception) -> Response:
             code = exc.status_code if isinstance(exc, HTTPException) else status
             message = exc.detail if isinstance(exc, HTTPException) else str(exc)
+            message = shorten(" ".join(str(message).split()), MAX_MESSAGE)
             return await views.render(
                 request, "error.html", status=code, code=code, message=message, nav_at=""
             )
@@ -113,6 +147,7 @@ def dashboard_app(
         Route("/workers", views.workers, methods=["GET"]),
         Route("/confirm/{name}", actions.confirm, methods=["GET"]),
         Route("/actions/{name}", actions.perform, methods=["POST"]),
+        Route("/logout", actions.logout, methods=["POST"]),
         Route("/events", events_endpoint(inspector, refresh), methods=["GET"]),
         Route("/static/{name}", static, methods=["GET"]),
     ]
@@ -127,7 +162,24 @@ def dashboard_app(
         ValueError: error_page(400),
     }
     app = Starlette(routes=routes, exception_handlers=handlers)
-    return Guard(app, credentials=credentials, signer=signer)
+    guard = Guard(
+        app,
+        credentials=credentials,
+        signer=signer,
+        hosts=hosts,
+        max_age=session_max_age,
+        secure_cookies=secure_cookies,
+    )
+    if credentials.token is None and credentials.basic is None:
+        log_event(
+            log,
+            logging.WARNING,
+            "dashboard without authentication: whoever reaches it can see every job"
+            + ("" if read_only else " and act on it")
+            + "; give a token or basic auth unless a proxy in front authenticates",
+            read_only=read_only,
+        )
+    return guard
 
 
 __all__ = ["ASGIApp", "dashboard_app"]

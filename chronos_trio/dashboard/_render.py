@@ -61,6 +61,12 @@ def control_rows(control: JobControl | None, now: float) -> list[tuple[str, str]
     return rows
 
 
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending in an ellipsis
+    when cut: how a page or an error echoes what a request carried."""
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "\u2026"
+
+
 def link(base: str, path: str, **params: object) -> str:
     """``base + path`` with ``params`` (those not None) as the query string."""
     query = urlencode({k: str(v) for k, v in params.items() if v is not None})
@@ -98,5 +104,6 @@ __all__ = [
     "payload_text",
     "relative",
     "result_text",
+    "shorten",
     "static_files",
 ]

@@ -18,15 +18,21 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..app._inspector import RUN_NOW_STATES, Inspector, next_run_at
 from ..records._jobs import FINISHED_STATES, Job, JobState
+from ..records._producing import MAX_JOB_ID_LENGTH
 from ..records._workflow import describe
 from ..store import VersionState
-from ._render import control_rows, environment, link, payload_text, result_text
-from ._security import SESSION_KEY, Session, Signer, mount_path
+from ._render import control_rows, environment, link, payload_text, result_text, shorten
+from ._security import SECURE_KEY, SESSION_KEY, Session, Signer, mount_path
 
 FLASH_COOKIE = "chronos_dashboard_flash"
 #: Job states in the order the pages show them.
 STATES = tuple(JobState)
 MAX_PAGE = 500
+#: The longest value a parameter may have: no job ID is longer (enqueue
+#: refuses them), and a queue name or a number this long is no mistake to
+#: look up but a request to refuse before it reaches the store.
+MAX_PARAM = {"id": MAX_JOB_ID_LENGTH}
+MAX_OTHER_PARAM = 1000
 
 
 @attrs.frozen
@@ -57,9 +63,11 @@ def job_actions(job: Job) -> list[str]:
 def parse_int(text: str, name: str, *, minimum: int) -> int:
     """``text`` as an int of at least ``minimum``; HTTP 400 naming ``name`` if not."""
     try:
-        value = int(text)
+        value = int(text) if len(text) <= 20 else None
     except ValueError:
-        raise HTTPException(400, f"{name} must be an integer, got {text!r}") from None
+        value = None
+    if value is None:
+        raise HTTPException(400, f"{name} must be an integer, got {shorten(text, 40)!r}")
     if value < minimum:
         raise HTTPException(400, f"{name} must be >= {minimum}, got {value}")
     return value
@@ -72,8 +80,21 @@ def int_param(request: Request, name: str, default: int, *, minimum: int = 0) ->
     return parse_int(text, name, minimum=minimum)
 
 
-def required(params: Mapping[str, str], name: str) -> str:
+def optional(params: Mapping[str, str], name: str) -> str:
+    """Parameter ``name`` ("" when absent); HTTP 400 when it is longer than
+    any such value can be (:data:`MAX_PARAM`), before anything looks it up."""
     value = params.get(name, "")
+    limit = MAX_PARAM.get(name, MAX_OTHER_PARAM)
+    if len(value) > limit:
+        raise HTTPException(
+            400, f"parameter {name!r} is too long ({len(value)} characters; at most {limit})"
+        )
+    return value
+
+
+def required(params: Mapping[str, str], name: str) -> str:
+    """Parameter ``name``; HTTP 400 when it is missing, empty or too long."""
+    value = optional(params, name)
     if not value:
         raise HTTPException(400, f"missing parameter {name!r}")
     return value
@@ -105,7 +126,7 @@ class Views:
             path=mount_path(request.scope) or "/",
             httponly=True,
             samesite="strict",
-            secure=request.url.scheme == "https",
+            secure=bool(request.scope.get(SECURE_KEY)),
         )
 
     def _take_flash(self, request: Request) -> str | None:
@@ -133,6 +154,7 @@ class Views:
             title=self.options.title,
             read_only=self.options.read_only,
             csrf=self.session(request).csrf,
+            signed_in=self.session(request).signed_in,
             flash=flash,
             now=now,
             states=STATES,
@@ -140,7 +162,13 @@ class Views:
         )
         response = HTMLResponse(html, status_code=status)
         if flash is not None:
-            response.delete_cookie(FLASH_COOKIE, path=base or "/")
+            response.delete_cookie(
+                FLASH_COOKIE,
+                path=base or "/",
+                httponly=True,
+                samesite="strict",
+                secure=bool(request.scope.get(SECURE_KEY)),
+            )
         return response
 
     # -- pages --------------------------------------------------------------------
@@ -184,10 +212,10 @@ class Views:
 
     async def job(self, request: Request) -> Response:
         params = request.query_params
-        job_id = params.get("id", "").strip()
+        job_id = optional(params, "id").strip()
         if not job_id:
             raise HTTPException(400, "give a job ID to look up")
-        job = await self.inspector.job(job_id, queue=params.get("queue") or None)
+        job = await self.inspector.job(job_id, queue=optional(params, "queue") or None)
         return await self.render(
             request,
             "job.html",
@@ -203,7 +231,7 @@ class Views:
 
     async def lookup(self, request: Request) -> Response:
         """The lookup form's target: the job's page."""
-        job_id = request.query_params.get("id", "").strip()
+        job_id = optional(request.query_params, "id").strip()
         if not job_id:
             raise HTTPException(400, "give a job ID to look up")
         return RedirectResponse(link(mount_path(request.scope), "/job", id=job_id), 303)
@@ -240,4 +268,4 @@ def _time_of(state: JobState) -> Any:
     return of
 
 
-__all__ = ["FLASH_COOKIE", "STATES", "Options", "Views", "job_actions", "required"]
+__all__ = ["FLASH_COOKIE", "STATES", "Options", "Views", "job_actions", "optional", "required"]

@@ -51,6 +51,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
 from ..app import App
 from ..records import RateLimited, Retry, SkipRetry, _options
+from ..records._log import log_event
 from ..records._version import VERSION
 from ..runtime import JobContext
 
@@ -183,9 +184,11 @@ class Instrumentation:
     def _inject_failed(self, kind: str) -> None:
         self._inject_failures += 1
         # the first with its traceback; a broken propagator must not flood the log
-        log.warning(
-            "tracing: no trace context for a job of %r (enqueued without one)",
-            kind,
+        log_event(
+            log,
+            logging.WARNING,
+            "tracing: no trace context (job enqueued without one)",
+            kind=kind,
             exc_info=self._inject_failures == 1,
         )
 
@@ -270,9 +273,11 @@ class _RunSpan:
             inst._runs_traced += 1
         except Exception:
             inst._run_span_failures += 1
-            log.warning(
-                "tracing: no span for job %s (run untraced)",
-                self._job.id,
+            log_event(
+                log,
+                logging.WARNING,
+                "tracing: no span (run untraced)",
+                job=self._job.id,
                 exc_info=inst._run_span_failures == 1,
             )
 
@@ -290,7 +295,9 @@ class _RunSpan:
             self._inst._end_run(span, self._job, exc)
         except Exception:
             self._inst._run_span_failures += 1
-            log.warning("tracing: span of job %s not ended", self._job.id, exc_info=True)
+            log_event(
+                log, logging.WARNING, "tracing: span not ended", job=self._job.id, exc_info=True
+            )
         return False  # never swallow what the handler raised
 
 
@@ -378,11 +385,12 @@ def _merge(headers: dict[str, str], carrier: Mapping[str, Any]) -> bool | None:
     merged = {**headers, **added}
     size = len(_options.encode_headers(tuple(merged.items())))
     if size > _options.MAX_HEADERS_BYTES:
-        log.warning(
-            "tracing: trace context left out: the headers would be %d bytes, over the "
-            "%d-byte limit",
-            size,
-            _options.MAX_HEADERS_BYTES,
+        log_event(
+            log,
+            logging.WARNING,
+            "tracing: trace context left out: the headers would be over the limit",
+            size=size,
+            limit=_options.MAX_HEADERS_BYTES,
         )
         return None
     headers.update(added)

@@ -10,6 +10,7 @@ from typing import ParamSpec, TypeVar
 import trio
 
 from ..records._errors import StoreError
+from ..records._log import log_event
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -41,14 +42,13 @@ class Backoff:
             if self.failures in (1, 10) or self.failures % 100 == 0
             else logging.DEBUG
         )
-        self._log.log(
+        log_event(
+            self._log,
             level,
-            "%s failed (%s: %s); retrying in %.2fs (failure %d)",
-            self._what,
-            type(exc).__name__,
-            exc,
-            self._delay,
-            self.failures,
+            f"{self._what} failed; retrying",
+            error=f"{type(exc).__name__}: {exc}",
+            delay=round(self._delay, 3),
+            failure=self.failures,
         )
         await trio.sleep(random.uniform(self._delay / 2, self._delay))
 
@@ -66,6 +66,6 @@ class Backoff:
 
     def reset(self) -> None:
         if self.failures:
-            self._log.info("%s works again after %d failure(s)", self._what, self.failures)
+            log_event(self._log, logging.INFO, f"{self._what} works again", failures=self.failures)
         self.failures = 0
         self._delay = 0.0

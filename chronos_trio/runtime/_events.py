@@ -33,6 +33,7 @@ import attrs
 import trio
 
 from ..records._jobs import Job
+from ..records._log import log_event
 
 log = logging.getLogger("chronos_trio.events")
 
@@ -226,10 +227,12 @@ class EventBus:
         if len(self._pending) >= self.capacity:
             self.dropped += 1
             if self.dropped == 1 or self.dropped % 1000 == 0:
-                log.warning(
-                    "event buffer full (%d): subscribers are behind; dropped %d event(s) so far",
-                    self.capacity,
-                    self.dropped,
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "event buffer full: subscribers are behind",
+                    capacity=self.capacity,
+                    dropped=self.dropped,
                 )
             return
         self.published += 1
@@ -303,4 +306,11 @@ async def deliver(subscription: Subscription, event: Event) -> None:
         if inspect.isawaitable(result):
             await result
     except Exception:
-        log.exception("event subscriber %s failed on %s", subscription.name, type(event).__name__)
+        log_event(
+            log,
+            logging.ERROR,
+            "event subscriber failed",
+            subscriber=subscription.name,
+            on=type(event).__name__,
+            exc_info=True,
+        )

@@ -40,6 +40,7 @@ from typing import Protocol
 import attrs
 
 from ..records._jobs import Job
+from ..records._log import log_event
 from ..store import QueueStats
 from ._events import (
     ActorRestarted,
@@ -154,7 +155,12 @@ class RoundTripTally:
             try:
                 record(operation, sent, failed)
             except Exception:
-                log.exception("metrics store_round_trips raised; these counts are dropped")
+                log_event(
+                    log,
+                    logging.ERROR,
+                    "metrics store_round_trips raised; these counts are dropped",
+                    exc_info=True,
+                )
                 return
 
     def take(self) -> dict[str, tuple[int, int]]:

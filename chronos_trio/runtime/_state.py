@@ -12,6 +12,7 @@ import trio
 from trio_util import AsyncValue
 
 from ..records._jobs import Job
+from ..records._log import log_event
 from ..store import Leadership, SetAside, Store, aside_of
 from ._config import WorkerConfig
 from ._events import EventBus, JobDead
@@ -119,8 +120,13 @@ class Runtime:
             self.report_dead(job, recovered=recovered)
         for entry in aside.quarantined:
             self.counters.quarantined += 1
-            log.warning(
-                "quarantined job=%s queue=%s reason=%s", entry.job_id, entry.queue, entry.reason
+            log_event(
+                log,
+                logging.WARNING,
+                "quarantined",
+                job=entry.job_id,
+                queue=entry.queue,
+                reason=entry.reason,
             )
         for entry in aside.newer:
             if entry.job_id in self._newer_seen:
@@ -129,11 +135,13 @@ class Runtime:
                 del self._newer_seen[next(iter(self._newer_seen))]
             self._newer_seen[entry.job_id] = None
             self.counters.newer_skipped += 1
-            log.warning(
-                "newer record format job=%s queue=%s: left for a newer worker (%s)",
-                entry.job_id,
-                entry.queue,
-                entry.reason,
+            log_event(
+                log,
+                logging.WARNING,
+                "newer record format: left for a newer worker",
+                job=entry.job_id,
+                queue=entry.queue,
+                reason=entry.reason,
             )
         return aside
 
@@ -147,13 +155,15 @@ class Runtime:
     ) -> None:
         """Log a job the store just dead-lettered and publish it (the
         notifier runs the dead-letter hooks). Never awaits."""
-        log.warning(
-            "dead job=%s kind=%s queue=%s attempts=%s error=%s",
-            job.id,
-            job.kind,
-            job.queue,
-            job.attempts,
-            (job.last_error.splitlines() or [""])[0],
+        log_event(
+            log,
+            logging.WARNING,
+            "dead",
+            job=job.id,
+            kind=job.kind,
+            queue=job.queue,
+            attempts=job.attempts,
+            error=(job.last_error.splitlines() or [""])[0],
         )
         if self.events.wants(JobDead):
             self.events.publish(JobDead(job, job.last_error, recovered, duration, started_at))

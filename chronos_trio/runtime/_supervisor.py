@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from ..records._errors import ActorFailed, sole_exception
+from ..records._log import log_event
 from ._restarts import RestartWindow
 
 log = logging.getLogger("chronos_trio.supervisor")
@@ -105,15 +106,18 @@ class Supervisor:
 
     def _record(self, name: str, failure: BaseException) -> None:
         if self._window.record_failure(trio.current_time()):
-            log.error("actor %s crashed again; restart intensity exceeded", name)
+            log_event(
+                log, logging.ERROR, "actor crashed again: restart intensity exceeded", actor=name
+            )
             raise ActorFailed(name, self._window.failures, self.period) from failure
         self.restarts[name] += 1
-        log.warning(
-            "actor %s crashed (%s: %s); restarting (restart %d)",
-            name,
-            type(failure).__name__,
-            failure,
-            self.restarts[name],
+        log_event(
+            log,
+            logging.WARNING,
+            "actor crashed; restarting",
+            actor=name,
+            restart=self.restarts[name],
+            error=f"{type(failure).__name__}: {failure}",
             exc_info=failure,
         )
         if self.on_restart is not None:

@@ -23,6 +23,7 @@ import logging
 import trio
 
 from ..records._jobs import LeasedJob
+from ..records._log import log_event
 from ..store import SettleKind, Settlement
 from ._config import WorkerConfig
 
@@ -88,17 +89,17 @@ class UnknownKinds:
             return
         if last is None and len(self._warned) >= KINDS_MAX:
             del self._warned[next(iter(self._warned))]
-        held = f" ({last[1]} more of this kind since the last warning)" if last and last[1] else ""
-        log.warning(
-            "no handler for kind=%s on worker=%s: job=%s queue=%s goes back unrun for a "
-            "worker that has one (attempt not counted; dead-lettered after "
-            "unknown_kind_grace=%gs with no taker)%s",
-            kind,
-            self._worker_id,
-            job_id,
-            queue,
-            self._grace,
-            held,
+        log_event(
+            log,
+            logging.WARNING,
+            "no handler here: the job goes back unrun for a worker that has one "
+            "(attempt not counted; dead-lettered after unknown_kind_grace with no taker)",
+            kind=kind,
+            worker=self._worker_id,
+            job=job_id,
+            queue=queue,
+            unknown_kind_grace=self._grace,
+            held_back=last[1] if last else 0,
         )
         self._warned.pop(kind, None)  # re-inserted last: the dict stays in warning order
         self._warned[kind] = (now, 0)

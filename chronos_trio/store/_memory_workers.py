@@ -11,6 +11,7 @@ import logging
 
 import attrs
 
+from ..records._log import log_event
 from ..records._workers import WorkerInfo, decode_worker, encode_worker, worker_order
 
 log = logging.getLogger("chronos_trio.store")
@@ -54,7 +55,13 @@ class WorkerRegistry:
             try:
                 info, _ttl = decode_worker(entry.data, last_beat=entry.last_beat)
             except ValueError as exc:
-                log.warning("worker registry entry %r skipped: %s", worker_id, exc)
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "worker registry entry skipped",
+                    worker=worker_id,
+                    error=str(exc),
+                )
                 continue
             out.append(info)
         return sorted(out, key=worker_order)

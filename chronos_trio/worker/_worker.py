@@ -49,6 +49,7 @@ from ..actors import (
 )
 from ..records._errors import ActorFailed, first_exception
 from ..records._jobs import PENDING_STATES
+from ..records._log import log_event
 from ..runtime._config import WorkerConfig
 from ..runtime._events import ActorRestarted, JobDead
 from ..runtime._metrics import METRIC_EVENTS, Metrics, MetricsFeed, RoundTripTally
@@ -242,11 +243,13 @@ class Worker:
             )
         rt.round_trips = _observe_store(store, metrics)
         scopes: dict[str, trio.CancelScope] = {}
-        log.info(
-            "worker %s starting: queues=%s concurrency=%d",
-            self.id,
-            ",".join(f"{q.name}={q.weight}" for q in self.config.queues),
-            self.config.concurrency,
+        log_event(
+            log,
+            logging.INFO,
+            "worker starting",
+            worker=self.id,
+            queues=",".join(f"{q.name}={q.weight}" for q in self.config.queues),
+            concurrency=self.config.concurrency,
         )
         lifespan = self.app.registry.lifespan
         try:
@@ -275,7 +278,7 @@ class Worker:
                 store.observe_round_trips(None)
                 rt.round_trips.feed(metrics)  # the last ones: every actor stopped
             self._stopped.set()
-            log.info("worker %s stopped: %s", self.id, self.statistics())
+            log_event(log, logging.INFO, "worker stopped", **attrs.asdict(self.statistics()))
 
     async def _run_group(
         self, specs: list[ChildSpec], *, task_status: trio.TaskStatus[trio.CancelScope]
@@ -302,10 +305,12 @@ class Worker:
         with trio.move_on_after(cfg.shutdown_grace):
             await table.wait_until(lambda: table.running == 0)
         if table.running:
-            log.warning(
-                "shutdown grace of %gs over: cancelling %d running handler(s)",
-                cfg.shutdown_grace,
-                table.running,
+            log_event(
+                log,
+                logging.WARNING,
+                "shutdown grace over: cancelling running handlers",
+                grace=cfg.shutdown_grace,
+                running=table.running,
             )
         stop_group("execution")
         await trio.lowlevel.checkpoint()  # the cancelled executors leave their handlers
@@ -317,7 +322,12 @@ class Worker:
             await rt.events.wait_drained()
         dropped = rt.events.discard_pending()
         if dropped:
-            log.warning("%d event(s) not delivered before shutdown (hooks not run)", dropped)
+            log_event(
+                log,
+                logging.WARNING,
+                "events not delivered before shutdown (hooks not run)",
+                count=dropped,
+            )
         stop_group("notification")
 
     async def _release_leftovers(self, rt: Runtime) -> None:
@@ -331,11 +341,19 @@ class Worker:
                 try:
                     await rt.store.settle(settlements)
                 except StoreError as exc:
-                    log.error("could not settle %d lease(s) at exit: %s", len(settlements), exc)
+                    log_event(
+                        log,
+                        logging.ERROR,
+                        "could not settle leases at exit",
+                        count=len(settlements),
+                        error=str(exc),
+                    )
                 else:
                     rt.table.forget_all()
                     return
-            log.error("%d lease(s) left to expire and be recovered", len(rt.table))
+            log_event(
+                log, logging.ERROR, "leases left to expire and be recovered", count=len(rt.table)
+            )
         rt.table.forget_all()
 
     def _actor_restarted(self, actor: str, failure: BaseException, restarts: int) -> None:

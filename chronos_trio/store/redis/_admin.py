@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...records._jobs import Job, JobState, abort_error
+from ...records._log import log_event
 from .._roles import (
     NOTHING_SET_ASIDE,
     AbortResult,
@@ -60,12 +61,32 @@ def _report(ctx: StoreContext, what: str, aside: SetAside) -> SetAside:
     report theirs; these callers are operators and the janitor)."""
     ctx.count_aside(aside)
     for job in aside.dead:
-        log.warning("%s: dead-lettered job %s of queue %r: %s", what, job.id, job.queue,
-                    job.last_error)  # fmt: skip
+        log_event(
+            log,
+            logging.WARNING,
+            f"{what}: dead-lettered",
+            job=job.id,
+            queue=job.queue,
+            error=job.last_error,
+        )
     for e in aside.quarantined:
-        log.warning("%s: quarantined job %s of queue %r: %s", what, e.job_id, e.queue, e.reason)
+        log_event(
+            log,
+            logging.WARNING,
+            f"{what}: quarantined",
+            job=e.job_id,
+            queue=e.queue,
+            reason=e.reason,
+        )
     for e in aside.newer:
-        log.warning("%s: left job %s of queue %r alone: %s", what, e.job_id, e.queue, e.reason)
+        log_event(
+            log,
+            logging.WARNING,
+            f"{what}: left alone",
+            job=e.job_id,
+            queue=e.queue,
+            reason=e.reason,
+        )
     return aside
 
 
@@ -143,13 +164,25 @@ async def stats(ctx: StoreContext, queues: Sequence[str] | None) -> list[QueueSt
             for state in INDEXED_STATES:
                 n = next(replies)
                 if isinstance(n, Exception):
-                    log.warning("stats: %s is not an index: %s", zset_of(pk, state), n)
+                    log_event(
+                        log,
+                        logging.WARNING,
+                        "stats: not an index",
+                        key=zset_of(pk, state),
+                        error=str(n),
+                    )
                     n = 0
                 here[state] = n
                 total += n
             aborted = next(replies)
             if isinstance(aborted, Exception):
-                log.warning("stats: the aborted jobs of %s were not counted: %s", pk.tag, aborted)
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "stats: aborted jobs not counted",
+                    partition=pk.tag,
+                    error=str(aborted),
+                )
                 aborted = 0
             here[JobState.ABORTED] = min(aborted, here[JobState.DEAD])
             here[JobState.DEAD] -= here[JobState.ABORTED]

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import attrs
 
+from ...records._log import log_event
 from .._partitioning import partition_of
 from .._roles import QueueVersion, VersionState
 from ._codec import decode_topology, encode_topology
@@ -178,7 +179,7 @@ class RedisCore:
         except ValueError as exc:
             if queue not in self._bad_topology:
                 self._bad_topology.add(queue)
-                log.warning("queue %r is not routed: %s", queue, exc)
+                log_event(log, logging.WARNING, "queue not routed", queue=queue, error=str(exc))
             return None, str(exc)
         self._bad_topology.discard(queue)
         return versions, ""

@@ -46,6 +46,7 @@ import trio
 
 from ...records._control import decode_control
 from ...records._jobs import Job, JobState, LeasedJob, LeaseRef, require_field_order
+from ...records._log import log_event
 from ...records._options import decode_headers
 from .._partitioning import share_by_weight, share_strictly
 from .._roles import (
@@ -125,7 +126,9 @@ def _usable(slots: Sequence[Any], replies: list[Any], what: str) -> list[Any]:
         return replies
     for slot, error in failed:
         pk = slot[0] if isinstance(slot, tuple) else slot
-        log.warning("%s: partition %s failed: %s", what, pk.tag, error)
+        log_event(
+            log, logging.WARNING, f"{what}: partition failed", partition=pk.tag, error=str(error)
+        )
     if len(failed) == len(replies):
         raise StoreError(f"{what} failed in every partition: {failed[0][1]}")
     return [None if isinstance(r, Exception) else r for r in replies]
@@ -384,7 +387,9 @@ def _partitions_done(
             elif part:
                 done.append((reply, pk, part))
     for pk, error in failed:
-        log.warning("%s: partition %s failed: %s", what, pk.tag, error)
+        log_event(
+            log, logging.WARNING, f"{what}: partition failed", partition=pk.tag, error=str(error)
+        )
     if failed and not done:
         raise StoreError(f"{what} failed in every partition: {failed[0][1]}")
     return done
@@ -484,13 +489,25 @@ async def _dead_letter_undecodable(
         # Still leased: recovery takes them back after their lease, and the
         # next lease dead-letters them again (their attempts count, so
         # recovery dead-letters them in the end). Never fail the healthy jobs.
-        log.warning("could not dead-letter %d undecodable job(s): %s", len(jobs), exc)
+        log_event(
+            log,
+            logging.WARNING,
+            "could not dead-letter undecodable jobs",
+            count=len(jobs),
+            error=str(exc),
+        )
         return NOTHING_SET_ASIDE
     dead = []
     for n, (pk, job_id, _, why) in enumerate(jobs):
         part, stored = replies[2 * n][1], replies[2 * n + 1]
         if isinstance(part, bytes) or part[1] != 1 or isinstance(stored, Exception):
-            log.warning("could not dead-letter undecodable job %s: %s", ident(job_id), why)
+            log_event(
+                log,
+                logging.WARNING,
+                "could not dead-letter undecodable job",
+                job=ident(job_id),
+                why=why,
+            )
             continue
         fields, problem = record_fields(stored)
         dead.append(
@@ -631,7 +648,12 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
             try:
                 await ctx.adapter.execute(ctx.wake_ready_ops(freed))
             except StoreError as exc:  # the settle stands; leasers look again by themselves
-                log.warning("could not wake leasers after freeing concurrency slots: %s", exc)
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "could not wake leasers after freeing concurrency slots",
+                    error=str(exc),
+                )
     if failed:
         # As when a partition's own script fails: what the others applied
         # stays applied; the caller settles the batch again (fenced).

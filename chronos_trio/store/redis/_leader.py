@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 
 from ...records._jobs import NewJob
+from ...records._log import log_event
 from .._roles import Leadership, StoreError, TriggerResult
 from . import _scripts as S
 from ._codec import decode_new_job, encode_new_job, ident, parse_number
@@ -54,7 +55,13 @@ async def _enqueue_pending(ctx: StoreContext, keys: LeaderKeys, flat: list[bytes
             jobs.append(decode_new_job(value))
             fields.append(field)
         except ValueError as exc:
-            log.warning("pending trigger %s set aside: %s", ident(field), exc)
+            log_event(
+                log,
+                logging.WARNING,
+                "pending trigger set aside",
+                trigger=ident(field),
+                error=str(exc),
+            )
             damaged.append((field, value))
     if jobs:
         await enqueue_many(ctx, jobs)
@@ -133,7 +140,14 @@ async def last_fired(ctx: StoreContext, name: str) -> dict[str, float]:
     for k, v in fired.items():  # redis-py made it a dict
         at = parse_number(v)
         if at is None:  # counts as never fired (trigger_record.lua overwrites it)
-            log.warning("schedule %s under %r: last fired time %r unreadable", ident(k), name, v)
+            log_event(
+                log,
+                logging.WARNING,
+                "schedule's last fired time unreadable",
+                schedule=ident(k),
+                lock=name,
+                value=repr(v),
+            )
             continue
         out[ident(k)] = at
     return out

@@ -31,6 +31,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import attrs
 
 from ...records._jobs import FINISHED_STATES, JobOutcome, JobRef, JobState
+from ...records._log import log_event
 from ._codec import parse_count, parse_number
 from ._core import Call, Plan, RedisCore, locations_plan
 from ._scripts import WATCH, Op
@@ -49,8 +50,11 @@ log = logging.getLogger("chronos_trio.store.redis")
 def subscription_failed(exc: BaseException) -> None:
     """Log that a listener's subscription failed (it subscribes again after
     :data:`RESUBSCRIBE_DELAY`, and wakes every waiter to read again)."""
-    log.warning(
-        "result waiters' subscription failed (%s: %s); subscribing again", type(exc).__name__, exc
+    log_event(
+        log,
+        logging.WARNING,
+        "result waiters' subscription failed; subscribing again",
+        error=f"{type(exc).__name__}: {exc}",
     )
 
 

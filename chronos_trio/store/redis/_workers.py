@@ -16,6 +16,7 @@ import logging
 
 import attrs
 
+from ...records._log import log_event
 from ...records._workers import WorkerInfo, decode_worker, encode_worker, worker_order
 from . import _scripts as S
 from ._codec import ident, parse_number
@@ -66,7 +67,9 @@ async def workers(ctx: StoreContext) -> list[WorkerInfo]:
             if until is None:
                 raise ValueError(f"lapse time {ident(lapses_at)!r} unreadable")
         except ValueError as exc:
-            log.warning("worker registry entry %r skipped: %s", name, exc)
+            log_event(
+                log, logging.WARNING, "worker registry entry skipped", worker=name, error=str(exc)
+            )
             continue
         # the zset holds the lapse time; the entry its ttl: the beat was ttl before
         out.append(attrs.evolve(info, last_beat=until - ttl))
