@@ -16,6 +16,9 @@ inside one long-lived cancel scope, and one watchdog enforces every handler's
 timeout, instead of a cancel scope and a registered deadline per job. A scope
 is replaced only after something cancelled it (a timeout or a lost lease).
 And a batch does not wake every idle executor: see :class:`Dispatch`.
+
+A plain-function handler's timeout counts from when a thread takes its run
+(``runtime._threads``), not while it waits for one.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import math
 import traceback
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import trio
@@ -123,7 +126,8 @@ class Dispatch:
 
 class Slot:
     """One executor: the entry it runs (None when idle), that handler's
-    deadline on Trio's clock, and the scope its handlers run in."""
+    timeout deadline on Trio's clock (``inf`` while a plain handler waits
+    for a thread), and the scope its handlers run in."""
 
     __slots__ = ("deadline", "entry", "scope")
 
@@ -226,11 +230,11 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
     value: object
     try:
         if rt.registry.middleware:
-            value = await _with_middleware(rt, task, payload, ctx)
+            value = await _with_middleware(rt, task, payload, ctx, slot, watchdog)
         elif task.is_async:
             value = await task.fn(payload, ctx)  # type: ignore[misc]  # is_async: awaitable
         else:
-            value = await _in_thread(rt, task, payload, ctx)
+            value = await _in_thread(rt, task, payload, ctx, slot, watchdog)
     except SkipRetry as exc:
         return Settlement(ref, SettleKind.DEAD, error=_error_text(exc, "SkipRetry"))
     except Retry as exc:
@@ -253,22 +257,39 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
         slot.entry = None
 
 
-async def _in_thread(rt: Runtime, task: TaskSpec, payload: Any, ctx: JobContext) -> object:
+async def _in_thread(
+    rt: Runtime, task: TaskSpec, payload: Any, ctx: JobContext, slot: Slot, watchdog: Watchdog
+) -> object:
     """A plain-function handler, in a worker thread (never on the event
-    loop), at most ``sync_concurrency`` at once. When its run is called off
-    (timeout, lost lease, abort, shutdown past its grace) the thread is abandoned:
-    the outcome is decided at once and the thread's result, when it comes,
-    is dropped."""
+    loop), at most ``sync_concurrency`` at once. Its timeout stops while it
+    waits for a thread and runs again from when one takes it (the lease is
+    renewed, and enforced, all along). When its run is called off (timeout,
+    lost lease, abort, shutdown past its grace) the thread is abandoned: the
+    outcome is decided at once, its slot goes to the next plain handler,
+    and the thread's result, when it comes, is dropped (see
+    ``runtime._threads`` for the account kept of such threads)."""
+    left = slot.deadline - trio.current_time()
+    slot.deadline = math.inf  # the watchdog passes it by while it waits
+    run = await rt.threads.wait_slot(ctx.job)
+    slot.deadline = ctx.deadline = trio.current_time() + left
+    watchdog.started(slot.deadline)
     try:
+        # ``run`` is "CapacityLimiter-like" (trio documents the protocol; its
+        # annotation names only the final class): Trio tells it when the
+        # thread really ends, so an abandoned one is accounted for.
+        limiter = cast(trio.CapacityLimiter, run)
         return await trio.to_thread.run_sync(
-            task.fn, payload, ctx, limiter=rt.sync_limiter, abandon_on_cancel=True
+            task.fn, payload, ctx, limiter=limiter, abandon_on_cancel=True
         )
     except trio.Cancelled:
         ctx.call_off()  # the abandoned thread may still be watching
+        rt.threads.call_off(run)
         raise
 
 
-async def _with_middleware(rt: Runtime, task: TaskSpec, payload: Any, ctx: JobContext) -> object:
+async def _with_middleware(
+    rt: Runtime, task: TaskSpec, payload: Any, ctx: JobContext, slot: Slot, watchdog: Watchdog
+) -> object:
     """The handler inside every registered middleware, the first one
     outermost, all within the run's cancel scope (timeouts apply)."""
     async with contextlib.AsyncExitStack() as stack:
@@ -276,7 +297,7 @@ async def _with_middleware(rt: Runtime, task: TaskSpec, payload: Any, ctx: JobCo
             await stack.enter_async_context(middleware(ctx))
         if task.is_async:
             return await task.fn(payload, ctx)  # type: ignore[misc]
-        return await _in_thread(rt, task, payload, ctx)
+        return await _in_thread(rt, task, payload, ctx, slot, watchdog)
 
 
 def _success(rt: Runtime, task: TaskSpec, ref: LeaseRef, value: object) -> Settlement:

@@ -41,9 +41,11 @@ class JobContext:
     """Passed to every handler next to its payload.
 
     ``deadline`` is on Trio's clock (compare with ``trio.current_time()``); the
-    handler is cancelled there. ``lease_lost`` turns True when the worker lost
-    the lease (another worker may now run the job); the handler is cancelled
-    too, so it only matters to cleanup code. ``abort_requested`` likewise
+    handler is cancelled there (a plain-function handler's timeout counts
+    from when its thread starts: ``deadline`` is set then). ``lease_lost``
+    turns True when the worker lost the lease (another worker may now run
+    the job); the handler is cancelled too, so it only matters to cleanup
+    code. ``abort_requested`` likewise
     turns True, just before the handler is cancelled, when an abort of the
     job reached this worker. ``app`` is the App the worker
     runs for (``await job.app.enqueue("kind", payload)``). ``lifespan`` is

@@ -8,7 +8,6 @@ import logging
 from typing import Any
 
 import attrs
-import trio
 from trio_util import AsyncValue
 
 from ..records._jobs import Job
@@ -18,6 +17,7 @@ from ._events import EventBus, JobDead
 from ._inflight import InFlight
 from ._metrics import RoundTripTally
 from ._registry import Registry, WorkerHost
+from ._threads import HandlerThreads
 
 log = logging.getLogger("chronos_trio.worker")
 
@@ -68,8 +68,9 @@ class Runtime:
     #: leader-elector (and cleared by the scheduler when the store rejects its
     #: epoch); singleton duties run only while it is not None.
     leadership: AsyncValue[Leadership | None] = attrs.field(factory=lambda: AsyncValue(None))
-    #: Threads plain-function handlers may use at once (sync_concurrency).
-    sync_limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
+    #: The threads plain-function handlers run in (sync_concurrency), and
+    #: the abandoned ones still running. Used only by the executors.
+    threads: HandlerThreads = attrs.field(factory=lambda: HandlerThreads(1, 1))
     #: What the app's lifespan yielded (set by the worker before any actor runs).
     lifespan: Any = None
     #: When this worker registered in the store's worker registry (store
@@ -95,7 +96,7 @@ class Runtime:
             config=config,
             table=InFlight(config.max_in_flight, config.queue_buffer),
             events=EventBus(config.event_buffer),
-            sync_limiter=trio.CapacityLimiter(config.sync_concurrency),
+            threads=HandlerThreads(config.sync_concurrency, config.max_abandoned_threads),
         )
 
     def report_aside(self, result: object, *, recovered: bool = False) -> SetAside:

@@ -114,6 +114,10 @@ class WorkerStatistics:
     #: Jobs an abort stopped (settled ABORTED, or aborted by this worker's
     #: recovery of an expired lease).
     aborted: int = 0
+    #: Plain-function handlers' threads still running after their run was
+    #: called off (Python cannot stop a thread); at ``max_abandoned_threads``
+    #: no plain handler starts until one ends.
+    abandoned_threads: int = 0
 
 
 class Worker:
@@ -187,6 +191,7 @@ class Worker:
             newer_skipped=c.newer_skipped,
             restarts=dict(self.supervisor.restarts),
             aborted=c.aborted,
+            abandoned_threads=rt.threads.abandoned if rt else 0,
         )
 
     async def wait_idle(self, *, poll: float = 0.05) -> None:
