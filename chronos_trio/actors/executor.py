@@ -15,7 +15,13 @@ built per job that can live per executor: each executor runs its handlers
 inside one long-lived cancel scope, and one watchdog enforces every handler's
 timeout, instead of a cancel scope and a registered deadline per job. A scope
 is replaced only after something cancelled it (a timeout or a lost lease).
-And a batch does not wake every idle executor: see :class:`Dispatch`.
+The scope's own deadline is the running job's lease deadline (the in-flight
+table arms and moves it, see ``runtime._inflight``): so a lease that ends on
+this worker's clock cancels its handler even while every renewal hangs,
+and Trio processes it before any task of a round runs. Lease deadlines are
+quantized, so that costs a float comparison per job; an executor clears it
+only when it goes idle. And a batch does not wake every idle executor: see
+:class:`Dispatch`.
 
 A plain-function handler's timeout counts from when a thread takes its run
 (``runtime._threads``), not while it waits for one.
@@ -93,6 +99,10 @@ class Dispatch:
             entry = table.start_next_nowait(scope)
             if entry is not None:
                 break
+            # Idle: no lease deadline of a finished job may cancel the scope
+            # the next job will start in.
+            if scope.deadline != math.inf:
+                scope.deadline = math.inf
             if self._listening or self._waking:
                 await self._parked.park()
                 # Only an unpark gets here (a cancelled park raises), and
@@ -184,9 +194,10 @@ async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog, dispatch: Dispa
                 table.decide(running, outcome)
                 running = None
         # Only this executor's scope being cancelled gets here: the running
-        # handler timed out, lost its lease or was aborted (``running`` is
-        # set), or the cancel arrived after the handler returned (it is None;
-        # a job is never started in a cancelled scope).
+        # handler timed out, lost its lease (refused, or past its deadline)
+        # or was aborted (``running`` is set), or the cancel arrived after
+        # the handler returned (it is None; a job is never started in a
+        # cancelled scope).
         if running is not None:
             interrupted = _interrupted(rt, running)
             if interrupted is not None and interrupted.kind is SettleKind.DEAD:
@@ -367,6 +378,12 @@ def _interrupted(rt: Runtime, entry: Entry) -> Settlement | None:
     job = entry.leased.job
     if entry.lost:
         log.warning("lease lost job=%s kind=%s: handler cancelled", job.id, job.kind)
+        return None
+    if entry.deadline <= trio.current_time():
+        # The scope's deadline (the lease's) passed: no renewal got through
+        # in time, and none extends it now (InFlight.renewed).
+        if rt.table.mark_lost(entry):
+            rt.report_lost(entry, "lease ended before a renewal got through: handler cancelled")
         return None
     if entry.abort_requested:
         log.info("abort job=%s kind=%s: handler cancelled", job.id, job.kind)

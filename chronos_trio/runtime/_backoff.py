@@ -34,8 +34,21 @@ class Backoff:
         self.failures = 0
 
     async def failed(self, exc: BaseException) -> None:
-        self.failures += 1
+        """Count and log a failure, then sleep the backoff (with jitter)."""
+        self._count(exc, f"retrying in {self._next_delay():.2f}s")
+        await trio.sleep(random.uniform(self._delay / 2, self._delay))
+
+    def failed_nowait(self, exc: BaseException) -> None:
+        """Count and log a failure without sleeping: for a caller whose
+        own period paces its retries (the heartbeater's ticks)."""
+        self._count(exc, "retrying at the next tick")
+
+    def _next_delay(self) -> float:
         self._delay = min(self._maximum, max(self._initial, self._delay * 2))
+        return self._delay
+
+    def _count(self, exc: BaseException, then: str) -> None:
+        self.failures += 1
         level = (
             logging.WARNING
             if self.failures in (1, 10) or self.failures % 100 == 0
@@ -43,14 +56,13 @@ class Backoff:
         )
         self._log.log(
             level,
-            "%s failed (%s: %s); retrying in %.2fs (failure %d)",
+            "%s failed (%s: %s); %s (failure %d)",
             self._what,
             type(exc).__name__,
             exc,
-            self._delay,
+            then,
             self.failures,
         )
-        await trio.sleep(random.uniform(self._delay / 2, self._delay))
 
     async def call(self, fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
         """``await fn(*args, **kwargs)`` until it does not raise StoreError,

@@ -14,11 +14,14 @@ from ..store import Store
 
 
 class LeaseStatus(Protocol):
-    """Whether the worker still holds a job's lease, and whether an abort
-    was asked for the job (its in-flight entry)."""
+    """Whether the worker still holds a job's lease, until when on its own
+    clock, and whether an abort was asked for the job (its in-flight entry)."""
 
     @property
     def lost(self) -> bool: ...
+
+    @property
+    def deadline(self) -> float: ...
 
     @property
     def abort_requested(self) -> bool: ...
@@ -68,6 +71,9 @@ class JobContext:
     #: not be read there, so the executor tells the thread with this flag.
     _in_thread: bool = False
     _called_off: bool = False
+    #: Whether the lease had ended on the worker's clock when the run was
+    #: called off (what a thread reads: it cannot read Trio's clock).
+    _lease_ended: bool = False
 
     @property
     def id(self) -> str:
@@ -109,7 +115,16 @@ class JobContext:
 
     @property
     def lease_lost(self) -> bool:
-        return self._lease.lost
+        """True once the worker gave up the job's lease: the store refused
+        to renew it (the job was recovered, taken or deleted elsewhere), or
+        it ended on the worker's clock before a renewal got through. Safe to
+        read from the handler's thread."""
+        lease = self._lease
+        if lease.lost:
+            return True
+        if self._in_thread:
+            return self._lease_ended
+        return trio.current_time() >= lease.deadline
 
     @property
     def abort_requested(self) -> bool:
@@ -132,7 +147,9 @@ class JobContext:
 
     def call_off(self) -> None:
         """The executor's note that this run was called off (for a handler
-        in a worker thread, which cannot see the cancel scope)."""
+        in a worker thread, which cannot see the cancel scope or Trio's
+        clock). Called from Trio's thread."""
+        self._lease_ended = trio.current_time() >= self._lease.deadline
         self._called_off = True
 
     def check_cancelled(self) -> None:

@@ -13,8 +13,8 @@ from trio_util import AsyncValue
 from ..records._jobs import Job
 from ..store import Leadership, SetAside, Store, aside_of
 from ._config import WorkerConfig
-from ._events import EventBus, JobDead
-from ._inflight import InFlight
+from ._events import EventBus, JobDead, LeaseLost
+from ._inflight import Entry, InFlight
 from ._metrics import RoundTripTally
 from ._registry import Registry, WorkerHost
 from ._threads import HandlerThreads
@@ -129,6 +129,21 @@ class Runtime:
                 entry.reason,
             )
         return aside
+
+    def report_lost(self, entry: Entry, why: str) -> None:
+        """Log, count and publish a lease this worker just gave up (the
+        caller marked ``entry`` lost in the table). Never awaits."""
+        job = entry.leased.job
+        log.warning(
+            "lease lost job=%s kind=%s queue=%s attempt=%s why=%s",
+            job.id,
+            job.kind,
+            job.queue,
+            job.attempts,
+            why,
+        )
+        self.counters.lost += 1
+        self.events.publish(LeaseLost(job))
 
     def report_dead(
         self,
