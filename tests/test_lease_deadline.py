@@ -13,10 +13,12 @@ from typing import Any
 import trio
 import trio.testing
 
-from chronos_trio import App, JobContext, MemoryStore
+from chronos_trio import App, JobContext, JobState, MemoryStore, Worker
 from chronos_trio.records._jobs import LeaseRef
-from chronos_trio.store import StoreError
+from chronos_trio.runtime import Stage
+from chronos_trio.store import QueueWeight, SettleKind, Settlement, StoreError
 from chronos_trio.testing import FaultyStore
+from tests._backends import Backend
 from tests._support import wait_for
 
 LEASE = 3.0  # heartbeat every 1 s; the worker's deadline 94-95% of a lease after asking
@@ -148,3 +150,54 @@ async def test_after_a_pause_past_its_lease_a_handler_runs_nothing_but_its_clean
             assert late == [], f"round {n}: the handler ran on after the pause"
             assert ended[job_id] == (resumed, True)
         await worker.wait_idle()
+
+
+# -- item 12: a refused renewal ----------------------------------------------------------
+def _running_lease(worker: Worker) -> LeaseRef:
+    """The lease of the one job ``worker`` runs (what another worker's
+    recovery would supersede)."""
+    [entry] = worker.runtime.table.in_stage(Stage.RUNNING)
+    return entry.leased.ref
+
+
+async def test_a_refused_renewal_cancels_its_handler_within_a_heartbeat(
+    backend: Backend, clock: object
+) -> None:
+    """The store moved the job on under a worker whose own clock says its
+    lease still runs (another worker recovered and took it: here, at once,
+    by a release under the worker's token and a lease by a thief). The next
+    renewal is refused, and that alone cancels the handler, long before the
+    lease would have ended on the worker's clock."""
+    store = backend.store()
+    app = App(store)
+    ended: list[tuple[float, bool]] = []
+    long = _long_task(app, ended)
+    heartbeat = backend.pick(memory=1.0, redis=0.5)
+    lease = backend.pick(memory=30.0, redis=6.0)
+    options = {
+        "lease_duration": lease,
+        "heartbeat_interval": heartbeat,
+        "poll_interval": backend.pick(memory=0.5, redis=0.2),
+        # one lease at a time: the worker cannot take the released job itself
+        "concurrency": 1,
+        "max_in_flight": 1,
+    }
+    async with app.open_worker(**options) as worker:
+        res = await long.enqueue(b"x")
+        await wait_for(lambda: worker.statistics().running == 1)
+        ref = _running_lease(worker)
+        assert await store.settle([Settlement(ref, SettleKind.RELEASE)]) == [True]
+        [stolen] = await store.lease(
+            [QueueWeight("default")], 1, worker_id="thief", lease_duration=600
+        )
+        taken_at = trio.current_time()
+        await wait_for(lambda: ended, timeout=backend.pick(memory=60, redis=20))
+        stats = worker.statistics()
+    stopped_at, lost = ended[0]
+    assert lost
+    # at the next renewal, not at the lease deadline (lease - 5% away)
+    assert stopped_at - taken_at <= heartbeat + backend.pick(memory=0.001, redis=1.0)
+    assert stats.lost == 1 and stats.succeeded == 0 and stats.retried == 0
+    job = await store.get_job(res.job_id)
+    assert job is not None and job.state is JobState.LEASED
+    assert job.lease_owner == "thief" and job.lease_token == stolen.token
