@@ -44,6 +44,7 @@ from ..runtime._context import JobContext
 from ..runtime._inflight import Entry, InFlight
 from ..runtime._state import Runtime, log
 from ..runtime._tasks import TaskSpec
+from ..runtime._threads import ThreadRun
 from ..store import SettleKind, Settlement
 
 #: Longest error text kept on a job (message plus the end of the traceback).
@@ -281,10 +282,11 @@ async def _in_thread(
     ``runtime._threads`` for the account kept of such threads)."""
     left = slot.deadline - trio.current_time()
     slot.deadline = math.inf  # the watchdog passes it by while it waits
-    run = await rt.threads.wait_slot(ctx.job)
-    slot.deadline = ctx.deadline = trio.current_time() + left
-    watchdog.started(slot.deadline)
+    run: ThreadRun | None = None
     try:
+        run = await rt.threads.wait_slot(ctx.job)
+        slot.deadline = ctx.deadline = trio.current_time() + left
+        watchdog.started(slot.deadline)
         # ``run`` is "CapacityLimiter-like" (trio documents the protocol; its
         # annotation names only the final class): Trio tells it when the
         # thread really ends, so an abandoned one is accounted for.
@@ -294,7 +296,8 @@ async def _in_thread(
         )
     except trio.Cancelled:
         ctx.call_off()  # the abandoned thread may still be watching
-        rt.threads.call_off(run)
+        if run is not None:  # (a cancelled wait holds no slot)
+            rt.threads.call_off(run)
         raise
 
 
