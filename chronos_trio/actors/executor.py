@@ -19,9 +19,9 @@ The scope's own deadline is the running job's lease deadline (the in-flight
 table arms and moves it, see ``runtime._inflight``): so a lease that ends on
 this worker's clock cancels its handler even while every renewal hangs,
 and Trio processes it before any task of a round runs. Lease deadlines are
-quantized, so that costs a float comparison per job; an executor clears it
-only when it goes idle. And a batch does not wake every idle executor: see
-:class:`Dispatch`.
+quantized, so that costs a float comparison per job (see
+:meth:`Dispatch.next` for an idle executor's). And a batch does not wake
+every idle executor: see :class:`Dispatch`.
 
 A plain-function handler's timeout counts from when a thread takes its run
 (``runtime._threads``), not while it waits for one.
@@ -92,18 +92,24 @@ class Dispatch:
         self._listening = False
         self._waking = 0
 
-    async def next(self, scope: trio.CancelScope) -> Entry:
-        """The next job to run, already RUNNING in ``scope``."""
+    async def next(self, scope: trio.CancelScope) -> Entry | None:
+        """The next job to run, already RUNNING in ``scope``; None when
+        ``scope`` was cancelled as this executor was woken (the caller goes
+        on in a fresh scope: a job never starts in a cancelled one).
+
+        An idle executor's scope keeps the lease deadline of its last job
+        (clearing it for every idle spell and arming it again would cost two
+        deadline registrations each time): when that passes while it waits,
+        its wait is cancelled, or, if it was woken in that same round, it
+        returns None here."""
         table = self._table
         woken = False
         while True:
+            if woken and scope.cancel_called:
+                return None
             entry = table.start_next_nowait(scope)
             if entry is not None:
                 break
-            # Idle: no lease deadline of a finished job may cancel the scope
-            # the next job will start in.
-            if scope.deadline != math.inf:
-                scope.deadline = math.inf
             if self._listening or self._waking:
                 await self._parked.park()
                 # Only an unpark gets here (a cancelled park raises), and
@@ -189,6 +195,8 @@ async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog, dispatch: Dispa
             # must not hit the next job: start that one in a fresh scope.
             while not slot.scope.cancel_called:
                 running = await dispatch.next(slot.scope)
+                if running is None:
+                    break
                 outcome = await _run_handler(rt, running, slot, watchdog)
                 if outcome.kind is SettleKind.DEAD:
                     outcome = _discarding(rt, running.leased.job, outcome)
@@ -197,8 +205,8 @@ async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog, dispatch: Dispa
         # Only this executor's scope being cancelled gets here: the running
         # handler timed out, lost its lease (refused, or past its deadline)
         # or was aborted (``running`` is set), or the cancel arrived after
-        # the handler returned (it is None; a job is never started in a
-        # cancelled scope).
+        # the handler returned or while the executor was idle (it is None; a
+        # job is never started in a cancelled scope).
         if running is not None:
             interrupted = _interrupted(rt, running)
             if interrupted is not None and interrupted.kind is SettleKind.DEAD:

@@ -268,8 +268,8 @@ class InFlight:
     def start_next_nowait(self, scope: trio.CancelScope) -> Entry | None:
         """QUEUED -> RUNNING for the first entry of the run queue, its handler
         to run in ``scope``, which gets the lease's deadline as its own
-        (the caller resets it to ``inf`` once idle); None when the queue is
-        empty. Entries whose
+        (and keeps it until the next start); None when the queue is empty.
+        Entries whose
         lease was lost meanwhile are decided with nothing to write, those
         an abort was asked for are decided ABORTED, and while draining
         entries are released instead of started."""
