@@ -7,9 +7,11 @@ test_lease_process.py."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -60,13 +62,14 @@ def _long_task(app: App, ended: list[tuple[float, bool]], timeout: float = 600.0
 
 
 async def test_a_handler_stops_when_its_lease_ends_while_every_renewal_hangs(
-    autojump_clock: object,
+    autojump_clock: object, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = StallingStore(MemoryStore())
     app = App(store)
     ended: list[tuple[float, bool]] = []
     long = _long_task(app, ended)
-    async with app.open_worker(lease_duration=LEASE, poll_interval=0.5) as worker:
+    options = {"lease_duration": LEASE, "heartbeat_interval": 0.5, "poll_interval": 0.5}
+    async with app.open_worker(**options) as worker:
         await long.enqueue(b"x")
         await wait_for(lambda: worker.statistics().running == 1)
         await trio.sleep(1.5)  # a renewal or two in
@@ -84,9 +87,13 @@ async def test_a_handler_stops_when_its_lease_ends_while_every_renewal_hangs(
     assert last_renewed + 0.94 * LEASE <= stopped_at <= last_renewed + 0.95 * LEASE
     assert stopped_at < hung_at + StallingStore.TIMEOUT
     assert stats.lost == 1
-    # Renewals kept going out on time while the first ones hung.
+    # Renewals kept going out on time while the first ones hung, three at
+    # most; the next ticks skipped theirs, and said so.
     asked = [at for at, _ in store.renewals if hung_at <= at <= stopped_at]
-    assert len(asked) >= 2, store.renewals
+    assert len(asked) == 3, store.renewals
+    assert [b - a for a, b in itertools.pairwise(asked)] == [0.5, 0.5]
+    skipped = [r for r in caplog.records if "skipping this tick's renewal" in r.getMessage()]
+    assert len(skipped) == 2
 
 
 async def test_one_hung_renewal_does_not_hold_up_the_next(autojump_clock: object) -> None:
