@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
+import trio.testing
 
 from chronos_trio import Job, JobState, LeasedJob
 from chronos_trio.actors.executor import Dispatch
@@ -177,3 +178,32 @@ async def test_no_job_waits_while_an_executor_is_free(seed: int, autojump_clock:
     assert had_a_free_executor
     late = {k: pool.started[k][2] - sent_at[k] for k in had_a_free_executor}
     assert all(wait == 0.0 for wait in late.values()), late
+
+
+async def test_an_executor_woken_as_its_idle_scope_expires_starts_nothing_in_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An idle executor's scope keeps its last job's lease deadline. When
+    that passes in the round after a job woke the executor (so the wake-up is
+    not cancelled), the job must not start in the cancelled scope (it would
+    be cancelled at once and taken for a timeout): ``next`` returns None and
+    the executor goes on in a fresh scope."""
+    table = InFlight(ROOM, ROOM)
+    dispatch = Dispatch(table)
+    got: list[object] = []
+
+    async def executor() -> None:
+        with trio.CancelScope() as scope:
+            scope.deadline = trio.current_time() + 1.0  # its last job's lease deadline
+            got.append(await dispatch.next(scope))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(executor)
+        await trio.testing.wait_all_tasks_blocked()  # it listens on the queue
+        [entry] = table.admit([leased(1)])
+        assert table.dispatch_nowait(entry)  # wakes it, for the next round
+        autojump_clock.jump(2.0)  # and its scope's deadline passes before that round
+    assert got == [None]
+    assert table.queued == 1  # still there for a fresh scope
+    again = trio.CancelScope()
+    assert await dispatch.next(again) is entry

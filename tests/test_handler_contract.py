@@ -10,7 +10,7 @@ import re
 import threading
 import time
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -142,6 +142,142 @@ async def test_a_plain_handler_that_never_returns_cannot_hold_up_shutdown() -> N
     assert 0.5 <= took < 2.0, took
     job = await app.store.get_job(res.job_id)
     assert job is not None and job.state is JobState.READY and job.attempts == 0
+
+
+def _within(predicate: Callable[[], bool], seconds: float) -> bool:
+    """Whether ``predicate()`` turns true within ``seconds`` of real time;
+    run in a thread (``trio.to_thread``), so it waits on the real clock
+    whatever Trio's clock does: plain handlers' threads run on that one."""
+    end = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+async def test_hung_plain_handlers_give_their_thread_back_and_each_gets_its_whole_timeout(
+    backend: Backend, clock: object
+) -> None:
+    """Issue 23, item 1: sync_concurrency=1 and three jobs of a plain handler
+    that runs far past its timeout. Each run, once called off, gives the one
+    thread slot to the next at once, so every body runs; and a job's timeout
+    counts from when its thread started, not while it waited for the slot,
+    so each fails with its own full timeout (the deadlines its body saw are
+    one timeout apart)."""
+    app = App(backend.store())
+    gate = threading.Event()
+    bodies: list[tuple[str, float]] = []  # (job id, the deadline its body saw)
+
+    @app.task("sync.hang", timeout=0.5, max_retries=0)
+    def hang(args: int, job: JobContext) -> None:
+        bodies.append((job.id, job.deadline))
+        gate.wait(30)  # far past its timeout: ends only when the test lets it
+
+    options = backend.timing(poll_interval=0.5, lease_duration=30.0)
+    try:
+        async with app.open_worker(concurrency=4, sync_concurrency=1, **options) as worker:
+            handles = await hang.enqueue_many([1, 2, 3])
+            with trio.fail_after(backend.pick(memory=60, redis=20)):
+                await worker.wait_idle()
+            stats = worker.statistics()
+            # the bodies run on the real clock: wait for them there
+            every_body_ran = await trio.to_thread.run_sync(_within, lambda: len(bodies) == 3, 10)
+            ids = [h.job_id for h in handles]
+            assert every_body_ran, f"only {[b[0] for b in bodies]} of {ids} ran"
+            gate.set()
+            threads_ended = await trio.to_thread.run_sync(
+                _within, lambda: worker.statistics().abandoned_threads == 0, 10
+            )
+    finally:
+        gate.set()
+    assert sorted(job_id for job_id, _ in bodies) == sorted(ids)
+    deadlines = sorted(deadline for _, deadline in bodies)
+    for earlier, later in itertools.pairwise(deadlines):
+        # the next run's thread started as the last one was called off
+        if backend.virtual:
+            assert later - earlier == pytest.approx(0.5)
+        else:  # a busy machine's event loop may be late, never early
+            assert 0.49 <= later - earlier < 3.0
+    for job_id in ids:
+        job = await app.store.get_job(job_id)
+        assert job is not None and job.state is JobState.DEAD
+        assert "exceeded its 0.5s timeout" in job.last_error
+    assert stats.dead == 3 and stats.abandoned_threads == 3
+    assert threads_ended, "an abandoned thread that ended is no longer counted"
+
+
+async def test_past_max_abandoned_threads_no_plain_handler_starts_until_one_ends(
+    autojump_clock: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With ``max_abandoned_threads`` abandoned threads still running, the
+    worker starts no plain handler (loudly) and its job waits, its timeout
+    not running; async handlers go on; once an abandoned thread ends, the
+    waiting job starts."""
+    app = App(MemoryStore())
+    gate = threading.Event()
+    quick_ran = threading.Event()
+
+    @app.task("sync.hang", timeout=0.5, max_retries=0)
+    def hang(args: int, job: JobContext) -> None:
+        gate.wait(30)
+
+    # Its thread runs on the real clock, the worker on the virtual one: a
+    # long timeout, so its run ends before the virtual clock gets there.
+    @app.task("sync.quick", timeout=3600, max_retries=0)
+    def quick(args: int, job: JobContext) -> None:
+        quick_ran.set()
+
+    @app.task("async.quick")
+    async def async_quick(args: int, job: JobContext) -> None:
+        pass
+
+    options = {"poll_interval": 5.0, "lease_duration": 30.0}
+    try:
+        async with app.open_worker(
+            concurrency=4, sync_concurrency=1, max_abandoned_threads=1, **options
+        ) as worker:
+            hung = await hang.enqueue(1)
+            with trio.fail_after(60):
+                while (job := await app.store.get_job(hung.job_id)) is None or (
+                    job.state is not JobState.DEAD
+                ):
+                    await trio.sleep(0.1)
+            assert worker.statistics().abandoned_threads == 1
+            waiting = await quick.enqueue(2)
+            other = await async_quick.enqueue(3)
+            await trio.sleep(4000)  # past its timeout, had its clock been running
+            waiting_job = await app.store.get_job(waiting.job_id)
+            assert waiting_job is not None and waiting_job.state is JobState.LEASED
+            assert not quick_ran.is_set()
+            other_job = await app.store.get_job(other.job_id)
+            assert other_job is None  # async handlers still run (and succeeded)
+            gate.set()
+            started = await trio.to_thread.run_sync(quick_ran.wait, 10)
+            with trio.fail_after(60):
+                await worker.wait_idle()
+            stats = worker.statistics()
+    finally:
+        gate.set()
+    assert started, "the waiting job started once the abandoned thread ended"
+    assert stats.succeeded == 2 and stats.dead == 1 and stats.abandoned_threads == 0
+    events = [
+        (r.chronos_event, r.chronos_fields)  # type: ignore[attr-defined]
+        for r in caplog.records
+        if hasattr(r, "chronos_event")
+    ]
+    capped = [f for e, f in events if e.startswith("abandoned handler threads at max")]
+    assert any(
+        f["abandoned"] == 1 and f["max_abandoned_threads"] == 1 and f["job"] == waiting.job_id
+        for f in capped
+    ), events
+    called_off = [f for e, f in events if e.startswith("run called off")]
+    assert any(
+        f["job"] == hung.job_id and f["kind"] == "sync.hang" and f["abandoned"] == 1
+        for f in called_off
+    ), events
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("plain-function handlers start again" in m for m in warnings), warnings
 
 
 # -- handler shapes ---------------------------------------------------------------------

@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from chronos_trio import Job, JobState, LeasedJob
 from chronos_trio.runtime import Entry, IllegalTransition, InFlight, Stage
+from chronos_trio.runtime._inflight import lease_deadline
 from chronos_trio.store import SettleKind, Settlement
 
 CAPACITY = 6
@@ -237,3 +238,35 @@ def test_an_entry_past_its_lease_deadline_never_starts() -> None:
     assert started is fresh  # stale was skipped on the way
     assert stale.lost and stale.stage is Stage.DECIDED and stale.outcome is None
     assert table.overdue() == []
+
+
+def test_a_running_handler_s_scope_carries_its_lease_deadline() -> None:
+    """The executor's scope gets the lease's deadline when the entry starts,
+    and each renewal moves it; a renewal that comes back after the deadline
+    passed on the worker's clock changes nothing (the handler may have been
+    cancelled for it already)."""
+    now = [100.0]
+    table = InFlight(4, 4, clock=lambda: now[0])
+    [entry] = table.admit([leased(1)], deadline=105.0)
+    table.dispatch_nowait(entry)
+    scope = trio.CancelScope()
+    assert table.start_next_nowait(scope) is entry
+    assert scope.deadline == 105.0
+    table.renewed(entry, 104.0)  # an older renewal's late reply: never earlier
+    assert entry.deadline == scope.deadline == 105.0
+    table.renewed(entry, 120.0)
+    assert entry.deadline == scope.deadline == 120.0
+    now[0] = 120.0
+    table.renewed(entry, 130.0)
+    assert entry.deadline == scope.deadline == 120.0
+    assert table.overdue() == [entry]
+
+
+def test_lease_deadlines_are_quantized_below_the_safety_margin() -> None:
+    lease = 30.0
+    for asked in (0.0, 12.34, 1e6 + 0.123):
+        deadline = lease_deadline(asked, lease)
+        assert asked + 0.94 * lease <= deadline <= asked + 0.95 * lease
+    # leases asked a little apart share one deadline (the executor's scope
+    # keeps it from one job to the next)
+    assert lease_deadline(100.0, lease) == lease_deadline(100.05, lease)

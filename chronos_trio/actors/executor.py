@@ -16,7 +16,16 @@ built per job that can live per executor: each executor runs its handlers
 inside one long-lived cancel scope, and one watchdog enforces every handler's
 timeout, instead of a cancel scope and a registered deadline per job. A scope
 is replaced only after something cancelled it (a timeout or a lost lease).
-And a batch does not wake every idle executor: see :class:`Dispatch`.
+The scope's own deadline is the running job's lease deadline (the in-flight
+table arms and moves it, see ``runtime._inflight``): so a lease that ends on
+this worker's clock cancels its handler even while every renewal hangs,
+and Trio processes it before any task of a round runs. Lease deadlines are
+quantized, so that costs a float comparison per job (see
+:meth:`Dispatch.next` for an idle executor's). And a batch does not wake
+every idle executor: see :class:`Dispatch`.
+
+A plain-function handler's timeout counts from when a thread takes its run
+(``runtime._threads``), not while it waits for one.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ import contextlib
 import logging
 import math
 import traceback
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import trio
@@ -38,6 +47,7 @@ from ..runtime._context import JobContext
 from ..runtime._inflight import Entry, InFlight
 from ..runtime._state import Runtime, log
 from ..runtime._tasks import TaskSpec
+from ..runtime._threads import ThreadRun
 from ..store import SettleKind, Settlement
 
 #: Longest error text kept on a job (message plus the end of the traceback).
@@ -85,11 +95,21 @@ class Dispatch:
         self._listening = False
         self._waking = 0
 
-    async def next(self, scope: trio.CancelScope) -> Entry:
-        """The next job to run, already RUNNING in ``scope``."""
+    async def next(self, scope: trio.CancelScope) -> Entry | None:
+        """The next job to run, already RUNNING in ``scope``; None when
+        ``scope`` was cancelled as this executor was woken (the caller goes
+        on in a fresh scope: a job never starts in a cancelled one).
+
+        An idle executor's scope keeps the lease deadline of its last job
+        (clearing it for every idle spell and arming it again would cost two
+        deadline registrations each time): when that passes while it waits,
+        its wait is cancelled, or, if it was woken in that same round, it
+        returns None here."""
         table = self._table
         woken = False
         while True:
+            if woken and scope.cancel_called:
+                return None
             entry = table.start_next_nowait(scope)
             if entry is not None:
                 break
@@ -126,7 +146,8 @@ class Dispatch:
 
 class Slot:
     """One executor: the entry it runs (None when idle), that handler's
-    deadline on Trio's clock, and the scope its handlers run in."""
+    timeout deadline on Trio's clock (``inf`` while a plain handler waits
+    for a thread), and the scope its handlers run in."""
 
     __slots__ = ("deadline", "entry", "scope")
 
@@ -177,15 +198,18 @@ async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog, dispatch: Dispa
             # must not hit the next job: start that one in a fresh scope.
             while not slot.scope.cancel_called:
                 running = await dispatch.next(slot.scope)
+                if running is None:
+                    break
                 outcome = await _run_handler(rt, running, slot, watchdog)
                 if outcome.kind is SettleKind.DEAD:
                     outcome = _discarding(rt, running.leased.job, outcome)
                 table.decide(running, outcome)
                 running = None
         # Only this executor's scope being cancelled gets here: the running
-        # handler timed out, lost its lease or was aborted (``running`` is
-        # set), or the cancel arrived after the handler returned (it is None;
-        # a job is never started in a cancelled scope).
+        # handler timed out, lost its lease (refused, or past its deadline)
+        # or was aborted (``running`` is set), or the cancel arrived after
+        # the handler returned or while the executor was idle (it is None; a
+        # job is never started in a cancelled scope).
         if running is not None:
             interrupted = _interrupted(rt, running)
             if interrupted is not None and interrupted.kind is SettleKind.DEAD:
@@ -228,11 +252,11 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
     value: object
     try:
         if rt.registry.middleware:
-            value = await _with_middleware(rt, task, payload, ctx)
+            value = await _with_middleware(rt, task, payload, ctx, slot, watchdog)
         elif task.is_async:
             value = await task.fn(payload, ctx)  # type: ignore[misc]  # is_async: awaitable
         else:
-            value = await _in_thread(rt, task, payload, ctx)
+            value = await _in_thread(rt, task, payload, ctx, slot, watchdog)
     except SkipRetry as exc:
         return Settlement(ref, SettleKind.DEAD, error=_error_text(exc, "SkipRetry"))
     except Retry as exc:
@@ -255,22 +279,41 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
         slot.entry = None
 
 
-async def _in_thread(rt: Runtime, task: TaskSpec, payload: Any, ctx: JobContext) -> object:
+async def _in_thread(
+    rt: Runtime, task: TaskSpec, payload: Any, ctx: JobContext, slot: Slot, watchdog: Watchdog
+) -> object:
     """A plain-function handler, in a worker thread (never on the event
-    loop), at most ``sync_concurrency`` at once. When its run is called off
-    (timeout, lost lease, abort, shutdown past its grace) the thread is abandoned:
-    the outcome is decided at once and the thread's result, when it comes,
-    is dropped."""
+    loop), at most ``sync_concurrency`` at once. Its timeout stops while it
+    waits for a thread and runs again from when one takes it (the lease is
+    renewed, and enforced, all along). When its run is called off (timeout,
+    lost lease, abort, shutdown past its grace) the thread is abandoned: the
+    outcome is decided at once, its slot goes to the next plain handler,
+    and the thread's result, when it comes, is dropped (see
+    ``runtime._threads`` for the account kept of such threads)."""
+    left = slot.deadline - trio.current_time()
+    slot.deadline = math.inf  # the watchdog passes it by while it waits
+    run: ThreadRun | None = None
     try:
+        run = await rt.threads.wait_slot(ctx.job)
+        slot.deadline = ctx.deadline = trio.current_time() + left
+        watchdog.started(slot.deadline)
+        # ``run`` is "CapacityLimiter-like" (trio documents the protocol; its
+        # annotation names only the final class): Trio tells it when the
+        # thread really ends, so an abandoned one is accounted for.
+        limiter = cast(trio.CapacityLimiter, run)
         return await trio.to_thread.run_sync(
-            task.fn, payload, ctx, limiter=rt.sync_limiter, abandon_on_cancel=True
+            task.fn, payload, ctx, limiter=limiter, abandon_on_cancel=True
         )
     except trio.Cancelled:
         ctx.call_off()  # the abandoned thread may still be watching
+        if run is not None:  # (a cancelled wait holds no slot)
+            rt.threads.call_off(run)
         raise
 
 
-async def _with_middleware(rt: Runtime, task: TaskSpec, payload: Any, ctx: JobContext) -> object:
+async def _with_middleware(
+    rt: Runtime, task: TaskSpec, payload: Any, ctx: JobContext, slot: Slot, watchdog: Watchdog
+) -> object:
     """The handler inside every registered middleware, the first one
     outermost, all within the run's cancel scope (timeouts apply)."""
     async with contextlib.AsyncExitStack() as stack:
@@ -278,7 +321,7 @@ async def _with_middleware(rt: Runtime, task: TaskSpec, payload: Any, ctx: JobCo
             await stack.enter_async_context(middleware(ctx))
         if task.is_async:
             return await task.fn(payload, ctx)  # type: ignore[misc]
-        return await _in_thread(rt, task, payload, ctx)
+        return await _in_thread(rt, task, payload, ctx, slot, watchdog)
 
 
 def _success(rt: Runtime, task: TaskSpec, ref: LeaseRef, value: object) -> Settlement:
@@ -348,6 +391,12 @@ def _interrupted(rt: Runtime, entry: Entry) -> Settlement | None:
     job = entry.leased.job
     if entry.lost:
         log_event(log, logging.WARNING, "lease lost: handler cancelled", job=job.id, kind=job.kind)
+        return None
+    if entry.deadline <= trio.current_time():
+        # The scope's deadline (the lease's) passed: no renewal got through
+        # in time, and none extends it now (InFlight.renewed).
+        if rt.table.mark_lost(entry):
+            rt.report_lost(entry, "lease ended before a renewal got through: handler cancelled")
         return None
     if entry.abort_requested:
         log_event(log, logging.INFO, "abort: handler cancelled", job=job.id, kind=job.kind)

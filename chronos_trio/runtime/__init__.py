@@ -1,6 +1,7 @@
 """One worker process's runtime pieces, below the actors: the task registry,
 schedules, configuration, the job context, the in-flight table, the
-supervisor and its restart window, and the state the actors share. It imports only ``store`` and
+plain handlers' threads, the supervisor and its restart window, and the
+state the actors share. It imports only ``store`` and
 ``records``; the App hands a worker its registry and store as a
 :class:`WorkerHost`."""
 
@@ -47,6 +48,8 @@ from ._state import Runtime as Runtime
 from ._tasks import DEFAULT_RESULT_TTL as DEFAULT_RESULT_TTL
 from ._tasks import Handler as Handler
 from ._tasks import TaskSpec as TaskSpec
+from ._threads import HandlerThreads as HandlerThreads
+from ._threads import ThreadRun as ThreadRun
 from ._unknown_kinds import UnknownKinds as UnknownKinds
 
 _fixup(__name__, globals())

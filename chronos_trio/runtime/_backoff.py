@@ -35,22 +35,32 @@ class Backoff:
         self.failures = 0
 
     async def failed(self, exc: BaseException) -> None:
-        self.failures += 1
+        """Count and log a failure, then sleep the backoff (with jitter)."""
+        self._count(exc, "retrying", round(self._next_delay(), 3))
+        await trio.sleep(random.uniform(self._delay / 2, self._delay))
+
+    def failed_nowait(self, exc: BaseException) -> None:
+        """Count and log a failure without sleeping: for a caller whose
+        own period paces its retries (the heartbeater's ticks)."""
+        self._count(exc, "retrying at the next tick")
+
+    def _next_delay(self) -> float:
         self._delay = min(self._maximum, max(self._initial, self._delay * 2))
+        return self._delay
+
+    def _count(self, exc: BaseException, then: str, delay: float | None = None) -> None:
+        self.failures += 1
         level = (
             logging.WARNING
             if self.failures in (1, 10) or self.failures % 100 == 0
             else logging.DEBUG
         )
-        log_event(
-            self._log,
-            level,
-            f"{self._what} failed; retrying",
-            error=f"{type(exc).__name__}: {exc}",
-            delay=round(self._delay, 3),
-            failure=self.failures,
-        )
-        await trio.sleep(random.uniform(self._delay / 2, self._delay))
+        event = f"{self._what} failed; {then}"
+        error = f"{type(exc).__name__}: {exc}"
+        if delay is None:
+            log_event(self._log, level, event, error=error, failure=self.failures)
+        else:
+            log_event(self._log, level, event, error=error, failure=self.failures, delay=delay)
 
     async def call(self, fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
         """``await fn(*args, **kwargs)`` until it does not raise StoreError,

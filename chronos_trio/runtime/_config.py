@@ -128,8 +128,8 @@ class WorkerConfig:
     option). Defaults that depend on other options are computed from them:
     heartbeat every lease/3, recovery every lease/6 (at most 5 s), a
     worker registry entry lapsing three heartbeats after its last, an
-    in-flight cap of concurrency + 2 * batch_size and a leased-job buffer of
-    batch_size.
+    in-flight cap of concurrency + 2 * batch_size, a leased-job buffer of
+    batch_size and four abandoned threads per plain-handler thread.
 
     The in-flight cap leaves room for two batches beyond the running
     handlers: one being handed to executors and one being leased or settled,
@@ -145,9 +145,18 @@ class WorkerConfig:
     strict_priority: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     concurrency: int = attrs.field(default=16, validator=_positive)
     #: Plain-function handlers running in threads at once, at most (each
-    #: also holds one of the ``concurrency`` places while it runs).
+    #: also holds one of the ``concurrency`` places while it runs). A job
+    #: waiting for a thread has not started: its timeout does not run yet.
+    #: A thread whose run was called off (timeout, lost lease, abort) is
+    #: abandoned and gives its place back at once.
     sync_concurrency: int = attrs.field(
         default=_derived(lambda c: c.concurrency), validator=_positive
+    )
+    #: Abandoned handler threads (still running after their run was called
+    #: off: Python cannot stop a thread) at which the worker stops starting
+    #: plain-function handlers, with an error, until one of them ends.
+    max_abandoned_threads: int = attrs.field(
+        default=_derived(lambda c: 4 * c.sync_concurrency), validator=_positive
     )
     batch_size: int = attrs.field(default=64, validator=_positive)
     #: Leased jobs waiting for a free executor, at most.

@@ -14,11 +14,14 @@ from ..store import Store
 
 
 class LeaseStatus(Protocol):
-    """Whether the worker still holds a job's lease, and whether an abort
-    was asked for the job (its in-flight entry)."""
+    """Whether the worker still holds a job's lease, until when on its own
+    clock, and whether an abort was asked for the job (its in-flight entry)."""
 
     @property
     def lost(self) -> bool: ...
+
+    @property
+    def deadline(self) -> float: ...
 
     @property
     def abort_requested(self) -> bool: ...
@@ -41,9 +44,11 @@ class JobContext:
     """Passed to every handler next to its payload.
 
     ``deadline`` is on Trio's clock (compare with ``trio.current_time()``); the
-    handler is cancelled there. ``lease_lost`` turns True when the worker lost
-    the lease (another worker may now run the job); the handler is cancelled
-    too, so it only matters to cleanup code. ``abort_requested`` likewise
+    handler is cancelled there (a plain-function handler's timeout counts
+    from when its thread starts: ``deadline`` is set then). ``lease_lost``
+    turns True when the worker lost the lease (another worker may now run
+    the job); the handler is cancelled too, so it only matters to cleanup
+    code. ``abort_requested`` likewise
     turns True, just before the handler is cancelled, when an abort of the
     job reached this worker. ``app`` is the App the worker
     runs for (``await job.app.enqueue("kind", payload)``). ``lifespan`` is
@@ -66,6 +71,9 @@ class JobContext:
     #: not be read there, so the executor tells the thread with this flag.
     _in_thread: bool = False
     _called_off: bool = False
+    #: Whether the lease had ended on the worker's clock when the run was
+    #: called off (what a thread reads: it cannot read Trio's clock).
+    _lease_ended: bool = False
 
     @property
     def id(self) -> str:
@@ -107,7 +115,16 @@ class JobContext:
 
     @property
     def lease_lost(self) -> bool:
-        return self._lease.lost
+        """True once the worker gave up the job's lease: the store refused
+        to renew it (the job was recovered, taken or deleted elsewhere), or
+        it ended on the worker's clock before a renewal got through. Safe to
+        read from the handler's thread."""
+        lease = self._lease
+        if lease.lost:
+            return True
+        if self._in_thread:
+            return self._lease_ended
+        return trio.current_time() >= lease.deadline
 
     @property
     def abort_requested(self) -> bool:
@@ -130,7 +147,9 @@ class JobContext:
 
     def call_off(self) -> None:
         """The executor's note that this run was called off (for a handler
-        in a worker thread, which cannot see the cancel scope)."""
+        in a worker thread, which cannot see the cancel scope or Trio's
+        clock). Called from Trio's thread."""
+        self._lease_ended = trio.current_time() >= self._lease.deadline
         self._called_off = True
 
     def check_cancelled(self) -> None:

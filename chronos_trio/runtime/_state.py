@@ -8,17 +8,17 @@ import logging
 from typing import Any
 
 import attrs
-import trio
 from trio_util import AsyncValue
 
 from ..records._jobs import Job
 from ..records._log import log_event
 from ..store import Leadership, SetAside, Store, aside_of
 from ._config import WorkerConfig
-from ._events import EventBus, JobDead
-from ._inflight import InFlight
+from ._events import EventBus, JobDead, LeaseLost
+from ._inflight import Entry, InFlight
 from ._metrics import RoundTripTally
 from ._registry import Registry, WorkerHost
+from ._threads import HandlerThreads
 from ._unknown_kinds import UnknownKinds
 
 log = logging.getLogger("chronos_trio.worker")
@@ -76,8 +76,9 @@ class Runtime:
     #: leader-elector (and cleared by the scheduler when the store rejects its
     #: epoch); singleton duties run only while it is not None.
     leadership: AsyncValue[Leadership | None] = attrs.field(factory=lambda: AsyncValue(None))
-    #: Threads plain-function handlers may use at once (sync_concurrency).
-    sync_limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
+    #: The threads plain-function handlers run in (sync_concurrency), and
+    #: the abandoned ones still running. Used only by the executors.
+    threads: HandlerThreads = attrs.field(factory=lambda: HandlerThreads(1, 1))
     #: What the app's lifespan yielded (set by the worker before any actor runs).
     lifespan: Any = None
     #: When this worker registered in the store's worker registry (store
@@ -104,7 +105,7 @@ class Runtime:
             table=InFlight(config.max_in_flight, config.queue_buffer),
             events=EventBus(config.event_buffer),
             unknown_kinds=UnknownKinds(config),
-            sync_limiter=trio.CapacityLimiter(config.sync_concurrency),
+            threads=HandlerThreads(config.sync_concurrency, config.max_abandoned_threads),
         )
 
     def report_aside(self, result: object, *, recovered: bool = False) -> SetAside:
@@ -144,6 +145,23 @@ class Runtime:
                 reason=entry.reason,
             )
         return aside
+
+    def report_lost(self, entry: Entry, why: str) -> None:
+        """Log, count and publish a lease this worker just gave up (the
+        caller marked ``entry`` lost in the table). Never awaits."""
+        job = entry.leased.job
+        log_event(
+            log,
+            logging.WARNING,
+            "lease lost",
+            job=job.id,
+            kind=job.kind,
+            queue=job.queue,
+            attempt=job.attempts,
+            why=why,
+        )
+        self.counters.lost += 1
+        self.events.publish(LeaseLost(job))
 
     def report_dead(
         self,

@@ -119,6 +119,10 @@ class WorkerStatistics:
     #: worker that has one (see ``unknown_kind_grace``; those dead-lettered
     #: past it count in ``dead``).
     unclaimed: int = 0
+    #: Plain-function handlers' threads still running after their run was
+    #: called off (Python cannot stop a thread); at ``max_abandoned_threads``
+    #: no plain handler starts until one ends.
+    abandoned_threads: int = 0
 
 
 class Worker:
@@ -197,6 +201,7 @@ class Worker:
             restarts=dict(self.supervisor.restarts),
             aborted=c.aborted,
             unclaimed=c.unclaimed,
+            abandoned_threads=rt.threads.abandoned if rt else 0,
         )
 
     async def wait_idle(self, *, poll: float = 0.05) -> None:
