@@ -31,7 +31,7 @@ from ..records._jobs import (
     LeaseRef,
     NewJob,
 )
-from ..records._unique import Unique
+from ..records._unique import Unique, with_run_slot
 from ..records._workers import WorkerInfo
 from ..records._workflow import WORKFLOW_KEEP, Arrival
 from . import (
@@ -146,6 +146,13 @@ class _TrioAnchoredClock:
             self._token = token
             self._offset = time.time() - trio.current_time()
         return self._offset + trio.current_time()
+
+
+def _stored_control(new: NewJob, now: float) -> _control.JobControl | None:
+    """A new job's flow control as stored: a unique job's with its key's run
+    slot (see ``records._unique.with_run_slot``), expiry made absolute."""
+    control = with_run_slot(new.control, new.unique)
+    return None if control is None else control.stored(now)
 
 
 class MemoryStore(Store):
@@ -404,7 +411,7 @@ class MemoryStore(Store):
                 created_at=now,
                 headers=new.headers,
                 then=new.then,
-                control=None if new.control is None else new.control.stored(now),
+                control=_stored_control(new, now),
             )
             self._put(job)
             if new.unique is not None:

@@ -193,14 +193,16 @@ local function take(flow, prefix, id, now, exp_s)
     add[#add + 1] = exp_s
     add[#add + 1] = id
     slots[k] = slots[k] + 1
-    listed_in[k] = true
+    -- a unique key's run slot (its key starts with \31, see
+    -- records/_unique.py) is not listed: a key per job key must not pile up
+    if string.byte(c[1], 1) ~= 31 then listed_in[k] = true end
   end
 end
 
 -- Write back the arrival times this call moved; each key lapses when its
 -- time has come (its state is then that of a fresh limit). Then the slots
--- taken, and every limit key used listed in its partition's <tag>:limits
--- (for inspection).
+-- taken, and every limit key used (but a unique key's run slot) listed in
+-- its partition's <tag>:limits (for inspection).
 local function flush_tats(now)
   for k in pairs(moved) do
     local t = tats[k]
