@@ -66,6 +66,7 @@ class MemoryStore(Protocol):
     @property
     def _clock(self) -> Callable[[], float]: ...
     def _put(self, job: Job) -> None: ...
+    def _release_unique(self, job_id: str) -> None: ...
 
 
 #: The heap each state's jobs belong in (None: no heap).
@@ -188,6 +189,7 @@ def _repair(store: MemoryStore, job_id: str, rec: _Record, finding: Finding, now
     if finding.problem is Problem.DAMAGED:
         dead = dead_lettered(job, job_id, rec.home, finding.detail, now)
         store._put(dead)
+        store._release_unique(job_id)
         return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=dead.last_error)
     cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
     if finding.problem is Problem.EXPIRED_LEASE:
@@ -196,6 +198,7 @@ def _repair(store: MemoryStore, job_id: str, rec: _Record, finding: Finding, now
             store._put(
                 attrs.evolve(cleared, state=JobState.ABORTED, last_error=rec.abort, finished_at=now)
             )
+            store._release_unique(job_id)
             detail = f"aborted (an abort was asked): {rec.abort}"
             return attrs.evolve(finding, repair=Repair.RECOVERED, repair_detail=detail)
         if job.attempts > job.max_retries:
@@ -206,6 +209,7 @@ def _repair(store: MemoryStore, job_id: str, rec: _Record, finding: Finding, now
             store._put(
                 attrs.evolve(cleared, state=JobState.DEAD, last_error=reason, finished_at=now)
             )
+            store._release_unique(job_id)
             return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=reason)
         store._put(attrs.evolve(cleared, state=JobState.READY, run_at=now))
         return attrs.evolve(finding, repair=Repair.RECOVERED, repair_detail="ready again (due now)")

@@ -291,8 +291,16 @@ class MemoryStore(Store):
         reason = "; ".join(problems)
         dead = _memory_damage.dead_lettered(job, job_id, rec.home, reason, self._clock())
         self._put(dead)
+        self._release_unique(job_id)
         aside.dead.append(_memory_damage.shown(dead, job_id, rec.home))
         return reason
+
+    def _release_unique(self, job_id: str) -> None:
+        """The record ``job_id`` went dead or aborted: it gives back the
+        unique key it holds (none: nothing happens)."""
+        rec = self._records.get(job_id)
+        if rec is not None:
+            self._unique.release(rec.home, rec.unique, job_id)
 
     def _set_aside_held(self, leases: Sequence[LeaseRef]) -> _Aside:
         """Judge the records ``leases`` hold (their token matches; records

@@ -17,7 +17,8 @@
 --                        the other actions),
 --                        and out of every other index
 --             'dead'     dead-letter it: state dead, last_error ARGV[3],
---                        finished_at now, lease fields cleared, in the dead index only
+--                        finished_at now, lease fields cleared, in the dead index
+--                        only, its unique key released (unique_finished)
 --             'orphan'   its record is gone: remove it from every index and record
 --                        HSET KEYS[7] id {"reason": ARGV[3], "at": now} (JSON)
 --             'recover'  its lease expired more than ARGV[3] seconds ago: back to
@@ -68,6 +69,8 @@ local function dead_letter(reason)
   redis.call('HSET', key, 'state', 'dead', 'last_error', reason, 'finished_at', now_s,
     'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
   redis.call('ZADD', KEYS[6], now, id)
+  -- dead, it gives its unique key back, as every dead job does
+  unique_finished(KEYS[8], id, redis.call('HGET', key, 'x'), false)
   return {'dead', reason}
 end
 if action == 'reindex' then
