@@ -676,7 +676,9 @@ async def test_redis_repair_leaves_a_job_changed_since_it_was_inspected(
     client = redis.Redis.from_url(redis_url)
     try:
         with trio.fail_after(30):
-            meddled, meddle, then = await SCENARIOS[scenario](store, RedisPlanter(client, namespace))
+            meddled, meddle, then = await SCENARIOS[scenario](
+                store, RedisPlanter(client, namespace)
+            )
             original = _check.Walk.apply
 
             async def apply_late(self: _check.Walk, fixes: Any) -> None:

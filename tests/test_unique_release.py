@@ -240,7 +240,9 @@ PATHS: dict[str, Callable[[Store], Awaitable[str]]] = {
 
 
 @pytest.mark.parametrize("path", PATHS)
-async def test_a_finished_job_gives_its_key_back(path: str, backend: Backend, clock: object) -> None:
+async def test_a_finished_job_gives_its_key_back(
+    path: str, backend: Backend, clock: object
+) -> None:
     store = make_store(backend)
     with trio.fail_after(backend.pick(memory=60, redis=10)):
         job_id = await PATHS[path](store)

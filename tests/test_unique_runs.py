@@ -7,6 +7,8 @@ after the successor). The store rule is in the conformance suite
 
 from __future__ import annotations
 
+import itertools
+
 import attrs
 import trio
 
@@ -36,7 +38,7 @@ class Runs:
 
     def assert_apart(self) -> None:
         spans = sorted((start, end, n) for n, _, start, end in self.runs)
-        for (_, end, n), (start, _, m) in zip(spans, spans[1:], strict=False):
+        for (_, end, n), (start, _, m) in itertools.pairwise(spans):
             assert start >= end, f"run of {m} started at {start:.3f}, before {n} ended at {end:.3f}"
 
 
