@@ -32,18 +32,20 @@
 -- partitions with no share are not touched further.
 --
 -- Each popped entry is judged before anything is written for it (nothing in a
--- judgement can fail; see _prelude.lua): a record without kind or payload, or
--- whose attempts is not a count, is dead-lettered, an entry without a job hash
--- is quarantined, a record of a newer format goes back to the ready zset with
--- its score, untouched. What was set aside is replaced by further ready jobs
+-- judgement can fail; see _prelude.lua): a record without kind or payload,
+-- whose attempts is not a count or whose state is no job state, is
+-- dead-lettered, an entry without a job hash is quarantined, a record of a
+-- newer format goes back to the ready zset with its score, untouched. What was set aside is replaced by further ready jobs
 -- (of the same partition while it has some, else of the others), so the
 -- batch is short only for want of usable ready jobs (at most ARGV[1] + 256
 -- entries are looked at per call). The job's state is not read: the index
 -- it is in decides, and the lease overwrites it. The fields returned as
--- stored (max_retries, timeout, last_error, created_at) are checked where they
--- are decoded, by the client (number parsing is the costliest part of a Lua
--- check): it dead-letters a job whose fields it cannot use with this lease's
--- token, so no worker is ever handed one.
+-- stored (kind, run_at, max_retries, timeout, created_at, headers, flow
+-- control) are judged where they are decoded, by the client (number parsing
+-- is the costliest part of a Lua check), by the rules every path judges a
+-- record by (store/_record_rules.py): it dead-letters a job whose fields it
+-- cannot use with this lease's token, so no worker is ever handed one, and
+-- the lease judges a ready record exactly as the store checker does.
 --
 -- A key of the wrong type among a partition's keys fails that partition
 -- before anything is written in it (checked first: a pop must never be
@@ -60,7 +62,7 @@
 -- is kept (at its renewed expiry) only while still leased: a settle gives
 -- a slot back at once, a dead worker's slot comes back when its lease
 -- expires, whether or not recovery ran. A priority moved the ready score
--- (ready_score); the run_at returned is the due time itself.
+-- (ready_score); the run_at returned is the job's field, the due time itself.
 --
 -- Returns {now, expires_at, then per partition p in KEYS order: {} when it
 -- had no share or no ready job, the reason (a string) when it failed, else
@@ -69,9 +71,9 @@
 -- rate limit that held a job back comes ('' none), capped: 1 when a
 -- concurrency limit held one back, else 0, controls: per leased job with
 -- flow control its number in this part (1, 2, ...) then its fc}, then per
--- job 11 entries: id, token, kind, payload, run_at, attempts (already
--- incremented), max_retries, timeout, last_error, created_at, headers (''
--- for none)}}. now and expires_at are '' when no partition had a ready job
+-- job 11 entries: id, token, kind, payload, run_at ('' for none), attempts
+-- (already incremented), max_retries, timeout, last_error, created_at,
+-- headers ('' for none)}}. now and expires_at are '' when no partition had a ready job
 -- (TIME is read only then).
 local target = tonumber(ARGV[1])
 local parts = #KEYS / 6
@@ -271,15 +273,17 @@ local function lease_partition(p, share, budget, res)
       local id = popped[i]
       local key = prefix .. id
       local f = redis.pcall('HMGET', key, 'v', 'kind', 'payload', 'attempts', 'max_retries',
-        'timeout', 'last_error', 'created_at', 'h', 'fc')
+        'timeout', 'last_error', 'created_at', 'h', 'fc', 'state', 'run_at')
       local none = nil
-      if not f[2] then f, none = probe_job(key, f, 10) end
+      if not f[2] then f, none = probe_job(key, f, 12) end
       if not f then
         quarantine(aside, damaged, id, none, 'ready', now)
       else
         local v, why = f[1], nil
         if v and v ~= FORMAT_S then why = check_format(v) end
-        local attempts = tonumber(f[4])
+        -- the state is overwritten, but must be one (a record the ready index
+        -- holds in another state is leased: the index decides)
+        if not why and f[11] ~= 'ready' then why = check_job_state(f[11]) end
         local payload, chunks_why = f[3], nil
         if not why and f[3] and #f[3] == CHUNK then
           -- only a first chunk is CHUNK bytes long: the field lookup is spared
@@ -292,7 +296,7 @@ local function lease_partition(p, share, budget, res)
           back[#back + 1] = popped[i + 1]
           back[#back + 1] = id
           newer(aside, id, v)
-        elseif why or chunks_why or not f[2] or f[2] == '' or not f[3] or not is_count(attempts) then
+        elseif why or chunks_why or not f[2] or f[2] == '' or not f[3] or not is_count(f[4]) then
           -- the cheap checks first; the reason is worked out only for a bad record
           why = why or check_text('kind', f[2]) or chunks_why
             or (not f[3] and missing('payload', f[3])) or check_count('attempts', f[4])
@@ -317,7 +321,7 @@ local function lease_partition(p, share, budget, res)
           n = n + 1
           issued = issued + 1
           local token = ARGV[4] .. (base + issued)
-          attempts = attempts + 1
+          local attempts = tonumber(f[4]) + 1
           redis.call('HSET', key, 'state', 'leased', 'attempts', attempts, 'lease_token', token,
             'lease_owner', ARGV[3], 'lease_expires_at', exp_s)
           scored[#scored + 1] = exp_s
@@ -327,7 +331,7 @@ local function lease_partition(p, share, budget, res)
           res[o + 2] = token
           res[o + 3] = f[2]
           res[o + 4] = payload
-          res[o + 5] = popped[i + 1]
+          res[o + 5] = f[12] or ''  -- the due time, as stored (the client judges it)
           res[o + 6] = attempts
           res[o + 7] = f[5]
           res[o + 8] = f[6]
@@ -339,10 +343,6 @@ local function lease_partition(p, share, budget, res)
             local controls = info[4]
             controls[#controls + 1] = (o - 2) / 11 + 1
             controls[#controls + 1] = fc
-            local pr = priority_of(fc)
-            if pr ~= 0 then
-              res[o + 5] = string.format('%.17g', tonumber(popped[i + 1]) + pr * PRIO_STEP)
-            end
           end
           end
         end
