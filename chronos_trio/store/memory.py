@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import trio
 
-from ..records import _control, _jobs
+from ..records import _control, _jobs, _unique
 from ..records._jobs import (
     FINISHED_STATES,
     EnqueueResult,
@@ -31,7 +31,7 @@ from ..records._jobs import (
     LeaseRef,
     NewJob,
 )
-from ..records._unique import Unique, with_run_slot
+from ..records._unique import Unique
 from ..records._workers import WorkerInfo
 from ..records._workflow import WORKFLOW_KEEP, Arrival
 from . import (
@@ -151,7 +151,7 @@ class _TrioAnchoredClock:
 def _stored_control(new: NewJob, now: float) -> _control.JobControl | None:
     """A new job's flow control as stored: a unique job's with its key's run
     slot (see ``records._unique.with_run_slot``), expiry made absolute."""
-    control = with_run_slot(new.control, new.unique)
+    control = _unique.with_run_slot(new.control, new.unique)
     return None if control is None else control.stored(now)
 
 
