@@ -79,13 +79,17 @@ class Unique:
       succeeds or goes dead (a dead job does not block a new one; requeueing
       it later does not take the key back from a job that has it).
     * ``"throttle"``: as ``"lock"``, and the key stays taken ``ttl`` seconds
-      after the job succeeded (at most one run per ``ttl``). ``ttl`` is
-      required.
+      after the job succeeded (at most one run per ``ttl``); a job that does
+      not succeed gives it back at once. ``ttl`` is required.
     * ``"debounce"``: a new enqueue while the key's job waits (scheduled,
       ready or retry_wait) replaces that job's payload, headers and due time
       (``created`` False, ``run_at`` the new due time); while it runs, the
-      new job is stored and takes the key (it runs after, with the newest
-      payload).
+      new job is stored and takes the key, and runs after it, with the
+      newest payload.
+
+    In every mode two jobs of one key never run at once: a job of a key
+    whose other job runs waits for it (see the module docstring); a job
+    retried while its successor waited runs after the successor.
 
     ``ttl`` (seconds, optional for ``"lock"`` and ``"debounce"``): the lock
     also lapses ``ttl`` seconds after the enqueue that took it, whatever the
