@@ -143,6 +143,37 @@ async def check_unique_retried_job_runs_after_its_successor(fresh: Fresh) -> Non
     assert again.job.attempts == 2
 
 
+@check(WorkerRole, TopologyRole, AdminRole)
+async def check_unique_settle_wakes_a_worker_the_run_slot_held_back(fresh: Fresh) -> None:
+    store = await fresh()
+    [first] = await store.enqueue_many([unique_job("w", mode="debounce")])
+    running = await _one(store, first.job_id)
+    [behind] = await store.enqueue_many([unique_job("w", n=1, mode="debounce")])
+    assert (await _batch(store)).capped
+    # wake-ups sent before (the enqueues') may still be pending: spurious
+    # returns are allowed, so take them first
+    for _ in range(10):
+        start = trio.current_time()
+        await store.wait_ready(["q"], timeout=0.2, held=True)
+        if trio.current_time() - start >= 0.2:
+            break
+    woken: list[float] = []
+
+    async def held_worker() -> None:
+        start = trio.current_time()
+        await store.wait_ready(["q"], timeout=10.0, held=True)
+        woken.append(trio.current_time() - start)
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(held_worker)
+            await trio.sleep(0.3)  # it blocks: the ready job is held back
+            assert woken == [], "a held worker returned for the job it was held back from"
+            assert await store.settle([settle(running, SettleKind.SUCCEEDED)]) == [True]
+    assert woken and woken[0] < 2.0, f"the freed slot did not wake the held worker: {woken}"
+    await _one(store, behind.job_id)
+
+
 # -- every way a key is given back ----------------------------------------------------------
 def _throttled(key: str, n: int = 0, **kw: object) -> NewJob:
     return unique_job(key, "", n=n, mode="throttle", ttl=LONG, **kw)

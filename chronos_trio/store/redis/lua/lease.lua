@@ -99,7 +99,7 @@ end
 -- Flow control state of this call, read once per key and call: parsed fc
 -- texts, the rate limits' theoretical arrival times (written back at the
 -- end), the concurrency limits' holder counts.
-local flows, tats, moved, slots, listed_in, taken = {}, {}, {}, {}, {}, {}
+local flows, tats, moved, slots, listed_in, taken, waited = {}, {}, {}, {}, {}, {}, {}
 
 local function parse_flow(fc)
   local got = flows[fc]
@@ -160,7 +160,8 @@ local function held_by(k, prefix, now)
 end
 
 -- Whether flow (parsed) lets its job be leased now: nil (yes), 'expired',
--- 'held' and when its next permit comes, or 'capped'.
+-- 'held' and when its next permit comes, or 'capped' and the zset of the
+-- concurrency limit that is full.
 local function admit(flow, prefix, now)
   if flow.exp and now >= flow.exp then return 'expired' end
   local until_ = nil
@@ -170,7 +171,8 @@ local function admit(flow, prefix, now)
   end
   if until_ then return 'held', until_ end
   for _, c in ipairs(flow.caps) do
-    if held_by(limit_key(prefix, 'cap', c[1]), prefix, now) >= c[2] then return 'capped' end
+    local k = limit_key(prefix, 'cap', c[1])
+    if held_by(k, prefix, now) >= c[2] then return 'capped', k end
   end
   return nil
 end
@@ -218,6 +220,12 @@ local function flush_tats(now)
   for k in pairs(listed_in) do
     local tag_end = string.find(k, '}:', 1, true)
     redis.call('SADD', string.sub(k, 1, tag_end + 1) .. 'limits', string.sub(k, tag_end + 2))
+  end
+  -- the limits that held a job back: a settle that frees their slot wakes
+  -- leasers (give_back_slots in _prelude.lua); pcall: a hint, never a failure
+  for k in pairs(waited) do
+    local tag_end = string.find(k, '}:', 1, true)
+    redis.pcall('SADD', string.sub(k, 1, tag_end + 1) .. 'waiting', k)
   end
 end
 
@@ -313,6 +321,7 @@ local function lease_partition(p, share, budget, res)
             back[#back + 1] = id
             if verdict == 'capped' then
               info[3] = 1
+              waited[until_] = true  -- the limit's zset: its next free slot wakes leasers
             elseif info[2] == '' or until_ < tonumber(info[2]) then
               info[2] = string.format('%.17g', until_)
             end

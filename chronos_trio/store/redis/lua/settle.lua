@@ -53,8 +53,8 @@
 -- expired): the job is not touched at all, 2 dead-lettered as damaged, 3 left
 -- alone (newer format), 4 applied, and a workflow continuation was queued,
 -- 5 applied: the job is aborted; after the codes, how many concurrency slots
--- the batch gave back (see release_slots in _prelude.lua: the client then
--- wakes idle leasers), 0 when the partition holds no ready job (none waits).
+-- the batch gave back that a job was held back for (see give_back_slots in
+-- _prelude.lua: the client then wakes idle leasers).
 -- How long a finished job nobody keeps stays readable for its waiters (s).
 local WAITED_KEEP = 60
 local t = redis.call('TIME')
@@ -225,14 +225,9 @@ local function settle_partition(part, first, last, res)
   -- one ZREM for the batch (chunked below Lua's unpack() limit)
   zrem_all(KEYS[b + 2], settled)
   if #settled > 0 then drop_idle_leased(KEYS[b + 2]) end
-  -- after the codes: how many concurrency slots were given back that a job
-  -- may wait for. A job a limit holds back waits in its partition's ready
-  -- zset (slots are per partition): with none there, nobody waits, and the
-  -- client spares the wake-up's round trip (a unique job frees its key's
-  -- run slot with every settle)
-  local freed = give_back_slots(gone)
-  if freed > 0 and redis.call('EXISTS', ready) == 0 then freed = 0 end
-  res[#res + 1] = freed
+  -- after the codes: how many concurrency slots were given back that a lease
+  -- had found taken (see give_back_slots)
+  res[#res + 1] = give_back_slots(gone, prefix)
 end
 
 local out = {now_s}
