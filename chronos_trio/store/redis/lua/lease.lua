@@ -35,11 +35,12 @@
 -- judgement can fail; see _prelude.lua): a record without kind or payload,
 -- whose attempts is not a count or whose state is no job state, is
 -- dead-lettered, an entry without a job hash is quarantined, a record of a
--- newer format goes back to the ready zset with its score, untouched. What was set aside is replaced by further ready jobs
--- (of the same partition while it has some, else of the others), so the
--- batch is short only for want of usable ready jobs (at most ARGV[1] + 256
--- entries are looked at per call). The job's state is not read: the index
--- it is in decides, and the lease overwrites it. The fields returned as
+-- newer format goes back to the ready zset with its score, untouched. What
+-- was set aside is replaced by further ready jobs (of the same partition
+-- while it has some, else of the others), so the batch is short only for
+-- want of usable ready jobs (at most ARGV[1] + 256 entries are looked at per
+-- call). A state other than ready is not judged further: the index it is in
+-- decides, and the lease overwrites it. The fields returned as
 -- stored (kind, run_at, max_retries, timeout, created_at, headers, flow
 -- control) are judged where they are decoded, by the client (number parsing
 -- is the costliest part of a Lua check), by the rules every path judges a
@@ -55,7 +56,10 @@
 -- job past its expiry is dead-lettered ("expired: ...") instead of leased;
 -- one whose rate limit has no permit now, or whose concurrency limit has
 -- no free slot, goes back to the ready zset with its score, untouched (no
--- attempt counted) and is replaced like a record set aside. A lease takes
+-- attempt counted) and is replaced like a record set aside (that limit's
+-- zset goes into the partition's <tag>:waiting set: the settle that frees
+-- its slot wakes idle leasers). A unique job's key has such a limit of 1,
+-- its run slot (records/_unique.py). A lease takes
 -- a permit of each rate limit (the GCRA's theoretical arrival time moves
 -- one interval on) and a slot of each concurrency limit (the job joins its
 -- zset at its lease expiry). A slot's holder whose recorded expiry passed
@@ -73,8 +77,8 @@
 -- flow control its number in this part (1, 2, ...) then its fc}, then per
 -- job 11 entries: id, token, kind, payload, run_at ('' for none), attempts
 -- (already incremented), max_retries, timeout, last_error, created_at,
--- headers ('' for none)}}. now and expires_at are '' when no partition had a ready job
--- (TIME is read only then).
+-- headers ('' for none)}}. now and expires_at are '' when no partition had a
+-- ready job (TIME is read only then).
 local target = tonumber(ARGV[1])
 local parts = #KEYS / 6
 local now, now_s, exp_s = nil, '', ''
