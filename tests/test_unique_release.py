@@ -294,3 +294,26 @@ async def test_a_debounce_replaces_its_job_and_keeps_the_lock(
     [again] = await store.enqueue_many([unique(1, mode="debounce", delay=30.0)])
     assert not again.created and again.job_id == first
     assert await lock_of(store) == (first, False)
+
+
+async def test_a_throttle_s_key_is_not_taken_for_good_by_a_lost_job(
+    backend: Backend, clock: object
+) -> None:
+    """A job removed behind the store's back (a hand edit, an eviction, a
+    bug) gives no key back; a throttle's lock has no expiry until its job
+    succeeds, so on main its key stayed taken for ever. A lock whose job is
+    gone is stale to the next enqueue, in every mode."""
+    store = make_store(backend)
+    job_id = await enqueued(store, delay=60.0)
+    if isinstance(store, MemoryStore):
+        del store._records[job_id]
+    else:
+        assert isinstance(store, RedisStore)
+        client = redis.Redis.from_url(URLS[id(store)])
+        try:
+            client.delete(KeySpace(store.namespace).partition("q", 1, 0).job(job_id))
+        finally:
+            client.close()
+    [again] = await store.enqueue_many([unique(1)])
+    assert again.created and again.job_id != job_id
+    assert await lock_of(store) == (again.job_id, False)
