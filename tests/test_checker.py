@@ -400,7 +400,7 @@ SOUND = {
             ["field 'p1' is missing"],  # the reason the chunks could not be joined, once
         ),
         ({"kind": b""}, ["field 'kind' is empty"]),
-        ({"v": b"x"}, ["field 'v' holds b'x', not a record format version"]),
+        ({"v": b"x"}, ["field 'v' holds b'x', not a record format"]),
         ({"timeout": b"nan"}, ["field 'timeout' holds b'nan', not a number"]),
         ({"run_at": b"1_0"}, ["field 'run_at' holds b'1_0', not a number"]),
         ({"attempts": b"1.0"}, ["field 'attempts' holds b'1.0', not an integer >= 0"]),
@@ -435,7 +435,7 @@ def test_record_format_versions() -> None:
     assert _check.record_format(None) == (1, "")
     assert _check.record_format(b"2") == (2, "")
     assert _check.record_format(b"3") == (3, "")  # newer: reported by the judge, not here
-    assert _check.record_format(b"0") == (None, "field 'v' holds b'0', not a record format version")
+    assert _check.record_format(b"0") == (None, "field 'v' holds b'0', not a record format")
 
 
 @pytest.mark.parametrize(
@@ -578,6 +578,124 @@ async def test_repair_leaves_a_job_that_changed_since_it_was_inspected(
             assert left.repair is Repair.REINDEXED
             assert set(planter.indexes_of(leased_job)) == {"leased"}
             assert (await store.check()).findings == ()
+    finally:
+        await store.aclose()
+        client.close()
+
+
+# -- the repair's guard: a job changed since its inspection is left alone -------------------------
+@attrs.frozen
+class Meddled:
+    """A scenario: a job with a problem, and what changes it between the
+    check's reading and its repair (``meddle``); ``then`` checks it after."""
+
+    job_id: str
+    problem: Problem
+
+
+async def plant_fixed_by_hand(store: Store, planter: Planter) -> tuple[Meddled, Any, Any]:
+    """A waiting job whose kind is missing (damaged: to be dead-lettered),
+    fixed by an operator meanwhile: only a field changed, no index."""
+    await store.enqueue_many([new("fixed", delay=600.0)])
+    job = await store.get_job("fixed")
+    assert job is not None
+    planter.set_field(job, "kind", None)
+
+    async def meddle() -> None:
+        planter.set_field(job, "kind", "k")
+
+    async def then() -> None:
+        after = await store.get_job("fixed")
+        assert after is not None and after.state is JobState.SCHEDULED, after
+        assert after.kind == "k" and after.last_error == "" and after.damage == "", after
+
+    return Meddled("fixed", Problem.DAMAGED), meddle, then
+
+
+async def plant_run_meanwhile(store: Store, planter: Planter) -> tuple[Meddled, Any, Any]:
+    """A ready job also in the scheduled index (to be reindexed into ready),
+    leased and run to success by a worker meanwhile: putting it back in
+    ready would run it again."""
+    await store.enqueue_many([new("ran")])
+    job = await store.get_job("ran")
+    assert job is not None
+    planter.add_to_index(job, JobState.SCHEDULED, job.run_at + 600.0)
+
+    async def meddle() -> None:
+        got = await lease(store, 1)
+        settled = await store.settle(
+            [Settlement(got["ran"].ref, SettleKind.SUCCEEDED, retain_for=600.0)]
+        )
+        assert settled == [True]
+
+    async def then() -> None:
+        after = await store.get_job("ran")
+        assert after is not None and after.state is JobState.SUCCEEDED, after
+        assert "ready" not in planter.indexes_of(after), "a finished job put back in ready"
+        got = await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=60)
+        assert got == [], "the job ran twice"
+
+    return Meddled("ran", Problem.TWO_INDEXES), meddle, then
+
+
+SCENARIOS = {"fixed-by-hand": plant_fixed_by_hand, "run-meanwhile": plant_run_meanwhile}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+async def test_memory_repair_leaves_a_job_changed_since_it_was_judged(
+    scenario: str, autojump_clock: object
+) -> None:
+    """The memory checker judges, then repairs only a record unchanged since
+    (its version and its job): the same guard as check_repair.lua."""
+    store = MemoryStore()
+    planter = MemoryPlanter(store)
+    meddled, meddle, then = await SCENARIOS[scenario](store, planter)
+    now = await store.now()
+    inspection = _memory_check.inspect(store, ["q"], now, GRACE)
+    assert [(j.finding.job_id, j.finding.problem) for j in inspection.judged] == [
+        (meddled.job_id, meddled.problem)
+    ]
+    await meddle()
+    [found] = _memory_check.repair_all(store, inspection.judged, now)
+    assert found.repair is Repair.SKIPPED, found
+    await then()
+    await store.check(repair=True)
+    assert (await store.check()).findings == ()
+    await then()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("scenario", SCENARIOS)
+async def test_redis_repair_leaves_a_job_changed_since_it_was_inspected(
+    scenario: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """check_repair.lua acts only on a job exactly as check_inspect.lua read
+    it: a field changed (and nothing else), or the job run meanwhile."""
+    namespace = f"guard-{scenario}"
+    store = RedisStore.from_url(redis_url, namespace=namespace)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        with trio.fail_after(30):
+            meddled, meddle, then = await SCENARIOS[scenario](
+                store, RedisPlanter(client, namespace)
+            )
+            original = _check.Walk.apply
+
+            async def apply_late(self: _check.Walk, fixes: Any) -> None:
+                await meddle()
+                await original(self, fixes)
+
+            monkeypatch.setattr(_check.Walk, "apply", apply_late)
+            report = await store.check(repair=True)
+            monkeypatch.setattr(_check.Walk, "apply", original)
+            [found] = report.findings
+            assert (found.job_id, found.problem) == (meddled.job_id, meddled.problem)
+            assert found.repair is Repair.SKIPPED, found
+            await then()
+            # the next check repairs what is left (the stale index entry) rightly
+            await store.check(repair=True)
+            assert (await store.check()).findings == ()
+            await then()
     finally:
         await store.aclose()
         client.close()

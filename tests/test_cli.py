@@ -526,7 +526,7 @@ def test_job_with_a_damaged_field_shows_its_damage(
     assert shown.code == EXIT_OK
     damage = [line for line in shown.out.splitlines() if line.startswith("damage")]
     assert damage == [
-        "damage      field 'attempts' holds b'x', not an integer; "
+        "damage      field 'attempts' holds b'x', not an integer >= 0; "
         "field 'timeout' holds b'soon', not a number"
     ]
     assert "state       dead" in shown.out and "attempts    0 of 4" in shown.out

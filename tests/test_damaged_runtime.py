@@ -46,14 +46,15 @@ class DamagingStore(MemoryStore):
 @pytest.mark.parametrize(
     ("field", "value", "reason"),
     [
-        ("payload", None, "payload is NoneType, not bytes"),
-        ("kind", "", "kind is ''"),
-        ("attempts", "x", "attempts is 'x', not an integer"),
-        ("max_retries", -1, "max_retries is -1"),
-        ("timeout", float("nan"), "timeout is nan"),
-        ("timeout", None, "timeout is None"),
+        ("payload", None, "field 'payload' holds None, not bytes"),
+        ("kind", "", "field 'kind' holds '', not a task kind"),
+        ("attempts", "x", "field 'attempts' holds 'x', not an integer >= 0"),
+        ("max_retries", -1, "field 'max_retries' holds -1, not an integer >= 0"),
+        ("timeout", float("nan"), "field 'timeout' holds nan, not a number"),
+        ("timeout", None, "field 'timeout' holds None, not a number"),
+        ("timeout", 0, "field 'timeout' holds 0, not a positive number"),
         # below inf, but too large for a float deadline
-        pytest.param("timeout", 10**400, "timeout is 1000", id="timeout-huge-int"),
+        pytest.param("timeout", 10**400, "field 'timeout' holds 1000", id="timeout-huge-int"),
     ],
 )
 async def test_a_damaged_leased_job_goes_dead_once(

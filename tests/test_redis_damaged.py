@@ -390,7 +390,7 @@ async def test_admin_reads_are_total(redis_store: Factory, redis_url: str) -> No
     client.set(pk.job("k"), "a string")
     client.zadd(pk.ready, {"k": 3.0, "gone": 4.0})
     a = await store.get_job("a")
-    assert a is not None and a.damage == "field 'attempts' holds b'x', not an integer"
+    assert a is not None and a.damage == "field 'attempts' holds b'x', not an integer >= 0"
     assert a.attempts == 0 and a.state is JobState.READY
     s = await store.get_job("s")  # an unreadable state: shown in the index it is in
     assert s is not None and s.state is JobState.READY
@@ -425,7 +425,7 @@ async def test_a_key_of_another_type_in_an_index_is_quarantined(
         ("kind", b"\xff", "field 'kind' holds b'\\xff', not UTF-8 text"),
         ("timeout", b"0", "field 'timeout' holds b'0', not a positive number"),
         ("timeout", b"nan", "field 'timeout' holds b'nan', not a number"),
-        ("max_retries", b"-1", "field 'max_retries' holds b'-1', not an integer"),
+        ("max_retries", b"-1", "field 'max_retries' holds b'-1', not an integer >= 0"),
         ("created_at", None, "field 'created_at' is missing"),
         ("h", b"[1]", "field 'h' holds b'[1]', not a JSON object of text headers"),
         ("h", b"{", "field 'h' holds b'{', not a JSON object of text headers"),
@@ -759,7 +759,7 @@ async def test_lua_and_python_name_a_damaged_value_alike(
     assert shown.damage == (
         "field 'attempts' holds b'it\\'s\\\\\\n\\t\\r\\x00\\x7f\\xff"
         + "9" * 29
-        + "'... (61 bytes), not an integer"
+        + "'... (61 bytes), not an integer >= 0"
     )
 
 

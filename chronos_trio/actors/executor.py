@@ -49,6 +49,7 @@ from ..runtime._state import Runtime, log
 from ..runtime._tasks import TaskSpec
 from ..runtime._threads import ThreadRun
 from ..store import SettleKind, Settlement
+from ..store._record_rules import RULE_OF, value_problem
 
 #: Longest error text kept on a job (message plus the end of the traceback).
 MAX_ERROR_CHARS = 4000
@@ -361,28 +362,22 @@ def _discarding(rt: Runtime, job: Job, dead: Settlement) -> Settlement:
     return dead
 
 
+#: The fields the executor reads of a leased job, judged as every path
+#: judges them (``store._record_rules``) before it runs one.
+_READS = tuple(RULE_OF[name] for name in ("kind", "payload", "attempts", "max_retries", "timeout"))
+
+
 def _damage(job: Job) -> str | None:
     """Why a leased job cannot be run as its record says, or None. The
-    stores dead-letter damaged records before handing them out; this keeps
-    one that slipped through (a store bug, a newer writer) from crashing the
-    executor into its restart limit: it goes dead instead, once."""
-    if type(job.payload) is not bytes:
-        return f"damaged record: payload is {type(job.payload).__name__}, not bytes"
-    if type(job.kind) is not str or not job.kind:
-        return f"damaged record: kind is {job.kind!r}"
-    for field in ("attempts", "max_retries"):
-        value = getattr(job, field)
-        if type(value) is not int or value < 0:
-            return f"damaged record: {field} is {value!r}, not an integer >= 0"
-    timeout = job.timeout
-    # an int too large for a float compares below inf, but would overflow
-    # the deadline (current_time() + timeout): the executor would crash on it
-    if (
-        not isinstance(timeout, float | int)
-        or not 0 < timeout < math.inf
-        or (isinstance(timeout, int) and timeout >= 2**1023)
-    ):
-        return f"damaged record: timeout is {timeout!r}, not a number of seconds > 0"
+    stores dead-letter damaged records before handing them out (they judge
+    every field by the same rules); this keeps one that slipped through (a
+    store bug, a newer writer) from crashing the executor into its restart
+    limit: it goes dead instead, once. A timeout may be infinite (no
+    timeout); a number too large for a float is not a number."""
+    for rule in _READS:
+        why = value_problem(rule, getattr(job, rule.name))
+        if why is not None:
+            return f"damaged record: {why}"
     return None
 
 

@@ -20,6 +20,7 @@ from ..app._inspector import duration_text as duration
 from ..app._inspector import relative_text as relative
 from ..records._control import JobControl
 from ..records._jobs import FINISHED_STATES, Job, JobState
+from ..records._unique import unique_key_of_slot
 from ..records._workers import WorkerInfo
 from ..records._workflow import WORKFLOW_KEEP, describe
 from ..store import CheckReport, Finding, Problem, QueueTopology, Repair
@@ -317,7 +318,12 @@ def control_line(control: JobControl | None, now: float) -> str:
         f"rate {count}/{per:g}s burst {burst} key {key!r}"
         for key, count, per, burst in control.rates
     ]
-    parts += [f"concurrency {limit} key {key!r}" for key, limit in control.caps]
+    for key, limit in control.caps:
+        unique = unique_key_of_slot(key)
+        if unique is None:
+            parts.append(f"concurrency {limit} key {key!r}")
+        else:
+            parts.append(f"one run at a time (unique key {unique!r})")
     return "; ".join(parts) or "-"
 
 

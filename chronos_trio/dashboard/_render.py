@@ -21,6 +21,7 @@ from ..app._inspector import payload_view, result_view
 from ..app._inspector import relative_text as relative
 from ..records._control import JobControl
 from ..records._jobs import Job
+from ..records._unique import unique_key_of_slot
 
 HERE = Path(__file__).resolve().parent
 
@@ -57,7 +58,12 @@ def control_rows(control: JobControl | None, now: float) -> list[tuple[str, str]
         ("rate limit", f"{count}/{per:g}s burst {burst}, key {key}")
         for key, count, per, burst in control.rates
     ]
-    rows += [("concurrency limit", f"{limit}, key {key}") for key, limit in control.caps]
+    for key, limit in control.caps:
+        unique = unique_key_of_slot(key)
+        if unique is None:
+            rows.append(("concurrency limit", f"{limit}, key {key}"))
+        else:
+            rows.append(("runs", f"one at a time, unique key {unique}"))
     return rows
 
 

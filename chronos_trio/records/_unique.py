@@ -6,6 +6,15 @@ it; another enqueue with the key while the lock holds finds the holder
 instead of storing a second job (see :class:`Unique` for what each mode
 does). The stores keep the lock next to the job (on Redis in the job's own
 partition, so one script does both, on a Cluster too).
+
+Runs of one key never overlap: every unique job also carries a concurrency
+limit of 1 on its key (:func:`run_slot_key`, added by the store when it
+stores the job, see :func:`with_run_slot`), so a second job of the key (a
+debounce stored while the first runs, a lock stored after its ttl lapsed, a
+dead job requeued) waits, ready, until the running one settles. It is the
+fleet-wide concurrency limit of ``records._control`` (slot taken in the
+lease, given back by the fenced settle or when the lease expires), so it
+costs nothing to jobs that are not unique.
 """
 
 from __future__ import annotations
@@ -13,9 +22,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from typing import Any, Literal
 
 import attrs
+
+from ._control import JobControl
 
 #: A unique key is at most this long (a derived key is far shorter).
 MAX_UNIQUE_KEY_LENGTH = 200
@@ -67,13 +79,17 @@ class Unique:
       succeeds or goes dead (a dead job does not block a new one; requeueing
       it later does not take the key back from a job that has it).
     * ``"throttle"``: as ``"lock"``, and the key stays taken ``ttl`` seconds
-      after the job succeeded (at most one run per ``ttl``). ``ttl`` is
-      required.
+      after the job succeeded (at most one run per ``ttl``); a job that does
+      not succeed gives it back at once. ``ttl`` is required.
     * ``"debounce"``: a new enqueue while the key's job waits (scheduled,
       ready or retry_wait) replaces that job's payload, headers and due time
       (``created`` False, ``run_at`` the new due time); while it runs, the
-      new job is stored and takes the key (it runs after, with the newest
-      payload).
+      new job is stored and takes the key, and runs after it, with the
+      newest payload.
+
+    In every mode two jobs of one key never run at once: a job of a key
+    whose other job runs waits for it (see the module docstring); a job
+    retried while its successor waited runs after the successor.
 
     ``ttl`` (seconds, optional for ``"lock"`` and ``"debounce"``): the lock
     also lapses ``ttl`` seconds after the enqueue that took it, whatever the
@@ -131,3 +147,42 @@ def resolve(unique: Unique, kind: str, payload: bytes) -> Unique:
     if unique.key is not None:
         return unique
     return attrs.evolve(unique, key=derived_key(kind, payload))
+
+
+#: The concurrency key of a unique key's run slot starts with this. A
+#: control character, which no limit key a user gives can hold (see
+#: ``records._control``), so the slot never shares a user's limit.
+RUN_SLOT_PREFIX = "\x1funique:"
+
+
+def run_slot_key(key: str) -> str:
+    """The concurrency key of unique key ``key``'s run slot: the prefix, then
+    ``key`` with ``%`` and control characters %-escaped (a stored flow
+    control separates its items with them)."""
+    return RUN_SLOT_PREFIX + "".join(
+        f"%{ord(c):02X}" if c < " " or c in "%\x7f" else c for c in key
+    )
+
+
+def unique_key_of_slot(slot_key: str) -> str | None:
+    """The unique key whose run slot ``slot_key`` is (None: a user's limit
+    key), for display."""
+    if not slot_key.startswith(RUN_SLOT_PREFIX):
+        return None
+    escaped = slot_key[len(RUN_SLOT_PREFIX) :]
+    return re.sub(r"%([0-9A-F]{2})", lambda m: chr(int(m[1], 16)), escaped)
+
+
+def with_run_slot(control: JobControl | None, unique: Unique | None) -> JobControl | None:
+    """``control`` as a store keeps it for a job that is ``unique``: with a
+    concurrency limit of 1 on its key's run slot (last among its limits), so
+    two jobs of one key never run at once; as it is for a job that is not."""
+    if unique is None:
+        return control
+    assert unique.key is not None, "a stored unique job's key is resolved"
+    slot = (run_slot_key(unique.key), 1)
+    if control is None:
+        return JobControl(caps=(slot,))
+    if slot in control.caps:
+        return control
+    return attrs.evolve(control, caps=(*control.caps, slot))

@@ -10,7 +10,9 @@ they are stored in. Succeeded and dead jobs are in no heap. The check runs in
 one synchronous step (no checkpoint inside), so it is atomic with respect to
 every other task of the process: no job can move while it is judged or
 repaired. ``batch`` is accepted for the role's signature and checked; one
-step over an in-process store blocks nothing else.
+step over an in-process store blocks nothing else. A repair still applies
+only to the record judged, unchanged since (:func:`repair_all`), as on
+Redis: the guard that keeps a repair from acting on a job a worker moved.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class MemoryStore(Protocol):
     @property
     def _clock(self) -> Callable[[], float]: ...
     def _put(self, job: Job) -> None: ...
+    def _release_unique(self, job_id: str) -> None: ...
 
 
 #: The heap each state's jobs belong in (None: no heap).
@@ -98,8 +101,35 @@ def check(
         if queues is not None
         else sorted(store._known_queues | set(store._topology))
     )
-    wanted = set(names)
     now = store._clock()
+    inspection = inspect(store, names, now, lease_grace)
+    judged = inspection.judged
+    findings = repair_all(store, judged, now) if repair else [j.finding for j in judged]
+    return CheckReport(
+        queues=tuple(names),
+        repair=repair,
+        lease_grace=lease_grace,
+        now=now,
+        findings=tuple(sorted(findings, key=finding_order)),
+        partitions=sum(_partitions(store, q) for q in names),
+        records=inspection.records,
+        index_entries=inspection.index_entries,
+    )
+
+
+@attrs.frozen
+class Inspection:
+    """What judging the records of some queues found (see :func:`inspect`)."""
+
+    judged: tuple[Judged, ...]
+    records: int
+    index_entries: int
+
+
+def inspect(store: MemoryStore, names: Sequence[str], now: float, grace: float) -> Inspection:
+    """Judge every record of the queues ``names`` and its heap entries at
+    ``now``; changes nothing."""
+    wanted = set(names)
     held: dict[str, list[str]] = {}
     entries = 0
     heaps_by_name = (("due", store._due), ("ready", store._ready), ("leased", store._leased))
@@ -112,28 +142,52 @@ def check(
                 entries += 1
                 place = heap_name if queue == rec.home else f"{heap_name} of queue {queue!r}"
                 held.setdefault(job_id, []).append(place)
-    findings: list[Finding] = []
+    judged: list[Judged] = []
     records = 0
     for job_id, rec in list(store._records.items()):
         if rec.home not in wanted:
             continue
         records += 1
-        found = _judge(job_id, rec, tuple(held.get(job_id, ())), now, lease_grace)
-        if found is None:
-            continue
-        if repair:
-            found = _repair(store, job_id, rec, found, now)
-        findings.append(found)
-    return CheckReport(
-        queues=tuple(names),
-        repair=repair,
-        lease_grace=lease_grace,
-        now=now,
-        findings=tuple(sorted(findings, key=finding_order)),
-        partitions=sum(_partitions(store, q) for q in names),
-        records=records,
-        index_entries=entries,
-    )
+        found = _judge(job_id, rec, tuple(held.get(job_id, ())), now, grace)
+        if found is not None:
+            judged.append(Judged(rec, rec.version, rec.job, found))
+    return Inspection(tuple(judged), records, entries)
+
+
+@attrs.frozen
+class Judged:
+    """A finding and the record it was made on, as it was then (its
+    version, and the job it held: a record replaced in place is another)."""
+
+    rec: _Record
+    version: int
+    job: Job
+    finding: Finding
+
+
+_SKIPPED = "the job changed since it was inspected: left alone (check again)"
+
+
+def repair_all(store: MemoryStore, judged: Sequence[Judged], now: float) -> list[Finding]:
+    """Repair each finding whose record is still the one judged, at the
+    version judged; leave any other alone (SKIPPED), as the RedisStore's
+    check_repair.lua does. Within one check nothing can move a record
+    between its judging and its repair (the check is one step), so this
+    guard holds the repair to what was judged should the check ever be
+    split into steps."""
+    out = []
+    for j in judged:
+        job_id = j.finding.job_id
+        rec = j.rec
+        if (
+            store._records.get(job_id) is not rec
+            or rec.version != j.version
+            or rec.job is not j.job
+        ):
+            out.append(attrs.evolve(j.finding, repair=Repair.SKIPPED, repair_detail=_SKIPPED))
+        else:
+            out.append(_repair(store, job_id, rec, j.finding, now))
+    return out
 
 
 def _partitions(store: MemoryStore, queue: str) -> int:
@@ -182,12 +236,13 @@ def _judge(
 
 
 def _repair(store: MemoryStore, job_id: str, rec: _Record, finding: Finding, now: float) -> Finding:
-    """Repair one finding at once (nothing can have moved the job since it
-    was judged: the whole check is one step)."""
+    """Repair one finding (its record unchanged since it was judged: see
+    :func:`repair_all`)."""
     job = rec.job
     if finding.problem is Problem.DAMAGED:
         dead = dead_lettered(job, job_id, rec.home, finding.detail, now)
         store._put(dead)
+        store._release_unique(job_id)
         return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=dead.last_error)
     cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
     if finding.problem is Problem.EXPIRED_LEASE:
@@ -196,6 +251,7 @@ def _repair(store: MemoryStore, job_id: str, rec: _Record, finding: Finding, now
             store._put(
                 attrs.evolve(cleared, state=JobState.ABORTED, last_error=rec.abort, finished_at=now)
             )
+            store._release_unique(job_id)
             detail = f"aborted (an abort was asked): {rec.abort}"
             return attrs.evolve(finding, repair=Repair.RECOVERED, repair_detail=detail)
         if job.attempts > job.max_retries:
@@ -206,6 +262,7 @@ def _repair(store: MemoryStore, job_id: str, rec: _Record, finding: Finding, now
             store._put(
                 attrs.evolve(cleared, state=JobState.DEAD, last_error=reason, finished_at=now)
             )
+            store._release_unique(job_id)
             return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=reason)
         store._put(attrs.evolve(cleared, state=JobState.READY, run_at=now))
         return attrs.evolve(finding, repair=Repair.RECOVERED, repair_detail="ready again (due now)")

@@ -18,6 +18,7 @@ import attrs
 
 from ..records._control import JobControl
 from ..records._jobs import Job, JobState
+from ..records._unique import RUN_SLOT_PREFIX
 
 
 class Verdict(enum.Enum):
@@ -103,6 +104,8 @@ class ControlState:
                 or job.lease_expires_at <= now
             ):
                 holders.discard(job_id)
+        if not holders:
+            del self._holders[(queue, key)]
         return len(holders)
 
     def hold_back(self, queue: str, control: JobControl, now: float, delay: float) -> None:
@@ -113,21 +116,28 @@ class ControlState:
             self._tat[(queue, key)] = max(self._tat.get((queue, key), now), floor)
 
     def release(self, queue: str, control: JobControl, job_id: str) -> bool:
-        """A settled lease gives its slots back; whether it held any."""
+        """A settled lease gives its slots back; whether it held any. A key
+        no one holds is forgotten (a unique key's run slot is a key per
+        job's key: they must not pile up)."""
         freed = False
         for key, _limit in control.caps:
             holders = self._holders.get((queue, key))
             if holders is not None and job_id in holders:
                 holders.discard(job_id)
                 freed = True
+                if not holders:
+                    del self._holders[(queue, key)]
         return freed
 
     def usage(
         self, queue: str, now: float, job_of: Callable[[str], Job | None]
     ) -> dict[str, int]:
-        """Slots held now per concurrency key of ``queue`` (for inspection)."""
+        """Slots held now per concurrency key of ``queue`` (for inspection;
+        unique keys' run slots are not listed, as on Redis)."""
         held = {
-            key: self.running(q, key, now, job_of) for (q, key) in list(self._holders) if q == queue
+            key: self.running(q, key, now, job_of)
+            for (q, key) in list(self._holders)
+            if q == queue and not key.startswith(RUN_SLOT_PREFIX)
         }
         return {key: n for key, n in held.items() if n}
 

@@ -51,9 +51,11 @@ class UniqueLocks:
         holder = holder_of(lock.holder)
         pending = holder is not None and holder.state in PENDING_STATES
         if not pending:
-            if lock.mode == "throttle":
+            if lock.mode == "throttle" and lock.expires_at is not None:
                 return Claim.DUPLICATE, lock.holder, holder  # taken for its ttl after the run
-            return Claim.STORE, "", None  # a stale lock: its job is gone or dead
+            # a stale lock: its job is gone or finished (a throttle's without
+            # an expiry never succeeded: it was lost without giving the key back)
+            return Claim.STORE, "", None
         assert holder is not None
         if unique.mode == "debounce":
             if holder.state in WAITING_STATES:

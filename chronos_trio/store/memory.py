@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import trio
 
-from ..records import _control, _jobs
+from ..records import _control, _jobs, _unique
 from ..records._jobs import (
     FINISHED_STATES,
     EnqueueResult,
@@ -152,6 +152,13 @@ class _TrioAnchoredClock:
             self._token = token
             self._offset = time.time() - trio.current_time()
         return self._offset + trio.current_time()
+
+
+def _stored_control(new: NewJob, now: float) -> _control.JobControl | None:
+    """A new job's flow control as stored: a unique job's with its key's run
+    slot (see ``records._unique.with_run_slot``), expiry made absolute."""
+    control = _unique.with_run_slot(new.control, new.unique)
+    return None if control is None else control.stored(now)
 
 
 class MemoryStore(Store):
@@ -290,8 +297,16 @@ class MemoryStore(Store):
         reason = "; ".join(problems)
         dead = _memory_damage.dead_lettered(job, job_id, rec.home, reason, self._clock())
         self._put(dead)
+        self._release_unique(job_id)
         aside.dead.append(_memory_damage.shown(dead, job_id, rec.home))
         return reason
+
+    def _release_unique(self, job_id: str) -> None:
+        """The record ``job_id`` went dead or aborted: it gives back the
+        unique key it holds (none: nothing happens)."""
+        rec = self._records.get(job_id)
+        if rec is not None:
+            self._unique.release(rec.home, rec.unique, job_id)
 
     def _set_aside_held(self, leases: Sequence[LeaseRef]) -> _Aside:
         """Judge the records ``leases`` hold (their token matches; records
@@ -410,7 +425,7 @@ class MemoryStore(Store):
                 created_at=now,
                 headers=new.headers,
                 then=new.then,
-                control=None if new.control is None else new.control.stored(now),
+                control=_stored_control(new, now),
             )
             self._put(job)
             if new.unique is not None:

@@ -24,15 +24,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
 
 from ...records._jobs import JobState
+from .._record_rules import damaged_already, parse_count, stored_damage, stored_state
 from .._roles import DAMAGED_RECORD, CheckReport, Finding, Problem, Repair, finding_order
 from ._admin import queue_names
-from ._codec import RECORD_FORMAT
+from ._codec import RECORD_FORMAT, show
 from ._context import StoreContext
 from ._scripts import Op, Script
 from .keys import LEASED_SENTINEL, PartitionKeys, escape
@@ -67,8 +68,13 @@ FIELDS = (
     "created_at",
     "finished_at",
     "v",
+    "h",
+    "fc",
+    "result_until",
     "chunks",  # not a field: why the payload's chunks cannot be joined (None: they can)
 )
+#: Entries per job in a check_inspect.lua reply: id, exists, FIELDS, 6 scores.
+_STRIDE = 2 + len(FIELDS) + 6
 
 #: The index zsets in the scripts' order (KEYS[1..6]) and the state each holds.
 INDEX_STATES = (
@@ -98,28 +104,7 @@ SCORE_FIELD = {
 INDEX_OF = {state: JobState.DEAD if state is JobState.ABORTED else state for state in JobState}
 
 _STATES = {s.value.encode(): s for s in JobState}
-_DAMAGED = DAMAGED_RECORD.encode()
 _SKIPPED = "the job changed since it was inspected: left alone (check again)"
-
-
-def _is_number(value: bytes) -> bool:
-    """Whether the runtime reads ``value`` as a number: Python's float()
-    (the decoders) takes it, and so does Lua's tonumber() (the scripts), which
-    refuses underscores; NaN is refused (it breaks every comparison and is no
-    score). Infinity is a number (``timeout=math.inf`` means no timeout)."""
-    try:
-        number = float(value)
-    except ValueError:
-        return False
-    return b"_" not in value and number == number
-
-
-def _is_count(value: bytes) -> bool:
-    """Whether ``value`` is an integer >= 0 for Python's int() and Lua alike."""
-    try:
-        return b"_" not in value and int(value) >= 0
-    except ValueError:
-        return False
 
 
 def zsets(pk: PartitionKeys) -> list[str]:
@@ -128,65 +113,36 @@ def zsets(pk: PartitionKeys) -> list[str]:
 
 
 # -- judging one record ------------------------------------------------------------------
-def shown(value: bytes) -> str:
-    """A stored value for a message: its repr, cut after 40 bytes."""
-    if len(value) <= 40:
-        return repr(value)
-    return f"{value[:40]!r}... ({len(value)} bytes)"
-
-
 def record_format(value: bytes | None) -> tuple[int | None, str]:
     """The record format of a ``v`` field (None absent: format 1), or None
-    and why it cannot be read."""
+    and why it cannot be read (as ``check_format`` in ``lua/_prelude.lua``)."""
     if value is None:
         return 1, ""
-    if _is_count(value) and int(value) >= 1:
-        return int(value), ""
-    return None, f"field 'v' holds {shown(value)}, not a record format version"
+    n = parse_count(value) if len(value) <= 9 else None
+    if n is not None and n >= 1:
+        return n, ""
+    return None, f"field 'v' holds {show(value)}, not a record format"
 
 
-def record_damage(f: dict[str, bytes | None]) -> list[str]:
-    """What makes a job record (``f``: field -> stored value, None when
-    absent) unusable, one message per field naming it and its value; empty
-    for a sound record. A dead record already set aside as damaged
-    (``last_error`` starting with :data:`DAMAGED_RECORD`) needs only what
-    the dead index needs."""
+def record_damage(f: Mapping[str, bytes | None]) -> list[str]:
+    """What makes a job record (``f``: :data:`FIELDS` -> stored value, None
+    when absent) unusable, one message per field naming it and its value;
+    empty for a sound record. The one judgement every path makes
+    (:func:`~chronos_trio.store._record_rules.stored_damage`), after the
+    record format, with why the payload's chunks cannot be joined in place
+    of the payload. A dead record already set aside as damaged needs only
+    what the dead index needs."""
     out: list[str] = []
-
-    def need(name: str, ok: Callable[[bytes], bool] | None, what: str, *, required: bool) -> None:
-        value = f[name]
-        if value is None or value == b"":
-            if required:
-                out.append(f"field {name!r} is {'missing' if value is None else 'empty'}")
-        elif ok is not None and not ok(value):
-            out.append(f"field {name!r} holds {shown(value)}, not {what}")
-
-    raw = f["state"]
-    state = _STATES.get(raw) if raw is not None else None
-    if raw is None:
-        out.append("field 'state' is missing")
-    elif state is None:
-        out.append(f"field 'state' holds {shown(raw)}, not a job state")
-    if state is JobState.DEAD and (f["last_error"] or b"").startswith(_DAMAGED):
-        need("finished_at", _is_number, "a number", required=True)
-        return out
-    _fmt, fmt_problem = record_format(f["v"])
-    if fmt_problem:
-        out.append(fmt_problem)
-    need("kind", None, "", required=True)
-    if f["chunks"] is not None:
-        out.append(f["chunks"].decode("utf-8", "backslashreplace"))
-    elif f["payload"] is None:
-        out.append("field 'payload' is missing")  # empty is a valid bytes payload
-    for name in ("run_at", "timeout", "created_at"):
-        need(name, _is_number, "a number", required=True)
-    for name in ("attempts", "max_retries"):
-        need(name, _is_count, "an integer >= 0", required=True)
-    leased = state is JobState.LEASED
-    need("lease_token", None, "", required=leased)
-    need("lease_expires_at", _is_number, "a number", required=leased)
-    finished = state in (JobState.DEAD, JobState.SUCCEEDED, JobState.ABORTED)
-    need("finished_at", _is_number, "a number", required=finished)
+    done = damaged_already(stored_state(f), f.get("last_error"))
+    if not done:
+        _fmt, fmt_problem = record_format(f["v"])
+        if fmt_problem:
+            out.append(fmt_problem)
+    damage = stored_damage(f)
+    chunks = f.get("chunks")
+    if chunks is not None and not done:
+        damage["payload"] = chunks.decode("utf-8", "backslashreplace")
+    out += damage.values()
     return out
 
 
@@ -240,14 +196,15 @@ class Reading:
 def parse_readings(pk: PartitionKeys, reply: Sequence[Any]) -> list[Reading]:
     now = float(reply[0])
     out = []
-    for i in range(1, len(reply), 23):
+    n = len(FIELDS)
+    for i in range(1, len(reply), _STRIDE):
         out.append(
             Reading(
                 pk,
                 reply[i],
                 reply[i + 1] in (1, 2),
-                tuple(reply[i + 2 : i + 17]),
-                tuple(reply[i + 17 : i + 23]),
+                tuple(reply[i + 2 : i + 2 + n]),
+                tuple(reply[i + 2 + n : i + _STRIDE]),
                 now,
                 reply[i + 1] == 2,
             )

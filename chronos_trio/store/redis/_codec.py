@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -12,6 +11,13 @@ from typing import Any
 from ...records._control import decode_control
 from ...records._jobs import Job, JobState, NewJob, require_field_order
 from ...records._options import check_headers, decode_headers
+from .._record_rules import parse_count as parse_count
+from .._record_rules import parse_number as parse_number
+from .._record_rules import (
+    show_stored,
+    stored_damage,
+    stored_state,
+)
 from .._roles import NOTHING_SET_ASIDE, AsideEntry, QueueVersion, SetAside, VersionState
 
 #: The record format this version writes (field ``v`` of every job hash) and
@@ -63,9 +69,6 @@ JOB_FIELDS = (
 READ_FIELDS = (*JOB_FIELDS, "v", "result", "result_until", "h", "x", "fc", "uc")
 _READ_FIELD_BYTES = tuple(name.encode() for name in READ_FIELDS)
 
-_STATES = {s.value.encode(): s for s in JobState}
-_COUNT = re.compile(rb"[0-9]{1,15}")
-_SHOW_CUT = 40
 
 
 def text(value: bytes | str | None) -> str:
@@ -82,25 +85,9 @@ def ident(value: bytes | str) -> str:
 
 def show(value: bytes | str) -> str:
     """A stored value for a message: ``b'...'``, printable ASCII as is,
-    anything else escaped, cut after 40 bytes (the same text as
-    ``show`` in ``lua/_prelude.lua``, so both sides name values alike)."""
-    raw = value.encode() if isinstance(value, str) else value
-    cut = raw[:_SHOW_CUT]
-    body = "".join(_SHOW_BYTE[b] for b in cut)
-    tail = f"... ({len(raw)} bytes)" if len(raw) > _SHOW_CUT else ""
-    return f"b'{body}'{tail}"
-
-
-def _show_byte(b: int) -> str:
-    special = {0x5C: "\\\\", 0x27: "\\'", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
-    if b in special:
-        return special[b]
-    if b < 0x20 or b >= 0x7F:
-        return f"\\x{b:02x}"
-    return chr(b)
-
-
-_SHOW_BYTE = [_show_byte(b) for b in range(256)]
+    anything else escaped, cut after 40 bytes (the same text as ``show``
+    in ``lua/_prelude.lua``, so both sides name values alike)."""
+    return show_stored(value.encode() if isinstance(value, str) else value)
 
 
 def opt_float(value: bytes | str | None) -> float | None:
@@ -108,79 +95,21 @@ def opt_float(value: bytes | str | None) -> float | None:
     return float(value) if value not in (None, b"", "") else None  # type: ignore[arg-type]
 
 
-def parse_number(value: bytes) -> float | None:
-    """A stored finite decimal number, or None: exactly the texts
-    ``check_number`` in ``lua/_prelude.lua`` accepts (Python's float()
-    reads underscores, Lua hexadecimal: neither counts)."""
-    if b"_" in value or b"x" in value or b"X" in value:
-        return None
-    try:
-        x = float(value)
-    except ValueError:
-        return None
-    return x if math.isfinite(x) else None
-
-
-def parse_count(value: bytes) -> int | None:
-    """A stored non-negative integer (decimal digits, at most 15), or None."""
-    return int(value) if _COUNT.fullmatch(value) else None
-
-
-class _Reader:
-    """Reads one record's fields totally: every problem becomes a line of
-    :attr:`problems` and the field gets a default, nothing raises."""
-
-    def __init__(self) -> None:
-        self.problems: list[str] = []
-
-    def _missing(self, name: str, value: bytes | None) -> None:
-        self.problems.append(f"field {name!r} is {'missing' if value is None else 'empty'}")
-
-    def _bad(self, name: str, value: bytes, what: str) -> None:
-        self.problems.append(f"field {name!r} holds {show(value)}, not {what}")
-
-    def text(self, name: str, value: bytes | None, *, required: bool = False) -> str:
-        if not value:
-            if required:
-                self._missing(name, value)
-            return ""
-        try:
-            return value.decode()
-        except UnicodeDecodeError:
-            self._bad(name, value, "UTF-8 text")
-            return value.decode("utf-8", "backslashreplace")
-
-    def number(self, name: str, value: bytes | None, *, optional: bool = False) -> float | None:
-        if not value:
-            if not optional:
-                self._missing(name, value)
-            return None
-        x = parse_number(value)
-        if x is None:
-            self._bad(name, value, "a number")
-        return x
-
-    def count(self, name: str, value: bytes | None, default: int) -> int:
-        if not value:
-            self._missing(name, value)
-            return default
-        n = parse_count(value)
-        if n is None:
-            self._bad(name, value, "an integer")
-            return default
-        return n
-
-    def format(self, value: bytes | None) -> None:
-        if value is None:
-            return  # written before formats were recorded: format 1
-        n = parse_count(value) if len(value) <= 9 else None
-        if n is None or n < 1:
-            self._bad("v", value, "a record format")
-        elif n > RECORD_FORMAT:
-            self.problems.append(
-                f"record format {n} is newer than this version reads ({RECORD_FORMAT}); "
-                "left for a newer worker"
-            )
+def format_problem(value: bytes | None) -> str:
+    """Why a record's format field ``v`` cannot be read, or that it is
+    newer than this version reads; "" for a format this version reads
+    (absent: format 1)."""
+    if value is None:
+        return ""
+    n = parse_count(value) if len(value) <= 9 else None
+    if n is None or n < 1:
+        return f"field 'v' holds {show(value)}, not a record format"
+    if n > RECORD_FORMAT:
+        return (
+            f"record format {n} is newer than this version reads ({RECORD_FORMAT}); "
+            "left for a newer worker"
+        )
+    return ""
 
 
 #: The most continuation chunks (``pn``) a format-2 record holds.
@@ -217,6 +146,11 @@ def record_fields(h: dict[bytes, bytes]) -> tuple[list[bytes | None], str]:
     return f, problem
 
 
+def _decoded(value: bytes | None) -> str:
+    """Stored text as a reader takes it: bytes that are not UTF-8 escaped."""
+    return "" if not value else value.decode("utf-8", "backslashreplace")
+
+
 def job_from_fields(
     job_id: str,
     queue: str,
@@ -228,77 +162,65 @@ def job_from_fields(
     payload_problem: str = "",
 ) -> Job:
     """A Job from the values of :data:`JOB_FIELDS` (13) or :data:`READ_FIELDS`
-    (20, with ``v``, ``result``, ``result_until``, ``h``, ``x``, ``fc`` and
-    ``uc``), or a prefix of them; absent fields are None. Total: never
-    raises. A value it cannot read (missing, empty where a value is needed,
-    of the wrong type, a newer record format) gets a default and is named
-    in ``Job.damage``; an unreadable state becomes ``indexed_as`` (the state
-    of the index the job was found in) or, without one, DEAD.
-    ``payload_problem``: why the payload's chunks could not be joined (see
-    :func:`record_fields`), reported in place of its absence."""
-    r = _Reader()
-    kind = r.text("kind", f[0], required=True)
-    payload = f[1]
+    (with ``v``, ``result``, ``result_until``, ``h``, ``x``, ``fc`` and
+    ``uc``); absent
+    fields are None. Total: never raises. The record is judged by the one
+    judgement of every path (``store._record_rules``): each value that
+    makes it unusable (missing, empty where a value is needed, of the wrong
+    type, a newer record format) gets a default and is named in
+    ``Job.damage``; a field not judged in the record's state is read as it
+    is, or as its default when it cannot be. An unreadable state becomes
+    ``indexed_as`` (the state of the index the job was found in) or,
+    without one, DEAD. ``payload_problem``: why the payload's chunks could
+    not be joined (see :func:`record_fields`), reported in place of its
+    absence."""
+    stored = dict(zip(READ_FIELDS, f, strict=False))
+    problems = []
+    fmt = format_problem(stored.get("v"))
+    if fmt:
+        problems.append(fmt)
+    damage = stored_damage(stored, reading=True)
     if payload_problem:
-        r.problems.append(payload_problem)
-    elif payload is None:
-        r._missing("payload", None)
-    run_at = r.number("run_at", f[2])
-    raw_state = f[3]
-    state = _STATES.get(raw_state) if raw_state else None
+        damage["payload"] = payload_problem
+    problems += damage.values()
+    raw_state = stored.get("state")
+    state = stored_state(stored)
     if state is None:
-        if raw_state:
-            r._bad("state", raw_state, "a job state")
-        else:
-            r._missing("state", raw_state)
         state = indexed_as or JobState.DEAD
     elif indexed_as is not None and state is not indexed_as:
         index = "retry" if indexed_as is JobState.RETRY_WAIT else indexed_as.value
-        r.problems.append(
+        problems.append(
             f"field 'state' holds {show(raw_state or b'')}, but the job is in the {index} index"
         )
-    attempts = r.count("attempts", f[4], 0)
-    max_retries = r.count("max_retries", f[5], 0)
-    timeout = r.number("timeout", f[6])
-    if timeout is not None and not timeout > 0:
-        r._bad("timeout", f[6] or b"", "a positive number")
-    lease_token = r.text("lease_token", f[7])
-    lease_owner = r.text("lease_owner", f[8])
-    # a leased job's expiry is what renew, settle and recovery judge it by
-    lease_expires_at = r.number("lease_expires_at", f[9], optional=state is not JobState.LEASED)
-    last_error = r.text("last_error", f[10])
-    created_at = r.number("created_at", f[11])
-    finished_at = r.number("finished_at", f[12], optional=True)
-    result: bytes | None = None
-    result_until: float | None = None
-    if len(f) > 13:
-        r.format(f[13])
-    headers: tuple[tuple[str, str], ...] = ()
-    if len(f) > 15 and f[14] is not None:
-        result_until = r.number("result_until", f[15])
-        if result_until is not None:
-            result = f[14]
-    if len(f) > 16 and f[16]:
-        try:
-            headers = decode_headers(f[16])
-        except (ValueError, TypeError):
-            r._bad("h", f[16], "a JSON object of text headers")
+
+    def number(name: str, *, infinite: bool = False) -> float | None:
+        value = stored.get(name)
+        return None if not value else parse_number(value, infinite=infinite)
+
+    def count(name: str) -> int:
+        value = stored.get(name)
+        return (parse_count(value) if value else None) or 0
+
+    result_until = number("result_until")
+    result = stored.get("result") if result_until is not None else None
+    raw_headers, raw_control = stored.get("h"), stored.get("fc")
+    headers = () if "headers" in damage or not raw_headers else decode_headers(raw_headers)
+    control = (
+        None if "control" in damage or not raw_control else decode_control(raw_control.decode())
+    )
     then = None
-    if len(f) > 17 and f[17]:
+    extras = stored.get("x")
+    if extras:
         # extras: the unique spec, NUL, the continuation (see lua/_prelude.lua)
-        then = f[17].partition(b"\0")[2].decode("utf-8", "replace") or None
-    control = None
-    if len(f) > 18 and f[18]:
-        try:
-            control = decode_control(f[18].decode())
-        except (ValueError, UnicodeDecodeError):
-            r._bad("fc", f[18], "flow control items")
-    unclaimed_since = parse_number(f[19]) if len(f) > 19 and f[19] else None
+        then = extras.partition(b"\0")[2].decode("utf-8", "replace") or None
     return Job(
-        job_id, queue, kind, payload or b"", run_at or 0.0, state, attempts, max_retries,
-        timeout or 0.0, lease_token, lease_owner, lease_expires_at, version, partition,
-        last_error, created_at or 0.0, finished_at, "; ".join(r.problems), result,
-        result_until, headers, then, control, unclaimed_since,
+        job_id, queue, _decoded(stored.get("kind")), stored.get("payload") or b"",
+        number("run_at") or 0.0, state, count("attempts"), count("max_retries"),
+        number("timeout", infinite=True) or 0.0, _decoded(stored.get("lease_token")),
+        _decoded(stored.get("lease_owner")), number("lease_expires_at"), version, partition,
+        _decoded(stored.get("last_error")), number("created_at") or 0.0, number("finished_at"),
+        "; ".join(problems), result, result_until, headers, then, control,
+        number("uc"),
     )  # fmt: skip
 
 
@@ -321,9 +243,7 @@ def newer_reason(v: bytes | str | int) -> str:
     )
 
 
-def decode_dead(
-    flat: Sequence[Any], queue: str, version: int, partition: int
-) -> tuple[Job, ...]:
+def decode_dead(flat: Sequence[Any], queue: str, version: int, partition: int) -> tuple[Job, ...]:
     """Jobs a script reports as it left them: per job its ID then the 13
     JOB_FIELDS (see ``lua/_prelude.lua``). Total, like :func:`job_from_fields`."""
     return tuple(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ...records._jobs import EnqueueResult, NewJob
 from ...records._options import encode_headers
-from ...records._unique import Unique
+from ...records._unique import Unique, with_run_slot
 from .._partitioning import partition_of, routed_job_id
 from .._roles import StoreError
 from . import _scripts as S
@@ -134,16 +134,19 @@ _MODE_LETTERS = {"lock": "l", "throttle": "t", "debounce": "d"}
 
 def extras(job: NewJob) -> str:
     """A job's extras as enqueue.lua takes them: its flow control
-    (``JobControl.encode``) and a 0x01 byte when it has one, then its
+    (``JobControl.encode``; a unique job's has its key's run slot) and a
+    0x01 byte when it has one, then its
     unique spec (``unique_spec`` in ``lua/_prelude.lua``), NUL, its
     workflow continuation; '' for an ordinary job."""
     rest = ""
     if job.unique is not None or job.then is not None:
         spec = "" if job.unique is None else unique_spec(job.unique)
         rest = f"{spec}\0{job.then or ''}"
-    if job.control is None:
+    # a unique job also carries its key's run slot (records._unique.with_run_slot)
+    control = with_run_slot(job.control, job.unique)
+    if control is None:
         return rest
-    return f"{job.control.encode()}\1{rest}"
+    return f"{control.encode()}\1{rest}"
 
 
 def unique_spec(unique: Unique) -> str:

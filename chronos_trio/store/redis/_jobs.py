@@ -49,6 +49,7 @@ from ...records._jobs import Job, JobState, LeasedJob, LeaseRef, require_field_o
 from ...records._log import log_event
 from ...records._options import decode_headers
 from .._partitioning import share_by_weight, share_strictly
+from .._record_rules import parse_count, parse_number, stored_damage
 from .._roles import (
     NOTHING_SET_ASIDE,
     FencedResults,
@@ -64,7 +65,7 @@ from .._roles import (
 from . import _kinds as redis  # isinstance(client, redis.Redis) without importing redis-py
 from . import _scripts as S
 from ._alloc import earliest, earliest_runs, pairs, runs
-from ._codec import decode_aside, decode_dead, ident, job_from_fields, record_fields, show
+from ._codec import decode_aside, decode_dead, ident, job_from_fields, record_fields
 from ._context import StoreContext
 from ._scripts import Op
 from .keys import LEASED_SENTINEL, PartitionKeys
@@ -415,10 +416,13 @@ def _leased_jobs(
     undecodable: list[tuple[PartitionKeys, bytes, bytes, str]],
 ) -> list[LeasedJob]:
     """The jobs of one partition's part of a lease.lua reply (see its header
-    for the layout). The script checked every field; one Python still
-    cannot decode (text that is not UTF-8) is added to ``undecodable``
-    (partition, raw id, raw token, why) instead of the result. ``expires_at``
-    is the reply's expiry, as sent."""
+    for the layout). The script judged the fields it reads (format, state,
+    kind and payload present, attempts); the others are judged here, as
+    they are decoded, by the same rules (``store._record_rules``), so a
+    lease takes exactly the ready records the store checker calls usable. A
+    job that fails is added to ``undecodable`` (partition, raw id, raw
+    token, why) instead of the result. ``expires_at`` is the reply's
+    expiry, as sent."""
     expires = float(expires_at)
     queue, version, partition = pk.queue, pk.version, pk.partition
     leased = JobState.LEASED
@@ -427,49 +431,55 @@ def _leased_jobs(
     flat = reply[1][3]
     controls = {flat[c]: flat[c + 1] for c in range(0, len(flat), 2)} if flat else None
     for n, k in enumerate(range(2, len(reply), 11), 1):
+        fc = controls.get(n) if controls else None
         try:
             token = reply[k + 1].decode()
-            error = reply[k + 8]
-            # lease.lua checked kind, payload and attempts; these are as stored
-            max_retries, timeout = int(reply[k + 6]), float(reply[k + 7])
-            if max_retries < 0 or not timeout > 0:  # not > 0: NaN too
-                raise ValueError("max_retries or timeout out of range")
+            run_at = parse_number(reply[k + 4])
+            max_retries = parse_count(reply[k + 6])
+            timeout = parse_number(reply[k + 7], infinite=True)
+            created_at = parse_number(reply[k + 9])
+            if run_at is None or max_retries is None or created_at is None:
+                raise ValueError("a number is not one")
+            if timeout is None or not timeout > 0:
+                raise ValueError("timeout")
             raw_headers = reply[k + 10]
+            error = reply[k + 8]
             job = Job(
                 reply[k].decode(), queue, reply[k + 2].decode(), reply[k + 3],
-                float(reply[k + 4]), leased, int(reply[k + 5]), max_retries,
+                run_at, leased, int(reply[k + 5]), max_retries,
                 timeout, token, worker_id, expires, version, partition,
-                error.decode() if error else "", float(reply[k + 9]), None, "",
+                error.decode("utf-8", "backslashreplace") if error else "", created_at, None, "",
                 None, None, decode_headers(raw_headers) if raw_headers else (), None,
-                decode_control(controls[n].decode()) if controls and n in controls else None,
+                decode_control(fc.decode()) if fc else None,
             )  # fmt: skip
         except (UnicodeDecodeError, ValueError, TypeError, AttributeError) as exc:
-            why = _why_undecodable(reply, k, expires_at, exc)
+            why = _why_undecodable(reply, k, fc, exc)
             undecodable.append((pk, reply[k], reply[k + 1], why))
             continue
         out.append(LeasedJob(job, token, expires))
     return out
 
 
-def _why_undecodable(reply: list[Any], k: int, expires_at: bytes, exc: Exception) -> str:
-    """Why the lease reply's job at ``k`` could not be decoded, naming the field."""
+def _why_undecodable(reply: list[Any], k: int, fc: bytes | None, exc: Exception) -> str:
+    """Why the lease reply's job at ``k`` could not be used, naming the
+    field (the one judgement of ``store._record_rules``, as the store
+    checker names it)."""
     if not isinstance(reply[k], bytes):
         return f"job ID {reply[k]!r} is not text"
     try:
         reply[k].decode()
     except UnicodeDecodeError:
         return f"job ID {ident(reply[k])!r} is not UTF-8 text"
-    try:
-        decode_headers(reply[k + 10])
-    except (ValueError, TypeError):
-        return f"field 'h' holds {show(reply[k + 10])}, not a JSON object of text headers"
-    fields = [
-        reply[k + 2], reply[k + 3], reply[k + 4], b"leased", str(reply[k + 5]).encode(),
-        reply[k + 6], reply[k + 7], reply[k + 1], b"w", expires_at, reply[k + 8] or None,
-        reply[k + 9], None,
-    ]  # fmt: skip
-    damage = job_from_fields("", "", 1, 0, fields).damage
-    return damage or f"the lease reply could not be decoded ({type(exc).__name__}: {exc})"
+    fields: dict[str, bytes | None] = {
+        "kind": reply[k + 2], "payload": reply[k + 3], "run_at": reply[k + 4] or None,
+        "state": b"ready", "attempts": b"0", "max_retries": reply[k + 6],
+        "timeout": reply[k + 7], "last_error": reply[k + 8], "created_at": reply[k + 9],
+        "h": reply[k + 10] or None, "fc": fc,
+    }  # fmt: skip
+    damage = stored_damage(fields)
+    if damage:
+        return "; ".join(damage.values())
+    return f"the lease reply could not be decoded ({type(exc).__name__}: {exc})"
 
 
 async def _dead_letter_undecodable(
@@ -477,14 +487,19 @@ async def _dead_letter_undecodable(
 ) -> SetAside:
     """Dead-letter leased jobs Python could not decode, with their fresh
     lease's token (a fenced settle: if the lease is somehow gone, nothing
-    changes and recovery takes the job back), and read them back to report."""
-    ops = []
+    changes and recovery takes the job back), and read them back to report.
+    The reads go after the settles, in a round trip of their own: in one
+    batch a settle that met NOSCRIPT runs again after them, and they would
+    read the job as it was."""
+    settles, reads = [], []
     for pk, job_id, token, why in jobs:
         argv: list[object] = [job_id, token, "d", f"damaged record: {why}", "0", "0", *_NO_RESULT]
-        ops.append(_settle_op({pk: argv}))
-        ops.append(Op.soft_command(pk.tag, "HGETALL", pk.job_prefix.encode() + job_id))
+        settles.append(_settle_op({pk: argv}))
+        reads.append(Op.soft_command(pk.tag, "HGETALL", pk.job_prefix.encode() + job_id))
     try:
-        replies = await ctx.adapter.execute(ops)
+        settled = await ctx.adapter.execute(settles)
+        stored_now = await ctx.adapter.execute(reads)
+        replies = [r for pair in zip(settled, stored_now, strict=True) for r in pair]
     except StoreError as exc:
         # Still leased: recovery takes them back after their lease, and the
         # next lease dead-letters them again (their attempts count, so

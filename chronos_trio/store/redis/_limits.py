@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...records._unique import RUN_SLOT_PREFIX
 from .._roles import LimitUsage
 from ._admin import partitions_of_queue
 from ._codec import ident, parse_number
 from ._context import StoreContext
 from ._scripts import Op
 from .keys import PartitionKeys
+
+_RUN_SLOTS = "cap:" + RUN_SLOT_PREFIX
 
 
 async def limit_usage(ctx: StoreContext, queue: str) -> list[LimitUsage]:
@@ -34,6 +37,8 @@ async def limit_usage(ctx: StoreContext, queue: str) -> list[LimitUsage]:
         for pk, members in zip(pks, listed, strict=False)
         if not isinstance(members, Exception)
         for name in sorted(members)
+        # unique keys' run slots are not listed by lease.lua; an older one did
+        if not ident(name).startswith(_RUN_SLOTS)
     ]
     if not names:
         return []

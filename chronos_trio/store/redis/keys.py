@@ -41,6 +41,9 @@ a Redis Cluster:
 ``<tag>:limits``       set of the limit keys in use (``rl:<key>``,
                        ``cap:<key>``), for inspection; limited jobs route to
                        the partition of their first key (as unique jobs do)
+``<tag>:waiting``      set of the concurrency limits' zset keys a lease held
+                       a job back for: a settle that frees one of their
+                       slots wakes idle leasers (and takes it out)
 =====================  =====================================================
 
 Global keys (single-key commands or single-key scripts only):

@@ -70,16 +70,16 @@ local function missing(name, v)
   return "field '" .. name .. "' is empty"
 end
 
--- A count as the hot loops check it first (cheap): a number, whole, >= 0.
-local function is_count(x)
-  return x and x >= 0 and x % 1 == 0 and x < 1e15
+-- Whether v is a count as check_count accepts it (the hot loops' cheap test).
+local function is_count(v)
+  return v and #v <= 15 and find(v, '^%d+$') ~= nil
 end
 
 -- nil when v is a non-negative integer in decimal digits (at most 15), else why not.
 local function check_count(name, v)
   if not v or v == '' then return missing(name, v) end
   if #v > 15 or not find(v, '^%d+$') then
-    return "field '" .. name .. "' holds " .. show(v) .. ', not an integer'
+    return "field '" .. name .. "' holds " .. show(v) .. ', not an integer >= 0'
   end
   return nil
 end
@@ -110,6 +110,16 @@ local function check_format(v)
     if n >= 1 then return nil end
   end
   return "field 'v' holds " .. show(v) .. ', not a record format'
+end
+
+-- nil when v names a job state (records/_jobs.py JobState), else why not.
+local function check_job_state(v)
+  if v == 'ready' or v == 'leased' or v == 'scheduled' or v == 'retry_wait'
+      or v == 'succeeded' or v == 'dead' or v == 'aborted' then
+    return nil
+  end
+  if not v or v == '' then return missing('state', v) end
+  return "field 'state' holds " .. show(v) .. ', not a job state'
 end
 
 -- The state check: nil when the record says it is in the index it was found in.
@@ -175,18 +185,21 @@ local function job_fields(key)
 end
 
 -- What the store checker reads of the job hash at key (check_inspect.lua,
--- check_repair.lua): the 13 JOB_FIELDS and v, the payload joined (false when
--- it cannot be), then why its chunks cannot be joined (false: they can).
+-- check_repair.lua): INSPECTED values, the 13 JOB_FIELDS, v, h, fc and
+-- result_until (every field a record is judged by, store/_record_rules.py;
+-- _check.py's FIELDS), the payload joined (false when it cannot be), then
+-- why its chunks cannot be joined (false: they can).
+local INSPECTED = 18
 local function inspect_fields(key)
   local f = redis.call('HMGET', key, 'kind', 'payload', 'run_at', 'state', 'attempts',
     'max_retries', 'timeout', 'lease_token', 'lease_owner', 'lease_expires_at',
-    'last_error', 'created_at', 'finished_at', 'v', 'pn')
+    'last_error', 'created_at', 'finished_at', 'v', 'h', 'fc', 'result_until', 'pn')
   local why = false
-  if f[15] then
-    local joined, bad = join_payload(key, f[2], f[15])
+  if f[INSPECTED] then
+    local joined, bad = join_payload(key, f[2], f[INSPECTED])
     f[2], why = joined or false, bad or false
   end
-  f[15] = why
+  f[INSPECTED] = why
   return f
 end
 
@@ -285,11 +298,13 @@ local function notify_done(key, w)
 end
 
 -- Dead-letter a damaged record (the caller removes it from the index it was
--- found in) and report it with its fields as now stored.
+-- found in) and report it with its fields as now stored. Dead, it gives its
+-- unique key back (when its field x still names it) like any dead job.
 local function dead_letter(aside, key, id, dead_zset, reason, now, now_s)
   redis.call('ZADD', dead_zset, now, id)  -- the index first: see wrong_type
   redis.call('HSET', key, 'state', 'dead', 'last_error', 'damaged record: ' .. reason,
     'finished_at', now_s, 'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+  unique_finished(string.sub(key, 1, #key - #id), id, redis.call('HGET', key, 'x'), false)
   local d = aside[1]
   d[#d + 1] = id
   local g = job_fields(key)
@@ -490,16 +505,29 @@ local function release_slots(prefix, id, fc, memo, gone)
   end
 end
 
--- Give back the slots release_slots queued; how many were held.
-local function give_back_slots(gone)
+-- The set of the concurrency limits (their zset keys) a lease held a job back
+-- for, beside the job key prefix: a settle that frees one of their slots wakes
+-- idle leasers, and only then (a unique job frees its key's run slot with
+-- every settle: most of those no job waits for).
+local function waiting_key(prefix)
+  return string.sub(prefix, 1, -3) .. 'waiting'
+end
+
+-- Give back the slots release_slots queued; how many of them freed a limit
+-- that a lease held a job back for (each such limit leaves the waiting set:
+-- the lease that finds it taken again puts it back).
+local function give_back_slots(gone, prefix)
   local freed = 0
+  local waiting = waiting_key(prefix)
   for k, ids in pairs(gone) do
+    local n = 0
     for c = 1, #ids, 1000 do
       -- pcall: a key of another type holds no slot (lease replaces it), and
       -- must not stop a settle after its writes
-      local n = redis.pcall('ZREM', k, unpack(ids, c, math.min(c + 999, #ids)))
-      if type(n) == 'number' then freed = freed + n end
+      local got = redis.pcall('ZREM', k, unpack(ids, c, math.min(c + 999, #ids)))
+      if type(got) == 'number' then n = n + got end
     end
+    if n > 0 and redis.pcall('SREM', waiting, k) == 1 then freed = freed + n end
   end
   return freed
 end

@@ -12,14 +12,14 @@
 --             whose record is gone but that some index still holds
 -- ARGV[2..]   job ids (the caller bounds how many per call)
 --
--- Returns {now, then per reported job 23 entries: id, exists (0 no, 1 yes,
--- 2 yes and it expires by itself), the 15 values of inspect_fields
--- (_prelude.lua: the fields kind, payload (joined from its chunks), run_at,
--- state, attempts, max_retries, timeout, lease_token, lease_owner,
--- lease_expires_at, last_error, created_at, finished_at, v, nil when absent,
--- then why the payload's chunks cannot be joined, nil when they can), then
--- its score in each of the 6 indexes (nil when not there)}. The repair script
--- compares this very reading.
+-- Returns {now, then per reported job 2 + INSPECTED + 6 entries: id, exists
+-- (0 no, 1 yes, 2 yes and it expires by itself), the INSPECTED values of
+-- inspect_fields (_prelude.lua: the fields kind, payload (joined from its
+-- chunks), run_at, state, attempts, max_retries, timeout, lease_token,
+-- lease_owner, lease_expires_at, last_error, created_at, finished_at, v, h,
+-- fc, result_until, nil when absent, then why the payload's chunks cannot be
+-- joined, nil when they can), then its score in each of the 6 indexes (nil
+-- when not there)}. The repair script compares this very reading.
 local t = redis.call('TIME')
 local out = {string.format('%.17g', tonumber(t[1]) + tonumber(t[2]) / 1000000)}
 local missing_only = ARGV[1] == 'missing'
@@ -47,8 +47,8 @@ for i = 2, #ARGV do
       out[o + 1] = id
       out[o + 2] = exists
       -- false becomes a nil reply; an absent field is false in HMGET already
-      for k = 1, 15 do out[o + 2 + k] = f[k] or false end
-      for z = 1, 6 do out[o + 17 + z] = scores[z] or false end
+      for k = 1, INSPECTED do out[o + 2 + k] = f[k] or false end
+      for z = 1, 6 do out[o + 2 + INSPECTED + z] = scores[z] or false end
     end
   end
 end

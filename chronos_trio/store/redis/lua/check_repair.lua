@@ -17,7 +17,8 @@
 --                        the other actions),
 --                        and out of every other index
 --             'dead'     dead-letter it: state dead, last_error ARGV[3],
---                        finished_at now, lease fields cleared, in the dead index only
+--                        finished_at now, lease fields cleared, in the dead index
+--                        only, its unique key released (unique_finished)
 --             'orphan'   its record is gone: remove it from every index and record
 --                        HSET KEYS[7] id {"reason": ARGV[3], "at": now} (JSON)
 --             'recover'  its lease expired more than ARGV[3] seconds ago: back to
@@ -25,9 +26,10 @@
 --                        were used, or aborted when an abort was asked for it
 --                        (field ab), exactly as recover.lua does
 -- ARGV[5]     the record existed when inspected ('1') or not ('0')
--- ARGV[6..20] the 15 values as inspected (inspect_fields in _prelude.lua),
---             each '' when absent, else '=' .. value
--- ARGV[21..26] its score in each of the 6 indexes as inspected ('' when not there)
+-- ARGV[6..5+INSPECTED] the INSPECTED values as inspected (inspect_fields in
+--             _prelude.lua), each '' when absent, else '=' .. value
+-- ARGV[6+INSPECTED..11+INSPECTED] its score in each of the 6 indexes as
+--             inspected ('' when not there)
 --
 -- Returns {'skipped'} when the job changed since it was inspected (nothing
 -- done), else {action, detail}: detail is the index (reindex), the last_error
@@ -42,7 +44,7 @@ local f = {}
 if exists == '1' then
   f = inspect_fields(key)
 end
-for k = 1, 15 do
+for k = 1, INSPECTED do
   local want = ARGV[5 + k]
   if f[k] then
     if want ~= '=' .. f[k] then return {'skipped'} end
@@ -52,7 +54,7 @@ for k = 1, 15 do
 end
 for z = 1, 6 do
   local score = redis.call('ZSCORE', KEYS[z], id)
-  if (score or '') ~= ARGV[20 + z] then return {'skipped'} end
+  if (score or '') ~= ARGV[5 + INSPECTED + z] then return {'skipped'} end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -60,7 +62,7 @@ local now_s = string.format('%.17g', now)
 local action = ARGV[2]
 local function leave_all_but(keep)
   for z = 1, 6 do
-    if z ~= keep and ARGV[20 + z] ~= '' then redis.call('ZREM', KEYS[z], id) end
+    if z ~= keep and ARGV[5 + INSPECTED + z] ~= '' then redis.call('ZREM', KEYS[z], id) end
   end
 end
 local function dead_letter(reason)
@@ -68,6 +70,8 @@ local function dead_letter(reason)
   redis.call('HSET', key, 'state', 'dead', 'last_error', reason, 'finished_at', now_s,
     'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
   redis.call('ZADD', KEYS[6], now, id)
+  -- dead, it gives its unique key back, as every dead job does
+  unique_finished(KEYS[8], id, redis.call('HGET', key, 'x'), false)
   return {'dead', reason}
 end
 if action == 'reindex' then

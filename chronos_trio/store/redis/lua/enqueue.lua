@@ -87,19 +87,22 @@ local function payload_fields(args, payload, state)
   return args
 end
 
--- What enqueueing a unique job (key ukey, mode letter umode) does while
--- lock holds held: 'store' (it takes the key), 'dup' (the holder keeps it)
+-- What enqueueing a unique job (mode letter umode) does while its lock (key
+-- lock) holds held: 'store' (it takes the key), 'dup' (the holder keeps it)
 -- or 'replace' (a debounce of the waiting holder), and the holder's ID and
 -- fields state, v, run_at (for dup and replace).
-local function claim(held, umode)
+local function claim(lock, held, umode)
   if not held then return 'store' end
   local holder = sub(held, 2)
   local h = redis.pcall('HMGET', prefix .. holder, 'state', 'v', 'run_at')
   if h.err then h = {} end
   if not PENDING[h[1]] then
-    -- a throttle's key stays taken for its ttl after the run; any other
-    -- lock whose job is gone or dead is stale
-    if sub(held, 1, 1) == 't' then return 'dup', holder, h end
+    -- a throttle's key stays taken for its ttl after the run (its success
+    -- gave the lock that expiry). Any other lock whose job is gone or
+    -- finished is stale, a throttle's without an expiry too: its job never
+    -- succeeded, and was lost without giving the key back (a record
+    -- deleted behind the store's back), so the key is never taken for good.
+    if sub(held, 1, 1) == 't' and redis.call('PTTL', lock) > 0 then return 'dup', holder, h end
     return 'store'
   end
   if umode == 'd' then
@@ -159,7 +162,7 @@ for i = 2, #ARGV, 9 do
       lock = locks .. ukey
       local held = redis.pcall('GET', lock)
       if type(held) ~= 'string' then held = nil end
-      verdict, holder, h = claim(held, umode)
+      verdict, holder, h = claim(lock, held, umode)
     end
     if verdict == 'dup' then
       local due = h[3]

@@ -32,18 +32,21 @@
 -- partitions with no share are not touched further.
 --
 -- Each popped entry is judged before anything is written for it (nothing in a
--- judgement can fail; see _prelude.lua): a record without kind or payload, or
--- whose attempts is not a count, is dead-lettered, an entry without a job hash
--- is quarantined, a record of a newer format goes back to the ready zset with
--- its score, untouched. What was set aside is replaced by further ready jobs
--- (of the same partition while it has some, else of the others), so the
--- batch is short only for want of usable ready jobs (at most ARGV[1] + 256
--- entries are looked at per call). The job's state is not read: the index
--- it is in decides, and the lease overwrites it. The fields returned as
--- stored (max_retries, timeout, last_error, created_at) are checked where they
--- are decoded, by the client (number parsing is the costliest part of a Lua
--- check): it dead-letters a job whose fields it cannot use with this lease's
--- token, so no worker is ever handed one.
+-- judgement can fail; see _prelude.lua): a record without kind or payload,
+-- whose attempts is not a count or whose state is no job state, is
+-- dead-lettered, an entry without a job hash is quarantined, a record of a
+-- newer format goes back to the ready zset with its score, untouched. What
+-- was set aside is replaced by further ready jobs (of the same partition
+-- while it has some, else of the others), so the batch is short only for
+-- want of usable ready jobs (at most ARGV[1] + 256 entries are looked at per
+-- call). A state other than ready is not judged further: the index it is in
+-- decides, and the lease overwrites it. The fields returned as
+-- stored (kind, run_at, max_retries, timeout, created_at, headers, flow
+-- control) are judged where they are decoded, by the client (number parsing
+-- is the costliest part of a Lua check), by the rules every path judges a
+-- record by (store/_record_rules.py): it dead-letters a job whose fields it
+-- cannot use with this lease's token, so no worker is ever handed one, and
+-- the lease judges a ready record exactly as the store checker does.
 --
 -- A key of the wrong type among a partition's keys fails that partition
 -- before anything is written in it (checked first: a pop must never be
@@ -53,14 +56,17 @@
 -- job past its expiry is dead-lettered ("expired: ...") instead of leased;
 -- one whose rate limit has no permit now, or whose concurrency limit has
 -- no free slot, goes back to the ready zset with its score, untouched (no
--- attempt counted) and is replaced like a record set aside. A lease takes
+-- attempt counted) and is replaced like a record set aside (that limit's
+-- zset goes into the partition's <tag>:waiting set: the settle that frees
+-- its slot wakes idle leasers). A unique job's key has such a limit of 1,
+-- its run slot (records/_unique.py). A lease takes
 -- a permit of each rate limit (the GCRA's theoretical arrival time moves
 -- one interval on) and a slot of each concurrency limit (the job joins its
 -- zset at its lease expiry). A slot's holder whose recorded expiry passed
 -- is kept (at its renewed expiry) only while still leased: a settle gives
 -- a slot back at once, a dead worker's slot comes back when its lease
 -- expires, whether or not recovery ran. A priority moved the ready score
--- (ready_score); the run_at returned is the due time itself.
+-- (ready_score); the run_at returned is the job's field, the due time itself.
 --
 -- Returns {now, expires_at, then per partition p in KEYS order: {} when it
 -- had no share or no ready job, the reason (a string) when it failed, else
@@ -69,10 +75,10 @@
 -- rate limit that held a job back comes ('' none), capped: 1 when a
 -- concurrency limit held one back, else 0, controls: per leased job with
 -- flow control its number in this part (1, 2, ...) then its fc}, then per
--- job 11 entries: id, token, kind, payload, run_at, attempts (already
--- incremented), max_retries, timeout, last_error, created_at, headers (''
--- for none)}}. now and expires_at are '' when no partition had a ready job
--- (TIME is read only then).
+-- job 11 entries: id, token, kind, payload, run_at ('' for none), attempts
+-- (already incremented), max_retries, timeout, last_error, created_at,
+-- headers ('' for none)}}. now and expires_at are '' when no partition had a
+-- ready job (TIME is read only then).
 local target = tonumber(ARGV[1])
 local parts = #KEYS / 6
 local now, now_s, exp_s = nil, '', ''
@@ -97,7 +103,7 @@ end
 -- Flow control state of this call, read once per key and call: parsed fc
 -- texts, the rate limits' theoretical arrival times (written back at the
 -- end), the concurrency limits' holder counts.
-local flows, tats, moved, slots, listed_in, taken = {}, {}, {}, {}, {}, {}
+local flows, tats, moved, slots, listed_in, taken, waited = {}, {}, {}, {}, {}, {}, {}
 
 local function parse_flow(fc)
   local got = flows[fc]
@@ -158,7 +164,8 @@ local function held_by(k, prefix, now)
 end
 
 -- Whether flow (parsed) lets its job be leased now: nil (yes), 'expired',
--- 'held' and when its next permit comes, or 'capped'.
+-- 'held' and when its next permit comes, or 'capped' and the zset of the
+-- concurrency limit that is full.
 local function admit(flow, prefix, now)
   if flow.exp and now >= flow.exp then return 'expired' end
   local until_ = nil
@@ -168,7 +175,8 @@ local function admit(flow, prefix, now)
   end
   if until_ then return 'held', until_ end
   for _, c in ipairs(flow.caps) do
-    if held_by(limit_key(prefix, 'cap', c[1]), prefix, now) >= c[2] then return 'capped' end
+    local k = limit_key(prefix, 'cap', c[1])
+    if held_by(k, prefix, now) >= c[2] then return 'capped', k end
   end
   return nil
 end
@@ -193,14 +201,16 @@ local function take(flow, prefix, id, now, exp_s)
     add[#add + 1] = exp_s
     add[#add + 1] = id
     slots[k] = slots[k] + 1
-    listed_in[k] = true
+    -- a unique key's run slot (its key starts with \31, see
+    -- records/_unique.py) is not listed: a key per job key must not pile up
+    if string.byte(c[1], 1) ~= 31 then listed_in[k] = true end
   end
 end
 
 -- Write back the arrival times this call moved; each key lapses when its
 -- time has come (its state is then that of a fresh limit). Then the slots
--- taken, and every limit key used listed in its partition's <tag>:limits
--- (for inspection).
+-- taken, and every limit key used (but a unique key's run slot) listed in
+-- its partition's <tag>:limits (for inspection).
 local function flush_tats(now)
   for k in pairs(moved) do
     local t = tats[k]
@@ -214,6 +224,12 @@ local function flush_tats(now)
   for k in pairs(listed_in) do
     local tag_end = string.find(k, '}:', 1, true)
     redis.call('SADD', string.sub(k, 1, tag_end + 1) .. 'limits', string.sub(k, tag_end + 2))
+  end
+  -- the limits that held a job back: a settle that frees their slot wakes
+  -- leasers (give_back_slots in _prelude.lua); pcall: a hint, never a failure
+  for k in pairs(waited) do
+    local tag_end = string.find(k, '}:', 1, true)
+    redis.pcall('SADD', string.sub(k, 1, tag_end + 1) .. 'waiting', k)
   end
 end
 
@@ -293,15 +309,17 @@ local function lease_partition(p, share, budget, res)
       local id = popped[i]
       local key = prefix .. id
       local f = redis.pcall('HMGET', key, 'v', 'kind', 'payload', 'attempts', 'max_retries',
-        'timeout', 'last_error', 'created_at', 'h', 'fc')
+        'timeout', 'last_error', 'created_at', 'h', 'fc', 'state', 'run_at')
       local none = nil
-      if not f[2] then f, none = probe_job(key, f, 10) end
+      if not f[2] then f, none = probe_job(key, f, 12) end
       if not f then
         quarantine(aside, damaged, id, none, 'ready', now)
       else
         local v, why = f[1], nil
         if v and v ~= FORMAT_S then why = check_format(v) end
-        local attempts = tonumber(f[4])
+        -- the state is overwritten, but must be one (a record the ready index
+        -- holds in another state is leased: the index decides)
+        if not why and f[11] ~= 'ready' then why = check_job_state(f[11]) end
         local payload, chunks_why = f[3], nil
         if not why and f[3] and #f[3] == CHUNK then
           -- only a first chunk is CHUNK bytes long: the field lookup is spared
@@ -314,7 +332,7 @@ local function lease_partition(p, share, budget, res)
           back[#back + 1] = popped[i + 1]
           back[#back + 1] = id
           newer(aside, id, v)
-        elseif why or chunks_why or not f[2] or f[2] == '' or not f[3] or not is_count(attempts) then
+        elseif why or chunks_why or not f[2] or f[2] == '' or not f[3] or not is_count(f[4]) then
           -- the cheap checks first; the reason is worked out only for a bad record
           why = why or check_text('kind', f[2]) or chunks_why
             or (not f[3] and missing('payload', f[3])) or check_count('attempts', f[4])
@@ -331,6 +349,7 @@ local function lease_partition(p, share, budget, res)
             back[#back + 1] = id
             if verdict == 'capped' then
               info[3] = 1
+              waited[until_] = true  -- the limit's zset: its next free slot wakes leasers
             elseif info[2] == '' or until_ < tonumber(info[2]) then
               info[2] = string.format('%.17g', until_)
             end
@@ -339,7 +358,7 @@ local function lease_partition(p, share, budget, res)
           n = n + 1
           issued = issued + 1
           local token = ARGV[4] .. (base + issued)
-          attempts = attempts + 1
+          local attempts = tonumber(f[4]) + 1
           redis.call('HSET', key, 'state', 'leased', 'attempts', attempts, 'lease_token', token,
             'lease_owner', ARGV[3], 'lease_expires_at', exp_s)
           scored[#scored + 1] = exp_s
@@ -349,7 +368,7 @@ local function lease_partition(p, share, budget, res)
           res[o + 2] = token
           res[o + 3] = f[2]
           res[o + 4] = payload
-          res[o + 5] = popped[i + 1]
+          res[o + 5] = f[12] or ''  -- the due time, as stored (the client judges it)
           res[o + 6] = attempts
           res[o + 7] = f[5]
           res[o + 8] = f[6]
@@ -361,10 +380,6 @@ local function lease_partition(p, share, budget, res)
             local controls = info[4]
             controls[#controls + 1] = (o - 2) / 11 + 1
             controls[#controls + 1] = fc
-            local pr = priority_of(fc)
-            if pr ~= 0 then
-              res[o + 5] = string.format('%.17g', tonumber(popped[i + 1]) + pr * PRIO_STEP)
-            end
           end
           end
         end

@@ -13,10 +13,12 @@
 -- ARGV[1]  limit (> 0)
 --
 -- Every expired entry is judged before anything is written (see
--- _prelude.lua): a record whose attempts or max_retries is not a count is
--- dead-lettered, an entry without a job hash is quarantined, a record of a
--- newer format keeps its lease entry, untouched. (The state is not read: the
--- leased index decides, and recovery overwrites it.)
+-- _prelude.lua): a record whose attempts or max_retries is not a count, or
+-- whose state, run_at, lease_token or lease_expires_at (the fields recovery
+-- overwrites) is not what every path judges it must be, is dead-lettered, an
+-- entry without a job hash is quarantined, a record of a newer format keeps
+-- its lease entry, untouched. (The state need not be leased: the leased index
+-- decides.)
 --
 -- A key of the wrong type among KEYS fails the script before it writes anything.
 --
@@ -37,9 +39,10 @@ if bad_key then return redis.error_reply(bad_key) end
 local plan, why, taken = {}, {}, {}
 for k, id in ipairs(expired) do
   local key = KEYS[4] .. id
-  local f = redis.pcall('HMGET', key, 'v', 'attempts', 'max_retries', 'ab')
+  local f = redis.pcall('HMGET', key, 'v', 'attempts', 'max_retries', 'ab', 'state', 'run_at',
+    'lease_token', 'lease_expires_at')
   local none = nil
-  if not f[2] then f, none = probe_job(key, f, 4) end
+  if not f[2] then f, none = probe_job(key, f, 8) end
   if not f then
     plan[k], why[k] = 'gone', none
   else
@@ -50,10 +53,16 @@ for k, id in ipairs(expired) do
     elseif not bad and f[4] then
       plan[k], why[k] = 'abort', f[4]  -- an abort needs nothing else of the record
     else
+      -- what recovery reads (attempts, max_retries) and what it overwrites
+      -- (state, run_at, the lease): judged as every path judges them
+      -- (store/_record_rules.py), so it never rewrites a damaged value into a
+      -- sound one; the fields it leaves are judged by the next lease
+      bad = bad or check_count('attempts', f[2]) or check_count('max_retries', f[3])
+        or check_job_state(f[5]) or check_number('run_at', f[6])
+        or check_text('lease_token', f[7]) or check_number('lease_expires_at', f[8])
       local attempts, max_retries = tonumber(f[2]), tonumber(f[3])
-      if bad or not is_count(attempts) or not is_count(max_retries) then
-        plan[k] = 'bad'
-        why[k] = bad or check_count('attempts', f[2]) or check_count('max_retries', f[3])
+      if bad then
+        plan[k], why[k] = 'bad', bad
       elseif attempts > max_retries then
         plan[k], why[k] = 'dead', attempts .. ' of ' .. (max_retries + 1)
       else

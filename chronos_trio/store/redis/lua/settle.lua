@@ -52,8 +52,9 @@
 -- nothing in a judgement can fail, so no record can stop the script after
 -- another's writes). A record not leased with that token (or with no job hash)
 -- is not ours and is not touched, damaged or not. One leased with that token
--- whose lease_expires_at (or, to release it, attempts or run_at) is unreadable
--- is dead-lettered; one of a newer format is left untouched. Each outcome
+-- whose lease_expires_at (or, to retry it, run_at; to release or defer it,
+-- attempts or run_at) is unreadable is dead-lettered; one of a newer format is
+-- left untouched. Each outcome
 -- writes the index before the record: a key of the wrong type stops its
 -- partition with that record unchanged (outcomes before it stay applied);
 -- the other partitions are settled as usual.
@@ -64,9 +65,9 @@
 -- expired): the job is not touched at all, 2 dead-lettered as damaged, 3 left
 -- alone (newer format), 4 applied, and a workflow continuation was queued,
 -- 5 applied: the job is aborted, 6 applied: dead-lettered as unclaimed past
--- its grace ('u'); after the codes, how many concurrency slots
--- the batch gave back (see release_slots in _prelude.lua: the client then
--- wakes idle leasers).
+-- its grace ('u'); after the codes, how many concurrency slots the batch
+-- gave back that a job was held back for (see give_back_slots in
+-- _prelude.lua: the client then wakes idle leasers).
 -- How long a finished job nobody keeps stays readable for its waiters (s).
 local WAITED_KEEP = 60
 local t = redis.call('TIME')
@@ -136,10 +137,14 @@ local function settle_partition(part, first, last, res)
         local until_ = tonumber(f[4])
         if not w and until_ and until_ > now and until_ < HUGE then p = 1 end
         if p == 0 then w = w or check_number('lease_expires_at', f[4]) end
+        -- what the outcome reads or overwrites, judged as every path judges it
+        -- (store/_record_rules.py): no damaged value is rewritten into a sound one
         if not w and kind == 'l' then
           w = check_count('attempts', f[5]) or check_number('run_at', f[6])
         elseif not w and (kind == 'f' or kind == 'u') then
-          w = check_count('attempts', f[5])
+          w = check_count('attempts', f[5]) or check_number('run_at', f[6])
+        elseif not w and kind == 'r' then
+          w = check_number('run_at', f[6])
         end
         if w then p = 2 end
       end
@@ -262,8 +267,9 @@ local function settle_partition(part, first, last, res)
   -- one ZREM for the batch (chunked below Lua's unpack() limit)
   zrem_all(KEYS[b + 2], settled)
   if #settled > 0 then drop_idle_leased(KEYS[b + 2]) end
-  -- after the codes: how many concurrency slots were given back
-  res[#res + 1] = give_back_slots(gone)
+  -- after the codes: how many concurrency slots were given back that a lease
+  -- had found taken (see give_back_slots)
+  res[#res + 1] = give_back_slots(gone, prefix)
 end
 
 local out = {now_s}

@@ -1,0 +1,349 @@
+"""One judgement of a job record: which fields a usable record holds, of
+what type, in which states (issue 23, item 9).
+
+Every path that judges a record decides by :data:`RULES`: the lease that
+hands it to a worker, recovery, settle and renew, the admin reads that show
+it, the store checker that reports and repairs it, and the executor's last
+look before it runs a job, on every store. A record is *usable* when each
+field judged in its state holds a value of the field's type; otherwise it is
+*damaged*, and whatever meets it dead-letters it ("damaged record: <field
+and value>") instead of using it.
+
+* A field is judged in the states its rule lists (every state when it lists
+  none). In the other states it means nothing, and any value is accepted:
+  the transition that gives it a meaning writes it first (a lease writes
+  the lease fields, a finish writes ``finished_at``). So no path sets aside
+  a record for a field it is about to overwrite, and none hands on a record
+  whose meaningful fields it did not judge.
+* ``required``: the field must hold a value (on Redis: be present and not
+  empty); otherwise it may be absent (``None`` in memory, no field or an
+  empty one on Redis), and when present it must still be of its type.
+* Texts that only identify or describe (``last_error``, the lease token
+  and owner) are never damage for their bytes: they are shown with escapes.
+  A task kind must be UTF-8 text: it names the handler.
+
+Two readers apply the table: :func:`stored_damage` to a Redis hash (bytes),
+:func:`value_damage` to a MemoryStore record (Python values, which must also
+be of their Python type in every state: code reads them as such). The Redis
+scripts judge the fields they read or overwrite with the same rules
+(``check_*`` in ``lua/_prelude.lua``, held to these by
+``tests/test_record_judgement.py``); fields a script neither reads nor
+overwrites keep their damage to where the lease (the gate to running) or the
+checker judges it.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from ..records._control import PRIORITY_MAX, PRIORITY_MIN, JobControl, decode_control
+from ..records._jobs import FINISHED_STATES, Job, JobState
+from ..records._options import decode_headers
+from ._roles import DAMAGED_RECORD
+
+#: Counts at or above this are damage (the Redis store reads at most 15 digits).
+COUNT_LIMIT = 10**15
+_SHOW_CUT = 40
+
+
+class Kind(enum.Enum):
+    """What a field holds; the value is what a message says it is not."""
+
+    TASK = "UTF-8 text"  # a task kind: non-empty
+    PAYLOAD = "bytes"
+    TIME = "a number"  # finite
+    TIMEOUT = "a positive number"  # > 0; infinite is allowed (no timeout)
+    COUNT = "an integer >= 0"
+    STATE = "a job state"
+    TOKEN = "a lease token"  # any text, not empty
+    TEXT = "text"  # any text
+    HEADERS = "a JSON object of text headers"
+    CONTROL = "flow control items"
+
+
+@attrs.frozen
+class Rule:
+    """One field of a job record: its ``Job`` attribute, its Redis hash
+    field, what it holds, and when it is judged and required."""
+
+    name: str
+    stored: str
+    kind: Kind
+    required: bool
+    #: The states it is judged in (None: every state).
+    states: frozenset[JobState] | None = None
+
+    def judged(self, state: JobState | None) -> bool:
+        """Whether the field is judged in a record of ``state`` (None: a
+        record whose state is unreadable: then only the fields judged in
+        every state are, as nothing says what the others mean)."""
+        return self.states is None or (state is not None and state in self.states)
+
+
+_LEASED = frozenset({JobState.LEASED})
+
+#: The fields of a job record, in the order their problems are named.
+RULES = (
+    Rule("kind", "kind", Kind.TASK, True),
+    Rule("payload", "payload", Kind.PAYLOAD, True),
+    Rule("run_at", "run_at", Kind.TIME, True),
+    Rule("state", "state", Kind.STATE, True),
+    Rule("attempts", "attempts", Kind.COUNT, True),
+    Rule("max_retries", "max_retries", Kind.COUNT, True),
+    Rule("timeout", "timeout", Kind.TIMEOUT, True),
+    Rule("lease_token", "lease_token", Kind.TOKEN, True, _LEASED),
+    Rule("lease_owner", "lease_owner", Kind.TEXT, False, _LEASED),
+    Rule("lease_expires_at", "lease_expires_at", Kind.TIME, True, _LEASED),
+    Rule("last_error", "last_error", Kind.TEXT, False),
+    Rule("created_at", "created_at", Kind.TIME, True),
+    Rule("finished_at", "finished_at", Kind.TIME, True, FINISHED_STATES),
+    Rule("result_until", "result_until", Kind.TIME, False, frozenset({JobState.SUCCEEDED})),
+    Rule("headers", "h", Kind.HEADERS, False),
+    Rule("control", "fc", Kind.CONTROL, False),
+)
+RULE_OF = {rule.name: rule for rule in RULES}
+
+#: What a dead-lettered record is still judged by (it keeps its other
+#: damaged fields, for an operator to see): what the dead index needs.
+DAMAGED_DEAD_NEEDS = ("finished_at",)
+
+_STATES = {s.value.encode(): s for s in JobState}
+_DAMAGED = DAMAGED_RECORD.encode()
+_COUNT = re.compile(rb"[0-9]{1,15}")
+
+
+# -- stored values (bytes: the RedisStore) -------------------------------------------------
+def show_stored(value: bytes) -> str:
+    """A stored value for a message: ``b'...'``, printable ASCII as is,
+    anything else escaped, cut after 40 bytes (the same text as ``show``
+    in ``lua/_prelude.lua``, so both sides name values alike)."""
+    cut = value[:_SHOW_CUT]
+    body = "".join(_SHOW_BYTE[b] for b in cut)
+    tail = f"... ({len(value)} bytes)" if len(value) > _SHOW_CUT else ""
+    return f"b'{body}'{tail}"
+
+
+def _show_byte(b: int) -> str:
+    special = {0x5C: "\\\\", 0x27: "\\'", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
+    if b in special:
+        return special[b]
+    if b < 0x20 or b >= 0x7F:
+        return f"\\x{b:02x}"
+    return chr(b)
+
+
+_SHOW_BYTE = [_show_byte(b) for b in range(256)]
+
+
+def parse_number(value: bytes, *, infinite: bool = False) -> float | None:
+    """A stored decimal number, or None: exactly the texts ``check_number``
+    in ``lua/_prelude.lua`` accepts (Python's float() reads underscores, Lua
+    hexadecimal: neither counts). Finite unless ``infinite``; never NaN."""
+    if b"_" in value or b"x" in value or b"X" in value:
+        return None
+    try:
+        x = float(value)
+    except ValueError:
+        return None
+    if x != x or (not infinite and not math.isfinite(x)):
+        return None
+    return x
+
+
+def parse_count(value: bytes) -> int | None:
+    """A stored non-negative integer (decimal digits, at most 15), or None."""
+    return int(value) if _COUNT.fullmatch(value) else None
+
+
+def parse_state(value: bytes) -> JobState | None:
+    return _STATES.get(value)
+
+
+def _stored_ok(kind: Kind, value: bytes) -> bool:
+    """Whether a present, non-empty stored ``value`` is of ``kind``."""
+    if kind is Kind.TASK:
+        try:
+            value.decode()
+        except UnicodeDecodeError:
+            return False
+        return True
+    if kind is Kind.TIME:
+        return parse_number(value) is not None
+    if kind is Kind.TIMEOUT:
+        x = parse_number(value, infinite=True)
+        return x is not None and x > 0
+    if kind is Kind.COUNT:
+        return parse_count(value) is not None
+    if kind is Kind.STATE:
+        return value in _STATES
+    if kind is Kind.HEADERS:
+        try:
+            decode_headers(value)
+        except (ValueError, TypeError):
+            return False
+        return True
+    if kind is Kind.CONTROL:
+        try:
+            decode_control(value.decode())
+        except (ValueError, UnicodeDecodeError):
+            return False
+        return True
+    return True  # PAYLOAD, TOKEN, TEXT: any bytes
+
+
+def stored_problem(rule: Rule, value: bytes | None) -> str | None:
+    """Why a stored ``value`` of ``rule``'s field (None: absent) is damage,
+    or None. Judged as a field of a record in which the rule applies."""
+    name = rule.stored
+    if value is None or (value == b"" and rule.kind is not Kind.PAYLOAD):
+        if not rule.required:
+            return None
+        return f"field {name!r} is {'missing' if value is None else 'empty'}"
+    if _stored_ok(rule.kind, value):
+        return None
+    what = rule.kind.value
+    if rule.kind is Kind.TIMEOUT and parse_number(value, infinite=True) is None:
+        what = Kind.TIME.value  # not a number at all
+    return f"field {name!r} holds {show_stored(value)}, not {what}"
+
+
+def stored_state(fields: Mapping[str, bytes | None]) -> JobState | None:
+    raw = fields.get("state")
+    return None if raw is None else _STATES.get(raw)
+
+
+def damaged_already(state: JobState | None, last_error: bytes | None) -> bool:
+    """A record this store (or the checker) already dead-lettered as
+    damaged: it needs only what the dead index needs
+    (:data:`DAMAGED_DEAD_NEEDS`)."""
+    return state is JobState.DEAD and (last_error or b"").startswith(_DAMAGED)
+
+
+def stored_damage(
+    fields: Mapping[str, bytes | None],
+    *,
+    state: JobState | None = None,
+    reading: bool = False,
+) -> dict[str, str]:
+    """Every field of a stored record (``fields``: stored field name ->
+    value, None or missing when absent) that makes it unusable, mapped to
+    its ``Job`` field name and why; empty for a usable record. ``state``:
+    the state to judge it in (default: the one it holds). ``reading``: every
+    field a reader cannot take as it is, also those of a record already
+    dead-lettered as damaged. Never raises."""
+    if state is None:
+        state = stored_state(fields)
+    names = None
+    if not reading and damaged_already(state, fields.get("last_error")):
+        names = DAMAGED_DEAD_NEEDS
+    out: dict[str, str] = {}
+    for rule in RULES:
+        if (names is None or rule.name in names) and rule.judged(state):
+            why = stored_problem(rule, fields.get(rule.stored))
+            if why is not None:
+                out[rule.name] = why
+    return out
+
+
+# -- Python values (the MemoryStore's records, a Job handed to a worker) -------------------
+def show_value(value: object) -> str:
+    """``repr(value)``, cut after 40 characters with the full length noted."""
+    try:
+        text = repr(value)
+    except Exception:  # a value whose repr fails is still shown, never raised
+        text = f"<{type(value).__name__}>"
+    if len(text) <= _SHOW_CUT:
+        return text
+    size = len(value) if isinstance(value, str | bytes) else len(text)
+    return f"{text[:_SHOW_CUT]}... ({size} long)"
+
+
+def is_number(value: object) -> bool:
+    """A float, or an int small enough to be one; NaN is not a number."""
+    if type(value) is float:
+        return value == value
+    return type(value) is int and -(2**1023) < value < 2**1023  # type: ignore[operator]
+
+
+def is_count(value: object) -> bool:
+    return type(value) is int and 0 <= value < COUNT_LIMIT  # type: ignore[operator]
+
+
+def _headers_ok(value: object) -> bool:
+    return type(value) is tuple and all(
+        type(pair) is tuple
+        and len(pair) == 2
+        and type(pair[0]) is str
+        and pair[0] != ""
+        and type(pair[1]) is str
+        for pair in value
+    )
+
+
+def _control_ok(value: object) -> bool:
+    return (
+        isinstance(value, JobControl)
+        and type(value.priority) is int
+        and PRIORITY_MIN <= value.priority <= PRIORITY_MAX
+    )
+
+
+_VALUE_OK: dict[Kind, Callable[[Any], bool]] = {
+    Kind.TASK: lambda v: type(v) is str and v != "",
+    Kind.PAYLOAD: lambda v: type(v) is bytes,
+    Kind.TIME: lambda v: is_number(v) and math.isfinite(v),
+    Kind.TIMEOUT: lambda v: is_number(v) and v > 0,
+    Kind.COUNT: is_count,
+    Kind.STATE: lambda v: isinstance(v, JobState),
+    Kind.TOKEN: lambda v: type(v) is str and v != "",
+    Kind.TEXT: lambda v: type(v) is str,
+    Kind.HEADERS: _headers_ok,
+    Kind.CONTROL: _control_ok,
+}
+
+#: Kinds whose value may be None when not required (the Job's default).
+_NONE_WHEN_OPTIONAL = frozenset({Kind.TIME, Kind.CONTROL})
+
+
+def value_problem(rule: Rule, value: object, *, required: bool | None = None) -> str | None:
+    """Why a Python ``value`` of ``rule``'s field is damage, or None.
+    ``required``: whether it must hold a value (default: the rule's)."""
+    need = rule.required if required is None else required
+    if value is None and not need and rule.kind in _NONE_WHEN_OPTIONAL:
+        return None
+    if rule.kind is Kind.TOKEN and not need and type(value) is str:
+        return None  # a token only a leased job must have
+    if _VALUE_OK[rule.kind](value):
+        return None
+    what = "text" if rule.kind is Kind.TOKEN and not need else rule.kind.value
+    if rule.kind is Kind.TASK:
+        what = "a task kind"
+    elif rule.kind is Kind.CONTROL:
+        what = "flow control (a JobControl) or None"
+    elif rule.kind is Kind.TIME and not need:
+        what = "a number or None"
+    elif rule.kind is Kind.TIMEOUT and not is_number(value):
+        what = Kind.TIME.value  # not a number at all
+    return f"field {rule.name!r} holds {show_value(value)}, not {what}"
+
+
+def value_damage(job: Job) -> dict[str, str]:
+    """Every field of ``job`` (a Python record) that makes it unusable,
+    mapped to why; empty for a usable one. A field not judged in the
+    record's state must still hold its Python type (any value of it): code
+    reads it as such. Never raises."""
+    state = job.state if isinstance(job.state, JobState) else None
+    out: dict[str, str] = {}
+    for rule in RULES:
+        value = getattr(job, rule.name)
+        judged = rule.judged(state)
+        why = value_problem(rule, value, required=rule.required and judged)
+        if why is not None:
+            out[rule.name] = why
+    return out
