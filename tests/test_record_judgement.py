@@ -27,7 +27,7 @@ import pytest
 import trio
 import trio.testing
 
-from chronos_trio import App, JobContext, JobState, MemoryStore, NewJob
+from chronos_trio import App, Job, JobContext, JobState, MemoryStore, NewJob
 from chronos_trio.store import (
     DAMAGED_RECORD,
     CheckReport,
@@ -294,3 +294,34 @@ async def test_a_record_without_a_timeout_runs(backend: Backend, clock: object) 
         assert worker.statistics().dead == 0
     assert ran == [1]
     assert (await store.check()).findings == ()
+
+
+#: Values of every shape a field may meet in a damaged memory record.
+_ODD_VALUES: tuple[Any, ...] = (
+    None, "", "x", b"", b"x", 0, 1, -1, 2**1023, 10**15, 0.0, 1.5, -1.5, math.inf, -math.inf,
+    math.nan, True, JobState.READY, (), (("a", "b"),), (("", "b"),), [], {},
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("state", [*JobState, "garbage"])
+def test_the_compiled_check_of_a_sound_record_agrees_with_each_rule(state: Any) -> None:
+    """``value_sound`` (each state's compiled check, run on every record a
+    memory store operation meets) says sound exactly when no rule finds a
+    problem, for every field and every shape of value."""
+    from chronos_trio.store._record_rules import RULES, value_problem, value_sound
+
+    sound = Job(
+        id="j", queue="q", kind="k", payload=b"p", run_at=1.0, state=JobState.LEASED,
+        lease_token="t", lease_expires_at=2.0, created_at=1.0, finished_at=2.0,
+    )  # fmt: skip
+    base = attrs.evolve(sound, state=state)
+    judged = state if isinstance(state, JobState) else None
+    for rule in RULES:
+        for value in _ODD_VALUES:
+            job = attrs.evolve(base, **{rule.name: value})
+            problems = [
+                value_problem(r, getattr(job, r.name), required=r.required and r.judged(judged))
+                for r in RULES
+            ]
+            expected = all(p is None for p in problems)
+            assert value_sound(job) is expected, (rule.name, value, state, problems)

@@ -27,7 +27,7 @@ from typing import Any
 import attrs
 
 from ..records._jobs import Job, JobState
-from ._record_rules import is_count, is_number, show_value, value_damage
+from ._record_rules import is_count, is_number, show_value, value_damage, value_sound
 from ._roles import DAMAGED_RECORD
 
 #: What a damaged field is shown as (admin reads): the field's default, or
@@ -50,6 +50,18 @@ def field_damage(job: Job, job_id: str | None = None, home: str | None = None) -
     field and value); empty for a sound record. ``job_id`` and ``home`` are
     the ID and queue the record is stored under (``id`` and ``queue`` must
     equal them); None checks only their type. Never raises."""
+    if (
+        type(job.id) is str
+        and (job.id == job_id if job_id is not None else job.id != "")
+        and type(job.queue) is str
+        and (job.queue == home if home is not None else job.queue != "")
+        and is_count(job.queue_version)
+        and is_count(job.partition)
+        and (job.then is None or type(job.then) is str)
+        and (job.result is None or type(job.result) is bytes)
+        and value_sound(job)
+    ):
+        return {}  # sound: what every operation meets, judged without a message
     out: dict[str, str] = {}
 
     def need(name: str, ok: bool, what: str) -> None:

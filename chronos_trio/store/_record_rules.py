@@ -294,17 +294,34 @@ def _control_ok(value: object) -> bool:
     )
 
 
+#: Each kind's test of a value ``v``, as one Python expression: the one
+#: definition, compiled once into the per-kind predicates (``_VALUE_OK``)
+#: and the per-state record checks (:func:`value_sound`, which runs on
+#: every record each store operation meets, so its tests are inlined).
+_VALUE_EXPR = {
+    Kind.TASK: "(type(v) is str and v != '')",
+    Kind.PAYLOAD: "(type(v) is bytes)",
+    # a float, or an int a float can hold; v - v == 0 is False for inf and NaN
+    Kind.TIME: "((type(v) is float and v - v == 0) or (type(v) is int and -_BIG < v < _BIG))",
+    # infinite is allowed (no timeout); NaN > 0 is False
+    Kind.TIMEOUT: "((type(v) is float and v > 0) or (type(v) is int and 0 < v < _BIG))",
+    Kind.COUNT: "(type(v) is int and 0 <= v < COUNT_LIMIT)",
+    Kind.STATE: "isinstance(v, JobState)",
+    Kind.TOKEN: "(type(v) is str and v != '')",
+    Kind.TEXT: "(type(v) is str)",
+    Kind.HEADERS: "(v == () or _headers_ok(v))",
+    Kind.CONTROL: "_control_ok(v)",
+}
+_EXPR_SCOPE: dict[str, Any] = {
+    "_BIG": 2**1023,
+    "COUNT_LIMIT": COUNT_LIMIT,
+    "JobState": JobState,
+    "_headers_ok": _headers_ok,
+    "_control_ok": _control_ok,
+}
+# (source built from the constant table above, never from data)
 _VALUE_OK: dict[Kind, Callable[[Any], bool]] = {
-    Kind.TASK: lambda v: type(v) is str and v != "",
-    Kind.PAYLOAD: lambda v: type(v) is bytes,
-    Kind.TIME: lambda v: is_number(v) and math.isfinite(v),
-    Kind.TIMEOUT: lambda v: is_number(v) and v > 0,
-    Kind.COUNT: is_count,
-    Kind.STATE: lambda v: isinstance(v, JobState),
-    Kind.TOKEN: lambda v: type(v) is str and v != "",
-    Kind.TEXT: lambda v: type(v) is str,
-    Kind.HEADERS: _headers_ok,
-    Kind.CONTROL: _control_ok,
+    kind: eval(f"lambda v: {expr}", dict(_EXPR_SCOPE)) for kind, expr in _VALUE_EXPR.items()
 }
 
 #: Kinds whose value may be None when not required (the Job's default).
@@ -333,11 +350,56 @@ def value_problem(rule: Rule, value: object, *, required: bool | None = None) ->
     return f"field {rule.name!r} holds {show_value(value)}, not {what}"
 
 
+def value_ok(rule: Rule, *, required: bool | None = None) -> Callable[[object], bool]:
+    """A predicate true exactly when :func:`value_problem` finds nothing in
+    a value of ``rule``'s field (no message built): the fast path of every
+    judgement of a sound field."""
+    need = rule.required if required is None else required
+    ok = _VALUE_OK[rule.kind]
+    if not need and rule.kind in _NONE_WHEN_OPTIONAL:
+        return lambda v: v is None or ok(v)
+    if not need and rule.kind is Kind.TOKEN:
+        return lambda v: type(v) is str
+    return ok
+
+
+def _sound_check(state: JobState | None) -> Callable[[Job], bool]:
+    """``job -> bool`` for records of ``state``: every field as
+    :func:`value_ok` judges it there, compiled into one function."""
+    lines = ["def sound(job):"]
+    for rule in RULES:
+        need = rule.required and rule.judged(state)
+        test = _VALUE_EXPR[rule.kind]
+        if not need and rule.kind in _NONE_WHEN_OPTIONAL:
+            test = f"(v is None or {test})"
+        elif not need and rule.kind is Kind.TOKEN:
+            test = "(type(v) is str)"
+        lines += [f"    v = job.{rule.name}", f"    if not {test}: return False"]
+    lines.append("    return True")
+    scope = dict(_EXPR_SCOPE)
+    exec("\n".join(lines), scope)  # source built from RULES and _VALUE_EXPR, never from data
+    check: Callable[[Job], bool] = scope["sound"]
+    return check
+
+
+#: Per record state (None: unreadable), its compiled check (see value_sound).
+_SOUND_IN = {state: _sound_check(state) for state in (*JobState, None)}
+
+
+def value_sound(job: Job) -> bool:
+    """Whether :func:`value_damage` finds nothing in ``job``, without
+    building a message: what every store operation pays for a sound record."""
+    state = job.state
+    return _SOUND_IN[state if isinstance(state, JobState) else None](job)
+
+
 def value_damage(job: Job) -> dict[str, str]:
     """Every field of ``job`` (a Python record) that makes it unusable,
     mapped to why; empty for a usable one. A field not judged in the
     record's state must still hold its Python type (any value of it): code
     reads it as such. Never raises."""
+    if value_sound(job):
+        return {}
     state = job.state if isinstance(job.state, JobState) else None
     out: dict[str, str] = {}
     for rule in RULES:
