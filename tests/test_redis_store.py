@@ -219,7 +219,7 @@ async def test_wait_ready_wakes_on_enqueue_from_another_store(redis_store: Facto
 
     async def wait() -> None:
         # As the leaser does: wait, then lease; a wake-up whose job is gone
-        # (here the token of "first") only costs one empty lease.
+        # only costs one empty lease.
         while True:
             await waiter.wait_ready(["q"], timeout=10)
             if await lease(waiter):
@@ -236,15 +236,92 @@ async def test_wait_ready_wakes_on_enqueue_from_another_store(redis_store: Facto
     assert woke_at and sent <= woke_at[0] < sent + 0.2
 
 
-async def test_stale_wake_up_costs_at_most_one_spurious_return(redis_store: Factory) -> None:
+async def test_a_wake_up_seen_before_the_look_costs_no_spurious_return(
+    redis_store: Factory,
+) -> None:
+    """A wake-up written before a wait's look (its job already leased) does
+    not end the wait: the look reads the stream's last ID first and blocks
+    after it. The held wait of the same task blocks after what it saw."""
     store = await redis_store()
     await store.enqueue_many([job("a")])
-    await lease(store)  # the wake-up token is still in the list, the job is gone
+    await lease(store)  # the wake-up is on the stream, the job is gone
     with trio.fail_after(5):
-        await store.wait_ready(["q"], timeout=0.4)  # may return at once: allowed
+        for held in (False, True):
+            start = trio.current_time()
+            await store.wait_ready(["q"], timeout=0.4, held=held)
+            assert trio.current_time() - start >= 0.39, held
+
+
+async def test_a_held_wait_misses_no_wake_up_sent_after_the_lease(redis_store: Factory) -> None:
+    """A held wait does not look, so it blocks from the wake-up IDs its task
+    saw before its lease: a slot freed (a job made ready) between that lease
+    and the wait still ends it at once. A task that has seen nothing yet
+    returns at once instead (its caller leases again)."""
+    store = await redis_store()
+    producer = await redis_store()
+    await producer.enqueue_many([job("warm")])
+    await lease(store)
+    with trio.fail_after(5):
         start = trio.current_time()
-        await store.wait_ready(["q"], timeout=0.4)  # the token is used up: it blocks
-        assert trio.current_time() - start >= 0.39
+        await store.wait_ready(["q"], timeout=3, held=True)  # nothing seen yet
+        assert trio.current_time() - start < 0.2
+        await store.wait_ready(["q"], timeout=0.2)  # looks, blocks: seen
+        assert await lease(store) == []
+        await producer.enqueue_many([job("between")])  # after the lease, before the wait
+        start = trio.current_time()
+        await store.wait_ready(["q"], timeout=3, held=True)
+        assert trio.current_time() - start < 0.2, "the wake-up after the lease was missed"
+
+
+async def test_a_promoter_skipping_its_look_misses_no_job_scheduled_after_promote(
+    redis_store: Factory,
+) -> None:
+    """Right after promote_due the promoter's wait skips its look; a job
+    scheduled between that promote_due and the wait still ends the wait at
+    once (its wake-up comes after the IDs the task saw before promoting)."""
+    store = await redis_store()
+    producer = await redis_store()
+    now = await store.now()
+    await producer.enqueue_many([job("far", run_at=now + 60)])
+    with trio.fail_after(5):
+        await store.wait_scheduled(["q"], earlier_than=now + 30, timeout=0.2)  # seen
+        result = await store.promote_due(["q"], 10)
+        assert result.next_due_at is not None and result.next_due_at >= now + 59
+        await producer.enqueue_many([job("soon", delay=5)])
+        start = trio.current_time()
+        await store.wait_scheduled(["q"], earlier_than=result.next_due_at, timeout=3)
+        assert trio.current_time() - start < 0.2, "the job scheduled after promote was missed"
+
+
+async def test_a_stream_written_anew_behind_the_seen_id_wakes_within_one_block(
+    redis_store: Factory, redis_url: str
+) -> None:
+    """A wake-up stream made again with lower IDs (a restart without
+    persistence on a clock behind) is noticed when a block ends empty: the
+    waiter is deaf to it for one ``max_block`` at most, not until its timeout."""
+    store = await redis_store()
+    store._adapter.max_block = 0.5
+    await store.enqueue_many([job("warm")])
+    await lease(store)
+    key = store._ctx.keys.wake_ready("q")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        woke: list[float] = []
+
+        async def wait() -> None:
+            await store.wait_ready(["q"], timeout=20)
+            woke.append(trio.current_time())
+
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait)
+                await trio.sleep(0.2)  # blocked after the warm-up's entry
+                client.delete(key)
+                client.xadd(key, {"n": 1}, id="1-1")  # behind the ID it blocks after
+                sent = trio.current_time()
+        assert woke[0] - sent < 0.5 + 0.3
+    finally:
+        client.close()
 
 
 async def test_idle_waiting_costs_few_commands(redis_store: Factory, redis_url: str) -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import secrets
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import trio
 
 from .._roles import SetAside
@@ -17,6 +19,24 @@ from ._core import Call, NeedMeta, Plan, RedisCore, T, ensure_plan, meta_plan
 from ._core import QueueMeta as QueueMeta
 from ._scripts import ReplicaWait
 from .keys import KeySpace
+
+
+@attrs.define
+class WakeSeen:
+    """What one task has seen of the wake-up streams (see ``_waiting``)."""
+
+    #: Stream key -> the ID of the last entry seen there (``0-0``: none).
+    ids: dict[str, bytes] = attrs.Factory(dict)
+    #: time.monotonic() when one of ``ids`` last changed (its reply in hand).
+    at: float = 0.0
+
+    def update(self, key: str, last: bytes) -> bool:
+        """Record ``last`` as the last entry seen on ``key``; whether that changed it."""
+        if self.ids.get(key) == last:
+            return False
+        self.ids[key] = last
+        self.at = time.monotonic()
+        return True
 
 
 class StoreContext(RedisCore):
@@ -46,8 +66,14 @@ class StoreContext(RedisCore):
         )
         self.adapter = adapter
         self._refresh_lock = trio.Lock()
-        #: queues of the last promote_due -> (its next_due_at, time.monotonic())
+        #: queues of the last promote_due -> (its next_due_at, time.monotonic()
+        #: before it was sent)
         self._promoted: dict[frozenset[str], tuple[float | None, float]] = {}
+        #: What each waiting task has seen of the wake-up streams; weak, so a
+        #: task that ends leaves nothing behind.
+        self._wake_seen: weakref.WeakKeyDictionary[trio.lowlevel.Task, WakeSeen] = (
+            weakref.WeakKeyDictionary()
+        )
         #: Where this store starts among a queue's partitions when due times
         #: are equal (a Cluster lease, see ``_jobs.lease``): random, so
         #: concurrent workers start from different partitions.
@@ -90,21 +116,37 @@ class StoreContext(RedisCore):
             plan.close()
 
     # -- promote / wait_scheduled hand-off -------------------------------------------
-    def record_promote(self, queues: Sequence[str], next_due: float | None) -> None:
+    def record_promote(self, queues: Sequence[str], next_due: float | None, sent: float) -> None:
+        """promote_due over ``queues``, sent at ``sent`` (time.monotonic()),
+        found nothing due before ``next_due`` (None: nothing at all)."""
         if len(self._promoted) > 64:
             self._promoted.clear()
-        self._promoted[frozenset(queues)] = (next_due, time.monotonic())
+        self._promoted[frozenset(queues)] = (next_due, sent)
 
-    def promoted_recently(self, queues: Sequence[str], earlier_than: float | None) -> bool:
-        """Whether promote_due over exactly ``queues`` found, within the last
-        0.5 s, nothing due before ``earlier_than`` (None: nothing at all)."""
+    def promoted_recently(
+        self, queues: Sequence[str], earlier_than: float | None, *, after: float
+    ) -> bool:
+        """Whether promote_due over exactly ``queues``, sent after ``after``
+        (time.monotonic()) and within the last 0.5 s, found nothing due
+        before ``earlier_than`` (None: nothing at all)."""
         rec = self._promoted.get(frozenset(queues))
-        if rec is None or time.monotonic() - rec[1] > 0.5:
+        if rec is None or rec[1] <= after or time.monotonic() - rec[1] > 0.5:
             return False
         next_due = rec[0]
         if next_due is None:
             return True
         return earlier_than is not None and next_due >= earlier_than
+
+    def wake_seen(self) -> WakeSeen:
+        """What the calling task has seen of the wake-up streams (its own
+        record, updated in place by ``_waiting``): a wait may block from
+        those IDs without looking first because this task looked (leased,
+        promoted) after it saw them."""
+        task = trio.lowlevel.current_task()
+        seen = self._wake_seen.get(task)
+        if seen is None:
+            seen = self._wake_seen[task] = WakeSeen()
+        return seen
 
     # -- topology cache -----------------------------------------------------------
     async def meta(

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -142,6 +143,7 @@ def _promote_op(pks: Sequence[PartitionKeys], limit: int, groups: Sequence[int])
 
 
 async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> PromoteResult:
+    sent = time.monotonic()  # what wait_scheduled compares its wake-up IDs with
     order = list(dict.fromkeys(queues))
     metas = await ctx.meta(order)
     by_queue = {q: ctx.partitions_of(q, metas[q]) for q in order}
@@ -179,7 +181,7 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
         await ctx.adapter.execute([], after=ctx.wake_ready_ops(woke))
     assert now is not None  # from the peek, or from a script (else StoreError)
     next_due_at = min(heads.values(), default=None)
-    ctx.record_promote(order, next_due_at)
+    ctx.record_promote(order, next_due_at, sent)
     return PromoteResult(promoted, next_due_at, now, ctx.count_aside(aside))
 
 
