@@ -3,6 +3,7 @@ fencing, idle waiting, topology caching and stale writers, triggers."""
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import socket
@@ -300,7 +301,7 @@ async def test_a_stream_written_anew_behind_the_seen_id_wakes_within_one_block(
     persistence on a clock behind) is noticed when a block ends empty: the
     waiter is deaf to it for one ``max_block`` at most, not until its timeout."""
     store = await redis_store()
-    store._adapter.max_block = 0.5
+    store._adapter.max_block = 0.3
     await store.enqueue_many([job("warm")])
     await lease(store)
     key = store._ctx.keys.wake_ready("q")
@@ -315,13 +316,66 @@ async def test_a_stream_written_anew_behind_the_seen_id_wakes_within_one_block(
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(wait)
-                await trio.sleep(0.2)  # blocked after the warm-up's entry
+                await trio.sleep(1.0)  # blocked after the warm-up's entry, block after block
+                assert not woke, "a block that ended empty ended the wait"
                 client.delete(key)
                 client.xadd(key, {"n": 1}, id="1-1")  # behind the ID it blocks after
                 sent = trio.current_time()
-        assert woke[0] - sent < 0.5 + 0.3
+        assert woke[0] - sent < 0.3 + 0.3
     finally:
         client.close()
+
+
+async def test_a_waiter_that_lost_its_last_job_looks_before_it_leases(
+    redis_store: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every waiter sees every wake-up; one whose lease after its last
+    wake-up got nothing (another worker took the job) waits a little and
+    looks instead of returning: a job another worker takes costs it no
+    lease, a job nobody else takes still reaches it within that wait, and
+    a lease that gets jobs makes it lease at once again."""
+    from chronos_trio.store.redis import _context
+
+    monkeypatch.setattr(_context, "COLD_MIN", 0.3)  # wide enough for a busy machine
+    monkeypatch.setattr(_context, "COLD_MAX", 0.6)
+    cold, other = await redis_store(), await redis_store()
+    await other.enqueue_many([job("warm")])
+    await lease(other)
+
+    async def returns_within(seconds: float) -> bool:
+        with trio.move_on_after(seconds):
+            await cold.wait_ready(["q"], timeout=20)
+            return True
+        return False
+
+    sent: list[float] = []
+
+    async def enqueue_soon(job_id: str, *, take: bool = False) -> None:
+        await trio.sleep(0.1)  # the waiter blocks first
+        sent.append(trio.current_time())
+        await other.enqueue_many([job(job_id)])
+        if take:  # another worker takes it at once
+            assert [lj.job.id for lj in await lease(other)] == [job_id]
+
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(enqueue_soon, "j1")
+            assert await returns_within(2)
+        assert [lj.job.id for lj in await lease(other)] == ["j1"]
+        assert await lease(cold) == []  # lost it: cold now
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(enqueue_soon, "j2", take=True))
+            assert not await returns_within(1.0), "returned for a job another took"
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(enqueue_soon, "j3")  # nobody else takes it
+            assert await returns_within(2)
+            # its wait: 0.5 to 1 times its cold time (0.3 s here)
+            assert 0.1 <= trio.current_time() - sent[-1] < 0.9
+        assert [lj.job.id for lj in await lease(cold)] == ["j3"]  # hot again
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(enqueue_soon, "j4")
+            assert await returns_within(2)
+            assert trio.current_time() - sent[-1] < 0.1
 
 
 async def test_idle_waiting_costs_few_commands(redis_store: Factory, redis_url: str) -> None:

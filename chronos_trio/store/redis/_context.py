@@ -20,15 +20,39 @@ from ._core import QueueMeta as QueueMeta
 from ._scripts import ReplicaWait
 from .keys import KeySpace
 
+#: A waiter whose lease after a wake-up found nothing (another took the
+#: job) waits this long before it looks at the next one, doubling up to
+#: COLD_MAX while it keeps losing (see ``_waiting``).
+COLD_MIN = 0.01
+COLD_MAX = 0.1
+
 
 @attrs.define
 class WakeSeen:
-    """What one task has seen of the wake-up streams (see ``_waiting``)."""
+    """What one task has seen of the wake-up streams, and how it fared (see
+    ``_waiting``)."""
 
     #: Stream key -> the ID of the last entry seen there (``0-0``: none).
     ids: dict[str, bytes] = attrs.Factory(dict)
     #: time.monotonic() when one of ``ids`` last changed (its reply in hand).
     at: float = 0.0
+    #: The last ready wait returned for a job (not for its timeout), and no
+    #: lease has told yet whether this task got one.
+    woke: bool = False
+    #: How long this task lets the others go first on a ready wake-up (0:
+    #: it got jobs after its last one, so it leases at once).
+    cold: float = 0.0
+
+    def leased(self, got: bool, held: bool) -> None:
+        """A lease of this task got jobs (``got``), or found the ready ones
+        held back by flow control (``held``), or nothing: after a wake-up,
+        that makes it hot, leaves it as it was, or makes it colder."""
+        if self.woke:
+            self.woke = False
+            if got:
+                self.cold = 0.0
+            elif not held:
+                self.cold = min(max(2 * self.cold, COLD_MIN), COLD_MAX)
 
     def update(self, key: str, last: bytes) -> bool:
         """Record ``last`` as the last entry seen on ``key``; whether that changed it."""
@@ -136,6 +160,13 @@ class StoreContext(RedisCore):
         if next_due is None:
             return True
         return earlier_than is not None and next_due >= earlier_than
+
+    def leased(self, got: bool, held: bool) -> None:
+        """Tell the calling task's wake-up record how its lease fared (see
+        :meth:`WakeSeen.leased`); a task that never waited has none."""
+        seen = self._wake_seen.get(trio.lowlevel.current_task())
+        if seen is not None:
+            seen.leased(got, held)
 
     def wake_seen(self) -> WakeSeen:
         """What the calling task has seen of the wake-up streams (its own

@@ -335,6 +335,7 @@ async def lease(
         if sources.get(qw.name, 0) > 1:
             mine.sort(key=lambda lj: (-lj.job.priority, lj.job.run_at, lj.job.id))
         out += mine
+    ctx.leased(bool(out), held_until is not None or capped)  # how the caller's wake-up fared
     return out
 
 

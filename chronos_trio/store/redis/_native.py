@@ -611,7 +611,7 @@ def _entries(reply: Any) -> Any:
     """Stream entries (XRANGE, XREVRANGE) as (id, fields dict) pairs."""
     if reply is None:
         return None
-    out = []
+    out: list[tuple[Any, dict[Any, Any] | None]] = []
     for entry in reply:
         if entry is None:
             out.append((None, None))

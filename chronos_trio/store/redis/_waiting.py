@@ -27,22 +27,30 @@ change the look did not see has a later ID. The IDs come from
   once (a spurious return the contract allows): its caller's next look
   comes after them.
 
-A ready-waiter returns on any new entry (the caller's lease is the look). A
-promoter looks again only for a due time before its horizon, or when it got
-:data:`~._core.WAKE_KEEP` entries at once (older ones may have been trimmed
-unseen). A block that ends empty (at ``max_block``, before the wait's own
+A ready-waiter returns on any new entry (the caller's lease is the look),
+unless its last wake-up found the job taken by another (its lease after it
+got nothing: ``WakeSeen.cold``). Then it waits a little (10 ms, doubling up
+to 100 ms while it keeps losing; back to 0 once a lease gets jobs), and
+looks (one EXISTS on a single node) instead of leasing: so one job does not
+cost every idle worker a lease, as broadcast wake-ups would otherwise, and
+the waiters that got the last jobs still lease at once. A waiter that
+stalls costs a job at most that wait, since every other waiter still sees
+every wake-up. A promoter looks again only for a due time before its
+horizon, or when it got :data:`~._core.WAKE_KEEP` entries at once (older
+ones may have been trimmed unseen). A block that ends empty (at ``max_block``, before the wait's own
 timeout) reads the last IDs again: one that changed is news (a stream
 written anew, lower IDs and all, after a restart without persistence), so
 a waiter never stays deaf for longer than one block.
 
 Cost: an idle waiter blocks in one XREAD per ``max_block`` (30 s), plus one
-XREVRANGE when it ends empty; every idle waiter of a queue wakes on each of
-its wake-ups (one per batch that made jobs ready, not one per job), and
-each then leases (see docs/SCALING.md).
+XREVRANGE when it ends empty. Every idle waiter of a queue wakes on each of
+its wake-ups (one per batch that made jobs ready, not one per job): the
+waiters that got jobs last lease, the others look (see docs/SCALING.md).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -178,6 +186,7 @@ async def wait_ready(
         return
     keys = [ctx.keys.wake_ready(q) for q in queues]
     seen = ctx.wake_seen()
+    seen.woke = False
     # XREAD blocks only for what is left, so at the deadline it is usually
     # over already; a late one is abandoned (see RedisAdapter.xread).
     deadline = trio.current_time() + timeout
@@ -191,20 +200,34 @@ async def wait_ready(
                 _remember_last(seen, unseen, await ctx.adapter.execute(_last_id_ops(unseen)))
                 return  # seen nothing before the lease: the caller leases again, after these
         elif await _any_ready(ctx, queues, seen, keys, fresh=False):
+            seen.woke = True
             return
         while (news := await _read(ctx, keys, seen, deadline)) is not None:
             if news.nothing:
+                continue
+            if seen.cold and not held:
+                # This task's last wake-up found its job taken: let the
+                # waiters that got jobs lease first, then look (one cheap
+                # read) instead of leasing. Every waiter still sees every
+                # wake-up, so a stalled one delays a job by this at most.
+                # Wake-ups meanwhile are covered by the look.
+                await trio.sleep(seen.cold * random.uniform(0.5, 1.0))
+                fresh = not ctx.any_open_cached(queues)
+                if await _any_ready(ctx, queues, seen, keys, fresh=fresh):
+                    seen.woke = True
+                    return
                 continue
             # News, and our cached flags say some queue is open: return at
             # once and let the caller's lease be the look (looking first would
             # add a round trip to every pickup; if another waiter already took
             # the job, the lease comes back empty and the caller waits again,
             # a spurious return the protocol allows).
-            if ctx.any_open_cached(queues):
-                return
             # Cached as paused (or unknown): the news may be a resume or a new
             # version in another process, so re-read the flags.
-            if await _any_ready(ctx, queues, seen, (), fresh=True):
+            if ctx.any_open_cached(queues) or await _any_ready(
+                ctx, queues, seen, (), fresh=True
+            ):
+                seen.woke = not held
                 return
 
 
