@@ -333,7 +333,8 @@ async def test_a_waiter_that_lost_its_last_job_looks_before_it_leases(
     wake-up got nothing (another worker took the job) waits a little and
     looks instead of returning: a job another worker takes costs it no
     lease, a job nobody else takes still reaches it within that wait, and
-    a lease that gets jobs makes it lease at once again."""
+    a lease that gets jobs makes it lease at once again. Just after jobs of
+    its own, an empty lease does not make it wait."""
     from chronos_trio.store.redis import _context
 
     monkeypatch.setattr(_context, "COLD_MIN", 0.3)  # wide enough for a busy machine
@@ -376,6 +377,49 @@ async def test_a_waiter_that_lost_its_last_job_looks_before_it_leases(
             nursery.start_soon(enqueue_soon, "j4")
             assert await returns_within(2)
             assert trio.current_time() - sent[-1] < 0.1
+        # Right after jobs of its own, a wake-up that finds nothing proves
+        # nothing (it may be for a job this waiter took itself): still hot.
+        monkeypatch.setattr(_context, "OWN_JOB_GRACE", 5.0)
+        assert [lj.job.id for lj in await lease(cold)] == ["j4"]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(enqueue_soon, "j5", take=True))
+            assert await returns_within(2)
+        assert await lease(cold) == []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(enqueue_soon, "j6")
+            assert await returns_within(2)
+            assert trio.current_time() - sent[-1] < 0.1
+
+
+async def test_a_promotion_the_promoter_slept_for_sends_its_wake_up_in_the_same_round_trip(
+    redis_store: Factory, redis_url: str
+) -> None:
+    """The promoter sleeps until the next due time promote_due reported;
+    the promote_due then sends the queue's wake-up after the promotion in
+    the same pipeline (an idle leaser wakes a round trip sooner). A
+    promotion nobody expected still sends its wake-up, after it."""
+    store = await redis_store()
+    key = store._ctx.keys.wake_ready("q")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        stats = store._adapter.stats
+        with trio.fail_after(5):
+            await store.enqueue_many([job("soon", delay=0.3)])
+            first = await store.promote_due(["q"], 10)
+            assert first.promoted == 0 and first.next_due_at is not None
+            await trio.sleep(first.next_due_at - first.now)
+            entries, trips = client.xlen(key), stats.round_trips
+            assert (await store.promote_due(["q"], 10)).promoted == 1
+            assert (stats.round_trips - trips, client.xlen(key) - entries) == (1, 1)
+            # nothing was expected of another queue: its wake-up follows
+            await store.enqueue_many([job("other", queue="q2", delay=0.05)])
+            await trio.sleep(0.1)
+            other = store._ctx.keys.wake_ready("q2")
+            trips = stats.round_trips
+            assert (await store.promote_due(["q2"], 10)).promoted == 1
+            assert stats.round_trips - trips == 2 and client.xlen(other) == 1
+    finally:
+        client.close()
 
 
 async def test_idle_waiting_costs_few_commands(redis_store: Factory, redis_url: str) -> None:

@@ -25,6 +25,10 @@ from .keys import KeySpace
 #: COLD_MAX while it keeps losing (see ``_waiting``).
 COLD_MIN = 0.01
 COLD_MAX = 0.1
+#: ... unless its last lease that got jobs was this recent: the wake-up may
+#: then be for a job it took itself (a look or a lease can see a job before
+#: its wake-up is written), which says nothing about other waiters.
+OWN_JOB_GRACE = 0.1
 
 
 @attrs.define
@@ -42,17 +46,21 @@ class WakeSeen:
     #: How long this task lets the others go first on a ready wake-up (0:
     #: it got jobs after its last one, so it leases at once).
     cold: float = 0.0
+    #: time.monotonic() when a lease of this task last got jobs.
+    got_at: float = -OWN_JOB_GRACE
 
     def leased(self, got: bool, held: bool) -> None:
         """A lease of this task got jobs (``got``), or found the ready ones
-        held back by flow control (``held``), or nothing: after a wake-up,
-        that makes it hot, leaves it as it was, or makes it colder."""
-        if self.woke:
-            self.woke = False
-            if got:
-                self.cold = 0.0
-            elif not held:
-                self.cold = min(max(2 * self.cold, COLD_MIN), COLD_MAX)
+        held back by flow control (``held``), or nothing: that makes it hot;
+        leaves it as it was; or, after a wake-up and not just after jobs of
+        its own, makes it colder."""
+        woke, self.woke = self.woke, False
+        now = time.monotonic()
+        if got:
+            self.cold = 0.0
+            self.got_at = now
+        elif woke and not held and now - self.got_at > OWN_JOB_GRACE:
+            self.cold = min(max(2 * self.cold, COLD_MIN), COLD_MAX)
 
     def update(self, key: str, last: bytes) -> bool:
         """Record ``last`` as the last entry seen on ``key``; whether that changed it."""
@@ -93,6 +101,8 @@ class StoreContext(RedisCore):
         #: queues of the last promote_due -> (its next_due_at, time.monotonic()
         #: before it was sent)
         self._promoted: dict[frozenset[str], tuple[float | None, float]] = {}
+        #: queue -> its next due time as the last promote_due over it saw it
+        self._next_due: dict[str, float] = {}
         #: What each waiting task has seen of the wake-up streams; weak, so a
         #: task that ends leaves nothing behind.
         self._wake_seen: weakref.WeakKeyDictionary[trio.lowlevel.Task, WakeSeen] = (
@@ -140,12 +150,28 @@ class StoreContext(RedisCore):
             plan.close()
 
     # -- promote / wait_scheduled hand-off -------------------------------------------
-    def record_promote(self, queues: Sequence[str], next_due: float | None, sent: float) -> None:
+    def record_promote(
+        self, queues: Sequence[str], next_due: dict[str, float], sent: float
+    ) -> None:
         """promote_due over ``queues``, sent at ``sent`` (time.monotonic()),
-        found nothing due before ``next_due`` (None: nothing at all)."""
+        left ``next_due`` (queue -> its next due time; a queue not in it has
+        nothing scheduled)."""
         if len(self._promoted) > 64:
             self._promoted.clear()
-        self._promoted[frozenset(queues)] = (next_due, sent)
+        if len(self._next_due) > 4096:
+            self._next_due.clear()
+        self._promoted[frozenset(queues)] = (min(next_due.values(), default=None), sent)
+        for queue in queues:
+            if queue in next_due:
+                self._next_due[queue] = next_due[queue]
+            else:
+                self._next_due.pop(queue, None)
+
+    def due_by_now(self, queues: Sequence[str]) -> list[str]:
+        """The ``queues`` whose next due time, as the last promote_due saw
+        it, has come (by the estimated store clock, within a millisecond)."""
+        now = self.estimated_now() + 0.001
+        return [q for q in queues if self._next_due.get(q, now + 1.0) <= now]
 
     def promoted_recently(
         self, queues: Sequence[str], earlier_than: float | None, *, after: float
