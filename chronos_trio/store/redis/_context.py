@@ -60,7 +60,12 @@ class WakeSeen:
             self.cold = 0.0
             self.got_at = now
         elif woke and not held and now - self.got_at > OWN_JOB_GRACE:
-            self.cold = min(max(2 * self.cold, COLD_MIN), COLD_MAX)
+            self.colder()
+
+    def colder(self) -> None:
+        """This task lost a job to another waiter (or looked and found it
+        taken): wait longer before the next look, up to COLD_MAX."""
+        self.cold = min(max(2 * self.cold, COLD_MIN), COLD_MAX)
 
     def update(self, key: str, last: bytes) -> bool:
         """Record ``last`` as the last entry seen on ``key``; whether that changed it."""

@@ -29,18 +29,23 @@ change the look did not see has a later ID. The IDs come from
 
 A ready-waiter returns on any new entry (the caller's lease is the look),
 unless its last wake-up found the job taken by another (its lease after it
-got nothing: ``WakeSeen.cold``). Then it waits a little (10 ms, doubling up
-to 100 ms while it keeps losing; back to 0 once a lease gets jobs), and
-looks (one EXISTS on a single node) instead of leasing: so one job does not
-cost every idle worker a lease, as broadcast wake-ups would otherwise, and
-the waiters that got the last jobs still lease at once. A waiter that
-stalls costs a job at most that wait, since every other waiter still sees
-every wake-up. A promoter looks again only for a due time before its
-horizon, or when it got :data:`~._core.WAKE_KEEP` entries at once (older
-ones may have been trimmed unseen). A block that ends empty (at ``max_block``, before the wait's own
-timeout) reads the last IDs again: one that changed is news (a stream
-written anew, lower IDs and all, after a restart without persistence), so
-a waiter never stays deaf for longer than one block.
+got nothing, and it had got no job of its own in the last 100 ms:
+``WakeSeen.cold``). Then it waits a little (10 ms, doubling up to 100 ms
+while it keeps finding jobs taken; back to 0 once a lease gets jobs), and
+looks (one EXISTS on a single node) instead of leasing; wake-ups during
+that wait cost it nothing (the look covers them). So one job does not cost
+every idle worker a lease, as broadcast wake-ups would otherwise, and an
+idle worker that keeps losing costs Redis at most one look per 100 ms
+while wake-ups come, however many; the waiters that got the last jobs
+still lease at once. A waiter that stalls costs a job at most that wait,
+since every other waiter still sees every wake-up.
+
+A promoter looks again only for a due time before its horizon, or when it
+got :data:`~._core.WAKE_KEEP` entries at once (older ones may have been
+trimmed unseen). A block that ends empty (at ``max_block``, before the
+wait's own timeout) reads the last IDs again: one that changed is news (a
+stream written anew, lower IDs and all, after a restart without
+persistence), so a waiter never stays deaf for longer than one block.
 
 Cost: an idle waiter blocks in one XREAD per ``max_block`` (30 s), plus one
 XREVRANGE when it ends empty. Every idle waiter of a queue wakes on each of
@@ -216,6 +221,7 @@ async def wait_ready(
                 if await _any_ready(ctx, queues, seen, keys, fresh=fresh):
                     seen.woke = True
                     return
+                seen.colder()  # taken again: look less often while wake-ups keep coming
                 continue
             # News, and our cached flags say some queue is open: return at
             # once and let the caller's lease be the look (looking first would
