@@ -4,11 +4,10 @@ Two ``python -m chronos_trio worker`` processes on a private redis-server,
 both idle; one is stopped (SIGSTOP) or cut off behind a blackholing loopback
 proxy while it waits. Every job must still start on the healthy worker
 within :data:`PROMPT` of being enqueued (or recovered, or coming due). Both
-workers poll only every 30 s, so only a wake-up can pass: with wake-up
-tokens that the first blocked client pops, the stalled worker took one
-(Redis hands a token to the client that blocked first, and a healthy worker
-that just ran a job blocks behind it), and the job sat until the healthy
-worker's poll interval.
+workers poll only every 30 s, so only a wake-up can pass. With wake-up
+tokens that the first blocked client pops (before wake-up streams), the
+stalled worker, blocked first, took the first job's token, and the job sat
+until the healthy worker's poll interval: each test here failed so.
 
 Every process a test starts is continued and killed when it ends.
 """
