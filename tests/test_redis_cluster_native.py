@@ -78,8 +78,8 @@ async def test_a_drain_on_the_cluster_hops_to_no_thread(
     trips = store._adapter.stats.native_round_trips - before
     if native:
         native_cluster(store)
-        # Only the idle waits (BLPOP) take a thread; every batch went over Trio sockets.
-        assert set(hops.calls) <= {"pop"}, hops.calls
+        # Only the idle waits (XREAD BLOCK) take a thread; every batch went over Trio sockets.
+        assert set(hops.calls) <= {"blocking_read"}, hops.calls
         assert trips > 3 * 8  # leases and settles of 8 partitions over 3 masters
     else:  # the seam the assertion above relies on: this path shows up
         assert store._adapter._native_cluster is None

@@ -165,30 +165,43 @@ async def test_cancelled_caller_still_completes_its_round_trip() -> None:
 
 
 @pytest.mark.parametrize("native", [True, False])
-async def test_a_cancelled_wait_gives_its_wake_up_to_the_next_waiter(
+async def test_a_cancelled_wait_ends_at_once_and_takes_nothing_from_the_next_waiter(
     redis_url: str, native: bool
 ) -> None:
-    """A waiter cancelled while its BLPOP blocks: the token that BLPOP pops
-    later is pushed back, so the next waiter wakes at once instead of
-    sleeping out its timeout (the wake-up is never lost)."""
+    """A waiter cancelled while its XREAD blocks returns at once (it never
+    waits on the store); the read it abandoned takes nothing from anyone, so
+    a waiter blocked when the job comes wakes at once; natively, the
+    abandoned connection is read to the end in the background and kept for
+    the next wait (not leaked, not closed)."""
     store = RedisStore.from_url(redis_url, namespace=f"wake-{native}", native=native)
     try:
         await store.stats(["q"])  # the queue's topology, read once
-        with trio.CancelScope() as first:
+        with trio.fail_after(10):
+            with trio.CancelScope() as first:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(store.wait_ready, ["q"], 20.0)
+                    await trio.sleep(0.3)  # blocked in XREAD now
+                    cancelled_at = trio.current_time()
+                    first.cancel()
+            assert trio.current_time() - cancelled_at < 0.2, "the cancel waited on the store"
+            woke: list[float] = []
+
+            async def second() -> None:
+                await store.wait_ready(["q"], 20.0)
+                woke.append(trio.current_time())
+
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(store.wait_ready, ["q"], 20.0)
-                await trio.sleep(0.3)  # blocked in BLPOP now
-                first.cancel()
-        # the token arrives after the cancel: the abandoned BLPOP pops it
-        await store.enqueue_many([NewJob("j1", "q", "k", b"{}")])
-        await trio.sleep(0.3)
-        # no ready job left, so the next wait blocks on the token alone
-        [got] = await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=5)
-        assert got.job.id == "j1"
-        with trio.fail_after(5):
-            start = trio.current_time()
-            await store.wait_ready(["q"], 3.0)
-            assert trio.current_time() - start < 1.0, "the wake-up token was lost"
+                nursery.start_soon(second)
+                await trio.sleep(0.3)  # blocked too, beside the abandoned read
+                sent = trio.current_time()
+                await store.enqueue_many([job("j1")])
+            assert woke[0] - sent < 1.0, "the wake-up did not reach the waiter"
+            if native:
+                # the abandoned read got the wake-up too: its connection is back
+                native_node = store._adapter._native
+                assert native_node is not None
+                while len(native_node._blocking) < 2:
+                    await trio.sleep(0.01)
     finally:
         await store.aclose()
 
@@ -211,6 +224,7 @@ def test_reply_callbacks_give_what_redis_pys_give() -> None:
     ours, theirs = ReplyCallbacks(), redis_py_callbacks()
     samples: list[Any] = [None, 0, 7, b"", b"OK", b"x", [], [b"1764000000", b"250000"]]
     samples += [[b"a", b"1", b"b", b"2"], [b"m", b"1.5"], [[b"k", b"v"]]]
+    samples += [[[b"1-1", [b"n", b"1"]], [b"2-0", [b"due", b"1.5", b"x", b"y"]]], [None]]
     for name in sorted(AS_SENT | set(CONVERTED)):
         for spelled in (name, name.lower()):
             for reply in samples:

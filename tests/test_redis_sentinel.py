@@ -313,7 +313,7 @@ async def test_kill_9_of_the_master(native: bool, fresh_redis_sentinel: RedisSen
 
 
 async def test_a_blocked_wait_notices_the_master_death(fresh_redis_sentinel: RedisSentinel) -> None:
-    """An idle worker blocked in BLPOP on the master that dies gets a
+    """An idle worker blocked in XREAD on the master that dies gets a
     StoreError at once (not after its timeout), and after the failover a
     wait wakes on an enqueue to the new master."""
     rs = fresh_redis_sentinel
@@ -336,7 +336,7 @@ async def test_a_blocked_wait_notices_the_master_death(fresh_redis_sentinel: Red
         async with trio.open_nursery() as nursery:
             nursery.start_soon(wait_ready)
             nursery.start_soon(wait_scheduled)
-            await trio.sleep(0.5)  # both blocked in BLPOP by now
+            await trio.sleep(0.5)  # both blocked in XREAD by now
             assert not failed and store.statistics().blocking_waits >= 2
             old = rs.kill_master()
             killed = trio.current_time()
@@ -378,7 +378,7 @@ async def test_writes_follow_a_manual_failover_within_a_second(
     """The old master still answers (and would take writes that its
     conversion into a replica then throws away): the store asks the sentinels
     again once a second, so its writes move to the new master within about
-    a second of the switch; an idle waiter's BLPOP on the old master ends
+    a second of the switch; an idle waiter's XREAD on the old master ends
     within its 5 s cap and the next one waits on the new master."""
     from chronos_trio.store.redis._sentinel import RECHECK
     from chronos_trio.store.redis.store import SENTINEL_MAX_BLOCK
@@ -603,7 +603,7 @@ async def test_a_script_reload_is_covered_by_the_wait() -> None:
         first, load, again = sent
         assert first[0] == "EVALSHA" and first[-1] == "WAIT" and load == ["SCRIPT"]
         # the enqueue's wake-up goes again too: the first one ran before it
-        assert again == ["EVALSHA", "LPUSH", "LTRIM", "WAIT"]
+        assert again == ["EVALSHA", "XADD", "WAIT"]
         await store.aclose()
 
 

@@ -3,6 +3,7 @@ fencing, idle waiting, topology caching and stale writers, triggers."""
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import socket
@@ -219,7 +220,7 @@ async def test_wait_ready_wakes_on_enqueue_from_another_store(redis_store: Facto
 
     async def wait() -> None:
         # As the leaser does: wait, then lease; a wake-up whose job is gone
-        # (here the token of "first") only costs one empty lease.
+        # only costs one empty lease.
         while True:
             await waiter.wait_ready(["q"], timeout=10)
             if await lease(waiter):
@@ -236,15 +237,189 @@ async def test_wait_ready_wakes_on_enqueue_from_another_store(redis_store: Facto
     assert woke_at and sent <= woke_at[0] < sent + 0.2
 
 
-async def test_stale_wake_up_costs_at_most_one_spurious_return(redis_store: Factory) -> None:
+async def test_a_wake_up_seen_before_the_look_costs_no_spurious_return(
+    redis_store: Factory,
+) -> None:
+    """A wake-up written before a wait's look (its job already leased) does
+    not end the wait: the look reads the stream's last ID first and blocks
+    after it. The held wait of the same task blocks after what it saw."""
     store = await redis_store()
     await store.enqueue_many([job("a")])
-    await lease(store)  # the wake-up token is still in the list, the job is gone
+    await lease(store)  # the wake-up is on the stream, the job is gone
     with trio.fail_after(5):
-        await store.wait_ready(["q"], timeout=0.4)  # may return at once: allowed
+        for held in (False, True):
+            start = trio.current_time()
+            await store.wait_ready(["q"], timeout=0.4, held=held)
+            assert trio.current_time() - start >= 0.39, held
+
+
+async def test_a_held_wait_misses_no_wake_up_sent_after_the_lease(redis_store: Factory) -> None:
+    """A held wait does not look, so it blocks from the wake-up IDs its task
+    saw before its lease: a slot freed (a job made ready) between that lease
+    and the wait still ends it at once. A task that has seen nothing yet
+    returns at once instead (its caller leases again)."""
+    store = await redis_store()
+    producer = await redis_store()
+    await producer.enqueue_many([job("warm")])
+    await lease(store)
+    with trio.fail_after(5):
         start = trio.current_time()
-        await store.wait_ready(["q"], timeout=0.4)  # the token is used up: it blocks
-        assert trio.current_time() - start >= 0.39
+        await store.wait_ready(["q"], timeout=3, held=True)  # nothing seen yet
+        assert trio.current_time() - start < 0.2
+        await store.wait_ready(["q"], timeout=0.2)  # looks, blocks: seen
+        assert await lease(store) == []
+        await producer.enqueue_many([job("between")])  # after the lease, before the wait
+        start = trio.current_time()
+        await store.wait_ready(["q"], timeout=3, held=True)
+        assert trio.current_time() - start < 0.2, "the wake-up after the lease was missed"
+
+
+async def test_a_promoter_skipping_its_look_misses_no_job_scheduled_after_promote(
+    redis_store: Factory,
+) -> None:
+    """Right after promote_due the promoter's wait skips its look; a job
+    scheduled between that promote_due and the wait still ends the wait at
+    once (its wake-up comes after the IDs the task saw before promoting)."""
+    store = await redis_store()
+    producer = await redis_store()
+    now = await store.now()
+    await producer.enqueue_many([job("far", run_at=now + 60)])
+    with trio.fail_after(5):
+        await store.wait_scheduled(["q"], earlier_than=now + 30, timeout=0.2)  # seen
+        result = await store.promote_due(["q"], 10)
+        assert result.next_due_at is not None and result.next_due_at >= now + 59
+        await producer.enqueue_many([job("soon", delay=5)])
+        start = trio.current_time()
+        await store.wait_scheduled(["q"], earlier_than=result.next_due_at, timeout=3)
+        assert trio.current_time() - start < 0.2, "the job scheduled after promote was missed"
+
+
+async def test_a_stream_written_anew_behind_the_seen_id_wakes_within_one_block(
+    redis_store: Factory, redis_url: str
+) -> None:
+    """A wake-up stream made again with lower IDs (a restart without
+    persistence on a clock behind) is noticed when a block ends empty: the
+    waiter is deaf to it for one ``max_block`` at most, not until its timeout."""
+    store = await redis_store()
+    store._adapter.max_block = 0.3
+    await store.enqueue_many([job("warm")])
+    await lease(store)
+    key = store._ctx.keys.wake_ready("q")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        woke: list[float] = []
+
+        async def wait() -> None:
+            await store.wait_ready(["q"], timeout=20)
+            woke.append(trio.current_time())
+
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait)
+                await trio.sleep(1.0)  # blocked after the warm-up's entry, block after block
+                assert not woke, "a block that ended empty ended the wait"
+                client.delete(key)
+                client.xadd(key, {"n": 1}, id="1-1")  # behind the ID it blocks after
+                sent = trio.current_time()
+        assert woke[0] - sent < 0.3 + 0.3
+    finally:
+        client.close()
+
+
+async def test_a_waiter_that_lost_its_last_job_looks_before_it_leases(
+    redis_store: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every waiter sees every wake-up; one whose lease after its last
+    wake-up got nothing (another worker took the job) waits a little and
+    looks instead of returning: a job another worker takes costs it no
+    lease, a job nobody else takes still reaches it within that wait, and
+    a lease that gets jobs makes it lease at once again. Just after jobs of
+    its own, an empty lease does not make it wait."""
+    from chronos_trio.store.redis import _context
+
+    monkeypatch.setattr(_context, "COLD_MIN", 0.3)  # wide enough for a busy machine
+    monkeypatch.setattr(_context, "COLD_MAX", 0.6)
+    cold, other = await redis_store(), await redis_store()
+    await other.enqueue_many([job("warm")])
+    await lease(other)
+
+    async def returns_within(seconds: float) -> bool:
+        with trio.move_on_after(seconds):
+            await cold.wait_ready(["q"], timeout=20)
+            return True
+        return False
+
+    sent: list[float] = []
+
+    async def enqueue_soon(job_id: str, *, take: bool = False) -> None:
+        await trio.sleep(0.1)  # the waiter blocks first
+        sent.append(trio.current_time())
+        await other.enqueue_many([job(job_id)])
+        if take:  # another worker takes it at once
+            assert [lj.job.id for lj in await lease(other)] == [job_id]
+
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(enqueue_soon, "j1")
+            assert await returns_within(2)
+        assert [lj.job.id for lj in await lease(other)] == ["j1"]
+        assert await lease(cold) == []  # lost it: cold now
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(enqueue_soon, "j2", take=True))
+            assert not await returns_within(1.0), "returned for a job another took"
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(enqueue_soon, "j3")  # nobody else takes it
+            assert await returns_within(2)
+            # its wait: 0.5 to 1 times its cold time (0.3 s here)
+            assert 0.1 <= trio.current_time() - sent[-1] < 0.9
+        assert [lj.job.id for lj in await lease(cold)] == ["j3"]  # hot again
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(enqueue_soon, "j4")
+            assert await returns_within(2)
+            assert trio.current_time() - sent[-1] < 0.1
+        # Right after jobs of its own, a wake-up that finds nothing proves
+        # nothing (it may be for a job this waiter took itself): still hot.
+        monkeypatch.setattr(_context, "OWN_JOB_GRACE", 5.0)
+        assert [lj.job.id for lj in await lease(cold)] == ["j4"]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(enqueue_soon, "j5", take=True))
+            assert await returns_within(2)
+        assert await lease(cold) == []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(enqueue_soon, "j6")
+            assert await returns_within(2)
+            assert trio.current_time() - sent[-1] < 0.1
+
+
+async def test_a_promotion_the_promoter_slept_for_sends_its_wake_up_in_the_same_round_trip(
+    redis_store: Factory, redis_url: str
+) -> None:
+    """The promoter sleeps until the next due time promote_due reported;
+    the promote_due then sends the queue's wake-up after the promotion in
+    the same pipeline (an idle leaser wakes a round trip sooner). A
+    promotion nobody expected still sends its wake-up, after it."""
+    store = await redis_store()
+    key = store._ctx.keys.wake_ready("q")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        stats = store._adapter.stats
+        with trio.fail_after(5):
+            await store.enqueue_many([job("soon", delay=0.3)])
+            first = await store.promote_due(["q"], 10)
+            assert first.promoted == 0 and first.next_due_at is not None
+            await trio.sleep(first.next_due_at - first.now)
+            entries, trips = client.xlen(key), stats.round_trips
+            assert (await store.promote_due(["q"], 10)).promoted == 1
+            assert (stats.round_trips - trips, client.xlen(key) - entries) == (1, 1)
+            # nothing was expected of another queue: its wake-up follows
+            await store.enqueue_many([job("other", queue="q2", delay=0.05)])
+            await trio.sleep(0.1)
+            other = store._ctx.keys.wake_ready("q2")
+            trips = stats.round_trips
+            assert (await store.promote_due(["q2"], 10)).promoted == 1
+            assert stats.round_trips - trips == 2 and client.xlen(other) == 1
+    finally:
+        client.close()
 
 
 async def test_idle_waiting_costs_few_commands(redis_store: Factory, redis_url: str) -> None:

@@ -40,7 +40,7 @@ async def run(
             continue
         if wait <= SHORT_WAIT:
             # Due this soon: a plain sleep is more punctual than a blocking
-            # wait in Redis (no thread hop, no cancelled BLPOP), and a job
+            # wait in Redis (no thread hop, no cancelled XREAD), and a job
             # scheduled meanwhile can be early by at most this long.
             await trio.sleep(wait)
             continue

@@ -742,7 +742,11 @@ class WorkerRole(StoreRole):
         enqueue, promotion, release, recovery, run-now or resume), at once
         when one that is not paused already has a ready job, or after
         ``timeout`` (>= 0) seconds. Spurious returns are allowed; missing a
-        wake-up for longer than ``timeout`` is not. ``held``: the caller's
+        wake-up for longer than ``timeout`` is not. Every waiter sees every
+        wake-up (a store may let one that lost the last job to another look
+        first, briefly): a waiter that never reads its wake-up (a stopped
+        process, a cut link) or was cancelled must not keep it from the
+        others. ``held``: the caller's
         last lease found the ready jobs there held back by flow control
         (see :class:`LeaseBatch`): do not return for them, only for a
         wake-up (which a settle that frees a concurrency slot also sends).
@@ -760,7 +764,8 @@ class WorkerRole(StoreRole):
         before ``earlier_than`` (at once if one is already there; any such
         job when None), or after ``timeout`` (>= 0) seconds. A promoter
         sleeping until its next due time calls this so an earlier job wakes
-        it. Spurious returns are allowed.
+        it; every waiter sees every such wake-up, as for :meth:`wait_ready`.
+        Spurious returns are allowed.
 
         Raises StoreError when the store cannot be reached. A negative
         ``timeout`` is a ValueError on the MemoryStore.

@@ -330,6 +330,9 @@ class MemoryStore(Store):
         return aside
 
     def _notify_ready(self) -> None:
+        # Every waiter holds the same Event, so this wakes them all, and a
+        # waiter cancelled meanwhile takes nothing from the others (the
+        # contract: every waiter sees every wake-up).
         self._ready_changed.set()
         self._ready_changed = trio.Event()
 

@@ -169,23 +169,27 @@ async def check_wait_ready_held_waits_for_a_freed_slot(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([limited(f"w{n}", _capped("w", 1)) for n in range(2)])
     [holder] = await lease(store)
-    assert await lease(store) == []
-    # the enqueue's own wake-ups may still be there (a spurious return is
-    # allowed): let them be taken first
-    for _ in range(20):  # until one wait runs to its timeout: none left
-        started = trio.current_time()
-        await store.wait_ready(["q"], 0.1, held=True)
-        if trio.current_time() - started >= 0.09:
-            break
+    drained = trio.Event()
     woke = trio.Event()
 
     async def wait() -> None:
+        # As a leaser does, in one task: lease, then wait. The enqueue's own
+        # wake-ups may still be there (a spurious return is allowed): let
+        # them be taken first, until one wait runs to its timeout.
+        assert await lease(store) == []
+        for _ in range(20):
+            started = trio.current_time()
+            await store.wait_ready(["q"], 0.1, held=True)
+            if trio.current_time() - started >= 0.09:
+                break
+        drained.set()
         await store.wait_ready(["q"], 30.0, held=True)
         woke.set()
 
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(wait)
+            await drained.wait()
             await trio.sleep(0.2)
             assert not woke.is_set(), "held jobs alone do not wake a held waiter"
             assert await store.settle([settle(holder, SettleKind.SUCCEEDED)]) == [True]

@@ -695,6 +695,72 @@ async def check_wait_scheduled_sees_earlier_job(fresh: Fresh) -> None:
     assert woke
 
 
+async def _every_waiter_wakes(
+    wait: Callable[[], Awaitable[None]], make_news: Callable[[], Awaitable[object]]
+) -> None:
+    """Three waiters blocked in ``wait`` (and a fourth cancelled mid-wait):
+    ``make_news`` ends the wait of all three within 2 s. Spurious returns
+    are allowed, so a waiter that returns before the news waits again."""
+    sent: list[float] = []
+    woke: list[float] = []
+
+    async def waiter() -> None:
+        while True:
+            await wait()
+            if sent:
+                woke.append(trio.current_time())
+                return
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            cancelled = trio.CancelScope()
+
+            async def cancelled_waiter() -> None:
+                with cancelled:
+                    await wait()
+
+            nursery.start_soon(cancelled_waiter)
+            for _ in range(3):
+                nursery.start_soon(waiter)
+            await trio.sleep(0.2)
+            cancelled.cancel()
+            await trio.sleep(0.1)
+            sent.append(trio.current_time())
+            await make_news()
+    assert len(woke) == 3 and max(woke) - sent[0] < 2.0, (sent, woke)
+
+
+@check(WorkerRole)
+async def check_every_idle_waiter_wakes(fresh: Fresh) -> None:
+    """A job made ready ends the wait of every waiter of its queue, not of
+    one of them: a waiter that never takes its wake-up (a stopped process,
+    a cut link) cannot keep it from the others, and neither can one
+    cancelled mid-wait."""
+    store = await fresh()
+    await store.enqueue_many([job("warm")])
+    await lease(store)  # the queue exists, nothing is ready
+
+    async def wait() -> None:
+        await store.wait_ready(["q"], timeout=30)
+
+    await _every_waiter_wakes(wait, lambda: store.enqueue_many([job("one")]))
+
+
+@check(WorkerRole)
+async def check_every_promoter_wakes_for_an_earlier_job(fresh: Fresh) -> None:
+    """A job scheduled before the promoters' horizon ends the wait of every
+    one of them (see :func:`check_every_idle_waiter_wakes`)."""
+    store = await fresh()
+    await store.enqueue_many([job("far", delay=100)])
+    res = await store.promote_due(["q"], 10)
+    assert res.next_due_at is not None
+
+    async def wait() -> None:
+        await store.wait_scheduled(["q"], earlier_than=res.next_due_at, timeout=30)
+
+    await _every_waiter_wakes(wait, lambda: store.enqueue_many([job("near", delay=5)]))
+
+
 @check(LeadershipRole)
 async def check_leadership_epochs(fresh: Fresh) -> None:
     store = await fresh()

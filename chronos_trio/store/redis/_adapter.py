@@ -9,7 +9,8 @@ client is a :class:`~._native.NodeClient`: the same round trips, and redis-py
 is not even imported until a feature needs it (see ``_errors``), so a worker
 starts sooner. Otherwise (TLS, ``native=False``) blocking
 redis-py calls run in worker threads via ``trio.to_thread.run_sync``, one hop
-per batch (per node on a Cluster); blocking waits (``BLPOP``) always do.
+per batch (per node on a Cluster); blocking waits (``XREAD BLOCK``) of a
+Cluster or behind Sentinel always do.
 Either way the adapter adds no per-job overhead, and every failure surfaces
 as :class:`~chronos_trio.store.StoreError`.
 
@@ -23,7 +24,7 @@ threads it is treated like ``MOVED``.
 Redis Sentinel: the client is redis-py's ``Sentinel.master_for``; round trips
 take the native path to the master a :class:`~._sentinel.MasterWatch` names
 (re-discovered after a connection error or a ``READONLY`` reply, and checked
-once a second), TLS and ``BLPOP`` go through redis-py's Sentinel pool, which
+once a second), TLS and blocking reads go through redis-py's Sentinel pool, which
 asks the sentinels on every new connection.
 
 ``WAIT``: a batch can end with ``WAIT numreplicas timeout`` in its own
@@ -33,7 +34,6 @@ every write of that pipeline's connection.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -68,7 +68,7 @@ def _cluster(client: AnyClient) -> redis.cluster.RedisCluster:
     return client
 
 
-#: Extra seconds to wait for a BLPOP's reply beyond its block time before the
+#: Extra seconds to wait for a blocking read's reply beyond its block time before the
 #: connection counts as dead.
 BLOCK_READ_SLACK = 5.0
 
@@ -99,7 +99,7 @@ class RedisAdapter:
             self._factory = cast("Callable[[], AnyClient]", client)
         self._client_lock = trio.Lock()
         self.description = description
-        #: Longest single BLPOP (its reply is read with its own timeout).
+        #: Longest single blocking read (its reply is read with its own timeout).
         self.max_block = max_block
         self.stats = AdapterStatistics()
         self._limiter = trio.CapacityLimiter(threads)
@@ -352,37 +352,46 @@ class RedisAdapter:
             raise self._error(exc) from exc
 
     # -- blocking -------------------------------------------------------------------
-    async def blpop(self, keys: Sequence[str], timeout: float) -> tuple[bytes, bytes] | None:
-        """BLPOP with ``timeout`` capped at ``max_block``; cancellable at once.
+    async def xread(self, streams: Sequence[tuple[str, bytes]], count: int, timeout: float) -> Any:
+        """``XREAD COUNT count BLOCK timeout STREAMS ...``: up to ``count``
+        entries of each stream in ``streams`` ((key, last seen ID) pairs;
+        every key in one slot) after its ID, waiting up to ``timeout``
+        seconds (capped at ``max_block``) for one. The raw reply: None when
+        nothing came, else ``[[key, [[id, [field, value, ...]], ...]], ...]``.
 
         On a single node over TCP or a Unix socket it runs on Trio sockets
-        (``NativeNode.blpop``); otherwise in a thread. Either way, a cancelled
-        wait whose BLPOP still pops a token pushes the token back, so the
-        wake-up reaches another waiter.
+        (``NativeNode.block``); otherwise in a thread, on a connection of its
+        own. Cancellable at once either way: the abandoned read ends on its
+        own within its block time, and reading changes nothing, so a
+        cancelled waiter takes no wake-up from another. StoreError when the
+        store cannot be reached.
         """
         client = await self.client()
         block = max(0.001, min(timeout, self.max_block))
+        keys = [key for key, _ in streams]
+        command = (
+            "XREAD", "COUNT", count, "BLOCK", max(1, round(block * 1000)), "STREAMS",
+            *keys, *(seen for _, seen in streams),
+        )  # fmt: skip
         if is_node(client) and self.watch is None:
             native = self._native_node(client)
             if native is not None:
                 # Trio sockets: no thread hop between a wake-up and its waiter
                 self.stats.blocking_waits += 1
                 try:
-                    got = await native.blpop(keys, block, BLOCK_READ_SLACK)
+                    return await native.block(command, block, BLOCK_READ_SLACK)
                 except caught() as exc:
                     raise self._error(exc) from exc
-                return None if got is None else (got[0], got[1])
         assert not isinstance(client, NodeClient)  # always native
-        abandoned = threading.Event()
         direct: redis.Redis
         if is_cluster(client):
-            # Every wake-up list shares one hash tag: the first key routes all.
+            # Every wake-up stream shares one hash tag: the first key routes all.
             node = client.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
             direct = client.get_redis_connection(node)
         else:
             direct = cast("redis.Redis", client)
 
-        def pop() -> tuple[bytes, bytes] | None:
+        def blocking_read() -> Any:
             if watch is not None:
                 # Behind Sentinel: make sure the pool's idle connections are
                 # not to a master that was replaced (wake-ups go to the new one).
@@ -393,28 +402,22 @@ class RedisAdapter:
             pool = direct.connection_pool
             conn = pool.get_connection()
             try:
-                conn.send_command("BLPOP", *keys, block)  # type: ignore[no-untyped-call]
-                got = conn.read_response(timeout=block + BLOCK_READ_SLACK)
+                conn.send_command(*command)  # type: ignore[no-untyped-call]
+                return conn.read_response(timeout=block + BLOCK_READ_SLACK)
             finally:
                 pool.release(conn)
-            if got is not None and abandoned.is_set():
-                direct.lpush(got[0], got[1])
-            return None if got is None else (got[0], got[1])
 
         watch = self.watch
         self.stats.blocking_waits += 1
         try:
             return await trio.to_thread.run_sync(
-                pop, abandon_on_cancel=True, limiter=self._blocking_limiter
+                blocking_read, abandon_on_cancel=True, limiter=self._blocking_limiter
             )
-        except trio.Cancelled:
-            abandoned.set()
-            raise
         except caught() as exc:
             raise self._error(exc) from exc
 
     async def aclose(self) -> None:
-        """Close every connection pool (a thread still blocked in BLPOP gets an error
+        """Close every connection pool (a thread still blocked in a read gets an error
         that nobody waits for)."""
         if self._closed:
             return

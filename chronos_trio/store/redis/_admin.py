@@ -505,7 +505,8 @@ async def set_paused(ctx: StoreContext, queue: str, paused: bool) -> None:
             # pausing registers the queue, as an enqueue would
             Op.command(keys.topology, "HSETNX", keys.topology, queue, default),
         ],
-        after=[] if paused else ctx.wake_ready_ops({queue: 8}),
+        # a resume: every idle waiter of the queue looks (one entry reaches them all)
+        after=[] if paused else ctx.wake_ready_ops({queue: 1}),
     )
     ctx.forget(queue)
 

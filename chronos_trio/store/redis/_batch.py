@@ -26,7 +26,7 @@ class AdapterStatistics:
     round_trips: int = 0  # pipelines / commands sent (one per node per batch)
     commands: int = 0  # commands inside them
     script_loads: int = 0  # NOSCRIPT recoveries
-    blocking_waits: int = 0  # BLPOPs issued
+    blocking_waits: int = 0  # blocking reads (XREAD BLOCK) issued
     replica_waits: int = 0  # WAITs sent (one per node per batch)
     native_round_trips: int = 0  # of round_trips: over Trio sockets (no thread hop)
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import secrets
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import trio
 
 from .._roles import SetAside
@@ -17,6 +19,61 @@ from ._core import Call, NeedMeta, Plan, RedisCore, T, ensure_plan, meta_plan
 from ._core import QueueMeta as QueueMeta
 from ._scripts import ReplicaWait
 from .keys import KeySpace
+
+#: A waiter whose lease after a wake-up found nothing (another took the
+#: job) waits this long before it looks at the next one, doubling up to
+#: COLD_MAX while it keeps losing (see ``_waiting``).
+COLD_MIN = 0.01
+COLD_MAX = 0.1
+#: ... unless its last lease that got jobs was this recent: the wake-up may
+#: then be for a job it took itself (a look or a lease can see a job before
+#: its wake-up is written), which says nothing about other waiters.
+OWN_JOB_GRACE = 0.1
+
+
+@attrs.define
+class WakeSeen:
+    """What one task has seen of the wake-up streams, and how it fared (see
+    ``_waiting``)."""
+
+    #: Stream key -> the ID of the last entry seen there (``0-0``: none).
+    ids: dict[str, bytes] = attrs.Factory(dict)
+    #: time.monotonic() when one of ``ids`` last changed (its reply in hand).
+    at: float = 0.0
+    #: The last ready wait returned for a job (not for its timeout), and no
+    #: lease has told yet whether this task got one.
+    woke: bool = False
+    #: How long this task lets the others go first on a ready wake-up (0:
+    #: it got jobs after its last one, so it leases at once).
+    cold: float = 0.0
+    #: time.monotonic() when a lease of this task last got jobs.
+    got_at: float = -OWN_JOB_GRACE
+
+    def leased(self, got: bool, held: bool) -> None:
+        """A lease of this task got jobs (``got``), or found the ready ones
+        held back by flow control (``held``), or nothing: that makes it hot;
+        leaves it as it was; or, after a wake-up and not just after jobs of
+        its own, makes it colder."""
+        woke, self.woke = self.woke, False
+        now = time.monotonic()
+        if got:
+            self.cold = 0.0
+            self.got_at = now
+        elif woke and not held and now - self.got_at > OWN_JOB_GRACE:
+            self.colder()
+
+    def colder(self) -> None:
+        """This task lost a job to another waiter (or looked and found it
+        taken): wait longer before the next look, up to COLD_MAX."""
+        self.cold = min(max(2 * self.cold, COLD_MIN), COLD_MAX)
+
+    def update(self, key: str, last: bytes) -> bool:
+        """Record ``last`` as the last entry seen on ``key``; whether that changed it."""
+        if self.ids.get(key) == last:
+            return False
+        self.ids[key] = last
+        self.at = time.monotonic()
+        return True
 
 
 class StoreContext(RedisCore):
@@ -46,8 +103,16 @@ class StoreContext(RedisCore):
         )
         self.adapter = adapter
         self._refresh_lock = trio.Lock()
-        #: queues of the last promote_due -> (its next_due_at, time.monotonic())
+        #: queues of the last promote_due -> (its next_due_at, time.monotonic()
+        #: before it was sent)
         self._promoted: dict[frozenset[str], tuple[float | None, float]] = {}
+        #: queue -> its next due time as the last promote_due over it saw it
+        self._next_due: dict[str, float] = {}
+        #: What each waiting task has seen of the wake-up streams; weak, so a
+        #: task that ends leaves nothing behind.
+        self._wake_seen: weakref.WeakKeyDictionary[trio.lowlevel.Task, WakeSeen] = (
+            weakref.WeakKeyDictionary()
+        )
         #: Where this store starts among a queue's partitions when due times
         #: are equal (a Cluster lease, see ``_jobs.lease``): random, so
         #: concurrent workers start from different partitions.
@@ -90,21 +155,60 @@ class StoreContext(RedisCore):
             plan.close()
 
     # -- promote / wait_scheduled hand-off -------------------------------------------
-    def record_promote(self, queues: Sequence[str], next_due: float | None) -> None:
+    def record_promote(
+        self, queues: Sequence[str], next_due: dict[str, float], sent: float
+    ) -> None:
+        """promote_due over ``queues``, sent at ``sent`` (time.monotonic()),
+        left ``next_due`` (queue -> its next due time; a queue not in it has
+        nothing scheduled)."""
         if len(self._promoted) > 64:
             self._promoted.clear()
-        self._promoted[frozenset(queues)] = (next_due, time.monotonic())
+        if len(self._next_due) > 4096:
+            self._next_due.clear()
+        self._promoted[frozenset(queues)] = (min(next_due.values(), default=None), sent)
+        for queue in queues:
+            if queue in next_due:
+                self._next_due[queue] = next_due[queue]
+            else:
+                self._next_due.pop(queue, None)
 
-    def promoted_recently(self, queues: Sequence[str], earlier_than: float | None) -> bool:
-        """Whether promote_due over exactly ``queues`` found, within the last
-        0.5 s, nothing due before ``earlier_than`` (None: nothing at all)."""
+    def due_by_now(self, queues: Sequence[str]) -> list[str]:
+        """The ``queues`` whose next due time, as the last promote_due saw
+        it, has come (by the estimated store clock, within a millisecond)."""
+        now = self.estimated_now() + 0.001
+        return [q for q in queues if self._next_due.get(q, now + 1.0) <= now]
+
+    def promoted_recently(
+        self, queues: Sequence[str], earlier_than: float | None, *, after: float
+    ) -> bool:
+        """Whether promote_due over exactly ``queues``, sent after ``after``
+        (time.monotonic()) and within the last 0.5 s, found nothing due
+        before ``earlier_than`` (None: nothing at all)."""
         rec = self._promoted.get(frozenset(queues))
-        if rec is None or time.monotonic() - rec[1] > 0.5:
+        if rec is None or rec[1] <= after or time.monotonic() - rec[1] > 0.5:
             return False
         next_due = rec[0]
         if next_due is None:
             return True
         return earlier_than is not None and next_due >= earlier_than
+
+    def leased(self, got: bool, held: bool) -> None:
+        """Tell the calling task's wake-up record how its lease fared (see
+        :meth:`WakeSeen.leased`); a task that never waited has none."""
+        seen = self._wake_seen.get(trio.lowlevel.current_task())
+        if seen is not None:
+            seen.leased(got, held)
+
+    def wake_seen(self) -> WakeSeen:
+        """What the calling task has seen of the wake-up streams (its own
+        record, updated in place by ``_waiting``): a wait may block from
+        those IDs without looking first because this task looked (leased,
+        promoted) after it saw them."""
+        task = trio.lowlevel.current_task()
+        seen = self._wake_seen.get(task)
+        if seen is None:
+            seen = self._wake_seen[task] = WakeSeen()
+        return seen
 
     # -- topology cache -----------------------------------------------------------
     async def meta(

@@ -40,8 +40,10 @@ from .keys import KeySpace, PartitionKeys
 
 T = TypeVar("T")
 
-#: Wake-up lists are trimmed to this many tokens (a burst wakes at most this many waiters).
-WAKE_CAP = 32
+#: Each wake-up stream keeps its newest this many entries (``XADD MAXLEN``).
+#: A waiter reads at most this many at once; one that gets this many may have
+#: missed older ones, and looks instead of trusting them (see ``_waiting``).
+WAKE_KEEP = 16
 
 log = logging.getLogger("chronos_trio.store.redis")
 
@@ -213,23 +215,26 @@ class RedisCore:
 
     # -- wake-ups -----------------------------------------------------------------
     def wake_ready_ops(self, counts: dict[str, int]) -> list[Op]:
-        """Push up to WAKE_CAP tokens per queue: one per job that became ready, so a
-        burst wakes that many idle waiters, each wake-up pops exactly one token."""
+        """Tell every idle waiter of ``queue`` that ``n`` of its jobs became
+        ready: one entry on the queue's wake-up stream, whatever ``n``.
+        Every waiter reads it (nobody consumes it), so a waiter that never
+        reads (a stopped process, a cut link) keeps it from nobody."""
         ops = []
         for queue, n in counts.items():
             if n > 0:
                 key = self.keys.wake_ready(queue)
-                ops.append(Op.wake_command(key, "LPUSH", key, *([b"1"] * min(n, WAKE_CAP))))
-                ops.append(Op.wake_command(key, "LTRIM", key, 0, WAKE_CAP - 1))
+                ops.append(Op.wake_command(key, "XADD", key, "MAXLEN", WAKE_KEEP, "*", "n", n))
         return ops
 
     def wake_scheduled_ops(self, due: dict[str, float]) -> list[Op]:
-        """Tell sleeping promoters that ``queue`` got a job due at (about) ``due``."""
+        """Tell every sleeping promoter that ``queue`` got a job due at (about)
+        ``due`` (0: look now): one entry on the queue's scheduled stream."""
         ops = []
         for queue, at in due.items():
             key = self.keys.wake_scheduled(queue)
-            ops.append(Op.wake_command(key, "LPUSH", key, repr(at)))
-            ops.append(Op.wake_command(key, "LTRIM", key, 0, WAKE_CAP - 1))
+            ops.append(
+                Op.wake_command(key, "XADD", key, "MAXLEN", WAKE_KEEP, "*", "due", repr(at))
+            )
         return ops
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -147,6 +148,7 @@ def _promote_op(pks: Sequence[PartitionKeys], limit: int, groups: Sequence[int])
 
 
 async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> PromoteResult:
+    sent = time.monotonic()  # what wait_scheduled compares its wake-up IDs with
     order = list(dict.fromkeys(queues))
     metas = await ctx.meta(order)
     by_queue = {q: ctx.partitions_of(q, metas[q]) for q in order}
@@ -157,19 +159,30 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
     plan: list[tuple[Sequence[PartitionKeys], int]]
     heads: dict[PartitionKeys, float] = {}
     now: float | None = None
+    # Wake-ups sent with the promotion itself (after it, in the same round
+    # trip on one node): an idle leaser wakes a round trip sooner than after
+    # a wake-up sent once the promotion's reply is in.
+    sent_early: list[str]
     if len(slots) == 1 or await _one_node(ctx):
         # One script promotes every queue, the split over partitions (in one
-        # order per queue, queue after queue) included: no peek.
+        # order per queue, queue after queue) included: no peek. The queues
+        # whose next job was due by now (the promoter slept until then) are
+        # woken with it; if nothing was due after all, that wake-up is a
+        # spurious one, which waiters allow.
         groups = [len(pks) for pks in by_queue.values() if pks]
         plan, ops = [(slots, limit)], [_promote_op(slots, limit, groups)]
+        sent_early = ctx.due_by_now(order)
     else:
         plan, heads, now = await _promote_plan(ctx, order, slots, limit)
         ops = [_promote_op(pks, n, [1]) for pks, n in plan]
+        sent_early = list(dict.fromkeys(pks[0].queue for pks, _ in plan))  # the peek saw them
     promoted = 0
     aside = NOTHING_SET_ASIDE
     woke: dict[str, int] = {}
     if ops:
-        replies = await ctx.adapter.execute(ops)
+        replies = await ctx.adapter.execute(
+            ops, after=ctx.wake_ready_ops(dict.fromkeys(sent_early, 1))
+        )
         for reply, pk, part in _partitions_done(plan, replies, "promote", first=1):
             n, next_due, raw_aside = part
             now = ctx.observe_now(reply[0])
@@ -180,12 +193,15 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
             heads.pop(pk, None)  # a peek's head may have just been promoted
             if next_due:
                 heads[pk] = float(next_due)
-    if woke:
-        await ctx.adapter.execute([], after=ctx.wake_ready_ops(woke))
+    late = {q: n for q, n in woke.items() if q not in sent_early}
+    if late:
+        await ctx.adapter.execute([], after=ctx.wake_ready_ops(late))
     assert now is not None  # from the peek, or from a script (else StoreError)
-    next_due_at = min(heads.values(), default=None)
-    ctx.record_promote(order, next_due_at)
-    return PromoteResult(promoted, next_due_at, now, ctx.count_aside(aside))
+    queue_heads: dict[str, float] = {}
+    for pk, head in heads.items():
+        queue_heads[pk.queue] = min(head, queue_heads.get(pk.queue, head))
+    ctx.record_promote(order, queue_heads, sent)
+    return PromoteResult(promoted, min(heads.values(), default=None), now, ctx.count_aside(aside))
 
 
 async def _promote_plan(
@@ -338,6 +354,7 @@ async def lease(
         if sources.get(qw.name, 0) > 1:
             mine.sort(key=lambda lj: (-lj.job.priority, lj.job.run_at, lj.job.id))
         out += mine
+    ctx.leased(bool(out), held_until is not None or capped)  # how the caller's wake-up fared
     return out
 
 

@@ -7,7 +7,8 @@ added to every batch of the worker's hot path. This path serves plain TCP
 and Unix-socket connections to a single node, the common deployment, and the
 master of a Redis Sentinel service, and each master of a Redis Cluster (one
 node per master, see ``_cluster``); TLS, custom credential providers and the
-blocking ``BLPOP`` keep using redis-py in threads (see ``_adapter``).
+blocking reads of a Cluster or behind Sentinel keep using redis-py in
+threads (see ``_adapter``).
 
 It behaves like the thread hop it replaces:
 
@@ -274,7 +275,7 @@ class NativeNode:
         self._stale: list[_Connection] = []
         self._closed = False
         self._slots = trio.Semaphore(MAX_OPEN)
-        #: Idle connections for blocking waits (BLPOP), apart from the pool.
+        #: Idle connections for blocking waits (XREAD BLOCK), apart from the pool.
         self._blocking: list[_Connection] = []
 
     @classmethod
@@ -515,13 +516,15 @@ class NativeNode:
         await self._drop_idle()
 
     # -- blocking waits ---------------------------------------------------------------
-    async def blpop(self, keys: Sequence[str], block: float, slack: float) -> Any:
-        """``BLPOP keys block`` on a connection of its own (blocking waits
-        never hold a round-trip slot): the reply (None or [key, value]).
-        Cancellable at once: a cancelled wait's connection is handed to a
-        background reader, which pushes back a token the BLPOP still pops, so
-        the wake-up reaches another waiter. Raises redis-py's
-        ConnectionError/TimeoutError like :meth:`execute`."""
+    async def block(self, command: Sequence[Any], block: float, slack: float) -> Any:
+        """Send ``command``, a blocking read that ends within ``block``
+        seconds (``XREAD BLOCK``), on a connection of its own (blocking waits
+        never hold a round-trip slot), and return its reply. Cancellable at
+        once: a cancelled wait's connection is handed to a background reader,
+        which drops the reply (a blocking read changes nothing, so nothing
+        is lost) and keeps the connection for the next wait. Raises
+        redis-py's ConnectionError/TimeoutError like :meth:`execute`; a reply
+        later than ``block + slack`` is a TimeoutError."""
         if self._closed:
             raise exceptions().ConnectionError("the store is closed")
         for attempt in (1, 2):
@@ -531,14 +534,14 @@ class NativeNode:
             replies: list[Any] = []
             try:
                 with trio.CancelScope(deadline=trio.current_time() + block + slack) as scope:
-                    await conn.send(_pack([("BLPOP", *keys, block)]))
+                    await conn.send(_pack([command]))
                     sent = True
                     await conn.read(1, replies)
                 break
             except trio.Cancelled:
                 if sent:
                     trio.lowlevel.spawn_system_task(
-                        self._finish_blpop, conn, block + slack, name="chronos-blpop-abandoned"
+                        self._finish_block, conn, block + slack, name="chronos-block-abandoned"
                     )
                 else:
                     await conn.aclose()  # maybe half a command on the wire
@@ -553,16 +556,19 @@ class NativeNode:
                 raise exceptions().ConnectionError(f"bad reply from Redis: {exc}") from exc
         if scope.cancelled_caught:
             await conn.aclose()
-            raise exceptions().TimeoutError(f"no reply to BLPOP within {block + slack:g}s")
+            raise exceptions().TimeoutError(
+                f"no reply to {command[0]} within {block + slack:g}s"
+            )
         self._keep_blocking(conn)
         reply = replies[0]
         if isinstance(reply, hiredis.ReplyError):
             raise reply_error(str(reply))
         return reply
 
-    async def _finish_blpop(self, conn: _Connection, wait: float) -> None:
-        """A cancelled BLPOP's reply, read in the background: a popped token
-        goes back to its list. Never raises (a system task)."""
+    async def _finish_block(self, conn: _Connection, wait: float) -> None:
+        """A cancelled blocking read's reply, read in the background and
+        dropped; the connection is kept if it came. Never raises (a system
+        task)."""
         try:
             replies: list[Any] = []
             with trio.move_on_after(wait):
@@ -570,9 +576,6 @@ class NativeNode:
             if not replies:
                 await conn.aclose()
                 return
-            got = replies[0]
-            if isinstance(got, list) and len(got) == 2:
-                await self.execute([("LPUSH", got[0], got[1])])
             self._keep_blocking(conn)
         except Exception:
             await conn.aclose()
@@ -604,6 +607,20 @@ def _pairs(reply: Any) -> dict[Any, Any]:
     return dict(zip(reply[::2], reply[1::2], strict=False)) if reply else {}
 
 
+def _entries(reply: Any) -> Any:
+    """Stream entries (XRANGE, XREVRANGE) as (id, fields dict) pairs."""
+    if reply is None:
+        return None
+    out: list[tuple[Any, dict[Any, Any] | None]] = []
+    for entry in reply:
+        if entry is None:
+            out.append((None, None))
+        else:
+            fields = iter(entry[1])
+            out.append((entry[0], dict(zip(fields, fields, strict=False))))
+    return out
+
+
 #: Commands whose replies redis-py (RESP2, called as ``execute_command``
 #: calls them: without options) returns as they come: the store's own and
 #: common ones of handlers (tests hold it to redis-py's table).
@@ -612,12 +629,14 @@ AS_SENT = frozenset(
         "DECR", "DECRBY", "DEL", "EVAL", "EVALSHA", "EXISTS", "GET", "HDEL", "HGET",
         "HINCRBY", "HKEYS", "HLEN", "HMGET", "HSET", "HSETNX", "INCR", "INCRBY", "LLEN",
         "LPUSH", "MGET", "PUBLISH", "RPUSH", "SADD", "SCARD", "SCRIPT", "SMISMEMBER",
-        "SREM", "WAIT", "ZCARD", "ZRANGE", "ZREM",
+        "SREM", "WAIT", "XADD", "ZCARD", "ZRANGE", "ZREM",
     }
 )  # fmt: skip
 #: Commands redis-py converts, converted the same way (TIME as a tuple, OK
-#: as True, HGETALL as a dict).
-CONVERTED: dict[str, Callable[[Any], Any]] = {"TIME": _time, "LTRIM": _ok, "HGETALL": _pairs}
+#: as True, HGETALL as a dict, stream entries as (id, fields dict) pairs).
+CONVERTED: dict[str, Callable[[Any], Any]] = {
+    "TIME": _time, "LTRIM": _ok, "HGETALL": _pairs, "XRANGE": _entries, "XREVRANGE": _entries,
+}  # fmt: skip
 
 
 class ReplyCallbacks:

@@ -103,9 +103,9 @@ class Op:
     #: An error reply is returned as its exception instead of failing the
     #: batch: for reads of keys that may hold the wrong type (a damaged record).
     soft: bool = False
-    #: A wake-up (LPUSH of a token, its LTRIM): sent again after ops before
-    #: it that had to be re-run (their script was not loaded), so that a
-    #: waiter it wakes finds what they did (it may then wake twice: allowed).
+    #: A wake-up (XADD to a wake-up stream): sent again after ops before it
+    #: that had to be re-run (their script was not loaded), so that a waiter
+    #: it wakes finds what they did (it may then wake twice: allowed).
     wake: bool = False
 
     @classmethod

@@ -51,8 +51,14 @@ Global keys (single-key commands or single-key scripts only):
 =================================  ==========================================
 ``{ns:meta}:topology``             hash queue -> versions (the queue registry)
 ``{ns:meta}:paused``               set of paused queues
-``{ns:wake}:ready:<queue>``        list of wake-up tokens for idle leasers
-``{ns:wake}:scheduled:<queue>``    list of due times for sleeping promoters
+``{ns:wake}:stream:ready:<queue>``  stream of wake-ups for idle leasers:
+                                   an entry (field ``n``: how many jobs)
+                                   each time jobs become ready; the newest
+                                   :data:`~._core.WAKE_KEEP` are kept
+``{ns:wake}:stream:scheduled:<q>``  stream of wake-ups for sleeping
+                                   promoters: an entry (field ``due``: the
+                                   producer's estimate of the store time the
+                                   job is due) per call that schedules jobs
 ``{ns:L:<name>}:lead``             leadership hash: holder, epoch, expires_at
 ``{ns:L:<name>}:fired``            hash schedule id -> last fired time
 ``{ns:L:<name>}:pending``          hash of triggers recorded but not yet enqueued
@@ -71,7 +77,12 @@ Global keys (single-key commands or single-key scripts only):
 =================================  ==========================================
 
 Topology and paused share a tag (one node answers both in one round trip); all
-wake-up lists share one tag so one BLPOP can watch many queues on a Cluster.
+wake-up streams share one tag so one ``XREAD`` can watch many queues on a
+Cluster. Wake-ups are streams, read by every waiter (see ``_waiting``), not
+lists of tokens that the first blocked client pops. Earlier versions used
+lists at ``{ns:wake}:ready:<queue>`` and ``{ns:wake}:scheduled:<queue>``:
+names the streams never take, so old and new processes never meet a key of
+the other's type (what a mixed fleet gets is in docs/deployment.md).
 """
 
 from __future__ import annotations
@@ -197,10 +208,12 @@ class KeySpace:
         return f"{{{self._ns}:wf:{escape(group_id)}}}:g"
 
     def wake_ready(self, queue: str) -> str:
-        return f"{{{self._ns}:wake}}:ready:{escape(queue)}"
+        """The stream of ``queue``'s ready wake-ups."""
+        return f"{{{self._ns}:wake}}:stream:ready:{escape(queue)}"
 
     def wake_scheduled(self, queue: str) -> str:
-        return f"{{{self._ns}:wake}}:scheduled:{escape(queue)}"
+        """The stream of ``queue``'s scheduled wake-ups."""
+        return f"{{{self._ns}:wake}}:stream:scheduled:{escape(queue)}"
 
     def leader(self, name: str) -> LeaderKeys:
         tag = f"{{{self._ns}:L:{escape(name)}}}"

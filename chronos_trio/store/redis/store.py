@@ -52,7 +52,7 @@ from .keys import KeySpace
 if TYPE_CHECKING:
     from ._blocking import Client
 
-#: Longest single BLPOP behind Sentinel (see ``from_url``).
+#: Longest single blocking read behind Sentinel (see ``from_url``).
 SENTINEL_MAX_BLOCK = 5.0
 
 
@@ -165,7 +165,7 @@ class RedisStore(Store):
         socket times out). Nothing connects until first use, and every
         failure then is a StoreError. Socket operations time out after
         ``socket_timeout`` seconds; a blocking wait reads its reply with its own,
-        longer timeout, so an idle worker can sleep in BLPOP up to 30 s (5 s
+        longer timeout, so an idle worker can sleep in XREAD up to 30 s (5 s
         behind Sentinel, so a wait on a master that was just replaced ends
         soon, and the next one goes to the new master).
 
