@@ -37,6 +37,7 @@ from chronos_trio import (
     group,
 )
 from chronos_trio.cli import main
+from chronos_trio.dashboard import dashboard_app
 from chronos_trio.records._control import expired_error
 from chronos_trio.records._options import ENQUEUE_OPTIONS, JOB_DEFAULT_OPTIONS
 from chronos_trio.store import open_store
@@ -146,6 +147,7 @@ def _namespace() -> dict[str, Any]:
         "datetime": datetime,
         "math": math,
         "open_store": open_store,
+        "dashboard_app": dashboard_app,
     }
 
 
