@@ -149,17 +149,20 @@ async def check_unique_settle_wakes_a_worker_the_run_slot_held_back(fresh: Fresh
     [first] = await store.enqueue_many([unique_job("w", mode="debounce")])
     running = await _one(store, first.job_id)
     [behind] = await store.enqueue_many([unique_job("w", n=1, mode="debounce")])
-    assert (await _batch(store)).capped
-    # wake-ups sent before (the enqueues') may still be pending: spurious
-    # returns are allowed, so take them first
-    for _ in range(10):
-        start = trio.current_time()
-        await store.wait_ready(["q"], timeout=0.2, held=True)
-        if trio.current_time() - start >= 0.2:
-            break
+    drained = trio.Event()
     woken: list[float] = []
 
     async def held_worker() -> None:
+        # As a leaser does, in one task: lease (held back), then wait. The
+        # enqueues' own wake-ups may still be pending (spurious returns are
+        # allowed): take them first, until one wait runs to its timeout.
+        assert (await _batch(store)).capped
+        for _ in range(10):
+            start = trio.current_time()
+            await store.wait_ready(["q"], timeout=0.2, held=True)
+            if trio.current_time() - start >= 0.19:
+                break
+        drained.set()
         start = trio.current_time()
         await store.wait_ready(["q"], timeout=10.0, held=True)
         woken.append(trio.current_time() - start)
@@ -167,6 +170,7 @@ async def check_unique_settle_wakes_a_worker_the_run_slot_held_back(fresh: Fresh
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(held_worker)
+            await drained.wait()
             await trio.sleep(0.3)  # it blocks: the ready job is held back
             assert woken == [], "a held worker returned for the job it was held back from"
             assert await store.settle([settle(running, SettleKind.SUCCEEDED)]) == [True]

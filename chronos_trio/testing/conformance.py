@@ -980,6 +980,10 @@ async def check_discard_deletes_and_waiters_see_the_failure(fresh: Fresh) -> Non
     async def wait(job_id: str) -> None:
         got[job_id] = await store.wait_outcome(JobRef(job_id, "q"), timeout=8.0)
 
+    # a first wait sets up the store's listener (a pub/sub connection, on
+    # a thread for some backends): the real waiter below then registers at
+    # once, well before the settle, even on a busy machine
+    await store.wait_outcome(JobRef("absent", "q"), timeout=0.05)
     stale = attrs.evolve(leased["gone"].ref, token=leased["gone"].token + "-stale")
     assert await store.settle([Settlement(stale, SettleKind.DISCARD, error="x")]) == [False]
     assert await state_of(store, "gone") is JobState.LEASED, "a stale token changes nothing"
