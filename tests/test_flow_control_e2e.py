@@ -5,6 +5,7 @@ handlers record when they ran (``record_run`` in tests/tests_app.py)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import time
@@ -58,16 +59,37 @@ async def test_rate_limit_holds_across_three_processes(redis_url: str, tmp_path:
         await producer.aclose()
     times = sorted(float(line[2]) for line in starts)
     assert len({line[1] for line in starts}) == 3, "all three processes ran jobs"
-    rate = sum(1 for t in times if t < first + seconds) / seconds
-    worst = max(sum(1 for u in times[i:] if u < t + 1.0) for i, t in enumerate(times))
-    print(f"\nrate limit {limit}/s burst {burst}, 3 processes: {rate:.2f}/s over {seconds:.0f}s, "
-          f"busiest 1 s window {worst}")  # fmt: skip
-    assert abs(rate - limit) <= 0.05 * limit, rate
-    # GCRA grants at most limit + burst permits in any 1 s of the store's
-    # clock; these are handler starts, stamped by three processes after
-    # lease and dispatch, so one start may drift into a neighbouring window
-    # (a CI run saw 56 once). A real overrun shows as a burst per window.
-    assert worst <= limit + burst + 1, worst
+    in_window = [t for t in times if t < first + seconds]
+    rate = len(in_window) / seconds
+
+    def busiest(width: float) -> int:
+        return max(sum(1 for u in times[i:] if u < t + width) for i, t in enumerate(times))
+
+    gap = max((b - a for a, b in itertools.pairwise(in_window)), default=0.0)
+    per_process: dict[str, int] = {}
+    for line in starts:
+        per_process[line[1]] = per_process.get(line[1], 0) + 1
+    seen = (
+        f"{rate:.2f}/s over {seconds:.0f}s, busiest 1 s window {busiest(1.0)}, 2 s window "
+        f"{busiest(2.0)}, longest gap between starts {gap:.2f}s, per process {per_process}"
+    )
+    print(f"\nrate limit {limit}/s burst {burst}, 3 processes: {seen}")
+    # The limit holds fleet-wide: GCRA grants at most limit + burst permits
+    # in any 1 s of the store's clock (three processes each applying it on
+    # its own would start three times that). These are handler starts,
+    # stamped by three processes after lease and dispatch: on a loaded
+    # machine a process paused a moment stamps a few late, into the next
+    # window (1 s windows saw 56 to 59 under load, on main before issue 23
+    # too), so the bound is taken over 2 s windows, with 5% for that drift:
+    # a real overrun is a multiple of the limit.
+    assert busiest(2.0) <= (2 * limit + burst) * 1.05, seen
+    assert rate <= limit * 1.05 + burst / seconds, seen
+    # ... and it does not starve the backlog. Permits nobody takes in time
+    # are not banked beyond the burst, so a machine too busy to run these
+    # processes for a while loses some (a CI run at full load once saw
+    # 34/s): the floor only catches a limiter that holds jobs back far
+    # below its rate.
+    assert rate >= 0.6 * limit, seen
 
 
 async def test_concurrency_limit_with_a_sigkilled_holder(redis_url: str, tmp_path: Path) -> None:
