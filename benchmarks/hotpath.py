@@ -16,7 +16,10 @@ Cases (the paths every job takes):
   on the memory store (lease, dispatch, run, settle in the runtime);
 * ``sync_enqueue``: ``SyncProducer(app=...).enqueue`` one at a time against
   a private redis-server (the Python side of one enqueue; the server's work
-  is not counted).
+  is not counted);
+* ``redis_drain``: one embedded worker (c=64) draining jobs pre-enqueued
+  in bulk on a private redis-server (the worker's Python side of lease,
+  run, renew and settle; the scripts' work in the server is not counted).
 
 Compare two trees (say a commit checked out in a worktree) in one run::
 
@@ -36,7 +39,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-CASES = ("enqueue", "drain", "sync_enqueue")
+CASES = ("enqueue", "drain", "sync_enqueue", "redis_drain")
 HERE = Path(__file__).resolve()
 
 
@@ -75,6 +78,21 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
                 await worker.wait_idle()
 
         trio.run(drain)
+    elif case == "redis_drain":
+        assert redis_url is not None
+        from chronos_trio.store.redis import RedisStore
+
+        app = chronos_trio.App(RedisStore.from_url(redis_url))
+        app.task("bench.job")(job.fn)
+
+        async def redis_drain() -> None:
+            task = app.tasks["bench.job"]
+            await task.enqueue_many(payloads)
+            async with app.open_worker(concurrency=64) as worker:
+                await worker.wait_idle()
+            await app.aclose()
+
+        trio.run(redis_drain)
     elif case == "sync_enqueue":
         assert redis_url is not None
         from chronos_trio.producers import SyncProducer
@@ -87,6 +105,10 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
 
 
 def _instructions(tree: Path, case: str, n: int, redis_url: str | None) -> int:
+    if redis_url:
+        import redis
+
+        redis.Redis.from_url(redis_url).flushall()  # every run from an empty server
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
@@ -133,7 +155,7 @@ def main() -> None:
     cases = [c for c in args.cases.split(",") if c]
     redis_url = None
     server = None
-    if "sync_enqueue" in cases:
+    if "sync_enqueue" in cases or "redis_drain" in cases:
         sys.path.insert(0, str(HERE.parent.parent))
         from chronos_trio.testing.redis_server import RedisServer
 

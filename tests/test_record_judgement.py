@@ -57,6 +57,12 @@ REDIS_EXTRA = {
     "h": (b"{", b"[1]", b'{"a": 1}'),
     "fc": (b"zz", b"c/"),
     "result_until": (b"soon",),
+    # numbers as Lua's tonumber or Python's float() would read them, but the
+    # one judgement does not (the lease decodes these fields inline)
+    "run_at": (b"1_0", b"0x10", b"inf", b"nan"),
+    "max_retries": (b"1_0", b"0x1", b"-1", b"1.0"),
+    "timeout": (b"1_0", b"0x10", b"nan", b"-1"),
+    "created_at": (b"1_0", b"nan"),
 }
 
 

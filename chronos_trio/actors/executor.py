@@ -49,7 +49,7 @@ from ..runtime._state import Runtime, log
 from ..runtime._tasks import TaskSpec
 from ..runtime._threads import ThreadRun
 from ..store import SettleKind, Settlement
-from ..store._record_rules import RULE_OF, value_ok, value_problem
+from ..store._record_rules import RULE_OF, fields_sound, value_problem
 
 #: Longest error text kept on a job (message plus the end of the traceback).
 MAX_ERROR_CHARS = 4000
@@ -364,10 +364,8 @@ def _discarding(rt: Runtime, job: Job, dead: Settlement) -> Settlement:
 
 #: The fields the executor reads of a leased job, judged as every path
 #: judges them (``store._record_rules``) before it runs one.
-_READS = tuple(
-    (rule, value_ok(rule))
-    for rule in (RULE_OF[n] for n in ("kind", "payload", "attempts", "max_retries", "timeout"))
-)
+_READS = ("kind", "payload", "attempts", "max_retries", "timeout")
+_READS_SOUND = fields_sound(_READS)
 
 
 def _damage(job: Job) -> str | None:
@@ -377,11 +375,13 @@ def _damage(job: Job) -> str | None:
     store bug, a newer writer) from crashing the executor into its restart
     limit: it goes dead instead, once. A timeout may be infinite (no
     timeout); a number too large for a float is not a number."""
-    for rule, ok in _READS:
-        value = getattr(job, rule.name)
-        if not ok(value):
-            return f"damaged record: {value_problem(rule, value)}"
-    return None
+    if _READS_SOUND(job):
+        return None
+    for name in _READS:
+        why = value_problem(RULE_OF[name], getattr(job, name))
+        if why is not None:
+            return f"damaged record: {why}"
+    return None  # (unreachable: a field the compiled check refused has a problem)
 
 
 def _interrupted(rt: Runtime, entry: Entry) -> Settlement | None:

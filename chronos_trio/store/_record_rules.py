@@ -35,8 +35,6 @@ checker judges it.
 from __future__ import annotations
 
 import enum
-import math
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -115,7 +113,6 @@ DAMAGED_DEAD_NEEDS = ("finished_at",)
 
 _STATES = {s.value.encode(): s for s in JobState}
 _DAMAGED = DAMAGED_RECORD.encode()
-_COUNT = re.compile(rb"[0-9]{1,15}")
 
 
 # -- stored values (bytes: the RedisStore) -------------------------------------------------
@@ -144,21 +141,24 @@ _SHOW_BYTE = [_show_byte(b) for b in range(256)]
 def parse_number(value: bytes, *, infinite: bool = False) -> float | None:
     """A stored decimal number, or None: exactly the texts ``check_number``
     in ``lua/_prelude.lua`` accepts (Python's float() reads underscores, Lua
-    hexadecimal: neither counts). Finite unless ``infinite``; never NaN."""
-    if b"_" in value or b"x" in value or b"X" in value:
-        return None
+    hexadecimal: neither counts; float() reads no hexadecimal, nor any text
+    with an x). Finite unless ``infinite``; never NaN. On every leased job's
+    fields: kept to a float() and two tests for a finite number."""
     try:
         x = float(value)
     except ValueError:
         return None
-    if x != x or (not infinite and not math.isfinite(x)):
-        return None
-    return x
+    if x - x == 0:  # finite (inf - inf and NaN are NaN)
+        return None if b"_" in value else x
+    if infinite and x == x and b"_" not in value:
+        return x
+    return None
 
 
 def parse_count(value: bytes) -> int | None:
     """A stored non-negative integer (decimal digits, at most 15), or None."""
-    return int(value) if _COUNT.fullmatch(value) else None
+    # bytes.isdigit: ASCII digits only, and False for b""
+    return int(value) if value.isdigit() and len(value) <= 15 else None
 
 
 def parse_state(value: bytes) -> JobState | None:
@@ -363,11 +363,13 @@ def value_ok(rule: Rule, *, required: bool | None = None) -> Callable[[object], 
     return ok
 
 
-def _sound_check(state: JobState | None) -> Callable[[Job], bool]:
-    """``job -> bool`` for records of ``state``: every field as
+def _sound_check(
+    state: JobState | None, rules: tuple[Rule, ...] = RULES
+) -> Callable[[Job], bool]:
+    """``job -> bool`` for records of ``state``: every field of ``rules`` as
     :func:`value_ok` judges it there, compiled into one function."""
     lines = ["def sound(job):"]
-    for rule in RULES:
+    for rule in rules:
         need = rule.required and rule.judged(state)
         test = _VALUE_EXPR[rule.kind]
         if not need and rule.kind in _NONE_WHEN_OPTIONAL:
@@ -384,6 +386,13 @@ def _sound_check(state: JobState | None) -> Callable[[Job], bool]:
 
 #: Per record state (None: unreadable), its compiled check (see value_sound).
 _SOUND_IN = {state: _sound_check(state) for state in (*JobState, None)}
+
+
+def fields_sound(names: tuple[str, ...]) -> Callable[[Job], bool]:
+    """A compiled ``job -> bool``: whether each of the fields ``names``
+    holds a value :func:`value_problem` finds nothing in (as judged in
+    every state), for a caller that reads only those (the executor)."""
+    return _sound_check(None, tuple(RULE_OF[name] for name in names))
 
 
 def value_sound(job: Job) -> bool:

@@ -157,7 +157,7 @@ class _TrioAnchoredClock:
 def _stored_control(new: NewJob, now: float) -> _control.JobControl | None:
     """A new job's flow control as stored: a unique job's with its key's run
     slot (see ``records._unique.with_run_slot``), expiry made absolute."""
-    control = _unique.with_run_slot(new.control, new.unique)
+    control = new.control if new.unique is None else _unique.with_run_slot(new.control, new.unique)
     return None if control is None else control.stored(now)
 
 

@@ -138,12 +138,16 @@ def extras(job: NewJob) -> str:
     0x01 byte when it has one, then its
     unique spec (``unique_spec`` in ``lua/_prelude.lua``), NUL, its
     workflow continuation; '' for an ordinary job."""
+    unique, control = job.unique, job.control
+    if unique is None and job.then is None and control is None:
+        return ""  # an ordinary job: what a drain of them pays, one test
     rest = ""
-    if job.unique is not None or job.then is not None:
-        spec = "" if job.unique is None else unique_spec(job.unique)
+    if unique is not None or job.then is not None:
+        spec = "" if unique is None else unique_spec(unique)
         rest = f"{spec}\0{job.then or ''}"
-    # a unique job also carries its key's run slot (records._unique.with_run_slot)
-    control = with_run_slot(job.control, job.unique)
+    if unique is not None:
+        # a unique job also carries its key's run slot (records._unique.with_run_slot)
+        control = with_run_slot(control, unique)
     if control is None:
         return rest
     return f"{control.encode()}\1{rest}"

@@ -84,12 +84,12 @@ local function check_count(name, v)
   return nil
 end
 
--- nil and the number when v is a finite number, else why not. (Lua also
--- reads hexadecimal, which Python's float() refuses: a field Python reads
--- back that way fails Python's own decoding, which dead-letters the job too.)
+-- nil and the number when v is a finite number, else why not: the texts
+-- store/_record_rules.py's parse_number reads (tonumber also reads
+-- hexadecimal, which Python's float() refuses: not a number here either).
 local function check_number(name, v)
   local x = tonumber(v)
-  if x and x == x and x ~= HUGE and x ~= -HUGE then return nil, x end
+  if x and x == x and x ~= HUGE and x ~= -HUGE and not find(v, '[xX]') then return nil, x end
   if not v or v == '' then return missing(name, v) end
   return "field '" .. name .. "' holds " .. show(v) .. ', not a number'
 end
