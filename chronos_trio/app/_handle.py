@@ -21,7 +21,9 @@ from ..records._producing import (
     result_of,
     timed_out,
 )
-from ..store._roles import AbortResult, AdminRole, ResultRole, require_roles
+from ..store._capabilities import Capability
+from ..store._offers import require_capabilities
+from ..store._roles import AbortResult, ResultRole
 
 R = TypeVar("R")
 
@@ -59,7 +61,7 @@ class JobHandle(HandleFields, Generic[R]):
 
     def _store(self) -> ResultRole:
         store = self.host.store
-        require_roles(store, ResultRole, what="following a job")
+        require_capabilities(store, [Capability.RESULTS], what="following a job")
         return store  # type: ignore[no-any-return]
 
     async def status(self) -> JobOutcome:
@@ -117,10 +119,12 @@ class JobHandle(HandleFields, Generic[R]):
         ("aborted: <reason>"). Waiters on :meth:`result` get JobAborted.
 
         Raises StoreError when the store cannot be reached (aborting again
-        is harmless), TypeError when the store does not offer
-        :class:`~chronos_trio.store.AdminRole`."""
+        is harmless), ``MissingCapability`` (a TypeError) when the store
+        lacks admin or abort (see :class:`~chronos_trio.store.Capability`)."""
         store = self.host.store
-        require_roles(store, AdminRole, what="aborting a job")
+        require_capabilities(
+            store, [Capability.ADMIN, Capability.ABORT], what="aborting a job"
+        )
         result: AbortResult = await store.abort(self.job_id, queue=self.queue, reason=reason)
         return result
 
