@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from chronos_trio import App, ConcurrencyLimit, Job, JobContext, RateLimit, RetryPolicy, chain
-from chronos_trio.store import Capability, MissingCapability, QueueWeight, capabilities_of
+from chronos_trio.store import MissingCapability, QueueWeight, capabilities_of
 from chronos_trio.testing import CHECKS, Check, MinimalStore
 
 #: Short beats so lease expiry and recovery fit a test (virtual time anyway).
