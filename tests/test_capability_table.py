@@ -1,4 +1,4 @@
-"""docs/stores.md's capabilities × backends table is the one the code
+"""docs/stores.md's capabilities-by-backends table is the one the code
 renders (``chronos_trio.testing.capability_table``), so it cannot drift."""
 
 from __future__ import annotations

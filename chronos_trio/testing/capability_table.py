@@ -1,4 +1,4 @@
-"""The capabilities × backends table of docs/stores.md, rendered from the
+"""The capabilities-by-backends table of docs/stores.md, rendered from the
 code (:func:`~chronos_trio.store.capabilities_of` of each backend class), so
 the page cannot drift: tests/test_capability_table.py fails when the page's
 table differs from :func:`render_table`.
@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..store import Capability, MemoryStore, capabilities_of
+from ..store import Capability, MemoryStore, StoreRole, capabilities_of
 from ..store.redis import RedisStore
 from .minimal_store import MinimalStore
 
@@ -26,7 +26,7 @@ END = "<!-- end of capability table -->"
 #: The backends of the table's columns. Sentinel and Cluster are the same
 #: RedisStore class as a single node (only its connection differs), so
 #: their capabilities are one column.
-BACKENDS: Mapping[str, type] = {
+BACKENDS: Mapping[str, type[StoreRole]] = {
     "MemoryStore": MemoryStore,
     "RedisStore (node, Sentinel, Cluster)": RedisStore,
     "MinimalStore (the core)": MinimalStore,
@@ -80,7 +80,7 @@ def render_table() -> str:
 def table_in(page: str) -> str:
     """The table between :data:`START` and :data:`END` in ``page`` (stripped).
     Raises ValueError when the page lacks the markers."""
-    head, start, rest = page.partition(START)
+    _, start, rest = page.partition(START)
     body, end, _ = rest.partition(END)
     if not start or not end:
         raise ValueError(f"the page has no {START!r} ... {END!r} section")
