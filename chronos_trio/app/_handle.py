@@ -50,8 +50,10 @@ class JobHandle(HandleFields, Generic[R]):
 
     A handle is a plain value: make one for any job ID with
     ``app.job(job_id)`` in another process (it then finds the job's queue
-    and partition itself). Its methods need a store offering
-    :class:`~chronos_trio.store.ResultRole` (MemoryStore and RedisStore do)."""
+    and partition itself). :meth:`status` and :meth:`result` need a store
+    with results (:class:`~chronos_trio.store.ResultRole`; MemoryStore and
+    RedisStore have it), :meth:`abort` one with admin and abort; on another
+    they raise ``MissingCapability`` (a TypeError)."""
 
     host: HandleHost = attrs.field(eq=False, repr=False)
 
