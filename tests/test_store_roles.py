@@ -1,11 +1,12 @@
-"""The store's roles: what each backend offers, the role check at the door
-(``require_roles``, the Inspector), the conformance suite's factory and
-role declarations, and FaultyStore wrapping every role method."""
+"""The store's roles and capabilities: what each backend offers, the checks
+at the door (``require_roles``, ``require_capabilities``, the Inspector),
+the conformance suite's factory and capability declarations, and
+FaultyStore wrapping every role method."""
 
 from __future__ import annotations
 
 import types
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 import pytest
@@ -14,17 +15,23 @@ from chronos_trio import Inspector
 from chronos_trio.app._inspector import schedule_rows
 from chronos_trio.records import JobState
 from chronos_trio.store import (
+    FEATURES,
+    ROLE_CAPABILITIES,
     ROLES,
     AdminRole,
+    Capability,
     LeadershipRole,
     MemoryStore,
+    PromotionRole,
     Store,
     StoreRole,
     TopologyRole,
     WorkerRole,
+    capabilities_of,
     require_roles,
     roles_of,
 )
+from chronos_trio.store._offers import CAPABILITY_ROLES, check_jobs
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.testing import CHECKS, Check, FaultyStore
 from chronos_trio.testing.faulty_store import OPERATIONS
@@ -51,25 +58,76 @@ def test_each_method_belongs_to_one_role_and_store_is_all_of_them() -> None:
 def test_shipped_stores_offer_every_role(backend: type) -> None:
     assert roles_of(backend) == ROLES
     assert issubclass(backend, Store)
+    assert capabilities_of(backend) == frozenset(Capability)
+
+
+def test_the_core_is_worker_role_and_every_other_role_is_a_capability() -> None:
+    assert ROLES[0] is WorkerRole and WorkerRole not in ROLE_CAPABILITIES
+    assert set(ROLE_CAPABILITIES) == set(ROLES[1:])
+    assert set(ROLE_CAPABILITIES.values()) | FEATURES == set(Capability)
+    assert _own_methods(WorkerRole) == {
+        "enqueue_many", "lease", "renew", "settle", "recover_expired", "wait_ready",
+    }  # fmt: skip
+    # roles are offered by subclassing: a declared role name counts for nothing
+    lying = type("Lying", (limited_store_type([WorkerRole]),), {"features": frozenset(Capability)})
+    assert capabilities_of(lying) == FEATURES
+    assert capabilities_of(object()) == frozenset()
 
 
 # -- stores that offer only some roles ---------------------------------------------------
-def limited_store(roles: Sequence[type], inner: Store) -> StoreRole:
-    """A store offering exactly ``roles`` (and StoreRole), each method passed
-    to ``inner``: the shape of a third-party backend with fewer roles."""
+def limited_store_type(
+    roles: Sequence[type], features: Iterable[Capability] = (), label: str = ""
+) -> type:
+    """A store class offering exactly ``roles`` (and StoreRole) and declaring
+    ``features``, each method passed to an ``inner`` store: the shape of a
+    third-party backend with fewer capabilities. Its ``enqueue_many``
+    refuses a job that uses a feature it does not declare, and its ``abort``
+    raises without ABORT, so a check that uses one undeclared fails."""
     names = set(StoreRole.__abstractmethods__).union(*(r.__abstractmethods__ for r in roles))
+    declared = frozenset(features)
+
+    promotes = PromotionRole in roles
 
     def forward(name: str) -> Any:
         async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if name == "enqueue_many":
+                check_jobs(self, args[0])
+            if name == "abort" and Capability.ABORT not in declared:
+                raise AssertionError("abort used by a check that does not declare ABORT")
+            if name in ("lease", "wait_ready") and not promotes:
+                # No promoter: judge due times in the lease, as such a store must
+                # (see WorkerRole), and wait no longer than the next due time.
+                queues = [getattr(q, "name", q) for q in args[0]]
+                promoted = await self.inner.promote_due(queues, 10_000)
+                if name == "wait_ready" and promoted.next_due_at is not None:
+                    due_in = max(0.0, promoted.next_due_at - promoted.now)
+                    if "timeout" in kwargs:
+                        kwargs["timeout"] = min(kwargs["timeout"], due_in)
+                    else:
+                        args = (args[0], min(args[1], due_in), *args[2:])
             return await getattr(self.inner, name)(*args, **kwargs)
 
         method.__name__ = name
         return method
 
     namespace: dict[str, Any] = {name: forward(name) for name in names}
-    label = "".join(r.__name__.removesuffix("Role") for r in roles) or "Bare"
-    cls = type(f"{label}OnlyStore", (*roles, StoreRole), namespace)
-    store = cls()
+    namespace["features"] = declared
+    label = label or "".join(r.__name__.removesuffix("Role") for r in roles) or "Bare"
+    return type(f"{label}OnlyStore", (*roles, StoreRole), namespace)
+
+
+def limited_store(roles: Sequence[type], inner: Store) -> StoreRole:
+    """An instance of :func:`limited_store_type` (no features) over ``inner``."""
+    store = limited_store_type(roles)()
+    store.inner = inner
+    return cast(StoreRole, store)
+
+
+def capable_store(needs: Iterable[Capability], inner: Store) -> StoreRole:
+    """A store with the core and exactly the capabilities ``needs``."""
+    needs = frozenset(needs)
+    roles = [WorkerRole, *(CAPABILITY_ROLES[c] for c in sorted(needs) if c in CAPABILITY_ROLES)]
+    store = limited_store_type(roles, needs & FEATURES, label="Capable")()
     store.inner = inner
     return cast(StoreRole, store)
 
@@ -110,25 +168,28 @@ async def test_schedules_need_leadership() -> None:
 
 
 # -- the conformance suite -----------------------------------------------------------------
-def test_every_check_declares_its_roles() -> None:
+def test_every_check_declares_its_capabilities() -> None:
     assert len({c.name for c in CHECKS}) == len(CHECKS)
     for check in CHECKS:
-        assert check.roles and set(check.roles) <= set(ROLES), check
-    # Every role has checks of its own.
-    assert {role for c in CHECKS for role in c.roles} == set(ROLES)
+        assert check.needs <= set(Capability), check
+        assert set(check.roles) <= set(ROLES) and check.roles[0] is WorkerRole, check
+    # The core has checks of its own, and so does every capability.
+    assert any(not c.needs for c in CHECKS)
+    assert {cap for c in CHECKS for cap in c.needs} == set(Capability)
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=str)
-async def test_each_check_needs_only_the_roles_it_declares(
+async def test_each_check_needs_only_the_capabilities_it_declares(
     check: Check, autojump_clock: object
 ) -> None:
-    """A store offering exactly the declared roles passes: a check that called
-    a method of another role would fail here with an AttributeError."""
+    """A store with exactly the declared capabilities passes: a check that
+    called a method of another role would fail here with an AttributeError,
+    one that used an undeclared feature with MissingCapability."""
 
     async def fresh() -> StoreRole:
-        return limited_store(check.roles, MemoryStore())
+        return capable_store(check.needs, MemoryStore())
 
-    assert check.skip_reason(limited_store(check.roles, MemoryStore())) is None
+    assert check.skip_reason(capable_store(check.needs, MemoryStore())) is None
     await check(fresh)
 
 
@@ -136,9 +197,12 @@ def test_skip_reason_names_what_a_backend_lacks() -> None:
     [leadership] = [c for c in CHECKS if c.name == "leadership_epochs"]
     worker_only = type(limited_store([WorkerRole], MemoryStore()))
     assert leadership.skip_reason(worker_only) == (
-        "leadership_epochs needs LeadershipRole, which WorkerOnlyStore does not offer"
+        "leadership_epochs needs leadership, which WorkerOnlyStore does not offer"
     )
     assert leadership.skip_reason(MemoryStore) is None
+    assert leadership.skip_reason(object) == (
+        "leadership_epochs needs the core (WorkerRole), which object does not offer"
+    )
 
 
 async def test_a_check_refuses_a_store_without_its_roles(autojump_clock: object) -> None:
@@ -147,7 +211,7 @@ async def test_a_check_refuses_a_store_without_its_roles(autojump_clock: object)
     async def fresh() -> StoreRole:
         return limited_store([WorkerRole, AdminRole], MemoryStore())
 
-    with pytest.raises(TypeError, match=r"topology_versions_drain needs .*lacks TopologyRole"):
+    with pytest.raises(TypeError, match=r"topology_versions_drain needs topology, which the store"):
         await topology(fresh)
 
 
@@ -196,7 +260,7 @@ async def test_a_check_closes_every_store_it_made_even_when_it_fails(
         raise AssertionError("boom")
 
     with pytest.raises(AssertionError, match="boom"):
-        await Check(failing, (WorkerRole,))(fresh)
+        await Check(failing)(fresh)
     assert _Closing.closed == 3
 
 

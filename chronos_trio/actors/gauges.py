@@ -17,7 +17,8 @@ state of every queue (the elected leader only).
   empty reading, so its metrics can withdraw the figures it no longer
   updates. A failed read is logged and retried next round.
 
-A worker whose metrics object takes neither (or has none) reads nothing.
+A worker whose metrics object takes neither (or has none) reads nothing;
+one on a store without admin (no ``stats``) reads no queue depths.
 What the metrics object raises is logged and that reading dropped.
 """
 
@@ -33,7 +34,7 @@ from trio_util import periodic
 from ..records._log import log_event
 from ..runtime._metrics import ROUND_TRIP_INTERVAL, RoundTripTally
 from ..runtime._state import Runtime, log
-from ..store import QueueStats, StoreError
+from ..store import Capability, QueueStats, StoreError, capabilities_of
 
 
 async def run(
@@ -42,7 +43,7 @@ async def run(
     metrics = rt.registry.metrics
     depths = getattr(metrics, "queue_depths", None)
     async with trio.open_nursery() as nursery:
-        if depths is not None:
+        if depths is not None and Capability.ADMIN in capabilities_of(rt.store):
             nursery.start_soon(_read_depths, rt, depths)
         if rt.round_trips is not None:  # the worker made one: metrics takes them
             nursery.start_soon(_feed_round_trips, rt, rt.round_trips)

@@ -11,7 +11,7 @@ import math
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack, cast
 
 import trio
 
@@ -40,7 +40,8 @@ from ..runtime._metrics import Metrics
 from ..runtime._registry import DeadLetterHook, Lifespan, Middleware, Registry
 from ..runtime._schedule import MisfirePolicy, Schedule
 from ..runtime._tasks import DEFAULT_RESULT_TTL, TaskSpec
-from ..store import Store, open_store
+from ..store import Store, StoreRole, WorkerRole, open_store, require_roles
+from ..store._offers import check_jobs
 from ..worker import Worker
 from ._handle import JobHandle, Workflow
 from ._handlers import inspect_handler
@@ -72,7 +73,7 @@ class App:
 
     def __init__(
         self,
-        store: str | Store | None = None,
+        store: str | StoreRole | None = None,
         *,
         name: str = "chronos",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
@@ -83,8 +84,10 @@ class App:
         self.max_payload_bytes = max_payload_bytes
         #: Called for every job this app builds (see :meth:`producer_hook`).
         self.producer_hooks: list[ProducerHook] = []
-        self._store_url = store if isinstance(store, str) or store is None else None
-        self._store: Store | None = store if isinstance(store, Store) else None
+        self._store_url: str | None = None
+        self._store: Store | None = None
+        if store is not None:
+            self.use_store(store)
         #: What workers of this app run: tasks, hooks, schedules.
         self.registry = Registry(name, lifespan=lifespan, metrics=metrics)
 
@@ -95,14 +98,27 @@ class App:
 
     @property
     def store(self) -> Store:
+        """The app's store, opened on first use. Typed as a full
+        :class:`~chronos_trio.Store` for its callers' convenience; one with
+        only some capabilities (see :func:`~chronos_trio.store.capabilities_of`)
+        is checked for each before it is used (by the worker when it starts,
+        by :meth:`enqueue_jobs` for the features jobs carry, by job handles
+        and the Inspector)."""
         if self._store is None:
             self._store = open_store(self._store_url)
         return self._store
 
-    def use_store(self, store: Store | str) -> None:
-        """Replace the store (e.g. the CLI's ``--url``) before anything runs."""
-        self._store_url = store if isinstance(store, str) else None
-        self._store = store if isinstance(store, Store) else None
+    def use_store(self, store: StoreRole | str) -> None:
+        """Replace the store (e.g. the CLI's ``--url``) before anything runs:
+        a URL, or a store object with at least the core. Raises TypeError
+        for an object that is neither."""
+        if isinstance(store, str):
+            self._store_url, self._store = store, None
+            return
+        require_roles(store, WorkerRole, what="an App")
+        self._store_url = None
+        # Typed a full Store: see the ``store`` property.
+        self._store = cast(Store, store)
 
     async def aclose(self) -> None:
         if self._store is not None:
@@ -360,10 +376,15 @@ class App:
         return hook
 
     async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
-        """Send prepared jobs (``task.new_job(...)``) in one batch."""
+        """Send prepared jobs (``task.new_job(...)``) in one batch. Raises
+        ``MissingCapability``, storing none of them, when a job uses a
+        feature the store lacks (unique, limits, expiry, priority, a
+        workflow step); ``StoreError`` when the store cannot be reached."""
         if not jobs:
             return []
-        return await self.store.enqueue_many(jobs)
+        store = self.store
+        check_jobs(store, jobs)
+        return await store.enqueue_many(jobs)
 
     async def enqueue_workflow(
         self, workflow: FlowStep | Chain | Group, *, workflow_id: str | None = None

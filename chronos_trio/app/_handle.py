@@ -21,7 +21,9 @@ from ..records._producing import (
     result_of,
     timed_out,
 )
-from ..store._roles import AbortResult, AdminRole, ResultRole, require_roles
+from ..store._capabilities import Capability
+from ..store._offers import require_capabilities
+from ..store._roles import AbortResult, ResultRole
 
 R = TypeVar("R")
 
@@ -48,8 +50,10 @@ class JobHandle(HandleFields, Generic[R]):
 
     A handle is a plain value: make one for any job ID with
     ``app.job(job_id)`` in another process (it then finds the job's queue
-    and partition itself). Its methods need a store offering
-    :class:`~chronos_trio.store.ResultRole` (MemoryStore and RedisStore do)."""
+    and partition itself). :meth:`status` and :meth:`result` need a store
+    with results (:class:`~chronos_trio.store.ResultRole`; MemoryStore and
+    RedisStore have it), :meth:`abort` one with admin and abort; on another
+    they raise ``MissingCapability`` (a TypeError)."""
 
     host: HandleHost = attrs.field(eq=False, repr=False)
 
@@ -59,7 +63,7 @@ class JobHandle(HandleFields, Generic[R]):
 
     def _store(self) -> ResultRole:
         store = self.host.store
-        require_roles(store, ResultRole, what="following a job")
+        require_capabilities(store, [Capability.RESULTS], what="following a job")
         return store  # type: ignore[no-any-return]
 
     async def status(self) -> JobOutcome:
@@ -117,10 +121,12 @@ class JobHandle(HandleFields, Generic[R]):
         ("aborted: <reason>"). Waiters on :meth:`result` get JobAborted.
 
         Raises StoreError when the store cannot be reached (aborting again
-        is harmless), TypeError when the store does not offer
-        :class:`~chronos_trio.store.AdminRole`."""
+        is harmless), ``MissingCapability`` (a TypeError) when the store
+        lacks admin or abort (see :class:`~chronos_trio.store.Capability`)."""
         store = self.host.store
-        require_roles(store, AdminRole, what="aborting a job")
+        require_capabilities(
+            store, [Capability.ADMIN, Capability.ABORT], what="aborting a job"
+        )
         result: AbortResult = await store.abort(self.job_id, queue=self.queue, reason=reason)
         return result
 

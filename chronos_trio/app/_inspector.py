@@ -32,6 +32,7 @@ from ..store import (
     LEASE_GRACE,
     AbortResult,
     AdminRole,
+    Capability,
     CheckReport,
     CheckRole,
     LeadershipRole,
@@ -40,6 +41,7 @@ from ..store import (
     StoreRole,
     TopologyRole,
     VersionState,
+    require_capabilities,
     require_roles,
 )
 
@@ -369,8 +371,10 @@ class Inspector:
         is now: ``aborted``, or still ``leased`` while its worker has not
         settled the abort. ``reason`` is kept in its ``last_error``.
 
-        Raises UnknownJob, and ActionRefused for a job already finished
-        (succeeded, dead or aborted)."""
+        Raises UnknownJob, ActionRefused for a job already finished
+        (succeeded, dead or aborted), and ``MissingCapability`` (a
+        TypeError) on a store without abort."""
+        require_capabilities(self.store, [Capability.ABORT], what="aborting a job")
         job = await self.job(job_id, queue=queue)
         done = await self.store.abort(job_id, queue=job.queue, reason=reason)
         if done is AbortResult.NOT_FOUND:
@@ -469,7 +473,9 @@ class Inspector:
         and the jobs it was running at that beat. Sorted by host, then
         pid. A worker that stopped cleanly is gone at once; one that died
         without unregistering drops out when its entry's ttl (a few beats)
-        passes. Raises StoreError when the store cannot be reached."""
+        passes. Raises StoreError when the store cannot be reached, and
+        ``MissingCapability`` (a TypeError) on a store without the registry."""
+        require_capabilities(self.store, [Capability.REGISTRY], what="listing workers")
         return sorted(await self.store.workers(), key=worker_order)
 
     # -- the store checker -------------------------------------------------------

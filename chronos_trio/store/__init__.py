@@ -1,5 +1,6 @@
-"""Job stores: the role protocols every backend implements, the URL scheme
-registry, and the backends (``memory``, ``redis``).
+"""Job stores: the protocol every backend implements (a required core and
+optional capabilities), the URL scheme registry, and the backends
+(``memory``, ``redis``).
 
 ``MemoryStore`` is imported on first use (PEP 562): the store's protocols
 and the Redis backend's sans-IO core serve producers that do not run Trio,
@@ -9,7 +10,13 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ..records._public import fixup_module_metadata as _fixup
 from ..records._public import lazy_getattr as _lazy_getattr
+from ._capabilities import FEATURES as FEATURES
+from ._capabilities import Capability as Capability
+from ._capabilities import MissingCapability as MissingCapability
 from ._observer import StoreObserver as StoreObserver
+from ._offers import ROLE_CAPABILITIES as ROLE_CAPABILITIES
+from ._offers import capabilities_of as capabilities_of
+from ._offers import require_capabilities as require_capabilities
 from ._partitioning import partition_of as partition_of
 from ._partitioning import share_by_weight as share_by_weight
 from ._partitioning import share_strictly as share_strictly
@@ -33,11 +40,13 @@ from ._roles import LeaseBatch as LeaseBatch
 from ._roles import LimitUsage as LimitUsage
 from ._roles import Problem as Problem
 from ._roles import PromoteResult as PromoteResult
+from ._roles import PromotionRole as PromotionRole
 from ._roles import QueueStats as QueueStats
 from ._roles import QueueTopology as QueueTopology
 from ._roles import QueueVersion as QueueVersion
 from ._roles import QueueWeight as QueueWeight
 from ._roles import RecoverResult as RecoverResult
+from ._roles import RegistryRole as RegistryRole
 from ._roles import Repair as Repair
 from ._roles import ResultRole as ResultRole
 from ._roles import SetAside as SetAside

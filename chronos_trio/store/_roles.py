@@ -1,32 +1,53 @@
-"""The store protocol, in roles: small sets of *batched*, atomic job operations.
+"""The store protocol: a small required core and optional capabilities, as
+roles (small sets of *batched*, atomic job operations) and features.
 
-A backend declares what it offers by subclassing roles; each role is an ABC
-whose methods are the contract, held to the conformance suite in
-:mod:`chronos_trio.testing` (each check declares the roles it needs, so a
-backend that offers fewer roles runs the checks that apply to it).
+A backend declares what it offers by subclassing roles (each role is an ABC
+whose methods are the contract) and by naming the features it honours in
+its ``features`` class attribute. Both are held to the conformance suite in
+:mod:`chronos_trio.testing`: each check declares the capabilities it needs,
+and a backend runs exactly the checks its capabilities imply.
+
+The core, required of every backend (what a worker needs to run jobs):
 
 * :class:`StoreRole`: the base of every role: the store's clock (``now``),
   ``shared_across_processes`` and ``aclose``.
-* :class:`WorkerRole`: the worker's hot path (enqueue, promote, lease,
-  renew, settle, recover), idle waiting, and the worker registry's beats.
-* :class:`AdminRole`: inspection (the live workers too), administration
-  and retention (``trim``).
+* :class:`WorkerRole`: the hot path (enqueue, lease, renew, settle,
+  recover) and idle waiting (``wait_ready``).
+
+The optional roles, each a :class:`~chronos_trio.store.Capability`:
+
+* :class:`PromotionRole`: delayed jobs promoted by a promoter
+  (``promote_due``, ``wait_scheduled``); a store without it judges due
+  times in its lease.
+* :class:`RegistryRole`: the registry of live workers (beats, ``workers``).
+* :class:`AdminRole`: inspection, administration and retention (``trim``).
 * :class:`TopologyRole`: versioned queue routing.
 * :class:`LeadershipRole`: leadership leases with epochs, and schedule
   triggers fenced by them.
+* :class:`ResultRole`: results and waiting for a job's outcome.
+* :class:`FlowRole`: workflow continuations.
 * :class:`CheckRole`: the store checker (find and repair inconsistencies).
-* :class:`Store`: all five. ``MemoryStore``, ``RedisStore`` and
-  ``testing.FaultyStore`` are full stores.
 
-Who needs which: a producer needs :class:`WorkerRole`; a worker needs
-:class:`WorkerRole`, and :class:`LeadershipRole` for schedules and the
-janitor (which trims, so also :class:`AdminRole`); the ``Inspector`` needs
-:class:`AdminRole` and :class:`TopologyRole`, :class:`LeadershipRole` for
-its schedules and :class:`CheckRole` for its ``check``. Code that takes a
-store checks the roles it needs with :func:`require_roles` where the store
-comes in (the ``Inspector`` does, in its constructor), so a store without a
-role fails there with one clear ``TypeError``, not with an ``AttributeError``
-halfway through a run.
+The features, declared in ``features`` (semantics carried inside the core's
+arguments): unique jobs, rate limits, concurrency limits, expiry,
+priorities and abort (see ``store._capabilities``).
+
+:class:`Store` is all of them: every role and every feature.
+``MemoryStore``, ``RedisStore`` and ``testing.FaultyStore`` are full
+stores; ``testing.MinimalStore`` offers only the core.
+
+Who needs which: a producer needs the core, and the features its jobs use;
+a worker needs the core, and starts each optional actor only when the store
+offers its capability (the promoter with promotion, the registrar with the
+registry, the janitor with admin and leadership, the leader and scheduler
+with leadership), refusing before it starts anything an app that uses a
+capability its store lacks (schedules, kept results); the ``Inspector``
+needs :class:`AdminRole` and :class:`TopologyRole`, and more for some of
+its methods. Code that takes a store checks what it needs where the store
+comes in (:func:`~chronos_trio.store.require_capabilities`,
+:func:`require_roles`), so a store without it fails there with one clear
+error (:class:`~chronos_trio.store.MissingCapability`, a ``TypeError``),
+not with an ``AttributeError`` halfway through a run.
 
 Conventions
 -----------
@@ -79,6 +100,7 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Iterable, Sequence
+from typing import ClassVar
 
 import attrs
 
@@ -96,6 +118,7 @@ from ..records._jobs import (
 )
 from ..records._workers import WorkerInfo
 from ..records._workflow import Arrival
+from ._capabilities import FEATURES, Capability
 from ._observer import StoreObserver
 
 
@@ -535,17 +558,26 @@ class CheckReport:
 # -- the roles ------------------------------------------------------------------------
 class StoreRole(abc.ABC):
     """What every store offers, whatever its roles: its clock, whether it can
-    be shared by processes, and closing.
+    be shared by processes, and closing (with :class:`WorkerRole`, the
+    core).
 
     A backend does not subclass this directly but the roles it offers
-    (:class:`WorkerRole`, :class:`AdminRole`, :class:`TopologyRole`,
-    :class:`LeadershipRole`), or :class:`Store` for all of them.
+    (:class:`WorkerRole`, the core, and the optional roles it adds), or
+    :class:`Store` for all of them; it declares the features it honours in
+    :attr:`features`.
     """
 
     #: True when several processes (or machines) can share the store: a
     #: worker pool of many processes needs it. Stores in one process's memory
     #: set False.
     shared_across_processes: bool = False
+
+    #: The features (:data:`~chronos_trio.store.FEATURES`: unique jobs,
+    #: limits, expiry, priorities, abort) this backend honours in the core's
+    #: arguments; none by default. Producers and workers refuse a job or a
+    #: task that uses one the store does not declare (see
+    #: :func:`~chronos_trio.store.capabilities_of`).
+    features: ClassVar[frozenset[Capability]] = frozenset()
 
     @abc.abstractmethod
     async def now(self) -> float:
@@ -568,12 +600,18 @@ class StoreRole(abc.ABC):
 
 
 class WorkerRole(StoreRole):
-    """The worker's hot path: store new jobs, promote due ones, lease, renew
-    and settle leases, take back expired ones, and let idle workers wait.
+    """The core: what a worker needs to run jobs. Store new jobs, lease,
+    renew and settle leases, take back expired ones, and let idle workers
+    wait. Every backend offers it; everything else is a capability
+    (:class:`~chronos_trio.store.Capability`).
 
     Every operation on jobs takes a batch and costs the backend one round
     trip per batch (per partition or node at most), never one per job. Producers
-    (``App.enqueue``) need only this role.
+    (``App.enqueue``) need only this role (and the features their jobs use).
+
+    A backend without :class:`PromotionRole` judges due times here: a
+    scheduled or retry_wait job whose due time has come (store clock) is
+    leased as a ready one is, and :meth:`wait_ready` returns by its due time.
     """
 
     @abc.abstractmethod
@@ -594,20 +632,6 @@ class WorkerRole(StoreRole):
         Raises StoreError when the store cannot be reached or refuses; some
         of the jobs may be stored then, and enqueueing the same jobs again
         (same IDs) is safe.
-        """
-
-    @abc.abstractmethod
-    async def promote_due(self, queues: Sequence[str], limit: int) -> PromoteResult:
-        """Move up to ``limit`` jobs of ``queues`` whose due time has come from
-        ``scheduled``/``retry_wait`` to ``ready``, queue by queue in the order
-        given, earliest due first within a queue. Reports how many moved, the
-        earliest due time still waiting over all of ``queues``
-        (``next_due_at``) and the store's now.
-
-        A queue that holds no job (or is unknown) contributes nothing;
-        ``limit`` <= 0 promotes nothing. Paused queues are promoted too
-        (pausing stops leasing, not time). Records set aside are in
-        ``aside``. Raises StoreError when the store cannot be reached.
         """
 
     @abc.abstractmethod
@@ -756,6 +780,33 @@ class WorkerRole(StoreRole):
         ValueError on the MemoryStore.
         """
 
+
+class PromotionRole(StoreRole):
+    """Promotion of delayed jobs: a promoter actor moves scheduled and
+    retry_wait jobs whose due time has come to ready, sleeping until the
+    next due time (or an earlier job's wake-up).
+
+    Optional (:attr:`~chronos_trio.store.Capability.PROMOTION`): a store
+    without it judges due times in its lease instead (a scheduled or
+    retry_wait job whose due time has come is leased as if ready, and
+    :meth:`WorkerRole.wait_ready` returns for it by then), and a worker
+    on it runs no promoter.
+    """
+
+    @abc.abstractmethod
+    async def promote_due(self, queues: Sequence[str], limit: int) -> PromoteResult:
+        """Move up to ``limit`` jobs of ``queues`` whose due time has come from
+        ``scheduled``/``retry_wait`` to ``ready``, queue by queue in the order
+        given, earliest due first within a queue. Reports how many moved, the
+        earliest due time still waiting over all of ``queues``
+        (``next_due_at``) and the store's now.
+
+        A queue that holds no job (or is unknown) contributes nothing;
+        ``limit`` <= 0 promotes nothing. Paused queues are promoted too
+        (pausing stops leasing, not time). Records set aside are in
+        ``aside``. Raises StoreError when the store cannot be reached.
+        """
+
     @abc.abstractmethod
     async def wait_scheduled(
         self, queues: Sequence[str], *, earlier_than: float | None, timeout: float
@@ -771,7 +822,14 @@ class WorkerRole(StoreRole):
         ``timeout`` is a ValueError on the MemoryStore.
         """
 
-    # -- the worker registry (one call per beat, never per job) ------------------------
+
+class RegistryRole(StoreRole):
+    """The registry of live workers: each worker process beats once per
+    heartbeat interval (never per job) and is listed until its entry
+    lapses. Optional (:attr:`~chronos_trio.store.Capability.REGISTRY`): a
+    worker on a store without it runs no registrar.
+    """
+
     @abc.abstractmethod
     async def beat_worker(self, worker: WorkerInfo, ttl: float) -> None:
         """Record ``worker`` in the registry of live workers, or refresh its
@@ -779,7 +837,7 @@ class WorkerRole(StoreRole):
         the first beat registers it. The store sets ``last_beat`` to its own
         now (the value passed is ignored) and keeps the entry listed until
         ``ttl`` (> 0) seconds after it: a worker that stops beating (killed,
-        paused, cut off) drops out of :meth:`AdminRole.workers` then, even
+        paused, cut off) drops out of :meth:`RegistryRole.workers` then, even
         if nothing removed its entry yet. At most
         :data:`~chronos_trio.records._workers.MAX_RUNNING_IDS` of
         ``running_job_ids`` are kept. The same call may remove a few lapsed
@@ -795,6 +853,16 @@ class WorkerRole(StoreRole):
         """Remove the registry entry of ``worker_id`` (a worker stopping
         cleanly); an absent entry is fine. Raises StoreError when the store
         cannot be reached (the entry then lapses by itself)."""
+
+    @abc.abstractmethod
+    async def workers(self) -> list[WorkerInfo]:
+        """Every live worker of the registry (see
+        :meth:`RegistryRole.beat_worker`): each entry whose last beat is less
+        than its ttl ago by the store's clock, sorted by host, then pid. A
+        lapsed entry is never listed, removed or not. An entry that cannot
+        be read (not a record of this version: damaged, or of a newer
+        format) is skipped with a warning, never failing the listing.
+        Raises StoreError when the store cannot be reached."""
 
 
 class AdminRole(StoreRole):
@@ -940,16 +1008,6 @@ class AdminRole(StoreRole):
         Raises StoreError when the store cannot be reached; some jobs may
         have been deleted then (trimming again is harmless).
         """
-
-    @abc.abstractmethod
-    async def workers(self) -> list[WorkerInfo]:
-        """Every live worker of the registry (see
-        :meth:`WorkerRole.beat_worker`): each entry whose last beat is less
-        than its ttl ago by the store's clock, sorted by host, then pid. A
-        lapsed entry is never listed, removed or not. An entry that cannot
-        be read (not a record of this version: damaged, or of a newer
-        format) is skipped with a warning, never failing the listing.
-        Raises StoreError when the store cannot be reached."""
 
     @abc.abstractmethod
     async def limit_usage(self, queue: str) -> list[LimitUsage]:
@@ -1207,17 +1265,29 @@ class CheckRole(StoreRole):
 
 
 class Store(
-    WorkerRole, AdminRole, TopologyRole, LeadershipRole, ResultRole, CheckRole, FlowRole
+    WorkerRole,
+    PromotionRole,
+    RegistryRole,
+    AdminRole,
+    TopologyRole,
+    LeadershipRole,
+    ResultRole,
+    CheckRole,
+    FlowRole,
 ):
-    """A store with every role: what the worker, the producers, the
-    ``Inspector`` and the command line can all use. ``MemoryStore`` and
-    ``RedisStore`` are Stores. See the module docstring for conventions and
-    errors, and each role for its methods' guarantees."""
+    """A store with every role and every feature: what the worker, the
+    producers, the ``Inspector`` and the command line can all use.
+    ``MemoryStore`` and ``RedisStore`` are Stores. See the module docstring
+    for conventions and errors, and each role for its methods' guarantees."""
+
+    features: ClassVar[frozenset[Capability]] = FEATURES
 
 
-#: Every role, in the order messages list them.
+#: Every role, in the order messages list them: the core first.
 ROLES: tuple[type[StoreRole], ...] = (
     WorkerRole,
+    PromotionRole,
+    RegistryRole,
     AdminRole,
     TopologyRole,
     LeadershipRole,

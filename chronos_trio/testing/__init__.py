@@ -1,5 +1,6 @@
-"""Test support shipped with chronos_trio: the store conformance suite and
-fault-injection helpers, usable by any project that builds on it."""
+"""Test support shipped with chronos_trio: the store conformance suite,
+fault-injection helpers, and a store with only the core (``MinimalStore``),
+usable by any project that builds on it."""
 
 from . import (
     _conformance_control,  # noqa: F401 - registers the flow-control checks in CHECKS
@@ -11,3 +12,4 @@ from .conformance import CHECKS as CHECKS
 from .conformance import Check as Check
 from .conformance import StoreFactory as StoreFactory
 from .faulty_store import FaultyStore as FaultyStore
+from .minimal_store import MinimalStore as MinimalStore

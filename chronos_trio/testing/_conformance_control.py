@@ -9,7 +9,8 @@ import trio
 
 from ..records._control import JobControl, expired_error
 from ..records._jobs import JobState, NewJob
-from ..store._roles import AdminRole, LeaseBatch, SettleKind, Store, WorkerRole
+from ..store._capabilities import Capability
+from ..store._roles import LeaseBatch, SettleKind, Store
 from .conformance import Fresh, check, job, lease, settle, state_of
 
 
@@ -31,7 +32,7 @@ def _capped(key: str, limit: int) -> JobControl:
     return JobControl(caps=((key, limit),))
 
 
-@check(WorkerRole)
+@check(Capability.PROMOTION, Capability.PRIORITY)
 async def check_priority_leases_highest_first_due_order_within(fresh: Fresh) -> None:
     store = await fresh()
     now = await store.now()
@@ -59,7 +60,7 @@ async def check_priority_leases_highest_first_due_order_within(fresh: Fresh) -> 
     assert [lj.job.id for lj in await lease(store)] == ["p5-late", "n0", "m3"]
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN, Capability.EXPIRY)
 async def check_expired_job_is_dead_lettered_instead_of_leased(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many(
@@ -79,7 +80,7 @@ async def check_expired_job_is_dead_lettered_instead_of_leased(fresh: Fresh) -> 
     assert await lease(store) == [], "an expired job never comes back by itself"
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN, Capability.EXPIRY)
 async def check_an_expired_job_says_when_in_utc(fresh: Fresh) -> None:
     """Its last error gives the expiry as an ISO time in UTC, to the
     millisecond, the same text on every backend (not epoch seconds)."""
@@ -93,7 +94,7 @@ async def check_an_expired_job_says_when_in_utc(fresh: Fresh) -> None:
     assert found.last_error == expired_error(at)
 
 
-@check(WorkerRole)
+@check(Capability.RATE_LIMITS)
 async def check_rate_limit_holds_jobs_back_in_the_lease(fresh: Fresh) -> None:
     store = await fresh()
     # 4 per second with a burst of 2: two at once, then one every 0.25 s
@@ -114,7 +115,7 @@ async def check_rate_limit_holds_jobs_back_in_the_lease(fresh: Fresh) -> None:
     assert [lj.job.id for lj in await lease(store)] == [other]
 
 
-@check(WorkerRole)
+@check(Capability.RATE_LIMITS)
 async def check_rate_limit_sustained_rate(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([limited(f"s{n}", _rated("s", 20, 1.0)) for n in range(40)])
@@ -133,7 +134,7 @@ async def check_rate_limit_sustained_rate(fresh: Fresh) -> None:
     assert 0.45 <= took < 1.5, took
 
 
-@check(WorkerRole)
+@check(Capability.CONCURRENCY_LIMITS)
 async def check_concurrency_limit_takes_and_gives_back_slots(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([limited(f"c{n}", _capped("db", 2)) for n in range(4)])
@@ -153,7 +154,7 @@ async def check_concurrency_limit_takes_and_gives_back_slots(fresh: Fresh) -> No
     assert await lease(store) == [], "the live holders still have their slots"
 
 
-@check(WorkerRole)
+@check(Capability.CONCURRENCY_LIMITS)
 async def check_renewed_holder_keeps_its_slot(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([limited(f"h{n}", _capped("one", 1)) for n in range(2)])
@@ -164,7 +165,7 @@ async def check_renewed_holder_keeps_its_slot(fresh: Fresh) -> None:
         assert await lease(store) == [], "renewed: still holding its slot"
 
 
-@check(WorkerRole)
+@check(Capability.CONCURRENCY_LIMITS)
 async def check_wait_ready_held_waits_for_a_freed_slot(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([limited(f"w{n}", _capped("w", 1)) for n in range(2)])
@@ -197,7 +198,7 @@ async def check_wait_ready_held_waits_for_a_freed_slot(fresh: Fresh) -> None:
     assert len(await lease(store)) == 1
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.PROMOTION, Capability.ADMIN, Capability.RATE_LIMITS)
 async def check_defer_gives_back_the_attempt_and_holds_the_limit(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many(
@@ -219,7 +220,7 @@ async def check_defer_gives_back_the_attempt_and_holds_the_limit(fresh: Fresh) -
     assert {lj.job.id: lj.job.last_error for lj in again}[a.job.id] == "429"
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN, Capability.RATE_LIMITS, Capability.CONCURRENCY_LIMITS)
 async def check_limit_usage_shows_held_slots_and_booked_permits(fresh: Fresh) -> None:
     store = await fresh()
     assert await store.limit_usage("q") == []

@@ -10,15 +10,12 @@ from __future__ import annotations
 import trio
 
 from ..records._jobs import Job, JobState, LeasedJob
+from ..store._capabilities import Capability
 from ..store._roles import (
     AbortResult,
-    AdminRole,
-    CheckRole,
     SettleKind,
     Settlement,
     Store,
-    TopologyRole,
-    WorkerRole,
     aborted_of,
     unclaimed_dead_of,
 )
@@ -55,7 +52,7 @@ async def _lease_again(
             await trio.sleep(0.05)
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.PROMOTION, Capability.ADMIN)
 async def check_unclaimed_goes_back_unrun_and_keeps_its_stamp(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("a", max_retries=0), job("b")])
@@ -92,7 +89,7 @@ async def check_unclaimed_goes_back_unrun_and_keeps_its_stamp(fresh: Fresh) -> N
         assert got.unclaimed_since == since, (got.unclaimed_since, since)
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.PROMOTION, Capability.ADMIN, Capability.UNIQUE)
 async def check_unclaimed_is_dead_once_its_stamp_is_older_than_the_grace(fresh: Fresh) -> None:
     store = await fresh()
     grace = 0.6
@@ -133,7 +130,7 @@ async def check_unclaimed_is_dead_once_its_stamp_is_older_than_the_grace(fresh: 
     assert (await _get(store, again.job_id)).state is JobState.DEAD
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.PROMOTION, Capability.ADMIN)
 async def check_a_run_clears_the_unclaimed_stamp_and_a_release_keeps_it(fresh: Fresh) -> None:
     store = await fresh()
     names = ("retry", "defer", "release", "recover", "requeue")
@@ -178,7 +175,7 @@ async def check_a_run_clears_the_unclaimed_stamp_and_a_release_keeps_it(fresh: F
     assert restamped is not None and restamped > stamps["retry"]  # type: ignore[operator]
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN, Capability.ABORT)
 async def check_an_abort_wins_over_unclaimed(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("a")])
@@ -191,7 +188,7 @@ async def check_an_abort_wins_over_unclaimed(fresh: Fresh) -> None:
     assert got.state is JobState.ABORTED and got.last_error == "aborted: stop", got
 
 
-@check(WorkerRole, AdminRole, CheckRole)
+@check(Capability.ADMIN, Capability.CHECK)
 async def check_checker_finds_nothing_wrong_with_an_unclaimed_stamp(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("waiting"), job("dead")])

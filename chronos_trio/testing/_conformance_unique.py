@@ -19,18 +19,15 @@ import trio
 
 from ..records._control import JobControl
 from ..records._jobs import JobState, LeasedJob, NewJob
+from ..store._capabilities import Capability
 from ..store._roles import (
     AbortResult,
-    AdminRole,
-    CheckRole,
     LeaseBatch,
     Problem,
     QueueWeight,
     Repair,
     SettleKind,
     Store,
-    TopologyRole,
-    WorkerRole,
 )
 from .conformance import Fresh, check, lease, settle, state_of, unique_job
 
@@ -58,7 +55,7 @@ async def _nothing_leased(store: Store) -> None:
     assert list(batch) == [], f"a second job of the key ran beside the first: {list(batch)}"
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.ADMIN, Capability.UNIQUE)
 async def check_unique_debounce_successor_waits_for_the_running_job(fresh: Fresh) -> None:
     store = await fresh()
     [first] = await store.enqueue_many([unique_job("d", mode="debounce")])
@@ -78,7 +75,7 @@ async def check_unique_debounce_successor_waits_for_the_running_job(fresh: Fresh
     assert after.job.payload == b'{"n":3}'
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.PROMOTION, Capability.UNIQUE)
 async def check_unique_lock_whose_ttl_lapsed_runs_after_its_successor(fresh: Fresh) -> None:
     store = await fresh()
     [waits] = await store.enqueue_many([unique_job("l", ttl=0.2, delay=0.6)])
@@ -93,7 +90,7 @@ async def check_unique_lock_whose_ttl_lapsed_runs_after_its_successor(fresh: Fre
     await _one(store, waits.job_id)
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.ADMIN, Capability.UNIQUE)
 async def check_unique_requeued_dead_job_waits_for_the_key_s_running_job(fresh: Fresh) -> None:
     store = await fresh()
     [first] = await store.enqueue_many([unique_job("r")])
@@ -108,7 +105,7 @@ async def check_unique_requeued_dead_job_waits_for_the_key_s_running_job(fresh: 
     await _one(store, first.job_id)
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.UNIQUE)
 async def check_unique_run_slot_comes_back_when_its_lease_expires(fresh: Fresh) -> None:
     store = await fresh()
     [first] = await store.enqueue_many([unique_job("e", mode="debounce")])
@@ -123,7 +120,7 @@ async def check_unique_run_slot_comes_back_when_its_lease_expires(fresh: Fresh) 
     await _one(store, first.job_id)
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.PROMOTION, Capability.UNIQUE)
 async def check_unique_retried_job_runs_after_its_successor(fresh: Fresh) -> None:
     """The order runs take when a job fails while its successor waits: the
     successor runs first, the retry after it (never beside it)."""
@@ -143,7 +140,7 @@ async def check_unique_retried_job_runs_after_its_successor(fresh: Fresh) -> Non
     assert again.job.attempts == 2
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.UNIQUE)
 async def check_unique_settle_wakes_a_worker_the_run_slot_held_back(fresh: Fresh) -> None:
     store = await fresh()
     [first] = await store.enqueue_many([unique_job("w", mode="debounce")])
@@ -201,7 +198,7 @@ async def _taken_by(store: Store, key: str, holder: str, n: int = 1) -> None:
 Path = Callable[[Store], Awaitable[str]]
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.ADMIN, Capability.UNIQUE, Capability.EXPIRY, Capability.ABORT)
 async def check_unique_throttle_key_is_given_back_by_every_failure(fresh: Fresh) -> None:
     """A throttled job that does not succeed (dead, discarded, aborted
     leased or waiting, deleted, expired, dead or aborted by recovery) gives
@@ -279,7 +276,7 @@ async def check_unique_throttle_key_is_given_back_by_every_failure(fresh: Fresh)
         await _free(store, key, holder)
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.ADMIN, Capability.UNIQUE)
 async def check_unique_throttle_success_keeps_the_key_through_trim(fresh: Fresh) -> None:
     store = await fresh()
     [made] = await store.enqueue_many([unique_job("t", mode="throttle", ttl=0.5)])
@@ -295,7 +292,7 @@ async def check_unique_throttle_success_keeps_the_key_through_trim(fresh: Fresh)
     assert later.created
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.ADMIN, Capability.UNIQUE)
 async def check_unique_requeued_or_rerun_dead_job_does_not_take_its_key_back(
     fresh: Fresh,
 ) -> None:
@@ -319,7 +316,7 @@ async def check_unique_requeued_or_rerun_dead_job_does_not_take_its_key_back(
         await _free(store, "k", new.job_id, n=4)
 
 
-@check(WorkerRole, AdminRole, CheckRole)
+@check(Capability.ADMIN, Capability.CHECK, Capability.UNIQUE, Capability.ABORT)
 async def check_unique_key_is_given_back_by_the_checker_s_repair(fresh: Fresh) -> None:
     """An expired lease the checker takes back as dead (no retry left) or
     aborted (an abort was asked) gives its key back, as recovery does."""

@@ -9,7 +9,7 @@ import attrs
 import trio
 
 from ..records._workers import MAX_RUNNING_IDS, WorkerInfo
-from ..store._roles import AdminRole, WorkerRole
+from ..store._capabilities import Capability
 from .conformance import Fresh, check
 
 #: Slack for comparing the store's clock read in two calls (Redis: microseconds).
@@ -33,7 +33,7 @@ def worker(worker_id: str, host: str, pid: int, **kw: object) -> WorkerInfo:
     return WorkerInfo(**fields)  # type: ignore[arg-type]
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.REGISTRY)
 async def check_worker_registry_beats_lists_and_unregisters(fresh: Fresh) -> None:
     store, other = await fresh(), await fresh()
     assert await store.workers() == []
@@ -76,7 +76,7 @@ async def check_worker_registry_beats_lists_and_unregisters(fresh: Fresh) -> Non
     assert len(await store.workers()) == 2
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.REGISTRY)
 async def check_worker_registry_entry_lapses_after_its_ttl(fresh: Fresh) -> None:
     store = await fresh()
     await store.beat_worker(worker("gone:1:x", "h", 1), 0.3)

@@ -10,8 +10,10 @@ raises ``AssertionError`` on a violation, and on a factory store that is
 not empty (checked with ``queues()`` when the store offers
 :class:`~chronos_trio.store.AdminRole`).
 
-Each check declares the roles it needs (``check.roles``), so a backend that
-offers only some roles runs the checks that apply to it and skips the others:
+Every check needs the store's core; each declares the capabilities it needs
+beyond it (``check.needs``, see :class:`~chronos_trio.store.Capability`),
+so a backend runs exactly the checks its capabilities imply (a store with
+only the core runs the core checks) and skips the others:
 ``check.skip_reason(MyStore)`` says why a check does not apply, or None.
 
 Checks use short real sleeps (fractions of a second), so they run as-is
@@ -50,39 +52,37 @@ from ..records._jobs import Job, JobOutcome, JobRef, JobState, LeasedJob, LeaseR
 from ..records._producing import result_of, unknown_kind
 from ..records._unique import Unique
 from ..records._workflow import Arrival
+from ..store._capabilities import Capability
+from ..store._offers import CAPABILITY_ROLES, capabilities_of, require_capabilities
 from ..store._partitioning import partition_of
 from ..store._roles import (
     AbortResult,
     AdminRole,
-    CheckRole,
-    FlowRole,
-    LeadershipRole,
     Problem,
+    PromotionRole,
     QueueWeight,
     Repair,
-    ResultRole,
     SettleKind,
     Settlement,
     Store,
     StoreRole,
     TopologyError,
-    TopologyRole,
     TriggerResult,
     VersionState,
     WorkerRole,
     aborted_of,
     require_roles,
-    roles_of,
 )
 
 #: What a backend hands a check: each call returns a fresh, empty store.
 StoreFactory = Callable[[], Awaitable[StoreRole]]
 
 #: What a check's body gets: the backend's factory, with each store it makes
-#: checked for the check's roles and emptiness, and closed after the check.
-#: Typed as a full Store for the body's convenience: the body calls only the
-#: methods of the roles its check declares (tests/test_store_roles.py runs
-#: every check on stores that offer nothing more).
+#: checked for the core, the check's capabilities and emptiness, and closed
+#: after the check. Typed as a full Store for the body's convenience: the
+#: body uses only the core and the capabilities its check declares
+#: (tests/test_store_roles.py runs every check on stores that offer nothing
+#: more).
 Fresh = Callable[[], Awaitable[Store]]
 
 LEASE = 5.0  # long enough never to expire by accident in a check
@@ -93,15 +93,20 @@ class Check:
     """One conformance check: ``await check(factory)`` runs ``body`` with
     stores made by ``factory`` (see the module docstring).
 
-    ``roles`` are the roles the check uses; a store made for it that lacks
-    one fails the check with a ``TypeError`` (ask :meth:`skip_reason`
-    first to skip it instead).
+    ``needs`` are the capabilities the check uses beyond the core; a store
+    made for it that lacks the core or one of them fails the check with a
+    ``TypeError`` (ask :meth:`skip_reason` first to skip it instead).
     """
 
     body: Callable[[Fresh], Awaitable[None]]
-    #: Role classes (``type``, not ``type[StoreRole]``: mypy refuses abstract
-    #: classes there, and every role is one).
-    roles: tuple[type, ...]
+    needs: frozenset[Capability] = frozenset()
+
+    @property
+    def roles(self) -> tuple[type, ...]:
+        """The role classes the check uses: the core's (``WorkerRole``) and
+        those of its role capabilities (``type``, not ``type[StoreRole]``:
+        mypy refuses abstract classes there, and every role is one)."""
+        return (WorkerRole, *(role for cap, role in CAPABILITY_ROLES.items() if cap in self.needs))
 
     @property
     def name(self) -> str:
@@ -113,14 +118,17 @@ class Check:
 
     def skip_reason(self, backend: object) -> str | None:
         """Why this check does not apply to ``backend`` (a store or a store
-        class): the roles it needs that the backend does not offer. None when
-        it applies."""
-        offered = roles_of(backend)
-        missing = [role.__name__ for role in self.roles if role not in offered]
+        class): the capabilities it needs that the backend does not have
+        (or the core, for an object that is not a store). None when it
+        applies."""
+        cls = backend if isinstance(backend, type) else type(backend)
+        if not issubclass(cls, WorkerRole):
+            return f"{self.name} needs the core (WorkerRole), which {cls.__name__} does not offer"
+        has = capabilities_of(cls)
+        missing = sorted(cap.value for cap in self.needs if cap not in has)
         if not missing:
             return None
-        name = backend.__name__ if isinstance(backend, type) else type(backend).__name__
-        return f"{self.name} needs {', '.join(missing)}, which {name} does not offer"
+        return f"{self.name} needs {', '.join(missing)}, which {cls.__name__} does not offer"
 
     async def __call__(self, factory: StoreFactory) -> None:
         made: list[StoreRole] = []
@@ -128,7 +136,9 @@ class Check:
         async def fresh() -> Store:
             store = await factory()
             made.append(store)
-            require_roles(store, *self.roles, what=f"the conformance check {self.name}")
+            what = f"the conformance check {self.name}"
+            require_roles(store, WorkerRole, what=what)
+            require_capabilities(store, self.needs, what=what)
             if isinstance(store, AdminRole):
                 known = await store.queues()
                 assert not known, f"the factory must make empty stores; this one has {known}"
@@ -148,11 +158,12 @@ class Check:
 CHECKS: list[Check] = []
 
 
-def check(*roles: type) -> Callable[[Callable[[Fresh], Awaitable[None]]], Check]:
-    """Register the decorated body in :data:`CHECKS` as a check needing ``roles``."""
+def check(*needs: Capability) -> Callable[[Callable[[Fresh], Awaitable[None]]], Check]:
+    """Register the decorated body in :data:`CHECKS` as a check needing the
+    core and ``needs``."""
 
     def register(body: Callable[[Fresh], Awaitable[None]]) -> Check:
-        made = Check(body, roles)
+        made = Check(body, frozenset(needs))
         CHECKS.append(made)
         return made
 
@@ -182,7 +193,7 @@ def stale(ref: LeaseRef) -> LeaseRef:
     return LeaseRef(ref.job_id, ref.queue, ref.token + "-stale", ref.queue_version, ref.partition)
 
 
-@check(WorkerRole)
+@check()
 async def check_factory_makes_independent_stores(fresh: Fresh) -> None:
     a, b = await fresh(), await fresh()
     assert await lease(a) == [], "a store from the factory starts empty"
@@ -197,7 +208,7 @@ async def check_factory_makes_independent_stores(fresh: Fresh) -> None:
     assert await b.renew([from_b.ref], LEASE) == [True], "a settle in one store touched another's"
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_enqueue_due_job_is_ready(fresh: Fresh) -> None:
     store = await fresh()
     [res] = await store.enqueue_many([job("a")])
@@ -211,7 +222,7 @@ async def check_enqueue_due_job_is_ready(fresh: Fresh) -> None:
     assert "q" in await store.queues()
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.PROMOTION, Capability.ADMIN)
 async def check_delayed_job_promoted_when_due(fresh: Fresh) -> None:
     store = await fresh()
     [res] = await store.enqueue_many([job("a", delay=0.4)])
@@ -228,7 +239,7 @@ async def check_delayed_job_promoted_when_due(fresh: Fresh) -> None:
     assert await state_of(store, "a") is JobState.READY
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_run_at_in_past_is_ready(fresh: Fresh) -> None:
     store = await fresh()
     now = await store.now()
@@ -237,7 +248,7 @@ async def check_run_at_in_past_is_ready(fresh: Fresh) -> None:
     assert await state_of(store, "future") is JobState.SCHEDULED
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_job_ids_are_idempotent(fresh: Fresh) -> None:
     store = await fresh()
     first = await store.enqueue_many([job("a"), job("a", delay=100)])
@@ -254,7 +265,7 @@ async def check_job_ids_are_idempotent(fresh: Fresh) -> None:
     assert (await store.enqueue_many([job("a")]))[0].created, "a deleted ID can be reused"
 
 
-@check(WorkerRole)
+@check()
 async def check_lease_order_follows_due_time(fresh: Fresh) -> None:
     store = await fresh()
     now = await store.now()
@@ -264,7 +275,7 @@ async def check_lease_order_follows_due_time(fresh: Fresh) -> None:
     assert order == [f"j{i}" for i in range(6)]
 
 
-@check(WorkerRole)
+@check(Capability.PROMOTION)
 async def check_batch_limits(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job(f"r{i}") for i in range(10)])
@@ -278,7 +289,7 @@ async def check_batch_limits(fresh: Fresh) -> None:
     assert await lease(store) == []
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_lease_marks_attempt_owner_and_expiry(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("a", max_retries=5, timeout=7.5)])
@@ -293,7 +304,7 @@ async def check_lease_marks_attempt_owner_and_expiry(fresh: Fresh) -> None:
     assert got.lease_owner == "w1" and got.lease_token == leased.token
 
 
-@check(WorkerRole)
+@check()
 async def check_tokens_are_unique(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job(f"j{i}") for i in range(5)])
@@ -305,7 +316,7 @@ async def check_tokens_are_unique(fresh: Fresh) -> None:
     assert len(tokens) == 15
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_stale_token_is_fenced(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("a")])
@@ -321,7 +332,7 @@ async def check_stale_token_is_fenced(fresh: Fresh) -> None:
     assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [False]
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_settle_mixed_batch(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("ok"), job("retry"), job("dead"), job("rel")])
@@ -347,7 +358,7 @@ async def check_settle_mixed_batch(fresh: Fresh) -> None:
     assert rel is not None and rel.state is JobState.READY and rel.attempts == 0
 
 
-@check(WorkerRole)
+@check(Capability.PROMOTION)
 async def check_retry_waits_its_delay(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("a")])
@@ -362,7 +373,59 @@ async def check_retry_waits_its_delay(fresh: Fresh) -> None:
     assert again.token != leased.token
 
 
-@check(WorkerRole, AdminRole)
+async def _promote_if_promoting(store: Store, queue: str = "q") -> None:
+    """What a worker's promoter would do on a store that promotes; nothing
+    on one that judges due times in its lease (no PromotionRole)."""
+    if isinstance(store, PromotionRole):
+        await store.promote_due([queue], 100)
+
+
+@check()
+async def check_delayed_and_retried_jobs_are_leased_once_due(fresh: Fresh) -> None:
+    """The core's side of delayed jobs, with a promoter or without: a job is
+    not leased before its due time, and is after it (promoted first on a
+    store that promotes); a retry waits its delay the same way."""
+    store = await fresh()
+    [res] = await store.enqueue_many([job("a", delay=0.4)])
+    now = await store.now()
+    assert now < res.run_at <= now + 0.45
+    await _promote_if_promoting(store)
+    assert await lease(store) == [], "a delayed job is not leased before its due time"
+    await trio.sleep(0.5)
+    await _promote_if_promoting(store)
+    [first] = await lease(store)
+    assert first.job.id == "a" and first.job.attempts == 1
+    assert await store.settle([settle(first, SettleKind.RETRY, error="e1", retry_delay=0.4)])
+    await _promote_if_promoting(store)
+    assert await lease(store) == [], "a retry waits its delay"
+    await trio.sleep(0.5)
+    await _promote_if_promoting(store)
+    [again] = await lease(store)
+    assert again.job.attempts == 2 and again.job.last_error == "e1"
+
+
+@check()
+async def check_an_idle_waiter_gets_a_delayed_job_once_due(fresh: Fresh) -> None:
+    """An idle worker gets a delayed job soon after its due time, not at its
+    wait's timeout. On a store that judges due times in its lease (no
+    PromotionRole) nothing else would wake it: ``wait_ready`` itself must
+    return by the due time. On one that promotes, the promoter's role is
+    played here by a promotion every 0.1 s."""
+    store = await fresh()
+    await store.enqueue_many([job("soon", delay=0.5)])
+    promoting = isinstance(store, PromotionRole)
+    started = trio.current_time()
+    with trio.fail_after(10):
+        while True:
+            await _promote_if_promoting(store)
+            if await lease(store):
+                break
+            await store.wait_ready(["q"], timeout=0.1 if promoting else 30)
+    waited = trio.current_time() - started
+    assert 0.4 <= waited < 2.0, f"waited {waited:.2f} s for a job due in 0.5 s"
+
+
+@check(Capability.ADMIN)
 async def check_succeeded_retained_then_trimmed(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("a")])
@@ -377,7 +440,7 @@ async def check_succeeded_retained_then_trimmed(fresh: Fresh) -> None:
     assert await store.get_job("a") is None
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_renew_extends_lease(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("a")])
@@ -391,7 +454,7 @@ async def check_renew_extends_lease(fresh: Fresh) -> None:
     assert got is not None and got.state is JobState.LEASED
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_expired_lease_recovered_and_old_token_fenced(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("a")])
@@ -410,7 +473,7 @@ async def check_expired_lease_recovered_and_old_token_fenced(fresh: Fresh) -> No
     assert await store.settle([settle(new, SettleKind.SUCCEEDED)]) == [True]
 
 
-@check(WorkerRole)
+@check()
 async def check_expired_settle_rejected_before_recovery(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("a")])
@@ -420,7 +483,7 @@ async def check_expired_settle_rejected_before_recovery(fresh: Fresh) -> None:
     assert (await store.recover_expired(["q"], 10)).requeued == ("a",)
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_recover_dead_letters_exhausted_jobs(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("poison", max_retries=0), job("fine", max_retries=1)])
@@ -433,7 +496,7 @@ async def check_recover_dead_letters_exhausted_jobs(fresh: Fresh) -> None:
     assert dead is not None and dead.state is JobState.DEAD and "lease expired" in dead.last_error
 
 
-@check(WorkerRole)
+@check()
 async def check_recover_respects_limit(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job(f"j{i}") for i in range(5)])
@@ -445,7 +508,7 @@ async def check_recover_respects_limit(fresh: Fresh) -> None:
     assert set(first.requeued) | set(second.requeued) == {f"j{i}" for i in range(5)}
 
 
-@check(WorkerRole)
+@check()
 async def check_weighted_lease_shares_and_fills(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job(f"h{i}", queue="high") for i in range(40)])
@@ -460,7 +523,7 @@ async def check_weighted_lease_shares_and_fills(fresh: Fresh) -> None:
     assert [lj.job.id for lj in got] == ["only"], "an empty queue's share goes to others"
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_strict_lease_drains_higher_queues_first(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job(f"h{i}", queue="high") for i in range(3)])
@@ -491,7 +554,7 @@ async def check_strict_lease_drains_higher_queues_first(fresh: Fresh) -> None:
     assert [lj.job.queue for lj in got].count("low") == 1 and len(got) == 4
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_paused_queue_is_not_leased(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("a", queue="p"), job("b", queue="q")])
@@ -506,7 +569,7 @@ async def check_paused_queue_is_not_leased(fresh: Fresh) -> None:
     assert [lj.job.id for lj in got] == ["a"]
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_a_queue_paused_before_its_first_job(fresh: Fresh) -> None:
     """A queue that never held a job can be paused (an operator readying
     it): it is registered, and its first jobs wait until it is resumed."""
@@ -525,7 +588,7 @@ async def check_a_queue_paused_before_its_first_job(fresh: Fresh) -> None:
     assert [lj.job.id for lj in got] == ["a"]
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_inspector_operations(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job(f"s{i}", delay=100 + i) for i in range(5)])
@@ -548,7 +611,7 @@ async def check_inspector_operations(fresh: Fresh) -> None:
     assert revived is not None and revived.state is JobState.READY and revived.attempts == 0
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_requeue_dead(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job(f"d{i}") for i in range(4)])
@@ -561,7 +624,7 @@ async def check_requeue_dead(fresh: Fresh) -> None:
     assert len(ready) == 4 and all(lj.job.attempts == 1 for lj in ready)
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_trim_dead_by_count_and_age(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job(f"d{i}") for i in range(5)])
@@ -575,7 +638,7 @@ async def check_trim_dead_by_count_and_age(fresh: Fresh) -> None:
     assert await store.trim(["q"], dead_max_age=0.1, dead_max_count=None) == 3
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_trim_keeps_the_latest_retained_successes(fresh: Fresh) -> None:
     store = await fresh()
     ids = ["long", "s0", "s1", "s2", "s3"]
@@ -604,7 +667,7 @@ async def check_trim_keeps_the_latest_retained_successes(fresh: Fresh) -> None:
     assert await retained() == [] and await retained("o") == ["o0"]
 
 
-@check(WorkerRole, AdminRole, TopologyRole)
+@check(Capability.ADMIN, Capability.TOPOLOGY)
 async def check_topology_versions_drain(fresh: Fresh) -> None:
     store = await fresh()
     topo = await store.topology("mig")
@@ -644,7 +707,7 @@ async def check_topology_versions_drain(fresh: Fresh) -> None:
     assert stats.total == 0
 
 
-@check(WorkerRole)
+@check()
 async def check_wait_ready_wakes_on_enqueue(fresh: Fresh) -> None:
     store = await fresh()
     with trio.fail_after(2):
@@ -672,7 +735,7 @@ async def check_wait_ready_wakes_on_enqueue(fresh: Fresh) -> None:
     assert woke_at and woke_at[0] - sent_at < 2.0
 
 
-@check(WorkerRole)
+@check(Capability.PROMOTION)
 async def check_wait_scheduled_sees_earlier_job(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("far", delay=100)])
@@ -730,7 +793,7 @@ async def _every_waiter_wakes(
     assert len(woke) == 3 and max(woke) - sent[0] < 2.0, (sent, woke)
 
 
-@check(WorkerRole)
+@check()
 async def check_every_idle_waiter_wakes(fresh: Fresh) -> None:
     """A job made ready ends the wait of every waiter of its queue, not of
     one of them: a waiter that never takes its wake-up (a stopped process,
@@ -746,7 +809,7 @@ async def check_every_idle_waiter_wakes(fresh: Fresh) -> None:
     await _every_waiter_wakes(wait, lambda: store.enqueue_many([job("one")]))
 
 
-@check(WorkerRole)
+@check(Capability.PROMOTION)
 async def check_every_promoter_wakes_for_an_earlier_job(fresh: Fresh) -> None:
     """A job scheduled before the promoters' horizon ends the wait of every
     one of them (see :func:`check_every_idle_waiter_wakes`)."""
@@ -761,7 +824,7 @@ async def check_every_promoter_wakes_for_an_earlier_job(fresh: Fresh) -> None:
     await _every_waiter_wakes(wait, lambda: store.enqueue_many([job("near", delay=5)]))
 
 
-@check(LeadershipRole)
+@check(Capability.LEADERSHIP)
 async def check_leadership_epochs(fresh: Fresh) -> None:
     store = await fresh()
     a = await store.acquire_leadership("cron", "A", 0.3)
@@ -784,7 +847,7 @@ async def check_leadership_epochs(fresh: Fresh) -> None:
     assert c is not None and c.epoch == b.epoch + 1
 
 
-@check(LeadershipRole, AdminRole)
+@check(Capability.ADMIN, Capability.LEADERSHIP)
 async def check_triggers_fenced_by_epoch(fresh: Fresh) -> None:
     store = await fresh()
     old = await store.acquire_leadership("cron", "A", 0.2)
@@ -809,7 +872,7 @@ async def check_triggers_fenced_by_epoch(fresh: Fresh) -> None:
 
 
 # -- the store checker -------------------------------------------------------------------
-@check(WorkerRole, AdminRole, CheckRole)
+@check(Capability.ADMIN, Capability.CHECK)
 async def check_checker_finds_nothing_in_a_sound_store(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job(n) for n in ("leased", "retry", "done", "dead")])
@@ -842,7 +905,7 @@ async def check_checker_finds_nothing_in_a_sound_store(fresh: Fresh) -> None:
             raise AssertionError(f"check({bad}) must raise ValueError")
 
 
-@check(WorkerRole, AdminRole, CheckRole)
+@check(Capability.ADMIN, Capability.CHECK)
 async def check_checker_recovers_a_lease_expired_past_the_grace(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("again"), job("last", max_retries=0)])
@@ -876,7 +939,7 @@ def ref_of(leased: LeasedJob) -> JobRef:
     return JobRef(j.id, j.queue, j.queue_version, j.partition)
 
 
-@check(WorkerRole, AdminRole, ResultRole)
+@check(Capability.ADMIN, Capability.RESULTS)
 async def check_result_written_by_the_lease_holder_only(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("a"), job("b")])
@@ -908,7 +971,7 @@ async def check_result_written_by_the_lease_holder_only(fresh: Fresh) -> None:
     assert await store.outcome(JobRef("a", "other-queue")) is None
 
 
-@check(WorkerRole, AdminRole, ResultRole)
+@check(Capability.ADMIN, Capability.RESULTS)
 async def check_result_expires_and_is_trimmed(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("r"), job("kept"), job("none")])
@@ -937,7 +1000,7 @@ async def check_result_expires_and_is_trimmed(fresh: Fresh) -> None:
     assert await store.outcome(JobRef("kept", "q")) is not None
 
 
-@check(WorkerRole, ResultRole)
+@check(Capability.RESULTS)
 async def check_wait_outcome_wakes_on_finish(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("w"), job("d", max_retries=0), job("slow")])
@@ -969,7 +1032,7 @@ async def check_wait_outcome_wakes_on_finish(fresh: Fresh) -> None:
     assert slow is not None and slow.state is JobState.LEASED  # type: ignore[attr-defined]
 
 
-@check(WorkerRole, AdminRole, ResultRole)
+@check(Capability.ADMIN, Capability.RESULTS, Capability.UNIQUE)
 async def check_discard_deletes_and_waiters_see_the_failure(fresh: Fresh) -> None:
     store = await fresh()
     [uniq] = await store.enqueue_many([unique_job("dk")])
@@ -1017,7 +1080,7 @@ async def check_discard_deletes_and_waiters_see_the_failure(fresh: Fresh) -> Non
     assert (await store.enqueue_many([unique_job("dk", n=1)]))[0].created, "its lock is free"
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN)
 async def check_headers_travel_with_the_job(fresh: Fresh) -> None:
     store = await fresh()
     headers = (("tenant", "acme"), ("trace", "00-ab-cd-01"), ("ünï", "çødé"))
@@ -1047,7 +1110,7 @@ def unique_job(key: str, job_id: str = "", **kw: object) -> NewJob:
     )
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.ADMIN, Capability.UNIQUE)
 async def check_unique_job_holds_its_key_while_pending(fresh: Fresh) -> None:
     store = await fresh()
     [first] = await store.enqueue_many([unique_job("k1")])
@@ -1070,7 +1133,7 @@ async def check_unique_job_holds_its_key_while_pending(fresh: Fresh) -> None:
     assert [r.created for r in both] == [True, False] and both[0].job_id == both[1].job_id
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.ADMIN, Capability.UNIQUE)
 async def check_unique_key_is_released_when_its_job_finishes(fresh: Fresh) -> None:
     store = await fresh()
     [ok, bad] = await store.enqueue_many([unique_job("ok"), unique_job("bad")])
@@ -1090,7 +1153,7 @@ async def check_unique_key_is_released_when_its_job_finishes(fresh: Fresh) -> No
     assert (await store.enqueue_many([unique_job("ok", n=2)]))[0].created
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.UNIQUE)
 async def check_unique_key_is_fenced_by_the_lease(fresh: Fresh) -> None:
     store = await fresh()
     [first] = await store.enqueue_many([unique_job("k")])
@@ -1112,7 +1175,7 @@ async def check_unique_key_is_fenced_by_the_lease(fresh: Fresh) -> None:
     assert (await store.enqueue_many([unique_job("r", n=1)]))[0].created
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.UNIQUE)
 async def check_unique_throttle_keeps_the_key_after_a_run(fresh: Fresh) -> None:
     store = await fresh()
     [first] = await store.enqueue_many([unique_job("t", ttl=0.5, mode="throttle")])
@@ -1125,7 +1188,7 @@ async def check_unique_throttle_keeps_the_key_after_a_run(fresh: Fresh) -> None:
     assert later.created and later.job_id != first.job_id
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.PROMOTION, Capability.ADMIN, Capability.UNIQUE)
 async def check_unique_debounce_replaces_the_waiting_job(fresh: Fresh) -> None:
     store = await fresh()
     [first] = await store.enqueue_many([unique_job("d", mode="debounce", delay=30.0)])
@@ -1151,7 +1214,7 @@ async def check_unique_debounce_replaces_the_waiting_job(fresh: Fresh) -> None:
     assert await state_of(store, behind.job_id) is JobState.READY
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.UNIQUE)
 async def check_unique_ttl_lapses_and_renew_keeps_a_running_job_s_key(fresh: Fresh) -> None:
     store = await fresh()
     [waits] = await store.enqueue_many([unique_job("w", ttl=0.3, delay=30.0)])
@@ -1167,7 +1230,7 @@ async def check_unique_ttl_lapses_and_renew_keeps_a_running_job_s_key(fresh: Fre
     assert not dup.created and dup.job_id == runs.job_id, "renewal keeps the key"
 
 
-@check(WorkerRole, TopologyRole, AdminRole)
+@check(Capability.ADMIN, Capability.TOPOLOGY, Capability.UNIQUE)
 async def check_unique_jobs_live_in_their_key_s_partition(fresh: Fresh) -> None:
     store = await fresh()
     partitions = (await store.topology("q")).active.partitions
@@ -1193,7 +1256,7 @@ async def check_unique_jobs_live_in_their_key_s_partition(fresh: Fresh) -> None:
 
 
 # -- workflow continuations ---------------------------------------------------------------
-@check(WorkerRole, AdminRole, FlowRole)
+@check(Capability.ADMIN, Capability.FLOWS)
 async def check_continuations_come_from_the_fenced_success_only(fresh: Fresh) -> None:
     store = await fresh()
     flows = [job(name, then=f'{{"for":"{name}"}}') for name in ("ok", "retry", "dead", "back")]
@@ -1232,7 +1295,7 @@ async def check_continuations_come_from_the_fenced_success_only(fresh: Fresh) ->
     assert await store.continuations(["q"], 10) == []
 
 
-@check(WorkerRole, FlowRole)
+@check(Capability.FLOWS)
 async def check_a_group_completes_once_with_results_in_member_order(fresh: Fresh) -> None:
     store = await fresh()
     def arrive(*args: tuple[str, int, int, bytes | None]) -> list[Arrival]:
@@ -1250,7 +1313,7 @@ async def check_a_group_completes_once_with_results_in_member_order(fresh: Fresh
     assert await store.group_arrive([], 60.0) == []
 
 
-@check(WorkerRole, FlowRole)
+@check(Capability.FLOWS)
 async def check_a_settle_wakes_the_continuation_waiter(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("w", then="{}")])
@@ -1292,7 +1355,13 @@ def _raises_aborted(found: JobOutcome | None, job_id: str) -> None:
         raise AssertionError(f"the outcome of aborted job {job_id} must raise JobAborted")
 
 
-@check(WorkerRole, AdminRole, TopologyRole, ResultRole)
+@check(
+    Capability.PROMOTION,
+    Capability.ADMIN,
+    Capability.RESULTS,
+    Capability.UNIQUE,
+    Capability.ABORT,
+)
 async def check_abort_of_a_waiting_job_is_at_once_and_for_good(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("retry")])
@@ -1342,7 +1411,7 @@ async def check_abort_of_a_waiting_job_is_at_once_and_for_good(fresh: Fresh) -> 
     assert await store.list_jobs("q", JobState.DEAD) == []
 
 
-@check(WorkerRole, AdminRole, ResultRole)
+@check(Capability.ADMIN, Capability.RESULTS, Capability.ABORT)
 async def check_abort_of_a_leased_job_is_flagged_and_settled_fenced(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job(n) for n in ("run", "other", "retry", "rel", "done")])
@@ -1398,7 +1467,7 @@ async def check_abort_of_a_leased_job_is_flagged_and_settled_fenced(fresh: Fresh
     assert await state_of(store, "other") is JobState.LEASED
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN, Capability.ABORT)
 async def check_recovery_aborts_an_expired_flagged_lease(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("gone"), job("back")])
@@ -1416,7 +1485,7 @@ async def check_recovery_aborts_an_expired_flagged_lease(fresh: Fresh) -> None:
     assert again.job.id == "back", "only the job nobody aborted runs again"
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN, Capability.ABORT)
 async def check_abort_of_a_finished_or_unknown_job_changes_nothing(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("ok"), job("dead")])
@@ -1436,7 +1505,7 @@ async def check_abort_of_a_finished_or_unknown_job_changes_nothing(fresh: Fresh)
     assert await store.get_job("missing") is None
 
 
-@check(WorkerRole, AdminRole, CheckRole)
+@check(Capability.ADMIN, Capability.CHECK, Capability.ABORT)
 async def check_aborted_jobs_are_kept_and_trimmed_as_dead_ones(fresh: Fresh) -> None:
     store = await fresh()
     # the oldest finished jobs are aborted, the newer ones dead
@@ -1472,7 +1541,7 @@ async def check_aborted_jobs_are_kept_and_trimmed_as_dead_ones(fresh: Fresh) -> 
     assert stats.counts[JobState.ABORTED] == 0 and stats.counts[JobState.READY] == 3, stats
 
 
-@check(WorkerRole, AdminRole)
+@check(Capability.ADMIN, Capability.CONCURRENCY_LIMITS, Capability.ABORT)
 async def check_an_aborted_holder_gives_its_concurrency_slot_back(fresh: Fresh) -> None:
     store = await fresh()
     capped = JobControl(caps=(("db", 1),))
@@ -1489,7 +1558,7 @@ async def check_an_aborted_holder_gives_its_concurrency_slot_back(fresh: Fresh) 
     assert after.job.id == waiting[1], "the aborted holder's slot is free at once"
 
 
-@check(WorkerRole, AdminRole, CheckRole)
+@check(Capability.ADMIN, Capability.CHECK, Capability.ABORT)
 async def check_checker_takes_back_an_expired_flagged_lease_as_aborted(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("gone")])

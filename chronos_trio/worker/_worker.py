@@ -14,6 +14,14 @@ Actors start in four groups and stop in reverse order:
   registrar, which keeps this process listed in the store's worker
   registry while any of it runs and removes the entry as it stops.
 
+The store's core (lease, renew, settle, recover, wait) is all the leaser,
+executors, heartbeater, completer, recoverer and notifier use. The others
+start only when the store has their capability (``worker._needs``): the
+promoter with promotion, the registrar with the registry, the janitor with
+admin and leadership, the leader and scheduler with leadership, the
+continuer with workflows; and the worker refuses, before it starts
+anything, an app that uses a capability its store lacks.
+
 Graceful shutdown (cancellation of :meth:`Worker.run`, or :meth:`Worker.stop`):
 stop intake, hand jobs that have not started straight back to ready, let
 running handlers finish within ``shutdown_grace``, release the rest at once,
@@ -56,7 +64,16 @@ from ..runtime._metrics import METRIC_EVENTS, Metrics, MetricsFeed, RoundTripTal
 from ..runtime._registry import DeadLetterHook, WorkerHost
 from ..runtime._state import Counters, Runtime
 from ..runtime._supervisor import ChildSpec, Supervisor
-from ..store import AdminRole, LeadershipRole, Store, StoreError, WorkerRole, require_roles
+from ..store import (
+    Capability,
+    Store,
+    StoreError,
+    WorkerRole,
+    capabilities_of,
+    require_capabilities,
+    require_roles,
+)
+from ._needs import app_needs, runs
 
 log = logging.getLogger("chronos_trio.worker")
 
@@ -137,6 +154,10 @@ class Worker:
     ``statistics().events_dropped``) or the worker stops before delivering
     it (it gets ``flush_timeout``). The dead job itself stays in the store,
     unless its task was registered with ``discard_dead=True``.
+
+    Optional actors run only when the store has what they use (see
+    ``worker._needs``): on a store with only the core, a worker leases,
+    runs, renews, settles and recovers, and nothing else.
     """
 
     def __init__(self, app: WorkerHost, config: WorkerConfig | None = None) -> None:
@@ -206,8 +227,10 @@ class Worker:
 
     async def wait_idle(self, *, poll: float = 0.05) -> None:
         """Burst mode: until this worker holds nothing and its queues have no
-        pending job (scheduled, ready, leased or retry_wait). Handy in tests."""
+        pending job (scheduled, ready, leased or retry_wait). Handy in tests.
+        Raises MissingCapability on a store without admin (it reads counts)."""
         names = self.config.queue_names
+        require_capabilities(self.app.store, [Capability.ADMIN], what="wait_idle")
         while True:
             if self._rt is not None and len(self._rt.table) == 0:
                 stats = await self.app.store.stats(names)
@@ -221,15 +244,26 @@ class Worker:
         Raises ``ActorFailed`` if an actor exceeds its restart intensity
         (after releasing what it can); before it starts anything,
         ``UnknownTask`` or ``PayloadError`` for a schedule it could only
-        dead-letter (one added since the worker was made).
+        dead-letter (one added since the worker was made), ``TypeError``
+        for a store without the core, and ``MissingCapability`` (a
+        TypeError) for an app that uses a capability the store lacks
+        (schedules without leadership, a task that keeps results without
+        results, tasks' unique or flow-control defaults without those
+        features).
         """
         if self._rt is not None:
             raise RuntimeError("a Worker runs once; create another")
         self.app.registry.check_schedules()
         store = self.app.store
-        # The hot path, plus leadership (schedules, janitor) and the admin
-        # reads the janitor and wait_idle make.
-        require_roles(store, WorkerRole, LeadershipRole, AdminRole, what="a worker")
+        # The core, and what the app uses; optional actors follow the store.
+        require_roles(store, WorkerRole, what="a worker")
+        require_capabilities(
+            store,
+            app_needs(self.app.registry),
+            what=f"the worker of app {self.app.registry.name!r}",
+            outcome="nothing was started",
+        )
+        has = capabilities_of(store)
         rt = self._rt = Runtime.create(self.app, store, self.config)
         for hook in self.app.registry.dead_letter_hooks:
             rt.events.subscribe(
@@ -265,7 +299,11 @@ class Worker:
                     with _unwrapped_failure():
                         async with trio.open_nursery() as root:
                             for group, modules in GROUPS.items():
-                                specs = [_spec(rt, module) for module in modules]
+                                specs = [
+                                    _spec(rt, module)
+                                    for module in modules
+                                    if runs(_name(module), has)
+                                ]
                                 scopes[group] = await root.start(self._run_group, specs)
                             task_status.started(self)
                             try:
@@ -373,9 +411,12 @@ async def _call_hook(hook: DeadLetterHook, event: JobDead) -> None:
     await hook(event.job)
 
 
+def _name(module: ModuleType) -> str:
+    return module.__name__.rpartition(".")[2]
+
+
 def _spec(rt: Runtime, module: ModuleType) -> ChildSpec:
-    name = module.__name__.rpartition(".")[2]
-    return ChildSpec(name, functools.partial(module.run, rt))
+    return ChildSpec(_name(module), functools.partial(module.run, rt))
 
 
 @contextmanager
