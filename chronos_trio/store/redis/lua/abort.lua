@@ -25,16 +25,17 @@
 -- Returns {code, set aside (see _prelude.lua)}: code 1 aborted, 2 flagged
 -- (leased), 0 absent, -1 finished already, 3 left alone (newer format),
 -- 4 dead-lettered as damaged.
+--@include abort_job
+--@include check_job_state
+--@include dead_letter
+--@include new_aside
+--@include read_one
+--@include wrong_type
 local aside = new_aside()
 local id = ARGV[1]
 local key = KEYS[7] .. id
-local f = read_job(key, 'v', 'state', 'x', 'w')
-if not f then return {0, aside} end
-local bad = check_format(f[1])
-if bad == 'newer' then
-  newer(aside, id, f[1])
-  return {3, aside}
-end
+local f, bad, code = read_one(aside, key, id, 'x', 'w')
+if not f then return {code, aside} end
 local state = f[2]
 local from
 if bad then
@@ -51,10 +52,7 @@ elseif state == 'leased' then
 elseif state == 'succeeded' or state == 'dead' or state == 'aborted' then
   return {-1, aside}
 else
-  bad = missing('state', state)
-  if state and state ~= '' then
-    bad = "field 'state' holds " .. show(state) .. ', not a job state'
-  end
+  bad = check_job_state(state)  -- none of the states above: why not
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000

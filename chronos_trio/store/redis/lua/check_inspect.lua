@@ -20,6 +20,7 @@
 -- fc, result_until, nil when absent, then why the payload's chunks cannot be
 -- joined, nil when they can), then its score in each of the 6 indexes (nil
 -- when not there)}. The repair script compares this very reading.
+--@include inspect_fields
 local t = redis.call('TIME')
 local out = {string.format('%.17g', tonumber(t[1]) + tonumber(t[2]) / 1000000)}
 local missing_only = ARGV[1] == 'missing'

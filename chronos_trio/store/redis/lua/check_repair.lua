@@ -35,6 +35,10 @@
 -- done), else {action, detail}: detail is the index (reindex), the last_error
 -- written (dead, and recover when it dead-lettered: action 'dead'; recover
 -- when it aborted the job: action 'aborted'), or ''.
+--@include abort_job
+--@include inspect_fields
+--@include ready_score
+--@include unique_finished
 local id = ARGV[1]
 local key = KEYS[8] .. id
 -- a key of another type is no record, as check_inspect.lua reads it (never HMGET it)

@@ -35,6 +35,14 @@
 -- ...} with created = 1 (stored) or 0 (the ID existed, or the unique key was
 -- held: id is then the holder's; run_at is the existing one, '' when that
 -- key holds no readable due time; for a debounce the new one).
+--@include check_format
+--@include check_number
+--@include chunk_sizes
+--@include chunks
+--@include find
+--@include format
+--@include ready_score
+--@include unique_spec
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {'closed'}
 end

@@ -79,6 +79,29 @@
 -- (already incremented), max_retries, timeout, last_error, created_at,
 -- headers ('' for none)}}. now and expires_at are '' when no partition had a
 -- ready job (TIME is read only then).
+--@include check_count
+--@include check_format
+--@include check_job_state
+--@include check_text
+--@include chunk_sizes
+--@include dead_letter
+--@include earliest
+--@include format
+--@include huge
+--@include is_count
+--@include job_fields
+--@include join_payload
+--@include limit_key
+--@include list_of
+--@include missing
+--@include new_aside
+--@include newer
+--@include notify_done
+--@include probe_job
+--@include quarantine
+--@include rank_score
+--@include unique_finished
+--@include wrong_type
 local target = tonumber(ARGV[1])
 local parts = #KEYS / 6
 local now, now_s, exp_s = nil, '', ''
@@ -193,11 +216,7 @@ local function take(flow, prefix, id, now, exp_s)
     local k = limit_key(prefix, 'cap', c[1])
     -- the slot is taken now (slots counts it), written at the end: one
     -- ZADD per limit and call
-    local add = taken[k]
-    if not add then
-      add = {}
-      taken[k] = add
-    end
+    local add = list_of(taken, k)
     add[#add + 1] = exp_s
     add[#add + 1] = id
     slots[k] = slots[k] + 1
@@ -429,13 +448,9 @@ local function ready_of(p)
 end
 local function head(p, rank)
   if unreadable[p] then return nil end
-  local key = ready_of(p)
-  local got = redis.pcall('ZRANGE', key, rank, rank, 'WITHSCORES')
-  if got.err then
-    unreadable[p] = 'key ' .. key .. ': ' .. tostring(got.err) .. ': nothing done'
-    return nil
-  end
-  return got[2]
+  local score, why = rank_score(ready_of(p), rank)
+  if why then unreadable[p] = why end
+  return score
 end
 local function upto(p, score)
   return redis.call('ZCOUNT', ready_of(p), '-inf', score or '+inf')

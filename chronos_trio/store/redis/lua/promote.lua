@@ -32,6 +32,19 @@
 -- (see _prelude.lua)}}. next_due is the earliest due time of a job this
 -- version can still promote; when the limit cut the due entries short it is
 -- the earliest left, so the caller comes back at once.
+--@include check_format
+--@include check_state
+--@include dead_letter
+--@include earliest
+--@include format
+--@include new_aside
+--@include newer
+--@include probe_job
+--@include quarantine
+--@include rank_score
+--@include ready_score
+--@include wrong_type
+--@include zrem_all
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)
@@ -132,13 +145,11 @@ local function due_of(p0, first, unreadable)
     return KEYS[6 * (p0 + math.floor((k - 1) / 2)) + 1 + (k - 1) % 2]
   end
   local function head(k, rank)
-    local key = key_of(k)
-    local got = redis.pcall('ZRANGE', key, rank, rank, 'WITHSCORES')
-    if got.err then
-      unreadable[k] = 'key ' .. key .. ': ' .. tostring(got.err) .. ': nothing done'
+    local score, why = rank_score(key_of(k), rank)
+    if why then
+      unreadable[k] = why
       return nil
     end
-    local score = got[2]
     if rank == 0 then first[k] = score end
     if score and tonumber(score) <= now then return score end
     return nil

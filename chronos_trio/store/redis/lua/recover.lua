@@ -27,6 +27,24 @@
 -- lease_token, lease_owner, lease_expires_at, last_error, created_at,
 -- finished_at}, set aside (see _prelude.lua), {aborted jobs: as the dead
 -- ones}}.
+--@include abort_job
+--@include check_count
+--@include check_format
+--@include check_job_state
+--@include check_number
+--@include check_text
+--@include dead_letter
+--@include format
+--@include job_fields
+--@include new_aside
+--@include newer
+--@include notify_done
+--@include probe_job
+--@include quarantine
+--@include ready_score
+--@include unique_finished
+--@include wrong_type
+--@include zrem_all
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)

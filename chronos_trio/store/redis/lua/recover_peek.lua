@@ -25,6 +25,8 @@
 --
 -- Returns {now ('' when no key of KEYS exists), share_1, share_2, ...}, a
 -- share per partition in KEYS order.
+--@include earliest
+--@include leased_sentinel
 local out = {''}
 for i = 1, #KEYS do out[i + 1] = 0 end
 if redis.call('EXISTS', unpack(KEYS)) == 0 then return out end

@@ -20,6 +20,13 @@
 -- code 1 renewed, 0 lease not held (wrong token, not leased, expired or gone:
 -- nothing changes), 2 dead-lettered as damaged, 3 left alone (newer format),
 -- 4 renewed, and an abort was asked (the worker cancels the run).
+--@include dead_letter
+--@include judge_lease
+--@include lock_key
+--@include new_aside
+--@include newer
+--@include probe_job
+--@include unique_spec
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_s = string.format('%.17g', now)
@@ -34,20 +41,7 @@ for i = 2, #ARGV, 2 do
   local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at', 'x', 'ab')
   if not f[2] then f = probe_job(key, f, 6) end
   -- judge the record (nothing here can fail) ...
-  local p, w = 0, nil
-  if f then
-    local v = f[1]
-    if v and v ~= FORMAT_S then w = check_format(v) end
-    if w == 'newer' then
-      p, w = 3, v
-    elseif f[2] == 'leased' and ARGV[i + 1] ~= '' and f[3] == ARGV[i + 1] then
-      -- fast path: held and unexpired (not < HUGE: inf and NaN are damage)
-      local until_ = tonumber(f[4])
-      if not w and until_ and until_ > now and until_ < HUGE then p = 1 end
-      if p == 0 then w = w or check_number('lease_expires_at', f[4]) end
-      if w then p = 2 end
-    end
-  end
+  local p, w = judge_lease(f, ARGV[i + 1], now)
   -- ... then write what it decides
   if p == 1 then
     redis.call('ZADD', KEYS[1], exp, id)

@@ -23,6 +23,13 @@
 -- Returns {moved, more (1 when it stopped at ARGV[1] moved or ARGV[2] looked
 -- at: the client may call again), kept (the entries it left in place: the
 -- next call passes over ARGV[3] + kept), set aside (see _prelude.lua)}.
+--@include dead_letter
+--@include judge_entries
+--@include new_aside
+--@include newer
+--@include quarantine
+--@include ready_score
+--@include zrem_all
 local aside = new_aside()
 local want, cap, skip = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local moved, looked, kept = 0, 0, skip  -- kept: entries left in place, at the front
@@ -36,23 +43,8 @@ while moved < want and looked < cap do
     now = tonumber(t[1]) + tonumber(t[2]) / 1000000
     now_s = string.format('%.17g', now)
   end
-  local plan, why = {}, {}
-  for k, id in ipairs(ids) do
-    local f, none = read_job(KEYS[3] .. id, 'v', 'state')
-    if not f then
-      plan[k], why[k] = 'gone', none
-    else
-      local bad = check_format(f[1])
-      if bad == 'newer' then
-        plan[k], why[k] = 'newer', f[1]
-      elseif not bad and f[2] == 'aborted' then
-        plan[k] = 'keep'
-      else
-        bad = bad or check_state(f[2], 'dead', 'dead')
-        plan[k], why[k] = bad and 'bad' or 'ok', bad
-      end
-    end
-  end
+  -- an aborted job stays (plan 'keep')
+  local plan, why = judge_entries(KEYS[3], ids, 'dead', 'keep')
   -- every record of the window is judged: now write
   local taken = {}
   for k, id in ipairs(ids) do

@@ -16,15 +16,15 @@
 -- Returns {code, set aside (see _prelude.lua)}: code 1 moved; 0 absent (or
 -- its key is not a job hash), in another state or discarded; 2 dead-lettered as
 -- damaged; 3 left alone (newer format).
+--@include check_job_state
+--@include dead_letter
+--@include new_aside
+--@include read_one
+--@include ready_score
 local aside = new_aside()
 local key = KEYS[5] .. ARGV[1]
-local f = read_job(key, 'v', 'state')
-if not f then return {0, aside} end
-local bad = check_format(f[1])
-if bad == 'newer' then
-  newer(aside, ARGV[1], f[1])
-  return {3, aside}
-end
+local f, bad, code = read_one(aside, key, ARGV[1])
+if not f then return {code, aside} end
 local state = f[2]
 local from
 if bad then
@@ -41,10 +41,7 @@ elseif state == 'dead' then
 elseif state == 'ready' or state == 'leased' or state == 'succeeded' or state == 'aborted' then
   return {0, aside}
 else
-  bad = missing('state', state)
-  if state and state ~= '' then
-    bad = "field 'state' holds " .. show(state) .. ', not a job state'
-  end
+  bad = check_job_state(state)  -- none of the states above: why not
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000

@@ -69,6 +69,27 @@
 -- gave back that a job was held back for (see give_back_slots in
 -- _prelude.lua: the client then wakes idle leasers).
 -- How long a finished job nobody keeps stays readable for its waiters (s).
+--@include abort_job
+--@include check_count
+--@include check_number
+--@include continues
+--@include dead_letter
+--@include drop_idle_leased
+--@include find
+--@include give_back_slots
+--@include huge
+--@include judge_lease
+--@include limit_key
+--@include new_aside
+--@include newer
+--@include notify_done
+--@include outbox_key
+--@include probe_job
+--@include ready_score
+--@include release_slots
+--@include unique_finished
+--@include workflow_keep
+--@include zrem_all
 local WAITED_KEEP = 60
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -126,28 +147,16 @@ local function settle_partition(part, first, last, res)
       if f then f[9] = redis.call('HGET', key, 'fc') end
     end
     -- judge the record (nothing here can fail) ...
-    local p, w = 0, nil
-    if f then
-      local v = f[1]
-      if v and v ~= FORMAT_S then w = check_format(v) end
-      if w == 'newer' then
-        p, w = 3, v
-      elseif f[2] == 'leased' and ARGV[i + 1] ~= '' and f[3] == ARGV[i + 1] then
-        -- fast path: held and unexpired (not < HUGE: inf and NaN are damage)
-        local until_ = tonumber(f[4])
-        if not w and until_ and until_ > now and until_ < HUGE then p = 1 end
-        if p == 0 then w = w or check_number('lease_expires_at', f[4]) end
-        -- what the outcome reads or overwrites, judged as every path judges it
-        -- (store/_record_rules.py): no damaged value is rewritten into a sound one
-        if not w and kind == 'l' then
-          w = check_count('attempts', f[5]) or check_number('run_at', f[6])
-        elseif not w and (kind == 'f' or kind == 'u') then
-          w = check_count('attempts', f[5]) or check_number('run_at', f[6])
-        elseif not w and kind == 'r' then
-          w = check_number('run_at', f[6])
-        end
-        if w then p = 2 end
+    local p, w, ours = judge_lease(f, ARGV[i + 1], now)
+    if ours and not w then
+      -- what the outcome reads or overwrites, judged as every path judges it
+      -- (store/_record_rules.py): no damaged value is rewritten into a sound one
+      if kind == 'l' or kind == 'f' or kind == 'u' then
+        w = check_count('attempts', f[5]) or check_number('run_at', f[6])
+      elseif kind == 'r' then
+        w = check_number('run_at', f[6])
       end
+      if w then p = 2 end
     end
     -- ... then write what it decides
     if p == 3 then
