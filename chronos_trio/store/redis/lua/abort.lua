@@ -3,7 +3,7 @@
 -- KEYS[1]  scheduled zset, KEYS[2] ready zset, KEYS[3] leased zset,
 -- KEYS[4]  retry_wait zset, KEYS[5] succeeded zset, KEYS[6] dead zset
 -- KEYS[7]  job key prefix: the job hash of ID x is KEYS[7]..x (the
---          partition's aborted marks, see aborted_key in _prelude.lua, sit
+--          partition's aborted marks, see lib/aborted_key.lua, sit
 --          beside it in the same slot)
 -- ARGV[1]  job id
 -- ARGV[2]  the last_error an aborted job keeps ("aborted", and the reason
@@ -17,12 +17,12 @@
 -- when it retries or releases it), recover.lua when its lease expires first.
 -- A finished job (succeeded, dead, aborted) is left alone.
 --
--- The record is judged before anything is written (see _prelude.lua). One
+-- The record is judged before anything is written (see README.md). One
 -- whose state is missing or unknown (where it is indexed is unknown) is
 -- dead-lettered and taken out of every other index, as run_now.lua does. One
 -- of a newer format is left untouched; a key that is not a job hash is no job.
 --
--- Returns {code, set aside (see _prelude.lua)}: code 1 aborted, 2 flagged
+-- Returns {code, set aside (see README.md)}: code 1 aborted, 2 flagged
 -- (leased), 0 absent, -1 finished already, 3 left alone (newer format),
 -- 4 dead-lettered as damaged.
 --@include abort_job

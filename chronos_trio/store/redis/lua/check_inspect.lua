@@ -14,7 +14,7 @@
 --
 -- Returns {now, then per reported job 2 + INSPECTED + 6 entries: id, exists
 -- (0 no, 1 yes, 2 yes and it expires by itself), the INSPECTED values of
--- inspect_fields (_prelude.lua: the fields kind, payload (joined from its
+-- inspect_fields (lib/inspect_fields.lua: the fields kind, payload (joined from its
 -- chunks), run_at, state, attempts, max_retries, timeout, lease_token,
 -- lease_owner, lease_expires_at, last_error, created_at, finished_at, v, h,
 -- fc, result_until, nil when absent, then why the payload's chunks cannot be

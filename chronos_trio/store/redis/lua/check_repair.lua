@@ -27,7 +27,7 @@
 --                        (field ab), exactly as recover.lua does
 -- ARGV[5]     the record existed when inspected ('1') or not ('0')
 -- ARGV[6..5+INSPECTED] the INSPECTED values as inspected (inspect_fields in
---             _prelude.lua), each '' when absent, else '=' .. value
+--             lib/inspect_fields.lua), each '' when absent, else '=' .. value
 -- ARGV[6+INSPECTED..11+INSPECTED] its score in each of the 6 indexes as
 --             inspected ('' when not there)
 --

@@ -5,13 +5,13 @@
 -- KEYS[7]  job key prefix: the job hash of ID x is KEYS[7]..x
 -- ARGV[1]  job id
 --
--- The record is judged before anything is written (see _prelude.lua). One
+-- The record is judged before anything is written (see README.md). One
 -- whose state is missing or unknown is deleted and taken out of every index
 -- (where it was indexed is unknown): deleting is how an operator clears a
 -- damaged record. One of a newer format is left untouched; a key that is not
 -- a job hash is not a job and is left alone.
 --
--- Returns {code, set aside (see _prelude.lua)}: code 1 deleted, 0 absent,
+-- Returns {code, set aside (see README.md)}: code 1 deleted, 0 absent,
 -- -1 leased (left alone), 3 left alone (newer format).
 --@include new_aside
 --@include notify_done

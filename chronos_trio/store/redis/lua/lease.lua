@@ -28,11 +28,11 @@
 -- ARGV[5]  the leased zset's sentinel member (see KEYS)
 --
 -- With several partitions, the count is split first, in one order by due
--- time (see earliest in _prelude.lua: it reads their heads and counts);
+-- time (see lib/earliest.lua: it reads their heads and counts);
 -- partitions with no share are not touched further.
 --
 -- Each popped entry is judged before anything is written for it (nothing in a
--- judgement can fail; see _prelude.lua): a record without kind or payload,
+-- judgement can fail; see README.md): a record without kind or payload,
 -- whose attempts is not a count or whose state is no job state, is
 -- dead-lettered, an entry without a job hash is quarantined, a record of a
 -- newer format goes back to the ready zset with its score, untouched. What
@@ -52,7 +52,7 @@
 -- before anything is written in it (checked first: a pop must never be
 -- followed by a failure); the others are leased as usual.
 --
--- Flow control (field fc, see _prelude.lua) is judged in the same step: a
+-- Flow control (field fc, see lib/ready_score.lua) is judged in the same step: a
 -- job past its expiry is dead-lettered ("expired: ...") instead of leased;
 -- one whose rate limit has no permit now, or whose concurrency limit has
 -- no free slot, goes back to the ready zset with its score, untouched (no
@@ -70,7 +70,7 @@
 --
 -- Returns {now, expires_at, then per partition p in KEYS order: {} when it
 -- had no share or no ready job, the reason (a string) when it failed, else
--- {set aside (see _prelude.lua), flow {expired: per job the id then the 13
+-- {set aside (see README.md), flow {expired: per job the id then the 13
 -- JOB_FIELDS as stored afterwards, held_until: when the next permit of a
 -- rate limit that held a job back comes ('' none), capped: 1 when a
 -- concurrency limit held one back, else 0, controls: per leased job with
@@ -245,7 +245,7 @@ local function flush_tats(now)
     redis.call('SADD', string.sub(k, 1, tag_end + 1) .. 'limits', string.sub(k, tag_end + 2))
   end
   -- the limits that held a job back: a settle that frees their slot wakes
-  -- leasers (give_back_slots in _prelude.lua); pcall: a hint, never a failure
+  -- leasers (lib/give_back_slots.lua); pcall: a hint, never a failure
   for k in pairs(waited) do
     local tag_end = string.find(k, '}:', 1, true)
     redis.pcall('SADD', string.sub(k, 1, tag_end + 1) .. 'waiting', k)

@@ -13,7 +13,7 @@
 -- ARGV[1]  limit (> 0)
 --
 -- Every expired entry is judged before anything is written (see
--- _prelude.lua): a record whose attempts or max_retries is not a count, or
+-- README.md): a record whose attempts or max_retries is not a count, or
 -- whose state, run_at, lease_token or lease_expires_at (the fields recovery
 -- overwrites) is not what every path judges it must be, is dead-lettered, an
 -- entry without a job hash is quarantined, a record of a newer format keeps
@@ -25,7 +25,7 @@
 -- Returns {now, {requeued ids...}, {dead jobs: per job the id then the 13
 -- fields kind, payload, run_at, state, attempts, max_retries, timeout,
 -- lease_token, lease_owner, lease_expires_at, last_error, created_at,
--- finished_at}, set aside (see _prelude.lua), {aborted jobs: as the dead
+-- finished_at}, set aside (see README.md), {aborted jobs: as the dead
 -- ones}}.
 --@include abort_job
 --@include check_count

@@ -6,7 +6,7 @@
 -- ARGV[1]  lease duration in seconds
 -- ARGV[2+2i], ARGV[3+2i]  job id, fencing token
 --
--- Each record is judged before anything is written for it (see _prelude.lua;
+-- Each record is judged before anything is written for it (see README.md;
 -- nothing in a judgement can fail, so no record can stop the script after
 -- another's writes). A record not leased with that token (or with no job hash)
 -- is not ours and is not touched. One leased with that token whose
@@ -16,7 +16,7 @@
 -- job an abort was asked for (field ab, see abort.lua) is reported so: its
 -- worker learns it in this reply, at the cost of one more field read.
 --
--- Returns {expires_at, set aside (see _prelude.lua), code_1, code_2, ...};
+-- Returns {expires_at, set aside (see README.md), code_1, code_2, ...};
 -- code 1 renewed, 0 lease not held (wrong token, not leased, expired or gone:
 -- nothing changes), 2 dead-lettered as damaged, 3 left alone (newer format),
 -- 4 renewed, and an abort was asked (the worker cancels the run).

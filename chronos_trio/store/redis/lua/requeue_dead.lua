@@ -13,7 +13,7 @@
 --          of the same requeue left in place (0 at first)
 --
 -- The dead index is walked oldest first, a window at a time, and every entry
--- of a window is judged before anything is written for it (see _prelude.lua):
+-- of a window is judged before anything is written for it (see README.md):
 -- a record whose state is neither 'dead' nor 'aborted' is dead-lettered again
 -- (its state set right, its entry re-scored to now) instead of requeued, an
 -- entry without a job hash is quarantined, an aborted job (kept in the dead
@@ -22,7 +22,7 @@
 --
 -- Returns {moved, more (1 when it stopped at ARGV[1] moved or ARGV[2] looked
 -- at: the client may call again), kept (the entries it left in place: the
--- next call passes over ARGV[3] + kept), set aside (see _prelude.lua)}.
+-- next call passes over ARGV[3] + kept), set aside (see README.md)}.
 --@include dead_letter
 --@include judge_entries
 --@include new_aside

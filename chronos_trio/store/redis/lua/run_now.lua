@@ -8,12 +8,12 @@
 --          state is unreadable out of every index)
 -- ARGV[1]  job id
 --
--- The record is judged before anything is written (see _prelude.lua). One
+-- The record is judged before anything is written (see README.md). One
 -- whose state is missing or unknown cannot be run (where it is indexed is
 -- unknown): it is dead-lettered and taken out of every other index. One of a
 -- newer format is left untouched.
 --
--- Returns {code, set aside (see _prelude.lua)}: code 1 moved; 0 absent (or
+-- Returns {code, set aside (see README.md)}: code 1 moved; 0 absent (or
 -- its key is not a job hash), in another state or discarded; 2 dead-lettered as
 -- damaged; 3 left alone (newer format).
 --@include check_job_state

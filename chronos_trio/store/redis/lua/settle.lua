@@ -48,7 +48,7 @@
 -- worker with the handler ran the job), and so do recover.lua and
 -- requeue_dead.lua; a release keeps it.
 --
--- Each record is judged before anything is written for it (see _prelude.lua;
+-- Each record is judged before anything is written for it (see README.md;
 -- nothing in a judgement can fail, so no record can stop the script after
 -- another's writes). A record not leased with that token (or with no job hash)
 -- is not ours and is not touched, damaged or not. One leased with that token
@@ -60,14 +60,14 @@
 -- the other partitions are settled as usual.
 --
 -- Returns {now, then per partition p in KEYS order: the reason (a string)
--- when it stopped, else {set aside (see _prelude.lua), code_1, code_2, ...}};
+-- when it stopped, else {set aside (see README.md), code_1, code_2, ...}};
 -- code 1 applied, 0 the lease is no longer held with that token (or
 -- expired): the job is not touched at all, 2 dead-lettered as damaged, 3 left
 -- alone (newer format), 4 applied, and a workflow continuation was queued,
 -- 5 applied: the job is aborted, 6 applied: dead-lettered as unclaimed past
 -- its grace ('u'); after the codes, how many concurrency slots the batch
 -- gave back that a job was held back for (see give_back_slots in
--- _prelude.lua: the client then wakes idle leasers).
+-- lib/give_back_slots.lua: the client then wakes idle leasers).
 -- How long a finished job nobody keeps stays readable for its waiters (s).
 --@include abort_job
 --@include check_count

@@ -15,17 +15,17 @@
 -- ARGV[4]  additionally delete this many of the retained succeeded jobs whose
 --          retention ends first (0 = none)
 --
--- Every entry is judged before anything is written (see _prelude.lua). Only
+-- Every entry is judged before anything is written (see README.md). Only
 -- a record whose state is that of its index is deleted (an aborted job is
 -- kept, and trimmed, in the dead index): one whose state is
 -- not is dead-lettered instead (out of the succeeded index; in the dead index
 -- its state set right and its entry re-scored to now), an entry without a job
 -- hash is quarantined, a record of a newer format is left untouched. Then the
--- partition's aborted marks (beside KEYS[3], see aborted_key in _prelude.lua)
+-- partition's aborted marks (beside KEYS[3], see lib/aborted_key.lua)
 -- older than the oldest dead entry left are dropped: their jobs are gone.
 --
 -- Returns {deleted, more (1 when a cap was hit and something moved), dead
--- jobs left, retained succeeded jobs left, set aside (see _prelude.lua)}.
+-- jobs left, retained succeeded jobs left, set aside (see README.md)}.
 --@include dead_letter
 --@include judge_entries
 --@include new_aside
