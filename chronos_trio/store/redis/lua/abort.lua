@@ -27,6 +27,7 @@
 -- 4 dead-lettered as damaged.
 --@include abort_job
 --@include check_job_state
+--@include clock
 --@include dead_letter
 --@include new_aside
 --@include read_one
@@ -37,26 +38,18 @@ local key = KEYS[7] .. id
 local f, bad, code = read_one(aside, key, id, 'x', 'w')
 if not f then return {code, aside} end
 local state = f[2]
-local from
-if bad then
-  from = nil
-elseif state == 'scheduled' then
-  from = KEYS[1]
-elseif state == 'ready' then
-  from = KEYS[2]
-elseif state == 'retry_wait' then
-  from = KEYS[4]
-elseif state == 'leased' then
-  redis.call('HSETNX', key, 'ab', ARGV[2])  -- the first abort's reason stands
-  return {2, aside}
-elseif state == 'succeeded' or state == 'dead' or state == 'aborted' then
-  return {-1, aside}
-else
-  bad = check_job_state(state)  -- none of the states above: why not
+local from = nil  -- the index it leaves
+if not bad then
+  from = ({scheduled = KEYS[1], ready = KEYS[2], retry_wait = KEYS[4]})[state]
+  if state == 'leased' then
+    redis.call('HSETNX', key, 'ab', ARGV[2])  -- the first abort's reason stands
+    return {2, aside}
+  elseif not from then
+    bad = check_job_state(state)
+    if not bad then return {-1, aside} end  -- succeeded, dead or aborted
+  end
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+local now, now_s = clock()
 if bad then
   for z = 1, 5 do redis.call('ZREM', KEYS[z], id) end
   dead_letter(aside, key, id, KEYS[6], bad, now, now_s)

@@ -36,6 +36,7 @@
 -- written (dead, and recover when it dead-lettered: action 'dead'; recover
 -- when it aborted the job: action 'aborted'), or ''.
 --@include abort_job
+--@include clock
 --@include inspect_fields
 --@include ready_score
 --@include unique_finished
@@ -60,9 +61,7 @@ for z = 1, 6 do
   local score = redis.call('ZSCORE', KEYS[z], id)
   if (score or '') ~= ARGV[5 + INSPECTED + z] then return {'skipped'} end
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+local now, now_s = clock()
 local action = ARGV[2]
 local function leave_all_but(keep)
   for z = 1, 6 do

@@ -84,6 +84,7 @@
 --@include check_job_state
 --@include check_text
 --@include chunk_sizes
+--@include clock
 --@include dead_letter
 --@include earliest
 --@include format
@@ -310,9 +311,7 @@ local function lease_partition(p, share, budget, res)
   local base, why_not = tokens_from(KEYS[b + 3])
   if not base then return why_not, 0, 0 end
   if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-    now_s = string.format('%.17g', now)
+    now, now_s = clock()
     exp_s = string.format('%.17g', now + tonumber(ARGV[2]))
     out[1], out[2] = now_s, exp_s
   end

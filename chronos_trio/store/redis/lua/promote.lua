@@ -34,6 +34,7 @@
 -- the earliest left, so the caller comes back at once.
 --@include check_format
 --@include check_state
+--@include clock
 --@include dead_letter
 --@include earliest
 --@include format
@@ -45,9 +46,7 @@
 --@include ready_score
 --@include wrong_type
 --@include zrem_all
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+local now, now_s = clock()
 
 -- Promote up to limit due entries of partition p (0: none; only its next_due).
 -- Returns its part of the reply and how many due entries it looked at.

@@ -33,6 +33,7 @@
 --@include check_job_state
 --@include check_number
 --@include check_text
+--@include clock
 --@include dead_letter
 --@include format
 --@include job_fields
@@ -45,9 +46,7 @@
 --@include unique_finished
 --@include wrong_type
 --@include zrem_all
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+local now, now_s = clock()
 local aside = new_aside()
 local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[1])
 local requeued, dead, aborted = {}, {}, {}

@@ -25,14 +25,13 @@
 --
 -- Returns {now ('' when no key of KEYS exists), share_1, share_2, ...}, a
 -- share per partition in KEYS order.
+--@include clock
 --@include earliest
 --@include leased_sentinel
 local out = {''}
 for i = 1, #KEYS do out[i + 1] = 0 end
 if redis.call('EXISTS', unpack(KEYS)) == 0 then return out end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+local now, now_s = clock()
 out[1] = now_s
 local p0 = 0
 -- earliest's head and upto over the partitions p0 + 1 .. p0 + size

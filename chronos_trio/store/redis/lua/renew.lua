@@ -20,6 +20,7 @@
 -- code 1 renewed, 0 lease not held (wrong token, not leased, expired or gone:
 -- nothing changes), 2 dead-lettered as damaged, 3 left alone (newer format),
 -- 4 renewed, and an abort was asked (the worker cancels the run).
+--@include clock
 --@include dead_letter
 --@include judge_lease
 --@include lock_key
@@ -27,9 +28,7 @@
 --@include newer
 --@include probe_job
 --@include unique_spec
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+local now, now_s = clock()
 local exp = now + tonumber(ARGV[1])
 local exp_s = string.format('%.17g', exp)
 local lease_ms = math.ceil(tonumber(ARGV[1]) * 1000)

@@ -23,6 +23,7 @@
 -- Returns {moved, more (1 when it stopped at ARGV[1] moved or ARGV[2] looked
 -- at: the client may call again), kept (the entries it left in place: the
 -- next call passes over ARGV[3] + kept), set aside (see README.md)}.
+--@include clock
 --@include dead_letter
 --@include judge_entries
 --@include new_aside
@@ -39,9 +40,7 @@ while moved < want and looked < cap do
   local ids = redis.call('ZRANGE', KEYS[1], kept, kept + n - 1)
   if #ids == 0 then return {moved, 0, kept - skip, aside} end
   if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-    now_s = string.format('%.17g', now)
+    now, now_s = clock()
   end
   -- an aborted job stays (plan 'keep')
   local plan, why = judge_entries(KEYS[3], ids, 'dead', 'keep')

@@ -72,6 +72,7 @@
 --@include abort_job
 --@include check_count
 --@include check_number
+--@include clock
 --@include continues
 --@include dead_letter
 --@include drop_idle_leased
@@ -91,9 +92,7 @@
 --@include workflow_keep
 --@include zrem_all
 local WAITED_KEEP = 60
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+local now, now_s = clock()
 local parts = #KEYS / 6
 
 -- The time field uc holds (see 'u' above), or nil: absent, not a decimal

@@ -26,6 +26,7 @@
 --
 -- Returns {deleted, more (1 when a cap was hit and something moved), dead
 -- jobs left, retained succeeded jobs left, set aside (see README.md)}.
+--@include clock
 --@include dead_letter
 --@include judge_entries
 --@include new_aside
@@ -33,9 +34,7 @@
 --@include prune_aborted
 --@include quarantine
 --@include zrem_all
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+local now, now_s = clock()
 local cap = tonumber(ARGV[2])
 local aside = new_aside()
 local deleted, more = 0, 0
