@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve()
 PHASES = ("load", "enqueue", "lease", "renew", "settle", "enqueue_delayed", "promote", "recover")
@@ -77,8 +78,8 @@ def _workload(url: str, n: int, out: Path) -> None:
             for i in range(count)
         ]
 
-    async def lease_all(store: RedisStore, duration: float) -> list:  # type: ignore[type-arg]
-        got: list = []  # type: ignore[type-arg]
+    async def lease_all(store: RedisStore, duration: float) -> list[Any]:
+        got: list[Any] = []
         while True:
             batch = await store.lease(
                 [QueueWeight(queue)], BATCH, worker_id="bench", lease_duration=duration
@@ -177,7 +178,7 @@ def _summary(path: Path) -> int:
     return int(match.group(1)) if match else 0
 
 
-def measure(tree: Path, n: int) -> dict[str, object]:
+def measure(tree: Path, n: int) -> dict[str, Any]:
     """Run the workload of ``tree`` against a fresh server under callgrind:
     per phase its instructions, jobs and script calls; the script sizes."""
     sys.path.insert(0, str(HERE.parent.parent))
@@ -211,7 +212,7 @@ def measure(tree: Path, n: int) -> dict[str, object]:
                  "--n", str(n), "--out", str(report)],
                 cwd=tree, env=env, check=True,
             )  # fmt: skip
-            result = json.loads(report.read_text())
+            result: dict[str, Any] = json.loads(report.read_text())
             marks = sorted((int(p.name.rsplit(".", 1)[1]), p) for p in Path(tmp).glob("cg.out.*"))
         finally:
             server.terminate()
@@ -263,19 +264,20 @@ def main() -> None:
             + ("  last/first" if len(trees) > 1 else "")
         )
         for phase in PHASES[1:]:
-            figures = [r["instructions"][phase] / r[unit][phase] for r in results]  # type: ignore[index]
+            figures = [r["instructions"][phase] / r[unit][phase] for r in results]
             row = f"{phase:<16}" + "".join(f"{f:>20,.0f}" for f in figures)
             if len(trees) > 1:
                 row += f"  {figures[-1] / figures[0]:>10.3f}"
             print(row)
         print()
-    loads = [r["instructions"]["load"] for r in results]  # type: ignore[index]
+    loads = [r["instructions"]["load"] for r in results]
     print(f"{'load (all, once)':<16}" + "".join(f"{x:>20,}" for x in loads))
     print()
     print("script size as sent (bytes)")
     sizes = [r["sizes"] for r in results]
-    for name in sorted(set().union(*sizes)):  # type: ignore[arg-type]
-        row = f"{name:<20}" + "".join(f"{s.get(name, 0):>16,}" for s in sizes)  # type: ignore[attr-defined]
+    every: set[str] = set().union(*sizes)
+    for name in sorted(every):
+        row = f"{name:<20}" + "".join(f"{s.get(name, 0):>16,}" for s in sizes)
         print(row)
 
 

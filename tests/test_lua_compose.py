@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from importlib import resources
 
 import pytest
@@ -26,7 +27,7 @@ SCRIPTS = sorted(p.name[:-4] for p in LUA.iterdir() if p.name.endswith(".lua"))
 PIECES = sorted(p.name[:-4] for p in LUA.joinpath("lib").iterdir() if p.name.endswith(".lua"))
 
 
-def pieces_of(table: dict[str, str]):  # type: ignore[no-untyped-def]
+def pieces_of(table: dict[str, str]) -> Callable[[str], bytes | None]:
     def piece(name: str) -> bytes | None:
         text = table.get(name)
         return None if text is None else text.encode()
@@ -71,7 +72,8 @@ def test_an_unknown_piece_is_refused_naming_script_and_piece() -> None:
     table = {"a": "--@include nope\nlocal A = 1\n"}
     with pytest.raises(CompositionError, match=r"'lease'.*unknown piece 'nope' \(named by 'a'\)"):
         compose("lease", b"--@include a\n", pieces_of(table))
-    with pytest.raises(CompositionError, match=r"'lease'.*unknown piece 'gone' \(named by 'lease'\)"):
+    named_by_script = r"'lease'.*unknown piece 'gone' \(named by 'lease'\)"
+    with pytest.raises(CompositionError, match=named_by_script):
         compose("lease", b"--@include gone\n", pieces_of(table))
 
 
@@ -150,7 +152,7 @@ for _name in [*_scripts.GENERATED, *PIECES]:
 def test_the_analysis_sees_definitions_and_uses() -> None:
     text = (
         "local function f(x) return g(x.h) end\nlocal A, B = 1, 'f'\n"
-        "-- f(\"g\")\nlocal s = \"-- not a comment\" .. h\n  local function inner() end\n"
+        '-- f("g")\nlocal s = "-- not a comment" .. h\n  local function inner() end\n'
     )
     assert defined(text) == {"f", "A", "B", "s"}
     counts = used(text)
