@@ -99,7 +99,7 @@ async def test_a_deep_backlog_of_distinct_due_times_comes_out_in_due_order(
     redis_store: Factory,
 ) -> None:
     # deep enough that a lease splits its count in rounds of counts up to a
-    # bound (see earliest in lua/_prelude.lua), not one head at a time
+    # bound (see lua/lib/earliest.lua), not one head at a time
     store = await redis_store(default_partitions=PARTS)
     now = await store.now()
     # partition 0 sparse (its jobs 100 s apart), the others dense in between

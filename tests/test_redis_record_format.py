@@ -186,7 +186,7 @@ async def test_a_dead_letter_report_carries_the_whole_payload(
     await enqueue_delayed(
         store, [new("d", payload, delay=0.05), new("r", payload, max_retries=0, delay=0.05)]
     )
-    client.hset(pk.job("d"), "attempts", "x")  # lease dead-letters it (prelude dead_letter)
+    client.hset(pk.job("d"), "attempts", "x")  # lease dead-letters it (lua/lib/dead_letter.lua)
     batch = await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=0.05)
     [reported] = batch.aside.dead
     assert reported.id == "d" and reported.payload == payload

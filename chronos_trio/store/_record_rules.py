@@ -26,7 +26,7 @@ Two readers apply the table: :func:`stored_damage` to a Redis hash (bytes),
 :func:`value_damage` to a MemoryStore record (Python values, which must also
 be of their Python type in every state: code reads them as such). The Redis
 scripts judge the fields they read or overwrite with the same rules
-(``check_*`` in ``lua/_prelude.lua``, held to these by
+(``lua/lib/check_*.lua``, held to these by
 ``tests/test_record_judgement.py``); fields a script neither reads nor
 overwrites keep their damage to where the lease (the gate to running) or the
 checker judges it.
@@ -119,7 +119,7 @@ _DAMAGED = DAMAGED_RECORD.encode()
 def show_stored(value: bytes) -> str:
     """A stored value for a message: ``b'...'``, printable ASCII as is,
     anything else escaped, cut after 40 bytes (the same text as ``show``
-    in ``lua/_prelude.lua``, so both sides name values alike)."""
+    in ``lua/lib/show.lua``, so both sides name values alike)."""
     cut = value[:_SHOW_CUT]
     body = "".join(_SHOW_BYTE[b] for b in cut)
     tail = f"... ({len(value)} bytes)" if len(value) > _SHOW_CUT else ""
@@ -140,7 +140,7 @@ _SHOW_BYTE = [_show_byte(b) for b in range(256)]
 
 def parse_number(value: bytes, *, infinite: bool = False) -> float | None:
     """A stored decimal number, or None: exactly the texts ``check_number``
-    in ``lua/_prelude.lua`` accepts (Python's float() reads underscores, Lua
+    in ``lua/lib/check_number.lua`` accepts (Python's float() reads underscores, Lua
     hexadecimal: neither counts; float() reads no hexadecimal, nor any text
     with an x). Finite unless ``infinite``; never NaN. On every leased job's
     fields: kept to a float() and two tests for a finite number."""

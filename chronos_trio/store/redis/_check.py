@@ -52,7 +52,7 @@ REPAIR = Script.load("check_repair")
 CURSORS_PER_STEP = 32
 
 #: The fields check_inspect.lua reads, in its order (``payload`` joined from
-#: its chunks, see ``inspect_fields`` in ``lua/_prelude.lua``).
+#: its chunks, see ``lua/lib/inspect_fields.lua``).
 FIELDS = (
     "kind",
     "payload",
@@ -115,7 +115,7 @@ def zsets(pk: PartitionKeys) -> list[str]:
 # -- judging one record ------------------------------------------------------------------
 def record_format(value: bytes | None) -> tuple[int | None, str]:
     """The record format of a ``v`` field (None absent: format 1), or None
-    and why it cannot be read (as ``check_format`` in ``lua/_prelude.lua``)."""
+    and why it cannot be read (as ``lua/lib/check_format.lua``)."""
     if value is None:
         return 1, ""
     n = parse_count(value) if len(value) <= 9 else None

@@ -86,7 +86,7 @@ def ident(value: bytes | str) -> str:
 def show(value: bytes | str) -> str:
     """A stored value for a message: ``b'...'``, printable ASCII as is,
     anything else escaped, cut after 40 bytes (the same text as ``show``
-    in ``lua/_prelude.lua``, so both sides name values alike)."""
+    in ``lua/lib/show.lua``, so both sides name values alike)."""
     return show_stored(value.encode() if isinstance(value, str) else value)
 
 
@@ -119,7 +119,7 @@ MAX_CHUNKS = CHUNKED_PAYLOAD_MAX // PAYLOAD_CHUNK - 1
 def join_payload(first: bytes | None, pn: bytes | None, field: Any) -> tuple[bytes | None, str]:
     """A stored payload from its ``payload`` field, its ``pn`` field and
     ``field(name)`` reading the others: the payload and ``""``, or None and
-    what is wrong (the same texts as ``join_payload`` in ``lua/_prelude.lua``).
+    what is wrong (the same texts as ``join_payload`` in ``lua/lib/join_payload.lua``).
     Never raises."""
     if pn is None:
         return first, ""
@@ -211,7 +211,7 @@ def job_from_fields(
     then = None
     extras = stored.get("x")
     if extras:
-        # extras: the unique spec, NUL, the continuation (see lua/_prelude.lua)
+        # extras: the unique spec, NUL, the continuation (see lua/lib/unique_spec.lua)
         then = extras.partition(b"\0")[2].decode("utf-8", "replace") or None
     return Job(
         job_id, queue, _decoded(stored.get("kind")), stored.get("payload") or b"",
@@ -245,7 +245,7 @@ def newer_reason(v: bytes | str | int) -> str:
 
 def decode_dead(flat: Sequence[Any], queue: str, version: int, partition: int) -> tuple[Job, ...]:
     """Jobs a script reports as it left them: per job its ID then the 13
-    JOB_FIELDS (see ``lua/_prelude.lua``). Total, like :func:`job_from_fields`."""
+    JOB_FIELDS (see ``lua/lib/job_fields.lua``). Total, like :func:`job_from_fields`."""
     return tuple(
         job_from_fields(ident(flat[k]), queue, version, partition, flat[k + 1 : k + 14])
         for k in range(0, len(flat), 14)
@@ -254,7 +254,7 @@ def decode_dead(flat: Sequence[Any], queue: str, version: int, partition: int) -
 
 def decode_aside(raw: Sequence[Any], queue: str, version: int, partition: int) -> SetAside:
     """What a script set aside: its ``{dead, quarantined, newer}`` reply part
-    (see ``lua/_prelude.lua``). Total, like :func:`job_from_fields`."""
+    (see ``lua/README.md``). Total, like :func:`job_from_fields`."""
     dead_flat, quarantined_flat, newer_flat = raw
     if not (dead_flat or quarantined_flat or newer_flat):
         return NOTHING_SET_ASIDE

@@ -136,7 +136,7 @@ def extras(job: NewJob) -> str:
     """A job's extras as enqueue.lua takes them: its flow control
     (``JobControl.encode``; a unique job's has its key's run slot) and a
     0x01 byte when it has one, then its
-    unique spec (``unique_spec`` in ``lua/_prelude.lua``), NUL, its
+    unique spec (``lua/lib/unique_spec.lua``), NUL, its
     workflow continuation; '' for an ordinary job."""
     unique, control = job.unique, job.control
     if unique is None and job.then is None and control is None:
@@ -154,9 +154,8 @@ def extras(job: NewJob) -> str:
 
 
 def unique_spec(unique: Unique) -> str:
-    """A unique job's spec as enqueue.lua takes it (``unique_spec`` in
-    ``lua/_prelude.lua``): mode letter, lock ttl in ms (none: no digits),
-    ``|``, key."""
+    """A unique job's spec as enqueue.lua takes it (``lua/lib/unique_spec.lua``):
+    mode letter, lock ttl in ms (none: no digits), ``|``, key."""
     ttl = "" if unique.ttl is None else str(max(1, math.ceil(unique.ttl * 1000)))
     return f"{_MODE_LETTERS[unique.mode]}{ttl}|{unique.key}"
 

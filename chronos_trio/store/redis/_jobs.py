@@ -8,7 +8,7 @@ in no set order across partitions, as the store protocol allows).
 On a single node a script may touch the keys of many partitions, so lease,
 promote and settle run one script over every partition of the batch: it
 splits a lease's count or a promote's limit over the partitions by due time
-itself (counting, see ``earliest`` in ``lua/_prelude.lua``), skips the
+itself (counting, see ``lua/lib/earliest.lua``), skips the
 partitions with nothing to give, and keeps a key of the wrong type from
 stopping more than its own partition. Nothing is cached between calls, so a
 job enqueued into a partition that was empty is seen by the next call. On a

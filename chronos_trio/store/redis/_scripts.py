@@ -5,14 +5,20 @@ Every state transition is one script, run by ``EVALSHA``; a ``NOSCRIPT`` reply
 loads the script on that node and re-runs exactly the operations that failed.
 That retry is safe: a ``NOSCRIPT`` reply means the script did not run.
 
-Each script is sent as ``local FORMAT, CHUNK, CHUNKED_MAX = ...`` (the
-record format and its payload chunking, from ``_codec``) and ``local
-LEASED_SENTINEL = '<keys.LEASED_SENTINEL>'``, then ``lua/_prelude.lua`` (the
-checks, dead-lettering and quarantine every script shares, see its header),
-then the script's own file: the record format is defined once, in
-:data:`~._codec.RECORD_FORMAT`, and a new format changes every script's SHA,
-so a worker never runs a script of another version. (``peek_ready.lua``
-and ``count_aborted.lua``, which read no record, go without the prelude.)
+Each script names the shared pieces it uses (``--@include <piece>`` lines,
+see ``_compose``): the files of ``lua/lib/`` (checks, dead-lettering,
+quarantine, unique keys, limits, wake-ups, ..., one concern each; the rules
+every script keeps are in ``lua/README.md``) and the constants made here,
+from Python: ``format`` (``FORMAT``, ``FORMAT_S``: the record format,
+:data:`~._codec.RECORD_FORMAT`), ``chunk_sizes`` (``CHUNK``,
+``CHUNKED_MAX``: its payload chunking), ``workflow_keep``
+(``WORKFLOW_KEEP``) and ``leased_sentinel`` (``LEASED_SENTINEL``, the
+leased zsets' sentinel member, :data:`~.keys.LEASED_SENTINEL`). A script is
+sent as those pieces, each once, in dependency order, then its own text, so
+it carries only what it uses; a new record format changes the SHA of every
+script that judges a format, so a worker never runs a script of another
+version. The scripts are composed when this module is imported: an unknown
+piece or pieces that include each other raise CompositionError then.
 """
 
 from __future__ import annotations
@@ -27,35 +33,44 @@ import attrs
 from ...records._workflow import WORKFLOW_KEEP
 from .._roles import StoreError
 from ._codec import CHUNKED_PAYLOAD_MAX, PAYLOAD_CHUNK, RECORD_FORMAT
+from ._compose import compose
 from .keys import LEASED_SENTINEL
 
+_LUA = resources.files(__package__).joinpath("lua")
 
-def _lua(name: str) -> bytes:
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_bytes()
+#: The pieces made in Python (the values are defined once, here).
+GENERATED: dict[str, bytes] = {
+    "format": b"local FORMAT, FORMAT_S = %d, '%d'\n" % (RECORD_FORMAT, RECORD_FORMAT),
+    "chunk_sizes": b"local CHUNK, CHUNKED_MAX = %d, %d\n" % (PAYLOAD_CHUNK, CHUNKED_PAYLOAD_MAX),
+    "workflow_keep": b"local WORKFLOW_KEEP = %d\n" % WORKFLOW_KEEP,
+    "leased_sentinel": b"local LEASED_SENTINEL = '%s'\n" % LEASED_SENTINEL.encode(),
+}
 
 
-_PRELUDE = (
-    b"local FORMAT, CHUNK, CHUNKED_MAX, WORKFLOW_KEEP = %d, %d, %d, %d\n"
-    b"local LEASED_SENTINEL = '%s'\n"
-    % (RECORD_FORMAT, PAYLOAD_CHUNK, CHUNKED_PAYLOAD_MAX, WORKFLOW_KEEP, LEASED_SENTINEL.encode())
-) + _lua("_prelude")
+def piece(name: str) -> bytes | None:
+    """The text of piece ``name``: made in Python (:data:`GENERATED`) or
+    ``lua/lib/<name>.lua``; None when there is no such piece."""
+    made = GENERATED.get(name)
+    if made is not None:
+        return made
+    path = _LUA.joinpath("lib", f"{name}.lua")
+    return path.read_bytes() if path.is_file() else None
 
 
 @attrs.frozen
 class Script:
-    """One Lua file (after the shared prelude): its name, source and SHA1
-    (computed locally, no round trip)."""
+    """One Lua script as sent to Redis: its name, source (the pieces it
+    includes, then its own file) and SHA1 (computed locally, no round trip)."""
 
     name: str
     source: bytes
     sha: str
 
     @classmethod
-    def load(cls, name: str, *, prelude: bool = True) -> Script:
-        """``prelude=False``: the file alone, for a read-only script that uses
-        none of the prelude's helpers (the prelude costs a few microseconds
-        of Redis CPU per call)."""
-        source = (_PRELUDE if prelude else b"") + _lua(name)
+    def load(cls, name: str) -> Script:
+        """Compose ``lua/<name>.lua``. Raises CompositionError (naming the
+        script and the piece) for an unknown piece or a cycle of pieces."""
+        source = compose(name, _LUA.joinpath(f"{name}.lua").read_bytes(), piece)
         return cls(name, source, hashlib.sha1(source).hexdigest())
 
 
@@ -68,12 +83,12 @@ RENEW = Script.load("renew")
 SETTLE = Script.load("settle")
 RECOVER = Script.load("recover")
 RECOVER_PEEK = Script.load("recover_peek")
-PEEK_READY = Script.load("peek_ready", prelude=False)
+PEEK_READY = Script.load("peek_ready")
 TRIM = Script.load("trim")
 RUN_NOW = Script.load("run_now")
 DELETE = Script.load("delete")
 ABORT = Script.load("abort")
-COUNT_ABORTED = Script.load("count_aborted", prelude=False)
+COUNT_ABORTED = Script.load("count_aborted")
 REQUEUE_DEAD = Script.load("requeue_dead")
 CLOSE_PARTITION = Script.load("close_partition")
 TOPOLOGY_PROMOTE = Script.load("topology_promote")
@@ -83,10 +98,9 @@ LEADER_RENEW = Script.load("leader_renew")
 LEADER_GET = Script.load("leader_get")
 TRIGGER_RECORD = Script.load("trigger_record")
 WATCH = Script.load("watch")
-# The worker registry: no job records, so no prelude.
-WORKER_BEAT = Script.load("worker_beat", prelude=False)
-WORKER_UNREGISTER = Script.load("worker_unregister", prelude=False)
-WORKERS_LIST = Script.load("workers_list", prelude=False)
+WORKER_BEAT = Script.load("worker_beat")
+WORKER_UNREGISTER = Script.load("worker_unregister")
+WORKERS_LIST = Script.load("workers_list")
 
 
 @attrs.frozen

@@ -3,7 +3,7 @@
 -- KEYS[1]  scheduled zset, KEYS[2] ready zset, KEYS[3] leased zset,
 -- KEYS[4]  retry_wait zset, KEYS[5] succeeded zset, KEYS[6] dead zset
 -- KEYS[7]  job key prefix: the job hash of ID x is KEYS[7]..x (the
---          partition's aborted marks, see aborted_key in _prelude.lua, sit
+--          partition's aborted marks, see lib/aborted_key.lua, sit
 --          beside it in the same slot)
 -- ARGV[1]  job id
 -- ARGV[2]  the last_error an aborted job keeps ("aborted", and the reason
@@ -17,48 +17,39 @@
 -- when it retries or releases it), recover.lua when its lease expires first.
 -- A finished job (succeeded, dead, aborted) is left alone.
 --
--- The record is judged before anything is written (see _prelude.lua). One
+-- The record is judged before anything is written (see README.md). One
 -- whose state is missing or unknown (where it is indexed is unknown) is
 -- dead-lettered and taken out of every other index, as run_now.lua does. One
 -- of a newer format is left untouched; a key that is not a job hash is no job.
 --
--- Returns {code, set aside (see _prelude.lua)}: code 1 aborted, 2 flagged
+-- Returns {code, set aside (see README.md)}: code 1 aborted, 2 flagged
 -- (leased), 0 absent, -1 finished already, 3 left alone (newer format),
 -- 4 dead-lettered as damaged.
+--@include abort_job
+--@include check_job_state
+--@include clock
+--@include dead_letter
+--@include new_aside
+--@include read_one
+--@include wrong_type
 local aside = new_aside()
 local id = ARGV[1]
 local key = KEYS[7] .. id
-local f = read_job(key, 'v', 'state', 'x', 'w')
-if not f then return {0, aside} end
-local bad = check_format(f[1])
-if bad == 'newer' then
-  newer(aside, id, f[1])
-  return {3, aside}
-end
+local f, bad, code = read_one(aside, key, id, 'x', 'w')
+if not f then return {code, aside} end
 local state = f[2]
-local from
-if bad then
-  from = nil
-elseif state == 'scheduled' then
-  from = KEYS[1]
-elseif state == 'ready' then
-  from = KEYS[2]
-elseif state == 'retry_wait' then
-  from = KEYS[4]
-elseif state == 'leased' then
-  redis.call('HSETNX', key, 'ab', ARGV[2])  -- the first abort's reason stands
-  return {2, aside}
-elseif state == 'succeeded' or state == 'dead' or state == 'aborted' then
-  return {-1, aside}
-else
-  bad = missing('state', state)
-  if state and state ~= '' then
-    bad = "field 'state' holds " .. show(state) .. ', not a job state'
+local from = nil  -- the index it leaves
+if not bad then
+  from = ({scheduled = KEYS[1], ready = KEYS[2], retry_wait = KEYS[4]})[state]
+  if state == 'leased' then
+    redis.call('HSETNX', key, 'ab', ARGV[2])  -- the first abort's reason stands
+    return {2, aside}
+  elseif not from then
+    bad = check_job_state(state)
+    if not bad then return {-1, aside} end  -- succeeded, dead or aborted
   end
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+local now, now_s = clock()
 if bad then
   for z = 1, 5 do redis.call('ZREM', KEYS[z], id) end
   dead_letter(aside, key, id, KEYS[6], bad, now, now_s)

@@ -14,12 +14,13 @@
 --
 -- Returns {now, then per reported job 2 + INSPECTED + 6 entries: id, exists
 -- (0 no, 1 yes, 2 yes and it expires by itself), the INSPECTED values of
--- inspect_fields (_prelude.lua: the fields kind, payload (joined from its
+-- inspect_fields (lib/inspect_fields.lua: the fields kind, payload (joined from its
 -- chunks), run_at, state, attempts, max_retries, timeout, lease_token,
 -- lease_owner, lease_expires_at, last_error, created_at, finished_at, v, h,
 -- fc, result_until, nil when absent, then why the payload's chunks cannot be
 -- joined, nil when they can), then its score in each of the 6 indexes (nil
 -- when not there)}. The repair script compares this very reading.
+--@include inspect_fields
 local t = redis.call('TIME')
 local out = {string.format('%.17g', tonumber(t[1]) + tonumber(t[2]) / 1000000)}
 local missing_only = ARGV[1] == 'missing'

@@ -27,7 +27,7 @@
 --                        (field ab), exactly as recover.lua does
 -- ARGV[5]     the record existed when inspected ('1') or not ('0')
 -- ARGV[6..5+INSPECTED] the INSPECTED values as inspected (inspect_fields in
---             _prelude.lua), each '' when absent, else '=' .. value
+--             lib/inspect_fields.lua), each '' when absent, else '=' .. value
 -- ARGV[6+INSPECTED..11+INSPECTED] its score in each of the 6 indexes as
 --             inspected ('' when not there)
 --
@@ -35,6 +35,11 @@
 -- done), else {action, detail}: detail is the index (reindex), the last_error
 -- written (dead, and recover when it dead-lettered: action 'dead'; recover
 -- when it aborted the job: action 'aborted'), or ''.
+--@include abort_job
+--@include clock
+--@include inspect_fields
+--@include ready_score
+--@include unique_finished
 local id = ARGV[1]
 local key = KEYS[8] .. id
 -- a key of another type is no record, as check_inspect.lua reads it (never HMGET it)
@@ -56,9 +61,7 @@ for z = 1, 6 do
   local score = redis.call('ZSCORE', KEYS[z], id)
   if (score or '') ~= ARGV[5 + INSPECTED + z] then return {'skipped'} end
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+local now, now_s = clock()
 local action = ARGV[2]
 local function leave_all_but(keep)
   for z = 1, 6 do

@@ -1,7 +1,7 @@
 -- count_aborted.lua: how many aborted jobs ONE partition keeps (read only).
 --
 -- KEYS[1]  dead zset (score = finished_at): aborted jobs are kept there too
--- KEYS[2]  the partition's aborted marks (zset, see aborted_key in _prelude.lua)
+-- KEYS[2]  the partition's aborted marks (zset, see lib/aborted_key.lua)
 --
 -- A mark counts while the dead index holds its job with the mark's score (the
 -- same abort); a stale one (its job trimmed, deleted, or finished again since)

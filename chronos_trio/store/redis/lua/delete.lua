@@ -5,22 +5,23 @@
 -- KEYS[7]  job key prefix: the job hash of ID x is KEYS[7]..x
 -- ARGV[1]  job id
 --
--- The record is judged before anything is written (see _prelude.lua). One
+-- The record is judged before anything is written (see README.md). One
 -- whose state is missing or unknown is deleted and taken out of every index
 -- (where it was indexed is unknown): deleting is how an operator clears a
 -- damaged record. One of a newer format is left untouched; a key that is not
 -- a job hash is not a job and is left alone.
 --
--- Returns {code, set aside (see _prelude.lua)}: code 1 deleted, 0 absent,
+-- Returns {code, set aside (see README.md)}: code 1 deleted, 0 absent,
 -- -1 leased (left alone), 3 left alone (newer format).
+--@include new_aside
+--@include notify_done
+--@include read_one
+--@include unique_finished
 local aside = new_aside()
 local key = KEYS[7] .. ARGV[1]
-local f = read_job(key, 'v', 'state')
-if not f then return {0, aside} end
-if check_format(f[1]) == 'newer' then
-  newer(aside, ARGV[1], f[1])
-  return {3, aside}
-end
+-- (an unreadable format does not matter: the record goes)
+local f, _, code = read_one(aside, key, ARGV[1])
+if not f then return {code, aside} end
 local state = f[2]
 if state == 'leased' then return {-1, aside} end
 local zsets = {scheduled = KEYS[1], ready = KEYS[2], retry_wait = KEYS[4],

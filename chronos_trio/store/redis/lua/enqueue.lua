@@ -15,8 +15,8 @@
 --          (a JSON object, stored as field h; '' for none: no field), extras
 --          ('' for an ordinary job, else its flow control and a 0x01 byte
 --          when it has one (stored as field fc, a relative expiry E<s> made
---          e<now + s>, see _prelude.lua), then its unique spec and workflow
---          continuation, see unique_spec in _prelude.lua; stored as field x)
+--          e<now + s>, see lib/ready_score.lua), then its unique spec and workflow
+--          continuation, see lib/unique_spec.lua; stored as field x)
 --
 -- A unique job (see Unique in records/_unique.py) meets the lock of its key:
 -- held by a pending job (or a throttle's, within its ttl), it stores nothing
@@ -24,7 +24,7 @@
 -- headers and due time instead. Otherwise it is stored and takes the lock,
 -- in this same step.
 --
--- Each job hash gets v = FORMAT, the record format (see _prelude.lua), and the
+-- Each job hash gets v = FORMAT, the record format (see README.md), and the
 -- payload of a delayed job, when of more than CHUNK bytes (at most
 -- CHUNKED_MAX), is stored in chunks. An
 -- existing key under a job's ID is never touched, whatever it holds (a
@@ -35,6 +35,14 @@
 -- ...} with created = 1 (stored) or 0 (the ID existed, or the unique key was
 -- held: id is then the holder's; run_at is the existing one, '' when that
 -- key holds no readable due time; for a debounce the new one).
+--@include check_format
+--@include check_number
+--@include chunk_sizes
+--@include chunks
+--@include find
+--@include format
+--@include ready_score
+--@include unique_spec
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {'closed'}
 end
@@ -52,7 +60,7 @@ local sub = string.sub
 
 -- Appends to HSET arguments args the payload after its first CHUNK bytes,
 -- in fields p1 .. p<n> of CHUNK bytes each, and n in pn (record format 2,
--- see _prelude.lua).
+-- see lib/chunks.lua).
 local function add_chunks(args, payload, size)
   local a, n = #args, 0
   for start = CHUNK + 1, size, CHUNK do

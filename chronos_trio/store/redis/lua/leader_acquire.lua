@@ -12,6 +12,8 @@
 --
 -- Returns {epoch, expires_at, fresh (1 = new epoch)}, {} when another
 -- holder's lease has not expired, or {'damaged', reason} (nothing changes).
+--@include check_number
+--@include show
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local exp = string.format('%.17g', now + tonumber(ARGV[2]))

@@ -6,6 +6,7 @@
 -- hash) has no holder anyone can prove.
 --
 -- Returns {holder, epoch, expires_at} or {} when nobody holds it.
+--@include check_number
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local f = redis.pcall('HMGET', KEYS[1], 'holder', 'epoch', 'expires_at')

@@ -9,6 +9,7 @@
 -- not held: nothing changes.
 --
 -- Returns 1 when done, 0 when ARGV[1]/ARGV[2] no longer hold an unexpired lease.
+--@include check_number
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local f = redis.pcall('HMGET', KEYS[1], 'holder', 'epoch', 'expires_at')

@@ -28,11 +28,11 @@
 -- ARGV[5]  the leased zset's sentinel member (see KEYS)
 --
 -- With several partitions, the count is split first, in one order by due
--- time (see earliest in _prelude.lua: it reads their heads and counts);
+-- time (see lib/earliest.lua: it reads their heads and counts);
 -- partitions with no share are not touched further.
 --
 -- Each popped entry is judged before anything is written for it (nothing in a
--- judgement can fail; see _prelude.lua): a record without kind or payload,
+-- judgement can fail; see README.md): a record without kind or payload,
 -- whose attempts is not a count or whose state is no job state, is
 -- dead-lettered, an entry without a job hash is quarantined, a record of a
 -- newer format goes back to the ready zset with its score, untouched. What
@@ -52,7 +52,7 @@
 -- before anything is written in it (checked first: a pop must never be
 -- followed by a failure); the others are leased as usual.
 --
--- Flow control (field fc, see _prelude.lua) is judged in the same step: a
+-- Flow control (field fc, see lib/ready_score.lua) is judged in the same step: a
 -- job past its expiry is dead-lettered ("expired: ...") instead of leased;
 -- one whose rate limit has no permit now, or whose concurrency limit has
 -- no free slot, goes back to the ready zset with its score, untouched (no
@@ -70,7 +70,7 @@
 --
 -- Returns {now, expires_at, then per partition p in KEYS order: {} when it
 -- had no share or no ready job, the reason (a string) when it failed, else
--- {set aside (see _prelude.lua), flow {expired: per job the id then the 13
+-- {set aside (see README.md), flow {expired: per job the id then the 13
 -- JOB_FIELDS as stored afterwards, held_until: when the next permit of a
 -- rate limit that held a job back comes ('' none), capped: 1 when a
 -- concurrency limit held one back, else 0, controls: per leased job with
@@ -79,6 +79,30 @@
 -- (already incremented), max_retries, timeout, last_error, created_at,
 -- headers ('' for none)}}. now and expires_at are '' when no partition had a
 -- ready job (TIME is read only then).
+--@include check_count
+--@include check_format
+--@include check_job_state
+--@include check_text
+--@include chunk_sizes
+--@include clock
+--@include dead_letter
+--@include earliest
+--@include format
+--@include huge
+--@include is_count
+--@include job_fields
+--@include join_payload
+--@include limit_key
+--@include list_of
+--@include missing
+--@include new_aside
+--@include newer
+--@include notify_done
+--@include probe_job
+--@include quarantine
+--@include rank_score
+--@include unique_finished
+--@include wrong_type
 local target = tonumber(ARGV[1])
 local parts = #KEYS / 6
 local now, now_s, exp_s = nil, '', ''
@@ -193,11 +217,7 @@ local function take(flow, prefix, id, now, exp_s)
     local k = limit_key(prefix, 'cap', c[1])
     -- the slot is taken now (slots counts it), written at the end: one
     -- ZADD per limit and call
-    local add = taken[k]
-    if not add then
-      add = {}
-      taken[k] = add
-    end
+    local add = list_of(taken, k)
     add[#add + 1] = exp_s
     add[#add + 1] = id
     slots[k] = slots[k] + 1
@@ -226,7 +246,7 @@ local function flush_tats(now)
     redis.call('SADD', string.sub(k, 1, tag_end + 1) .. 'limits', string.sub(k, tag_end + 2))
   end
   -- the limits that held a job back: a settle that frees their slot wakes
-  -- leasers (give_back_slots in _prelude.lua); pcall: a hint, never a failure
+  -- leasers (lib/give_back_slots.lua); pcall: a hint, never a failure
   for k in pairs(waited) do
     local tag_end = string.find(k, '}:', 1, true)
     redis.pcall('SADD', string.sub(k, 1, tag_end + 1) .. 'waiting', k)
@@ -291,9 +311,7 @@ local function lease_partition(p, share, budget, res)
   local base, why_not = tokens_from(KEYS[b + 3])
   if not base then return why_not, 0, 0 end
   if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-    now_s = string.format('%.17g', now)
+    now, now_s = clock()
     exp_s = string.format('%.17g', now + tonumber(ARGV[2]))
     out[1], out[2] = now_s, exp_s
   end
@@ -429,13 +447,9 @@ local function ready_of(p)
 end
 local function head(p, rank)
   if unreadable[p] then return nil end
-  local key = ready_of(p)
-  local got = redis.pcall('ZRANGE', key, rank, rank, 'WITHSCORES')
-  if got.err then
-    unreadable[p] = 'key ' .. key .. ': ' .. tostring(got.err) .. ': nothing done'
-    return nil
-  end
-  return got[2]
+  local score, why = rank_score(ready_of(p), rank)
+  if why then unreadable[p] = why end
+  return score
 end
 local function upto(p, score)
   return redis.call('ZCOUNT', ready_of(p), '-inf', score or '+inf')

@@ -10,7 +10,7 @@
 -- theirs): a run costs a ZRANGE of one entry and a ZCOUNT. After four runs
 -- the rest is read at once and encoded here.
 --
--- Sent without the prelude (it reads no job record). A key of another type
+-- Includes no piece (it reads no job record). A key of another type
 -- is an error reply.
 --
 -- Returns {score_1, n_1, score_2, n_2, ...}: the first n_1 entries have the

@@ -3,7 +3,7 @@
 -- earliest due first (within a partition ties go by job ID, as in the zsets).
 -- The partitions come in groups (queues), ARGV[2] onwards; the limit goes to
 -- the first group's due jobs, in one order by due time across its partitions
--- (see earliest in _prelude.lua), what is left of it to the next group, and
+-- (see lib/earliest.lua), what is left of it to the next group, and
 -- so on. On a single node one call promotes every queue; on
 -- a Cluster, whose scripts touch one slot, the client calls it per partition
 -- with that partition's share.
@@ -11,7 +11,7 @@
 -- KEYS[1+6i .. 6+6i], per partition i = 0, 1, ... (partition p = i + 1 below):
 --   KEYS[1+6i]  scheduled zset (score = run_at)
 --   KEYS[2+6i]  retry_wait zset (score = run_at)
---   KEYS[3+6i]  ready zset (score = run_at, moved by priority: ready_score in _prelude.lua)
+--   KEYS[3+6i]  ready zset (score = run_at, moved by priority: lib/ready_score.lua)
 --   KEYS[4+6i]  job key prefix: the job hash of ID x is KEYS[4+6i]..x
 --   KEYS[5+6i]  dead zset (score = finished_at): where damaged records go
 --   KEYS[6+6i]  quarantine hash of the partition: entries without a job hash
@@ -19,7 +19,7 @@
 -- ARGV[2+g], per group g = 0, 1, ...: how many partitions (in KEYS order) it has
 --
 -- Each due entry is judged before anything is written for it (nothing in a
--- judgement can fail; see _prelude.lua): a record whose state is not the one of
+-- judgement can fail; see README.md): a record whose state is not the one of
 -- its index is dead-lettered, an entry without a job hash is quarantined, a
 -- record of a newer format stays where it is, untouched (and does not count as
 -- waiting in next_due).
@@ -29,12 +29,24 @@
 --
 -- Returns {now, then per partition p in KEYS order: the reason (a string)
 -- when it failed, else {promoted, next_due ('' when nothing waits), set aside
--- (see _prelude.lua)}}. next_due is the earliest due time of a job this
+-- (see README.md)}}. next_due is the earliest due time of a job this
 -- version can still promote; when the limit cut the due entries short it is
 -- the earliest left, so the caller comes back at once.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+--@include check_format
+--@include check_state
+--@include clock
+--@include dead_letter
+--@include earliest
+--@include format
+--@include new_aside
+--@include newer
+--@include probe_job
+--@include quarantine
+--@include rank_score
+--@include ready_score
+--@include wrong_type
+--@include zrem_all
+local now, now_s = clock()
 
 -- Promote up to limit due entries of partition p (0: none; only its next_due).
 -- Returns its part of the reply and how many due entries it looked at.
@@ -123,7 +135,7 @@ end
 
 -- The due entries of source k of a group starting after partition p0 (its
 -- partition's scheduled zset for k odd, retry_wait for k even) as earliest
--- (in _prelude.lua) reads them: the head at a rank (nil once not due), and
+-- (lib/earliest.lua) reads them: the head at a rank (nil once not due), and
 -- a count. The first entry of each source, due or not, goes to first[k] (a
 -- partition given nothing takes its next due time from there); why a source
 -- could not be read goes to unreadable[k].
@@ -132,13 +144,11 @@ local function due_of(p0, first, unreadable)
     return KEYS[6 * (p0 + math.floor((k - 1) / 2)) + 1 + (k - 1) % 2]
   end
   local function head(k, rank)
-    local key = key_of(k)
-    local got = redis.pcall('ZRANGE', key, rank, rank, 'WITHSCORES')
-    if got.err then
-      unreadable[k] = 'key ' .. key .. ': ' .. tostring(got.err) .. ': nothing done'
+    local score, why = rank_score(key_of(k), rank)
+    if why then
+      unreadable[k] = why
       return nil
     end
-    local score = got[2]
     if rank == 0 then first[k] = score end
     if score and tonumber(score) <= now then return score end
     return nil

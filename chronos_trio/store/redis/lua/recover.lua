@@ -13,7 +13,7 @@
 -- ARGV[1]  limit (> 0)
 --
 -- Every expired entry is judged before anything is written (see
--- _prelude.lua): a record whose attempts or max_retries is not a count, or
+-- README.md): a record whose attempts or max_retries is not a count, or
 -- whose state, run_at, lease_token or lease_expires_at (the fields recovery
 -- overwrites) is not what every path judges it must be, is dead-lettered, an
 -- entry without a job hash is quarantined, a record of a newer format keeps
@@ -25,11 +25,28 @@
 -- Returns {now, {requeued ids...}, {dead jobs: per job the id then the 13
 -- fields kind, payload, run_at, state, attempts, max_retries, timeout,
 -- lease_token, lease_owner, lease_expires_at, last_error, created_at,
--- finished_at}, set aside (see _prelude.lua), {aborted jobs: as the dead
+-- finished_at}, set aside (see README.md), {aborted jobs: as the dead
 -- ones}}.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+--@include abort_job
+--@include check_count
+--@include check_format
+--@include check_job_state
+--@include check_number
+--@include check_text
+--@include clock
+--@include dead_letter
+--@include format
+--@include job_fields
+--@include new_aside
+--@include newer
+--@include notify_done
+--@include probe_job
+--@include quarantine
+--@include ready_score
+--@include unique_finished
+--@include wrong_type
+--@include zrem_all
+local now, now_s = clock()
 local aside = new_aside()
 local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[1])
 local requeued, dead, aborted = {}, {}, {}

@@ -10,12 +10,12 @@
 -- ARGV[1]  limit (> 0): expired leases to take, at most, over all groups
 -- ARGV[2+g], per group g = 0, 1, ...: how many partitions (in KEYS order) it
 --          has. The limit goes to the first group's expired leases, in one
---          order by expiry across its partitions (see earliest in
---          _prelude.lua), what is left of it to the next group, and so on.
+--          order by expiry across its partitions (see
+--          lib/earliest.lua), what is left of it to the next group, and so on.
 --
 -- An idle queue costs one EXISTS: a leased zset holding nothing but the
 -- sentinel holds no lease, so settle.lua deletes it once its last lease is
--- settled (drop_idle_leased in _prelude.lua), and so does this peek when it
+-- settled (lib/drop_idle_leased.lua), and so does this peek when it
 -- meets one (recover.lua leaves it; lease.lua writes the sentinel again,
 -- first, with the next lease it records there). When none of KEYS exists,
 -- no partition holds a lease: TIME is not even read. A key of another type
@@ -25,12 +25,13 @@
 --
 -- Returns {now ('' when no key of KEYS exists), share_1, share_2, ...}, a
 -- share per partition in KEYS order.
+--@include clock
+--@include earliest
+--@include leased_sentinel
 local out = {''}
 for i = 1, #KEYS do out[i + 1] = 0 end
 if redis.call('EXISTS', unpack(KEYS)) == 0 then return out end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+local now, now_s = clock()
 out[1] = now_s
 local p0 = 0
 -- earliest's head and upto over the partitions p0 + 1 .. p0 + size

@@ -6,7 +6,7 @@
 -- ARGV[1]  lease duration in seconds
 -- ARGV[2+2i], ARGV[3+2i]  job id, fencing token
 --
--- Each record is judged before anything is written for it (see _prelude.lua;
+-- Each record is judged before anything is written for it (see README.md;
 -- nothing in a judgement can fail, so no record can stop the script after
 -- another's writes). A record not leased with that token (or with no job hash)
 -- is not ours and is not touched. One leased with that token whose
@@ -16,13 +16,19 @@
 -- job an abort was asked for (field ab, see abort.lua) is reported so: its
 -- worker learns it in this reply, at the cost of one more field read.
 --
--- Returns {expires_at, set aside (see _prelude.lua), code_1, code_2, ...};
+-- Returns {expires_at, set aside (see README.md), code_1, code_2, ...};
 -- code 1 renewed, 0 lease not held (wrong token, not leased, expired or gone:
 -- nothing changes), 2 dead-lettered as damaged, 3 left alone (newer format),
 -- 4 renewed, and an abort was asked (the worker cancels the run).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+--@include clock
+--@include dead_letter
+--@include judge_lease
+--@include lock_key
+--@include new_aside
+--@include newer
+--@include probe_job
+--@include unique_spec
+local now, now_s = clock()
 local exp = now + tonumber(ARGV[1])
 local exp_s = string.format('%.17g', exp)
 local lease_ms = math.ceil(tonumber(ARGV[1]) * 1000)
@@ -34,20 +40,7 @@ for i = 2, #ARGV, 2 do
   local f = redis.pcall('HMGET', key, 'v', 'state', 'lease_token', 'lease_expires_at', 'x', 'ab')
   if not f[2] then f = probe_job(key, f, 6) end
   -- judge the record (nothing here can fail) ...
-  local p, w = 0, nil
-  if f then
-    local v = f[1]
-    if v and v ~= FORMAT_S then w = check_format(v) end
-    if w == 'newer' then
-      p, w = 3, v
-    elseif f[2] == 'leased' and ARGV[i + 1] ~= '' and f[3] == ARGV[i + 1] then
-      -- fast path: held and unexpired (not < HUGE: inf and NaN are damage)
-      local until_ = tonumber(f[4])
-      if not w and until_ and until_ > now and until_ < HUGE then p = 1 end
-      if p == 0 then w = w or check_number('lease_expires_at', f[4]) end
-      if w then p = 2 end
-    end
-  end
+  local p, w = judge_lease(f, ARGV[i + 1], now)
   -- ... then write what it decides
   if p == 1 then
     redis.call('ZADD', KEYS[1], exp, id)

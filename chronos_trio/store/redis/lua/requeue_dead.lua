@@ -13,7 +13,7 @@
 --          of the same requeue left in place (0 at first)
 --
 -- The dead index is walked oldest first, a window at a time, and every entry
--- of a window is judged before anything is written for it (see _prelude.lua):
+-- of a window is judged before anything is written for it (see README.md):
 -- a record whose state is neither 'dead' nor 'aborted' is dead-lettered again
 -- (its state set right, its entry re-scored to now) instead of requeued, an
 -- entry without a job hash is quarantined, an aborted job (kept in the dead
@@ -22,7 +22,15 @@
 --
 -- Returns {moved, more (1 when it stopped at ARGV[1] moved or ARGV[2] looked
 -- at: the client may call again), kept (the entries it left in place: the
--- next call passes over ARGV[3] + kept), set aside (see _prelude.lua)}.
+-- next call passes over ARGV[3] + kept), set aside (see README.md)}.
+--@include clock
+--@include dead_letter
+--@include judge_entries
+--@include new_aside
+--@include newer
+--@include quarantine
+--@include ready_score
+--@include zrem_all
 local aside = new_aside()
 local want, cap, skip = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local moved, looked, kept = 0, 0, skip  -- kept: entries left in place, at the front
@@ -32,27 +40,10 @@ while moved < want and looked < cap do
   local ids = redis.call('ZRANGE', KEYS[1], kept, kept + n - 1)
   if #ids == 0 then return {moved, 0, kept - skip, aside} end
   if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-    now_s = string.format('%.17g', now)
+    now, now_s = clock()
   end
-  local plan, why = {}, {}
-  for k, id in ipairs(ids) do
-    local f, none = read_job(KEYS[3] .. id, 'v', 'state')
-    if not f then
-      plan[k], why[k] = 'gone', none
-    else
-      local bad = check_format(f[1])
-      if bad == 'newer' then
-        plan[k], why[k] = 'newer', f[1]
-      elseif not bad and f[2] == 'aborted' then
-        plan[k] = 'keep'
-      else
-        bad = bad or check_state(f[2], 'dead', 'dead')
-        plan[k], why[k] = bad and 'bad' or 'ok', bad
-      end
-    end
-  end
+  -- an aborted job stays (plan 'keep')
+  local plan, why = judge_entries(KEYS[3], ids, 'dead', 'keep')
   -- every record of the window is judged: now write
   local taken = {}
   for k, id in ipairs(ids) do

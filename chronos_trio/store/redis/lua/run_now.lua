@@ -8,47 +8,37 @@
 --          state is unreadable out of every index)
 -- ARGV[1]  job id
 --
--- The record is judged before anything is written (see _prelude.lua). One
+-- The record is judged before anything is written (see README.md). One
 -- whose state is missing or unknown cannot be run (where it is indexed is
 -- unknown): it is dead-lettered and taken out of every other index. One of a
 -- newer format is left untouched.
 --
--- Returns {code, set aside (see _prelude.lua)}: code 1 moved; 0 absent (or
+-- Returns {code, set aside (see README.md)}: code 1 moved; 0 absent (or
 -- its key is not a job hash), in another state or discarded; 2 dead-lettered as
 -- damaged; 3 left alone (newer format).
+--@include check_job_state
+--@include clock
+--@include dead_letter
+--@include new_aside
+--@include read_one
+--@include ready_score
 local aside = new_aside()
 local key = KEYS[5] .. ARGV[1]
-local f = read_job(key, 'v', 'state')
-if not f then return {0, aside} end
-local bad = check_format(f[1])
-if bad == 'newer' then
-  newer(aside, ARGV[1], f[1])
-  return {3, aside}
-end
+local f, bad, code = read_one(aside, key, ARGV[1])
+if not f then return {code, aside} end
 local state = f[2]
-local from
-if bad then
-  from = nil
-elseif state == 'scheduled' then
-  from = KEYS[1]
-elseif state == 'retry_wait' then
-  from = KEYS[2]
-elseif state == 'dead' then
+local from = nil  -- the index it leaves
+if not bad then
+  from = ({scheduled = KEYS[1], retry_wait = KEYS[2], dead = KEYS[3]})[state]
   -- a dead record that expires by itself was discarded (kept for its
   -- waiters only, in no index): it cannot be run
-  if redis.call('PTTL', key) > 0 then return {0, aside} end
-  from = KEYS[3]
-elseif state == 'ready' or state == 'leased' or state == 'succeeded' or state == 'aborted' then
-  return {0, aside}
-else
-  bad = missing('state', state)
-  if state and state ~= '' then
-    bad = "field 'state' holds " .. show(state) .. ', not a job state'
+  if state == 'dead' and redis.call('PTTL', key) > 0 then return {0, aside} end
+  if not from then
+    bad = check_job_state(state)
+    if not bad then return {0, aside} end  -- ready, leased, succeeded or aborted
   end
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+local now, now_s = clock()
 if bad then
   for _, z in ipairs({KEYS[1], KEYS[2], KEYS[4], KEYS[6], KEYS[7]}) do
     redis.call('ZREM', z, ARGV[1])

@@ -48,7 +48,7 @@
 -- worker with the handler ran the job), and so do recover.lua and
 -- requeue_dead.lua; a release keeps it.
 --
--- Each record is judged before anything is written for it (see _prelude.lua;
+-- Each record is judged before anything is written for it (see README.md;
 -- nothing in a judgement can fail, so no record can stop the script after
 -- another's writes). A record not leased with that token (or with no job hash)
 -- is not ours and is not touched, damaged or not. One leased with that token
@@ -60,19 +60,39 @@
 -- the other partitions are settled as usual.
 --
 -- Returns {now, then per partition p in KEYS order: the reason (a string)
--- when it stopped, else {set aside (see _prelude.lua), code_1, code_2, ...}};
+-- when it stopped, else {set aside (see README.md), code_1, code_2, ...}};
 -- code 1 applied, 0 the lease is no longer held with that token (or
 -- expired): the job is not touched at all, 2 dead-lettered as damaged, 3 left
 -- alone (newer format), 4 applied, and a workflow continuation was queued,
 -- 5 applied: the job is aborted, 6 applied: dead-lettered as unclaimed past
 -- its grace ('u'); after the codes, how many concurrency slots the batch
 -- gave back that a job was held back for (see give_back_slots in
--- _prelude.lua: the client then wakes idle leasers).
+-- lib/give_back_slots.lua: the client then wakes idle leasers).
 -- How long a finished job nobody keeps stays readable for its waiters (s).
+--@include abort_job
+--@include check_count
+--@include check_number
+--@include clock
+--@include continues
+--@include dead_letter
+--@include drop_idle_leased
+--@include find
+--@include give_back_slots
+--@include huge
+--@include judge_lease
+--@include limit_key
+--@include new_aside
+--@include newer
+--@include notify_done
+--@include outbox_key
+--@include probe_job
+--@include ready_score
+--@include release_slots
+--@include unique_finished
+--@include workflow_keep
+--@include zrem_all
 local WAITED_KEEP = 60
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+local now, now_s = clock()
 local parts = #KEYS / 6
 
 -- The time field uc holds (see 'u' above), or nil: absent, not a decimal
@@ -126,28 +146,16 @@ local function settle_partition(part, first, last, res)
       if f then f[9] = redis.call('HGET', key, 'fc') end
     end
     -- judge the record (nothing here can fail) ...
-    local p, w = 0, nil
-    if f then
-      local v = f[1]
-      if v and v ~= FORMAT_S then w = check_format(v) end
-      if w == 'newer' then
-        p, w = 3, v
-      elseif f[2] == 'leased' and ARGV[i + 1] ~= '' and f[3] == ARGV[i + 1] then
-        -- fast path: held and unexpired (not < HUGE: inf and NaN are damage)
-        local until_ = tonumber(f[4])
-        if not w and until_ and until_ > now and until_ < HUGE then p = 1 end
-        if p == 0 then w = w or check_number('lease_expires_at', f[4]) end
-        -- what the outcome reads or overwrites, judged as every path judges it
-        -- (store/_record_rules.py): no damaged value is rewritten into a sound one
-        if not w and kind == 'l' then
-          w = check_count('attempts', f[5]) or check_number('run_at', f[6])
-        elseif not w and (kind == 'f' or kind == 'u') then
-          w = check_count('attempts', f[5]) or check_number('run_at', f[6])
-        elseif not w and kind == 'r' then
-          w = check_number('run_at', f[6])
-        end
-        if w then p = 2 end
+    local p, w, ours = judge_lease(f, ARGV[i + 1], now)
+    if ours and not w then
+      -- what the outcome reads or overwrites, judged as every path judges it
+      -- (store/_record_rules.py): no damaged value is rewritten into a sound one
+      if kind == 'l' or kind == 'f' or kind == 'u' then
+        w = check_count('attempts', f[5]) or check_number('run_at', f[6])
+      elseif kind == 'r' then
+        w = check_number('run_at', f[6])
       end
+      if w then p = 2 end
     end
     -- ... then write what it decides
     if p == 3 then

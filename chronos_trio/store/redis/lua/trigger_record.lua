@@ -23,6 +23,7 @@
 -- Returns {status, pending field, value, ...}: status 'stale' (nothing done,
 -- nothing else returned), 'already' or 'enqueued'; the pairs are every pending
 -- trigger (including this one when enqueued), for the caller to enqueue.
+--@include check_number
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local f = redis.pcall('HMGET', KEYS[1], 'holder', 'epoch', 'expires_at')

@@ -15,43 +15,33 @@
 -- ARGV[4]  additionally delete this many of the retained succeeded jobs whose
 --          retention ends first (0 = none)
 --
--- Every entry is judged before anything is written (see _prelude.lua). Only
+-- Every entry is judged before anything is written (see README.md). Only
 -- a record whose state is that of its index is deleted (an aborted job is
 -- kept, and trimmed, in the dead index): one whose state is
 -- not is dead-lettered instead (out of the succeeded index; in the dead index
 -- its state set right and its entry re-scored to now), an entry without a job
 -- hash is quarantined, a record of a newer format is left untouched. Then the
--- partition's aborted marks (beside KEYS[3], see aborted_key in _prelude.lua)
+-- partition's aborted marks (beside KEYS[3], see lib/aborted_key.lua)
 -- older than the oldest dead entry left are dropped: their jobs are gone.
 --
 -- Returns {deleted, more (1 when a cap was hit and something moved), dead
--- jobs left, retained succeeded jobs left, set aside (see _prelude.lua)}.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local now_s = string.format('%.17g', now)
+-- jobs left, retained succeeded jobs left, set aside (see README.md)}.
+--@include clock
+--@include dead_letter
+--@include judge_entries
+--@include new_aside
+--@include newer
+--@include prune_aborted
+--@include quarantine
+--@include zrem_all
+local now, now_s = clock()
 local cap = tonumber(ARGV[2])
 local aside = new_aside()
 local deleted, more = 0, 0
--- judge the entries ids of zset (whose records should be in state) ...
+-- judge the entries ids of zset (whose records should be in state: an
+-- aborted one in the dead index is trimmed like a dead one) ...
 local function judge(ids, state)
-  local plan, why = {}, {}
-  for k, id in ipairs(ids) do
-    local f, none = read_job(KEYS[3] .. id, 'v', 'state')
-    if not f then
-      plan[k], why[k] = 'gone', none
-    else
-      local bad = check_format(f[1])
-      if bad == 'newer' then
-        plan[k], why[k] = 'newer', f[1]
-      else
-        if not (state == 'dead' and f[2] == 'aborted') then
-          bad = bad or check_state(f[2], state, state)
-        end
-        plan[k], why[k] = bad and 'bad' or 'ok', bad
-      end
-    end
-  end
-  return plan, why
+  return judge_entries(KEYS[3], ids, state, state == 'dead' and 'ok' or nil)
 end
 -- ... then apply: returns how many entries left the window (all but newer ones)
 local function apply(zset, index, ids, plan, why)

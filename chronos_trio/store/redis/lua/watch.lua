@@ -10,6 +10,7 @@
 -- last_error, finished_at, result, result_until, kind (nil when absent)}. A key
 -- that is not a hash is no job. A record of a newer format is read, never
 -- written.
+--@include check_format
 local t = redis.call('TIME')
 local now_s = string.format('%.17g', tonumber(t[1]) + tonumber(t[2]) / 1000000)
 local f = redis.pcall('HMGET', KEYS[1], 'state', 'attempts', 'last_error', 'finished_at',

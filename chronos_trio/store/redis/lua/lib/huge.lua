@@ -1,0 +1,2 @@
+-- math.huge, read once: the bound of a finite number.
+local HUGE = math.huge
