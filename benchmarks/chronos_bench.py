@@ -202,7 +202,7 @@ async def lifecycle(url: str | None, n: int, batch: int) -> dict[str, Any]:
                 if promoted < size:
                     await trio.sleep(0.001)
             t = time.perf_counter()
-            leased = await store.lease(queues, size, worker_id="bench", lease_duration=30)
+            leased = (await store.lease(queues, size, worker_id="bench", lease_duration=30)).jobs
             stages["lease"] += time.perf_counter() - t
             if len(leased) != size:
                 raise RuntimeError(f"leased {len(leased)} of {size}")
@@ -213,7 +213,7 @@ async def lifecycle(url: str | None, n: int, batch: int) -> dict[str, Any]:
             t = time.perf_counter()
             applied = await store.settle([Settlement(r, SettleKind.SUCCEEDED) for r in refs])
             stages["complete"] += time.perf_counter() - t
-            if not (all(held) and all(applied)):
+            if not (all(held.renewed) and all(applied.settled)):
                 raise RuntimeError("a lease was lost in the lifecycle benchmark")
             done += size
     finally:

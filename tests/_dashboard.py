@@ -32,7 +32,9 @@ async def populate_dashboard(store: Store) -> App:
     app = make_app(None)
     app.use_store(store)
     await app.tasks["tests.note"].enqueue(Note(XSS), job_id="xss-1")
-    leased = await store.lease([QueueWeight("critical")], 10, worker_id="w:1:0", lease_duration=600)
+    leased = (
+        await store.lease([QueueWeight("critical")], 10, worker_id="w:1:0", lease_duration=600)
+    ).jobs
     by_id = {lj.job.id: lj for lj in leased}
     await store.settle([Settlement(by_id["xss-1"].ref, SettleKind.DEAD, XSS_ERROR)])
     # note-1 was leased too: hand it back to ready

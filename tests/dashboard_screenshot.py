@@ -67,12 +67,14 @@ async def populate_demo(app: App) -> None:
         await send.enqueue(Email(f"later{i}@example.com"), delay=600 + 60 * i)
     plan = {"email": (6, 9, 3, 2), "billing": (3, 4, 1, 2), "reports": (1, 0, 0, 1)}
     for queue, (keep, ok, retry, dead) in plan.items():
-        leased = await store.lease(
-            [QueueWeight(queue)],
-            keep + ok + retry + dead,
-            worker_id=f"web-{queue}:4{len(queue)}1:0",
-            lease_duration=120,
-        )
+        leased = (
+            await store.lease(
+                [QueueWeight(queue)],
+                keep + ok + retry + dead,
+                worker_id=f"web-{queue}:4{len(queue)}1:0",
+                lease_duration=120,
+            )
+        ).jobs
         settle = []
         for n, lj in enumerate(leased[keep:]):
             if n < ok:

@@ -211,7 +211,7 @@ async def test_redis_aborted_marks_leave_with_their_jobs(redis_store: Any, redis
     [stats] = await store.stats(["q"])
     assert stats.counts[JobState.ABORTED] == 2 and stats.counts[JobState.DEAD] == 0
     assert [j.id for j in await store.list_jobs("q", JobState.ABORTED)] == ["a0", "a2"]
-    assert await store.trim(["q"], dead_max_age=None, dead_max_count=0) == 2
+    assert (await store.trim(["q"], dead_max_age=None, dead_max_count=0)).count == 2
     assert not client.exists(pk.aborted), "the marks of trimmed jobs are dropped"
     [stats] = await store.stats(["q"])
     assert stats.counts[JobState.ABORTED] == 0 and stats.total == 0

@@ -51,7 +51,9 @@ def new(job_id: str, queue: str = "q", **kw: Any) -> NewJob:
 
 
 async def lease(store: Store, count: int, ttl: float = 600.0) -> dict[str, Any]:
-    got = await store.lease([QueueWeight("q")], count, worker_id="host:1:0", lease_duration=ttl)
+    got = (
+        await store.lease([QueueWeight("q")], count, worker_id="host:1:0", lease_duration=ttl)
+    ).jobs
     assert len(got) == count
     return {lj.job.id: lj for lj in got}
 
@@ -364,7 +366,7 @@ async def run_scenario(store: Store, planter: Planter, *, batch: int) -> None:
     else:
         assert left == {}
     # what was put back in ready is leased like any ready job
-    ready = await store.lease([QueueWeight("q")], 100, worker_id="w2", lease_duration=600)
+    ready = (await store.lease([QueueWeight("q")], 100, worker_id="w2", lease_duration=600)).jobs
     got = {lj.job.id for lj in ready}
     assert {"p-noindex", "p-expired"} <= got and not got & {"p-attempts", "p-wrong"}
 
@@ -556,7 +558,9 @@ async def test_repair_leaves_a_job_that_changed_since_it_was_inspected(
                 fixed = jobs["b-fixed"]
                 assert fixed is not None
                 client.zrem(planter.pk(fixed).dead, fixed.id)
-                leased = await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=60)
+                leased = (
+                    await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=60)
+                ).jobs
                 assert [lj.job.id for lj in leased] == ["a-leased"]
                 await original(self, fixes)
 
@@ -626,14 +630,14 @@ async def plant_run_meanwhile(store: Store, planter: Planter) -> tuple[Meddled, 
         settled = await store.settle(
             [Settlement(got["ran"].ref, SettleKind.SUCCEEDED, retain_for=600.0)]
         )
-        assert settled == [True]
+        assert settled.settled == (True,)
 
     async def then() -> None:
         after = await store.get_job("ran")
         assert after is not None and after.state is JobState.SUCCEEDED, after
         assert "ready" not in planter.indexes_of(after), "a finished job put back in ready"
-        got = await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=60)
-        assert got == [], "the job ran twice"
+        got = (await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=60)).jobs
+        assert got == (), "the job ran twice"
 
     return Meddled("ran", Problem.TWO_INDEXES), meddle, then
 

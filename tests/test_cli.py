@@ -52,9 +52,9 @@ async def populate(store: Store) -> None:
         await trio.sleep(0.002)  # distinct due times: lease order is enqueue order
     leased = {
         lj.job.id: lj
-        for lj in await store.lease(
+        for lj in (await store.lease(
             [QueueWeight("default")], 5, worker_id=OWNER, lease_duration=600
-        )
+        )).jobs
     }
     assert set(leased) == {"leased-1", "retry-1", "done-1", "dead-1", "dead-2"}
     await store.settle(

@@ -11,8 +11,8 @@ import attrs
 import pytest
 import trio
 
-from chronos_trio import App, JobContext, JobState, LeasedJob, MemoryStore
-from chronos_trio.store import QueueWeight
+from chronos_trio import App, JobContext, JobState, MemoryStore
+from chronos_trio.store import LeaseResult, QueueWeight
 from tests._support import wait_for
 
 
@@ -31,16 +31,17 @@ class DamagingStore(MemoryStore):
         worker_id: str,
         lease_duration: float,
         strict: bool = False,
-    ) -> list[LeasedJob]:
+    ) -> LeaseResult:
         batch = await super().lease(
             queues, count, worker_id=worker_id, lease_duration=lease_duration, strict=strict
         )
-        return [
-            LeasedJob(attrs.evolve(lj.job, **{self.field: self.value}), lj.token, lj.expires_at)
+        jobs = tuple(
+            attrs.evolve(lj, job=attrs.evolve(lj.job, **{self.field: self.value}))
             if lj.job.id == "bad"
             else lj
-            for lj in batch
-        ]
+            for lj in batch.jobs
+        )
+        return attrs.evolve(batch, jobs=jobs)
 
 
 @pytest.mark.parametrize(

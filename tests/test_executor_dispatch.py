@@ -24,7 +24,7 @@ ROOM = 10_000
 
 def leased(n: int) -> LeasedJob:
     job = Job(str(n), "default", "k", b"", 0.0, JobState.LEASED)
-    return LeasedJob(job, f"t{n}", 0.0)
+    return LeasedJob(job, f"t{n}", 0.0, 0.0)
 
 
 class Pool:

@@ -111,9 +111,9 @@ async def _partition_and_steal(store: FaultyStore, lease_duration: float) -> chr
     await trio.sleep(lease_duration + 0.1)
     recovered = await store.inner.recover_expired(["default"], 10)
     assert len(recovered.requeued) == 1
-    [stolen] = await store.inner.lease(
-        [QueueWeight("default")], 1, worker_id="thief", lease_duration=600
-    )
+    [stolen] = (
+        await store.inner.lease([QueueWeight("default")], 1, worker_id="thief", lease_duration=600)
+    ).jobs
     return stolen.job
 
 

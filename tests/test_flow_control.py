@@ -24,6 +24,7 @@ from chronos_trio import (
     RateLimited,
 )
 from chronos_trio.records._control import JobControl, decode_control
+from chronos_trio.store import LeaseResult
 from chronos_trio.store.redis import RedisStore
 
 
@@ -172,7 +173,7 @@ async def test_rate_limit_paces_a_worker(autojump_clock: object) -> None:
     store = app.store
     real_lease = store.lease
 
-    async def counted(*args: object, **kw: object) -> object:
+    async def counted(*args: object, **kw: object) -> LeaseResult:
         nonlocal leases
         leases += 1
         return await real_lease(*args, **kw)  # type: ignore[arg-type]
@@ -251,7 +252,9 @@ def test_cli_limits_shows_use_and_declared_limits(
             await app.tasks["tests.rated"].enqueue(
                 Record("r"), rate_limit=RateLimit(1, per=60.0, burst=5, key="tests.rated")
             )
-        leased = await store.lease([QueueWeight("flow")], 10, worker_id="w", lease_duration=600)
+        leased = (
+            await store.lease([QueueWeight("flow")], 10, worker_id="w", lease_duration=600)
+        ).jobs
         assert len(leased) == 4 + 2, "4 slots taken (2 capped jobs wait), 2 permits of a burst of 5"
 
     trio.run(fill)

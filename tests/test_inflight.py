@@ -20,7 +20,7 @@ QUEUE = 3
 
 
 def leased(n: int) -> LeasedJob:
-    return LeasedJob(Job(f"j{n}", "q", "k", b"", 0.0, JobState.LEASED), f"t{n}", 0.0)
+    return LeasedJob(Job(f"j{n}", "q", "k", b"", 0.0, JobState.LEASED), f"t{n}", 0.0, 0.0)
 
 
 class TableMachine(RuleBasedStateMachine):

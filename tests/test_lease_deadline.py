@@ -18,7 +18,7 @@ import trio.testing
 from chronos_trio import App, JobContext, JobState, MemoryStore, Worker
 from chronos_trio.records._jobs import LeaseRef
 from chronos_trio.runtime import Stage
-from chronos_trio.store import QueueWeight, SettleKind, Settlement, StoreError
+from chronos_trio.store import QueueWeight, RenewResult, SettleKind, Settlement, StoreError
 from chronos_trio.testing import FaultyStore
 from tests._backends import Backend
 from tests._support import wait_for
@@ -40,7 +40,7 @@ class StallingStore(FaultyStore):
         #: When each renewal call came in, and whether it was answered.
         self.renewals: list[tuple[float, bool]] = []
 
-    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> list[bool]:
+    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> RenewResult:
         stall = self.stall_all or self.stall_next > 0
         self.renewals.append((trio.current_time(), not stall))
         if stall:
@@ -193,10 +193,10 @@ async def test_a_refused_renewal_cancels_its_handler_within_a_heartbeat(
         res = await long.enqueue(b"x")
         await wait_for(lambda: worker.statistics().running == 1)
         ref = _running_lease(worker)
-        assert await store.settle([Settlement(ref, SettleKind.RELEASE)]) == [True]
-        [stolen] = await store.lease(
-            [QueueWeight("default")], 1, worker_id="thief", lease_duration=600
-        )
+        assert (await store.settle([Settlement(ref, SettleKind.RELEASE)])).settled == (True,)
+        [stolen] = (
+            await store.lease([QueueWeight("default")], 1, worker_id="thief", lease_duration=600)
+        ).jobs
         taken_at = trio.current_time()
         await wait_for(lambda: ended, timeout=backend.pick(memory=60, redis=20))
         stats = worker.statistics()

@@ -111,7 +111,9 @@ async def test_recoveries_and_lost_leases_are_counted(autojump_clock: object) ->
     app.use_store(store)
     await app.tasks["work"].enqueue(Work(1, sleep=0.01))
     # a lease taken by a worker that died: recovered once it expires
-    taken = await store.lease([QueueWeight("default")], 1, worker_id="dead", lease_duration=1.0)
+    taken = (
+        await store.lease([QueueWeight("default")], 1, worker_id="dead", lease_duration=1.0)
+    ).jobs
     assert len(taken) == 1
     async with app.open_worker(poll_interval=0.5, recover_interval=0.5) as worker:
         with trio.fail_after(60):

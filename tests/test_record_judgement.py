@@ -37,7 +37,6 @@ from chronos_trio.store import (
     SettleKind,
     Settlement,
     Store,
-    aside_of,
 )
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis.keys import KeySpace
@@ -172,14 +171,14 @@ class Run:
 
     async def call(self, fn: Any, *args: Any, **kw: Any) -> Any:
         result = await fn(*args, **kw)
-        self.aside.append(aside_of(result))
+        self.aside.append(result.aside)
         return result
 
     async def lease(self, ttl: float = 600.0) -> list[Any]:
         got = await self.call(
             self.store.lease, [QueueWeight("q")], 1000, worker_id="w", lease_duration=ttl
         )
-        return list(got)
+        return list(got.jobs)
 
     async def verdicts(self, job_ids: list[str]) -> dict[str, str]:
         newer = {e.job_id for a in self.aside for e in a.newer}

@@ -47,9 +47,11 @@ async def test_partitions_spread_over_nodes(store: RedisStore, redis_cluster: Re
     await store.enqueue_many([job(f"j{i}") for i in range(200)])
     sizes = [c.dbsize() for c in _node_clients(redis_cluster)]
     assert sum(1 for n in sizes if n > 0) >= 2, sizes
-    got = await store.lease([QueueWeight("q")], 200, worker_id="w", lease_duration=5)
+    got = (await store.lease([QueueWeight("q")], 200, worker_id="w", lease_duration=5)).jobs
     assert len(got) == 200 and len({lj.job.partition for lj in got}) == 8
-    assert all(await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in got]))
+    assert all(
+        (await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in got])).settled
+    )
     [stats] = await store.stats(["q"])
     assert stats.total == 0
 
@@ -59,7 +61,7 @@ async def test_scripts_reloaded_per_node(store: RedisStore, redis_cluster: Redis
     loads = store.statistics().script_loads
     for c in _node_clients(redis_cluster):
         c.script_flush()
-    got = await store.lease([QueueWeight("q")], 50, worker_id="w", lease_duration=5)
+    got = (await store.lease([QueueWeight("q")], 50, worker_id="w", lease_duration=5)).jobs
     assert len(got) == 50
     assert store.statistics().script_loads >= loads + 2  # at least two nodes reloaded
 
@@ -73,7 +75,7 @@ async def test_wake_up_on_cluster(store: RedisStore, redis_cluster_url: str) -> 
     async def wait() -> None:
         while True:  # as the leaser does: a stale wake-up costs one empty lease
             await store.wait_ready(["q"], timeout=10)
-            if await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=5):
+            if (await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=5)).jobs:
                 break
         woke.append(trio.current_time())
 
@@ -131,9 +133,9 @@ async def test_node_down_raises_store_error_then_recovers(own_redis_cluster: Red
             while True:
                 try:
                     await store.enqueue_many([job("after")])
-                    got = await store.lease(
-                        [QueueWeight("q")], 100, worker_id="w", lease_duration=5
-                    )
+                    got = (
+                        await store.lease([QueueWeight("q")], 100, worker_id="w", lease_duration=5)
+                    ).jobs
                     break
                 except StoreError:
                     await trio.sleep(0.2)
@@ -158,7 +160,7 @@ async def test_damaged_records_and_keys_on_cluster(
     client.set(ks.partition("q", 1, broken).leased, "x")
     got = await store.lease([QueueWeight("q")], 100, worker_id="w", lease_duration=5)
     expected = [i for i in ids if i != bad and partition_of(i, 8) != broken]
-    assert sorted(lj.job.id for lj in got) == expected
+    assert sorted(lj.job.id for lj in got.jobs) == expected
     assert [j.id for j in got.aside.dead] == [bad]
     assert "field 'attempts' is missing" in got.aside.dead[0].last_error
     client.close()
@@ -177,11 +179,11 @@ async def test_lease_keeps_due_order_when_one_partition_holds_the_oldest(
     await store.enqueue_many([job(i, run_at=now - 50 + n * 0.01) for n, i in enumerate(rest)])
     with trio.fail_after(20):
         trips = store.statistics().round_trips
-        got = await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
+        got = (await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)).jobs
         assert [lj.job.id for lj in got] == old + rest[:24]
         # two steps (the peek, the lease scripts), one round trip per node each
         assert store.statistics().round_trips - trips <= 2 * 3
-        got = await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
+        got = (await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)).jobs
         assert [lj.job.id for lj in got] == rest[24:88]
 
 
@@ -204,7 +206,9 @@ async def test_a_batch_of_one_due_time_is_leased_from_as_few_partitions_as_can_g
         try:
             with trio.fail_after(20):
                 await store.enqueue_many([job(i) for i in ids])  # one due time
-                got = await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
+                got = (
+                    await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
+                ).jobs
                 assert len(got) == 64
                 [partition] = {lj.job.partition for lj in got}
                 starts.append(partition)
@@ -212,7 +216,9 @@ async def test_a_batch_of_one_due_time_is_leased_from_as_few_partitions_as_can_g
                 await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in got])
                 assert store.statistics().commands - commands == 1, "one settle script"
                 # the rest of that partition's jobs first, then the next partition's
-                got = await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
+                got = (
+                    await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
+                ).jobs
                 assert len(got) == 64 and len({lj.job.partition for lj in got}) <= 2
                 assert sum(lj.job.partition == partition for lj in got) == sizes[partition] - 64
         finally:

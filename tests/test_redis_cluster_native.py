@@ -105,7 +105,7 @@ async def test_a_cluster_client_with_a_connect_hook_keeps_the_threads(
     store = RedisStore(make, default_partitions=8)
     with trio.fail_after(20):
         await store.enqueue_many([job(f"j{i}") for i in range(20)])
-        got = await store.lease([QueueWeight("q")], 20, worker_id="w", lease_duration=5)
+        got = (await store.lease([QueueWeight("q")], 20, worker_id="w", lease_duration=5)).jobs
     assert len(got) == 20 and hooked
     assert store._adapter._native_cluster is None
     await store.aclose()
@@ -187,10 +187,16 @@ async def test_moved_after_a_migration_reruns_only_the_moved_ops(
         move_slot(own_cluster, slot)  # and away again, under the next lease
         ids: list[str] = []
         while len(ids) < 400:
-            got = await store.lease([QueueWeight("q")], 400, worker_id="w", lease_duration=30)
+            got = (
+                await store.lease([QueueWeight("q")], 400, worker_id="w", lease_duration=30)
+            ).jobs
             assert got, f"leased {len(ids)} of 400"
             ids += [lj.job.id for lj in got]
-            assert all(await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in got]))
+            assert all(
+                (
+                    await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in got])
+                ).settled
+            )
         assert native.refreshes == refreshes + 2
     # Nothing lost, nothing leased twice, nothing left behind.
     assert sorted(ids) == sorted([f"a{i}" for i in range(200)] + [f"b{i}" for i in range(200)])
@@ -253,7 +259,9 @@ async def test_a_killed_master_fails_batches_then_is_reconnected(
         while True:
             try:
                 [again] = await store.enqueue_many([job("after")])
-                got = await store.lease([QueueWeight("q")], 100, worker_id="w", lease_duration=5)
+                got = (
+                    await store.lease([QueueWeight("q")], 100, worker_id="w", lease_duration=5)
+                ).jobs
                 break
             except StoreError:  # the cluster may be down while it rejoins
                 await trio.sleep(0.2)
@@ -280,7 +288,9 @@ async def test_a_hung_master_fails_batches_within_the_socket_timeout(
             victim.resume()
         while True:  # the map rebuild and the batch work again
             try:
-                got = await store.lease([QueueWeight("q")], 50, worker_id="w", lease_duration=5)
+                got = (
+                    await store.lease([QueueWeight("q")], 50, worker_id="w", lease_duration=5)
+                ).jobs
                 break
             except StoreError:
                 await trio.sleep(0.2)

@@ -29,6 +29,7 @@ import trio
 import chronos_trio
 from chronos_trio import App, JobContext, JobState, LeaseRef, NewJob
 from chronos_trio.store import (
+    LeaseResult,
     QueueWeight,
     SettleKind,
     Settlement,
@@ -73,7 +74,9 @@ def part(store: RedisStore, queue: str = "q") -> PartitionKeys:
     return KeySpace(store.namespace).partition(queue, 1, 0)
 
 
-async def lease(store: RedisStore, queue: str = "q", count: int = 100, ttl: float = 3.0) -> Any:
+async def lease(
+    store: RedisStore, queue: str = "q", count: int = 100, ttl: float = 3.0
+) -> LeaseResult:
     return await store.lease([QueueWeight(queue)], count, worker_id="w", lease_duration=ttl)
 
 
@@ -107,8 +110,8 @@ async def test_lease_sets_aside_one_damaged_record_and_leases_the_rest(
     batch = await lease(store, count=10)
 
     healthy = ["r0", "r1", "r2", "r4", "r5", "r6"]
-    assert [lj.job.id for lj in batch] == healthy
-    assert all(lj.job.attempts == 1 and lj.job.payload == b'{"n": 0}' for lj in batch)
+    assert [lj.job.id for lj in batch.jobs] == healthy
+    assert all(lj.job.attempts == 1 and lj.job.payload == b'{"n": 0}' for lj in batch.jobs)
     if how == "deleted":
         # an index entry without a record: out of the index, into quarantine
         assert await counts(store) == {"leased": 6}
@@ -128,9 +131,9 @@ async def test_lease_sets_aside_one_damaged_record_and_leases_the_rest(
         assert reported.last_error == dead.last_error
     # the healthy leases are real: they settle
     assert (
-        await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in batch]) == [True] * 6
-    )
-    assert await lease(store) == []
+        await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in batch.jobs])
+    ).settled == (True,) * 6
+    assert (await lease(store)).jobs == ()
 
 
 # -- reproduction 2: recover.lua --------------------------------------------------------
@@ -143,7 +146,7 @@ async def test_recover_sets_aside_one_damaged_lease_and_recovers_the_rest(
     pk = part(store)
     await store.enqueue_many([job(f"r{i}") for i in range(7)])
     leased = await lease(store, ttl=0.3)
-    assert len(leased) == 7
+    assert len(leased.jobs) == 7
     damage(client, pk, "r3", how)  # ... then its worker is killed: the leases expire
     with trio.fail_after(5):
         while (
@@ -165,8 +168,8 @@ async def test_recover_sets_aside_one_damaged_lease_and_recovers_the_rest(
         assert reported.last_error.startswith(f"damaged record: field '{field}'")
     # the recovered jobs lease again, on their second attempt
     again = await lease(store)
-    assert sorted(lj.job.id for lj in again) == ["r0", "r1", "r2", "r4", "r5", "r6"]
-    assert {lj.job.attempts for lj in again} == {2}
+    assert sorted(lj.job.id for lj in again.jobs) == ["r0", "r1", "r2", "r4", "r5", "r6"]
+    assert {lj.job.attempts for lj in again.jobs} == {2}
 
 
 # -- reproduction 3: kind missing, decoding the lease reply -----------------------------
@@ -195,10 +198,10 @@ async def test_kind_missing_in_one_queue_costs_no_job_of_another(
     peek = await store.lease(
         [QueueWeight("x-bad"), QueueWeight("x-good")], 64, worker_id="w", lease_duration=3
     )
-    assert len(peek) == 40 and {lj.job.queue for lj in peek} == {"x-good"}
+    assert len(peek.jobs) == 40 and {lj.job.queue for lj in peek.jobs} == {"x-good"}
     assert [j.id for j in peek.aside.dead] == ["bad"]
     assert "field 'kind' is missing" in peek.aside.dead[0].last_error
-    await store.settle([Settlement(lj.ref, SettleKind.RELEASE) for lj in peek])
+    await store.settle([Settlement(lj.ref, SettleKind.RELEASE) for lj in peek.jobs])
 
     # and a real worker runs all 40 (the leaser never crashes on it)
     await store.run_now("bad", queue="x-bad")  # dead -> ready again: met by the worker's lease
@@ -229,7 +232,7 @@ async def test_payload_missing_goes_dead_with_its_reason_and_the_worker_runs_on(
     damage(client, part(store), "p", "payload_missing")
     # the store never hands out a record without a payload
     batch = await lease(store)
-    assert batch == [] and [j.id for j in batch.aside.dead] == ["p"]
+    assert batch.jobs == () and [j.id for j in batch.aside.dead] == ["p"]
     assert batch.aside.dead[0].last_error == "damaged record: field 'payload' is missing"
 
     await store.run_now("p")  # ready again: a real worker meets it
@@ -272,10 +275,10 @@ async def test_renew_and_settle_dead_letter_a_damaged_record_they_hold(
     client = redis.Redis.from_url(redis_url)
     pk = part(store)
     await store.enqueue_many([job(f"j{i}") for i in range(4)])
-    j0, j1, j2, j3 = await lease(store)
+    j0, j1, j2, j3 = (await lease(store)).jobs
     client.hset(pk.job("j0"), "lease_expires_at", "soon")
     renewed = await store.renew([lj.ref for lj in (j0, j1)], 5)
-    assert renewed == [False, True]
+    assert renewed.renewed == (False, True)
     assert [j.id for j in renewed.aside.dead] == ["j0"]
     assert renewed.aside.dead[0].last_error == (
         "damaged record: field 'lease_expires_at' holds b'soon', not a number"
@@ -289,7 +292,7 @@ async def test_renew_and_settle_dead_letter_a_damaged_record_they_hold(
             Settlement(j3.ref, SettleKind.SUCCEEDED),
         ]
     )
-    assert settled == [False, False, True]
+    assert settled.settled == (False, False, True)
     assert [j.id for j in settled.aside.dead] == ["j1", "j2"]
     assert "field 'attempts' is missing" in settled.aside.dead[1].last_error
     assert await counts(store) == {"dead": 3}
@@ -298,8 +301,8 @@ async def test_renew_and_settle_dead_letter_a_damaged_record_they_hold(
     plant(client, pk, "other", "leased", 9e9, lease_token="theirs", lease_expires_at="junk")
     before = client.hgetall(pk.job("other"))
     stale = LeaseRef("other", "q", "mine")
-    assert await store.settle([Settlement(stale, SettleKind.DEAD, error="x")]) == [False]
-    assert await store.renew([stale], 5) == [False]
+    assert (await store.settle([Settlement(stale, SettleKind.DEAD, error="x")])).settled == (False,)
+    assert (await store.renew([stale], 5)).renewed == (False,)
     assert client.hgetall(pk.job("other")) == before
 
 
@@ -322,7 +325,7 @@ async def test_promote_sets_aside_and_promotes_the_rest(
     )
     assert await counts(store) == {"ready": 2, "dead": 1}
     assert not client.exists(pk.job("s1"))  # promote never writes a partial record
-    assert sorted(lj.job.id for lj in await lease(store)) == ["s0", "s3"]
+    assert sorted(lj.job.id for lj in (await lease(store)).jobs) == ["s0", "s3"]
 
 
 async def test_admin_scripts_set_aside_and_carry_on(redis_store: Factory, redis_url: str) -> None:
@@ -335,7 +338,7 @@ async def test_admin_scripts_set_aside_and_carry_on(redis_store: Factory, redis_
     client.delete(pk.job("d1"))
     client.hset(pk.job("d2"), "state", "ready")
     moved = await store.requeue_dead("q")
-    assert moved == 2 and [e.job_id for e in moved.aside.quarantined] == ["d1"]
+    assert moved.count == 2 and [e.job_id for e in moved.aside.quarantined] == ["d1"]
     assert [j.id for j in moved.aside.dead] == ["d2"]
     assert await counts(store) == {"ready": 2, "dead": 1}
     # trim deletes only a record in the state of its index
@@ -343,7 +346,7 @@ async def test_admin_scripts_set_aside_and_carry_on(redis_store: Factory, redis_
     plant(client, pk, "t1", "succeeded", 2.0)
     client.hset(pk.job("t1"), "state", "ready")
     trimmed = await store.trim(["q"], dead_max_age=None, dead_max_count=None)
-    assert trimmed == 1 and [j.id for j in trimmed.aside.dead] == ["t1"]
+    assert trimmed.count == 1 and [j.id for j in trimmed.aside.dead] == ["t1"]
     assert not client.exists(pk.job("t0")) and client.hget(pk.job("t1"), "state") == b"dead"
     # run_now: an unreadable state cannot be run: dead-lettered, out of every index
     plant(client, pk, "r", "scheduled", 1.0, state="oops")
@@ -413,7 +416,7 @@ async def test_a_key_of_another_type_in_an_index_is_quarantined(
     client.delete(pk.job("a"))
     client.rpush(pk.job("a"), "x")
     batch = await lease(store)
-    assert [lj.job.id for lj in batch] == ["b"]
+    assert [lj.job.id for lj in batch.jobs] == ["b"]
     [entry] = batch.aside.quarantined
     assert entry.reason == "its key holds a list, not a job hash"
     assert client.type(pk.job("a")) == b"list"  # not ours to delete
@@ -445,7 +448,7 @@ async def test_fields_the_client_decodes_are_checked_there_too(
     else:
         client.hset(pk.job("bad"), field, value)
     batch = await lease(store)
-    assert [lj.job.id for lj in batch] == ["a", "c"]
+    assert [lj.job.id for lj in batch.jobs] == ["a", "c"]
     [dead] = batch.aside.dead
     assert dead.id == "bad" and dead.state is JobState.DEAD
     assert dead.last_error == f"damaged record: {reason}"
@@ -466,9 +469,9 @@ async def test_set_aside_entries_are_replaced_by_more_ready_jobs(
     healthy = [f"j{i:02d}" for i in range(40) if f"j{i:02d}" not in bad]
     # a short batch only for want of ready jobs: twenty healthy ones (each
     # partition replaces what it set aside with its own next jobs)
-    assert len(got) == 20 and {lj.job.id for lj in got} <= set(healthy)
+    assert len(got.jobs) == 20 and {lj.job.id for lj in got.jobs} <= set(healthy)
     rest = await lease(store, count=100)
-    assert sorted(lj.job.id for lj in [*got, *rest]) == healthy
+    assert sorted(lj.job.id for lj in [*got.jobs, *rest.jobs]) == healthy
     dead = [j.id for j in [*got.aside.dead, *rest.aside.dead]]
     assert sorted(dead) == bad
 
@@ -510,15 +513,15 @@ async def test_a_newer_format_record_is_never_touched_and_is_reported(
     assert promoted.next_due_at is None
 
     batch = await lease(store, ttl=0.2)
-    assert sorted(lj.job.id for lj in batch) == ["h-ready", "h-sched"]
+    assert sorted(lj.job.id for lj in batch.jobs) == ["h-ready", "h-sched"]
     assert [e.job_id for e in batch.aside.newer] == ["n-ready"]
 
     # the newer worker's lease, held with its token: settle and renew refuse it
     theirs = LeaseRef("n-leased", "q", "t2")
     renewed = await store.renew([theirs], 5)
-    assert renewed == [False] and [e.job_id for e in renewed.aside.newer] == ["n-leased"]
+    assert renewed.renewed == (False,) and [e.job_id for e in renewed.aside.newer] == ["n-leased"]
     settled = await store.settle([Settlement(theirs, SettleKind.SUCCEEDED)])
-    assert settled == [False] and [e.job_id for e in settled.aside.newer] == ["n-leased"]
+    assert settled.settled == (False,) and [e.job_id for e in settled.aside.newer] == ["n-leased"]
 
     await trio.sleep(0.3)  # the healthy leases expire too
     recovered = await store.recover_expired(["q"], 100)
@@ -531,9 +534,9 @@ async def test_a_newer_format_record_is_never_touched_and_is_reported(
     assert await store.delete_job("n-done") is False
     assert store.statistics().newer_met == met + 3
     requeued = await store.requeue_dead("q")
-    assert requeued == 0 and [e.job_id for e in requeued.aside.newer] == ["n-dead"]
+    assert requeued.count == 0 and [e.job_id for e in requeued.aside.newer] == ["n-dead"]
     trimmed = await store.trim(["q"], dead_max_age=0, dead_max_count=0)
-    assert trimmed == 0
+    assert trimmed.count == 0
     assert {e.job_id for e in trimmed.aside.newer} == {"n-dead", "n-done"}
 
     assert snapshot(client, pk, list(newer)) == before  # not one field, not one index entry
@@ -558,12 +561,14 @@ async def test_a_record_without_v_is_format_1(redis_store: Factory, redis_url: s
     await trio.sleep(0.1)
     assert (await store.promote_due(["q"], 10)).promoted == 1
     batch = await lease(store)
-    assert sorted(lj.job.id for lj in batch) == ["later", "old"] and not batch.aside
-    assert await store.renew([lj.ref for lj in batch], 5) == [True, True]
-    assert await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in batch]) == [
+    assert sorted(lj.job.id for lj in batch.jobs) == ["later", "old"] and not batch.aside
+    assert (await store.renew([lj.ref for lj in batch.jobs], 5)).renewed == (True, True)
+    assert (
+        await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in batch.jobs])
+    ).settled == (
         True,
         True,
-    ]
+    )
 
 
 # -- topology and leadership records ------------------------------------------------------
@@ -575,9 +580,11 @@ async def test_a_damaged_topology_stops_only_its_queue(
     await store.enqueue_many([job("g", queue="good"), job("b", queue="bad")])
     topology_key = KeySpace(store.namespace).topology
     client.hset(topology_key, "bad", "1:zero:a")
-    got = await store.lease(
-        [QueueWeight("bad"), QueueWeight("good")], 10, worker_id="w", lease_duration=5
-    )
+    got = (
+        await store.lease(
+            [QueueWeight("bad"), QueueWeight("good")], 10, worker_id="w", lease_duration=5
+        )
+    ).jobs
     assert [lj.job.id for lj in got] == ["g"]
     with pytest.raises(StoreError, match="damaged topology encoding '1:zero:a'"):
         await store.enqueue_many([job("b2", queue="bad")])
@@ -643,13 +650,13 @@ async def test_healthy_jobs_survive_a_failed_dead_lettering_of_undecodable_ones(
 
     monkeypatch.setattr(adapter, "execute", flaky)
     batch = await lease(store, ttl=0.2)
-    assert [lj.job.id for lj in batch] == ["a"] and not batch.aside
+    assert [lj.job.id for lj in batch.jobs] == ["a"] and not batch.aside
     # still leased: recovery takes it back, the next lease dead-letters it
     monkeypatch.setattr(adapter, "execute", real)
     await trio.sleep(0.3)
     assert sorted((await store.recover_expired(["q"], 10)).requeued) == ["a", "bad"]
     again = await lease(store)
-    assert [lj.job.id for lj in again] == ["a"] and [j.id for j in again.aside.dead] == ["bad"]
+    assert [lj.job.id for lj in again.jobs] == ["a"] and [j.id for j in again.aside.dead] == ["bad"]
 
 
 async def test_the_inspector_refuses_to_run_a_damaged_job(
@@ -691,7 +698,7 @@ async def test_a_key_of_the_wrong_type_stops_only_its_partition(
     client.delete(unreadable)
     client.rpush(unreadable, "x")
     got = await lease(store, count=100)
-    assert sorted(lj.job.id for lj in got) == sorted(
+    assert sorted(lj.job.id for lj in got.jobs) == sorted(
         i for i in ids if partition_of(i, 4) not in (1, 2)
     )
     assert client.zrange(broken.ready, 0, -1) == before  # nothing popped there
@@ -717,7 +724,7 @@ async def test_a_key_of_the_wrong_type_stops_only_its_partition_in_one_script(
     redis_store: Factory, redis_url: str
 ) -> None:
     store, client, ks, ids = await four_partitions(redis_store, redis_url)
-    batch = await store.lease([QueueWeight("q")], 40, worker_id="w", lease_duration=30)
+    batch = list((await store.lease([QueueWeight("q")], 40, worker_id="w", lease_duration=30)).jobs)
     # one script settles (and promotes) every partition on a single node
     broken = ks.partition("q", 1, 2)
     client.set(broken.retry, "not a zset")
@@ -734,7 +741,7 @@ async def test_a_key_of_the_wrong_type_stops_only_its_partition_in_one_script(
     # settling again applies nothing twice (fenced), and partition 2 once fixed
     client.delete(broken.retry)
     again = await store.settle(retry)
-    assert again == [lj.job.partition == 2 for lj in batch]
+    assert again.settled == tuple(lj.job.partition == 2 for lj in batch)
     # promote: partition 2's ready zset is broken, the others are promoted
     await trio.sleep(0.2)
     client.set(broken.ready, "not a zset")

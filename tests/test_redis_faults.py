@@ -31,20 +31,20 @@ async def test_stale_ack_after_recovery_is_rejected_and_harmless(redis_store: Fa
     a = await redis_store(default_partitions=8)
     b = await redis_store(default_partitions=8)
     await a.enqueue_many([job("x", max_retries=5)])
-    [old] = await a.lease([QueueWeight("q")], 1, worker_id="a", lease_duration=0.2)
+    [old] = (await a.lease([QueueWeight("q")], 1, worker_id="a", lease_duration=0.2)).jobs
     with trio.fail_after(5):
         while not (await b.recover_expired(["q"], 10)).requeued:
             await trio.sleep(0.05)
-    [new] = await b.lease([QueueWeight("q")], 1, worker_id="b", lease_duration=5)
+    [new] = (await b.lease([QueueWeight("q")], 1, worker_id="b", lease_duration=5)).jobs
     assert new.job.id == "x" and new.token != old.token and new.job.attempts == 2
     before = await b.get_job("x")
     for kind in SettleKind:
-        assert await a.settle([Settlement(old.ref, kind, error="stale")]) == [False]
-    assert await a.renew([old.ref], 5) == [False]
+        assert (await a.settle([Settlement(old.ref, kind, error="stale")])).settled == (False,)
+    assert (await a.renew([old.ref], 5)).renewed == (False,)
     after = await b.get_job("x")
     assert after == before  # not touched at all
     assert after is not None and after.state is JobState.LEASED and after.lease_owner == "b"
-    assert await b.settle([Settlement(new.ref, SettleKind.SUCCEEDED)]) == [True]
+    assert (await b.settle([Settlement(new.ref, SettleKind.SUCCEEDED)])).settled == (True,)
     assert await b.get_job("x") is None
 
 
@@ -66,9 +66,9 @@ async def test_killed_and_restarted_server() -> None:
                     await call
         server.start()  # same port; no persistence, so Redis is empty and has no scripts
         await store.enqueue_many([job("after")])
-        [lj] = await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=1)
+        [lj] = (await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=1)).jobs
         assert lj.job.id == "after"
-        assert await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED)]) == [True]
+        assert (await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED)])).settled == (True,)
         assert store.statistics().script_loads > loads  # NOSCRIPT was handled
         await store.aclose()
 

@@ -36,7 +36,7 @@ async def test_hot_paths_never_cross_namespaces(redis_store: Factory, partitions
         results += await store.enqueue_many([job(i, delay=0.3) for i in ids[6:]])
         assert all(r.created for r in results)
     # a's worker leases, promotes, renews and recovers only a's jobs.
-    leased = await a.lease([QueueWeight("q")], 100, worker_id="wa", lease_duration=0.5)
+    leased = (await a.lease([QueueWeight("q")], 100, worker_id="wa", lease_duration=0.5)).jobs
     assert sorted(lj.job.id for lj in leased) == ids[:6]
     [b_stats] = await b.stats(["q"])
     assert b_stats.counts[JobState.READY] == 6 and b_stats.counts[JobState.LEASED] == 0
@@ -45,16 +45,16 @@ async def test_hot_paths_never_cross_namespaces(redis_store: Factory, partitions
     assert promoted.promoted == 6
     [b_stats] = await b.stats(["q"])
     assert b_stats.counts[JobState.SCHEDULED] == 6, "a promoted b's jobs"
-    assert await a.renew([lj.ref for lj in leased], 0.5) == [True] * 6
+    assert (await a.renew([lj.ref for lj in leased], 0.5)).renewed == (True,) * 6
     await trio.sleep(0.6)
     recovered = await a.recover_expired(["q"], 100)
     assert sorted(recovered.requeued) == ids[:6]
     # b's own jobs are untouched by all of it and work on their own.
-    b_leased = await b.lease([QueueWeight("q")], 100, worker_id="wb", lease_duration=5)
+    b_leased = (await b.lease([QueueWeight("q")], 100, worker_id="wb", lease_duration=5)).jobs
     assert sorted(lj.job.id for lj in b_leased) == ids[:6]
     assert all(lj.job.attempts == 1 for lj in b_leased), "a's leases counted in b"
     applied = await b.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in b_leased])
-    assert applied == [True] * 6
+    assert applied.settled == (True,) * 6
     [a_stats] = await a.stats(["q"])
     assert a_stats.counts[JobState.READY] == 12 and a_stats.total == 12
 
@@ -80,7 +80,7 @@ async def _promote_script_bound(store: RedisStore, monkeypatch: pytest.MonkeyPat
     assert result.promoted == 4, "the x jobs are due; the early ones are not"
     [stats] = await store.stats(["q"])
     assert stats.counts[JobState.SCHEDULED] == 16 and stats.counts[JobState.READY] == 8
-    leased = await store.lease([QueueWeight("q")], 100, worker_id="w", lease_duration=5)
+    leased = (await store.lease([QueueWeight("q")], 100, worker_id="w", lease_duration=5)).jobs
     assert not any(lj.job.id.startswith("early") for lj in leased)
 
 

@@ -43,11 +43,11 @@ async def test_migration_v1_to_v2_mid_stream(redis_store: Factory) -> None:
 
     async def work_some(n: int) -> int:
         await worker.promote_due(["orders"], 1000)
-        got = await worker.lease([QueueWeight("orders")], n, worker_id="w", lease_duration=5)
+        got = (await worker.lease([QueueWeight("orders")], n, worker_id="w", lease_duration=5)).jobs
         for lj in got:
             processed[lj.job.id] = lj.job.queue_version
         ok = await worker.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in got])
-        assert all(ok)
+        assert all(ok.settled)
         return len(got)
 
     # part of v1 is consumed, then v2 is promoted mid-stream
@@ -93,14 +93,14 @@ async def test_completion_refused_by_one_leased_job_and_partitions_reopened(
 ) -> None:
     store = await redis_store(default_partitions=4)
     await store.enqueue_many([job("only")])
-    [lj] = await store.lease([QueueWeight("orders")], 1, worker_id="w", lease_duration=5)
+    [lj] = (await store.lease([QueueWeight("orders")], 1, worker_id="w", lease_duration=5)).jobs
     await store.promote_queue_version("orders", 2, 2)
     with pytest.raises(TopologyError, match="1 job"):
         await store.complete_draining_version("orders", 1)
     # the refused attempt left v1 open: a retry of the job lands back in v1 and drains
     await store.settle([Settlement(lj.ref, SettleKind.RETRY, error="e", retry_delay=0)])
     await store.promote_due(["orders"], 10)
-    [again] = await store.lease([QueueWeight("orders")], 1, worker_id="w", lease_duration=5)
+    [again] = (await store.lease([QueueWeight("orders")], 1, worker_id="w", lease_duration=5)).jobs
     assert again.job.queue_version == 1 and again.job.attempts == 2
     await store.settle([Settlement(again.ref, SettleKind.SUCCEEDED)])
     await store.complete_draining_version("orders", 1)
@@ -119,7 +119,7 @@ async def test_migration_example_cli(
     assert await cli.main([redis_url, "promote", "orders", "--partitions", "8"]) == 0
     assert await cli.main([redis_url, "complete", "orders", "--version", "1"]) == 1
     assert "still holds 2 job(s)" in capsys.readouterr().err
-    got = await store.lease([QueueWeight("orders")], 10, worker_id="w", lease_duration=5)
+    got = (await store.lease([QueueWeight("orders")], 10, worker_id="w", lease_duration=5)).jobs
     await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in got])
     assert await cli.main([redis_url, "complete", "orders", "--version", "1"]) == 0
     assert await cli.main([redis_url, "show", "orders"]) == 0

@@ -35,7 +35,7 @@ def ids_in(partition: int, n: int, prefix: str = "j") -> list[str]:
 
 
 async def lease(store: RedisStore, count: int = 100) -> list[str]:
-    batch = await store.lease([QueueWeight("q")], count, worker_id="w", lease_duration=30)
+    batch = (await store.lease([QueueWeight("q")], count, worker_id="w", lease_duration=30)).jobs
     return [lj.job.id for lj in batch]
 
 
@@ -46,7 +46,7 @@ async def test_lease_promote_and_settle_take_one_round_trip_over_8_partitions(
     store = await redis_store(default_partitions=PARTS, topology_ttl=3600)
     # warm up: the scripts are loaded (a NOSCRIPT reload is a round trip more)
     await store.enqueue_many([job("warm")])
-    warm = await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=30)
+    warm = (await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=30)).jobs
     await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in warm])
     await store.promote_due(["q"], 1)
     await store.enqueue_many([job(f"r{i}") for i in range(64)])
@@ -55,11 +55,11 @@ async def test_lease_promote_and_settle_take_one_round_trip_over_8_partitions(
     stats = store._adapter.stats
     with trio.fail_after(10):
         before = stats.round_trips
-        batch = await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
+        batch = (await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)).jobs
         assert len(batch) == 64 and stats.round_trips - before == 1
         before = stats.round_trips
         applied = await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in batch])
-        assert applied == [True] * 64 and stats.round_trips - before == 1
+        assert applied.settled == (True,) * 64 and stats.round_trips - before == 1
         await trio.sleep(0.15)
         before = stats.round_trips
         result = await store.promote_due(["q"], 100)
@@ -68,7 +68,7 @@ async def test_lease_promote_and_settle_take_one_round_trip_over_8_partitions(
         before = stats.round_trips
         assert (await store.promote_due(["q"], 100)).promoted == 0
         assert stats.round_trips - before == 1
-        assert await store.settle([]) == [] and stats.round_trips - before == 1
+        assert (await store.settle([])).settled == () and stats.round_trips - before == 1
 
 
 async def test_jobs_come_out_in_due_order_across_partitions(redis_store: Factory) -> None:
@@ -197,7 +197,9 @@ async def test_idle_looks_cost_one_exists_over_8_partitions() -> None:
         try:
             ids = [i for p in range(PARTS) for i in ids_in(p, 2, "idle")]
             await store.enqueue_many([job(i) for i in ids])
-            batch = await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
+            batch = (
+                await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
+            ).jobs
             assert len(batch) == len(ids)
             stats = store._adapter.stats
             await store.recover_expired(["q"], 256)  # warm up: the script is loaded
@@ -276,12 +278,14 @@ async def test_recovery_over_8_partitions_takes_the_earliest_expired_first(
     with trio.fail_after(20):
         # short leases in two waves a little apart, and a second queue's
         await store.enqueue_many([job(i) for i in early])
-        first = await store.lease([QueueWeight("q")], 100, worker_id="w", lease_duration=0.3)
+        first = (await store.lease([QueueWeight("q")], 100, worker_id="w", lease_duration=0.3)).jobs
         await trio.sleep(0.05)
         await store.enqueue_many([job(i) for i in late])
-        second = await store.lease([QueueWeight("q")], 100, worker_id="w", lease_duration=0.3)
+        second = (
+            await store.lease([QueueWeight("q")], 100, worker_id="w", lease_duration=0.3)
+        ).jobs
         await store.enqueue_many([NewJob(id=i, queue="r", kind="k", payload=b"{}") for i in other])
-        third = await store.lease([QueueWeight("r")], 100, worker_id="w", lease_duration=0.3)
+        third = (await store.lease([QueueWeight("r")], 100, worker_id="w", lease_duration=0.3)).jobs
         assert (len(first), len(second), len(third)) == (len(early), len(late), len(other))
         assert await store.recover_expired(["q", "r"], 256) == RecoverResult(), "none expired"
         await trio.sleep(0.5)
@@ -294,5 +298,5 @@ async def test_recovery_over_8_partitions_takes_the_earliest_expired_first(
         assert await store.recover_expired(["q", "r"], 256) == RecoverResult()
         # none lost: every job is ready again
         queues = [QueueWeight("q"), QueueWeight("r")]
-        back = await store.lease(queues, 100, worker_id="w", lease_duration=30)
+        back = (await store.lease(queues, 100, worker_id="w", lease_duration=30)).jobs
         assert sorted(lj.job.id for lj in back) == sorted(early + late + other)

@@ -13,7 +13,7 @@ import redis
 import trio
 
 from chronos_trio import App, JobContext, JobState, NewJob
-from chronos_trio.store import Problem, QueueWeight, SettleKind, Settlement
+from chronos_trio.store import LeaseResult, Problem, QueueWeight, SettleKind, Settlement
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis._codec import (
     CHUNKED_PAYLOAD_MAX,
@@ -52,7 +52,7 @@ async def enqueue_delayed(store: RedisStore, jobs: list[NewJob]) -> None:
     assert (await store.promote_due(["q"], 1000)).promoted == len(jobs)
 
 
-async def lease_all(store: RedisStore, count: int = 100) -> Any:
+async def lease_all(store: RedisStore, count: int = 100) -> LeaseResult:
     return await store.lease([QueueWeight("q")], count, worker_id="w", lease_duration=5.0)
 
 
@@ -98,9 +98,9 @@ async def test_every_size_round_trips_through_enqueue_reads_and_lease(
     assert {j.id: j.payload for j in listed} == want
     # and so does lease
     batch = await lease_all(store)
-    assert {lj.job.id: lj.job.payload for lj in batch} == want
-    done = await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in batch])
-    assert done == [True] * len(want)
+    assert {lj.job.id: lj.job.payload for lj in batch.jobs} == want
+    done = await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in batch.jobs])
+    assert done.settled == (True,) * len(want)
 
 
 async def test_a_delayed_job_with_a_100_byte_payload_is_a_small_listpack(
@@ -146,7 +146,7 @@ async def test_a_broken_chunk_dead_letters_only_its_job(
     shown = await store.get_job("j2")
     assert shown is not None and reason in shown.damage, shown.damage
     batch = await lease_all(store)
-    assert {lj.job.id: lj.job.payload for lj in batch} == {
+    assert {lj.job.id: lj.job.payload for lj in batch.jobs} == {
         i: p for i, p in payloads.items() if i != "j2"
     }
     [dead] = batch.aside.dead
@@ -191,7 +191,7 @@ async def test_a_dead_letter_report_carries_the_whole_payload(
     [reported] = batch.aside.dead
     assert reported.id == "d" and reported.payload == payload
     # recovery dead-letters "r" once its lease expired with no retry left
-    assert [lj.job.id for lj in batch] == ["r"]
+    assert [lj.job.id for lj in batch.jobs] == ["r"]
     await trio.sleep(0.1)
     recovered = await store.recover_expired(["q"], 10)
     [gone] = recovered.dead
@@ -218,7 +218,7 @@ async def test_a_format_1_record_with_a_long_payload_stays_readable(
     client.zadd(pk.ready, {"old": 1.0})
     got = await store.get_job("old")
     assert got is not None and got.payload == payload and got.damage == ""
-    [leased] = await lease_all(store)
+    [leased] = (await lease_all(store)).jobs
     assert leased.job.id == "old" and leased.job.payload == payload
 
 

@@ -51,8 +51,10 @@ def job(job_id: str, **kw: object) -> NewJob:
 
 
 async def lease_all(store: RedisStore, n: int = 100) -> list[str]:
-    got = await store.lease([QueueWeight("q")], n, worker_id="w", lease_duration=5)
-    assert all(await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in got]))
+    got = (await store.lease([QueueWeight("q")], n, worker_id="w", lease_duration=5)).jobs
+    assert all(
+        (await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in got])).settled
+    )
     return sorted(lj.job.id for lj in got)
 
 
@@ -351,7 +353,7 @@ async def test_a_blocked_wait_notices_the_master_death(fresh_redis_sentinel: Red
                 except StoreError:  # first contact with the new master may still fail
                     await trio.sleep(0.1)
                     continue
-                if await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=5):
+                if (await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=5)).jobs:
                     woke.append(trio.current_time())
                     return
 
@@ -398,7 +400,9 @@ async def test_writes_follow_a_manual_failover_within_a_second(
                 except StoreError:
                     await trio.sleep(0.1)
                     continue
-                if await waiter.lease([QueueWeight("w")], 1, worker_id="w", lease_duration=5):
+                if (
+                    await waiter.lease([QueueWeight("w")], 1, worker_id="w", lease_duration=5)
+                ).jobs:
                     woke.append(trio.current_time())
                     return
 

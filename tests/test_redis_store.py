@@ -16,7 +16,7 @@ import redis
 import redis.crc
 import trio
 
-from chronos_trio import JobState, NewJob
+from chronos_trio import JobState, LeasedJob, NewJob
 from chronos_trio.store import (
     QueueWeight,
     SettleKind,
@@ -40,8 +40,11 @@ def job(job_id: str, queue: str = "q", **kw: object) -> NewJob:
     return NewJob(id=job_id, queue=queue, kind="k", payload=b"\x00\xffraw", **kw)  # type: ignore[arg-type]
 
 
-async def lease(store: RedisStore, queue: str = "q", count: int = 100, ttl: float = 5.0):  # type: ignore[no-untyped-def]
-    return await store.lease([QueueWeight(queue)], count, worker_id="w", lease_duration=ttl)
+async def lease(
+    store: RedisStore, queue: str = "q", count: int = 100, ttl: float = 5.0
+) -> list[LeasedJob]:
+    got = await store.lease([QueueWeight(queue)], count, worker_id="w", lease_duration=ttl)
+    return list(got.jobs)
 
 
 # -- scripts and layout ---------------------------------------------------------------------
@@ -127,7 +130,7 @@ async def test_noscript_after_script_flush_is_transparent(
     loads = store.statistics().script_loads
     [first] = await lease(store, count=1)
     client.script_flush()
-    assert await store.settle([Settlement(first.ref, SettleKind.SUCCEEDED)]) == [True]
+    assert (await store.settle([Settlement(first.ref, SettleKind.SUCCEEDED)])).settled == (True,)
     assert store.statistics().script_loads >= loads + 2
     client.close()
 
@@ -616,7 +619,9 @@ async def test_a_first_job_of_a_queue_the_worker_found_unknown_is_leased_at_once
     worker = RedisStore.from_url(redis_url, namespace="first-job")
     producer = RedisStore.from_url(redis_url, namespace="first-job")
     try:
-        assert await worker.lease([QueueWeight("new")], 10, worker_id="w", lease_duration=30) == []
+        assert (
+            await worker.lease([QueueWeight("new")], 10, worker_id="w", lease_duration=30)
+        ).jobs == ()
         await producer.enqueue_many([NewJob("warm", "other", "k", b"{}")])  # scripts loaded
         if scripts == "flushed":
             client = redis.Redis.from_url(redis_url)
@@ -631,7 +636,9 @@ async def test_a_first_job_of_a_queue_the_worker_found_unknown_is_leased_at_once
 
                 nursery.start_soon(enqueue_soon)
                 await worker.wait_ready(["new"], 30.0)
-            got = await worker.lease([QueueWeight("new")], 10, worker_id="w", lease_duration=30)
+            got = (
+                await worker.lease([QueueWeight("new")], 10, worker_id="w", lease_duration=30)
+            ).jobs
         assert [lj.job.id for lj in got] == ["j1"]
     finally:
         await worker.aclose()

@@ -38,7 +38,7 @@ async def test_the_lock_names_its_mode_and_holder_beside_the_job(
     # the record's extras: the unique spec, NUL, the workflow continuation (none)
     assert client.hget(pk.job(a.job_id), "x") == b"l|plain\0"
     assert client.hget(pk.job(b.job_id), "x") == b"l5000|ttl\0"
-    leased = await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=5.0)
+    leased = (await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=5.0)).jobs
     await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in leased])
     assert client.exists(pk.unique_prefix + "plain", pk.unique_prefix + "ttl") == 0
 
@@ -57,9 +57,9 @@ async def test_a_stale_or_damaged_lock_is_taken_over(redis_store: Factory, redis
     assert client.get(pk.unique_prefix + "hash") == b"l" + got[1].job_id.encode()
     # a record whose x field is damaged settles as usual (its lock is left to lapse)
     client.hset(pk.job(got[2].job_id), "x", "???")
-    leased = await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=5.0)
+    leased = (await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=5.0)).jobs
     assert len(leased) == 3
     done = await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in leased])
-    assert done == [True, True, True]
+    assert done.settled == (True, True, True)
     # and the next enqueue of that key takes the stale lock over
     assert (await store.enqueue_many([unique("junk", 4)]))[0].created

@@ -224,7 +224,7 @@ async def test_memory_finish_right_after_the_check_is_not_missed(autojump_clock:
     store = MemoryStore()
     app = results_app(store)
     handle = await app.enqueue("add", Sum(1, 1))
-    [leased] = await store.lease([app_queue()], 1, worker_id="w", lease_duration=60)
+    [leased] = (await store.lease([app_queue()], 1, worker_id="w", lease_duration=60)).jobs
 
     async def finish_soon() -> None:
         await trio.sleep(1)
@@ -258,7 +258,7 @@ async def test_redis_finish_between_the_check_and_the_block_is_not_missed(
     try:
         app = results_app(store)
         handle = await app.enqueue("add", Sum(20, 22))
-        [leased] = await store.lease([app_queue()], 1, worker_id="w", lease_duration=30)
+        [leased] = (await store.lease([app_queue()], 1, worker_id="w", lease_duration=30)).jobs
         real_watch = redis_results._watch
         finished = trio.Event()
 
@@ -269,7 +269,7 @@ async def test_redis_finish_between_the_check_and_the_block_is_not_missed(
                 ok = Settlement(
                     leased.ref, SettleKind.SUCCEEDED, result=b'{"value":42}', result_ttl=60
                 )
-                assert list(await store.settle([ok])) == [True]
+                assert (await store.settle([ok])).settled == (True,)
                 finished.set()
                 # let the listener take the published wake-up before the
                 # waiter goes on to block
@@ -298,7 +298,7 @@ async def test_redis_waiters_resubscribe_after_the_connection_drops(redis_url: s
     try:
         app = results_app(store)
         handle = await app.enqueue("add", Sum(1, 2))
-        [leased] = await store.lease([app_queue()], 1, worker_id="w", lease_duration=30)
+        [leased] = (await store.lease([app_queue()], 1, worker_id="w", lease_duration=30)).jobs
         got: list[Any] = []
 
         async def wait() -> None:
@@ -318,7 +318,7 @@ async def test_redis_waiters_resubscribe_after_the_connection_drops(redis_url: s
                 ok = Settlement(
                     leased.ref, SettleKind.SUCCEEDED, result=b'{"value":3}', result_ttl=60
                 )
-                assert list(await store.settle([ok])) == [True]
+                assert (await store.settle([ok])).settled == (True,)
         assert got == [Total(3)]
         assert store._done.subscriptions >= 2
     finally:
@@ -330,7 +330,7 @@ async def test_result_of_a_bad_stored_value_is_a_payload_error(autojump_clock: o
     store = MemoryStore()
     app = results_app(store)
     handle = await app.enqueue("add", Sum(1, 1))
-    [leased] = await store.lease([app_queue()], 1, worker_id="w", lease_duration=60)
+    [leased] = (await store.lease([app_queue()], 1, worker_id="w", lease_duration=60)).jobs
     await store.settle(
         [Settlement(leased.ref, SettleKind.SUCCEEDED, result=b'{"nope":1}', result_ttl=60)]
     )
@@ -384,7 +384,7 @@ async def test_redis_keeps_a_result_only_record_out_of_the_indexes(redis_url: st
         b = await app.enqueue("add", Sum(2, 2))
         leased = {
             lj.job.id: lj
-            for lj in await store.lease([app_queue()], 2, worker_id="w", lease_duration=30)
+            for lj in (await store.lease([app_queue()], 2, worker_id="w", lease_duration=30)).jobs
         }
         await store.settle(
             [

@@ -44,15 +44,21 @@ import chronos_trio
 from chronos_trio import App, JobContext, JobState, LeaseRef, MemoryStore, NewJob
 from chronos_trio.store import (
     DAMAGED_RECORD,
+    NOTHING_SET_ASIDE,
     CheckReport,
+    CountResult,
     Finding,
+    LeaseResult,
     Problem,
+    PromoteResult,
     QueueWeight,
+    RecoverResult,
+    RenewResult,
     SetAside,
     SettleKind,
     Settlement,
+    SettleResult,
     Store,
-    aside_of,
 )
 from chronos_trio.store._memory_damage import record_damage
 from chronos_trio.store.redis import RedisStore
@@ -208,7 +214,8 @@ class Run:
         self, name: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kw: Any
     ) -> Any:
         result = await fn(*args, **kw)
-        self.aside.append(aside_of(result))
+        # enqueue and run_now report nothing set aside: their results say so
+        self.aside.append(result.aside if isinstance(result, _REPORTS) else NOTHING_SET_ASIDE)
         if not self.met_by:
             job = await self.store.get_job(D, queue="q")
             if D in self.reported_quarantined():
@@ -227,9 +234,13 @@ class Run:
         return {e.job_id for a in self.aside for e in a.newer}
 
 
+#: The results that report what their operation set aside.
+_REPORTS = (LeaseResult, RenewResult, SettleResult, CountResult, PromoteResult, RecoverResult)
+
+
 async def _lease(
     store: Store, count: int, duration: float, queues: tuple[str, ...] = QUEUES
-) -> Any:
+) -> LeaseResult:
     return await store.lease(
         [QueueWeight(q) for q in queues], count, worker_id="fuzz", lease_duration=duration
     )
@@ -242,7 +253,7 @@ async def _drive(b: Backend, state: str) -> LeaseRef | None:
     await store.enqueue_many([_job(D, delay=delay)])
     if state in ("scheduled", "ready"):
         return None
-    [leased] = await _lease(store, 1, b.short if state == "expired" else b.held, ("q",))
+    [leased] = (await _lease(store, 1, b.short if state == "expired" else b.held, ("q",))).jobs
     if state in ("leased", "expired"):
         ref: LeaseRef = leased.ref
         return ref
@@ -252,7 +263,7 @@ async def _drive(b: Backend, state: str) -> LeaseRef | None:
     settled = await store.settle(
         [Settlement(leased.ref, kind, error="boom", retry_delay=b.short, retain_for=b.short)]
     )
-    assert settled == [True]
+    assert settled.settled == (True,)
     return None
 
 
@@ -309,7 +320,7 @@ async def _operations(run: Run, d_ref: LeaseRef | None) -> None:
 
     async def lease_renew_settle() -> None:
         batch = await run.call("lease", _lease, store, 100, b.held)
-        refs = [lj.ref for lj in batch]
+        refs = [lj.ref for lj in batch.jobs]
         mine = [d_ref] if d_ref is not None else []
         await run.call("renew", store.renew, refs + mine, b.held)
         # the healthy leases go back unrun (their attempt given back); d's own

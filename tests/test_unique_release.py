@@ -94,7 +94,7 @@ async def lock_of(store: Store) -> tuple[str, bool] | None:
 
 
 async def lease_one(store: Store, ttl: float = 60.0) -> Settlement:
-    [got] = await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=ttl)
+    [got] = (await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=ttl)).jobs
     return Settlement(got.ref, SettleKind.SUCCEEDED)
 
 
@@ -108,7 +108,7 @@ async def enqueued(store: Store, **kw: object) -> str:
 async def settled(store: Store, kind: SettleKind, *, mode: str = "throttle") -> str:
     job_id = await enqueued(store, mode=mode)
     s = await lease_one(store)
-    assert await store.settle([Settlement(s.lease, kind, error="boom")]) == [True]
+    assert (await store.settle([Settlement(s.lease, kind, error="boom")])).settled == (True,)
     return job_id
 
 
@@ -132,7 +132,7 @@ async def aborted_leased(store: Store) -> str:
     job_id = await enqueued(store)
     s = await lease_one(store)
     assert await store.abort(job_id) is AbortResult.FLAGGED
-    assert await store.settle([Settlement(s.lease, SettleKind.ABORTED)]) == [True]
+    assert (await store.settle([Settlement(s.lease, SettleKind.ABORTED)])).settled == (True,)
     return job_id
 
 
@@ -152,7 +152,7 @@ async def expired(store: Store) -> str:
     job_id = await enqueued(store, control=JobControl(expires_in=0.1))
     await trio.sleep(0.2)
     got = await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=60)
-    assert list(got) == [] and [j.id for j in got.expired] == [job_id]  # type: ignore[attr-defined]
+    assert got.jobs == () and [j.id for j in got.expired] == [job_id]
     return job_id
 
 
@@ -209,7 +209,7 @@ async def damaged_leased(store: Store) -> str:
     job_id = await enqueued(store)
     await damage(store, job_id)
     got = await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=60)
-    assert list(got) == [] and [j.id for j in got.aside.dead] == [job_id]  # type: ignore[attr-defined]
+    assert got.jobs == () and [j.id for j in got.aside.dead] == [job_id]
     return job_id
 
 
@@ -259,10 +259,10 @@ async def test_a_throttle_s_success_keeps_its_key_for_the_ttl_through_trim(
         job_id = await enqueued(store)
         s = await lease_one(store)
         ok = Settlement(s.lease, SettleKind.SUCCEEDED, retain_for=0.1)
-        assert await store.settle([ok]) == [True]
+        assert (await store.settle([ok])).settled == (True,)
         assert await lock_of(store) == (job_id, True), "kept, and now it lapses"
         await trio.sleep(0.2)
-        assert await store.trim(["q"], dead_max_age=None, dead_max_count=None) == 1
+        assert (await store.trim(["q"], dead_max_age=None, dead_max_count=None)).count == 1
         assert await lock_of(store) == (job_id, True), "trimming the job keeps the throttle"
 
 
@@ -276,13 +276,13 @@ async def test_a_dead_job_run_again_does_not_take_its_key_back(
         [new] = await store.enqueue_many([unique(1, delay=60.0)])
         assert new.created and await lock_of(store) == (new.job_id, False)
         if again == "requeue":
-            assert await store.requeue_dead("q") == 1
+            assert (await store.requeue_dead("q")).count == 1
         else:
             assert await store.run_now(old)
         assert await lock_of(store) == (new.job_id, False)
         s = await lease_one(store)
         assert s.lease.job_id == old
-        assert await store.settle([s]) == [True]
+        assert (await store.settle([s])).settled == (True,)
         assert await lock_of(store) == (new.job_id, False), "its success left the key alone"
 
 

@@ -22,7 +22,7 @@ from chronos_trio.cli._worker_command import add_arguments, build_config
 from chronos_trio.dashboard import dashboard_app
 from chronos_trio.dashboard._render import iso as dashboard_iso
 from chronos_trio.runtime._unknown_kinds import UnknownKinds, shown
-from chronos_trio.store import QueueWeight, SettleKind, Settlement, Store, unclaimed_dead_of
+from chronos_trio.store import QueueWeight, SettleKind, Settlement, Store
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis.keys import KeySpace
 from chronos_trio.testing.damage import redis_client
@@ -223,7 +223,7 @@ async def test_an_unreadable_stamp_counts_as_none_everywhere_on_redis(redis_url:
     client = redis_client(redis_url)
     try:
         await store.enqueue_many([NewJob("j", "q", NEW, b"x")])
-        [leased] = await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=5)
+        [leased] = (await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=5)).jobs
         key = KeySpace(store.namespace).partition("q", 1, leased.job.partition).job("j")
         # not a number, then a number ahead of the store's clock (shown as
         # stored; the settle counts it as none)
@@ -245,7 +245,7 @@ async def test_an_unreadable_stamp_counts_as_none_everywhere_on_redis(redis_url:
             leased.ref, SettleKind.UNCLAIMED, error="x", retry_delay=60, unclaimed_grace=1
         )
         applied = await store.settle([settle])
-        assert applied == [True] and unclaimed_dead_of(applied) == frozenset()
+        assert applied.settled == (True,) and applied.unclaimed_dead == frozenset()
         job = await store.get_job("j")
         assert job is not None and job.state is JobState.RETRY_WAIT
         assert job.unclaimed_since is not None

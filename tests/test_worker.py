@@ -44,6 +44,28 @@ async def test_jobs_run_once_each(backend: Backend, clock: object) -> None:
     assert await rec.states() == {}
 
 
+async def test_statistics_read_every_counter(autojump_clock: object) -> None:
+    """``WorkerStatistics`` is the runtime's counters, field for field, plus
+    the worker's own figures: a counter cannot be added without a statistic,
+    and ``statistics()`` reads every one (none copied by hand goes stale)."""
+    import attrs
+
+    from chronos_trio.runtime._state import Counters
+
+    own = {"worker_id", "in_flight", "running", "events_dropped", "restarts", "abandoned_threads"}
+    counted = set(attrs.fields_dict(Counters))
+    assert set(attrs.fields_dict(chronos_trio.WorkerStatistics)) == counted | own
+    assert not counted & own
+    app = App()
+    async with app.open_worker() as worker:
+        counters = worker.runtime.counters
+        for n, name in enumerate(sorted(counted), 1):
+            setattr(counters, name, 100 + n)
+        stats = worker.statistics()
+    assert {name: getattr(stats, name) for name in counted} == attrs.asdict(counters)
+    assert len(set(attrs.asdict(counters).values())) == len(counted)
+
+
 async def test_concurrency_is_bounded(backend: Backend, clock: object) -> None:
     rec = Recorder(backend.store())
     n, sleep = backend.pick(memory=(40, 1.0), redis=(15, 0.2))

@@ -139,9 +139,14 @@ async def test_a_continuation_handled_twice_changes_nothing(autojump_clock: obje
     add, total = t(app, "add"), t(app, "total")
     flow = chain(group(add.s(1), add.s(2)), total.s(), add.s())
     started = await app.enqueue_workflow(flow, workflow_id="twice")
-    leased = await store.lease(
-        [__import__("chronos_trio").QueueWeight("default")], 10, worker_id="w", lease_duration=30
-    )
+    leased = (
+        await store.lease(
+            [__import__("chronos_trio").QueueWeight("default")],
+            10,
+            worker_id="w",
+            lease_duration=30,
+        )
+    ).jobs
     from chronos_trio.store import SettleKind, Settlement
 
     await store.settle(

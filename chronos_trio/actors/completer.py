@@ -20,7 +20,7 @@ from ..runtime._backoff import Backoff
 from ..runtime._events import JobAbortApplied, JobReleased, JobRetried, JobSucceeded, LeaseLost
 from ..runtime._inflight import Entry, Stage
 from ..runtime._state import Runtime, log
-from ..store import SettleKind, aborted_of, unclaimed_dead_of
+from ..store import SettleKind
 
 
 async def run(
@@ -46,23 +46,23 @@ async def run(
 async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
     to_store = [e for e in batch if e.outcome is not None]
     if to_store:
-        applied = await backoff.call(rt.store.settle, [e.outcome for e in to_store if e.outcome])
-    else:
-        applied = []
-    aside = rt.report_aside(applied)
-    # A refusal because the store set the record aside (damaged, or of a
-    # newer format) is not a lost lease: it was reported just above.
-    aside_ids = {job.id for job in aside.dead} | {e.job_id for e in aside.newer} if aside else set()
-    debug = log.isEnabledFor(logging.DEBUG)
-    # Settlements the store applied as aborted: ABORTED ones, and a retry or
-    # release of a job an abort was asked for (the abort wins in the store).
-    aborted = aborted_of(applied)
-    # UNCLAIMED settlements the store dead-lettered (past their grace)
-    unclaimed_dead = unclaimed_dead_of(applied)
-    for i, (entry, ok) in enumerate(zip(to_store, applied, strict=True)):
-        if not ok and entry.leased.job.id in aside_ids:
-            continue
-        _account(rt, entry, ok, debug, i in aborted, i in unclaimed_dead)
+        result = await backoff.call(rt.store.settle, [e.outcome for e in to_store if e.outcome])
+        aside = rt.report_aside(result.aside)
+        # A refusal because the store set the record aside (damaged, or of a
+        # newer format) is not a lost lease: it was reported just above.
+        aside_ids = (
+            {job.id for job in aside.dead} | {e.job_id for e in aside.newer} if aside else set()
+        )
+        debug = log.isEnabledFor(logging.DEBUG)
+        # Settlements the store applied as aborted: ABORTED ones, and a retry or
+        # release of a job an abort was asked for (the abort wins in the store).
+        aborted = result.aborted
+        # UNCLAIMED settlements the store dead-lettered (past their grace)
+        unclaimed_dead = result.unclaimed_dead
+        for i, (entry, ok) in enumerate(zip(to_store, result.settled, strict=True)):
+            if not ok and entry.leased.job.id in aside_ids:
+                continue
+            _account(rt, entry, ok, debug, i in aborted, i in unclaimed_dead)
     rt.table.settled(batch)
 
 
@@ -105,8 +105,9 @@ def _account(
             called_off=kind,
         )
         if events.wants(JobAbortApplied):
-            started = _started(rt, entry)
-            events.publish(JobAbortApplied(job, False, duration, started))
+            events.publish(
+                JobAbortApplied(job, False, duration, _started(entry), entry.leased.leased_at)
+            )
     elif kind is SettleKind.SUCCEEDED:
         rt.counters.succeeded += 1
         if debug:
@@ -120,7 +121,9 @@ def _account(
                 attempt=job.attempts,
             )
         if events.wants(JobSucceeded):
-            events.publish(JobSucceeded(job, duration or 0.0, _started(rt, entry)))
+            events.publish(
+                JobSucceeded(job, duration or 0.0, _started(entry), entry.leased.leased_at)
+            )
     elif kind is SettleKind.RETRY or kind is SettleKind.DEFER:
         rt.counters.retried += 1
         log_event(
@@ -137,13 +140,17 @@ def _account(
         if events.wants(JobRetried):
             events.publish(
                 JobRetried(
-                    job, duration or 0.0, outcome.error, outcome.retry_delay, _started(rt, entry)
+                    job,
+                    duration or 0.0,
+                    outcome.error,
+                    outcome.retry_delay,
+                    _started(entry),
+                    entry.leased.leased_at,
                 )
             )
     elif kind is SettleKind.UNCLAIMED and not unclaimed_dead:
         rt.counters.unclaimed += 1  # sent back for a worker with its handler (warned then)
     elif kind is SettleKind.DEAD or kind is SettleKind.DISCARD or unclaimed_dead:
-        rt.counters.dead += 1
         if kind is SettleKind.DISCARD:
             rt.counters.discarded += 1
         # The job as the store now holds it (or, discarded, as it ended),
@@ -153,22 +160,26 @@ def _account(
         )
         if unclaimed_dead:  # it never ran: its attempt was given back
             dead = attrs.evolve(dead, attempts=max(0, job.attempts - 1))
-        rt.report_dead(dead, recovered=False, duration=duration, started_at=_started(rt, entry))
+        rt.report_dead(
+            dead,
+            recovered=False,
+            duration=duration,
+            started_at=_started(entry),
+            leased_at=entry.leased.leased_at,
+        )
     else:
         rt.counters.released += 1
         if events.wants(JobReleased):
             events.publish(JobReleased(job))
 
 
-def _started(rt: Runtime, entry: Entry) -> float | None:
+def _started(entry: Entry) -> float | None:
     """When the entry's handler started, on the store's clock: the lease's
-    start (its expiry less the lease duration) plus the Trio time from the
-    lease's admission to the start (computed only for a subscriber)."""
+    start (as the store reported it) plus the Trio time from the lease's
+    admission to the start (computed only for a subscriber)."""
     if entry.started_at is None or entry.admitted_at is None:
         return None
-    leased = entry.leased
-    granted = leased.expires_at - rt.config.lease_duration
-    return granted + (entry.started_at - entry.admitted_at)
+    return entry.leased.leased_at + (entry.started_at - entry.admitted_at)
 
 
 def _duration(entry: Entry) -> float | None:

@@ -31,7 +31,7 @@ from ..records._log import log_event
 from ..runtime._backoff import Backoff
 from ..runtime._inflight import Entry, lease_deadline
 from ..runtime._state import Runtime, log
-from ..store import StoreError, aborted_of
+from ..store import StoreError
 
 #: Renewal calls waiting for the store at once, at most: with that many
 #: hung, a tick skips its renewal rather than pile more on the link.
@@ -81,7 +81,7 @@ async def _renew(
     lease = rt.config.lease_duration
     asked_at = trio.current_time()
     try:
-        held = await rt.store.renew([e.leased.ref for e in entries], lease)
+        result = await rt.store.renew([e.leased.ref for e in entries], lease)
     except StoreError as exc:
         # The next tick tries again, in time if the lease has not ended.
         backoff.failed_nowait(exc)
@@ -89,14 +89,14 @@ async def _renew(
     finally:
         calls.release()
     backoff.reset()
-    rt.report_aside(held)
+    rt.report_aside(result.aside)
     deadline = lease_deadline(asked_at, lease)
-    for entry, ok in zip(entries, held, strict=True):
+    for entry, ok in zip(entries, result.renewed, strict=True):
         if ok:
             table.renewed(entry, deadline)
         elif table.mark_lost(entry):
             rt.report_lost(entry, "renewal refused")
-    for i in aborted_of(held):
+    for i in result.aborted:
         entry = entries[i]
         if table.mark_aborted(entry):
             job = entry.leased.job

@@ -38,9 +38,9 @@ async def run(
                     dead_max_count=cfg.dead_max_count,
                     keep_succeeded=cap,
                 )
-                trimmed += done
-                rt.counters.trimmed += done
-                rt.report_aside(done)
+                trimmed += done.count
+                rt.counters.trimmed += done.count
+                rt.report_aside(done.aside)
         except StoreError as exc:
             log_event(
                 log, logging.WARNING, "janitor trim failed: retried next round", error=str(exc)

@@ -33,7 +33,7 @@ async def run(
         await table.wait_free()
         want = min(cfg.batch_size, table.free)
         asked_at = trio.current_time()
-        batch = await backoff.call(
+        result = await backoff.call(
             rt.store.lease,
             cfg.queues,
             want,
@@ -41,16 +41,16 @@ async def run(
             lease_duration=cfg.lease_duration,
             strict=cfg.strict_priority,
         )
-        rt.report_aside(batch)
-        for job in getattr(batch, "expired", ()):
-            rt.counters.dead += 1
+        rt.report_aside(result.aside)
+        for job in result.expired:
             rt.report_dead(job, recovered=False)
+        batch = result.jobs
         if not batch:
             # Ready jobs held back by flow control: sleep until the next
             # permit, or until a wake-up (a new job, a freed slot), not at
-            # once for the jobs that are there (see LeaseBatch).
-            held_for: float | None = getattr(batch, "held_for", None)
-            held = held_for is not None or getattr(batch, "capped", False)
+            # once for the jobs that are there (see LeaseResult).
+            held_for = result.held_for
+            held = held_for is not None or result.capped
             timeout = cfg.poll_interval if held_for is None else min(cfg.poll_interval, held_for)
             try:
                 if held:

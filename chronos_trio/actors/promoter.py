@@ -29,7 +29,7 @@ async def run(
     while True:
         result = await backoff.call(rt.store.promote_due, queues, PROMOTE_BATCH)
         rt.counters.promoted += result.promoted
-        rt.report_aside(result)
+        rt.report_aside(result.aside)
         if result.promoted >= PROMOTE_BATCH:
             continue
         wait = rt.config.poll_interval

@@ -29,7 +29,7 @@ async def run(
     task_status.started()
     while True:
         result = await backoff.call(rt.store.recover_expired, queues, RECOVER_BATCH)
-        rt.report_aside(result, recovered=True)
+        rt.report_aside(result.aside, recovered=True)
         found = len(result.requeued) + len(result.dead) + len(result.aborted)
         rt.counters.recovered += found
         if result.requeued:

@@ -405,7 +405,7 @@ class Inspector:
             return 1
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
-        return await self.store.requeue_dead(queue, limit=limit)
+        return (await self.store.requeue_dead(queue, limit=limit)).count
 
     async def pause(self, queue: str) -> bool:
         """Stop workers leasing from ``queue`` (at their next lease); jobs

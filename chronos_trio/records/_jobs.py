@@ -251,11 +251,17 @@ class LeaseRef:
 
 @attrs.frozen
 class LeasedJob:
-    """A job handed to one worker, with the fencing token of its lease."""
+    """A job handed to one worker, with the fencing token of its lease.
+
+    ``expires_at`` is when the lease ends unless renewed and ``leased_at``
+    when the store granted it, both on the store's clock (the one clock the
+    lease is judged by; ``expires_at`` less ``leased_at`` is the lease
+    duration asked for)."""
 
     job: Job
     token: str
     expires_at: float
+    leased_at: float
     #: How to settle or renew this lease; built once (every job needs it).
     ref: LeaseRef = attrs.field(init=False, eq=False, repr=False)
 

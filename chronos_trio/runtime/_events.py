@@ -49,6 +49,10 @@ class JobSucceeded:
     #: its lease's start; None: it did not run or nobody asked): metrics
     #: derive lateness from it.
     started_at: float | None = None
+    #: When its lease was taken (epoch seconds on the store's clock, as the
+    #: store reported it; None: not leased by this worker, e.g. recovered,
+    #: expired or set aside): metrics derive pickup from it.
+    leased_at: float | None = None
 
 
 @attrs.frozen
@@ -63,6 +67,10 @@ class JobRetried:
     #: its lease's start; None: it did not run or nobody asked): metrics
     #: derive lateness from it.
     started_at: float | None = None
+    #: When its lease was taken (epoch seconds on the store's clock, as the
+    #: store reported it; None: not leased by this worker, e.g. recovered,
+    #: expired or set aside): metrics derive pickup from it.
+    leased_at: float | None = None
 
 
 @attrs.frozen
@@ -81,6 +89,10 @@ class JobDead:
     #: its lease's start; None: it did not run or nobody asked): metrics
     #: derive lateness from it.
     started_at: float | None = None
+    #: When its lease was taken (epoch seconds on the store's clock, as the
+    #: store reported it; None: not leased by this worker, e.g. recovered,
+    #: expired or set aside): metrics derive pickup from it.
+    leased_at: float | None = None
 
 
 @attrs.frozen
@@ -100,6 +112,10 @@ class JobAbortApplied:
     #: its lease's start; None: it did not run or nobody asked): metrics
     #: derive lateness from it.
     started_at: float | None = None
+    #: When its lease was taken (epoch seconds on the store's clock, as the
+    #: store reported it; None: not leased by this worker, e.g. recovered,
+    #: expired or set aside): metrics derive pickup from it.
+    leased_at: float | None = None
 
 
 @attrs.frozen

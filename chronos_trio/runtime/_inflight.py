@@ -52,7 +52,7 @@ from __future__ import annotations
 import enum
 import math
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import trio
 
@@ -219,7 +219,10 @@ class InFlight:
 
     # -- leaser -----------------------------------------------------------------
     def admit(
-        self, batch: list[LeasedJob], deadline: float = math.inf, asked_at: float | None = None
+        self,
+        batch: Sequence[LeasedJob],
+        deadline: float = math.inf,
+        asked_at: float | None = None,
     ) -> list[Entry]:
         """Take a slot for each newly leased job (LEASED), each held until
         ``deadline`` on Trio's clock unless renewed. While draining they are

@@ -39,7 +39,6 @@ from typing import Protocol
 
 import attrs
 
-from ..records._jobs import Job
 from ..records._log import log_event
 from ..store import QueueStats
 from ._events import (
@@ -187,23 +186,20 @@ METRIC_EVENTS: tuple[type, ...] = (
 
 @attrs.frozen
 class MetricsFeed:
-    """The event subscriber that turns events into :class:`Metrics` calls.
-    ``lease_duration``: the worker's, to tell when a job was leased (its
-    lease's expiry minus it)."""
+    """The event subscriber that turns events into :class:`Metrics` calls."""
 
     metrics: Metrics
-    lease_duration: float
 
     def __call__(self, event: Event) -> None:
         m = self.metrics
         if isinstance(event, JobSucceeded):
-            self._finished(event.job, "succeeded", event.duration, event.started_at)
+            self._finished(event, "succeeded")
         elif isinstance(event, JobRetried):
-            self._finished(event.job, "retried", event.duration, event.started_at)
+            self._finished(event, "retried")
         elif isinstance(event, JobDead):
-            self._finished(event.job, "dead", event.duration, event.started_at)
+            self._finished(event, "dead")
         elif isinstance(event, JobAbortApplied):
-            self._finished(event.job, "aborted", event.duration, event.started_at)
+            self._finished(event, "aborted")
         elif isinstance(event, LeaseLost):
             m.lease_lost(event.job.queue, event.job.kind)
         elif isinstance(event, JobsRecovered):
@@ -212,18 +208,16 @@ class MetricsFeed:
             m.actor_restarted(event.actor)
 
     def _finished(
-        self, job: Job, outcome: str, duration: float | None, started_at: float | None
+        self, event: JobSucceeded | JobRetried | JobDead | JobAbortApplied, outcome: str
     ) -> None:
-        leased_at = (
-            None if job.lease_expires_at is None else job.lease_expires_at - self.lease_duration
-        )
+        job, started_at, leased_at = event.job, event.started_at, event.leased_at
         self.metrics.job_finished(
             JobMetric(
                 job.queue,
                 job.kind,
                 outcome,
                 job.attempts,
-                duration,
+                event.duration,
                 None if started_at is None else started_at - job.run_at,
                 None if leased_at is None else leased_at - job.run_at,
             )

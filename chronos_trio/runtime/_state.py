@@ -12,7 +12,7 @@ from trio_util import AsyncValue
 
 from ..records._jobs import Job
 from ..records._log import log_event
-from ..store import Leadership, SetAside, Store, aside_of
+from ..store import Leadership, SetAside, Store
 from ._config import WorkerConfig
 from ._events import EventBus, JobDead, LeaseLost
 from ._inflight import Entry, InFlight
@@ -29,11 +29,16 @@ _NEWER_SEEN_MAX = 10_000
 
 @attrs.define
 class Counters:
-    """What this worker did, counted by the actor that did it."""
+    """What this worker did, counted by the actor that did it (``dead`` only
+    by :meth:`Runtime.report_dead`). The worker's statistics copy every
+    field by name (``WorkerStatistics``)."""
 
     leased: int = 0
     succeeded: int = 0
     retried: int = 0
+    #: Every job the store dead-lettered for this worker: by its outcome, an
+    #: expiry at lease, a damaged record, unclaimed past its grace, or the
+    #: recovery of an expired lease (also in ``recovered``).
     dead: int = 0
     #: Of ``dead``: jobs deleted instead of kept (``discard_dead`` tasks).
     discarded: int = 0
@@ -108,15 +113,14 @@ class Runtime:
             threads=HandlerThreads(config.sync_concurrency, config.max_abandoned_threads),
         )
 
-    def report_aside(self, result: object, *, recovered: bool = False) -> SetAside:
-        """Log, count and publish what the store call that returned ``result``
-        set aside (damaged records dead-lettered, index entries quarantined,
-        newer-format records left alone). Never awaits; returns the report."""
-        aside = aside_of(result)
+    def report_aside(self, aside: SetAside, *, recovered: bool = False) -> SetAside:
+        """Log, count and publish what a store call set aside (the ``aside``
+        of its result: damaged records dead-lettered, index entries
+        quarantined, newer-format records left alone). Never awaits;
+        returns ``aside``."""
         if not aside:
             return aside
         for job in aside.dead:
-            self.counters.dead += 1
             self.counters.damaged += 1
             self.report_dead(job, recovered=recovered)
         for entry in aside.quarantined:
@@ -170,9 +174,12 @@ class Runtime:
         recovered: bool,
         duration: float | None = None,
         started_at: float | None = None,
+        leased_at: float | None = None,
     ) -> None:
-        """Log a job the store just dead-lettered and publish it (the
-        notifier runs the dead-letter hooks). Never awaits."""
+        """Count, log and publish a job the store just dead-lettered (the
+        notifier runs the dead-letter hooks): the one place ``counters.dead``
+        grows. Never awaits."""
+        self.counters.dead += 1
         log_event(
             log,
             logging.WARNING,
@@ -184,7 +191,9 @@ class Runtime:
             error=(job.last_error.splitlines() or [""])[0],
         )
         if self.events.wants(JobDead):
-            self.events.publish(JobDead(job, job.last_error, recovered, duration, started_at))
+            self.events.publish(
+                JobDead(job, job.last_error, recovered, duration, started_at, leased_at)
+            )
 
 
 __all__ = ["Counters", "Runtime"]

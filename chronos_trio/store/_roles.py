@@ -68,13 +68,14 @@ Conventions
   record: <field and value>"; an index entry with no record is taken out of
   the index and quarantined; a record of a newer record format is left
   exactly as it is. The rest of the batch proceeds, and the operation
-  reports what it set aside (:class:`SetAside`): in the ``aside`` of its
-  result (:class:`LeaseBatch`, :class:`FencedResults`, :class:`CountResult`,
-  :class:`PromoteResult`, :class:`RecoverResult`), read with
-  :func:`aside_of`, which also takes the plain results of a backend that
-  sets nothing aside. Admin reads (``get_job``, ``list_jobs``) return a
-  damaged record as a ``Job`` whose ``damage`` says what is wrong; workers
-  are never handed one.
+  reports what it set aside (:class:`SetAside`) in the ``aside`` of its
+  result (:class:`LeaseResult`, :class:`RenewResult`, :class:`SettleResult`,
+  :class:`CountResult`, :class:`PromoteResult`, :class:`RecoverResult`).
+  Admin reads (``get_job``, ``list_jobs``) return a damaged record as a
+  ``Job`` whose ``damage`` says what is wrong; workers are never handed one.
+* Every operation that reports more than one thing returns one frozen
+  result (module ``_results``) whose fields say all it did; the fields a
+  backend must decide have no default.
 
 Errors
 ------
@@ -98,7 +99,6 @@ Errors
 from __future__ import annotations
 
 import abc
-import enum
 from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
@@ -112,7 +112,6 @@ from ..records._jobs import (
     JobOutcome,
     JobRef,
     JobState,
-    LeasedJob,
     LeaseRef,
     NewJob,
 )
@@ -121,438 +120,36 @@ from ..records._workflow import Arrival
 from ._capabilities import FEATURES, Capability
 from ._observer import StoreObserver
 
-
-class SettleKind(enum.StrEnum):
-    """How a worker finishes a lease."""
-
-    SUCCEEDED = "succeeded"  # done; dropped, or retained for ``retain_for`` seconds
-    RETRY = "retry"  # failed; run again ``retry_delay`` seconds from the store's now
-    DEAD = "dead"  # failed for good: dead-letter it
-    RELEASE = "release"  # not run (shutdown): back to ready at once, attempt not counted
-    DISCARD = "discard"  # failed for good, and not kept: deleted instead of dead-lettered
-    #: the handler raised RateLimited: retry_wait for ``retry_delay`` seconds,
-    #: attempt not counted, and the job's rate limits held back as long
-    DEFER = "defer"
-    ABORTED = "aborted"  # an abort was asked (renew said so): aborted, never run again
-    #: the worker has no handler for the job's kind: retry_wait for
-    #: ``retry_delay`` seconds, attempt not counted, for a worker that has
-    #: one; dead (with ``error``) once it has gone back unclaimed for
-    #: ``unclaimed_grace`` seconds (see :meth:`WorkerRole.settle`)
-    UNCLAIMED = "unclaimed"
-
-
-class AbortResult(enum.StrEnum):
-    """What :meth:`AdminRole.abort` did."""
-
-    ABORTED = "aborted"  # it was waiting (scheduled, ready, retry_wait): aborted at once
-    FLAGGED = "flagged"  # it is leased: flagged; its worker's next renewal is told
-    FINISHED = "finished"  # it had finished already (succeeded, dead, aborted): nothing changed
-    NOT_FOUND = "not_found"  # no such job: nothing changed
-
-
-@attrs.frozen
-class Settlement:
-    """One lease's outcome, fenced by ``lease.token``."""
-
-    lease: LeaseRef
-    kind: SettleKind
-    error: str = ""
-    retry_delay: float = 0.0
-    retain_for: float = 0.0
-    #: SUCCEEDED only: the encoded result to keep for ``result_ttl`` seconds
-    #: (None, or a ttl of 0: nothing is kept).
-    result: bytes | None = None
-    result_ttl: float = 0.0
-    #: UNCLAIMED only: how long (s, store clock) the job may keep going back
-    #: unclaimed before this settle dead-letters it instead.
-    unclaimed_grace: float = 0.0
-
-
-@attrs.frozen
-class QueueWeight:
-    """A queue a worker consumes, with its share of each lease batch."""
-
-    name: str
-    weight: int = 1
-
-
-# -- what an operation set aside ---------------------------------------------------------
-@attrs.frozen
-class AsideEntry:
-    """One job an operation did not apply to and did not dead-letter: an
-    index entry without a usable record (quarantined), or a record of a newer
-    format (left alone). ``reason`` says which."""
-
-    queue: str
-    job_id: str
-    reason: str
-
-
-@attrs.frozen
-class SetAside:
-    """What one store operation met and set aside instead of applying, so the
-    rest of its batch could proceed (empty, and false, when nothing was).
-
-    * ``dead``: damaged records it dead-lettered: a field the operation needs
-      was missing, empty or unreadable. Each is the job as now stored (state
-      dead, ``last_error`` "damaged record: <field and value>", and
-      ``damage`` saying what its decoder found). A worker logs each, counts
-      it as dead and publishes ``JobDead`` for it.
-    * ``quarantined``: index entries with no record behind them (or a key
-      that is not a job record), taken out of the index and listed in the
-      store's quarantine for the checker and inspector. A worker logs them.
-    * ``newer``: records of a newer record format, left exactly as they are
-      for a newer worker. A worker warns and counts them; it meets the same
-      records again on later calls while they wait, so warn once per job.
-    """
-
-    dead: tuple[Job, ...] = ()
-    quarantined: tuple[AsideEntry, ...] = ()
-    newer: tuple[AsideEntry, ...] = ()
-
-    def __bool__(self) -> bool:
-        return bool(self.dead or self.quarantined or self.newer)
-
-    def __add__(self, other: SetAside) -> SetAside:
-        if not other:
-            return self
-        if not self:
-            return other
-        return SetAside(
-            self.dead + other.dead,
-            self.quarantined + other.quarantined,
-            self.newer + other.newer,
-        )
-
-
-#: The empty report (shared: a SetAside is immutable).
-NOTHING_SET_ASIDE = SetAside()
-
-
-class LeaseBatch(list[LeasedJob]):
-    """What :meth:`WorkerRole.lease` returns on a store that sets records
-    aside (RedisStore): the leased jobs, a plain ``list`` in every way (it
-    compares equal to a list of the same jobs), plus ``aside``: what the
-    lease met and set aside instead of leasing. Read it with :func:`aside_of`,
-    which also accepts the plain list another backend may return.
-
-    Flow control (``records._control``) adds what the lease held back:
-
-    * ``expired``: jobs it dead-lettered instead of leasing because their
-      ``expires_at`` had passed (state dead, ``last_error`` "expired: ...");
-      a worker counts each as dead and publishes ``JobDead``.
-    * ``held_for``: seconds from the lease until the next permit of a rate
-      limit that held a ready job back, or None: the leaser sleeps that
-      long instead of polling.
-    * ``capped``: a ready job was held back by a concurrency limit at its
-      limit: a slot comes back with a settle or a lease's expiry, so the
-      leaser looks again shortly.
-    """
-
-    __slots__ = ("aside", "capped", "expired", "held_for")
-
-    def __init__(
-        self,
-        jobs: Iterable[LeasedJob] = (),
-        aside: SetAside = NOTHING_SET_ASIDE,
-        *,
-        expired: tuple[Job, ...] = (),
-        held_for: float | None = None,
-        capped: bool = False,
-    ):
-        super().__init__(jobs)
-        self.aside = aside
-        self.expired = expired
-        self.held_for = held_for
-        self.capped = capped
-
-
-class FencedResults(list[bool]):
-    """What ``renew`` and ``settle`` return on a store that sets records aside:
-    one bool per lease, as a plain list, plus ``aside``. A lease whose record
-    was dead-lettered as damaged, or left alone as of a newer format, reports
-    ``False`` (it was not renewed or settled as asked) and is in ``aside``.
-
-    ``aborted``: the indexes of the leases whose job an abort was asked for
-    (see :meth:`AdminRole.abort`): from ``renew``, leases renewed (True) and
-    flagged, whose worker should stop the run and settle ABORTED; from
-    ``settle``, settlements applied (True) that made the job aborted (an
-    ABORTED one, or a RETRY, DEFER, RELEASE or UNCLAIMED of a flagged lease).
-    Read it with :func:`aborted_of`, which also takes a plain list.
-
-    ``unclaimed_dead``: from ``settle``, the indexes of the UNCLAIMED
-    settlements applied (True) that dead-lettered the job, because it had
-    gone back unclaimed for longer than their ``unclaimed_grace``. Read it
-    with :func:`unclaimed_dead_of`."""
-
-    __slots__ = ("aborted", "aside", "unclaimed_dead")
-
-    def __init__(
-        self,
-        results: Iterable[bool] = (),
-        aside: SetAside = NOTHING_SET_ASIDE,
-        aborted: frozenset[int] = frozenset(),
-        unclaimed_dead: frozenset[int] = frozenset(),
-    ):
-        super().__init__(results)
-        self.aside = aside
-        self.aborted = aborted
-        self.unclaimed_dead = unclaimed_dead
-
-
-class CountResult(int):
-    """What ``trim`` and ``requeue_dead`` return on a store that sets records
-    aside: the count, as a plain ``int``, plus ``aside``."""
-
-    aside: SetAside
-
-    def __new__(cls, count: int = 0, aside: SetAside = NOTHING_SET_ASIDE) -> CountResult:
-        made = super().__new__(cls, count)
-        made.aside = aside
-        return made
-
-
-def aside_of(result: object) -> SetAside:
-    """What the operation that returned ``result`` set aside: its ``aside``
-    (a :class:`LeaseBatch`, :class:`FencedResults`, :class:`CountResult`,
-    :class:`PromoteResult` or :class:`RecoverResult`), or the empty report for
-    a result without one (a plain list from a backend that sets nothing aside)."""
-    aside = getattr(result, "aside", None)
-    return aside if isinstance(aside, SetAside) else NOTHING_SET_ASIDE
-
-
-def aborted_of(result: object) -> frozenset[int]:
-    """The indexes of the leases an abort was asked for, of a ``renew`` or
-    ``settle`` result (see :class:`FencedResults`); empty for a result
-    without them (a plain list)."""
-    aborted = getattr(result, "aborted", None)
-    return aborted if isinstance(aborted, frozenset) else frozenset()
-
-
-def unclaimed_dead_of(result: object) -> frozenset[int]:
-    """The indexes of the UNCLAIMED settlements of a ``settle`` result that
-    dead-lettered their job (see :class:`FencedResults`); empty for a result
-    without them (a plain list)."""
-    dead = getattr(result, "unclaimed_dead", None)
-    return dead if isinstance(dead, frozenset) else frozenset()
-
-
-@attrs.frozen
-class PromoteResult:
-    """``promoted`` jobs moved to ready; ``next_due_at`` is the earliest due
-    time still waiting (None when nothing waits; records of a newer format
-    left waiting do not count); ``now`` is the store's clock; ``aside`` what
-    the promotion set aside (see :class:`SetAside`)."""
-
-    promoted: int
-    next_due_at: float | None
-    now: float
-    aside: SetAside = NOTHING_SET_ASIDE
-
-
-@attrs.frozen
-class RecoverResult:
-    """Jobs whose leases had expired: ``requeued`` went back to ready, ``dead``
-    were dead-lettered because their attempts were used up; ``aside`` what the
-    recovery set aside instead (damaged records it dead-lettered are in
-    ``aside.dead``, not in ``dead``; see :class:`SetAside`); ``aborted`` were
-    made aborted, as now stored, because an abort had been asked for them."""
-
-    requeued: tuple[str, ...] = ()
-    dead: tuple[Job, ...] = ()
-    aside: SetAside = NOTHING_SET_ASIDE
-    aborted: tuple[Job, ...] = ()
-
-
-@attrs.frozen
-class LimitUsage:
-    """One flow-control key of a queue (see ``records._control``) as the
-    store holds it now."""
-
-    queue: str
-    key: str
-    #: "rate" or "concurrency".
-    kind: str
-    #: concurrency: the slots held now (by unexpired leases); rate: 0.
-    in_use: int = 0
-    #: rate: the limit's theoretical arrival time (store clock): permits are
-    #: booked up to here (a time past is a fresh limit); None for concurrency.
-    booked_until: float | None = None
-
-
-@attrs.frozen
-class QueueStats:
-    """Counts of one queue's jobs by state, and by (version, partition)."""
-
-    queue: str
-    counts: dict[JobState, int]
-    paused: bool = False
-    by_partition: dict[tuple[int, int], int] = attrs.field(factory=dict)
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-
-class VersionState(enum.StrEnum):
-    ACTIVE = "active"  # new jobs go here
-    DRAINING = "draining"  # no new jobs; workers still consume what it holds
-
-
-@attrs.frozen
-class QueueVersion:
-    version: int
-    partitions: int
-    state: VersionState
-
-
-@attrs.frozen
-class QueueTopology:
-    """A queue's routing: the active version gets new jobs; draining versions
-    are still consumed until empty and marked complete."""
-
-    queue: str
-    versions: tuple[QueueVersion, ...]
-
-    @property
-    def active(self) -> QueueVersion:
-        for v in self.versions:
-            if v.state is VersionState.ACTIVE:
-                return v
-        raise LookupError(f"queue {self.queue!r} has no active version")
-
-
-@attrs.frozen
-class Leadership:
-    """A held leadership lease. ``epoch`` grows by one with every acquisition
-    (by anyone), so it fences out a paused ex-leader."""
-
-    name: str
-    holder: str
-    epoch: int
-    expires_at: float
-
-
-class TriggerResult(enum.StrEnum):
-    ENQUEUED = "enqueued"  # this call recorded the trigger and enqueued its job
-    ALREADY_FIRED = "already_fired"  # the schedule had already fired at or after it
-    STALE_EPOCH = "stale_epoch"  # the caller no longer leads: nothing was done
-
-
-# -- the store checker's findings ---------------------------------------------------------
-#: How long (seconds) past its expiry a lease may stay unrecovered before the
-#: checker reports it: workers recover expired leases every few seconds (at
-#: most 5 s by default), so one still there a minute later has nobody
-#: recovering it (no worker runs that queue, or recovery is failing).
-LEASE_GRACE = 60.0
-
-#: The ``last_error`` prefix of a job dead-lettered because its record could
-#: not be used ("damaged record: field 'attempts' holds b'x', not an integer").
-#: The checker accepts a dead record with this prefix as set aside, whatever
-#: its other fields hold.
-DAMAGED_RECORD = "damaged record: "
-
-
-class Problem(enum.StrEnum):
-    """What the store checker found wrong with one job (or index entry)."""
-
-    NO_INDEX = "no_index"  # a record in no index: nothing will ever lease, promote or trim it
-    NO_RECORD = "no_record"  # an index entry whose record is gone
-    TWO_INDEXES = "two_indexes"  # a record in more than one index
-    WRONG_INDEX = "wrong_index"  # a record in one index, not the one its state names
-    EXPIRED_LEASE = "expired_lease"  # a lease expired more than the grace ago, not recovered
-    DAMAGED = "damaged"  # a field missing or of the wrong type (the detail names it)
-    NEWER_FORMAT = "newer_format"  # written in a newer record format: left for a newer version
-    QUARANTINED = "quarantined"  # an entry of a quarantine hash: already set aside
-
-    @property
-    def report_only(self) -> bool:
-        """True for findings that are listed but are not a problem to repair:
-        a newer format's record (a rolling upgrade in progress) and a
-        quarantine entry (a problem already dealt with)."""
-        return self in (Problem.NEWER_FORMAT, Problem.QUARANTINED)
-
-
-class Repair(enum.StrEnum):
-    """What ``check(repair=True)`` did about one finding."""
-
-    NONE = "none"  # nothing: repair not asked, or a report-only finding
-    REINDEXED = "reindexed"  # put in the index its state names, with the right score
-    RECOVERED = "recovered"  # an expired lease taken back: ready again
-    DEAD_LETTERED = "dead_lettered"  # made dead, with a last_error naming the problem
-    QUARANTINED = "quarantined"  # index entries removed, the job id recorded in quarantine
-    SKIPPED = "skipped"  # the job changed since it was inspected: left alone (check again)
-
-
-@attrs.frozen
-class Finding:
-    """One problem the store checker found, and what repair did about it.
-
-    ``state`` is the record's state as stored ("" when there is no record or
-    no state), ``indexes`` the indexes (state names) that held the job when
-    it was inspected, ``record_format`` the record's format version (None
-    with no record, or one that cannot be read). ``detail`` says what is
-    wrong, naming the field and value for a damaged record;
-    ``repair_detail`` what the repair did (or why it did nothing).
-    """
-
-    problem: Problem
-    job_id: str
-    queue: str
-    queue_version: int
-    partition: int
-    detail: str
-    state: str = ""
-    indexes: tuple[str, ...] = ()
-    record_format: int | None = None
-    repair: Repair = Repair.NONE
-    repair_detail: str = ""
-
-
-def finding_order(finding: Finding) -> tuple[str, int, int, str]:
-    """The order reports list findings in: by queue, version, partition, job id."""
-    return (finding.queue, finding.queue_version, finding.partition, finding.job_id)
-
-
-@attrs.frozen
-class CheckReport:
-    """What one walk of a store found (see :meth:`CheckRole.check`).
-
-    ``findings`` lists problems and newer-format records by queue, version,
-    partition and job id (:func:`finding_order`), then quarantine entries.
-    The counters say how much was walked: ``records`` job records and
-    ``index_entries`` index entries seen (a record or entry that moved during
-    the walk may be seen twice), in ``partitions`` partitions;
-    ``skipped_keys`` are job keys of the namespace outside the checked
-    partitions (another queue, or a version no longer in the topology), left
-    alone. ``now`` is the store's clock when the walk began.
-    """
-
-    queues: tuple[str, ...]
-    repair: bool
-    lease_grace: float
-    now: float
-    findings: tuple[Finding, ...] = ()
-    partitions: int = 0
-    records: int = 0
-    index_entries: int = 0
-    skipped_keys: int = 0
-
-    @property
-    def problems(self) -> tuple[Finding, ...]:
-        """Findings that are problems (not report-only)."""
-        return tuple(f for f in self.findings if not f.problem.report_only)
-
-    @property
-    def unresolved(self) -> tuple[Finding, ...]:
-        """Problems not repaired: every problem without repair; with repair,
-        those it skipped because the job changed meanwhile."""
-        return tuple(f for f in self.problems if f.repair in (Repair.NONE, Repair.SKIPPED))
-
-    @property
-    def ok(self) -> bool:
-        """True when no problem is left unrepaired."""
-        return not self.unresolved
+# The values the roles take and return live in ``_results``; re-exported
+# here for the modules that import them with the roles.
+from ._results import DAMAGED_RECORD as DAMAGED_RECORD
+from ._results import LEASE_GRACE as LEASE_GRACE
+from ._results import NOTHING_LEASED as NOTHING_LEASED
+from ._results import NOTHING_SET_ASIDE as NOTHING_SET_ASIDE
+from ._results import AbortResult as AbortResult
+from ._results import AsideEntry as AsideEntry
+from ._results import CheckReport as CheckReport
+from ._results import CountResult as CountResult
+from ._results import Finding as Finding
+from ._results import Leadership as Leadership
+from ._results import LeaseResult as LeaseResult
+from ._results import LimitUsage as LimitUsage
+from ._results import Problem as Problem
+from ._results import PromoteResult as PromoteResult
+from ._results import QueueStats as QueueStats
+from ._results import QueueTopology as QueueTopology
+from ._results import QueueVersion as QueueVersion
+from ._results import QueueWeight as QueueWeight
+from ._results import RecoverResult as RecoverResult
+from ._results import RenewResult as RenewResult
+from ._results import Repair as Repair
+from ._results import SetAside as SetAside
+from ._results import SettleKind as SettleKind
+from ._results import Settlement as Settlement
+from ._results import SettleResult as SettleResult
+from ._results import TriggerResult as TriggerResult
+from ._results import VersionState as VersionState
+from ._results import finding_order as finding_order
 
 
 # -- the roles ------------------------------------------------------------------------
@@ -643,7 +240,7 @@ class WorkerRole(StoreRole):
         worker_id: str,
         lease_duration: float,
         strict: bool = False,
-    ) -> list[LeasedJob]:
+    ) -> LeaseResult:
         """Lease at most ``count`` ready jobs, oldest due first within a queue
         (however the queue is partitioned).
 
@@ -659,13 +256,14 @@ class WorkerRole(StoreRole):
         ``count`` <= 0 leases nothing. Each leased job's ``attempts`` grows by
         one and it gets ``worker_id`` as owner and a fresh fencing token,
         unique among all leases this store ever issued, expiring
-        ``lease_duration`` (> 0) seconds from the store's now.
+        ``lease_duration`` (> 0) seconds from the store's now; its
+        ``leased_at`` is the store's now when it was leased.
 
         Every leased job is complete (kind, payload, attempts, ...): a ready
         record lacking one is set aside (see the module's conventions) and
-        replaced by the next ready job. The result is a list of
-        :class:`LeasedJob`; a backend that sets records aside returns a
-        :class:`LeaseBatch` (a list) whose ``aside`` reports them.
+        replaced by the next ready job. The :class:`LeaseResult` holds the
+        leased jobs, what was set aside, and what flow control expired or
+        held back.
 
         Raises StoreError when the store cannot be reached; jobs leased by a
         call whose reply was lost stay leased until their lease expires and
@@ -673,30 +271,30 @@ class WorkerRole(StoreRole):
         """
 
     @abc.abstractmethod
-    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> list[bool]:
+    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> RenewResult:
         """Extend each lease to ``lease_duration`` seconds from the store's
-        now; one result per lease, in order.
+        now; one result per lease, in order (:attr:`RenewResult.renewed`).
 
         ``False`` (and nothing changes) for a lease that is no longer held
         with that token: settled, taken back, leased again, deleted, or
         expired, even if not yet recovered (an expired lease is lost for
         good); also for a lease whose record, held with that token, was
-        damaged (dead-lettered) or is of a newer format (left alone), which a
-        :class:`FencedResults` reports in ``aside``.
+        damaged (dead-lettered) or is of a newer format (left alone), which
+        the result reports in ``aside``.
 
         A renewed lease whose job an abort was asked for (:meth:`AdminRole.abort`)
-        is listed in the result's ``aborted`` (read it with :func:`aborted_of`):
+        is listed in the result's ``aborted``:
         the flag reaches the worker in this reply, with no call of its own,
         every renewal until the lease ends. Raises StoreError when the store
         cannot be reached (renew again: renewing twice is harmless).
         """
 
     @abc.abstractmethod
-    async def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
+    async def settle(self, settlements: Sequence[Settlement]) -> SettleResult:
         """Apply each outcome if its lease is still held with its token (and
         unexpired); ``False`` and no change otherwise. One result per
-        settlement, in order; of two settlements of one lease only the first
-        applies.
+        settlement, in order (:attr:`SettleResult.settled`); of two
+        settlements of one lease only the first applies.
 
         SUCCEEDED drops the job, or keeps it as ``succeeded`` until
         ``retain_for`` (> 0) seconds have passed; RETRY records ``error`` and
@@ -736,7 +334,7 @@ class WorkerRole(StoreRole):
         applied outcome clears the lease (token, owner, expiry). A lease
         whose record, held with that token, is damaged is dead-lettered
         instead, and one of a newer format is left alone: both report
-        ``False``, and a :class:`FencedResults` lists them in ``aside``.
+        ``False``, and the result lists them in ``aside``.
 
         Raises StoreError when the store cannot be reached; settlements that
         did apply then report ``False`` if sent again (their leases are gone).
@@ -772,7 +370,7 @@ class WorkerRole(StoreRole):
         process, a cut link) or was cancelled must not keep it from the
         others. ``held``: the caller's
         last lease found the ready jobs there held back by flow control
-        (see :class:`LeaseBatch`): do not return for them, only for a
+        (see :class:`LeaseResult`): do not return for them, only for a
         wake-up (which a settle that frees a concurrency slot also sends).
 
         Idle workers block here instead of polling fast. Raises StoreError
@@ -960,13 +558,12 @@ class AdminRole(StoreRole):
         """
 
     @abc.abstractmethod
-    async def requeue_dead(self, queue: str, *, limit: int | None = None) -> int:
+    async def requeue_dead(self, queue: str, *, limit: int | None = None) -> CountResult:
         """Make up to ``limit`` dead jobs of ``queue`` ready again (due now),
         the oldest dead first, with attempts reset to 0; ``limit`` None (or
         0) requeues every dead job (aborted jobs are never requeued).
-        Returns how many were requeued (a :class:`CountResult` on a backend
-        that sets records aside: records of a newer format stay dead,
-        untouched).
+        Returns how many were requeued (:attr:`CountResult.count`; records of
+        a newer format stay dead, untouched, and are in its ``aside``).
 
         Raises StoreError when the store cannot be reached; some may have
         been requeued then.
@@ -991,7 +588,7 @@ class AdminRole(StoreRole):
         dead_max_age: float | None,
         dead_max_count: int | None,
         keep_succeeded: int | None = None,
-    ) -> int:
+    ) -> CountResult:
         """Delete the retained succeeded jobs of ``queues`` whose retention
         has passed, their dead jobs that finished ``dead_max_age`` or more
         seconds ago, the oldest dead jobs beyond ``dead_max_count`` per
@@ -1001,9 +598,9 @@ class AdminRole(StoreRole):
         not (with one retention period for every job: the oldest; 0: every
         retained one). A job kept only for its result or its waiters is not
         retained here (it goes when they are done). None turns a limit off.
-        Returns how many jobs were deleted (a :class:`CountResult` on a
-        backend that sets records aside: only a record in the state of its
-        index is deleted; others are set aside, see the conventions).
+        Returns how many jobs were deleted (:attr:`CountResult.count`: only a
+        record in the state of its index is deleted; others are set aside,
+        in its ``aside``, see the conventions).
 
         Raises StoreError when the store cannot be reached; some jobs may
         have been deleted then (trimming again is harmless).

@@ -51,9 +51,8 @@ from ._roles import (
     CheckReport,
     Continuation,
     CountResult,
-    FencedResults,
     Leadership,
-    LeaseBatch,
+    LeaseResult,
     LimitUsage,
     PromoteResult,
     QueueStats,
@@ -61,9 +60,11 @@ from ._roles import (
     QueueVersion,
     QueueWeight,
     RecoverResult,
+    RenewResult,
     SetAside,
     SettleKind,
     Settlement,
+    SettleResult,
     Store,
     TopologyError,
     TriggerResult,
@@ -540,9 +541,7 @@ class MemoryStore(Store):
         worker_id: str,
         lease_duration: float,
         strict: bool = False,
-    ) -> LeaseBatch:
-        """A :class:`~chronos_trio.store.LeaseBatch`: the leased jobs and, in
-        ``aside``, what the lease set aside (replaced by further ready jobs)."""
+    ) -> LeaseResult:
         await trio.lowlevel.checkpoint()
         now = self._clock()
         aside = _Aside()
@@ -588,16 +587,16 @@ class MemoryStore(Store):
                     lease_expires_at=now + lease_duration,
                 )
                 self._put(job)
-                leased.append(LeasedJob(job, token, now + lease_duration))
+                leased.append(LeasedJob(job, token, now + lease_duration, now))
                 got += 1
             for entry in held:
                 heapq.heappush(heap, entry)
-        return LeaseBatch(
-            leased,
+        return LeaseResult(
+            tuple(leased),
             aside.report(),
-            expired=tuple(expired),
-            held_for=None if held_until is None else max(0.0, held_until - now),
-            capped=capped,
+            tuple(expired),
+            None if held_until is None else max(0.0, held_until - now),
+            capped,
         )
 
     def _expire(self, job: Job, now: float) -> Job:
@@ -628,7 +627,7 @@ class MemoryStore(Store):
                     break
         return n
 
-    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> FencedResults:
+    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> RenewResult:
         await trio.lowlevel.checkpoint()
         aside = self._set_aside_held(leases)
         now = self._clock()
@@ -646,9 +645,9 @@ class MemoryStore(Store):
             if rec.abort:
                 flagged.append(i)
             results.append(True)
-        return FencedResults(results, aside.report(), frozenset(flagged))
+        return RenewResult(tuple(results), aside.report(), frozenset(flagged))
 
-    async def settle(self, settlements: Sequence[Settlement]) -> FencedResults:
+    async def settle(self, settlements: Sequence[Settlement]) -> SettleResult:
         await trio.lowlevel.checkpoint()
         aside = self._set_aside_held([s.lease for s in settlements])
         now = self._clock()
@@ -761,7 +760,9 @@ class MemoryStore(Store):
                     attrs.evolve(cleared, state=JobState.READY, attempts=max(0, job.attempts - 1))
                 )
             results.append(True)
-        return FencedResults(results, aside.report(), frozenset(aborted), frozenset(unclaimed_dead))
+        return SettleResult(
+            tuple(results), aside.report(), frozenset(aborted), frozenset(unclaimed_dead)
+        )
 
     async def recover_expired(self, queues: Sequence[str], limit: int) -> RecoverResult:
         await trio.lowlevel.checkpoint()

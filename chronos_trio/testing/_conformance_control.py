@@ -10,8 +10,8 @@ import trio
 from ..records._control import JobControl, expired_error
 from ..records._jobs import JobState, NewJob
 from ..store._capabilities import Capability
-from ..store._roles import LeaseBatch, SettleKind, Store
-from .conformance import Fresh, check, job, lease, settle, state_of
+from ..store._roles import SettleKind, Store
+from .conformance import Fresh, check, job, lease, lease_result, settle, state_of
 
 
 def limited(job_id: str, control: JobControl, **kw: object) -> NewJob:
@@ -70,9 +70,8 @@ async def check_expired_job_is_dead_lettered_instead_of_leased(fresh: Fresh) -> 
         ]
     )
     await trio.sleep(0.3)
-    batch = await lease(store)
-    assert [lj.job.id for lj in batch] == ["long"]
-    assert isinstance(batch, LeaseBatch)
+    batch = await lease_result(store)
+    assert [lj.job.id for lj in batch.jobs] == ["long"]
     [expired] = batch.expired
     assert expired.id == "short" and expired.state is JobState.DEAD
     assert expired.last_error.startswith("expired"), expired.last_error
@@ -103,9 +102,9 @@ async def check_rate_limit_holds_jobs_back_in_the_lease(fresh: Fresh) -> None:
     first = await lease(store)
     got = {lj.job.id for lj in first}
     assert "free" in got and len(got - {"free"} & set(ids)) == 2 and len(first) == 3, got
-    again = await lease(store)
-    assert again == [], "no permit yet: nothing leased, nothing burned"
-    assert isinstance(again, LeaseBatch) and again.held_for is not None
+    again = await lease_result(store)
+    assert again.jobs == (), "no permit yet: nothing leased, nothing burned"
+    assert again.held_for is not None and not again.capped
     assert 0 < again.held_for <= 0.26, again.held_for
     await trio.sleep(again.held_for + 0.02)
     [third] = await lease(store)
@@ -123,12 +122,11 @@ async def check_rate_limit_sustained_rate(fresh: Fresh) -> None:
     leased = 0
     with trio.fail_after(10):
         while leased < 11:
-            batch = await lease(store)
-            leased += len(batch)
-            if not batch:
-                held_for = getattr(batch, "held_for", None)
-                assert held_for is not None
-                await trio.sleep(held_for)
+            batch = await lease_result(store)
+            leased += len(batch.jobs)
+            if not batch.jobs:
+                assert batch.held_for is not None
+                await trio.sleep(batch.held_for)
     took = await store.now() - started
     # 11 starts at 20/s with no burst: the 11th is due 0.5 s after the first
     assert 0.45 <= took < 1.5, took
@@ -140,10 +138,10 @@ async def check_concurrency_limit_takes_and_gives_back_slots(fresh: Fresh) -> No
     await store.enqueue_many([limited(f"c{n}", _capped("db", 2)) for n in range(4)])
     first = await lease(store)
     assert len(first) == 2
-    held = await lease(store)
-    assert held == [] and isinstance(held, LeaseBatch) and held.capped
+    held = await lease_result(store)
+    assert held.jobs == () and held.capped and held.held_for is None
     # a settle gives its slot back at once
-    assert await store.settle([settle(first[0], SettleKind.SUCCEEDED)]) == [True]
+    assert (await store.settle([settle(first[0], SettleKind.SUCCEEDED)])).settled == (True,)
     [third] = await lease(store, ttl=0.3)
     assert await lease(store) == []
     # a holder that died: its slot is back once its lease expired, recovered or not
@@ -161,7 +159,7 @@ async def check_renewed_holder_keeps_its_slot(fresh: Fresh) -> None:
     [holder] = await lease(store, ttl=0.3)
     for _ in range(3):
         await trio.sleep(0.15)
-        assert await store.renew([holder.ref], 0.3) == [True]
+        assert (await store.renew([holder.ref], 0.3)).renewed == (True,)
         assert await lease(store) == [], "renewed: still holding its slot"
 
 
@@ -193,7 +191,7 @@ async def check_wait_ready_held_waits_for_a_freed_slot(fresh: Fresh) -> None:
             await drained.wait()
             await trio.sleep(0.2)
             assert not woke.is_set(), "held jobs alone do not wake a held waiter"
-            assert await store.settle([settle(holder, SettleKind.SUCCEEDED)]) == [True]
+            assert (await store.settle([settle(holder, SettleKind.SUCCEEDED)])).settled == (True,)
             await woke.wait()
     assert len(await lease(store)) == 1
 
@@ -206,9 +204,9 @@ async def check_defer_gives_back_the_attempt_and_holds_the_limit(fresh: Fresh) -
     )
     [a, b] = await lease(store)
     assert a.job.attempts == 1
-    assert await store.settle([settle(b, SettleKind.RELEASE)]) == [True]
+    assert (await store.settle([settle(b, SettleKind.RELEASE)])).settled == (True,)
     ok = await store.settle([settle(a, SettleKind.DEFER, error="429", retry_delay=0.4)])
-    assert ok == [True]
+    assert ok.settled == (True,)
     assert await state_of(store, a.job.id) is JobState.RETRY_WAIT
     # the upstream said wait: the limit's other jobs wait too
     assert await lease(store) == []
@@ -238,6 +236,6 @@ async def check_limit_usage_shows_held_slots_and_booked_permits(fresh: Fresh) ->
     assert usage[("concurrency", "pool")].in_use == 2
     booked = usage[("rate", "api")].booked_until
     assert booked is not None and now + 19 < booked <= now + 21, "two permits of 10 s booked"
-    assert await store.settle([settle(leased[0], SettleKind.SUCCEEDED)]) == [True]
+    assert (await store.settle([settle(leased[0], SettleKind.SUCCEEDED)])).settled == (True,)
     usage = {(u.kind, u.key): u for u in await store.limit_usage("q")}
     assert usage[("concurrency", "pool")].in_use == 1

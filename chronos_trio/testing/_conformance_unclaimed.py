@@ -16,8 +16,6 @@ from ..store._roles import (
     SettleKind,
     Settlement,
     Store,
-    aborted_of,
-    unclaimed_dead_of,
 )
 from .conformance import Fresh, check, job, lease, settle, stale, unique_job
 
@@ -61,12 +59,14 @@ async def check_unclaimed_goes_back_unrun_and_keeps_its_stamp(fresh: Fresh) -> N
     assert first.job.attempts == 1
     before = await store.now()
     # fenced like every settle: a stale token changes nothing
-    assert await store.settle([Settlement(stale(first.ref), SettleKind.UNCLAIMED)]) == [False]
+    assert (await store.settle([Settlement(stale(first.ref), SettleKind.UNCLAIMED)])).settled == (
+        False,
+    )
     assert (await _get(store, "a")).state is JobState.LEASED
     applied = await store.settle([unclaimed(first, delay=0.3)])
     after = await store.now()
-    assert applied == [True] and unclaimed_dead_of(applied) == frozenset(), applied
-    assert aborted_of(applied) == frozenset()
+    assert applied.settled == (True,) and applied.unclaimed_dead == frozenset(), applied
+    assert applied.aborted == frozenset()
     waiting = await _get(store, "a")
     assert waiting.state is JobState.RETRY_WAIT, waiting
     assert waiting.attempts == 0, "the attempt its lease took is given back"
@@ -76,14 +76,14 @@ async def check_unclaimed_goes_back_unrun_and_keeps_its_stamp(fresh: Fresh) -> N
     assert since is not None and before - 0.05 <= since <= after + 0.05, (before, since, after)
     assert before + 0.25 <= waiting.run_at <= after + 0.35, "due after its delay"
     assert (await _get(store, "b")).unclaimed_since is None, "another job is not stamped"
-    assert await store.settle([unclaimed(first)]) == [False], "settled once"
+    assert (await store.settle([unclaimed(first)])).settled == (False,), "settled once"
     assert [lj.job.id for lj in await lease(store)] == [], "not before its delay"
     # leased again (no attempt spent so far) and sent back again: the stamp
     # of the first time stays, however often it goes back
     for _ in range(2):
         again = await _lease_again(store, "a")
         assert again.job.attempts == 1, "the bounces spent no attempt"
-        assert await store.settle([unclaimed(again, delay=0.05)]) == [True]
+        assert (await store.settle([unclaimed(again, delay=0.05)])).settled == (True,)
         got = await _get(store, "a")
         assert got.state is JobState.RETRY_WAIT and got.attempts == 0
         assert got.unclaimed_since == since, (got.unclaimed_since, since)
@@ -96,7 +96,7 @@ async def check_unclaimed_is_dead_once_its_stamp_is_older_than_the_grace(fresh: 
     [made] = await store.enqueue_many([unique_job("only", max_retries=0)])
     job_id = made.job_id
     [leased] = await lease(store)
-    assert await store.settle([unclaimed(leased, delay=0.05, grace=grace)]) == [True]
+    assert (await store.settle([unclaimed(leased, delay=0.05, grace=grace)])).settled == (True,)
     since = (await _get(store, job_id)).unclaimed_since
     assert since is not None
     with trio.fail_after(10):
@@ -105,9 +105,9 @@ async def check_unclaimed_is_dead_once_its_stamp_is_older_than_the_grace(fresh: 
             before = await store.now()
             applied = await store.settle([unclaimed(leased, delay=0.05, grace=grace)])
             after = await store.now()
-            assert applied == [True], applied
-            if unclaimed_dead_of(applied):
-                assert unclaimed_dead_of(applied) == {0}
+            assert applied.settled == (True,), applied
+            if applied.unclaimed_dead:
+                assert applied.unclaimed_dead == {0}
                 assert after - since >= grace, "dead before its grace"
                 break
             # (the same arithmetic as the store's: now - since >= grace)
@@ -126,7 +126,7 @@ async def check_unclaimed_is_dead_once_its_stamp_is_older_than_the_grace(fresh: 
     # a grace of 0 dead-letters at the first bounce
     [leased] = [lj for lj in await lease(store) if lj.job.id == again.job_id]
     applied = await store.settle([unclaimed(leased, grace=0)])
-    assert applied == [True] and unclaimed_dead_of(applied) == {0}
+    assert applied.settled == (True,) and applied.unclaimed_dead == {0}
     assert (await _get(store, again.job_id)).state is JobState.DEAD
 
 
@@ -145,14 +145,16 @@ async def check_a_run_clears_the_unclaimed_stamp_and_a_release_keeps_it(fresh: F
     }
     # a retry or a deferral: a worker that has the handler ran it; a release
     # (not run) keeps the stamp
-    assert await store.settle(
-        [
-            settle(leased["retry"], SettleKind.RETRY, error="boom", retry_delay=0.05),
-            settle(leased["defer"], SettleKind.DEFER, error="later", retry_delay=0.05),
-            settle(leased["release"], SettleKind.RELEASE),
-            unclaimed(leased["requeue"], grace=0),
-        ]
-    ) == [True, True, True, True]
+    assert (
+        await store.settle(
+            [
+                settle(leased["retry"], SettleKind.RETRY, error="boom", retry_delay=0.05),
+                settle(leased["defer"], SettleKind.DEFER, error="later", retry_delay=0.05),
+                settle(leased["release"], SettleKind.RELEASE),
+                unclaimed(leased["requeue"], grace=0),
+            ]
+        )
+    ).settled == (True, True, True, True)
     for n in ("retry", "defer"):
         got = await _get(store, n)
         assert got.state is JobState.RETRY_WAIT and got.unclaimed_since is None, got
@@ -165,12 +167,12 @@ async def check_a_run_clears_the_unclaimed_stamp_and_a_release_keeps_it(fresh: F
     recovered = await _get(store, "recover")
     assert recovered.state is JobState.READY and recovered.unclaimed_since is None, recovered
     assert (await _get(store, "requeue")).state is JobState.DEAD
-    assert await store.requeue_dead("requeue") == 1
+    assert (await store.requeue_dead("requeue")).count == 1
     requeued = await _get(store, "requeue")
     assert requeued.state is JobState.READY and requeued.unclaimed_since is None, requeued
     # the next bounce stamps it anew
     retried = await _lease_again(store, "retry", queue="retry")
-    assert await store.settle([unclaimed(retried)]) == [True]
+    assert (await store.settle([unclaimed(retried)])).settled == (True,)
     restamped = (await _get(store, "retry")).unclaimed_since
     assert restamped is not None and restamped > stamps["retry"]  # type: ignore[operator]
 
@@ -182,8 +184,8 @@ async def check_an_abort_wins_over_unclaimed(fresh: Fresh) -> None:
     [leased] = await lease(store)
     assert await store.abort("a", reason="stop") is AbortResult.FLAGGED
     applied = await store.settle([unclaimed(leased)])
-    assert applied == [True] and aborted_of(applied) == {0}, applied
-    assert unclaimed_dead_of(applied) == frozenset()
+    assert applied.settled == (True,) and applied.aborted == {0}, applied
+    assert applied.unclaimed_dead == frozenset()
     got = await _get(store, "a")
     assert got.state is JobState.ABORTED and got.last_error == "aborted: stop", got
 

@@ -22,7 +22,7 @@ from ..records._jobs import JobState, LeasedJob, NewJob
 from ..store._capabilities import Capability
 from ..store._roles import (
     AbortResult,
-    LeaseBatch,
+    LeaseResult,
     Problem,
     QueueWeight,
     Repair,
@@ -35,10 +35,8 @@ from .conformance import Fresh, check, lease, settle, state_of, unique_job
 LONG = 600.0
 
 
-async def _batch(store: Store) -> LeaseBatch:
-    batch = await store.lease([QueueWeight("q")], 100, worker_id="w1", lease_duration=5.0)
-    assert isinstance(batch, LeaseBatch)
-    return batch
+async def _batch(store: Store) -> LeaseResult:
+    return await store.lease([QueueWeight("q")], 100, worker_id="w1", lease_duration=5.0)
 
 
 async def _one(store: Store, job_id: str, ttl: float = 5.0) -> LeasedJob:
@@ -66,11 +64,11 @@ async def check_unique_debounce_successor_waits_for_the_running_job(fresh: Fresh
     assert await state_of(store, behind.job_id) is JobState.READY
     # ... and waits, ready, until the running one settles
     batch = await _batch(store)
-    assert list(batch) == [] and batch.capped, "two runs of one key at once"
+    assert batch.jobs == () and batch.capped, "two runs of one key at once"
     # a third replaces the waiting one's payload (the newest runs after)
     [third] = await store.enqueue_many([unique_job("d", n=2, mode="debounce", payload=b'{"n":3}')])
     assert not third.created and third.job_id == behind.job_id
-    assert await store.settle([settle(running, SettleKind.SUCCEEDED)]) == [True]
+    assert (await store.settle([settle(running, SettleKind.SUCCEEDED)])).settled == (True,)
     after = await _one(store, behind.job_id)
     assert after.job.payload == b'{"n":3}'
 
@@ -86,7 +84,7 @@ async def check_unique_lock_whose_ttl_lapsed_runs_after_its_successor(fresh: Fre
     await trio.sleep(0.4)  # the first is due now
     assert (await store.promote_due(["q"], 10)).promoted == 1
     await _nothing_leased(store)
-    assert await store.settle([settle(running, SettleKind.SUCCEEDED)]) == [True]
+    assert (await store.settle([settle(running, SettleKind.SUCCEEDED)])).settled == (True,)
     await _one(store, waits.job_id)
 
 
@@ -95,13 +93,13 @@ async def check_unique_requeued_dead_job_waits_for_the_key_s_running_job(fresh: 
     store = await fresh()
     [first] = await store.enqueue_many([unique_job("r")])
     failed = await _one(store, first.job_id)
-    assert await store.settle([settle(failed, SettleKind.DEAD, error="boom")]) == [True]
+    assert (await store.settle([settle(failed, SettleKind.DEAD, error="boom")])).settled == (True,)
     [second] = await store.enqueue_many([unique_job("r", n=1)])
     assert second.created
     running = await _one(store, second.job_id)
-    assert await store.requeue_dead("q") == 1
+    assert (await store.requeue_dead("q")).count == 1
     await _nothing_leased(store)
-    assert await store.settle([settle(running, SettleKind.SUCCEEDED)]) == [True]
+    assert (await store.settle([settle(running, SettleKind.SUCCEEDED)])).settled == (True,)
     await _one(store, first.job_id)
 
 
@@ -116,7 +114,7 @@ async def check_unique_run_slot_comes_back_when_its_lease_expires(fresh: Fresh) 
     running = await _one(store, second.job_id)
     assert (await store.recover_expired(["q"], 10)).requeued == (first.job_id,)
     await _nothing_leased(store)  # the recovered job waits for the running one
-    assert await store.settle([settle(running, SettleKind.SUCCEEDED)]) == [True]
+    assert (await store.settle([settle(running, SettleKind.SUCCEEDED)])).settled == (True,)
     await _one(store, first.job_id)
 
 
@@ -130,12 +128,12 @@ async def check_unique_retried_job_runs_after_its_successor(fresh: Fresh) -> Non
     [behind] = await store.enqueue_many([unique_job("o", n=1, mode="debounce")])
     assert behind.created
     retry = settle(failing, SettleKind.RETRY, error="again", retry_delay=0.2)
-    assert await store.settle([retry]) == [True]
+    assert (await store.settle([retry])).settled == (True,)
     running = await _one(store, behind.job_id)
     await trio.sleep(0.3)
     assert (await store.promote_due(["q"], 10)).promoted == 1
     await _nothing_leased(store)
-    assert await store.settle([settle(running, SettleKind.SUCCEEDED)]) == [True]
+    assert (await store.settle([settle(running, SettleKind.SUCCEEDED)])).settled == (True,)
     again = await _one(store, first.job_id)
     assert again.job.attempts == 2
 
@@ -170,7 +168,7 @@ async def check_unique_settle_wakes_a_worker_the_run_slot_held_back(fresh: Fresh
             await drained.wait()
             await trio.sleep(0.3)  # it blocks: the ready job is held back
             assert woken == [], "a held worker returned for the job it was held back from"
-            assert await store.settle([settle(running, SettleKind.SUCCEEDED)]) == [True]
+            assert (await store.settle([settle(running, SettleKind.SUCCEEDED)])).settled == (True,)
     assert woken and woken[0] < 2.0, f"the freed slot did not wake the held worker: {woken}"
     await _one(store, behind.job_id)
 
@@ -207,7 +205,7 @@ async def check_unique_throttle_key_is_given_back_by_every_failure(fresh: Fresh)
     async def leased_then(store: Store, key: str, kind: SettleKind) -> str:
         [made] = await store.enqueue_many([_throttled(key)])
         held = await _one(store, made.job_id)
-        assert await store.settle([settle(held, kind, error="boom")]) == [True]
+        assert (await store.settle([settle(held, kind, error="boom")])).settled == (True,)
         return made.job_id
 
     async def dead(store: Store) -> str:
@@ -222,7 +220,7 @@ async def check_unique_throttle_key_is_given_back_by_every_failure(fresh: Fresh)
         assert await store.abort(made.job_id) is AbortResult.FLAGGED
         await _taken_by(store, "aborted", made.job_id, n=9)  # flagged: still its key
         # its worker runs it again? the abort wins: aborted
-        assert await store.settle([settle(held, SettleKind.RETRY, error="x")]) == [True]
+        assert (await store.settle([settle(held, SettleKind.RETRY, error="x")])).settled == (True,)
         assert await state_of(store, made.job_id) is JobState.ABORTED
         return made.job_id
 
@@ -241,7 +239,7 @@ async def check_unique_throttle_key_is_given_back_by_every_failure(fresh: Fresh)
         [made] = await store.enqueue_many([_throttled("expired", control=control)])
         await trio.sleep(0.2)
         batch = await _batch(store)
-        assert list(batch) == [] and [j.id for j in batch.expired] == [made.job_id]
+        assert batch.jobs == () and [j.id for j in batch.expired] == [made.job_id]
         return made.job_id
 
     async def recovered_dead(store: Store) -> str:
@@ -281,10 +279,12 @@ async def check_unique_throttle_success_keeps_the_key_through_trim(fresh: Fresh)
     store = await fresh()
     [made] = await store.enqueue_many([unique_job("t", mode="throttle", ttl=0.5)])
     held = await _one(store, made.job_id)
-    assert await store.settle([settle(held, SettleKind.SUCCEEDED, retain_for=0.1)]) == [True]
+    assert (await store.settle([settle(held, SettleKind.SUCCEEDED, retain_for=0.1)])).settled == (
+        True,
+    )
     await trio.sleep(0.2)
     trimmed = await store.trim(["q"], dead_max_age=None, dead_max_count=None, keep_succeeded=0)
-    assert trimmed == 1 and await store.get_job(made.job_id) is None
+    assert trimmed.count == 1 and await store.get_job(made.job_id) is None
     [again] = await store.enqueue_many([unique_job("t", n=1, mode="throttle", ttl=0.5)])
     assert not again.created, "a trimmed success still holds the key for its ttl"
     await trio.sleep(0.4)
@@ -300,17 +300,19 @@ async def check_unique_requeued_or_rerun_dead_job_does_not_take_its_key_back(
         store = await fresh()
         [old] = await store.enqueue_many([_throttled("k")])
         held = await _one(store, old.job_id)
-        assert await store.settle([settle(held, SettleKind.DEAD, error="boom")]) == [True]
+        assert (await store.settle([settle(held, SettleKind.DEAD, error="boom")])).settled == (
+            True,
+        )
         [new] = await store.enqueue_many([_throttled("k", 1, delay=30.0)])
         assert new.created
         if again == "requeue":
-            assert await store.requeue_dead("q") == 1
+            assert (await store.requeue_dead("q")).count == 1
         else:
             assert await store.run_now(old.job_id)
         await _taken_by(store, "k", new.job_id, n=2)
         # it runs, and its success does not start a throttle on the other's key
         rerun = await _one(store, old.job_id)
-        assert await store.settle([settle(rerun, SettleKind.SUCCEEDED)]) == [True]
+        assert (await store.settle([settle(rerun, SettleKind.SUCCEEDED)])).settled == (True,)
         await _taken_by(store, "k", new.job_id, n=3)
         assert await store.delete_job(new.job_id)
         await _free(store, "k", new.job_id, n=4)

@@ -58,6 +58,7 @@ from ..store._partitioning import partition_of
 from ..store._roles import (
     AbortResult,
     AdminRole,
+    LeaseResult,
     Problem,
     PromotionRole,
     QueueWeight,
@@ -70,7 +71,6 @@ from ..store._roles import (
     TriggerResult,
     VersionState,
     WorkerRole,
-    aborted_of,
     require_roles,
 )
 
@@ -174,10 +174,18 @@ def job(job_id: str, queue: str = "q", **kw: object) -> NewJob:
     return NewJob(id=job_id, queue=queue, kind="k", payload=b'{"n":1}', **kw)  # type: ignore[arg-type]
 
 
+async def lease_result(
+    store: Store, queue: str = "q", count: int = 100, ttl: float = LEASE
+) -> LeaseResult:
+    """All one lease of ``queue`` did (worker ``w1``)."""
+    return await store.lease([QueueWeight(queue)], count, worker_id="w1", lease_duration=ttl)
+
+
 async def lease(
     store: Store, queue: str = "q", count: int = 100, ttl: float = LEASE
 ) -> list[LeasedJob]:
-    return await store.lease([QueueWeight(queue)], count, worker_id="w1", lease_duration=ttl)
+    """The jobs one lease of ``queue`` leased (worker ``w1``)."""
+    return list((await lease_result(store, queue, count, ttl)).jobs)
 
 
 async def state_of(store: Store, job_id: str) -> JobState | None:
@@ -204,8 +212,10 @@ async def check_factory_makes_independent_stores(fresh: Fresh) -> None:
     [from_a] = await lease(a)
     [from_b] = await lease(b)
     assert from_a.job.id == from_b.job.id == "x"
-    assert await a.settle([settle(from_a, SettleKind.SUCCEEDED)]) == [True]
-    assert await b.renew([from_b.ref], LEASE) == [True], "a settle in one store touched another's"
+    assert (await a.settle([settle(from_a, SettleKind.SUCCEEDED)])).settled == (True,)
+    assert (await b.renew([from_b.ref], LEASE)).renewed == (True,), (
+        "a settle in one store touched another's"
+    )
 
 
 @check(Capability.ADMIN)
@@ -259,7 +269,7 @@ async def check_job_ids_are_idempotent(fresh: Fresh) -> None:
     assert got is not None and got.kind == "k" and got.payload == b'{"n":1}'
     [leased] = await lease(store)
     assert not (await store.enqueue_many([job("a")]))[0].created
-    assert await store.settle([settle(leased, SettleKind.DEAD, error="x")]) == [True]
+    assert (await store.settle([settle(leased, SettleKind.DEAD, error="x")])).settled == (True,)
     assert not (await store.enqueue_many([job("a")]))[0].created, "dead jobs still exist"
     assert await store.delete_job("a")
     assert (await store.enqueue_many([job("a")]))[0].created, "a deleted ID can be reused"
@@ -299,6 +309,9 @@ async def check_lease_marks_attempt_owner_and_expiry(fresh: Fresh) -> None:
     assert leased.job.attempts == 1 and leased.job.max_retries == 5
     assert leased.job.timeout == 7.5
     assert before + 1.5 < leased.expires_at <= before + 2.5
+    # the lease's start, on the store's clock: its expiry less the duration
+    assert before - 0.5 <= leased.leased_at <= await store.now()
+    assert abs(leased.expires_at - leased.leased_at - 2.0) < 1e-6
     got = await store.get_job("a")
     assert got is not None and got.state is JobState.LEASED
     assert got.lease_owner == "w1" and got.lease_token == leased.token
@@ -322,14 +335,14 @@ async def check_stale_token_is_fenced(fresh: Fresh) -> None:
     await store.enqueue_many([job("a")])
     [leased] = await lease(store)
     bad = stale(leased.ref)
-    assert await store.renew([bad], LEASE) == [False]
+    assert (await store.renew([bad], LEASE)).renewed == (False,)
     for kind in SettleKind:
-        assert await store.settle([Settlement(bad, kind, error="nope")]) == [False]
+        assert (await store.settle([Settlement(bad, kind, error="nope")])).settled == (False,)
     got = await store.get_job("a")
     assert got is not None and got.state is JobState.LEASED and got.last_error == ""
-    assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [True]
+    assert (await store.settle([settle(leased, SettleKind.SUCCEEDED)])).settled == (True,)
     assert await store.get_job("a") is None
-    assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [False]
+    assert (await store.settle([settle(leased, SettleKind.SUCCEEDED)])).settled == (False,)
 
 
 @check(Capability.ADMIN)
@@ -346,7 +359,7 @@ async def check_settle_mixed_batch(fresh: Fresh) -> None:
             Settlement(stale(leased["ok"].ref), SettleKind.SUCCEEDED),
         ]
     )
-    assert results == [True, True, True, True, False]
+    assert results.settled == (True, True, True, True, False)
     assert await store.get_job("ok") is None
     retry = await store.get_job("retry")
     assert retry is not None and retry.state is JobState.RETRY_WAIT
@@ -434,9 +447,9 @@ async def check_succeeded_retained_then_trimmed(fresh: Fresh) -> None:
     got = await store.get_job("a")
     assert got is not None and got.state is JobState.SUCCEEDED and got.finished_at
     assert [j.id for j in await store.list_jobs("q", JobState.SUCCEEDED)] == ["a"]
-    assert await store.trim(["q"], dead_max_age=None, dead_max_count=None) == 0
+    assert (await store.trim(["q"], dead_max_age=None, dead_max_count=None)).count == 0
     await trio.sleep(0.4)
-    assert await store.trim(["q"], dead_max_age=None, dead_max_count=None) == 1
+    assert (await store.trim(["q"], dead_max_age=None, dead_max_count=None)).count == 1
     assert await store.get_job("a") is None
 
 
@@ -446,10 +459,10 @@ async def check_renew_extends_lease(fresh: Fresh) -> None:
     await store.enqueue_many([job("a")])
     [leased] = await lease(store, ttl=0.4)
     await trio.sleep(0.25)
-    assert await store.renew([leased.ref], 0.4) == [True]
+    assert (await store.renew([leased.ref], 0.4)).renewed == (True,)
     await trio.sleep(0.25)
     assert (await store.recover_expired(["q"], 10)).requeued == ()
-    assert await store.renew([leased.ref], 0.4) == [True]
+    assert (await store.renew([leased.ref], 0.4)).renewed == (True,)
     got = await store.get_job("a")
     assert got is not None and got.state is JobState.LEASED
 
@@ -460,17 +473,19 @@ async def check_expired_lease_recovered_and_old_token_fenced(fresh: Fresh) -> No
     await store.enqueue_many([job("a")])
     [old] = await lease(store, ttl=0.2)
     await trio.sleep(0.3)
-    assert await store.renew([old.ref], LEASE) == [False], "an expired lease cannot be renewed"
+    assert (await store.renew([old.ref], LEASE)).renewed == (False,), (
+        "an expired lease cannot be renewed"
+    )
     rec = await store.recover_expired(["q"], 10)
     assert rec.requeued == ("a",) and rec.dead == ()
     [new] = await lease(store)
     assert new.token != old.token and new.job.attempts == 2
-    assert await store.settle([settle(old, SettleKind.SUCCEEDED)]) == [False]
-    assert await store.settle([settle(old, SettleKind.DEAD, error="stale")]) == [False]
+    assert (await store.settle([settle(old, SettleKind.SUCCEEDED)])).settled == (False,)
+    assert (await store.settle([settle(old, SettleKind.DEAD, error="stale")])).settled == (False,)
     got = await store.get_job("a")
     assert got is not None and got.state is JobState.LEASED
     assert got.lease_token == new.token and got.last_error == ""
-    assert await store.settle([settle(new, SettleKind.SUCCEEDED)]) == [True]
+    assert (await store.settle([settle(new, SettleKind.SUCCEEDED)])).settled == (True,)
 
 
 @check()
@@ -479,7 +494,7 @@ async def check_expired_settle_rejected_before_recovery(fresh: Fresh) -> None:
     await store.enqueue_many([job("a")])
     [leased] = await lease(store, ttl=0.2)
     await trio.sleep(0.3)
-    assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [False]
+    assert (await store.settle([settle(leased, SettleKind.SUCCEEDED)])).settled == (False,)
     assert (await store.recover_expired(["q"], 10)).requeued == ("a",)
 
 
@@ -514,12 +529,12 @@ async def check_weighted_lease_shares_and_fills(fresh: Fresh) -> None:
     await store.enqueue_many([job(f"h{i}", queue="high") for i in range(40)])
     await store.enqueue_many([job(f"l{i}", queue="low") for i in range(40)])
     queues = [QueueWeight("high", 3), QueueWeight("low", 1)]
-    got = await store.lease(queues, 20, worker_id="w", lease_duration=LEASE)
+    got = (await store.lease(queues, 20, worker_id="w", lease_duration=LEASE)).jobs
     by = {q: sum(1 for lj in got if lj.job.queue == q) for q in ("high", "low")}
     assert len(got) == 20 and by["high"] > by["low"] >= 1
     await store.enqueue_many([job("only", queue="low2")])
     queues = [QueueWeight("empty", 10), QueueWeight("low2", 1)]
-    got = await store.lease(queues, 5, worker_id="w", lease_duration=LEASE)
+    got = (await store.lease(queues, 5, worker_id="w", lease_duration=LEASE)).jobs
     assert [lj.job.id for lj in got] == ["only"], "an empty queue's share goes to others"
 
 
@@ -533,7 +548,8 @@ async def check_strict_lease_drains_higher_queues_first(fresh: Fresh) -> None:
     queues = [QueueWeight("high", 1), QueueWeight("mid", 1), QueueWeight("low", 1000)]
 
     async def strict(count: int) -> dict[str, int]:
-        got = await store.lease(queues, count, worker_id="w", lease_duration=LEASE, strict=True)
+        result = await store.lease(queues, count, worker_id="w", lease_duration=LEASE, strict=True)
+        got = result.jobs
         by: dict[str, int] = {}
         for lj in got:
             by[lj.job.queue] = by.get(lj.job.queue, 0) + 1
@@ -550,7 +566,7 @@ async def check_strict_lease_drains_higher_queues_first(fresh: Fresh) -> None:
     await store.set_paused("high", False)
     # weighted mode keeps its no-starvation rule, however heavy the first queue
     heavy = [QueueWeight("high", 1000), QueueWeight("low", 1)]
-    got = await store.lease(heavy, 4, worker_id="w", lease_duration=LEASE)
+    got = (await store.lease(heavy, 4, worker_id="w", lease_duration=LEASE)).jobs
     assert [lj.job.queue for lj in got].count("low") == 1 and len(got) == 4
 
 
@@ -560,12 +576,12 @@ async def check_paused_queue_is_not_leased(fresh: Fresh) -> None:
     await store.enqueue_many([job("a", queue="p"), job("b", queue="q")])
     await store.set_paused("p", True)
     queues = [QueueWeight("p"), QueueWeight("q")]
-    got = await store.lease(queues, 10, worker_id="w", lease_duration=LEASE)
+    got = (await store.lease(queues, 10, worker_id="w", lease_duration=LEASE)).jobs
     assert [lj.job.id for lj in got] == ["b"]
     [stats] = await store.stats(["p"])
     assert stats.paused
     await store.set_paused("p", False)
-    got = await store.lease(queues, 10, worker_id="w", lease_duration=LEASE)
+    got = (await store.lease(queues, 10, worker_id="w", lease_duration=LEASE)).jobs
     assert [lj.job.id for lj in got] == ["a"]
 
 
@@ -580,11 +596,11 @@ async def check_a_queue_paused_before_its_first_job(fresh: Fresh) -> None:
     assert stats.paused and stats.total == 0
     await store.enqueue_many([job("a", queue="new")])
     queues = [QueueWeight("new")]
-    assert await store.lease(queues, 10, worker_id="w", lease_duration=LEASE) == []
+    assert (await store.lease(queues, 10, worker_id="w", lease_duration=LEASE)).jobs == ()
     await store.set_paused("never", False)  # resuming one is harmless too
     assert "never" in await store.queues()
     await store.set_paused("new", False)
-    got = await store.lease(queues, 10, worker_id="w", lease_duration=LEASE)
+    got = (await store.lease(queues, 10, worker_id="w", lease_duration=LEASE)).jobs
     assert [lj.job.id for lj in got] == ["a"]
 
 
@@ -617,9 +633,9 @@ async def check_requeue_dead(fresh: Fresh) -> None:
     await store.enqueue_many([job(f"d{i}") for i in range(4)])
     leased = await lease(store)
     await store.settle([settle(lj, SettleKind.DEAD, error="x") for lj in leased])
-    assert await store.requeue_dead("q", limit=3) == 3
+    assert (await store.requeue_dead("q", limit=3)).count == 3
     assert len(await store.list_jobs("q", JobState.DEAD)) == 1
-    assert await store.requeue_dead("q") == 1
+    assert (await store.requeue_dead("q")).count == 1
     ready = await lease(store)
     assert len(ready) == 4 and all(lj.job.attempts == 1 for lj in ready)
 
@@ -631,11 +647,11 @@ async def check_trim_dead_by_count_and_age(fresh: Fresh) -> None:
     for lj in sorted(await lease(store), key=lambda lj: lj.job.id):
         await store.settle([settle(lj, SettleKind.DEAD, error="x")])
         await trio.sleep(0.01)
-    assert await store.trim(["q"], dead_max_age=None, dead_max_count=3) == 2
+    assert (await store.trim(["q"], dead_max_age=None, dead_max_count=3)).count == 2
     left = [j.id for j in await store.list_jobs("q", JobState.DEAD)]
     assert left == ["d2", "d3", "d4"], "the oldest dead jobs go first"
     await trio.sleep(0.2)
-    assert await store.trim(["q"], dead_max_age=0.1, dead_max_count=None) == 3
+    assert (await store.trim(["q"], dead_max_age=0.1, dead_max_count=None)).count == 3
 
 
 @check(Capability.ADMIN)
@@ -655,15 +671,17 @@ async def check_trim_keeps_the_latest_retained_successes(fresh: Fresh) -> None:
         listed = await store.list_jobs(queue, JobState.SUCCEEDED)
         return sorted(j.id for j in listed if j.id != "res")
 
-    assert await store.trim(["q", "o"], dead_max_age=None, dead_max_count=None) == 0
+    assert (await store.trim(["q", "o"], dead_max_age=None, dead_max_count=None)).count == 0
     assert await retained() == sorted(ids)
     trimmed = await store.trim(["q", "o"], dead_max_age=None, dead_max_count=None, keep_succeeded=2)
-    assert trimmed == 3, "the cap is per queue: o keeps its one"
+    assert trimmed.count == 3, "the cap is per queue: o keeps its one"
     assert await retained() == ["long", "s3"], "those whose retention ends first go first"
     assert await retained("o") == ["o0"]
     assert await store.get_job("s0") is None
     assert await store.get_job("res") is not None
-    assert await store.trim(["q"], dead_max_age=None, dead_max_count=None, keep_succeeded=0) == 2
+    assert (
+        await store.trim(["q"], dead_max_age=None, dead_max_count=None, keep_succeeded=0)
+    ).count == 2
     assert await retained() == [] and await retained("o") == ["o0"]
 
 
@@ -953,13 +971,13 @@ async def check_result_written_by_the_lease_holder_only(fresh: Fresh) -> None:
     await store.recover_expired(["q"], 10)
     [again, _] = sorted(await lease(store), key=lambda lj: lj.job.id)
     stale_ok = Settlement(a.ref, SettleKind.SUCCEEDED, result=b"stale", result_ttl=60)
-    assert list(await store.settle([stale_ok])) == [False]
+    assert (await store.settle([stale_ok])).settled == (False,)
     assert (await store.outcome(ref)).state is JobState.LEASED  # type: ignore[union-attr]
     fresh_ok = Settlement(again.ref, SettleKind.SUCCEEDED, result=b'{"n":42}', result_ttl=60)
-    assert list(await store.settle([fresh_ok])) == [True]
+    assert (await store.settle([fresh_ok])).settled == (True,)
     # a duplicate (or late) settle of the same run cannot overwrite it
     dup = Settlement(again.ref, SettleKind.SUCCEEDED, result=b"dup", result_ttl=60)
-    assert list(await store.settle([dup])) == [False]
+    assert (await store.settle([dup])).settled == (False,)
     done = await store.outcome(ref)
     assert done is not None and done.state is JobState.SUCCEEDED and done.finished
     assert done.result == b'{"n":42}' and not done.result_expired
@@ -1048,7 +1066,9 @@ async def check_discard_deletes_and_waiters_see_the_failure(fresh: Fresh) -> Non
     # once, well before the settle, even on a busy machine
     await store.wait_outcome(JobRef("absent", "q"), timeout=0.05)
     stale = attrs.evolve(leased["gone"].ref, token=leased["gone"].token + "-stale")
-    assert await store.settle([Settlement(stale, SettleKind.DISCARD, error="x")]) == [False]
+    assert (await store.settle([Settlement(stale, SettleKind.DISCARD, error="x")])).settled == (
+        False,
+    )
     assert await state_of(store, "gone") is JobState.LEASED, "a stale token changes nothing"
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
@@ -1062,11 +1082,11 @@ async def check_discard_deletes_and_waiters_see_the_failure(fresh: Fresh) -> Non
                     settle(leased["dead"], SettleKind.DEAD, error="kept"),
                 ]
             )
-            assert applied == [True] * 4
+            assert applied.settled == (True,) * 4
     waited = got["waited"]
     assert waited is not None and waited.state is JobState.DEAD  # type: ignore[attr-defined]
     assert waited.last_error == "boom"  # type: ignore[attr-defined]
-    assert await store.settle([settle(leased["gone"], SettleKind.DISCARD)]) == [False]
+    assert (await store.settle([settle(leased["gone"], SettleKind.DISCARD)])).settled == (False,)
     assert await store.get_job("gone") is None
     assert await store.get_job(uniq.job_id) is None
     # a store may keep the waited-for record a while (dead, in no index)
@@ -1076,7 +1096,7 @@ async def check_discard_deletes_and_waiters_see_the_failure(fresh: Fresh) -> Non
     [stats] = await store.stats(["q"])
     assert stats.counts[JobState.DEAD] == 1
     assert not await store.run_now("waited"), "a discarded job cannot be run again"
-    assert await store.requeue_dead("q") == 1  # "dead" only
+    assert (await store.requeue_dead("q")).count == 1  # "dead" only
     assert (await store.enqueue_many([unique_job("dk", n=1)]))[0].created, "its lock is free"
 
 
@@ -1124,7 +1144,9 @@ async def check_unique_job_holds_its_key_while_pending(fresh: Fresh) -> None:
     [leased] = [lj for lj in await lease(store) if lj.job.id == holder]
     assert leased.job.payload == b'{"n":1}', "a duplicate changes nothing"
     assert not (await store.enqueue_many([unique_job("k1", n=2)]))[0].created
-    assert await store.settle([settle(leased, SettleKind.RETRY, error="again")]) == [True]
+    assert (await store.settle([settle(leased, SettleKind.RETRY, error="again")])).settled == (
+        True,
+    )
     assert await state_of(store, holder) is JobState.RETRY_WAIT
     [dup] = await store.enqueue_many([unique_job("k1", n=3)])
     assert not dup.created and dup.job_id == holder
@@ -1138,12 +1160,14 @@ async def check_unique_key_is_released_when_its_job_finishes(fresh: Fresh) -> No
     store = await fresh()
     [ok, bad] = await store.enqueue_many([unique_job("ok"), unique_job("bad")])
     by_id = {lj.job.id: lj for lj in await lease(store)}
-    assert await store.settle(
-        [
-            settle(by_id[ok.job_id], SettleKind.SUCCEEDED),
-            settle(by_id[bad.job_id], SettleKind.DEAD, error="boom"),
-        ]
-    ) == [True, True]
+    assert (
+        await store.settle(
+            [
+                settle(by_id[ok.job_id], SettleKind.SUCCEEDED),
+                settle(by_id[bad.job_id], SettleKind.DEAD, error="boom"),
+            ]
+        )
+    ).settled == (True, True)
     # succeeded or dead, the key is free: a new job takes it
     again = await store.enqueue_many([unique_job("ok", n=1), unique_job("bad", n=1)])
     assert [r.created for r in again] == [True, True]
@@ -1162,10 +1186,10 @@ async def check_unique_key_is_fenced_by_the_lease(fresh: Fresh) -> None:
     assert (await store.recover_expired(["q"], 10)).requeued == (first.job_id,)
     [new] = await lease(store)
     # the stale worker's late success neither settles nor frees the key
-    assert await store.settle([settle(old, SettleKind.SUCCEEDED)]) == [False]
+    assert (await store.settle([settle(old, SettleKind.SUCCEEDED)])).settled == (False,)
     [dup] = await store.enqueue_many([unique_job("k", n=1)])
     assert not dup.created and dup.job_id == first.job_id
-    assert await store.settle([settle(new, SettleKind.SUCCEEDED)]) == [True]
+    assert (await store.settle([settle(new, SettleKind.SUCCEEDED)])).settled == (True,)
     assert (await store.enqueue_many([unique_job("k", n=2)]))[0].created
     # a job dead by recovery (no retry left) frees its key
     [gone] = await store.enqueue_many([unique_job("r", max_retries=0)])
@@ -1180,7 +1204,7 @@ async def check_unique_throttle_keeps_the_key_after_a_run(fresh: Fresh) -> None:
     store = await fresh()
     [first] = await store.enqueue_many([unique_job("t", ttl=0.5, mode="throttle")])
     [leased] = await lease(store)
-    assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [True]
+    assert (await store.settle([settle(leased, SettleKind.SUCCEEDED)])).settled == (True,)
     [dup] = await store.enqueue_many([unique_job("t", n=1, ttl=0.5, mode="throttle")])
     assert not dup.created and dup.job_id == first.job_id, "taken for ttl after the run"
     await trio.sleep(0.6)
@@ -1206,7 +1230,7 @@ async def check_unique_debounce_replaces_the_waiting_job(fresh: Fresh) -> None:
     # while it runs, a new job is stored and takes the key
     [behind] = await store.enqueue_many([unique_job("d", n=2, mode="debounce", delay=30.0)])
     assert behind.created and behind.job_id != first.job_id
-    assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [True]
+    assert (await store.settle([settle(leased, SettleKind.SUCCEEDED)])).settled == (True,)
     [replaced] = await store.enqueue_many(
         [unique_job("d", n=3, mode="debounce", payload=b'{"n":3}')]
     )
@@ -1224,7 +1248,7 @@ async def check_unique_ttl_lapses_and_renew_keeps_a_running_job_s_key(fresh: Fre
     [runs] = await store.enqueue_many([unique_job("r", ttl=0.3)])
     [leased] = [lj for lj in await lease(store, ttl=1.0) if lj.job.id == runs.job_id]
     await trio.sleep(0.2)
-    assert await store.renew([leased.ref], 1.0) == [True]
+    assert (await store.renew([leased.ref], 1.0)).renewed == (True,)
     await trio.sleep(0.4)  # past the ttl, within the renewed lease
     [dup] = await store.enqueue_many([unique_job("r", n=1, ttl=0.3)])
     assert not dup.created and dup.job_id == runs.job_id, "renewal keeps the key"
@@ -1263,7 +1287,7 @@ async def check_continuations_come_from_the_fenced_success_only(fresh: Fresh) ->
     await store.enqueue_many([*flows, job("plain")])
     by_id = {lj.job.id: lj for lj in await lease(store)}
     bad = stale(by_id["ok"].ref)
-    assert await store.settle([Settlement(bad, SettleKind.SUCCEEDED)]) == [False]
+    assert (await store.settle([Settlement(bad, SettleKind.SUCCEEDED)])).settled == (False,)
     assert await store.continuations(["q"], 10) == [], "a stale success queues nothing"
     assert (
         await store.settle(
@@ -1275,8 +1299,7 @@ async def check_continuations_come_from_the_fenced_success_only(fresh: Fresh) ->
                 settle(by_id["plain"], SettleKind.SUCCEEDED),
             ]
         )
-        == [True] * 5
-    )
+    ).settled == (True,) * 5
     [entry] = await store.continuations(["q"], 10)
     assert (entry.job_id, entry.queue, entry.then, entry.result) == (
         "ok",
@@ -1329,7 +1352,7 @@ async def check_a_settle_wakes_the_continuation_waiter(fresh: Fresh) -> None:
             nursery.start_soon(wait)
             await trio.sleep(0.05)
             assert not woke.is_set()
-            assert await store.settle([settle(leased, SettleKind.SUCCEEDED)]) == [True]
+            assert (await store.settle([settle(leased, SettleKind.SUCCEEDED)])).settled == (True,)
             await woke.wait()
     assert [c.job_id for c in await store.continuations(["q"], 10)] == ["w"]
 
@@ -1400,7 +1423,7 @@ async def check_abort_of_a_waiting_job_is_at_once_and_for_good(fresh: Fresh) -> 
     # aborted for good: not again, not run now, not requeued with the dead
     assert await store.abort("sched") is AbortResult.FINISHED
     assert not await store.run_now("sched")
-    assert await store.requeue_dead("q") == 0
+    assert (await store.requeue_dead("q")).count == 0
     assert await state_of(store, "sched") is JobState.ABORTED
     [stats] = await store.stats(["q"])
     assert stats.counts[JobState.ABORTED] == 4 and stats.counts[JobState.DEAD] == 0, stats
@@ -1424,7 +1447,7 @@ async def check_abort_of_a_leased_job_is_flagged_and_settled_fenced(fresh: Fresh
     # every renewal reports the flag, in its own reply
     for _ in range(2):
         renewed = await store.renew([by_id["other"].ref, run.ref], LEASE)
-        assert renewed == [True, True] and aborted_of(renewed) == {1}, renewed
+        assert renewed.renewed == (True, True) and renewed.aborted == {1}, renewed
     assert await store.abort("run") is AbortResult.FLAGGED, "asking again is harmless"
     waited: list[JobOutcome | None] = []
 
@@ -1437,14 +1460,16 @@ async def check_abort_of_a_leased_job_is_flagged_and_settled_fenced(fresh: Fresh
             await trio.sleep(0.05)
             # fenced: a stale token changes nothing
             stale_abort = Settlement(stale(run.ref), SettleKind.ABORTED)
-            assert await store.settle([stale_abort]) == [False]
+            assert (await store.settle([stale_abort])).settled == (False,)
             assert await state_of(store, "run") is JobState.LEASED
             applied = await store.settle([settle(run, SettleKind.ABORTED)])
-            assert applied == [True] and aborted_of(applied) == {0}, applied
+            assert applied.settled == (True,) and applied.aborted == {0}, applied
     await _aborted_state(store, "run", "aborted: stop")
     _raises_aborted(waited[0], "run")
-    assert await store.settle([settle(run, SettleKind.ABORTED)]) == [False], "settled once"
-    assert await store.renew([run.ref], LEASE) == [False]
+    assert (await store.settle([settle(run, SettleKind.ABORTED)])).settled == (False,), (
+        "settled once"
+    )
+    assert (await store.renew([run.ref], LEASE)).renewed == (False,)
     # a retry or a release of a flagged lease makes it aborted (not run again);
     # an outcome that finished it stands
     for name in ("retry", "rel", "done"):
@@ -1456,14 +1481,14 @@ async def check_abort_of_a_leased_job_is_flagged_and_settled_fenced(fresh: Fresh
             settle(by_id["done"], SettleKind.DEAD, error="fatal"),
         ]
     )
-    assert applied == [True, True, True] and aborted_of(applied) == {0, 1}, applied
+    assert applied.settled == (True, True, True) and applied.aborted == {0, 1}, applied
     await _aborted_state(store, "retry")
     await _aborted_state(store, "rel")
     done = await store.get_job("done")
     assert done is not None and done.state is JobState.DEAD and done.last_error == "fatal"
     # the unflagged lease was never told anything
     other = await store.renew([by_id["other"].ref], LEASE)
-    assert other == [True] and aborted_of(other) == frozenset()
+    assert other.renewed == (True,) and other.aborted == frozenset()
     assert await state_of(store, "other") is JobState.LEASED
 
 
@@ -1480,7 +1505,7 @@ async def check_recovery_aborts_an_expired_flagged_lease(fresh: Fresh) -> None:
     assert rec.aborted[0].state is JobState.ABORTED
     assert rec.aborted[0].last_error == "aborted: worker died"
     await _aborted_state(store, "gone", "aborted: worker died")
-    assert await store.settle([settle(leased["gone"], SettleKind.ABORTED)]) == [False]
+    assert (await store.settle([settle(leased["gone"], SettleKind.ABORTED)])).settled == (False,)
     [again] = await lease(store)
     assert again.job.id == "back", "only the job nobody aborted runs again"
 
@@ -1527,15 +1552,15 @@ async def check_aborted_jobs_are_kept_and_trimmed_as_dead_ones(fresh: Fresh) -> 
     aborted = await store.list_jobs("q", JobState.ABORTED, offset=1, limit=5)
     assert [j.id for j in aborted] == ["a1", "a2"]
     # requeueing the dead passes the aborted ones by (oldest dead first)
-    assert await store.requeue_dead("q", limit=2) == 2
+    assert (await store.requeue_dead("q", limit=2)).count == 2
     assert [j.id for j in await store.list_jobs("q", JobState.DEAD)] == ["d2"]
-    assert await store.requeue_dead("q") == 1
+    assert (await store.requeue_dead("q")).count == 1
     assert [j.id for j in await store.list_jobs("q", JobState.ABORTED)] == ["a0", "a1", "a2"]
     # trimmed with the dead: by count (the oldest first), and by age
-    assert await store.trim(["q"], dead_max_age=None, dead_max_count=1) == 2
+    assert (await store.trim(["q"], dead_max_age=None, dead_max_count=1)).count == 2
     assert [j.id for j in await store.list_jobs("q", JobState.ABORTED)] == ["a2"]
     await trio.sleep(0.2)
-    assert await store.trim(["q"], dead_max_age=0.1, dead_max_count=None) == 1
+    assert (await store.trim(["q"], dead_max_age=0.1, dead_max_count=None)).count == 1
     assert await store.get_job("a2") is None
     [stats] = await store.stats(["q"])
     assert stats.counts[JobState.ABORTED] == 0 and stats.counts[JobState.READY] == 3, stats
@@ -1553,7 +1578,7 @@ async def check_an_aborted_holder_gives_its_concurrency_slot_back(fresh: Fresh) 
     assert await store.abort(waiting[0]) is AbortResult.ABORTED, "a waiting job holds no slot"
     assert await lease(store) == []
     assert await store.abort(holder.job.id) is AbortResult.FLAGGED
-    assert await store.settle([settle(holder, SettleKind.ABORTED)]) == [True]
+    assert (await store.settle([settle(holder, SettleKind.ABORTED)])).settled == (True,)
     [after] = await lease(store)
     assert after.job.id == waiting[1], "the aborted holder's slot is free at once"
 

@@ -27,14 +27,17 @@ import trio
 from ..records._jobs import EnqueueResult, Job, JobState, LeasedJob, LeaseRef, NewJob
 from ..store._offers import check_jobs
 from ..store._partitioning import share_by_weight, share_strictly
-from ..store._roles import (
-    FencedResults,
+from ..store._results import (
+    NOTHING_SET_ASIDE,
+    LeaseResult,
     QueueWeight,
     RecoverResult,
+    RenewResult,
     SettleKind,
     Settlement,
-    WorkerRole,
+    SettleResult,
 )
+from ..store._roles import WorkerRole
 
 #: States a job waits in; one whose due time has come is leased.
 WAITING = frozenset({JobState.SCHEDULED, JobState.READY, JobState.RETRY_WAIT})
@@ -111,7 +114,7 @@ class MinimalStore(WorkerRole):
         worker_id: str,
         lease_duration: float,
         strict: bool = False,
-    ) -> list[LeasedJob]:
+    ) -> LeaseResult:
         now = self._now()
         due = {
             q.name: sorted(self._due(q.name, now), key=lambda j: (j.run_at, self._order[j.id]))
@@ -119,7 +122,7 @@ class MinimalStore(WorkerRole):
         }
         share = share_strictly if strict else share_by_weight
         shares = share(queues, count, {name: len(jobs) for name, jobs in due.items()})
-        leased = []
+        leased: list[LeasedJob] = []
         for name, n in shares.items():
             for job in due[name][:n]:
                 token, expires = uuid.uuid4().hex, now + lease_duration
@@ -128,10 +131,11 @@ class MinimalStore(WorkerRole):
                     lease_token=token, lease_owner=worker_id, lease_expires_at=expires,
                 )  # fmt: skip
                 self._jobs[job.id] = job
-                leased.append(LeasedJob(job, token, expires))
-        return leased
+                leased.append(LeasedJob(job, token, expires, now))
+        # no flow control, nothing set aside: the core has neither
+        return LeaseResult(tuple(leased), NOTHING_SET_ASIDE, (), None, False)
 
-    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> list[bool]:
+    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> RenewResult:
         now = self._now()
         renewed = []
         for ref in leases:
@@ -139,11 +143,11 @@ class MinimalStore(WorkerRole):
             if job is not None:
                 self._jobs[job.id] = attrs.evolve(job, lease_expires_at=now + lease_duration)
             renewed.append(job is not None)
-        return renewed
+        return RenewResult(tuple(renewed), NOTHING_SET_ASIDE, frozenset())
 
-    async def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
+    async def settle(self, settlements: Sequence[Settlement]) -> SettleResult:
         now = self._now()
-        applied, unclaimed_dead = [], set()
+        applied, aborted, unclaimed_dead = [], set(), set()
         for index, s in enumerate(settlements):
             job = self._held(s.lease, now)
             applied.append(job is not None)
@@ -182,13 +186,17 @@ class MinimalStore(WorkerRole):
                 self._jobs[job.id] = attrs.evolve(job, state=JobState.READY, attempts=given_back)
             else:  # DEAD, ABORTED
                 state = JobState.DEAD if kind is SettleKind.DEAD else JobState.ABORTED
+                if state is JobState.ABORTED:
+                    aborted.add(index)
                 error = s.error or ("aborted" if state is JobState.ABORTED else "")
                 self._jobs[job.id] = attrs.evolve(
                     job, state=state, finished_at=now, last_error=error or job.last_error
                 )
         if any(applied):
             self._wake_all()
-        return FencedResults(applied, unclaimed_dead=frozenset(unclaimed_dead))
+        return SettleResult(
+            tuple(applied), NOTHING_SET_ASIDE, frozenset(aborted), frozenset(unclaimed_dead)
+        )
 
     async def recover_expired(self, queues: Sequence[str], limit: int) -> RecoverResult:
         now = self._now()

@@ -106,12 +106,19 @@ def _observe_store(store: Store, metrics: Metrics | None) -> RoundTripTally | No
 
 @attrs.frozen
 class WorkerStatistics:
+    """What one worker did since it started, and holds now: a snapshot of
+    its runtime's counters (every field of ``runtime.Counters``, by name),
+    with the in-flight table, event bus, supervisor and thread figures."""
+
     worker_id: str
     in_flight: int
     running: int
     leased: int
     succeeded: int
     retried: int
+    #: Jobs the store dead-lettered for this worker: by a handler's outcome,
+    #: an expiry at lease, a damaged record, unclaimed past its grace, or
+    #: the recovery of an expired lease (those also in ``recovered``).
     dead: int
     #: Jobs of ``discard_dead`` tasks deleted instead of kept dead (also in ``dead``).
     discarded: int
@@ -199,30 +206,16 @@ class Worker:
 
     def statistics(self) -> WorkerStatistics:
         rt = self._rt
-        c = rt.counters if rt else Counters()
+        counters = rt.counters if rt else Counters()
         return WorkerStatistics(
             worker_id=self.id,
             in_flight=len(rt.table) if rt else 0,
             running=rt.table.running if rt else 0,
-            leased=c.leased,
-            succeeded=c.succeeded,
-            retried=c.retried,
-            dead=c.dead,
-            discarded=c.discarded,
-            released=c.released,
-            lost=c.lost,
-            recovered=c.recovered,
-            promoted=c.promoted,
-            trimmed=c.trimmed,
-            triggered=c.triggered,
             events_dropped=rt.events.dropped if rt else 0,
-            damaged=c.damaged,
-            quarantined=c.quarantined,
-            newer_skipped=c.newer_skipped,
             restarts=dict(self.supervisor.restarts),
-            aborted=c.aborted,
-            unclaimed=c.unclaimed,
             abandoned_threads=rt.threads.abandoned if rt else 0,
+            # every counter, by name: a counter added there is a field here
+            **attrs.asdict(counters, recurse=False),
         )
 
     async def wait_idle(self, *, poll: float = 0.05) -> None:
@@ -276,7 +269,7 @@ class Worker:
             # fed by the notifier, off the settle path (see runtime._metrics)
             rt.events.subscribe(
                 METRIC_EVENTS,
-                MetricsFeed(metrics, self.config.lease_duration),
+                MetricsFeed(metrics),
                 name=f"metrics {type(metrics).__qualname__}",
                 inline=True,
             )

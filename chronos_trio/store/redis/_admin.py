@@ -431,7 +431,7 @@ def _report_all(
 async def requeue_dead(ctx: StoreContext, queue: str, limit: int | None) -> CountResult:
     slots = await partitions_of_queue(ctx, queue)
     if not slots:
-        return CountResult(0)
+        return CountResult(0, NOTHING_SET_ASIDE)
     total = 0
     aside = NOTHING_SET_ASIDE
     #: Per partition, the oldest dead entries left in place so far (aborted

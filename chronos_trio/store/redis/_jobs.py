@@ -52,15 +52,17 @@ from ...records._options import decode_headers
 from .._partitioning import share_by_weight, share_strictly
 from .._record_rules import stored_damage
 from .._roles import (
+    NOTHING_LEASED,
     NOTHING_SET_ASIDE,
-    FencedResults,
-    LeaseBatch,
+    LeaseResult,
     PromoteResult,
     QueueWeight,
     RecoverResult,
+    RenewResult,
     SetAside,
     SettleKind,
     Settlement,
+    SettleResult,
     StoreError,
 )
 from . import _kinds as redis  # isinstance(client, redis.Redis) without importing redis-py
@@ -258,15 +260,15 @@ async def lease(
     worker_id: str,
     lease_duration: float,
     strict: bool = False,
-) -> LeaseBatch:
+) -> LeaseResult:
     if count <= 0 or not queues:
-        return LeaseBatch()
+        return NOTHING_LEASED
     metas = await ctx.meta([q.name for q in queues])
     live = [q for q in queues if metas[q.name].versions is not None and not metas[q.name].paused]
     slots = {q.name: ctx.partitions_of(q.name, metas[q.name]) for q in live if q.weight > 0}
     slots = {q: pks for q, pks in slots.items() if pks}
     if not slots:
-        return LeaseBatch()
+        return NOTHING_LEASED
     one_node = await _one_node(ctx)
     # Each entry: partitions one lease.lua call leases from in global order, and its count.
     plan: list[tuple[Sequence[PartitionKeys], int]]
@@ -299,7 +301,7 @@ async def lease(
             order = [(pk, heads[pk]) for pk in (*pks[first:], *pks[:first])]
             plan += [((pk,), n) for pk, n in earliest_runs(order, share).items()]
     if not plan:
-        return LeaseBatch()
+        return NOTHING_LEASED
     duration = repr(float(lease_duration))
     replies = await ctx.adapter.execute(
         [
@@ -336,26 +338,27 @@ async def lease(
             held_until = until if held_until is None else min(held_until, until)
         capped = capped or flow[2] == 1
         got = by_queue.setdefault(pk.queue, [])
-        got += _leased_jobs(part, reply[1], pk, worker_id, undecodable)
+        got += _leased_jobs(part, reply[1], lease_now, pk, worker_id, undecodable)
         sources[pk.queue] = sources.get(pk.queue, 0) + 1
     if undecodable:
         # Shielded: a cancellation here must not drop the healthy jobs this
         # call has already leased (their reply is in hand).
         with trio.move_on_after(_UNDECODABLE_TIMEOUT, shield=True):
             aside += await _dead_letter_undecodable(ctx, undecodable)
-    out = LeaseBatch(
-        aside=ctx.count_aside(aside),
-        expired=expired,
-        held_for=None if held_until is None else max(0.0, held_until - lease_now),
-        capped=capped,
-    )
+    jobs: list[LeasedJob] = []
     for qw in live:
         mine = by_queue.pop(qw.name, [])
         if sources.get(qw.name, 0) > 1:
             mine.sort(key=lambda lj: (-lj.job.priority, lj.job.run_at, lj.job.id))
-        out += mine
-    ctx.leased(bool(out), held_until is not None or capped)  # how the caller's wake-up fared
-    return out
+        jobs += mine
+    ctx.leased(bool(jobs), held_until is not None or capped)  # how the caller's wake-up fared
+    return LeaseResult(
+        tuple(jobs),
+        ctx.count_aside(aside),
+        expired,
+        None if held_until is None else max(0.0, held_until - lease_now),
+        capped,
+    )
 
 
 async def _lease_peek(
@@ -428,6 +431,7 @@ require_field_order(
 def _leased_jobs(
     reply: list[Any],
     expires_at: bytes,
+    leased_at: float,
     pk: PartitionKeys,
     worker_id: str,
     undecodable: list[tuple[PartitionKeys, bytes, bytes, str]],
@@ -439,7 +443,7 @@ def _leased_jobs(
     lease takes exactly the ready records the store checker calls usable. A
     job that fails is added to ``undecodable`` (partition, raw id, raw
     token, why) instead of the result. ``expires_at`` is the reply's
-    expiry, as sent."""
+    expiry, as sent, and ``leased_at`` its store time (lease.lua's TIME)."""
     expires = float(expires_at)
     queue, version, partition = pk.queue, pk.version, pk.partition
     leased = JobState.LEASED
@@ -484,7 +488,7 @@ def _leased_jobs(
             why = _why_undecodable(reply, k, fc, exc)
             undecodable.append((pk, reply[k], reply[k + 1], why))
             continue
-        out.append(LeasedJob(job, token, expires))
+        out.append(LeasedJob(job, token, expires, leased_at))
     return out
 
 
@@ -572,7 +576,7 @@ def _group(ctx: StoreContext, refs: Sequence[LeaseRef]) -> dict[PartitionKeys, l
 
 async def renew(
     ctx: StoreContext, leases: Sequence[LeaseRef], lease_duration: float
-) -> FencedResults:
+) -> RenewResult:
     groups = _group(ctx, leases)
     duration = repr(float(lease_duration))
     ops = []
@@ -592,7 +596,7 @@ async def renew(
             results[i] = code == 1 or code == 4
             if code == 4:  # renewed, and an abort was asked (renew.lua)
                 flagged.append(i)
-    return FencedResults(results, ctx.count_aside(aside), frozenset(flagged))
+    return RenewResult(tuple(results), ctx.count_aside(aside), frozenset(flagged))
 
 
 #: Settle kinds that put the job back to wait for a due time (promoters are woken).
@@ -616,7 +620,7 @@ def _settle_op(argv_of: dict[PartitionKeys, list[object]]) -> Op:
     return Op.script_call(S.SETTLE, keys, argv)
 
 
-async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> FencedResults:
+async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> SettleResult:
     groups = _group(ctx, [s.lease for s in settlements])
     argv_of: dict[PartitionKeys, list[object]] = {}
     for pk, idxs in groups.items():
@@ -702,7 +706,7 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Fenced
         # stays applied; the caller settles the batch again (fenced).
         pk, why = failed[0]
         raise StoreError(f"settle failed in partition {pk.tag}: {why.decode(errors='replace')}")
-    return FencedResults(results, aside, frozenset(aborted), frozenset(unclaimed_dead))
+    return SettleResult(tuple(results), aside, frozenset(aborted), frozenset(unclaimed_dead))
 
 
 # -- recover ---------------------------------------------------------------------------

@@ -26,16 +26,17 @@ from .._roles import (
     CheckReport,
     Continuation,
     CountResult,
-    FencedResults,
     Leadership,
-    LeaseBatch,
+    LeaseResult,
     LimitUsage,
     PromoteResult,
     QueueStats,
     QueueTopology,
     QueueWeight,
     RecoverResult,
+    RenewResult,
     Settlement,
+    SettleResult,
     Store,
     TriggerResult,
 )
@@ -249,9 +250,7 @@ class RedisStore(Store):
         worker_id: str,
         lease_duration: float,
         strict: bool = False,
-    ) -> LeaseBatch:
-        """A :class:`~chronos_trio.store.LeaseBatch`: the leased jobs (a
-        list) and, in ``aside``, the records the lease set aside."""
+    ) -> LeaseResult:
         return await _jobs.lease(
             self._ctx,
             queues,
@@ -261,10 +260,10 @@ class RedisStore(Store):
             strict=strict,
         )
 
-    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> FencedResults:
+    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> RenewResult:
         return await _jobs.renew(self._ctx, leases, lease_duration)
 
-    async def settle(self, settlements: Sequence[Settlement]) -> FencedResults:
+    async def settle(self, settlements: Sequence[Settlement]) -> SettleResult:
         return await _jobs.settle(self._ctx, settlements)
 
     async def recover_expired(self, queues: Sequence[str], limit: int) -> RecoverResult:
