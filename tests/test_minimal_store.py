@@ -83,7 +83,9 @@ async def test_a_worker_runs_retries_dead_letters_and_recovers_on_it(
 
     # A worker that died holding a lease: leased for 2 s and never settled.
     [orphan] = await work.enqueue_many([Item(4)])
-    [lost] = await store.lease([QueueWeight("default")], 1, worker_id="gone", lease_duration=2.0)
+    [lost] = (
+        await store.lease([QueueWeight("default")], 1, worker_id="gone", lease_duration=2.0)
+    ).jobs
     assert lost.job.id == orphan.job_id
     await work.enqueue_many([Item(1), Item(2), Item(3)])
     started = trio.current_time()
@@ -136,7 +138,8 @@ def _refusal(exc: pytest.ExceptionInfo[MissingCapability], *words: str) -> None:
 
 
 async def _nothing_stored(store: MinimalStore) -> None:
-    assert await store.lease([QueueWeight("default")], 100, worker_id="w", lease_duration=1) == []
+    leased = await store.lease([QueueWeight("default")], 100, worker_id="w", lease_duration=1)
+    assert leased.jobs == ()
 
 
 @pytest.mark.parametrize(
@@ -194,7 +197,9 @@ async def test_a_worker_refuses_schedules_and_kept_results_before_starting(
         "nothing was started",
     )
     # nothing ran: the job still waits, unleased
-    [waiting] = await store.lease([QueueWeight("default")], 10, worker_id="w", lease_duration=1)
+    [waiting] = (
+        await store.lease([QueueWeight("default")], 10, worker_id="w", lease_duration=1)
+    ).jobs
     assert waiting.job.id == "waiting" and waiting.job.attempts == 1
 
 
@@ -219,5 +224,5 @@ async def test_a_result_wait_an_abort_and_a_workflow_are_refused(autojump_clock:
         await app.worker().wait_idle()
     _refusal(refused, "wait_idle needs admin")
     # only the plain job was stored
-    [only] = await store.lease([QueueWeight("default")], 10, worker_id="w", lease_duration=1)
+    [only] = (await store.lease([QueueWeight("default")], 10, worker_id="w", lease_duration=1)).jobs
     assert only.job.id == handle.job_id
