@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -243,6 +243,8 @@ class Mix:
     workflow: float = 0.1
     #: share of new jobs with a priority other than 0
     priority: float = 0.3
+    #: share of new jobs with an expiry
+    expiry: float = 0.1
 
 
 class _Draw:
@@ -315,7 +317,7 @@ class _Draw:
             run_at_offset=run_at_offset,
             max_retries=rng.choice((0, 1, 1, 2)),
             priority=rng.choice((1, -1, 2)) if rng.random() < mix.priority else 0,
-            expires_in=rng.choice((3.5, 12.5)) if rng.random() < 0.1 else None,
+            expires_in=rng.choice((3.5, 12.5)) if rng.random() < mix.expiry else None,
             unique=unique,
             rate=rate,
             cap=cap,
@@ -346,7 +348,7 @@ def generate(seed: int | str, steps: int, mix: Mix | None = None) -> list[Operat
     mix = mix or Mix()
     rng = random.Random(f"chronos-differential-{seed}")
     draw = _Draw(rng, mix)
-    makers = {
+    makers: dict[str, Callable[[], Operation]] = {
         "enqueue": lambda: Enqueue((draw.new_job(single=True),)),
         "bulk": lambda: Enqueue(
             tuple(draw.new_job(single=False) for _ in range(rng.randint(2, 5)))
@@ -368,9 +370,7 @@ def generate(seed: int | str, steps: int, mix: Mix | None = None) -> list[Operat
         "abort": lambda: _abort(draw),
         "run_now": lambda: _by_id(draw, RunNow),
         "delete": lambda: _by_id(draw, Delete),
-        "requeue_dead": lambda: RequeueDead(
-            rng.choice(QUEUES), rng.choice((None, 1, 2))
-        ),
+        "requeue_dead": lambda: RequeueDead(rng.choice(QUEUES), rng.choice((None, 1, 2))),
         "group": lambda: GroupArrive(_arrivals(rng), float(rng.choice((5, 60))) + 0.5),
         "continuations": lambda: Continue(draw.queues(), rng.random() < 0.7),
         "jump": lambda: Jump(float(rng.choice((1, 2, 3, 5, 10, 30)))),
