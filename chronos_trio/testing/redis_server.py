@@ -28,6 +28,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, NamedTuple
@@ -138,6 +139,7 @@ class RedisServer:
         aof: FsyncPolicy | None = None,
         config_file: str | Path | None = None,
         sentinel: bool = False,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         if aof is not None and aof not in ("always", "everysec", "no"):
             raise ValueError(f"aof must be 'always', 'everysec' or 'no', got {aof!r}")
@@ -146,6 +148,9 @@ class RedisServer:
         #: rewrites its own, so it must be writable and private).
         self.config_file = None if config_file is None else Path(config_file)
         self.sentinel = sentinel
+        #: Variables added to the server's environment (e.g. a libfaketime
+        #: preload, see ``testing.faketime``); None: it inherits ours as is.
+        self.env = None if env is None else dict(env)
         if port in _FORBIDDEN_PORTS:
             raise ValueError("refusing to use port 6379: it may be someone else's Redis")
         self.port = port if port is not None else free_port()
@@ -186,7 +191,11 @@ class RedisServer:
             *self.extra_args,
         ]  # fmt: skip
         self._proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=None if self.env is None else {**os.environ, **self.env},
         )
         _LIVE.add(self._proc)
         deadline = time.monotonic() + self.start_timeout
@@ -278,12 +287,25 @@ class RedisCluster:
     runs, and :meth:`wait_ok` then waits for the rest of the delay.
     """
 
-    def __init__(self, *, masters: int = 3, start_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        *,
+        masters: int = 3,
+        start_timeout: float = 30.0,
+        node_timeout_ms: int = 5000,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         if masters < 3:
             raise ValueError("a Redis Cluster needs at least 3 masters")
         self.cli = _binary("redis-cli")
         self.masters = masters
         self.start_timeout = start_timeout
+        #: ``cluster-node-timeout``: how long a silent node takes to be
+        #: suspected (a cluster whose clock jumps, see ``testing.faketime``,
+        #: needs a long one).
+        self.node_timeout_ms = node_timeout_ms
+        #: Every node's extra environment (see :class:`RedisServer`).
+        self.env = env
         self.directory = Path(tempfile.mkdtemp(prefix="chronos-cluster-"))
         self.nodes: list[RedisServer] = []
 
@@ -313,13 +335,15 @@ class RedisCluster:
             cluster_args = [
                 "--cluster-enabled", "yes",
                 "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", "5000",
+                "--cluster-node-timeout", str(self.node_timeout_ms),
             ]  # fmt: skip
             for i in range(self.masters):
                 port = free_port(with_bus=True)
                 node_dir = self.directory / f"node{i}"
                 node_dir.mkdir()
-                node = RedisServer(port=port, directory=node_dir, extra_args=cluster_args)
+                node = RedisServer(
+                    port=port, directory=node_dir, extra_args=cluster_args, env=self.env
+                )
                 self.nodes.append(node.start())
             ranges = self._slot_ranges()
             for i, (node, (first, last)) in enumerate(zip(self.nodes, ranges, strict=True)):

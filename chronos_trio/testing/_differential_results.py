@@ -1,0 +1,203 @@
+"""The differential test's normaliser: the one place that reads what store
+calls return, turning each result into plain data (tuples, numbers,
+strings) that two stores must answer alike.
+
+Keep every reading of a raw result here (lease batches, fenced results,
+counts, set-aside reports), so a change of the store's result types is a
+change of this module only.
+
+Where the contract leaves the stores free, the normal form forgets the
+difference, each time with the rule that allows it:
+
+* fencing tokens are the store's own (``_roles``: "a fresh fencing token,
+  unique among all leases this store ever issued"): a job's token is
+  reported as held or not, never compared;
+* a lease's jobs, a recovery's jobs and the outbox are compared as sets
+  (sorted by ID): their order is due time (``lease``), expiry
+  (``recover_expired``) or per partition (``continuations``: "oldest first
+  within a partition"), and jobs that tie, or sit in different partitions,
+  have no order the contract fixes;
+* a leased job's ``then`` and ``unclaimed_since`` (``Job``: "a lease may
+  leave it None") are not compared there, nor a recovered job's ``control``
+  and ``then`` (the admin reads compare every field);
+* retained succeeded jobs are listed sorted by ID (``list_jobs``: "a
+  RedisStore indexes succeeded jobs by the end of their retention");
+* times are rounded to the microsecond, the resolution of Redis ``TIME``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from ..records._jobs import EnqueueResult, Job, JobState, LeasedJob, LeaseRef
+from ..store._roles import (
+    AbortResult,
+    Continuation,
+    PromoteResult,
+    QueueStats,
+    RecoverResult,
+    SetAside,
+    aborted_of,
+    aside_of,
+    unclaimed_dead_of,
+)
+
+#: A normalised result: nested tuples of plain values.
+Normal = Any
+
+
+def when(t: float | None) -> float | None:
+    """A store time, to the microsecond."""
+    return None if t is None else round(t, 6)
+
+
+def aside(result: object) -> Normal:
+    """What an operation set aside (see :class:`SetAside`): empty on sound stores."""
+    found: SetAside = aside_of(result)
+    if not found:
+        return ()
+    return (
+        ("dead", tuple(sorted(j.id for j in found.dead))),
+        ("quarantined", tuple(sorted(e.job_id for e in found.quarantined))),
+        ("newer", tuple(sorted(e.job_id for e in found.newer))),
+    )
+
+
+def job(j: Job) -> Normal:
+    """Every field of a job as the admin API shows it; the token as held or not."""
+    fields = attrs.asdict(j, recurse=False)
+    fields["lease_token"] = bool(j.lease_token)
+    for name in ("run_at", "lease_expires_at", "created_at", "finished_at", "result_until"):
+        fields[name] = when(fields[name])
+    fields["unclaimed_since"] = when(j.unclaimed_since)
+    fields["state"] = j.state.value if isinstance(j.state, JobState) else repr(j.state)
+    fields["control"] = None if j.control is None else attrs.astuple(j.control)
+    return tuple(sorted(fields.items()))
+
+
+def jobs_by_id(jobs: Sequence[Job]) -> Normal:
+    """Jobs as a set: normalised, sorted by ID."""
+    return tuple(job(j) for j in sorted(jobs, key=lambda j: j.id))
+
+
+def leased_job(lj: LeasedJob) -> Normal:
+    j = lj.job
+    return (
+        j.id,
+        j.queue,
+        j.kind,
+        j.payload,
+        j.attempts,
+        j.max_retries,
+        when(j.run_at),
+        when(lj.expires_at),
+        j.lease_owner,
+        j.priority,
+    )
+
+
+def finished(j: Job) -> Normal:
+    """A job a recovery reports as dead or aborted: what a worker publishes
+    of it. (The RedisStore's lacks ``control`` and ``then``, as a leased
+    job's may; the admin reads compare every field.)"""
+    return (j.id, j.queue, j.state.value, j.attempts, j.last_error, when(j.finished_at))
+
+
+def enqueued(results: Sequence[EnqueueResult]) -> Normal:
+    return tuple(
+        (r.job_id, r.created, when(r.run_at), r.queue_version, r.partition) for r in results
+    )
+
+
+def leased(batch: Sequence[LeasedJob]) -> Normal:
+    """A lease's result: its jobs (as a set), what it dead-lettered as
+    expired, when a rate limit frees a held job, whether a cap held one."""
+    expired = getattr(batch, "expired", ())
+    held_for = getattr(batch, "held_for", None)
+    return (
+        ("jobs", tuple(sorted(leased_job(lj) for lj in batch))),
+        ("expired", tuple(sorted(j.id for j in expired))),
+        ("held_for", when(held_for)),
+        ("capped", bool(getattr(batch, "capped", False))),
+        ("aside", aside(batch)),
+    )
+
+
+def leases_of(batch: Sequence[LeasedJob]) -> list[LeaseRef]:
+    """The lease references a lease result hands out (to renew and settle)."""
+    return [lj.ref for lj in batch]
+
+
+def fenced(results: Sequence[bool]) -> Normal:
+    """A renew's or settle's result: one bool per lease, which were aborted
+    or dead-lettered as unclaimed, and what was set aside."""
+    return (
+        ("ok", tuple(bool(r) for r in results)),
+        ("aborted", tuple(sorted(aborted_of(results)))),
+        ("unclaimed_dead", tuple(sorted(unclaimed_dead_of(results)))),
+        ("aside", aside(results)),
+    )
+
+
+def recovered(result: RecoverResult) -> Normal:
+    return (
+        ("requeued", tuple(sorted(result.requeued))),
+        ("dead", tuple(finished(j) for j in sorted(result.dead, key=lambda j: j.id))),
+        ("aborted", tuple(finished(j) for j in sorted(result.aborted, key=lambda j: j.id))),
+        ("aside", aside(result)),
+    )
+
+
+def promoted(result: PromoteResult) -> Normal:
+    return (
+        ("promoted", result.promoted),
+        ("next_due_at", when(result.next_due_at)),
+        ("now", when(result.now)),
+        ("aside", aside(result)),
+    )
+
+
+def counted(result: int) -> Normal:
+    return (("count", int(result)), ("aside", aside(result)))
+
+
+def aborted(result: AbortResult) -> Normal:
+    return result.value
+
+
+def arrived(results: Sequence[Sequence[bytes | None] | None]) -> Normal:
+    return tuple(None if r is None else tuple(r) for r in results)
+
+
+def continuations(entries: Sequence[Continuation]) -> Normal:
+    return tuple(
+        sorted((c.job_id, c.queue, c.queue_version, c.partition, c.then, c.result) for c in entries)
+    )
+
+
+def stats(entries: Sequence[QueueStats]) -> Normal:
+    return tuple(
+        (
+            s.queue,
+            tuple(sorted((state.value, n) for state, n in s.counts.items() if n)),
+            s.paused,
+            tuple(sorted((k, n) for k, n in s.by_partition.items() if n)),
+        )
+        for s in entries
+    )
+
+
+def listed(state: JobState, jobs: Sequence[Job]) -> Normal:
+    """One state's ``list_jobs`` page, in the store's order (sorted by ID
+    for succeeded jobs: see the module docstring)."""
+    if state is JobState.SUCCEEDED:
+        return jobs_by_id(jobs)
+    return tuple(job(j) for j in jobs)
+
+
+def raised(exc: Exception) -> Normal:
+    """A call that raised: its exception type (messages are each store's own)."""
+    return ("raised", type(exc).__name__)
