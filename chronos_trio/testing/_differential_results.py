@@ -33,17 +33,18 @@ from typing import Any
 import attrs
 
 from ..records._jobs import EnqueueResult, Job, JobState, LeasedJob, LeaseRef
-from ..store._roles import (
+from ..store._results import (
     AbortResult,
-    Continuation,
+    CountResult,
+    LeaseResult,
     PromoteResult,
     QueueStats,
     RecoverResult,
+    RenewResult,
     SetAside,
-    aborted_of,
-    aside_of,
-    unclaimed_dead_of,
+    SettleResult,
 )
+from ..store._roles import Continuation
 
 #: A normalised result: nested tuples of plain values.
 Normal = Any
@@ -54,9 +55,8 @@ def when(t: float | None) -> float | None:
     return None if t is None else round(t, 6)
 
 
-def aside(result: object) -> Normal:
+def aside(found: SetAside) -> Normal:
     """What an operation set aside (see :class:`SetAside`): empty on sound stores."""
-    found: SetAside = aside_of(result)
     if not found:
         return ()
     return (
@@ -94,6 +94,7 @@ def leased_job(lj: LeasedJob) -> Normal:
         j.max_retries,
         when(j.run_at),
         when(lj.expires_at),
+        when(lj.leased_at),
         j.lease_owner,
         j.priority,
     )
@@ -112,33 +113,41 @@ def enqueued(results: Sequence[EnqueueResult]) -> Normal:
     )
 
 
-def leased(batch: Sequence[LeasedJob]) -> Normal:
+def leased(batch: LeaseResult) -> Normal:
     """A lease's result: its jobs (as a set), what it dead-lettered as
     expired, when a rate limit frees a held job, whether a cap held one."""
-    expired = getattr(batch, "expired", ())
-    held_for = getattr(batch, "held_for", None)
     return (
-        ("jobs", tuple(sorted(leased_job(lj) for lj in batch))),
-        ("expired", tuple(sorted(j.id for j in expired))),
-        ("held_for", when(held_for)),
-        ("capped", bool(getattr(batch, "capped", False))),
-        ("aside", aside(batch)),
+        ("jobs", tuple(sorted(leased_job(lj) for lj in batch.jobs))),
+        ("expired", tuple(sorted(j.id for j in batch.expired))),
+        ("held_for", when(batch.held_for)),
+        ("capped", batch.capped),
+        ("aside", aside(batch.aside)),
     )
 
 
-def leases_of(batch: Sequence[LeasedJob]) -> list[LeaseRef]:
+def leases_of(batch: LeaseResult) -> list[LeaseRef]:
     """The lease references a lease result hands out (to renew and settle)."""
-    return [lj.ref for lj in batch]
+    return [lj.ref for lj in batch.jobs]
 
 
-def fenced(results: Sequence[bool]) -> Normal:
-    """A renew's or settle's result: one bool per lease, which were aborted
-    or dead-lettered as unclaimed, and what was set aside."""
+def renewed(result: RenewResult) -> Normal:
+    """A renew's result: one bool per lease, which were flagged for an
+    abort, and what was set aside."""
     return (
-        ("ok", tuple(bool(r) for r in results)),
-        ("aborted", tuple(sorted(aborted_of(results)))),
-        ("unclaimed_dead", tuple(sorted(unclaimed_dead_of(results)))),
-        ("aside", aside(results)),
+        ("ok", result.renewed),
+        ("aborted", tuple(sorted(result.aborted))),
+        ("aside", aside(result.aside)),
+    )
+
+
+def settled(result: SettleResult) -> Normal:
+    """A settle's result: one bool per settlement, which made their job
+    aborted or dead-lettered it as unclaimed, and what was set aside."""
+    return (
+        ("ok", result.settled),
+        ("aborted", tuple(sorted(result.aborted))),
+        ("unclaimed_dead", tuple(sorted(result.unclaimed_dead))),
+        ("aside", aside(result.aside)),
     )
 
 
@@ -147,7 +156,7 @@ def recovered(result: RecoverResult) -> Normal:
         ("requeued", tuple(sorted(result.requeued))),
         ("dead", tuple(finished(j) for j in sorted(result.dead, key=lambda j: j.id))),
         ("aborted", tuple(finished(j) for j in sorted(result.aborted, key=lambda j: j.id))),
-        ("aside", aside(result)),
+        ("aside", aside(result.aside)),
     )
 
 
@@ -156,12 +165,12 @@ def promoted(result: PromoteResult) -> Normal:
         ("promoted", result.promoted),
         ("next_due_at", when(result.next_due_at)),
         ("now", when(result.now)),
-        ("aside", aside(result)),
+        ("aside", aside(result.aside)),
     )
 
 
-def counted(result: int) -> Normal:
-    return (("count", int(result)), ("aside", aside(result)))
+def counted(result: CountResult) -> Normal:
+    return (("count", result.count), ("aside", aside(result.aside)))
 
 
 def aborted(result: AbortResult) -> Normal:

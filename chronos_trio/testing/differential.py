@@ -200,7 +200,7 @@ class _Side:
                 self.leases.setdefault(ref.job_id, []).append(ref)
             return normal.leased(batch)
         if isinstance(op, Renew):
-            return normal.fenced(await store.renew([self.ref(p) for p in op.picks], op.duration))
+            return normal.renewed(await store.renew([self.ref(p) for p in op.picks], op.duration))
         if isinstance(op, Settle):
             settlements = [
                 Settlement(
@@ -215,7 +215,7 @@ class _Side:
                 )
                 for i in op.items
             ]
-            return normal.fenced(await store.settle(settlements))
+            return normal.settled(await store.settle(settlements))
         if isinstance(op, Recover):
             return normal.recovered(await store.recover_expired(list(op.queues), op.limit))
         if isinstance(op, Promote):
