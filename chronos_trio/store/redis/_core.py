@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Generator, Sequence
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import attrs
 
@@ -72,6 +72,73 @@ class NeedMeta(NamedTuple):
 Step = Call | NeedMeta
 #: A plan returning ``T``: yields steps, is sent each step's answer.
 Plan = Generator[Any, Any, T]
+
+
+class Steps(Generic[T]):
+    """How every driver walks a plan, whatever its runtime: iterate for the
+    plan's requests, set :attr:`reply` to each one's answer before the next
+    iteration, read :attr:`result` once the iteration ends. Used as a
+    context manager, it closes the plan on the way out (an error, a
+    cancellation), which runs its ``finally`` blocks. :func:`drive` and
+    :func:`drive_async` are that loop; a driver with requests of its own
+    (a result waiter's ``Block``) writes it out::
+
+        with Steps(plan) as steps:
+            for step in steps:
+                steps.reply = await answer(step)
+        return steps.result
+
+    The driver answers each request with IO of its runtime (a Trio socket,
+    a thread, an asyncio task); an exception it raises while answering
+    leaves the loop and closes the plan."""
+
+    __slots__ = ("_plan", "_started", "reply", "result")
+
+    def __init__(self, plan: Plan[T]) -> None:
+        self._plan = plan
+        self._started = False
+        #: The answer to the request last returned by the iteration.
+        self.reply: Any = None
+        #: The plan's return value, once the iteration ended.
+        self.result: T
+
+    def __enter__(self) -> Steps[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._plan.close()
+
+    def __iter__(self) -> Steps[T]:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            if self._started:
+                return self._plan.send(self.reply)
+            self._started = True
+            return next(self._plan)
+        except StopIteration as done:
+            self.result = done.value
+            raise StopIteration from None
+
+
+def drive(plan: Plan[T], answer: Callable[[Any], Any]) -> T:
+    """Run ``plan`` to its result, each request answered by ``answer``
+    (blocking); closes the plan on the way out."""
+    with Steps(plan) as steps:
+        for step in steps:
+            steps.reply = answer(step)
+    return steps.result
+
+
+async def drive_async(plan: Plan[T], answer: Callable[[Any], Awaitable[Any]]) -> T:
+    """Run ``plan`` to its result, each request answered by awaiting
+    ``answer`` (on any event loop: Trio, asyncio); closes the plan on the
+    way out."""
+    with Steps(plan) as steps:
+        for step in steps:
+            steps.reply = await answer(step)
+    return steps.result
 
 
 @attrs.frozen
@@ -232,9 +299,7 @@ class RedisCore:
         ops = []
         for queue, at in due.items():
             key = self.keys.wake_scheduled(queue)
-            ops.append(
-                Op.wake_command(key, "XADD", key, "MAXLEN", WAKE_KEEP, "*", "due", repr(at))
-            )
+            ops.append(Op.wake_command(key, "XADD", key, "MAXLEN", WAKE_KEEP, "*", "due", repr(at)))
         return ops
 
 
