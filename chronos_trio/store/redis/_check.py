@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -35,6 +35,7 @@ from .._roles import DAMAGED_RECORD, CheckReport, Finding, Problem, Repair, find
 from ._admin import queue_names
 from ._codec import RECORD_FORMAT, show
 from ._context import StoreContext
+from ._core import Call, NeedMeta, Plan, Scan, ScanNodes
 from ._scripts import Op, Script
 from .keys import LEASED_SENTINEL, PartitionKeys, escape
 
@@ -366,7 +367,7 @@ class Walk:
             return f"{{{ns}:q:{_glob(escape(queues.pop()))}:v*}}:j:*"
         return f"{{{ns}:q:*}}:j:*"
 
-    async def judge_ids(self, mode: str, ids: dict[Ident, dict[bytes, None]]) -> None:
+    def judge_ids(self, mode: str, ids: dict[Ident, dict[bytes, None]]) -> Plan[None]:
         """Inspect ``ids`` (per partition, at most ``batch`` per script call),
         record their findings, and repair them if asked."""
         calls: list[tuple[PartitionKeys, list[bytes]]] = []
@@ -375,7 +376,7 @@ class Walk:
             calls.extend((pk, chunk[i : i + self.batch]) for i in range(0, len(chunk), self.batch))
         if not calls:
             return
-        replies = await self.ctx.adapter.execute(
+        replies = yield Call(
             [
                 Op.script_call(INSPECT, [*zsets(pk), pk.job_prefix], [mode, *chunk])
                 for pk, chunk in calls
@@ -395,10 +396,10 @@ class Walk:
                 if self.repair and fix is not None:
                     fixes.append((key, fix))
         if fixes:
-            await self.apply(fixes)
+            yield from self.apply(fixes)
 
-    async def apply(self, fixes: Sequence[tuple[tuple[Ident, bytes], Fix]]) -> None:
-        replies = await self.ctx.adapter.execute([fix.op for _, fix in fixes])
+    def apply(self, fixes: Sequence[tuple[tuple[Ident, bytes], Fix]]) -> Plan[None]:
+        replies = yield Call([fix.op for _, fix in fixes])
         ready: dict[str, int] = {}
         due: dict[str, float] = {}
         for (key, fix), reply in zip(fixes, replies, strict=True):
@@ -412,16 +413,16 @@ class Walk:
             elif fix.becomes in (JobState.SCHEDULED, JobState.RETRY_WAIT):
                 due[finding.queue] = 0.0
         if ready or due:
-            await self.ctx.adapter.execute(
+            yield Call(
                 [], after=[*self.ctx.wake_ready_ops(ready), *self.ctx.wake_scheduled_ops(due)]
             )
 
-    async def walk_records(self) -> None:
+    def walk_records(self) -> Plan[None]:
         pattern = self.pattern()
-        for node in await self.ctx.adapter.scan_nodes():
+        for node in (yield ScanNodes()):
             cursor = 0
             while True:
-                cursor, keys = await self.ctx.adapter.scan(node, cursor, pattern, self.batch)
+                cursor, keys = yield Scan(node, cursor, pattern, self.batch)
                 ids: dict[Ident, dict[bytes, None]] = {}
                 for key in keys:
                     parsed = self.parse_key(key)
@@ -430,18 +431,18 @@ class Walk:
                         continue
                     self.records += 1
                     ids.setdefault(parsed[0], {})[parsed[1]] = None
-                await self.judge_ids("all", ids)
+                yield from self.judge_ids("all", ids)
                 if cursor == 0:
                     break
 
-    async def walk_indexes(self) -> None:
+    def walk_indexes(self) -> Plan[None]:
         targets = [(ident, z) for ident in self.parts for z in range(len(INDEX_STATES))]
 
         def zscan(target: tuple[Ident, int], cursor: int) -> Op:
             pk = self.parts[target[0]]
             return Op.command(pk.tag, "ZSCAN", zsets(pk)[target[1]], cursor, "COUNT", self.batch)
 
-        async def step(got: list[tuple[tuple[Ident, int], Any]]) -> None:
+        def step(got: list[tuple[tuple[Ident, int], Any]]) -> Plan[None]:
             ids: dict[Ident, dict[bytes, None]] = {}
             for (ident, _), members in got:
                 for member, _score in members:
@@ -449,11 +450,11 @@ class Walk:
                         continue
                     self.index_entries += 1
                     ids.setdefault(ident, {})[member] = None
-            await self.judge_ids("missing", ids)
+            yield from self.judge_ids("missing", ids)
 
-        await self.cursor_walk(targets, zscan, step)
+        yield from self.cursor_walk(targets, zscan, step)
 
-    async def walk_quarantine(self) -> None:
+    def walk_quarantine(self) -> Plan[None]:
         # a job id this check quarantined itself is listed once, as repaired
         fresh = {key for key, f in self.findings.items() if f.repair is Repair.QUARANTINED}
 
@@ -461,7 +462,7 @@ class Walk:
             pk = self.parts[ident]
             return Op.command(pk.tag, "HSCAN", pk.damaged, cursor, "COUNT", self.batch)
 
-        async def step(got: list[tuple[Ident, Any]]) -> None:
+        def step(got: list[tuple[Ident, Any]]) -> Plan[None]:
             for ident, entries in got:
                 pk = self.parts[ident]
                 for job_id, value in entries.items():
@@ -478,15 +479,16 @@ class Walk:
                             detail=quarantine_detail(value),
                         )
                     )
+            yield from ()  # a plan that needs nothing from Redis
 
-        await self.cursor_walk(list(self.parts), hscan, step)
+        yield from self.cursor_walk(list(self.parts), hscan, step)
 
-    async def cursor_walk(
+    def cursor_walk(
         self,
         targets: list[T],
         command: Callable[[T, int], Op],
-        step: Callable[[list[tuple[T, Any]]], Awaitable[None]],
-    ) -> None:
+        step: Callable[[list[tuple[T, Any]]], Plan[None]],
+    ) -> Plan[None]:
         """Walk one SCAN-family cursor per target, up to :data:`CURSORS_PER_STEP`
         of them side by side (one round trip per step), handing each step's
         items to ``step``."""
@@ -494,8 +496,8 @@ class Walk:
             active = targets[start : start + CURSORS_PER_STEP]
             cursors = dict.fromkeys(active, 0)
             while active:
-                replies = await self.ctx.adapter.execute([command(t, cursors[t]) for t in active])
-                await step([(t, reply[1]) for t, reply in zip(active, replies, strict=True)])
+                replies = yield Call([command(t, cursors[t]) for t in active])
+                yield from step([(t, reply[1]) for t, reply in zip(active, replies, strict=True)])
                 left = []
                 for t, reply in zip(active, replies, strict=True):
                     if int(reply[0]) != 0:
@@ -504,29 +506,29 @@ class Walk:
                 active = left
 
 
-async def check(
+def check(
     ctx: StoreContext,
     queues: Sequence[str] | None,
     *,
     repair: bool,
     batch: int,
     lease_grace: float,
-) -> CheckReport:
+) -> Plan[CheckReport]:
     """See :meth:`~chronos_trio.store.CheckRole.check`."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     if not lease_grace >= 0:
         raise ValueError(f"lease_grace must be >= 0, got {lease_grace}")
-    names = list(dict.fromkeys(queues)) if queues is not None else await queue_names(ctx)
-    (t,) = await ctx.adapter.execute([Op.command(None, "TIME")])
+    names = list(dict.fromkeys(queues)) if queues is not None else (yield from queue_names(ctx))
+    (t,) = yield Call([Op.command(None, "TIME")])
     now = ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)
-    metas = await ctx.meta(names, fresh=True) if names else {}
+    metas = (yield NeedMeta(names, True)) if names else {}
     parts = {pk.slot_id: pk for q in names for pk in ctx.partitions_of(q, metas[q])}
     walk = Walk(ctx, parts, repair=repair, batch=batch, grace=lease_grace)
     if parts:
-        await walk.walk_records()
-        await walk.walk_indexes()
-        await walk.walk_quarantine()
+        yield from walk.walk_records()
+        yield from walk.walk_indexes()
+        yield from walk.walk_quarantine()
     return CheckReport(
         queues=tuple(names),
         repair=repair,

@@ -15,7 +15,19 @@ import trio
 
 from .._roles import SetAside
 from ._adapter import RedisAdapter
-from ._core import Call, NeedMeta, Plan, RedisCore, T, drive_async, ensure_plan, meta_plan
+from ._core import (
+    Call,
+    NeedMeta,
+    Plan,
+    RedisCore,
+    Scan,
+    ScanNodes,
+    Step,
+    T,
+    drive_async,
+    ensure_plan,
+    meta_plan,
+)
 from ._core import QueueMeta as QueueMeta
 from ._scripts import ReplicaWait
 from .keys import KeySpace
@@ -140,11 +152,15 @@ class StoreContext(RedisCore):
         :meth:`meta`. Raises what they raise (the plan is closed then)."""
         return await drive_async(plan, self._answer)
 
-    async def _answer(self, step: Call | NeedMeta) -> Any:
+    async def _answer(self, step: Step) -> Any:
         if type(step) is Call:
             return await self.adapter.execute(step.ops, step.after, replicas=step.replicas)
         if type(step) is NeedMeta:
             return await self.meta(step.queues, fresh=step.fresh)
+        if type(step) is Scan:
+            return await self.adapter.scan(step.node, step.cursor, step.match, step.page)
+        if type(step) is ScanNodes:
+            return await self.adapter.scan_nodes()
         raise TypeError(f"StoreContext cannot run a {type(step).__name__} step")
 
     # -- promote / wait_scheduled hand-off -------------------------------------------

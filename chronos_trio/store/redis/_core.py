@@ -9,12 +9,20 @@ Nothing here does IO or imports Trio. An operation that needs Redis is a
 * :class:`NeedMeta` — the topology and paused flags of some queues, through
   the driver's cache (the Trio store shares one refresh between concurrent
   callers; a producer runs :func:`meta_plan`); it is sent the
-  ``{queue: QueueMeta}``.
+  ``{queue: QueueMeta}``;
+* :class:`ScanNodes`, :class:`Scan` — a walk of the keyspace, node by node
+  (the Trio store's checker).
 
-A driver (``StoreContext.run`` for Trio, the sync and asyncio executors of
-the producers) runs a plan to its return value, so the routing, the retry
-rules and the reply decoding of an operation are written once, and every
-client sends the same scripts with the same arguments. A plan that is
+Every operation of the store is a plan, in one style: the Trio store's
+(``_enqueue``, ``_admin``, ``_check``, ``_leader``, ``_limits``, ``_flow``,
+``_workers``, ``_watch``; see ``docs/architecture.md`` for the few still
+awaiting the transport directly) and the producers'. A driver
+(``StoreContext.run`` for Trio, the sync and asyncio executors of the
+producers) runs a plan to its return value with :class:`Steps`, so the
+routing, the retry rules and the reply decoding of an operation are written
+once, and every client sends the same scripts with the same arguments. A
+:class:`Call` goes to the driver's transport (``_transport``), itself a
+sans-IO plan of the rules every batch follows. A plan that is
 abandoned (an error, a cancellation) is closed, which runs its ``finally``
 blocks.
 
@@ -68,8 +76,25 @@ class NeedMeta(NamedTuple):
     fresh: bool = False
 
 
+class ScanNodes(NamedTuple):
+    """A plan's request: the nodes a walk of the whole keyspace must visit
+    (every master of a Cluster by name, or None for the one server); the
+    plan is sent their list. Only the Trio store answers it (the checker)."""
+
+
+class Scan(NamedTuple):
+    """A plan's request: one ``SCAN cursor MATCH match COUNT count`` step on
+    ``node`` (from :class:`ScanNodes`), ``page`` its COUNT; the plan is sent ``(next cursor,
+    keys)``, the cursor 0 when the walk is done. Only the Trio store answers it."""
+
+    node: str | None
+    cursor: int
+    match: str
+    page: int
+
+
 #: What a plan yields; drivers may add requests of their own (see ``_watch``).
-Step = Call | NeedMeta
+Step = Call | NeedMeta | ScanNodes | Scan
 #: A plan returning ``T``: yields steps, is sent each step's answer.
 Plan = Generator[Any, Any, T]
 
@@ -125,20 +150,31 @@ class Steps(Generic[T]):
 def drive(plan: Plan[T], answer: Callable[[Any], Any]) -> T:
     """Run ``plan`` to its result, each request answered by ``answer``
     (blocking); closes the plan on the way out."""
-    with Steps(plan) as steps:
-        for step in steps:
-            steps.reply = answer(step)
-    return steps.result
+    # Steps written out: this loop runs for every batch of the hot path.
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(answer(step))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    finally:
+        plan.close()
 
 
 async def drive_async(plan: Plan[T], answer: Callable[[Any], Awaitable[Any]]) -> T:
     """Run ``plan`` to its result, each request answered by awaiting
     ``answer`` (on any event loop: Trio, asyncio); closes the plan on the
     way out."""
-    with Steps(plan) as steps:
-        for step in steps:
-            steps.reply = await answer(step)
-    return steps.result
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(await answer(step))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    finally:
+        plan.close()
 
 
 @attrs.frozen

@@ -221,6 +221,15 @@ def node_plan(
     after ``ASKING``, for a Cluster node importing its slot. The replies of
     ``ops``, error replies as exceptions; a script load's error reply raises."""
     replies = yield from _pipeline(node, ops, stats, asking)
+    if any(isinstance(r, Exception) for r in replies):
+        return (yield from _reload(node, ops, replies, stats, asking))
+    return replies
+
+
+def _reload(
+    node: Any, ops: Sequence[Op], replies: list[Any], stats: AdapterStatistics, asking: bool
+) -> Plan[list[Any]]:
+    """The rest of :func:`node_plan` once ``replies`` came (some error replies)."""
     missing, scripts = reload_plan(ops, replies)
     if missing:
         for script in scripts:
@@ -331,7 +340,12 @@ def batch_plan(
     acks: list[Any] = []
     if not isinstance(link, SlotMap):
         batch = [*ops, *after, replicas.op()] if replicas else [*ops, *after]
-        replies = yield from node_plan(link, batch, stats)
+        # node_plan, its first pipeline written out (the hot path)
+        stats.round_trips += 1
+        stats.commands += len(batch)
+        replies: list[Any] = yield Send(link, [op.args for op in batch])
+        if any(isinstance(r, Exception) for r in replies):
+            replies = yield from _reload(link, batch, replies, stats, False)
         if replicas is not None:
             acks.append(replies[-1])
         if len(replies) > len(ops):
