@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -35,7 +35,6 @@ from .._roles import DAMAGED_RECORD, CheckReport, Finding, Problem, Repair, find
 from ._admin import queue_names
 from ._codec import RECORD_FORMAT, show
 from ._context import StoreContext
-from ._core import Call, NeedMeta, Plan, Scan, ScanNodes
 from ._scripts import Op, Script
 from .keys import LEASED_SENTINEL, PartitionKeys, escape
 
@@ -367,7 +366,7 @@ class Walk:
             return f"{{{ns}:q:{_glob(escape(queues.pop()))}:v*}}:j:*"
         return f"{{{ns}:q:*}}:j:*"
 
-    def judge_ids(self, mode: str, ids: dict[Ident, dict[bytes, None]]) -> Plan[None]:
+    async def judge_ids(self, mode: str, ids: dict[Ident, dict[bytes, None]]) -> None:
         """Inspect ``ids`` (per partition, at most ``batch`` per script call),
         record their findings, and repair them if asked."""
         calls: list[tuple[PartitionKeys, list[bytes]]] = []
@@ -376,7 +375,7 @@ class Walk:
             calls.extend((pk, chunk[i : i + self.batch]) for i in range(0, len(chunk), self.batch))
         if not calls:
             return
-        replies = yield Call(
+        replies = await self.ctx.adapter.execute(
             [
                 Op.script_call(INSPECT, [*zsets(pk), pk.job_prefix], [mode, *chunk])
                 for pk, chunk in calls
@@ -396,10 +395,10 @@ class Walk:
                 if self.repair and fix is not None:
                     fixes.append((key, fix))
         if fixes:
-            yield from self.apply(fixes)
+            await self.apply(fixes)
 
-    def apply(self, fixes: Sequence[tuple[tuple[Ident, bytes], Fix]]) -> Plan[None]:
-        replies = yield Call([fix.op for _, fix in fixes])
+    async def apply(self, fixes: Sequence[tuple[tuple[Ident, bytes], Fix]]) -> None:
+        replies = await self.ctx.adapter.execute([fix.op for _, fix in fixes])
         ready: dict[str, int] = {}
         due: dict[str, float] = {}
         for (key, fix), reply in zip(fixes, replies, strict=True):
@@ -413,16 +412,16 @@ class Walk:
             elif fix.becomes in (JobState.SCHEDULED, JobState.RETRY_WAIT):
                 due[finding.queue] = 0.0
         if ready or due:
-            yield Call(
+            await self.ctx.adapter.execute(
                 [], after=[*self.ctx.wake_ready_ops(ready), *self.ctx.wake_scheduled_ops(due)]
             )
 
-    def walk_records(self) -> Plan[None]:
+    async def walk_records(self) -> None:
         pattern = self.pattern()
-        for node in (yield ScanNodes()):
+        for node in await self.ctx.adapter.scan_nodes():
             cursor = 0
             while True:
-                cursor, keys = yield Scan(node, cursor, pattern, self.batch)
+                cursor, keys = await self.ctx.adapter.scan(node, cursor, pattern, self.batch)
                 ids: dict[Ident, dict[bytes, None]] = {}
                 for key in keys:
                     parsed = self.parse_key(key)
@@ -431,18 +430,18 @@ class Walk:
                         continue
                     self.records += 1
                     ids.setdefault(parsed[0], {})[parsed[1]] = None
-                yield from self.judge_ids("all", ids)
+                await self.judge_ids("all", ids)
                 if cursor == 0:
                     break
 
-    def walk_indexes(self) -> Plan[None]:
+    async def walk_indexes(self) -> None:
         targets = [(ident, z) for ident in self.parts for z in range(len(INDEX_STATES))]
 
         def zscan(target: tuple[Ident, int], cursor: int) -> Op:
             pk = self.parts[target[0]]
             return Op.command(pk.tag, "ZSCAN", zsets(pk)[target[1]], cursor, "COUNT", self.batch)
 
-        def step(got: list[tuple[tuple[Ident, int], Any]]) -> Plan[None]:
+        async def step(got: list[tuple[tuple[Ident, int], Any]]) -> None:
             ids: dict[Ident, dict[bytes, None]] = {}
             for (ident, _), members in got:
                 for member, _score in members:
@@ -450,11 +449,11 @@ class Walk:
                         continue
                     self.index_entries += 1
                     ids.setdefault(ident, {})[member] = None
-            yield from self.judge_ids("missing", ids)
+            await self.judge_ids("missing", ids)
 
-        yield from self.cursor_walk(targets, zscan, step)
+        await self.cursor_walk(targets, zscan, step)
 
-    def walk_quarantine(self) -> Plan[None]:
+    async def walk_quarantine(self) -> None:
         # a job id this check quarantined itself is listed once, as repaired
         fresh = {key for key, f in self.findings.items() if f.repair is Repair.QUARANTINED}
 
@@ -462,7 +461,7 @@ class Walk:
             pk = self.parts[ident]
             return Op.command(pk.tag, "HSCAN", pk.damaged, cursor, "COUNT", self.batch)
 
-        def step(got: list[tuple[Ident, Any]]) -> Plan[None]:
+        async def step(got: list[tuple[Ident, Any]]) -> None:
             for ident, entries in got:
                 pk = self.parts[ident]
                 for job_id, value in entries.items():
@@ -479,16 +478,15 @@ class Walk:
                             detail=quarantine_detail(value),
                         )
                     )
-            yield from ()  # a plan that needs nothing from Redis
 
-        yield from self.cursor_walk(list(self.parts), hscan, step)
+        await self.cursor_walk(list(self.parts), hscan, step)
 
-    def cursor_walk(
+    async def cursor_walk(
         self,
         targets: list[T],
         command: Callable[[T, int], Op],
-        step: Callable[[list[tuple[T, Any]]], Plan[None]],
-    ) -> Plan[None]:
+        step: Callable[[list[tuple[T, Any]]], Awaitable[None]],
+    ) -> None:
         """Walk one SCAN-family cursor per target, up to :data:`CURSORS_PER_STEP`
         of them side by side (one round trip per step), handing each step's
         items to ``step``."""
@@ -496,8 +494,8 @@ class Walk:
             active = targets[start : start + CURSORS_PER_STEP]
             cursors = dict.fromkeys(active, 0)
             while active:
-                replies = yield Call([command(t, cursors[t]) for t in active])
-                yield from step([(t, reply[1]) for t, reply in zip(active, replies, strict=True)])
+                replies = await self.ctx.adapter.execute([command(t, cursors[t]) for t in active])
+                await step([(t, reply[1]) for t, reply in zip(active, replies, strict=True)])
                 left = []
                 for t, reply in zip(active, replies, strict=True):
                     if int(reply[0]) != 0:
@@ -506,29 +504,29 @@ class Walk:
                 active = left
 
 
-def check(
+async def check(
     ctx: StoreContext,
     queues: Sequence[str] | None,
     *,
     repair: bool,
     batch: int,
     lease_grace: float,
-) -> Plan[CheckReport]:
+) -> CheckReport:
     """See :meth:`~chronos_trio.store.CheckRole.check`."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     if not lease_grace >= 0:
         raise ValueError(f"lease_grace must be >= 0, got {lease_grace}")
-    names = list(dict.fromkeys(queues)) if queues is not None else (yield from queue_names(ctx))
-    (t,) = yield Call([Op.command(None, "TIME")])
+    names = list(dict.fromkeys(queues)) if queues is not None else await ctx.run(queue_names(ctx))
+    (t,) = await ctx.adapter.execute([Op.command(None, "TIME")])
     now = ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)
-    metas = (yield NeedMeta(names, True)) if names else {}
+    metas = await ctx.meta(names, fresh=True) if names else {}
     parts = {pk.slot_id: pk for q in names for pk in ctx.partitions_of(q, metas[q])}
     walk = Walk(ctx, parts, repair=repair, batch=batch, grace=lease_grace)
     if parts:
-        yield from walk.walk_records()
-        yield from walk.walk_indexes()
-        yield from walk.walk_quarantine()
+        await walk.walk_records()
+        await walk.walk_indexes()
+        await walk.walk_quarantine()
     return CheckReport(
         queues=tuple(names),
         repair=repair,

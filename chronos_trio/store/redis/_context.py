@@ -20,8 +20,6 @@ from ._core import (
     NeedMeta,
     Plan,
     RedisCore,
-    Scan,
-    ScanNodes,
     Step,
     T,
     drive_async,
@@ -157,10 +155,6 @@ class StoreContext(RedisCore):
             return await self.adapter.execute(step.ops, step.after, replicas=step.replicas)
         if type(step) is NeedMeta:
             return await self.meta(step.queues, fresh=step.fresh)
-        if type(step) is Scan:
-            return await self.adapter.scan(step.node, step.cursor, step.match, step.page)
-        if type(step) is ScanNodes:
-            return await self.adapter.scan_nodes()
         raise TypeError(f"StoreContext cannot run a {type(step).__name__} step")
 
     # -- promote / wait_scheduled hand-off -------------------------------------------

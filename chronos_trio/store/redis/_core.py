@@ -9,12 +9,10 @@ Nothing here does IO or imports Trio. An operation that needs Redis is a
 * :class:`NeedMeta` — the topology and paused flags of some queues, through
   the driver's cache (the Trio store shares one refresh between concurrent
   callers; a producer runs :func:`meta_plan`); it is sent the
-  ``{queue: QueueMeta}``;
-* :class:`ScanNodes`, :class:`Scan` — a walk of the keyspace, node by node
-  (the Trio store's checker).
+  ``{queue: QueueMeta}``.
 
 Every operation of the store is a plan, in one style: the Trio store's
-(``_enqueue``, ``_admin``, ``_check``, ``_leader``, ``_limits``, ``_flow``,
+(``_enqueue``, ``_admin``, ``_leader``, ``_limits``, ``_flow``,
 ``_workers``, ``_watch``; see ``docs/architecture.md`` for the few still
 awaiting the transport directly) and the producers'. A driver
 (``StoreContext.run`` for Trio, the sync and asyncio executors of the
@@ -76,25 +74,8 @@ class NeedMeta(NamedTuple):
     fresh: bool = False
 
 
-class ScanNodes(NamedTuple):
-    """A plan's request: the nodes a walk of the whole keyspace must visit
-    (every master of a Cluster by name, or None for the one server); the
-    plan is sent their list. Only the Trio store answers it (the checker)."""
-
-
-class Scan(NamedTuple):
-    """A plan's request: one ``SCAN cursor MATCH match COUNT count`` step on
-    ``node`` (from :class:`ScanNodes`), ``page`` its COUNT; the plan is sent ``(next cursor,
-    keys)``, the cursor 0 when the walk is done. Only the Trio store answers it."""
-
-    node: str | None
-    cursor: int
-    match: str
-    page: int
-
-
 #: What a plan yields; drivers may add requests of their own (see ``_watch``).
-Step = Call | NeedMeta | ScanNodes | Scan
+Step = Call | NeedMeta
 #: A plan returning ``T``: yields steps, is sent each step's answer.
 Plan = Generator[Any, Any, T]
 

@@ -427,8 +427,8 @@ class RedisStore(Store):
         ``batch`` per command (see :mod:`._check`)."""
         from . import _check  # not on a worker's way to its first job
 
-        return await self._ctx.run(
-            _check.check(self._ctx, queues, repair=repair, batch=batch, lease_grace=lease_grace)
+        return await _check.check(
+            self._ctx, queues, repair=repair, batch=batch, lease_grace=lease_grace
         )
 
     # -- lifecycle -------------------------------------------------------------------------
