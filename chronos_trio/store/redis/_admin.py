@@ -6,6 +6,9 @@ says what is wrong (a key that is not a job hash too); a damaged stored
 topology is a TopologyError naming it. What the admin scripts set aside is
 counted in the store's statistics and logged here, and ``trim`` and
 ``requeue_dead`` also return it (:class:`~chronos_trio.store.CountResult`).
+
+Each operation here is a sans-IO plan (see ``_core``), run by
+``StoreContext.run`` (``store.py`` calls ``ctx.run(plan)``).
 """
 
 from __future__ import annotations

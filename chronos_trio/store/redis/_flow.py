@@ -1,5 +1,9 @@
 """Workflow continuations on Redis: the partitions' outboxes (filled by the
-fenced success settle, see ``lua/settle.lua``) and group arrivals."""
+fenced success settle, see ``lua/settle.lua``) and group arrivals.
+
+Each operation here but ``wait_continuations`` (a Trio event) is a
+sans-IO plan (see ``_core``), run by ``StoreContext.run``.
+"""
 
 from __future__ import annotations
 

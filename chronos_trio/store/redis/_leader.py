@@ -25,6 +25,9 @@ reissue an epoch, breaking the fence); an unreadable last-fired time counts
 as never fired; a pending trigger that cannot be decoded is moved to
 ``{ns:L:<name>}:damaged`` (field as in pending) and logged, and the others
 are enqueued.
+
+Each operation here is a sans-IO plan (see ``_core``), run by
+``StoreContext.run`` (``store.py`` calls ``ctx.run(plan)``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,11 @@ to drop the keys that lapsed from the listing).
 
 A holder of a concurrency limit counts while its record is leased and its
 lease unexpired, as lease.lua counts it (a renewed holder's score in the
-zset is its first expiry; the record has the current one)."""
+zset is its first expiry; the record has the current one).
+
+Each operation here is a sans-IO plan (see ``_core``), run by
+``StoreContext.run`` (``store.py`` calls ``ctx.run(plan)``).
+"""
 
 from __future__ import annotations
 

@@ -8,6 +8,9 @@ writes both (``worker_beat.lua``); a listing is one read-only script that
 returns only the entries not lapsed (``workers_list.lua``), so a worker
 killed without unregistering drops out when its ttl passes, whether or not
 a later beat has removed its entry yet.
+
+Each operation here is a sans-IO plan (see ``_core``), run by
+``StoreContext.run`` (``store.py`` calls ``ctx.run(plan)``).
 """
 
 from __future__ import annotations
