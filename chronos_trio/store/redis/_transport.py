@@ -344,8 +344,10 @@ def batch_plan(
         stats.round_trips += 1
         stats.commands += len(batch)
         replies: list[Any] = yield Send(link, [op.args for op in batch])
-        if any(isinstance(r, Exception) for r in replies):
-            replies = yield from _reload(link, batch, replies, stats, False)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                replies = yield from _reload(link, batch, replies, stats, False)
+                break
         if replicas is not None:
             acks.append(replies[-1])
         if len(replies) > len(ops):
