@@ -546,16 +546,16 @@ async def test_trigger_left_pending_by_a_crash_is_enqueued_later(
     store = await redis_store()
     lead = await store.acquire_leadership("cron", "a", ttl=5)
     assert lead is not None
-    real = _leader.enqueue_many
+    real = _leader.enqueue_plan
 
-    async def crash(*args: object, **kw: object) -> None:
+    def crash(*args: object, **kw: object) -> None:  # the enqueue plan, failing
         raise StoreError("crashed between recording and enqueuing")
 
-    monkeypatch.setattr(_leader, "enqueue_many", crash)
+    monkeypatch.setattr(_leader, "enqueue_plan", crash)
     with pytest.raises(StoreError):
         await store.enqueue_trigger("cron", lead.epoch, "s", 100.0, job("s@100"))
     assert await store.get_job("s@100") is None
-    monkeypatch.setattr(_leader, "enqueue_many", real)
+    monkeypatch.setattr(_leader, "enqueue_plan", real)
     # recorded as fired: a retry says so, and enqueues the pending job on the way
     res = await store.enqueue_trigger("cron", lead.epoch, "s", 100.0, job("s@100"))
     assert res is TriggerResult.ALREADY_FIRED
@@ -570,14 +570,14 @@ async def test_new_leader_enqueues_pending_triggers(
     lead = await store.acquire_leadership("cron", "a", ttl=0.3)
     assert lead is not None
 
-    async def crash(*args: object, **kw: object) -> None:
+    def crash(*args: object, **kw: object) -> None:  # the enqueue plan, failing
         raise StoreError("leader died")
 
-    real = _leader.enqueue_many
-    monkeypatch.setattr(_leader, "enqueue_many", crash)
+    real = _leader.enqueue_plan
+    monkeypatch.setattr(_leader, "enqueue_plan", crash)
     with pytest.raises(StoreError):
         await store.enqueue_trigger("cron", lead.epoch, "s", 5.0, job("s@5"))
-    monkeypatch.setattr(_leader, "enqueue_many", real)
+    monkeypatch.setattr(_leader, "enqueue_plan", real)
     await trio.sleep(0.35)
     successor = await store.acquire_leadership("cron", "b", ttl=5)
     assert successor is not None and successor.epoch == lead.epoch + 1

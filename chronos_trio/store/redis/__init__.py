@@ -2,7 +2,15 @@
 
 ``RedisStore`` and ``RedisCommands`` (which run on Trio) are imported on
 first use (PEP 562): the backend's sans-IO core also serves the producers
-outside Trio."""
+outside Trio.
+
+The shape of the package: operations are sans-IO plans (``_core``: a plan
+yields a ``Call``, a batch of ops, and is sent the replies), run by one
+driver per runtime; every batch goes through one transport protocol
+(``_transport``: ``Transport``/``BlockingTransport``, whose ``batch_plan``
+holds the rules of a batch once) answered by each runtime's IO: Trio
+(``_adapter``, ``_native``, ``_cluster``), a blocking client
+(``_blocking``) or asyncio (``_asyncio``)."""
 
 from __future__ import annotations
 

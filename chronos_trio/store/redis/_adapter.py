@@ -1,25 +1,27 @@
-"""A thin Trio adapter over redis-py (sync client, hiredis parser), or over
-no redis-py client at all.
+"""The Trio transport of the RedisStore (the ``Transport`` protocol of
+``_transport``): over Trio sockets with hiredis, or over redis-py (sync
+client) in threads, or over no redis-py client at all.
 
-On a single node reached over plain TCP or a Unix socket, a batch (one
-pipeline, plus any ``NOSCRIPT`` reload and retry) is one round trip over Trio
-sockets (``_native``), with no thread hop; so is each master's share of a
-Cluster batch (``_cluster``). For a plain ``redis://`` or ``unix://`` URL the
-client is a :class:`~._native.NodeClient`: the same round trips, and redis-py
-is not even imported until a feature needs it (see ``_errors``), so a worker
-starts sooner. Otherwise (TLS, ``native=False``) blocking
-redis-py calls run in worker threads via ``trio.to_thread.run_sync``, one hop
-per batch (per node on a Cluster); blocking waits (``XREAD BLOCK``) of a
-Cluster or behind Sentinel always do.
+:meth:`RedisAdapter.execute` runs the transport's sans-IO ``batch_plan``,
+which holds every rule of a batch (one pipeline per node, the ``NOSCRIPT``
+reload and retry, ``MOVED``/``ASK`` on a Cluster, ``WAIT``, error replies,
+statistics) for every runtime; this module only answers its requests with
+Trio IO. Where a pipeline goes:
+
+* a single node reached over plain TCP or a Unix socket: a round trip over
+  Trio sockets (``_native``), with no thread hop; for a plain ``redis://`` or
+  ``unix://`` URL the client is a :class:`~._native.NodeClient`, and
+  redis-py is not even imported until a feature needs it (see ``_errors``),
+  so a worker starts sooner;
+* each master of a Cluster: the same, one native node per master, every
+  master at once (``_cluster``);
+* otherwise (TLS, ``native=False``): redis-py's blocking client in a worker
+  thread (``trio.to_thread.run_sync``), one hop per pipeline; blocking waits
+  (``XREAD BLOCK``) of a Cluster or behind Sentinel always do.
+
 Either way the adapter adds no per-job overhead, and every failure surfaces
-as :class:`~chronos_trio.store.StoreError`.
-
-Redis Cluster: redis-py's cluster pipeline refuses ``EVALSHA``, so a batch is
-grouped by the node owning each op's slot and pipelined to that node, one
-round trip per node (nodes in parallel). A ``MOVED`` reply refreshes the slot
-map and re-runs the affected ops; natively, an ``ASK`` reply sends the op
-once to the node it names, after ``ASKING`` (see ``_cluster``), while in
-threads it is treated like ``MOVED``.
+as :class:`~chronos_trio.store.StoreError`. A Cluster batch, once started,
+runs to completion even if its caller is cancelled.
 
 Redis Sentinel: the client is redis-py's ``Sentinel.master_for``; round trips
 take the native path to the master a :class:`~._sentinel.MasterWatch` names
@@ -42,18 +44,20 @@ import trio
 from .._observer import StoreObserver
 from .._roles import StoreError
 from ._batch import AdapterStatistics as AdapterStatistics
-from ._batch import check_replies, reload_plan, store_error
-from ._errors import caught, settled
+from ._batch import store_error
+from ._core import Plan, drive_async
+from ._errors import caught
 from ._kinds import is_client, is_cluster, is_node
 from ._native import NativeNode, NodeClient
 from ._scripts import Op
 from ._scripts import ReplicaWait as ReplicaWait
+from ._transport import AtOnce, Rebuild, Send, SlotMap, batch_plan, first_failure
 
 if TYPE_CHECKING:
     import redis
     import redis.cluster
 
-    from ._cluster import NativeCluster
+    from ._cluster import NativeCluster, TrioCluster
     from ._sentinel import MasterWatch
 
     #: What an adapter runs on: redis-py's clients, or a NodeClient.
@@ -111,6 +115,8 @@ class RedisAdapter:
         self._use_native = native
         self._native: NativeNode | None = None
         self._native_cluster: NativeCluster | None = None
+        #: A Cluster's slot map (the native one, or one for threads).
+        self._slots: TrioCluster | None = None
         #: Set once the client is known to be a Sentinel master's.
         self.watch: MasterWatch | None = None
         #: Told of every batch :meth:`execute` sends (see ``store._observer``).
@@ -189,37 +195,42 @@ class RedisAdapter:
         self, ops: Sequence[Op], after: Sequence[Op], replicas: ReplicaWait | None
     ) -> list[Any]:
         client = await self.client()
-        acks: list[Any] = []
         try:
-            if is_node(client):
-                native = self._native_node(client)
-                if self.watch is not None and native is None:
-                    self.watch.poke()  # redis-py's pool drops idle connections to an old master
-                batch = [*ops, *after, *([replicas.op()] if replicas else [])]
-                if native is not None:
-                    replies = await self._run_native(native, batch)
-                else:
-                    assert not isinstance(client, NodeClient)  # always native
-                    replies = await trio.to_thread.run_sync(
-                        self._run_on_node, client, batch, limiter=self._limiter
-                    )
-                if replicas is not None:
-                    acks.append(replies[-1])
-                replies = replies[: len(ops)]
-            elif (cluster := self._cluster_node(_cluster(client))) is not None:
-                wait = replicas.op() if replicas else None
-                replies = await cluster.execute(ops, after, wait=wait, acks=acks)
-            else:
-                replies = await self._execute_cluster(_cluster(client), ops, replicas, acks)
-                if after:
-                    await self._execute_cluster(_cluster(client), after)
+            link = self._link(client)
+            plan = batch_plan(link, ops, after, replicas, self.stats, self.description)
+            if not isinstance(link, SlotMap):
+                return await self._drive(plan)
+            # A Cluster batch, once started, runs to completion or fails,
+            # as one round trip does: a cancelled settle must not lose the
+            # replies of the nodes that applied it.
+            with trio.CancelScope(shield=True):
+                replies = await self._drive(plan)
+            return replies
         except caught() as exc:
             raise self._error(exc) from exc
-        check_replies(ops, replies, self.description)
-        if replicas is not None:
-            self.stats.replica_waits += len(acks)
-            replicas.check(acks, self.description, self._error)
-        return replies
+
+    def _link(self, client: AnyClient) -> NativeNode | redis.Redis | TrioCluster:
+        """Where a batch goes: the native node, redis-py's client of the one
+        node (in threads), or the Cluster's slot map."""
+        if is_node(client):
+            native = self._native_node(client)
+            if native is not None:
+                return native
+            assert not isinstance(client, NodeClient)  # always native
+            if self.watch is not None:
+                self.watch.poke()  # redis-py's pool drops idle connections to an old master
+            return client
+        if self._slots is None:
+            cluster = _cluster(client)
+            from ._cluster import NativeCluster, TrioCluster
+
+            if self._use_native:
+                self._native_cluster = NativeCluster.for_client(cluster, self._limiter)
+                self._use_native = self._native_cluster is not None
+            self._slots = self._native_cluster or TrioCluster(
+                cluster, cluster.get_redis_connection, self._limiter
+            )
+        return self._slots
 
     def _native_node(self, client: redis.Redis | NodeClient) -> NativeNode | None:
         if self._use_native and self._native is None:
@@ -230,87 +241,53 @@ class RedisAdapter:
             self._use_native = self._native is not None
         return self._native
 
-    def _cluster_node(self, client: redis.cluster.RedisCluster) -> NativeCluster | None:
-        if self._use_native and self._native_cluster is None:
-            from ._cluster import NativeCluster
+    async def _drive(self, plan: Plan[T]) -> T:
+        """Run a transport plan (see ``_transport``), answering its requests
+        over Trio sockets or in threads."""
+        return await drive_async(plan, self._answer)
 
-            self._native_cluster = NativeCluster.for_client(client, self._run_native, self._limiter)
-            self._use_native = self._native_cluster is not None
-        return self._native_cluster
+    async def _answer(self, step: Send | AtOnce | Rebuild) -> Any:
+        if type(step) is Send:
+            node = step.node
+            if type(node) is NativeNode:
+                if step.counted:
+                    self.stats.native_round_trips += 1
+                return await node.execute(step.commands)
+            return await trio.to_thread.run_sync(
+                self._run_on_node, node, step.commands, limiter=self._limiter
+            )
+        if type(step) is AtOnce:
+            return await self._at_once(step)
+        assert type(step) is Rebuild
+        slots = cast("TrioCluster", step.slots)  # the only slot map made here
+        await slots.refresh(step.seen)
+        return None
 
-    async def _run_native(
-        self, node: NativeNode, ops: Sequence[Op], asking: bool = False
-    ) -> list[Any]:
-        """``_run_on_node`` over Trio sockets: one pipeline, scripts reloaded
-        and the ops that got NOSCRIPT re-run. ``asking``: each op (but a
-        WAIT) is sent after ``ASKING``, for a Cluster node importing its slot."""
-        replies = await self._send_native(node, ops, asking)
-        missing, scripts = reload_plan(ops, replies)
-        if missing:
-            for script in scripts:
-                [loaded] = await node.execute([("SCRIPT", "LOAD", script.source)])
-                if isinstance(loaded, Exception):
-                    raise loaded
-                self.stats.script_loads += 1
-            again = await self._send_native(node, [ops[i] for i in missing], asking)
-            for i, reply in zip(missing, again, strict=True):
-                replies[i] = settled(reply)  # still missing (not ours): redis-py's error
-        return replies
+    async def _at_once(self, step: AtOnce) -> list[Any]:
+        """Every node plan of ``step`` at once (see :class:`AtOnce`)."""
+        results: list[Any] = [None] * len(step.plans)
 
-    async def _send_native(self, node: NativeNode, ops: Sequence[Op], asking: bool) -> list[Any]:
-        self.stats.round_trips += 1
-        self.stats.native_round_trips += 1
-        self.stats.commands += len(ops)
-        if not asking:
-            return await node.execute([op.args for op in ops])
-        # ASKING lets only the next command into a slot the node is importing.
-        commands: list[tuple[Any, ...]] = []
-        for op in ops:
-            if op.args[0] != "WAIT":
-                commands.append(("ASKING",))
-            commands.append(op.args)
-        replies = await node.execute(commands)
-        return [r for c, r in zip(commands, replies, strict=True) if c[0] != "ASKING"]
+        async def one(i: int, node: Any, plan: Plan[list[Any]]) -> None:
+            try:
+                results[i] = await self._drive(plan)
+            except caught() as exc:  # kept out of the nursery's ExceptionGroup
+                results[i] = exc
+                if step.slots.unreachable(exc) and isinstance(node, NativeNode):
+                    await node.close_idle()  # as stale as the one that failed
 
-    def _run_on_node(self, client: redis.Redis, ops: Sequence[Op]) -> list[Any]:
-        """In a thread: one pipeline on one node (see ``_blocking.run_on_node``)."""
-        from ._blocking import run_on_node
+        if len(step.plans) == 1:
+            await one(0, *step.plans[0])
+        else:
+            async with trio.open_nursery() as nursery:
+                for i, (node, plan) in enumerate(step.plans):
+                    nursery.start_soon(one, i, node, plan)
+        return first_failure(results)
 
-        return run_on_node(client, ops, self.stats)
+    def _run_on_node(self, client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """In a thread: one pipeline on one node (see ``_blocking.pipeline``)."""
+        from ._blocking import pipeline
 
-    async def _execute_cluster(
-        self,
-        cluster: redis.cluster.RedisCluster,
-        ops: Sequence[Op],
-        wait: ReplicaWait | None = None,
-        acks: list[Any] | None = None,
-    ) -> list[Any]:
-        """Run ``ops`` grouped by node; with ``wait``, each node's pipeline ends
-        with WAIT and its reply is appended to ``acks``."""
-        from ._blocking import moved, node_groups
-        from ._cluster import send_at_once
-
-        replies: list[Any] = [None] * len(ops)
-        pending = list(range(len(ops)))
-        for attempt in range(3):
-            groups = node_groups(cluster, ops, pending)
-
-            async def run_group(client: redis.Redis, idx: list[int]) -> list[Any]:
-                batch = [ops[i] for i in idx] + ([wait.op()] if wait else [])
-                return await trio.to_thread.run_sync(
-                    self._run_on_node, client, batch, limiter=self._limiter
-                )
-
-            await send_at_once(list(groups.values()), run_group, replies, acks if wait else None)
-            pending = moved(replies, pending)
-            if not pending:
-                break
-            if attempt < 2:
-                # the slot moved (resharding or failover): refresh the map, re-run those ops
-                await trio.to_thread.run_sync(
-                    cluster.nodes_manager.initialize, limiter=self._limiter
-                )
-        return replies
+        return pipeline(client, commands)
 
     # -- walking the keyspace ----------------------------------------------------------
     async def scan_nodes(self) -> list[str | None]:
@@ -424,8 +401,8 @@ class RedisAdapter:
         self._closed = True
         if self._native is not None:
             await self._native.aclose()
-        if self._native_cluster is not None:
-            await self._native_cluster.aclose()
+        if self._slots is not None:
+            await self._slots.aclose()
         if self._client is not None:
             await trio.to_thread.run_sync(self._client.close, limiter=self._limiter)
         if self.watch is not None:

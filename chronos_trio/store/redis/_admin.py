@@ -6,6 +6,9 @@ says what is wrong (a key that is not a job hash too); a damaged stored
 topology is a TopologyError naming it. What the admin scripts set aside is
 counted in the store's statistics and logged here, and ``trim`` and
 ``requeue_dead`` also return it (:class:`~chronos_trio.store.CountResult`).
+
+Each operation here is a sans-IO plan (see ``_core``), run by
+``StoreContext.run`` (``store.py`` calls ``ctx.run(plan)``).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from ._codec import (
     record_fields,
 )
 from ._context import StoreContext
-from ._core import locations_plan, queue_names_plan
+from ._core import Call, NeedMeta, Plan, ensure_plan, locations_plan, queue_names_plan
 from ._scripts import Op
 from .keys import PartitionKeys
 
@@ -116,26 +119,26 @@ def zset_of(pk: PartitionKeys, state: JobState) -> str:
 INDEXED_STATES: tuple[JobState, ...] = tuple(s for s in JobState if s is not JobState.ABORTED)
 
 
-async def queue_names(ctx: StoreContext) -> list[str]:
-    return await ctx.run(queue_names_plan(ctx))
+def queue_names(ctx: StoreContext) -> Plan[list[str]]:
+    return (yield from queue_names_plan(ctx))
 
 
-async def partitions_of_queue(ctx: StoreContext, queue: str) -> list[PartitionKeys]:
+def partitions_of_queue(ctx: StoreContext, queue: str) -> Plan[list[PartitionKeys]]:
     """Every partition of ``queue``'s versions (topology read fresh)."""
-    metas = await ctx.meta([queue], fresh=True)
+    metas = yield NeedMeta([queue], True)
     return ctx.partitions_of(queue, metas[queue])
 
 
 
-async def _locations(ctx: StoreContext, job_id: str, queue: str | None) -> list[PartitionKeys]:
+def _locations(ctx: StoreContext, job_id: str, queue: str | None) -> Plan[list[PartitionKeys]]:
     """The one partition per live version where ``job_id`` would live."""
-    return await ctx.run(locations_plan(ctx, job_id, queue))
+    return (yield from locations_plan(ctx, job_id, queue))
 
 
 # -- inspection --------------------------------------------------------------------------
-async def stats(ctx: StoreContext, queues: Sequence[str] | None) -> list[QueueStats]:
-    names = list(queues) if queues is not None else await queue_names(ctx)
-    metas = await ctx.meta(names, fresh=True)
+def stats(ctx: StoreContext, queues: Sequence[str] | None) -> Plan[list[QueueStats]]:
+    names = list(queues) if queues is not None else (yield from queue_names(ctx))
+    metas = yield NeedMeta(names, True)
     slots = {q: ctx.partitions_of(q, metas[q]) for q in dict.fromkeys(names)}
     # ZCOUNT below +inf: the leased zset's sentinel is not a job
     # soft: an index key of the wrong type counts 0 (logged), not an error
@@ -153,7 +156,7 @@ async def stats(ctx: StoreContext, queues: Sequence[str] | None) -> list[QueueSt
             Op.script_call(S.COUNT_ABORTED, [pk.dead, pk.aborted], [], soft=True),
         )
     ]
-    replies = iter(await ctx.adapter.execute(ops))
+    replies = iter((yield Call(ops)))
     per_queue: dict[str, QueueStats] = {}
     for q, pks in slots.items():
         counts = dict.fromkeys(JobState, 0)
@@ -194,9 +197,9 @@ async def stats(ctx: StoreContext, queues: Sequence[str] | None) -> list[QueueSt
     return [per_queue[q] for q in names]
 
 
-async def get_job(ctx: StoreContext, job_id: str, queue: str | None) -> Job | None:
-    locs = await _locations(ctx, job_id, queue)
-    replies = await ctx.adapter.execute(
+def get_job(ctx: StoreContext, job_id: str, queue: str | None) -> Plan[Job | None]:
+    locs = yield from _locations(ctx, job_id, queue)
+    replies = yield Call(
         [
             op
             for pk in locs
@@ -217,7 +220,7 @@ async def get_job(ctx: StoreContext, job_id: str, queue: str | None) -> Job | No
             # the state cannot be read: show the job in the index it is in
             return job_from_fields(
                 job_id, pk.queue, pk.version, pk.partition, fields,
-                indexed_as=await _index_of(ctx, pk, job_id), payload_problem=problem,
+                indexed_as=(yield from _index_of(ctx, pk, job_id)), payload_problem=problem,
             )  # fmt: skip
         return job_from_fields(
             job_id, pk.queue, pk.version, pk.partition, fields, payload_problem=problem
@@ -228,9 +231,9 @@ async def get_job(ctx: StoreContext, job_id: str, queue: str | None) -> Job | No
 _KNOWN_STATES = {s.value.encode() for s in JobState}
 
 
-async def _index_of(ctx: StoreContext, pk: PartitionKeys, job_id: str) -> JobState | None:
+def _index_of(ctx: StoreContext, pk: PartitionKeys, job_id: str) -> Plan[JobState | None]:
     """The state of the first index of ``pk`` that holds ``job_id`` (None: none)."""
-    scores = await ctx.adapter.execute(
+    scores = yield Call(
         [
             Op.soft_command(pk.tag, "ZSCORE", zset_of(pk, state), job_id)
             for state in INDEXED_STATES
@@ -242,23 +245,23 @@ async def _index_of(ctx: StoreContext, pk: PartitionKeys, job_id: str) -> JobSta
     return None
 
 
-async def list_jobs(
+def list_jobs(
     ctx: StoreContext, queue: str, state: JobState, offset: int, limit: int
-) -> list[Job]:
+) -> Plan[list[Job]]:
     if limit <= 0:
         return []
     offset = max(0, offset)
-    slots = await partitions_of_queue(ctx, queue)
+    slots = yield from partitions_of_queue(ctx, queue)
     n = offset + limit
     picked: list[tuple[float, bytes, int]]
     if state in (JobState.DEAD, JobState.ABORTED):
-        picked = await _finished_window(ctx, slots, state, offset, n)
+        picked = yield from _finished_window(ctx, slots, state, offset, n)
     else:
-        merged = await _merged(ctx, [zset_of(pk, state) for pk in slots], slots, n)
+        merged = yield from _merged(ctx, [zset_of(pk, state) for pk in slots], slots, n)
         # Succeeded jobs are indexed by end of retention but listed by finish time:
         # load every candidate and sort them (other states are indexed in list order).
         picked = merged if state is JobState.SUCCEEDED else merged[offset:n]
-    fetched = await ctx.adapter.execute(
+    fetched = yield Call(
         [
             Op.soft_command(slots[k].tag, "HGETALL", slots[k].job_prefix.encode() + member)
             for _, member, k in picked
@@ -284,13 +287,13 @@ async def list_jobs(
     return jobs
 
 
-async def _merged(
+def _merged(
     ctx: StoreContext, zsets: Sequence[str], slots: Sequence[PartitionKeys], n: int
-) -> list[tuple[float, bytes, int]]:
+) -> Plan[list[tuple[float, bytes, int]]]:
     """The first ``n`` entries of each of ``zsets`` (one per partition of
     ``slots``), merged by score: (score, member, partition index); an index
     key of the wrong type lists nothing."""
-    replies = await ctx.adapter.execute(
+    replies = yield Call(
         [
             Op.soft_command(pk.tag, "ZRANGE", z, 0, n - 1, "WITHSCORES")
             for pk, z in zip(slots, zsets, strict=True)
@@ -304,9 +307,9 @@ async def _merged(
     )
 
 
-async def _finished_window(
+def _finished_window(
     ctx: StoreContext, slots: Sequence[PartitionKeys], state: JobState, offset: int, n: int
-) -> list[tuple[float, bytes, int]]:
+) -> Plan[list[tuple[float, bytes, int]]]:
     """Entries ``offset`` to ``n`` (in finish order) of the jobs in ``state``,
     dead or aborted: both are kept in the dead index. Dead jobs are the dead
     index's entries but the aborted ones, aborted jobs their marks' entries
@@ -317,16 +320,16 @@ async def _finished_window(
     doubles until it holds ``n`` jobs of ``state`` or the index is read."""
     aborted = state is JobState.ABORTED
     if not aborted:
-        marks = await ctx.adapter.execute(
+        marks = yield Call(
             [Op.soft_command(pk.tag, "ZCARD", pk.aborted) for pk in slots]
         )
         if not any(m for m in marks if not isinstance(m, Exception)):
-            return (await _merged(ctx, [pk.dead for pk in slots], slots, n))[offset:n]
+            return (yield from _merged(ctx, [pk.dead for pk in slots], slots, n))[offset:n]
     want = n
     while True:
         zsets = [pk.aborted if aborted else pk.dead for pk in slots]
-        merged = await _merged(ctx, zsets, slots, want)
-        read = await ctx.adapter.execute(
+        merged = yield from _merged(ctx, zsets, slots, want)
+        read = yield Call(
             [
                 Op.soft_command(
                     slots[k].tag, "HMGET", slots[k].job_prefix.encode() + m, "state", "finished_at"
@@ -352,11 +355,11 @@ async def _finished_window(
 
 
 # -- administration ---------------------------------------------------------------------------
-async def run_now(ctx: StoreContext, job_id: str, queue: str | None) -> bool:
-    locs = await _locations(ctx, job_id, queue)
+def run_now(ctx: StoreContext, job_id: str, queue: str | None) -> Plan[bool]:
+    locs = yield from _locations(ctx, job_id, queue)
     # A job lives in one place; running the script everywhere it could be
     # saves the round trip that would find it first.
-    replies = await ctx.adapter.execute(
+    replies = yield Call(
         [
             Op.script_call(
                 S.RUN_NOW,
@@ -369,13 +372,13 @@ async def run_now(ctx: StoreContext, job_id: str, queue: str | None) -> bool:
     _report_all(ctx, "run_now", locs, replies)
     moved = [pk for pk, r in zip(locs, replies, strict=True) if r[0] == 1]
     if moved:
-        await ctx.adapter.execute([], after=ctx.wake_ready_ops({moved[0].queue: 1}))
+        yield Call([], after=ctx.wake_ready_ops({moved[0].queue: 1}))
     return bool(moved)
 
 
-async def delete_job(ctx: StoreContext, job_id: str, queue: str | None) -> bool:
-    locs = await _locations(ctx, job_id, queue)
-    replies = await ctx.adapter.execute(
+def delete_job(ctx: StoreContext, job_id: str, queue: str | None) -> Plan[bool]:
+    locs = yield from _locations(ctx, job_id, queue)
+    replies = yield Call(
         [
             Op.script_call(
                 S.DELETE,
@@ -398,12 +401,12 @@ _ABORT_CODES = {
 }
 
 
-async def abort(ctx: StoreContext, job_id: str, queue: str | None, reason: str) -> AbortResult:
-    locs = await _locations(ctx, job_id, queue)
+def abort(ctx: StoreContext, job_id: str, queue: str | None, reason: str) -> Plan[AbortResult]:
+    locs = yield from _locations(ctx, job_id, queue)
     text = abort_error(reason)
     # A job lives in one place; running the script everywhere it could be
     # saves the round trip that would find it first.
-    replies = await ctx.adapter.execute(
+    replies = yield Call(
         [
             Op.script_call(
                 S.ABORT,
@@ -428,8 +431,8 @@ def _report_all(
     return _report(ctx, what, aside)
 
 
-async def requeue_dead(ctx: StoreContext, queue: str, limit: int | None) -> CountResult:
-    slots = await partitions_of_queue(ctx, queue)
+def requeue_dead(ctx: StoreContext, queue: str, limit: int | None) -> Plan[CountResult]:
+    slots = yield from partitions_of_queue(ctx, queue)
     if not slots:
         return CountResult(0, NOTHING_SET_ASIDE)
     total = 0
@@ -438,9 +441,9 @@ async def requeue_dead(ctx: StoreContext, queue: str, limit: int | None) -> Coun
     #: jobs, newer records): later calls pass over them.
     kept = dict.fromkeys(slots, 0)
 
-    async def requeue(run: Sequence[tuple[PartitionKeys, int]]) -> list[Any]:
+    def requeue(run: Sequence[tuple[PartitionKeys, int]]) -> Plan[list[Any]]:
         nonlocal total, aside
-        replies = await ctx.adapter.execute(
+        replies: list[Any] = yield Call(
             [
                 Op.script_call(
                     S.REQUEUE_DEAD,
@@ -459,7 +462,7 @@ async def requeue_dead(ctx: StoreContext, queue: str, limit: int | None) -> Coun
     if not limit:  # None or 0: all of them, in bounded chunks
         active = slots
         while active:
-            replies = await requeue([(pk, _REQUEUE_CHUNK) for pk in active])
+            replies = yield from requeue([(pk, _REQUEUE_CHUNK) for pk in active])
             # again while the script stopped at its bounds (see requeue_dead.lua)
             active = [pk for pk, r in zip(active, replies, strict=True) if r[1] == 1]
     else:
@@ -468,11 +471,11 @@ async def requeue_dead(ctx: StoreContext, queue: str, limit: int | None) -> Coun
         # requeued, and each script walks past them). A share that still
         # falls short (records of a newer format are left too) is taken
         # from the partitions in turn.
-        marks = await ctx.adapter.execute(
+        marks = yield Call(
             [Op.soft_command(pk.tag, "ZRANGE", pk.aborted, 0, -1, "WITHSCORES") for pk in slots]
         )
         marked = [set() if isinstance(m, Exception) else set(pairs(m)) for m in marks]
-        peek = await ctx.adapter.execute(
+        peek = yield Call(
             [
                 Op.command(pk.tag, "ZRANGE", pk.dead, 0, limit + len(skip) - 1, "WITHSCORES")
                 for pk, skip in zip(slots, marked, strict=True)
@@ -483,23 +486,23 @@ async def requeue_dead(ctx: StoreContext, queue: str, limit: int | None) -> Coun
             for pk, r, skip in zip(slots, peek, marked, strict=True)
         }
         plan = earliest(candidates, limit)
-        replies = await requeue(list(plan.items()))
+        replies = yield from requeue(list(plan.items()))
         more = [pk for pk, r in zip(plan, replies, strict=True) if r[1] == 1]
         more += [pk for pk in slots if pk not in plan]
         while total < limit and more:
             pk = more.pop(0)
-            (reply,) = await requeue([(pk, limit - total)])
+            (reply,) = yield from requeue([(pk, limit - total)])
             if reply[1] == 1:
                 more.append(pk)
     if total:
-        await ctx.adapter.execute([], after=ctx.wake_ready_ops({queue: total}))
+        yield Call([], after=ctx.wake_ready_ops({queue: total}))
     return CountResult(total, aside)
 
 
-async def set_paused(ctx: StoreContext, queue: str, paused: bool) -> None:
+def set_paused(ctx: StoreContext, queue: str, paused: bool) -> Plan[None]:
     keys = ctx.keys
     default = encode_topology(ctx.default_versions())
-    await ctx.adapter.execute(
+    yield Call(
         [
             Op.command(keys.paused, "SADD" if paused else "SREM", keys.paused, queue),
             # pausing registers the queue, as an enqueue would
@@ -511,15 +514,15 @@ async def set_paused(ctx: StoreContext, queue: str, paused: bool) -> None:
     ctx.forget(queue)
 
 
-async def trim(
+def trim(
     ctx: StoreContext,
     queues: Sequence[str],
     dead_max_age: float | None,
     dead_max_count: int | None,
     keep_succeeded: int | None = None,
-) -> CountResult:
+) -> Plan[CountResult]:
     names = list(dict.fromkeys(queues))
-    metas = await ctx.meta(names, fresh=True)
+    metas = yield NeedMeta(names, True)
     slots = {q: ctx.partitions_of(q, metas[q]) for q in names}
     age = "" if dead_max_age is None else repr(float(dead_max_age))
     deleted = 0
@@ -528,7 +531,7 @@ async def trim(
     done_left: dict[PartitionKeys, int] = {}
     active = [pk for pks in slots.values() for pk in pks]
     while active:
-        replies = await ctx.adapter.execute(
+        replies = yield Call(
             [
                 Op.script_call(
                     S.TRIM,
@@ -549,15 +552,15 @@ async def trim(
             continue
         for pks in slots.values():
             excess = sum(left.get(pk, 0) for pk in pks) - max(0, keep)
-            n, more = await _trim_first(ctx, pks, excess, dead)
+            n, more = yield from _trim_first(ctx, pks, excess, dead)
             deleted += n
             aside += more
     return CountResult(deleted, aside)
 
 
-async def _trim_first(
+def _trim_first(
     ctx: StoreContext, pks: Sequence[PartitionKeys], excess: int, dead: bool
-) -> tuple[int, SetAside]:
+) -> Plan[tuple[int, SetAside]]:
     """Delete the first ``excess`` entries of one queue's dead index (the
     oldest dead; ``dead`` True) or succeeded index (the retained successes
     whose retention ends first) over its partitions ``pks``, in one order
@@ -570,14 +573,14 @@ async def _trim_first(
             plan = {pks[0]: step}
         else:
             zsets = [(pk, pk.dead if dead else pk.succeeded) for pk in pks]
-            peek = await ctx.adapter.execute(
+            peek = yield Call(
                 [Op.command(pk.tag, "ZRANGE", z, 0, step - 1, "WITHSCORES") for pk, z in zsets]
             )
             plan = earliest({pk: pairs(r) for pk, r in zip(pks, peek, strict=True)}, step)
         if not plan:
             break
         run = list(plan.items())
-        replies = await ctx.adapter.execute(
+        replies = yield Call(
             [
                 Op.script_call(
                     S.TRIM,
@@ -604,19 +607,19 @@ def _damaged_topology(ctx: StoreContext, queue: str, damage: str) -> TopologyErr
     )
 
 
-async def topology(ctx: StoreContext, queue: str) -> QueueTopology:
-    metas = await ctx.ensure([queue], fresh=True)
+def topology(ctx: StoreContext, queue: str) -> Plan[QueueTopology]:
+    metas = yield from ensure_plan(ctx, [queue], fresh=True)
     if metas[queue].damage:
         raise _damaged_topology(ctx, queue, metas[queue].damage)
     return QueueTopology(queue, metas[queue].versions or ctx.default_versions())
 
 
-async def promote_queue_version(
+def promote_queue_version(
     ctx: StoreContext, queue: str, version: int, partitions: int
-) -> QueueTopology:
+) -> Plan[QueueTopology]:
     if partitions < 1:
         raise TopologyError(f"partitions must be >= 1, got {partitions}")
-    ((ok, value, *stored),) = await ctx.adapter.execute(
+    ((ok, value, *stored),) = yield Call(
         [
             Op.script_call(
                 S.TOPOLOGY_PROMOTE,
@@ -636,8 +639,8 @@ async def promote_queue_version(
     return QueueTopology(queue, versions)
 
 
-async def complete_draining_version(ctx: StoreContext, queue: str, version: int) -> QueueTopology:
-    metas = await ctx.ensure([queue], fresh=True)
+def complete_draining_version(ctx: StoreContext, queue: str, version: int) -> Plan[QueueTopology]:
+    metas = yield from ensure_plan(ctx, [queue], fresh=True)
     if metas[queue].damage:
         raise _damaged_topology(ctx, queue, metas[queue].damage)
     match = [v for v in metas[queue].versions or () if v.version == version]
@@ -648,7 +651,7 @@ async def complete_draining_version(ctx: StoreContext, queue: str, version: int)
     pks = [ctx.keys.partition(queue, version, p) for p in range(match[0].partitions)]
     # Close every partition that is empty, atomically per partition, so that a
     # writer with a stale topology cannot slip a job in once we have checked.
-    replies = await ctx.adapter.execute(
+    replies = yield Call(
         [
             Op.script_call(
                 S.CLOSE_PARTITION,
@@ -671,12 +674,12 @@ async def complete_draining_version(ctx: StoreContext, queue: str, version: int)
     if left:
         reopen = [pk for pk, (closed, _) in zip(pks, replies, strict=True) if closed]
         if reopen:
-            await ctx.adapter.execute([Op.command(pk.tag, "DEL", pk.closed) for pk in reopen])
+            yield Call([Op.command(pk.tag, "DEL", pk.closed) for pk in reopen])
         raise TopologyError(
             f"queue {queue!r}: version {version} still holds {left} job(s); "
             "let workers drain it first"
         )
-    ((ok, value, *stored),) = await ctx.adapter.execute(
+    ((ok, value, *stored),) = yield Call(
         [
             Op.script_call(
                 S.TOPOLOGY_COMPLETE,

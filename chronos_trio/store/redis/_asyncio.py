@@ -1,12 +1,13 @@
-"""Running batches and waiting for outcomes on ``redis.asyncio`` (no Trio),
-for the asyncio producer.
+"""The asyncio transport: running batches and waiting for outcomes on
+``redis.asyncio`` (no Trio), for the asyncio producer.
 
-The same rules as the blocking path (``_blocking``): one pipeline per node,
-``NOSCRIPT`` answered by loading the script there and re-running exactly
-the ops that got it; on a Cluster, ops grouped by the node that owns their
-slot (redis-py's cluster pipeline refuses ``EVALSHA``) and pipelined on a
-client of that node, the nodes in parallel; ``MOVED``/``ASK`` refreshes the
-slot map and re-runs those ops. Every failure is a StoreError.
+:class:`AsyncioExecutor` implements ``_transport.Transport``: it runs the
+transport's sans-IO ``batch_plan``, the rules every runtime shares (one
+pipeline per node, the ``NOSCRIPT`` reload and retry, ``MOVED``/``ASK`` on
+a Cluster, whose ops go to a client of the node owning their slot because
+redis-py's cluster pipeline refuses ``EVALSHA``), and answers its requests
+with ``redis.asyncio`` pipelines, a Cluster's nodes at once. Every failure
+is a StoreError.
 
 Clients and events belong to the event loop that made them: use one
 producer inside one loop.
@@ -21,10 +22,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .._roles import StoreError
-from ._batch import AdapterStatistics, check_replies, reload_plan, store_error
-from ._blocking import REDIS_ERRORS, moved
-from ._core import Call, NeedMeta, Plan, RedisCore, T, meta_plan
+from ._batch import AdapterStatistics, store_error
+from ._blocking import REDIS_ERRORS
+from ._core import Call, NeedMeta, Plan, RedisCore, T, drive_async, meta_plan
 from ._scripts import Op, ReplicaWait
+from ._transport import AtOnce, Rebuild, Send, SlotMap, batch_plan, first_failure
 from ._watch import POLL_BLOCK, RESUBSCRIBE_DELAY, WaiterTable, subscription_failed
 
 
@@ -34,15 +36,30 @@ def _is_cluster(client: Any) -> bool:
     return isinstance(client, RedisCluster)
 
 
+class _AsyncioSlots(SlotMap[Any]):
+    """A ``redis.asyncio`` Cluster's slot map."""
+
+    def new_node(self, host: str, port: int) -> Any:
+        """A master the map does not know, with the default node's settings."""
+        from redis.asyncio.cluster import ClusterNode
+
+        default = self.cluster.get_default_node()
+        settings = {k: v for k, v in default.connection_kwargs.items() if k not in ("host", "port")}
+        return ClusterNode(
+            host, port, "primary", connection_class=default.connection_class, **settings
+        )
+
+
 class AsyncioExecutor:
-    """Runs batches and sans-IO plans (see ``_core``) on a ``redis.asyncio``
-    client made by ``factory`` on first use."""
+    """The asyncio transport (``_transport.Transport``): runs batches and
+    sans-IO plans (see ``_core``) on a ``redis.asyncio`` client made by
+    ``factory`` on first use."""
 
     def __init__(self, factory: Callable[[], Any], core: RedisCore, description: str) -> None:
         self._factory = factory
         self._client: Any = None
         self._lock: asyncio.Lock | None = None
-        self._nodes: dict[str, Any] = {}  # a Cluster node's name -> its own client
+        self._slots: SlotMap[Any] | None = None  # a Cluster's, with each node's own client
         self.core = core
         self.description = description
         self.stats = AdapterStatistics()
@@ -81,133 +98,69 @@ class AsyncioExecutor:
     async def run(self, plan: Plan[T]) -> T:
         """Run a plan to its result (its topology reads through the core's
         cache). Raises what its batches raise (the plan is closed then)."""
-        try:
-            step = next(plan)
-            while True:
-                reply: Any
-                if type(step) is Call:
-                    reply = await self.execute(step.ops, step.after, replicas=step.replicas)
-                elif type(step) is NeedMeta:
-                    reply = await self.run(meta_plan(self.core, step.queues, fresh=step.fresh))
-                else:
-                    raise TypeError(f"cannot run a {type(step).__name__} step here")
-                step = plan.send(reply)
-        except StopIteration as done:
-            result: T = done.value
-            return result
-        finally:
-            plan.close()
+        return await drive_async(plan, self._answer_store)
+
+    async def _answer_store(self, step: Call | NeedMeta) -> Any:
+        if type(step) is Call:
+            return await self.execute(step.ops, step.after, replicas=step.replicas)
+        if type(step) is NeedMeta:
+            return await self.run(meta_plan(self.core, step.queues, fresh=step.fresh))
+        raise TypeError(f"cannot run a {type(step).__name__} step here")
 
     async def execute(
         self, ops: Sequence[Op], after: Sequence[Op] = (), *, replicas: ReplicaWait | None = None
     ) -> list[Any]:
-        """Like ``RedisAdapter.execute``: the replies of ``ops``, in order;
-        ``after`` runs once they are applied; StoreError for an error reply
-        of an op that is not soft, or fewer replicas than ``replicas`` asks."""
-        if not ops and not after:
-            return []
+        """As ``RedisAdapter.execute`` (``_transport.batch_plan``), on asyncio."""
         client = await self.client()
-        acks: list[Any] = []
         try:
-            if not _is_cluster(client):
-                batch = [*ops, *after, *([replicas.op()] if replicas else [])]
-                replies = await self._run_on_node(client, batch)
-                if replicas is not None:
-                    acks.append(replies[-1])
-                replies = replies[: len(ops)]
-            else:
-                replies = await self._execute_cluster(client, ops, replicas, acks)
-                if after:
-                    await self._execute_cluster(client, after)
+            link = client if not _is_cluster(client) else self._slot_map(client)
+            plan = batch_plan(link, ops, after, replicas, self.stats, self.description)
+            return await self._drive(plan)
         except REDIS_ERRORS as exc:
             raise store_error(self.description, exc) from exc
-        check_replies(ops, replies, self.description)
-        if replicas is not None:
-            self.stats.replica_waits += len(acks)
-            replicas.check(acks, self.description, lambda e: store_error(self.description, e))
-        return replies
 
-    async def _pipeline(self, client: Any, ops: Sequence[Op]) -> list[Any]:
-        import redis.exceptions
+    def _slot_map(self, cluster: Any) -> SlotMap[Any]:
+        if self._slots is None:
+            self._slots = _AsyncioSlots(cluster, self._node_client)
+        return self._slots
 
-        self.stats.round_trips += 1
-        self.stats.commands += len(ops)
-        if len(ops) == 1:
-            try:
-                return [await client.execute_command(*ops[0].args)]
-            except redis.exceptions.ResponseError as exc:
-                return [exc]
-        pipe = client.pipeline(transaction=False)
-        for op in ops:
-            pipe.execute_command(*op.args)
-        return list(await pipe.execute(raise_on_error=False))
+    async def _drive(self, plan: Plan[T]) -> T:
+        return await drive_async(plan, self._answer)
 
-    async def _run_on_node(self, client: Any, ops: Sequence[Op]) -> list[Any]:
-        replies = await self._pipeline(client, ops)
-        missing, scripts = reload_plan(ops, replies)
-        if missing:
-            for script in scripts:
-                await client.script_load(script.source)
-                self.stats.script_loads += 1
-            again = await self._pipeline(client, [ops[i] for i in missing])
-            for i, reply in zip(missing, again, strict=True):
-                replies[i] = reply
-        return replies
+    async def _answer(self, step: Send | AtOnce | Rebuild) -> Any:
+        if type(step) is Send:
+            pipe = step.node.pipeline(transaction=False)
+            for command in step.commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute(raise_on_error=False))
+        if type(step) is AtOnce:
+            got = await asyncio.gather(
+                *(self._drive(p) for _, p in step.plans), return_exceptions=True
+            )
+            for result in got:
+                if isinstance(result, REDIS_ERRORS):
+                    step.slots.unreachable(result)
+            return first_failure(got)
+        assert type(step) is Rebuild
+        if step.slots.rebuilding(step.seen):
+            await step.slots.cluster.nodes_manager.initialize()
+            step.slots.rebuilt()
+        return None
 
     def _node_client(self, node: Any) -> Any:
         """A plain client of one Cluster node, with the cluster's connection
-        settings (made once per node)."""
-        client = self._nodes.get(node.name)
-        if client is None:
-            from redis.asyncio import ConnectionPool
-            from redis.asyncio.client import Redis
+        settings (made once per node, see ``SlotMap.handle``)."""
+        from redis.asyncio import ConnectionPool
+        from redis.asyncio.client import Redis
 
-            pool = ConnectionPool(connection_class=node.connection_class, **node.connection_kwargs)
-            client = self._nodes[node.name] = Redis(connection_pool=pool)
-        return client
-
-    async def _execute_cluster(
-        self,
-        cluster: Any,
-        ops: Sequence[Op],
-        wait: ReplicaWait | None = None,
-        acks: list[Any] | None = None,
-    ) -> list[Any]:
-        replies: list[Any] = [None] * len(ops)
-        pending = list(range(len(ops)))
-        for attempt in range(3):
-            groups: dict[str, tuple[Any, list[int]]] = {}
-            for i in pending:
-                route = ops[i].route
-                node = (
-                    cluster.get_node_from_key(route)
-                    if route is not None
-                    else cluster.get_default_node()
-                )
-                groups.setdefault(node.name, (self._node_client(node), []))[1].append(i)
-
-            async def run_group(client: Any, idx: list[int]) -> None:
-                got = await self._run_on_node(
-                    client, [ops[i] for i in idx] + ([wait.op()] if wait else [])
-                )
-                if wait is not None and acks is not None:
-                    acks.append(got.pop())
-                for i, reply in zip(idx, got, strict=True):
-                    replies[i] = reply
-
-            await asyncio.gather(*(run_group(c, idx) for c, idx in groups.values()))
-            pending = moved(replies, pending)
-            if not pending:
-                break
-            if attempt < 2:
-                # the slot moved (resharding or failover): refresh the map, re-run those ops
-                await cluster.nodes_manager.initialize()
-        return replies
+        pool = ConnectionPool(connection_class=node.connection_class, **node.connection_kwargs)
+        return Redis(connection_pool=pool)
 
     async def aclose(self) -> None:
         """Close every connection; the executor cannot be used afterwards."""
         self._closed = True
-        nodes, self._nodes = list(self._nodes.values()), {}
+        nodes = list(self._slots.nodes.values()) if self._slots is not None else []
+        self._slots = None
         client, self._client = self._client, None
         for node in nodes:
             with contextlib.suppress(Exception):

@@ -1,13 +1,13 @@
-"""Running batches of ops on redis-py's blocking clients (no Trio).
+"""The blocking transport: batches on redis-py's blocking clients (no Trio).
 
-The Trio adapter runs these functions in worker threads; the synchronous
-producer calls them directly (:class:`BlockingExecutor`), and waits for
-outcomes with a :class:`BlockingDoneListener`. Either way a batch
-is one pipeline per node; a ``NOSCRIPT`` reply loads the script on that node
-and re-runs exactly the ops that got it (they did not run); on a Cluster the
-ops are grouped by the node owning each op's slot (redis-py's cluster
-pipeline refuses ``EVALSHA``), and a ``MOVED``/``ASK`` reply refreshes the
-slot map and re-runs the ops that got it.
+:class:`BlockingExecutor` implements ``_transport.BlockingTransport`` for
+the synchronous producer: it runs the transport's sans-IO ``batch_plan``
+(one pipeline per node, the ``NOSCRIPT`` reload and retry, ``MOVED``/``ASK``
+on a Cluster, whose ops go to the node owning their slot because redis-py's
+cluster pipeline refuses ``EVALSHA``) and answers its requests with
+:func:`pipeline` calls, a Cluster's nodes one after the other. The Trio
+adapter runs :func:`pipeline` in worker threads when it cannot use Trio
+sockets. The producer waits for outcomes with a :class:`BlockingDoneListener`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ import redis.cluster
 import redis.exceptions
 
 from .._roles import StoreError
-from ._batch import AdapterStatistics, check_replies, reload_plan, store_error
-from ._core import Call, NeedMeta, Plan, RedisCore, T, meta_plan
+from ._batch import AdapterStatistics, store_error
+from ._core import Call, NeedMeta, Plan, RedisCore, T, drive, meta_plan
 from ._scripts import Op, ReplicaWait
+from ._transport import AtOnce, Rebuild, Send, SlotMap, batch_plan
 from ._watch import RESUBSCRIBE_DELAY, WaiterTable, poll, subscription_failed
 
 #: How long one poll of a producer's subscription blocks (``stop`` returns within it).
@@ -38,64 +39,26 @@ REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterExcept
 Client = redis.Redis | redis.cluster.RedisCluster
 
 
-def moved(replies: Sequence[Any], pending: Sequence[int]) -> list[int]:
-    """The ops of ``pending`` whose slot moved (``MOVED`` is an ``ASK`` in redis-py)."""
-    return [i for i in pending if isinstance(replies[i], redis.exceptions.AskError)]
-
-
-def pipeline(client: redis.Redis, ops: Sequence[Op], stats: AdapterStatistics) -> list[Any]:
-    """One pipeline on one node (error replies returned as exceptions)."""
-    stats.round_trips += 1
-    stats.commands += len(ops)
-    if len(ops) == 1:
+def pipeline(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """One pipeline on one node (error replies returned as exceptions): the
+    answer to a transport plan's ``Send`` on redis-py's blocking client."""
+    if len(commands) == 1:
         try:
-            return [client.execute_command(*ops[0].args)]  # type: ignore[no-untyped-call]
+            return [client.execute_command(*commands[0])]  # type: ignore[no-untyped-call]
         except redis.exceptions.ResponseError as exc:
             return [exc]
     pipe = client.pipeline(transaction=False)
-    for op in ops:
-        pipe.execute_command(*op.args)  # type: ignore[no-untyped-call]
+    for command in commands:
+        pipe.execute_command(*command)  # type: ignore[no-untyped-call]
     return list(pipe.execute(raise_on_error=False))
 
 
-def run_on_node(client: redis.Redis, ops: Sequence[Op], stats: AdapterStatistics) -> list[Any]:
-    """One pipeline on one node; reload scripts and re-run ops that got NOSCRIPT."""
-    replies = pipeline(client, ops, stats)
-    missing, scripts = reload_plan(ops, replies)
-    if missing:
-        for script in scripts:
-            client.script_load(script.source)
-            stats.script_loads += 1
-        for i, reply in zip(
-            missing, pipeline(client, [ops[i] for i in missing], stats), strict=True
-        ):
-            replies[i] = reply
-    return replies
-
-
-def node_groups(
-    cluster: redis.cluster.RedisCluster, ops: Sequence[Op], pending: Sequence[int]
-) -> dict[str, tuple[redis.Redis, list[int]]]:
-    """The ops of ``pending`` grouped by the node owning their route (any
-    node for a route of None), with each node's own client."""
-    groups: dict[str, tuple[redis.Redis, list[int]]] = {}
-    for i in pending:
-        route = ops[i].route
-        if route is not None:
-            node = cluster.get_node_from_key(route)  # type: ignore[no-untyped-call]
-        else:
-            node = cluster.get_default_node()  # type: ignore[no-untyped-call]
-        if node.name not in groups:
-            groups[node.name] = (cluster.get_redis_connection(node), [])
-        groups[node.name][1].append(i)
-    return groups
-
-
 class BlockingExecutor:
-    """Runs batches and sans-IO plans (see ``_core``) on a blocking redis-py
-    client, for the synchronous producer. Safe to use from many threads
-    (redis-py's clients pool their connections); a Cluster's nodes are
-    visited one after the other.
+    """The blocking transport (``_transport.BlockingTransport``): runs
+    batches and sans-IO plans (see ``_core``) on a blocking redis-py client,
+    for the synchronous producer. Safe to use from many threads (redis-py's
+    clients pool their connections); a Cluster's nodes are visited one after
+    the other.
 
     ``client`` is made by ``factory`` on first use (a ``RedisCluster``
     connects as soon as it is built); every failure is a StoreError naming
@@ -104,6 +67,7 @@ class BlockingExecutor:
     def __init__(self, factory: Callable[[], Client], core: RedisCore, description: str) -> None:
         self._factory = factory
         self._client: Client | None = None
+        self._slots: SlotMap[redis.Redis] | None = None
         self._lock = threading.Lock()
         self.core = core
         self.description = description
@@ -128,77 +92,51 @@ class BlockingExecutor:
     def run(self, plan: Plan[T]) -> T:
         """Run a plan to its result (its topology reads through the core's
         cache). Raises what its batches raise (the plan is closed then)."""
-        try:
-            step = next(plan)
-            while True:
-                reply: Any
-                if type(step) is Call:
-                    reply = self.execute(step.ops, step.after, replicas=step.replicas)
-                elif type(step) is NeedMeta:
-                    reply = self.run(meta_plan(self.core, step.queues, fresh=step.fresh))
-                else:
-                    raise TypeError(f"cannot run a {type(step).__name__} step here")
-                step = plan.send(reply)
-        except StopIteration as done:
-            result: T = done.value
-            return result
-        finally:
-            plan.close()
+        return drive(plan, self._answer_store)
+
+    def _answer_store(self, step: Call | NeedMeta) -> Any:
+        if type(step) is Call:
+            return self.execute(step.ops, step.after, replicas=step.replicas)
+        if type(step) is NeedMeta:
+            return self.run(meta_plan(self.core, step.queues, fresh=step.fresh))
+        raise TypeError(f"cannot run a {type(step).__name__} step here")
 
     def execute(
         self, ops: Sequence[Op], after: Sequence[Op] = (), *, replicas: ReplicaWait | None = None
     ) -> list[Any]:
-        """Like ``RedisAdapter.execute``: the replies of ``ops``, in order;
-        ``after`` runs once they are applied; StoreError for an error reply
-        of an op that is not soft, or fewer replicas than ``replicas`` asks."""
-        if not ops and not after:
-            return []
+        """As ``RedisAdapter.execute`` (``_transport.batch_plan``), blocking."""
         client = self.client()
-        acks: list[Any] = []
         try:
-            if isinstance(client, redis.Redis):
-                batch = [*ops, *after, *([replicas.op()] if replicas else [])]
-                replies = run_on_node(client, batch, self.stats)
-                if replicas is not None:
-                    acks.append(replies[-1])
-                replies = replies[: len(ops)]
-            else:
-                replies = self._execute_cluster(client, ops, replicas, acks)
-                if after:
-                    self._execute_cluster(client, after)
+            link = client if isinstance(client, redis.Redis) else self._slot_map(client)
+            return self._drive(batch_plan(link, ops, after, replicas, self.stats, self.description))
         except REDIS_ERRORS as exc:
             raise store_error(self.description, exc) from exc
-        check_replies(ops, replies, self.description)
-        if replicas is not None:
-            self.stats.replica_waits += len(acks)
-            replicas.check(acks, self.description, lambda e: store_error(self.description, e))
-        return replies
 
-    def _execute_cluster(
-        self,
-        cluster: redis.cluster.RedisCluster,
-        ops: Sequence[Op],
-        wait: ReplicaWait | None = None,
-        acks: list[Any] | None = None,
-    ) -> list[Any]:
-        replies: list[Any] = [None] * len(ops)
-        pending = list(range(len(ops)))
-        for attempt in range(3):
-            for client, idx in node_groups(cluster, ops, pending).values():
-                got = run_on_node(
-                    client, [ops[i] for i in idx] + ([wait.op()] if wait else []), self.stats
-                )
-                if wait is not None and acks is not None:
-                    acks.append(got.pop())
-                for i, reply in zip(idx, got, strict=True):
-                    replies[i] = reply
-            pending = moved(replies, pending)
-            if not pending:
-                break
-            if attempt < 2:
-                # the slot moved (resharding or failover): refresh the map, re-run those ops
-                cluster.nodes_manager.initialize()
-        return replies
+    def _slot_map(self, cluster: redis.cluster.RedisCluster) -> SlotMap[redis.Redis]:
+        if self._slots is None:
+            self._slots = SlotMap(cluster, cluster.get_redis_connection)
+        return self._slots
+
+    def _drive(self, plan: Plan[T]) -> T:
+        return drive(plan, self._answer)
+
+    def _answer(self, step: Send | AtOnce | Rebuild) -> Any:
+        if type(step) is Send:
+            return pipeline(step.node, step.commands)
+        if type(step) is AtOnce:
+            results = []
+            for _, plan in step.plans:  # one node after the other
+                try:
+                    results.append(self._drive(plan))
+                except REDIS_ERRORS as exc:
+                    step.slots.unreachable(exc)
+                    raise
+            return results
+        assert type(step) is Rebuild
+        if step.slots.rebuilding(step.seen):
+            step.slots.cluster.nodes_manager.initialize()
+            step.slots.rebuilt()
+        return None
 
     def close(self) -> None:
         """Close the connection pools; the executor cannot be used afterwards."""

@@ -517,7 +517,7 @@ async def check(
         raise ValueError(f"batch must be >= 1, got {batch}")
     if not lease_grace >= 0:
         raise ValueError(f"lease_grace must be >= 0, got {lease_grace}")
-    names = list(dict.fromkeys(queues)) if queues is not None else await queue_names(ctx)
+    names = list(dict.fromkeys(queues)) if queues is not None else await ctx.run(queue_names(ctx))
     (t,) = await ctx.adapter.execute([Op.command(None, "TIME")])
     now = ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)
     metas = await ctx.meta(names, fresh=True) if names else {}

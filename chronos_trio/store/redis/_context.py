@@ -15,7 +15,17 @@ import trio
 
 from .._roles import SetAside
 from ._adapter import RedisAdapter
-from ._core import Call, NeedMeta, Plan, RedisCore, T, ensure_plan, meta_plan
+from ._core import (
+    Call,
+    NeedMeta,
+    Plan,
+    RedisCore,
+    Step,
+    T,
+    drive_async,
+    ensure_plan,
+    meta_plan,
+)
 from ._core import QueueMeta as QueueMeta
 from ._scripts import ReplicaWait
 from .keys import KeySpace
@@ -134,25 +144,18 @@ class StoreContext(RedisCore):
 
     # -- running plans --------------------------------------------------------------
     async def run(self, plan: Plan[T]) -> T:
-        """Run a sans-IO plan (see ``_core``) over the adapter: its batches
-        go through :meth:`RedisAdapter.execute`, its topology reads through
+        """Run a sans-IO plan (see ``_core``): the one driver of every
+        operation of the Trio store. Its batches go through the transport
+        (:meth:`RedisAdapter.execute`), its topology reads through
         :meth:`meta`. Raises what they raise (the plan is closed then)."""
-        try:
-            step = next(plan)
-            while True:
-                reply: Any
-                if type(step) is Call:
-                    reply = await self.adapter.execute(step.ops, step.after, replicas=step.replicas)
-                elif type(step) is NeedMeta:
-                    reply = await self.meta(step.queues, fresh=step.fresh)
-                else:  # pragma: no cover - a plan of another driver
-                    raise TypeError(f"StoreContext cannot run a {type(step).__name__} step")
-                step = plan.send(reply)
-        except StopIteration as done:
-            result: T = done.value
-            return result
-        finally:
-            plan.close()
+        return await drive_async(plan, self._answer)
+
+    async def _answer(self, step: Step) -> Any:
+        if type(step) is Call:
+            return await self.adapter.execute(step.ops, step.after, replicas=step.replicas)
+        if type(step) is NeedMeta:
+            return await self.meta(step.queues, fresh=step.fresh)
+        raise TypeError(f"StoreContext cannot run a {type(step).__name__} step")
 
     # -- promote / wait_scheduled hand-off -------------------------------------------
     def record_promote(

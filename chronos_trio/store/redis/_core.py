@@ -11,10 +11,16 @@ Nothing here does IO or imports Trio. An operation that needs Redis is a
   callers; a producer runs :func:`meta_plan`); it is sent the
   ``{queue: QueueMeta}``.
 
-A driver (``StoreContext.run`` for Trio, the sync and asyncio executors of
-the producers) runs a plan to its return value, so the routing, the retry
-rules and the reply decoding of an operation are written once, and every
-client sends the same scripts with the same arguments. A plan that is
+Every operation of the store is a plan, in one style: the Trio store's
+(``_enqueue``, ``_admin``, ``_leader``, ``_limits``, ``_flow``,
+``_workers``, ``_watch``; see ``docs/architecture.md`` for the few still
+awaiting the transport directly) and the producers'. A driver
+(``StoreContext.run`` for Trio, the sync and asyncio executors of the
+producers) runs a plan to its return value with :class:`Steps`, so the
+routing, the retry rules and the reply decoding of an operation are written
+once, and every client sends the same scripts with the same arguments. A
+:class:`Call` goes to the driver's transport (``_transport``), itself a
+sans-IO plan of the rules every batch follows. A plan that is
 abandoned (an error, a cancellation) is closed, which runs its ``finally``
 blocks.
 
@@ -26,8 +32,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Generator, Sequence
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import attrs
 
@@ -72,6 +78,84 @@ class NeedMeta(NamedTuple):
 Step = Call | NeedMeta
 #: A plan returning ``T``: yields steps, is sent each step's answer.
 Plan = Generator[Any, Any, T]
+
+
+class Steps(Generic[T]):
+    """How every driver walks a plan, whatever its runtime: iterate for the
+    plan's requests, set :attr:`reply` to each one's answer before the next
+    iteration, read :attr:`result` once the iteration ends. Used as a
+    context manager, it closes the plan on the way out (an error, a
+    cancellation), which runs its ``finally`` blocks. :func:`drive` and
+    :func:`drive_async` are that loop; a driver with requests of its own
+    (a result waiter's ``Block``) writes it out::
+
+        with Steps(plan) as steps:
+            for step in steps:
+                steps.reply = await answer(step)
+        return steps.result
+
+    The driver answers each request with IO of its runtime (a Trio socket,
+    a thread, an asyncio task); an exception it raises while answering
+    leaves the loop and closes the plan."""
+
+    __slots__ = ("_plan", "_started", "reply", "result")
+
+    def __init__(self, plan: Plan[T]) -> None:
+        self._plan = plan
+        self._started = False
+        #: The answer to the request last returned by the iteration.
+        self.reply: Any = None
+        #: The plan's return value, once the iteration ended.
+        self.result: T
+
+    def __enter__(self) -> Steps[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._plan.close()
+
+    def __iter__(self) -> Steps[T]:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            if self._started:
+                return self._plan.send(self.reply)
+            self._started = True
+            return next(self._plan)
+        except StopIteration as done:
+            self.result = done.value
+            raise StopIteration from None
+
+
+def drive(plan: Plan[T], answer: Callable[[Any], Any]) -> T:
+    """Run ``plan`` to its result, each request answered by ``answer``
+    (blocking); closes the plan on the way out."""
+    # Steps written out: this loop runs for every batch of the hot path.
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(answer(step))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    finally:
+        plan.close()
+
+
+async def drive_async(plan: Plan[T], answer: Callable[[Any], Awaitable[Any]]) -> T:
+    """Run ``plan`` to its result, each request answered by awaiting
+    ``answer`` (on any event loop: Trio, asyncio); closes the plan on the
+    way out."""
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(await answer(step))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    finally:
+        plan.close()
 
 
 @attrs.frozen
@@ -232,9 +316,7 @@ class RedisCore:
         ops = []
         for queue, at in due.items():
             key = self.keys.wake_scheduled(queue)
-            ops.append(
-                Op.wake_command(key, "XADD", key, "MAXLEN", WAKE_KEEP, "*", "due", repr(at))
-            )
+            ops.append(Op.wake_command(key, "XADD", key, "MAXLEN", WAKE_KEEP, "*", "due", repr(at)))
         return ops
 
 

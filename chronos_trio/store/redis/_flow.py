@@ -1,5 +1,9 @@
 """Workflow continuations on Redis: the partitions' outboxes (filled by the
-fenced success settle, see ``lua/settle.lua``) and group arrivals."""
+fenced success settle, see ``lua/settle.lua``) and group arrivals.
+
+Each operation here but ``wait_continuations`` (a Trio event) is a
+sans-IO plan (see ``_core``), run by ``StoreContext.run``.
+"""
 
 from __future__ import annotations
 
@@ -13,20 +17,21 @@ from .._roles import Continuation
 from . import _scripts as S
 from ._codec import ident
 from ._context import StoreContext
+from ._core import Call, NeedMeta, Plan
 from ._scripts import Op
 from .keys import PartitionKeys
 
 
-async def continuations(
+def continuations(
     ctx: StoreContext, queues: Sequence[str], limit: int
-) -> list[Continuation]:
+) -> Plan[list[Continuation]]:
     if limit <= 0 or not queues:
         return []
-    metas = await ctx.meta(queues)
+    metas = yield NeedMeta(queues)
     slots: list[PartitionKeys] = [
         pk for q in dict.fromkeys(queues) for pk in ctx.partitions_of(q, metas[q])
     ]
-    replies = await ctx.adapter.execute(
+    replies = yield Call(
         [Op.script_call(S.OUTBOX_READ, [pk.outbox, pk.job_prefix], [limit]) for pk in slots]
     )
     out: list[Continuation] = []
@@ -46,14 +51,14 @@ async def continuations(
     return out[:limit]
 
 
-async def finish_continuations(ctx: StoreContext, done: Sequence[Continuation]) -> None:
+def finish_continuations(ctx: StoreContext, done: Sequence[Continuation]) -> Plan[None]:
     if not done:
         return
     ops = []
     for c in done:
         pk = ctx.keys.partition(c.queue, c.queue_version, c.partition)
         ops.append(Op.command(pk.tag, "ZREM", pk.outbox, c.job_id))
-    await ctx.adapter.execute(ops)
+    yield Call(ops)
 
 
 async def wait_continuations(ctx: StoreContext, timeout: float) -> None:
@@ -64,15 +69,15 @@ async def wait_continuations(ctx: StoreContext, timeout: float) -> None:
     await trio.lowlevel.checkpoint()
 
 
-async def group_arrive(
+def group_arrive(
     ctx: StoreContext, arrivals: Sequence[Arrival], ttl: float
-) -> list[list[bytes | None] | None]:
+) -> Plan[list[list[bytes | None] | None]]:
     """One ``group_arrive.lua`` per arrival, all in one round trip (per node
     on a Cluster; the calls of one group run in their order)."""
     if not arrivals:
         return []
     ttl_ms = max(1, math.ceil(ttl * 1000))
-    replies = await ctx.adapter.execute(
+    replies = yield Call(
         [
             Op.script_call(
                 S.GROUP_ARRIVE,

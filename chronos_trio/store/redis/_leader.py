@@ -25,6 +25,9 @@ reissue an epoch, breaking the fence); an unreadable last-fired time counts
 as never fired; a pending trigger that cannot be decoded is moved to
 ``{ns:L:<name>}:damaged`` (field as in pending) and logged, and the others
 are enqueued.
+
+Each operation here is a sans-IO plan (see ``_core``), run by
+``StoreContext.run`` (``store.py`` calls ``ctx.run(plan)``).
 """
 
 from __future__ import annotations
@@ -37,14 +40,15 @@ from .._roles import Leadership, StoreError, TriggerResult
 from . import _scripts as S
 from ._codec import decode_new_job, encode_new_job, ident, parse_number
 from ._context import StoreContext
-from ._enqueue import enqueue_many
+from ._core import Call, Plan
+from ._enqueue import enqueue_plan
 from ._scripts import Op
 from .keys import LeaderKeys
 
 log = logging.getLogger("chronos_trio.store.redis")
 
 
-async def _enqueue_pending(ctx: StoreContext, keys: LeaderKeys, flat: list[bytes]) -> None:
+def _enqueue_pending(ctx: StoreContext, keys: LeaderKeys, flat: list[bytes]) -> Plan[None]:
     """Steps (b) and (c) for ``[field, encoded job, ...]``; an entry that
     cannot be decoded is moved to the name's damaged hash instead."""
     if not flat:
@@ -64,15 +68,15 @@ async def _enqueue_pending(ctx: StoreContext, keys: LeaderKeys, flat: list[bytes
             )
             damaged.append((field, value))
     if jobs:
-        await enqueue_many(ctx, jobs)
+        yield from enqueue_plan(ctx, jobs)
     ops = [Op.command(keys.damaged, "HSET", keys.damaged, f, v) for f, v in damaged]
     drop = fields + [f for f, _ in damaged]
-    await ctx.adapter.execute([*ops, Op.command(keys.pending, "HDEL", keys.pending, *drop)])
+    yield Call([*ops, Op.command(keys.pending, "HDEL", keys.pending, *drop)])
 
 
-async def acquire(ctx: StoreContext, name: str, holder: str, ttl: float) -> Leadership | None:
+def acquire(ctx: StoreContext, name: str, holder: str, ttl: float) -> Plan[Leadership | None]:
     keys = ctx.keys.leader(name)
-    (reply,) = await ctx.adapter.execute(
+    (reply,) = yield Call(
         [Op.script_call(S.LEADER_ACQUIRE, [keys.lead], [holder, repr(float(ttl))])]
     )
     if not reply:
@@ -82,16 +86,16 @@ async def acquire(ctx: StoreContext, name: str, holder: str, ttl: float) -> Lead
     epoch, expires, fresh = reply
     if fresh == 1:
         # A predecessor may have died between recording a trigger and enqueuing it.
-        (pending,) = await ctx.adapter.execute([Op.command(keys.pending, "HGETALL", keys.pending)])
+        (pending,) = yield Call([Op.command(keys.pending, "HGETALL", keys.pending)])
         # redis-py turns an HGETALL reply into a dict
-        await _enqueue_pending(ctx, keys, [x for kv in pending.items() for x in kv])
+        yield from _enqueue_pending(ctx, keys, [x for kv in pending.items() for x in kv])
     return Leadership(name, holder, int(epoch), float(expires))
 
 
-async def renew(ctx: StoreContext, name: str, holder: str, epoch: int, ttl: float | None) -> bool:
+def renew(ctx: StoreContext, name: str, holder: str, epoch: int, ttl: float | None) -> Plan[bool]:
     """Extend (``ttl``) or give up (``ttl`` None) a held leadership."""
     keys = ctx.keys.leader(name)
-    (reply,) = await ctx.adapter.execute(
+    (reply,) = yield Call(
         [
             Op.script_call(
                 S.LEADER_RENEW,
@@ -103,21 +107,21 @@ async def renew(ctx: StoreContext, name: str, holder: str, epoch: int, ttl: floa
     return bool(reply == 1)
 
 
-async def current(ctx: StoreContext, name: str) -> Leadership | None:
+def current(ctx: StoreContext, name: str) -> Plan[Leadership | None]:
     keys = ctx.keys.leader(name)
-    (reply,) = await ctx.adapter.execute([Op.script_call(S.LEADER_GET, [keys.lead], [])])
+    (reply,) = yield Call([Op.script_call(S.LEADER_GET, [keys.lead], [])])
     if not reply:
         return None
     holder, epoch, expires = reply
     return Leadership(name, ident(holder), int(epoch), float(expires))
 
 
-async def enqueue_trigger(
+def enqueue_trigger(
     ctx: StoreContext, name: str, epoch: int, schedule_id: str, fire_at: float, job: NewJob
-) -> TriggerResult:
+) -> Plan[TriggerResult]:
     keys = ctx.keys.leader(name)
     field = f"{schedule_id}@{float(fire_at)!r}"
-    (reply,) = await ctx.adapter.execute(
+    (reply,) = yield Call(
         [
             Op.script_call(
                 S.TRIGGER_RECORD,
@@ -129,13 +133,13 @@ async def enqueue_trigger(
     status = reply[0]
     if status == b"stale":
         return TriggerResult.STALE_EPOCH
-    await _enqueue_pending(ctx, keys, reply[1:])
+    yield from _enqueue_pending(ctx, keys, reply[1:])
     return TriggerResult.ENQUEUED if status == b"enqueued" else TriggerResult.ALREADY_FIRED
 
 
-async def last_fired(ctx: StoreContext, name: str) -> dict[str, float]:
+def last_fired(ctx: StoreContext, name: str) -> Plan[dict[str, float]]:
     keys = ctx.keys.leader(name)
-    (fired,) = await ctx.adapter.execute([Op.command(keys.fired, "HGETALL", keys.fired)])
+    (fired,) = yield Call([Op.command(keys.fired, "HGETALL", keys.fired)])
     out = {}
     for k, v in fired.items():  # redis-py made it a dict
         at = parse_number(v)

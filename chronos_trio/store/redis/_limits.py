@@ -5,7 +5,11 @@ to drop the keys that lapsed from the listing).
 
 A holder of a concurrency limit counts while its record is leased and its
 lease unexpired, as lease.lua counts it (a renewed holder's score in the
-zset is its first expiry; the record has the current one)."""
+zset is its first expiry; the record has the current one).
+
+Each operation here is a sans-IO plan (see ``_core``), run by
+``StoreContext.run`` (``store.py`` calls ``ctx.run(plan)``).
+"""
 
 from __future__ import annotations
 
@@ -16,17 +20,18 @@ from .._roles import LimitUsage
 from ._admin import partitions_of_queue
 from ._codec import ident, parse_number
 from ._context import StoreContext
+from ._core import Call, Plan
 from ._scripts import Op
 from .keys import PartitionKeys
 
 _RUN_SLOTS = "cap:" + RUN_SLOT_PREFIX
 
 
-async def limit_usage(ctx: StoreContext, queue: str) -> list[LimitUsage]:
-    pks = await partitions_of_queue(ctx, queue)
+def limit_usage(ctx: StoreContext, queue: str) -> Plan[list[LimitUsage]]:
+    pks = yield from partitions_of_queue(ctx, queue)
     if not pks:
         return []
-    listed = await ctx.adapter.execute(
+    listed = yield Call(
         [Op.soft_command(pk.tag, "SMEMBERS", f"{pk.tag}:limits") for pk in pks]
         + [Op.command(None, "TIME")]
     )
@@ -42,7 +47,7 @@ async def limit_usage(ctx: StoreContext, queue: str) -> list[LimitUsage]:
     ]
     if not names:
         return []
-    states = await ctx.adapter.execute(
+    states = yield Call(
         [
             Op.soft_command(pk.tag, "GET", f"{pk.tag}:{name}")
             if name.startswith("rl:")
@@ -58,7 +63,7 @@ async def limit_usage(ctx: StoreContext, queue: str) -> list[LimitUsage]:
         if state is None or state == []
     ]
     if gone:
-        await ctx.adapter.execute(gone)
+        yield Call(gone)
     holders = [
         (n, pk, ident(m))
         for n, ((pk, name), state) in enumerate(zip(names, states, strict=True))
@@ -67,7 +72,7 @@ async def limit_usage(ctx: StoreContext, queue: str) -> list[LimitUsage]:
     ]
     leases: list[Any] = []
     if holders:
-        leases = await ctx.adapter.execute(
+        leases = yield Call(
             [
                 Op.soft_command(pk.tag, "HMGET", pk.job(m), "state", "lease_expires_at")
                 for _, pk, m in holders

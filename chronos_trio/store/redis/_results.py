@@ -24,6 +24,7 @@ import trio
 
 from ...records._jobs import JobOutcome, JobRef
 from ._context import StoreContext
+from ._core import Steps
 from ._watch import (
     RESUBSCRIBE_DELAY,
     Block,
@@ -139,20 +140,13 @@ async def wait_outcome(
         return await outcome(ctx, ref)
     with trio.move_on_after(timeout):
         await listener.ready()
-        plan = wait_plan(listener.table, ctx.keys, ref, listener.channel)
-        try:
-            step = next(plan)
-            while True:
-                reply: Any = None
+        with Steps(wait_plan(listener.table, ctx.keys, ref, listener.channel)) as steps:
+            for step in steps:
                 if type(step) is Watch:
-                    reply = await _watch(ctx, step.ref, step.channel)
+                    steps.reply = await _watch(ctx, step.ref, step.channel)
                 else:
                     assert type(step) is Block
                     await step.event.wait()
-                step = plan.send(reply)
-        except StopIteration as done:
-            found: JobOutcome | None = done.value
-            return found
-        finally:
-            plan.close()
+                    steps.reply = None
+        return steps.result
     return await outcome(ctx, ref)

@@ -8,6 +8,9 @@ writes both (``worker_beat.lua``); a listing is one read-only script that
 returns only the entries not lapsed (``workers_list.lua``), so a worker
 killed without unregistering drops out when its ttl passes, whether or not
 a later beat has removed its entry yet.
+
+Each operation here is a sans-IO plan (see ``_core``), run by
+``StoreContext.run`` (``store.py`` calls ``ctx.run(plan)``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from ...records._workers import WorkerInfo, decode_worker, encode_worker, worker
 from . import _scripts as S
 from ._codec import ident, parse_number
 from ._context import StoreContext
+from ._core import Call, Plan
 from ._scripts import Op
 
 log = logging.getLogger("chronos_trio.store.redis")
@@ -29,11 +33,11 @@ log = logging.getLogger("chronos_trio.store.redis")
 SWEEP_PER_BEAT = 16
 
 
-async def beat(ctx: StoreContext, worker: WorkerInfo, ttl: float) -> None:
+def beat(ctx: StoreContext, worker: WorkerInfo, ttl: float) -> Plan[None]:
     if not ttl > 0:
         raise ValueError(f"a worker's registry ttl must be > 0 seconds, got {ttl!r}")
     keys = ctx.keys.workers
-    await ctx.adapter.execute(
+    yield Call(
         [
             Op.script_call(
                 S.WORKER_BEAT,
@@ -44,16 +48,16 @@ async def beat(ctx: StoreContext, worker: WorkerInfo, ttl: float) -> None:
     )
 
 
-async def unregister(ctx: StoreContext, worker_id: str) -> None:
+def unregister(ctx: StoreContext, worker_id: str) -> Plan[None]:
     keys = ctx.keys.workers
-    await ctx.adapter.execute(
+    yield Call(
         [Op.script_call(S.WORKER_UNREGISTER, [keys.info, keys.lapse], [worker_id])]
     )
 
 
-async def workers(ctx: StoreContext) -> list[WorkerInfo]:
+def workers(ctx: StoreContext) -> Plan[list[WorkerInfo]]:
     keys = ctx.keys.workers
-    (reply,) = await ctx.adapter.execute(
+    (reply,) = yield Call(
         [Op.script_call(S.WORKERS_LIST, [keys.info, keys.lapse], [])]
     )
     out = []

@@ -277,7 +277,9 @@ class RedisStore(Store):
         dead_max_count: int | None,
         keep_succeeded: int | None = None,
     ) -> CountResult:
-        return await _admin.trim(self._ctx, queues, dead_max_age, dead_max_count, keep_succeeded)
+        return await self._ctx.run(
+            _admin.trim(self._ctx, queues, dead_max_age, dead_max_count, keep_succeeded)
+        )
 
     # -- waiting -------------------------------------------------------------------------
     async def wait_ready(
@@ -298,83 +300,87 @@ class RedisStore(Store):
     async def beat_worker(self, worker: WorkerInfo, ttl: float) -> None:
         """One ``worker_beat.lua`` (one round trip), which also removes a
         few lapsed entries (see :mod:`._workers`)."""
-        await _workers.beat(self._ctx, worker, ttl)
+        await self._ctx.run(_workers.beat(self._ctx, worker, ttl))
 
     async def unregister_worker(self, worker_id: str) -> None:
-        await _workers.unregister(self._ctx, worker_id)
+        await self._ctx.run(_workers.unregister(self._ctx, worker_id))
 
     async def workers(self) -> list[WorkerInfo]:
-        return await _workers.workers(self._ctx)
+        return await self._ctx.run(_workers.workers(self._ctx))
 
     # -- inspection and administration --------------------------------------------------
     async def queues(self) -> list[str]:
-        return await _admin.queue_names(self._ctx)
+        return await self._ctx.run(_admin.queue_names(self._ctx))
 
     async def stats(self, queues: Sequence[str] | None = None) -> list[QueueStats]:
-        return await _admin.stats(self._ctx, queues)
+        return await self._ctx.run(_admin.stats(self._ctx, queues))
 
     async def get_job(self, job_id: str, *, queue: str | None = None) -> Job | None:
-        return await _admin.get_job(self._ctx, job_id, queue)
+        return await self._ctx.run(_admin.get_job(self._ctx, job_id, queue))
 
     async def list_jobs(
         self, queue: str, state: JobState, *, offset: int = 0, limit: int = 100
     ) -> list[Job]:
-        return await _admin.list_jobs(self._ctx, queue, state, offset, limit)
+        return await self._ctx.run(_admin.list_jobs(self._ctx, queue, state, offset, limit))
 
     async def limit_usage(self, queue: str) -> list[LimitUsage]:
-        return await _limits.limit_usage(self._ctx, queue)
+        return await self._ctx.run(_limits.limit_usage(self._ctx, queue))
 
     async def run_now(self, job_id: str, *, queue: str | None = None) -> bool:
-        return await _admin.run_now(self._ctx, job_id, queue)
+        return await self._ctx.run(_admin.run_now(self._ctx, job_id, queue))
 
     async def delete_job(self, job_id: str, *, queue: str | None = None) -> bool:
-        return await _admin.delete_job(self._ctx, job_id, queue)
+        return await self._ctx.run(_admin.delete_job(self._ctx, job_id, queue))
 
     async def abort(
         self, job_id: str, *, queue: str | None = None, reason: str = ""
     ) -> AbortResult:
         """One ``abort.lua`` where the job may live (a round trip; the flag of
         a leased job is field ``ab`` of its record, persisted with it)."""
-        return await _admin.abort(self._ctx, job_id, queue, reason)
+        return await self._ctx.run(_admin.abort(self._ctx, job_id, queue, reason))
 
     async def requeue_dead(self, queue: str, *, limit: int | None = None) -> CountResult:
-        return await _admin.requeue_dead(self._ctx, queue, limit)
+        return await self._ctx.run(_admin.requeue_dead(self._ctx, queue, limit))
 
     async def set_paused(self, queue: str, paused: bool) -> None:
-        await _admin.set_paused(self._ctx, queue, paused)
+        await self._ctx.run(_admin.set_paused(self._ctx, queue, paused))
 
     # -- topology -----------------------------------------------------------------------
     async def topology(self, queue: str) -> QueueTopology:
-        return await _admin.topology(self._ctx, queue)
+        return await self._ctx.run(_admin.topology(self._ctx, queue))
 
     async def promote_queue_version(
         self, queue: str, version: int, partitions: int
     ) -> QueueTopology:
-        return await _admin.promote_queue_version(self._ctx, queue, version, partitions)
+        return await self._ctx.run(
+            _admin.promote_queue_version(self._ctx, queue, version, partitions)
+        )
 
     async def complete_draining_version(self, queue: str, version: int) -> QueueTopology:
-        return await _admin.complete_draining_version(self._ctx, queue, version)
+        return await self._ctx.run(_admin.complete_draining_version(self._ctx, queue, version))
 
     # -- leadership and schedule triggers ------------------------------------------------
     async def acquire_leadership(self, name: str, holder: str, ttl: float) -> Leadership | None:
-        return await _leader.acquire(self._ctx, name, holder, ttl)
+        return await self._ctx.run(_leader.acquire(self._ctx, name, holder, ttl))
 
     async def renew_leadership(self, name: str, holder: str, epoch: int, ttl: float) -> bool:
-        return await _leader.renew(self._ctx, name, holder, epoch, ttl)
+        return await self._ctx.run(_leader.renew(self._ctx, name, holder, epoch, ttl))
 
     async def resign_leadership(self, name: str, holder: str, epoch: int) -> bool:
-        return await _leader.renew(self._ctx, name, holder, epoch, None)
+        return await self._ctx.run(_leader.renew(self._ctx, name, holder, epoch, None))
 
     async def current_leader(self, name: str) -> Leadership | None:
-        return await _leader.current(self._ctx, name)
+        return await self._ctx.run(_leader.current(self._ctx, name))
 
     async def enqueue_trigger(
         self, name: str, epoch: int, schedule_id: str, fire_at: float, job: NewJob
     ) -> TriggerResult:
-        return await _leader.enqueue_trigger(self._ctx, name, epoch, schedule_id, fire_at, job)
+        return await self._ctx.run(
+            _leader.enqueue_trigger(self._ctx, name, epoch, schedule_id, fire_at, job)
+        )
 
     async def schedule_last_fired(self, name: str) -> dict[str, float]:
-        return await _leader.last_fired(self._ctx, name)
+        return await self._ctx.run(_leader.last_fired(self._ctx, name))
 
     # -- the store checker ----------------------------------------------------------------
     # -- Redis for handlers ----------------------------------------------------------------
@@ -393,10 +399,10 @@ class RedisStore(Store):
     # -- workflows (FlowRole) -----------------------------------------------------------------
     async def continuations(self, queues: Sequence[str], limit: int) -> list[Continuation]:
         """One ``outbox_read.lua`` per partition of ``queues``, in one round trip."""
-        return await _flow.continuations(self._ctx, queues, limit)
+        return await self._ctx.run(_flow.continuations(self._ctx, queues, limit))
 
     async def finish_continuations(self, done: Sequence[Continuation]) -> None:
-        await _flow.finish_continuations(self._ctx, done)
+        await self._ctx.run(_flow.finish_continuations(self._ctx, done))
 
     async def wait_continuations(self, timeout: float) -> None:
         """Woken by this store's own settles (their reply says when one
@@ -406,7 +412,7 @@ class RedisStore(Store):
     async def group_arrive(
         self, arrivals: Sequence[Arrival], ttl: float
     ) -> list[list[bytes | None] | None]:
-        return await _flow.group_arrive(self._ctx, arrivals, ttl)
+        return await self._ctx.run(_flow.group_arrive(self._ctx, arrivals, ttl))
 
     async def check(
         self,
