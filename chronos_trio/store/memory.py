@@ -57,6 +57,7 @@ from . import (
     _memory_workers,
     _partitioning,
 )
+from ._flag import Flag
 from ._partitioning import partition_of, share_by_weight, share_strictly
 from ._roles import (
     DAMAGED_RECORD,
@@ -242,7 +243,7 @@ class MemoryStore(Store):
         self._control = _memory_control.ControlState()
         #: Workflow outbox: job ID -> queue, oldest first (see FlowRole).
         self._outbox: dict[str, str] = {}
-        self._outbox_filled = trio.Event()
+        self._outbox_filled = Flag()
         #: Groups: ID -> (expiry, size, results by member index).
         self._groups: dict[str, tuple[float, int, dict[int, bytes | None]]] = {}
         #: The worker registry (see ``_memory_workers``).
@@ -526,12 +527,7 @@ class MemoryStore(Store):
             self._outbox.pop(c.job_id, None)
 
     async def wait_continuations(self, timeout: float) -> None:
-        if not self._outbox_filled.is_set():
-            with trio.move_on_after(timeout):
-                await self._outbox_filled.wait()
-        # reset before the caller reads the outbox: a settle after this sets it again
-        self._outbox_filled = trio.Event()
-        await trio.lowlevel.checkpoint()
+        await self._outbox_filled.take(timeout)
 
     async def group_arrive(
         self, arrivals: Sequence[Arrival], ttl: float

@@ -6,8 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import trio
-
 from ...records._workflow import Arrival
 from .._roles import Continuation
 from . import _scripts as S
@@ -57,11 +55,7 @@ async def finish_continuations(ctx: StoreContext, done: Sequence[Continuation]) 
 
 
 async def wait_continuations(ctx: StoreContext, timeout: float) -> None:
-    if not ctx.outbox_filled.is_set():
-        with trio.move_on_after(timeout):
-            await ctx.outbox_filled.wait()
-    ctx.outbox_filled = trio.Event()
-    await trio.lowlevel.checkpoint()
+    await ctx.outbox_filled.take(timeout)
 
 
 async def group_arrive(
