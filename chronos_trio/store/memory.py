@@ -50,6 +50,7 @@ from ..records._workers import WorkerInfo
 from ..records._workflow import WORKFLOW_KEEP, Arrival
 from . import (
     _checking,
+    _flag,
     _memory_check,
     _memory_control,
     _memory_unclaimed,
@@ -57,7 +58,6 @@ from . import (
     _memory_workers,
     _partitioning,
 )
-from ._flag import Flag
 from ._partitioning import partition_of, share_by_weight, share_strictly
 from ._roles import (
     DAMAGED_RECORD,
@@ -243,7 +243,7 @@ class MemoryStore(Store):
         self._control = _memory_control.ControlState()
         #: Workflow outbox: job ID -> queue, oldest first (see FlowRole).
         self._outbox: dict[str, str] = {}
-        self._outbox_filled = Flag()
+        self._outbox_filled = _flag.Flag()
         #: Groups: ID -> (expiry, size, results by member index).
         self._groups: dict[str, tuple[float, int, dict[int, bytes | None]]] = {}
         #: The worker registry (see ``_memory_workers``).
