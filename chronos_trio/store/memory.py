@@ -313,7 +313,14 @@ class MemoryStore(Store):
             heapq.heappush(self._due.setdefault(job.queue, []), entry)
             self._notify_scheduled()
         elif job.state is JobState.READY:
-            entry = (self._ready_score(job), next(self._seq), job.id, rec.version)
+            # highest priority first, due order within a level
+            control = job.control
+            score = (
+                job.run_at
+                if control is None
+                else _control.ready_score(job.run_at, control.priority)
+            )
+            entry = (score, next(self._seq), job.id, rec.version)
             heapq.heappush(self._ready.setdefault(job.queue, []), entry)
             self._notify_ready()
         elif job.state is JobState.LEASED:
@@ -322,14 +329,6 @@ class MemoryStore(Store):
             heapq.heappush(self._leased.setdefault(job.queue, []), entry)
         elif self._done and job.state in FINISHED_STATES:
             self._wake_waiters(job.id)
-
-    @staticmethod
-    def _ready_score(job: Job) -> float:
-        """A ready job's place in its queue: highest priority first, due
-        order within a level."""
-        if job.control is None:
-            return job.run_at
-        return _control.ready_score(job.run_at, job.control.priority)
 
     def _delete(self, job_id: str) -> None:
         self._records.pop(job_id, None)
@@ -430,7 +429,10 @@ class MemoryStore(Store):
             else new.id
             for new in jobs
         ]
-        return [self._enqueue_one(new, job_id, now) for new, job_id in zip(jobs, ids, strict=True)]
+        results = []  # a loop, not a comprehension: the enqueue hot path
+        for new, job_id in zip(jobs, ids, strict=True):
+            results.append(self._enqueue_one(new, job_id, now))
+        return results
 
     def _enqueue_one(self, new: NewJob, job_id: str, now: float) -> EnqueueResult:
         """-> scheduled (due later) or ready (due now): a new record, unless
