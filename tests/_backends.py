@@ -38,6 +38,7 @@ import trio.testing
 
 from chronos_trio import MemoryStore
 from chronos_trio.store.redis import RedisStore
+from chronos_trio.testing import DamageableMemoryStore
 
 if TYPE_CHECKING:
     from chronos_trio import Store
@@ -89,12 +90,14 @@ class Backend:
         """True when the test runs on the virtual (autojump) clock."""
         return self.name == "memory"
 
-    def store(self) -> Store:
-        """A fresh, empty store: a MemoryStore, or a RedisStore on a namespace
-        of its own. Redis stores are closed after the test."""
+    def store(self, *, damageable: bool = False) -> Store:
+        """A fresh, empty store: a MemoryStore (``damageable``: a
+        ``DamageableMemoryStore``, whose records a test can damage), or a
+        RedisStore on a namespace of its own. Redis stores are closed after
+        the test."""
         made: Store
         if self.redis_url is None:
-            made = MemoryStore()
+            made = DamageableMemoryStore() if damageable else MemoryStore()
         else:
             made = RedisStore.from_url(self.redis_url, namespace=f"t{next(_namespaces)}")
         self._stores.append(made)

@@ -38,6 +38,7 @@ from chronos_trio.store import (
 from chronos_trio.store.redis import RedisStore, _check
 from chronos_trio.store.redis._codec import RECORD_FORMAT
 from chronos_trio.store.redis.keys import KeySpace, PartitionKeys
+from chronos_trio.testing.damageable import DamageableMemoryStore, record_damage
 from chronos_trio.testing.redis_server import RedisCluster
 from tests import tests_app
 from tests._support import Recorder, Work
@@ -121,7 +122,8 @@ class RedisPlanter:
 
 
 class MemoryPlanter:
-    """Plants inconsistencies in a MemoryStore's records and heaps."""
+    """Plants inconsistencies in a MemoryStore's records and heaps (a
+    ``DamageableMemoryStore`` for damaged fields: the MemoryStore judges none)."""
 
     can_orphan = False  # a heap entry without a record is stale by design
     has_formats = False
@@ -457,12 +459,12 @@ def test_record_format_versions() -> None:
 )
 def test_what_the_memory_checker_calls_damaged(changes: dict[str, Any], damage: list[str]) -> None:
     job = Job(id="a", queue="q", kind="k", payload=b"", run_at=1.0, state=JobState.READY)
-    assert _memory_check.record_damage(attrs.evolve(job, **changes)) == damage
+    assert record_damage(attrs.evolve(job, **changes)) == damage
 
 
 # -- the scenario on each store ------------------------------------------------------------
 async def test_memory_checker_finds_and_repairs(autojump_clock: object) -> None:
-    store = MemoryStore()
+    store = DamageableMemoryStore()
     with trio.fail_after(60):
         await run_scenario(store, MemoryPlanter(store), batch=500)
 
@@ -651,7 +653,7 @@ async def test_memory_repair_leaves_a_job_changed_since_it_was_judged(
 ) -> None:
     """The memory checker judges, then repairs only a record unchanged since
     (its version and its job): the same guard as check_repair.lua."""
-    store = MemoryStore()
+    store = DamageableMemoryStore()
     planter = MemoryPlanter(store)
     meddled, meddle, then = await SCENARIOS[scenario](store, planter)
     now = await store.now()
@@ -815,7 +817,7 @@ def cli_target(
     """Where ``check`` looks (APP, or ``--url``) after :func:`plant_two` there."""
     monkeypatch.delenv("CHRONOS_URL", raising=False)
     if request.param == "memory":
-        memory = MemoryStore()
+        memory = DamageableMemoryStore()
         planter: Planter = MemoryPlanter(memory)
         trio.run(plant_two, memory, planter)
         monkeypatch.setattr(tests_app.app, "_store", memory)

@@ -40,6 +40,7 @@ from chronos_trio.store import (
 )
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis.keys import KeySpace
+from chronos_trio.testing import DamageableMemoryStore
 from chronos_trio.testing.damage import (
     RECORD,
     Damage,
@@ -116,7 +117,7 @@ _namespaces = iter(range(10**6))
 @pytest.fixture
 async def stores(request: pytest.FixtureRequest, kind: str) -> AsyncIterator[Stores]:
     if kind == "memory":
-        yield Stores(MemoryStore(), None, 10.0)
+        yield Stores(DamageableMemoryStore(), None, 10.0)
         return
     url = request.getfixturevalue("redis_url")
     store = RedisStore.from_url(url, namespace=f"judge{next(_namespaces)}", default_partitions=4)

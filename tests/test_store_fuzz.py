@@ -60,7 +60,6 @@ from chronos_trio.store import (
     SettleResult,
     Store,
 )
-from chronos_trio.store._memory_damage import record_damage
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis.keys import KeySpace
 from chronos_trio.testing.damage import (
@@ -73,6 +72,7 @@ from chronos_trio.testing.damage import (
     kinds_of,
     redis_client,
 )
+from chronos_trio.testing.damageable import DamageableMemoryStore, record_damage
 from tests._backends import REDIS_TIMING
 
 pytestmark = pytest.mark.fuzz
@@ -169,7 +169,7 @@ def fuzz_clock(case: Case) -> trio.abc.Clock | None:
 @pytest.fixture
 async def fuzz_backend(request: pytest.FixtureRequest, case: Case) -> AsyncIterator[Backend]:
     if case.backend == "memory":
-        yield Backend("memory", MemoryStore(), None, 10.0, 600.0, MEMORY_TIMING, 3600.0)
+        yield Backend("memory", DamageableMemoryStore(), None, 10.0, 600.0, MEMORY_TIMING, 3600.0)
         return
     url = request.getfixturevalue("redis_cluster_url" if case.backend == "cluster" else "redis_url")
     partitions = {"redis": 1, "redis8": 8, "cluster": 4}[case.backend]

@@ -66,7 +66,7 @@ def by_id(result: LeaseResult) -> dict[str, LeasedJob]:
 async def test_a_lease_reports_jobs_times_flow_control_and_damage(
     backend: Backend, clock: object
 ) -> None:
-    store = backend.store()
+    store = backend.store(damageable=True)
     await store.enqueue_many([job("ok"), job("bad")])
     await damage(backend, store, "bad", "attempts")
     made = await store.enqueue_many(
@@ -109,7 +109,7 @@ async def test_a_lease_reports_jobs_times_flow_control_and_damage(
 
 
 async def test_renew_reports_renewed_aborted_and_damage(backend: Backend, clock: object) -> None:
-    store = backend.store()
+    store = backend.store(damageable=True)
     await store.enqueue_many([job("keep"), job("flagged"), job("bad")])
     leased = by_id(await lease(store))
     assert set(leased) == {"keep", "flagged", "bad"}
@@ -127,7 +127,7 @@ async def test_renew_reports_renewed_aborted_and_damage(backend: Backend, clock:
 async def test_settle_reports_settled_aborted_unclaimed_dead_and_damage(
     backend: Backend, clock: object
 ) -> None:
-    store = backend.store()
+    store = backend.store(damageable=True)
     names = ("done", "flagged", "unclaimed", "bad", "stale")
     await store.enqueue_many([job(n) for n in names])
     leased = by_id(await lease(store))
@@ -163,7 +163,7 @@ async def test_settle_reports_settled_aborted_unclaimed_dead_and_damage(
 async def test_trim_and_requeue_dead_report_a_count_and_damage(
     backend: Backend, clock: object
 ) -> None:
-    store = backend.store()
+    store = backend.store(damageable=True)
     await store.enqueue_many([job(n) for n in ("s0", "s1", "d0", "d1", "d2")])
     leased = by_id(await lease(store))
     short = backend.pick(memory=1.0, redis=0.1)

@@ -66,8 +66,8 @@ def unique(n: int = 0, *, mode: str = "throttle", **kw: object) -> NewJob:
 URLS: dict[int, str] = {}
 
 
-def make_store(backend: Backend) -> Store:
-    store = backend.store()
+def make_store(backend: Backend, *, damageable: bool = False) -> Store:
+    store = backend.store(damageable=damageable)
     if backend.redis_url is not None:
         URLS[id(store)] = backend.redis_url
     return store
@@ -243,7 +243,7 @@ PATHS: dict[str, Callable[[Store], Awaitable[str]]] = {
 async def test_a_finished_job_gives_its_key_back(
     path: str, backend: Backend, clock: object
 ) -> None:
-    store = make_store(backend)
+    store = make_store(backend, damageable=path.startswith("damaged"))
     with trio.fail_after(backend.pick(memory=60, redis=10)):
         job_id = await PATHS[path](store)
         found = await store.get_job(job_id)

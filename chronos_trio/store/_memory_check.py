@@ -4,27 +4,28 @@ The MemoryStore indexes waiting jobs in per-queue heaps with lazy deletion:
 ``due`` (scheduled and retry_wait), ``ready`` and ``leased``; an entry counts
 only while its record still has the entry's version, so a stale entry is
 normal and an entry without a record cannot be a problem (NO_RECORD is
-never reported; nor is QUARANTINED: nothing is quarantined). Records are
-judged by :func:`._memory_damage.record_damage`, under the job ID and queue
-they are stored in. Succeeded and dead jobs are in no heap. The check runs in
-one synchronous step (no checkpoint inside), so it is atomic with respect to
+never reported; nor is QUARANTINED: nothing is quarantined). Succeeded and
+dead jobs are in no heap. A record is DAMAGED when the store's judgement
+seam (``MemoryStore._damage``) names something in it: never on the typed
+store itself, whose transitions write every record; on the test support's
+``DamageableMemoryStore``, what a test damaged. The check runs in one
+synchronous step (no checkpoint inside), so it is atomic with respect to
 every other task of the process: no job can move while it is judged or
-repaired. ``batch`` is accepted for the role's signature and checked; one
-step over an in-process store blocks nothing else. A repair still applies
-only to the record judged, unchanged since (:func:`repair_all`), as on
-Redis: the guard that keeps a repair from acting on a job a worker moved.
+repaired. ``batch`` is accepted for the role's signature and checked
+(:func:`._checking.asked_queues`); one step over an in-process store blocks
+nothing else. A repair still applies only to the record judged, unchanged
+since (:func:`repair_all`), as on Redis: the guard that keeps a repair from
+acting on a job a worker moved.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
-import trio
 
 from ..records._jobs import Job, JobState
-from ._memory_damage import dead_lettered, record_damage
 from ._roles import (
     CheckReport,
     Finding,
@@ -69,6 +70,9 @@ class MemoryStore(Protocol):
     def _clock(self) -> Callable[[], float]: ...
     def _put(self, job: Job) -> None: ...
     def _release_unique(self, job_id: str) -> None: ...
+    def _damage(self, job_id: str, rec: Any, index: None) -> str: ...
+    def _shown(self, job_id: str, rec: Any) -> Job: ...
+    def _dead_letter_damaged(self, job_id: str, rec: Any, reason: str) -> Job: ...
 
 
 #: The heap each state's jobs belong in (None: no heap).
@@ -84,23 +88,12 @@ HEAP_OF = {
 
 
 def check(
-    store: MemoryStore,
-    queues: Sequence[str] | None,
-    *,
-    repair: bool,
-    batch: int,
-    lease_grace: float,
+    store: MemoryStore, names: Sequence[str] | None, *, repair: bool, lease_grace: float
 ) -> CheckReport:
-    """See :meth:`~chronos_trio.store.CheckRole.check`; one synchronous step."""
-    if batch < 1:
-        raise ValueError(f"batch must be >= 1, got {batch}")
-    if not lease_grace >= 0:
-        raise ValueError(f"lease_grace must be >= 0, got {lease_grace}")
-    names = (
-        list(dict.fromkeys(queues))
-        if queues is not None
-        else sorted(store._known_queues | set(store._topology))
-    )
+    """See :meth:`~chronos_trio.store.CheckRole.check`, for the queues
+    ``names`` (None: every queue the store knows); one synchronous step."""
+    if names is None:
+        names = sorted(store._known_queues | set(store._topology))
     now = store._clock()
     inspection = inspect(store, names, now, lease_grace)
     judged = inspection.judged
@@ -148,7 +141,7 @@ def inspect(store: MemoryStore, names: Sequence[str], now: float, grace: float) 
         if rec.home not in wanted:
             continue
         records += 1
-        found = _judge(job_id, rec, tuple(held.get(job_id, ())), now, grace)
+        found = _judge(store, job_id, rec, tuple(held.get(job_id, ())), now, grace)
         if found is not None:
             judged.append(Judged(rec, rec.version, rec.job, found))
     return Inspection(tuple(judged), records, entries)
@@ -199,23 +192,23 @@ def _partitions(store: MemoryStore, queue: str) -> int:
 
 
 def _judge(
-    job_id: str, rec: _Record, held: tuple[str, ...], now: float, grace: float
+    store: MemoryStore, job_id: str, rec: _Record, held: tuple[str, ...], now: float, grace: float
 ) -> Finding | None:
-    job = rec.job
-    shown_state = job.state.value if isinstance(job.state, JobState) else ""
+    """What is wrong with record ``rec`` (in the heaps ``held``), or None."""
+    damage = store._damage(job_id, rec, None)
+    job = store._shown(job_id, rec) if damage else rec.job
     finding = Finding(
         problem=Problem.DAMAGED,
         job_id=job_id,
         queue=rec.home,
-        queue_version=job.queue_version if type(job.queue_version) is int else 0,
-        partition=job.partition if type(job.partition) is int else 0,
-        detail="",
-        state=shown_state,
+        queue_version=job.queue_version,
+        partition=job.partition,
+        detail=damage,
+        state=job.state.value,
         indexes=held,
     )
-    damage = record_damage(job, job_id, rec.home)
     if damage:
-        return attrs.evolve(finding, detail="; ".join(damage))
+        return finding
     expected = HEAP_OF[job.state]
     if held != ((expected,) if expected else ()):
         if not held:
@@ -240,9 +233,7 @@ def _repair(store: MemoryStore, job_id: str, rec: _Record, finding: Finding, now
     :func:`repair_all`)."""
     job = rec.job
     if finding.problem is Problem.DAMAGED:
-        dead = dead_lettered(job, job_id, rec.home, finding.detail, now)
-        store._put(dead)
-        store._release_unique(job_id)
+        dead = store._dead_letter_damaged(job_id, rec, finding.detail)
         return attrs.evolve(finding, repair=Repair.DEAD_LETTERED, repair_detail=dead.last_error)
     cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
     if finding.problem is Problem.EXPIRED_LEASE:
@@ -272,16 +263,3 @@ def _repair(store: MemoryStore, job_id: str, rec: _Record, finding: Finding, now
     where = HEAP_OF[job.state]
     detail = f"put in the {where} index" if where else "taken out of every index"
     return attrs.evolve(finding, repair=Repair.REINDEXED, repair_detail=detail)
-
-
-async def check_memory(
-    store: MemoryStore,
-    queues: Sequence[str] | None,
-    *,
-    repair: bool,
-    batch: int,
-    lease_grace: float,
-) -> CheckReport:
-    """:func:`check` after a checkpoint (every store method is one)."""
-    await trio.lowlevel.checkpoint()
-    return check(store, queues, repair=repair, batch=batch, lease_grace=lease_grace)

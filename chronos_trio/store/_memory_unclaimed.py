@@ -4,15 +4,13 @@ that has one, until it has gone back unclaimed for the worker's grace.
 
 The time with no taker lives in the record (``Job.unclaimed_since``), judged
 by the store's clock, so it survives bounces between workers and their
-restarts. The stamp is advisory: a value that is not a finite number, or is
-later than now, counts as none and is stamped anew. That can only put a
-dead-letter off by one grace; it never ends or loses a job, so no operation
-treats such a value as damage (settle.lua reads field ``uc`` the same way).
+restarts. The stamp is advisory: one later than now (a clock that went
+back) counts as none and is stamped anew. That can only put a dead-letter
+off by one grace; it never ends or loses a job (settle.lua reads field
+``uc`` the same way, and an unreadable one as none).
 """
 
 from __future__ import annotations
-
-import math
 
 import attrs
 
@@ -22,14 +20,9 @@ from ._roles import Settlement
 
 def stamp_of(job: Job, now: float) -> float | None:
     """``job.unclaimed_since`` as the store judges it at ``now``: the time,
-    or None when there is none (absent, not a finite number, or later than
-    ``now``)."""
+    or None when there is none (absent, or later than ``now``)."""
     since = job.unclaimed_since
-    if type(since) is int:
-        since = float(since) if -(2**1023) < since < 2**1023 else None
-    if type(since) is not float or not math.isfinite(since) or since > now:
-        return None
-    return since
+    return None if since is None or since > now else since
 
 
 def unclaimed(job: Job, s: Settlement, now: float) -> Job:

@@ -1,4 +1,11 @@
-"""In-memory store: tests, the embedded default and local development.
+"""In-memory store: the typed reference model of the store contract.
+
+The MemoryStore is the contract (:mod:`chronos_trio.store`) written out in
+plain Python, to be read: each operation is one transition of the job
+lifecycle (``docs/architecture.md``: scheduled -> ready -> leased ->
+succeeded, retry_wait or dead), applied to typed ``Job`` records. It is the
+embedded default and what tests run on, and the reference every other
+backend is compared with (``chronos_trio.testing.differential``).
 
 Every operation runs synchronously between two Trio checkpoints, so each is
 atomic with respect to every other task of the process. Its clock defaults to
@@ -6,6 +13,13 @@ Trio's clock anchored to the wall clock, so under ``autojump_clock`` due times
 and lease expiry advance with virtual time and timing tests run instantly.
 
 It lives in one process: it cannot be shared by several worker processes.
+
+Its records are written only by its own typed transitions, so each one is
+usable and none is judged. The one seam where a record is judged before it
+is used is :meth:`MemoryStore._damage` (with :meth:`MemoryStore._shown`
+for reads): test support plugs the field checks of the one record judgement
+(``store/_record_rules.py``) in there, to test what a store does with a
+record damaged behind its back (``chronos_trio.testing.DamageableMemoryStore``).
 """
 
 from __future__ import annotations
@@ -35,9 +49,10 @@ from ..records._unique import Unique
 from ..records._workers import WorkerInfo
 from ..records._workflow import WORKFLOW_KEEP, Arrival
 from . import (
+    _checking,
+    _flag,
     _memory_check,
     _memory_control,
-    _memory_damage,
     _memory_unclaimed,
     _memory_unique,
     _memory_workers,
@@ -45,6 +60,7 @@ from . import (
 )
 from ._partitioning import partition_of, share_by_weight, share_strictly
 from ._roles import (
+    DAMAGED_RECORD,
     LEASE_GRACE,
     NOTHING_SET_ASIDE,
     AbortResult,
@@ -76,21 +92,12 @@ from ._roles import (
 _HeapEntry = tuple[float, int, str, int]
 
 
-#: States whose records have a current heap entry.
-_INDEXED = frozenset({JobState.SCHEDULED, JobState.READY, JobState.LEASED, JobState.RETRY_WAIT})
-
-
 @attrs.frozen
 class _Index:
     """One kind of heap: its name and the states of the records it holds."""
 
     name: str
     states: frozenset[JobState]
-
-
-def _indexed(state: object) -> bool:
-    """True for a state whose records have a heap entry (False for a damaged one)."""
-    return isinstance(state, JobState) and state in _INDEXED
 
 
 _DUE = _Index("due", frozenset({JobState.SCHEDULED, JobState.RETRY_WAIT}))
@@ -102,9 +109,8 @@ _LEASED = _Index("leased", frozenset({JobState.LEASED}))
 class _Record:
     job: Job
     version: int = 0
-    #: The queue the record was first stored in: whose heaps index it. A job
-    #: never changes queue, so this is where a record whose ``queue`` field
-    #: was damaged belongs.
+    #: The queue whose heaps index the record (a job never changes queue):
+    #: what the store reads, never the record's own ``queue`` field.
     home: str = attrs.field(default=attrs.Factory(lambda rec: rec.job.queue, takes_self=True))
     #: A succeeded job's end of retention (its record, and result, go then).
     retain_until: float = 0.0
@@ -140,6 +146,40 @@ class _Aside:
         return SetAside(tuple(self.dead)) if self.dead else NOTHING_SET_ASIDE
 
 
+_LEASE = _memory_control.Verdict.LEASE
+
+
+@attrs.define
+class _LeaseBatch:
+    """What one lease call did so far (see :class:`LeaseResult`)."""
+
+    worker_id: str
+    now: float
+    #: When the leases it hands out end.
+    expires_at: float
+    aside: _Aside = attrs.field(factory=_Aside)
+    leased: list[LeasedJob] = attrs.field(factory=list)
+    expired: list[Job] = attrs.field(factory=list)
+    #: The earliest next permit of a rate limit that held a job back.
+    held_until: float | None = None
+    #: Whether a concurrency limit held a job back.
+    capped: bool = False
+
+    def held_back(self, until: float | None) -> None:
+        """Flow control held a job back until ``until`` (None: a
+        concurrency limit, with no time to wait for)."""
+        if until is None:
+            self.capped = True
+        elif self.held_until is None or until < self.held_until:
+            self.held_until = until
+
+    def result(self) -> LeaseResult:
+        held_for = None if self.held_until is None else max(0.0, self.held_until - self.now)
+        return LeaseResult(
+            tuple(self.leased), self.aside.report(), tuple(self.expired), held_for, self.capped
+        )
+
+
 class _TrioAnchoredClock:
     """Trio's clock shifted to read as Unix time; re-anchored per ``trio.run``."""
 
@@ -163,20 +203,16 @@ def _stored_control(new: NewJob, now: float) -> _control.JobControl | None:
 
 
 class MemoryStore(Store):
-    """A :class:`Store` held in this process's memory.
+    """A :class:`Store` held in this process's memory: the typed reference
+    model of the contract (see the module docstring).
 
     ``clock`` returns the store's time in epoch seconds; by default it is
     Trio's clock anchored to the wall clock (see module docstring).
 
-    Damaged records (see :mod:`._memory_damage`): every operation judges a
-    record before it uses it, so none raises on one and none loses the rest
-    of its batch. A record it cannot use is dead-lettered (``last_error``
-    "damaged record: <field and value>") and reported in its result's
-    ``aside``, like the RedisStore's. Admin reads show a damaged record with
-    defaults in its damaged fields, named in ``Job.damage``. (A heap entry
-    whose record is gone is stale, as after any deletion: the heaps delete
-    lazily, so a record removed behind the store's back cannot be told from
-    one it deleted, and is dropped with its entries; nothing is quarantined.)
+    Every record is a typed ``Job`` written by the store's own transitions,
+    so every record is usable: no operation sets one aside, and every
+    result's ``aside`` is empty. (A heap entry whose record is gone or was
+    rewritten is stale, as after any deletion: the heaps delete lazily.)
     """
 
     shared_across_processes = False
@@ -207,11 +243,60 @@ class MemoryStore(Store):
         self._control = _memory_control.ControlState()
         #: Workflow outbox: job ID -> queue, oldest first (see FlowRole).
         self._outbox: dict[str, str] = {}
-        self._outbox_filled = trio.Event()
+        self._outbox_filled = _flag.Flag()
         #: Groups: ID -> (expiry, size, results by member index).
         self._groups: dict[str, tuple[float, int, dict[int, bytes | None]]] = {}
         #: The worker registry (see ``_memory_workers``).
         self._workers = _memory_workers.WorkerRegistry()
+
+    # -- the judgement seam ------------------------------------------------------------
+    def _damage(self, job_id: str, rec: _Record, index: _Index | None) -> str:
+        """Why record ``rec`` (stored under ``job_id``; met at the top of
+        ``index``, or None when reached otherwise) cannot be used, or "" when
+        it can. Always "": the store writes its typed records only through its
+        own transitions. The one seam where a record is judged: test support
+        overrides it to judge records it damaged behind the store's back
+        (``chronos_trio.testing.DamageableMemoryStore``); whatever it names
+        is dead-lettered and reported in the operation's ``aside``."""
+        return ""
+
+    def _shown(self, job_id: str, rec: _Record) -> Job:
+        """Record ``rec`` as reads (``get_job``, ``list_jobs``, ``stats``, an
+        enqueue that finds it) show it: as it is (see :meth:`_damage`)."""
+        return rec.job
+
+    def _set_aside(
+        self, job_id: str, rec: _Record, aside: _Aside, index: _Index | None = None
+    ) -> str:
+        """Empty when :meth:`_damage` finds nothing in ``rec``; otherwise
+        dead-letter it into ``aside`` and say why."""
+        reason = self._damage(job_id, rec, index)
+        if reason:
+            self._dead_letter_damaged(job_id, rec, reason)
+            aside.dead.append(self._shown(job_id, rec))
+        return reason
+
+    def _dead_letter_damaged(self, job_id: str, rec: _Record, reason: str) -> Job:
+        """Set aside a record that cannot be used: dead, ``last_error``
+        DAMAGED_RECORD + ``reason``, finished now, its lease cleared, stored
+        under the ID and queue the store keeps it under (so it stays listed
+        and trimmed with its queue); its other fields kept as they are, for
+        an operator to see. Its unique key is given back."""
+        dead = attrs.evolve(
+            rec.job,
+            id=job_id,
+            queue=rec.home,
+            state=JobState.DEAD,
+            last_error=DAMAGED_RECORD + reason,
+            finished_at=self._clock(),
+            lease_token="",
+            lease_owner="",
+            lease_expires_at=None,
+            damage="",
+        )
+        self._put(dead)
+        self._release_unique(job_id)
+        return dead
 
     # -- helpers -----------------------------------------------------------------
     def _put(self, job: Job) -> None:
@@ -229,10 +314,12 @@ class MemoryStore(Store):
             self._notify_scheduled()
         elif job.state is JobState.READY:
             # highest priority first, due order within a level
-            score = job.run_at
             control = job.control
-            if isinstance(control, _control.JobControl):  # not a damaged one (judged later)
-                score = _control.ready_score(job.run_at, control.priority)
+            score = (
+                job.run_at
+                if control is None
+                else _control.ready_score(job.run_at, control.priority)
+            )
             entry = (score, next(self._seq), job.id, rec.version)
             heapq.heappush(self._ready.setdefault(job.queue, []), entry)
             self._notify_ready()
@@ -261,8 +348,8 @@ class MemoryStore(Store):
 
     def _top(self, heap: list[_HeapEntry]) -> _HeapEntry | None:
         """Drop stale entries from the top of ``heap``; return the top entry
-        of a current record (sound or damaged): for reads that only ask
-        whether something waits, and when (its score)."""
+        of a current record: for reads that only ask whether something
+        waits, and when (its score)."""
         while heap:
             if self._valid(heap[0]) is not None:
                 return heap[0]
@@ -273,34 +360,14 @@ class MemoryStore(Store):
         self, heap: list[_HeapEntry], index: _Index, aside: _Aside
     ) -> tuple[_HeapEntry, Job] | None:
         """Drop stale entries from the top of ``heap`` (an ``index`` heap),
-        dead-lettering into ``aside`` records that cannot be used; return the
-        usable top entry and its job."""
+        setting aside into ``aside`` records that cannot be used (see
+        :meth:`_damage`); return the usable top entry and its job."""
         while (entry := self._top(heap)) is not None:
             rec = self._records[entry[2]]
-            if self._set_aside(entry[2], rec, aside, index) is None:
+            if not self._set_aside(entry[2], rec, aside, index):
                 return entry, rec.job
             heapq.heappop(heap)  # dead-lettered: the entry is stale now
         return None
-
-    def _set_aside(
-        self, job_id: str, rec: _Record, aside: _Aside, index: _Index | None = None
-    ) -> str | None:
-        """None when ``rec`` can be used (and, found in ``index``, is in one
-        of its states); otherwise dead-letter it into ``aside`` and say why."""
-        job = rec.job
-        problems = _memory_damage.record_damage(job, job_id, rec.home)
-        if not problems and index is not None and job.state not in index.states:
-            problems = [
-                f"field 'state' holds {job.state!r}, but the job is in the {index.name} index"
-            ]
-        if not problems:
-            return None
-        reason = "; ".join(problems)
-        dead = _memory_damage.dead_lettered(job, job_id, rec.home, reason, self._clock())
-        self._put(dead)
-        self._release_unique(job_id)
-        aside.dead.append(_memory_damage.shown(dead, job_id, rec.home))
-        return reason
 
     def _release_unique(self, job_id: str) -> None:
         """The record ``job_id`` went dead or aborted: it gives back the
@@ -308,27 +375,6 @@ class MemoryStore(Store):
         rec = self._records.get(job_id)
         if rec is not None:
             self._unique.release(rec.home, rec.unique, job_id)
-
-    def _set_aside_held(self, leases: Sequence[LeaseRef]) -> _Aside:
-        """Judge the records ``leases`` hold (their token matches; records
-        not held are not the caller's, damaged or not): dead-letter the ones
-        that cannot be used, so the fenced operation then finds them not held."""
-        aside = _Aside()
-        for ref in leases:
-            rec = self._records.get(ref.job_id)
-            if rec is not None and ref.token and rec.job.lease_token == ref.token:
-                self._set_aside(ref.job_id, rec, aside)
-        return aside
-
-    def _set_aside_finished(self, queues: Sequence[str]) -> _Aside:
-        """Judge the records of ``queues`` in no heap (succeeded, dead, or of
-        an unreadable state): dead-letter the ones that cannot be used."""
-        aside = _Aside()
-        wanted = set(queues)
-        for job_id, rec in list(self._records.items()):
-            if rec.home in wanted and not _indexed(rec.job.state):
-                self._set_aside(job_id, rec, aside)
-        return aside
 
     def _notify_ready(self) -> None:
         # Every waiter holds the same Event, so this wakes them all, and a
@@ -376,7 +422,6 @@ class MemoryStore(Store):
         operation's single step. ValueError (nothing stored) for a unique
         job whose given ID does not route to its key's partition."""
         now = self._clock()
-        results = []
         # unique jobs' IDs first: a refused one must not follow stored ones
         ids = [
             _partitioning.routed_job_id(new, self._active(new.queue).partitions)
@@ -384,59 +429,58 @@ class MemoryStore(Store):
             else new.id
             for new in jobs
         ]
+        results = []  # a loop, not a comprehension: the enqueue hot path
         for new, job_id in zip(jobs, ids, strict=True):
-            existing = self._records.get(job_id)
-            if existing is not None:
-                ex = _memory_damage.shown(existing.job, job_id, existing.home)
-                results.append(
-                    EnqueueResult(job_id, False, ex.run_at, ex.queue_version, ex.partition)
-                )
-                continue
-            active = self._active(new.queue)
-            run_at = new.run_at if new.run_at is not None else now + max(0.0, new.delay)
-            if new.unique is not None:
-                claim, holder_id, holder = self._unique.claim(new, now, self._job_of)
-                if claim is _memory_unique.Claim.DUPLICATE:
-                    results.append(self._held_result(new, holder_id, holder, active))
-                    continue
-                if claim is _memory_unique.Claim.REPLACE:
-                    assert holder is not None
-                    replaced = attrs.evolve(
-                        holder,
-                        payload=new.payload,
-                        headers=new.headers,
-                        run_at=run_at,
-                        state=JobState.READY if run_at <= now else JobState.SCHEDULED,
-                    )
-                    self._put(replaced)
-                    results.append(
-                        EnqueueResult(
-                            holder.id, False, run_at, holder.queue_version, holder.partition
-                        )
-                    )
-                    continue
-            job = Job(
-                id=job_id,
-                queue=new.queue,
-                kind=new.kind,
-                payload=new.payload,
-                run_at=run_at,
-                state=JobState.READY if run_at <= now else JobState.SCHEDULED,
-                max_retries=new.max_retries,
-                timeout=new.timeout,
-                queue_version=active.version,
-                partition=partition_of(job_id, active.partitions),
-                created_at=now,
-                headers=new.headers,
-                then=new.then,
-                control=_stored_control(new, now),
-            )
-            self._put(job)
-            if new.unique is not None:
-                self._records[job_id].unique = new.unique
-                self._unique.take(new.queue, new.unique, job_id, now)
-            results.append(EnqueueResult(job.id, True, run_at, job.queue_version, job.partition))
+            results.append(self._enqueue_one(new, job_id, now))
         return results
+
+    def _enqueue_one(self, new: NewJob, job_id: str, now: float) -> EnqueueResult:
+        """-> scheduled (due later) or ready (due now): a new record, unless
+        one has ``job_id`` (nothing changes) or ``new`` is unique and its key
+        is held (a duplicate: nothing changes; a debounce: the waiting holder
+        takes the new payload and due time)."""
+        existing = self._records.get(job_id)
+        if existing is not None:
+            ex = self._shown(job_id, existing)
+            return EnqueueResult(job_id, False, ex.run_at, ex.queue_version, ex.partition)
+        active = self._active(new.queue)
+        run_at = new.run_at if new.run_at is not None else now + max(0.0, new.delay)
+        state = JobState.READY if run_at <= now else JobState.SCHEDULED
+        if new.unique is not None:
+            claim, holder_id, holder = self._unique.claim(new, now, self._job_of)
+            if claim is _memory_unique.Claim.DUPLICATE:
+                return self._held_result(new, holder_id, holder, active)
+            if claim is _memory_unique.Claim.REPLACE:
+                assert holder is not None
+                self._put(
+                    attrs.evolve(
+                        holder, payload=new.payload, headers=new.headers, run_at=run_at, state=state
+                    )
+                )
+                return EnqueueResult(
+                    holder.id, False, run_at, holder.queue_version, holder.partition
+                )
+        job = Job(
+            id=job_id,
+            queue=new.queue,
+            kind=new.kind,
+            payload=new.payload,
+            run_at=run_at,
+            state=state,
+            max_retries=new.max_retries,
+            timeout=new.timeout,
+            queue_version=active.version,
+            partition=partition_of(job_id, active.partitions),
+            created_at=now,
+            headers=new.headers,
+            then=new.then,
+            control=_stored_control(new, now),
+        )
+        self._put(job)
+        if new.unique is not None:
+            self._records[job_id].unique = new.unique
+            self._unique.take(new.queue, new.unique, job_id, now)
+        return EnqueueResult(job.id, True, run_at, job.queue_version, job.partition)
 
     def _active(self, queue: str) -> QueueVersion:
         return next(v for v in self._versions(queue) if v.state is VersionState.ACTIVE)
@@ -485,12 +529,7 @@ class MemoryStore(Store):
             self._outbox.pop(c.job_id, None)
 
     async def wait_continuations(self, timeout: float) -> None:
-        if not self._outbox_filled.is_set():
-            with trio.move_on_after(timeout):
-                await self._outbox_filled.wait()
-        # reset before the caller reads the outbox: a settle after this sets it again
-        self._outbox_filled = trio.Event()
-        await trio.lowlevel.checkpoint()
+        await self._outbox_filled.take(timeout)
 
     async def group_arrive(
         self, arrivals: Sequence[Arrival], ttl: float
@@ -542,65 +581,72 @@ class MemoryStore(Store):
         lease_duration: float,
         strict: bool = False,
     ) -> LeaseResult:
+        """ready --lease--> leased, at most ``count`` jobs shared among
+        ``queues`` (see :meth:`Store.lease`); flow control may expire a job
+        (-> dead) or hold it back (it stays ready)."""
         await trio.lowlevel.checkpoint()
         now = self._clock()
-        aside = _Aside()
+        batch = _LeaseBatch(worker_id, now, now + lease_duration)
         active = [q for q in queues if q.name not in self._paused]
         available = {q.name: self._ready_count(q.name, count) for q in active}
         shares = (share_strictly if strict else share_by_weight)(active, count, available)
-        leased: list[LeasedJob] = []
-        expired: list[Job] = []
-        held_until: float | None = None
-        capped = False
         for queue, share in shares.items():
-            heap = self._ready.get(queue, [])
-            # what flow control held back goes back after the batch; as on
-            # Redis, at most share + 256 ready jobs are looked at
-            held: list[_HeapEntry] = []
-            looked, got = 0, 0
-            while got < share and looked < share + 256:
-                top = self._peek(heap, _READY, aside)
-                if top is None:
-                    break
-                heapq.heappop(heap)
-                looked += 1
-                entry, ready = top
-                if ready.control is not None:
-                    verdict = self._control.admit(ready, ready.control, now, self._job_of)
-                    if verdict.verdict is _memory_control.Verdict.EXPIRED:
-                        expired.append(self._expire(ready, now))
-                        continue
-                    if verdict.verdict is _memory_control.Verdict.HELD:
-                        held.append(entry)
-                        if verdict.until is None:
-                            capped = True
-                        elif held_until is None or verdict.until < held_until:
-                            held_until = verdict.until
-                        continue
-                token = f"{self._token_prefix}-{next(self._tokens)}"
-                job = attrs.evolve(
-                    ready,
-                    state=JobState.LEASED,
-                    attempts=ready.attempts + 1,
-                    lease_token=token,
-                    lease_owner=worker_id,
-                    lease_expires_at=now + lease_duration,
-                )
-                self._put(job)
-                leased.append(LeasedJob(job, token, now + lease_duration, now))
+            self._lease_from(self._ready.get(queue, []), share, batch)
+        return batch.result()
+
+    def _lease_from(self, heap: list[_HeapEntry], share: int, batch: _LeaseBatch) -> None:
+        """Lease up to ``share`` jobs of one queue's ready ``heap`` into
+        ``batch``. What flow control held back goes back after the batch;
+        as on Redis, at most share + 256 ready jobs are looked at."""
+        held: list[_HeapEntry] = []
+        looked, got = 0, 0
+        while got < share and looked < share + 256:
+            top = self._peek(heap, _READY, batch.aside)
+            if top is None:
+                break
+            heapq.heappop(heap)
+            looked += 1
+            entry, ready = top
+            verdict = _LEASE if ready.control is None else self._admit(ready, ready.control, batch)
+            if verdict is _memory_control.Verdict.HELD:
+                held.append(entry)  # still ready: its entry goes back
+            elif verdict is _memory_control.Verdict.LEASE:
+                batch.leased.append(self._lease_one(ready, batch))
                 got += 1
-            for entry in held:
-                heapq.heappush(heap, entry)
-        return LeaseResult(
-            tuple(leased),
-            aside.report(),
-            tuple(expired),
-            None if held_until is None else max(0.0, held_until - now),
-            capped,
+        for entry in held:
+            heapq.heappush(heap, entry)
+
+    def _admit(
+        self, job: Job, control: _control.JobControl, batch: _LeaseBatch
+    ) -> _memory_control.Verdict:
+        """What flow control does with ``job`` now: LEASE it (its permits
+        and slots taken), EXPIRED (ready --expired--> dead, in
+        ``batch.expired``) or HELD back (it stays ready; ``batch`` notes
+        until when)."""
+        admission = self._control.admit(job, control, batch.now, self._job_of)
+        if admission.verdict is _memory_control.Verdict.EXPIRED:
+            batch.expired.append(self._expire(job, batch.now))
+        elif admission.verdict is _memory_control.Verdict.HELD:
+            batch.held_back(admission.until)
+        return admission.verdict
+
+    def _lease_one(self, ready: Job, batch: _LeaseBatch) -> LeasedJob:
+        """ready -> leased: one more attempt, a fresh fencing token, the
+        lease ending at ``batch.expires_at``."""
+        token = f"{self._token_prefix}-{next(self._tokens)}"
+        job = attrs.evolve(
+            ready,
+            state=JobState.LEASED,
+            attempts=ready.attempts + 1,
+            lease_token=token,
+            lease_owner=batch.worker_id,
+            lease_expires_at=batch.expires_at,
         )
+        self._put(job)
+        return LeasedJob(job, token, batch.expires_at, batch.now)
 
     def _expire(self, job: Job, now: float) -> Job:
-        """Dead-letter a ready job whose expiry passed before it started."""
+        """ready --expired--> dead: its expiry passed before it started."""
         assert job.control is not None and job.control.expires_at is not None
         dead = attrs.evolve(
             job,
@@ -609,10 +655,8 @@ class MemoryStore(Store):
             last_error=_control.expired_error(job.control.expires_at),
         )
         self._put(dead)
-        rec = self._records[job.id]
-        self._unique.release(rec.home, rec.unique, job.id)
+        self._release_unique(job.id)
         return dead
-
 
     def _ready_count(self, queue: str, cap: int) -> int:
         """How many live ready jobs ``queue`` has, counting at most ``cap``."""
@@ -628,8 +672,10 @@ class MemoryStore(Store):
         return n
 
     async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> RenewResult:
+        """leased -> leased, its lease ending ``lease_duration`` from now, for
+        each of ``leases`` still held (fenced by its token); a renewed lease
+        whose job an abort flagged is reported in ``aborted``."""
         await trio.lowlevel.checkpoint()
-        aside = self._set_aside_held(leases)
         now = self._clock()
         results = []
         flagged = []
@@ -645,166 +691,196 @@ class MemoryStore(Store):
             if rec.abort:
                 flagged.append(i)
             results.append(True)
-        return RenewResult(tuple(results), aside.report(), frozenset(flagged))
+        return RenewResult(tuple(results), NOTHING_SET_ASIDE, frozenset(flagged))
 
+    # -- settling: one transition per SettleKind (the table _SETTLE) --------------------
     async def settle(self, settlements: Sequence[Settlement]) -> SettleResult:
+        """Each settlement whose lease is still held (fenced by its token)
+        moves its job out of leased by the transition of its kind
+        (:data:`_SETTLE`); its concurrency slots come back. An abort asked
+        for the job turns a settle that would run it again into ABORTED."""
         await trio.lowlevel.checkpoint()
-        aside = self._set_aside_held([s.lease for s in settlements])
         now = self._clock()
         results = []
         aborted = []
-        unclaimed_dead: list[int] = []
+        unclaimed_dead = []
         for i, s in enumerate(settlements):
             job = self._held(s.lease, now)
             if job is None:
                 results.append(False)
                 continue
-            cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
             rec = self._records[job.id]
             if job.control is not None and self._control.release(rec.home, job.control, job.id):
                 self._notify_ready()  # a slot came back: leasers held by it look again
-            kind = s.kind
-            if rec.abort and kind in _RUNS_AGAIN:
-                kind = SettleKind.ABORTED  # the abort wins over running it again
+            kind = SettleKind.ABORTED if rec.abort and s.kind in _RUNS_AGAIN else s.kind
+            cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
+            ended = _SETTLE[kind](self, rec, cleared, s, now)
             if kind is SettleKind.ABORTED:
-                self._unique.release(rec.home, rec.unique, job.id)
-                self._put(
-                    attrs.evolve(
-                        cleared,
-                        state=JobState.ABORTED,
-                        last_error=rec.abort or s.error or _jobs.abort_error(),
-                        finished_at=now,
-                    )
-                )
                 aborted.append(i)
-                results.append(True)
-                continue
-            if rec.unique is not None:
-                if s.kind is SettleKind.SUCCEEDED:
-                    self._unique.succeeded(rec.home, rec.unique, job.id, now)
-                elif s.kind is SettleKind.DEAD or s.kind is SettleKind.DISCARD:
-                    self._unique.release(rec.home, rec.unique, job.id)
-            if s.kind is SettleKind.SUCCEEDED:
-                # the record stays while it is retained or its result lives
-                keeps_result = s.result is not None and s.result_ttl > 0
-                keep = max(s.retain_for, s.result_ttl if keeps_result else 0.0)
-                if job.then is not None:
-                    # a workflow job: kept, so its continuation's IDs stay taken
-                    keep = max(keep, WORKFLOW_KEEP)
-                    self._outbox[job.id] = rec.home
-                    self._outbox_filled.set()
-                if keep <= 0 and job.id in self._done:
-                    keep = WAITED_KEEP  # its waiters read the outcome after the wake-up
-                if keep > 0:
-                    self._put(
-                        attrs.evolve(
-                            cleared,
-                            state=JobState.SUCCEEDED,
-                            finished_at=now,
-                            result=s.result if keeps_result else None,
-                            result_until=now + s.result_ttl if keeps_result else None,
-                        )
-                    )
-                    self._records[job.id].retain_until = now + keep
-                    self._records[job.id].retained = s.retain_for > 0 or job.then is not None
-                else:
-                    self._delete(job.id)
-            elif s.kind is SettleKind.RETRY:
-                self._put(
-                    attrs.evolve(
-                        cleared,
-                        state=JobState.RETRY_WAIT,
-                        run_at=now + max(0.0, s.retry_delay),
-                        last_error=s.error,
-                        unclaimed_since=None,  # it ran: no longer unclaimed
-                    )
-                )
-            elif s.kind is SettleKind.DEAD:
-                self._put(
-                    attrs.evolve(cleared, state=JobState.DEAD, last_error=s.error, finished_at=now)
-                )
-            elif s.kind is SettleKind.DISCARD:
-                if job.id in self._done:
-                    # its waiters read the failure after the wake-up
-                    rec.discarded = True
-                    rec.retain_until = now + WAITED_KEEP
-                    self._put(
-                        attrs.evolve(
-                            cleared, state=JobState.DEAD, last_error=s.error, finished_at=now
-                        )
-                    )
-                else:
-                    self._delete(job.id)
-            elif s.kind is SettleKind.DEFER:
-                delay = max(0.0, s.retry_delay)
-                if job.control is not None:
-                    self._control.hold_back(rec.home, job.control, now, delay)
-                self._put(
-                    attrs.evolve(
-                        cleared,
-                        state=JobState.RETRY_WAIT,
-                        run_at=now + delay,
-                        last_error=s.error,
-                        attempts=max(0, job.attempts - 1),
-                        unclaimed_since=None,  # a worker with its handler took it
-                    )
-                )
-            elif s.kind is SettleKind.UNCLAIMED:
-                after = _memory_unclaimed.unclaimed(cleared, s, now)
-                if after.state is JobState.DEAD:
-                    self._unique.release(rec.home, rec.unique, job.id)
-                    unclaimed_dead.append(i)
-                self._put(after)
-            else:  # RELEASE
-                self._put(
-                    attrs.evolve(cleared, state=JobState.READY, attempts=max(0, job.attempts - 1))
-                )
+            elif kind is SettleKind.UNCLAIMED and ended is JobState.DEAD:
+                unclaimed_dead.append(i)
             results.append(True)
         return SettleResult(
-            tuple(results), aside.report(), frozenset(aborted), frozenset(unclaimed_dead)
+            tuple(results), NOTHING_SET_ASIDE, frozenset(aborted), frozenset(unclaimed_dead)
         )
 
+    # Each takes the job as it was leased, its lease cleared (``job``), and
+    # returns the state it ends in (None: the record is gone).
+    def _settle_succeeded(
+        self, rec: _Record, job: Job, s: Settlement, now: float
+    ) -> JobState | None:
+        """leased --ok--> succeeded, kept for the longest of ``retain_for``,
+        its result's ttl, a workflow's keep (its continuation's IDs stay
+        taken) and, with result waiters, :data:`WAITED_KEEP`; otherwise
+        dropped at once. A throttle's unique key stays taken its ttl more,
+        any other is given back."""
+        self._unique.succeeded(rec.home, rec.unique, job.id, now)
+        keeps_result = s.result is not None and s.result_ttl > 0
+        keep = max(s.retain_for, s.result_ttl if keeps_result else 0.0)
+        if job.then is not None:
+            keep = max(keep, WORKFLOW_KEEP)
+            self._outbox[job.id] = rec.home
+            self._outbox_filled.set()
+        if keep <= 0 and job.id in self._done:
+            keep = WAITED_KEEP  # its waiters read the outcome after the wake-up
+        if keep <= 0:
+            self._delete(job.id)
+            return None
+        self._put(
+            attrs.evolve(
+                job,
+                state=JobState.SUCCEEDED,
+                finished_at=now,
+                result=s.result if keeps_result else None,
+                result_until=now + s.result_ttl if keeps_result else None,
+            )
+        )
+        rec.retain_until = now + keep
+        rec.retained = s.retain_for > 0 or job.then is not None
+        return JobState.SUCCEEDED
+
+    def _settle_retry(self, rec: _Record, job: Job, s: Settlement, now: float) -> JobState:
+        """leased --error, retries left--> retry_wait, due ``retry_delay``
+        from now; the attempt counts."""
+        self._put(
+            attrs.evolve(
+                job,
+                state=JobState.RETRY_WAIT,
+                run_at=now + max(0.0, s.retry_delay),
+                last_error=s.error,
+                unclaimed_since=None,  # it ran: no longer unclaimed
+            )
+        )
+        return JobState.RETRY_WAIT
+
+    def _settle_dead(self, rec: _Record, job: Job, s: Settlement, now: float) -> JobState:
+        """leased --retries exhausted / SkipRetry / bad payload--> dead; its
+        unique key is given back."""
+        self._unique.release(rec.home, rec.unique, job.id)
+        self._put(attrs.evolve(job, state=JobState.DEAD, last_error=s.error, finished_at=now))
+        return JobState.DEAD
+
+    def _settle_discard(self, rec: _Record, job: Job, s: Settlement, now: float) -> JobState | None:
+        """leased --failed for good--> gone (not dead-lettered); with result
+        waiters, dead for :data:`WAITED_KEEP` seconds but listed nowhere, for
+        them to read. Its unique key is given back."""
+        self._unique.release(rec.home, rec.unique, job.id)
+        if job.id not in self._done:
+            self._delete(job.id)
+            return None
+        rec.discarded = True
+        rec.retain_until = now + WAITED_KEEP
+        self._put(attrs.evolve(job, state=JobState.DEAD, last_error=s.error, finished_at=now))
+        return JobState.DEAD
+
+    def _settle_defer(self, rec: _Record, job: Job, s: Settlement, now: float) -> JobState:
+        """leased --rate limited upstream--> retry_wait, due ``retry_delay``
+        from now, the attempt given back; its rate limits hold back as long."""
+        delay = max(0.0, s.retry_delay)
+        if job.control is not None:
+            self._control.hold_back(rec.home, job.control, now, delay)
+        self._put(
+            attrs.evolve(
+                job,
+                state=JobState.RETRY_WAIT,
+                run_at=now + delay,
+                last_error=s.error,
+                attempts=max(0, job.attempts - 1),
+                unclaimed_since=None,  # a worker with its handler took it
+            )
+        )
+        return JobState.RETRY_WAIT
+
+    def _settle_release(self, rec: _Record, job: Job, s: Settlement, now: float) -> JobState:
+        """leased --not run (shutdown)--> ready at once, the attempt given back."""
+        self._put(attrs.evolve(job, state=JobState.READY, attempts=max(0, job.attempts - 1)))
+        return JobState.READY
+
+    def _settle_unclaimed(self, rec: _Record, job: Job, s: Settlement, now: float) -> JobState:
+        """leased --no handler for its kind--> retry_wait for a worker that
+        has one, or dead once unclaimed for ``unclaimed_grace`` (see
+        ``_memory_unclaimed``); the attempt given back."""
+        after = _memory_unclaimed.unclaimed(job, s, now)
+        if after.state is JobState.DEAD:
+            self._unique.release(rec.home, rec.unique, job.id)
+        self._put(after)
+        return after.state
+
+    def _settle_aborted(self, rec: _Record, job: Job, s: Settlement, now: float) -> JobState:
+        """leased --abort asked--> aborted, never run again, ``last_error``
+        the abort's reason; its unique key is given back."""
+        self._unique.release(rec.home, rec.unique, job.id)
+        error = rec.abort or s.error or _jobs.abort_error()
+        self._put(attrs.evolve(job, state=JobState.ABORTED, last_error=error, finished_at=now))
+        return JobState.ABORTED
+
     async def recover_expired(self, queues: Sequence[str], limit: int) -> RecoverResult:
+        """leased --lease expired--> ready (due now), dead (retries
+        exhausted) or aborted (an abort was asked), at most ``limit`` jobs."""
         await trio.lowlevel.checkpoint()
         now = self._clock()
         aside = _Aside()
-        requeued: list[str] = []
-        dead: list[Job] = []
-        aborted: list[Job] = []
+        recovered: dict[JobState, list[Job]] = {
+            JobState.READY: [],
+            JobState.DEAD: [],
+            JobState.ABORTED: [],
+        }
         for queue in queues:
             heap = self._leased.get(queue, [])
-            while len(requeued) + len(dead) + len(aborted) < limit:
+            while sum(map(len, recovered.values())) < limit:
                 top = self._peek(heap, _LEASED, aside)
                 if top is None or top[0][0] > now:
                     break
                 heapq.heappop(heap)
-                job = attrs.evolve(top[1], lease_token="", lease_owner="", lease_expires_at=None)
-                rec = self._records[job.id]
-                if rec.abort:
-                    # its worker died (or hung) after an abort was asked
-                    job = attrs.evolve(
-                        job, state=JobState.ABORTED, finished_at=now, last_error=rec.abort
-                    )
-                    aborted.append(job)
-                    self._unique.release(rec.home, rec.unique, job.id)
-                elif job.attempts > job.max_retries:
-                    job = attrs.evolve(
-                        job,
-                        state=JobState.DEAD,
-                        finished_at=now,
-                        last_error=(
-                            f"lease expired on attempt {job.attempts} of "
-                            f"{job.max_retries + 1} (worker lost); retries exhausted"
-                        ),
-                    )
-                    dead.append(job)
-                    self._unique.release(rec.home, rec.unique, job.id)
-                else:
-                    # its worker may have had the handler: no longer unclaimed
-                    job = attrs.evolve(job, state=JobState.READY, run_at=now, unclaimed_since=None)
-                    requeued.append(job.id)
-                self._put(job)
-        return RecoverResult(tuple(requeued), tuple(dead), aside.report(), tuple(aborted))
+                job = self._recovered(top[1], now)
+                recovered[job.state].append(job)
+        return RecoverResult(
+            tuple(j.id for j in recovered[JobState.READY]),
+            tuple(recovered[JobState.DEAD]),
+            aside.report(),
+            tuple(recovered[JobState.ABORTED]),
+        )
+
+    def _recovered(self, leased: Job, now: float) -> Job:
+        """One expired lease taken back: the job as it is stored now."""
+        job = attrs.evolve(leased, lease_token="", lease_owner="", lease_expires_at=None)
+        rec = self._records[job.id]
+        if rec.abort:
+            # its worker died (or hung) after an abort was asked
+            job = attrs.evolve(job, state=JobState.ABORTED, finished_at=now, last_error=rec.abort)
+            self._unique.release(rec.home, rec.unique, job.id)
+        elif job.attempts > job.max_retries:
+            reason = (
+                f"lease expired on attempt {job.attempts} of "
+                f"{job.max_retries + 1} (worker lost); retries exhausted"
+            )
+            job = attrs.evolve(job, state=JobState.DEAD, finished_at=now, last_error=reason)
+            self._unique.release(rec.home, rec.unique, job.id)
+        else:
+            # its worker may have had the handler: no longer unclaimed
+            job = attrs.evolve(job, state=JobState.READY, run_at=now, unclaimed_since=None)
+        self._put(job)
+        return job
 
     async def trim(
         self,
@@ -814,47 +890,59 @@ class MemoryStore(Store):
         dead_max_count: int | None,
         keep_succeeded: int | None = None,
     ) -> CountResult:
+        """Drop the finished records of ``queues`` whose time is over: a
+        succeeded one past its retention, a dead or aborted one older than
+        ``dead_max_age``, then the oldest beyond ``dead_max_count`` dead
+        (and aborted) and ``keep_succeeded`` retained succeeded per queue.
+        A discarded record kept for its waiters goes when its time is over,
+        uncounted."""
         await trio.lowlevel.checkpoint()
-        aside = self._set_aside_finished(queues)
         now = self._clock()
         wanted = set(queues)
-        deleted = 0
-        dead_by_queue: dict[str, list[Job]] = {}
-        retained: dict[str, list[_Record]] = {}
-        for rec in list(self._records.values()):
-            job = rec.job
-            if rec.home not in wanted:
-                continue
-            if rec.discarded:
-                if rec.retain_until <= now:
-                    self._delete(job.id)  # expired, as the RedisStore's record would
-            elif job.state is JobState.SUCCEEDED and rec.retain_until <= now:
-                self._delete(job.id)
-                deleted += 1
-            elif job.state is JobState.SUCCEEDED and rec.retained:
-                retained.setdefault(rec.home, []).append(rec)
-            elif job.state in (JobState.DEAD, JobState.ABORTED):
-                # aborted jobs are kept, and trimmed, as dead ones are
-                finished = job.finished_at or 0.0
-                if dead_max_age is not None and finished + dead_max_age <= now:
-                    self._delete(job.id)
-                    deleted += 1
-                else:
-                    dead_by_queue.setdefault(job.queue, []).append(job)
+        mine = [rec for rec in self._records.values() if rec.home in wanted]
+        deleted = sum(self._trim_lapsed(rec, now, dead_max_age) for rec in mine)
+        kept = [rec for rec in mine if self._records.get(rec.job.id) is rec and not rec.discarded]
         if dead_max_count is not None:
-            for dead in dead_by_queue.values():
-                dead.sort(key=lambda j: (j.finished_at or 0.0, j.id))
-                for job in dead[: max(0, len(dead) - dead_max_count)]:
-                    self._delete(job.id)
-                    deleted += 1
+            dead = [r for r in kept if r.job.state in (JobState.DEAD, JobState.ABORTED)]
+            deleted += self._trim_beyond(dead, dead_max_count, _finished_order)
         if keep_succeeded is not None:
-            for recs in retained.values():
-                # those whose retention ends first go first (the RedisStore's index order)
-                recs.sort(key=lambda r: (r.retain_until, r.job.id))
-                for rec in recs[: max(0, len(recs) - keep_succeeded)]:
-                    self._delete(rec.job.id)
-                    deleted += 1
-        return CountResult(deleted, aside.report())
+            retained = [r for r in kept if r.job.state is JobState.SUCCEEDED and r.retained]
+            # those whose retention ends first go first (the RedisStore's index order)
+            deleted += self._trim_beyond(retained, keep_succeeded, _retention_order)
+        return CountResult(deleted, NOTHING_SET_ASIDE)
+
+    def _trim_lapsed(self, rec: _Record, now: float, dead_max_age: float | None) -> int:
+        """Drop ``rec`` if its time is over; 1 when that counts as trimmed."""
+        job = rec.job
+        if rec.discarded:
+            lapsed, counted = rec.retain_until <= now, 0  # gone, as a Redis record expires
+        elif job.state is JobState.SUCCEEDED:
+            lapsed, counted = rec.retain_until <= now, 1
+        elif job.state in (JobState.DEAD, JobState.ABORTED):
+            # aborted jobs are kept, and trimmed, as dead ones are
+            finished = job.finished_at or 0.0
+            lapsed, counted = dead_max_age is not None and finished + dead_max_age <= now, 1
+        else:
+            return 0
+        if not lapsed:
+            return 0
+        self._delete(job.id)
+        return counted
+
+    def _trim_beyond(
+        self, recs: list[_Record], keep: int, order: Callable[[_Record], tuple[float, str]]
+    ) -> int:
+        """Drop the first of ``recs`` in ``order`` beyond ``keep`` per queue."""
+        by_queue: dict[str, list[_Record]] = {}
+        for rec in recs:
+            by_queue.setdefault(rec.home, []).append(rec)
+        deleted = 0
+        for group in by_queue.values():
+            group.sort(key=order)
+            for rec in group[: max(0, len(group) - keep)]:
+                self._delete(rec.job.id)
+                deleted += 1
+        return deleted
 
     async def limit_usage(self, queue: str) -> list[LimitUsage]:
         await trio.lowlevel.checkpoint()
@@ -926,27 +1014,25 @@ class MemoryStore(Store):
         parts: dict[str, dict[tuple[int, int], int]] = {q: {} for q in names}
         for job_id, rec in self._records.items():
             if rec.home in counts and not rec.discarded:
-                job = _memory_damage.shown(rec.job, job_id, rec.home)
+                job = self._shown(job_id, rec)
                 counts[job.queue][job.state] += 1
                 key = (job.queue_version, job.partition)
                 parts[job.queue][key] = parts[job.queue].get(key, 0) + 1
         return [QueueStats(q, counts[q], q in self._paused, parts[q]) for q in names]
 
     async def get_job(self, job_id: str, *, queue: str | None = None) -> Job | None:
-        """A damaged record is shown with defaults in its damaged fields,
-        named in ``Job.damage``."""
         await trio.lowlevel.checkpoint()
         rec = self._records.get(job_id)
         if rec is None or (queue is not None and rec.home != queue):
             return None
-        return _memory_damage.shown(rec.job, job_id, rec.home)
+        return self._shown(job_id, rec)
 
     async def list_jobs(
         self, queue: str, state: JobState, *, offset: int = 0, limit: int = 100
     ) -> list[Job]:
         await trio.lowlevel.checkpoint()
         jobs = [
-            _memory_damage.shown(r.job, i, r.home)
+            self._shown(i, r)
             for i, r in self._records.items()
             if r.home == queue and not r.discarded
         ]
@@ -988,7 +1074,7 @@ class MemoryStore(Store):
         if job is None or self._records[job_id].discarded:
             return False  # absent, or discarded (kept for its waiters only)
         if self._set_aside(job_id, self._records[job_id], _Aside()):
-            return False  # damaged: dead-lettered (it cannot be run)
+            return False  # it cannot be used: set aside (see _damage)
         if job.state not in (JobState.SCHEDULED, JobState.RETRY_WAIT, JobState.DEAD):
             return False
         attempts = 0 if job.state is JobState.DEAD else job.attempts
@@ -1016,15 +1102,15 @@ class MemoryStore(Store):
     async def abort(
         self, job_id: str, *, queue: str | None = None, reason: str = ""
     ) -> AbortResult:
-        """A record that cannot be used is dead-lettered (FINISHED), as
-        ``run_now`` does."""
+        """A record that cannot be used (see :meth:`_damage`) is set aside
+        (FINISHED), as ``run_now`` does."""
         await trio.lowlevel.checkpoint()
         job = self._find(job_id, queue)
         if job is None:
             return AbortResult.NOT_FOUND
         rec = self._records[job_id]
         if self._set_aside(job_id, rec, _Aside()):
-            return AbortResult.FINISHED  # damaged: dead-lettered
+            return AbortResult.FINISHED  # it cannot be used: set aside
         if job.state in (JobState.SCHEDULED, JobState.READY, JobState.RETRY_WAIT):
             self._unique.release(rec.home, rec.unique, job_id)
             self._put(
@@ -1042,16 +1128,15 @@ class MemoryStore(Store):
         return AbortResult.FINISHED
 
     async def requeue_dead(self, queue: str, *, limit: int | None = None) -> CountResult:
-        """Dead records that cannot be used are dead-lettered again (finished
-        now, ``last_error`` naming the damage) instead of requeued; those
-        already dead-lettered as damaged are requeued as they are (the next
-        lease sets them aside again if they still cannot be run)."""
+        """dead --requeued--> ready (due now, attempts from 0), oldest first,
+        at most ``limit``. A record that cannot be used (see :meth:`_damage`)
+        is set aside instead."""
         await trio.lowlevel.checkpoint()
         aside = _Aside()
         dead: list[tuple[float, str, _Record]] = []
         for job_id, rec in list(self._records.items()):
             if rec.home == queue and rec.job.state is JobState.DEAD and not rec.discarded:
-                if self._set_aside(job_id, rec, aside) is None:
+                if not self._set_aside(job_id, rec, aside):
                     dead.append((rec.job.finished_at or 0.0, job_id, rec))
         dead.sort(key=lambda d: d[:2])
         now = self._clock()
@@ -1197,9 +1282,34 @@ class MemoryStore(Store):
     ) -> CheckReport:
         """Judges every record and heap entry in one step (see
         :mod:`._memory_check`); never reports NO_RECORD."""
-        return await _memory_check.check_memory(
-            self, queues, repair=repair, batch=batch, lease_grace=lease_grace
-        )
+        await trio.lowlevel.checkpoint()
+        names = _checking.asked_queues(queues, batch=batch, lease_grace=lease_grace)
+        return _memory_check.check(self, names, repair=repair, lease_grace=lease_grace)
+
+
+_Transition = Callable[[MemoryStore, _Record, Job, Settlement, float], JobState | None]
+
+#: The transition each settle kind applies to a held lease's job.
+_SETTLE: dict[SettleKind, _Transition] = {
+    SettleKind.SUCCEEDED: MemoryStore._settle_succeeded,
+    SettleKind.RETRY: MemoryStore._settle_retry,
+    SettleKind.DEAD: MemoryStore._settle_dead,
+    SettleKind.RELEASE: MemoryStore._settle_release,
+    SettleKind.DISCARD: MemoryStore._settle_discard,
+    SettleKind.DEFER: MemoryStore._settle_defer,
+    SettleKind.ABORTED: MemoryStore._settle_aborted,
+    SettleKind.UNCLAIMED: MemoryStore._settle_unclaimed,
+}
+
+
+def _finished_order(rec: _Record) -> tuple[float, str]:
+    """Dead and aborted jobs, oldest first."""
+    return (rec.job.finished_at or 0.0, rec.job.id)
+
+
+def _retention_order(rec: _Record) -> tuple[float, str]:
+    """Retained succeeded jobs, those whose retention ends first first."""
+    return (rec.retain_until, rec.job.id)
 
 
 def open_memory_store(url: str) -> MemoryStore:

@@ -1,6 +1,7 @@
 """Test support shipped with chronos_trio: the store conformance suite,
-fault-injection helpers, and a store with only the core (``MinimalStore``),
-usable by any project that builds on it."""
+fault-injection helpers, a store with only the core (``MinimalStore``) and a
+MemoryStore whose records can be damaged (``DamageableMemoryStore``), usable
+by any project that builds on it."""
 
 from . import (
     _conformance_control,  # noqa: F401 - registers the flow-control checks in CHECKS
@@ -11,5 +12,6 @@ from . import (
 from .conformance import CHECKS as CHECKS
 from .conformance import Check as Check
 from .conformance import StoreFactory as StoreFactory
+from .damageable import DamageableMemoryStore as DamageableMemoryStore
 from .faulty_store import FaultyStore as FaultyStore
 from .minimal_store import MinimalStore as MinimalStore

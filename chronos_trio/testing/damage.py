@@ -2,10 +2,12 @@
 
 A store must be total (see the conventions of :mod:`chronos_trio.store`): an
 operation that meets a damaged record sets it aside and carries on with the
-rest of its batch. These helpers make the damage, on a ``MemoryStore`` (its
-records are ``Job`` objects in memory) or a ``RedisStore`` (its records are
-hashes, written here directly with a redis-py client, on one node or a
-Cluster)::
+rest of its batch. These helpers make the damage, on a
+:class:`~chronos_trio.testing.damageable.DamageableMemoryStore` (its records
+are ``Job`` objects in memory; a plain ``MemoryStore``, the typed reference
+model, judges none of its records, so it cannot be damaged) or a
+``RedisStore`` (its records are hashes, written here directly with a
+redis-py client, on one node or a Cluster)::
 
     client = redis_client(url)                       # Redis only
     done = await damage_job(store, "j1", queue="q", field="attempts",
@@ -51,11 +53,13 @@ from ..store.redis import RedisStore
 from ..store.redis._codec import JOB_FIELDS, RECORD_FORMAT
 from ..store.redis._connect import connect
 from ..store.redis.keys import KeySpace
+from .damageable import DamageableMemoryStore
 
 __all__ = [
     "HUGE_SIZE",
     "RECORD",
     "Damage",
+    "DamageableMemoryStore",
     "Damaged",
     "RedisClient",
     "damage_job",
@@ -153,7 +157,7 @@ def redis_client(url: str) -> RedisClient:
 
 
 async def damage_job(
-    store: MemoryStore | RedisStore,
+    store: DamageableMemoryStore | RedisStore,
     job_id: str,
     *,
     queue: str,
@@ -168,14 +172,19 @@ async def damage_job(
     RedisStore needs ``client`` (see :func:`redis_client`), on the same
     Redis or Cluster. Raises ``LookupError`` when there is no such job,
     ``ValueError`` for a kind that does not apply to the field, and
-    ``TypeError`` for another store or a RedisStore without a client.
+    ``TypeError`` for another store (a plain ``MemoryStore`` among them:
+    it judges none of its typed records) or a RedisStore without a client.
     """
+    if isinstance(store, MemoryStore) and not isinstance(store, DamageableMemoryStore):
+        raise TypeError(
+            "a MemoryStore judges none of its typed records: damage a DamageableMemoryStore"
+        )
     if how not in kinds_of(store, field):
         raise ValueError(f"{how} does not apply to field {field!r} of a {type(store).__name__}")
     job = await store.get_job(job_id, queue=queue)
     if job is None:
         raise LookupError(f"no job {job_id!r} in queue {queue!r}")
-    if isinstance(store, MemoryStore):
+    if isinstance(store, DamageableMemoryStore):
         return _damage_memory(store, job, field, how)
     if client is None:
         raise TypeError("damaging a RedisStore record needs a redis-py client")
@@ -206,7 +215,7 @@ def _memory_value(field: str, how: Damage) -> Any:
     return 10**400 if field in _MEMORY_NUMBERS else "x" * HUGE_SIZE
 
 
-def _damage_memory(store: MemoryStore, job: Job, field: str, how: Damage) -> Damaged:
+def _damage_memory(store: DamageableMemoryStore, job: Job, field: str, how: Damage) -> Damaged:
     # Reaching into the store's records is the point: this is how a bug (or a
     # test) damages one. The record is replaced, not mutated: a Job handed out
     # before (a LeasedJob, say) keeps what it held.

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import attrs
 
 from ...records._jobs import JobState
+from .._checking import asked_queues
 from .._record_rules import damaged_already, parse_count, stored_damage, stored_state
 from .._roles import DAMAGED_RECORD, CheckReport, Finding, Problem, Repair, finding_order
 from ._admin import queue_names
@@ -513,11 +514,9 @@ async def check(
     lease_grace: float,
 ) -> CheckReport:
     """See :meth:`~chronos_trio.store.CheckRole.check`."""
-    if batch < 1:
-        raise ValueError(f"batch must be >= 1, got {batch}")
-    if not lease_grace >= 0:
-        raise ValueError(f"lease_grace must be >= 0, got {lease_grace}")
-    names = list(dict.fromkeys(queues)) if queues is not None else await ctx.run(queue_names(ctx))
+    names = asked_queues(queues, batch=batch, lease_grace=lease_grace)
+    if names is None:
+        names = await ctx.run(queue_names(ctx))
     (t,) = await ctx.adapter.execute([Op.command(None, "TIME")])
     now = ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)
     metas = await ctx.meta(names, fresh=True) if names else {}

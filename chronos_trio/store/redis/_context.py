@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import trio
 
+from .._flag import Flag
 from .._roles import SetAside
 from ._adapter import RedisAdapter
 from ._core import (
@@ -132,7 +133,7 @@ class StoreContext(RedisCore):
         self.quarantined = 0
         self.newer_met = 0
         #: Set when a settle of this store queued a workflow continuation.
-        self.outbox_filled = trio.Event()
+        self.outbox_filled = Flag()
 
     def count_aside(self, aside: SetAside) -> SetAside:
         """Count what an operation set aside (for ``statistics()``); returns it."""

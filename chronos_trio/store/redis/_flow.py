@@ -10,8 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import trio
-
 from ...records._workflow import Arrival
 from .._roles import Continuation
 from . import _scripts as S
@@ -62,11 +60,7 @@ def finish_continuations(ctx: StoreContext, done: Sequence[Continuation]) -> Pla
 
 
 async def wait_continuations(ctx: StoreContext, timeout: float) -> None:
-    if not ctx.outbox_filled.is_set():
-        with trio.move_on_after(timeout):
-            await ctx.outbox_filled.wait()
-    ctx.outbox_filled = trio.Event()
-    await trio.lowlevel.checkpoint()
+    await ctx.outbox_filled.take(timeout)
 
 
 def group_arrive(
