@@ -500,8 +500,13 @@ class AdminRole(StoreRole):
         self, queue: str, state: JobState, *, offset: int = 0, limit: int = 100
     ) -> list[Job]:
         """Jobs of ``queue`` in ``state``, ordered by due time (scheduled,
-        ready, retry_wait), lease expiry (leased) or finish time (succeeded,
-        dead, aborted), then job ID; ``offset`` (>= 0) and ``limit`` (>= 0) page
+        retry_wait), lease order (ready: highest priority first, then due
+        time, as :meth:`WorkerRole.lease` takes them), lease expiry (leased)
+        or finish time (succeeded, dead, aborted), then job ID; so a page of
+        ready jobs shows what runs next. (Priority and due time are one
+        number, ``run_at - priority * 1e10`` as a double: at a priority
+        other than 0, due times less than about 20 µs apart may tie, and
+        then go by job ID.) ``offset`` (>= 0) and ``limit`` (>= 0) page
         through them, and ``limit`` 0 lists nothing. An unknown queue lists
         nothing. Pages are read one by one, so jobs that move between two
         calls may be skipped or listed twice. (A RedisStore indexes succeeded

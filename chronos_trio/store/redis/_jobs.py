@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
@@ -95,10 +95,6 @@ RECOVER_TOPOLOGY_AGE = 30.0
 #: Longest wait for dead-lettering leased jobs the client could not decode.
 _UNDECODABLE_TIMEOUT = 10.0
 
-#: Seconds beyond the estimated store clock that a peek still reads: covers
-#: the skew between the estimate and Redis TIME (the scripts decide for real).
-_PEEK_MARGIN = 1.0
-
 
 async def _one_node(ctx: StoreContext) -> bool:
     """Whether the store is one Redis node (standalone, or a Sentinel's
@@ -117,6 +113,42 @@ def _peeked(reply: Any) -> list[tuple[float, bytes]]:
     """A peek's (score, member) pairs; none from an index key of the wrong
     type (its script then fails alone, see :func:`_usable`)."""
     return [] if isinstance(reply, Exception) else pairs(reply)
+
+
+async def _due_peek(
+    ctx: StoreContext,
+    slots: Sequence[PartitionKeys],
+    zsets_of: Callable[[PartitionKeys], tuple[str, ...]],
+    limit: int,
+) -> tuple[dict[PartitionKeys, list[tuple[float, bytes]]], dict[PartitionKeys, float], float]:
+    """On a Cluster: what is due in each partition's ``zsets_of`` zsets by
+    the store's clock (one due_peek.lua per partition, one round trip):
+    per partition its due entries' scores, first ``limit`` of each zset,
+    merged and sorted (members left empty: the scripts that act pick
+    their own); each partition's first score (its head; none when its
+    zsets are empty); and the store's now (the latest any node told). A
+    partition whose peek failed (a key of the wrong type) shows nothing:
+    its own script then fails alone."""
+    replies = await ctx.adapter.execute(
+        [Op.script_call(S.DUE_PEEK, list(zsets_of(pk)), [limit], soft=True) for pk in slots]
+    )
+    cands: dict[PartitionKeys, list[tuple[float, bytes]]] = {}
+    heads: dict[PartitionKeys, float] = {}
+    now: float | None = None
+    for pk, reply in zip(slots, replies, strict=True):
+        if isinstance(reply, Exception):
+            cands[pk] = []
+            continue
+        told = float(reply[0])
+        now = told if now is None else max(now, told)
+        firsts = [float(z[0]) for z in reply[1:] if z[0]]
+        if firsts:
+            heads[pk] = min(firsts)
+        cands[pk] = sorted((float(score), b"") for z in reply[1:] for score in z[1:])
+    if now is None:  # every peek failed: the store's clock all the same
+        (t,) = await ctx.adapter.execute([Op.command(None, "TIME")])
+        now = int(t[0]) + int(t[1]) / 1_000_000
+    return cands, heads, ctx.observe_now(now)
 
 
 def _usable(slots: Sequence[Any], replies: list[Any], what: str) -> list[Any]:
@@ -213,35 +245,12 @@ async def _promote_plan(
     with due jobs, each with its share of ``limit`` in one order per queue,
     queue after queue, from a peek at the due entries; also each partition's
     first due time (its head) and the store's clock."""
-    # Plain reads (cheaper for Redis than a script): each partition's two due
-    # prefixes, their heads and the clock; the promote scripts re-check due
-    # times themselves. Only entries due by about now are read (with a margin
-    # for clock skew): jobs due later cannot be promoted by this call, and
-    # reading them made a deep schedule cost milliseconds.
-    horizon = repr(ctx.estimated_now() + _PEEK_MARGIN)
-    peek = [
-        op
-        for pk in slots
-        for z in (pk.scheduled, pk.retry)
-        for op in (
-            Op.soft_command(
-                pk.tag, "ZRANGE", z, "-inf", horizon, "BYSCORE", "LIMIT", 0, limit,
-                "WITHSCORES",
-            ),
-            Op.soft_command(pk.tag, "ZRANGE", z, 0, 0, "WITHSCORES"),
-        )
-    ]  # fmt: skip
-    replies = await ctx.adapter.execute([*peek, Op.command(None, "TIME")])
-    t = replies[-1]
-    now = ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)  # keeps the horizon honest
-    cands: dict[PartitionKeys, list[tuple[float, bytes]]] = {}
-    heads: dict[PartitionKeys, float] = {}
-    for n, pk in enumerate(slots):
-        due_s, head_s, due_r, head_r = replies[4 * n : 4 * n + 4]
-        cands[pk] = sorted(_peeked(due_s) + _peeked(due_r))
-        first = [h[0][0] for h in (_peeked(head_s), _peeked(head_r)) if h]
-        if first:
-            heads[pk] = min(first)
+    # One due_peek.lua per partition: the due prefixes of its two zsets by
+    # that node's own TIME (never the client's estimate: after a step of
+    # the store's clock that would miss what just came due), and their
+    # heads; only entries due by now are sent. The promote scripts re-check
+    # due times themselves.
+    cands, heads, now = await _due_peek(ctx, slots, lambda pk: (pk.scheduled, pk.retry), limit)
     plan: list[tuple[Sequence[PartitionKeys], int]] = []
     remaining = limit
     for q in order:
@@ -742,26 +751,8 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
     elif len(slots) == 1:
         plan = {slots[0]: limit}
     else:
-        horizon = repr(ctx.estimated_now() + _PEEK_MARGIN)  # only what may have expired
-        peek = [
-            Op.soft_command(
-                pk.tag,
-                "ZRANGE",
-                pk.leased,
-                "-inf",
-                horizon,
-                "BYSCORE",
-                "LIMIT",
-                0,
-                limit,
-                "WITHSCORES",
-            )
-            for pk in slots
-        ]
-        replies = await ctx.adapter.execute([*peek, Op.command(None, "TIME")])
-        t = replies[-1]
-        now = ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)  # keeps the horizon honest
-        cands = {pk: _peeked(r) for pk, r in zip(slots, replies[:-1], strict=True)}
+        # what expired by each node's own TIME (the store's clock)
+        cands, _, now = await _due_peek(ctx, slots, lambda pk: (pk.leased,), limit)
         plan, remaining = {}, limit
         for q in order:
             mine = {pk: c for pk, c in cands.items() if pk.queue == q}
