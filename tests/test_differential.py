@@ -52,15 +52,7 @@ MIXES = {
 }
 
 #: Divergences found, by (backend, mix): the reason, for xfail(strict=True).
-KNOWN = {
-    ("redis8", "flow"): (
-        "a lease over several partitions that meets a job held back by a rate or "
-        "concurrency limit (or expired) in one partition does not replace it with "
-        "a ready job of another: the batch comes back short (contract: short only "
-        "for want of ready jobs)"
-    ),
-    ("cluster", "flow"): "as redis8/flow",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 _namespaces = itertools.count()
 

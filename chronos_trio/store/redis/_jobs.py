@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
 import trio
 
 from ...records._control import decode_control
@@ -67,7 +68,7 @@ from .._roles import (
 )
 from . import _kinds as redis  # isinstance(client, redis.Redis) without importing redis-py
 from . import _scripts as S
-from ._alloc import earliest, earliest_runs, pairs, runs
+from ._alloc import earliest, earliest_bounded, pairs, runs
 from ._codec import decode_aside, decode_dead, ident, job_from_fields, record_fields
 from ._context import StoreContext
 from ._scripts import Op
@@ -261,6 +262,114 @@ async def _promote_plan(
 
 
 # -- lease -----------------------------------------------------------------------------
+#: On a Cluster, at most this many rounds per lease call (each round after
+#: the first costs a peek and a lease, two round trips): further rounds
+#: replace jobs that flow control held back, or that expired, in one
+#: partition by the next ready jobs of the others (see _lease_rounds).
+CLUSTER_LEASE_ROUNDS = 4
+
+#: Entries a lease looks at beyond its count, at most (as lease.lua does).
+_LOOK_BEYOND = 256
+
+
+@attrs.frozen
+class _Call:
+    """One lease.lua call: the partitions it leases from in global order,
+    its count, and for a Cluster's partition its bound, how many entries
+    at the head to pass over, and how many to look at (lease.lua ARGV[6..8])."""
+
+    pks: Sequence[PartitionKeys]
+    count: int
+    bound: float | None = None
+    skip: int = 0
+    budget: int | None = None
+
+    def op(self, duration: str, worker_id: str) -> Op:
+        argv: list[object] = [self.count, duration, worker_id, _nonce(), LEASED_SENTINEL]
+        if len(self.pks) == 1:
+            bound = "" if self.bound is None else repr(self.bound)
+            argv += [bound, self.skip, "" if self.budget is None else self.budget]
+        keys = [
+            key
+            for pk in self.pks
+            for key in (pk.ready, pk.leased, pk.tokens, pk.job_prefix, pk.dead, pk.damaged)
+        ]
+        return Op.script_call(S.LEASE, keys, argv, soft=True)
+
+
+@attrs.frozen
+class _Ran:
+    """What one partition's lease script did (lease.lua's flow part)."""
+
+    leased: int
+    #: entries it judged and put back at the head of its ready zset
+    held: int
+    #: False when its ready zset ran out
+    more: bool
+    looked: int
+
+
+@attrs.define
+class _Batch:
+    """What the lease scripts of one lease call gave, round after round."""
+
+    worker_id: str
+    duration: str
+    by_queue: dict[str, list[LeasedJob]] = attrs.Factory(dict)
+    aside: SetAside = NOTHING_SET_ASIDE
+    undecodable: list[tuple[PartitionKeys, bytes, bytes, str]] = attrs.Factory(list)
+    #: Per queue, how many partitions its jobs came from (one: already in order).
+    sources: dict[str, int] = attrs.Factory(dict)
+    expired: tuple[Job, ...] = ()
+    held_until: float | None = None
+    capped: bool = False
+    lease_now: float = 0.0
+
+    async def run(self, ctx: StoreContext, calls: Sequence[_Call]) -> dict[PartitionKeys, _Ran]:
+        """Run ``calls`` (one round trip) and gather what they gave; what
+        each partition that had ready jobs did."""
+        replies = await ctx.adapter.execute([c.op(self.duration, self.worker_id) for c in calls])
+        ran: dict[PartitionKeys, _Ran] = {}
+        plan = [(c.pks, c.count) for c in calls]
+        for reply, pk, part in _partitions_done(plan, replies, "lease"):
+            self.lease_now = ctx.observe_now(reply[0])
+            self.aside += decode_aside(part[0], pk.queue, pk.version, pk.partition)
+            flow = part[1]
+            if flow[0]:
+                self.expired += decode_dead(flow[0], pk.queue, pk.version, pk.partition)
+            if flow[1]:
+                until = float(flow[1])
+                self.held_until = until if self.held_until is None else min(self.held_until, until)
+            self.capped = self.capped or flow[2] == 1
+            got = _leased_jobs(part, reply[1], self.lease_now, pk, self.worker_id, self.undecodable)
+            self.by_queue.setdefault(pk.queue, []).extend(got)
+            self.sources[pk.queue] = self.sources.get(pk.queue, 0) + 1
+            ran[pk] = _Ran((len(part) - 2) // 11, int(flow[4]), flow[5] == 1, int(flow[6]))
+        return ran
+
+    async def result(self, ctx: StoreContext, live: Sequence[QueueWeight]) -> LeaseResult:
+        if self.undecodable:
+            # Shielded: a cancellation here must not drop the healthy jobs this
+            # call has already leased (their reply is in hand).
+            with trio.move_on_after(_UNDECODABLE_TIMEOUT, shield=True):
+                self.aside += await _dead_letter_undecodable(ctx, self.undecodable)
+        jobs: list[LeasedJob] = []
+        for qw in live:
+            mine = self.by_queue.pop(qw.name, [])
+            if self.sources.get(qw.name, 0) > 1:
+                mine.sort(key=lambda lj: (-lj.job.priority, lj.job.run_at, lj.job.id))
+            jobs += mine
+        held = self.held_until is not None or self.capped
+        ctx.leased(bool(jobs), held)  # how the caller's wake-up fared
+        return LeaseResult(
+            tuple(jobs),
+            ctx.count_aside(self.aside),
+            self.expired,
+            None if self.held_until is None else max(0.0, self.held_until - self.lease_now),
+            self.capped,
+        )
+
+
 async def lease(
     ctx: StoreContext,
     queues: Sequence[QueueWeight],
@@ -279,28 +388,55 @@ async def lease(
     if not slots:
         return NOTHING_LEASED
     one_node = await _one_node(ctx)
-    # Each entry: partitions one lease.lua call leases from in global order, and its count.
-    plan: list[tuple[Sequence[PartitionKeys], int]]
+    batch = _Batch(worker_id, repr(float(lease_duration)))
     if len(slots) == 1 and (one_node or sum(map(len, slots.values())) == 1):
         # One queue on one node (or of one partition): one script does it all,
         # the split over partitions included. No peek, one round trip.
-        plan = [(next(iter(slots.values())), count)]
+        await batch.run(ctx, [_Call(next(iter(slots.values())), count)])
+        return await batch.result(ctx, live)
+    # One node: the script splits a queue's share in global order, the
+    # peek only tells each queue's ready jobs (for the shares by weight,
+    # or, strict, for how many the queues before the next one can give).
+    # A Cluster: a script per partition (one slot each), with its share
+    # in one order by due time, from the peek (see _lease_peek).
+    heads = await _lease_peek(ctx, slots, count)
+    available = {
+        q: min(count, sum(n for pk in pks for _, n in heads[pk])) for q, pks in slots.items()
+    }
+    split = share_strictly if strict else share_by_weight
+    shares = split(live, count, available)
+    if one_node:
+        if shares:
+            await batch.run(ctx, [_Call(slots[q], share) for q, share in shares.items()])
     else:
-        # One node: the script splits a queue's share in global order, the
-        # peek only tells each queue's ready jobs (for the shares by weight,
-        # or, strict, for how many the queues before the next one can give).
-        # A Cluster: a script per partition (one slot each), with its share
-        # in one order by due time, from the peek (see _lease_peek).
-        heads = await _lease_peek(ctx, slots, count)
-        available = {
-            q: min(count, sum(n for pk in pks for _, n in heads[pk])) for q, pks in slots.items()
-        }
-        plan = []
-        split = share_strictly if strict else share_by_weight
-        for q, share in split(live, count, available).items():
-            if one_node:
-                plan.append((slots[q], share))
-                continue
+        await _lease_rounds(ctx, batch, {q: slots[q] for q in shares}, shares, heads)
+    return await batch.result(ctx, live)
+
+
+async def _lease_rounds(
+    ctx: StoreContext,
+    batch: _Batch,
+    slots: dict[str, list[PartitionKeys]],
+    shares: dict[str, int],
+    heads: dict[PartitionKeys, list[tuple[float, int]]],
+) -> None:
+    """On a Cluster: lease each queue's share with a script per partition,
+    in the queue's one order by due time, in rounds. A partition's script
+    replaces what it cannot lease (held back by a limit, expired, set
+    aside) by its own next jobs only while no other partition's job comes
+    first (its bound, from the peek); when a queue is still short and some
+    partition may have more, another round peeks past the entries held
+    back so far and leases what is still wanted, and so on, up to
+    :data:`CLUSTER_LEASE_ROUNDS` rounds, looking at no more than a queue's
+    share + 256 entries (as on one node). Without flow control, or when
+    each partition can make up for what it held back, that is one round:
+    the peek and one round trip."""
+    skip: dict[PartitionKeys, int] = {}
+    wanted = dict(shares)
+    looked = dict.fromkeys(shares, 0)
+    for round_ in range(CLUSTER_LEASE_ROUNDS):
+        calls: list[_Call] = []
+        for q, n in wanted.items():
             # Equal due times go partition by partition, in an order of this
             # store's own: a batch of one due time comes from as few
             # partitions (scripts) as can give it, and concurrent workers
@@ -308,81 +444,59 @@ async def lease(
             pks = slots[q]
             first = ctx.tie_rotation % len(pks)
             order = [(pk, heads[pk]) for pk in (*pks[first:], *pks[:first])]
-            plan += [((pk,), n) for pk, n in earliest_runs(order, share).items()]
-    if not plan:
-        return NOTHING_LEASED
-    duration = repr(float(lease_duration))
-    replies = await ctx.adapter.execute(
-        [
-            Op.script_call(
-                S.LEASE,
-                [
-                    key
-                    for pk in pks
-                    for key in (pk.ready, pk.leased, pk.tokens, pk.job_prefix, pk.dead, pk.damaged)
-                ],
-                [n, duration, worker_id, _nonce(), LEASED_SENTINEL],
-                soft=True,
+            budget = shares[q] + _LOOK_BEYOND - looked[q] if round_ else None
+            calls += [
+                _Call((pk,), k, bound, skip.get(pk, 0), budget)
+                for pk, (k, bound) in earliest_bounded(order, n).items()
+            ]
+        if not calls:
+            return
+        ran = await batch.run(ctx, calls)
+        asked = {c.pks[0] for c in calls}
+        again: dict[str, int] = {}
+        for q, n in wanted.items():
+            mine = [ran[pk] for pk in slots[q] if pk in ran]
+            looked[q] += sum(r.looked for r in mine)
+            for pk in slots[q]:
+                if pk in ran:
+                    skip[pk] = skip.get(pk, 0) + ran[pk].held
+            n -= sum(r.leased for r in mine)
+            # more to find: a partition that ran and did not run out, or one
+            # with ready jobs this round did not ask
+            more = any(r.more for r in mine) or any(
+                heads[pk] and pk not in asked for pk in slots[q]
             )
-            for pks, n in plan
-        ]
-    )
-    by_queue: dict[str, list[LeasedJob]] = {}
-    aside = NOTHING_SET_ASIDE
-    undecodable: list[tuple[PartitionKeys, bytes, bytes, str]] = []
-    #: Per queue, how many partitions its jobs came from (one: already in order).
-    sources: dict[str, int] = {}
-    expired: tuple[Job, ...] = ()
-    held_until: float | None = None
-    capped = False
-    lease_now = 0.0
-    for reply, pk, part in _partitions_done(plan, replies, "lease"):
-        lease_now = ctx.observe_now(reply[0])
-        aside += decode_aside(part[0], pk.queue, pk.version, pk.partition)
-        flow = part[1]
-        if flow[0]:
-            expired += decode_dead(flow[0], pk.queue, pk.version, pk.partition)
-        if flow[1]:
-            until = float(flow[1])
-            held_until = until if held_until is None else min(held_until, until)
-        capped = capped or flow[2] == 1
-        got = by_queue.setdefault(pk.queue, [])
-        got += _leased_jobs(part, reply[1], lease_now, pk, worker_id, undecodable)
-        sources[pk.queue] = sources.get(pk.queue, 0) + 1
-    if undecodable:
-        # Shielded: a cancellation here must not drop the healthy jobs this
-        # call has already leased (their reply is in hand).
-        with trio.move_on_after(_UNDECODABLE_TIMEOUT, shield=True):
-            aside += await _dead_letter_undecodable(ctx, undecodable)
-    jobs: list[LeasedJob] = []
-    for qw in live:
-        mine = by_queue.pop(qw.name, [])
-        if sources.get(qw.name, 0) > 1:
-            mine.sort(key=lambda lj: (-lj.job.priority, lj.job.run_at, lj.job.id))
-        jobs += mine
-    ctx.leased(bool(jobs), held_until is not None or capped)  # how the caller's wake-up fared
-    return LeaseResult(
-        tuple(jobs),
-        ctx.count_aside(aside),
-        expired,
-        None if held_until is None else max(0.0, held_until - lease_now),
-        capped,
-    )
+            if n > 0 and more and looked[q] < shares[q] + _LOOK_BEYOND:
+                again[q] = n
+        if not again or round_ + 1 == CLUSTER_LEASE_ROUNDS:
+            return
+        wanted = again
+        heads = await _lease_peek(ctx, {q: slots[q] for q in wanted}, max(wanted.values()), skip)
 
 
 async def _lease_peek(
-    ctx: StoreContext, slots: dict[str, list[PartitionKeys]], count: int
+    ctx: StoreContext,
+    slots: dict[str, list[PartitionKeys]],
+    count: int,
+    skip: dict[PartitionKeys, int] | None = None,
 ) -> dict[PartitionKeys, list[tuple[float, int]]]:
     """The due times of the first ``count`` ready jobs of each partition of
-    ``slots``, as runs of (due time, how many): peek_ready.lua per
+    ``slots`` (after the first ``skip[pk]``, held back by an earlier round),
+    as runs of (due time, how many): peek_ready.lua per
     partition, one round trip (one per node on a Cluster). Runs, not the
     entries: the jobs of one enqueue_many call share a due time, and
     sending, decoding and merging 64 entries of each of 8 partitions per
     lease cost more than the lease scripts. A key of the wrong type reads
     as empty (its lease script then fails alone)."""
     flat = [pk for pks in slots.values() for pk in pks]
+    skip = skip or {}
     replies = await ctx.adapter.execute(
-        [Op.script_call(S.PEEK_READY, [pk.ready], [count], soft=True) for pk in flat]
+        [
+            Op.script_call(
+                S.PEEK_READY, [pk.ready], [count, skip[pk]] if skip.get(pk) else [count], soft=True
+            )
+            for pk in flat
+        ]
     )
     return {
         pk: [] if isinstance(r, Exception) else runs(r) for pk, r in zip(flat, replies, strict=True)
