@@ -41,9 +41,8 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-import attrs
 import trio
 
 from ...records._control import decode_control
@@ -272,33 +271,19 @@ CLUSTER_LEASE_ROUNDS = 4
 _LOOK_BEYOND = 256
 
 
-@attrs.frozen
-class _Call:
+class _Call(NamedTuple):
     """One lease.lua call: the partitions it leases from in global order,
     its count, and for a Cluster's partition its bound, how many entries
     at the head to pass over, and how many to look at (lease.lua ARGV[6..8])."""
 
     pks: Sequence[PartitionKeys]
-    count: int
+    n: int
     bound: float | None = None
     skip: int = 0
     budget: int | None = None
 
-    def op(self, duration: str, worker_id: str) -> Op:
-        argv: list[object] = [self.count, duration, worker_id, _nonce(), LEASED_SENTINEL]
-        if len(self.pks) == 1:
-            bound = "" if self.bound is None else repr(self.bound)
-            argv += [bound, self.skip, "" if self.budget is None else self.budget]
-        keys = [
-            key
-            for pk in self.pks
-            for key in (pk.ready, pk.leased, pk.tokens, pk.job_prefix, pk.dead, pk.damaged)
-        ]
-        return Op.script_call(S.LEASE, keys, argv, soft=True)
 
-
-@attrs.frozen
-class _Ran:
+class _Ran(NamedTuple):
     """What one partition's lease script did (lease.lua's flow part)."""
 
     leased: int
@@ -309,30 +294,50 @@ class _Ran:
     looked: int
 
 
-@attrs.define
 class _Batch:
-    """What the lease scripts of one lease call gave, round after round."""
+    """What the lease scripts of one lease call gave, round after round
+    (plain slots: this is on the hot path)."""
 
-    worker_id: str
-    duration: str
-    by_queue: dict[str, list[LeasedJob]] = attrs.Factory(dict)
-    aside: SetAside = NOTHING_SET_ASIDE
-    undecodable: list[tuple[PartitionKeys, bytes, bytes, str]] = attrs.Factory(list)
-    #: Per queue, how many partitions its jobs came from (one: already in order).
-    sources: dict[str, int] = attrs.Factory(dict)
-    expired: tuple[Job, ...] = ()
-    held_until: float | None = None
-    capped: bool = False
-    lease_now: float = 0.0
+    __slots__ = (
+        "aside", "by_queue", "capped", "duration", "expired", "held_until", "lease_now",
+        "sources", "undecodable", "worker_id",
+    )  # fmt: skip
 
-    async def run(self, ctx: StoreContext, calls: Sequence[_Call]) -> dict[PartitionKeys, _Ran]:
-        """Run ``calls`` (one round trip) and gather what they gave; what
-        each partition that had ready jobs did."""
-        replies = await ctx.adapter.execute([c.op(self.duration, self.worker_id) for c in calls])
+    def __init__(self, worker_id: str, duration: str) -> None:
+        self.worker_id, self.duration = worker_id, duration
+        self.by_queue: dict[str, list[LeasedJob]] = {}
+        self.aside = NOTHING_SET_ASIDE
+        self.undecodable: list[tuple[PartitionKeys, bytes, bytes, str]] = []
+        #: Per queue, how many partitions its jobs came from (one: already in order).
+        self.sources: dict[str, int] = {}
+        self.expired: tuple[Job, ...] = ()
+        self.held_until: float | None = None
+        self.capped = False
+        self.lease_now = 0.0
+
+    def ops(self, calls: Sequence[_Call]) -> list[Op]:
+        """The lease.lua calls of ``calls``."""
+        ops = []
+        for c in calls:
+            argv: list[object] = [c.n, self.duration, self.worker_id, _nonce(), LEASED_SENTINEL]
+            if len(c.pks) == 1 and (c.bound is not None or c.skip or c.budget is not None):
+                bound = "" if c.bound is None else repr(c.bound)
+                argv += [bound, c.skip, "" if c.budget is None else c.budget]
+            keys = [
+                key
+                for pk in c.pks
+                for key in (pk.ready, pk.leased, pk.tokens, pk.job_prefix, pk.dead, pk.damaged)
+            ]
+            ops.append(Op.script_call(S.LEASE, keys, argv, soft=True))
+        return ops
+
+    def gather(self, calls: Sequence[_Call], replies: list[Any]) -> dict[PartitionKeys, _Ran]:
+        """Take in the replies to ``calls``; what each partition that had
+        ready jobs did."""
         ran: dict[PartitionKeys, _Ran] = {}
-        plan = [(c.pks, c.count) for c in calls]
+        plan = [(c.pks, c.n) for c in calls]
         for reply, pk, part in _partitions_done(plan, replies, "lease"):
-            self.lease_now = ctx.observe_now(reply[0])
+            self.lease_now = now = float(reply[0])
             self.aside += decode_aside(part[0], pk.queue, pk.version, pk.partition)
             flow = part[1]
             if flow[0]:
@@ -341,13 +346,17 @@ class _Batch:
                 until = float(flow[1])
                 self.held_until = until if self.held_until is None else min(self.held_until, until)
             self.capped = self.capped or flow[2] == 1
-            got = _leased_jobs(part, reply[1], self.lease_now, pk, self.worker_id, self.undecodable)
+            got = _leased_jobs(part, reply[1], now, pk, self.worker_id, self.undecodable)
             self.by_queue.setdefault(pk.queue, []).extend(got)
             self.sources[pk.queue] = self.sources.get(pk.queue, 0) + 1
             ran[pk] = _Ran((len(part) - 2) // 11, int(flow[4]), flow[5] == 1, int(flow[6]))
         return ran
 
     async def result(self, ctx: StoreContext, live: Sequence[QueueWeight]) -> LeaseResult:
+        """The lease's result (leased jobs the client could not decode are
+        dead-lettered first, see :func:`_dead_letter_undecodable`)."""
+        if self.lease_now:
+            ctx.observe_now(self.lease_now)
         if self.undecodable:
             # Shielded: a cancellation here must not drop the healthy jobs this
             # call has already leased (their reply is in hand).
@@ -359,8 +368,7 @@ class _Batch:
             if self.sources.get(qw.name, 0) > 1:
                 mine.sort(key=lambda lj: (-lj.job.priority, lj.job.run_at, lj.job.id))
             jobs += mine
-        held = self.held_until is not None or self.capped
-        ctx.leased(bool(jobs), held)  # how the caller's wake-up fared
+        ctx.leased(bool(jobs), self.held_until is not None or self.capped)  # the wake-up's fate
         return LeaseResult(
             tuple(jobs),
             ctx.count_aside(self.aside),
@@ -392,7 +400,8 @@ async def lease(
     if len(slots) == 1 and (one_node or sum(map(len, slots.values())) == 1):
         # One queue on one node (or of one partition): one script does it all,
         # the split over partitions included. No peek, one round trip.
-        await batch.run(ctx, [_Call(next(iter(slots.values())), count)])
+        calls = [_Call(next(iter(slots.values())), count)]
+        batch.gather(calls, await ctx.adapter.execute(batch.ops(calls)))
         return await batch.result(ctx, live)
     # One node: the script splits a queue's share in global order, the
     # peek only tells each queue's ready jobs (for the shares by weight,
@@ -407,7 +416,8 @@ async def lease(
     shares = split(live, count, available)
     if one_node:
         if shares:
-            await batch.run(ctx, [_Call(slots[q], share) for q, share in shares.items()])
+            calls = [_Call(slots[q], share) for q, share in shares.items()]
+            batch.gather(calls, await ctx.adapter.execute(batch.ops(calls)))
     else:
         await _lease_rounds(ctx, batch, {q: slots[q] for q in shares}, shares, heads)
     return await batch.result(ctx, live)
@@ -451,7 +461,7 @@ async def _lease_rounds(
             ]
         if not calls:
             return
-        ran = await batch.run(ctx, calls)
+        ran = batch.gather(calls, await ctx.adapter.execute(batch.ops(calls)))
         asked = {c.pks[0] for c in calls}
         again: dict[str, int] = {}
         for q, n in wanted.items():
