@@ -331,12 +331,15 @@ class _Batch:
             ops.append(Op.script_call(S.LEASE, keys, argv, soft=True))
         return ops
 
-    def gather(self, calls: Sequence[_Call], replies: list[Any]) -> dict[PartitionKeys, _Ran]:
+    def gather(
+        self, calls: Sequence[_Call], replies: list[Any], *, first: bool = True
+    ) -> dict[PartitionKeys, _Ran]:
         """Take in the replies to ``calls``; what each partition that had
-        ready jobs did."""
+        ready jobs did. Raises StoreError when every partition failed in
+        the ``first`` round of the call (nothing done)."""
         ran: dict[PartitionKeys, _Ran] = {}
         plan = [(c.pks, c.n) for c in calls]
-        for reply, pk, part in _partitions_done(plan, replies, "lease"):
+        for reply, pk, part in _partitions_done(plan, replies, "lease", must_run=first):
             self.lease_now = now = float(reply[0])
             self.aside += decode_aside(part[0], pk.queue, pk.version, pk.partition)
             flow = part[1]
@@ -442,6 +445,7 @@ async def _lease_rounds(
     each partition can make up for what it held back, that is one round:
     the peek and one round trip."""
     skip: dict[PartitionKeys, int] = {}
+    done_with: set[PartitionKeys] = set()
     wanted = dict(shares)
     looked = dict.fromkeys(shares, 0)
     for round_ in range(CLUSTER_LEASE_ROUNDS):
@@ -452,6 +456,8 @@ async def _lease_rounds(
             # partitions (scripts) as can give it, and concurrent workers
             # start from different partitions (masters).
             pks = slots[q]
+            if not pks:
+                continue
             first = ctx.tie_rotation % len(pks)
             order = [(pk, heads[pk]) for pk in (*pks[first:], *pks[:first])]
             budget = shares[q] + _LOOK_BEYOND - looked[q] if round_ else None
@@ -461,8 +467,13 @@ async def _lease_rounds(
             ]
         if not calls:
             return
-        ran = batch.gather(calls, await ctx.adapter.execute(batch.ops(calls)))
+        ran = batch.gather(calls, await ctx.adapter.execute(batch.ops(calls)), first=not round_)
         asked = {c.pks[0] for c in calls}
+        # a partition asked that did not run failed (a key of the wrong
+        # type) or had no ready job, one that ran out has none left but
+        # what it held back: later rounds leave them alone
+        done_with |= asked - ran.keys()
+        done_with |= {pk for pk, r in ran.items() if not r.more}
         again: dict[str, int] = {}
         for q, n in wanted.items():
             mine = [ran[pk] for pk in slots[q] if pk in ran]
@@ -474,14 +485,15 @@ async def _lease_rounds(
             # more to find: a partition that ran and did not run out, or one
             # with ready jobs this round did not ask
             more = any(r.more for r in mine) or any(
-                heads[pk] and pk not in asked for pk in slots[q]
+                heads[pk] and pk not in asked and pk not in done_with for pk in slots[q]
             )
             if n > 0 and more and looked[q] < shares[q] + _LOOK_BEYOND:
                 again[q] = n
         if not again or round_ + 1 == CLUSTER_LEASE_ROUNDS:
             return
         wanted = again
-        heads = await _lease_peek(ctx, {q: slots[q] for q in wanted}, max(wanted.values()), skip)
+        slots = {q: [pk for pk in slots[q] if pk not in done_with] for q in wanted}
+        heads = await _lease_peek(ctx, slots, max(wanted.values()), skip)
 
 
 async def _lease_peek(
@@ -519,6 +531,7 @@ def _partitions_done(
     what: str,
     *,
     first: int = 2,
+    must_run: bool = True,
 ) -> list[tuple[Any, PartitionKeys, Any]]:
     """(reply, partition, its part) of every partition that a multi-partition
     script ran in (lease.lua, promote.lua: their replies hold one part per
@@ -527,7 +540,8 @@ def _partitions_done(
     failed (its part is the reason, or its call got an error reply: a key of
     the wrong type, say) is logged and left out, so one broken partition
     does not discard what the others already did. Raises StoreError when
-    some partition failed and none ran: nothing was done, and the caller
+    some partition failed and none ran (unless not ``must_run``: a later
+    round of a call that did something): nothing was done, and the caller
     backs off."""
     done: list[tuple[Any, PartitionKeys, Any]] = []
     failed: list[tuple[PartitionKeys, object]] = []
@@ -544,7 +558,7 @@ def _partitions_done(
         log_event(
             log, logging.WARNING, f"{what}: partition failed", partition=pk.tag, error=str(error)
         )
-    if failed and not done:
+    if failed and not done and must_run:
         raise StoreError(f"{what} failed in every partition: {failed[0][1]}")
     return done
 

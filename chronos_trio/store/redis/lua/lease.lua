@@ -478,6 +478,9 @@ local function lease_partition(p, share, budget, res, lone)
     asked, replacing = more, true
     popped = pop(ready, skip, more)
   end
+  if lone and n < share and not cut and info[6] == 1 and redis.call('ZCARD', ready) <= skip then
+    info[6] = 0  -- short, and all it has left is what earlier rounds held back
+  end
   info[5] = info[5] + (#back - before) / 2 - unjudged
   info[7] = info[7] + looked
   if n > 0 then
