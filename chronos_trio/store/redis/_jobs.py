@@ -19,10 +19,16 @@ partition's due times as runs of equal ones (peek_ready.lua), not its
 entries, and equal due times go partition by partition, from a partition
 each store picks at random: the jobs of one enqueue_many call share a due
 time, so a drain's batch is one or two scripts, not one per partition, and
-concurrent workers start on different masters. Recovery (not on the hot
-path) peeks first on a single node too, with one script over every
-partition (recover_peek.lua; a queue holding no lease costs it one
-EXISTS), then runs recover.lua per partition that has expired leases.
+concurrent workers start on different masters. Jobs that flow control
+holds back (or expires) are replaced in the queue's one order: on one node
+within the lease script, on a Cluster by further rounds when a partition
+cannot make up for them by itself (see _lease_rounds). Promote's and
+recover's peeks on a Cluster are due_peek.lua, one per partition: what is
+due is judged by each node's TIME, never by the client's estimate of it.
+Recovery (not on the hot path) peeks first on a single node too, with one
+script over every partition (recover_peek.lua; a queue holding no lease
+costs it one EXISTS), then runs recover.lua per partition that has expired
+leases.
 Leasing from several queues at once peeks first as well (their shares by
 weight, or by strict priority, depend on what each holds), then runs one
 script per queue on a single node.
@@ -68,7 +74,14 @@ from .._roles import (
 from . import _kinds as redis  # isinstance(client, redis.Redis) without importing redis-py
 from . import _scripts as S
 from ._alloc import earliest, earliest_bounded, pairs, runs
-from ._codec import decode_aside, decode_dead, ident, job_from_fields, record_fields
+from ._codec import (
+    READ_FIELDS,
+    decode_aside,
+    decode_dead,
+    ident,
+    job_from_fields,
+    record_fields,
+)
 from ._context import StoreContext
 from ._scripts import Op
 from .keys import LEASED_SENTINEL, PartitionKeys
@@ -925,10 +938,12 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
         if ids:
             woke[pk.queue] = woke.get(pk.queue, 0) + len(ids)
         for flat, into in ((dead_flat, dead), (aborted_flat, aborted)):
-            for k in range(0, len(flat), 14):
+            # per job its ID, then READ_FIELDS (recover.lua): the whole job
+            width = 1 + len(READ_FIELDS)
+            for k in range(0, len(flat), width):
                 into.append(
                     job_from_fields(
-                        ident(flat[k]), pk.queue, pk.version, pk.partition, flat[k + 1 : k + 14]
+                        ident(flat[k]), pk.queue, pk.version, pk.partition, flat[k + 1 : k + width]
                     )
                 )
     if woke:
