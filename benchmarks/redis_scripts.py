@@ -84,9 +84,9 @@ def _workload(url: str, n: int, out: Path) -> None:
             batch = await store.lease(
                 [QueueWeight(queue)], BATCH, worker_id="bench", lease_duration=duration
             )
-            if not batch:
+            if not batch.jobs:
                 return got
-            got.extend(batch)
+            got.extend(batch.jobs)
 
     async def main() -> dict[str, dict[str, int]]:
         store = RedisStore.from_url(url, default_partitions=1)

@@ -14,9 +14,9 @@ The short form runs :data:`SEEDS` (printed, ``pytest -s``) for
 :data:`STEPS` steps; ``CHRONOS_DIFF=1`` runs 20 seeds of 1000 steps, and
 ``CHRONOS_DIFF_SEED=<seed>`` runs that one seed (replay a failure with it).
 
-Operation mixes: ``core`` (no flow control or priorities) must agree on
+Operation mixes: ``core`` (priorities, no flow control) must agree on
 every backend; ``flow`` adds unique jobs, rate and concurrency limits and
-expiry; ``priority`` adds priorities. Where a mix finds a divergence that
+expiry. Where a mix finds a divergence that
 the contract does not allow, it is marked ``xfail(strict=True)`` with the
 reason, so it is neither hidden nor forgotten (fixing it turns the xfail
 into a failure that asks to remove the mark).
@@ -47,31 +47,12 @@ SEEDS: Sequence[int | str] = [_ONE] if _ONE else list(range(20)) if LONG else [2
 STEPS = 1000 if LONG else 250
 
 MIXES = {
-    "core": Mix(unique=0, rate=0, cap=0, expiry=0, priority=0),
-    "flow": Mix(priority=0),
-    "priority": Mix(unique=0, rate=0, cap=0, expiry=0),
+    "core": Mix(unique=0, rate=0, cap=0, expiry=0),
+    "flow": Mix(),
 }
 
 #: Divergences found, by (backend, mix): the reason, for xfail(strict=True).
-KNOWN = {
-    ("redis", "priority"): (
-        "RedisStore.list_jobs(READY) orders by the priority-adjusted lease score; "
-        "the contract (and the MemoryStore) order by due time, then job ID"
-    ),
-    ("redis8", "flow"): (
-        "a lease over several partitions that meets a job held back by a rate or "
-        "concurrency limit (or expired) in one partition does not replace it with "
-        "a ready job of another: the batch comes back short (contract: short only "
-        "for want of ready jobs)"
-    ),
-    ("cluster", "flow"): "as redis8/flow, and as cluster/core",
-    ("cluster", "core"): (
-        "on a Cluster, recover_expired first peeks the leased zsets up to the client's "
-        "estimate of the server clock (last observed offset + local clock + 1 s): after "
-        "a store clock step of more than 1 s it finds no expired lease until some call "
-        "observes the new time (contract: expiry is judged by the store's clock)"
-    ),
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 _namespaces = itertools.count()
 
@@ -130,8 +111,6 @@ def target(request: pytest.FixtureRequest, backend: str) -> Target:
 def _params() -> list[object]:
     out: list[object] = []
     for backend, mix in itertools.product(("redis", "redis8", "cluster"), MIXES):
-        if (backend, mix) == ("cluster", "priority") or (backend, mix) == ("redis8", "priority"):
-            continue  # the list order divergence shows on one backend; it costs time
         marks: list[pytest.MarkDecorator] = [pytest.mark.redis]
         if backend == "cluster":
             marks.append(pytest.mark.cluster)

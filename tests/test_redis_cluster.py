@@ -22,7 +22,8 @@ from chronos_trio.store import (
 )
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis.keys import KeySpace
-from chronos_trio.testing.redis_server import RedisCluster
+from chronos_trio.testing.faketime import FrozenClock, start_cluster
+from chronos_trio.testing.redis_server import RedisCluster, RedisUnavailable, in_ci
 from tests._support import Recorder, Work, wait_for
 
 pytestmark = [pytest.mark.redis, pytest.mark.cluster]
@@ -224,3 +225,40 @@ async def test_a_batch_of_one_due_time_is_leased_from_as_few_partitions_as_can_g
         finally:
             await store.aclose()
     assert starts[0] != starts[1]
+
+
+async def test_recover_and_promote_judge_by_the_cluster_clock_after_it_steps() -> None:
+    # The peeks of recover_expired and promote_due read each node's own
+    # TIME (due_peek.lua): a step of the store's clock far beyond what the
+    # client last saw (here 60 s, on a frozen clock that only the test
+    # moves) is seen by the very next call, not only once another call has
+    # observed the new time.
+    clock = FrozenClock()
+    try:
+        cluster = start_cluster(clock)
+    except RedisUnavailable as exc:
+        if in_ci():
+            pytest.fail(f"libfaketime and Redis are required under CI=true: {exc}")
+        pytest.skip(str(exc))
+    store = RedisStore.from_url(cluster.url, default_partitions=8)
+    try:
+        with trio.fail_after(20):
+            ids = [f"j{i}" for i in range(16)]
+            assert len({partition_of(i, 8) for i in ids}) >= 4
+            await store.enqueue_many([job(i) for i in ids])
+            await store.enqueue_many([job(f"later{i}", delay=30) for i in range(16)])
+            leased = (
+                await store.lease([QueueWeight("q")], 16, worker_id="w", lease_duration=10)
+            ).jobs
+            assert len(leased) == 16
+            assert (await store.recover_expired(["q"], 100)).requeued == ()
+            assert (await store.promote_due(["q"], 100)).promoted == 0
+            clock.advance(60)
+            recovered = await store.recover_expired(["q"], 100)
+            assert sorted(recovered.requeued) == sorted(ids)
+            promoted = await store.promote_due(["q"], 100)
+            assert promoted.promoted == 16 and promoted.now == clock.now()
+    finally:
+        await store.aclose()
+        cluster.close()
+        clock.close()

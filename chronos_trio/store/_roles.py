@@ -241,13 +241,25 @@ class WorkerRole(StoreRole):
         lease_duration: float,
         strict: bool = False,
     ) -> LeaseResult:
-        """Lease at most ``count`` ready jobs, oldest due first within a queue
-        (however the queue is partitioned).
+        """Lease at most ``count`` ready jobs, in lease order within a queue
+        (highest priority first, then oldest due; however the queue is
+        partitioned).
 
         ``count`` is shared among the queues by weight
         (:func:`~chronos_trio.store.share_by_weight`); a share a queue cannot
         use goes to the others, so a batch comes back short only for want of
-        ready jobs (or when concurrent leasers took them first). With
+        ready jobs (or when concurrent leasers took them first). Within a
+        queue, a job that flow control holds back (a rate or concurrency
+        limit: it stays ready, untouched) or dead-letters as expired is
+        replaced by the queue's next ready job in that order, whatever its
+        partition: a queue gives the first jobs of its order that may start,
+        up to its share, looking at no more than its share + 256 ready jobs.
+        (The shares count the ready jobs as the store saw them when the call
+        began, held-back ones included: a share that held-back jobs leave
+        unused is not passed to another queue. A RedisStore on a Cluster
+        takes at most ``CLUSTER_LEASE_ROUNDS`` = 4 rounds to look past
+        held-back jobs in several partitions; past them its batch may be
+        short.) With
         ``strict`` the queues are in priority order instead, weights ignored
         (:func:`~chronos_trio.store.share_strictly`): a queue's jobs are
         leased only once every queue before it has no ready job left to give
@@ -500,8 +512,13 @@ class AdminRole(StoreRole):
         self, queue: str, state: JobState, *, offset: int = 0, limit: int = 100
     ) -> list[Job]:
         """Jobs of ``queue`` in ``state``, ordered by due time (scheduled,
-        ready, retry_wait), lease expiry (leased) or finish time (succeeded,
-        dead, aborted), then job ID; ``offset`` (>= 0) and ``limit`` (>= 0) page
+        retry_wait), lease order (ready: highest priority first, then due
+        time, as :meth:`WorkerRole.lease` takes them), lease expiry (leased)
+        or finish time (succeeded, dead, aborted), then job ID; so a page of
+        ready jobs shows what runs next. (Priority and due time are one
+        number, ``run_at - priority * 1e10`` as a double: at a priority
+        other than 0, due times less than about 20 µs apart may tie, and
+        then go by job ID.) ``offset`` (>= 0) and ``limit`` (>= 0) page
         through them, and ``limit`` 0 lists nothing. An unknown queue lists
         nothing. Pages are read one by one, so jobs that move between two
         calls may be skipped or listed twice. (A RedisStore indexes succeeded

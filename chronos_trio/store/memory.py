@@ -1039,6 +1039,8 @@ class MemoryStore(Store):
         jobs = [j for j in jobs if j.state is state]
 
         def order(job: Job) -> tuple[float, str]:
+            if state is JobState.READY:  # lease order: priority, due time (one score)
+                return (_control.ready_score(job.run_at, job.priority), job.id)
             if state is JobState.LEASED:
                 return (job.lease_expires_at or 0.0, job.id)
             if state in FINISHED_STATES:

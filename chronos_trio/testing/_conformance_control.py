@@ -60,6 +60,29 @@ async def check_priority_leases_highest_first_due_order_within(fresh: Fresh) -> 
     assert [lj.job.id for lj in await lease(store)] == ["p5-late", "n0", "m3"]
 
 
+@check(Capability.ADMIN, Capability.PRIORITY)
+async def check_ready_jobs_list_in_lease_order(fresh: Fresh) -> None:
+    # list_jobs(READY) shows what runs next: highest priority first, then
+    # due time, then job ID, page after page; a lease takes its head
+    store = await fresh()
+    now = await store.now()
+    jobs = [
+        job("d-low", run_at=now - 40, control=JobControl(priority=-1)),
+        job("a-mid", run_at=now - 30),
+        job("e-mid", run_at=now - 30),
+        job("b-high", run_at=now - 10, control=JobControl(priority=2)),
+        job("c-high", run_at=now - 20, control=JobControl(priority=2)),
+        job("f-mid", run_at=now - 35),
+    ]
+    await store.enqueue_many(jobs)
+    order = ["c-high", "b-high", "f-mid", "a-mid", "e-mid", "d-low"]
+    assert [j.id for j in await store.list_jobs("q", JobState.READY)] == order
+    pages = [await store.list_jobs("q", JobState.READY, offset=o, limit=2) for o in (0, 2, 4)]
+    assert [j.id for page in pages for j in page] == order
+    assert [lj.job.id for lj in await lease(store, count=3)] == order[:3]
+    assert [j.id for j in await store.list_jobs("q", JobState.READY)] == order[3:]
+
+
 @check(Capability.ADMIN, Capability.EXPIRY)
 async def check_expired_job_is_dead_lettered_instead_of_leased(fresh: Fresh) -> None:
     store = await fresh()
@@ -150,6 +173,42 @@ async def check_concurrency_limit_takes_and_gives_back_slots(fresh: Fresh) -> No
     assert fourth.job.id not in {first[0].job.id, first[1].job.id, third.job.id}
     await store.enqueue_many([limited("c4", _capped("db", 2))])
     assert await lease(store) == [], "the live holders still have their slots"
+
+
+@check(Capability.RATE_LIMITS, Capability.CONCURRENCY_LIMITS, Capability.EXPIRY)
+async def check_held_back_jobs_do_not_shorten_a_batch(fresh: Fresh) -> None:
+    # Jobs a limit holds back, or that expired, are replaced by the queue's
+    # next ready jobs in its one order, wherever they are (partitions): the
+    # batch is short only for want of ready jobs. "late" shares the
+    # partition of the held-back "c1" (same key: a limit of 100 admits it)
+    # but is due after the plain jobs, so it is not leased.
+    store = await fresh()
+    now = await store.now()
+    first = await _ids(
+        store,
+        [
+            limited("holder", _capped("db", 1), run_at=now - 300),
+            limited("r0", _rated("api", 1, 3600), run_at=now - 200),
+        ],
+    )
+    assert sorted(lj.job.id for lj in await lease(store, count=2)) == sorted(first)
+    later = [
+        limited("c1", _capped("db", 1), run_at=now - 90),
+        limited("r1", _rated("api", 1, 3600), run_at=now - 85),
+        job("e", run_at=now - 80, control=JobControl(expires_in=0.2)),
+        limited("late", _capped("db", 100), run_at=now - 10),
+        *(job(f"p{i}", run_at=now - 50 + i) for i in range(4)),
+    ]
+    ids = await _ids(store, later)
+    await trio.sleep(0.3)  # e expires
+    got = await lease_result(store, count=2)
+    assert [lj.job.id for lj in got.jobs] == ["p0", "p1"], got
+    assert [j.id for j in got.expired] == ["e"] and got.capped, got
+    assert got.held_for is not None and got.held_for > 3000, got
+    got = await lease_result(store, count=3)
+    assert [lj.job.id for lj in got.jobs] == ["p2", "p3", ids[3]], got
+    for held in ids[:2]:
+        assert await state_of(store, held) is JobState.READY
 
 
 @check(Capability.CONCURRENCY_LIMITS)

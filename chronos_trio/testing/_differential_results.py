@@ -18,8 +18,8 @@ difference, each time with the rule that allows it:
   within a partition"), and jobs that tie, or sit in different partitions,
   have no order the contract fixes;
 * a leased job's ``then`` and ``unclaimed_since`` (``Job``: "a lease may
-  leave it None") are not compared there, nor a recovered job's ``control``
-  and ``then`` (the admin reads compare every field);
+  leave it None") are not compared there (the admin reads compare every
+  field; a recovery's dead and aborted jobs are compared whole);
 * retained succeeded jobs are listed sorted by ID (``list_jobs``: "a
   RedisStore indexes succeeded jobs by the end of their retention");
 * times are rounded to the microsecond, the resolution of Redis ``TIME``.
@@ -100,13 +100,6 @@ def leased_job(lj: LeasedJob) -> Normal:
     )
 
 
-def finished(j: Job) -> Normal:
-    """A job a recovery reports as dead or aborted: what a worker publishes
-    of it. (The RedisStore's lacks ``control`` and ``then``, as a leased
-    job's may; the admin reads compare every field.)"""
-    return (j.id, j.queue, j.state.value, j.attempts, j.last_error, when(j.finished_at))
-
-
 def enqueued(results: Sequence[EnqueueResult]) -> Normal:
     return tuple(
         (r.job_id, r.created, when(r.run_at), r.queue_version, r.partition) for r in results
@@ -154,8 +147,8 @@ def settled(result: SettleResult) -> Normal:
 def recovered(result: RecoverResult) -> Normal:
     return (
         ("requeued", tuple(sorted(result.requeued))),
-        ("dead", tuple(finished(j) for j in sorted(result.dead, key=lambda j: j.id))),
-        ("aborted", tuple(finished(j) for j in sorted(result.aborted, key=lambda j: j.id))),
+        ("dead", jobs_by_id(result.dead)),
+        ("aborted", jobs_by_id(result.aborted)),
         ("aside", aside(result.aside)),
     )
 

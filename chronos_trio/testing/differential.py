@@ -46,7 +46,7 @@ from typing import Protocol
 
 import attrs
 
-from ..records._control import JobControl
+from ..records._control import JobControl, ready_score
 from ..records._jobs import Job, JobState, LeaseRef, NewJob
 from ..records._unique import Unique
 from ..records._workflow import Arrival
@@ -285,6 +285,12 @@ def _has_tie(keys: Sequence[tuple[float, ...]]) -> bool:
     return len(set(keys)) < len(keys)
 
 
+def _lease_order(job: Job) -> tuple[float]:
+    """Where a ready job stands in lease order (priority and due time are
+    one number: ``list_jobs``), ties left open."""
+    return (ready_score(job.run_at, job.priority),)
+
+
 def _limit_keys(job: Job) -> set[str]:
     """The flow-control keys a job's start takes (its unique key's run slot too)."""
     control = job.control
@@ -303,7 +309,7 @@ async def _widen(op: Operation, reference: Store, report: Report) -> Operation:
     now = await reference.now()
     if isinstance(op, Lease):
         ready = await _listed(reference, [q for q, _ in op.queues], JobState.READY)
-        if any(_has_tie([(-j.priority, j.run_at) for j in jobs]) for jobs in ready.values()):
+        if any(_has_tie([_lease_order(j) for j in jobs]) for jobs in ready.values()):
             report.widened += 1
             return attrs.evolve(op, count=max(1, sum(len(jobs) for jobs in ready.values())))
     elif isinstance(op, Recover):
@@ -339,9 +345,9 @@ async def _tie_aborts(op: Lease, reference: Store) -> list[Abort]:
     aborts: list[Abort] = []
     ready = await _listed(reference, [q for q, _ in op.queues], JobState.READY)
     for queue, jobs in ready.items():
-        groups: dict[tuple[int, float], list[Job]] = {}
+        groups: dict[tuple[float], list[Job]] = {}
         for j in jobs:
-            groups.setdefault((-j.priority, j.run_at), []).append(j)
+            groups.setdefault(_lease_order(j), []).append(j)
         for group in groups.values():
             kept: list[Job] = []
             for j in sorted(group, key=lambda j: j.id):

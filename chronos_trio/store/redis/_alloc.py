@@ -66,3 +66,30 @@ def earliest_runs(sources: Sequence[tuple[K, Sequence[tuple[float, int]]]], n: i
         if i + 1 < len(r):
             heapq.heappush(heap, (r[i + 1][0], rank, i + 1))
     return taken
+
+
+def score_at(r: Sequence[tuple[float, int]], rank: int) -> float | None:
+    """The score of the entry at ``rank`` (0-based) of runs ``r``; None
+    beyond them."""
+    for score, count in r:
+        if rank < count:
+            return score
+        rank -= count
+    return None
+
+
+def earliest_bounded(
+    sources: Sequence[tuple[K, Sequence[tuple[float, int]]]], n: int
+) -> dict[K, tuple[int, float | None]]:
+    """:func:`earliest_runs`, with each chosen source's bound: the lowest
+    score any other source holds after its own share (None: no other has
+    one left). A source may replace what it cannot use of its share by its
+    own next entries up to that bound and still give the ``n`` earliest
+    usable entries of all of them: no other source's entry comes first."""
+    taken = earliest_runs(sources, n)
+    after = {key: score_at(r, taken.get(key, 0)) for key, r in sources}
+    out: dict[K, tuple[int, float | None]] = {}
+    for key, k in taken.items():
+        others = [s for other, s in after.items() if other != key and s is not None]
+        out[key] = (k, min(others, default=None))
+    return out

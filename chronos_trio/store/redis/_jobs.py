@@ -19,10 +19,16 @@ partition's due times as runs of equal ones (peek_ready.lua), not its
 entries, and equal due times go partition by partition, from a partition
 each store picks at random: the jobs of one enqueue_many call share a due
 time, so a drain's batch is one or two scripts, not one per partition, and
-concurrent workers start on different masters. Recovery (not on the hot
-path) peeks first on a single node too, with one script over every
-partition (recover_peek.lua; a queue holding no lease costs it one
-EXISTS), then runs recover.lua per partition that has expired leases.
+concurrent workers start on different masters. Jobs that flow control
+holds back (or expires) are replaced in the queue's one order: on one node
+within the lease script, on a Cluster by further rounds when a partition
+cannot make up for them by itself (see _lease_rounds). Promote's and
+recover's peeks on a Cluster are due_peek.lua, one per partition: what is
+due is judged by each node's TIME, never by the client's estimate of it.
+Recovery (not on the hot path) peeks first on a single node too, with one
+script over every partition (recover_peek.lua; a queue holding no lease
+costs it one EXISTS), then runs recover.lua per partition that has expired
+leases.
 Leasing from several queues at once peeks first as well (their shares by
 weight, or by strict priority, depend on what each holds), then runs one
 script per queue on a single node.
@@ -40,8 +46,8 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import trio
 
@@ -67,8 +73,15 @@ from .._roles import (
 )
 from . import _kinds as redis  # isinstance(client, redis.Redis) without importing redis-py
 from . import _scripts as S
-from ._alloc import earliest, earliest_runs, pairs, runs
-from ._codec import decode_aside, decode_dead, ident, job_from_fields, record_fields
+from ._alloc import earliest, earliest_bounded, pairs, runs
+from ._codec import (
+    READ_FIELDS,
+    decode_aside,
+    decode_dead,
+    ident,
+    job_from_fields,
+    record_fields,
+)
 from ._context import StoreContext
 from ._scripts import Op
 from .keys import LEASED_SENTINEL, PartitionKeys
@@ -95,10 +108,6 @@ RECOVER_TOPOLOGY_AGE = 30.0
 #: Longest wait for dead-lettering leased jobs the client could not decode.
 _UNDECODABLE_TIMEOUT = 10.0
 
-#: Seconds beyond the estimated store clock that a peek still reads: covers
-#: the skew between the estimate and Redis TIME (the scripts decide for real).
-_PEEK_MARGIN = 1.0
-
 
 async def _one_node(ctx: StoreContext) -> bool:
     """Whether the store is one Redis node (standalone, or a Sentinel's
@@ -117,6 +126,42 @@ def _peeked(reply: Any) -> list[tuple[float, bytes]]:
     """A peek's (score, member) pairs; none from an index key of the wrong
     type (its script then fails alone, see :func:`_usable`)."""
     return [] if isinstance(reply, Exception) else pairs(reply)
+
+
+async def _due_peek(
+    ctx: StoreContext,
+    slots: Sequence[PartitionKeys],
+    zsets_of: Callable[[PartitionKeys], tuple[str, ...]],
+    limit: int,
+) -> tuple[dict[PartitionKeys, list[tuple[float, bytes]]], dict[PartitionKeys, float], float]:
+    """On a Cluster: what is due in each partition's ``zsets_of`` zsets by
+    the store's clock (one due_peek.lua per partition, one round trip):
+    per partition its due entries' scores, first ``limit`` of each zset,
+    merged and sorted (members left empty: the scripts that act pick
+    their own); each partition's first score (its head; none when its
+    zsets are empty); and the store's now (the latest any node told). A
+    partition whose peek failed (a key of the wrong type) shows nothing:
+    its own script then fails alone."""
+    replies = await ctx.adapter.execute(
+        [Op.script_call(S.DUE_PEEK, list(zsets_of(pk)), [limit], soft=True) for pk in slots]
+    )
+    cands: dict[PartitionKeys, list[tuple[float, bytes]]] = {}
+    heads: dict[PartitionKeys, float] = {}
+    now: float | None = None
+    for pk, reply in zip(slots, replies, strict=True):
+        if isinstance(reply, Exception):
+            cands[pk] = []
+            continue
+        told = float(reply[0])
+        now = told if now is None else max(now, told)
+        firsts = [float(z[0]) for z in reply[1:] if z[0]]
+        if firsts:
+            heads[pk] = min(firsts)
+        cands[pk] = sorted((float(score), b"") for z in reply[1:] for score in z[1:])
+    if now is None:  # every peek failed: the store's clock all the same
+        (t,) = await ctx.adapter.execute([Op.command(None, "TIME")])
+        now = int(t[0]) + int(t[1]) / 1_000_000
+    return cands, heads, ctx.observe_now(now)
 
 
 def _usable(slots: Sequence[Any], replies: list[Any], what: str) -> list[Any]:
@@ -213,35 +258,12 @@ async def _promote_plan(
     with due jobs, each with its share of ``limit`` in one order per queue,
     queue after queue, from a peek at the due entries; also each partition's
     first due time (its head) and the store's clock."""
-    # Plain reads (cheaper for Redis than a script): each partition's two due
-    # prefixes, their heads and the clock; the promote scripts re-check due
-    # times themselves. Only entries due by about now are read (with a margin
-    # for clock skew): jobs due later cannot be promoted by this call, and
-    # reading them made a deep schedule cost milliseconds.
-    horizon = repr(ctx.estimated_now() + _PEEK_MARGIN)
-    peek = [
-        op
-        for pk in slots
-        for z in (pk.scheduled, pk.retry)
-        for op in (
-            Op.soft_command(
-                pk.tag, "ZRANGE", z, "-inf", horizon, "BYSCORE", "LIMIT", 0, limit,
-                "WITHSCORES",
-            ),
-            Op.soft_command(pk.tag, "ZRANGE", z, 0, 0, "WITHSCORES"),
-        )
-    ]  # fmt: skip
-    replies = await ctx.adapter.execute([*peek, Op.command(None, "TIME")])
-    t = replies[-1]
-    now = ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)  # keeps the horizon honest
-    cands: dict[PartitionKeys, list[tuple[float, bytes]]] = {}
-    heads: dict[PartitionKeys, float] = {}
-    for n, pk in enumerate(slots):
-        due_s, head_s, due_r, head_r = replies[4 * n : 4 * n + 4]
-        cands[pk] = sorted(_peeked(due_s) + _peeked(due_r))
-        first = [h[0][0] for h in (_peeked(head_s), _peeked(head_r)) if h]
-        if first:
-            heads[pk] = min(first)
+    # One due_peek.lua per partition: the due prefixes of its two zsets by
+    # that node's own TIME (never the client's estimate: after a step of
+    # the store's clock that would miss what just came due), and their
+    # heads; only entries due by now are sent. The promote scripts re-check
+    # due times themselves.
+    cands, heads, now = await _due_peek(ctx, slots, lambda pk: (pk.scheduled, pk.retry), limit)
     plan: list[tuple[Sequence[PartitionKeys], int]] = []
     remaining = limit
     for q in order:
@@ -252,6 +274,126 @@ async def _promote_plan(
 
 
 # -- lease -----------------------------------------------------------------------------
+#: On a Cluster, at most this many rounds per lease call (each round after
+#: the first costs a peek and a lease, two round trips): further rounds
+#: replace jobs that flow control held back, or that expired, in one
+#: partition by the next ready jobs of the others (see _lease_rounds).
+CLUSTER_LEASE_ROUNDS = 4
+
+#: Entries a lease looks at beyond its count, at most (as lease.lua does).
+_LOOK_BEYOND = 256
+
+
+class _Call(NamedTuple):
+    """One lease.lua call: the partitions it leases from in global order,
+    its count, and for a Cluster's partition its bound, how many entries
+    at the head to pass over, and how many to look at (lease.lua ARGV[6..8])."""
+
+    pks: Sequence[PartitionKeys]
+    n: int
+    bound: float | None = None
+    skip: int = 0
+    budget: int | None = None
+
+
+class _Ran(NamedTuple):
+    """What one partition's lease script did (lease.lua's flow part)."""
+
+    leased: int
+    #: entries it judged and put back at the head of its ready zset
+    held: int
+    #: False when its ready zset ran out
+    more: bool
+    looked: int
+
+
+class _Batch:
+    """What the lease scripts of one lease call gave, round after round
+    (plain slots: this is on the hot path)."""
+
+    __slots__ = (
+        "aside", "by_queue", "capped", "duration", "expired", "held_until", "lease_now",
+        "sources", "undecodable", "worker_id",
+    )  # fmt: skip
+
+    def __init__(self, worker_id: str, duration: str) -> None:
+        self.worker_id, self.duration = worker_id, duration
+        self.by_queue: dict[str, list[LeasedJob]] = {}
+        self.aside = NOTHING_SET_ASIDE
+        self.undecodable: list[tuple[PartitionKeys, bytes, bytes, str]] = []
+        #: Per queue, how many partitions its jobs came from (one: already in order).
+        self.sources: dict[str, int] = {}
+        self.expired: tuple[Job, ...] = ()
+        self.held_until: float | None = None
+        self.capped = False
+        self.lease_now = 0.0
+
+    def ops(self, calls: Sequence[_Call]) -> list[Op]:
+        """The lease.lua calls of ``calls``."""
+        ops = []
+        for c in calls:
+            argv: list[object] = [c.n, self.duration, self.worker_id, _nonce(), LEASED_SENTINEL]
+            if len(c.pks) == 1 and (c.bound is not None or c.skip or c.budget is not None):
+                bound = "" if c.bound is None else repr(c.bound)
+                argv += [bound, c.skip, "" if c.budget is None else c.budget]
+            keys = [
+                key
+                for pk in c.pks
+                for key in (pk.ready, pk.leased, pk.tokens, pk.job_prefix, pk.dead, pk.damaged)
+            ]
+            ops.append(Op.script_call(S.LEASE, keys, argv, soft=True))
+        return ops
+
+    def gather(
+        self, calls: Sequence[_Call], replies: list[Any], *, first: bool = True
+    ) -> dict[PartitionKeys, _Ran]:
+        """Take in the replies to ``calls``; what each partition that had
+        ready jobs did. Raises StoreError when every partition failed in
+        the ``first`` round of the call (nothing done)."""
+        ran: dict[PartitionKeys, _Ran] = {}
+        plan = [(c.pks, c.n) for c in calls]
+        for reply, pk, part in _partitions_done(plan, replies, "lease", must_run=first):
+            self.lease_now = now = float(reply[0])
+            self.aside += decode_aside(part[0], pk.queue, pk.version, pk.partition)
+            flow = part[1]
+            if flow[0]:
+                self.expired += decode_dead(flow[0], pk.queue, pk.version, pk.partition)
+            if flow[1]:
+                until = float(flow[1])
+                self.held_until = until if self.held_until is None else min(self.held_until, until)
+            self.capped = self.capped or flow[2] == 1
+            got = _leased_jobs(part, reply[1], now, pk, self.worker_id, self.undecodable)
+            self.by_queue.setdefault(pk.queue, []).extend(got)
+            self.sources[pk.queue] = self.sources.get(pk.queue, 0) + 1
+            ran[pk] = _Ran((len(part) - 2) // 11, int(flow[4]), flow[5] == 1, int(flow[6]))
+        return ran
+
+    async def result(self, ctx: StoreContext, live: Sequence[QueueWeight]) -> LeaseResult:
+        """The lease's result (leased jobs the client could not decode are
+        dead-lettered first, see :func:`_dead_letter_undecodable`)."""
+        if self.lease_now:
+            ctx.observe_now(self.lease_now)
+        if self.undecodable:
+            # Shielded: a cancellation here must not drop the healthy jobs this
+            # call has already leased (their reply is in hand).
+            with trio.move_on_after(_UNDECODABLE_TIMEOUT, shield=True):
+                self.aside += await _dead_letter_undecodable(ctx, self.undecodable)
+        jobs: list[LeasedJob] = []
+        for qw in live:
+            mine = self.by_queue.pop(qw.name, [])
+            if self.sources.get(qw.name, 0) > 1:
+                mine.sort(key=lambda lj: (-lj.job.priority, lj.job.run_at, lj.job.id))
+            jobs += mine
+        ctx.leased(bool(jobs), self.held_until is not None or self.capped)  # the wake-up's fate
+        return LeaseResult(
+            tuple(jobs),
+            ctx.count_aside(self.aside),
+            self.expired,
+            None if self.held_until is None else max(0.0, self.held_until - self.lease_now),
+            self.capped,
+        )
+
+
 async def lease(
     ctx: StoreContext,
     queues: Sequence[QueueWeight],
@@ -270,110 +412,126 @@ async def lease(
     if not slots:
         return NOTHING_LEASED
     one_node = await _one_node(ctx)
-    # Each entry: partitions one lease.lua call leases from in global order, and its count.
-    plan: list[tuple[Sequence[PartitionKeys], int]]
+    batch = _Batch(worker_id, repr(float(lease_duration)))
     if len(slots) == 1 and (one_node or sum(map(len, slots.values())) == 1):
         # One queue on one node (or of one partition): one script does it all,
         # the split over partitions included. No peek, one round trip.
-        plan = [(next(iter(slots.values())), count)]
+        calls = [_Call(next(iter(slots.values())), count)]
+        batch.gather(calls, await ctx.adapter.execute(batch.ops(calls)))
+        return await batch.result(ctx, live)
+    # One node: the script splits a queue's share in global order, the
+    # peek only tells each queue's ready jobs (for the shares by weight,
+    # or, strict, for how many the queues before the next one can give).
+    # A Cluster: a script per partition (one slot each), with its share
+    # in one order by due time, from the peek (see _lease_peek).
+    heads = await _lease_peek(ctx, slots, count)
+    available = {
+        q: min(count, sum(n for pk in pks for _, n in heads[pk])) for q, pks in slots.items()
+    }
+    split = share_strictly if strict else share_by_weight
+    shares = split(live, count, available)
+    if one_node:
+        if shares:
+            calls = [_Call(slots[q], share) for q, share in shares.items()]
+            batch.gather(calls, await ctx.adapter.execute(batch.ops(calls)))
     else:
-        # One node: the script splits a queue's share in global order, the
-        # peek only tells each queue's ready jobs (for the shares by weight,
-        # or, strict, for how many the queues before the next one can give).
-        # A Cluster: a script per partition (one slot each), with its share
-        # in one order by due time, from the peek (see _lease_peek).
-        heads = await _lease_peek(ctx, slots, count)
-        available = {
-            q: min(count, sum(n for pk in pks for _, n in heads[pk])) for q, pks in slots.items()
-        }
-        plan = []
-        split = share_strictly if strict else share_by_weight
-        for q, share in split(live, count, available).items():
-            if one_node:
-                plan.append((slots[q], share))
-                continue
+        await _lease_rounds(ctx, batch, {q: slots[q] for q in shares}, shares, heads)
+    return await batch.result(ctx, live)
+
+
+async def _lease_rounds(
+    ctx: StoreContext,
+    batch: _Batch,
+    slots: dict[str, list[PartitionKeys]],
+    shares: dict[str, int],
+    heads: dict[PartitionKeys, list[tuple[float, int]]],
+) -> None:
+    """On a Cluster: lease each queue's share with a script per partition,
+    in the queue's one order by due time, in rounds. A partition's script
+    replaces what it cannot lease (held back by a limit, expired, set
+    aside) by its own next jobs only while no other partition's job comes
+    first (its bound, from the peek); when a queue is still short and some
+    partition may have more, another round peeks past the entries held
+    back so far and leases what is still wanted, and so on, up to
+    :data:`CLUSTER_LEASE_ROUNDS` rounds, looking at no more than a queue's
+    share + 256 entries (as on one node). Without flow control, or when
+    each partition can make up for what it held back, that is one round:
+    the peek and one round trip."""
+    skip: dict[PartitionKeys, int] = {}
+    done_with: set[PartitionKeys] = set()
+    wanted = dict(shares)
+    looked = dict.fromkeys(shares, 0)
+    for round_ in range(CLUSTER_LEASE_ROUNDS):
+        calls: list[_Call] = []
+        for q, n in wanted.items():
             # Equal due times go partition by partition, in an order of this
             # store's own: a batch of one due time comes from as few
             # partitions (scripts) as can give it, and concurrent workers
             # start from different partitions (masters).
             pks = slots[q]
+            if not pks:
+                continue
             first = ctx.tie_rotation % len(pks)
             order = [(pk, heads[pk]) for pk in (*pks[first:], *pks[:first])]
-            plan += [((pk,), n) for pk, n in earliest_runs(order, share).items()]
-    if not plan:
-        return NOTHING_LEASED
-    duration = repr(float(lease_duration))
-    replies = await ctx.adapter.execute(
-        [
-            Op.script_call(
-                S.LEASE,
-                [
-                    key
-                    for pk in pks
-                    for key in (pk.ready, pk.leased, pk.tokens, pk.job_prefix, pk.dead, pk.damaged)
-                ],
-                [n, duration, worker_id, _nonce(), LEASED_SENTINEL],
-                soft=True,
+            budget = shares[q] + _LOOK_BEYOND - looked[q] if round_ else None
+            calls += [
+                _Call((pk,), k, bound, skip.get(pk, 0), budget)
+                for pk, (k, bound) in earliest_bounded(order, n).items()
+            ]
+        if not calls:
+            return
+        ran = batch.gather(calls, await ctx.adapter.execute(batch.ops(calls)), first=not round_)
+        asked = {c.pks[0] for c in calls}
+        # a partition asked that did not run failed (a key of the wrong
+        # type) or had no ready job, one that ran out has none left but
+        # what it held back: later rounds leave them alone
+        done_with |= asked - ran.keys()
+        done_with |= {pk for pk, r in ran.items() if not r.more}
+        again: dict[str, int] = {}
+        for q, n in wanted.items():
+            mine = [ran[pk] for pk in slots[q] if pk in ran]
+            looked[q] += sum(r.looked for r in mine)
+            for pk in slots[q]:
+                if pk in ran:
+                    skip[pk] = skip.get(pk, 0) + ran[pk].held
+            n -= sum(r.leased for r in mine)
+            # more to find: a partition that ran and did not run out, or one
+            # with ready jobs this round did not ask
+            more = any(r.more for r in mine) or any(
+                heads[pk] and pk not in asked and pk not in done_with for pk in slots[q]
             )
-            for pks, n in plan
-        ]
-    )
-    by_queue: dict[str, list[LeasedJob]] = {}
-    aside = NOTHING_SET_ASIDE
-    undecodable: list[tuple[PartitionKeys, bytes, bytes, str]] = []
-    #: Per queue, how many partitions its jobs came from (one: already in order).
-    sources: dict[str, int] = {}
-    expired: tuple[Job, ...] = ()
-    held_until: float | None = None
-    capped = False
-    lease_now = 0.0
-    for reply, pk, part in _partitions_done(plan, replies, "lease"):
-        lease_now = ctx.observe_now(reply[0])
-        aside += decode_aside(part[0], pk.queue, pk.version, pk.partition)
-        flow = part[1]
-        if flow[0]:
-            expired += decode_dead(flow[0], pk.queue, pk.version, pk.partition)
-        if flow[1]:
-            until = float(flow[1])
-            held_until = until if held_until is None else min(held_until, until)
-        capped = capped or flow[2] == 1
-        got = by_queue.setdefault(pk.queue, [])
-        got += _leased_jobs(part, reply[1], lease_now, pk, worker_id, undecodable)
-        sources[pk.queue] = sources.get(pk.queue, 0) + 1
-    if undecodable:
-        # Shielded: a cancellation here must not drop the healthy jobs this
-        # call has already leased (their reply is in hand).
-        with trio.move_on_after(_UNDECODABLE_TIMEOUT, shield=True):
-            aside += await _dead_letter_undecodable(ctx, undecodable)
-    jobs: list[LeasedJob] = []
-    for qw in live:
-        mine = by_queue.pop(qw.name, [])
-        if sources.get(qw.name, 0) > 1:
-            mine.sort(key=lambda lj: (-lj.job.priority, lj.job.run_at, lj.job.id))
-        jobs += mine
-    ctx.leased(bool(jobs), held_until is not None or capped)  # how the caller's wake-up fared
-    return LeaseResult(
-        tuple(jobs),
-        ctx.count_aside(aside),
-        expired,
-        None if held_until is None else max(0.0, held_until - lease_now),
-        capped,
-    )
+            if n > 0 and more and looked[q] < shares[q] + _LOOK_BEYOND:
+                again[q] = n
+        if not again or round_ + 1 == CLUSTER_LEASE_ROUNDS:
+            return
+        wanted = again
+        slots = {q: [pk for pk in slots[q] if pk not in done_with] for q in wanted}
+        heads = await _lease_peek(ctx, slots, max(wanted.values()), skip)
 
 
 async def _lease_peek(
-    ctx: StoreContext, slots: dict[str, list[PartitionKeys]], count: int
+    ctx: StoreContext,
+    slots: dict[str, list[PartitionKeys]],
+    count: int,
+    skip: dict[PartitionKeys, int] | None = None,
 ) -> dict[PartitionKeys, list[tuple[float, int]]]:
     """The due times of the first ``count`` ready jobs of each partition of
-    ``slots``, as runs of (due time, how many): peek_ready.lua per
+    ``slots`` (after the first ``skip[pk]``, held back by an earlier round),
+    as runs of (due time, how many): peek_ready.lua per
     partition, one round trip (one per node on a Cluster). Runs, not the
     entries: the jobs of one enqueue_many call share a due time, and
     sending, decoding and merging 64 entries of each of 8 partitions per
     lease cost more than the lease scripts. A key of the wrong type reads
     as empty (its lease script then fails alone)."""
     flat = [pk for pks in slots.values() for pk in pks]
+    skip = skip or {}
     replies = await ctx.adapter.execute(
-        [Op.script_call(S.PEEK_READY, [pk.ready], [count], soft=True) for pk in flat]
+        [
+            Op.script_call(
+                S.PEEK_READY, [pk.ready], [count, skip[pk]] if skip.get(pk) else [count], soft=True
+            )
+            for pk in flat
+        ]
     )
     return {
         pk: [] if isinstance(r, Exception) else runs(r) for pk, r in zip(flat, replies, strict=True)
@@ -386,6 +544,7 @@ def _partitions_done(
     what: str,
     *,
     first: int = 2,
+    must_run: bool = True,
 ) -> list[tuple[Any, PartitionKeys, Any]]:
     """(reply, partition, its part) of every partition that a multi-partition
     script ran in (lease.lua, promote.lua: their replies hold one part per
@@ -394,7 +553,8 @@ def _partitions_done(
     failed (its part is the reason, or its call got an error reply: a key of
     the wrong type, say) is logged and left out, so one broken partition
     does not discard what the others already did. Raises StoreError when
-    some partition failed and none ran: nothing was done, and the caller
+    some partition failed and none ran (unless not ``must_run``: a later
+    round of a call that did something): nothing was done, and the caller
     backs off."""
     done: list[tuple[Any, PartitionKeys, Any]] = []
     failed: list[tuple[PartitionKeys, object]] = []
@@ -411,7 +571,7 @@ def _partitions_done(
         log_event(
             log, logging.WARNING, f"{what}: partition failed", partition=pk.tag, error=str(error)
         )
-    if failed and not done:
+    if failed and not done and must_run:
         raise StoreError(f"{what} failed in every partition: {failed[0][1]}")
     return done
 
@@ -742,26 +902,8 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
     elif len(slots) == 1:
         plan = {slots[0]: limit}
     else:
-        horizon = repr(ctx.estimated_now() + _PEEK_MARGIN)  # only what may have expired
-        peek = [
-            Op.soft_command(
-                pk.tag,
-                "ZRANGE",
-                pk.leased,
-                "-inf",
-                horizon,
-                "BYSCORE",
-                "LIMIT",
-                0,
-                limit,
-                "WITHSCORES",
-            )
-            for pk in slots
-        ]
-        replies = await ctx.adapter.execute([*peek, Op.command(None, "TIME")])
-        t = replies[-1]
-        now = ctx.observe_now(int(t[0]) + int(t[1]) / 1_000_000)  # keeps the horizon honest
-        cands = {pk: _peeked(r) for pk, r in zip(slots, replies[:-1], strict=True)}
+        # what expired by each node's own TIME (the store's clock)
+        cands, _, now = await _due_peek(ctx, slots, lambda pk: (pk.leased,), limit)
         plan, remaining = {}, limit
         for q in order:
             mine = {pk: c for pk, c in cands.items() if pk.queue == q}
@@ -796,10 +938,12 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
         if ids:
             woke[pk.queue] = woke.get(pk.queue, 0) + len(ids)
         for flat, into in ((dead_flat, dead), (aborted_flat, aborted)):
-            for k in range(0, len(flat), 14):
+            # per job its ID, then READ_FIELDS (recover.lua): the whole job
+            width = 1 + len(READ_FIELDS)
+            for k in range(0, len(flat), width):
                 into.append(
                     job_from_fields(
-                        ident(flat[k]), pk.queue, pk.version, pk.partition, flat[k + 1 : k + 14]
+                        ident(flat[k]), pk.queue, pk.version, pk.partition, flat[k + 1 : k + width]
                     )
                 )
     if woke:

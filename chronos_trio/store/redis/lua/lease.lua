@@ -26,20 +26,34 @@
 --          (counter), even after Redis lost its data and the counter
 --          restarted (nonce).
 -- ARGV[5]  the leased zset's sentinel member (see KEYS)
+-- ARGV[6]  (one partition only; optional, '' none) a bound: jobs beyond
+--          ARGV[1] are leased in place of those set aside or held back
+--          only while their score is <= it (the next ready job of the
+--          queue's other partitions, which comes first after it). The
+--          first entry above it goes back unjudged, and the call stops.
+-- ARGV[7]  (one partition only; optional, default 0) how many entries at
+--          the head of the ready zset to pass over: the jobs an earlier
+--          call of the same lease held back (a Cluster's further rounds)
+-- ARGV[8]  (one partition only; optional) how many entries to look at, at
+--          most (default ARGV[1] + 256)
 --
 -- With several partitions, the count is split first, in one order by due
 -- time (see lib/earliest.lua: it reads their heads and counts);
--- partitions with no share are not touched further.
+-- partitions with no share are not touched further. Each partition then
+-- looks at exactly its share; what was set aside, expired or held back is
+-- replaced in further rounds, the rest of the count split again over what
+-- no round looked at yet (held-back jobs go back to the ready zsets only
+-- at the end of the call): the batch is the first ARGV[1] jobs that can be
+-- leased in the queue's one order, as on a single partition.
 --
 -- Each popped entry is judged before anything is written for it (nothing in a
 -- judgement can fail; see README.md): a record without kind or payload,
 -- whose attempts is not a count or whose state is no job state, is
 -- dead-lettered, an entry without a job hash is quarantined, a record of a
 -- newer format goes back to the ready zset with its score, untouched. What
--- was set aside is replaced by further ready jobs (of the same partition
--- while it has some, else of the others), so the batch is short only for
--- want of usable ready jobs (at most ARGV[1] + 256 entries are looked at per
--- call). A state other than ready is not judged further: the index it is in
+-- was set aside is replaced by the next ready jobs in the queue's order
+-- (see below), so the batch is short only for want of usable ready jobs (at
+-- most ARGV[1] + 256 entries are looked at per call). A state other than ready is not judged further: the index it is in
 -- decides, and the lease overwrites it. The fields returned as
 -- stored (kind, run_at, max_retries, timeout, created_at, headers, flow
 -- control) are judged where they are decoded, by the client (number parsing
@@ -74,7 +88,10 @@
 -- JOB_FIELDS as stored afterwards, held_until: when the next permit of a
 -- rate limit that held a job back comes ('' none), capped: 1 when a
 -- concurrency limit held one back, else 0, controls: per leased job with
--- flow control its number in this part (1, 2, ...) then its fc}, then per
+-- flow control its number in this part (1, 2, ...) then its fc, held: how
+-- many entries it judged and put back at the head of its ready zset (held
+-- back, or of a newer format), more: 0 when its ready zset ran out, else 1,
+-- looked: how many entries it looked at}, then per
 -- job 11 entries: id, token, kind, payload, run_at ('' for none), attempts
 -- (already incremented), max_retries, timeout, last_error, created_at,
 -- headers ('' for none)}}. now and expires_at are '' when no partition had a
@@ -122,6 +139,24 @@ local function tokens_from(key)
     counter = got - target
   end
   return counter
+end
+
+-- Entries judged and put back (held back by a limit, or of a newer
+-- format) per ready zset: written back at the end of the call, so that no
+-- later round of the call looks at them again.
+local backs = {}
+
+-- The next n entries of the ready zset, from rank skip on, taken out of it:
+-- {id, score, id, score, ...}.
+local function pop(ready, skip, n)
+  if skip == 0 then return redis.call('ZPOPMIN', ready, n) end
+  local got = redis.call('ZRANGE', ready, skip, skip + n - 1, 'WITHSCORES')
+  for c = 1, #got, 2000 do
+    local ids = {}
+    for i = c, math.min(c + 1998, #got - 1), 2 do ids[#ids + 1] = got[i] end
+    redis.call('ZREM', ready, unpack(ids))
+  end
+  return got
 end
 
 -- Flow control state of this call, read once per key and call: parsed fc
@@ -253,6 +288,16 @@ local function flush_tats(now)
   end
 end
 
+-- Put back what the call held back or passed over (see backs), with
+-- the scores they had.
+local function flush_backs()
+  for ready, back in pairs(backs) do
+    for c = 1, #back, 1000 do
+      redis.call('ZADD', ready, unpack(back, c, math.min(c + 999, #back)))
+    end
+  end
+end
+
 -- Epoch seconds t as UTC ISO 8601, whole milliseconds rounded down
 -- ("2026-12-01T10:33:56.169Z"): records._control.expired_error's text.
 -- The date is the proleptic Gregorian calendar's (days from 1970-03-01 in
@@ -292,10 +337,13 @@ local function expire(info, prefix, key, id, dead, exp, now, now_s)
 end
 
 -- Lease up to share jobs of partition p, looking at no more than budget
--- entries, into res (its part of the reply so far, or nil). Returns its
--- part ({} when its ready zset is empty), or why it failed; then how many
--- jobs it leased and how many entries it looked at.
-local function lease_partition(p, share, budget, res)
+-- entries, into res (its part of the reply so far, or nil). lone: p is the
+-- call's only partition, and replaces what it sets aside by its own next
+-- jobs (up to ARGV[6], from rank ARGV[7] on); else it looks at exactly
+-- share entries. Returns its part ({} when its ready zset is empty), or
+-- why it failed; then how many jobs it leased and how many entries it
+-- looked at.
+local function lease_partition(p, share, budget, res, lone)
   local b = 6 * (p - 1)
   local ready, leased, dead, damaged = KEYS[b + 1], KEYS[b + 2], KEYS[b + 5], KEYS[b + 6]
   local prefix = KEYS[b + 4]
@@ -315,13 +363,34 @@ local function lease_partition(p, share, budget, res)
     exp_s = string.format('%.17g', now + tonumber(ARGV[2]))
     out[1], out[2] = now_s, exp_s
   end
-  res = res or {new_aside(), {{}, '', 0, {}}}
+  res = res or {new_aside(), {{}, '', 0, {}, 0, 1, 0}}
   local aside, info = res[1], res[2]
   local asked, looked, n = share, 0, 0
-  local back = {}
+  local back = list_of(backs, ready)
+  local before, unjudged = #back, 0
+  local bound = lone and tonumber(ARGV[6] or '') or nil
+  local skip = lone and tonumber(ARGV[7] or '') or 0
+  local replacing, cut = false, false
   local scored = {'+inf', ARGV[5]}  -- sentinel first: the zset is converted before the inserts
-  local popped = redis.call('ZPOPMIN', ready, asked)
+  local popped = pop(ready, skip, asked)
   while #popped > 0 do
+    local got = #popped
+    if replacing and bound then
+      for i = 1, got, 2 do
+        if tonumber(popped[i + 1]) > bound then
+          -- past the bound another partition's job comes first: these go
+          -- back unjudged, with their scores, and the call stops
+          for k = i, got, 2 do
+            back[#back + 1] = popped[k + 1]
+            back[#back + 1] = popped[k]
+            popped[k], popped[k + 1] = nil, nil
+            unjudged = unjudged + 1
+          end
+          cut = true
+          break
+        end
+      end
+    end
     looked = looked + #popped / 2
     for i = 1, #popped, 2 do
       local id = popped[i]
@@ -403,14 +472,17 @@ local function lease_partition(p, share, budget, res)
         end
       end
     end
+    if got < 2 * asked and not cut then info[6] = 0 end  -- its ready zset ran out
     local more = math.min(share - n, budget - looked)
-    if #popped < 2 * asked or more <= 0 then break end
-    asked = more
-    popped = redis.call('ZPOPMIN', ready, more)
+    if cut or not lone or got < 2 * asked or more <= 0 then break end
+    asked, replacing = more, true
+    popped = pop(ready, skip, more)
   end
-  for c = 1, #back, 1000 do
-    redis.call('ZADD', ready, unpack(back, c, math.min(c + 999, #back)))
+  if lone and n < share and not cut and info[6] == 1 and redis.call('ZCARD', ready) <= skip then
+    info[6] = 0  -- short, and all it has left is what earlier rounds held back
   end
+  info[5] = info[5] + (#back - before) / 2 - unjudged
+  info[7] = info[7] + looked
   if n > 0 then
     for c = 1, #scored, 1000 do
       redis.call('ZADD', leased, unpack(scored, c, math.min(c + 999, #scored)))
@@ -419,11 +491,13 @@ local function lease_partition(p, share, budget, res)
   return res, n, looked
 end
 
--- At most ARGV[1] + 256 entries are looked at per call.
+-- At most ARGV[1] + 256 entries are looked at per call (or ARGV[8]).
 local budget = target + 256
 
 if parts == 1 then
-  out[3] = lease_partition(1, target, budget)
+  budget = tonumber(ARGV[8] or '') or budget
+  out[3] = lease_partition(1, target, budget, nil, true)
+  flush_backs()
   if now then flush_tats(now) end
   return out
 end
@@ -437,10 +511,10 @@ if redis.call('EXISTS', unpack(readies)) == 0 then
   return out
 end
 
--- Split what is still wanted in one order by due time; a partition that set
--- records aside and ran out short is made up for by the others in another
--- round (each partition already replaces what it set aside by its own next
--- jobs while it has some).
+-- Split what is still wanted in one order by due time; what a round set
+-- aside, expired or held back is made up for in another round, split again
+-- over the entries no round looked at yet (the held-back ones are out of
+-- the ready zsets until the end of the call).
 local unreadable = {}
 local function ready_of(p)
   return KEYS[6 * (p - 1) + 1]
@@ -461,7 +535,7 @@ while want > 0 and budget > 0 do
   for p = 1, parts do
     if took[p] > 0 then
       asked = asked + took[p]
-      local part, n, looked = lease_partition(p, took[p], budget, out[p + 2])
+      local part, n, looked = lease_partition(p, took[p], budget, out[p + 2], false)
       if type(part) == 'string' then unreadable[p] = part end
       out[p + 2] = part
       got, budget = got + n, budget - looked
@@ -473,5 +547,6 @@ end
 for p = 1, parts do
   out[p + 2] = unreadable[p] or out[p + 2] or {}
 end
+flush_backs()
 if now then flush_tats(now) end
 return out

@@ -5,6 +5,8 @@
 --
 -- KEYS[1]  ready zset (score = run_at)
 -- ARGV[1]  how many entries (> 0)
+-- ARGV[2]  (optional, default 0) how many entries at the head to pass over
+--          (what a lease's earlier round held back)
 --
 -- Runs of one due time are common (the jobs of one enqueue_many call share
 -- theirs): a run costs a ZRANGE of one entry and a ZCOUNT. After four runs
@@ -13,23 +15,25 @@
 -- Includes no piece (it reads no job record). A key of another type
 -- is an error reply.
 --
--- Returns {score_1, n_1, score_2, n_2, ...}: the first n_1 entries have the
--- score score_1 (as Redis writes it), the next n_2 entries score_2, and so
--- on; the counts add up to the smaller of ARGV[1] and the zset's size.
+-- Returns {score_1, n_1, score_2, n_2, ...}: the first n_1 entries (after
+-- the ARGV[2] passed over) have the score score_1 (as Redis writes it), the
+-- next n_2 entries score_2, and so on; the counts add up to the smaller of
+-- ARGV[1] and the number of entries after those passed over.
 local want = tonumber(ARGV[1])
+local skip = tonumber(ARGV[2] or '0')
 local out, taken = {}, 0
 while taken < want and #out < 8 do
-  local head = redis.call('ZRANGE', KEYS[1], taken, taken, 'WITHSCORES')
+  local head = redis.call('ZRANGE', KEYS[1], skip + taken, skip + taken, 'WITHSCORES')
   if not head[2] then return out end
-  -- every entry before rank taken scores lower or the same
-  local n = redis.call('ZCOUNT', KEYS[1], '-inf', head[2]) - taken
+  -- every entry before rank skip + taken scores lower or the same
+  local n = redis.call('ZCOUNT', KEYS[1], '-inf', head[2]) - skip - taken
   if n > want - taken then n = want - taken end
   out[#out + 1] = head[2]
   out[#out + 1] = n
   taken = taken + n
 end
 if taken < want then
-  local rest = redis.call('ZRANGE', KEYS[1], taken, want - 1, 'WITHSCORES')
+  local rest = redis.call('ZRANGE', KEYS[1], skip + taken, skip + want - 1, 'WITHSCORES')
   for i = 2, #rest, 2 do
     if rest[i] == out[#out - 1] then
       out[#out] = out[#out] + 1

@@ -25,8 +25,9 @@
 -- Returns {now, {requeued ids...}, {dead jobs: per job the id then the 13
 -- fields kind, payload, run_at, state, attempts, max_retries, timeout,
 -- lease_token, lease_owner, lease_expires_at, last_error, created_at,
--- finished_at}, set aside (see README.md), {aborted jobs: as the dead
--- ones}}.
+-- finished_at, then the 7 v, result, result_until, h, x, fc, uc (nil when
+-- absent): the whole job, as the client reads one}, set aside (see
+-- README.md), {aborted jobs: as the dead ones}}.
 --@include abort_job
 --@include check_count
 --@include check_format
@@ -46,6 +47,16 @@
 --@include unique_finished
 --@include wrong_type
 --@include zrem_all
+-- Append the job at key to into, as the reply gives it: the 13 JOB_FIELDS
+-- ('' when absent), then the fields a client reads besides them.
+local REST_FIELDS = {'v', 'result', 'result_until', 'h', 'x', 'fc', 'uc'}
+local function whole_job(into, key)
+  local g = job_fields(key)
+  for j = 1, 13 do into[#into + 1] = g[j] or '' end
+  local r = redis.call('HMGET', key, unpack(REST_FIELDS))
+  for j = 1, #REST_FIELDS do into[#into + 1] = r[j] end
+end
+
 local now, now_s = clock()
 local aside = new_aside()
 local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[1])
@@ -107,15 +118,13 @@ for k, id in ipairs(expired) do
       redis.call('ZADD', KEYS[3], now, id)
       unique_finished(KEYS[4], id, redis.call('HGET', key, 'x'), false)
       dead[#dead + 1] = id
-      local g = job_fields(key)
-      for j = 1, 13 do dead[#dead + 1] = g[j] or '' end
+      whole_job(dead, key)
       notify_done(key, redis.call('HGET', key, 'w'))
     elseif p == 'abort' then
       local u = redis.call('HMGET', key, 'x', 'w')
       abort_job(KEYS[4], key, id, KEYS[3], why[k], now, now_s, u[1], u[2])
       aborted[#aborted + 1] = id
-      local g = job_fields(key)
-      for j = 1, 13 do aborted[#aborted + 1] = g[j] or '' end
+      whole_job(aborted, key)
     else
       redis.call('HSET', key, 'state', 'ready', 'run_at', now_s,
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')

@@ -3,7 +3,7 @@
 -- first, in one call: a single node's recovery pass is this one round trip
 -- (then recover.lua, per partition with a share, only when some lease
 -- expired). On a Cluster, whose scripts touch one slot, the client peeks
--- with plain reads per partition instead.
+-- with due_peek.lua per partition instead (each by its node's own TIME).
 --
 -- KEYS[i]  leased zset of partition i (score = lease expiry, plus the
 --          sentinel member LEASED_SENTINEL with score +inf, see lease.lua)
