@@ -23,6 +23,7 @@ in-memory store of a worker on Redis).
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from .records import NO_PLACEMENT as NO_PLACEMENT
 from .records import ActionRefused as ActionRefused
 from .records import ActorFailed as ActorFailed
 from .records import Chain as Chain
@@ -47,6 +48,7 @@ from .records import LeasedJob as LeasedJob
 from .records import LeaseRef as LeaseRef
 from .records import NewJob as NewJob
 from .records import PayloadError as PayloadError
+from .records import Placement as Placement
 from .records import RateLimit as RateLimit
 from .records import RateLimited as RateLimited
 from .records import ResultExpired as ResultExpired
@@ -159,8 +161,10 @@ __all__ = [
     "JobState",
     "LeasedJob",
     "LeaseRef",
+    "NO_PLACEMENT",
     "NewJob",
     "PayloadError",
+    "Placement",
     "RateLimit",
     "RateLimited",
     "ResultExpired",

@@ -31,9 +31,11 @@ def build_app(url: str) -> chronos_trio.App:
     @app.task("image.resize", max_retries=2)
     async def resize(args: Resize, job: chronos_trio.JobContext) -> None:
         await trio.sleep(random.uniform(0.01, 0.1))
+        # where the job lived: its queue's topology version and partition
+        version, partition = app.store.locate(job.job.placement) or (0, 0)
         print(
             f"{job.worker_id} ran {job.id[:8]} {args.image}@{args.width} "
-            f"queue={job.queue} v{job.job.queue_version} p{job.job.partition} "
+            f"queue={job.queue} v{version} p{partition} "
             f"attempt={job.attempt}"
         )
 

@@ -71,7 +71,7 @@ class RedisPlanter:
         self.keys = KeySpace(namespace)
 
     def pk(self, job: Job) -> PartitionKeys:
-        return self.keys.partition(job.queue, job.queue_version, job.partition)
+        return self.keys.placed(job.queue, job.placement)
 
     def index_name(self, state: JobState) -> str | None:
         return state.value
@@ -299,7 +299,7 @@ async def run_scenario(store: Store, planter: Planter, *, batch: int) -> None:
     attempts = by_id["p-attempts"]
     assert attempts.detail == f"field 'attempts' holds {planter.shown('x')}, not an integer >= 0"
     assert attempts.state == "ready" and attempts.queue == "q"
-    assert attempts.partition == jobs.planted["p-attempts"].partition
+    assert attempts.placement == jobs.planted["p-attempts"].placement
     assert "'kind'" in by_id["p-nokind"].detail and "'state'" in by_id["p-state"].detail
     assert by_id["p-two"].indexes == (planter.index_name(JobState.SCHEDULED), "ready")
     assert by_id["p-wrong"].indexes == ("ready",) and by_id["p-wrong"].state == "dead"
@@ -458,7 +458,11 @@ def test_record_format_versions() -> None:
     ],
 )
 def test_what_the_memory_checker_calls_damaged(changes: dict[str, Any], damage: list[str]) -> None:
-    job = Job(id="a", queue="q", kind="k", payload=b"", run_at=1.0, state=JobState.READY)
+    # placed as a MemoryStore places a job: version 1, partition 0
+    job = Job(
+        id="a", queue="q", kind="k", payload=b"", run_at=1.0, state=JobState.READY,
+        placement=(1, 0),
+    )  # fmt: skip
     assert record_damage(attrs.evolve(job, **changes)) == damage
 
 

@@ -143,7 +143,7 @@ async def damage(s: Stores, case: Case) -> None:
     assert isinstance(store, RedisStore) and s.client is not None
     job = await store.get_job(case.job_id)
     assert job is not None
-    key = KeySpace(store.namespace).partition("q", job.queue_version, job.partition)
+    key = KeySpace(store.namespace).placed("q", job.placement)
     s.client.hset(key.job(case.job_id), case.field, case.value or b"")
 
 

@@ -49,7 +49,7 @@ async def test_partitions_spread_over_nodes(store: RedisStore, redis_cluster: Re
     sizes = [c.dbsize() for c in _node_clients(redis_cluster)]
     assert sum(1 for n in sizes if n > 0) >= 2, sizes
     got = (await store.lease([QueueWeight("q")], 200, worker_id="w", lease_duration=5)).jobs
-    assert len(got) == 200 and len({lj.job.partition for lj in got}) == 8
+    assert len(got) == 200 and len({lj.job.placement for lj in got}) == 8
     assert all(
         (await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in got])).settled
     )
@@ -211,7 +211,7 @@ async def test_a_batch_of_one_due_time_is_leased_from_as_few_partitions_as_can_g
                     await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
                 ).jobs
                 assert len(got) == 64
-                [partition] = {lj.job.partition for lj in got}
+                [(_, partition)] = {store.locate(lj.job.placement) for lj in got}
                 starts.append(partition)
                 commands = store.statistics().commands
                 await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in got])
@@ -220,8 +220,9 @@ async def test_a_batch_of_one_due_time_is_leased_from_as_few_partitions_as_can_g
                 got = (
                     await store.lease([QueueWeight("q")], 64, worker_id="w", lease_duration=30)
                 ).jobs
-                assert len(got) == 64 and len({lj.job.partition for lj in got}) <= 2
-                assert sum(lj.job.partition == partition for lj in got) == sizes[partition] - 64
+                assert len(got) == 64 and len({lj.job.placement for lj in got}) <= 2
+                here = sum(store.locate(lj.job.placement) == (1, partition) for lj in got)
+                assert here == sizes[partition] - 64
         finally:
             await store.aclose()
     assert starts[0] != starts[1]

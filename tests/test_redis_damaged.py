@@ -729,7 +729,7 @@ async def test_a_key_of_the_wrong_type_stops_only_its_partition_in_one_script(
     broken = ks.partition("q", 1, 2)
     client.set(broken.retry, "not a zset")
     # partition 2's settlements first: the script comes to it before the others
-    batch.sort(key=lambda lj: lj.job.partition != 2)
+    batch.sort(key=lambda lj: lj.job.placement != broken.placement)
     retry = [Settlement(lj.ref, SettleKind.RETRY, error="x", retry_delay=0.1) for lj in batch]
     with pytest.raises(StoreError, match=r"partition .*p2"):
         await store.settle(retry)
@@ -741,7 +741,7 @@ async def test_a_key_of_the_wrong_type_stops_only_its_partition_in_one_script(
     # settling again applies nothing twice (fenced), and partition 2 once fixed
     client.delete(broken.retry)
     again = await store.settle(retry)
-    assert again.settled == tuple(lj.job.partition == 2 for lj in batch)
+    assert again.settled == tuple(lj.job.placement == broken.placement for lj in batch)
     # promote: partition 2's ready zset is broken, the others are promoted
     await trio.sleep(0.2)
     client.set(broken.ready, "not a zset")

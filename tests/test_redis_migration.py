@@ -36,8 +36,9 @@ async def test_migration_v1_to_v2_mid_stream(redis_store: Factory) -> None:
 
     v1_jobs = [job(f"a{i}") for i in range(120)] + [job(f"a-late{i}", delay=0.5) for i in range(20)]
     for r in await producer.enqueue_many(v1_jobs):
-        assert r.created and r.queue_version == 1 and 0 <= r.partition < 4
-    assert len({r.partition for r in await producer.enqueue_many(v1_jobs)}) == 4
+        where = producer.locate(r.placement)
+        assert r.created and where is not None and where[0] == 1 and 0 <= where[1] < 4
+    assert len({r.placement for r in await producer.enqueue_many(v1_jobs)}) == 4
 
     processed: dict[str, int] = {}
 
@@ -45,7 +46,7 @@ async def test_migration_v1_to_v2_mid_stream(redis_store: Factory) -> None:
         await worker.promote_due(["orders"], 1000)
         got = (await worker.lease([QueueWeight("orders")], n, worker_id="w", lease_duration=5)).jobs
         for lj in got:
-            processed[lj.job.id] = lj.job.queue_version
+            processed[lj.job.id] = (worker.locate(lj.job.placement) or (0, 0))[0]
         ok = await worker.settle([Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in got])
         assert all(ok.settled)
         return len(got)
@@ -67,8 +68,9 @@ async def test_migration_v1_to_v2_mid_stream(redis_store: Factory) -> None:
     await trio.sleep(0.15)  # the producer's cached topology expires (TTL 1 s) ...
     producer_fresh = await redis_store(default_partitions=4)  # ... or a fresh process
     v2 = await producer_fresh.enqueue_many([job(f"b{i}") for i in range(160)])
-    assert all(r.queue_version == 2 and 0 <= r.partition < 8 for r in v2)
-    assert len({r.partition for r in v2}) == 8
+    where = [producer_fresh.locate(r.placement) for r in v2]
+    assert all(w is not None and w[0] == 2 and 0 <= w[1] < 8 for w in where), where
+    assert len(set(where)) == 8
 
     with trio.fail_after(20):
         while len(processed) < 300:
@@ -101,7 +103,7 @@ async def test_completion_refused_by_one_leased_job_and_partitions_reopened(
     await store.settle([Settlement(lj.ref, SettleKind.RETRY, error="e", retry_delay=0)])
     await store.promote_due(["orders"], 10)
     [again] = (await store.lease([QueueWeight("orders")], 1, worker_id="w", lease_duration=5)).jobs
-    assert again.job.queue_version == 1 and again.job.attempts == 2
+    assert again.job.placement == lj.job.placement and again.job.attempts == 2
     await store.settle([Settlement(again.ref, SettleKind.SUCCEEDED)])
     await store.complete_draining_version("orders", 1)
 

@@ -83,8 +83,8 @@ async def test_partition_keys_share_one_hash_tag(redis_store: Factory, redis_url
     assert all(len(slots) == 1 for slots in slots_by_partition.values())
     # a job hash lives under its partition's tag
     j = await store.get_job("j7")
-    assert j is not None and j.partition == partition_of("j7", 8)
-    assert f"{{chronos:q:q:v1:p{j.partition}}}:j:j7" in keys
+    assert j is not None and store.locate(j.placement) == (1, partition_of("j7", 8))
+    assert f"{{chronos:q:q:v1:p{partition_of('j7', 8)}}}:j:j7" in keys
     client.close()
 
 
@@ -509,7 +509,9 @@ async def test_other_store_sees_new_version_within_ttl(redis_store: Factory) -> 
     with trio.fail_after(3):
         while not (got := await lease(worker)):
             await trio.sleep(0.05)
-    assert [lj.job.id for lj in got] == ["v2job"] and got[0].job.queue_version == 2
+    assert [lj.job.id for lj in got] == ["v2job"]
+    where = worker.locate(got[0].job.placement)
+    assert where is not None and where[0] == 2
 
 
 async def test_id_in_draining_version_is_not_enqueued_again(redis_store: Factory) -> None:
@@ -517,7 +519,7 @@ async def test_id_in_draining_version_is_not_enqueued_again(redis_store: Factory
     await store.enqueue_many([job("dup", delay=60)])
     await store.promote_queue_version("q", 2, 8)
     [res] = await store.enqueue_many([job("dup")])
-    assert not res.created and res.queue_version == 1
+    assert not res.created and store.locate(res.placement) == (1, partition_of("dup", 2))
     [stats] = await store.stats(["q"])
     assert stats.total == 1
 
@@ -532,9 +534,9 @@ async def test_stale_writer_is_rerouted_after_completion(redis_store: Factory) -
     await admin.complete_draining_version("q", 1)
     # the stale writer still believes v1 is active; its partition is closed
     [res] = await stale.enqueue_many([job("late")])
-    assert res.created and res.queue_version == 2
+    assert res.created and stale.locate(res.placement) == (2, partition_of("late", 4))
     got = await admin.get_job("late")
-    assert got is not None and got.queue_version == 2
+    assert got is not None and got.placement == res.placement
 
 
 # -- triggers ----------------------------------------------------------------------------------

@@ -224,7 +224,7 @@ async def test_an_unreadable_stamp_counts_as_none_everywhere_on_redis(redis_url:
     try:
         await store.enqueue_many([NewJob("j", "q", NEW, b"x")])
         [leased] = (await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=5)).jobs
-        key = KeySpace(store.namespace).partition("q", 1, leased.job.partition).job("j")
+        key = KeySpace(store.namespace).placed("q", leased.job.placement).job("j")
         # not a number, then a number ahead of the store's clock (shown as
         # stored; the settle counts it as none)
         for garbage, shown_as in (

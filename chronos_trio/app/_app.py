@@ -416,7 +416,7 @@ class App:
             while isinstance(step, Chain):
                 step = step.links[-1]
             assert isinstance(step, FlowStep)
-            final = JobHandle(last, False, 0.0, None, None, step.queue, step.kind, self)
+            final = JobHandle(last, False, 0.0, None, step.queue, step.kind, self)
         return Workflow(wid, final, predecessors(workflow, wid))
 
     async def enqueue(
@@ -448,7 +448,7 @@ class App:
         is read until a method of the handle is awaited."""
         if not isinstance(job_id, str) or not job_id:
             raise ValueError("job_id must be a non-empty string")
-        return JobHandle(job_id, False, 0.0, None, None, queue, kind, self)
+        return JobHandle(job_id, False, 0.0, None, queue, kind, self)
 
     def result_type_of(self, kind: str) -> tuple[bool, Any]:
         """Whether ``kind`` is registered here, and its task's result type

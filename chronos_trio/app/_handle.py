@@ -23,7 +23,7 @@ from ..records._producing import (
 )
 from ..store._capabilities import Capability
 from ..store._offers import require_capabilities
-from ..store._roles import AbortResult, ResultRole
+from ..store._roles import AbortResult, ResultRole, TopologyRole
 
 R = TypeVar("R")
 
@@ -45,8 +45,11 @@ class HandleHost(Protocol):
 class JobHandle(HandleFields, Generic[R]):
     """One job, as its producer holds it: the fields of the
     :class:`~chronos_trio.EnqueueResult` it came from (``job_id``,
-    ``created``, ``run_at``, ``queue_version``, ``partition``), its ``queue``
-    and ``kind``, and :meth:`status` / :meth:`result` to follow it.
+    ``created``, ``run_at``, ``placement``), its ``queue`` and ``kind``, and
+    :meth:`status` / :meth:`result` to follow it. ``placement`` is where the
+    store keeps the job, opaque (None on a handle made from a job ID);
+    :attr:`queue_version` and :attr:`partition` read it for a store with
+    topology.
 
     A handle is a plain value: make one for any job ID with
     ``app.job(job_id)`` in another process (it then finds the job's queue
@@ -60,6 +63,25 @@ class JobHandle(HandleFields, Generic[R]):
     @classmethod
     def of(cls, host: HandleHost, result: EnqueueResult, queue: str, kind: str) -> JobHandle[Any]:
         return cls(*handle_fields(result, queue, kind), host)
+
+    @property
+    def queue_version(self) -> int | None:
+        """The topology version of the job's queue that holds it, for a store
+        with topology (:meth:`TopologyRole.locate
+        <chronos_trio.store.TopologyRole.locate>`); None when not known or
+        the store has none. A topology detail, kept for compatibility."""
+        where = self._where()
+        return None if where is None else where[0]
+
+    @property
+    def partition(self) -> int | None:
+        """The partition that holds the job, as :attr:`queue_version`."""
+        where = self._where()
+        return None if where is None else where[1]
+
+    def _where(self) -> tuple[int, int] | None:
+        store = self.host.store
+        return store.locate(self.placement) if isinstance(store, TopologyRole) else None
 
     def _store(self) -> ResultRole:
         store = self.host.store
@@ -124,16 +146,14 @@ class JobHandle(HandleFields, Generic[R]):
         is harmless), ``MissingCapability`` (a TypeError) when the store
         lacks admin or abort (see :class:`~chronos_trio.store.Capability`)."""
         store = self.host.store
-        require_capabilities(
-            store, [Capability.ADMIN, Capability.ABORT], what="aborting a job"
-        )
+        require_capabilities(store, [Capability.ADMIN, Capability.ABORT], what="aborting a job")
         result: AbortResult = await store.abort(self.job_id, queue=self.queue, reason=reason)
         return result
 
     def sibling(self, job_id: str) -> JobHandle[Any]:
         """A handle on another job of the same host (a workflow's steps);
         its queue is looked up."""
-        return JobHandle(job_id, False, 0.0, None, None, None, "", self.host)
+        return JobHandle(job_id, False, 0.0, None, None, "", self.host)
 
     def _decode(self, found: JobOutcome) -> R:
         return result_of(found, self.job_id, self.kind, self.host.result_type_of)  # type: ignore[no-any-return]

@@ -26,6 +26,7 @@ import attrs
 from ..records._errors import ActionRefused, InspectorError, UnknownJob, UnknownQueue
 from ..records._jobs import Job, JobState
 from ..records._options import check_queue
+from ..records._placement import Placement
 from ..records._workers import WorkerInfo, worker_order
 from ..runtime._registry import WorkerHost
 from ..store import (
@@ -267,6 +268,14 @@ class Inspector:
     async def now(self) -> float:
         """The store's clock (times in jobs are on it)."""
         return await self.store.now()
+
+    def locate(self, placement: Placement | None) -> tuple[int, int] | None:
+        """The ``(version, partition)`` where a job of ``placement``
+        (``Job.placement``, ``Finding.placement``) lives, for display; None
+        when the store has no topology (:class:`TopologyRole`) or the
+        placement names none."""
+        store = self.store
+        return store.locate(placement) if isinstance(store, TopologyRole) else None
 
     # -- queues ------------------------------------------------------------------
     async def queue_names(self) -> list[str]:

@@ -141,9 +141,7 @@ class Task(Generic[P]):
         results = await self.app.enqueue_jobs(self.new_jobs(payloads, delay=delay, queue=queue))
         host, kind, queue = self.app, self.spec.kind, queue or self.spec.queue
         return [
-            JobHandle(
-                r.job_id, r.created, r.run_at, r.queue_version, r.partition, queue, kind, host
-            )
+            JobHandle(r.job_id, r.created, r.run_at, r.placement, queue, kind, host)
             for r in results
         ]
 

@@ -67,7 +67,6 @@ class Context:
 Command = Callable[[Context, argparse.Namespace], Awaitable[int]]
 
 
-
 # -- running a command ------------------------------------------------------------
 def handle(fn: Command, args: argparse.Namespace) -> int:
     """Run the command ``fn`` for the parsed ``args``; its exit code."""
@@ -155,7 +154,7 @@ async def _queues(ctx: Context, args: argparse.Namespace) -> int:
 async def _jobs(ctx: Context, args: argparse.Namespace) -> int:
     page = await ctx.inspector.jobs(args.queue, args.state, offset=args.offset, limit=args.limit)
     if ctx.json:
-        print_json(page_json(page), ctx.out)
+        print_json(page_json(page, ctx.inspector.locate), ctx.out)
     else:
         _say(ctx, jobs_table(page, await ctx.inspector.now()))
     return EXIT_OK
@@ -164,9 +163,9 @@ async def _jobs(ctx: Context, args: argparse.Namespace) -> int:
 async def _job(ctx: Context, args: argparse.Namespace) -> int:
     job = await ctx.inspector.job(args.job_id, queue=args.queue)
     if ctx.json:
-        print_json(job_json(job), ctx.out)
+        print_json(job_json(job, ctx.inspector.locate), ctx.out)
     else:
-        _say(ctx, job_details(job, await ctx.inspector.now()))
+        _say(ctx, job_details(job, await ctx.inspector.now(), ctx.inspector.locate))
     return EXIT_OK
 
 
@@ -174,7 +173,10 @@ async def _run_now(ctx: Context, args: argparse.Namespace) -> int:
     before = await ctx.inspector.job(args.job_id, queue=args.queue)
     job = await ctx.inspector.run_now(args.job_id, queue=args.queue)
     if ctx.json:
-        print_json({"previous_state": before.state.value, "job": job_json(job)}, ctx.out)
+        print_json(
+            {"previous_state": before.state.value, "job": job_json(job, ctx.inspector.locate)},
+            ctx.out,
+        )
     else:
         reset = "; attempts reset" if before.state is JobState.DEAD else ""
         _say(ctx, f"job {job.id} is {job.state.value} now (was {before.state.value}{reset})")
@@ -184,7 +186,7 @@ async def _run_now(ctx: Context, args: argparse.Namespace) -> int:
 async def _delete(ctx: Context, args: argparse.Namespace) -> int:
     job = await ctx.inspector.delete(args.job_id, queue=args.queue)
     if ctx.json:
-        print_json({"deleted": job_json(job)}, ctx.out)
+        print_json({"deleted": job_json(job, ctx.inspector.locate)}, ctx.out)
     else:
         _say(ctx, f"deleted job {job.id} ({job.kind}, {job.state.value}, queue {job.queue})")
     return EXIT_OK
@@ -199,7 +201,7 @@ async def _abort(ctx: Context, args: argparse.Namespace) -> int:
             {
                 "result": "flagged" if asked else "aborted",
                 "previous_state": before.state.value,
-                "job": job_json(job),
+                "job": job_json(job, ctx.inspector.locate),
             },
             ctx.out,
         )
@@ -338,9 +340,9 @@ async def _check(ctx: Context, args: argparse.Namespace) -> int:
         args.queue, repair=args.repair, batch=args.batch, lease_grace=args.lease_grace
     )
     if ctx.json:
-        print_json(check_json(report), ctx.out)
+        print_json(check_json(report, ctx.inspector.locate), ctx.out)
     else:
-        _say(ctx, check_table(report))
+        _say(ctx, check_table(report, ctx.inspector.locate))
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
 from ..app._inspector import (
@@ -20,6 +20,7 @@ from ..app._inspector import duration_text as duration
 from ..app._inspector import relative_text as relative
 from ..records._control import JobControl
 from ..records._jobs import FINISHED_STATES, Job, JobState
+from ..records._placement import Placement
 from ..records._unique import unique_key_of_slot
 from ..records._workers import WorkerInfo
 from ..records._workflow import WORKFLOW_KEEP, describe
@@ -99,7 +100,18 @@ def _then_json(text: str | None) -> Any:
 
 
 # -- JSON shapes ------------------------------------------------------------------
-def job_json(job: Job) -> dict[str, Any]:
+#: What output shows of a job's placement: its topology ``(version,
+#: partition)``, or None (see ``Inspector.locate``).
+Locate = Callable[[Placement | None], tuple[int, int] | None]
+
+
+def no_location(placement: Placement | None) -> None:
+    """:data:`Locate` of a store without topology: nothing to show."""
+    return None
+
+
+def job_json(job: Job, locate: Locate = no_location) -> dict[str, Any]:
+    where = locate(job.placement)
     return {
         "id": job.id,
         "queue": job.queue,
@@ -109,8 +121,9 @@ def job_json(job: Job) -> dict[str, Any]:
         "max_retries": job.max_retries,
         "retries_left": job.retries_left,
         "timeout": job.timeout,
-        "queue_version": job.queue_version,
-        "partition": job.partition,
+        # where it lives in the queue's topology (None: the store has none)
+        "queue_version": None if where is None else where[0],
+        "partition": None if where is None else where[1],
         "created_at": iso(job.created_at or None),
         "run_at": iso(job.run_at),
         "next_run_at": iso(next_run_at(job)),
@@ -165,7 +178,7 @@ def topology_json(topology: QueueTopology) -> dict[str, Any]:
     }
 
 
-def page_json(page: JobPage) -> dict[str, Any]:
+def page_json(page: JobPage, locate: Locate = no_location) -> dict[str, Any]:
     return {
         "queue": page.queue,
         "state": page.state.value,
@@ -173,7 +186,7 @@ def page_json(page: JobPage) -> dict[str, Any]:
         "limit": page.limit,
         "total": page.total,
         "next_offset": page.next_offset,
-        "jobs": [job_json(job) for job in page.jobs],
+        "jobs": [job_json(job, locate) for job in page.jobs],
     }
 
 
@@ -262,14 +275,21 @@ def jobs_table(page: JobPage, now: float) -> str:
 _UNCLAIMED = " (workers without a handler for its kind sent it back since then)"
 
 
-def job_details(job: Job, now: float) -> str:
+def queue_line(job: Job, locate: Locate) -> str:
+    """A job's queue, with its topology version and partition when the
+    store has them."""
+    where = locate(job.placement)
+    return job.queue if where is None else f"{job.queue} (version {where[0]}, partition {where[1]})"
+
+
+def job_details(job: Job, now: float, locate: Locate = no_location) -> str:
     payload = json.dumps(payload_view(job), ensure_ascii=False)
     lease = "-"
     if job.state is JobState.LEASED:
         lease = f"held by {job.lease_owner or '?'}, expires {when(job.lease_expires_at, now)}"
     rows: list[tuple[str, str]] = [
         ("id", job.id),
-        ("queue", f"{job.queue} (version {job.queue_version}, partition {job.partition})"),
+        ("queue", queue_line(job, locate)),
         ("kind", job.kind),
         ("state", job.state.value),
         (
@@ -475,13 +495,14 @@ def _job_ids(w: WorkerInfo, shown: int = 3) -> str | None:
 
 
 # -- the store checker ------------------------------------------------------------------
-def finding_json(f: Finding) -> dict[str, Any]:
+def finding_json(f: Finding, locate: Locate = no_location) -> dict[str, Any]:
+    where = locate(f.placement)
     return {
         "problem": f.problem.value,
         "job_id": f.job_id,
         "queue": f.queue,
-        "queue_version": f.queue_version,
-        "partition": f.partition,
+        "queue_version": None if where is None else where[0],
+        "partition": None if where is None else where[1],
         "state": f.state or None,
         "indexes": list(f.indexes),
         "record_format": f.record_format,
@@ -491,7 +512,7 @@ def finding_json(f: Finding) -> dict[str, Any]:
     }
 
 
-def check_json(report: CheckReport) -> dict[str, Any]:
+def check_json(report: CheckReport, locate: Locate = no_location) -> dict[str, Any]:
     return {
         "ok": report.ok,
         "repair": report.repair,
@@ -504,22 +525,22 @@ def check_json(report: CheckReport) -> dict[str, Any]:
         "skipped_keys": report.skipped_keys,
         "problems": len(report.problems),
         "unresolved": len(report.unresolved),
-        "findings": [finding_json(f) for f in report.findings],
+        "findings": [finding_json(f, locate) for f in report.findings],
     }
 
 
-def check_table(report: CheckReport) -> str:
+def check_table(report: CheckReport, locate: Locate = no_location) -> str:
     """The findings (if any), then what was walked and what it adds up to."""
     header = ["PROBLEM", "QUEUE", "VERSION", "PARTITION", "JOB", "STATE", "INDEXES", "DETAIL"]
     if report.repair:
         header.append("REPAIR")
     rows = []
     for f in report.findings:
+        where = locate(f.placement) or (None, None)
         row: list[object] = [
             f.problem.value,
             f.queue,
-            f.queue_version,
-            f.partition,
+            *where,
             f.job_id,
             f.state or None,
             ",".join(f.indexes) or None,

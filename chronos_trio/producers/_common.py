@@ -12,6 +12,7 @@ import attrs
 
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import EnqueueOptions
+from ..records._placement import Placement
 from ..records._producing import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     KindDefaults,
@@ -24,6 +25,7 @@ from ..records._producing import (
     unknown_kind,
 )
 from ..store._schemes import redact, scheme_of
+from ..store._topology_placement import locate
 from ..store.redis._batch import AdapterStatistics
 from ..store.redis._connect import Flavor, StoreUrl, connect, parse_store_url
 from ..store.redis._core import RedisCore
@@ -213,6 +215,27 @@ class ProducerCore:
 
 def handle_args(
     result: EnqueueResult, job: NewJob
-) -> tuple[str, bool, float, int | None, int | None, str | None, str]:
+) -> tuple[str, bool, float, Placement | None, str | None, str]:
     """The handle fields of an enqueued job, in order."""
     return handle_fields(result, job.queue, job.kind)
+
+
+class RedisPlacement:
+    """The topology reading of a Redis producer's handle (a mixin): its
+    placement is a RedisStore's, ``(version, partition)``."""
+
+    __slots__ = ()
+    placement: Placement | None
+
+    @property
+    def queue_version(self) -> int | None:
+        """The topology version of the job's queue that holds it; None when
+        not known (a handle made from a job ID). Kept for compatibility."""
+        where = locate(self.placement)
+        return None if where is None else where[0]
+
+    @property
+    def partition(self) -> int | None:
+        """The partition that holds the job, as :attr:`queue_version`."""
+        where = locate(self.placement)
+        return None if where is None else where[1]

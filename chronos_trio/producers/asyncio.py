@@ -39,6 +39,7 @@ from ._common import (
     AppLike,
     ProducerCore,
     ProducerStatistics,
+    RedisPlacement,
     TaskLike,
     handle_args,
     statistics_of,
@@ -46,7 +47,7 @@ from ._common import (
 
 
 @attrs.define(eq=True)  # not frozen, as JobHandle (a bulk enqueue makes many)
-class AsyncioJobHandle(HandleFields):
+class AsyncioJobHandle(HandleFields, RedisPlacement):
     """One job, as an asyncio producer holds it (``chronos_trio.JobHandle``
     for asyncio: ``await handle.result(timeout=10)``)."""
 
@@ -156,9 +157,7 @@ class AsyncioProducer:
     def job(self, job_id: str, *, queue: str | None = None, kind: str = "") -> AsyncioJobHandle:
         """A handle for the job ``job_id`` (enqueued anywhere). Reads nothing yet."""
         self._p.check_job_id(job_id)
-        return AsyncioJobHandle(
-            job_id, False, 0.0, None, None, queue, kind, self, self._p.result_type_of
-        )
+        return AsyncioJobHandle(job_id, False, 0.0, None, queue, kind, self, self._p.result_type_of)
 
     # -- reading outcomes ------------------------------------------------------------
     async def _outcome(self, ref: JobRef) -> JobOutcome | None:

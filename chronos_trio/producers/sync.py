@@ -37,6 +37,7 @@ from ._common import (
     AppLike,
     ProducerCore,
     ProducerStatistics,
+    RedisPlacement,
     TaskLike,
     handle_args,
     statistics_of,
@@ -44,7 +45,7 @@ from ._common import (
 
 
 @attrs.define(eq=True)  # not frozen, as JobHandle (a bulk enqueue makes many)
-class SyncJobHandle(HandleFields):
+class SyncJobHandle(HandleFields, RedisPlacement):
     """One job, as a synchronous producer holds it (the fields and methods
     of ``chronos_trio.JobHandle``, blocking instead of async)."""
 
@@ -188,9 +189,7 @@ class SyncProducer:
         process). ``queue`` spares a search of every queue; ``kind`` names
         its task when the stored record does not. Reads nothing yet."""
         self._p.check_job_id(job_id)
-        return SyncJobHandle(
-            job_id, False, 0.0, None, None, queue, kind, self, self._p.result_type_of
-        )
+        return SyncJobHandle(job_id, False, 0.0, None, queue, kind, self, self._p.result_type_of)
 
     # -- reading outcomes ------------------------------------------------------------
     def _outcome(self, ref: JobRef) -> JobOutcome | None:

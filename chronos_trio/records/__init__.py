@@ -39,6 +39,8 @@ from ._jobs import LeaseRef as LeaseRef
 from ._jobs import NewJob as NewJob
 from ._options import EnqueueOptions as EnqueueOptions
 from ._options import JobDefaults as JobDefaults
+from ._placement import NO_PLACEMENT as NO_PLACEMENT
+from ._placement import Placement as Placement
 from ._public import fixup_module_metadata as _fixup
 from ._retry import RetryPolicy as RetryPolicy
 from ._unique import Unique as Unique

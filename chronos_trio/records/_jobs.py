@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ._placement import NO_PLACEMENT, Placement
+
 if TYPE_CHECKING:
     from ._control import JobControl
     from ._unique import Unique
@@ -60,7 +62,8 @@ class Job:
     Times are seconds since the Unix epoch *on the store's clock*. ``attempts``
     counts leases handed out (a lease is an attempt, even if the worker then
     crashed). ``lease_token`` is the fencing token of the current lease (empty
-    when not leased).
+    when not leased). ``placement`` is where the store keeps it (opaque: see
+    ``records._placement``).
     """
 
     id: str
@@ -75,8 +78,7 @@ class Job:
     lease_token: str = ""
     lease_owner: str = ""
     lease_expires_at: float | None = None
-    queue_version: int = 1
-    partition: int = 0
+    placement: Placement = NO_PLACEMENT
     last_error: str = ""
     created_at: float = 0.0
     finished_at: float | None = None
@@ -157,26 +159,28 @@ class EnqueueResult:
     """What ``enqueue`` did with one job: ``created`` is False when a job with
     the same ID already existed (the existing job is left untouched), or when
     a unique job's key was taken: then ``job_id`` is the job that holds it
-    (for a debounce, the job whose payload and due time were replaced)."""
+    (for a debounce, the job whose payload and due time were replaced).
+    ``placement``: where the store keeps that job (opaque, see
+    ``records._placement``)."""
 
     job_id: str
     created: bool
     run_at: float
-    queue_version: int = 1
-    partition: int = 0
+    placement: Placement = NO_PLACEMENT
 
 
 @attrs.frozen
 class JobRef:
     """Where a job lives, as its producer knows it: its ID and queue, and,
-    when known (from its EnqueueResult), its topology version and partition,
-    which spare the store a search."""
+    when known (from its EnqueueResult), its placement in the store, which
+    spares the store a search."""
 
     job_id: str
     #: None: look in every queue (slower: one read per queue).
     queue: str | None
-    queue_version: int | None = None
-    partition: int | None = None
+    #: The store's placement of the job (opaque, see ``records._placement``);
+    #: None: not known, the store finds it.
+    placement: Placement | None = None
 
 
 #: States in which a job has its outcome: it will not run again by itself.
@@ -241,8 +245,8 @@ class LeaseRef:
     job_id: str
     queue: str
     token: str
-    queue_version: int = 1
-    partition: int = 0
+    #: Where the store keeps the job (opaque, see ``records._placement``).
+    placement: Placement = NO_PLACEMENT
     #: The job has flow control (``Job.control``): its settle also gives
     #: back concurrency slots, or holds back rate limits (a store may skip
     #: that work for the others).
@@ -268,9 +272,7 @@ class LeasedJob:
     @ref.default
     def _make_ref(self) -> LeaseRef:
         job = self.job
-        return LeaseRef(
-            job.id, job.queue, self.token, job.queue_version, job.partition, job.control is not None
-        )
+        return LeaseRef(job.id, job.queue, self.token, job.placement, job.control is not None)
 
 
 def require_field_order(cls: type, names: tuple[str, ...], user: str) -> None:

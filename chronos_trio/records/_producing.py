@@ -40,6 +40,7 @@ from ._options import (
     to_epoch,
     unknown_options,
 )
+from ._placement import Placement
 from ._unique import Unique, resolve, unique_of
 
 #: Job IDs a caller gives are at most this long.
@@ -284,29 +285,22 @@ class HandleFields:
     job_id: str
     created: bool
     run_at: float
-    queue_version: int | None
-    partition: int | None
+    #: Where the store keeps the job (opaque, see ``records._placement``);
+    #: None: not known (a handle made from a job ID), the store finds it.
+    placement: Placement | None
     queue: str | None
     kind: str
 
     @property
     def ref(self) -> JobRef:
-        return JobRef(self.job_id, self.queue, self.queue_version, self.partition)
+        return JobRef(self.job_id, self.queue, self.placement)
 
 
 def handle_fields(
     result: EnqueueResult, queue: str | None, kind: str
-) -> tuple[str, bool, float, int | None, int | None, str | None, str]:
+) -> tuple[str, bool, float, Placement | None, str | None, str]:
     """The :class:`HandleFields` of an enqueued job, in order."""
-    return (
-        result.job_id,
-        result.created,
-        result.run_at,
-        result.queue_version,
-        result.partition,
-        queue,
-        kind,
-    )
+    return (result.job_id, result.created, result.run_at, result.placement, queue, kind)
 
 
 #: ``result_type_of(kind)``: whether the kind is registered, and its task's

@@ -15,6 +15,7 @@ import enum
 import attrs
 
 from ..records._jobs import Job, JobState, LeasedJob, LeaseRef
+from ..records._placement import Placement
 
 
 class SettleKind(enum.StrEnum):
@@ -380,8 +381,9 @@ class Finding:
     problem: Problem
     job_id: str
     queue: str
-    queue_version: int
-    partition: int
+    #: Where the store keeps the job (opaque, see ``records._placement``;
+    #: a store with topology reads it with ``TopologyRole.locate``).
+    placement: Placement
     detail: str
     state: str = ""
     indexes: tuple[str, ...] = ()
@@ -390,9 +392,10 @@ class Finding:
     repair_detail: str = ""
 
 
-def finding_order(finding: Finding) -> tuple[str, int, int, str]:
-    """The order reports list findings in: by queue, version, partition, job id."""
-    return (finding.queue, finding.queue_version, finding.partition, finding.job_id)
+def finding_order(finding: Finding) -> tuple[str, Placement, str]:
+    """The order reports list findings in: by queue, placement (for a store
+    with topology: version, then partition), job id."""
+    return (finding.queue, finding.placement, finding.job_id)
 
 
 @attrs.frozen

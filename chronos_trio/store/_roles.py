@@ -115,6 +115,7 @@ from ..records._jobs import (
     LeaseRef,
     NewJob,
 )
+from ..records._placement import Placement
 from ..records._workers import WorkerInfo
 from ..records._workflow import Arrival
 from ._capabilities import FEATURES, Capability
@@ -150,6 +151,7 @@ from ._results import SettleResult as SettleResult
 from ._results import TriggerResult as TriggerResult
 from ._results import VersionState as VersionState
 from ._results import finding_order as finding_order
+from ._topology_placement import locate
 
 
 # -- the roles ------------------------------------------------------------------------
@@ -660,6 +662,13 @@ class TopologyRole(StoreRole):
         when the store cannot be reached.
         """
 
+    def locate(self, placement: Placement | None) -> tuple[int, int] | None:
+        """The ``(version, partition)`` a placement this store made names
+        (``Job.placement``, ``EnqueueResult.placement``, a handle's), for
+        display and topology tools; None when it names none (None: not
+        known). The one way to read a placement above the store."""
+        return locate(placement)
+
     @abc.abstractmethod
     async def complete_draining_version(self, queue: str, version: int) -> QueueTopology:
         """Remove a draining version once it holds no job in any state
@@ -779,8 +788,8 @@ class Continuation:
 
     job_id: str
     queue: str
-    queue_version: int
-    partition: int
+    #: Where the store keeps the job (opaque, see ``records._placement``).
+    placement: Placement
     then: str
     result: bytes | None
 

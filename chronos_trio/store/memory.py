@@ -45,6 +45,7 @@ from ..records._jobs import (
     LeaseRef,
     NewJob,
 )
+from ..records._placement import Placement
 from ..records._unique import Unique
 from ..records._workers import WorkerInfo
 from ..records._workflow import WORKFLOW_KEEP, Arrival
@@ -86,6 +87,8 @@ from ._roles import (
     TriggerResult,
     VersionState,
 )
+from ._topology_placement import locate as _locate
+from ._topology_placement import topology_placement as _placement_of
 
 #: ``(due-or-expiry time, sequence, job id, record version)`` — a heap entry is
 #: valid only while the record still has that version (lazy deletion).
@@ -442,7 +445,7 @@ class MemoryStore(Store):
         existing = self._records.get(job_id)
         if existing is not None:
             ex = self._shown(job_id, existing)
-            return EnqueueResult(job_id, False, ex.run_at, ex.queue_version, ex.partition)
+            return EnqueueResult(job_id, False, ex.run_at, ex.placement)
         active = self._active(new.queue)
         run_at = new.run_at if new.run_at is not None else now + max(0.0, new.delay)
         state = JobState.READY if run_at <= now else JobState.SCHEDULED
@@ -457,9 +460,7 @@ class MemoryStore(Store):
                         holder, payload=new.payload, headers=new.headers, run_at=run_at, state=state
                     )
                 )
-                return EnqueueResult(
-                    holder.id, False, run_at, holder.queue_version, holder.partition
-                )
+                return EnqueueResult(holder.id, False, run_at, holder.placement)
         job = Job(
             id=job_id,
             queue=new.queue,
@@ -469,8 +470,7 @@ class MemoryStore(Store):
             state=state,
             max_retries=new.max_retries,
             timeout=new.timeout,
-            queue_version=active.version,
-            partition=partition_of(job_id, active.partitions),
+            placement=_placement_of(active.version, partition_of(job_id, active.partitions)),
             created_at=now,
             headers=new.headers,
             then=new.then,
@@ -480,7 +480,7 @@ class MemoryStore(Store):
         if new.unique is not None:
             self._records[job_id].unique = new.unique
             self._unique.take(new.queue, new.unique, job_id, now)
-        return EnqueueResult(job.id, True, run_at, job.queue_version, job.partition)
+        return EnqueueResult(job.id, True, run_at, job.placement)
 
     def _active(self, queue: str) -> QueueVersion:
         return next(v for v in self._versions(queue) if v.state is VersionState.ACTIVE)
@@ -495,12 +495,10 @@ class MemoryStore(Store):
     ) -> EnqueueResult:
         """The result of a unique job whose key ``holder_id`` holds."""
         if holder is not None:
-            return EnqueueResult(
-                holder.id, False, holder.run_at, holder.queue_version, holder.partition
-            )
+            return EnqueueResult(holder.id, False, holder.run_at, holder.placement)
         assert new.unique is not None and new.unique.key is not None
         home = partition_of(new.unique.key, active.partitions)
-        return EnqueueResult(holder_id, False, 0.0, active.version, home)
+        return EnqueueResult(holder_id, False, 0.0, _placement_of(active.version, home))
 
     # -- workflows -------------------------------------------------------------------
     async def continuations(self, queues: Sequence[str], limit: int) -> list[Continuation]:
@@ -518,9 +516,7 @@ class MemoryStore(Store):
                 continue
             job = rec.job
             assert job.then is not None
-            out.append(
-                Continuation(job_id, queue, job.queue_version, job.partition, job.then, job.result)
-            )
+            out.append(Continuation(job_id, queue, job.placement, job.then, job.result))
         return out
 
     async def finish_continuations(self, done: Sequence[Continuation]) -> None:
@@ -1016,7 +1012,7 @@ class MemoryStore(Store):
             if rec.home in counts and not rec.discarded:
                 job = self._shown(job_id, rec)
                 counts[job.queue][job.state] += 1
-                key = (job.queue_version, job.partition)
+                key = _where(job.placement)
                 parts[job.queue][key] = parts[job.queue].get(key, 0) + 1
         return [QueueStats(q, counts[q], q in self._paused, parts[q]) for q in names]
 
@@ -1199,7 +1195,7 @@ class MemoryStore(Store):
         left = sum(
             1
             for r in self._records.values()
-            if r.job.queue == queue and r.job.queue_version == version
+            if r.job.queue == queue and _where(r.job.placement)[0] == version
         )
         if left:
             raise TopologyError(
@@ -1302,6 +1298,14 @@ _SETTLE: dict[SettleKind, _Transition] = {
     SettleKind.ABORTED: MemoryStore._settle_aborted,
     SettleKind.UNCLAIMED: MemoryStore._settle_unclaimed,
 }
+
+
+def _where(placement: Placement) -> tuple[int, int]:
+    """The (version, partition) of a placement this store made (the only
+    placements it makes: its topology is the Redis store's)."""
+    where = _locate(placement)
+    assert where is not None, f"not a placement of this store: {placement!r}"
+    return where
 
 
 def _finished_order(rec: _Record) -> tuple[float, str]:

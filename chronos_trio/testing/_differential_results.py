@@ -101,9 +101,7 @@ def leased_job(lj: LeasedJob) -> Normal:
 
 
 def enqueued(results: Sequence[EnqueueResult]) -> Normal:
-    return tuple(
-        (r.job_id, r.created, when(r.run_at), r.queue_version, r.partition) for r in results
-    )
+    return tuple((r.job_id, r.created, when(r.run_at), r.placement) for r in results)
 
 
 def leased(batch: LeaseResult) -> Normal:
@@ -175,9 +173,7 @@ def arrived(results: Sequence[Sequence[bytes | None] | None]) -> Normal:
 
 
 def continuations(entries: Sequence[Continuation]) -> Normal:
-    return tuple(
-        sorted((c.job_id, c.queue, c.queue_version, c.partition, c.then, c.result) for c in entries)
-    )
+    return tuple(sorted((c.job_id, c.queue, c.placement, c.then, c.result) for c in entries))
 
 
 def stats(entries: Sequence[QueueStats]) -> Normal:

@@ -198,7 +198,7 @@ def settle(leased: LeasedJob, kind: SettleKind, **kw: object) -> Settlement:
 
 
 def stale(ref: LeaseRef) -> LeaseRef:
-    return LeaseRef(ref.job_id, ref.queue, ref.token + "-stale", ref.queue_version, ref.partition)
+    return LeaseRef(ref.job_id, ref.queue, ref.token + "-stale", ref.placement)
 
 
 @check()
@@ -702,7 +702,8 @@ async def check_topology_versions_drain(fresh: Fresh) -> None:
     else:
         raise AssertionError("promoting a version that is not newer must fail")
     new = await store.enqueue_many([job(f"new{i}", queue="mig") for i in range(6)])
-    assert all(r.queue_version == 2 and 0 <= r.partition < 3 for r in new)
+    where = [store.locate(r.placement) for r in new]
+    assert all(w is not None and w[0] == 2 and 0 <= w[1] < 3 for w in where), where
     for bad in (2, 99):
         try:
             await store.complete_draining_version("mig", bad)
@@ -717,7 +718,8 @@ async def check_topology_versions_drain(fresh: Fresh) -> None:
     else:
         raise AssertionError("completing a non-empty draining version must fail")
     leased = await lease(store, queue="mig")
-    assert {lj.job.queue_version for lj in leased} == {1, 2} and len(leased) == 12
+    versions = {(store.locate(lj.job.placement) or (0, 0))[0] for lj in leased}
+    assert versions == {1, 2} and len(leased) == 12
     await store.settle([settle(lj, SettleKind.SUCCEEDED) for lj in leased])
     topo = await store.complete_draining_version("mig", 1)
     assert [v.version for v in topo.versions] == [2]
@@ -954,7 +956,7 @@ async def check_checker_recovers_a_lease_expired_past_the_grace(fresh: Fresh) ->
 
 def ref_of(leased: LeasedJob) -> JobRef:
     j = leased.job
-    return JobRef(j.id, j.queue, j.queue_version, j.partition)
+    return JobRef(j.id, j.queue, j.placement)
 
 
 @check(Capability.ADMIN, Capability.RESULTS)
@@ -1260,10 +1262,12 @@ async def check_unique_jobs_live_in_their_key_s_partition(fresh: Fresh) -> None:
     partitions = (await store.topology("q")).active.partitions
     results = await store.enqueue_many([unique_job(f"key-{i}") for i in range(24)])
     for i, r in enumerate(results):
-        assert r.created and r.partition == partition_of(f"key-{i}", partitions)
-        assert partition_of(r.job_id, partitions) == r.partition
+        where = store.locate(r.placement)
+        assert r.created and where is not None
+        assert where[1] == partition_of(f"key-{i}", partitions)
+        assert partition_of(r.job_id, partitions) == where[1]
         got = await store.get_job(r.job_id)
-        assert got is not None and got.partition == r.partition
+        assert got is not None and got.placement == r.placement
     if partitions > 1:
         # a given ID that routes elsewhere is refused, and nothing is stored
         given = next(

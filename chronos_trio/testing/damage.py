@@ -96,8 +96,8 @@ FIELD_KINDS = (Damage.MISSING, Damage.EMPTY, Damage.WRONG_TYPE, Damage.HUGE)
 #: data: it is what a read found wrong, so it is not damaged here).
 _MEMORY_TEXT = ("id", "queue", "kind", "lease_token", "lease_owner", "last_error")
 _MEMORY_NUMBERS = (
-    "run_at", "attempts", "max_retries", "timeout", "lease_expires_at", "queue_version",
-    "partition", "created_at", "finished_at", "unclaimed_since",
+    "run_at", "attempts", "max_retries", "timeout", "lease_expires_at", "placement",
+    "created_at", "finished_at", "unclaimed_since",
 )  # fmt: skip
 #: RedisStore hash fields that hold numbers (the rest is text, or the payload).
 _REDIS_NUMBERS = (
@@ -188,7 +188,7 @@ async def damage_job(
         return _damage_memory(store, job, field, how)
     if client is None:
         raise TypeError("damaging a RedisStore record needs a redis-py client")
-    key = KeySpace(store.namespace).partition(queue, job.queue_version, job.partition).job(job_id)
+    key = KeySpace(store.namespace).placed(queue, job.placement).job(job_id)
     value = _redis_value(field, how)
     await trio.to_thread.run_sync(_write_redis, client, key, field, how, value)
     shown = None if value is None else _show(value.decode("latin-1"))

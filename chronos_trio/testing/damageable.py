@@ -22,8 +22,8 @@ records a test replaced a field of behind the store's back
 What it judges, beyond the rules of :mod:`chronos_trio.store._record_rules`
 (each field's type, and the states in which it must hold a value; a field not
 judged in the record's state must still be of its Python type): the ``id``
-and ``queue`` the record is stored under, its ``queue_version`` and
-``partition`` (counts), its continuation (text or None) and result (bytes or
+and ``queue`` the record is stored under, its ``placement`` (the store's
+``(version, partition)``, both counts), its continuation (text or None) and result (bytes or
 None), and that a record met at the top of a heap is in one of that heap's
 states. A record already dead-lettered as damaged is judged only by what
 trimming and listing it need (its id, queue and finished time), as on Redis.
@@ -57,6 +57,7 @@ from ..store._roles import (
     Settlement,
     SettleResult,
 )
+from ..store._topology_placement import topology_placement
 from ..store.memory import MemoryStore, _Aside, _Index, _Record
 
 __all__ = ["DamageableMemoryStore", "field_damage", "record_damage", "shown"]
@@ -70,6 +71,8 @@ _SHOWN_DEFAULTS: dict[str, Any] = {
     "payload": b"",
     "run_at": 0.0,
     "state": JobState.DEAD,
+    # version 1, partition 0: where a queue's first jobs live
+    "placement": topology_placement(1, 0),
 }
 _FINISHED = (JobState.DEAD, JobState.SUCCEEDED, JobState.ABORTED)
 #: States whose records have a heap entry.
@@ -86,8 +89,7 @@ def field_damage(job: Job, job_id: str | None = None, home: str | None = None) -
         and (job.id == job_id if job_id is not None else job.id != "")
         and type(job.queue) is str
         and (job.queue == home if home is not None else job.queue != "")
-        and is_count(job.queue_version)
-        and is_count(job.partition)
+        and _placement_sound(job.placement)
         and (job.then is None or type(job.then) is str)
         and (job.result is None or type(job.result) is bytes)
         and value_sound(job)
@@ -109,11 +111,16 @@ def field_damage(job: Job, job_id: str | None = None, home: str | None = None) -
     text("id", job_id)
     text("queue", home)
     out.update(value_damage(job))
-    for name in ("queue_version", "partition"):
-        need(name, is_count(getattr(job, name)), "an integer >= 0")
+    need("placement", _placement_sound(job.placement), "a (version, partition) of integers >= 0")
     need("then", job.then is None or type(job.then) is str, "text or None")
     need("result", job.result is None or type(job.result) is bytes, "bytes or None")
     return out
+
+
+def _placement_sound(placement: object) -> bool:
+    """Whether ``placement`` is one the MemoryStore makes (a version and a
+    partition, both counts)."""
+    return type(placement) is tuple and len(placement) == 2 and all(map(is_count, placement))
 
 
 def _set_aside_already(job: Job) -> bool:

@@ -96,8 +96,8 @@ def _report(ctx: StoreContext, what: str, aside: SetAside) -> SetAside:
 def _not_a_hash(job_id: str, pk: PartitionKeys, error: Exception) -> Job:
     """What get_job/list_jobs show for a job key that is not a hash."""
     return Job(
-        job_id, pk.queue, "", b"", 0.0, JobState.DEAD, queue_version=pk.version,
-        partition=pk.partition, damage=f"its key is not a job hash ({error})",
+        job_id, pk.queue, "", b"", 0.0, JobState.DEAD, placement=pk.placement,
+        damage=f"its key is not a job hash ({error})",
     )  # fmt: skip
 
 
@@ -219,12 +219,10 @@ def get_job(ctx: StoreContext, job_id: str, queue: str | None) -> Plan[Job | Non
         if fields[3] not in _KNOWN_STATES:
             # the state cannot be read: show the job in the index it is in
             return job_from_fields(
-                job_id, pk.queue, pk.version, pk.partition, fields,
+                job_id, pk.queue, pk.placement, fields,
                 indexed_as=(yield from _index_of(ctx, pk, job_id)), payload_problem=problem,
             )  # fmt: skip
-        return job_from_fields(
-            job_id, pk.queue, pk.version, pk.partition, fields, payload_problem=problem
-        )
+        return job_from_fields(job_id, pk.queue, pk.placement, fields, payload_problem=problem)
     return None
 
 
@@ -277,7 +275,7 @@ def list_jobs(
         if any(v is not None for v in fields) or problem:
             pk = slots[k]
             job = job_from_fields(
-                ident(member), queue, pk.version, pk.partition, fields,
+                ident(member), queue, pk.placement, fields,
                 indexed_as=state, payload_problem=problem,
             )  # fmt: skip
             jobs.append(job)
@@ -427,7 +425,7 @@ def _report_all(
     """Decode, count and log the set-aside part (``reply[-1]``) of each reply."""
     aside = NOTHING_SET_ASIDE
     for pk, reply in zip(slots, replies, strict=True):
-        aside += decode_aside(reply[-1], pk.queue, pk.version, pk.partition)
+        aside += decode_aside(reply[-1], pk.queue, pk.placement)
     return _report(ctx, what, aside)
 
 

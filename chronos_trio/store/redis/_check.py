@@ -227,8 +227,7 @@ def judge(r: Reading, grace: float) -> tuple[Finding, Fix | None] | None:
         problem=Problem.DAMAGED,
         job_id=r.job_id.decode(errors="replace"),
         queue=r.pk.queue,
-        queue_version=r.pk.version,
-        partition=r.pk.partition,
+        placement=r.pk.placement,
         detail="",
         state=(f["state"] or b"").decode(errors="replace"),
         indexes=held,
@@ -474,8 +473,7 @@ class Walk:
                             problem=Problem.QUARANTINED,
                             job_id=job_id.decode(errors="replace"),
                             queue=pk.queue,
-                            queue_version=pk.version,
-                            partition=pk.partition,
+                            placement=pk.placement,
                             detail=quarantine_detail(value),
                         )
                     )

@@ -11,6 +11,7 @@ from typing import Any
 from ...records._control import decode_control
 from ...records._jobs import Job, JobState, NewJob, require_field_order
 from ...records._options import check_headers, decode_headers
+from ...records._placement import Placement
 from .._record_rules import parse_count as parse_count
 from .._record_rules import parse_number as parse_number
 from .._record_rules import (
@@ -154,8 +155,7 @@ def _decoded(value: bytes | None) -> str:
 def job_from_fields(
     job_id: str,
     queue: str,
-    version: int,
-    partition: int,
+    placement: Placement,
     f: Sequence[bytes | None],
     *,
     indexed_as: JobState | None = None,
@@ -217,7 +217,7 @@ def job_from_fields(
         job_id, queue, _decoded(stored.get("kind")), stored.get("payload") or b"",
         number("run_at") or 0.0, state, count("attempts"), count("max_retries"),
         number("timeout", infinite=True) or 0.0, _decoded(stored.get("lease_token")),
-        _decoded(stored.get("lease_owner")), number("lease_expires_at"), version, partition,
+        _decoded(stored.get("lease_owner")), number("lease_expires_at"), placement,
         _decoded(stored.get("last_error")), number("created_at") or 0.0, number("finished_at"),
         "; ".join(problems), result, result_until, headers, then, control,
         number("uc"),
@@ -228,8 +228,8 @@ require_field_order(
     Job,
     (
         "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
-        "timeout", "lease_token", "lease_owner", "lease_expires_at", "queue_version",
-        "partition", "last_error", "created_at", "finished_at", "damage", "result",
+        "timeout", "lease_token", "lease_owner", "lease_expires_at", "placement",
+        "last_error", "created_at", "finished_at", "damage", "result",
         "result_until", "headers", "then", "control", "unclaimed_since",
     ),
     "store.redis._codec.job_from_fields",
@@ -243,22 +243,22 @@ def newer_reason(v: bytes | str | int) -> str:
     )
 
 
-def decode_dead(flat: Sequence[Any], queue: str, version: int, partition: int) -> tuple[Job, ...]:
+def decode_dead(flat: Sequence[Any], queue: str, placement: Placement) -> tuple[Job, ...]:
     """Jobs a script reports as it left them: per job its ID then the 13
     JOB_FIELDS (see ``lua/lib/job_fields.lua``). Total, like :func:`job_from_fields`."""
     return tuple(
-        job_from_fields(ident(flat[k]), queue, version, partition, flat[k + 1 : k + 14])
+        job_from_fields(ident(flat[k]), queue, placement, flat[k + 1 : k + 14])
         for k in range(0, len(flat), 14)
     )
 
 
-def decode_aside(raw: Sequence[Any], queue: str, version: int, partition: int) -> SetAside:
+def decode_aside(raw: Sequence[Any], queue: str, placement: Placement) -> SetAside:
     """What a script set aside: its ``{dead, quarantined, newer}`` reply part
     (see ``lua/README.md``). Total, like :func:`job_from_fields`."""
     dead_flat, quarantined_flat, newer_flat = raw
     if not (dead_flat or quarantined_flat or newer_flat):
         return NOTHING_SET_ASIDE
-    dead = decode_dead(dead_flat, queue, version, partition)
+    dead = decode_dead(dead_flat, queue, placement)
     quarantined = tuple(
         AsideEntry(queue, ident(quarantined_flat[k]), ident(quarantined_flat[k + 1]))
         for k in range(0, len(quarantined_flat), 2)

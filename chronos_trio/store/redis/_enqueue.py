@@ -120,8 +120,7 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
                     reply[1 + 3 * k] == 1,
                     # '' for an existing key without a readable due time
                     float(reply[2 + 3 * k] or 0.0),
-                    pk.version,
-                    pk.partition,
+                    pk.placement,
                 )
         todo = closed
     if todo:
@@ -194,7 +193,7 @@ def _skip_existing_in_draining(
         exists, run_at = replies[2 * n], replies[2 * n + 1]
         if exists and results[i] is None:
             due = parse_number(run_at) if isinstance(run_at, bytes) else None
-            results[i] = EnqueueResult(jobs[i].id, False, due or 0.0, pk.version, pk.partition)
+            results[i] = EnqueueResult(jobs[i].id, False, due or 0.0, pk.placement)
     return [i for i in todo if results[i] is None]
 
 

@@ -40,8 +40,7 @@ def continuations(
                 Continuation(
                     ident(reply[k]),
                     pk.queue,
-                    pk.version,
-                    pk.partition,
+                    pk.placement,
                     then.decode("utf-8", "replace") if isinstance(then, bytes) else then,
                     reply[k + 2] or None,
                 )
@@ -54,7 +53,7 @@ def finish_continuations(ctx: StoreContext, done: Sequence[Continuation]) -> Pla
         return
     ops = []
     for c in done:
-        pk = ctx.keys.partition(c.queue, c.queue_version, c.partition)
+        pk = ctx.keys.placed(c.queue, c.placement)
         ops.append(Op.command(pk.tag, "ZREM", pk.outbox, c.job_id))
     yield Call(ops)
 

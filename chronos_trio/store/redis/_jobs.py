@@ -233,7 +233,7 @@ async def promote_due(ctx: StoreContext, queues: Sequence[str], limit: int) -> P
         for reply, pk, part in _partitions_done(plan, replies, "promote", first=1):
             n, next_due, raw_aside = part
             now = ctx.observe_now(reply[0])
-            aside += decode_aside(raw_aside, pk.queue, pk.version, pk.partition)
+            aside += decode_aside(raw_aside, pk.queue, pk.placement)
             promoted += n
             if n:
                 woke[pk.queue] = woke.get(pk.queue, 0) + n
@@ -354,10 +354,10 @@ class _Batch:
         plan = [(c.pks, c.n) for c in calls]
         for reply, pk, part in _partitions_done(plan, replies, "lease", must_run=first):
             self.lease_now = now = float(reply[0])
-            self.aside += decode_aside(part[0], pk.queue, pk.version, pk.partition)
+            self.aside += decode_aside(part[0], pk.queue, pk.placement)
             flow = part[1]
             if flow[0]:
-                self.expired += decode_dead(flow[0], pk.queue, pk.version, pk.partition)
+                self.expired += decode_dead(flow[0], pk.queue, pk.placement)
             if flow[1]:
                 until = float(flow[1])
                 self.held_until = until if self.held_until is None else min(self.held_until, until)
@@ -580,8 +580,8 @@ require_field_order(
     Job,
     (
         "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
-        "timeout", "lease_token", "lease_owner", "lease_expires_at", "queue_version",
-        "partition", "last_error", "created_at", "finished_at", "damage", "result",
+        "timeout", "lease_token", "lease_owner", "lease_expires_at", "placement",
+        "last_error", "created_at", "finished_at", "damage", "result",
         "result_until", "headers", "then", "control", "unclaimed_since",
     ),
     "store.redis._jobs._leased_jobs",
@@ -605,7 +605,7 @@ def _leased_jobs(
     token, why) instead of the result. ``expires_at`` is the reply's
     expiry, as sent, and ``leased_at`` its store time (lease.lua's TIME)."""
     expires = float(expires_at)
-    queue, version, partition = pk.queue, pk.version, pk.partition
+    queue, placement = pk.queue, pk.placement
     leased = JobState.LEASED
     out = []
     # a job with flow control: its number in the part -> its fc (lease.lua)
@@ -639,7 +639,7 @@ def _leased_jobs(
             job = Job(
                 reply[k].decode(), queue, reply[k + 2].decode(), reply[k + 3],
                 run_at, leased, int(reply[k + 5]), max_retries,
-                timeout, token, worker_id, expires, version, partition,
+                timeout, token, worker_id, expires, placement,
                 error.decode("utf-8", "backslashreplace") if error else "", created_at, None, "",
                 None, None, decode_headers(raw_headers) if raw_headers else (), None,
                 decode_control(fc.decode()) if fc else None,
@@ -718,9 +718,7 @@ async def _dead_letter_undecodable(
             continue
         fields, problem = record_fields(stored)
         dead.append(
-            job_from_fields(
-                ident(job_id), pk.queue, pk.version, pk.partition, fields, payload_problem=problem
-            )
+            job_from_fields(ident(job_id), pk.queue, pk.placement, fields, payload_problem=problem)
         )
     return SetAside(dead=tuple(dead))
 
@@ -729,7 +727,7 @@ async def _dead_letter_undecodable(
 def _group(ctx: StoreContext, refs: Sequence[LeaseRef]) -> dict[PartitionKeys, list[int]]:
     groups: dict[PartitionKeys, list[int]] = {}
     for i, ref in enumerate(refs):
-        pk = ctx.keys.partition(ref.queue, ref.queue_version, ref.partition)
+        pk = ctx.keys.placed(ref.queue, ref.placement)
         groups.setdefault(pk, []).append(i)
     return groups
 
@@ -750,7 +748,7 @@ async def renew(
     flagged: list[int] = []
     aside = NOTHING_SET_ASIDE
     for (pk, idxs), reply in zip(groups.items(), replies, strict=True):
-        aside += decode_aside(reply[1], pk.queue, pk.version, pk.partition)
+        aside += decode_aside(reply[1], pk.queue, pk.placement)
         for k, i in enumerate(idxs):
             code = reply[2 + k]
             results[i] = code == 1 or code == 4
@@ -834,7 +832,7 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Settle
             if isinstance(part, bytes):  # a key of the wrong type stopped it
                 failed.append((pk, part))
                 continue
-            aside += decode_aside(part[0], pk.queue, pk.version, pk.partition)
+            aside += decode_aside(part[0], pk.queue, pk.placement)
             for k, i in enumerate(groups[pk]):
                 code = part[1 + k]
                 results[i] = code == 1 or code == 4 or code == 5 or code == 6
@@ -933,7 +931,7 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
             continue
         script_now, ids, dead_flat, raw_aside, aborted_flat = reply
         ctx.observe_now(script_now)
-        aside += decode_aside(raw_aside, pk.queue, pk.version, pk.partition)
+        aside += decode_aside(raw_aside, pk.queue, pk.placement)
         requeued += [ident(i) for i in ids]
         if ids:
             woke[pk.queue] = woke.get(pk.queue, 0) + len(ids)
@@ -942,9 +940,7 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
             width = 1 + len(READ_FIELDS)
             for k in range(0, len(flat), width):
                 into.append(
-                    job_from_fields(
-                        ident(flat[k]), pk.queue, pk.version, pk.partition, flat[k + 1 : k + width]
-                    )
+                    job_from_fields(ident(flat[k]), pk.queue, pk.placement, flat[k + 1 : k + width])
                 )
     if woke:
         await ctx.adapter.execute([], after=ctx.wake_ready_ops(woke))

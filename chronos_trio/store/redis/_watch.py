@@ -32,6 +32,7 @@ import attrs
 
 from ...records._jobs import FINISHED_STATES, JobOutcome, JobRef, JobState
 from ...records._log import log_event
+from .._topology_placement import locate
 from ._codec import parse_count, parse_number
 from ._core import Call, Plan, RedisCore, locations_plan
 from ._scripts import WATCH, Op
@@ -188,8 +189,9 @@ def watch_plan(
     """Run watch.lua where ``ref``'s job lives (naming ``channel`` in its
     record while it is unfinished; "" only reads): its outcome and its key
     (None, None: no such job)."""
-    if ref.queue is not None and ref.queue_version is not None and ref.partition is not None:
-        places = [core.keys.partition(ref.queue, ref.queue_version, ref.partition)]
+    where = locate(ref.placement)
+    if ref.queue is not None and where is not None:
+        places = [core.keys.partition(ref.queue, *where)]
     else:
         places = yield from locations_plan(core, ref.job_id, ref.queue)
     if not places:
@@ -210,7 +212,8 @@ def expected_key(keys: KeySpace, ref: JobRef) -> bytes:
     """The job key ``ref``'s job most likely has (b"" when its queue is unknown)."""
     if ref.queue is None:
         return b""  # unknown: the first watch tells
-    pk = keys.partition(ref.queue, ref.queue_version or 1, ref.partition or 0)
+    where = locate(ref.placement) or (1, 0)  # unknown: the first partition's (a guess)
+    pk = keys.partition(ref.queue, *where)
     return pk.job(ref.job_id).encode()
 
 

@@ -89,6 +89,9 @@ from __future__ import annotations
 
 import attrs
 
+from ...records._placement import Placement
+from .._topology_placement import locate, topology_placement
+
 #: A member kept in every leased zset (score +inf, never a job ID in practice:
 #: job hashes are looked up under it and found absent). Being longer than
 #: 64 bytes, it makes Redis store the zset as a skiplist instead of a listpack,
@@ -113,6 +116,9 @@ class PartitionKeys:
     queue: str
     version: int
     partition: int
+    #: The placement of the partition's jobs (``(version, partition)``,
+    #: shared: see ``store._topology_placement``).
+    placement: Placement
     tag: str
     scheduled: str
     ready: str
@@ -135,6 +141,7 @@ class PartitionKeys:
             queue=queue,
             version=version,
             partition=partition,
+            placement=topology_placement(version, partition),
             tag=tag,
             scheduled=f"{tag}:scheduled",
             ready=f"{tag}:ready",
@@ -190,6 +197,7 @@ class KeySpace:
             info=f"{{{self._ns}:workers}}:info", lapse=f"{{{self._ns}:workers}}:lapse"
         )
         self._partitions: dict[tuple[str, int, int], PartitionKeys] = {}
+        self._placed: dict[tuple[str, Placement], PartitionKeys] = {}
 
     def partition(self, queue: str, version: int, partition: int) -> PartitionKeys:
         """The keys of one partition (cached: the hot path builds no strings)."""
@@ -201,6 +209,22 @@ class KeySpace:
             keys = self._partitions[ident] = PartitionKeys.build(
                 self._ns, queue, version, partition
             )
+        return keys
+
+    def placed(self, queue: str, placement: Placement) -> PartitionKeys:
+        """The keys of the partition of ``queue`` where a job of ``placement``
+        (one this store made) lives; cached as :meth:`partition`. A placement
+        that names no partition (the empty default of a record made by hand,
+        or one another store made) is read as version 1, partition 0, where
+        a queue's first jobs live: a settle or renewal of a job that is not
+        there is refused by its fence, as any stale lease is."""
+        ident = (queue, placement)
+        keys = self._placed.get(ident)
+        if keys is None:
+            version, partition = locate(placement) or (1, 0)
+            if len(self._placed) > 100_000:  # bound the cache; rebuilding is cheap
+                self._placed.clear()
+            keys = self._placed[ident] = self.partition(queue, version, partition)
         return keys
 
     def group(self, group_id: str) -> str:
