@@ -223,6 +223,12 @@ async def run_worker_and_scrape(redis_url: str, tmp_path: Path, processes: int, 
     proc = start(argv, env, log_path)
     try:
         producer = make_app(redis_url)
+        # every child up and registered before the jobs go in: on a loaded
+        # machine the first child to start could otherwise take them all
+        with trio.fail_after(20):
+            while len(await producer.store.workers()) < processes:
+                assert proc.poll() is None, log_path.read_text()
+                await trio.sleep(0.1)
         await producer.tasks["tests.record"].enqueue_many(
             [Record(f"prom{processes}", sleep=0.01) for _ in range(jobs)]
         )

@@ -175,7 +175,12 @@ async def check_concurrency_limit_takes_and_gives_back_slots(fresh: Fresh) -> No
     assert await lease(store) == [], "the live holders still have their slots"
 
 
-@check(Capability.RATE_LIMITS, Capability.CONCURRENCY_LIMITS, Capability.EXPIRY)
+@check(
+    Capability.ADMIN,
+    Capability.RATE_LIMITS,
+    Capability.CONCURRENCY_LIMITS,
+    Capability.EXPIRY,
+)
 async def check_held_back_jobs_do_not_shorten_a_batch(fresh: Fresh) -> None:
     # Jobs a limit holds back, or that expired, are replaced by the queue's
     # next ready jobs in its one order, wherever they are (partitions): the
