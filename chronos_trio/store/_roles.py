@@ -311,8 +311,12 @@ class WorkerRole(StoreRole):
         settlements of one lease only the first applies.
 
         SUCCEEDED drops the job, or keeps it as ``succeeded`` until
-        ``retain_for`` (> 0) seconds have passed; RETRY records ``error`` and
-        makes the job ``retry_wait``, due ``retry_delay`` seconds from now
+        ``retain_for`` (> 0) seconds have passed (retained: listed and
+        counted by the admin reads, trimmed by :meth:`AdminRole.trim`); a
+        success kept only for its result (``retain_for`` 0, ``result_ttl``
+        > 0) or its waiters is readable (``get_job``, ``outcome``) but not
+        retained: never listed or counted, it goes by itself. RETRY records
+        ``error`` and makes the job ``retry_wait``, due ``retry_delay`` seconds from now
         (a negative delay counts as 0); DEAD dead-letters it with ``error``
         and its finish time; DISCARD deletes it instead (a failure nobody
         keeps: in no dead index, never listed, counted, requeued or run; a
@@ -500,7 +504,11 @@ class AdminRole(StoreRole):
         A name the store does not know reports zero counts and is not
         registered by asking. Counts of several partitions are read in one
         batch, not one snapshot: under load they can be off by the jobs that
-        moved meanwhile. Raises StoreError when the store cannot be reached.
+        moved meanwhile. Succeeded jobs count only while retained (see
+        :meth:`WorkerRole.settle`: not one kept only for its result or its
+        waiters), as :meth:`list_jobs` lists them; a discarded job kept for
+        its waiters counts in no state. Raises StoreError when the store
+        cannot be reached.
         """
 
     @abc.abstractmethod
@@ -523,7 +531,11 @@ class AdminRole(StoreRole):
         then go by job ID.) ``offset`` (>= 0) and ``limit`` (>= 0) page
         through them, and ``limit`` 0 lists nothing. An unknown queue lists
         nothing. Pages are read one by one, so jobs that move between two
-        calls may be skipped or listed twice. (A RedisStore indexes succeeded
+        calls may be skipped or listed twice. Succeeded jobs are listed
+        while retained (``retain_for`` > 0, or a workflow's), until trimmed;
+        a success kept only for its result or its waiters is never listed
+        (read it with :meth:`get_job`), nor is a discarded job kept for its
+        waiters. (A RedisStore indexes succeeded
         jobs by the end of their retention: when they were retained for
         different periods, its pages may leave finish-time order.)
 
@@ -616,7 +628,8 @@ class AdminRole(StoreRole):
         jobs per queue, those whose retention ends first, retention left or
         not (with one retention period for every job: the oldest; 0: every
         retained one). A job kept only for its result or its waiters is not
-        retained here (it goes when they are done). None turns a limit off.
+        retained here (it goes when they are done, and is not counted).
+        None turns a limit off.
         Returns how many jobs were deleted (:attr:`CountResult.count`: only a
         record in the state of its index is deleted; others are set aside,
         in its ``aside``, see the conventions).

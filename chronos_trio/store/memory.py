@@ -129,6 +129,15 @@ class _Record:
     #: (renewals report it; its settle or recovery makes the job aborted).
     abort: str = ""
 
+    @property
+    def indexed(self) -> bool:
+        """Whether the record is in a state index, so listed and counted: not
+        a discarded job, nor a success kept only for its result or its
+        waiters (the RedisStore keeps those in no index either)."""
+        if self.discarded:
+            return False
+        return self.retained or self.job.state is not JobState.SUCCEEDED
+
 
 #: How long a finished job nothing keeps stays readable for its waiters (s).
 WAITED_KEEP = 60.0
@@ -890,8 +899,9 @@ class MemoryStore(Store):
         succeeded one past its retention, a dead or aborted one older than
         ``dead_max_age``, then the oldest beyond ``dead_max_count`` dead
         (and aborted) and ``keep_succeeded`` retained succeeded per queue.
-        A discarded record kept for its waiters goes when its time is over,
-        uncounted."""
+        A discarded record kept for its waiters, and a success kept only for
+        its result or its waiters, go when their time is over, uncounted (a
+        RedisStore's such records expire by themselves)."""
         await trio.lowlevel.checkpoint()
         now = self._clock()
         wanted = set(queues)
@@ -913,7 +923,8 @@ class MemoryStore(Store):
         if rec.discarded:
             lapsed, counted = rec.retain_until <= now, 0  # gone, as a Redis record expires
         elif job.state is JobState.SUCCEEDED:
-            lapsed, counted = rec.retain_until <= now, 1
+            # one kept only for its result or its waiters goes uncounted, too
+            lapsed, counted = rec.retain_until <= now, int(rec.retained)
         elif job.state in (JobState.DEAD, JobState.ABORTED):
             # aborted jobs are kept, and trimmed, as dead ones are
             finished = job.finished_at or 0.0
@@ -1009,7 +1020,7 @@ class MemoryStore(Store):
         counts: dict[str, dict[JobState, int]] = {q: dict.fromkeys(JobState, 0) for q in names}
         parts: dict[str, dict[tuple[int, int], int]] = {q: {} for q in names}
         for job_id, rec in self._records.items():
-            if rec.home in counts and not rec.discarded:
+            if rec.home in counts and rec.indexed:
                 job = self._shown(job_id, rec)
                 counts[job.queue][job.state] += 1
                 key = _where(job.placement)
@@ -1028,9 +1039,7 @@ class MemoryStore(Store):
     ) -> list[Job]:
         await trio.lowlevel.checkpoint()
         jobs = [
-            self._shown(i, r)
-            for i, r in self._records.items()
-            if r.home == queue and not r.discarded
+            self._shown(i, r) for i, r in self._records.items() if r.home == queue and r.indexed
         ]
         jobs = [j for j in jobs if j.state is state]
 

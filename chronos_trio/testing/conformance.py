@@ -41,6 +41,7 @@ suite with pytest (and pytest-trio), parametrized over :data:`CHECKS`::
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import cast
 
 import attrs
@@ -1018,6 +1019,41 @@ async def check_result_expires_and_is_trimmed(fresh: Fresh) -> None:
     await store.trim(["q"], dead_max_age=None, dead_max_count=None)
     assert await store.outcome(JobRef("r", "q")) is None
     assert await store.outcome(JobRef("kept", "q")) is not None
+
+
+@check(Capability.ADMIN, Capability.RESULTS)
+async def check_success_kept_for_its_result_is_not_listed(fresh: Fresh) -> None:
+    """A success kept only for its result, or for its waiters, is readable
+    but not retained: never listed or counted as succeeded, never counted
+    by a trim; a retained one is (``WorkerRole.settle``, ``AdminRole``)."""
+    store = await fresh()
+    await store.enqueue_many([job("res"), job("kept"), job("waited")])
+    leased = {lj.job.id: lj for lj in await lease(store)}
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(store.wait_outcome, JobRef("waited", "q"), timeout=5.0))
+            await trio.sleep(0.2)  # the waiter is registered before the success
+            await store.settle(
+                [
+                    settle(leased["res"], SettleKind.SUCCEEDED, result=b"1", result_ttl=0.3),
+                    settle(leased["kept"], SettleKind.SUCCEEDED, retain_for=60),
+                    settle(leased["waited"], SettleKind.SUCCEEDED),
+                ]
+            )
+    got = await store.get_job("res")
+    assert got is not None and got.state is JobState.SUCCEEDED and got.result == b"1"
+    # kept for its waiter (if it registered in time: a networked store's may not)
+    waited = await store.get_job("waited")
+    assert waited is None or waited.state is JobState.SUCCEEDED
+    listed = await store.list_jobs("q", JobState.SUCCEEDED)
+    assert [j.id for j in listed] == ["kept"], "only the retained success is listed"
+    [stats] = await store.stats(["q"])
+    assert stats.counts[JobState.SUCCEEDED] == 1 and stats.total == 1
+    assert sum(stats.by_partition.values()) == 1
+    await trio.sleep(0.4)  # the result expired: its record goes, uncounted by a trim
+    assert (await store.trim(["q"], dead_max_age=None, dead_max_count=None)).count == 0
+    assert await store.outcome(JobRef("res", "q")) is None
+    assert [j.id for j in await store.list_jobs("q", JobState.SUCCEEDED)] == ["kept"]
 
 
 @check(Capability.RESULTS)
