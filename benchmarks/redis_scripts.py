@@ -84,9 +84,11 @@ def _workload(url: str, n: int, out: Path) -> None:
             batch = await store.lease(
                 [QueueWeight(queue)], BATCH, worker_id="bench", lease_duration=duration
             )
-            if not batch.jobs:
+            # a LeaseResult's jobs; a plain list from trees before issue 24
+            leased = getattr(batch, "jobs", batch)
+            if not leased:
                 return got
-            got.extend(batch.jobs)
+            got.extend(leased)
 
     async def main() -> dict[str, dict[str, int]]:
         store = RedisStore.from_url(url, default_partitions=1)
