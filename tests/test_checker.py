@@ -33,8 +33,8 @@ from chronos_trio.store import (
     Settlement,
     Store,
     TopologyRole,
-    _memory_check,
 )
+from chronos_trio.store.memory import _check as _memory_check
 from chronos_trio.store.redis import RedisStore, _check
 from chronos_trio.store.redis._codec import RECORD_FORMAT
 from chronos_trio.store.redis.keys import KeySpace, PartitionKeys

@@ -9,7 +9,7 @@ import trio
 
 from chronos_trio import JobState, MemoryStore, NewJob
 from chronos_trio.store import DAMAGED_RECORD, NOTHING_SET_ASIDE, QueueWeight, SettleKind
-from chronos_trio.store.memory import _SETTLE
+from chronos_trio.store.memory._store import _SETTLE
 from chronos_trio.testing import DamageableMemoryStore
 from chronos_trio.testing.damage import Damage, damage_job
 

@@ -21,10 +21,10 @@ deleted             delete_job                    delete.lua
 expired             _expire (lease)               lease.lua expire()
 recovered dead      recover_expired               recover.lua 'dead'
 recovered aborted   recover_expired               recover.lua -> abort_job
-repaired dead       _memory_check._repair         check_repair.lua dead_letter
-repaired aborted    _memory_check._repair         check_repair.lua -> abort_job
+repaired dead       memory._check._repair         check_repair.lua dead_letter
+repaired aborted    memory._check._repair         check_repair.lua -> abort_job
 damaged (lease)     _set_aside                    lib/dead_letter.lua
-damaged (checker)   _memory_check._repair         check_repair.lua dead_letter
+damaged (checker)   memory._check._repair         check_repair.lua dead_letter
 ==================  ==========================================================
 """
 

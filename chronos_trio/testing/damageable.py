@@ -58,7 +58,7 @@ from ..store._roles import (
     SettleResult,
 )
 from ..store._topology_placement import topology_placement
-from ..store.memory import MemoryStore, _Aside, _Index, _Record
+from ..store.memory._store import MemoryStore, _Aside, _Index, _Record
 
 __all__ = ["DamageableMemoryStore", "field_damage", "record_damage", "shown"]
 

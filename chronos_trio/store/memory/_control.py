@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 import attrs
 
-from ..records._control import JobControl
-from ..records._jobs import Job, JobState
-from ..records._unique import RUN_SLOT_PREFIX
+from ...records._control import JobControl
+from ...records._jobs import Job, JobState
+from ...records._unique import RUN_SLOT_PREFIX
 
 
 class Verdict(enum.Enum):

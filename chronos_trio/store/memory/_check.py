@@ -25,8 +25,8 @@ from typing import Any, Protocol
 
 import attrs
 
-from ..records._jobs import Job, JobState
-from ._roles import (
+from ...records._jobs import Job, JobState
+from .._roles import (
     CheckReport,
     Finding,
     Problem,

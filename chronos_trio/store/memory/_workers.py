@@ -11,8 +11,8 @@ import logging
 
 import attrs
 
-from ..records._log import log_event
-from ..records._workers import WorkerInfo, decode_worker, encode_worker, worker_order
+from ...records._log import log_event
+from ...records._workers import WorkerInfo, decode_worker, encode_worker, worker_order
 
 log = logging.getLogger("chronos_trio.store")
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import attrs
 
-from ..records._jobs import Job, JobState
-from ._roles import Settlement
+from ...records._jobs import Job, JobState
+from .._roles import Settlement
 
 
 def stamp_of(job: Job, now: float) -> float | None:

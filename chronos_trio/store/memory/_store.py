@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 import attrs
 import trio
 
-from ..records import _control, _jobs, _unique
-from ..records._jobs import (
+from ...records import _control, _jobs, _unique
+from ...records._jobs import (
     FINISHED_STATES,
     EnqueueResult,
     Job,
@@ -45,22 +45,13 @@ from ..records._jobs import (
     LeaseRef,
     NewJob,
 )
-from ..records._placement import Placement
-from ..records._unique import Unique
-from ..records._workers import WorkerInfo
-from ..records._workflow import WORKFLOW_KEEP, Arrival
-from . import (
-    _checking,
-    _flag,
-    _memory_check,
-    _memory_control,
-    _memory_unclaimed,
-    _memory_unique,
-    _memory_workers,
-    _partitioning,
-)
-from ._partitioning import partition_of, share_by_weight, share_strictly
-from ._roles import (
+from ...records._placement import Placement
+from ...records._unique import Unique
+from ...records._workers import WorkerInfo
+from ...records._workflow import WORKFLOW_KEEP, Arrival
+from .. import _checking, _flag, _partitioning
+from .._partitioning import partition_of, share_by_weight, share_strictly
+from .._roles import (
     DAMAGED_RECORD,
     LEASE_GRACE,
     NOTHING_SET_ASIDE,
@@ -87,8 +78,13 @@ from ._roles import (
     TriggerResult,
     VersionState,
 )
-from ._topology_placement import locate as _locate
-from ._topology_placement import topology_placement as _placement_of
+from .._topology_placement import locate as _locate
+from .._topology_placement import topology_placement as _placement_of
+from . import _check as _memory_check
+from . import _control as _memory_control
+from . import _unclaimed as _memory_unclaimed
+from . import _unique as _memory_unique
+from . import _workers as _memory_workers
 
 #: ``(due-or-expiry time, sequence, job id, record version)`` — a heap entry is
 #: valid only while the record still has that version (lazy deletion).
@@ -117,7 +113,7 @@ class _Record:
     home: str = attrs.field(default=attrs.Factory(lambda rec: rec.job.queue, takes_self=True))
     #: A succeeded job's end of retention (its record, and result, go then).
     retain_until: float = 0.0
-    #: A unique job's key and mode (see ``_memory_unique``).
+    #: A unique job's key and mode (see ``memory._unique``).
     unique: Unique | None = None
     #: A succeeded job retained for inspection (or a workflow's): what the
     #: RedisStore indexes as succeeded, and ``keep_succeeded`` caps.
@@ -258,7 +254,7 @@ class MemoryStore(Store):
         self._outbox_filled = _flag.Flag()
         #: Groups: ID -> (expiry, size, results by member index).
         self._groups: dict[str, tuple[float, int, dict[int, bytes | None]]] = {}
-        #: The worker registry (see ``_memory_workers``).
+        #: The worker registry (see ``memory._workers``).
         self._workers = _memory_workers.WorkerRegistry()
 
     # -- the judgement seam ------------------------------------------------------------
@@ -824,7 +820,7 @@ class MemoryStore(Store):
     def _settle_unclaimed(self, rec: _Record, job: Job, s: Settlement, now: float) -> JobState:
         """leased --no handler for its kind--> retry_wait for a worker that
         has one, or dead once unclaimed for ``unclaimed_grace`` (see
-        ``_memory_unclaimed``); the attempt given back."""
+        ``memory._unclaimed``); the attempt given back."""
         after = _memory_unclaimed.unclaimed(job, s, now)
         if after.state is JobState.DEAD:
             self._unique.release(rec.home, rec.unique, job.id)
@@ -1288,7 +1284,7 @@ class MemoryStore(Store):
         lease_grace: float = LEASE_GRACE,
     ) -> CheckReport:
         """Judges every record and heap entry in one step (see
-        :mod:`._memory_check`); never reports NO_RECORD."""
+        :mod:`._check`); never reports NO_RECORD."""
         await trio.lowlevel.checkpoint()
         names = _checking.asked_queues(queues, batch=batch, lease_grace=lease_grace)
         return _memory_check.check(self, names, repair=repair, lease_grace=lease_grace)

@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import attrs
 
-from ..records._jobs import PENDING_STATES, Job, JobState, NewJob
-from ..records._unique import Unique
+from ...records._jobs import PENDING_STATES, Job, JobState, NewJob
+from ...records._unique import Unique
 
 #: States in which a debounce replaces the holder's payload and due time.
 WAITING_STATES = frozenset({JobState.SCHEDULED, JobState.READY, JobState.RETRY_WAIT})
