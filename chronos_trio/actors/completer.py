@@ -15,7 +15,7 @@ import attrs
 import trio
 
 from ..records._jobs import JobState
-from ..records._log import log_event
+from ..records._log import log_event, log_job_event
 from ..runtime._backoff import Backoff
 from ..runtime._events import JobAbortApplied, JobReleased, JobRetried, JobSucceeded, LeaseLost
 from ..runtime._inflight import Entry, Stage
@@ -94,14 +94,11 @@ def _account(
     duration = _duration(entry)
     if aborted or kind is SettleKind.ABORTED:
         rt.counters.aborted += 1
-        log_event(
+        log_job_event(
             log,
             logging.INFO,
             "aborted",
-            job=job.id,
-            kind=job.kind,
-            queue=job.queue,
-            attempt=job.attempts,
+            job,
             called_off=kind,
         )
         if events.wants(JobAbortApplied):
@@ -111,14 +108,11 @@ def _account(
     elif kind is SettleKind.SUCCEEDED:
         rt.counters.succeeded += 1
         if debug:
-            log_event(
+            log_job_event(
                 log,
                 logging.DEBUG,
                 "succeeded",
-                job=job.id,
-                kind=job.kind,
-                queue=job.queue,
-                attempt=job.attempts,
+                job,
             )
         if events.wants(JobSucceeded):
             events.publish(

@@ -27,7 +27,7 @@ import logging
 import trio
 from trio_util import periodic
 
-from ..records._log import log_event
+from ..records._log import log_event, log_job_event
 from ..runtime._backoff import Backoff
 from ..runtime._inflight import Entry, lease_deadline
 from ..runtime._state import Runtime, log
@@ -100,13 +100,10 @@ async def _renew(
         entry = entries[i]
         if table.mark_aborted(entry):
             job = entry.leased.job
-            log_event(
+            log_job_event(
                 log,
                 logging.INFO,
                 "abort asked",
-                job=job.id,
-                kind=job.kind,
-                queue=job.queue,
-                attempt=job.attempts,
+                job,
                 then="calling off its run",
             )

@@ -17,6 +17,10 @@ import json
 import logging
 import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._jobs import Job
 
 #: The LogRecord attribute holding the event name.
 EVENT_ATTR = "chronos_event"
@@ -77,3 +81,31 @@ def log_event(
 
 
 __all__ = ["EVENT_ATTR", "FIELDS_ATTR", "event_text", "log_event", "text_value"]
+
+
+def log_job_event(
+    logger: logging.Logger,
+    level: int,
+    event: str,
+    job: Job,
+    /,
+    *,
+    exc_info: bool | BaseException = False,
+    **fields: object,
+) -> None:
+    """:func:`log_event` about one job: its ID, kind, queue and attempt
+    come first among the fields, then ``fields``. Costs one level check
+    when the level is off (the fields are built only when it is on)."""
+    if not logger.isEnabledFor(level):
+        return
+    log_event(
+        logger,
+        level,
+        event,
+        exc_info=exc_info,
+        job=job.id,
+        kind=job.kind,
+        queue=job.queue,
+        attempt=job.attempts,
+        **fields,
+    )

@@ -11,7 +11,7 @@ import attrs
 from trio_util import AsyncValue
 
 from ..records._jobs import Job
-from ..records._log import log_event
+from ..records._log import log_event, log_job_event
 from ..store import Leadership, SetAside, Store
 from ._config import WorkerConfig
 from ._events import EventBus, JobDead, LeaseLost
@@ -154,14 +154,11 @@ class Runtime:
         """Log, count and publish a lease this worker just gave up (the
         caller marked ``entry`` lost in the table). Never awaits."""
         job = entry.leased.job
-        log_event(
+        log_job_event(
             log,
             logging.WARNING,
             "lease lost",
-            job=job.id,
-            kind=job.kind,
-            queue=job.queue,
-            attempt=job.attempts,
+            job,
             why=why,
         )
         self.counters.lost += 1

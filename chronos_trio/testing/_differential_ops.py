@@ -34,7 +34,8 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from ..store._roles import SettleKind
+from ..records._jobs import LeaseRef
+from ..store._results import SettleKind, Settlement
 
 #: How far the clock moves between two steps (s): a power of two, so due
 #: times on the grid are exact floats.
@@ -87,16 +88,18 @@ class LeasePick:
     current: bool = True
 
 
+#: The lease a drawn settlement holds until it runs: the runner puts the
+#: lease its pick names in its place.
+UNLEASED = LeaseRef("", "", "")
+
+
 @attrs.frozen
 class SettleItem:
+    """One settlement of a :class:`Settle` step: the lease it picks, and
+    what it asks (a :class:`Settlement` on :data:`UNLEASED`)."""
+
     pick: LeasePick
-    kind: SettleKind
-    error: str = ""
-    retry_delay: float = 0.0
-    retain_for: float = 0.0
-    result: bytes | None = None
-    result_ttl: float = 0.0
-    unclaimed_grace: float = 0.0
+    outcome: Settlement
 
 
 @attrs.frozen
@@ -331,8 +334,9 @@ class _Draw:
         rng = self.rng
         kind = rng.choice(list(SettleKind))
         keep = rng.random() < 0.5
-        return SettleItem(
-            self.pick(),
+        pick = self.pick()
+        outcome = Settlement(
+            UNLEASED,
             kind,
             error=f"e{rng.randrange(100)}",
             retry_delay=self.delay(),
@@ -341,6 +345,7 @@ class _Draw:
             result_ttl=float(rng.choice((0, 5, 50))) + self.fraction(),
             unclaimed_grace=float(rng.choice((0, 3, 10))) + self.fraction(),
         )
+        return SettleItem(pick, outcome)
 
 
 def generate(seed: int | str, steps: int, mix: Mix | None = None) -> list[Operation]:

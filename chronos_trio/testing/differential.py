@@ -50,7 +50,7 @@ from ..records._control import JobControl, ready_score
 from ..records._jobs import Job, JobState, LeaseRef, NewJob
 from ..records._unique import Unique
 from ..records._workflow import Arrival
-from ..store._roles import QueueWeight, Settlement, Store
+from ..store._roles import QueueWeight, Store
 from . import _differential_results as normal
 from ._differential_ops import (
     QUEUES,
@@ -202,19 +202,7 @@ class _Side:
         if isinstance(op, Renew):
             return normal.renewed(await store.renew([self.ref(p) for p in op.picks], op.duration))
         if isinstance(op, Settle):
-            settlements = [
-                Settlement(
-                    self.ref(i.pick),
-                    i.kind,
-                    error=i.error,
-                    retry_delay=i.retry_delay,
-                    retain_for=i.retain_for,
-                    result=i.result,
-                    result_ttl=i.result_ttl,
-                    unclaimed_grace=i.unclaimed_grace,
-                )
-                for i in op.items
-            ]
+            settlements = [attrs.evolve(i.outcome, lease=self.ref(i.pick)) for i in op.items]
             return normal.settled(await store.settle(settlements))
         if isinstance(op, Recover):
             return normal.recovered(await store.recover_expired(list(op.queues), op.limit))
