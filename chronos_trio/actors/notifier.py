@@ -22,7 +22,7 @@ import logging
 import trio
 
 from ..records._log import log_event
-from ..runtime._events import Event, Subscription, deliver
+from ..runtime._events import Event, Subscription, deliver, deliver_inline
 from ..runtime._state import Runtime
 
 log = logging.getLogger("chronos_trio.events")
@@ -48,27 +48,13 @@ async def run(
                     await trio.lowlevel.checkpoint()
                 for subscription in bus.subscribers_of(event):
                     if subscription.inline:
-                        _call_inline(subscription, event)
+                        deliver_inline(subscription, event)
                         continue
                     await places.acquire()
                     bus.delivery_started()
                     nursery.start_soon(_call, rt, subscription, event, places)
             finally:  # cancelled midway: the rest of this event is dropped
                 bus.event_done()
-
-
-def _call_inline(subscription: Subscription, event: Event) -> None:
-    try:
-        subscription.callback(event)
-    except Exception:
-        log_event(
-            log,
-            logging.ERROR,
-            "event subscriber failed",
-            subscriber=subscription.name,
-            on=type(event).__name__,
-            exc_info=True,
-        )
 
 
 async def _call(

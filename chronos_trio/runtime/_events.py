@@ -322,11 +322,24 @@ async def deliver(subscription: Subscription, event: Event) -> None:
         if inspect.isawaitable(result):
             await result
     except Exception:
-        log_event(
-            log,
-            logging.ERROR,
-            "event subscriber failed",
-            subscriber=subscription.name,
-            on=type(event).__name__,
-            exc_info=True,
-        )
+        _subscriber_failed(subscription, event)
+
+
+def deliver_inline(subscription: Subscription, event: Event) -> None:
+    """Call one plain (not async) subscriber at once; its errors are
+    logged, never raised."""
+    try:
+        subscription.callback(event)
+    except Exception:
+        _subscriber_failed(subscription, event)
+
+
+def _subscriber_failed(subscription: Subscription, event: Event) -> None:
+    log_event(
+        log,
+        logging.ERROR,
+        "event subscriber failed",
+        subscriber=subscription.name,
+        on=type(event).__name__,
+        exc_info=True,
+    )
