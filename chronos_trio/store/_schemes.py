@@ -108,3 +108,10 @@ for _name, _what in (
     ("rediss+sentinel", "Redis Sentinel over TLS"),
 ):
     register_scheme(_name, "chronos_trio.store.redis:open_store", shared=True, description=_what)
+for _name in ("postgresql", "postgres"):
+    register_scheme(
+        _name,
+        "chronos_trio.store.postgres:open_postgres_store",
+        shared=True,
+        description="PostgreSQL (the postgres extra)",
+    )

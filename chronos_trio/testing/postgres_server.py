@@ -157,9 +157,9 @@ class PostgresServer:
 
         Raises :class:`PostgresUnavailable` if it does not come up."""
         self._tmp = tempfile.mkdtemp(prefix="chronos-pg-")
-        os.chmod(self._tmp, 0o777)  # noqa: S103 - the cluster's owner writes in it
+        os.chmod(self._tmp, 0o777)
         self.socket_dir.mkdir()
-        os.chmod(self.socket_dir, 0o777)  # noqa: S103
+        os.chmod(self.socket_dir, 0o777)
         if os.geteuid() == 0:
             shutil.chown(self._tmp, "postgres")
             shutil.chown(self.socket_dir, "postgres")
@@ -216,12 +216,13 @@ class PostgresServer:
 
     def _start(self, timeout: float) -> None:
         log = self.directory / "server.log"
-        self._proc = subprocess.Popen(
-            [*_as_owner(), str(self.bindir / "postgres"), "-D", str(self.datadir)],
-            stdout=subprocess.DEVNULL,
-            stderr=open(log, "ab"),  # noqa: SIM115 - the child keeps it
-            start_new_session=True,
-        )
+        with open(log, "ab") as stderr:
+            self._proc = subprocess.Popen(
+                [*_as_owner(), str(self.bindir / "postgres"), "-D", str(self.datadir)],
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

@@ -1,0 +1,143 @@
+"""The PostgreSQL store's connections: a pool of psycopg 3 sync connections,
+each operation one transaction run in a Trio worker thread.
+
+Why threads: psycopg's async API is asyncio-only, and one thread hop per
+operation (the whole transaction, all its statements, in the thread) costs
+less than the statements themselves; see docs/stores.md for the figures.
+
+Every connection has ``search_path`` set to the store's schema and a
+``statement_timeout``. Errors become :class:`StoreError` (the operation
+rolled back, or, for a connection lost at commit, perhaps applied: every
+operation is safe to repeat, as the contract says).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg_pool
+import trio
+from psycopg import sql
+
+from ...records._errors import StoreError
+from .._observer import StoreObserver
+from . import _migrate
+from ._url import PostgresOptions
+
+T = TypeVar("T")
+
+#: What an operation runs in its thread: one transaction on ``conn``.
+Work = Callable[[psycopg.Connection[Any]], T]
+
+
+class Database:
+    """The pool and the thread limiter of one store (its single owner)."""
+
+    def __init__(self, options: PostgresOptions) -> None:
+        self.options = options
+        self.schema = options.schema
+        self._limiter = trio.CapacityLimiter(options.pool_size)
+        self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None
+        self._ready = False
+        self._closed = False
+        self._observer: StoreObserver | None = None
+
+    # -- connections -------------------------------------------------------------
+    def connect_kwargs(self) -> dict[str, Any]:
+        """libpq options of every connection the store opens (its schema and
+        statement timeout); prepared statements off behind PgBouncer."""
+        timeout_ms = int(self.options.statement_timeout * 1000)
+        kwargs: dict[str, Any] = {
+            "options": f"-c search_path={self.schema} -c statement_timeout={timeout_ms}",
+        }
+        if self.options.poll_only:
+            kwargs["prepare_threshold"] = None
+        return kwargs
+
+    def connect(self, *, autocommit: bool = False) -> psycopg.Connection[Any]:
+        """A new connection of the store's own (blocking; for LISTEN and tools)."""
+        return psycopg.connect(
+            self.options.conninfo, autocommit=autocommit, **self.connect_kwargs()
+        )
+
+    def _open(self) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
+        if self._closed:
+            raise StoreError("the PostgreSQL store is closed")
+        if self._pool is None:
+            pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] = (
+                psycopg_pool.ConnectionPool(
+                    self.options.conninfo,
+                    min_size=1,
+                    max_size=self.options.pool_size,
+                    kwargs=self.connect_kwargs(),
+                    open=False,
+                    timeout=min(10.0, self.options.statement_timeout),
+                    check=psycopg_pool.ConnectionPool.check_connection,
+                    name=f"chronos_trio:{self.schema}",
+                )
+            )
+            pool.open(wait=False)
+            self._pool = pool
+        if not self._ready:
+            with self._pool.connection() as conn:
+                if self.options.migrate == "auto":
+                    _migrate.migrate(conn, self.schema)
+                else:
+                    _migrate.check_current(conn, self.schema)
+            self._ready = True
+        return self._pool
+
+    # -- running operations ------------------------------------------------------
+    async def run(self, work: Work[T], *, what: str) -> T:
+        """Run ``work(conn)`` as one transaction on a pooled connection in a
+        worker thread; its result. Commits when ``work`` returns, rolls back
+        when it raises. Raises StoreError for every database error."""
+        return await trio.to_thread.run_sync(
+            self.run_blocking, work, what, limiter=self._limiter, abandon_on_cancel=True
+        )
+
+    def run_blocking(self, work: Work[T], what: str) -> T:
+        """:meth:`run` for code already off the Trio loop (threads, tools)."""
+        failed = True
+        try:
+            pool = self._open()
+            with pool.connection() as conn:
+                result = work(conn)
+            failed = False
+            return result
+        except psycopg_pool.PoolTimeout as exc:
+            raise StoreError(f"PostgreSQL {what}: no connection: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL {what}: {describe(exc)}") from exc
+        finally:
+            observer = self._observer
+            if observer is not None:
+                observer(what, failed)
+
+    def observe(self, observer: StoreObserver | None) -> None:
+        self._observer = observer
+
+    def identifier(self, name: str) -> sql.Composed:
+        """``schema.name`` as a quoted SQL identifier."""
+        return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(name))
+
+    async def aclose(self) -> None:
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await trio.to_thread.run_sync(pool.close)
+
+
+def describe(exc: psycopg.Error) -> str:
+    """What went wrong, and what a user must do where a user must act."""
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if sqlstate == "53100":
+        return f"{text} (the database's disk is full: free space; nothing was changed)"
+    if sqlstate == "25006":
+        return f"{text} (the database is read-only: a standby, or default_transaction_read_only)"
+    if sqlstate == "57014":
+        return f"{text} (statement_timeout: the operation was cancelled and rolled back)"
+    return text

@@ -1,0 +1,98 @@
+"""Rows of the ``jobs`` table and the :class:`Job` they stand for.
+
+:data:`JOB_COLUMNS` is the select list every read of whole jobs uses, and
+:func:`job_from_row` turns one such row back into a ``Job``. Columns are
+typed and checked by the schema, so a row cannot be half-written; a text
+column that does not decode (``control``, ``headers``) is reported as the
+job's ``damage`` rather than raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ...records._control import JobControl, decode_control
+from ...records._jobs import Job, JobState
+from ...records._options import decode_headers, encode_headers
+
+#: The columns of a whole job, in :func:`job_from_row`'s order.
+JOB_COLUMNS = (
+    "id, queue, kind, payload, run_at, state, attempts, max_retries, timeout, "
+    "lease_token, lease_owner, lease_expires_at, last_error, created_at, finished_at, "
+    "result, result_until, headers, then_step, control, unclaimed_since"
+)
+
+_STATES = {state.value: state for state in JobState}
+
+
+def job_from_row(row: Sequence[Any]) -> Job:
+    """The ``Job`` of a row selected with :data:`JOB_COLUMNS`."""
+    (
+        job_id,
+        queue,
+        kind,
+        payload,
+        run_at,
+        state,
+        attempts,
+        max_retries,
+        timeout,
+        lease_token,
+        lease_owner,
+        lease_expires_at,
+        last_error,
+        created_at,
+        finished_at,
+        result,
+        result_until,
+        headers,
+        then_step,
+        control,
+        unclaimed_since,
+    ) = row
+    damage = []
+    try:
+        decoded_headers = decode_headers(headers)
+    except ValueError as exc:
+        decoded_headers = ()
+        damage.append(f"headers {headers!r}: {exc}")
+    try:
+        decoded_control = decode_control(control)
+    except ValueError as exc:
+        decoded_control = None
+        damage.append(f"control {control!r}: {exc}")
+    return Job(
+        id=job_id,
+        queue=queue,
+        kind=kind,
+        payload=bytes(payload),
+        run_at=run_at,
+        state=_STATES[state],
+        attempts=attempts,
+        max_retries=max_retries,
+        timeout=timeout,
+        lease_token=lease_token,
+        lease_owner=lease_owner,
+        lease_expires_at=lease_expires_at,
+        last_error=last_error,
+        created_at=created_at,
+        finished_at=finished_at,
+        result=None if result is None else bytes(result),
+        result_until=result_until,
+        headers=decoded_headers,
+        then=then_step,
+        control=decoded_control,
+        unclaimed_since=unclaimed_since,
+        damage="; ".join(damage),
+    )
+
+
+def control_text(control: JobControl | None) -> str:
+    """A job's ``control`` column."""
+    return "" if control is None else control.encode()
+
+
+def headers_text(headers: tuple[tuple[str, str], ...]) -> str:
+    """A job's ``headers`` column."""
+    return encode_headers(headers).decode()
