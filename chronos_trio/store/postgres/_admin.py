@@ -64,8 +64,9 @@ class AdminPart(PostgresPart, AdminRole, TopologyRole):
         )
 
     async def delete_job(self, job_id: str, *, queue: str | None = None) -> bool:
+        schema = self._db.schema
         return await self._db.run(
-            lambda conn: _operate.delete_job(conn, job_id, queue), what="delete_job"
+            lambda conn: _operate.delete_job(conn, schema, job_id, queue), what="delete_job"
         )
 
     async def abort(

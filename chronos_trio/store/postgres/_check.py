@@ -61,7 +61,7 @@ from . import _judge, _topology
 from ._base import PostgresPart, now_of
 from ._inspect import known_queues
 from ._operate import release_unique
-from ._wake import wake_finished, wake_queues
+from ._wake import wake_queues, wake_waiters
 
 _SKIPPED = "the job changed since it was inspected: left alone (check again)"
 _PENDING = [state.value for state in PENDING_STATES]
@@ -129,7 +129,7 @@ def _dead_letter(conn: psycopg.Connection[Any], schema: str, judged: _judge.Judg
         return _done(finding, 0, Repair.DEAD_LETTERED, "")
     release_unique(conn, row[0], row[1], finding.job_id)
     conn.execute("DELETE FROM slots WHERE job_id = %s", (finding.job_id,))
-    wake_finished(conn, schema, [finding.job_id])
+    wake_waiters(conn, schema, [finding.job_id])
     return _done(finding, 1, Repair.DEAD_LETTERED, error)
 
 
@@ -165,7 +165,7 @@ def _recover(conn: psycopg.Connection[Any], schema: str, judged: _judge.Judged) 
         wake_queues(conn, schema, [queue])
         return _done(finding, 1, Repair.RECOVERED, "ready again (due now)")
     release_unique(conn, queue, key, finding.job_id)
-    wake_finished(conn, schema, [finding.job_id])
+    wake_waiters(conn, schema, [finding.job_id])
     if state == "aborted":
         return _done(finding, 1, Repair.RECOVERED, f"aborted (an abort was asked): {error}")
     return _done(finding, 1, Repair.DEAD_LETTERED, error)

@@ -22,7 +22,6 @@ trigger to finish after a crash, and a new leader has none to pick up.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -30,10 +29,7 @@ import psycopg
 from ...records._jobs import NewJob
 from .._roles import Leadership, LeadershipRole, TriggerResult
 from ._base import PostgresPart, now_of
-
-#: How a trigger enqueues its job on the trigger's connection, in its
-#: transaction (the worker part's enqueue).
-EnqueueOn = Callable[[psycopg.Connection[Any], str, list[NewJob]], object]
+from ._enqueue import enqueue_params, enqueue_query
 
 
 def _acquire(
@@ -84,7 +80,6 @@ def _current(conn: psycopg.Connection[Any], name: str) -> Leadership | None:
 def fire(
     conn: psycopg.Connection[Any],
     schema: str,
-    enqueue: EnqueueOn,
     name: str,
     epoch: int,
     schedule_id: str,
@@ -108,7 +103,8 @@ def fire(
     ).fetchone()
     if recorded is None:
         return TriggerResult.ALREADY_FIRED
-    enqueue(conn, schema, [job])
+    # the worker part's enqueue, in this transaction (it wakes the queue at commit)
+    conn.execute(enqueue_query(schema), enqueue_params([job])).fetchall()
     return TriggerResult.ENQUEUED
 
 
@@ -121,14 +117,7 @@ def _last_fired(conn: psycopg.Connection[Any], name: str) -> dict[str, float]:
     }
 
 
-def _no_enqueue(conn: psycopg.Connection[Any], schema: str, jobs: list[NewJob]) -> object:
-    raise NotImplementedError("the worker part's enqueue is not merged yet")
-
-
 class LeaderPart(PostgresPart, LeadershipRole):
-    #: The enqueue a trigger runs in its transaction (the worker part's).
-    _trigger_enqueue: EnqueueOn = staticmethod(_no_enqueue)
-
     async def acquire_leadership(self, name: str, holder: str, ttl: float) -> Leadership | None:
         """See :meth:`LeadershipRole.acquire_leadership`. A trigger's record
         and its job commit together, so there is no predecessor's trigger
@@ -155,9 +144,9 @@ class LeaderPart(PostgresPart, LeadershipRole):
     ) -> TriggerResult:
         """See :meth:`LeadershipRole.enqueue_trigger` and the module
         docstring: one transaction, so a trigger recorded is a job enqueued."""
-        schema, enqueue = self._db.schema, type(self)._trigger_enqueue
+        schema = self._db.schema
         return await self._db.run(
-            lambda conn: fire(conn, schema, enqueue, name, epoch, schedule_id, fire_at, job),
+            lambda conn: fire(conn, schema, name, epoch, schedule_id, fire_at, job),
             what="enqueue_trigger",
         )
 

@@ -12,7 +12,7 @@ import psycopg
 
 from ...records._jobs import abort_error
 from .._roles import NOTHING_SET_ASIDE, AbortResult, CountResult
-from ._wake import wake_finished, wake_queues
+from ._wake import wake_queues, wake_waiters
 
 _WAITING = ("scheduled", "ready", "retry_wait")
 
@@ -50,8 +50,9 @@ def run_now(conn: psycopg.Connection[Any], schema: str, job_id: str, queue: str 
     return True
 
 
-def delete_job(conn: psycopg.Connection[Any], job_id: str, queue: str | None) -> bool:
-    """Delete a job that is not leased, giving back its unique key."""
+def delete_job(conn: psycopg.Connection[Any], schema: str, job_id: str, queue: str | None) -> bool:
+    """Delete a job that is not leased, giving back its unique key (its
+    result waiters are woken: it went)."""
     where, params = _where(queue)
     row = conn.execute(
         "DELETE FROM jobs WHERE id = %s AND state <> 'leased'"
@@ -63,6 +64,7 @@ def delete_job(conn: psycopg.Connection[Any], job_id: str, queue: str | None) ->
         return False
     release_unique(conn, row[0], row[1], job_id)
     conn.execute("DELETE FROM slots WHERE job_id = %s", (job_id,))
+    wake_waiters(conn, schema, [job_id])
     return True
 
 
@@ -88,7 +90,7 @@ def abort(
         )
         release_unique(conn, home, key, job_id)
         conn.execute("DELETE FROM slots WHERE job_id = %s", (job_id,))
-        wake_finished(conn, schema, [job_id])
+        wake_waiters(conn, schema, [job_id])
         return AbortResult.ABORTED
     if state == "leased":
         conn.execute(

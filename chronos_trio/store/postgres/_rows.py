@@ -19,6 +19,10 @@ from ...records._jobs import Job, JobState
 from ...records._options import decode_headers, encode_headers
 from .._topology_placement import topology_placement
 
+#: Where a job of a queue never promoted lives: version 1, partition 0 (the
+#: default topology, see ``_topology``), as ``TopologyRole.locate`` reads it.
+PLACEMENT = topology_placement(1, 0)
+
 #: The columns of a whole job, in :func:`job_from_row`'s order.
 JOB_COLUMNS = (
     "id, queue, kind, payload, run_at, state, attempts, max_retries, timeout, "

@@ -1,6 +1,21 @@
-"""Waking idle workers: one notification on the store's ready channel.
+"""Wake-ups by NOTIFY: what every part of the PostgreSQL store (and
+transactional enqueue) sends when jobs may have become ready or finished.
 
-(A minimal version for the admin part; the worker part's replaces it.)"""
+Each schema has ONE channel (``"schema".chronos_channel()``, migration
+0002: channel names are database-wide, so it includes the schema); the
+payload says what happened:
+
+* ``'r' || queue``: a job of ``queue`` may be ready (enqueued, released,
+  recovered, run now, requeued, resumed; or due earlier than waiters knew;
+  or a concurrency slot came back);
+* ``'d' || job_id``: a job with result waiters finished or went;
+* ``'c'``: the workflow outbox was filled.
+
+Notifications are sent by PostgreSQL at commit (dropped by a rollback), and
+repeats of one (channel, payload) in a transaction are folded into one, so
+each function here sends at most one per queue or job per transaction,
+never one per row.
+"""
 
 from __future__ import annotations
 
@@ -8,26 +23,47 @@ from collections.abc import Iterable
 from typing import Any
 
 import psycopg
+from psycopg import sql
+
+#: Payload prefixes (see the module docstring).
+READY = "r"
+DONE = "d"
+OUTBOX = "c"
 
 
-def ready_channel(schema: str) -> str:
-    """The LISTEN/NOTIFY channel of ``schema``'s wake-ups (channel names are
-    database-wide: the schema is in it)."""
-    return f"chronos_{schema}_ready"
+def _notify_all(
+    conn: psycopg.Connection[Any], schema: str, prefix: str, names: Iterable[str]
+) -> None:
+    distinct = sorted(set(names))
+    if not distinct:
+        return
+    conn.execute(
+        sql.SQL(
+            "SELECT pg_notify({}.chronos_channel(), %s || n) FROM unnest(%s::text[]) AS n"
+        ).format(sql.Identifier(schema)),
+        (prefix, distinct),
+    )
 
 
 def wake_queues(conn: psycopg.Connection[Any], schema: str, queues: Iterable[str]) -> None:
-    """Wake the idle workers of ``queues`` when the transaction commits."""
-    if list(queues):
-        conn.execute("SELECT pg_notify(%s, '')", (ready_channel(schema),))
+    """Wake the store's idle workers of ``queues`` (sent at commit): call it
+    in the transaction that made jobs of them ready (run now, requeue,
+    resume). One statement, one notification per distinct queue."""
+    _notify_all(conn, schema, READY, queues)
 
 
-def finished_channel(schema: str) -> str:
-    """The channel of ``schema``'s finished jobs (result waiters)."""
-    return f"chronos_{schema}_done"
+def wake_waiters(conn: psycopg.Connection[Any], schema: str, job_ids: Iterable[str]) -> None:
+    """Wake the result waiters of ``job_ids`` (sent at commit): call it in
+    the transaction that finished or deleted them (an abort of a waiting
+    job, a delete). Waiters also look again by themselves every
+    ``idle_poll`` seconds, so a missing call delays them, never loses them."""
+    _notify_all(conn, schema, DONE, job_ids)
 
 
-def wake_finished(conn: psycopg.Connection[Any], schema: str, job_ids: Iterable[str]) -> None:
-    """Wake the result waiters of ``job_ids`` when the transaction commits."""
-    for job_id in job_ids:
-        conn.execute("SELECT pg_notify(%s, %s)", (finished_channel(schema), job_id))
+def channel_of(conn: psycopg.Connection[Any], schema: str) -> str:
+    """The schema's channel name (to LISTEN on)."""
+    row = conn.execute(
+        sql.SQL("SELECT {}.chronos_channel()").format(sql.Identifier(schema))
+    ).fetchone()
+    assert row is not None
+    return str(row[0])
