@@ -29,7 +29,8 @@ import psycopg
 from ...records._jobs import NewJob
 from .._roles import Leadership, LeadershipRole, TriggerResult
 from ._base import PostgresPart, now_of
-from ._enqueue import enqueue_params, enqueue_query
+from ._enqueue import enqueue_params, enqueue_query, enqueue_results
+from ._topology import place
 
 
 def _acquire(
@@ -104,7 +105,8 @@ def fire(
     if recorded is None:
         return TriggerResult.ALREADY_FIRED
     # the worker part's enqueue, in this transaction (it wakes the queue at commit)
-    conn.execute(enqueue_query(schema), enqueue_params([job])).fetchall()
+    rows = conn.execute(enqueue_query(schema), enqueue_params([job])).fetchall()
+    place(conn, [job], enqueue_results(rows, [job]))
     return TriggerResult.ENQUEUED
 
 

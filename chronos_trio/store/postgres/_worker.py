@@ -14,6 +14,7 @@ from ...records._jobs import EnqueueResult, NewJob
 from .._roles import FlowRole, ResultRole, WorkerRole
 from ._base import PostgresPart
 from ._enqueue import enqueue_params, enqueue_query, enqueue_results
+from ._topology import place
 
 
 class WorkerPart(PostgresPart, WorkerRole, ResultRole, FlowRole):
@@ -25,7 +26,7 @@ class WorkerPart(PostgresPart, WorkerRole, ResultRole, FlowRole):
 
         def work(conn: psycopg.Connection[Any]) -> list[EnqueueResult]:
             rows = conn.execute(query, params).fetchall()
-            return enqueue_results(rows, jobs)
+            return place(conn, jobs, enqueue_results(rows, jobs))
 
         return await self._db.run(work, what="enqueue")
 
