@@ -44,6 +44,7 @@ from ._base import PostgresPart
 from ._claim import Claimer
 from ._enqueue import enqueue_params, enqueue_query, enqueue_results
 from ._listen import Listener, Waiter
+from ._topology import place
 from ._wake import DONE, OUTBOX, READY
 
 #: A result waiter's registration outlives its wait by this much (s).
@@ -91,7 +92,7 @@ class WorkerPart(PostgresPart, WorkerRole, ResultRole, FlowRole):
 
         def work(conn: psycopg.Connection[Any]) -> list[EnqueueResult]:
             rows = conn.execute(query, params).fetchall()
-            return enqueue_results(rows, jobs)
+            return place(conn, jobs, enqueue_results(rows, jobs))
 
         return await self._db.run(work, what="enqueue")
 
