@@ -62,7 +62,7 @@ class Listener:
         self._waiters: dict[str, set[Waiter]] = {}
         self._reader: Waiter | None = None
         self._failed_at: float | None = None
-        self._opening = False
+        self._opening: trio.Event | None = None
         self._closed = False
 
     # -- registration -------------------------------------------------------------------
@@ -103,11 +103,14 @@ class Listener:
         raises but Cancelled: a failure is logged and retried later."""
         if self._conn is not None:
             return True
-        if self._closed or self._opening:
+        if self._opening is not None:  # another waiter opens it: wait for that
+            await self._opening.wait()
+            return self._conn is not None
+        if self._closed:
             return False
         if self._failed_at is not None and time.monotonic() - self._failed_at < RETRY_AFTER:
             return False
-        self._opening = True
+        opening = self._opening = trio.Event()
         try:
             conn = await trio.to_thread.run_sync(self._open, abandon_on_cancel=False)
         except (psycopg.Error, OSError, RuntimeError) as exc:
@@ -119,7 +122,8 @@ class Listener:
             log.warning("PostgreSQL LISTEN connection failed (polling meanwhile): %s", exc)
             return False
         finally:
-            self._opening = False
+            self._opening = None
+            opening.set()
         if self._closed:
             conn.close()
             return False
