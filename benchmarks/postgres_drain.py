@@ -21,13 +21,14 @@ from chronos_trio.testing.postgres_server import PostgresServer
 async def run(url: str, jobs: int, singles: int, concurrency: int, batch: int) -> None:
     app = chronos_trio.App(url)
     done = 0
+    target = singles
     all_done = trio.Event()
 
     @app.task("bench.noop")
     async def noop(n: int) -> None:
         nonlocal done
         done += 1
-        if done >= jobs:
+        if done >= target:
             all_done.set()
 
     # enqueue one at a time
@@ -40,9 +41,8 @@ async def run(url: str, jobs: int, singles: int, concurrency: int, batch: int) -
     # drain what is there: the singles first
     async with app.open_worker(concurrency=concurrency, batch_size=batch):
         with trio.fail_after(120):
-            while done < singles:
-                await trio.sleep(0.01)
-    done = 0
+            await all_done.wait()
+    done, target, all_done = 0, jobs, trio.Event()
 
     # enqueue in bulk, then drain with one worker
     started = time.perf_counter()
