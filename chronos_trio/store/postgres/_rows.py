@@ -15,6 +15,12 @@ from typing import Any
 from ...records._control import JobControl, decode_control
 from ...records._jobs import Job, JobState
 from ...records._options import decode_headers, encode_headers
+from .._topology_placement import topology_placement
+
+#: Where every job of this store lives: version 1, partition 0 (one table,
+#: a single-version topology of one partition), as ``TopologyRole.locate``
+#: reads it.
+PLACEMENT = topology_placement(1, 0)
 
 #: The columns of a whole job, in :func:`job_from_row`'s order.
 JOB_COLUMNS = (
@@ -69,6 +75,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
         payload=bytes(payload),
         run_at=run_at,
         state=_STATES[state],
+        placement=PLACEMENT,
         attempts=attempts,
         max_retries=max_retries,
         timeout=timeout,

@@ -5,15 +5,29 @@ STUB: every method raises NotImplementedError until it is written."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import psycopg
+
+from ...records._jobs import EnqueueResult, NewJob
 from .._roles import FlowRole, ResultRole, WorkerRole
 from ._base import PostgresPart
+from ._enqueue import enqueue_params, enqueue_query, enqueue_results
 
 
 class WorkerPart(PostgresPart, WorkerRole, ResultRole, FlowRole):
-    async def enqueue_many(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        raise NotImplementedError("PostgresStore.enqueue_many")
+    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        if not jobs:
+            return []
+        query = enqueue_query(self._db.schema)
+        params = enqueue_params(jobs)
+
+        def work(conn: psycopg.Connection[Any]) -> list[EnqueueResult]:
+            rows = conn.execute(query, params).fetchall()
+            return enqueue_results(rows, jobs)
+
+        return await self._db.run(work, what="enqueue")
 
     async def lease(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         raise NotImplementedError("PostgresStore.lease")
