@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 import trio
 from psycopg import sql
 
@@ -193,20 +194,17 @@ class TransactionalPart(PostgresPart, TransactionalEnqueue):
 
     @staticmethod
     def _failed(bound: Bound, exc: BaseException) -> StoreError:
-        cause = exc
-        while not _is_psycopg(cause) and cause.__cause__ is not None:
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, psycopg.Error):
             cause = cause.__cause__
-        text = describe(cause) if _is_psycopg(cause) else str(exc).strip().splitlines()[0]
+        if isinstance(cause, psycopg.Error):
+            text = describe(cause)
+        else:
+            text = " ".join(str(exc).split()) or type(exc).__name__
         return StoreError(
             f"PostgreSQL transactional enqueue on the {bound.kind}: {text} (roll the "
             "transaction back; no job of it will be stored)"
         )
-
-
-def _is_psycopg(exc: BaseException) -> bool:
-    import psycopg
-
-    return isinstance(exc, psycopg.Error)
 
 
 __all__ = ["TransactionalPart"]

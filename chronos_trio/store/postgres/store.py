@@ -23,9 +23,7 @@ from ._url import PostgresOptions, parse_url
 from ._worker import WorkerPart
 
 
-class PostgresStore(
-    WorkerPart, AdminPart, RegistryPart, LeaderPart, CheckPart, TransactionalPart
-):
+class PostgresStore(WorkerPart, AdminPart, RegistryPart, LeaderPart, CheckPart, TransactionalPart):
     """A store in a PostgreSQL database (``postgresql://`` URLs; see
     ``_url`` for the options). Shared by every process and host that
     reaches the database. Nothing connects until the first operation, which
