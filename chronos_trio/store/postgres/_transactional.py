@@ -60,13 +60,23 @@ def _remember_current(database: object, schema: str) -> None:
             _current_by_name.setdefault(database, set()).add(schema)
 
 
-def _version_queries(schema: str) -> tuple[str, str]:
-    """Whether the schema's migrations table exists (one ``%s``: its name),
-    and the schema's version (to run only when it does)."""
+#: Whether the schema's migrations table exists (one ``%s``: the schema).
+#: Read from the catalog tables, not with ``to_regclass``: a name looked up
+#: and not found is cached as missing by the backend until its transaction
+#: ends, so a schema migrated meanwhile by the store's own connection would
+#: stay invisible to the caller's transaction.
+_EXISTS = (
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+    "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = 'chronos_migrations')"
+)
+
+
+def _version_query(schema: str) -> str:
+    """The schema's version (to run only when its table exists)."""
     table = sql.SQL("SELECT coalesce(max(version), 0) FROM {}.chronos_migrations").format(
         sql.Identifier(schema)
     )
-    return "SELECT to_regclass(%s) IS NOT NULL", table.as_string(None)
+    return table.as_string(None)
 
 
 def _schema_error(schema: str, kind: str, version: int) -> StoreError:
@@ -163,20 +173,20 @@ class TransactionalPart(PostgresPart, TransactionalEnqueue):
 
     def _version_sync(self, bound: Bound) -> int:
         assert bound.run is not None
-        exists, version = _version_queries(self._db.schema)
-        [(found,)] = bound.run(exists, (f'"{self._db.schema}".chronos_migrations',))
+        schema = self._db.schema
+        [(found,)] = bound.run(_EXISTS, (schema,))
         if not found:
             return 0
-        [(number,)] = bound.run(version, ())
+        [(number,)] = bound.run(_version_query(schema), ())
         return int(number)
 
     async def _version_async(self, bound: Bound) -> int:
         assert bound.arun is not None
-        exists, version = _version_queries(self._db.schema)
-        [(found,)] = await bound.arun(exists, (f'"{self._db.schema}".chronos_migrations',))
+        schema = self._db.schema
+        [(found,)] = await bound.arun(_EXISTS, (schema,))
         if not found:
             return 0
-        [(number,)] = await bound.arun(version, ())
+        [(number,)] = await bound.arun(_version_query(schema), ())
         return int(number)
 
     def _may_migrate(self, version: int) -> bool:
