@@ -62,6 +62,17 @@ class TransactionalEnqueue(abc.ABC):
         """From asyncio: an asyncio connection (awaited on the loop), or a
         synchronous one (used in a thread of ``asyncio.to_thread``)."""
 
+    @abc.abstractmethod
+    def enqueue_committed_blocking(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        """From a thread: write ``jobs`` on a connection of the store's own,
+        committed before it returns (a producer given no connection).
+        Raises ``StoreError`` when the database cannot be reached (the jobs
+        may or may not be stored then, as for every enqueue)."""
+
+    @abc.abstractmethod
+    async def enqueue_committed_asyncio(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        """:meth:`enqueue_committed_blocking` from asyncio."""
+
 
 def transactional_store(store: object, where: str = "") -> TransactionalEnqueue:
     """``store`` as a :class:`TransactionalEnqueue`; ``MissingCapability``
@@ -69,13 +80,18 @@ def transactional_store(store: object, where: str = "") -> TransactionalEnqueue:
     cannot write jobs in the caller's transaction. Nothing is written then."""
     if isinstance(store, TransactionalEnqueue):
         return store
-    name = type(store).__name__
+    raise not_transactional(type(store).__name__, where)
+
+
+def not_transactional(store_name: str, where: str = "") -> MissingCapability:
+    """The error for ``connection=`` given to a store (named ``store_name``,
+    at ``where``) that cannot write jobs in the caller's transaction."""
     at = f" ({where})" if where else ""
-    raise MissingCapability(
+    return MissingCapability(
         f"enqueue(connection=...) writes jobs in your own database transaction, which "
-        f"needs a PostgreSQL store (postgresql://...); this store is {name}{at}. "
+        f"needs a PostgreSQL store (postgresql://...); this store is {store_name}{at}. "
         "No job was stored; enqueue without connection=, or use a PostgreSQL store"
     )
 
 
-__all__ = ["TransactionalEnqueue", "transactional_store"]
+__all__ = ["TransactionalEnqueue", "not_transactional", "transactional_store"]

@@ -144,6 +144,26 @@ class TransactionalPart(PostgresPart, TransactionalEnqueue):
             raise self._failed(bound, exc) from exc
         return _enqueue.enqueue_results(rows, jobs)
 
+    def enqueue_committed_blocking(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        if not jobs:
+            return []
+        try:
+            with self._db.connect() as conn:  # commits when the block ends
+                return self._enqueue_sync(recognise(conn), jobs)
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL enqueue: {describe(exc)}") from exc
+
+    async def enqueue_committed_asyncio(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        if not jobs:
+            return []
+        db = self._db
+        try:
+            conn = await psycopg.AsyncConnection.connect(db.options.conninfo, **db.connect_kwargs())
+            async with conn:  # commits when the block ends
+                return await self.enqueue_in_transaction_asyncio(conn, jobs)
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL enqueue: {describe(exc)}") from exc
+
     # -- the steps -----------------------------------------------------------------
     @staticmethod
     def _bound(connection: object, *, asyncio_ok: bool) -> Bound:
