@@ -15,6 +15,11 @@ CREATE FUNCTION chronos_channel() RETURNS text
                       THEN 'chronos_' || current_schema()
                       ELSE 'chronos_' || md5(current_schema()) END $$;
 
+-- Idle waiters' next due time per queue (a store without a promoter
+-- returns from wait_ready by then): scheduled and retry_wait jobs by due
+-- time. Ready jobs are not in it, so an enqueue of a due job pays nothing.
+CREATE INDEX jobs_due ON jobs (queue, run_at) WHERE state IN ('scheduled', 'retry_wait');
+
 -- Result waiters (ResultRole.wait_outcome): registered before the waiter
 -- reads the job, under a share lock of its row, so a settle (which locks the
 -- row first) either sees the waiter or finished before the read. A finished
