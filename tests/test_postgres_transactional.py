@@ -125,11 +125,15 @@ async def test_a_workflow_starts_in_the_callers_transaction(postgres_url: str) -
             )
             conn.rollback()
             assert total_jobs(url) == 0
-            flow = await app.enqueue_workflow(chain(record.s(Record(7))), connection=conn)
+            total = app.tasks["tx.total"]
+            flow = await app.enqueue_workflow(
+                chain(record.s(Record(7)), total.s(Record(9))), connection=conn
+            )
+            assert total_jobs(url) == 0  # not before the commit
             conn.commit()
         assert seen(url, 7) == (0, 1)
         async with app.open_worker(concurrency=2, poll_interval=0.2):
-            await flow.result(timeout=30)
+            assert await flow.result(timeout=30) == 900
         await app.aclose()
 
 
