@@ -161,7 +161,7 @@ async def test_sqlalchemy_session_and_connection(postgres_url: str) -> None:
             connection.rollback()
 
         def from_threads() -> None:
-            producer = SyncProducer(url)
+            producer = SyncProducer(app=app)  # the app's store (on PostgreSQL)
             scoped = scoped_session(sessionmaker(engine))  # Flask-SQLAlchemy's db.session
             scoped.execute(insert, {"id": 13})
             producer.enqueue("tx.record", Record(13), connection=scoped)
