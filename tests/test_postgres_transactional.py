@@ -26,7 +26,7 @@ import psycopg
 import pytest
 import trio
 
-from chronos_trio import App, StoreError, chain
+from chronos_trio import App, JobNotFound, StoreError, chain
 from chronos_trio.producers import AsyncioProducer, SyncProducer
 from chronos_trio.store import MissingCapability
 from tests.transactional_app import Record, make_app
@@ -365,3 +365,41 @@ async def test_a_schema_not_current_is_refused_with_migrate_off(postgres_url: st
         assert row is not None and row[0] == 1
         await app.aclose()
         await auto.aclose()
+
+
+# -- a producer's handles read outcomes on PostgreSQL ---------------------------------
+async def test_producer_handles_read_results_on_postgresql(postgres_url: str) -> None:
+    url = postgres_url
+    prepare(url)
+    app = make_app(url)
+    producer = SyncProducer(app=app)
+    with trio.fail_after(60):
+        with psycopg.connect(url) as conn:
+            handle = await in_thread(
+                lambda: producer.enqueue("tx.total", Record(61), connection=conn)
+            )
+            # the producer reads on its own connection: not before the commit
+            with pytest.raises(JobNotFound):
+                await in_thread(handle.status)
+            conn.rollback()
+        with pytest.raises(JobNotFound):  # nor after a rollback
+            await in_thread(handle.status)
+
+        async def asyncio_side(job_id: str) -> Any:
+            aproducer = AsyncioProducer(url)
+            try:
+                return await aproducer.job(job_id).result(timeout=30)
+            finally:
+                await aproducer.aclose()
+
+        with psycopg.connect(url) as conn:
+            handle = await in_thread(
+                lambda: producer.enqueue("tx.total", Record(62), connection=conn)
+            )
+            conn.commit()
+        assert (await in_thread(handle.status)).state.value == "ready"
+        async with app.open_worker(concurrency=2, poll_interval=0.2):
+            assert await in_thread(lambda: handle.result(timeout=30)) == 6200
+            assert await in_thread(lambda: asyncio.run(asyncio_side(handle.job_id))) == 6200
+        producer.close()
+        await app.aclose()

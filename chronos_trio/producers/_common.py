@@ -128,6 +128,10 @@ def statistics_of(stats: AdapterStatistics, listener: _Listener) -> ProducerStat
     )
 
 
+#: A PostgreSQL producer's waits look at the job again after these many
+#: seconds, doubling up to the last (it polls: no LISTEN connection).
+POLL_FIRST, POLL_MOST = 0.05, 0.5
+
 #: Schemes whose stores write jobs in the caller's transaction.
 _TRANSACTIONAL_SCHEMES = frozenset({"postgresql", "postgres"})
 
@@ -200,13 +204,9 @@ class ProducerCore:
         return self.postgres
 
     def redis_only(self, what: str) -> None:
-        """Refuse ``what`` (reading outcomes) on a PostgreSQL producer."""
+        """Refuse ``what`` (statistics of Redis round trips) on PostgreSQL."""
         if self.postgres is not None:
-            raise NotImplementedError(
-                f"{what}: a producer on PostgreSQL enqueues jobs (in your transaction with "
-                "connection=) but does not read their outcomes yet; read them from Trio "
-                "(app.job(job_id)) or with `python -m chronos_trio job ID --url ...`"
-            )
+            raise NotImplementedError(f"{what}: a producer on PostgreSQL keeps no statistics")
 
     def client_factory(self, flavor: Flavor) -> Callable[[], Any]:
         """Makes the redis-py client (of ``flavor``) for the store URL."""

@@ -36,6 +36,8 @@ from ..store.redis._asyncio import AsyncioDoneListener, AsyncioExecutor
 from ..store.redis._enqueue import enqueue_plan
 from ..store.redis._watch import Watch, wait_plan, watch_plan
 from ._common import (
+    POLL_FIRST,
+    POLL_MOST,
     AppLike,
     ProducerCore,
     ProducerStatistics,
@@ -187,16 +189,18 @@ class AsyncioProducer:
 
     # -- reading outcomes ------------------------------------------------------------
     async def _outcome(self, ref: JobRef) -> JobOutcome | None:
-        self._p.redis_only("status")
+        if self._p.postgres is not None:
+            return await asyncio.to_thread(self._p.postgres.outcome_blocking, ref)
         found, _ = await self._exec.run(watch_plan(self._p.core, ref, ""))
         return found
 
     async def _wait_outcome(self, ref: JobRef, timeout: float) -> JobOutcome | None:
         """As ``SyncProducer._wait_outcome``: subscribe first, then register
         and watch, then block; at the deadline, read the job as it is."""
-        self._p.redis_only("result")
         if not timeout > 0:
             return await self._outcome(ref)
+        if self._p.postgres is not None:
+            return await self._poll_outcome(ref, timeout)
         deadline = time.monotonic() + timeout
         if await self._done.ready(timeout):
             plan = wait_plan(self._done.table, self._p.core.keys, ref, self._done.channel)
@@ -221,6 +225,18 @@ class AsyncioProducer:
             finally:
                 plan.close()
         return await self._outcome(ref)
+
+    async def _poll_outcome(self, ref: JobRef, timeout: float) -> JobOutcome | None:
+        """On PostgreSQL: look until the job finished or ``timeout`` passed."""
+        deadline = time.monotonic() + timeout
+        pause = POLL_FIRST
+        while True:
+            found = await self._outcome(ref)
+            left = deadline - time.monotonic()
+            if found is None or found.finished or left <= 0:
+                return found
+            await asyncio.sleep(min(pause, left))
+            pause = min(POLL_MOST, pause * 2)
 
     # -- lifecycle -------------------------------------------------------------------
     def statistics(self) -> ProducerStatistics:

@@ -34,6 +34,8 @@ from ..store.redis._blocking import BlockingDoneListener, BlockingExecutor
 from ..store.redis._enqueue import enqueue_plan
 from ..store.redis._watch import Watch, wait_plan, watch_plan
 from ._common import (
+    POLL_FIRST,
+    POLL_MOST,
     AppLike,
     ProducerCore,
     ProducerStatistics,
@@ -223,7 +225,8 @@ class SyncProducer:
 
     # -- reading outcomes ------------------------------------------------------------
     def _outcome(self, ref: JobRef) -> JobOutcome | None:
-        self._p.redis_only("status")
+        if self._p.postgres is not None:
+            return self._p.postgres.outcome_blocking(ref)
         found, _ = self._exec.run(watch_plan(self._p.core, ref, ""))
         return found
 
@@ -231,7 +234,8 @@ class SyncProducer:
         """The job's outcome once it finished or ``timeout`` seconds passed
         (then as it is; None: no such job). Subscribe first, then register
         and watch, then block (see ``store.redis._watch``)."""
-        self._p.redis_only("result")
+        if self._p.postgres is not None:
+            return self._poll_outcome(ref, timeout)
         if not timeout > 0:
             return self._outcome(ref)
         deadline = time.monotonic() + timeout
@@ -254,6 +258,18 @@ class SyncProducer:
             finally:
                 plan.close()
         return self._outcome(ref)
+
+    def _poll_outcome(self, ref: JobRef, timeout: float) -> JobOutcome | None:
+        """On PostgreSQL: look until the job finished or ``timeout`` passed."""
+        deadline = time.monotonic() + timeout
+        pause = POLL_FIRST
+        while True:
+            found = self._outcome(ref)
+            left = deadline - time.monotonic()
+            if found is None or found.finished or left <= 0:
+                return found
+            time.sleep(min(pause, left))
+            pause = min(POLL_MOST, pause * 2)
 
     # -- lifecycle -------------------------------------------------------------------
     def statistics(self) -> ProducerStatistics:

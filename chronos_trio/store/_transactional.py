@@ -20,7 +20,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 
-from ..records._jobs import EnqueueResult, NewJob
+from ..records._jobs import EnqueueResult, JobOutcome, JobRef, NewJob
 from ._capabilities import MissingCapability
 
 
@@ -72,6 +72,12 @@ class TransactionalEnqueue(abc.ABC):
     @abc.abstractmethod
     async def enqueue_committed_asyncio(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """:meth:`enqueue_committed_blocking` from asyncio."""
+
+    @abc.abstractmethod
+    def outcome_blocking(self, ref: JobRef) -> JobOutcome | None:
+        """From a thread (a producer's handle): where the job ``ref`` stands
+        now, read on a connection of the store's own; None when there is no
+        such job. Raises ``StoreError`` when the database cannot be reached."""
 
 
 def transactional_store(store: object, where: str = "") -> TransactionalEnqueue:

@@ -29,9 +29,9 @@ import trio
 from psycopg import sql
 
 from ...records._errors import StoreError
-from ...records._jobs import EnqueueResult, NewJob
+from ...records._jobs import EnqueueResult, JobOutcome, JobRef, NewJob
 from .._transactional import TransactionalEnqueue
-from . import _enqueue, _migrate
+from . import _enqueue, _migrate, _results
 from ._base import PostgresPart
 from ._connections import Bound, driver_error_types, recognise
 from ._database import describe
@@ -163,6 +163,13 @@ class TransactionalPart(PostgresPart, TransactionalEnqueue):
                 return await self.enqueue_in_transaction_asyncio(conn, jobs)
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL enqueue: {describe(exc)}") from exc
+
+    def outcome_blocking(self, ref: JobRef) -> JobOutcome | None:
+        try:
+            with self._db.connect() as conn:
+                return _results.outcome(conn, ref)
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL outcome: {describe(exc)}") from exc
 
     # -- the steps -----------------------------------------------------------------
     @staticmethod
