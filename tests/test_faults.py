@@ -10,7 +10,7 @@ import trio
 
 import chronos_trio
 from chronos_trio import ACTORS, ActorFailed, JobState
-from chronos_trio.store import QueueWeight
+from chronos_trio.store import PromotionRole, QueueWeight
 from chronos_trio.testing import FaultyStore
 from tests._backends import Backend
 from tests._support import Recorder, Work, wait_for
@@ -21,7 +21,10 @@ OPTS = {"poll_interval": 0.5, "lease_duration": 4.0, "recover_interval": 0.5}
 
 @pytest.mark.parametrize("actor", ACTORS)
 async def test_killing_any_actor_loses_no_job(actor: str, backend: Backend, clock: object) -> None:
-    rec = Recorder(backend.store(), max_retries=3)
+    store = backend.store()
+    if actor == "promoter" and not isinstance(store, PromotionRole):
+        pytest.skip(f"{type(store).__name__} runs no promoter: its claims judge due times")
+    rec = Recorder(store, max_retries=3)
     # Ready jobs, delayed jobs, and the gap between strikes, in seconds.
     ready, delayed, delay, sleep, gap = backend.pick(
         memory=(60, 20, 2.0, 0.3, 0.7), redis=(24, 8, 0.5, 0.15, 0.2)
@@ -88,12 +91,12 @@ async def test_restarts_spread_over_time_do_not_escalate(backend: Backend, clock
         restart_intensity=2, restart_period=period, **backend.timing(**OPTS)
     ) as worker:
         for _ in range(6):
-            worker.crash_actor("promoter")
+            worker.crash_actor("recoverer")
             await trio.sleep(gap)
         await rec.work.enqueue(Work(1))
         with trio.fail_after(10):
             await worker.wait_idle()
-    assert worker.statistics().restarts == {"promoter": 6}
+    assert worker.statistics().restarts == {"recoverer": 6}
     assert len(rec.finished) == 1
 
 

@@ -9,6 +9,7 @@ dead-lettered, and the damaged records each set aside."""
 from __future__ import annotations
 
 import attrs
+import pytest
 import trio
 
 from chronos_trio import JobState, LeasedJob, NewJob
@@ -43,7 +44,12 @@ async def lease(store: Store, ttl: float = LONG) -> LeaseResult:
 
 
 async def damage(backend: Backend, store: Store, job_id: str, field: str) -> None:
-    """Make ``field`` of ``job_id``'s record unreadable (the wrong type)."""
+    """Make ``field`` of ``job_id``'s record unreadable (the wrong type).
+    Skips the test on PostgreSQL, whose typed columns and CHECK constraints
+    refuse such a row (the checker's own tests cover what can go wrong
+    there)."""
+    if backend.name == "postgres":
+        pytest.skip("a PostgreSQL row cannot hold a field of the wrong type")
     client = None if backend.redis_url is None else redis_client(backend.redis_url)
     try:
         await damage_job(

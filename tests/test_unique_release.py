@@ -32,13 +32,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import psycopg
 import pytest
 import redis
 import trio
+from psycopg import sql
 
 from chronos_trio import JobState, MemoryStore, NewJob, Unique
 from chronos_trio.records._control import JobControl
 from chronos_trio.store import AbortResult, QueueWeight, SettleKind, Settlement, Store
+from chronos_trio.store.postgres import PostgresStore
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis.keys import KeySpace
 from chronos_trio.testing.damage import Damage, damage_job, redis_client
@@ -82,6 +85,8 @@ async def lock_of(store: Store) -> tuple[str, bool] | None:
         if lock is None or (lock.expires_at is not None and lock.expires_at <= now):
             return None
         return lock.holder, lock.expires_at is not None
+    if isinstance(store, PostgresStore):
+        return await trio.to_thread.run_sync(_postgres_lock, store)
     assert isinstance(store, RedisStore)
     pk = KeySpace(store.namespace).partition("q", 1, 0)  # one partition: the backend's stores
     client = redis.Redis.from_url(URLS[id(store)])
@@ -91,6 +96,19 @@ async def lock_of(store: Store) -> tuple[str, bool] | None:
     finally:
         client.close()
     return None if value is None else (value[1:].decode(), ttl > 0)  # type: ignore[operator]
+
+
+def _postgres_lock(store: PostgresStore) -> tuple[str, bool] | None:
+    with psycopg.connect(store.options.conninfo) as conn:
+        row = conn.execute(
+            sql.SQL(
+                "SELECT holder, expires_at IS NOT NULL FROM {}.unique_locks"
+                " WHERE queue = 'q' AND key = %s"
+                " AND (expires_at IS NULL OR expires_at > {}.chronos_now())"
+            ).format(sql.Identifier(store.schema), sql.Identifier(store.schema)),
+            (KEY,),
+        ).fetchone()
+    return None if row is None else (row[0], bool(row[1]))
 
 
 async def lease_one(store: Store, ttl: float = 60.0) -> Settlement:

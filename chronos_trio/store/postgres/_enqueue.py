@@ -23,6 +23,7 @@ spent about 190 µs adapting sixteen one-element arrays (measured).
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,15 +67,15 @@ def _job_object(new: NewJob) -> dict[str, Any]:
         "queue": new.queue,
         "kind": new.kind,
         "payload": base64.b64encode(new.payload).decode(),
-        "run_at": new.run_at,
-        "delay": float(new.delay),
+        "run_at": None if new.run_at is None else _number(new.run_at),
+        "delay": _number(new.delay),
         "max_retries": new.max_retries,
-        "timeout": float(new.timeout),
+        "timeout": _number(new.timeout),
         "headers": headers_text(new.headers),
         "then": new.then,
         "control": "" if control is None else control.encode(),
         "priority": 0 if control is None else control.priority,
-        "expires_in": relative,
+        "expires_in": None if relative is None else _number(relative),
         "hash": id_hash(new.id),
     }
     unique = new.unique
@@ -83,8 +84,18 @@ def _job_object(new: NewJob) -> dict[str, Any]:
             raise ValueError(f"job {new.id!r}: a stored unique job's key must be resolved")
         item["unique_key"] = unique.key
         item["unique_mode"] = unique.mode
-        item["unique_ttl"] = None if unique.ttl is None else float(unique.ttl)
+        item["unique_ttl"] = None if unique.ttl is None else _number(unique.ttl)
     return item
+
+
+def _number(value: float) -> float | str:
+    """A float for the JSON document: JSON has no infinity or NaN, so those go
+    as PostgreSQL's float8 text ('Infinity', '-Infinity', 'NaN'), which
+    ``jsonb_to_recordset`` reads into a float8 column as it reads numbers."""
+    value = float(value)
+    if math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
 
 
 def enqueue_results(rows: Sequence[Sequence[Any]], jobs: Sequence[NewJob]) -> list[EnqueueResult]:
