@@ -264,10 +264,11 @@ def lateness(mod: Any, args: argparse.Namespace) -> dict[str, Any]:
 def recovery(mod: Any, args: argparse.Namespace) -> dict[str, Any]:
     n = args.n
     with workers_of(mod, args) as workers:
-        victim = workers.start(n)
+        victim = workers.start(n, victim=True)
         workers.wait_processes(1)
         workers.warm_up()
-        workers.submit([job(MAIN, hold=3600.0) for _ in range(n)])
+        # the lease goes with the jobs too, for systems that set it per job
+        workers.submit([{**job(MAIN, hold=3600.0), "lease": args.lease} for _ in range(n)])
         if not workers.settle(60):
             raise RuntimeError(f"the victim did not take every job: {workers.log_tail()}")
         workers.start(16)
@@ -278,6 +279,7 @@ def recovery(mod: Any, args: argparse.Namespace) -> dict[str, Any]:
         workers.expected += n
         ok = workers.settle(args.lease + args.timeout)
         rec = workers.collect()
+        tail = "" if ok else workers.log_tail()
     again = [t - killed for t in starts_of(rec, MAIN) if t > killed]
     return {
         "first_s": min(again, default=math.nan),
@@ -286,6 +288,7 @@ def recovery(mod: Any, args: argparse.Namespace) -> dict[str, Any]:
         "recovered": len(again),
         "lease_s": args.lease,
         "ok": ok and len(again) >= n,
+        **({"log": tail[-600:]} if tail else {}),
     }
 
 

@@ -18,7 +18,9 @@ process, configured from the environment, see ``benchmarks._common``),
 ``due_at`` (0: now), ``hold`` (seconds the handler sleeps on its first
 attempt, to hold its lease), ``tag`` (the stage it belongs to) and ``kind``
 (``noop``, or ``query``: the handler makes one PostgreSQL query, ``SELECT 1``,
-on a pool of its own, :data:`QUERY_POOL` connections, before it records).
+on a pool of its own, :data:`QUERY_POOL` connections, before it records);
+the recovery phase's jobs also carry ``lease`` (for systems that set it per
+job).
 """
 
 from __future__ import annotations
