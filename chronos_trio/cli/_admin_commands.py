@@ -267,7 +267,7 @@ async def _set_paused(ctx: Context, queue: str, paused: bool) -> int:
 
 
 def _close_queue(queue: str, known: list[str]) -> str:
-    """", did you mean 'x'?" for a known queue close to ``queue``, else ""."""
+    """ ", did you mean 'x'?" for a known queue close to ``queue``, else ""."""
     import difflib
 
     close = difflib.get_close_matches(queue, known, n=1, cutoff=0.6)

@@ -45,9 +45,7 @@ ROLE_CAPABILITIES: Mapping[type, Capability] = {
 }
 
 #: The role behind each role capability.
-CAPABILITY_ROLES: Mapping[Capability, type] = {
-    cap: role for role, cap in ROLE_CAPABILITIES.items()
-}
+CAPABILITY_ROLES: Mapping[Capability, type] = {cap: role for role, cap in ROLE_CAPABILITIES.items()}
 
 #: What a job can carry that needs a capability (the others are used by
 #: calls, not carried by jobs).

@@ -363,9 +363,7 @@ def value_ok(rule: Rule, *, required: bool | None = None) -> Callable[[object], 
     return ok
 
 
-def _sound_check(
-    state: JobState | None, rules: tuple[Rule, ...] = RULES
-) -> Callable[[Job], bool]:
+def _sound_check(state: JobState | None, rules: tuple[Rule, ...] = RULES) -> Callable[[Job], bool]:
     """``job -> bool`` for records of ``state``: every field of ``rules`` as
     :func:`value_ok` judges it there, compiled into one function."""
     lines = ["def sound(job):"]

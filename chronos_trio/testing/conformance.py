@@ -1361,6 +1361,7 @@ async def check_continuations_come_from_the_fenced_success_only(fresh: Fresh) ->
 @check(Capability.FLOWS)
 async def check_a_group_completes_once_with_results_in_member_order(fresh: Fresh) -> None:
     store = await fresh()
+
     def arrive(*args: tuple[str, int, int, bytes | None]) -> list[Arrival]:
         return [Arrival(g, i, n, r, None) for g, i, n, r in args]
 

@@ -88,9 +88,7 @@ class ControlState:
         self._tat = {k: tat for k, tat in self._tat.items() if tat > now}
         self._holders = {k: h for k, h in self._holders.items() if h}
 
-    def running(
-        self, queue: str, key: str, now: float, job_of: Callable[[str], Job | None]
-    ) -> int:
+    def running(self, queue: str, key: str, now: float, job_of: Callable[[str], Job | None]) -> int:
         """How many slots of ``key`` are held now (holders gone are dropped)."""
         holders = self._holders.get((queue, key))
         if not holders:
@@ -129,9 +127,7 @@ class ControlState:
                     del self._holders[(queue, key)]
         return freed
 
-    def usage(
-        self, queue: str, now: float, job_of: Callable[[str], Job | None]
-    ) -> dict[str, int]:
+    def usage(self, queue: str, now: float, job_of: Callable[[str], Job | None]) -> dict[str, int]:
         """Slots held now per concurrency key of ``queue`` (for inspection;
         unique keys' run slots are not listed, as on Redis)."""
         held = {

@@ -4,7 +4,9 @@
 :func:`job_from_row` turns one such row back into a ``Job``. Columns are
 typed and checked by the schema, so a row cannot be half-written; a text
 column that does not decode (``control``, ``headers``) is reported as the
-job's ``damage`` rather than raised.
+job's ``damage`` rather than raised. A job's placement is its routing
+``(version, partition)`` (columns ``version`` and ``part``), as on the
+stores with versioned queues.
 """
 
 from __future__ import annotations
@@ -15,12 +17,17 @@ from typing import Any
 from ...records._control import JobControl, decode_control
 from ...records._jobs import Job, JobState
 from ...records._options import decode_headers, encode_headers
+from .._topology_placement import topology_placement
+
+#: Where a job of a queue never promoted lives: version 1, partition 0 (the
+#: default topology, see ``_topology``), as ``TopologyRole.locate`` reads it.
+PLACEMENT = topology_placement(1, 0)
 
 #: The columns of a whole job, in :func:`job_from_row`'s order.
 JOB_COLUMNS = (
     "id, queue, kind, payload, run_at, state, attempts, max_retries, timeout, "
     "lease_token, lease_owner, lease_expires_at, last_error, created_at, finished_at, "
-    "result, result_until, headers, then_step, control, unclaimed_since"
+    "result, result_until, headers, then_step, control, unclaimed_since, version, part"
 )
 
 _STATES = {state.value: state for state in JobState}
@@ -50,6 +57,8 @@ def job_from_row(row: Sequence[Any]) -> Job:
         then_step,
         control,
         unclaimed_since,
+        version,
+        part,
     ) = row
     damage = []
     try:
@@ -84,6 +93,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
         then=then_step,
         control=decoded_control,
         unclaimed_since=unclaimed_since,
+        placement=topology_placement(version, part),
         damage="; ".join(damage),
     )
 

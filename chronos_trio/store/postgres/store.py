@@ -53,6 +53,7 @@ class PostgresStore(WorkerPart, AdminPart, RegistryPart, LeaderPart, CheckPart):
         self._db.observe(observer)
 
     async def aclose(self) -> None:
+        await self._close_waiting()
         await self._db.aclose()
 
     def __repr__(self) -> str:

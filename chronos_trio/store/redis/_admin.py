@@ -129,7 +129,6 @@ def partitions_of_queue(ctx: StoreContext, queue: str) -> Plan[list[PartitionKey
     return ctx.partitions_of(queue, metas[queue])
 
 
-
 def _locations(ctx: StoreContext, job_id: str, queue: str | None) -> Plan[list[PartitionKeys]]:
     """The one partition per live version where ``job_id`` would live."""
     return (yield from locations_plan(ctx, job_id, queue))
@@ -232,10 +231,7 @@ _KNOWN_STATES = {s.value.encode() for s in JobState}
 def _index_of(ctx: StoreContext, pk: PartitionKeys, job_id: str) -> Plan[JobState | None]:
     """The state of the first index of ``pk`` that holds ``job_id`` (None: none)."""
     scores = yield Call(
-        [
-            Op.soft_command(pk.tag, "ZSCORE", zset_of(pk, state), job_id)
-            for state in INDEXED_STATES
-        ]
+        [Op.soft_command(pk.tag, "ZSCORE", zset_of(pk, state), job_id) for state in INDEXED_STATES]
     )
     for state, score in zip(INDEXED_STATES, scores, strict=True):
         if isinstance(score, bytes | float | int):
@@ -318,9 +314,7 @@ def _finished_window(
     doubles until it holds ``n`` jobs of ``state`` or the index is read."""
     aborted = state is JobState.ABORTED
     if not aborted:
-        marks = yield Call(
-            [Op.soft_command(pk.tag, "ZCARD", pk.aborted) for pk in slots]
-        )
+        marks = yield Call([Op.soft_command(pk.tag, "ZCARD", pk.aborted) for pk in slots])
         if not any(m for m in marks if not isinstance(m, Exception)):
             return (yield from _merged(ctx, [pk.dead for pk in slots], slots, n))[offset:n]
     want = n

@@ -71,7 +71,6 @@ READ_FIELDS = (*JOB_FIELDS, "v", "result", "result_until", "h", "x", "fc", "uc")
 _READ_FIELD_BYTES = tuple(name.encode() for name in READ_FIELDS)
 
 
-
 def text(value: bytes | str | None) -> str:
     if value is None:
         return ""

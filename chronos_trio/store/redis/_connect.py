@@ -144,8 +144,7 @@ def _check_url(clean: str, scheme: str) -> None:
     elif scheme == "unix":
         if not parts.path:
             raise ValueError(
-                f"bad store URL {redact(clean)!r}: it names no socket "
-                "(unix:///path/to/redis.sock)"
+                f"bad store URL {redact(clean)!r}: it names no socket (unix:///path/to/redis.sock)"
             )
     elif scheme in SENTINEL_SCHEMES:
         _host_list(clean, default_port=DEFAULT_SENTINEL_PORT)

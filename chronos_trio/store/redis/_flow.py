@@ -20,9 +20,7 @@ from ._scripts import Op
 from .keys import PartitionKeys
 
 
-def continuations(
-    ctx: StoreContext, queues: Sequence[str], limit: int
-) -> Plan[list[Continuation]]:
+def continuations(ctx: StoreContext, queues: Sequence[str], limit: int) -> Plan[list[Continuation]]:
     if limit <= 0 or not queues:
         return []
     metas = yield NeedMeta(queues)

@@ -556,9 +556,7 @@ class NativeNode:
                 raise exceptions().ConnectionError(f"bad reply from Redis: {exc}") from exc
         if scope.cancelled_caught:
             await conn.aclose()
-            raise exceptions().TimeoutError(
-                f"no reply to {command[0]} within {block + slack:g}s"
-            )
+            raise exceptions().TimeoutError(f"no reply to {command[0]} within {block + slack:g}s")
         self._keep_blocking(conn)
         reply = replies[0]
         if isinstance(reply, hiredis.ReplyError):

@@ -230,9 +230,7 @@ async def wait_ready(
             # a spurious return the protocol allows).
             # Cached as paused (or unknown): the news may be a resume or a new
             # version in another process, so re-read the flags.
-            if ctx.any_open_cached(queues) or await _any_ready(
-                ctx, queues, seen, (), fresh=True
-            ):
+            if ctx.any_open_cached(queues) or await _any_ready(ctx, queues, seen, (), fresh=True):
                 seen.woke = not held
                 return
 

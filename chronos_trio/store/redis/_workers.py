@@ -50,16 +50,12 @@ def beat(ctx: StoreContext, worker: WorkerInfo, ttl: float) -> Plan[None]:
 
 def unregister(ctx: StoreContext, worker_id: str) -> Plan[None]:
     keys = ctx.keys.workers
-    yield Call(
-        [Op.script_call(S.WORKER_UNREGISTER, [keys.info, keys.lapse], [worker_id])]
-    )
+    yield Call([Op.script_call(S.WORKER_UNREGISTER, [keys.info, keys.lapse], [worker_id])])
 
 
 def workers(ctx: StoreContext) -> Plan[list[WorkerInfo]]:
     keys = ctx.keys.workers
-    (reply,) = yield Call(
-        [Op.script_call(S.WORKERS_LIST, [keys.info, keys.lapse], [])]
-    )
+    (reply,) = yield Call([Op.script_call(S.WORKERS_LIST, [keys.info, keys.lapse], [])])
     out = []
     for worker_id, lapses_at, data in zip(reply[1::3], reply[2::3], reply[3::3], strict=True):
         name = ident(worker_id)

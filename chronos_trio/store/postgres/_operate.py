@@ -1,0 +1,130 @@
+"""The PostgreSQL store's admin changes: run now, delete, abort, requeue the
+dead, pause and resume. Each is one transaction (run by the admin part
+through ``Database.run``); those that make jobs ready wake idle workers, and
+an abort that finishes a job wakes its result waiters, at commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from ...records._jobs import abort_error
+from .._roles import NOTHING_SET_ASIDE, AbortResult, CountResult
+from ._wake import wake_queues, wake_waiters
+
+_WAITING = ("scheduled", "ready", "retry_wait")
+
+
+def _where(queue: str | None) -> tuple[str, tuple[str, ...]]:
+    """The ``queue`` condition of a statement on one job (none: any queue)."""
+    return ("", ()) if queue is None else (" AND queue = %s", (queue,))
+
+
+def release_unique(conn: psycopg.Connection[Any], queue: str, key: str | None, job_id: str) -> None:
+    """Give back the unique key ``job_id`` holds (nothing if it holds none)."""
+    if key is not None:
+        conn.execute(
+            "DELETE FROM unique_locks WHERE queue = %s AND key = %s AND holder = %s",
+            (queue, key, job_id),
+        )
+
+
+def run_now(conn: psycopg.Connection[Any], schema: str, job_id: str, queue: str | None) -> bool:
+    """scheduled / retry_wait / dead -> ready, due now (a dead one with its
+    attempts reset and its finish time cleared); a discarded job (kept for
+    its waiters only) cannot be run."""
+    where, params = _where(queue)
+    row = conn.execute(
+        "UPDATE jobs SET state = 'ready', run_at = chronos_now(), finished_at = NULL,"
+        " attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END"
+        " WHERE id = %s AND state IN ('scheduled', 'retry_wait', 'dead') AND NOT discarded"
+        + where
+        + " RETURNING queue",
+        (job_id, *params),
+    ).fetchone()
+    if row is None:
+        return False
+    wake_queues(conn, schema, [row[0]])
+    return True
+
+
+def delete_job(conn: psycopg.Connection[Any], schema: str, job_id: str, queue: str | None) -> bool:
+    """Delete a job that is not leased, giving back its unique key (its
+    result waiters are woken: it went)."""
+    where, params = _where(queue)
+    row = conn.execute(
+        "DELETE FROM jobs WHERE id = %s AND state <> 'leased'"
+        + where
+        + " RETURNING queue, unique_key",
+        (job_id, *params),
+    ).fetchone()
+    if row is None:
+        return False
+    release_unique(conn, row[0], row[1], job_id)
+    conn.execute("DELETE FROM slots WHERE job_id = %s", (job_id,))
+    wake_waiters(conn, schema, [job_id])
+    return True
+
+
+def abort(
+    conn: psycopg.Connection[Any], schema: str, job_id: str, queue: str | None, reason: str
+) -> AbortResult:
+    """A waiting job is aborted at once (its unique key and any slot given
+    back, its waiters woken); a leased one is flagged (the first reason
+    stands); a finished one is left alone."""
+    where, params = _where(queue)
+    row = conn.execute(
+        "SELECT state, queue, unique_key FROM jobs WHERE id = %s" + where + " FOR UPDATE",
+        (job_id, *params),
+    ).fetchone()
+    if row is None:
+        return AbortResult.NOT_FOUND
+    state, home, key = row
+    if state in _WAITING:
+        conn.execute(
+            "UPDATE jobs SET state = 'aborted', last_error = %s, finished_at = chronos_now(),"
+            " continuation = false WHERE id = %s",
+            (abort_error(reason), job_id),
+        )
+        release_unique(conn, home, key, job_id)
+        conn.execute("DELETE FROM slots WHERE job_id = %s", (job_id,))
+        wake_waiters(conn, schema, [job_id])
+        return AbortResult.ABORTED
+    if state == "leased":
+        conn.execute(
+            "UPDATE jobs SET abort_reason = %s WHERE id = %s AND abort_reason = ''",
+            (abort_error(reason), job_id),
+        )
+        return AbortResult.FLAGGED
+    return AbortResult.FINISHED
+
+
+def requeue_dead(
+    conn: psycopg.Connection[Any], schema: str, queue: str, limit: int | None
+) -> CountResult:
+    """dead -> ready (due now, attempts from 0), the oldest dead first, at
+    most ``limit`` (None or 0: all); aborted and discarded jobs stay."""
+    rows = conn.execute(
+        "UPDATE jobs SET state = 'ready', run_at = chronos_now(), attempts = 0,"
+        " finished_at = NULL, unclaimed_since = NULL"
+        " WHERE id IN (SELECT id FROM jobs WHERE queue = %s AND state = 'dead' AND NOT discarded"
+        '  ORDER BY coalesce(finished_at, 0), id COLLATE "C" LIMIT %s FOR UPDATE)'
+        " RETURNING id",
+        (queue, limit or None),
+    ).fetchall()
+    if rows:
+        wake_queues(conn, schema, [queue])
+    return CountResult(len(rows), NOTHING_SET_ASIDE)
+
+
+def set_paused(conn: psycopg.Connection[Any], schema: str, queue: str, paused: bool) -> None:
+    """Pause or resume ``queue`` (registering it); a resume wakes idle workers."""
+    conn.execute(
+        "INSERT INTO queues (name, paused) VALUES (%s, %s)"
+        " ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused",
+        (queue, paused),
+    )
+    if not paused:
+        wake_queues(conn, schema, [queue])

@@ -1,0 +1,191 @@
+"""Versioned queue routing on PostgreSQL (table ``queue_versions``).
+
+A queue without rows there has the default topology: version 1, one
+partition, active. Promoting a version writes the rows (the old active one
+draining, the new one active); completing a draining version deletes its
+row. A partition is a label here (the job ID's CRC32 modulo the version's
+partition count, as on every store), kept in the job's ``version`` and
+``part`` columns: a claim takes a queue's jobs in one order whatever their
+version, so a draining version is consumed with no extra work.
+
+Topology changes lock the queue's ``queues`` row (``FOR UPDATE``), so two
+of them on one queue run one after the other. An enqueue stores its jobs at
+version 1, partition 0 (the columns' defaults), then :func:`place` moves
+the created ones to their queue's active version in the same transaction
+(one read when no queue of the batch was ever promoted), without that
+lock: a promotion that commits meanwhile leaves its jobs in the old
+version, which is still consumed, as the contract allows. (A completion
+racing such an enqueue can leave its job naming the removed version: the
+job is still leased, as every job of its queue is.) A transactional
+enqueue on a caller's connection does not place: its jobs stay at version
+1 (consumed all the same).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+import psycopg
+
+from ...records._jobs import EnqueueResult, NewJob
+from .._partitioning import partition_of
+from .._roles import QueueTopology, QueueVersion, TopologyError, VersionState
+from .._topology_placement import topology_placement
+
+#: The topology of a queue that was never promoted.
+DEFAULT_VERSION = QueueVersion(1, 1, VersionState.ACTIVE)
+
+
+def active_routes(conn: psycopg.Connection[Any], queues: Iterable[str]) -> dict[str, QueueVersion]:
+    """The active version of each of ``queues`` (the default for a queue
+    never promoted), in one statement: where an enqueue routes new jobs."""
+    names = list(dict.fromkeys(queues))
+    found = {name: DEFAULT_VERSION for name in names}
+    if names:
+        for queue, version, partitions in conn.execute(
+            "SELECT queue, version, partitions FROM queue_versions"
+            " WHERE queue = ANY(%s) AND state = 'active'",
+            (names,),
+        ):
+            found[queue] = QueueVersion(version, partitions, VersionState.ACTIVE)
+    return found
+
+
+def read_versions(conn: psycopg.Connection[Any], queue: str) -> list[QueueVersion]:
+    """``queue``'s versions, oldest first (the default when none is stored)."""
+    rows = conn.execute(
+        "SELECT version, partitions, state FROM queue_versions WHERE queue = %s ORDER BY version",
+        (queue,),
+    ).fetchall()
+    if not rows:
+        return [DEFAULT_VERSION]
+    return [QueueVersion(v, p, VersionState(s)) for v, p, s in rows]
+
+
+def partition_counts(conn: psycopg.Connection[Any], queues: list[str]) -> dict[str, int]:
+    """How many partitions each known queue of ``queues`` has over all its
+    versions (unknown queues are left out)."""
+    out = {
+        name: 1
+        for (name,) in conn.execute("SELECT name FROM queues WHERE name = ANY(%s)", (queues,))
+    }
+    for queue, total in conn.execute(
+        "SELECT queue, sum(partitions) FROM queue_versions WHERE queue = ANY(%s) GROUP BY queue",
+        (queues,),
+    ):
+        out[queue] = int(total)
+    return out
+
+
+def register(conn: psycopg.Connection[Any], queue: str) -> None:
+    conn.execute("INSERT INTO queues (name) VALUES (%s) ON CONFLICT DO NOTHING", (queue,))
+
+
+def _lock(conn: psycopg.Connection[Any], queue: str) -> None:
+    """Register ``queue`` and hold its row until the transaction ends."""
+    register(conn, queue)
+    conn.execute("SELECT 1 FROM queues WHERE name = %s FOR UPDATE", (queue,))
+
+
+def topology(conn: psycopg.Connection[Any], queue: str) -> QueueTopology:
+    register(conn, queue)
+    return QueueTopology(queue, tuple(read_versions(conn, queue)))
+
+
+def promote(
+    conn: psycopg.Connection[Any], queue: str, version: int, partitions: int
+) -> QueueTopology:
+    """See :meth:`TopologyRole.promote_queue_version` (one transaction)."""
+    if partitions < 1:
+        raise TopologyError(f"partitions must be >= 1, got {partitions}")
+    _lock(conn, queue)
+    versions = read_versions(conn, queue)
+    highest = max(v.version for v in versions)
+    if version <= highest:
+        raise TopologyError(
+            f"queue {queue!r}: new version {version} must be greater than {highest}"
+        )
+    conn.execute(
+        "INSERT INTO queue_versions (queue, version, partitions, state)"
+        " SELECT %s, v, p, 'draining' FROM unnest(%s::int[], %s::int[]) AS t(v, p)"
+        " ON CONFLICT (queue, version) DO UPDATE SET state = 'draining'",
+        (
+            queue,
+            [v.version for v in versions],
+            [v.partitions for v in versions],
+        ),
+    )
+    conn.execute(
+        "INSERT INTO queue_versions (queue, version, partitions, state)"
+        " VALUES (%s, %s, %s, 'active')",
+        (queue, version, partitions),
+    )
+    return QueueTopology(queue, tuple(read_versions(conn, queue)))
+
+
+def complete_draining(conn: psycopg.Connection[Any], queue: str, version: int) -> QueueTopology:
+    """See :meth:`TopologyRole.complete_draining_version` (one transaction)."""
+    _lock(conn, queue)
+    match = [v for v in read_versions(conn, queue) if v.version == version]
+    if not match:
+        raise TopologyError(f"queue {queue!r} has no version {version}")
+    if match[0].state is VersionState.ACTIVE:
+        raise TopologyError(f"queue {queue!r}: version {version} is active, not draining")
+    row = conn.execute(
+        "SELECT count(*) FROM jobs WHERE queue = %s AND version = %s", (queue, version)
+    ).fetchone()
+    left = int(row[0]) if row else 0
+    if left:
+        raise TopologyError(
+            f"queue {queue!r}: version {version} still holds {left} job(s); "
+            "let workers drain it first"
+        )
+    conn.execute("DELETE FROM queue_versions WHERE queue = %s AND version = %s", (queue, version))
+    return QueueTopology(queue, tuple(read_versions(conn, queue)))
+
+
+def place(
+    conn: psycopg.Connection[Any], jobs: Sequence[NewJob], results: list[EnqueueResult]
+) -> list[EnqueueResult]:
+    """Route the jobs an enqueue just stored (in its transaction) to their
+    queue's active version: a queue never promoted keeps every job at
+    version 1, partition 0, as stored, at the cost of one read; otherwise
+    the created jobs get the active version and their ID's partition, and
+    every result reports where its job (created or found) lives.
+
+    A unique or limited job keeps the ID it came with: its partition is a
+    label here (one table), so no ID is drawn again to match its key's.
+    """
+    routes = active_routes(conn, (new.queue for new in jobs))
+    if all(route == DEFAULT_VERSION for route in routes.values()):
+        return results
+    created = [r.job_id for r in results if r.created]
+    if created:
+        conn.execute(
+            "UPDATE jobs SET version = r.version, part = r.part"
+            " FROM unnest(%s::text[], %s::int[], %s::int[]) AS r(id, version, part)"
+            " WHERE jobs.id = r.id",
+            (
+                created,
+                [
+                    routes[new.queue].version
+                    for new, r in zip(jobs, results, strict=True)
+                    if r.created
+                ],
+                [
+                    partition_of(r.job_id, routes[new.queue].partitions)
+                    for new, r in zip(jobs, results, strict=True)
+                    if r.created
+                ],
+            ),
+        )
+    where = {
+        job_id: topology_placement(version, part)
+        for job_id, version, part in conn.execute(
+            "SELECT id, version, part FROM jobs WHERE id = ANY(%s)",
+            ([r.job_id for r in results],),
+        )
+    }
+    return [attrs.evolve(r, placement=where.get(r.job_id, r.placement)) for r in results]
