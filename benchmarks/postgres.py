@@ -95,14 +95,33 @@ def python_of(system: str) -> Path:
     return VENVS / system / "bin" / "python"
 
 
+def base_python(peer: str) -> str:
+    """The interpreter a peer's venv is made from: ours, or the version it
+    needs (``PEER_PYTHON``) found on PATH or among pyenv's versions."""
+    name = PEER_PYTHON.get(peer)
+    if name is None:
+        return sys.executable
+    version = name.removeprefix("python")
+    candidates = [
+        name,
+        *sorted(map(str, Path.home().glob(f".pyenv/versions/{version}*/bin/{name}")), reverse=True),
+    ]
+    for candidate in candidates:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            done = subprocess.run([candidate, "--version"], capture_output=True, timeout=30)
+            if done.returncode == 0:
+                return candidate
+    raise RuntimeError(f"{peer} needs {name}, which is not installed")
+
+
 def setup_peers(peers: list[str]) -> dict[str, str]:
     """Each peer's venv from ``benchmarks/peers/requirements-PEER.txt``;
     what failed and why, by peer."""
     failed = {}
     for peer in peers:
         venv = VENVS / peer
-        base = PEER_PYTHON.get(peer, sys.executable)
         try:
+            base = base_python(peer)
             if not python_of(peer).exists():
                 log(f"creating {venv} ({base})")
                 subprocess.run([base, "-m", "venv", str(venv)], check=True)
@@ -110,7 +129,7 @@ def setup_peers(peers: list[str]) -> dict[str, str]:
             subprocess.run(
                 [str(python_of(peer)), "-m", "pip", "install", "-q", "-r", str(req)], check=True
             )
-        except (OSError, subprocess.CalledProcessError) as exc:
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
             failed[peer] = f"{type(exc).__name__}: {exc}"
             log(f"{peer}: not installed: {failed[peer]}")
     return failed
