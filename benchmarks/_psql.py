@@ -52,6 +52,37 @@ def statement_counts(psql: str, url: str) -> dict[str, int]:
     return out
 
 
+def statement_times(psql: str, url: str) -> dict[str, tuple[int, float]]:
+    """(calls, total execution ms) per normalised statement of this database."""
+    rows = query(
+        psql,
+        url,
+        "SELECT regexp_replace(query, '\\s+', ' ', 'g'), calls, total_exec_time "
+        "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+        "WHERE d.datname = current_database() AND " + _own_filter(),
+    )
+    out: dict[str, tuple[int, float]] = {}
+    for text, calls, ms in rows:
+        before = out.get(text, (0, 0.0))
+        out[text] = (before[0] + int(calls), before[1] + float(ms))
+    return out
+
+
+def costliest(
+    before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]], top: int = 3
+) -> list[list[Any]]:
+    """The ``top`` statements by execution time between two
+    :func:`statement_times`: [total ms, calls, mean ms, text]."""
+    rows = []
+    for text, (calls, ms) in after.items():
+        c0, ms0 = before.get(text, (0, 0.0))
+        if calls > c0:
+            rows.append(
+                [round(ms - ms0, 1), calls - c0, round((ms - ms0) / (calls - c0), 3), text[:120]]
+            )
+    return sorted(rows, key=lambda r: -r[0])[:top]
+
+
 def transactions(psql: str, url: str) -> int:
     """Commits and rollbacks of this database so far (``pg_stat_database``;
     each backend reports them at most once a second, idle ones within 10 s)."""

@@ -313,12 +313,18 @@ def xmin(mod: Any, args: argparse.Namespace) -> dict[str, Any]:
         workers.warm_up()
 
         def measure(drain_tag: int, pickup_tag: int) -> None:
+            times = _psql.statement_times(args.psql, args.url)
             workers.submit([job(drain_tag) for _ in range(args.n)])
             if not workers.settle(args.timeout):
                 raise RuntimeError("a measured batch did not drain in time")
             workers.paced(args.pickups, args.rate, pickup_tag)
             if not workers.settle(args.timeout):
                 raise RuntimeError("the measured pickups did not run in time")
+            # where the server's time went while measuring (the worker's and ours)
+            name = "before" if drain_tag == BEFORE_DRAIN else "pinned"
+            out[f"{name}_costliest"] = _psql.costliest(
+                times, _psql.statement_times(args.psql, args.url)
+            )
 
         measure(BEFORE_DRAIN, BEFORE_PICKUP)
         out["before"] = _psql.table_health(args.psql, args.url)

@@ -74,7 +74,7 @@ class Sizes:
         self.late_spread = of(0.5, 1.0, 1.0)
         self.recovery = of(4, 16, 64)
         self.lease = of(1.0, 2.0, 5.0)
-        self.idle = of(1.0, 5.0, 10.0)
+        self.idle = of(1.0, 10.0, 30.0)
         self.xmin_hold = of(2.0, 15.0, 300.0)
         self.xmin_churn = of(100.0, 200.0, 500.0)
         self.xmin_batch = of(100, 1_000, 5_000)
@@ -333,6 +333,17 @@ def _cell(row: dict[str, Any] | None, *keys: str, spec: str = ",.0f", sep: str =
     return text + ("" if row.get("ok", True) else " (incomplete)")
 
 
+def _recovery_cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return ""
+    if "error" in row:
+        return "failed"
+    text = f"{_f(row.get('first_s'), '.2f')} / {_f(row.get('all_s'), '.2f')}"
+    if not row.get("ok", True):
+        text += f" ({row.get('recovered', 0)} recovered in time)"
+    return text + f" (lease {row['lease_s']:g})"
+
+
 def tables(doc: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     results = doc["results"]
     throughput, latency, xmin = [], [], []
@@ -355,12 +366,7 @@ def tables(doc: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
                 label,
                 _cell(rows.get("pickup"), "p50_ms", "p99_ms", spec=",.1f"),
                 _cell(rows.get("lateness"), "p50_ms", "p99_ms", spec=",.0f"),
-                _cell(rows.get("recovery"), "first_s", "all_s", spec=".2f")
-                + (
-                    f" (lease {rows['recovery']['lease_s']:g})"
-                    if rows.get("recovery", {}).get("lease_s")
-                    else ""
-                ),
+                _recovery_cell(rows.get("recovery")),
                 _cell(idle, "queries_per_s", spec=".1f")
                 + (" (Redis cmds)" if idle and idle.get("unit") else ""),
             ]
