@@ -8,6 +8,8 @@ figure, prints tables with chronos_trio/peer ratios, writes JSON (and, with
 ``--quick``: small N, one run, no peers, well under 2 minutes (the CI smoke
 test). ``--setup-peers``: create each peer's virtual environment
 (benchmarks/.venv/PEER) from benchmarks/peers/requirements-PEER.txt.
+``--postgres``: the PostgreSQL benchmark instead (``benchmarks.postgres``;
+its own options, e.g. ``--postgres --setup-peers``, ``--postgres --full``).
 """
 
 from __future__ import annotations
@@ -456,6 +458,12 @@ def meta(args: argparse.Namespace, redis: BenchRedis, peers: list[str]) -> dict[
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--postgres" in argv:
+        # The PostgreSQL benchmark: its own cluster, contestants and options.
+        from benchmarks import postgres
+
+        return postgres.main([a for a in argv if a != "--postgres"])
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.split("\n")[0]
     )

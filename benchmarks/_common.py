@@ -68,6 +68,9 @@ class Recorder:
         self.late: list[float] = []  # start - due_at, seconds (delayed jobs)
         self.starts: list[float] = []  # wall time of each start (kept for recovery)
         self.marks: list[int] = []  # a tag per start, for handlers that call mark()
+        #: (tag, start wall time, start - sent_at or NaN), for handlers that
+        #: call record_tagged (the PostgreSQL phases: a stage per tag)
+        self.tagged: list[tuple[int, float, float]] = []
         self._thread: threading.Thread | None = None
         # Thread peers (Dramatiq, huey, Celery) record from many threads at
         # once: the lock keeps count, first and last consistent (uncontended,
@@ -87,6 +90,15 @@ class Recorder:
                 self.pickup.append(now - sent_at)
             self.starts.append(now)
             return now
+
+    def record_tagged(self, sent_at: float, due_at: float, tag: int) -> float:
+        """:meth:`record`, and the start kept with ``tag`` (and its pickup
+        latency when ``sent_at`` is set and ``due_at`` is not)."""
+        now = self.record(sent_at, due_at)
+        pickup = now - sent_at if sent_at and not due_at else math.nan
+        with self._lock:
+            self.tagged.append((tag, now, pickup))
+        return now
 
     def mark(self, tag: int) -> None:
         """Tag the start just recorded (call right after :meth:`record`, with
@@ -108,6 +120,7 @@ class Recorder:
             "late": self.late,
             "starts": self.starts,
             "marks": self.marks,
+            "tagged": self.tagged,
         }
 
     def start_thread(self) -> None:
@@ -214,6 +227,7 @@ def merge(finals: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "pickup": [x for f in finals for x in f.get("pickup", ())],
         "late": [x for f in finals for x in f.get("late", ())],
         "starts": sorted(x for f in finals for x in f.get("starts", ())),
+        "tagged": [tuple(x) for f in finals for x in f.get("tagged", ())],
     }
 
 
