@@ -51,6 +51,9 @@ class Database:
         timeout_ms = int(self.options.statement_timeout * 1000)
         kwargs: dict[str, Any] = {
             "options": f"-c search_path={self.schema} -c statement_timeout={timeout_ms}",
+            # transactions are explicit (Database.run): a single statement
+            # runs alone, without BEGIN and COMMIT round trips
+            "autocommit": True,
         }
         if self.options.poll_only:
             kwargs["prepare_threshold"] = None
@@ -58,9 +61,8 @@ class Database:
 
     def connect(self, *, autocommit: bool = False) -> psycopg.Connection[Any]:
         """A new connection of the store's own (blocking; for LISTEN and tools)."""
-        return psycopg.connect(
-            self.options.conninfo, autocommit=autocommit, **self.connect_kwargs()
-        )
+        kwargs = {**self.connect_kwargs(), "autocommit": autocommit}
+        return psycopg.connect(self.options.conninfo, **kwargs)
 
     def _open(self) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
         if self._closed:
@@ -90,21 +92,34 @@ class Database:
         return self._pool
 
     # -- running operations ------------------------------------------------------
-    async def run(self, work: Work[T], *, what: str) -> T:
+    async def run(self, work: Work[T], *, what: str, transaction: bool = True) -> T:
         """Run ``work(conn)`` as one transaction on a pooled connection in a
         worker thread; its result. Commits when ``work`` returns, rolls back
-        when it raises. Raises StoreError for every database error."""
+        when it raises. Raises StoreError for every database error.
+
+        ``transaction=False`` for work that is a single statement (atomic by
+        itself): it runs in autocommit, one round trip, without the BEGIN
+        and COMMIT round trips a transaction block costs."""
         return await trio.to_thread.run_sync(
-            self.run_blocking, work, what, limiter=self._limiter, abandon_on_cancel=True
+            self.run_blocking,
+            work,
+            what,
+            transaction,
+            limiter=self._limiter,
+            abandon_on_cancel=True,
         )
 
-    def run_blocking(self, work: Work[T], what: str) -> T:
+    def run_blocking(self, work: Work[T], what: str, transaction: bool = True) -> T:
         """:meth:`run` for code already off the Trio loop (threads, tools)."""
         failed = True
         try:
             pool = self._open()
             with pool.connection() as conn:
-                result = work(conn)
+                if transaction:
+                    with conn.transaction():
+                        result = work(conn)
+                else:
+                    result = work(conn)
             failed = False
             return result
         except psycopg_pool.PoolTimeout as exc:
