@@ -16,10 +16,9 @@ import contextlib
 import itertools
 import logging
 import os
-import shutil
+import pwd
 import subprocess
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -184,7 +183,7 @@ async def test_kill_9_of_the_server_mid_drain(own_postgres: PostgresServer) -> N
             with trio.fail_after(15):
                 with pytest.raises(StoreError, match="PostgreSQL") as raised:
                     await producer.enqueue_jobs(down)
-            print("DOWN ERR", trio.current_time() - t0, raised.value)
+            refused_after = trio.current_time() - t0
             await trio.sleep(1.0)
             await trio.to_thread.run_sync(own_postgres.restart)
             acknowledged |= await enqueue_acknowledged(producer, down, errors)
@@ -192,10 +191,13 @@ async def test_kill_9_of_the_server_mid_drain(own_postgres: PostgresServer) -> N
             acknowledged |= await enqueue_acknowledged(producer, after, errors)
             t1 = trio.current_time()
             await wait_until(lambda: acknowledged <= set(ledger.done), 40, poll=0.05)
-            print(
-                "DRAINED AFTER RESTART", trio.current_time() - t1, errors[:3], len(errors), at_kill
-            )
+            drained_after = trio.current_time() - t1
             await wait_until_drained(producer.store, 10)
+    print(
+        f"\n{at_kill} jobs done at the kill; an enqueue while down failed after"
+        f" {refused_after:.1f}s: {raised.value}; retried enqueues {len(errors)};"
+        f" the rest done {drained_after:.1f}s after the restart"
+    )
     assert at_kill < 250, "the outage came mid-drain"
     assert len(acknowledged) == 370
     assert not ledger.overlaps, ledger.overlaps
@@ -223,7 +225,7 @@ async def pickup(app: App, work: Any, ledger: Ledger, n: int, timeout: float) ->
 
 
 async def test_terminated_backends_under_a_worker_and_a_producer(
-    own_postgres: PostgresServer,
+    postgres_url: str,
 ) -> None:
     """pg_terminate_backend of every connection of a draining worker (its
     pool and its LISTEN connection) and of a producer, three times: the
@@ -232,7 +234,7 @@ async def test_terminated_backends_under_a_worker_and_a_producer(
     connection is terminated again: a job enqueued at once is still picked
     up by the fallback poll, a new LISTEN connection is opened, and
     wake-ups arrive promptly again (well under the 5 s poll)."""
-    url = schema_url(own_postgres.url)
+    url = schema_url(postgres_url)
     ledger = Ledger()
     worker_app, _ = make_app(url, ledger)
     producer, work = make_app(url)
@@ -245,7 +247,7 @@ async def test_terminated_backends_under_a_worker_and_a_producer(
         async with worker_app.open_worker(concurrency=8, lease_duration=3.0, recover_interval=0.5):
             await wait_until(lambda: sum(ledger.done.values()) >= 20, 20)
             for round_ in range(3):
-                terminated += await terminate_others(own_postgres.url)
+                terminated += await terminate_others(postgres_url)
                 batch = work.new_jobs([Item(1000 * (round_ + 1) + i) for i in range(30)])
                 acknowledged |= await enqueue_acknowledged(producer, batch, errors)
                 await trio.sleep(0.3)
@@ -255,13 +257,13 @@ async def test_terminated_backends_under_a_worker_and_a_producer(
             assert ledger.overlaps == []
             # idle now; the LISTEN connection is up again (or comes up at
             # the next wait): wake-ups are prompt
-            await wait_until_async(lambda: listen_backends(own_postgres.url), 10)
-            listening = await listen_backends(own_postgres.url)
+            await wait_until_async(lambda: listen_backends(postgres_url), 10)
+            listening = await listen_backends(postgres_url)
             prompt_before = [await pickup(producer, work, ledger, 9000 + i, 5) for i in range(3)]
             # the LISTEN connection (and every other) terminated while idle
-            terminated += await terminate_others(own_postgres.url)
+            terminated += await terminate_others(postgres_url)
             after_kill = await pickup(producer, work, ledger, 9100, 10)
-            await wait_until_async(lambda: _new_listener(own_postgres.url, listening), 15)
+            await wait_until_async(lambda: _new_listener(postgres_url, listening), 15)
             prompt_after = [await pickup(producer, work, ledger, 9200 + i, 5) for i in range(3)]
     print(
         f"\nterminated {terminated} backends; enqueue errors {len(errors)};"
@@ -323,7 +325,7 @@ class RowLock:
 
 
 async def test_a_statement_timeout_is_a_store_error_and_changes_nothing(
-    own_postgres: PostgresServer,
+    postgres_url: str,
 ) -> None:
     """A job row locked by another transaction for longer than the store's
     ``statement_timeout`` (1 s here): the settle and the renew of its lease
@@ -331,13 +333,13 @@ async def test_a_statement_timeout_is_a_store_error_and_changes_nothing(
     and change nothing (the lease still held, its token the same). Once the
     lock is gone the same settle is applied, and a repeat of it is refused
     (fenced)."""
-    url = schema_url(own_postgres.url, statement_timeout=1)
+    url = schema_url(postgres_url, statement_timeout=1)
     store = PostgresStore.from_url(url)
     with trio.fail_after(20):
         await store.enqueue_many([NewJob(id="x", queue="q", kind="k", payload=b"{}")])
         [leased] = (await store.lease([QueueWeight("q")], 1, worker_id="a", lease_duration=10)).jobs
         done = Settlement(leased.ref, SettleKind.SUCCEEDED)
-        async with RowLock(own_postgres.url, store.schema, "x"):
+        async with RowLock(postgres_url, store.schema, "x"):
             for call in (store.settle([done]), store.renew([leased.ref], 10)):
                 started = trio.current_time()
                 with pytest.raises(StoreError, match="statement_timeout") as raised:
@@ -354,7 +356,7 @@ async def test_a_statement_timeout_is_a_store_error_and_changes_nothing(
 
 
 async def test_a_worker_rides_out_statement_timeouts(
-    own_postgres: PostgresServer, caplog: pytest.LogCaptureFixture
+    postgres_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A worker (statement_timeout=1) whose job row stays locked by another
     transaction for 3 s while its handler finishes: its settle times out,
@@ -363,7 +365,7 @@ async def test_a_worker_rides_out_statement_timeouts(
     settles may wait behind the blocked one: the completer retries one
     batch at a time) and each succeeds once; nothing is lost."""
     caplog.set_level(logging.WARNING, logger="chronos_trio")
-    url = schema_url(own_postgres.url, statement_timeout=1)
+    url = schema_url(postgres_url, statement_timeout=1)
     ledger = Ledger()
     worker_app, work = make_app(url, ledger)
     release = trio.Event()
@@ -382,7 +384,7 @@ async def test_a_worker_rides_out_statement_timeouts(
             concurrency=8, lease_duration=10.0, recover_interval=0.5
         ) as worker:
             await blocked_started.wait()
-            async with RowLock(own_postgres.url, schema, handle.job_id):
+            async with RowLock(postgres_url, schema, handle.job_id):
                 release.set()  # the handler ends; its settle waits for the row
                 others = await enqueue_acknowledged(
                     worker_app, work.new_jobs([Item(i) for i in range(50)])
@@ -402,3 +404,202 @@ async def test_a_worker_rides_out_statement_timeouts(
     assert ledger.runs[handle.job_id] == 1 and ledger.done[handle.job_id] == 1
     assert not ledger.overlaps
     await worker_app.aclose()
+
+
+# -- read-only ----------------------------------------------------------------------------
+
+
+async def set_read_only(server: PostgresServer, on: bool) -> None:
+    """``default_transaction_read_only`` for the whole cluster (ALTER SYSTEM
+    and a reload: sessions already open take it at their next statement)."""
+
+    def work() -> None:
+        with psycopg.connect(server.url_for("postgres"), autocommit=True) as conn:
+            conn.execute("SET default_transaction_read_only = off")
+            if on:
+                conn.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+            else:
+                conn.execute("ALTER SYSTEM RESET default_transaction_read_only")
+            conn.execute("SELECT pg_reload_conf()")
+
+    await trio.to_thread.run_sync(work)
+    await trio.sleep(0.5)  # the backends take the reload's signal
+
+
+async def test_a_read_only_database_refuses_enqueue_clearly_and_keeps_its_jobs(
+    own_postgres: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The cluster turns read-only (as a demoted primary or an operator's
+    ``default_transaction_read_only`` would) under a running worker: an
+    enqueue raises a StoreError that says the database is read-only; the
+    worker's claims fail and are retried; the jobs already stored stay, due
+    ones unrun. Turned back, the same connections work again: every job
+    runs once and nothing is lost."""
+    caplog.set_level(logging.WARNING, logger="chronos_trio")
+    url = schema_url(own_postgres.url)
+    ledger = Ledger()
+    worker_app, _ = make_app(url, ledger)
+    producer, work = make_app(url)
+    with trio.fail_after(40):
+        first = await enqueue_acknowledged(producer, work.new_jobs([Item(i) for i in range(20)]))
+        stored = await enqueue_acknowledged(
+            producer, work.new_jobs([Item(100 + i) for i in range(30)], delay=1.0)
+        )
+        async with worker_app.open_worker(concurrency=8, lease_duration=3.0, poll_interval=0.5):
+            await wait_until(lambda: first <= set(ledger.done), 10)
+            await set_read_only(own_postgres, True)
+            try:
+                with pytest.raises(StoreError, match="read-only") as raised:
+                    await producer.enqueue_jobs(work.new_jobs([Item(200)]))
+                assert "the database is read-only" in str(raised.value)
+                await trio.sleep(2.0)  # the delayed jobs come due meanwhile
+                [stats] = await producer.store.stats(["default"])
+                assert stats.counts.get(JobState.SCHEDULED, 0) + stats.counts.get(
+                    JobState.READY, 0
+                ) == len(stored)
+                assert not (stored & set(ledger.runs)), "nothing could be claimed"
+            finally:
+                await set_read_only(own_postgres, False)
+            later = await enqueue_acknowledged(
+                producer, work.new_jobs([Item(300 + i) for i in range(10)])
+            )
+            await wait_until(lambda: (stored | later) <= set(ledger.done), 15)
+            await wait_until_drained(producer.store, 10)
+    assert all(n == 1 for n in ledger.runs.values()), ledger.runs
+    assert set(ledger.runs) == first | stored | later
+    refused = {
+        r.getMessage().split(";")[0] for r in caplog.records if "read-only" in r.getMessage()
+    }
+    print(f"\nworker operations refused while read-only: {sorted(refused)}")
+    assert "leaser failed" in refused
+    await worker_app.aclose()
+    await producer.aclose()
+
+
+# -- disk full ----------------------------------------------------------------------------
+
+#: The small disk's size: the store's tables and a filler table share it.
+SMALL_DISK_MB = 24
+
+
+@pytest.fixture
+def small_disk(own_postgres: PostgresServer) -> Iterator[str]:
+    """A tmpfs of :data:`SMALL_DISK_MB` MB mounted in the cluster's
+    directory, made the database's default tablespace (the WAL stays on the
+    main disk, as a full data volume with a separate WAL volume would have
+    it). Needs root to mount: skipped otherwise, except under CI=true, where
+    it fails (the CI machine is root)."""
+    mount_point = own_postgres.directory / "small"
+    mount_point.mkdir()
+    owner = pwd.getpwnam("postgres") if os.geteuid() == 0 else None
+    reason = None
+    if owner is None:
+        reason = "mounting a tmpfs for the full disk needs root"
+    else:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK_MB}m,mode=0700,uid={owner.pw_uid}",
+             "tmpfs", str(mount_point)],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        if done.returncode != 0:
+            reason = f"mount -t tmpfs failed: {done.stderr.strip()}"
+    if reason is not None:
+        if in_ci():
+            pytest.fail(f"{reason} (required under CI=true)")
+        pytest.skip(reason)
+    try:
+        url = own_postgres.url_for("postgres")
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"CREATE TABLESPACE small LOCATION '{mount_point}'")
+            conn.execute(f'ALTER DATABASE "{own_postgres.database}" SET default_tablespace = small')
+        yield str(mount_point)
+    finally:
+        own_postgres.kill()  # nothing holds a file open on it any more
+        if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+
+
+def fill(url: str) -> int:
+    """Rows of ~1 kB into a filler table until the disk is full; how many MB."""
+    rows = 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE filler (b text)")
+        for chunk in (1000, 100, 1):  # down to the last page that fits
+            while True:
+                try:
+                    conn.execute(
+                        "INSERT INTO filler SELECT repeat(md5(g::text), 30)"
+                        " FROM generate_series(1, %s) AS g",
+                        (chunk,),
+                    )
+                except psycopg.errors.DiskFull:
+                    break
+                rows += chunk
+    return rows // 1000
+
+
+async def test_a_full_disk_refuses_enqueue_clearly_and_loses_nothing(
+    own_postgres: PostgresServer, small_disk: str
+) -> None:
+    """The store's tablespace fills up: an enqueue that needs new pages
+    raises a StoreError that says the disk is full and stores none of its
+    jobs; the jobs already stored are all kept; a worker started meanwhile
+    rides it out. Once space is freed, the same enqueue is accepted and
+    every job runs once."""
+    url = schema_url(own_postgres.url)
+    ledger = Ledger()
+    worker_app, _ = make_app(url, ledger)
+    producer, work = make_app(url)
+    with trio.fail_after(40):
+        stored = await enqueue_acknowledged(producer, work.new_jobs([Item(i) for i in range(100)]))
+        filled_mb = await trio.to_thread.run_sync(fill, own_postgres.url)
+        refused = work.new_jobs([Item(1000 + i) for i in range(300)])
+        with pytest.raises(StoreError, match="disk is full") as raised:
+            await producer.enqueue_jobs(refused)
+        message = str(raised.value)
+        assert "No space left on device" in message and "free space" in message
+        for job in refused:
+            assert await producer.store.get_job(job.id) is None, "none of the batch stored"
+        async with worker_app.open_worker(concurrency=8, lease_duration=3.0, poll_interval=0.5):
+            await trio.sleep(1.0)  # while the disk is full
+            await admin_sql(own_postgres.url, "DROP TABLE filler")
+            accepted = await enqueue_acknowledged(producer, refused)
+            await wait_until(lambda: (stored | accepted) <= set(ledger.done), 20)
+            await wait_until_drained(producer.store, 10)
+    print(f"\nfilled {filled_mb} MB; the refused enqueue said: {message}")
+    assert all(n == 1 for n in ledger.runs.values()), ledger.runs
+    assert set(ledger.runs) == stored | accepted and len(accepted) == 300
+    await worker_app.aclose()
+    await producer.aclose()
+
+
+# -- a stale settle after recovery --------------------------------------------------------
+
+
+async def test_a_stale_settle_after_recovery_is_refused(postgres_url: str) -> None:
+    """Worker A's lease expires (A paused, or cut off) and is recovered; B
+    leases the job again. A's late settles of every kind and its renewal are
+    refused and leave the record as B holds it, token and all; B's settle is
+    applied."""
+    url = schema_url(postgres_url)
+    a, b = PostgresStore.from_url(url), PostgresStore.from_url(url)
+    with trio.fail_after(15):
+        await a.enqueue_many([NewJob(id="x", queue="q", kind="k", payload=b"{}", max_retries=5)])
+        [old] = (await a.lease([QueueWeight("q")], 1, worker_id="a", lease_duration=0.2)).jobs
+        while not (await b.recover_expired(["q"], 10)).requeued:
+            await trio.sleep(0.05)
+        [new] = (await b.lease([QueueWeight("q")], 1, worker_id="b", lease_duration=10)).jobs
+        assert new.job.id == "x" and new.token != old.token and new.job.attempts == 2
+        before = await b.get_job("x")
+        for kind in SettleKind:
+            stale = Settlement(old.ref, kind, error="late")
+            assert (await a.settle([stale])).settled == (False,), kind
+        assert (await a.renew([old.ref], 10)).renewed == (False,)
+        after = await b.get_job("x")
+        assert after == before
+        assert after is not None and after.state is JobState.LEASED
+        assert after.lease_owner == "b" and after.lease_token == new.token
+        assert (await b.settle([Settlement(new.ref, SettleKind.SUCCEEDED)])).settled == (True,)
+        assert await b.get_job("x") is None
+    await a.aclose()
+    await b.aclose()
