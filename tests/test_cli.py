@@ -52,9 +52,9 @@ async def populate(store: Store) -> None:
         await trio.sleep(0.002)  # distinct due times: lease order is enqueue order
     leased = {
         lj.job.id: lj
-        for lj in (await store.lease(
-            [QueueWeight("default")], 5, worker_id=OWNER, lease_duration=600
-        )).jobs
+        for lj in (
+            await store.lease([QueueWeight("default")], 5, worker_id=OWNER, lease_duration=600)
+        ).jobs
     }
     assert set(leased) == {"leased-1", "retry-1", "done-1", "dead-1", "dead-2"}
     await store.settle(
@@ -277,9 +277,7 @@ def test_abort(cli: Cli) -> None:
     assert {"scheduled-1", "retry-1"} <= set(listed.out.split())
     dead = cli("jobs", args=("--queue", "default", "--state", "dead", "--json")).json()
     assert dead["total"] == 2 and {j["id"] for j in dead["jobs"]} == {"dead-1", "dead-2"}
-    assert ["default", "active", "0", "1", "1", "0", "1", "2", "2", "7"] in rows(
-        cli("queues").out
-    )
+    assert ["default", "active", "0", "1", "1", "0", "1", "2", "2", "7"] in rows(cli("queues").out)
 
 
 class FakeTerminal(io.StringIO):
