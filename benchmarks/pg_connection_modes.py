@@ -1,7 +1,7 @@
 """How the PostgreSQL store should drive psycopg from Trio: measured.
 
 psycopg 3's async API is asyncio-only. Two ways remain, both measured here
-on one private PostgreSQL (``python -m benchmarks.pg_driver``):
+on one private PostgreSQL (``python -m benchmarks.pg_connection_modes``):
 
 * **threads**: a pool of sync ``psycopg.Connection``; each operation (a
   whole transaction) runs in ``trio.to_thread.run_sync`` (what the store

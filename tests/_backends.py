@@ -1,7 +1,8 @@
 """The runtime tests' backend: one parametrized fixture runs a test on the
-MemoryStore under Trio's virtual clock and on a real Redis under the real clock.
+MemoryStore under Trio's virtual clock, and on a real Redis and a real
+PostgreSQL under the real clock.
 
-* ``backend`` (function, ids ``memory`` and ``redis``): a :class:`Backend`,
+* ``backend`` (function, ids ``memory``, ``redis`` and ``postgres``): a :class:`Backend`,
   which makes fresh stores (closed after the test) and holds the timing and
   tolerances suited to its clock.
 * ``clock``: the clock ``backend`` needs. pytest-trio runs a test under the
@@ -22,14 +23,17 @@ MemoryStore under Trio's virtual clock and on a real Redis under the real clock.
         assert started == backend.around(7.0, abs=0.05)
 
 The Redis case needs a ``redis-server`` binary (see ``tests/_redis_fixtures.py``)
-and carries the ``redis`` mark, so ``-m "not redis"`` leaves only memory.
+and carries the ``redis`` mark; the PostgreSQL case needs the server binaries
+(``tests/_postgres_fixtures.py``) and carries the ``postgres`` mark, so
+``-m "not redis and not postgres"`` leaves only memory. PostgreSQL takes the
+Redis case's timing and sizes (``pick``'s ``redis``): both are real clocks.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
 import pytest
@@ -37,6 +41,7 @@ import trio
 import trio.testing
 
 from chronos_trio import MemoryStore
+from chronos_trio.store.postgres import PostgresStore
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.testing import DamageableMemoryStore
 
@@ -80,9 +85,10 @@ class Within:
 class Backend:
     """One backend's store factory, timing and tolerances."""
 
-    #: ``"memory"`` or ``"redis"``.
+    #: ``"memory"``, ``"redis"`` or ``"postgres"``.
     name: str
     redis_url: str | None = None
+    postgres_url: str | None = None
     _stores: list[Store] = attrs.field(factory=list)
 
     @property
@@ -93,10 +99,15 @@ class Backend:
     def store(self, *, damageable: bool = False) -> Store:
         """A fresh, empty store: a MemoryStore (``damageable``: a
         ``DamageableMemoryStore``, whose records a test can damage), or a
-        RedisStore on a namespace of its own. Redis stores are closed after
-        the test."""
+        RedisStore on a namespace of its own, or a PostgresStore on a schema
+        of its own. Redis and PostgreSQL stores are closed after the test."""
         made: Store
-        if self.redis_url is None:
+        if self.postgres_url is not None:
+            made = cast(
+                "Store",
+                PostgresStore.from_url(f"{self.postgres_url}?schema=t{next(_namespaces)}"),
+            )
+        elif self.redis_url is None:
             made = DamageableMemoryStore() if damageable else MemoryStore()
         else:
             made = RedisStore.from_url(self.redis_url, namespace=f"t{next(_namespaces)}")
@@ -139,12 +150,21 @@ class _Case:
     name: str
     clock: trio.abc.Clock | None
     redis_url: str | None
+    postgres_url: str | None = None
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
 def _backend_case(request: pytest.FixtureRequest) -> _Case:
     if request.param == "memory":
         return _Case("memory", trio.testing.MockClock(autojump_threshold=0), None)
+    if request.param == "postgres":
+        return _Case("postgres", None, None, request.getfixturevalue("postgres_url"))
     return _Case("redis", None, request.getfixturevalue("redis_url"))
 
 
@@ -160,7 +180,7 @@ async def backend(_backend_case: _Case) -> AsyncIterator[Backend]:
         pytest.fail("a test on `backend` must take the `clock` fixture too")
     if _backend_case.clock is None and isinstance(running, trio.testing.MockClock):
         pytest.fail("a test on `backend` runs under the `clock` fixture, not another one")
-    made = Backend(_backend_case.name, _backend_case.redis_url)
+    made = Backend(_backend_case.name, _backend_case.redis_url, _backend_case.postgres_url)
     try:
         yield made
     finally:

@@ -34,9 +34,11 @@ import pytest
 from chronos_trio import MemoryStore
 from chronos_trio.records._jobs import LeaseRef
 from chronos_trio.store import SettleKind, Settlement
+from chronos_trio.store.postgres import PostgresStore
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.testing.differential import Divergence, Mix, run_differential
 from chronos_trio.testing.faketime import FrozenClock, start_cluster
+from chronos_trio.testing.postgres_server import PostgresServer, PostgresUnavailable
 from chronos_trio.testing.redis_server import RedisCluster, RedisServer, RedisUnavailable, in_ci
 
 pytestmark = pytest.mark.differential
@@ -133,6 +135,43 @@ async def test_redis_answers_as_the_memory_store(
         candidate = RedisStore.from_url(
             target.url, namespace=f"df{next(_namespaces)}", default_partitions=target.partitions
         )
+        try:
+            report = await run_differential(
+                reference, candidate, frozen_clock, seed=seed, steps=STEPS, mix=MIXES[mix]
+            )
+        finally:
+            await candidate.aclose()
+        print(report.summary())
+        assert report.steps == STEPS
+
+
+@pytest.fixture(scope="session")
+def frozen_postgres(frozen_clock: FrozenClock) -> Iterator[PostgresServer]:
+    """A private PostgreSQL whose wall clock (``chronos_now()``) is the frozen one."""
+    try:
+        server = PostgresServer(env=frozen_clock.server_env()).start()
+    except (PostgresUnavailable, RedisUnavailable) as exc:
+        if in_ci():
+            pytest.fail(f"libfaketime and PostgreSQL are required under CI=true: {exc}")
+        pytest.skip(str(exc))
+    yield server
+    server.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("mix", list(MIXES))
+async def test_postgres_answers_as_the_memory_store(
+    frozen_clock: FrozenClock, frozen_postgres: PostgresServer, mix: str
+) -> None:
+    """Every seed's sequence gives the same answers and admin views on a
+    PostgresStore (a fresh schema) as on a fresh MemoryStore of one
+    partition (the PostgreSQL store's default topology). The store has no
+    promoter: the runner keeps the reference promoted (see
+    ``testing.differential``)."""
+    for seed in SEEDS:
+        print(f"\ndifferential postgres/{mix} seed={seed} (CHRONOS_DIFF_SEED={seed})")
+        reference = MemoryStore(clock=frozen_clock.now, default_partitions=1)
+        candidate = PostgresStore.from_url(f"{frozen_postgres.url}?schema=df{next(_namespaces)}")
         try:
             report = await run_differential(
                 reference, candidate, frozen_clock, seed=seed, steps=STEPS, mix=MIXES[mix]

@@ -123,8 +123,8 @@ def _counting(store: PostgresStore) -> list[int]:
     count = [0]
     run_blocking: Callable[..., Any] = store._db.run_blocking
 
-    def counted(work: Callable[[Any], Any], what: str) -> Any:
-        return run_blocking(lambda conn: work(_Counting(conn, count)), what)
+    def counted(work: Callable[[Any], Any], what: str, transaction: bool = True) -> Any:
+        return run_blocking(lambda conn: work(_Counting(conn, count)), what, transaction)
 
     store._db.run_blocking = counted  # type: ignore[method-assign]
     return count

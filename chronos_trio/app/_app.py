@@ -42,6 +42,8 @@ from ..runtime._schedule import MisfirePolicy, Schedule
 from ..runtime._tasks import DEFAULT_RESULT_TTL, TaskSpec
 from ..store import Store, StoreRole, WorkerRole, open_store, require_roles
 from ..store._offers import check_jobs
+from ..store._schemes import redact
+from ..store._transactional import transactional_store
 from ..worker import Worker
 from ._handle import JobHandle, Workflow
 from ._handlers import inspect_handler
@@ -375,19 +377,43 @@ class App:
         self.producer_hooks.append(hook)
         return hook
 
-    async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+    async def enqueue_jobs(
+        self, jobs: Sequence[NewJob], *, connection: object = None
+    ) -> list[EnqueueResult]:
         """Send prepared jobs (``task.new_job(...)``) in one batch. Raises
         ``MissingCapability``, storing none of them, when a job uses a
         feature the store lacks (unique, limits, expiry, priority, a
-        workflow step); ``StoreError`` when the store cannot be reached."""
+        workflow step); ``StoreError`` when the store cannot be reached.
+
+        ``connection`` (a synchronous one: psycopg, SQLAlchemy, Django):
+        write the jobs in the transaction open on it, used in a worker
+        thread meanwhile (see
+        :class:`~chronos_trio.store._transactional.TransactionalEnqueue`);
+        ``MissingCapability`` when the store cannot (a store that is not
+        PostgreSQL), before anything is written."""
+        if connection is not None:
+            return await self._enqueue_in_transaction(jobs, connection)
         if not jobs:
             return []
         store = self.store
         check_jobs(store, jobs)
         return await store.enqueue_many(jobs)
 
+    async def _enqueue_in_transaction(
+        self, jobs: Sequence[NewJob], connection: object
+    ) -> list[EnqueueResult]:
+        store = self.store
+        where = redact(self._store_url) if self._store_url else ""
+        target = transactional_store(store, where)
+        check_jobs(store, jobs)
+        return await target.enqueue_in_transaction(connection, jobs)
+
     async def enqueue_workflow(
-        self, workflow: FlowStep | Chain | Group, *, workflow_id: str | None = None
+        self,
+        workflow: FlowStep | Chain | Group,
+        *,
+        workflow_id: str | None = None,
+        connection: object = None,
     ) -> Workflow:
         """Start a workflow (``chain``, ``group``, their nesting, of
         ``task.s(...)`` steps): its first jobs in one batch. What follows
@@ -402,13 +428,14 @@ class App:
         job of the flow, first or later, carries the headers they made.
         Raises ValueError past the limits (see ``records._workflow``) or for
         bad headers, StoreError when the store cannot be reached, and what a
-        hook raises.
+        hook raises. ``connection``: start it in your own transaction, as
+        :meth:`Task.enqueue` (its later steps are enqueued by the workers).
         """
         wid = workflow_id or new_job_id()
         hooks = self.producer_hooks
         headers = job_headers(first_kind(workflow), None, hooks) if hooks else ()
         steps = start_workflow(workflow, wid, headers)
-        await self.enqueue_jobs(steps.jobs)
+        await self.enqueue_jobs(steps.jobs, connection=connection)
         last = final_job_id(workflow, wid)
         final: JobHandle[Any] | None = None
         if last is not None:
@@ -420,11 +447,17 @@ class App:
         return Workflow(wid, final, predecessors(workflow, wid))
 
     async def enqueue(
-        self, kind: str, payload: Any, **options: Unpack[EnqueueOptions]
+        self,
+        kind: str,
+        payload: Any,
+        *,
+        connection: object = None,
+        **options: Unpack[EnqueueOptions],
     ) -> JobHandle[Any]:
         """Enqueue by kind name (for producers that do not import the handler);
-        returns its :class:`JobHandle`. Raises as :meth:`Task.enqueue`, and
-        ``ValueError`` for a kind that is not a non-empty string."""
+        returns its :class:`JobHandle`. Raises as :meth:`Task.enqueue` (and
+        takes its ``connection``), and ``ValueError`` for a kind that is not
+        a non-empty string."""
         if not isinstance(kind, str) or not kind:
             raise ValueError(f"task kind must be a non-empty string, got {kind!r}")
         spec = self.registry.tasks.get(kind)
@@ -437,7 +470,7 @@ class App:
                 max_retries=DEFAULT_MAX_RETRIES,
                 timeout=DEFAULT_TIMEOUT,
             )
-        return await Task(self, spec).enqueue(payload, **options)
+        return await Task(self, spec).enqueue(payload, connection=connection, **options)
 
     def job(self, job_id: str, *, queue: str | None = None, kind: str = "") -> JobHandle[Any]:
         """A handle for the job ``job_id`` (enqueued anywhere, by any

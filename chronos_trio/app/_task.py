@@ -28,7 +28,9 @@ class JobSink(HandleHost, Protocol):
     @property
     def producer_hooks(self) -> Sequence[ProducerHook]: ...
 
-    async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]: ...
+    async def enqueue_jobs(
+        self, jobs: Sequence[NewJob], *, connection: object = None
+    ) -> list[EnqueueResult]: ...
 
 
 @attrs.frozen(eq=False)
@@ -111,7 +113,9 @@ class Task(Generic[P]):
             self.spec, app.max_payload_bytes, app.producer_hooks, payload, **options
         )
 
-    async def enqueue(self, payload: P, **options: Unpack[EnqueueOptions]) -> JobHandle[Any]:
+    async def enqueue(
+        self, payload: P, *, connection: object = None, **options: Unpack[EnqueueOptions]
+    ) -> JobHandle[Any]:
         """Enqueue one job; returns once the store has it (for Redis: the
         master has it; with ``wait_replicas``, that many replicas too, see the
         docs/guarantees.md on what a failover can lose otherwise).
@@ -125,20 +129,35 @@ class Task(Generic[P]):
         cannot be reached (then the job may or may not be stored: enqueue it
         again with the same ``job_id`` to be sure of one).
 
+        ``connection``: your own database connection (on a PostgreSQL
+        store: a psycopg connection, a SQLAlchemy connection or session,
+        Django's connection; see docs/postgres.md). The job is written in
+        *its* transaction: workers see it once that commits, and it is gone
+        if it rolls back. Raises ``MissingCapability`` when the store cannot
+        do that, ``TypeError`` for a connection of an unknown kind,
+        ``ValueError`` for a closed one; nothing is stored then.
+
         Returns a :class:`JobHandle` (``await handle.result()``).
         """
         new = self.new_job(payload, **options)
-        [result] = await self.app.enqueue_jobs([new])
+        [result] = await self.app.enqueue_jobs([new], connection=connection)
         _producing.check_duplicate(new, result)
         return JobHandle.of(self.app, result, new.queue, new.kind)
 
     async def enqueue_many(
-        self, payloads: Iterable[P], *, delay: float | None = None, queue: str | None = None
+        self,
+        payloads: Iterable[P],
+        *,
+        delay: float | None = None,
+        queue: str | None = None,
+        connection: object = None,
     ) -> list[JobHandle[Any]]:
         """Enqueue many jobs of this task in one batch (one store round trip
         per partition). Every payload is checked before any job is sent.
-        Returns a handle per job, in order."""
-        results = await self.app.enqueue_jobs(self.new_jobs(payloads, delay=delay, queue=queue))
+        Returns a handle per job, in order. ``connection``: as :meth:`enqueue`
+        (the whole batch in your transaction)."""
+        jobs = self.new_jobs(payloads, delay=delay, queue=queue)
+        results = await self.app.enqueue_jobs(jobs, connection=connection)
         host, kind, queue = self.app, self.spec.kind, queue or self.spec.queue
         return [
             JobHandle(r.job_id, r.created, r.run_at, r.placement, queue, kind, host)

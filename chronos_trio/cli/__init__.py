@@ -23,6 +23,7 @@ from ._options import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from ._options import EXIT_NO_APP as EXIT_NO_APP
 from ._options import EXIT_NOT_FOUND as EXIT_NOT_FOUND
 from ._options import EXIT_OK as EXIT_OK
+from ._options import EXIT_PENDING as EXIT_PENDING
 from ._options import EXIT_PROBLEMS as EXIT_PROBLEMS
 from ._options import EXIT_REFUSED as EXIT_REFUSED
 from ._options import EXIT_RESTARTS as EXIT_RESTARTS

@@ -1,5 +1,8 @@
-"""``python -m chronos_trio demo``: producer and worker in one process on the
-embedded in-memory store, with live progress and a summary. No Redis needed."""
+"""``python -m chronos_trio demo [--url URL]``: producer and worker in one
+process, with live progress and a summary: on the embedded in-memory store
+(no server needed), or on the store at ``URL`` (``postgresql://``,
+``redis://``; best an empty one, e.g. ``?schema=chronos_demo``: jobs other
+programs left in its queues would be run too)."""
 
 from __future__ import annotations
 
@@ -44,8 +47,8 @@ class ResizeImage:
     path: str
 
 
-def build_demo_app() -> tuple[App, list[Job]]:
-    app = App(MemoryStore())
+def build_demo_app(url: str | None = None) -> tuple[App, list[Job]]:
+    app = App(url if url is not None else MemoryStore())
     dead: list[Job] = []
 
     @app.task("email.send", timeout=5)
@@ -152,10 +155,23 @@ async def _render(app: App, worker: Worker, out: TextIO, start: float) -> str:
     return "\n".join(lines)
 
 
-async def run_demo(*, jobs: int = 200, out: TextIO = sys.stdout, live: bool | None = None) -> int:
-    """Run the demo; returns a process exit code (0 when every job ended as
-    expected: all succeeded except the three deliberately dead ones)."""
-    app, dead = build_demo_app()
+async def run_demo(
+    *, jobs: int = 200, out: TextIO = sys.stdout, live: bool | None = None, url: str | None = None
+) -> int:
+    """Run the demo (on the store at ``url``; None: in memory); returns a
+    process exit code (0 when every job ended as expected: all succeeded
+    except the three deliberately dead ones). Raises what opening and using
+    the store raises (ValueError for a bad URL, StoreError)."""
+    app, dead = build_demo_app(url)
+    try:
+        if url is not None:
+            await app.store.now()  # reachable? (a StoreError now, not retries later)
+        return await _run(app, dead, jobs, out, live)
+    finally:
+        await app.aclose()
+
+
+async def _run(app: App, dead: list[Job], jobs: int, out: TextIO, live: bool | None) -> int:
     live = out.isatty() if live is None else live
     start = trio.current_time()
     async with app.open_worker(

@@ -2,7 +2,7 @@
 
 Commands
 --------
-``demo``                     producer + worker on the in-memory store
+``demo [--url URL]``         producer + worker on the in-memory store (or the store at URL)
 ``worker APP``               run workers (``--processes N`` for a local process manager)
 ``queues [APP]``             counts per queue, state, version and partition
 ``jobs [APP] --queue Q --state S``   page through jobs
@@ -16,6 +16,7 @@ Commands
 ``workers [APP]``            live worker processes and the jobs they run
 ``check [APP] [--repair]``   walk the store for inconsistencies; repair them
 ``dashboard [APP] --port P`` the web dashboard (``--token``/``--basic-auth``, ``--read-only``)
+``migrate [URL] [--check]``  apply a PostgreSQL store's pending schema migrations
 
 ``APP`` is ``module:attribute`` (``module`` alone means ``module:app``). The
 store URL comes from ``--url``, else ``$CHRONOS_URL``, else the app; admin
@@ -34,7 +35,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from . import _admin, _dashboard_command, _worker_command
+from . import _admin, _dashboard_command, _migrate_command, _worker_command
 from ._options import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -62,8 +63,14 @@ def build_parser() -> tuple[
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     leaves: dict[tuple[str, ...], argparse.ArgumentParser] = {}
 
-    demo = sub.add_parser("demo", help="run producer + worker on the in-memory store")
+    demo = sub.add_parser(
+        "demo", help="run producer + worker on the in-memory store (or the store at --url)"
+    )
     demo.add_argument("--jobs", type=int, default=200, help="email jobs to enqueue (default 200)")
+    demo.add_argument(
+        "--url",
+        help="run on this store (postgresql://, redis://; best an empty one) instead of in memory",
+    )
     demo.add_argument("--no-live", action="store_true", help="print frames instead of redrawing")
     demo.set_defaults(handler=_run_demo)
     leaves[("demo",)] = demo
@@ -79,6 +86,15 @@ def build_parser() -> tuple[
     dashboard = sub.add_parser("dashboard", help="serve the web dashboard for APP or --url")
     _dashboard_command.add_arguments(dashboard)
     leaves[("dashboard",)] = dashboard
+
+    migrate = sub.add_parser(
+        "migrate",
+        help="apply a PostgreSQL store's pending schema migrations (--check: only report)",
+        description="apply a PostgreSQL store's pending schema migrations (--check: only "
+        "report them, exit 10 while any is pending)",
+    )
+    _migrate_command.add_arguments(migrate)
+    leaves[("migrate",)] = migrate
     return parser, leaves
 
 
@@ -137,9 +153,24 @@ def _run_demo(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise CliError("--jobs must be >= 1", EXIT_USAGE)
+    from ..records._errors import StoreError, sole_exception
+    from ..store import open_store
+    from ._options import EXIT_BAD_URL, EXIT_UNAVAILABLE
+
+    if args.url is not None:
+        try:
+            open_store(args.url)  # checks the URL; connects to nothing
+        except (ValueError, ImportError) as exc:
+            raise CliError(one_line(str(exc)), EXIT_BAD_URL) from None
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     live = False if args.no_live else None
-    return trio.run(lambda: run_demo(jobs=args.jobs, live=live))
+    try:
+        return trio.run(lambda: run_demo(jobs=args.jobs, live=live, url=args.url))
+    except BaseException as exc:
+        error = sole_exception(exc)
+        if isinstance(error, StoreError):
+            raise CliError(one_line(str(error)), EXIT_UNAVAILABLE) from None
+        raise
 
 
 __all__ = ["build_parser", "main", "parse_args"]

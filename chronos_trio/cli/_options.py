@@ -20,6 +20,7 @@ EXIT_NOT_FOUND = 6  #: unknown queue or job id
 EXIT_REFUSED = 7  #: action refused: job in the wrong state, topology change refused, not confirmed
 EXIT_RESTARTS = 8  #: process manager gave up: worker processes crashed too often
 EXIT_PROBLEMS = 9  #: ``check`` found problems (with ``--repair``: problems it could not repair)
+EXIT_PENDING = 10  #: ``migrate --check``: the PostgreSQL schema has migrations to apply
 EXIT_INTERRUPTED = 130  #: a second SIGINT/SIGTERM forced an immediate exit
 
 #: Exit codes a worker process cannot recover from by restarting.

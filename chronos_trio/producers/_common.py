@@ -24,8 +24,13 @@ from ..records._producing import (
     new_jobs,
     unknown_kind,
 )
-from ..store._schemes import redact, scheme_of
+from ..store._schemes import open_store, redact, scheme_of
 from ..store._topology_placement import locate
+from ..store._transactional import (
+    TransactionalEnqueue,
+    not_transactional,
+    transactional_store,
+)
 from ..store.redis._batch import AdapterStatistics
 from ..store.redis._connect import Flavor, StoreUrl, connect, parse_store_url
 from ..store.redis._core import RedisCore
@@ -123,10 +128,36 @@ def statistics_of(stats: AdapterStatistics, listener: _Listener) -> ProducerStat
     )
 
 
+#: A PostgreSQL producer's waits look at the job again after these many
+#: seconds, doubling up to the last (it polls: no LISTEN connection).
+POLL_FIRST, POLL_MOST = 0.05, 0.5
+
+#: Schemes whose stores write jobs in the caller's transaction.
+_TRANSACTIONAL_SCHEMES = frozenset({"postgresql", "postgres"})
+
+
+def transactional_of(url: str | None, app: AppLike | None) -> TransactionalEnqueue | None:
+    """The producer's store when it is one that writes jobs in a caller's
+    transaction (PostgreSQL): ``url``'s, else the app's (its store object
+    if it was given one). None for a Redis store. Connects to nothing."""
+    if url is None and app is not None:
+        if scheme_of(app.store_url).name in _TRANSACTIONAL_SCHEMES:
+            store = app.store
+            return store if isinstance(store, TransactionalEnqueue) else None
+        if not scheme_of(app.store_url).shared:
+            store = app.store  # a store object given to the App (not a URL)
+            return store if isinstance(store, TransactionalEnqueue) else None
+        return None
+    if url is not None and scheme_of(url).name in _TRANSACTIONAL_SCHEMES:
+        return transactional_store(open_store(url), redact(url))
+    return None
+
+
 class ProducerCore:
     """The state both producers hold: the parsed URL and how to connect,
     the sans-IO Redis core (keys, topology cache), the app (if any) and the
-    payload limit."""
+    payload limit. On PostgreSQL (``postgres`` is the store, a
+    :class:`TransactionalEnqueue`) the Redis parts are not made."""
 
     def __init__(
         self,
@@ -141,6 +172,14 @@ class ProducerCore:
         redis_kwargs: dict[str, Any],
     ) -> None:
         self.app = app
+        if max_payload_bytes is None:
+            max_payload_bytes = app.max_payload_bytes if app is not None else None
+        self.max_payload_bytes = max_payload_bytes or DEFAULT_MAX_PAYLOAD_BYTES
+        self.result_type_of: ResultTypeOf = app.result_type_of if app is not None else unknown_kind
+        self.postgres = transactional_of(url, app)
+        self.where = redact(url) if url is not None else redact(app.store_url) if app else ""
+        if self.postgres is not None:
+            return
         self._connect_options = {
             "socket_timeout": socket_timeout,
             "connect_timeout": connect_timeout,
@@ -156,10 +195,18 @@ class ProducerCore:
             topology_ttl=topology_ttl,
             replica_wait=ReplicaWait(s.wait_replicas, s.wait_timeout) if s.wait_replicas else None,
         )
-        if max_payload_bytes is None:
-            max_payload_bytes = app.max_payload_bytes if app is not None else None
-        self.max_payload_bytes = max_payload_bytes or DEFAULT_MAX_PAYLOAD_BYTES
-        self.result_type_of: ResultTypeOf = app.result_type_of if app is not None else unknown_kind
+
+    def in_transaction(self) -> TransactionalEnqueue:
+        """The store, for an enqueue given ``connection=``; MissingCapability
+        naming the store when it is Redis (nothing is written)."""
+        if self.postgres is None:
+            raise not_transactional("RedisStore", self.where)
+        return self.postgres
+
+    def redis_only(self, what: str) -> None:
+        """Refuse ``what`` (statistics of Redis round trips) on PostgreSQL."""
+        if self.postgres is not None:
+            raise NotImplementedError(f"{what}: a producer on PostgreSQL keeps no statistics")
 
     def client_factory(self, flavor: Flavor) -> Callable[[], Any]:
         """Makes the redis-py client (of ``flavor``) for the store URL."""

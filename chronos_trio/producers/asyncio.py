@@ -20,7 +20,7 @@ from typing import Any, Unpack
 
 import attrs
 
-from ..records._jobs import JobOutcome, JobRef
+from ..records._jobs import EnqueueResult, JobOutcome, JobRef, NewJob
 from ..records._options import EnqueueOptions
 from ..records._producing import (
     WAIT_CHUNK,
@@ -36,6 +36,8 @@ from ..store.redis._asyncio import AsyncioDoneListener, AsyncioExecutor
 from ..store.redis._enqueue import enqueue_plan
 from ..store.redis._watch import Watch, wait_plan, watch_plan
 from ._common import (
+    POLL_FIRST,
+    POLL_MOST,
     AppLike,
     ProducerCore,
     ProducerStatistics,
@@ -113,6 +115,8 @@ class AsyncioProducer:
             connect_timeout=connect_timeout,
             redis_kwargs=redis_kwargs,
         )
+        if self._p.postgres is not None:
+            return  # PostgreSQL: enqueue only, on a connection per call
         settings = self._p.settings
         factory = self._p.client_factory("asyncio")
         self._exec = AsyncioExecutor(factory, self._p.core, settings.description)
@@ -126,12 +130,24 @@ class AsyncioProducer:
 
     # -- producing -------------------------------------------------------------------
     async def enqueue(
-        self, task: TaskLike | str, payload: Any, **options: Unpack[EnqueueOptions]
+        self,
+        task: TaskLike | str,
+        payload: Any,
+        *,
+        connection: object = None,
+        **options: Unpack[EnqueueOptions],
     ) -> AsyncioJobHandle:
         """Enqueue one job of ``task`` (a Task, or a kind name); returns once
-        Redis has it. Options and errors as ``SyncProducer.enqueue``."""
+        Redis has it. Options and errors as ``SyncProducer.enqueue``;
+        ``connection`` may also be an asyncio one (psycopg
+        ``AsyncConnection``, SQLAlchemy ``AsyncConnection`` or
+        ``AsyncSession``), awaited on the loop; a synchronous one is used in
+        a thread."""
         job, decoder = self._p.new_job(task, payload, options)
-        [result] = await self._exec.run(enqueue_plan(self._p.core, [job]))
+        if connection is not None or self._p.postgres is not None:
+            [result] = await self._enqueue_sql([job], connection)
+        else:
+            [result] = await self._exec.run(enqueue_plan(self._p.core, [job]))
         check_duplicate(job, result)
         return AsyncioJobHandle(*handle_args(result, job), self, decoder)
 
@@ -142,13 +158,17 @@ class AsyncioProducer:
         *,
         delay: float | None = None,
         queue: str | None = None,
+        connection: object = None,
     ) -> list[AsyncioJobHandle]:
         """Enqueue many jobs of ``task`` in one batch (every payload checked
         first); a handle per job, in order. Raises as :meth:`enqueue`."""
         jobs, decoder = self._p.new_jobs(task, payloads, delay, queue)
         if not jobs:
             return []
-        results = await self._exec.run(enqueue_plan(self._p.core, jobs))
+        if connection is not None or self._p.postgres is not None:
+            results = await self._enqueue_sql(jobs, connection)
+        else:
+            results = await self._exec.run(enqueue_plan(self._p.core, jobs))
         return [
             AsyncioJobHandle(*handle_args(r, j), self, decoder)
             for r, j in zip(results, jobs, strict=True)
@@ -159,8 +179,18 @@ class AsyncioProducer:
         self._p.check_job_id(job_id)
         return AsyncioJobHandle(job_id, False, 0.0, None, queue, kind, self, self._p.result_type_of)
 
+    async def _enqueue_sql(self, jobs: list[NewJob], connection: object) -> list[EnqueueResult]:
+        """On PostgreSQL: in the caller's transaction on ``connection``, else
+        on a connection of the producer's own, committed at once."""
+        store = self._p.in_transaction()
+        if connection is None:
+            return await store.enqueue_committed_asyncio(jobs)
+        return await store.enqueue_in_transaction_asyncio(connection, jobs)
+
     # -- reading outcomes ------------------------------------------------------------
     async def _outcome(self, ref: JobRef) -> JobOutcome | None:
+        if self._p.postgres is not None:
+            return await asyncio.to_thread(self._p.postgres.outcome_blocking, ref)
         found, _ = await self._exec.run(watch_plan(self._p.core, ref, ""))
         return found
 
@@ -169,6 +199,8 @@ class AsyncioProducer:
         and watch, then block; at the deadline, read the job as it is."""
         if not timeout > 0:
             return await self._outcome(ref)
+        if self._p.postgres is not None:
+            return await self._poll_outcome(ref, timeout)
         deadline = time.monotonic() + timeout
         if await self._done.ready(timeout):
             plan = wait_plan(self._done.table, self._p.core.keys, ref, self._done.channel)
@@ -194,14 +226,29 @@ class AsyncioProducer:
                 plan.close()
         return await self._outcome(ref)
 
+    async def _poll_outcome(self, ref: JobRef, timeout: float) -> JobOutcome | None:
+        """On PostgreSQL: look until the job finished or ``timeout`` passed."""
+        deadline = time.monotonic() + timeout
+        pause = POLL_FIRST
+        while True:
+            found = await self._outcome(ref)
+            left = deadline - time.monotonic()
+            if found is None or found.finished or left <= 0:
+                return found
+            await asyncio.sleep(min(pause, left))
+            pause = min(POLL_MOST, pause * 2)
+
     # -- lifecycle -------------------------------------------------------------------
     def statistics(self) -> ProducerStatistics:
+        self._p.redis_only("statistics")
         return statistics_of(self._exec.stats, self._done)
 
     async def aclose(self) -> None:
         """Stop the waiters' subscription and close the connections; tasks
         still waiting are woken and get a StoreError. The producer cannot be
         used afterwards."""
+        if self._p.postgres is not None:
+            return  # nothing held open between calls
         await self._done.aclose()
         await self._exec.aclose()
 

@@ -18,7 +18,7 @@ from typing import Any, Unpack
 
 import attrs
 
-from ..records._jobs import JobOutcome, JobRef
+from ..records._jobs import EnqueueResult, JobOutcome, JobRef, NewJob
 from ..records._options import EnqueueOptions
 from ..records._producing import (
     WAIT_CHUNK,
@@ -34,6 +34,8 @@ from ..store.redis._blocking import BlockingDoneListener, BlockingExecutor
 from ..store.redis._enqueue import enqueue_plan
 from ..store.redis._watch import Watch, wait_plan, watch_plan
 from ._common import (
+    POLL_FIRST,
+    POLL_MOST,
     AppLike,
     ProducerCore,
     ProducerStatistics,
@@ -133,6 +135,8 @@ class SyncProducer:
             connect_timeout=connect_timeout,
             redis_kwargs=redis_kwargs,
         )
+        if self._p.postgres is not None:
+            return  # PostgreSQL: enqueue only, on a connection per call
         settings = self._p.settings
         self._exec = BlockingExecutor(
             self._p.client_factory("blocking"), self._p.core, settings.description
@@ -147,7 +151,12 @@ class SyncProducer:
 
     # -- producing -------------------------------------------------------------------
     def enqueue(
-        self, task: TaskLike | str, payload: Any, **options: Unpack[EnqueueOptions]
+        self,
+        task: TaskLike | str,
+        payload: Any,
+        *,
+        connection: object = None,
+        **options: Unpack[EnqueueOptions],
     ) -> SyncJobHandle:
         """Enqueue one job of ``task`` (a Task, or a kind name); returns once
         Redis has it (with ``wait_replicas`` in the URL, that many replicas
@@ -158,9 +167,20 @@ class SyncProducer:
         Raises ``ValueError`` for a bad option, PayloadError for a payload
         that does not encode or is too large, StoreError when Redis cannot be
         reached (the job may or may not be stored: enqueue it again with the
-        same ``job_id`` to be sure of one)."""
+        same ``job_id`` to be sure of one).
+
+        ``connection`` (PostgreSQL store only): your own connection (psycopg,
+        SQLAlchemy connection or session, Django's); the job is written in
+        its transaction, so it exists iff that commits (see docs/postgres.md).
+        MissingCapability on a Redis store, TypeError for a connection of
+        an unknown kind, ValueError for a closed one; nothing is stored then.
+        A producer on PostgreSQL given no connection commits each call on a
+        connection of its own."""
         job, decoder = self._p.new_job(task, payload, options)
-        [result] = self._exec.run(enqueue_plan(self._p.core, [job]))
+        if connection is not None or self._p.postgres is not None:
+            [result] = self._enqueue_sql([job], connection)
+        else:
+            [result] = self._exec.run(enqueue_plan(self._p.core, [job]))
         check_duplicate(job, result)
         return SyncJobHandle(*handle_args(result, job), self, decoder)
 
@@ -171,6 +191,7 @@ class SyncProducer:
         *,
         delay: float | None = None,
         queue: str | None = None,
+        connection: object = None,
     ) -> list[SyncJobHandle]:
         """Enqueue many jobs of ``task`` in one batch (one round trip, one
         script per partition); every payload is checked before any job is
@@ -178,7 +199,10 @@ class SyncProducer:
         jobs, decoder = self._p.new_jobs(task, payloads, delay, queue)
         if not jobs:
             return []
-        results = self._exec.run(enqueue_plan(self._p.core, jobs))
+        if connection is not None or self._p.postgres is not None:
+            results = self._enqueue_sql(jobs, connection)
+        else:
+            results = self._exec.run(enqueue_plan(self._p.core, jobs))
         return [
             SyncJobHandle(*handle_args(r, j), self, decoder)
             for r, j in zip(results, jobs, strict=True)
@@ -191,8 +215,18 @@ class SyncProducer:
         self._p.check_job_id(job_id)
         return SyncJobHandle(job_id, False, 0.0, None, queue, kind, self, self._p.result_type_of)
 
+    def _enqueue_sql(self, jobs: list[NewJob], connection: object) -> list[EnqueueResult]:
+        """On PostgreSQL: in the caller's transaction on ``connection``, else
+        on a connection of the producer's own, committed at once."""
+        store = self._p.in_transaction()
+        if connection is None:
+            return store.enqueue_committed_blocking(jobs)
+        return store.enqueue_in_transaction_blocking(connection, jobs)
+
     # -- reading outcomes ------------------------------------------------------------
     def _outcome(self, ref: JobRef) -> JobOutcome | None:
+        if self._p.postgres is not None:
+            return self._p.postgres.outcome_blocking(ref)
         found, _ = self._exec.run(watch_plan(self._p.core, ref, ""))
         return found
 
@@ -200,6 +234,8 @@ class SyncProducer:
         """The job's outcome once it finished or ``timeout`` seconds passed
         (then as it is; None: no such job). Subscribe first, then register
         and watch, then block (see ``store.redis._watch``)."""
+        if self._p.postgres is not None:
+            return self._poll_outcome(ref, timeout)
         if not timeout > 0:
             return self._outcome(ref)
         deadline = time.monotonic() + timeout
@@ -223,14 +259,29 @@ class SyncProducer:
                 plan.close()
         return self._outcome(ref)
 
+    def _poll_outcome(self, ref: JobRef, timeout: float) -> JobOutcome | None:
+        """On PostgreSQL: look until the job finished or ``timeout`` passed."""
+        deadline = time.monotonic() + timeout
+        pause = POLL_FIRST
+        while True:
+            found = self._outcome(ref)
+            left = deadline - time.monotonic()
+            if found is None or found.finished or left <= 0:
+                return found
+            time.sleep(min(pause, left))
+            pause = min(POLL_MOST, pause * 2)
+
     # -- lifecycle -------------------------------------------------------------------
     def statistics(self) -> ProducerStatistics:
+        self._p.redis_only("statistics")
         return statistics_of(self._exec.stats, self._done)
 
     def close(self) -> None:
         """Stop the waiters' subscription and close the connections; threads
         still waiting are woken and get a StoreError. The producer cannot be
         used afterwards."""
+        if self._p.postgres is not None:
+            return  # nothing held open between calls
         self._done.stop()
         self._exec.close()
 

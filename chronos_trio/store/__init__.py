@@ -70,6 +70,7 @@ from ._schemes import redact as redact
 from ._schemes import register_scheme as register_scheme
 from ._schemes import scheme_of as scheme_of
 from ._schemes import schemes as schemes
+from ._transactional import TransactionalEnqueue as TransactionalEnqueue
 
 if _TYPE_CHECKING:
     from .memory import MemoryStore as MemoryStore

@@ -11,9 +11,14 @@ from ..records._producing import new_job_id
 from ._roles import QueueWeight
 
 
+def id_hash(job_id: str) -> int:
+    """A job ID's hash (CRC32 of its UTF-8): what partitions are taken from."""
+    return zlib.crc32(job_id.encode())
+
+
 def partition_of(job_id: str, partitions: int) -> int:
     """The partition a job ID hashes to (CRC32, the same in every backend)."""
-    return zlib.crc32(job_id.encode()) % partitions
+    return id_hash(job_id) % partitions
 
 
 def routing_key(job: NewJob) -> str | None:

@@ -33,6 +33,15 @@ report); and before a lease where tied ready jobs share a flow-control key
 (only one of them may start), it aborts all but the lowest job ID of them
 on both stores (``tie_aborts``). Only the public store contract is used,
 so any backend can be the candidate.
+
+A candidate without :class:`~chronos_trio.store.PromotionRole` judges due
+times in its claim (a due scheduled or retry_wait job is leased, and
+listed, as ready). Against such a candidate the runner keeps the reference
+promoted: at every step, once the clock moved and again after the
+operation, it promotes every due job of the reference (``promoted`` in the
+report), and a ``Promote`` operation
+goes to the reference alone (its answer is not compared). Against a
+candidate with promotion nothing changes.
 """
 
 from __future__ import annotations
@@ -50,7 +59,7 @@ from ..records._control import JobControl, ready_score
 from ..records._jobs import Job, JobState, LeaseRef, NewJob
 from ..records._unique import Unique
 from ..records._workflow import Arrival
-from ..store._roles import QueueWeight, Store
+from ..store._roles import PromotionRole, QueueWeight, Store
 from . import _differential_results as normal
 from ._differential_ops import (
     QUEUES,
@@ -148,6 +157,8 @@ class Report:
     ops: Counter[str] = attrs.field(factory=Counter)
     widened: int = 0
     tie_aborts: int = 0
+    #: Jobs the runner promoted on the reference for a candidate without promotion.
+    promoted: int = 0
     snapshots: int = 0
     seconds: float = 0.0
 
@@ -156,7 +167,7 @@ class Report:
         return (
             f"seed={self.seed}: {self.steps} steps in {self.seconds:.1f}s, "
             f"{self.snapshots} snapshots, {self.widened} widened, "
-            f"{self.tie_aborts} tie aborts ({kinds})"
+            f"{self.tie_aborts} tie aborts, {self.promoted} promoted ({kinds})"
         )
 
 
@@ -362,10 +373,14 @@ async def run_operations(
     started = time.monotonic()
     ref, cand = _Side(reference), _Side(candidate)
     done: list[str] = []
+    #: The candidate judges due times in its claim: keep the reference promoted.
+    self_promoting = not isinstance(candidate, PromotionRole)
 
     async def compare_step(step: int, op: Operation) -> None:
         now = await reference.now()
         expected = await ref.apply(op, now)
+        if self_promoting and isinstance(op, Promote):
+            return  # the reference alone: the candidate has nothing to promote
         got = await cand.apply(op, now)
         if expected != got:
             raise Divergence(
@@ -382,7 +397,9 @@ async def run_operations(
         clock.advance(TICK)
         if isinstance(op, Jump):
             clock.advance(op.seconds)
-        else:
+        if self_promoting:
+            report.promoted += await _promote_all(reference)
+        if not isinstance(op, Jump):
             if isinstance(op, Lease):
                 for abort in await _tie_aborts(op, reference):
                     report.tie_aborts += 1
@@ -390,6 +407,8 @@ async def run_operations(
                     done.append(f"{step}: (tie) {describe(abort)}")
             op = await _widen(op, reference, report)
             await compare_step(step, op)
+        if self_promoting:  # what the step made due (a retry due now) is ready there
+            report.promoted += await _promote_all(reference)
         done.append(f"{step}: {describe(op)}")
         report.ops[type(op).__name__] += 1
         report.steps += 1
@@ -408,6 +427,16 @@ async def run_operations(
                 )
     report.seconds = time.monotonic() - started
     return report
+
+
+async def _promote_all(store: Store) -> int:
+    """Promote every due job of ``store``'s queues; how many moved."""
+    moved = 0
+    while True:
+        promoted = (await store.promote_due(list(QUEUES), _PAGE)).promoted
+        moved += promoted
+        if promoted < _PAGE:
+            return moved
 
 
 async def run_differential(

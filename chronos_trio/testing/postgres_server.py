@@ -111,7 +111,9 @@ class PostgresServer:
     ``with PostgresServer() as pg: pg.url`` gives a ``postgresql://`` URL of
     its database ``chronos`` (made at start). :meth:`kill` (SIGKILL of the
     postmaster) and :meth:`restart` keep the data directory, for fault tests.
-    ``settings`` are extra ``postgresql.conf`` lines (name -> value).
+    ``settings`` are extra ``postgresql.conf`` lines (name -> value);
+    ``env`` extra environment variables of the server process (not of
+    ``initdb``), e.g. libfaketime's (``FrozenClock.server_env``).
     """
 
     def __init__(
@@ -120,12 +122,14 @@ class PostgresServer:
         fsync: bool = False,
         settings: Mapping[str, str] | None = None,
         database: str = "chronos",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.bindir = postgres_bindir()
         self.port = 0
         self.database = database
         self._fsync = fsync
         self._settings = dict(settings or {})
+        self._env = dict(env or {})
         self._tmp: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -222,6 +226,7 @@ class PostgresServer:
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
                 start_new_session=True,
+                env={**os.environ, **self._env} if self._env else None,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -13,6 +13,8 @@ operation is safe to repeat, as the contract says).
 
 from __future__ import annotations
 
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -27,6 +29,10 @@ from . import _migrate
 from ._url import PostgresOptions
 
 T = TypeVar("T")
+
+#: Seconds a pooled connection stays trusted after an operation succeeded on
+#: it: within them the pool hands it out without a check round trip.
+FRESH = 2.0
 
 #: What an operation runs in its thread: one transaction on ``conn``.
 Work = Callable[[psycopg.Connection[Any]], T]
@@ -43,6 +49,10 @@ class Database:
         self._ready = False
         self._closed = False
         self._observer: StoreObserver | None = None
+        #: When each pooled connection last ran an operation (monotonic).
+        self._last_used: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # -- connections -------------------------------------------------------------
     def connect_kwargs(self) -> dict[str, Any]:
@@ -76,7 +86,7 @@ class Database:
                     kwargs=self.connect_kwargs(),
                     open=False,
                     timeout=min(10.0, self.options.statement_timeout),
-                    check=psycopg_pool.ConnectionPool.check_connection,
+                    check=self._check,
                     name=f"chronos_trio:{self.schema}",
                 )
             )
@@ -90,6 +100,16 @@ class Database:
                     _migrate.check_current(conn, self.schema)
             self._ready = True
         return self._pool
+
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        """The pool's check of a connection it hands out: an empty query
+        (one round trip) only for a connection idle over :data:`FRESH`
+        seconds, which a server restart or an idle timeout may have cut. A
+        busy connection that broke meanwhile fails its operation with a
+        StoreError (safe to repeat) and the pool replaces it."""
+        used = self._last_used.get(conn)
+        if used is None or time.monotonic() - used > FRESH:
+            psycopg_pool.ConnectionPool.check_connection(conn)
 
     # -- running operations ------------------------------------------------------
     async def run(self, work: Work[T], *, what: str, transaction: bool = True) -> T:
@@ -120,6 +140,7 @@ class Database:
                         result = work(conn)
                 else:
                     result = work(conn)
+                self._last_used[conn] = time.monotonic()
             failed = False
             return result
         except psycopg_pool.PoolTimeout as exc:

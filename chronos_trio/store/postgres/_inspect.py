@@ -19,7 +19,15 @@ from ...records._jobs import Job, JobState
 from ...records._unique import RUN_SLOT_PREFIX
 from .._roles import LimitUsage, QueueStats
 from ._base import now_of
+from ._results import shown
 from ._rows import JOB_COLUMNS, job_from_row
+
+#: A row's state as reads show it, at the time bound to its one placeholder:
+#: a due scheduled or retry_wait job is ready (the claim leases it as one:
+#: this store runs no promoter).
+SHOWN_STATE = (
+    "CASE WHEN state IN ('scheduled', 'retry_wait') AND run_at <= %s THEN 'ready' ELSE state END"
+)
 
 #: Rows listed and counted (see the module docstring).
 LISTED = "NOT discarded AND (state <> 'succeeded' OR retained)"
@@ -45,9 +53,9 @@ def stats(conn: psycopg.Connection[Any], queues: Sequence[str] | None) -> list[Q
     counts: dict[str, dict[JobState, int]] = {q: dict.fromkeys(JobState, 0) for q in names}
     parts: dict[str, dict[tuple[int, int], int]] = {q: {} for q in names}
     rows = conn.execute(
-        "SELECT queue, state, version, part, count(*) FROM jobs"
-        f" WHERE queue = ANY(%s) AND {LISTED} GROUP BY queue, state, version, part",
-        (names,),
+        f"SELECT queue, {SHOWN_STATE} AS shown, version, part, count(*) FROM jobs"
+        f" WHERE queue = ANY(%s) AND {LISTED} GROUP BY queue, shown, version, part",
+        (now_of(conn), names),
     )
     for queue, state, version, part, n in rows:
         counts[queue][JobState(state)] += n
@@ -69,7 +77,7 @@ def get_job(conn: psycopg.Connection[Any], job_id: str, queue: str | None) -> Jo
         query += " AND queue = %s"
         params = (job_id, queue)
     row = conn.execute(query, params).fetchone()
-    return None if row is None else job_from_row(row)
+    return None if row is None else shown(job_from_row(row), now_of(conn))
 
 
 def list_jobs(
@@ -78,15 +86,17 @@ def list_jobs(
     if limit <= 0:
         return []
     query = sql.SQL(
-        "SELECT {cols} FROM jobs WHERE queue = %s AND state = %s AND {listed}"
+        "SELECT {cols} FROM jobs WHERE queue = %s AND {state} = %s AND {listed}"
         ' ORDER BY {order}, id COLLATE "C" OFFSET %s LIMIT %s'
     ).format(
         cols=sql.SQL(JOB_COLUMNS),
+        state=sql.SQL(SHOWN_STATE),
         listed=sql.SQL(LISTED),
         order=sql.SQL(_ORDER[state]),
     )
-    rows = conn.execute(query, (queue, state.value, max(0, offset), limit))
-    return [job_from_row(row) for row in rows]
+    now = now_of(conn)
+    rows = conn.execute(query, (queue, now, state.value, max(0, offset), limit))
+    return [shown(job_from_row(row), now) for row in rows]
 
 
 def limit_usage(conn: psycopg.Connection[Any], queue: str) -> list[LimitUsage]:

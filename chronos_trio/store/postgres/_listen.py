@@ -130,8 +130,8 @@ class Listener:
         self._conn = conn
         self._failed_at = None
         # what was sent before LISTEN took effect is not lost: every waiter
-        # looks at the table after it registered, and this wakes the early ones
-        self._wake_all()
+        # looks at the table after this returns (a waiter that waited while
+        # it was closed looks again within its bounded nap)
         return True
 
     def _open(self) -> psycopg.Connection[Any]:

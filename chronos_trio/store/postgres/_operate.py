@@ -34,12 +34,13 @@ def release_unique(conn: psycopg.Connection[Any], queue: str, key: str | None, j
 def run_now(conn: psycopg.Connection[Any], schema: str, job_id: str, queue: str | None) -> bool:
     """scheduled / retry_wait / dead -> ready, due now (a dead one with its
     attempts reset and its finish time cleared); a discarded job (kept for
-    its waiters only) cannot be run."""
+    its waiters only) cannot be run, nor a due one (it is shown ready)."""
     where, params = _where(queue)
     row = conn.execute(
         "UPDATE jobs SET state = 'ready', run_at = chronos_now(), finished_at = NULL,"
         " attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END"
-        " WHERE id = %s AND state IN ('scheduled', 'retry_wait', 'dead') AND NOT discarded"
+        " WHERE id = %s AND NOT discarded"
+        " AND (state = 'dead' OR state IN ('scheduled', 'retry_wait') AND run_at > chronos_now())"
         + where
         + " RETURNING queue",
         (job_id, *params),

@@ -9,30 +9,24 @@ partition count, as on every store), kept in the job's ``version`` and
 version, so a draining version is consumed with no extra work.
 
 Topology changes lock the queue's ``queues`` row (``FOR UPDATE``), so two
-of them on one queue run one after the other. An enqueue stores its jobs at
-version 1, partition 0 (the columns' defaults), then :func:`place` moves
-the created ones to their queue's active version in the same transaction
-(one read when no queue of the batch was ever promoted), without that
-lock: a promotion that commits meanwhile leaves its jobs in the old
-version, which is still consumed, as the contract allows. (A completion
-racing such an enqueue can leave its job naming the removed version: the
-job is still leased, as every job of its queue is.) A transactional
-enqueue on a caller's connection does not place: its jobs stay at version
-1 (consumed all the same).
+of them on one queue run one after the other. ``chronos_enqueue`` stores a
+created job at its queue's active version and its ID's partition (a read
+of ``queue_versions`` only when a queue of the batch was ever promoted),
+without that lock: a promotion that commits meanwhile leaves its jobs in
+the old version, which is still consumed, as the contract allows. (A
+completion racing such an enqueue can leave its job naming the removed
+version: the job is still leased, as every job of its queue is.) A
+transactional enqueue on a caller's connection is placed the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
-import attrs
 import psycopg
 
-from ...records._jobs import EnqueueResult, NewJob
-from .._partitioning import partition_of
 from .._roles import QueueTopology, QueueVersion, TopologyError, VersionState
-from .._topology_placement import topology_placement
 
 #: The topology of a queue that was never promoted.
 DEFAULT_VERSION = QueueVersion(1, 1, VersionState.ACTIVE)
@@ -144,48 +138,3 @@ def complete_draining(conn: psycopg.Connection[Any], queue: str, version: int) -
         )
     conn.execute("DELETE FROM queue_versions WHERE queue = %s AND version = %s", (queue, version))
     return QueueTopology(queue, tuple(read_versions(conn, queue)))
-
-
-def place(
-    conn: psycopg.Connection[Any], jobs: Sequence[NewJob], results: list[EnqueueResult]
-) -> list[EnqueueResult]:
-    """Route the jobs an enqueue just stored (in its transaction) to their
-    queue's active version: a queue never promoted keeps every job at
-    version 1, partition 0, as stored, at the cost of one read; otherwise
-    the created jobs get the active version and their ID's partition, and
-    every result reports where its job (created or found) lives.
-
-    A unique or limited job keeps the ID it came with: its partition is a
-    label here (one table), so no ID is drawn again to match its key's.
-    """
-    routes = active_routes(conn, (new.queue for new in jobs))
-    if all(route == DEFAULT_VERSION for route in routes.values()):
-        return results
-    created = [r.job_id for r in results if r.created]
-    if created:
-        conn.execute(
-            "UPDATE jobs SET version = r.version, part = r.part"
-            " FROM unnest(%s::text[], %s::int[], %s::int[]) AS r(id, version, part)"
-            " WHERE jobs.id = r.id",
-            (
-                created,
-                [
-                    routes[new.queue].version
-                    for new, r in zip(jobs, results, strict=True)
-                    if r.created
-                ],
-                [
-                    partition_of(r.job_id, routes[new.queue].partitions)
-                    for new, r in zip(jobs, results, strict=True)
-                    if r.created
-                ],
-            ),
-        )
-    where = {
-        job_id: topology_placement(version, part)
-        for job_id, version, part in conn.execute(
-            "SELECT id, version, part FROM jobs WHERE id = ANY(%s)",
-            ([r.job_id for r in results],),
-        )
-    }
-    return [attrs.evolve(r, placement=where.get(r.job_id, r.placement)) for r in results]

@@ -44,7 +44,6 @@ from ._base import PostgresPart
 from ._claim import Claimer
 from ._enqueue import enqueue_params, enqueue_query, enqueue_results
 from ._listen import Listener, Waiter
-from ._topology import place
 from ._wake import DONE, OUTBOX, READY
 
 #: A result waiter's registration outlives its wait by this much (s).
@@ -91,10 +90,10 @@ class WorkerPart(PostgresPart, WorkerRole, ResultRole, FlowRole):
         params = enqueue_params(jobs)
 
         def work(conn: psycopg.Connection[Any]) -> list[EnqueueResult]:
-            rows = conn.execute(query, params).fetchall()
-            return place(conn, jobs, enqueue_results(rows, jobs))
+            return enqueue_results(conn.execute(query, params).fetchall(), jobs)
 
-        return await self._db.run(work, what="enqueue")
+        # one statement, atomic by itself: no BEGIN and COMMIT round trips
+        return await self._db.run(work, what="enqueue", transaction=False)
 
     # -- the hot path ----------------------------------------------------------------
     async def lease(

@@ -18,16 +18,21 @@ from ._check import CheckPart
 from ._database import Database
 from ._leader import LeaderPart
 from ._registry import RegistryPart
+from ._transactional import TransactionalPart
 from ._url import PostgresOptions, parse_url
 from ._worker import WorkerPart
 
 
-class PostgresStore(WorkerPart, AdminPart, RegistryPart, LeaderPart, CheckPart):
+class PostgresStore(WorkerPart, AdminPart, RegistryPart, LeaderPart, CheckPart, TransactionalPart):
     """A store in a PostgreSQL database (``postgresql://`` URLs; see
     ``_url`` for the options). Shared by every process and host that
     reaches the database. Nothing connects until the first operation, which
     applies pending migrations (``migrate=auto``) or checks the schema is
-    current (``migrate=off``) and raises StoreError otherwise."""
+    current (``migrate=off``) and raises StoreError otherwise.
+
+    It also writes jobs in a caller's own transaction
+    (:class:`~chronos_trio.store._transactional.TransactionalEnqueue`:
+    ``task.enqueue(payload, connection=conn)``)."""
 
     shared_across_processes = True
     features: ClassVar[frozenset[Capability]] = FEATURES

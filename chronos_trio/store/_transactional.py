@@ -1,0 +1,103 @@
+"""Transactional enqueue, as a capability of the store contract: a store
+that can write jobs **on the caller's own database connection, inside the
+caller's transaction**, so that a job exists if and only if that
+transaction commits (the business row and its job commit or roll back
+together).
+
+The worker side (the App) and the producers reach it only through
+:class:`TransactionalEnqueue` (never a backend's modules); the PostgreSQL
+store offers it. :func:`transactional_store` refuses, with one clear
+:class:`MissingCapability`, a store that does not.
+
+What a "connection" may be is the backend's to say (for PostgreSQL: a
+psycopg connection, a SQLAlchemy connection or session, Django's
+connection); a connection it does not recognise is a ``TypeError`` raised
+before anything is written.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+from ..records._jobs import EnqueueResult, JobOutcome, JobRef, NewJob
+from ._capabilities import MissingCapability
+
+
+class TransactionalEnqueue(abc.ABC):
+    """A store that writes jobs in the caller's transaction (a mixin of the
+    store class, beside its roles).
+
+    Every method writes ``jobs`` with statements run on ``connection`` (the
+    caller's), commits nothing and rolls nothing back: the caller's
+    transaction decides. The jobs are visible to workers only once it
+    commits, and gone if it rolls back or the caller dies first; workers are
+    woken at commit. On an autocommit connection (no transaction open) each
+    statement commits at once, so the jobs are stored when the call returns.
+
+    Each raises ``TypeError`` for a connection of a kind the store does not
+    know, ``ValueError`` for one that is closed or whose transaction has
+    failed, and ``StoreError`` when the store's schema is missing or not
+    current in the connection's database or a statement fails (the caller's
+    transaction must then be rolled back); nothing was written then.
+    """
+
+    @abc.abstractmethod
+    async def enqueue_in_transaction(
+        self, connection: object, jobs: Sequence[NewJob]
+    ) -> list[EnqueueResult]:
+        """From Trio: a synchronous connection, used in a worker thread
+        (the call waits for it; the connection must not be used meanwhile)."""
+
+    @abc.abstractmethod
+    def enqueue_in_transaction_blocking(
+        self, connection: object, jobs: Sequence[NewJob]
+    ) -> list[EnqueueResult]:
+        """From a thread (no event loop): a synchronous connection."""
+
+    @abc.abstractmethod
+    async def enqueue_in_transaction_asyncio(
+        self, connection: object, jobs: Sequence[NewJob]
+    ) -> list[EnqueueResult]:
+        """From asyncio: an asyncio connection (awaited on the loop), or a
+        synchronous one (used in a thread of ``asyncio.to_thread``)."""
+
+    @abc.abstractmethod
+    def enqueue_committed_blocking(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        """From a thread: write ``jobs`` on a connection of the store's own,
+        committed before it returns (a producer given no connection).
+        Raises ``StoreError`` when the database cannot be reached (the jobs
+        may or may not be stored then, as for every enqueue)."""
+
+    @abc.abstractmethod
+    async def enqueue_committed_asyncio(self, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        """:meth:`enqueue_committed_blocking` from asyncio."""
+
+    @abc.abstractmethod
+    def outcome_blocking(self, ref: JobRef) -> JobOutcome | None:
+        """From a thread (a producer's handle): where the job ``ref`` stands
+        now, read on a connection of the store's own; None when there is no
+        such job. Raises ``StoreError`` when the database cannot be reached."""
+
+
+def transactional_store(store: object, where: str = "") -> TransactionalEnqueue:
+    """``store`` as a :class:`TransactionalEnqueue`; ``MissingCapability``
+    naming the store (and ``where`` it came from, e.g. its URL) when it
+    cannot write jobs in the caller's transaction. Nothing is written then."""
+    if isinstance(store, TransactionalEnqueue):
+        return store
+    raise not_transactional(type(store).__name__, where)
+
+
+def not_transactional(store_name: str, where: str = "") -> MissingCapability:
+    """The error for ``connection=`` given to a store (named ``store_name``,
+    at ``where``) that cannot write jobs in the caller's transaction."""
+    at = f" ({where})" if where else ""
+    return MissingCapability(
+        f"enqueue(connection=...) writes jobs in your own database transaction, which "
+        f"needs a PostgreSQL store (postgresql://...); this store is {store_name}{at}. "
+        "No job was stored; enqueue without connection=, or use a PostgreSQL store"
+    )
+
+
+__all__ = ["TransactionalEnqueue", "not_transactional", "transactional_store"]
