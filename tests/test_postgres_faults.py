@@ -260,6 +260,9 @@ async def test_terminated_backends_under_a_worker_and_a_producer(
             # the next wait): wake-ups are prompt
             await wait_until_async(lambda: listen_backends(postgres_url), 10)
             listening = await listen_backends(postgres_url)
+            # a wait begun while the connection was gone is a plain sleep of
+            # up to the fallback poll: the first pickup may wait for its end
+            await pickup(producer, work, ledger, 8999, 12)
             prompt_before = [await pickup(producer, work, ledger, 9000 + i, 5) for i in range(3)]
             # the LISTEN connection (and every other) terminated while idle
             killed = trio.current_time()
@@ -267,8 +270,6 @@ async def test_terminated_backends_under_a_worker_and_a_producer(
             after_kill = await pickup(producer, work, ledger, 9100, 12)
             await wait_until_async(lambda: _new_listener(postgres_url, listening), 15)
             relistened = trio.current_time() - killed
-            # a wait begun while the connection was gone is a plain sleep of
-            # up to the fallback poll: the first pickup may wait for its end
             first_after = await pickup(producer, work, ledger, 9150, 12)
             prompt_after = [await pickup(producer, work, ledger, 9200 + i, 5) for i in range(3)]
     print(
