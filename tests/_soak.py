@@ -19,10 +19,11 @@ managed child by its manager), SIGSTOP/SIGCONT of a worker (long stops of a
 managed child trip the manager's liveness check, which kills it), ``kill -9``
 of the server and a restart on the same port and directory, a kill of some
 of the server's client connections (``CLIENT KILL`` on Redis,
-``pg_terminate_backend`` on PostgreSQL), a blackhole of the proxy (healed with the held bytes
-delivered, or with every connection cut), added latency on the proxy, a cut
-of every proxied connection, and SIGSTOP of the elected leader for longer
-than its leadership lease while the ``every(1)`` schedule runs.
+``pg_terminate_backend`` on PostgreSQL), a blackhole of the proxy (healed
+with the held bytes delivered, or with every connection cut), added latency
+on the proxy, a cut of every proxied connection, and SIGSTOP of the elected
+leader for longer than its leadership lease while the ``every(1)`` schedule
+runs.
 
 Why ``appendfsync always``: the soak checks that nothing Redis acknowledged
 is lost across ``kill -9``. With ``everysec`` Redis may postpone even the
