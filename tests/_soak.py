@@ -1,26 +1,29 @@
-"""The fault soak's machinery: real worker processes, a real redis-server with
-an append-only file, a loopback proxy, a producer and a fault injector; the
-scenario in ``tests/test_soak.py`` sets the sizes and runs it.
+"""The fault soak's machinery: real worker processes, a real server (a
+redis-server with an append-only file, or a private PostgreSQL cluster: see
+``tests/_soak_servers.py``), a loopback proxy, a producer and a fault
+injector; the scenario in ``tests/test_soak.py`` sets the sizes and runs it.
 
 Layout of one soak (all on 127.0.0.1, ports picked free)::
 
     producer (this process) ------------------------------> redis-server (AOF,
     single workers x S  (python -m chronos_trio worker) ---> appendfsync always)
-    manager --processes M -> children --> TcpProxy (here) --^
+    manager --processes M -> children --> TcpProxy (here) --^  or postgres
 
 Every process runs ``tests.soak_app:app`` through the real command line with
 JSON logs at debug level (``succeeded job=...`` lines are the store's
 acknowledgements) and records each handler run in its own append-only file.
 
-Faults (:data:`FAULT_KINDS`), drawn from the seed: ``kill -9`` of a worker
+Faults (``Soak.fault_kinds``), drawn from the seed: ``kill -9`` of a worker
 process (a single worker is started again by the soak after a pause, a
 managed child by its manager), SIGSTOP/SIGCONT of a worker (long stops of a
 managed child trip the manager's liveness check, which kills it), ``kill -9``
-of Redis and a restart on the same port and directory, ``CLIENT KILL`` of
-some of Redis's clients, a blackhole of the proxy (healed with the held bytes
-delivered, or with every connection cut), added latency on the proxy, a cut
-of every proxied connection, and SIGSTOP of the elected leader for longer
-than its leadership lease while the ``every(1)`` schedule runs.
+of the server and a restart on the same port and directory, a kill of some
+of the server's client connections (``CLIENT KILL`` on Redis,
+``pg_terminate_backend`` on PostgreSQL), a blackhole of the proxy (healed
+with the held bytes delivered, or with every connection cut), added latency
+on the proxy, a cut of every proxied connection, and SIGSTOP of the elected
+leader for longer than its leadership lease while the ``every(1)`` schedule
+runs.
 
 Why ``appendfsync always``: the soak checks that nothing Redis acknowledged
 is lost across ``kill -9``. With ``everysec`` Redis may postpone even the
@@ -46,29 +49,17 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import redis
 import trio
 
 from chronos_trio import Job, JobState, NewJob, leadership_name
 from chronos_trio.records import StoreError
 from chronos_trio.testing.proxy import TcpProxy
-from chronos_trio.testing.redis_server import RedisServer
 from tests import soak_app
 from tests._soak_check import Expected, Fault
+from tests._soak_servers import SoakPostgres, SoakRedis, SoakServer
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = "tests.soak_app:app"
-
-FAULT_KINDS = (
-    "kill -9 worker",
-    "SIGSTOP worker",
-    "kill -9 redis",
-    "CLIENT KILL",
-    "proxy blackhole",
-    "proxy delay",
-    "proxy reset",
-    "SIGSTOP leader",
-)
 
 #: Job mix: label -> weight.
 JOB_MIX = {
@@ -227,25 +218,10 @@ class WorkerProcess:
                 send_signal(pid, signal.SIGCONT)
 
 
-def client_kill(port: int, rng: random.Random) -> int:
-    """CLIENT KILL some of the server's clients (never the one asking);
-    returns how many were killed."""
-    admin = redis.Redis(port=port, socket_timeout=2, socket_connect_timeout=2)
-    try:
-        me = admin.client_id()
-        others = sorted(int(c["id"]) for c in admin.client_list() if int(c["id"]) != me)
-        if not others:
-            return 0
-        victims = rng.sample(others, rng.randint(1, len(others)))
-        return sum(int(admin.client_kill_filter(_id=str(v))) for v in victims)
-    finally:
-        admin.close()
-
-
 class Soak:
     """One soak run: processes, faults, producer, drain, final snapshot."""
 
-    def __init__(self, plan: Plan, directory: Path) -> None:
+    def __init__(self, plan: Plan, directory: Path, server: str = "redis") -> None:
         self.plan = plan
         # One generator per task: the producer and the injector draw in an
         # order the scheduler decides, so a shared one would not repeat.
@@ -256,8 +232,21 @@ class Soak:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir = directory / "logs"
         self.logs_dir.mkdir(exist_ok=True)
-        (directory / "redis").mkdir(exist_ok=True)
-        self.redis = RedisServer(aof="always", directory=directory / "redis")
+        self.server: SoakServer = (
+            SoakRedis(directory, plan.partitions) if server == "redis" else SoakPostgres(directory)
+        )
+        # the faults by name, in the order the seed draws from
+        self._fault_calls = {
+            "kill -9 worker": self._kill_9_worker,
+            "SIGSTOP worker": self._sigstop_worker,
+            f"kill -9 {self.server.name}": self._kill_9_server,
+            self.server.client_kill_name: self._client_kill,
+            "proxy blackhole": self._proxy_blackhole,
+            "proxy delay": self._proxy_delay,
+            "proxy reset": self._proxy_reset,
+            "SIGSTOP leader": self._sigstop_leader,
+        }
+        self.fault_kinds = tuple(self._fault_calls)
         self.proxy: TcpProxy | None = None
         self.singles: list[WorkerProcess] = []
         self.manager: WorkerProcess | None = None
@@ -268,7 +257,7 @@ class Soak:
         self.fault_notes: collections.Counter[str] = collections.Counter()
         self.stopped: set[int] = set()
         self._busy: set[str] = set()
-        self._redis_lock = trio.Lock()
+        self._server_lock = trio.Lock()
         self.timings: dict[str, float] = {}
         self.enqueue_failures = 0
         #: Pending jobs when the drain timed out, and processes SIGTERM did not stop.
@@ -278,7 +267,7 @@ class Soak:
 
     # -- processes -------------------------------------------------------------------
     def url(self, port: int) -> str:
-        return f"redis://127.0.0.1:{port}/0?partitions={self.plan.partitions}"
+        return self.server.url(port)
 
     def _env(self, url: str, *, schedules: bool = True) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CHRONOS_")}
@@ -308,7 +297,7 @@ class Soak:
 
     def _new_single(self, index: int) -> WorkerProcess:
         self._single_logs += 1
-        url = self.url(self.redis.port)
+        url = self.url(self.server.port)
         return WorkerProcess(
             self._worker_options(url),
             self._env(url),
@@ -328,8 +317,8 @@ class Soak:
         return pids
 
     async def start(self, nursery: trio.Nursery) -> None:
-        await trio.to_thread.run_sync(self.redis.start)
-        self.proxy = TcpProxy(self.redis.port)
+        await trio.to_thread.run_sync(self.server.start)
+        self.proxy = TcpProxy(self.server.port)
         await nursery.start(self.proxy.run)
         self.singles = [self._new_single(i).start() for i in range(self.plan.single_workers)]
         url = self.url(self.proxy.port)
@@ -353,7 +342,7 @@ class Soak:
         for w in [*self.singles, self.manager, self.drainer]:
             if w is not None:
                 w.close()
-        self.redis.close()
+        self.server.close()
 
     def save(self) -> None:
         """Write ``expected.jsonl`` and ``faults.jsonl`` next to the run files."""
@@ -391,7 +380,7 @@ class Soak:
 
     async def produce(self, producer: Any) -> None:
         """Enqueue batches at ``jobs_per_second`` for ``produce_seconds``. A
-        batch that fails (Redis down, a connection cut) is sent again with
+        batch that fails (the server down, a connection cut) is sent again with
         the same job IDs until the store answers, so every job tried gets an
         EnqueueResult (``created=False`` for the ones the failed try stored)."""
         rng = self.job_rng
@@ -425,11 +414,11 @@ class Soak:
         """Start a fault every ``fault_interval`` s on average for
         ``fault_seconds``; every kind comes up at least once (a shuffled
         round of all kinds first). Faults run concurrently (at most
-        ``max_concurrent_faults``), one at a time per resource (Redis, the
+        ``max_concurrent_faults``), one at a time per resource (the server, the
         proxy, the leader, each worker process); each heals itself."""
         rng = self.fault_rng
         plan = self.plan
-        first_round = list(FAULT_KINDS)
+        first_round = list(self.fault_kinds)
         rng.shuffle(first_round)
         deadline = trio.current_time() + plan.fault_seconds
         limiter = trio.CapacityLimiter(plan.max_concurrent_faults)
@@ -438,7 +427,7 @@ class Soak:
                 await trio.sleep(rng.expovariate(1 / plan.fault_interval))
                 if trio.current_time() >= deadline:
                     break
-                kind = first_round.pop() if first_round else rng.choice(FAULT_KINDS)
+                kind = first_round.pop() if first_round else rng.choice(self.fault_kinds)
                 # Draw the fault's parameters now, so they follow from the seed
                 # whatever happens to be busy.
                 params = (rng.random(), rng.random(), rng.random())
@@ -452,12 +441,10 @@ class Soak:
     ) -> None:
         async with limiter:
             try:
-                await getattr(self, "_" + kind.replace(" ", "_").replace("-", "").lower())(
-                    store, *params
-                )
+                await self._fault_calls[kind](store, *params)
             except _Skip as skip:
                 self.fault_notes[f"skipped {kind}: {skip}"] += 1
-            except StoreError:  # finding the leader while Redis is down
+            except StoreError:  # finding the leader while the server is down
                 self.fault_notes[f"skipped {kind}: store unreachable"] += 1
 
     def _record(self, kind: str, start: float, pids: set[int] | None = None) -> None:
@@ -526,32 +513,33 @@ class Soak:
         finally:
             self._busy.discard("leader")
 
-    async def _kill_9_redis(self, store: Any, r1: float, r2: float, r3: float) -> None:
-        self._claim("redis")
+    async def _kill_9_server(self, store: Any, r1: float, r2: float, r3: float) -> None:
+        self._claim("server")
         try:
-            async with self._redis_lock:
+            async with self._server_lock:
                 start = time.time()
-                await trio.to_thread.run_sync(self.redis.kill)
+                await trio.to_thread.run_sync(self.server.kill)
                 await trio.sleep(0.2 + 2.8 * r1)
-                await trio.to_thread.run_sync(self.redis.start)
-                self._record("kill -9 redis", start)
+                await trio.to_thread.run_sync(self.server.start)
+                self._record(f"kill -9 {self.server.name}", start)
         finally:
-            self._busy.discard("redis")
+            self._busy.discard("server")
 
     async def _client_kill(self, store: Any, r1: float, r2: float, r3: float) -> None:
-        async with self._redis_lock:
-            if not self.redis.running:
-                raise _Skip("redis down")
+        async with self._server_lock:
+            if not self.server.running:
+                raise _Skip("server down")
             start = time.time()
             seed = int(r1 * 2**32)
             try:
                 killed = await trio.to_thread.run_sync(
-                    client_kill, self.redis.port, random.Random(seed)
+                    self.server.kill_clients, random.Random(seed)
                 )
-            except (OSError, redis.RedisError) as exc:
-                raise _Skip(f"redis unreachable: {exc}") from None
-        self.fault_notes["clients killed by CLIENT KILL"] += killed
-        self._record("CLIENT KILL", start)
+            except (OSError, *self.server.errors) as exc:
+                raise _Skip(f"server unreachable: {exc}") from None
+        name = self.server.client_kill_name
+        self.fault_notes[f"clients killed by {name}"] += killed
+        self._record(name, start)
 
     def _proxied(self) -> set[int]:
         return {p for p, group in self.worker_pids().items() if group == "managed"}
@@ -615,15 +603,15 @@ class Soak:
         return False
 
     async def drain(self, store: Any) -> None:
-        """After the faults: Redis up, single workers running, every process
+        """After the faults: the server up, single workers running, every process
         resumed; wait for the producer's jobs to finish, stop every worker
         gracefully, then run one worker without schedules until nothing is
         left (trigger jobs fired just before the stop, expired leases)."""
         plan = self.plan
         self.heal_everything()
-        async with self._redis_lock:
-            if not self.redis.running:
-                await trio.to_thread.run_sync(self.redis.start)
+        async with self._server_lock:
+            if not self.server.running:
+                await trio.to_thread.run_sync(self.server.start)
         for i, w in enumerate(self.singles):
             if not w.running:
                 self.singles[i] = self._new_single(i).start()
@@ -644,7 +632,7 @@ class Soak:
                     self.unclean_stops.append(f"{w.argv[5:]} pid {w.pid}: killed 30s after SIGTERM")
                 elif code != 0:
                     self.fault_notes[f"worker processes that exited {code} on SIGTERM"] += 1
-        url = self.url(self.redis.port)
+        url = self.url(self.server.port)
         self.drainer = WorkerProcess(
             self._worker_options(url),
             self._env(url, schedules=False),

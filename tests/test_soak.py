@@ -1,7 +1,10 @@
-"""The fault soak: real worker processes and a real redis-server with an
-append-only file, mixed jobs, and faults drawn from a seed (see
-``tests/_soak.py`` for the set-up and the faults, ``tests/_soak_check.py``
-for the invariants). The figures are printed at the end (``pytest -s``).
+"""The fault soak: real worker processes and a real server, mixed jobs, and
+faults drawn from a seed (see ``tests/_soak.py`` for the set-up and the
+faults, ``tests/_soak_check.py`` for the invariants). The figures are
+printed at the end (``pytest -s``). Each soak runs against Redis (a
+redis-server with an append-only file) and against PostgreSQL (a private
+cluster; the server's faults become its kill -9 and
+``pg_terminate_backend``): ``[redis]`` and ``[postgres]`` in the test IDs.
 
 * ``test_soak_short``: about a minute of faults, in the normal suite
   (deselect it with ``-m "not soak_short"``).
@@ -11,7 +14,8 @@ for the invariants). The figures are printed at the end (``pytest -s``).
 ``CHRONOS_SOAK_SEED`` replaces the fixed seed (the seed used is printed);
 ``CHRONOS_SOAK_MINUTES`` the long form's length. A soak leaves its records
 in its temporary directory (printed): ``runs/`` (the handlers' run files),
-``logs/`` (every worker process's JSON log), ``redis/`` (the AOF),
+``logs/`` (every worker process's JSON log), ``redis/`` (the AOF) or
+``postgres.log`` (the server's log),
 ``expected.jsonl`` (every EnqueueResult) and ``faults.jsonl`` (the faults,
 with their times and the pids they hit).
 """
@@ -26,16 +30,24 @@ import pytest
 import trio
 
 from chronos_trio import leadership_name
+from chronos_trio.testing.postgres_server import PostgresUnavailable, postgres_bindir
+from chronos_trio.testing.redis_server import in_ci
 from tests import soak_app
-from tests._soak import FAULT_KINDS, Plan, Soak
+from tests._soak import Plan, Soak
 from tests._soak_check import check, read_runs, read_worker_logs
 
-pytestmark = pytest.mark.redis
+#: The servers, each with its marker (the fixtures' rules: without the
+#: binaries a test skips, or fails under CI=true).
+SERVERS = [
+    pytest.param("redis", marks=pytest.mark.redis, id="redis"),
+    pytest.param("postgres", marks=pytest.mark.postgres, id="postgres"),
+]
 
 #: Early runs are judged against the store's due times with this tolerance.
-#: Redis's TIME and the handlers' time.time() read the same host clock, and
-#: the store lets a job run only once TIME has reached its due time, so the
-#: tolerance covers float rounding of the stored times, nothing more.
+#: The server's clock (Redis's TIME, PostgreSQL's clock_timestamp()) and the
+#: handlers' time.time() read the same host clock, and the store lets a job
+#: run only once that clock has reached its due time, so the tolerance
+#: covers float rounding of the stored times, nothing more.
 EARLY_TOLERANCE = 0.01
 
 SHORT_SEED = 20261101
@@ -46,17 +58,33 @@ def seed(default: int) -> int:
     return int(os.environ.get("CHRONOS_SOAK_SEED", default))
 
 
-async def run_soak(plan: Plan, directory: Path) -> None:
+def require(server: str) -> None:
+    """Skip (fail under CI=true) when PostgreSQL's binaries are missing;
+    redis-server's absence is the RedisServer's own error."""
+    if server != "postgres":
+        return
+    try:
+        postgres_bindir()
+    except PostgresUnavailable as exc:
+        if in_ci():
+            pytest.fail(f"PostgreSQL is required under CI=true: {exc}")
+        pytest.skip(str(exc))
+
+
+async def run_soak(plan: Plan, directory: Path, server: str) -> None:
+    require(server)
     began = time.monotonic()
-    print(f"\nsoak seed={plan.seed} (CHRONOS_SOAK_SEED={plan.seed} repeats the plan)")
+    print(f"\nsoak on {server}, seed={plan.seed} (CHRONOS_SOAK_SEED={plan.seed} repeats the plan)")
     print(f"plan: {plan}")
     print(f"records and logs: {directory}")
-    soak = Soak(plan, directory)
-    producer = soak_app.make_app(soak.url(soak.redis.port), schedules=False)
+    soak = Soak(plan, directory, server)
+    producer = None
     try:
         with trio.fail_after(plan.bound):
             async with trio.open_nursery() as nursery:
                 await soak.start(nursery)
+                # made once the server runs: its port is known then
+                producer = soak_app.make_app(soak.url(soak.server.port), schedules=False)
                 store = producer.store
                 started = time.monotonic()
                 async with trio.open_nursery() as faults:
@@ -68,7 +96,8 @@ async def run_soak(plan: Plan, directory: Path) -> None:
                 leader = await store.current_leader(leadership_name(soak_app.app.name))
                 nursery.cancel_scope.cancel()
     finally:
-        await producer.aclose()
+        if producer is not None:
+            await producer.aclose()
         soak.close()
         soak.save()  # what the producer was told and the fault timeline, for a post-mortem
     runs, bad = read_runs(soak.runs_dir)
@@ -91,8 +120,8 @@ async def run_soak(plan: Plan, directory: Path) -> None:
     soak.timings["total seconds"] = time.monotonic() - began
     print(f"jobs enqueued: {len(soak.expected)} (enqueue calls retried: {soak.enqueue_failures})")
     print("faults injected by kind:")
-    for kind in FAULT_KINDS:
-        print(f"  {kind:<16} {soak.fault_counts[kind]}")
+    for kind in soak.fault_kinds:
+        print(f"  {kind:<20} {soak.fault_counts[kind]}")
     for note, n in sorted(soak.fault_notes.items()):
         print(f"  ({note}: {n})")
     for line in report.lines():
@@ -100,7 +129,7 @@ async def run_soak(plan: Plan, directory: Path) -> None:
     print("timings: " + ", ".join(f"{k} {v:.1f}" for k, v in soak.timings.items()))
     print(f"leader at the end: {leader.holder if leader else None}")
     violations = report.violations()
-    assert all(soak.fault_counts[k] for k in FAULT_KINDS), soak.fault_counts
+    assert all(soak.fault_counts[k] for k in soak.fault_kinds), soak.fault_counts
     assert not violations, (
         "\n".join(
             f"{name} ({len(items)}): " + "\n    ".join(items[:20])
@@ -111,7 +140,8 @@ async def run_soak(plan: Plan, directory: Path) -> None:
 
 
 @pytest.mark.soak_short
-async def test_soak_short(tmp_path: Path) -> None:
+@pytest.mark.parametrize("server", SERVERS)
+async def test_soak_short(tmp_path: Path, server: str) -> None:
     plan = Plan(
         seed=seed(SHORT_SEED),
         fault_seconds=60,
@@ -120,11 +150,12 @@ async def test_soak_short(tmp_path: Path) -> None:
         fault_interval=2.0,
         drain_timeout=60,
     )
-    await run_soak(plan, tmp_path)
+    await run_soak(plan, tmp_path, server)
 
 
 @pytest.mark.soak  # skipped unless CHRONOS_SOAK=1 (tests/conftest.py)
-async def test_soak_long(tmp_path: Path) -> None:
+@pytest.mark.parametrize("server", SERVERS)
+async def test_soak_long(tmp_path: Path, server: str) -> None:
     minutes = float(os.environ.get("CHRONOS_SOAK_MINUTES", "10"))
     plan = Plan(
         seed=seed(LONG_SEED),
@@ -134,4 +165,4 @@ async def test_soak_long(tmp_path: Path) -> None:
         fault_interval=3.0,
         drain_timeout=120,
     )
-    await run_soak(plan, tmp_path)
+    await run_soak(plan, tmp_path, server)
