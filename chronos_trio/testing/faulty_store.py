@@ -1,7 +1,8 @@
 """A store wrapper that injects faults, for fault-injection tests.
 
-``FaultyStore(inner)`` behaves exactly like ``inner`` (a full
-:class:`~chronos_trio.store.Store`) until told otherwise::
+``FaultyStore(inner)`` behaves exactly like ``inner`` until told otherwise,
+and offers exactly its roles and features (wrapping a store without
+promotion, it offers none, so a worker starts no promoter)::
 
     store.fail("settle", times=3)      # the next 3 settle calls raise StoreError
     store.break_ops("renew", "lease")  # every call raises until heal()
@@ -15,15 +16,20 @@ here); ``aclose`` is passed through and never fails.
 from __future__ import annotations
 
 import collections
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
 
-from ..store._roles import ROLES, Store, StoreError
+from ..store._capabilities import Capability
+from ..store._roles import ROLES, Store, StoreError, StoreRole, roles_of
 
 
-class FaultyStore(Store):
-    """Delegates every :class:`Store` method to ``inner``, failing on demand."""
+class _FaultInjection(StoreRole):
+    """What every FaultyStore class has: the wrapped store, the counters and
+    the faults to inject, and a delegate for every operation of every role."""
+
+    inner: Store
 
     def __init__(self, inner: Store) -> None:
         self.inner = inner
@@ -67,12 +73,36 @@ class FaultyStore(Store):
         await self.inner.aclose()
 
 
+class FaultyStore(_FaultInjection, Store):
+    """Delegates every :class:`Store` method to ``inner``, failing on demand.
+
+    ``FaultyStore(inner)`` of a store that lacks some roles is an instance of
+    a class with just ``inner``'s roles and features (its name is
+    FaultyStore too, but it is not a subclass of this one)."""
+
+    def __new__(cls, inner: Store) -> FaultyStore:
+        if cls is FaultyStore and set(roles_of(inner)) != set(ROLES):
+            made: Any = object.__new__(_faulty_class(roles_of(inner), type(inner).features))
+            _FaultInjection.__init__(made, inner)
+            return made  # type: ignore[no-any-return]
+        return super().__new__(cls)
+
+
+@functools.cache
+def _faulty_class(roles: tuple[type, ...], features: frozenset[Capability]) -> type:
+    return type(
+        "FaultyStore",
+        (_FaultInjection, *roles),
+        {"features": features, "__abstractmethods__": frozenset()},
+    )
+
+
 #: Every store operation a FaultyStore can fail: each method of each role.
 OPERATIONS = sorted({name for role in ROLES for name in role.__abstractmethods__})
 
 
 def _delegate(name: str) -> Any:
-    async def method(self: FaultyStore, *args: Any, **kwargs: Any) -> Any:
+    async def method(self: _FaultInjection, *args: Any, **kwargs: Any) -> Any:
         self._maybe_fail(name)
         return await getattr(self.inner, name)(*args, **kwargs)
 
@@ -87,5 +117,6 @@ def _delegate(name: str) -> Any:
 
 
 for _name in OPERATIONS:
-    setattr(FaultyStore, _name, _delegate(_name))
+    setattr(_FaultInjection, _name, _delegate(_name))
+_FaultInjection.__abstractmethods__ = frozenset()
 FaultyStore.__abstractmethods__ = frozenset()

@@ -130,27 +130,58 @@ class Database:
         )
 
     def run_blocking(self, work: Work[T], what: str, transaction: bool = True) -> T:
-        """:meth:`run` for code already off the Trio loop (threads, tools)."""
+        """:meth:`run` for code already off the Trio loop (threads, tools).
+
+        A pooled connection handed out unchecked (used within :data:`FRESH`
+        seconds) that turns out cut (a server restart, a terminated backend)
+        is replaced and the operation run once more on a checked one: safe,
+        as every operation is safe to repeat (the contract), and it spares
+        callers an error for a connection they never saw fail."""
         failed = True
         try:
-            pool = self._open()
-            with pool.connection() as conn:
-                if transaction:
-                    with conn.transaction():
-                        result = work(conn)
-                else:
-                    result = work(conn)
-                self._last_used[conn] = time.monotonic()
+            try:
+                result = self._attempt(work, transaction)
+            except _CutTrusted:
+                result = self._attempt(work, transaction)
             failed = False
             return result
+        except _CutTrusted as cut:
+            raise StoreError(f"PostgreSQL {what}: {describe(cut.error)}") from cut.error
         except psycopg_pool.PoolTimeout as exc:
-            raise StoreError(f"PostgreSQL {what}: no connection: {exc}") from exc
+            raise StoreError(f"PostgreSQL {what}: {self._unreachable(exc)}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL {what}: {describe(exc)}") from exc
         finally:
             observer = self._observer
             if observer is not None:
                 observer(what, failed)
+
+    def _attempt(self, work: Work[T], transaction: bool) -> T:
+        pool = self._open()
+        with pool.connection() as conn:
+            trusted = conn in self._last_used
+            try:
+                if transaction:
+                    with conn.transaction():
+                        result = work(conn)
+                else:
+                    result = work(conn)
+            except psycopg.OperationalError as exc:
+                if trusted and conn.broken:
+                    self._last_used.pop(conn, None)
+                    raise _CutTrusted(exc) from exc
+                raise
+            self._last_used[conn] = time.monotonic()
+        return result
+
+    def _unreachable(self, exc: psycopg_pool.PoolTimeout) -> str:
+        """Why no connection came, with the server's last refusal when a
+        plain connection attempt shows one (host, port, the reason)."""
+        try:
+            psycopg.connect(self.options.conninfo, connect_timeout=2).close()
+        except psycopg.Error as refused:
+            return f"cannot connect: {describe(refused)}"
+        return f"no connection in the pool: {exc}"
 
     def observe(self, observer: StoreObserver | None) -> None:
         self._observer = observer
@@ -164,6 +195,14 @@ class Database:
         pool, self._pool = self._pool, None
         if pool is not None:
             await trio.to_thread.run_sync(pool.close)
+
+
+class _CutTrusted(Exception):
+    """A connection the pool handed out unchecked was found cut."""
+
+    def __init__(self, error: psycopg.OperationalError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def describe(exc: psycopg.Error) -> str:

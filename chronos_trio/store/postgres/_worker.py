@@ -43,7 +43,7 @@ from . import _results, _settle
 from ._base import PostgresPart
 from ._claim import Claimer
 from ._enqueue import enqueue_params, enqueue_query, enqueue_results
-from ._listen import Listener, Waiter
+from ._listen import RETRY_AFTER, Listener, Waiter
 from ._wake import DONE, OUTBOX, READY
 
 #: A result waiter's registration outlives its wait by this much (s).
@@ -166,6 +166,10 @@ class WorkerPart(PostgresPart, WorkerRole, ResultRole, FlowRole):
             wait = min(timeout, self._db.options.idle_poll)
             if next_due is not None:
                 wait = min(wait, max(0.0, next_due - now))
+            if listener is not None and not listening:
+                # the LISTEN connection is down: look again when it may be
+                # back, not a whole fallback poll later
+                wait = min(wait, RETRY_AFTER)
             await self._nap(listener if listening else None, waiter, wait)
         finally:
             if listener is not None and waiter is not None:
