@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..store import Capability, MemoryStore, StoreRole, capabilities_of
+from ..store.postgres import PostgresStore
 from ..store.redis import RedisStore
 from .minimal_store import MinimalStore
 
@@ -29,6 +30,7 @@ END = "<!-- end of capability table -->"
 BACKENDS: Mapping[str, type[StoreRole]] = {
     "MemoryStore": MemoryStore,
     "RedisStore (node, Sentinel, Cluster)": RedisStore,
+    "PostgresStore": PostgresStore,
     "MinimalStore (the core)": MinimalStore,
 }
 
