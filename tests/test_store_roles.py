@@ -269,7 +269,7 @@ def test_faulty_store_wraps_every_role_method() -> None:
     every = {name for role in ROLES for name in role.__abstractmethods__}
     assert set(OPERATIONS) == every == set(Store.__abstractmethods__)
     for name in every:
-        method = vars(FaultyStore).get(name)
+        method = getattr(FaultyStore, name, None)
         assert method is not None, f"FaultyStore does not wrap {name}"
         assert not getattr(method, "__isabstractmethod__", False), name
         assert method.__doc__ == getattr(Store, name).__doc__

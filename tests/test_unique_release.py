@@ -111,6 +111,14 @@ def _postgres_lock(store: PostgresStore) -> tuple[str, bool] | None:
     return None if row is None else (row[0], bool(row[1]))
 
 
+def _delete_row(store: PostgresStore, job_id: str) -> None:
+    with psycopg.connect(store.options.conninfo) as conn:
+        conn.execute(
+            sql.SQL("DELETE FROM {}.jobs WHERE id = %s").format(sql.Identifier(store.schema)),
+            (job_id,),
+        )
+
+
 async def lease_one(store: Store, ttl: float = 60.0) -> Settlement:
     [got] = (await store.lease([QueueWeight("q")], 10, worker_id="w", lease_duration=ttl)).jobs
     return Settlement(got.ref, SettleKind.SUCCEEDED)
@@ -212,6 +220,8 @@ async def repaired_aborted(store: Store) -> str:
 
 
 async def damage(store: Store, job_id: str) -> None:
+    if isinstance(store, PostgresStore):
+        pytest.skip("a PostgreSQL row cannot hold a field of the wrong type")
     assert isinstance(store, MemoryStore | RedisStore)
     client = redis_client(URLS[id(store)]) if isinstance(store, RedisStore) else None
     try:
@@ -325,6 +335,8 @@ async def test_a_throttle_s_key_is_not_taken_for_good_by_a_lost_job(
     job_id = await enqueued(store, delay=60.0)
     if isinstance(store, MemoryStore):
         del store._records[job_id]
+    elif isinstance(store, PostgresStore):
+        await trio.to_thread.run_sync(_delete_row, store, job_id)
     else:
         assert isinstance(store, RedisStore)
         client = redis.Redis.from_url(URLS[id(store)])

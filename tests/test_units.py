@@ -20,6 +20,7 @@ from chronos_trio.records import _codec
 from chronos_trio.records._codec import decode_payload, encode_payload
 from chronos_trio.runtime import RestartWindow
 from chronos_trio.store import QueueWeight, share_by_weight, share_strictly
+from chronos_trio.store.postgres import PostgresStore
 
 
 class Color(enum.Enum):
@@ -322,7 +323,8 @@ def test_store_url_dispatch() -> None:
     assert isinstance(chronos_trio.open_store(None), chronos_trio.MemoryStore)
     assert isinstance(chronos_trio.open_store("memory://"), chronos_trio.MemoryStore)
     with pytest.raises(ValueError, match="unsupported store URL"):
-        chronos_trio.open_store("postgres://x")
+        chronos_trio.open_store("mysql://x")
+    assert isinstance(chronos_trio.open_store("postgres://db/x"), PostgresStore)
 
 
 _RUNS = st.lists(st.tuples(st.integers(0, 5), st.integers(1, 4)), max_size=5)

@@ -80,7 +80,7 @@ class FaultyStore(_FaultInjection, Store):
     a class with just ``inner``'s roles and features (its name is
     FaultyStore too, but it is not a subclass of this one)."""
 
-    def __new__(cls, inner: Store) -> FaultyStore:
+    def __new__(cls, inner: Store, *args: Any, **kwargs: Any) -> FaultyStore:
         if cls is FaultyStore and set(roles_of(inner)) != set(ROLES):
             made: Any = object.__new__(_faulty_class(roles_of(inner), type(inner).features))
             _FaultInjection.__init__(made, inner)
