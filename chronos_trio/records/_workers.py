@@ -13,11 +13,14 @@ instead of failing a whole listing.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
 from ._codec import dumps, loads
+from ._log import log_event
 
 #: Running job IDs a record lists at most (``running`` still counts them all):
 #: a worker of concurrency 1000 must not write a megabyte per beat.
@@ -125,3 +128,27 @@ __all__ = [
     "encode_worker",
     "worker_order",
 ]
+
+
+def readable_workers(entries: Iterable[tuple[str, bytes, float]]) -> list[WorkerInfo]:
+    """The registry entries ``(worker id, stored text, last beat)`` that
+    decode, sorted by :func:`worker_order`; each that does not is skipped
+    with a warning naming the worker and why (logger ``chronos_trio.store``)."""
+    out = []
+    for worker_id, data, last_beat in entries:
+        try:
+            info, _ttl = decode_worker(data, last_beat=last_beat)
+        except ValueError as exc:
+            log_event(
+                _store_log,
+                logging.WARNING,
+                "worker registry entry skipped",
+                worker=worker_id,
+                error=str(exc),
+            )
+            continue
+        out.append(info)
+    return sorted(out, key=worker_order)
+
+
+_store_log = logging.getLogger("chronos_trio.store")

@@ -7,14 +7,9 @@ warning) an entry it cannot read, exactly as there.
 
 from __future__ import annotations
 
-import logging
-
 import attrs
 
-from ...records._log import log_event
-from ...records._workers import WorkerInfo, decode_worker, encode_worker, worker_order
-
-log = logging.getLogger("chronos_trio.store")
+from ...records._workers import WorkerInfo, encode_worker, readable_workers
 
 
 @attrs.frozen
@@ -50,21 +45,9 @@ class WorkerRegistry:
     def live(self, now: float) -> list[WorkerInfo]:
         """The entries not lapsed at ``now``, sorted by host, pid."""
         self._drop_lapsed(now)
-        out = []
-        for worker_id, entry in self._entries.items():
-            try:
-                info, _ttl = decode_worker(entry.data, last_beat=entry.last_beat)
-            except ValueError as exc:
-                log_event(
-                    log,
-                    logging.WARNING,
-                    "worker registry entry skipped",
-                    worker=worker_id,
-                    error=str(exc),
-                )
-                continue
-            out.append(info)
-        return sorted(out, key=worker_order)
+        return readable_workers(
+            (worker_id, entry.data, entry.last_beat) for worker_id, entry in self._entries.items()
+        )
 
     def _drop_lapsed(self, now: float) -> None:
         for worker_id in [w for w, e in self._entries.items() if e.expires_at <= now]:

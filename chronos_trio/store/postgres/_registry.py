@@ -12,17 +12,13 @@ with the same warning as on every store.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import psycopg
 
-from ...records._log import log_event
-from ...records._workers import WorkerInfo, decode_worker, encode_worker, worker_order
+from ...records._workers import WorkerInfo, encode_worker, readable_workers
 from .._roles import RegistryRole
 from ._base import PostgresPart, now_of
-
-log = logging.getLogger("chronos_trio.store")
 
 #: Most lapsed entries of other workers one beat removes.
 PURGE_PER_BEAT = 16
@@ -68,18 +64,4 @@ class RegistryPart(PostgresPart, RegistryRole):
         )
 
     async def workers(self) -> list[WorkerInfo]:
-        out = []
-        for worker_id, data, last_beat in await self._db.run(_live, what="workers"):
-            try:
-                info, _ttl = decode_worker(data, last_beat=last_beat)
-            except ValueError as exc:
-                log_event(
-                    log,
-                    logging.WARNING,
-                    "worker registry entry skipped",
-                    worker=worker_id,
-                    error=str(exc),
-                )
-                continue
-            out.append(info)
-        return sorted(out, key=worker_order)
+        return readable_workers(await self._db.run(_live, what="workers"))
