@@ -500,7 +500,11 @@ class App:
     @asynccontextmanager
     async def open_worker(self, **config: Any) -> AsyncIterator[Worker]:
         """Run a worker for the body of the ``async with``; on exit (or
-        cancellation) it shuts down gracefully. Options are WorkerConfig's."""
+        cancellation) it shuts down gracefully. Options are WorkerConfig's.
+
+        What :meth:`Worker.run` raises (``ActorFailed`` for an actor that
+        crash-loops, whether while the worker starts or later) comes out of
+        the ``async with``, inside the ExceptionGroup of its nursery."""
         worker = self.worker(**config)
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)

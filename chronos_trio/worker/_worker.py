@@ -234,8 +234,10 @@ class Worker:
     async def run(self, *, task_status: trio.TaskStatus[Worker] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled or :meth:`stop`; then shut down gracefully.
 
-        Raises ``ActorFailed`` if an actor exceeds its restart intensity
-        (after releasing what it can); before it starts anything,
+        Raises ``ActorFailed`` if an actor exceeds its restart intensity,
+        also while the worker starts (after stopping the actors started and
+        releasing what it can). Cancelled while it starts, it stops what
+        it started the same way and leaves. Before it starts anything,
         ``UnknownTask`` or ``PayloadError`` for a schedule it could only
         dead-letter (one added since the worker was made), ``TypeError``
         for a store without the core, and ``MissingCapability`` (a
@@ -291,19 +293,23 @@ class Worker:
                 try:
                     with _unwrapped_failure():
                         async with trio.open_nursery() as root:
-                            for group, modules in GROUPS.items():
-                                specs = [
-                                    _spec(rt, module)
-                                    for module in modules
-                                    if runs(_name(module), has)
-                                ]
-                                scopes[group] = await root.start(self._run_group, specs)
-                            task_status.started(self)
                             try:
+                                for group, modules in GROUPS.items():
+                                    specs = [
+                                        _spec(rt, module)
+                                        for module in modules
+                                        if runs(_name(module), has)
+                                    ]
+                                    scopes[group] = await root.start(self._run_group, specs)
+                                task_status.started(self)
                                 await self._stop.wait()
                             finally:
                                 # Shielded: an outer cancellation is exactly what asks
                                 # for this shutdown, and it must still flush every outcome.
+                                # Also when start-up itself failed (a group that could not
+                                # start, an actor that crash-looped at once, a cancellation):
+                                # the groups started so far are shielded, and nothing but
+                                # this stops them.
                                 with trio.CancelScope(shield=True):
                                     await self._shutdown(rt, scopes)
                 finally:
@@ -319,12 +325,21 @@ class Worker:
     async def _run_group(
         self, specs: list[ChildSpec], *, task_status: trio.TaskStatus[trio.CancelScope]
     ) -> None:
-        # Each group is shielded from outer cancellation: the worker's own
-        # shutdown sequence decides when each group stops.
-        with trio.CancelScope(shield=True) as scope:
+        # Once started, each group is shielded from outer cancellation: the
+        # worker's own shutdown sequence decides when each group stops. Not
+        # while it starts: Trio does not hand a task that reports started
+        # under a cancelled start() over to the nursery; it runs on inside
+        # start(), which waits for it to end, and a shielded group never
+        # would. A group cancelled while it starts just stops (nothing
+        # depends on it yet; its actors stop as shutdown would stop them).
+        with trio.CancelScope() as scope:
             async with trio.open_nursery() as nursery:
                 for spec in specs:
                     await nursery.start(self.supervisor.supervise, spec)
+                # No checkpoint from here to started(): the cancellation
+                # seen here is the one started() sees.
+                await trio.lowlevel.checkpoint_if_cancelled()
+                scope.shield = True
                 task_status.started(scope)
 
     async def _shutdown(self, rt: Runtime, scopes: dict[str, trio.CancelScope]) -> None:
