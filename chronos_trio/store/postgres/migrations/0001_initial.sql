@@ -250,6 +250,71 @@ BEGIN
     INSERT INTO queues (name)
         SELECT q FROM unnest(v_queues) AS q
         ON CONFLICT DO NOTHING;
+    -- A batch without unique jobs and without a repeated ID (the bulk case):
+    -- one set-based INSERT ... ON CONFLICT DO NOTHING, the same rules as the
+    -- loop below (an existing ID is left alone and reported with its due
+    -- time and place; the statement's snapshot shows only rows that existed
+    -- before it).
+    IF NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_jobs) AS e
+                   WHERE e ->> 'unique_key' IS NOT NULL)
+       AND (SELECT count(DISTINCT e ->> 'id') FROM jsonb_array_elements(p_jobs) AS e)
+           = jsonb_array_length(p_jobs) THEN
+        FOR v_job IN
+            WITH x AS (
+                SELECT y.*, coalesce(y.run_at, v_now + greatest(0.0, coalesce(y.delay, 0.0)))
+                           AS due,
+                       coalesce(v.version, 1) AS ver,
+                       CASE WHEN v.version IS NULL THEN 0
+                            ELSE (coalesce(y.hash, 0) % v.partitions)::integer END AS prt
+                FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (
+                         id text, queue text, kind text, payload text, run_at float8,
+                         delay float8, max_retries integer, timeout float8, headers text,
+                         "then" text, control text, priority integer, expires_in float8,
+                         hash bigint))
+                     WITH ORDINALITY AS y (id, queue, kind, payload, run_at, delay,
+                                           max_retries, timeout, headers, "then", control,
+                                           priority, expires_in, hash, n)
+                LEFT JOIN queue_versions v ON v_routed AND v.queue = y.queue
+                                              AND v.state = 'active'
+            ),
+            ins AS (
+                INSERT INTO jobs AS j (id, queue, kind, payload, run_at, state, max_retries,
+                                       timeout, created_at, headers, then_step, control,
+                                       priority, version, part)
+                SELECT x.id, x.queue, x.kind, decode(x.payload, 'base64'), x.due,
+                       CASE WHEN x.due <= v_now THEN 'ready' ELSE 'scheduled' END,
+                       x.max_retries, x.timeout, v_now, coalesce(x.headers, ''), x."then",
+                       CASE WHEN x.expires_in IS NULL THEN coalesce(x.control, '')
+                            ELSE coalesce(x.control, '')
+                                 || CASE WHEN coalesce(x.control, '') = '' THEN '' ELSE E'\n' END
+                                 || 'e' || (v_now + x.expires_in)::text END,
+                       coalesce(x.priority, 0), x.ver, x.prt
+                FROM x ORDER BY x.n
+                ON CONFLICT (id) DO NOTHING
+                RETURNING j.id, j.run_at, j.version, j.part
+            )
+            SELECT x.n::integer AS i, x.id, x.queue, ins.id IS NOT NULL AS made,
+                   coalesce(ins.run_at, prev.run_at, 0.0) AS due,
+                   coalesce(ins.version, prev.version, 1) AS ver,
+                   coalesce(ins.part, prev.part, 0) AS prt
+            FROM x LEFT JOIN ins ON ins.id = x.id
+                   LEFT JOIN jobs prev ON ins.id IS NULL AND prev.id = x.id
+            ORDER BY x.n
+        LOOP
+            ord := v_job.i;
+            job_id := v_job.id;
+            created := v_job.made;
+            run_at := v_job.due;
+            version := v_job.ver;
+            part := v_job.prt;
+            IF v_job.made AND NOT v_job.queue = ANY (v_woken) THEN
+                v_woken := v_woken || v_job.queue;
+            END IF;
+            RETURN NEXT;
+        END LOOP;
+        PERFORM pg_notify(chronos_channel(), 'r' || q) FROM unnest(v_woken) AS q;
+        RETURN;
+    END IF;
     FOR v_job IN
         SELECT x.*, x.n::integer AS i
         FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (
