@@ -5,8 +5,9 @@ beside the contract in ``chronos_trio.store``).
 
 * ``_store``: :class:`MemoryStore` itself, one transition per operation;
 * ``_check``: its checker; ``_control``: rate and concurrency limits and
-  expiry; ``_unique``: unique-key locks; ``_unclaimed``: the UNCLAIMED
-  settle's rule; ``_workers``: the worker registry.
+  expiry; ``_unique``: unique-key locks; ``_workers``: the worker registry
+  (the settle rules it shares with the PostgreSQL store, the UNCLAIMED one
+  among them, are ``store._settling``).
 """
 
 from ...records._public import fixup_module_metadata as _fixup

@@ -1,17 +1,12 @@
 """The MemoryStore's flow control state: rate-limit buckets and concurrency
-slots (see ``records._control``), judged in the lease step as on Redis.
-
-A rate limit is a GCRA: its bucket holds a theoretical arrival time (TAT);
-a start is allowed at ``now`` when ``now >= tat - tolerance`` (tolerance =
-``(burst - 1)`` intervals), and moves the TAT one interval past
-``max(tat, now)``. A concurrency slot is held by a job while its record is
+slots (see ``records._control``), judged in the lease step by the rules of
+``store._admission`` (a GCRA per rate key), as on Redis. A concurrency slot is held by a job while its record is
 leased and the lease unexpired: a settled, recovered or expired holder no
 longer counts, whoever noticed first (nothing to leak).
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 
 import attrs
@@ -19,12 +14,7 @@ import attrs
 from ...records._control import JobControl
 from ...records._jobs import Job, JobState
 from ...records._unique import RUN_SLOT_PREFIX
-
-
-class Verdict(enum.Enum):
-    LEASE = "lease"
-    EXPIRED = "expired"
-    HELD = "held"
+from .._admission import Verdict, judge, next_tat, tolerance
 
 
 @attrs.define
@@ -43,10 +33,6 @@ _LEASE = Admission(Verdict.LEASE)
 _EXPIRED = Admission(Verdict.EXPIRED)
 
 
-def tolerance(interval: float, burst: int) -> float:
-    return (burst - 1) * interval
-
-
 class ControlState:
     """Buckets and slots, per (queue, key)."""
 
@@ -57,28 +43,24 @@ class ControlState:
     def admit(
         self, job: Job, control: JobControl, now: float, job_of: Callable[[str], Job | None]
     ) -> Admission:
-        """Judge ``job`` for a lease at ``now``; on LEASE its permits and
-        slots are taken (the caller leases it in the same step)."""
-        if control.expires_at is not None and now >= control.expires_at:
-            return _EXPIRED
+        """Judge ``job`` for a lease at ``now`` (``store._admission``); on
+        LEASE its permits and slots are taken (the caller leases it in the
+        same step)."""
         queue = job.queue
-        until: float | None = None
-        for key, count, per, burst in control.rates:
-            interval = per / count
-            tat = self._tat.get((queue, key), now)
-            allowed_at = tat - tolerance(interval, burst)
-            if now < allowed_at:
-                until = allowed_at if until is None else max(until, allowed_at)
-        if until is not None:
+        verdict, until = judge(
+            control,
+            now,
+            lambda key: self._tat.get((queue, key)),
+            lambda key: self.running(queue, key, now, job_of),
+        )
+        if verdict is Verdict.EXPIRED:
+            return _EXPIRED
+        if verdict is Verdict.HELD:
             return Admission(Verdict.HELD, until)
-        for key, limit in control.caps:
-            if self.running(queue, key, now, job_of) >= limit:
-                return Admission(Verdict.HELD)
         if control.rates and len(self._tat) > _PURGE_ABOVE:
             self._purge(now)
         for key, count, per, _burst in control.rates:
-            tat = self._tat.get((queue, key), now)
-            self._tat[(queue, key)] = max(tat, now) + per / count
+            self._tat[(queue, key)] = next_tat(self._tat.get((queue, key)), now, count, per)
         for key, _limit in control.caps:
             self._holders.setdefault((queue, key), set()).add(job.id)
         return _LEASE

@@ -50,6 +50,7 @@ from ...records._unique import Unique
 from ...records._workers import WorkerInfo
 from ...records._workflow import WORKFLOW_KEEP, Arrival
 from .. import _checking, _flag, _partitioning
+from .._admission import Verdict
 from .._partitioning import partition_of, share_by_weight, share_strictly
 from .._roles import (
     DAMAGED_RECORD,
@@ -78,11 +79,11 @@ from .._roles import (
     TriggerResult,
     VersionState,
 )
+from .._settling import WAITED_KEEP, settled_kind, unclaimed
 from .._topology_placement import locate as _locate
 from .._topology_placement import topology_placement as _placement_of
 from . import _check as _memory_check
 from . import _control as _memory_control
-from . import _unclaimed as _memory_unclaimed
 from . import _unique as _memory_unique
 from . import _workers as _memory_workers
 
@@ -135,13 +136,6 @@ class _Record:
         return self.retained or self.job.state is not JobState.SUCCEEDED
 
 
-#: How long a finished job nothing keeps stays readable for its waiters (s).
-WAITED_KEEP = 60.0
-
-#: Settle kinds that would run the job again: an abort asked for it wins.
-_RUNS_AGAIN = frozenset(
-    {SettleKind.RETRY, SettleKind.RELEASE, SettleKind.DEFER, SettleKind.UNCLAIMED}
-)
 
 
 @attrs.define
@@ -154,7 +148,7 @@ class _Aside:
         return SetAside(tuple(self.dead)) if self.dead else NOTHING_SET_ASIDE
 
 
-_LEASE = _memory_control.Verdict.LEASE
+_LEASE = Verdict.LEASE
 
 
 @attrs.define
@@ -609,9 +603,9 @@ class MemoryStore(Store):
             looked += 1
             entry, ready = top
             verdict = _LEASE if ready.control is None else self._admit(ready, ready.control, batch)
-            if verdict is _memory_control.Verdict.HELD:
+            if verdict is Verdict.HELD:
                 held.append(entry)  # still ready: its entry goes back
-            elif verdict is _memory_control.Verdict.LEASE:
+            elif verdict is Verdict.LEASE:
                 batch.leased.append(self._lease_one(ready, batch))
                 got += 1
         for entry in held:
@@ -619,15 +613,15 @@ class MemoryStore(Store):
 
     def _admit(
         self, job: Job, control: _control.JobControl, batch: _LeaseBatch
-    ) -> _memory_control.Verdict:
+    ) -> Verdict:
         """What flow control does with ``job`` now: LEASE it (its permits
         and slots taken), EXPIRED (ready --expired--> dead, in
         ``batch.expired``) or HELD back (it stays ready; ``batch`` notes
         until when)."""
         admission = self._control.admit(job, control, batch.now, self._job_of)
-        if admission.verdict is _memory_control.Verdict.EXPIRED:
+        if admission.verdict is Verdict.EXPIRED:
             batch.expired.append(self._expire(job, batch.now))
-        elif admission.verdict is _memory_control.Verdict.HELD:
+        elif admission.verdict is Verdict.HELD:
             batch.held_back(admission.until)
         return admission.verdict
 
@@ -713,7 +707,7 @@ class MemoryStore(Store):
             rec = self._records[job.id]
             if job.control is not None and self._control.release(rec.home, job.control, job.id):
                 self._notify_ready()  # a slot came back: leasers held by it look again
-            kind = SettleKind.ABORTED if rec.abort and s.kind in _RUNS_AGAIN else s.kind
+            kind = settled_kind(s, bool(rec.abort))
             cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
             ended = _SETTLE[kind](self, rec, cleared, s, now)
             if kind is SettleKind.ABORTED:
@@ -820,8 +814,8 @@ class MemoryStore(Store):
     def _settle_unclaimed(self, rec: _Record, job: Job, s: Settlement, now: float) -> JobState:
         """leased --no handler for its kind--> retry_wait for a worker that
         has one, or dead once unclaimed for ``unclaimed_grace`` (see
-        ``memory._unclaimed``); the attempt given back."""
-        after = _memory_unclaimed.unclaimed(job, s, now)
+        ``store._settling``); the attempt given back."""
+        after = unclaimed(job, s, now)
         if after.state is JobState.DEAD:
             self._unique.release(rec.home, rec.unique, job.id)
         self._put(after)

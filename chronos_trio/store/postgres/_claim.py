@@ -27,6 +27,7 @@ import psycopg
 
 from ...records._control import expired_error
 from ...records._jobs import Job, JobState, LeasedJob
+from .._admission import Verdict
 from .._partitioning import share_by_weight, share_strictly
 from .._roles import NOTHING_SET_ASIDE, LeaseResult, QueueWeight
 from . import _limits
@@ -227,13 +228,13 @@ def _claim_queue(conn: psycopg.Connection[Any], queue: str, share: int, batch: _
             for job in controlled:
                 control = job.control
                 if control is None:  # a damaged control: judged as none
-                    verdict, until = _limits.Verdict.LEASE, None
+                    verdict, until = Verdict.LEASE, None
                 else:
                     verdict, until = admission.judge(control)
-                if verdict is _limits.Verdict.HELD:
+                if verdict is Verdict.HELD:
                     held.append(job.id)
                     batch.held_back(until)
-                elif verdict is _limits.Verdict.EXPIRED:
+                elif verdict is Verdict.EXPIRED:
                     assert control is not None and control.expires_at is not None
                     expired.append(
                         attrs.evolve(

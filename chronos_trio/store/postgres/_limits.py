@@ -16,7 +16,6 @@ statement.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,18 +23,7 @@ import attrs
 import psycopg
 
 from ...records._control import JobControl
-
-
-class Verdict(enum.Enum):
-    LEASE = "lease"
-    EXPIRED = "expired"
-    HELD = "held"
-
-
-def tolerance(interval: float, burst: int) -> float:
-    """How far ahead of its arrival time a rate key admits a start (s)."""
-    return (burst - 1) * interval
-
+from .._admission import Verdict, judge, next_tat
 
 _LOCK_KEYS = """
 SELECT pg_advisory_xact_lock(hashtextextended(
@@ -103,31 +91,15 @@ class Admission:
 
     def judge(self, control: JobControl) -> tuple[Verdict, float | None]:
         """What the claim does with a ready job of ``control`` now (its keys
-        loaded): LEASE it (its permits and slots taken), EXPIRED, or HELD
-        (with the time of the next permit; None: a concurrency limit)."""
-        now = self.now
-        if control.expires_at is not None and now >= control.expires_at:
-            return Verdict.EXPIRED, None
-        until: float | None = None
-        for key, count, per, burst in control.rates:
-            interval = per / count
-            tat = self.tats.get(key, now)
-            allowed_at = tat - tolerance(interval, burst)
-            if now < allowed_at:
-                until = allowed_at if until is None else max(until, allowed_at)
-        if until is not None:
-            return Verdict.HELD, until
-        for key, limit in control.caps:
-            if self.running.get(key, 0) >= limit:
-                return Verdict.HELD, None
-        return Verdict.LEASE, None
+        loaded; ``store._admission``): LEASE it, EXPIRED, or HELD (with the
+        time of the next permit; None: a concurrency limit)."""
+        return judge(control, self.now, self.tats.get, lambda key: self.running.get(key, 0))
 
     def take(self, control: JobControl, job_id: str) -> None:
         """Take the permits and slots of an admitted job."""
         now = self.now
         for key, count, per, _burst in control.rates:
-            tat = self.tats.get(key, now)
-            self.tats[key] = self.changed_tats[key] = max(tat, now) + per / count
+            self.tats[key] = self.changed_tats[key] = next_tat(self.tats.get(key), now, count, per)
         for key, _limit in control.caps:
             self.running[key] = self.running.get(key, 0) + 1
             self.new_slots.append((key, job_id))

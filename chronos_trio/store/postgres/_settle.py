@@ -33,6 +33,7 @@ import psycopg
 from ...records import _jobs
 from ...records._jobs import Job, JobState, LeaseRef
 from ...records._workflow import WORKFLOW_KEEP
+from .._admission import tolerance
 from .._roles import (
     NOTHING_SET_ASIDE,
     RecoverResult,
@@ -41,18 +42,10 @@ from .._roles import (
     Settlement,
     SettleResult,
 )
+from .._settling import WAITED_KEEP, settled_kind, unclaimed
 from ._claim import J_COLUMNS
-from ._limits import tolerance
 from ._rows import job_from_row
 from ._wake import DONE, OUTBOX, READY
-
-#: How long a finished job nothing keeps stays readable for its waiters (s).
-WAITED_KEEP = 60.0
-
-#: Settle kinds that would run the job again: an abort asked for it wins.
-_RUNS_AGAIN = frozenset(
-    {SettleKind.RETRY, SettleKind.RELEASE, SettleKind.DEFER, SettleKind.UNCLAIMED}
-)
 
 _RENEW = """
 WITH refs AS (SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::text[]) AS r (id, token)),
@@ -344,7 +337,7 @@ def settle(
         job = entry.job
         if job.control is not None:
             writes.slots.append(job.id)
-        kind = SettleKind.ABORTED if entry.abort and s.kind in _RUNS_AGAIN else s.kind
+        kind = settled_kind(s, bool(entry.abort))
         cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
         ended = _TRANSITIONS[kind](writes, entry, cleared, s, now)
         if kind is SettleKind.ABORTED:
@@ -448,35 +441,12 @@ def _release(w: _Writes, locked: _Locked, job: Job, s: Settlement, now: float) -
 
 def _unclaimed(w: _Writes, locked: _Locked, job: Job, s: Settlement, now: float) -> JobState:
     """Back to retry_wait for a worker with a handler, or dead once it has
-    gone back unclaimed for ``unclaimed_grace``; the attempt given back, the
-    stamp (a time later than now counts as none) written either way."""
-    since = job.unclaimed_since
-    if since is None or since > now:
-        since = now
-    attempts = max(0, job.attempts - 1)
-    if now - since >= s.unclaimed_grace:
+    gone back unclaimed for ``unclaimed_grace`` (``store._settling``)."""
+    after = unclaimed(job, s, now)
+    if after.state is JobState.DEAD:
         w.unique_done(locked, succeeded=False)
-        w.put(
-            attrs.evolve(
-                job,
-                state=JobState.DEAD,
-                last_error=s.error,
-                finished_at=now,
-                attempts=attempts,
-                unclaimed_since=since,
-            )
-        )
-        return JobState.DEAD
-    w.put(
-        attrs.evolve(
-            job,
-            state=JobState.RETRY_WAIT,
-            run_at=now + max(0.0, s.retry_delay),
-            attempts=attempts,
-            unclaimed_since=since,
-        )
-    )
-    return JobState.RETRY_WAIT
+    w.put(after)
+    return after.state
 
 
 def _aborted(w: _Writes, locked: _Locked, job: Job, s: Settlement, now: float) -> JobState:

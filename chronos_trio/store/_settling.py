@@ -1,6 +1,11 @@
-"""The UNCLAIMED settle on the MemoryStore (see ``WorkerRole.settle``): a
-job whose kind the leasing worker has no handler for goes back for a worker
-that has one, until it has gone back unclaimed for the worker's grace.
+"""Settle rules the backends that decide in Python share (the MemoryStore
+and the PostgreSQL store; the RedisStore's Lua, settle.lua, follows the
+same rules): which settle kinds an abort overrides, how long an outcome
+nobody keeps stays readable for its waiters, and the UNCLAIMED settle.
+
+The UNCLAIMED settle (see ``WorkerRole.settle``): a job whose kind the
+leasing worker has no handler for goes back for a worker that has one,
+until it has gone back unclaimed for the worker's grace.
 
 The time with no taker lives in the record (``Job.unclaimed_since``), judged
 by the store's clock, so it survives bounces between workers and their
@@ -14,8 +19,22 @@ from __future__ import annotations
 
 import attrs
 
-from ...records._jobs import Job, JobState
-from .._roles import Settlement
+from ..records._jobs import Job, JobState
+from ._results import SettleKind, Settlement
+
+#: How long a finished job nothing keeps stays readable for its waiters (s).
+WAITED_KEEP = 60.0
+
+#: Settle kinds that would run the job again: an abort asked for it wins.
+RUNS_AGAIN = frozenset(
+    {SettleKind.RETRY, SettleKind.RELEASE, SettleKind.DEFER, SettleKind.UNCLAIMED}
+)
+
+
+def settled_kind(s: Settlement, abort_asked: bool) -> SettleKind:
+    """The transition ``s`` makes: ABORTED when an abort was asked for its
+    job and ``s`` would run it again, else its own kind."""
+    return SettleKind.ABORTED if abort_asked and s.kind in RUNS_AGAIN else s.kind
 
 
 def stamp_of(job: Job, now: float) -> float | None:
