@@ -20,7 +20,7 @@ from __future__ import annotations
 import attrs
 
 from ..records._jobs import Job, JobState
-from ._results import SettleKind, Settlement
+from ._results import NOTHING_SET_ASIDE, SettleKind, Settlement, SettleResult
 
 #: How long a finished job nothing keeps stays readable for its waiters (s).
 WAITED_KEEP = 60.0
@@ -69,3 +69,34 @@ def unclaimed(job: Job, s: Settlement, now: float) -> Job:
         attempts=attempts,
         unclaimed_since=since,
     )
+
+
+@attrs.define
+class SettleTally:
+    """One settle call's answers, settlement by settlement in order: each
+    refused (its lease not held) or applied (with the transition it made and
+    the state it ended in), then :meth:`result`."""
+
+    settled: list[bool] = attrs.Factory(list)
+    aborted: list[int] = attrs.Factory(list)
+    unclaimed_dead: list[int] = attrs.Factory(list)
+
+    def refused(self) -> None:
+        self.settled.append(False)
+
+    def applied(self, kind: SettleKind, ended: JobState | None) -> None:
+        index = len(self.settled)
+        if kind is SettleKind.ABORTED:
+            self.aborted.append(index)
+        elif kind is SettleKind.UNCLAIMED and ended is JobState.DEAD:
+            self.unclaimed_dead.append(index)
+        self.settled.append(True)
+
+    def result(self) -> SettleResult:
+        return SettleResult(
+            tuple(self.settled),
+            NOTHING_SET_ASIDE,
+            frozenset(self.aborted),
+            frozenset(self.unclaimed_dead),
+        )
+

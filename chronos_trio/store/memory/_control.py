@@ -1,8 +1,9 @@
 """The MemoryStore's flow control state: rate-limit buckets and concurrency
 slots (see ``records._control``), judged in the lease step by the rules of
-``store._admission`` (a GCRA per rate key), as on Redis. A concurrency slot is held by a job while its record is
-leased and the lease unexpired: a settled, recovered or expired holder no
-longer counts, whoever noticed first (nothing to leak).
+``store._admission`` (a GCRA per rate key), as on Redis. A concurrency
+slot is held by a job while its record is leased and the lease unexpired: a
+settled, recovered or expired holder no longer counts, whoever noticed
+first (nothing to leak).
 """
 
 from __future__ import annotations

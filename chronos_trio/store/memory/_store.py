@@ -79,7 +79,7 @@ from .._roles import (
     TriggerResult,
     VersionState,
 )
-from .._settling import WAITED_KEEP, settled_kind, unclaimed
+from .._settling import WAITED_KEEP, SettleTally, settled_kind, unclaimed
 from .._topology_placement import locate as _locate
 from .._topology_placement import topology_placement as _placement_of
 from . import _check as _memory_check
@@ -696,28 +696,19 @@ class MemoryStore(Store):
         for the job turns a settle that would run it again into ABORTED."""
         await trio.lowlevel.checkpoint()
         now = self._clock()
-        results = []
-        aborted = []
-        unclaimed_dead = []
-        for i, s in enumerate(settlements):
+        tally = SettleTally()
+        for s in settlements:
             job = self._held(s.lease, now)
             if job is None:
-                results.append(False)
+                tally.refused()
                 continue
             rec = self._records[job.id]
             if job.control is not None and self._control.release(rec.home, job.control, job.id):
                 self._notify_ready()  # a slot came back: leasers held by it look again
             kind = settled_kind(s, bool(rec.abort))
             cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
-            ended = _SETTLE[kind](self, rec, cleared, s, now)
-            if kind is SettleKind.ABORTED:
-                aborted.append(i)
-            elif kind is SettleKind.UNCLAIMED and ended is JobState.DEAD:
-                unclaimed_dead.append(i)
-            results.append(True)
-        return SettleResult(
-            tuple(results), NOTHING_SET_ASIDE, frozenset(aborted), frozenset(unclaimed_dead)
-        )
+            tally.applied(kind, _SETTLE[kind](self, rec, cleared, s, now))
+        return tally.result()
 
     # Each takes the job as it was leased, its lease cleared (``job``), and
     # returns the state it ends in (None: the record is gone).

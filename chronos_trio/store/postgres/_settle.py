@@ -42,7 +42,7 @@ from .._roles import (
     Settlement,
     SettleResult,
 )
-from .._settling import WAITED_KEEP, settled_kind, unclaimed
+from .._settling import WAITED_KEEP, SettleTally, settled_kind, unclaimed
 from ._claim import J_COLUMNS
 from ._rows import job_from_row
 from ._wake import DONE, OUTBOX, READY
@@ -325,13 +325,11 @@ def settle(
     now = float(rows[0][0])
     locked: dict[str, _Locked | None] = {row[1]: _locked(row) for row in rows}
     writes = _Writes(now)
-    results = []
-    aborted = []
-    unclaimed_dead = []
-    for i, s in enumerate(settlements):
+    tally = SettleTally()
+    for s in settlements:
         entry = locked.get(s.lease.job_id)
         if entry is None or not _held(entry.job, s.lease.token, now):
-            results.append(False)
+            tally.refused()
             continue
         locked[s.lease.job_id] = None  # of two settlements of one lease, the first applies
         job = entry.job
@@ -339,16 +337,9 @@ def settle(
             writes.slots.append(job.id)
         kind = settled_kind(s, bool(entry.abort))
         cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
-        ended = _TRANSITIONS[kind](writes, entry, cleared, s, now)
-        if kind is SettleKind.ABORTED:
-            aborted.append(i)
-        elif kind is SettleKind.UNCLAIMED and ended is JobState.DEAD:
-            unclaimed_dead.append(i)
-        results.append(True)
+        tally.applied(kind, _TRANSITIONS[kind](writes, entry, cleared, s, now))
     writes.write(conn)
-    return SettleResult(
-        tuple(results), NOTHING_SET_ASIDE, frozenset(aborted), frozenset(unclaimed_dead)
-    ), writes.outbox
+    return tally.result(), writes.outbox
 
 
 def _succeeded(w: _Writes, locked: _Locked, job: Job, s: Settlement, now: float) -> JobState:
