@@ -1,8 +1,9 @@
 """The runtime tests' backend: one parametrized fixture runs a test on the
-MemoryStore under Trio's virtual clock, and on a real Redis and a real
-PostgreSQL under the real clock.
+MemoryStore under Trio's virtual clock, and on a real Redis, a real
+PostgreSQL and a SQLite file under the real clock.
 
-* ``backend`` (function, ids ``memory``, ``redis`` and ``postgres``): a :class:`Backend`,
+* ``backend`` (function, ids ``memory``, ``redis``, ``postgres`` and ``sqlite``): a
+  :class:`Backend`,
   which makes fresh stores (closed after the test) and holds the timing and
   tolerances suited to its clock.
 * ``clock``: the clock ``backend`` needs. pytest-trio runs a test under the
@@ -25,14 +26,15 @@ PostgreSQL under the real clock.
 The Redis case needs a ``redis-server`` binary (see ``tests/_redis_fixtures.py``)
 and carries the ``redis`` mark; the PostgreSQL case needs the server binaries
 (``tests/_postgres_fixtures.py``) and carries the ``postgres`` mark, so
-``-m "not redis and not postgres"`` leaves only memory. PostgreSQL takes the
-Redis case's timing and sizes (``pick``'s ``redis``): both are real clocks.
+``-m "not redis and not postgres"`` leaves memory and SQLite (a file in the
+test's temporary directory, mark ``sqlite``). PostgreSQL and SQLite take the
+Redis case's timing and sizes (``pick``'s ``redis``): all three are real clocks.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
@@ -43,6 +45,7 @@ import trio.testing
 from chronos_trio import MemoryStore
 from chronos_trio.store.postgres import PostgresStore
 from chronos_trio.store.redis import RedisStore
+from chronos_trio.store.sqlite import SqliteStore
 from chronos_trio.testing import DamageableMemoryStore
 
 if TYPE_CHECKING:
@@ -89,6 +92,7 @@ class Backend:
     name: str
     redis_url: str | None = None
     postgres_url: str | None = None
+    sqlite_urls: Callable[[], str] | None = None
     _stores: list[Store] = attrs.field(factory=list)
 
     @property
@@ -102,7 +106,9 @@ class Backend:
         RedisStore on a namespace of its own, or a PostgresStore on a schema
         of its own. Redis and PostgreSQL stores are closed after the test."""
         made: Store
-        if self.postgres_url is not None:
+        if self.sqlite_urls is not None:
+            made = cast("Store", SqliteStore.from_url(self.sqlite_urls()))
+        elif self.postgres_url is not None:
             made = cast(
                 "Store",
                 PostgresStore.from_url(f"{self.postgres_url}?schema=t{next(_namespaces)}"),
@@ -151,6 +157,7 @@ class _Case:
     clock: trio.abc.Clock | None
     redis_url: str | None
     postgres_url: str | None = None
+    sqlite_urls: Callable[[], str] | None = None
 
 
 @pytest.fixture(
@@ -158,6 +165,7 @@ class _Case:
         "memory",
         pytest.param("redis", marks=pytest.mark.redis),
         pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("sqlite", marks=pytest.mark.sqlite),
     ]
 )
 def _backend_case(request: pytest.FixtureRequest) -> _Case:
@@ -165,6 +173,8 @@ def _backend_case(request: pytest.FixtureRequest) -> _Case:
         return _Case("memory", trio.testing.MockClock(autojump_threshold=0), None)
     if request.param == "postgres":
         return _Case("postgres", None, None, request.getfixturevalue("postgres_url"))
+    if request.param == "sqlite":
+        return _Case("sqlite", None, None, None, request.getfixturevalue("sqlite_urls"))
     return _Case("redis", None, request.getfixturevalue("redis_url"))
 
 
@@ -180,7 +190,12 @@ async def backend(_backend_case: _Case) -> AsyncIterator[Backend]:
         pytest.fail("a test on `backend` must take the `clock` fixture too")
     if _backend_case.clock is None and isinstance(running, trio.testing.MockClock):
         pytest.fail("a test on `backend` runs under the `clock` fixture, not another one")
-    made = Backend(_backend_case.name, _backend_case.redis_url, _backend_case.postgres_url)
+    made = Backend(
+        _backend_case.name,
+        _backend_case.redis_url,
+        _backend_case.postgres_url,
+        _backend_case.sqlite_urls,
+    )
     try:
         yield made
     finally:

@@ -1,5 +1,5 @@
 """Shared pytest fixtures. Redis/cluster fixtures live in tests/_redis_fixtures.py,
-PostgreSQL ones in tests/_postgres_fixtures.py,
+PostgreSQL ones in tests/_postgres_fixtures.py, SQLite ones in tests/_sqlite_fixtures.py,
 the runtime tests' memory-and-Redis ``backend`` in tests/_backends.py.
 
 Tests marked ``soak`` (long soaks) are skipped unless ``CHRONOS_SOAK=1``."""
@@ -13,6 +13,7 @@ import pytest
 from tests._backends import *  # noqa: F403
 from tests._postgres_fixtures import *  # noqa: F403
 from tests._redis_fixtures import *  # noqa: F403
+from tests._sqlite_fixtures import *  # noqa: F403
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import attrs
 import pytest
@@ -36,6 +36,7 @@ from chronos_trio.records._jobs import LeaseRef
 from chronos_trio.store import SettleKind, Settlement
 from chronos_trio.store.postgres import PostgresStore
 from chronos_trio.store.redis import RedisStore
+from chronos_trio.store.sqlite import SqliteStore
 from chronos_trio.testing.differential import Divergence, Mix, run_differential
 from chronos_trio.testing.faketime import FrozenClock, start_cluster
 from chronos_trio.testing.postgres_server import PostgresServer, PostgresUnavailable
@@ -172,6 +173,29 @@ async def test_postgres_answers_as_the_memory_store(
         print(f"\ndifferential postgres/{mix} seed={seed} (CHRONOS_DIFF_SEED={seed})")
         reference = MemoryStore(clock=frozen_clock.now, default_partitions=1)
         candidate = PostgresStore.from_url(f"{frozen_postgres.url}?schema=df{next(_namespaces)}")
+        try:
+            report = await run_differential(
+                reference, candidate, frozen_clock, seed=seed, steps=STEPS, mix=MIXES[mix]
+            )
+        finally:
+            await candidate.aclose()
+        print(report.summary())
+        assert report.steps == STEPS
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize("mix", list(MIXES))
+async def test_sqlite_answers_as_the_memory_store(
+    frozen_clock: FrozenClock, sqlite_urls: Callable[[], str], mix: str
+) -> None:
+    """Every seed's sequence gives the same answers and admin views on a
+    SqliteStore (a fresh file, on the frozen clock) as on a fresh
+    MemoryStore of one partition. The store has no promoter: the runner
+    keeps the reference promoted (see ``testing.differential``)."""
+    for seed in SEEDS:
+        print(f"\ndifferential sqlite/{mix} seed={seed} (CHRONOS_DIFF_SEED={seed})")
+        reference = MemoryStore(clock=frozen_clock.now, default_partitions=1)
+        candidate = SqliteStore.from_url(sqlite_urls(), clock=frozen_clock.now)
         try:
             report = await run_differential(
                 reference, candidate, frozen_clock, seed=seed, steps=STEPS, mix=MIXES[mix]

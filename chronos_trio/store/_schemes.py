@@ -115,3 +115,9 @@ for _name in ("postgresql", "postgres"):
         shared=True,
         description="PostgreSQL (the postgres extra)",
     )
+register_scheme(
+    "sqlite",
+    "chronos_trio.store.sqlite:open_sqlite_store",
+    shared=True,
+    description="a SQLite file (one host, no server)",
+)

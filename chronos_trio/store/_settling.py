@@ -99,4 +99,3 @@ class SettleTally:
             frozenset(self.aborted),
             frozenset(self.unclaimed_dead),
         )
-

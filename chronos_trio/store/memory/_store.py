@@ -136,8 +136,6 @@ class _Record:
         return self.retained or self.job.state is not JobState.SUCCEEDED
 
 
-
-
 @attrs.define
 class _Aside:
     """What one operation set aside so far (see :class:`SetAside`)."""
@@ -611,9 +609,7 @@ class MemoryStore(Store):
         for entry in held:
             heapq.heappush(heap, entry)
 
-    def _admit(
-        self, job: Job, control: _control.JobControl, batch: _LeaseBatch
-    ) -> Verdict:
+    def _admit(self, job: Job, control: _control.JobControl, batch: _LeaseBatch) -> Verdict:
         """What flow control does with ``job`` now: LEASE it (its permits
         and slots taken), EXPIRED (ready --expired--> dead, in
         ``batch.expired``) or HELD back (it stays ready; ``batch`` notes

@@ -30,8 +30,8 @@ from ...records._jobs import Job, JobState, LeasedJob
 from .._admission import Verdict
 from .._partitioning import share_by_weight, share_strictly
 from .._roles import NOTHING_SET_ASIDE, LeaseResult, QueueWeight
+from .._rows import JOB_COLUMNS, job_from_row
 from . import _limits
-from ._rows import JOB_COLUMNS, job_from_row
 from ._wake import DONE
 
 #: A job's state as reads show it at ``{now}`` on a store without a

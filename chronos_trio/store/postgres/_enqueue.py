@@ -34,8 +34,8 @@ from psycopg import sql
 from ...records._jobs import EnqueueResult, NewJob
 from ...records._unique import with_run_slot
 from .._partitioning import id_hash
+from .._rows import headers_text
 from .._topology_placement import topology_placement
-from ._rows import headers_text
 
 
 def enqueue_query(schema: str) -> str:

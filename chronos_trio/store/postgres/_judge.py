@@ -19,8 +19,8 @@ import psycopg
 from ...records._jobs import PENDING_STATES, Job, JobState
 from ...records._placement import NO_PLACEMENT
 from .._roles import DAMAGED_RECORD, Finding, Problem
+from .._rows import JOB_COLUMNS, job_from_row
 from .._topology_placement import topology_placement
-from ._rows import JOB_COLUMNS, job_from_row
 
 #: The partial index a row of each state is in (for a finding's ``indexes``).
 INDEX_OF = {

@@ -15,8 +15,8 @@ import psycopg
 from ...records._jobs import Job, JobOutcome, JobRef, JobState
 from ...records._workflow import Arrival
 from .._roles import Continuation
+from .._rows import PLACEMENT, job_from_row
 from ._claim import DUE_STATES, J_COLUMNS
-from ._rows import PLACEMENT, job_from_row
 
 _OUTCOME = f"""
 SELECT (SELECT chronos_now()), {J_COLUMNS} FROM jobs j

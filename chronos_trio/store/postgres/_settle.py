@@ -42,9 +42,9 @@ from .._roles import (
     Settlement,
     SettleResult,
 )
+from .._rows import job_from_row
 from .._settling import WAITED_KEEP, SettleTally, settled_kind, unclaimed
 from ._claim import J_COLUMNS
-from ._rows import job_from_row
 from ._wake import DONE, OUTBOX, READY
 
 _RENEW = """

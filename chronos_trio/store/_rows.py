@@ -1,4 +1,5 @@
-"""Rows of the ``jobs`` table and the :class:`Job` they stand for.
+"""Rows of the SQL stores' ``jobs`` table (PostgreSQL and SQLite share its
+columns) and the :class:`Job` they stand for.
 
 :data:`JOB_COLUMNS` is the select list every read of whole jobs uses, and
 :func:`job_from_row` turns one such row back into a ``Job``. Columns are
@@ -14,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...records._control import JobControl, decode_control
-from ...records._jobs import Job, JobState
-from ...records._options import decode_headers, encode_headers
-from .._topology_placement import topology_placement
+from ..records._control import JobControl, decode_control
+from ..records._jobs import Job, JobState
+from ..records._options import decode_headers, encode_headers
+from ._topology_placement import topology_placement
 
 #: Where a job of a queue never promoted lives: version 1, partition 0 (the
 #: default topology, see ``_topology``), as ``TopologyRole.locate`` reads it.
