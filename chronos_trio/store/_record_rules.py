@@ -268,11 +268,11 @@ def is_number(value: object) -> bool:
     """A float, or an int small enough to be one; NaN is not a number."""
     if type(value) is float:
         return value == value
-    return type(value) is int and -(2**1023) < value < 2**1023  # type: ignore[operator]
+    return type(value) is int and -(2**1023) < value < 2**1023  # type: ignore[operator, unused-ignore]
 
 
 def is_count(value: object) -> bool:
-    return type(value) is int and 0 <= value < COUNT_LIMIT  # type: ignore[operator]
+    return type(value) is int and 0 <= value < COUNT_LIMIT  # type: ignore[operator, unused-ignore]
 
 
 def _headers_ok(value: object) -> bool:

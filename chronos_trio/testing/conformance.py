@@ -919,7 +919,7 @@ async def check_checker_finds_nothing_in_a_sound_store(fresh: Fresh) -> None:
     assert only.queues == ("q2", "unknown") and only.records == 1 and only.ok
     for bad in ({"batch": 0}, {"lease_grace": -1.0}):
         try:
-            await store.check(**bad)  # type: ignore[arg-type]
+            await store.check(**bad)  # type: ignore[arg-type, unused-ignore]
         except ValueError:
             pass
         else:

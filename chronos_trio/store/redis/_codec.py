@@ -92,7 +92,7 @@ def show(value: bytes | str) -> str:
 
 def opt_float(value: bytes | str | None) -> float | None:
     """A stored time, where '' (or an absent field) means None."""
-    return float(value) if value not in (None, b"", "") else None  # type: ignore[arg-type]
+    return float(value) if value not in (None, b"", "") else None  # type: ignore[arg-type, unused-ignore]
 
 
 def format_problem(value: bytes | None) -> str:

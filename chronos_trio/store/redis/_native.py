@@ -89,7 +89,7 @@ def _not_master() -> type[Exception]:
     """The ConnectionError of a node the watch named that says it is not a
     master (made on first use: only behind Sentinel, where redis-py is imported)."""
 
-    class NotMaster(exceptions().ConnectionError):  # type: ignore[misc, name-defined]
+    class NotMaster(exceptions().ConnectionError):  # type: ignore[misc, name-defined, unused-ignore]
         pass
 
     return NotMaster
@@ -127,7 +127,7 @@ def _pack(commands: Sequence[Sequence[Any]]) -> bytes:
     try:
         return b"".join(
             # (hiredis' stub types the argument as a 1-tuple; any length is fine)
-            hiredis.pack_command(c if type(c) is tuple else tuple(c))  # type: ignore[arg-type]
+            hiredis.pack_command(c if type(c) is tuple else tuple(c))  # type: ignore[arg-type, unused-ignore]
             for c in commands
         )
     except TypeError:
