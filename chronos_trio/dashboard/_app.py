@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ from ..records._errors import (
     UnknownQueue,
 )
 from ..records._log import log_event
+from ..records._options import is_number
 from ._actions import Actions
 from ._events import events_endpoint
 from ._hosts import HostPolicy
@@ -101,15 +103,18 @@ def dashboard_app(
     basic auth. The dashboard does not close the store: its owner does.
     Raises ``ValueError`` for both a token and basic auth, an empty
     credential, a bad allowed host or proxy address, a short secret,
-    ``page_size`` < 1, ``refresh`` <= 0 or ``session_max_age`` <= 0.
+    ``page_size`` not an int >= 1, ``refresh`` not a finite number > 0, or
+    ``session_max_age`` not a number > 0.
     """
     if isinstance(basic_auth, str):
         basic_auth = parse_basic_auth(basic_auth)
     credentials = Credentials(token=token, basic=basic_auth)
-    if page_size < 1:
-        raise ValueError(f"page_size must be >= 1, got {page_size}")
-    if not refresh > 0:
-        raise ValueError(f"refresh must be > 0 seconds, got {refresh}")
+    if not (is_number(page_size) and isinstance(page_size, int) and page_size >= 1):
+        raise ValueError(f"page_size must be an int >= 1, got {page_size!r}")
+    if not (is_number(refresh) and 0 < refresh < math.inf):
+        raise ValueError(f"refresh must be a finite number of seconds > 0, got {refresh!r}")
+    if not is_number(session_max_age):
+        raise ValueError(f"session_max_age must be > 0 seconds, got {session_max_age!r}")
     hosts = HostPolicy.make(allowed_hosts, forwarded_allow_ips)
     signer = Signer(signing_key(secret, credentials))
     inspector = target.inspector() if isinstance(target, App) else target

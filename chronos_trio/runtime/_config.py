@@ -116,6 +116,24 @@ def _finite(
     return check
 
 
+def _worker_id(_: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A non-empty string: the store records an empty lease owner as none."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
+
+
+def _bool(_: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{attribute.name} must be a bool, got {value!r}")
+
+
+def _retry_policy(_: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A RetryPolicy (anything else crashed the executors at the first
+    failing job), refused as the task option ``retry`` is."""
+    if not isinstance(value, RetryPolicy):
+        raise TypeError(f"{attribute.name} must be a RetryPolicy, got {value!r}")
+
+
 def _derived(compute: Callable[[WorkerConfig], Any]) -> Any:
     """A default computed from the fields before it (attrs fills them in order)."""
     return attrs.Factory(compute, takes_self=True)
@@ -135,14 +153,14 @@ class WorkerConfig:
     handlers: one being handed to executors and one being leased or settled,
     so the next batch's round trip overlaps the work of this one."""
 
-    worker_id: str = attrs.field(factory=default_worker_id)
+    worker_id: str = attrs.field(factory=default_worker_id, validator=_worker_id)
     queues: tuple[QueueWeight, ...] = attrs.field(
         default=(QueueWeight("default"),), converter=parse_queues
     )
     #: Strict priority: ``queues`` in the order given, highest first; a
     #: queue is leased from only while every queue before it has no ready
     #: job (weights are ignored). False: shares by weight, no queue starves.
-    strict_priority: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    strict_priority: bool = attrs.field(default=False, validator=_bool)
     concurrency: int = attrs.field(default=16, validator=_positive)
     #: Plain-function handlers running in threads at once, at most (each
     #: also holds one of the ``concurrency`` places while it runs). A job
@@ -180,7 +198,7 @@ class WorkerConfig:
     max_in_flight: int = attrs.field(
         default=_derived(lambda c: c.concurrency + 2 * c.batch_size), validator=_positive
     )
-    retry: RetryPolicy = attrs.field(factory=RetryPolicy)
+    retry: RetryPolicy = attrs.field(factory=RetryPolicy, validator=_retry_policy)
     shutdown_grace: float = attrs.field(default=10.0, validator=attrs.validators.ge(0))
     flush_timeout: float = attrs.field(default=5.0, validator=_positive)
     retain_succeeded: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
