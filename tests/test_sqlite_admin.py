@@ -10,17 +10,20 @@ roles' answers; these check what only a shared file can get wrong."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
 import trio
 
+from chronos_trio import App, JobContext, Worker, WorkerConfig, leadership_name
 from chronos_trio.records._jobs import JobState, NewJob
-from chronos_trio.records._unique import Unique
 from chronos_trio.records._workers import WorkerInfo
 from chronos_trio.store import TopologyError, TriggerResult
-from chronos_trio.store.sqlite import SqliteStore
+from chronos_trio.store.sqlite import SqliteStore, _enqueue
 from chronos_trio.store.sqlite._registry import PURGE_PER_BEAT
+from chronos_trio.store.sqlite._url import parse_url
+from tests._support import wait_for
+from tests.schedule_app import Tick
 
 pytestmark = pytest.mark.sqlite
 
@@ -141,19 +144,28 @@ async def test_racing_triggers_of_one_fire_time_enqueue_one_job(
 
 
 async def test_a_trigger_whose_enqueue_fails_records_nothing(
-    pair: tuple[SqliteStore, SqliteStore],
+    pair: tuple[SqliteStore, SqliteStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a, _ = pair
+    a, b = pair
+    real = _enqueue.enqueue
+
+    def failing(conn: sqlite3.Connection, jobs: Sequence[NewJob], now: float) -> object:
+        real(conn, jobs, now)  # stored, then the transaction fails
+        raise RuntimeError("the disk went away")
+
     with trio.fail_after(10):
         lead = await a.acquire_leadership("lead", "A", 10)
         assert lead is not None
-        unresolved = job("bad", unique=Unique(key=None))
-        with pytest.raises(ValueError):
-            await a.enqueue_trigger("lead", lead.epoch, "s", T0, unresolved)
-        assert await a.schedule_last_fired("lead") == {}  # rolled back with the job
-        assert await a.enqueue_trigger("lead", lead.epoch, "s", T0, job("good")) == (
+        monkeypatch.setattr(_enqueue, "enqueue", failing)
+        with pytest.raises(RuntimeError):
+            await a.enqueue_trigger("lead", lead.epoch, "s", T0, job("lost"))
+        monkeypatch.undo()
+        assert await b.schedule_last_fired("lead") == {}  # rolled back with the job
+        assert await b.get_job("lost") is None
+        assert await a.enqueue_trigger("lead", lead.epoch, "s", T0, job("again")) == (
             TriggerResult.ENQUEUED
         )
+        assert await b.schedule_last_fired("lead") == {"s": T0}
 
 
 # -- reads ---------------------------------------------------------------------------
@@ -248,8 +260,8 @@ async def test_a_beat_purges_a_bounded_number_of_lapsed_entries(
 
 
 async def _woken_by(store: SqliteStore, change: Callable[[], Awaitable[object]]) -> None:
-    """An idle waiter of ``store`` (idle_poll 5 s by default) returns well
-    within a second of ``change``."""
+    """An idle waiter of ``store`` (idle_poll 5 s by default) returns within
+    two seconds of ``change``."""
 
     async def wait() -> None:
         await store.wait_ready(["q"], 30)
@@ -261,17 +273,20 @@ async def _woken_by(store: SqliteStore, change: Callable[[], Awaitable[object]])
             await change()
 
 
-async def test_resume_and_run_now_wake_this_process_s_idle_workers(
-    pair: tuple[SqliteStore, SqliteStore],
-) -> None:
-    a, _ = pair
-    await a.set_paused("q", True)
-    await a.enqueue_many([job("ready")])
-    await _woken_by(a, lambda: a.set_paused("q", False))
+async def test_resume_and_run_now_wake_this_process_s_idle_workers(sqlite_url: str) -> None:
+    # polls of the file's data version so rare that only the signal at
+    # commit can wake the waiter in time
+    store = SqliteStore.from_url(f"{sqlite_url}?wake_interval=30")
+    try:
+        await store.set_paused("q", True)
+        await store.enqueue_many([job("ready")])
+        await _woken_by(store, lambda: store.set_paused("q", False))
 
-    assert await a.delete_job("ready")
-    await a.enqueue_many([job("later", delay=3600)])
-    await _woken_by(a, lambda: a.run_now("later"))
+        assert await store.delete_job("ready")
+        await store.enqueue_many([job("later", delay=3600)])
+        await _woken_by(store, lambda: store.run_now("later"))
+    finally:
+        await store.aclose()
 
 
 # -- retention -----------------------------------------------------------------------
@@ -361,3 +376,82 @@ async def test_trim_of_many_rows_is_three_statements(
     assert requeued.count == 10
     ready = await other.list_jobs("q", JobState.READY, limit=100)
     assert sorted(j.id for j in ready) == sorted(f"d{i}" for i in range(2901, 2911))
+
+
+# -- schedules through the runtime ---------------------------------------------------
+
+
+class Recording(SqliteStore):
+    """A store (one worker's, as a process would open it) that records what
+    each trigger it sent did."""
+
+    def __init__(self, url: str, calls: list[tuple[int, float, TriggerResult]]) -> None:
+        super().__init__(parse_url(url))
+        self.calls = calls
+
+    async def enqueue_trigger(
+        self, name: str, epoch: int, schedule_id: str, fire_at: float, job: NewJob
+    ) -> TriggerResult:
+        result = await super().enqueue_trigger(name, epoch, schedule_id, fire_at, job)
+        self.calls.append((epoch, fire_at, result))
+        return result
+
+
+async def test_workers_on_one_file_fire_each_trigger_once_across_a_handover(
+    sqlite_url: str,
+) -> None:
+    calls: list[tuple[int, float, TriggerResult]] = []
+    runs: list[tuple[str, int]] = []
+    workers: dict[str, Worker] = {}
+    stores: list[Recording] = []
+
+    def enqueued() -> list[float]:
+        return [at for _, at, result in calls if result is TriggerResult.ENQUEUED]
+
+    def leaders() -> list[str]:
+        return [
+            wid
+            for wid, w in workers.items()
+            if w._rt is not None and w.runtime.leadership.value is not None
+        ]
+
+    async def start(nursery: trio.Nursery, worker_id: str) -> None:
+        store = Recording(sqlite_url, calls)
+        stores.append(store)
+        app = App(store, name="fleet")
+
+        @app.task("tick")
+        async def tick(args: Tick, job: JobContext) -> None:
+            runs.append((job.id, job.attempt))
+
+        app.every(1, Tick(), task=tick, schedule_id="tick")
+        config = WorkerConfig.build(worker_id=worker_id, leader_ttl=3.0, poll_interval=0.2)
+        workers[worker_id] = worker = Worker(app, config)
+        await nursery.start(worker.run)
+
+    try:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                for n in range(3):
+                    await start(nursery, f"w{n}")
+                await wait_for(lambda: len(enqueued()) >= 3, timeout=20)
+                [first] = leaders()
+                workers[first].stop()  # resigns: another takes the next epoch
+                await workers[first].wait_stopped()
+                await wait_for(lambda: leaders() not in ([], [first]), timeout=20)
+                count = len(enqueued())
+                await wait_for(lambda: len(enqueued()) >= count + 3, timeout=20)
+                await wait_for(lambda: len(runs) >= count + 3, timeout=20)
+                for worker in workers.values():
+                    worker.stop()
+        fired = enqueued()
+        assert fired == sorted(set(fired)), "each fire time enqueued once, in order"
+        ran = [job_id for job_id, _ in runs]
+        assert len(ran) == len(set(ran)), "each trigger's job ran once"
+        assert {attempt for _, attempt in runs} == {1}
+        epochs = [epoch for epoch, _, result in calls if result is TriggerResult.ENQUEUED]
+        assert epochs == sorted(epochs) and len(set(epochs)) >= 2  # a handover
+        assert await stores[0].schedule_last_fired(leadership_name("fleet")) == {"tick": fired[-1]}
+    finally:
+        for store in stores:
+            await store.aclose()
