@@ -436,3 +436,30 @@ async def test_a_batch_of_100_is_a_handful_of_statements(store: SqliteStore) -> 
     assert len(statements) == 1 + 50 + 1
     assert took < 0.5
     assert len(await sql(store, "SELECT id FROM jobs")) == 50
+
+
+async def test_probe_does_not_walk_jobs_scheduled_for_later(
+    store: SqliteStore, clock: Clock
+) -> None:
+    rows = [(f"s{i}", T0 + 100 + i) for i in range(5000)]
+    await sql(store, "INSERT INTO queues VALUES ('q', 0)")
+
+    def fill(conn: sqlite3.Connection) -> None:
+        conn.executemany(
+            "INSERT INTO jobs (id, queue, kind, payload, run_at, state, max_retries, timeout,"
+            " created_at) VALUES (?, 'q', 'k', x'00', ?, 'scheduled', 3, 10, 0)",
+            rows,
+        )
+
+    await store._db.write(fill, what="test")
+    ticks: list[int] = []
+
+    def probe(conn: sqlite3.Connection) -> tuple[bool, float | None]:
+        conn.set_progress_handler(lambda: ticks.append(1) and 0, 100)  # every 100 VM steps
+        try:
+            return _results.probe(conn, ["q"], clock())
+        finally:
+            conn.set_progress_handler(None, 0)
+
+    assert await store._db.read(probe, what="t") == (False, T0 + 100)
+    assert len(ticks) < 20, f"{len(ticks) * 100} VM steps: the probe walked the schedule"

@@ -17,6 +17,7 @@ from ...records._workflow import Arrival
 from .._roles import Continuation
 from .._rows import JOB_COLUMNS, job_from_row, shown
 from .._topology_placement import topology_placement
+from ._claim import has_due
 
 #: A lapsed result waiter is forgotten this long after it lapsed (s).
 _LAPSED_GRACE = 60.0
@@ -28,27 +29,16 @@ _OUTCOME = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND (? IS NULL OR queue
 
 _STATE = "SELECT state FROM jobs WHERE id = ? AND (? IS NULL OR queue = ?)"
 
-# A queue that is not paused with a due job (ready, or a scheduled or
-# retry_wait one due: the claim leases it as ready), and the next due time
-# to come of the queues (each queue's earliest from the jobs_due index).
-_PROBE = """
-WITH qs (name) AS (SELECT DISTINCT value FROM json_each(:queues))
-SELECT
-    EXISTS (
-        SELECT 1 FROM qs
-        WHERE NOT EXISTS (SELECT 1 FROM queues p WHERE p.name = qs.name AND p.paused)
-          AND (EXISTS (SELECT 1 FROM jobs j
-                       WHERE j.queue = qs.name AND j.state IN ('scheduled', 'retry_wait')
-                         AND j.run_at <= :now)
-               OR EXISTS (SELECT 1 FROM jobs j
-                          WHERE j.queue = qs.name
-                            AND j.state IN ('ready', 'scheduled', 'retry_wait')
-                            AND j.state = 'ready' AND j.run_at <= :now))),
-    (SELECT min((SELECT j.run_at FROM jobs j
-                 WHERE j.queue = qs.name AND j.state IN ('scheduled', 'retry_wait')
-                   AND j.run_at > :now
-                 ORDER BY j.run_at LIMIT 1))
-     FROM qs)
+_PAUSED = "SELECT name FROM queues WHERE paused AND name IN (SELECT value FROM json_each(?))"
+
+# The next due time to come of the queues: each queue's earliest scheduled
+# or retry_wait job after now (one seek of the jobs_due index each).
+_NEXT_DUE = """
+SELECT min((SELECT j.run_at FROM jobs j
+            WHERE j.queue = q.value AND j.state IN ('scheduled', 'retry_wait')
+              AND j.run_at > ?
+            ORDER BY j.run_at LIMIT 1))
+FROM json_each(?) AS q
 """
 
 _REGISTER = """
@@ -79,13 +69,18 @@ _PENDING = frozenset({JobState.SCHEDULED, JobState.READY, JobState.LEASED, JobSt
 
 
 def probe(conn: sqlite3.Connection, queues: Sequence[str], now: float) -> tuple[bool, float | None]:
-    """Whether a queue of ``queues`` that is not paused has a due job, and
-    the next due time of a scheduled or retry_wait job of them (None)."""
-    if not queues:
+    """Whether a queue of ``queues`` that is not paused has a due job (ready,
+    or scheduled or retry_wait with its time come: the claim leases it as
+    ready), and the next due time of a scheduled or retry_wait job of them
+    (None). A few index seeks per queue, however many jobs wait for later."""
+    names = list(dict.fromkeys(queues))
+    if not names:
         return False, None
-    row = conn.execute(_PROBE, {"queues": json.dumps(list(queues)), "now": now}).fetchone()
-    ready, next_due = row
-    return bool(ready), None if next_due is None else float(next_due)
+    listed = json.dumps(names)
+    paused = {row[0] for row in conn.execute(_PAUSED, (listed,))}
+    ready = any(has_due(conn, name, now) for name in names if name not in paused)
+    (next_due,) = conn.execute(_NEXT_DUE, (now, listed)).fetchone()
+    return ready, None if next_due is None else float(next_due)
 
 
 def outcome(conn: sqlite3.Connection, ref: JobRef, now: float) -> JobOutcome | None:
