@@ -166,3 +166,42 @@ async def test_two_stores_never_admit_past_a_concurrency_limit(sqlite_url: str) 
     finally:
         for store in (producer, *stores):
             await store.aclose()
+
+
+async def test_claims_read_priority_levels_in_lease_order(sqlite_url: str) -> None:
+    clock = [NOW]
+    store = SqliteStore.from_url(sqlite_url, clock=lambda: clock[0])
+
+    def at(job_id: str, priority: int, run_at: float, queue: str = "q") -> NewJob:
+        return _job(job_id, queue, run_at=run_at, control=JobControl(priority=priority))
+
+    try:
+        await _enqueue(
+            store,
+            [
+                at("hi-later", 5, NOW + 10),  # a level whose first job is not due
+                at("hi-b", 5, NOW - 1),
+                at("hi-a", 5, NOW - 1),
+                at("mid", 0, NOW - 9),
+                _job("plain", run_at=NOW - 20),
+                *(at(f"far{i}", 3, NOW + 100 + i) for i in range(50)),  # none due
+                at("lo", -3, NOW - 30),
+                at("other", 9, NOW - 1, "r"),
+            ],
+        )
+
+        async def ids(count: int, *queues: str) -> list[str]:
+            got = await store.lease(
+                [QueueWeight(q) for q in queues], count, worker_id="w", lease_duration=60
+            )
+            return [lj.job.id for lj in got.jobs]
+
+        assert await ids(3, "q") == ["hi-a", "hi-b", "plain"]
+        assert await ids(10, "q") == ["mid", "lo"]  # plain came before mid: due earlier
+        assert await ids(10, "q") == []  # far and later: not due
+        clock[0] = NOW + 10
+        assert await ids(10, "q", "r") == ["hi-later", "other"]
+        clock[0] = NOW + 200
+        assert await ids(60, "q") == [f"far{i}" for i in range(50)]
+    finally:
+        await store.aclose()
