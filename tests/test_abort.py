@@ -32,7 +32,7 @@ from chronos_trio.store.redis.keys import KeySpace
 from tests._backends import Backend
 from tests._support import wait_for
 
-HEARTBEAT = {"memory": 1.0, "redis": 0.3, "postgres": 0.3}
+HEARTBEAT = {"memory": 1.0, "redis": 0.3, "postgres": 0.3, "sqlite": 0.3}
 
 
 @attrs.frozen

@@ -30,6 +30,8 @@ damaged (checker)   memory._check._repair         check_repair.lua dead_letter
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import Awaitable, Callable
 
 import psycopg
@@ -44,6 +46,7 @@ from chronos_trio.store import AbortResult, QueueWeight, SettleKind, Settlement,
 from chronos_trio.store.postgres import PostgresStore
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis.keys import KeySpace
+from chronos_trio.store.sqlite import SqliteStore
 from chronos_trio.testing.damage import Damage, damage_job, redis_client
 from tests._backends import Backend
 
@@ -87,6 +90,9 @@ async def lock_of(store: Store) -> tuple[str, bool] | None:
         return lock.holder, lock.expires_at is not None
     if isinstance(store, PostgresStore):
         return await trio.to_thread.run_sync(_postgres_lock, store)
+    if isinstance(store, SqliteStore):
+        now = await store.now()
+        return await trio.to_thread.run_sync(_sqlite_lock, store, now)
     assert isinstance(store, RedisStore)
     pk = KeySpace(store.namespace).partition("q", 1, 0)  # one partition: the backend's stores
     client = redis.Redis.from_url(URLS[id(store)])
@@ -109,6 +115,21 @@ def _postgres_lock(store: PostgresStore) -> tuple[str, bool] | None:
             (KEY,),
         ).fetchone()
     return None if row is None else (row[0], bool(row[1]))
+
+
+def _sqlite_lock(store: SqliteStore, now: float) -> tuple[str, bool] | None:
+    with contextlib.closing(sqlite3.connect(store.path)) as conn:
+        row = conn.execute(
+            "SELECT holder, expires_at IS NOT NULL FROM unique_locks"
+            " WHERE queue = 'q' AND key = ? AND (expires_at IS NULL OR expires_at > ?)",
+            (KEY, now),
+        ).fetchone()
+    return None if row is None else (row[0], bool(row[1]))
+
+
+def _sqlite_delete_row(store: SqliteStore, job_id: str) -> None:
+    with contextlib.closing(sqlite3.connect(store.path)) as conn, conn:
+        conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
 
 
 def _delete_row(store: PostgresStore, job_id: str) -> None:
@@ -220,8 +241,8 @@ async def repaired_aborted(store: Store) -> str:
 
 
 async def damage(store: Store, job_id: str) -> None:
-    if isinstance(store, PostgresStore):
-        pytest.skip("a PostgreSQL row cannot hold a field of the wrong type")
+    if isinstance(store, PostgresStore | SqliteStore):
+        pytest.skip("an SQL row cannot hold a field of the wrong type")
     assert isinstance(store, MemoryStore | RedisStore)
     client = redis_client(URLS[id(store)]) if isinstance(store, RedisStore) else None
     try:
@@ -337,6 +358,8 @@ async def test_a_throttle_s_key_is_not_taken_for_good_by_a_lost_job(
         del store._records[job_id]
     elif isinstance(store, PostgresStore):
         await trio.to_thread.run_sync(_delete_row, store, job_id)
+    elif isinstance(store, SqliteStore):
+        await trio.to_thread.run_sync(_sqlite_delete_row, store, job_id)
     else:
         assert isinstance(store, RedisStore)
         client = redis.Redis.from_url(URLS[id(store)])
