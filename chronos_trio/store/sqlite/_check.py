@@ -59,6 +59,9 @@ from .._roles import (
 from .._sql_judge import Judged, Row, is_slot, judge_row
 from . import _judge
 from ._base import SqlitePart
+from ._inspect import known_queues
+from ._operate import release_unique
+from ._topology import partition_counts
 
 _SKIPPED = "the job changed since it was inspected: left alone (check again)"
 
@@ -66,8 +69,8 @@ _SKIPPED = "the job changed since it was inspected: left alone (check again)"
 def _start(
     conn: sqlite3.Connection, names: list[str] | None, now: float
 ) -> tuple[float, list[str], dict[str, int]]:
-    queues = _judge.known_queues(conn) if names is None else names
-    return now, queues, _judge.partition_counts(conn, queues)
+    queues = known_queues(conn) if names is None else names
+    return now, queues, partition_counts(conn, queues)
 
 
 def _strays(conn: sqlite3.Connection, queues: list[str], now: float) -> tuple[list[Judged], int]:
@@ -107,11 +110,7 @@ def _done(finding: Finding, repair: Repair, detail: str) -> Finding:
 def _release(conn: sqlite3.Connection, job_id: str, queue: str, key: str | None) -> None:
     """Give back the slots and the unique key (if any) ``job_id`` holds."""
     conn.execute("DELETE FROM slots WHERE job_id = ?", (job_id,))
-    if key is not None:
-        conn.execute(
-            "DELETE FROM unique_locks WHERE queue = ? AND key = ? AND holder = ?",
-            (queue, key, job_id),
-        )
+    release_unique(conn, queue, key, job_id)
 
 
 def _dead_letter(conn: sqlite3.Connection, finding: Finding, now: float) -> Finding:

@@ -12,7 +12,6 @@ acts only when the digest is the one judged.
 from __future__ import annotations
 
 import hashlib
-import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from ...records._jobs import PENDING_STATES
 from .._rows import JOB_COLUMNS, job_from_row
 from .._sql_judge import Judged, Row, held_by
+from ._inspect import IN_TEXTS, texts
 
 #: The walk's select list: the job, then its flags.
 ROW_COLUMNS = f"{JOB_COLUMNS}, discarded, continuation, abort_reason"
@@ -55,9 +55,9 @@ def stray_slots(conn: sqlite3.Connection, queues: Sequence[str]) -> list[Judged]
     rows = conn.execute(
         "SELECT s.queue, s.key, s.job_id, j.state, j.version, j.part"
         " FROM slots s LEFT JOIN jobs j ON j.id = s.job_id"
-        " WHERE s.queue IN (SELECT value FROM json_each(?))"
+        f" WHERE s.queue {IN_TEXTS}"
         " AND (j.id IS NULL OR j.state <> 'leased')",
-        (json.dumps(list(queues)),),
+        (texts(queues),),
     ).fetchall()
     return [
         held_by(queue, key, job_id, state, version, part, f"concurrency slot {key!r}")
@@ -71,11 +71,11 @@ def stray_locks(conn: sqlite3.Connection, queues: Sequence[str], now: float) -> 
     rows = conn.execute(
         "SELECT u.queue, u.key, u.holder, j.state, j.version, j.part"
         " FROM unique_locks u LEFT JOIN jobs j ON j.id = u.holder"
-        " WHERE u.queue IN (SELECT value FROM json_each(?))"
+        f" WHERE u.queue {IN_TEXTS}"
         " AND (u.expires_at IS NULL OR u.expires_at > ?)"
         " AND NOT (u.mode = 'throttle' AND u.expires_at IS NOT NULL)"
         f" AND (j.id IS NULL OR j.state NOT IN ({PENDING_SQL}))",
-        (json.dumps(list(queues)), now),
+        (texts(queues), now),
     ).fetchall()
     return [
         held_by(queue, key, holder, state, version, part, f"unique lock {key!r}")
@@ -85,35 +85,10 @@ def stray_locks(conn: sqlite3.Connection, queues: Sequence[str], now: float) -> 
 
 def held_rows(conn: sqlite3.Connection, queues: Sequence[str]) -> int:
     """How many slot and unique lock rows ``queues`` have."""
-    names = json.dumps(list(queues))
+    names = texts(queues)
     row = conn.execute(
-        "SELECT (SELECT count(*) FROM slots WHERE queue IN (SELECT value FROM json_each(?)))"
-        " + (SELECT count(*) FROM unique_locks WHERE queue IN (SELECT value FROM json_each(?)))",
+        f"SELECT (SELECT count(*) FROM slots WHERE queue {IN_TEXTS})"
+        f" + (SELECT count(*) FROM unique_locks WHERE queue {IN_TEXTS})",
         (names, names),
     ).fetchone()
     return int(row[0]) if row else 0
-
-
-def known_queues(conn: sqlite3.Connection) -> list[str]:
-    """Every queue the store knows (ever used), sorted."""
-    return sorted(name for (name,) in conn.execute("SELECT name FROM queues"))
-
-
-def partition_counts(conn: sqlite3.Connection, queues: Sequence[str]) -> dict[str, int]:
-    """How many partitions each known queue of ``queues`` has over all its
-    routing versions (one for a queue never promoted; unknown queues are
-    left out)."""
-    names = json.dumps(list(queues))
-    out = {
-        name: 1
-        for (name,) in conn.execute(
-            "SELECT name FROM queues WHERE name IN (SELECT value FROM json_each(?))", (names,)
-        )
-    }
-    for queue, total in conn.execute(
-        "SELECT queue, sum(partitions) FROM queue_versions"
-        " WHERE queue IN (SELECT value FROM json_each(?)) GROUP BY queue",
-        (names,),
-    ):
-        out[queue] = int(total)
-    return out
