@@ -158,7 +158,8 @@ def file_checks(report: Report, soak: Soak, runs: dict[str, list[Run]], checked:
     integrity_check``; no worker logged a store error ("database is
     locked" and the like: a kill -9 mid-transaction lets go of the lock)."""
     killed = {pid: f.start for f in soak.faults if f.pids for pid in f.pids}
-    for item in overlapping(runs, killed):
+    at_once = overlapping(runs, killed)
+    for item in at_once:
         report.problem("ran twice at once", item)
     if checked is None or not checked.ok or checked.findings:
         report.problem("check found problems", repr(checked))
@@ -167,9 +168,15 @@ def file_checks(report: Report, soak: Soak, runs: dict[str, list[Run]], checked:
     if verdict != "ok":
         report.problem("integrity_check", verdict)
     logs = [(p.name, p.read_text(errors="replace")) for p in soak.worker_logs()]
-    for line in trouble(logs):
-        if "locked" in line or "StoreError" in line:
-            report.problem("store errors in worker logs", line)
+    errors = [line for line in trouble(logs) if "locked" in line or "StoreError" in line]
+    for line in errors:
+        report.problem("store errors in worker logs", line)
+    findings = "not run" if checked is None else len(checked.findings)
+    print(
+        f"sqlite: runs of one job at once {len(at_once)}; check findings {findings} "
+        f"({checked.records if checked else 0} records walked); integrity_check {verdict}; "
+        f"store errors in worker logs {len(errors)}"
+    )
 
 
 @pytest.mark.soak_short
