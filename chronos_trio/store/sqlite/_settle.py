@@ -15,8 +15,7 @@ is registered (``result_waiters``), when it stays readable ``WAITED_KEEP``
 seconds. Registration is a write too, so it is ordered with the settle: a
 waiter registered before the settle is seen by it.
 
-:func:`write_plan` writes any :class:`SettlePlan` (recovery writes its own
-with it).
+:func:`write_plan` writes any :class:`SettlePlan` (a recovery's too).
 """
 
 from __future__ import annotations
@@ -25,8 +24,8 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-from ...records._jobs import FINISHED_STATES, LeaseRef
-from .._roles import NOTHING_SET_ASIDE, RecoverResult, RenewResult, Settlement, SettleResult
+from ...records._jobs import FINISHED_STATES
+from .._roles import NOTHING_SET_ASIDE, Settlement, SettleResult
 from .._rows import JOB_COLUMNS
 from .._settle_plan import SettlePlan, locked_from_row, plan_settle
 
@@ -64,12 +63,6 @@ _HOLD_BACK = """
 INSERT INTO rate_buckets (queue, key, tat) VALUES (?, ?, ?)
 ON CONFLICT (queue, key) DO UPDATE SET tat = max(tat, excluded.tat)
 """
-
-
-def renew(
-    conn: sqlite3.Connection, leases: Sequence[LeaseRef], lease_duration: float, now: float
-) -> RenewResult:
-    raise NotImplementedError
 
 
 def settle(
@@ -147,9 +140,3 @@ def write_plan(conn: sqlite3.Connection, plan: SettlePlan, waited: set[str]) -> 
         conn.execute(_FREE_SLOTS, (json.dumps(plan.slots),))
     if plan.hold_back:
         conn.executemany(_HOLD_BACK, [(q, k, tat) for (q, k), tat in plan.hold_back.items()])
-
-
-def recover(
-    conn: sqlite3.Connection, queues: Sequence[str], limit: int, now: float
-) -> RecoverResult:
-    raise NotImplementedError
