@@ -23,7 +23,7 @@ import itertools
 import json
 import secrets
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -44,23 +44,45 @@ DUE_STATES = "('ready', 'scheduled', 'retry_wait')"
 
 _PAUSED = "SELECT paused FROM queues WHERE name = ?"
 
+# A queue's due jobs are read one priority level at a time, each level a
+# range of the jobs_claim index (queue, priority, run_at <= now): a level's
+# scheduled jobs not yet due end its range, so a claim never walks them.
+_TOP = f"""
+SELECT priority FROM jobs WHERE queue = ? AND state IN {DUE_STATES}
+ORDER BY priority DESC LIMIT 1
+"""
+
+_BELOW = f"""
+SELECT priority FROM jobs WHERE queue = ? AND state IN {DUE_STATES} AND priority < ?
+ORDER BY priority DESC LIMIT 1
+"""
+
 _PICK = f"""
 SELECT {JOB_COLUMNS} FROM jobs
-WHERE queue = ? AND state IN {DUE_STATES} AND run_at <= ?
+WHERE queue = ? AND priority = ? AND state IN {DUE_STATES} AND run_at <= ?
   AND id NOT IN (SELECT value FROM json_each(?))
-ORDER BY priority DESC, run_at, id
+ORDER BY run_at, id
 LIMIT ?
 """
 
 _COUNT = f"""
 SELECT count(*) FROM (
-    SELECT 1 FROM jobs WHERE queue = ? AND state IN {DUE_STATES} AND run_at <= ? LIMIT ?)
+    SELECT 1 FROM jobs
+    WHERE queue = ? AND priority = ? AND state IN {DUE_STATES} AND run_at <= ? LIMIT ?)
 """
 
+_ANY = f"""
+SELECT 1 FROM jobs WHERE queue = ? AND priority = ? AND state IN {DUE_STATES} AND run_at <= ?
+LIMIT 1
+"""
+
+# One statement for a round's leases: its (id, token) pairs as one JSON text
+# (half the time of an executemany of one UPDATE per job, measured).
 _LEASE = """
 UPDATE jobs SET state = 'leased', attempts = attempts + 1,
-    lease_token = ?, lease_owner = ?, lease_expires_at = ?
-WHERE id = ?
+    lease_token = u.value ->> 1, lease_owner = ?, lease_expires_at = ?
+FROM json_each(?) AS u
+WHERE jobs.id = u.value ->> 0
 """
 
 _EXPIRE = "UPDATE jobs SET state = 'dead', finished_at = ?, last_error = ? WHERE id = ?"
@@ -140,14 +162,56 @@ class Claimer:
             available: dict[str, int] = {}
             for name in dict.fromkeys(q.name for q in queues):
                 if not _paused(conn, name):
-                    (n,) = conn.execute(_COUNT, (name, now, count)).fetchone()
-                    available[name] = int(n)
+                    available[name] = count_due(conn, name, now, count)
             active = [q for q in queues if q.name in available]
             shares = (share_strictly if strict else share_by_weight)(active, count, available)
         for queue, share in shares.items():
             if not _paused(conn, queue):
                 _claim_queue(conn, queue, share, batch)
         return batch.result()
+
+
+def _levels(conn: sqlite3.Connection, queue: str) -> Iterator[int]:
+    """The priorities of ``queue``'s jobs in due states, highest first (one
+    index seek each, read as they are asked for)."""
+    row = conn.execute(_TOP, (queue,)).fetchone()
+    while row is not None:
+        yield int(row[0])
+        row = conn.execute(_BELOW, (queue, row[0])).fetchone()
+
+
+def _due(
+    conn: sqlite3.Connection, queue: str, now: float, n: int, skip: str
+) -> list[tuple[Any, ...]]:
+    """The first ``n`` due jobs of ``queue`` in lease order (JOB_COLUMNS
+    rows), but those of ``skip`` (a JSON array of IDs)."""
+    rows: list[tuple[Any, ...]] = []
+    for priority in _levels(conn, queue):
+        rows += conn.execute(_PICK, (queue, priority, now, skip, n - len(rows))).fetchall()
+        if len(rows) >= n:
+            break
+    return rows
+
+
+def count_due(conn: sqlite3.Connection, queue: str, now: float, cap: int) -> int:
+    """How many jobs of ``queue`` are due at ``now`` (ready, or scheduled or
+    retry_wait with ``run_at <= now``), counting no further than ``cap``;
+    whether the queue is paused is not asked."""
+    found = 0
+    for priority in _levels(conn, queue):
+        found += int(conn.execute(_COUNT, (queue, priority, now, cap - found)).fetchone()[0])
+        if found >= cap:
+            break
+    return found
+
+
+def has_due(conn: sqlite3.Connection, queue: str, now: float) -> bool:
+    """Whether ``queue`` has a job due at ``now`` (paused or not): a few
+    index seeks, however many jobs it has scheduled for later."""
+    return any(
+        conn.execute(_ANY, (queue, priority, now)).fetchone() is not None
+        for priority in _levels(conn, queue)
+    )
 
 
 def _paused(conn: sqlite3.Connection, queue: str) -> bool:
@@ -166,12 +230,12 @@ def _claim_queue(conn: sqlite3.Connection, queue: str, share: int, batch: _Batch
     while got < share and looked < share + LOOK_BEYOND:
         n = min(share - got, share + LOOK_BEYOND - looked)
         prefix = batch.round_prefix()
-        rows = conn.execute(_PICK, (queue, now, json.dumps(held), n)).fetchall()
+        rows = _due(conn, queue, now, n, json.dumps(held))
         if not rows:
             return
         expired: list[Job] = []
         numbers = itertools.count(1)
-        leasing: list[tuple[str, str, float, str]] = []
+        leasing: list[tuple[str, str]] = []
         round_leased: list[tuple[tuple[int, float, str], LeasedJob]] = []
         controlled: list[tuple[Job, tuple[Any, ...]]] = []
         for row in rows:
@@ -180,7 +244,7 @@ def _claim_queue(conn: sqlite3.Connection, queue: str, share: int, batch: _Batch
                 controlled.append((job, row))
                 continue
             token = f"{prefix}{next(numbers)}"
-            leasing.append((token, worker, expires_at, row[0]))
+            leasing.append((row[0], token))
             job = job_from_row(_leased_row(row, token, worker, expires_at))
             round_leased.append(((0, job.run_at, job.id), LeasedJob(job, token, expires_at, now)))
         if controlled:
@@ -211,7 +275,7 @@ def _claim_queue(conn: sqlite3.Connection, queue: str, share: int, batch: _Batch
                     if control is not None:
                         admission.take(control, job.id)
                     token = f"{prefix}{next(numbers)}"
-                    leasing.append((token, worker, expires_at, job.id))
+                    leasing.append((job.id, token))
                     leased = job_from_row(_leased_row(row, token, worker, expires_at))
                     round_leased.append((_order(job), LeasedJob(leased, token, expires_at, now)))
             admission.save(conn)
@@ -219,7 +283,7 @@ def _claim_queue(conn: sqlite3.Connection, queue: str, share: int, batch: _Batch
                 _expire(conn, expired)
                 batch.expired.extend(expired)
         if leasing:
-            conn.executemany(_LEASE, leasing)
+            conn.execute(_LEASE, (worker, expires_at, json.dumps(leasing)))
             got += len(leasing)
         if controlled:
             round_leased.sort(key=lambda pair: pair[0])

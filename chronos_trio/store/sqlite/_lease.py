@@ -7,9 +7,10 @@
   leases an abort was asked for are reported.
 * :func:`recover`: expired leases per queue, earliest expiry first, back to
   ready (due now), dead (retries used up) or aborted (an abort was asked),
-  as PostgreSQL's recovery does: the concurrency slots of every recovered
-  job and the unique keys of those that finished are given back, result
-  waiters of those that finished are let go.
+  judged by ``store._settle_plan.plan_recovered`` (PostgreSQL's rules) and
+  written by ``_settle.write_plan``: the concurrency slots of every
+  recovered job and the unique keys of those that finished are given back,
+  result waiters of those that finished are let go.
 """
 
 from __future__ import annotations
@@ -17,13 +18,12 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
-
-import attrs
 
 from ...records._jobs import Job, JobState, LeaseRef
 from .._roles import NOTHING_SET_ASIDE, RecoverResult, RenewResult
-from .._rows import JOB_COLUMNS, job_from_row
+from .._rows import JOB_COLUMNS
+from .._settle_plan import SettlePlan, locked_from_row, plan_recovered
+from ._settle import write_plan
 
 _RENEW = """
 UPDATE jobs SET lease_expires_at = ?1
@@ -38,27 +38,15 @@ UPDATE unique_locks SET expires_at = max(expires_at, ?)
 WHERE queue = ? AND key = ? AND holder = ? AND expires_at IS NOT NULL
 """
 
+#: A queue's expired leases, earliest expiry first, each with whether a live
+#: result waiter reads it (``jobs_leased``: queue, lease_expires_at).
 _EXPIRED = f"""
-SELECT {JOB_COLUMNS}, abort_reason, unique_key FROM jobs
-WHERE queue = ? AND state = 'leased' AND lease_expires_at <= ?
+SELECT {JOB_COLUMNS}, abort_reason, unique_key, unique_spec,
+    EXISTS (SELECT 1 FROM result_waiters r WHERE r.job_id = jobs.id AND r.expires_at > ?2)
+FROM jobs
+WHERE queue = ?1 AND state = 'leased' AND lease_expires_at <= ?2
 ORDER BY lease_expires_at, id
-LIMIT ?
-"""
-
-_APPLY = """
-UPDATE jobs SET state = ?, run_at = ?, finished_at = ?, last_error = ?, unclaimed_since = ?,
-    lease_token = '', lease_owner = '', lease_expires_at = NULL
-WHERE id = ?
-"""
-
-_UNLOCK = "DELETE FROM unique_locks WHERE queue = ? AND key = ? AND holder = ?"
-
-_FREE_SLOTS = "DELETE FROM slots WHERE job_id = ?"
-
-_LET_WAITERS_GO = """
-DELETE FROM result_waiters
-WHERE job_id = ?1 AND EXISTS (
-    SELECT 1 FROM result_waiters w WHERE w.job_id = ?1 AND w.expires_at > ?2)
+LIMIT ?3
 """
 
 
@@ -97,53 +85,26 @@ def recover(
     or aborted (an abort was asked), at most ``limit`` jobs of ``queues``,
     in ``conn``'s write transaction at ``now``. Raises sqlite3.Error for a
     database error."""
+    plan = SettlePlan(now)
+    waited: set[str] = set()
     ready: list[str] = []
     dead: list[Job] = []
     aborted: list[Job] = []
-    applied: list[tuple[Any, ...]] = []
-    unlocked: list[tuple[str, str, str]] = []
-    finished: list[str] = []
+    taken = 0
     for queue in dict.fromkeys(queues):
-        if len(applied) >= limit:
+        if taken >= limit:
             break
-        rows = conn.execute(_EXPIRED, (queue, now, limit - len(applied))).fetchall()
-        for row in rows:
-            abort, unique_key = row[-2:]
-            job = attrs.evolve(
-                job_from_row(row[:-2]), lease_token="", lease_owner="", lease_expires_at=None
-            )
-            if abort:
-                job = attrs.evolve(job, state=JobState.ABORTED, finished_at=now, last_error=abort)
+        for row in conn.execute(_EXPIRED, (queue, now, limit - taken)).fetchall():
+            job = plan_recovered(plan, locked_from_row(row[:-1]))
+            if row[-1]:
+                waited.add(job.id)
+            if job.state is JobState.ABORTED:
                 aborted.append(job)
-            elif job.attempts > job.max_retries:
-                reason = (
-                    f"lease expired on attempt {job.attempts} of "
-                    f"{job.max_retries + 1} (worker lost); retries exhausted"
-                )
-                job = attrs.evolve(job, state=JobState.DEAD, finished_at=now, last_error=reason)
+            elif job.state is JobState.DEAD:
                 dead.append(job)
             else:
-                job = attrs.evolve(job, state=JobState.READY, run_at=now, unclaimed_since=None)
                 ready.append(job.id)
-            if job.state is not JobState.READY:
-                finished.append(job.id)
-                if unique_key is not None:
-                    unlocked.append((job.queue, unique_key, job.id))
-            applied.append(
-                (
-                    job.state.value,
-                    job.run_at,
-                    job.finished_at,
-                    job.last_error,
-                    job.unclaimed_since,
-                    job.id,
-                )
-            )
-    if applied:
-        conn.executemany(_APPLY, applied)
-        conn.executemany(_FREE_SLOTS, [(row[-1],) for row in applied])
-        if unlocked:
-            conn.executemany(_UNLOCK, unlocked)
-        if finished:
-            conn.executemany(_LET_WAITERS_GO, [(job_id, now) for job_id in finished])
+            taken += 1
+    if taken:
+        write_plan(conn, plan, waited)
     return RecoverResult(tuple(ready), tuple(dead), NOTHING_SET_ASIDE, tuple(aborted))
