@@ -211,6 +211,14 @@ async def pending(store: Any, queue: str = "default") -> int:
     return sum(stats.counts.get(s, 0) for s in PENDING)
 
 
+async def wait_drained(store: Any, timeout: float, queue: str = "default") -> None:
+    """Until ``queue`` holds no pending job (a handler's end line is written
+    before its settle: the last job may still be leased a moment)."""
+    with trio.fail_after(timeout):
+        while await pending(store, queue):
+            await trio.sleep(0.05)
+
+
 async def wait_until(predicate: Any, timeout: float, poll: float = 0.05) -> None:
     """Until ``predicate()`` is true; trio.TooSlowError after ``timeout`` s."""
     with trio.fail_after(timeout):

@@ -49,6 +49,7 @@ from tests._sqlite_procs import (
     runs_of,
     sqlite_file_url,
     trouble,
+    wait_drained,
     wait_until,
     worker_process,
 )
@@ -120,7 +121,7 @@ async def test_kill_9_of_a_worker_process_mid_batch_loses_nothing(tmp_path: Path
             await wait_until(lambda: ids <= finished_ok(runs_of(runs_dir)), 60, poll=0.1)
             await wait_until(lambda: manager.children()[0] != victim, 20)
             await manager.wait_ready(2)
-            assert await pending(store) == 0
+            await wait_drained(store, 15)
             code = await manager.terminate(30)
     finally:
         manager.close()
@@ -191,7 +192,7 @@ async def test_kill_9_of_a_worker_process_inside_its_write_transaction(tmp_path:
                 await trio.to_thread.run_sync(worker.proc.wait)
                 inside += 1
             await wait_until(lambda: ids <= finished_ok(runs_of(runs_dir)), 60, poll=0.1)
-            assert await pending(store) == 0
+            await wait_drained(store, 15)
             code = await workers[-1].terminate(30)
     finally:
         for worker in workers:

@@ -29,10 +29,10 @@ from tests._sqlite_procs import (
     finished_ok,
     integrity,
     overlapping,
-    pending,
     runs_of,
     sqlite_file_url,
     trouble,
+    wait_drained,
     wait_until,
     worker_process,
 )
@@ -84,7 +84,7 @@ async def test_four_worker_processes_and_three_producer_processes_share_one_file
             expected = set().union(*acknowledged.values())
             await wait_until(lambda: expected <= finished_ok(runs_of(runs_dir)), 120, poll=0.2)
             drained_in = time.monotonic() - began
-            assert await pending(store) == 0
+            await wait_drained(store, 15)
             code = await manager.terminate(30)
     finally:
         for child in producers.values():

@@ -101,8 +101,8 @@ async def test_a_restarted_embedded_app_finds_its_jobs_retries_and_results(
         assert time.time() < min(retry_at, soon_at), "the restart came before they were due"
         async with second.open_worker(concurrency=4, poll_interval=0.5):
             await wait_until(lambda: len(log) >= 2, RETRY_DELAY + SOON + 10, poll=0.01)
+            retried_result = await second.job(flaky.job_id).result(timeout=10)  # settled
             done = await second.job(flaky.job_id).status()
-            retried_result = await second.job(flaky.job_id).result(timeout=1)
             result_again = await second.job(answer.job_id).result(timeout=1)
         left = await second.store.get_job(far.job_id)
         await second.aclose()
