@@ -25,6 +25,10 @@ on the proxy, a cut of every proxied connection, and SIGSTOP of the elected
 leader for longer than its leadership lease while the ``every(1)`` schedule
 runs.
 
+On SQLite there is no server and no proxy: every process opens one file in
+the soak's directory, and the only fault is ``kill -9`` of worker processes
+(single and managed), which may hit a process inside a write transaction.
+
 Why ``appendfsync always``: the soak checks that nothing Redis acknowledged
 is lost across ``kill -9``. With ``everysec`` Redis may postpone even the
 write(2) of the AOF buffer for up to 2 s while a background fsync is slow
@@ -56,7 +60,7 @@ from chronos_trio.records import StoreError
 from chronos_trio.testing.proxy import TcpProxy
 from tests import soak_app
 from tests._soak_check import Expected, Fault
-from tests._soak_servers import SoakPostgres, SoakRedis, SoakServer
+from tests._soak_servers import SoakPostgres, SoakRedis, SoakServer, SoakSqlite
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = "tests.soak_app:app"
@@ -218,6 +222,17 @@ class WorkerProcess:
                 send_signal(pid, signal.SIGCONT)
 
 
+def soak_server(name: str, directory: Path, partitions: int) -> SoakServer:
+    """The soak's server by name: ``redis``, ``postgres`` or ``sqlite``."""
+    if name == "redis":
+        return SoakRedis(directory, partitions)
+    if name == "postgres":
+        return SoakPostgres(directory)
+    if name == "sqlite":
+        return SoakSqlite(directory)
+    raise ValueError(f"unknown soak server {name!r}")
+
+
 class Soak:
     """One soak run: processes, faults, producer, drain, final snapshot."""
 
@@ -232,9 +247,7 @@ class Soak:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir = directory / "logs"
         self.logs_dir.mkdir(exist_ok=True)
-        self.server: SoakServer = (
-            SoakRedis(directory, plan.partitions) if server == "redis" else SoakPostgres(directory)
-        )
+        self.server: SoakServer = soak_server(server, directory, plan.partitions)
         # the faults by name, in the order the seed draws from
         self._fault_calls = {
             "kill -9 worker": self._kill_9_worker,
@@ -246,6 +259,11 @@ class Soak:
             "proxy reset": self._proxy_reset,
             "SIGSTOP leader": self._sigstop_leader,
         }
+        if not self.server.networked:
+            # One file, no server: the processes sharing it are what fails.
+            # (A stopped process could hold the file's write lock and stall
+            # every other for busy_timeout: not a fault this soak injects.)
+            self._fault_calls = {"kill -9 worker": self._kill_9_worker}
         self.fault_kinds = tuple(self._fault_calls)
         self.proxy: TcpProxy | None = None
         self.singles: list[WorkerProcess] = []
@@ -318,10 +336,11 @@ class Soak:
 
     async def start(self, nursery: trio.Nursery) -> None:
         await trio.to_thread.run_sync(self.server.start)
-        self.proxy = TcpProxy(self.server.port)
-        await nursery.start(self.proxy.run)
+        if self.server.networked:
+            self.proxy = TcpProxy(self.server.port)
+            await nursery.start(self.proxy.run)
         self.singles = [self._new_single(i).start() for i in range(self.plan.single_workers)]
-        url = self.url(self.proxy.port)
+        url = self.url(self.proxy.port if self.proxy is not None else self.server.port)
         manager_options = [
             "--processes", str(self.plan.managed_processes),
             "--liveness-timeout", str(self.plan.liveness_timeout),

@@ -8,6 +8,9 @@ of the server's client connections.
 * :class:`SoakPostgres`: a private PostgreSQL cluster (synchronous commit:
   nothing acknowledged is lost to a kill -9 of the server); clients killed
   with ``pg_terminate_backend``.
+* :class:`SoakSqlite`: no server, one SQLite file every process opens
+  (``networked`` False: no proxy, and no server or connection faults; the
+  soak's faults are then kill -9 of the worker processes).
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ class SoakServer(Protocol):
     name: str
     #: The fault that kills some of the server's client connections.
     client_kill_name: str
+    #: A server reached over TCP (through the soak's proxy for some workers),
+    #: which the server and connection faults can hit; False: a local file.
+    networked: bool
 
     @property
     def port(self) -> int: ...
@@ -58,6 +64,7 @@ class SoakServer(Protocol):
 class SoakRedis:
     name = "redis"
     client_kill_name = "CLIENT KILL"
+    networked = True
     errors: tuple[type[Exception], ...] = (redis.RedisError,)
 
     def __init__(self, directory: Path, partitions: int) -> None:
@@ -104,6 +111,7 @@ class SoakPostgres:
 
     name = "postgres"
     client_kill_name = "pg_terminate_backend"
+    networked = True
     errors: tuple[type[Exception], ...] = (psycopg.Error,)
 
     def __init__(self, directory: Path) -> None:
@@ -163,3 +171,40 @@ class SoakPostgres:
                 (victims,),
             ).fetchone()
             return int(killed[0]) if killed else 0
+
+
+class SoakSqlite:
+    """One SQLite file in the soak's directory (``soak.db``, with its -wal
+    and -shm files beside it, left there for a post-mortem). There is no
+    server to start, kill or cut off: ``port`` is 0 and ignored."""
+
+    name = "sqlite"
+    client_kill_name = "none"
+    networked = False
+    errors: tuple[type[Exception], ...] = ()
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / "soak.db"
+
+    @property
+    def port(self) -> int:
+        return 0
+
+    @property
+    def running(self) -> bool:
+        return True
+
+    def url(self, port: int) -> str:
+        return f"sqlite:///{self.path}"
+
+    def start(self) -> None:
+        pass
+
+    def kill(self) -> None:
+        raise NotImplementedError("a SQLite file has no server to kill")
+
+    def close(self) -> None:
+        pass
+
+    def kill_clients(self, rng: random.Random) -> int:
+        raise NotImplementedError("a SQLite file has no client connections to kill")

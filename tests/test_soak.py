@@ -2,9 +2,13 @@
 faults drawn from a seed (see ``tests/_soak.py`` for the set-up and the
 faults, ``tests/_soak_check.py`` for the invariants). The figures are
 printed at the end (``pytest -s``). Each soak runs against Redis (a
-redis-server with an append-only file) and against PostgreSQL (a private
+redis-server with an append-only file), against PostgreSQL (a private
 cluster; the server's faults become its kill -9 and
-``pg_terminate_backend``): ``[redis]`` and ``[postgres]`` in the test IDs.
+``pg_terminate_backend``) and against SQLite (one file every worker process
+opens; the faults are kill -9 of those processes, and the soak also checks
+that no job ran twice at once, that the store's ``check`` and ``PRAGMA
+integrity_check`` find nothing, and that no worker logged a store error):
+``[redis]``, ``[postgres]`` and ``[sqlite]`` in the test IDs.
 
 * ``test_soak_short``: about a minute of faults, in the normal suite
   (deselect it with ``-m "not soak_short"``).
@@ -25,6 +29,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -34,13 +39,16 @@ from chronos_trio.testing.postgres_server import PostgresUnavailable, postgres_b
 from chronos_trio.testing.redis_server import in_ci
 from tests import soak_app
 from tests._soak import Plan, Soak
-from tests._soak_check import check, read_runs, read_worker_logs
+from tests._soak_check import Report, Run, check, read_runs, read_worker_logs
+from tests._soak_servers import SoakSqlite
+from tests._sqlite_procs import integrity, overlapping, trouble
 
 #: The servers, each with its marker (the fixtures' rules: without the
 #: binaries a test skips, or fails under CI=true).
 SERVERS = [
     pytest.param("redis", marks=pytest.mark.redis, id="redis"),
     pytest.param("postgres", marks=pytest.mark.postgres, id="postgres"),
+    pytest.param("sqlite", marks=pytest.mark.sqlite, id="sqlite"),
 ]
 
 #: Early runs are judged against the store's due times with this tolerance.
@@ -94,6 +102,7 @@ async def run_soak(plan: Plan, directory: Path, server: str) -> None:
                 await soak.drain(store)
                 final = await soak.snapshot(store)
                 leader = await store.current_leader(leadership_name(soak_app.app.name))
+                checked = await store.check() if server == "sqlite" else None
                 nursery.cancel_scope.cancel()
     finally:
         if producer is not None:
@@ -117,6 +126,8 @@ async def run_soak(plan: Plan, directory: Path, server: str) -> None:
         report.problem("stuck", item)
     for item in soak.unclean_stops:
         report.problem("unclean stops", item)
+    if server == "sqlite":
+        file_checks(report, soak, runs, checked)
     soak.timings["total seconds"] = time.monotonic() - began
     print(f"jobs enqueued: {len(soak.expected)} (enqueue calls retried: {soak.enqueue_failures})")
     print("faults injected by kind:")
@@ -136,6 +147,35 @@ async def run_soak(plan: Plan, directory: Path, server: str) -> None:
             for name, items in violations.items()
         )
         + f"\nseed {plan.seed}; records in {directory}"
+    )
+
+
+def file_checks(report: Report, soak: Soak, runs: dict[str, list[Run]], checked: Any) -> None:
+    """What the SQLite soak adds (its only faults are kill -9 of worker
+    processes, so no process is ever paused past its lease): no two runs of
+    a job at once (a run cut short ends with its process's kill); the
+    store's checker finds nothing; the file passes ``PRAGMA
+    integrity_check``; no worker logged a store error ("database is
+    locked" and the like: a kill -9 mid-transaction lets go of the lock)."""
+    killed = {pid: f.start for f in soak.faults if f.pids for pid in f.pids}
+    at_once = overlapping(runs, killed)
+    for item in at_once:
+        report.problem("ran twice at once", item)
+    if checked is None or not checked.ok or checked.findings:
+        report.problem("check found problems", repr(checked))
+    assert isinstance(soak.server, SoakSqlite)
+    verdict = integrity(soak.server.path)
+    if verdict != "ok":
+        report.problem("integrity_check", verdict)
+    logs = [(p.name, p.read_text(errors="replace")) for p in soak.worker_logs()]
+    errors = [line for line in trouble(logs) if "locked" in line or "StoreError" in line]
+    for line in errors:
+        report.problem("store errors in worker logs", line)
+    findings = "not run" if checked is None else len(checked.findings)
+    print(
+        f"sqlite: runs of one job at once {len(at_once)}; check findings {findings} "
+        f"({checked.records if checked else 0} records walked); integrity_check {verdict}; "
+        f"store errors in worker logs {len(errors)}"
     )
 
 
