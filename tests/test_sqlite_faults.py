@@ -613,3 +613,23 @@ async def test_a_read_only_mount_refuses_writes_clearly_and_keeps_its_jobs(
     assert {i: now[i] for i in before} == before
     assert now[job.id] is not None
     await check_finds_nothing(url, db)
+
+
+async def test_a_read_only_file_system_is_named_when_nobody_has_the_file_open(
+    shared_dir: Path, read_only_view: Path
+) -> None:
+    """Through a read-only mount with no process holding the file open,
+    SQLite cannot even open it ("unable to open database file"): the
+    StoreError says the file system is read-only, and the jobs are intact."""
+    db = shared_dir / "jobs.db"
+    url = sqlite_file_url(db)
+    before = await stored_jobs(url, 5)
+    viewer = SqliteStore.from_url(sqlite_file_url(read_only_view / "jobs.db"))
+    try:
+        with trio.fail_after(30), pytest.raises(StoreError) as raised:
+            await viewer.get_job(next(iter(before)))
+    finally:
+        await viewer.aclose()
+    assert "read-only file system" in str(raised.value), raised.value
+    now = await records_now(url, list(before))
+    assert now == before

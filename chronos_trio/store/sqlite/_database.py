@@ -244,6 +244,11 @@ class Database:
                 f"busy_timeout={self.options.busy_timeout:g}s; nothing of this was stored)"
             )
         if name.startswith("SQLITE_CANTOPEN"):
+            if _read_only_filesystem(self.path):
+                return (
+                    f"{text} ({where} is on a read-only file system: the store needs to write "
+                    "the file and its -wal and -shm files beside it)"
+                )
             return f"{text} (cannot open {where}: check the path and its permissions)"
         if name.startswith("SQLITE_NOTADB") or name.startswith("SQLITE_CORRUPT"):
             return f"{text} ({where} is not a usable SQLite database)"
@@ -328,3 +333,13 @@ def _statements(script: str) -> list[str]:
     """``script``'s statements, comments removed (none contains a ';')."""
     lines = [line.split("--", 1)[0] for line in script.splitlines()]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def _read_only_filesystem(path: str) -> bool:
+    """Whether the file system holding ``path`` (or its directory) is
+    mounted read-only (which SQLite reports only as "unable to open")."""
+    target = path if os.path.exists(path) else os.path.dirname(os.path.abspath(path))
+    try:
+        return bool(os.statvfs(target).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
