@@ -346,3 +346,26 @@ async def test_a_producer_killed_before_its_commit_leaves_no_job(sqlite_url: str
         assert (await store.check()).findings == ()
         await store.aclose()
     await app.aclose()
+
+
+def test_closing_a_producer_closes_the_store_it_opened_and_not_an_apps(sqlite_url: str) -> None:
+    """A producer given a URL opened its store: ``close`` closes its
+    connections (a later call is a StoreError); a producer given an App
+    uses the app's store, which stays open."""
+    app = make_app(sqlite_url)
+    task = app.tasks["tx.record"]
+    own = SyncProducer(sqlite_url)
+    own.enqueue(task, Record(1))
+    store = own._p.sql
+    assert isinstance(store, SqliteStore)
+    assert store._db._all  # the connections it opened
+    own.close()
+    assert not store._db._all
+    with pytest.raises(StoreError, match="closed"):
+        own.enqueue(task, Record(2))
+    borrowed = SyncProducer(app=app)
+    borrowed.enqueue(task, Record(3))
+    borrowed.close()
+    assert isinstance(app.store, SqliteStore)
+    assert app.store._db._all  # the app's store is the app's to close
+    SyncProducer(app=app).enqueue(task, Record(4))

@@ -157,9 +157,10 @@ def transactional_of(url: str | None, app: AppLike | None) -> TransactionalEnque
 class ProducerCore:
     """The state both producers hold: the parsed URL and how to connect,
     the sans-IO Redis core (keys, topology cache), the app (if any) and the
-    payload limit. On PostgreSQL or SQLite (``postgres`` is the store, a
-    :class:`TransactionalEnqueue`: every SQL store, whatever its name) the
-    Redis parts are not made."""
+    payload limit. On PostgreSQL or SQLite (``sql`` is the store, a
+    :class:`TransactionalEnqueue`) the Redis parts are not made; a store
+    the producer opened from its own URL (``owns_sql``) is closed by its
+    ``close``, never an app's."""
 
     def __init__(
         self,
@@ -178,9 +179,10 @@ class ProducerCore:
             max_payload_bytes = app.max_payload_bytes if app is not None else None
         self.max_payload_bytes = max_payload_bytes or DEFAULT_MAX_PAYLOAD_BYTES
         self.result_type_of: ResultTypeOf = app.result_type_of if app is not None else unknown_kind
-        self.postgres = transactional_of(url, app)
+        self.sql = transactional_of(url, app)
+        self.owns_sql = self.sql is not None and url is not None
         self.where = redact(url) if url is not None else redact(app.store_url) if app else ""
-        if self.postgres is not None:
+        if self.sql is not None:
             return
         self._connect_options = {
             "socket_timeout": socket_timeout,
@@ -201,13 +203,19 @@ class ProducerCore:
     def in_transaction(self) -> TransactionalEnqueue:
         """The store, for an enqueue given ``connection=``; MissingCapability
         naming the store when it is Redis (nothing is written)."""
-        if self.postgres is None:
+        if self.sql is None:
             raise not_transactional("RedisStore", self.where)
-        return self.postgres
+        return self.sql
+
+    def close_sql(self) -> None:
+        """Close the SQL store's connections if the producer opened it
+        (blocking; an app's store is the app's to close)."""
+        if self.sql is not None and self.owns_sql:
+            self.sql.close_blocking()
 
     def redis_only(self, what: str) -> None:
         """Refuse ``what`` (statistics of Redis round trips) on a SQL store."""
-        if self.postgres is not None:
+        if self.sql is not None:
             raise NotImplementedError(
                 f"{what}: a producer on PostgreSQL or SQLite keeps no statistics"
             )

@@ -115,7 +115,7 @@ class AsyncioProducer:
             connect_timeout=connect_timeout,
             redis_kwargs=redis_kwargs,
         )
-        if self._p.postgres is not None:
+        if self._p.sql is not None:
             return  # PostgreSQL or SQLite: the store's own connections, per call
         settings = self._p.settings
         factory = self._p.client_factory("asyncio")
@@ -144,7 +144,7 @@ class AsyncioProducer:
         ``AsyncSession``), awaited on the loop; a synchronous one (a
         ``sqlite3.Connection`` on SQLite) is used in a thread."""
         job, decoder = self._p.new_job(task, payload, options)
-        if connection is not None or self._p.postgres is not None:
+        if connection is not None or self._p.sql is not None:
             [result] = await self._enqueue_sql([job], connection)
         else:
             [result] = await self._exec.run(enqueue_plan(self._p.core, [job]))
@@ -165,7 +165,7 @@ class AsyncioProducer:
         jobs, decoder = self._p.new_jobs(task, payloads, delay, queue)
         if not jobs:
             return []
-        if connection is not None or self._p.postgres is not None:
+        if connection is not None or self._p.sql is not None:
             results = await self._enqueue_sql(jobs, connection)
         else:
             results = await self._exec.run(enqueue_plan(self._p.core, jobs))
@@ -189,8 +189,8 @@ class AsyncioProducer:
 
     # -- reading outcomes ------------------------------------------------------------
     async def _outcome(self, ref: JobRef) -> JobOutcome | None:
-        if self._p.postgres is not None:
-            return await asyncio.to_thread(self._p.postgres.outcome_blocking, ref)
+        if self._p.sql is not None:
+            return await asyncio.to_thread(self._p.sql.outcome_blocking, ref)
         found, _ = await self._exec.run(watch_plan(self._p.core, ref, ""))
         return found
 
@@ -199,7 +199,7 @@ class AsyncioProducer:
         and watch, then block; at the deadline, read the job as it is."""
         if not timeout > 0:
             return await self._outcome(ref)
-        if self._p.postgres is not None:
+        if self._p.sql is not None:
             return await self._poll_outcome(ref, timeout)
         deadline = time.monotonic() + timeout
         if await self._done.ready(timeout):
@@ -247,8 +247,9 @@ class AsyncioProducer:
         """Stop the waiters' subscription and close the connections; tasks
         still waiting are woken and get a StoreError. The producer cannot be
         used afterwards."""
-        if self._p.postgres is not None:
-            return  # nothing held open between calls
+        if self._p.sql is not None:
+            await asyncio.to_thread(self._p.close_sql)
+            return
         await self._done.aclose()
         await self._exec.aclose()
 

@@ -135,7 +135,7 @@ class SyncProducer:
             connect_timeout=connect_timeout,
             redis_kwargs=redis_kwargs,
         )
-        if self._p.postgres is not None:
+        if self._p.sql is not None:
             return  # PostgreSQL or SQLite: the store's own connections, per call
         settings = self._p.settings
         self._exec = BlockingExecutor(
@@ -179,7 +179,7 @@ class SyncProducer:
         A producer on PostgreSQL or SQLite given no connection commits each
         call on a connection of its own."""
         job, decoder = self._p.new_job(task, payload, options)
-        if connection is not None or self._p.postgres is not None:
+        if connection is not None or self._p.sql is not None:
             [result] = self._enqueue_sql([job], connection)
         else:
             [result] = self._exec.run(enqueue_plan(self._p.core, [job]))
@@ -201,7 +201,7 @@ class SyncProducer:
         jobs, decoder = self._p.new_jobs(task, payloads, delay, queue)
         if not jobs:
             return []
-        if connection is not None or self._p.postgres is not None:
+        if connection is not None or self._p.sql is not None:
             results = self._enqueue_sql(jobs, connection)
         else:
             results = self._exec.run(enqueue_plan(self._p.core, jobs))
@@ -227,8 +227,8 @@ class SyncProducer:
 
     # -- reading outcomes ------------------------------------------------------------
     def _outcome(self, ref: JobRef) -> JobOutcome | None:
-        if self._p.postgres is not None:
-            return self._p.postgres.outcome_blocking(ref)
+        if self._p.sql is not None:
+            return self._p.sql.outcome_blocking(ref)
         found, _ = self._exec.run(watch_plan(self._p.core, ref, ""))
         return found
 
@@ -236,7 +236,7 @@ class SyncProducer:
         """The job's outcome once it finished or ``timeout`` seconds passed
         (then as it is; None: no such job). Subscribe first, then register
         and watch, then block (see ``store.redis._watch``)."""
-        if self._p.postgres is not None:
+        if self._p.sql is not None:
             return self._poll_outcome(ref, timeout)
         if not timeout > 0:
             return self._outcome(ref)
@@ -282,8 +282,9 @@ class SyncProducer:
         """Stop the waiters' subscription and close the connections; threads
         still waiting are woken and get a StoreError. The producer cannot be
         used afterwards."""
-        if self._p.postgres is not None:
-            return  # nothing held open between calls
+        if self._p.sql is not None:
+            self._p.close_sql()
+            return
         self._done.stop()
         self._exec.close()
 

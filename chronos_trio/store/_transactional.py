@@ -80,6 +80,11 @@ class TransactionalEnqueue(abc.ABC):
         now, read on a connection of the store's own; None when there is no
         such job. Raises ``StoreError`` when the database cannot be reached."""
 
+    def close_blocking(self) -> None:  # noqa: B027 - a store may hold nothing open
+        """From a thread: close the connections the store opened for the
+        blocking and asyncio methods (a producer's ``close``). The store
+        cannot be used afterwards. Does nothing by default."""
+
 
 def transactional_store(store: object, where: str = "") -> TransactionalEnqueue:
     """``store`` as a :class:`TransactionalEnqueue`; ``MissingCapability``

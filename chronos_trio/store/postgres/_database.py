@@ -190,11 +190,15 @@ class Database:
         """``schema.name`` as a quoted SQL identifier."""
         return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(name))
 
-    async def aclose(self) -> None:
+    def close_blocking(self) -> None:
+        """Close the pool (blocking); the store cannot be used afterwards."""
         self._closed = True
         pool, self._pool = self._pool, None
         if pool is not None:
-            await trio.to_thread.run_sync(pool.close)
+            pool.close()
+
+    async def aclose(self) -> None:
+        await trio.to_thread.run_sync(self.close_blocking)
 
 
 class _CutTrusted(Exception):

@@ -104,6 +104,10 @@ class TransactionalPart(PostgresPart, TransactionalEnqueue):
     :class:`~chronos_trio.store._transactional.TransactionalEnqueue` for
     what they guarantee and raise)."""
 
+    def close_blocking(self) -> None:
+        """Close the store's own connections (a producer's ``close``)."""
+        self._db.close_blocking()
+
     # -- entry points --------------------------------------------------------------
     async def enqueue_in_transaction(
         self, connection: object, jobs: Sequence[NewJob]

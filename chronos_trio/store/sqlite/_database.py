@@ -254,20 +254,22 @@ class Database:
             return f"{text} ({where} is not a usable SQLite database)"
         return text
 
+    def close_blocking(self) -> None:
+        """Close every connection (blocking: from a thread, or a producer's
+        ``close``); the store cannot be used afterwards."""
+        self._closed = True
+        with self._write_lock_blocking():
+            for conn in self._all:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+            self._all.clear()
+            self._idle_readers.clear()
+            self._writer = None
+            self._watcher = None
+
     async def aclose(self) -> None:
         self._closed = True
-
-        def close_all() -> None:
-            with self._write_lock_blocking():
-                for conn in self._all:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.close()
-                self._all.clear()
-                self._idle_readers.clear()
-                self._writer = None
-                self._watcher = None
-
-        await trio.to_thread.run_sync(close_all, limiter=self._write_limiter)
+        await trio.to_thread.run_sync(self.close_blocking, limiter=self._write_limiter)
 
 
 # One lock for blocking writers of every store of the process: a blocking

@@ -70,6 +70,10 @@ class TransactionalPart(SqlitePart, TransactionalEnqueue):
     what they guarantee and raise), and the committed enqueue and outcome
     reads of the producers, on the store's own connections."""
 
+    def close_blocking(self) -> None:
+        """Close the store's own connections (a producer's ``close``)."""
+        self._db.close_blocking()
+
     # -- the caller's connection ---------------------------------------------------
     async def enqueue_in_transaction(
         self, connection: object, jobs: Sequence[NewJob]
