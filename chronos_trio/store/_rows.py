@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from ..records._control import JobControl, decode_control
 from ..records._jobs import Job, JobState
 from ..records._options import decode_headers, encode_headers
@@ -97,6 +99,15 @@ def job_from_row(row: Sequence[Any]) -> Job:
         placement=topology_placement(version, part),
         damage="; ".join(damage),
     )
+
+
+def shown(job: Job, now: float) -> Job:
+    """``job`` as reads show it at ``now``: a due scheduled or retry_wait
+    job is ready (the SQL stores run no promoter: their claim leases such a
+    job as a ready one)."""
+    if job.state in (JobState.SCHEDULED, JobState.RETRY_WAIT) and job.run_at <= now:
+        return attrs.evolve(job, state=JobState.READY)
+    return job
 
 
 def control_text(control: JobControl | None) -> str:

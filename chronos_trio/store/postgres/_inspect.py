@@ -18,9 +18,8 @@ from psycopg import sql
 from ...records._jobs import Job, JobState
 from ...records._unique import RUN_SLOT_PREFIX
 from .._roles import LimitUsage, QueueStats
-from .._rows import JOB_COLUMNS, job_from_row
+from .._rows import JOB_COLUMNS, job_from_row, shown
 from ._base import now_of
-from ._results import shown
 
 #: A row's state as reads show it, at the time bound to its one placeholder:
 #: a due scheduled or retry_wait job is ready (the claim leases it as one:

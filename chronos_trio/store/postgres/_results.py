@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
 import psycopg
 
-from ...records._jobs import Job, JobOutcome, JobRef, JobState
+from ...records._jobs import JobOutcome, JobRef, JobState
 from ...records._workflow import Arrival
 from .._roles import Continuation
-from .._rows import PLACEMENT, job_from_row
+from .._rows import PLACEMENT, job_from_row, shown
 from ._claim import DUE_STATES, J_COLUMNS
 
 _OUTCOME = f"""
@@ -79,14 +78,6 @@ SELECT ord, complete, results FROM chronos_group_arrive(
     %s::text[], %s::integer[], %s::integer[], %s::bytea[], %s::float8)
 ORDER BY ord
 """
-
-
-def shown(job: Job, now: float) -> Job:
-    """``job`` as reads show it at ``now``: a due scheduled or retry_wait
-    job is ready (the claim leases it as one)."""
-    if job.state in (JobState.SCHEDULED, JobState.RETRY_WAIT) and job.run_at <= now:
-        return attrs.evolve(job, state=JobState.READY)
-    return job
 
 
 def outcome(conn: psycopg.Connection[Any], ref: JobRef) -> JobOutcome | None:

@@ -5,7 +5,8 @@
   as the lease, and reports the leases an abort was asked for.
 * :func:`settle`: one statement locks the batch's rows (``FOR UPDATE``) and
   reads them; the transitions of the MemoryStore (one per SettleKind) are
-  decided here, fenced by token and an unexpired lease; then one pipeline
+  decided in Python (``store._settle_plan``, shared with the SQLite store),
+  fenced by token and an unexpired lease; then one pipeline
   writes them all: the rows (finished jobs nothing keeps deleted), unique
   locks, concurrency slots (their queues woken), rate limits held back, the
   workflow outbox, result waiters (woken), and a wake-up of each queue that
@@ -23,27 +24,20 @@ the job before it finished.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
 import psycopg
 
-from ...records import _jobs
 from ...records._jobs import Job, JobState, LeaseRef
-from ...records._workflow import WORKFLOW_KEEP
-from .._admission import tolerance
 from .._roles import (
     NOTHING_SET_ASIDE,
     RecoverResult,
     RenewResult,
-    SettleKind,
     Settlement,
     SettleResult,
 )
-from .._rows import job_from_row
-from .._settling import WAITED_KEEP, SettleTally, settled_kind, unclaimed
+from .._settle_plan import Locked, SettlePlan, locked_from_row, plan_recovered, plan_settle
 from ._claim import J_COLUMNS
 from ._wake import DONE, OUTBOX, READY
 
@@ -155,126 +149,65 @@ SELECT pg_notify(chronos_channel(), p) FROM unnest(%s::text[]) AS p
 """
 
 
-@attrs.define
-class _Locked:
-    """A row a settle or recovery locked: the job and what only the store reads."""
-
-    job: Job
-    abort: str
-    unique_key: str | None
-    unique_ttl: float | None
+def _locked(row: Sequence[Any]) -> Locked:
+    return locked_from_row(row[1:])
 
 
-def _locked(row: Sequence[Any]) -> _Locked:
-    job = job_from_row(row[1:-3])
-    abort, unique_key, spec = row[-3:]
-    ttl = None
-    if spec:
-        try:
-            raw = json.loads(spec).get("ttl")
-            ttl = None if raw is None else float(raw)
-        except (ValueError, TypeError, AttributeError):
-            ttl = None
-    return _Locked(job, abort, unique_key, ttl)
-
-
-@attrs.define
-class _Writes:
-    """What one settle or recovery writes, column by column."""
-
-    now: float
-    cols: dict[str, list[Any]] = attrs.field(
-        factory=lambda: {
-            name: []
-            for name in (
-                "ids",
-                "states",
-                "run_ats",
-                "attempts",
-                "errors",
-                "finished",
-                "results",
-                "result_until",
-                "unclaimed",
-                "retain",
-                "retained",
-                "discarded",
-                "continuation",
-                "drop",
+def _write(conn: psycopg.Connection[Any], plan: SettlePlan) -> None:
+    """Everything ``plan`` says, in one pipeline (one round trip)."""
+    rows = plan.rows
+    with conn.pipeline():
+        if rows:
+            conn.execute(
+                _APPLY,
+                {
+                    "ids": [r.job.id for r in rows],
+                    "states": [r.job.state.value for r in rows],
+                    "run_ats": [r.job.run_at for r in rows],
+                    "attempts": [r.job.attempts for r in rows],
+                    "errors": [r.job.last_error for r in rows],
+                    "finished": [r.job.finished_at for r in rows],
+                    "results": [r.job.result for r in rows],
+                    "result_until": [r.job.result_until for r in rows],
+                    "unclaimed": [r.job.unclaimed_since for r in rows],
+                    "retain": [r.retain_until for r in rows],
+                    "retained": [r.retained for r in rows],
+                    "discarded": [r.discarded for r in rows],
+                    "continuation": [r.continuation for r in rows],
+                    "drop": [r.drop_unwaited for r in rows],
+                    "now": plan.now,
+                    "done": DONE,
+                },
             )
-        }
-    )
-    unique: dict[str, list[Any]] = attrs.field(
-        factory=lambda: {n: [] for n in ("queues", "keys", "holders", "ttls", "succeeded")}
-    )
-    slots: list[str] = attrs.field(factory=list)
-    hold_back: dict[tuple[str, str], float] = attrs.field(factory=dict)
-    wake: set[str] = attrs.field(factory=set)
-    outbox: bool = False
-
-    def put(
-        self,
-        job: Job,
-        *,
-        retain_until: float | None = None,
-        retained: bool = False,
-        discarded: bool = False,
-        continuation: bool = False,
-        drop_unwaited: bool = False,
-    ) -> None:
-        c = self.cols
-        c["ids"].append(job.id)
-        c["states"].append(job.state.value)
-        c["run_ats"].append(job.run_at)
-        c["attempts"].append(job.attempts)
-        c["errors"].append(job.last_error)
-        c["finished"].append(job.finished_at)
-        c["results"].append(job.result)
-        c["result_until"].append(job.result_until)
-        c["unclaimed"].append(job.unclaimed_since)
-        c["retain"].append(retain_until)
-        c["retained"].append(retained)
-        c["discarded"].append(discarded)
-        c["continuation"].append(continuation)
-        c["drop"].append(drop_unwaited)
-        if job.state in (JobState.READY, JobState.RETRY_WAIT):
-            self.wake.add(job.queue)
-
-    def unique_done(self, locked: _Locked, *, succeeded: bool) -> None:
-        """The job gives its unique key back (a throttle's success keeps it
-        its ttl more)."""
-        if locked.unique_key is None:
-            return
-        u = self.unique
-        u["queues"].append(locked.job.queue)
-        u["keys"].append(locked.unique_key)
-        u["holders"].append(locked.job.id)
-        u["ttls"].append(locked.unique_ttl)
-        u["succeeded"].append(succeeded)
-
-    def write(self, conn: psycopg.Connection[Any]) -> None:
-        """Everything, in one pipeline (one round trip)."""
-        with conn.pipeline():
-            if self.cols["ids"]:
-                conn.execute(_APPLY, {**self.cols, "now": self.now, "done": DONE})
-            if self.unique["holders"]:
-                conn.execute(_UNIQUE, {**self.unique, "now": self.now})
-            if self.slots:
-                conn.execute(_FREE_SLOTS, {"ids": self.slots, "ready": READY})
-            if self.hold_back:
-                conn.execute(
-                    _HOLD_BACK,
-                    {
-                        "queues": [q for q, _ in self.hold_back],
-                        "keys": [k for _, k in self.hold_back],
-                        "tats": list(self.hold_back.values()),
-                    },
-                )
-            payloads = sorted(READY + q for q in self.wake)
-            if self.outbox:
-                payloads.append(OUTBOX)
-            if payloads:
-                conn.execute(_NOTIFY, (payloads,))
+        if plan.unique:
+            u = plan.unique
+            conn.execute(
+                _UNIQUE,
+                {
+                    "queues": [x.queue for x in u],
+                    "keys": [x.key for x in u],
+                    "holders": [x.holder for x in u],
+                    "ttls": [x.ttl for x in u],
+                    "succeeded": [x.succeeded for x in u],
+                    "now": plan.now,
+                },
+            )
+        if plan.slots:
+            conn.execute(_FREE_SLOTS, {"ids": plan.slots, "ready": READY})
+        if plan.hold_back:
+            conn.execute(
+                _HOLD_BACK,
+                {
+                    "queues": [q for q, _ in plan.hold_back],
+                    "keys": [k for _, k in plan.hold_back],
+                    "tats": list(plan.hold_back.values()),
+                },
+            )
+        payloads = sorted(READY + q for q in plan.wake)
+        if plan.outbox:
+            payloads.append(OUTBOX)
+        if payloads:
+            conn.execute(_NOTIFY, (payloads,))
 
 
 # -- renew ----------------------------------------------------------------------------
@@ -302,16 +235,6 @@ def renew(
 
 
 # -- settle ---------------------------------------------------------------------------
-def _held(job: Job, token: str, now: float) -> bool:
-    return (
-        job.state is JobState.LEASED
-        and bool(token)
-        and job.lease_token == token
-        and job.lease_expires_at is not None
-        and job.lease_expires_at > now
-    )
-
-
 def settle(
     conn: psycopg.Connection[Any], settlements: Sequence[Settlement]
 ) -> tuple[SettleResult, bool]:
@@ -323,140 +246,9 @@ def settle(
             (False,) * len(settlements), NOTHING_SET_ASIDE, frozenset(), frozenset()
         ), False
     now = float(rows[0][0])
-    locked: dict[str, _Locked | None] = {row[1]: _locked(row) for row in rows}
-    writes = _Writes(now)
-    tally = SettleTally()
-    for s in settlements:
-        entry = locked.get(s.lease.job_id)
-        if entry is None or not _held(entry.job, s.lease.token, now):
-            tally.refused()
-            continue
-        locked[s.lease.job_id] = None  # of two settlements of one lease, the first applies
-        job = entry.job
-        if job.control is not None:
-            writes.slots.append(job.id)
-        kind = settled_kind(s, bool(entry.abort))
-        cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
-        tally.applied(kind, _TRANSITIONS[kind](writes, entry, cleared, s, now))
-    writes.write(conn)
-    return tally.result(), writes.outbox
-
-
-def _succeeded(w: _Writes, locked: _Locked, job: Job, s: Settlement, now: float) -> JobState:
-    """leased --ok--> succeeded, kept for the longest of ``retain_for``, its
-    result's ttl and a workflow's keep; otherwise dropped, unless a result
-    waiter reads it (kept WAITED_KEEP then). A throttle keeps its key its
-    ttl more, any other unique key is given back."""
-    w.unique_done(locked, succeeded=True)
-    keeps_result = s.result is not None and s.result_ttl > 0
-    keep = max(s.retain_for, s.result_ttl if keeps_result else 0.0)
-    continuation = job.then is not None
-    if continuation:
-        keep = max(keep, WORKFLOW_KEEP)
-        w.outbox = True
-    done = attrs.evolve(
-        job,
-        state=JobState.SUCCEEDED,
-        finished_at=now,
-        result=s.result if keeps_result else None,
-        result_until=now + s.result_ttl if keeps_result else None,
-    )
-    if keep <= 0:
-        w.put(done, retain_until=now + WAITED_KEEP, drop_unwaited=True)
-    else:
-        w.put(
-            done,
-            retain_until=now + keep,
-            retained=s.retain_for > 0 or continuation,
-            continuation=continuation,
-        )
-    return JobState.SUCCEEDED
-
-
-def _retry(w: _Writes, locked: _Locked, job: Job, s: Settlement, now: float) -> JobState:
-    w.put(
-        attrs.evolve(
-            job,
-            state=JobState.RETRY_WAIT,
-            run_at=now + max(0.0, s.retry_delay),
-            last_error=s.error,
-            unclaimed_since=None,
-        )
-    )
-    return JobState.RETRY_WAIT
-
-
-def _dead(w: _Writes, locked: _Locked, job: Job, s: Settlement, now: float) -> JobState:
-    w.unique_done(locked, succeeded=False)
-    w.put(attrs.evolve(job, state=JobState.DEAD, last_error=s.error, finished_at=now))
-    return JobState.DEAD
-
-
-def _discard(w: _Writes, locked: _Locked, job: Job, s: Settlement, now: float) -> JobState:
-    """Gone, unless a result waiter reads it: dead, listed nowhere, for
-    WAITED_KEEP seconds."""
-    w.unique_done(locked, succeeded=False)
-    w.put(
-        attrs.evolve(job, state=JobState.DEAD, last_error=s.error, finished_at=now),
-        retain_until=now + WAITED_KEEP,
-        discarded=True,
-        drop_unwaited=True,
-    )
-    return JobState.DEAD
-
-
-def _defer(w: _Writes, locked: _Locked, job: Job, s: Settlement, now: float) -> JobState:
-    delay = max(0.0, s.retry_delay)
-    if job.control is not None:
-        for key, count, per, burst in job.control.rates:
-            floor = now + delay + tolerance(per / count, burst)
-            where = (job.queue, key)
-            w.hold_back[where] = max(w.hold_back.get(where, floor), floor)
-    w.put(
-        attrs.evolve(
-            job,
-            state=JobState.RETRY_WAIT,
-            run_at=now + delay,
-            last_error=s.error,
-            attempts=max(0, job.attempts - 1),
-            unclaimed_since=None,
-        )
-    )
-    return JobState.RETRY_WAIT
-
-
-def _release(w: _Writes, locked: _Locked, job: Job, s: Settlement, now: float) -> JobState:
-    w.put(attrs.evolve(job, state=JobState.READY, attempts=max(0, job.attempts - 1)))
-    return JobState.READY
-
-
-def _unclaimed(w: _Writes, locked: _Locked, job: Job, s: Settlement, now: float) -> JobState:
-    """Back to retry_wait for a worker with a handler, or dead once it has
-    gone back unclaimed for ``unclaimed_grace`` (``store._settling``)."""
-    after = unclaimed(job, s, now)
-    if after.state is JobState.DEAD:
-        w.unique_done(locked, succeeded=False)
-    w.put(after)
-    return after.state
-
-
-def _aborted(w: _Writes, locked: _Locked, job: Job, s: Settlement, now: float) -> JobState:
-    w.unique_done(locked, succeeded=False)
-    error = locked.abort or s.error or _jobs.abort_error()
-    w.put(attrs.evolve(job, state=JobState.ABORTED, last_error=error, finished_at=now))
-    return JobState.ABORTED
-
-
-_TRANSITIONS = {
-    SettleKind.SUCCEEDED: _succeeded,
-    SettleKind.RETRY: _retry,
-    SettleKind.DEAD: _dead,
-    SettleKind.DISCARD: _discard,
-    SettleKind.DEFER: _defer,
-    SettleKind.RELEASE: _release,
-    SettleKind.UNCLAIMED: _unclaimed,
-    SettleKind.ABORTED: _aborted,
-}
+    result, plan = plan_settle(settlements, {row[1]: _locked(row) for row in rows}, now)
+    _write(conn, plan)
+    return result, plan.outbox
 
 
 # -- recovery -------------------------------------------------------------------------
@@ -466,7 +258,7 @@ def recover(conn: psycopg.Connection[Any], queues: Sequence[str], limit: int) ->
     now_row = conn.execute("SELECT chronos_now()").fetchone()
     assert now_row is not None
     now = float(now_row[0])
-    writes = _Writes(now)
+    plan = SettlePlan(now)
     ready: list[str] = []
     dead: list[Job] = []
     aborted: list[Job] = []
@@ -478,28 +270,14 @@ def recover(conn: psycopg.Connection[Any], queues: Sequence[str], limit: int) ->
             _LOCK_EXPIRED, {"queue": queue, "now": now, "n": limit - taken}
         ).fetchall()
         for row in rows:
-            entry = _locked(row)
-            job = attrs.evolve(entry.job, lease_token="", lease_owner="", lease_expires_at=None)
-            if entry.abort:
-                job = attrs.evolve(
-                    job, state=JobState.ABORTED, finished_at=now, last_error=entry.abort
-                )
-                writes.unique_done(entry, succeeded=False)
+            job = plan_recovered(plan, _locked(row))
+            if job.state is JobState.ABORTED:
                 aborted.append(job)
-            elif job.attempts > job.max_retries:
-                reason = (
-                    f"lease expired on attempt {job.attempts} of "
-                    f"{job.max_retries + 1} (worker lost); retries exhausted"
-                )
-                job = attrs.evolve(job, state=JobState.DEAD, finished_at=now, last_error=reason)
-                writes.unique_done(entry, succeeded=False)
+            elif job.state is JobState.DEAD:
                 dead.append(job)
             else:
-                job = attrs.evolve(job, state=JobState.READY, run_at=now, unclaimed_since=None)
                 ready.append(job.id)
-            writes.put(job)
-            writes.slots.append(job.id)
             taken += 1
     if taken:
-        writes.write(conn)
+        _write(conn, plan)
     return RecoverResult(tuple(ready), tuple(dead), NOTHING_SET_ASIDE, tuple(aborted))

@@ -1,53 +1,205 @@
-"""Results, waiting and workflows on SQLite (STUB: to be written)."""
+"""Results, waiting and workflows on SQLite: the statements of ``ResultRole``
+and ``FlowRole`` and of the idle wait (``wait_ready``).
+
+Each function runs inside one operation's transaction (``Database.write``
+or ``Database.read``) with the store's ``now`` passed in; each raises
+sqlite3.Error, which the Database turns into StoreError.
+"""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 
 from ...records._jobs import JobOutcome, JobRef, JobState
 from ...records._workflow import Arrival
 from .._roles import Continuation
+from .._rows import JOB_COLUMNS, job_from_row, shown
+from .._topology_placement import topology_placement
+
+#: A lapsed result waiter is forgotten this long after it lapsed (s).
+_LAPSED_GRACE = 60.0
+
+#: Lapsed waiters and workflow groups forgotten per call, at most.
+_FORGET = 100
+
+_OUTCOME = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND (? IS NULL OR queue = ?)"
+
+_STATE = "SELECT state FROM jobs WHERE id = ? AND (? IS NULL OR queue = ?)"
+
+# A queue that is not paused with a due job (ready, or a scheduled or
+# retry_wait one due: the claim leases it as ready), and the next due time
+# to come of the queues (each queue's earliest from the jobs_due index).
+_PROBE = """
+WITH qs (name) AS (SELECT DISTINCT value FROM json_each(:queues))
+SELECT
+    EXISTS (
+        SELECT 1 FROM qs
+        WHERE NOT EXISTS (SELECT 1 FROM queues p WHERE p.name = qs.name AND p.paused)
+          AND (EXISTS (SELECT 1 FROM jobs j
+                       WHERE j.queue = qs.name AND j.state IN ('scheduled', 'retry_wait')
+                         AND j.run_at <= :now)
+               OR EXISTS (SELECT 1 FROM jobs j
+                          WHERE j.queue = qs.name
+                            AND j.state IN ('ready', 'scheduled', 'retry_wait')
+                            AND j.state = 'ready' AND j.run_at <= :now))),
+    (SELECT min((SELECT j.run_at FROM jobs j
+                 WHERE j.queue = qs.name AND j.state IN ('scheduled', 'retry_wait')
+                   AND j.run_at > :now
+                 ORDER BY j.run_at LIMIT 1))
+     FROM qs)
+"""
+
+_REGISTER = """
+INSERT INTO result_waiters (job_id, waiter, expires_at) VALUES (?, ?, ?)
+ON CONFLICT (job_id, waiter) DO UPDATE SET expires_at = excluded.expires_at
+"""
+
+_FORGET_LAPSED = """
+DELETE FROM result_waiters WHERE rowid IN (
+    SELECT rowid FROM result_waiters WHERE expires_at < ? LIMIT ?)
+"""
+
+_UNREGISTER = "DELETE FROM result_waiters WHERE job_id = ? AND waiter = ?"
+
+_CONTINUATIONS = """
+SELECT j.id, j.queue, j.then_step, j.result, j.version, j.part FROM jobs j
+WHERE j.continuation = 1 AND j.queue IN (SELECT value FROM json_each(?))
+ORDER BY j.finished_at, j.id
+LIMIT ?
+"""
+
+_FINISH_CONTINUATIONS = """
+UPDATE jobs SET continuation = 0
+WHERE id IN (SELECT value FROM json_each(?)) AND continuation = 1
+"""
+
+_PENDING = frozenset({JobState.SCHEDULED, JobState.READY, JobState.LEASED, JobState.RETRY_WAIT})
 
 
 def probe(conn: sqlite3.Connection, queues: Sequence[str], now: float) -> tuple[bool, float | None]:
     """Whether a queue of ``queues`` that is not paused has a due job, and
     the next due time of a scheduled or retry_wait job of them (None)."""
-    raise NotImplementedError
+    if not queues:
+        return False, None
+    row = conn.execute(_PROBE, {"queues": json.dumps(list(queues)), "now": now}).fetchone()
+    ready, next_due = row
+    return bool(ready), None if next_due is None else float(next_due)
 
 
 def outcome(conn: sqlite3.Connection, ref: JobRef, now: float) -> JobOutcome | None:
-    raise NotImplementedError
+    """The job's outcome as a producer sees it at ``now`` (a due scheduled
+    or retry_wait job shows as ready); None: no such job, or not of
+    ``ref.queue``."""
+    row = conn.execute(_OUTCOME, (ref.job_id, ref.queue, ref.queue)).fetchone()
+    if row is None:
+        return None
+    return JobOutcome.of(shown(job_from_row(row), now), now)
 
 
 def state_of(conn: sqlite3.Connection, ref: JobRef) -> JobState | None:
     """The job's stored state (None: no such job, or not of ``ref.queue``)."""
-    raise NotImplementedError
+    row = conn.execute(_STATE, (ref.job_id, ref.queue, ref.queue)).fetchone()
+    return None if row is None else JobState(row[0])
 
 
 def register_waiter(
     conn: sqlite3.Connection, ref: JobRef, waiter: str, ttl: float, now: float
 ) -> JobState | None:
     """Register ``waiter`` for ``ref`` (while the job is pending) until
-    ``now + ttl``; the job's state (None: no such job)."""
-    raise NotImplementedError
+    ``now + ttl``; the job's state (None: no such job). Registration is a
+    write, ordered with settles by the file's write lock: a settle after it
+    sees the waiter (the finished job stays readable), one before it
+    finished the job already (its state says so). Forgets a few waiters
+    that lapsed over a minute ago."""
+    state = state_of(conn, ref)
+    if state in _PENDING:
+        conn.execute(_REGISTER, (ref.job_id, waiter, now + ttl))
+    conn.execute(_FORGET_LAPSED, (now - _LAPSED_GRACE, _FORGET))
+    return state
 
 
 def unregister_waiter(conn: sqlite3.Connection, job_id: str, waiter: str) -> None:
-    raise NotImplementedError
+    conn.execute(_UNREGISTER, (job_id, waiter))
 
 
 def continuations(
     conn: sqlite3.Connection, queues: Sequence[str], limit: int
 ) -> list[Continuation]:
-    raise NotImplementedError
+    """Up to ``limit`` outbox entries of ``queues``, earliest finished first."""
+    if limit <= 0 or not queues:
+        return []
+    rows = conn.execute(_CONTINUATIONS, (json.dumps(list(queues)), limit)).fetchall()
+    return [
+        Continuation(
+            job_id,
+            queue,
+            topology_placement(version, part),
+            then,
+            None if result is None else bytes(result),
+        )
+        for job_id, queue, then, result, version, part in rows
+    ]
 
 
 def finish_continuations(conn: sqlite3.Connection, done: Sequence[Continuation]) -> None:
-    raise NotImplementedError
+    """Take ``done`` out of the outbox (the jobs stay, retained)."""
+    if done:
+        conn.execute(_FINISH_CONTINUATIONS, (json.dumps(sorted({c.job_id for c in done})),))
 
 
 def group_arrive(
     conn: sqlite3.Connection, arrivals: Sequence[Arrival], ttl: float, now: float
 ) -> list[list[bytes | None] | None]:
-    raise NotImplementedError
+    """Record group arrivals, in order: per arrival the members' results in
+    member order once all have arrived, else None. A group past its expiry
+    starts afresh; every arrival keeps it ``ttl`` more seconds; a member's
+    second arrival changes nothing. Forgets a few lapsed groups."""
+    out: list[list[bytes | None] | None] = []
+    for a in arrivals:
+        row = conn.execute(
+            "SELECT size, expires_at FROM flow_groups WHERE id = ?", (a.group_id,)
+        ).fetchone()
+        if row is None:
+            conn.execute(
+                "INSERT INTO flow_groups (id, size, expires_at) VALUES (?, ?, ?)",
+                (a.group_id, a.size, now + ttl),
+            )
+            size = a.size
+        elif row[1] <= now:
+            conn.execute("DELETE FROM flow_group_members WHERE group_id = ?", (a.group_id,))
+            conn.execute(
+                "UPDATE flow_groups SET size = ?, expires_at = ? WHERE id = ?",
+                (a.size, now + ttl, a.group_id),
+            )
+            size = a.size
+        else:
+            conn.execute(
+                "UPDATE flow_groups SET expires_at = ? WHERE id = ?", (now + ttl, a.group_id)
+            )
+            size = int(row[0])
+        conn.execute(
+            "INSERT INTO flow_group_members (group_id, idx, result) VALUES (?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
+            (a.group_id, a.index, a.result),
+        )
+        members = dict(
+            conn.execute(
+                "SELECT idx, result FROM flow_group_members WHERE group_id = ?", (a.group_id,)
+            ).fetchall()
+        )
+        if len(members) >= size:
+            out.append([_blob(members.get(k)) for k in range(size)])
+        else:
+            out.append(None)
+    conn.execute(
+        "DELETE FROM flow_groups WHERE id IN"
+        " (SELECT id FROM flow_groups WHERE expires_at <= ? LIMIT ?)",
+        (now, _FORGET),
+    )
+    return out
+
+
+def _blob(value: bytes | None) -> bytes | None:
+    return None if value is None else bytes(value)

@@ -33,7 +33,7 @@ from .._roles import (
     SettleResult,
     WorkerRole,
 )
-from . import _enqueue, _results, _settle
+from . import _enqueue, _lease, _results, _settle
 from ._base import SqlitePart
 from ._claim import Claimer
 
@@ -90,7 +90,7 @@ class WorkerPart(SqlitePart, WorkerRole, ResultRole, FlowRole):
             return RenewResult((), NOTHING_SET_ASIDE, frozenset())
         db = self._db
         return await db.write(
-            lambda conn: _settle.renew(conn, leases, lease_duration, db.now()),
+            lambda conn: _lease.renew(conn, leases, lease_duration, db.now()),
             what="renew",
             wake=False,
         )
@@ -111,7 +111,7 @@ class WorkerPart(SqlitePart, WorkerRole, ResultRole, FlowRole):
             return RecoverResult((), (), NOTHING_SET_ASIDE, ())
         db = self._db
         return await db.write(
-            lambda conn: _settle.recover(conn, queues, limit, db.now()), what="recover"
+            lambda conn: _lease.recover(conn, queues, limit, db.now()), what="recover"
         )
 
     # -- waiting ---------------------------------------------------------------------
