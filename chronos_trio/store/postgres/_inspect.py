@@ -17,6 +17,7 @@ from psycopg import sql
 
 from ...records._jobs import Job, JobState
 from ...records._unique import RUN_SLOT_PREFIX
+from .._queue_stats import queue_stats
 from .._roles import LimitUsage, QueueStats
 from .._rows import JOB_COLUMNS, job_from_row, shown
 from ._base import now_of
@@ -49,24 +50,18 @@ def known_queues(conn: psycopg.Connection[Any]) -> list[str]:
 
 def stats(conn: psycopg.Connection[Any], queues: Sequence[str] | None) -> list[QueueStats]:
     names = known_queues(conn) if queues is None else list(queues)
-    counts: dict[str, dict[JobState, int]] = {q: dict.fromkeys(JobState, 0) for q in names}
-    parts: dict[str, dict[tuple[int, int], int]] = {q: {} for q in names}
     rows = conn.execute(
         f"SELECT queue, {SHOWN_STATE} AS shown, version, part, count(*) FROM jobs"
         f" WHERE queue = ANY(%s) AND {LISTED} GROUP BY queue, shown, version, part",
         (now_of(conn), names),
-    )
-    for queue, state, version, part, n in rows:
-        counts[queue][JobState(state)] += n
-        where = (version, part)
-        parts[queue][where] = parts[queue].get(where, 0) + n
-    paused = {
+    ).fetchall()
+    paused = [
         name
         for (name,) in conn.execute(
             "SELECT name FROM queues WHERE name = ANY(%s) AND paused", (names,)
         )
-    }
-    return [QueueStats(q, counts[q], q in paused, parts[q]) for q in names]
+    ]
+    return queue_stats(names, rows, paused)
 
 
 def get_job(conn: psycopg.Connection[Any], job_id: str, queue: str | None) -> Job | None:

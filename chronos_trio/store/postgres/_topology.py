@@ -26,10 +26,8 @@ from typing import Any
 
 import psycopg
 
-from .._roles import QueueTopology, QueueVersion, TopologyError, VersionState
-
-#: The topology of a queue that was never promoted.
-DEFAULT_VERSION = QueueVersion(1, 1, VersionState.ACTIVE)
+from .._roles import QueueTopology, QueueVersion, VersionState
+from .._versions import DEFAULT_VERSION, check_completion, check_drained, check_promotion
 
 
 def active_routes(conn: psycopg.Connection[Any], queues: Iterable[str]) -> dict[str, QueueVersion]:
@@ -92,15 +90,9 @@ def promote(
     conn: psycopg.Connection[Any], queue: str, version: int, partitions: int
 ) -> QueueTopology:
     """See :meth:`TopologyRole.promote_queue_version` (one transaction)."""
-    if partitions < 1:
-        raise TopologyError(f"partitions must be >= 1, got {partitions}")
     _lock(conn, queue)
     versions = read_versions(conn, queue)
-    highest = max(v.version for v in versions)
-    if version <= highest:
-        raise TopologyError(
-            f"queue {queue!r}: new version {version} must be greater than {highest}"
-        )
+    check_promotion(queue, versions, version, partitions)
     conn.execute(
         "INSERT INTO queue_versions (queue, version, partitions, state)"
         " SELECT %s, v, p, 'draining' FROM unnest(%s::int[], %s::int[]) AS t(v, p)"
@@ -122,19 +114,10 @@ def promote(
 def complete_draining(conn: psycopg.Connection[Any], queue: str, version: int) -> QueueTopology:
     """See :meth:`TopologyRole.complete_draining_version` (one transaction)."""
     _lock(conn, queue)
-    match = [v for v in read_versions(conn, queue) if v.version == version]
-    if not match:
-        raise TopologyError(f"queue {queue!r} has no version {version}")
-    if match[0].state is VersionState.ACTIVE:
-        raise TopologyError(f"queue {queue!r}: version {version} is active, not draining")
+    check_completion(queue, read_versions(conn, queue), version)
     row = conn.execute(
         "SELECT count(*) FROM jobs WHERE queue = %s AND version = %s", (queue, version)
     ).fetchone()
-    left = int(row[0]) if row else 0
-    if left:
-        raise TopologyError(
-            f"queue {queue!r}: version {version} still holds {left} job(s); "
-            "let workers drain it first"
-        )
+    check_drained(queue, version, int(row[0]) if row else 0)
     conn.execute("DELETE FROM queue_versions WHERE queue = %s AND version = %s", (queue, version))
     return QueueTopology(queue, tuple(read_versions(conn, queue)))

@@ -1,0 +1,122 @@
+"""The SQLite store's admin changes: run now, delete, abort, requeue the
+dead, pause and resume. Each runs in one write transaction
+(``Database.write``, which holds the file's write lock from its BEGIN, so
+a read and the write that follows it are one step); the admin part wakes
+this process's waiters after the commit of those that make work or finish
+a job (others' within their ``wake_interval``). ``now`` is the store's
+clock, read once the lock is held.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ...records._jobs import abort_error
+from .._roles import NOTHING_SET_ASIDE, AbortResult, CountResult
+
+_WAITING = ("scheduled", "ready", "retry_wait")
+
+
+def _where(queue: str | None) -> tuple[str, tuple[str, ...]]:
+    """The ``queue`` condition of a statement on one job (none: any queue)."""
+    return ("", ()) if queue is None else (" AND queue = ?", (queue,))
+
+
+def release_unique(conn: sqlite3.Connection, queue: str, key: str | None, job_id: str) -> None:
+    """Give back the unique key ``job_id`` holds (nothing if it holds none)."""
+    if key is not None:
+        conn.execute(
+            "DELETE FROM unique_locks WHERE queue = ? AND key = ? AND holder = ?",
+            (queue, key, job_id),
+        )
+
+
+def run_now(conn: sqlite3.Connection, job_id: str, queue: str | None, now: float) -> bool:
+    """scheduled / retry_wait / dead -> ready, due now (a dead one with its
+    attempts reset and its finish time cleared); a discarded job (kept for
+    its waiters only) cannot be run, nor a due one (it is shown ready)."""
+    where, params = _where(queue)
+    rows = conn.execute(
+        "UPDATE jobs SET state = 'ready', run_at = ?, finished_at = NULL,"
+        " attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END"
+        " WHERE id = ? AND NOT discarded"
+        " AND (state = 'dead' OR state IN ('scheduled', 'retry_wait') AND run_at > ?)"
+        + where
+        + " RETURNING queue",
+        (now, job_id, now, *params),
+    ).fetchall()
+    return bool(rows)
+
+
+def delete_job(conn: sqlite3.Connection, job_id: str, queue: str | None) -> bool:
+    """Delete a job that is not leased, giving back its unique key and any
+    slot it holds."""
+    where, params = _where(queue)
+    rows = conn.execute(
+        "DELETE FROM jobs WHERE id = ? AND state <> 'leased'"
+        + where
+        + " RETURNING queue, unique_key",
+        (job_id, *params),
+    ).fetchall()
+    if not rows:
+        return False
+    ((home, key),) = rows
+    release_unique(conn, home, key, job_id)
+    conn.execute("DELETE FROM slots WHERE job_id = ?", (job_id,))
+    return True
+
+
+def abort(
+    conn: sqlite3.Connection, job_id: str, queue: str | None, reason: str, now: float
+) -> AbortResult:
+    """A waiting job is aborted at once (its unique key and any slot given
+    back); a leased one is flagged (the first reason stands); a finished
+    one is left alone."""
+    where, params = _where(queue)
+    row = conn.execute(
+        "SELECT state, queue, unique_key FROM jobs WHERE id = ?" + where, (job_id, *params)
+    ).fetchone()
+    if row is None:
+        return AbortResult.NOT_FOUND
+    state, home, key = row
+    if state in _WAITING:
+        conn.execute(
+            "UPDATE jobs SET state = 'aborted', last_error = ?, finished_at = ?,"
+            " continuation = 0 WHERE id = ?",
+            (abort_error(reason), now, job_id),
+        )
+        release_unique(conn, home, key, job_id)
+        conn.execute("DELETE FROM slots WHERE job_id = ?", (job_id,))
+        return AbortResult.ABORTED
+    if state == "leased":
+        conn.execute(
+            "UPDATE jobs SET abort_reason = ? WHERE id = ? AND abort_reason = ''",
+            (abort_error(reason), job_id),
+        )
+        return AbortResult.FLAGGED
+    return AbortResult.FINISHED
+
+
+def requeue_dead(
+    conn: sqlite3.Connection, queue: str, limit: int | None, now: float
+) -> CountResult:
+    """dead -> ready (due now, attempts from 0), the oldest dead first, at
+    most ``limit`` (None or 0: all); aborted and discarded jobs stay."""
+    rows = conn.execute(
+        "UPDATE jobs SET state = 'ready', run_at = ?, attempts = 0,"
+        " finished_at = NULL, unclaimed_since = NULL"
+        " WHERE id IN (SELECT id FROM jobs WHERE queue = ? AND state = 'dead' AND NOT discarded"
+        "  ORDER BY coalesce(finished_at, 0), id LIMIT ?)"
+        " RETURNING id",
+        (now, queue, limit or -1),  # a negative LIMIT is none
+    ).fetchall()
+    return CountResult(len(rows), NOTHING_SET_ASIDE)
+
+
+def set_paused(conn: sqlite3.Connection, queue: str, paused: bool) -> None:
+    """Pause or resume ``queue``, registering it."""
+    conn.execute(
+        "INSERT INTO queues (name, paused) VALUES (?, ?)"
+        " ON CONFLICT (name) DO UPDATE SET paused = excluded.paused",
+        (queue, int(paused)),
+    )
