@@ -1,7 +1,8 @@
 """Producers outside Trio: enqueue jobs, read their status and wait for their
 results on Redis or Redis Cluster from code that does not run Trio; on
-PostgreSQL, enqueue in the caller's own transaction (``connection=``, see
-``chronos_trio.store._transactional``).
+PostgreSQL or SQLite, enqueue in the caller's own transaction
+(``connection=``, see ``chronos_trio.store._transactional``) and read
+outcomes on the store's own connections.
 
 * :class:`~chronos_trio.producers.sync.SyncProducer` — blocking, safe for
   many threads (Django, Flask, scripts);

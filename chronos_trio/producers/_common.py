@@ -128,18 +128,19 @@ def statistics_of(stats: AdapterStatistics, listener: _Listener) -> ProducerStat
     )
 
 
-#: A PostgreSQL producer's waits look at the job again after these many
-#: seconds, doubling up to the last (it polls: no LISTEN connection).
+#: A PostgreSQL or SQLite producer's waits look at the job again after
+#: these many seconds, doubling up to the last (it polls: it holds no
+#: LISTEN connection, and SQLite has none).
 POLL_FIRST, POLL_MOST = 0.05, 0.5
 
 #: Schemes whose stores write jobs in the caller's transaction.
-_TRANSACTIONAL_SCHEMES = frozenset({"postgresql", "postgres"})
+_TRANSACTIONAL_SCHEMES = frozenset({"postgresql", "postgres", "sqlite"})
 
 
 def transactional_of(url: str | None, app: AppLike | None) -> TransactionalEnqueue | None:
     """The producer's store when it is one that writes jobs in a caller's
-    transaction (PostgreSQL): ``url``'s, else the app's (its store object
-    if it was given one). None for a Redis store. Connects to nothing."""
+    transaction (PostgreSQL, SQLite): ``url``'s, else the app's (its store
+    object if it was given one). None for a Redis store. Connects to nothing."""
     if url is None and app is not None:
         if scheme_of(app.store_url).name in _TRANSACTIONAL_SCHEMES:
             store = app.store
@@ -156,8 +157,9 @@ def transactional_of(url: str | None, app: AppLike | None) -> TransactionalEnque
 class ProducerCore:
     """The state both producers hold: the parsed URL and how to connect,
     the sans-IO Redis core (keys, topology cache), the app (if any) and the
-    payload limit. On PostgreSQL (``postgres`` is the store, a
-    :class:`TransactionalEnqueue`) the Redis parts are not made."""
+    payload limit. On PostgreSQL or SQLite (``postgres`` is the store, a
+    :class:`TransactionalEnqueue`: every SQL store, whatever its name) the
+    Redis parts are not made."""
 
     def __init__(
         self,
@@ -204,9 +206,11 @@ class ProducerCore:
         return self.postgres
 
     def redis_only(self, what: str) -> None:
-        """Refuse ``what`` (statistics of Redis round trips) on PostgreSQL."""
+        """Refuse ``what`` (statistics of Redis round trips) on a SQL store."""
         if self.postgres is not None:
-            raise NotImplementedError(f"{what}: a producer on PostgreSQL keeps no statistics")
+            raise NotImplementedError(
+                f"{what}: a producer on PostgreSQL or SQLite keeps no statistics"
+            )
 
     def client_factory(self, flavor: Flavor) -> Callable[[], Any]:
         """Makes the redis-py client (of ``flavor``) for the store URL."""

@@ -116,7 +116,7 @@ class AsyncioProducer:
             redis_kwargs=redis_kwargs,
         )
         if self._p.postgres is not None:
-            return  # PostgreSQL: enqueue only, on a connection per call
+            return  # PostgreSQL or SQLite: the store's own connections, per call
         settings = self._p.settings
         factory = self._p.client_factory("asyncio")
         self._exec = AsyncioExecutor(factory, self._p.core, settings.description)
@@ -141,8 +141,8 @@ class AsyncioProducer:
         Redis has it. Options and errors as ``SyncProducer.enqueue``;
         ``connection`` may also be an asyncio one (psycopg
         ``AsyncConnection``, SQLAlchemy ``AsyncConnection`` or
-        ``AsyncSession``), awaited on the loop; a synchronous one is used in
-        a thread."""
+        ``AsyncSession``), awaited on the loop; a synchronous one (a
+        ``sqlite3.Connection`` on SQLite) is used in a thread."""
         job, decoder = self._p.new_job(task, payload, options)
         if connection is not None or self._p.postgres is not None:
             [result] = await self._enqueue_sql([job], connection)
@@ -180,7 +180,7 @@ class AsyncioProducer:
         return AsyncioJobHandle(job_id, False, 0.0, None, queue, kind, self, self._p.result_type_of)
 
     async def _enqueue_sql(self, jobs: list[NewJob], connection: object) -> list[EnqueueResult]:
-        """On PostgreSQL: in the caller's transaction on ``connection``, else
+        """On a SQL store: in the caller's transaction on ``connection``, else
         on a connection of the producer's own, committed at once."""
         store = self._p.in_transaction()
         if connection is None:
@@ -227,7 +227,7 @@ class AsyncioProducer:
         return await self._outcome(ref)
 
     async def _poll_outcome(self, ref: JobRef, timeout: float) -> JobOutcome | None:
-        """On PostgreSQL: look until the job finished or ``timeout`` passed."""
+        """On a SQL store: look until the job finished or ``timeout`` passed."""
         deadline = time.monotonic() + timeout
         pause = POLL_FIRST
         while True:

@@ -136,7 +136,7 @@ class SyncProducer:
             redis_kwargs=redis_kwargs,
         )
         if self._p.postgres is not None:
-            return  # PostgreSQL: enqueue only, on a connection per call
+            return  # PostgreSQL or SQLite: the store's own connections, per call
         settings = self._p.settings
         self._exec = BlockingExecutor(
             self._p.client_factory("blocking"), self._p.core, settings.description
@@ -169,13 +169,15 @@ class SyncProducer:
         reached (the job may or may not be stored: enqueue it again with the
         same ``job_id`` to be sure of one).
 
-        ``connection`` (PostgreSQL store only): your own connection (psycopg,
-        SQLAlchemy connection or session, Django's); the job is written in
-        its transaction, so it exists iff that commits (see docs/postgres.md).
+        ``connection`` (PostgreSQL and SQLite stores only): your own
+        connection (psycopg, SQLAlchemy connection or session, Django's; a
+        ``sqlite3.Connection`` to the store's file); the job is written in
+        its transaction, so it exists iff that commits (see docs/postgres.md
+        and ``chronos_trio.store.sqlite._transactional``).
         MissingCapability on a Redis store, TypeError for a connection of
         an unknown kind, ValueError for a closed one; nothing is stored then.
-        A producer on PostgreSQL given no connection commits each call on a
-        connection of its own."""
+        A producer on PostgreSQL or SQLite given no connection commits each
+        call on a connection of its own."""
         job, decoder = self._p.new_job(task, payload, options)
         if connection is not None or self._p.postgres is not None:
             [result] = self._enqueue_sql([job], connection)
@@ -216,7 +218,7 @@ class SyncProducer:
         return SyncJobHandle(job_id, False, 0.0, None, queue, kind, self, self._p.result_type_of)
 
     def _enqueue_sql(self, jobs: list[NewJob], connection: object) -> list[EnqueueResult]:
-        """On PostgreSQL: in the caller's transaction on ``connection``, else
+        """On a SQL store: in the caller's transaction on ``connection``, else
         on a connection of the producer's own, committed at once."""
         store = self._p.in_transaction()
         if connection is None:
@@ -260,7 +262,7 @@ class SyncProducer:
         return self._outcome(ref)
 
     def _poll_outcome(self, ref: JobRef, timeout: float) -> JobOutcome | None:
-        """On PostgreSQL: look until the job finished or ``timeout`` passed."""
+        """On a SQL store: look until the job finished or ``timeout`` passed."""
         deadline = time.monotonic() + timeout
         pause = POLL_FIRST
         while True:

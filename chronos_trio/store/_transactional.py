@@ -6,13 +6,14 @@ together).
 
 The worker side (the App) and the producers reach it only through
 :class:`TransactionalEnqueue` (never a backend's modules); the PostgreSQL
-store offers it. :func:`transactional_store` refuses, with one clear
+and SQLite stores offer it. :func:`transactional_store` refuses, with one clear
 :class:`MissingCapability`, a store that does not.
 
 What a "connection" may be is the backend's to say (for PostgreSQL: a
 psycopg connection, a SQLAlchemy connection or session, Django's
-connection); a connection it does not recognise is a ``TypeError`` raised
-before anything is written.
+connection; for SQLite: a ``sqlite3.Connection`` to the store's file); a
+connection it does not recognise is a ``TypeError`` raised before anything
+is written.
 """
 
 from __future__ import annotations
@@ -95,8 +96,9 @@ def not_transactional(store_name: str, where: str = "") -> MissingCapability:
     at = f" ({where})" if where else ""
     return MissingCapability(
         f"enqueue(connection=...) writes jobs in your own database transaction, which "
-        f"needs a PostgreSQL store (postgresql://...); this store is {store_name}{at}. "
-        "No job was stored; enqueue without connection=, or use a PostgreSQL store"
+        f"needs a PostgreSQL store (postgresql://...) or a SQLite store (sqlite:///...) "
+        f"in the same database; this store is {store_name}{at}. No job was stored; "
+        "enqueue without connection=, or use a PostgreSQL or SQLite store"
     )
 
 

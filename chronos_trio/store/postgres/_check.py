@@ -9,7 +9,8 @@ and ``CHECK``-ed columns; a row is written whole by one statement), and a
 record of a newer format (the schema version is checked before the first
 operation). Nothing is ever quarantined.
 
-What can still be wrong, and is judged (``_judge``):
+What can still be wrong, and is judged (``store._sql_judge``, on rows read by
+``_judge``):
 
 * DAMAGED: a ``control`` or ``headers`` text that does not decode, or a
   leased row without its lease token or expiry (columns a ``CHECK``
@@ -57,6 +58,7 @@ from .._roles import (
     Repair,
     finding_order,
 )
+from .._sql_judge import Judged, is_slot, judge_row
 from . import _judge, _topology
 from ._base import PostgresPart, now_of
 from ._inspect import known_queues
@@ -77,7 +79,7 @@ def _start(
 
 def _strays(
     conn: psycopg.Connection[Any], queues: list[str], now: float
-) -> tuple[list[_judge.Judged], int]:
+) -> tuple[list[Judged], int]:
     """Slot and lock findings, and how many slot and lock rows were seen."""
     found = _judge.stray_slots(conn, queues) + _judge.stray_locks(conn, queues, now)
     row = conn.execute(
@@ -89,7 +91,7 @@ def _strays(
 
 
 # -- repairs: each one transaction, acting only on what was judged --------------------
-def _repair(conn: psycopg.Connection[Any], schema: str, judged: _judge.Judged) -> Finding:
+def _repair(conn: psycopg.Connection[Any], schema: str, judged: Judged) -> Finding:
     finding = judged.finding
     if judged.key:
         return _repair_holder(conn, judged)
@@ -100,12 +102,12 @@ def _repair(conn: psycopg.Connection[Any], schema: str, judged: _judge.Judged) -
     if finding.problem is Problem.WRONG_INDEX:
         done = conn.execute(
             "UPDATE jobs SET continuation = false WHERE id = %s AND xmin = %s::xid",
-            (finding.job_id, judged.xmin),
+            (finding.job_id, judged.row_version),
         ).rowcount
         return _done(finding, done, Repair.REINDEXED, "taken out of the workflow outbox")
     done = conn.execute(
         "UPDATE jobs SET discarded = false WHERE id = %s AND xmin = %s::xid",
-        (finding.job_id, judged.xmin),
+        (finding.job_id, judged.row_version),
     ).rowcount
     return _done(finding, done, Repair.REINDEXED, "the discarded mark cleared: listed again")
 
@@ -116,14 +118,14 @@ def _done(finding: Finding, applied: int, repair: Repair, detail: str) -> Findin
     return attrs.evolve(finding, repair=repair, repair_detail=detail)
 
 
-def _dead_letter(conn: psycopg.Connection[Any], schema: str, judged: _judge.Judged) -> Finding:
+def _dead_letter(conn: psycopg.Connection[Any], schema: str, judged: Judged) -> Finding:
     finding = judged.finding
     error = DAMAGED_RECORD + finding.detail
     row = conn.execute(
         "UPDATE jobs SET state = 'dead', last_error = %s, finished_at = chronos_now(),"
         " lease_token = '', lease_owner = '', lease_expires_at = NULL, continuation = false"
         " WHERE id = %s AND xmin = %s::xid RETURNING queue, unique_key",
-        (error, finding.job_id, judged.xmin),
+        (error, finding.job_id, judged.row_version),
     ).fetchone()
     if row is None:
         return _done(finding, 0, Repair.DEAD_LETTERED, "")
@@ -154,9 +156,9 @@ RETURNING state, queue, unique_key, last_error
 """
 
 
-def _recover(conn: psycopg.Connection[Any], schema: str, judged: _judge.Judged) -> Finding:
+def _recover(conn: psycopg.Connection[Any], schema: str, judged: Judged) -> Finding:
     finding = judged.finding
-    row = conn.execute(_RECOVER, (finding.job_id, judged.xmin)).fetchone()
+    row = conn.execute(_RECOVER, (finding.job_id, judged.row_version)).fetchone()
     if row is None:
         return _done(finding, 0, Repair.RECOVERED, "")
     state, queue, key, error = row
@@ -171,10 +173,10 @@ def _recover(conn: psycopg.Connection[Any], schema: str, judged: _judge.Judged) 
     return _done(finding, 1, Repair.DEAD_LETTERED, error)
 
 
-def _repair_holder(conn: psycopg.Connection[Any], judged: _judge.Judged) -> Finding:
+def _repair_holder(conn: psycopg.Connection[Any], judged: Judged) -> Finding:
     """Remove a slot or lock whose holder still is not as it must be."""
     finding = judged.finding
-    if finding.indexes[-1].startswith("concurrency slot"):
+    if is_slot(finding):
         done = conn.execute(
             "DELETE FROM slots WHERE queue = %s AND key = %s AND job_id = %s AND NOT EXISTS"
             " (SELECT 1 FROM jobs WHERE id = %s AND state = 'leased')",
@@ -204,7 +206,7 @@ class CheckPart(PostgresPart, CheckRole):
         asked = _checking.asked_queues(queues, batch=batch, lease_grace=lease_grace)
         db = self._db
         now, names, partitions = await db.run(lambda conn: _start(conn, asked), what="check")
-        judged: list[_judge.Judged] = []
+        judged: list[Judged] = []
         records = entries = 0
         for queue in names:
             after = ""
@@ -215,7 +217,7 @@ class CheckPart(PostgresPart, CheckRole):
                 records += len(rows)
                 entries += len(rows)  # each row is in the one index its state names
                 for row in rows:
-                    found = _judge.judge_row(row, now, lease_grace)
+                    found = judge_row(row, now, lease_grace)
                     if found is not None:
                         judged.append(found)
                 if len(rows) < batch:
