@@ -42,13 +42,20 @@ from benchmarks.sqlite_systems import IO_WAIT, SQLITE_PEERS
 
 VENVS = REPO / "benchmarks" / ".venv"
 RESULTS = REPO / "benchmarks" / "results"
-OURS = {"chronos": "chronos_trio (SQLite)"}
+OURS = {
+    "chronos": "chronos_trio (SQLite)",
+    "chronos_normal": "chronos_trio (SQLite, synchronous=normal)",
+}
+#: URL options of our contestants beyond the defaults.
+QUERY = {"chronos_normal": "synchronous=normal"}
 LABELS = {
     **OURS,
     "huey_sqlite": "huey (SqliteHuey)",
     "persistqueue": "persist-queue (SQLiteAckQueue)",
 }
 SYSTEMS = (*OURS, *SQLITE_PEERS)
+#: Who runs unless ``--systems`` says (``chronos_normal`` on request).
+DEFAULT_SYSTEMS = ("chronos", *SQLITE_PEERS)
 PHASES = ("enqueue", "drain", "pickup", "lateness", "recovery", "idle")
 #: The drains: (worker processes, concurrency of each).
 DRAINS = ((1, 16), (1, 64), (4, 16))
@@ -94,6 +101,19 @@ def python_of(system: str) -> Path:
     return VENVS / system / "bin" / "python"
 
 
+def module_of(system: str) -> str:
+    return "chronos" if system in OURS else system
+
+
+def env_of(system: str) -> dict[str, str]:
+    """The driver's environment (our URL options in ``BENCH_SQLITE_QUERY``,
+    read by ``benchmarks.sqlite_systems.chronos``)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if system in QUERY:
+        env["BENCH_SQLITE_QUERY"] = QUERY[system]
+    return env
+
+
 def drive(root: Path, system: str, phase: str, limit: float, **opts: Any) -> dict[str, Any]:
     """One driver run of ``phase`` by ``system`` in a fresh directory under ``root``."""
     python = python_of(system)
@@ -101,7 +121,7 @@ def drive(root: Path, system: str, phase: str, limit: float, **opts: Any) -> dic
         raise RuntimeError("not installed (python -m benchmarks --sqlite --setup-peers)")
     directory = Path(tempfile.mkdtemp(prefix=f"{system}-{phase}-", dir=root))
     try:
-        argv = [str(python), "-m", "benchmarks.sqlite_driver", system, phase]
+        argv = [str(python), "-m", "benchmarks.sqlite_driver", module_of(system), phase]
         argv += ["--url", str(directory)]
         for k, v in opts.items():
             argv += [f"--{k.replace('_', '-')}", str(v)]
@@ -111,7 +131,7 @@ def drive(root: Path, system: str, phase: str, limit: float, **opts: Any) -> dic
             text=True,
             timeout=limit,
             cwd=str(REPO),
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+            env=env_of(system),
             check=False,
         )
     finally:
@@ -333,7 +353,7 @@ def filesystem_of(path: Path) -> str:
     return kind
 
 
-def versions(systems: list[str]) -> dict[str, Any]:
+def versions(systems: list[str], root: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"sqlite (ours)": sqlite3.sqlite_version}
     for system in systems:
         python = python_of(system)
@@ -341,7 +361,15 @@ def versions(systems: list[str]) -> dict[str, Any]:
             out[system] = {"error": "not installed"}
             continue
         proc = subprocess.run(
-            [str(python), "-m", "benchmarks.sqlite_driver", system, "versions"],
+            [
+                str(python),
+                "-m",
+                "benchmarks.sqlite_driver",
+                module_of(system),
+                "versions",
+                "--url",
+                str(root),
+            ],
             capture_output=True,
             text=True,
             timeout=120,
@@ -369,7 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.set_defaults(size="default")
     parser.add_argument(
-        "--systems", default=",".join(SYSTEMS), help=f"comma-separated, of {', '.join(SYSTEMS)}"
+        "--systems",
+        default=",".join(DEFAULT_SYSTEMS),
+        help=f"comma-separated, of {', '.join(SYSTEMS)}",
     )
     parser.add_argument("--no-peers", action="store_true", help="only our store")
     parser.add_argument("--phases", default=",".join(PHASES), help="comma-separated")
@@ -422,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     }
     try:
-        doc["meta"]["versions"] = versions(args.systems)
+        doc["meta"]["versions"] = versions(args.systems, root)
         doc["results"] = suite(args, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -46,9 +46,14 @@ class Job:
     pad: str = PAD
 
 
+#: Extra URL options (``synchronous=normal``: the ``chronos_normal`` contestant).
+ENV_QUERY = "BENCH_SQLITE_QUERY"
+
+
 def store_url(directory: str) -> str:
     """The store's URL for the run's directory (absolute: four slashes)."""
-    return f"sqlite:///{os.path.abspath(directory)}/jobs.db"
+    query = os.environ.get(ENV_QUERY, "")
+    return f"sqlite:///{os.path.abspath(directory)}/jobs.db" + (f"?{query}" if query else "")
 
 
 async def handle(args: Job, ctx: chronos_trio.JobContext) -> None:
