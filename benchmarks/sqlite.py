@@ -317,6 +317,8 @@ def render(doc: dict[str, Any], markdown: bool = False) -> str:
 
     parts = []
     for title, headers, body in tables(doc):
+        if not any(cell for row in body for cell in row[1:]):
+            continue  # no phase of this table ran
         parts.append(f"### {title}" if markdown else f"== {title}")
         parts.append((markdown_table if markdown else text_table)(headers, body))
         parts.append("")
