@@ -10,6 +10,8 @@ test). ``--setup-peers``: create each peer's virtual environment
 (benchmarks/.venv/PEER) from benchmarks/peers/requirements-PEER.txt.
 ``--postgres``: the PostgreSQL benchmark instead (``benchmarks.postgres``;
 its own options, e.g. ``--postgres --setup-peers``, ``--postgres --full``).
+``--sqlite``: the SQLite benchmark instead (``benchmarks.sqlite``; its own
+options, e.g. ``--sqlite --setup-peers``, ``--sqlite --full``).
 """
 
 from __future__ import annotations
@@ -464,6 +466,11 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import postgres
 
         return postgres.main([a for a in argv if a != "--postgres"])
+    if "--sqlite" in argv:
+        # The SQLite benchmark: its own files, contestants and options.
+        from benchmarks import sqlite
+
+        return sqlite.main([a for a in argv if a != "--sqlite"])
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.split("\n")[0]
     )

@@ -33,10 +33,10 @@ def test_the_table_has_a_row_per_capability_and_a_column_per_backend() -> None:
     assert len(rows) == 2 + 1 + len(Capability) + 1  # header, rule, core, each, shared
     for cap in Capability:
         [row] = [r for r in rows if r.startswith(f"| `{cap.value}` |")]
-        # memory and Redis have everything, PostgreSQL all but promotion
-        # (its claims judge due times), the minimal store nothing
-        postgres = "no" if cap is Capability.PROMOTION else "yes"
-        assert row.endswith(f"| yes | yes | {postgres} | no |"), row
+        # memory and Redis have everything, PostgreSQL and SQLite all but
+        # promotion (their claims judge due times), the minimal store nothing
+        sql = "no" if cap is Capability.PROMOTION else "yes"
+        assert row.endswith(f"| yes | yes | {sql} | {sql} | no |"), row
     assert all(r.count("|") == len(BACKENDS) + 3 for r in rows)
 
 
