@@ -1,5 +1,5 @@
 """Flow-control rules the backends that decide in Python share (the
-MemoryStore and the PostgreSQL store; the RedisStore's Lua, lease.lua,
+MemoryStore and the SQL stores; the RedisStore's Lua, lease.lua,
 follows the same rules): whether a ready job of a given control may start
 now, and what a start takes.
 
