@@ -7,8 +7,10 @@ of this process or another, runs meanwhile: a job is never leased twice and
 nothing needs to lock rows.
 
 Per queue, in lease order (priority, then due time, then ID: the
-``jobs_claim`` index), one statement reads the next due jobs; those without
-flow control are leased at once, the others judged by ``_limits``
+``jobs_claim`` index), the next due jobs are read one priority level at a
+time, each level a range of the index that its first job not yet due ends
+(so a claim never walks the jobs scheduled for later); those without flow
+control are leased at once (one statement), the others judged by ``_limits``
 (rate and concurrency limits, expiry) in the same transaction. A job held
 back stays as it was; the queue's next jobs replace it, looking at no more
 than its share + ``LOOK_BEYOND``, as the MemoryStore does (the decisions
@@ -120,6 +122,8 @@ class Claimer:
         if count <= 0 or not wanted:
             return batch.result()
         if len(queues) == 1:
+            if _paused(conn, wanted[0].name):
+                return batch.result()
             shares = {wanted[0].name: count}
         else:
             available: dict[str, int] = {}
@@ -129,8 +133,7 @@ class Claimer:
             active = [q for q in queues if q.name in available]
             shares = (share_strictly if strict else share_by_weight)(active, count, available)
         for queue, share in shares.items():
-            if not _paused(conn, queue):
-                _claim_queue(conn, queue, share, batch)
+            _claim_queue(conn, queue, share, batch)
         return batch.result()
 
 

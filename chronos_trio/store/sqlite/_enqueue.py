@@ -95,7 +95,8 @@ _Row = tuple[
 
 def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob], now: float) -> list[EnqueueResult]:
     """Store ``jobs`` in ``conn``'s write transaction (the rules are the
-    module docstring's); one EnqueueResult per job, in order.
+    module docstring's); one EnqueueResult per job, in order. Nothing is
+    committed here: the caller commits or rolls back the whole batch.
 
     Raises ValueError for a unique job whose key is not resolved (before
     anything is written), sqlite3.Error for a database error (the caller
@@ -103,9 +104,10 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob], now: float) -> lis
     if not jobs:
         return []
     queues = list(dict.fromkeys(new.queue for new in jobs))
-    conn.executemany(_REGISTER, [(q,) for q in queues])
     routes = _routes(conn, queues)
     rows = [_row(new, now, routes) for new in jobs]
+    conn.executemany(_REGISTER, [(q,) for q in queues])
+    # the savepoint nests in the transaction the statement above is in
     if all(new.unique is None for new in jobs) and len({new.id for new in jobs}) == len(jobs):
         conn.execute("SAVEPOINT chronos_enqueue")
         stored = conn.executemany(_INSERT, rows).rowcount
