@@ -1,19 +1,19 @@
 """The memory store's unique-job locks: one table, owned by the store, with
 the same rules as the Redis store's (``lua/enqueue.lua``, ``settle.lua``,
-``renew.lua``): see :class:`~chronos_trio.Unique`."""
+``renew.lua``): see :class:`~chronos_trio.Unique`. What an enqueue does
+with a held key is ``store._unique_rules``' judgement, shared with the
+SQLite store."""
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 
 import attrs
 
-from ...records._jobs import PENDING_STATES, Job, JobState, NewJob
+from ...records._jobs import Job, NewJob
 from ...records._unique import Unique
-
-#: States in which a debounce replaces the holder's payload and due time.
-WAITING_STATES = frozenset({JobState.SCHEDULED, JobState.READY, JobState.RETRY_WAIT})
+from .._unique_rules import Claim as Claim
+from .._unique_rules import judge_claim, lock_lapses, lock_live
 
 
 @attrs.define
@@ -22,14 +22,6 @@ class Lock:
     mode: str
     #: Store-clock time the lock lapses (None: while its holder is pending).
     expires_at: float | None
-
-
-class Claim(enum.Enum):
-    """What an enqueue of a unique job does."""
-
-    STORE = "store"  # store it; it holds the key
-    DUPLICATE = "duplicate"  # the key is held: store nothing, report the holder
-    REPLACE = "replace"  # debounce: replace the waiting holder's payload and due time
 
 
 class UniqueLocks:
@@ -46,27 +38,18 @@ class UniqueLocks:
         unique = new.unique
         assert unique is not None and unique.key is not None
         lock = self._locks.get((new.queue, unique.key))
-        if lock is None or (lock.expires_at is not None and lock.expires_at <= now):
+        if lock is None or not lock_live(lock.expires_at, now):
             return Claim.STORE, "", None
         holder = holder_of(lock.holder)
-        pending = holder is not None and holder.state in PENDING_STATES
-        if not pending:
-            if lock.mode == "throttle" and lock.expires_at is not None:
-                return Claim.DUPLICATE, lock.holder, holder  # taken for its ttl after the run
-            # a stale lock: its job is gone or finished (a throttle's without
-            # an expiry never succeeded: it was lost without giving the key back)
-            return Claim.STORE, "", None
-        assert holder is not None
-        if unique.mode == "debounce":
-            if holder.state in WAITING_STATES:
-                return Claim.REPLACE, lock.holder, holder
-            return Claim.STORE, "", None  # it runs: the new job runs after, and takes the key
-        return Claim.DUPLICATE, lock.holder, holder
+        state = None if holder is None else holder.state
+        claim = judge_claim(unique.mode, lock.mode, lock.expires_at, state)
+        if claim is Claim.STORE:
+            return claim, "", None
+        return claim, lock.holder, holder
 
     def take(self, queue: str, unique: Unique, job_id: str, now: float) -> None:
         assert unique.key is not None
-        lapses = now + unique.ttl if unique.ttl is not None and unique.mode != "throttle" else None
-        self._locks[(queue, unique.key)] = Lock(job_id, unique.mode, lapses)
+        self._locks[(queue, unique.key)] = Lock(job_id, unique.mode, lock_lapses(unique, now))
 
     def _held_by(self, queue: str, unique: Unique | None, job_id: str) -> Lock | None:
         if unique is None or unique.key is None:

@@ -10,7 +10,8 @@ those without flow control, and returns the others locked, for the
 admission of ``_limits`` (rate and concurrency limits, expiry) in the same
 transaction. A job held back stays as it was; the queue's next jobs
 replace it, looking at no more than its share + 256, as the MemoryStore
-does. Paused queues are skipped; shares over queues are the MemoryStore's
+does (the decisions are ``store._claim_plan``'s, shared with the SQLite
+store). Paused queues are skipped; shares over queues are the MemoryStore's
 (``share_by_weight`` / ``share_strictly`` over the due jobs counted when
 the call began).
 """
@@ -25,11 +26,10 @@ from typing import Any
 import attrs
 import psycopg
 
-from ...records._control import expired_error
 from ...records._jobs import Job, JobState, LeasedJob
-from .._admission import Verdict
+from .._claim_plan import LOOK_BEYOND, ClaimBatch, judge_controlled, lease_order
 from .._partitioning import share_by_weight, share_strictly
-from .._roles import NOTHING_SET_ASIDE, LeaseResult, QueueWeight
+from .._roles import LeaseResult, QueueWeight
 from .._rows import JOB_COLUMNS, job_from_row
 from . import _limits
 from ._wake import DONE
@@ -106,41 +106,6 @@ SELECT pg_notify(chronos_channel(), %(done)s || job_id)
 FROM (SELECT DISTINCT job_id FROM waited) AS x
 """
 
-#: At most this many jobs beyond its share a queue looks at in one claim.
-LOOK_BEYOND = 256
-
-
-@attrs.define
-class _Batch:
-    worker_id: str
-    duration: float
-    #: This call's token prefix (unique per call of the store).
-    base: str
-    now: float | None = None
-    leased: list[LeasedJob] = attrs.field(factory=list)
-    expired: list[Job] = attrs.field(factory=list)
-    held_until: float | None = None
-    capped: bool = False
-    rounds: itertools.count[int] = attrs.field(factory=itertools.count)
-
-    def round_prefix(self) -> str:
-        """The token prefix of one claim statement (its rows add their number)."""
-        return f"{self.base}{next(self.rounds)}."
-
-    def held_back(self, until: float | None) -> None:
-        if until is None:
-            self.capped = True
-        elif self.held_until is None or until < self.held_until:
-            self.held_until = until
-
-    def result(self) -> LeaseResult:
-        held_for = None
-        if self.held_until is not None and self.now is not None:
-            held_for = max(0.0, self.held_until - self.now)
-        return LeaseResult(
-            tuple(self.leased), NOTHING_SET_ASIDE, tuple(self.expired), held_for, self.capped
-        )
-
 
 class Claimer:
     """Makes each claim's fencing tokens unique among every lease the store
@@ -161,7 +126,7 @@ class Claimer:
         strict: bool,
     ) -> LeaseResult:
         """One lease call, in ``conn``'s transaction (see the module docstring)."""
-        batch = _Batch(worker_id, lease_duration, f"{self._prefix}-{next(self._calls):x}-")
+        batch = ClaimBatch(worker_id, lease_duration, f"{self._prefix}-{next(self._calls):x}-")
         wanted = [q for q in queues if q.weight > 0]
         if count <= 0 or not wanted:
             return batch.result()
@@ -182,7 +147,7 @@ class Claimer:
         return batch.result()
 
 
-def _claim_queue(conn: psycopg.Connection[Any], queue: str, share: int, batch: _Batch) -> None:
+def _claim_queue(conn: psycopg.Connection[Any], queue: str, share: int, batch: ClaimBatch) -> None:
     """Lease up to ``share`` due jobs of ``queue`` into ``batch``."""
     looked = got = 0
     held: list[str] = []
@@ -213,83 +178,56 @@ def _claim_queue(conn: psycopg.Connection[Any], queue: str, share: int, batch: _
         for row in rows:
             job = job_from_row(row[2:])
             if row[0]:
-                round_leased.append((_order(job), LeasedJob(job, job.lease_token, expires_at, now)))
+                round_leased.append(
+                    (lease_order(job), LeasedJob(job, job.lease_token, expires_at, now))
+                )
             else:
                 controlled.append(job)
         got += len(round_leased)
         if controlled:
-            controlled.sort(key=_order)
             if admission is None:
                 admission = _limits.Admission(queue, now)
             admission.load(conn, (j.control for j in controlled if j.control is not None))
-            admitted: list[tuple[str, str]] = []
             numbers = itertools.count(len(rows) + 1)  # after the statement's own
-            expired: list[Job] = []
-            for job in controlled:
-                control = job.control
-                if control is None:  # a damaged control: judged as none
-                    verdict, until = Verdict.LEASE, None
-                else:
-                    verdict, until = admission.judge(control)
-                if verdict is Verdict.HELD:
-                    held.append(job.id)
-                    batch.held_back(until)
-                elif verdict is Verdict.EXPIRED:
-                    assert control is not None and control.expires_at is not None
-                    expired.append(
-                        attrs.evolve(
-                            job,
-                            state=JobState.DEAD,
-                            finished_at=now,
-                            last_error=expired_error(control.expires_at),
-                        )
-                    )
-                else:
-                    if control is not None:
-                        admission.take(control, job.id)
-                    token = f"{prefix}{next(numbers)}"
-                    leased_job = attrs.evolve(
-                        job,
-                        state=JobState.LEASED,
-                        attempts=job.attempts + 1,
-                        lease_token=token,
-                        lease_owner=batch.worker_id,
-                        lease_expires_at=expires_at,
-                    )
-                    admitted.append((job.id, token))
-                    round_leased.append(
-                        (_order(job), LeasedJob(leased_job, token, expires_at, now))
-                    )
-                    got += 1
+            judged = judge_controlled(controlled, admission, batch, prefix, numbers)
             admission.save(conn)
-            if admitted:
+            held += judged.held
+            for job, token in judged.admitted:
+                leased_job = attrs.evolve(
+                    job,
+                    state=JobState.LEASED,
+                    attempts=job.attempts + 1,
+                    lease_token=token,
+                    lease_owner=batch.worker_id,
+                    lease_expires_at=expires_at,
+                )
+                round_leased.append(
+                    (lease_order(job), LeasedJob(leased_job, token, expires_at, now))
+                )
+            got += len(judged.admitted)
+            if judged.admitted:
                 conn.execute(
                     _LEASE_ADMITTED,
                     {
                         "worker": batch.worker_id,
                         "expires": expires_at,
-                        "ids": [i for i, _ in admitted],
-                        "tokens": [t for _, t in admitted],
+                        "ids": [job.id for job, _ in judged.admitted],
+                        "tokens": [token for _, token in judged.admitted],
                     },
                 )
-            if expired:
+            if judged.expired:
                 conn.execute(
                     _EXPIRE,
                     {
-                        "ids": [j.id for j in expired],
-                        "errors": [j.last_error for j in expired],
+                        "ids": [j.id for j in judged.expired],
+                        "errors": [j.last_error for j in judged.expired],
                         "now": now,
                         "done": DONE,
                     },
                 )
-                batch.expired.extend(expired)
+                batch.expired.extend(judged.expired)
         round_leased.sort(key=lambda pair: pair[0])
         batch.leased.extend(leased for _, leased in round_leased)
         looked += len(rows)
         if len(rows) < n:
             return
-
-
-def _order(job: Job) -> tuple[int, float, str]:
-    """Lease order: highest priority first, then due time, then ID."""
-    return (-job.priority, job.run_at, job.id)

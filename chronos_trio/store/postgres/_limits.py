@@ -9,7 +9,8 @@ key's theoretical arrival time and how many slots of each concurrency key
 are held now (a slot counts while its job is leased and its lease
 unexpired: a settled, recovered or expired holder no longer counts). So two
 claims of one key never admit past its limit, in any number of processes.
-:class:`Admission` then judges jobs one after another in memory, and
+The jobs are then judged one after another in memory
+(``store._admission.KeyStates``, shared with the SQLite store), and
 :meth:`Admission.save` writes the new arrival times and slots back in one
 statement.
 """
@@ -19,11 +20,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import attrs
 import psycopg
 
 from ...records._control import JobControl
-from .._admission import Verdict, judge, next_tat
+from .._admission import KeyStates
 
 _LOCK_KEYS = """
 SELECT pg_advisory_xact_lock(hashtextextended(
@@ -53,56 +53,26 @@ ON CONFLICT DO NOTHING
 """
 
 
-@attrs.define
-class Admission:
-    """The limit state of one queue's keys during one claim."""
-
-    queue: str
-    now: float
-    tats: dict[str, float] = attrs.field(factory=dict)
-    running: dict[str, int] = attrs.field(factory=dict)
-    loaded: set[str] = attrs.field(factory=set)
-    changed_tats: dict[str, float] = attrs.field(factory=dict)
-    new_slots: list[tuple[str, str]] = attrs.field(factory=list)
+class Admission(KeyStates):
+    """The limit state of one queue's keys during one claim: locked and read
+    by :meth:`load`, judged and taken in memory (``store._admission``),
+    written back by :meth:`save`."""
 
     def load(self, conn: psycopg.Connection[Any], controls: Iterable[JobControl]) -> None:
         """Lock and read the state of the keys of ``controls`` not read yet."""
-        rates: set[str] = set()
-        caps: set[str] = set()
-        for control in controls:
-            rates.update(key for key, *_ in control.rates)
-            caps.update(key for key, _ in control.caps)
-        rates -= self.loaded
-        caps -= self.loaded
-        fresh = sorted(rates | caps)
+        rates, caps = self.unread(controls)
+        fresh = sorted({*rates, *caps})
         if not fresh:
             return
         conn.execute(_LOCK_KEYS, (self.queue, fresh))
         rows = conn.execute(
-            _READ_STATE,
-            {"queue": self.queue, "rates": sorted(rates), "caps": sorted(caps), "now": self.now},
+            _READ_STATE, {"queue": self.queue, "rates": rates, "caps": caps, "now": self.now}
         ).fetchall()
         for kind, key, tat, count in rows:
             if kind == "r":
                 self.tats[key] = float(tat)
             else:
                 self.running[key] = int(count)
-        self.loaded.update(fresh)
-
-    def judge(self, control: JobControl) -> tuple[Verdict, float | None]:
-        """What the claim does with a ready job of ``control`` now (its keys
-        loaded; ``store._admission``): LEASE it, EXPIRED, or HELD (with the
-        time of the next permit; None: a concurrency limit)."""
-        return judge(control, self.now, self.tats.get, lambda key: self.running.get(key, 0))
-
-    def take(self, control: JobControl, job_id: str) -> None:
-        """Take the permits and slots of an admitted job."""
-        now = self.now
-        for key, count, per, _burst in control.rates:
-            self.tats[key] = self.changed_tats[key] = next_tat(self.tats.get(key), now, count, per)
-        for key, _limit in control.caps:
-            self.running[key] = self.running.get(key, 0) + 1
-            self.new_slots.append((key, job_id))
 
     def save(self, conn: psycopg.Connection[Any]) -> None:
         """Write what :meth:`take` changed."""

@@ -7,11 +7,14 @@ of this process or another, runs meanwhile: a job is never leased twice and
 nothing needs to lock rows.
 
 Per queue, in lease order (priority, then due time, then ID: the
-``jobs_claim`` index), one statement reads the next due jobs; those without
-flow control are leased at once, the others judged by ``_limits``
+``jobs_claim`` index), the next due jobs are read one priority level at a
+time, each level a range of the index that its first job not yet due ends
+(so a claim never walks the jobs scheduled for later); those without flow
+control are leased at once (one statement), the others judged by ``_limits``
 (rate and concurrency limits, expiry) in the same transaction. A job held
 back stays as it was; the queue's next jobs replace it, looking at no more
-than its share + :data:`LOOK_BEYOND`, as the MemoryStore does. A job whose
+than its share + ``LOOK_BEYOND``, as the MemoryStore does (the decisions
+are ``store._claim_plan``'s, shared with the PostgreSQL store). A job whose
 expiry has passed is dead-lettered (``expired``). Paused queues are skipped;
 shares over queues are the MemoryStore's (``share_by_weight`` /
 ``share_strictly`` over the due jobs counted when the call began).
@@ -26,18 +29,12 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import attrs
-
-from ...records._control import expired_error
-from ...records._jobs import Job, JobState, LeasedJob
-from .._admission import Verdict
+from ...records._jobs import Job, LeasedJob
+from .._claim_plan import LOOK_BEYOND, ClaimBatch, judge_controlled, lease_order
 from .._partitioning import share_by_weight, share_strictly
-from .._roles import NOTHING_SET_ASIDE, LeaseResult, QueueWeight
+from .._roles import LeaseResult, QueueWeight
 from .._rows import JOB_COLUMNS, job_from_row
 from . import _limits
-
-#: At most this many jobs beyond its share a queue looks at in one claim.
-LOOK_BEYOND = 256
 
 #: States a claim takes a due job from (the ``jobs_claim`` index's, as written there).
 DUE_STATES = "('ready', 'scheduled', 'retry_wait')"
@@ -94,40 +91,8 @@ WHERE holder = ?1 AND (queue, key) IN (SELECT queue, unique_key FROM jobs WHERE 
 
 _EXPIRE_WAITERS = "DELETE FROM result_waiters WHERE job_id = ?"
 
-# JOB_COLUMNS positions the claim rewrites in a row it leases
-_STATE, _ATTEMPTS, _TOKEN, _OWNER, _EXPIRES = 5, 6, 9, 10, 11
-
-
-@attrs.define
-class _Batch:
-    worker_id: str
-    duration: float
-    now: float
-    #: This call's token prefix (unique per call of the store).
-    base: str
-    leased: list[LeasedJob] = attrs.field(factory=list)
-    expired: list[Job] = attrs.field(factory=list)
-    held_until: float | None = None
-    capped: bool = False
-    rounds: itertools.count[int] = attrs.field(factory=itertools.count)
-
-    def round_prefix(self) -> str:
-        """The token prefix of one round of a queue (its jobs add their number)."""
-        return f"{self.base}{next(self.rounds)}."
-
-    def held_back(self, until: float | None) -> None:
-        if until is None:
-            self.capped = True
-        elif self.held_until is None or until < self.held_until:
-            self.held_until = until
-
-    def result(self) -> LeaseResult:
-        held_for = None
-        if self.held_until is not None:
-            held_for = max(0.0, self.held_until - self.now)
-        return LeaseResult(
-            tuple(self.leased), NOTHING_SET_ASIDE, tuple(self.expired), held_for, self.capped
-        )
+# JOB_COLUMNS positions the claim reads (control) or rewrites (the others)
+_STATE, _ATTEMPTS, _TOKEN, _EXPIRES, _CONTROL = 5, 6, 9, 11, 19
 
 
 class Claimer:
@@ -152,11 +117,13 @@ class Claimer:
         """One lease call at ``now``, in ``conn``'s write transaction (see
         the module docstring). Raises sqlite3.Error for a database error
         (the caller rolls back: nothing was leased)."""
-        batch = _Batch(worker_id, lease_duration, now, f"{self._prefix}-{next(self._calls):x}-")
+        batch = ClaimBatch(worker_id, lease_duration, f"{self._prefix}-{next(self._calls):x}-", now)
         wanted = [q for q in queues if q.weight > 0]
         if count <= 0 or not wanted:
             return batch.result()
         if len(queues) == 1:
+            if _paused(conn, wanted[0].name):
+                return batch.result()
             shares = {wanted[0].name: count}
         else:
             available: dict[str, int] = {}
@@ -166,8 +133,7 @@ class Claimer:
             active = [q for q in queues if q.name in available]
             shares = (share_strictly if strict else share_by_weight)(active, count, available)
         for queue, share in shares.items():
-            if not _paused(conn, queue):
-                _claim_queue(conn, queue, share, batch)
+            _claim_queue(conn, queue, share, batch)
         return batch.result()
 
 
@@ -219,9 +185,10 @@ def _paused(conn: sqlite3.Connection, queue: str) -> bool:
     return row is not None and bool(row[0])
 
 
-def _claim_queue(conn: sqlite3.Connection, queue: str, share: int, batch: _Batch) -> None:
+def _claim_queue(conn: sqlite3.Connection, queue: str, share: int, batch: ClaimBatch) -> None:
     """Lease up to ``share`` due jobs of ``queue`` into ``batch``."""
     now = batch.now
+    assert now is not None
     expires_at = now + batch.duration
     worker = batch.worker_id
     looked = got = 0
@@ -233,61 +200,39 @@ def _claim_queue(conn: sqlite3.Connection, queue: str, share: int, batch: _Batch
         rows = _due(conn, queue, now, n, json.dumps(held))
         if not rows:
             return
-        expired: list[Job] = []
         numbers = itertools.count(1)
         leasing: list[tuple[str, str]] = []
         round_leased: list[tuple[tuple[int, float, str], LeasedJob]] = []
-        controlled: list[tuple[Job, tuple[Any, ...]]] = []
+        controlled: dict[str, tuple[Job, tuple[Any, ...]]] = {}
         for row in rows:
-            if row[19]:  # control: judged below
-                job = job_from_row(row)
-                controlled.append((job, row))
+            if row[_CONTROL]:  # judged below
+                controlled[row[0]] = (job_from_row(row), row)
                 continue
             token = f"{prefix}{next(numbers)}"
             leasing.append((row[0], token))
             job = job_from_row(_leased_row(row, token, worker, expires_at))
             round_leased.append(((0, job.run_at, job.id), LeasedJob(job, token, expires_at, now)))
         if controlled:
-            controlled.sort(key=lambda pair: _order(pair[0]))
             if admission is None:
                 admission = _limits.Admission(queue, now)
-            admission.load(conn, (j.control for j, _ in controlled if j.control is not None))
-            for job, row in controlled:
-                control = job.control
-                if control is None:  # a damaged control: judged as none
-                    verdict, until = Verdict.LEASE, None
-                else:
-                    verdict, until = admission.judge(control)
-                if verdict is Verdict.HELD:
-                    held.append(job.id)
-                    batch.held_back(until)
-                elif verdict is Verdict.EXPIRED:
-                    assert control is not None and control.expires_at is not None
-                    expired.append(
-                        attrs.evolve(
-                            job,
-                            state=JobState.DEAD,
-                            finished_at=now,
-                            last_error=expired_error(control.expires_at),
-                        )
-                    )
-                else:
-                    if control is not None:
-                        admission.take(control, job.id)
-                    token = f"{prefix}{next(numbers)}"
-                    leasing.append((job.id, token))
-                    leased = job_from_row(_leased_row(row, token, worker, expires_at))
-                    round_leased.append((_order(job), LeasedJob(leased, token, expires_at, now)))
+            jobs = [job for job, _ in controlled.values()]
+            admission.load(conn, (j.control for j in jobs if j.control is not None))
+            judged = judge_controlled(jobs, admission, batch, prefix, numbers)
             admission.save(conn)
-            if expired:
-                _expire(conn, expired)
-                batch.expired.extend(expired)
+            held += judged.held
+            for job, token in judged.admitted:
+                leasing.append((job.id, token))
+                row = controlled[job.id][1]
+                leased = job_from_row(_leased_row(row, token, worker, expires_at))
+                round_leased.append((lease_order(job), LeasedJob(leased, token, expires_at, now)))
+            if judged.expired:
+                _expire(conn, judged.expired)
+                batch.expired += judged.expired
+            round_leased.sort(key=lambda pair: pair[0])
         if leasing:
             conn.execute(_LEASE, (worker, expires_at, json.dumps(leasing)))
             got += len(leasing)
-        if controlled:
-            round_leased.sort(key=lambda pair: pair[0])
-        batch.leased.extend(leased for _, leased in round_leased)
+        batch.leased += [leased for _, leased in round_leased]
         looked += len(rows)
         if len(rows) < n:
             return
@@ -316,8 +261,3 @@ def _expire(conn: sqlite3.Connection, mine: list[Job]) -> None:
     conn.executemany(_EXPIRE, [(job.finished_at, job.last_error, job.id) for job in mine])
     conn.executemany(_EXPIRE_UNLOCK, [(job.id,) for job in mine])
     conn.executemany(_EXPIRE_WAITERS, [(job.id,) for job in mine])
-
-
-def _order(job: Job) -> tuple[int, float, str]:
-    """Lease order: highest priority first, then due time, then ID."""
-    return (-job.priority, job.run_at, job.id)

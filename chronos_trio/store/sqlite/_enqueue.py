@@ -12,8 +12,8 @@ The rules, job by job, in order (the MemoryStore's):
   of the job's (a unique job also takes its key's run slot), its relative
   expiry (``expires_in``) made absolute at ``now``; the ``priority`` column
   is the control's priority;
-* a unique job is judged as ``memory/_unique.py`` judges it, against
-  ``unique_locks``: a live lock whose holder is pending is a duplicate (the
+* a unique job is judged by ``store._unique_rules`` (the MemoryStore's
+  rules), against ``unique_locks``: a live lock whose holder is pending is a duplicate (the
   holder reported), except that a debounce replaces a waiting holder's
   payload, headers and due time, and is stored (taking the key) while its
   holder runs; a throttle's lock kept after its job succeeded is a
@@ -36,16 +36,12 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-from ...records._jobs import EnqueueResult, NewJob
+from ...records._jobs import EnqueueResult, JobState, NewJob
 from ...records._unique import with_run_slot
 from .._partitioning import id_hash
 from .._rows import headers_text
 from .._topology_placement import topology_placement
-
-#: Job states that hold a unique key (a lock's holder is pending).
-_PENDING = frozenset({"scheduled", "ready", "leased", "retry_wait"})
-#: Job states in which a debounce replaces the holder.
-_WAITING = frozenset({"scheduled", "ready", "retry_wait"})
+from .._unique_rules import Claim, judge_claim, lock_lapses, lock_live
 
 _INSERT = """
 INSERT INTO jobs (id, queue, kind, payload, run_at, state, max_retries, timeout, created_at,
@@ -99,7 +95,8 @@ _Row = tuple[
 
 def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob], now: float) -> list[EnqueueResult]:
     """Store ``jobs`` in ``conn``'s write transaction (the rules are the
-    module docstring's); one EnqueueResult per job, in order.
+    module docstring's); one EnqueueResult per job, in order. Nothing is
+    committed here: the caller commits or rolls back the whole batch.
 
     Raises ValueError for a unique job whose key is not resolved (before
     anything is written), sqlite3.Error for a database error (the caller
@@ -107,9 +104,10 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob], now: float) -> lis
     if not jobs:
         return []
     queues = list(dict.fromkeys(new.queue for new in jobs))
-    conn.executemany(_REGISTER, [(q,) for q in queues])
     routes = _routes(conn, queues)
     rows = [_row(new, now, routes) for new in jobs]
+    conn.executemany(_REGISTER, [(q,) for q in queues])
+    # the savepoint nests in the transaction the statement above is in
     if all(new.unique is None for new in jobs) and len({new.id for new in jobs}) == len(jobs):
         conn.execute("SAVEPOINT chronos_enqueue")
         stored = conn.executemany(_INSERT, rows).rowcount
@@ -183,24 +181,17 @@ def _one(conn: sqlite3.Connection, new: NewJob, row: _Row, now: float) -> Enqueu
     if unique is not None:
         assert unique.key is not None  # checked by _row
         lock = conn.execute(_LOCK, (new.queue, unique.key)).fetchone()
-        if lock is not None and (lock[2] is None or lock[2] > now):
+        if lock is not None and lock_live(lock[2], now):
             holder_id, lock_mode, lock_expires = lock
             holder = conn.execute(_HOLDER, (holder_id,)).fetchone()
-            pending = holder is not None and holder[1] in _PENDING
-            duplicate = False
-            if not pending:
-                # taken for its ttl after a run; otherwise a stale lock
-                duplicate = lock_mode == "throttle" and lock_expires is not None
-            elif unique.mode == "debounce":
-                if holder[1] in _WAITING:
-                    conn.execute(_REPLACE, (row[3], row[9], run_at, row[5], holder[0]))
-                    return EnqueueResult(
-                        holder[0], False, run_at, topology_placement(holder[3], holder[4])
-                    )
-                # it runs: the new job is stored, takes the key and runs after it
-            else:
-                duplicate = True
-            if duplicate:
+            state = None if holder is None else JobState(holder[1])
+            claim = judge_claim(unique.mode, lock_mode, lock_expires, state)
+            if claim is Claim.REPLACE:
+                conn.execute(_REPLACE, (row[3], row[9], run_at, row[5], holder[0]))
+                return EnqueueResult(
+                    holder[0], False, run_at, topology_placement(holder[3], holder[4])
+                )
+            if claim is Claim.DUPLICATE:
                 if holder is None:
                     return EnqueueResult(holder_id, False, 0.0, topology_placement(1, 0))
                 return EnqueueResult(
@@ -208,6 +199,6 @@ def _one(conn: sqlite3.Connection, new: NewJob, row: _Row, now: float) -> Enqueu
                 )
     conn.execute(_INSERT, row)
     if unique is not None:
-        lapses = now + unique.ttl if unique.ttl is not None and unique.mode != "throttle" else None
+        lapses = lock_lapses(unique, now)
         conn.execute(_TAKE_KEY, (new.queue, unique.key, new.id, unique.mode, lapses))
     return EnqueueResult(new.id, True, run_at, topology_placement(row[13], row[14]))

@@ -7,9 +7,9 @@ The claim holds the file's write lock from BEGIN, so what :meth:`Admission.load`
 reads (each rate key's theoretical arrival time, how many slots of each
 concurrency key are held now: a slot counts while its job is leased and its
 lease unexpired) cannot change under it, in any process: two claims of one
-key never admit past its limit. :class:`Admission` judges jobs one after
-another in memory, and :meth:`Admission.save` writes the new arrival times
-and slots back.
+key never admit past its limit. The jobs are judged one after another in
+memory (``store._admission.KeyStates``, shared with the PostgreSQL store),
+and :meth:`Admission.save` writes the new arrival times and slots back.
 """
 
 from __future__ import annotations
@@ -18,10 +18,8 @@ import json
 import sqlite3
 from collections.abc import Iterable
 
-import attrs
-
 from ...records._control import JobControl
-from .._admission import Verdict, judge, next_tat
+from .._admission import KeyStates
 
 _READ_TATS = """
 SELECT key, tat FROM rate_buckets
@@ -43,51 +41,20 @@ ON CONFLICT (queue, key) DO UPDATE SET tat = excluded.tat
 _SAVE_SLOT = "INSERT INTO slots (queue, key, job_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
 
 
-@attrs.define
-class Admission:
-    """The limit state of one queue's keys during one claim."""
-
-    queue: str
-    now: float
-    tats: dict[str, float] = attrs.field(factory=dict)
-    running: dict[str, int] = attrs.field(factory=dict)
-    loaded: set[str] = attrs.field(factory=set)
-    changed_tats: dict[str, float] = attrs.field(factory=dict)
-    new_slots: list[tuple[str, str]] = attrs.field(factory=list)
+class Admission(KeyStates):
+    """The limit state of one queue's keys during one claim: read by
+    :meth:`load`, judged and taken in memory (``store._admission``),
+    written back by :meth:`save`."""
 
     def load(self, conn: sqlite3.Connection, controls: Iterable[JobControl]) -> None:
         """Read the state of the keys of ``controls`` not read yet."""
-        rates: set[str] = set()
-        caps: set[str] = set()
-        for control in controls:
-            rates.update(key for key, *_ in control.rates)
-            caps.update(key for key, _ in control.caps)
-        rates -= self.loaded
-        caps -= self.loaded
+        rates, caps = self.unread(controls)
         if rates:
-            for key, tat in conn.execute(_READ_TATS, (self.queue, json.dumps(sorted(rates)))):
+            for key, tat in conn.execute(_READ_TATS, (self.queue, json.dumps(rates))):
                 self.tats[key] = float(tat)
         if caps:
-            for key, count in conn.execute(
-                _READ_RUNNING, (self.queue, json.dumps(sorted(caps)), self.now)
-            ):
+            for key, count in conn.execute(_READ_RUNNING, (self.queue, json.dumps(caps), self.now)):
                 self.running[key] = int(count)
-        self.loaded |= rates | caps
-
-    def judge(self, control: JobControl) -> tuple[Verdict, float | None]:
-        """What the claim does with a ready job of ``control`` now (its keys
-        loaded; ``store._admission``): LEASE it, EXPIRED, or HELD (with the
-        time of the next permit; None: a concurrency limit)."""
-        return judge(control, self.now, self.tats.get, lambda key: self.running.get(key, 0))
-
-    def take(self, control: JobControl, job_id: str) -> None:
-        """Take the permits and slots of an admitted job."""
-        now = self.now
-        for key, count, per, _burst in control.rates:
-            self.tats[key] = self.changed_tats[key] = next_tat(self.tats.get(key), now, count, per)
-        for key, _limit in control.caps:
-            self.running[key] = self.running.get(key, 0) + 1
-            self.new_slots.append((key, job_id))
 
     def save(self, conn: sqlite3.Connection) -> None:
         """Write what :meth:`take` changed."""
