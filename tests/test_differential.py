@@ -33,7 +33,7 @@ import pytest
 
 from chronos_trio import MemoryStore
 from chronos_trio.records._jobs import LeaseRef
-from chronos_trio.store import SettleKind, Settlement
+from chronos_trio.store import RenewResult, SettleKind, Settlement, SettleResult
 from chronos_trio.store.postgres import PostgresStore
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.sqlite import SqliteStore
@@ -210,21 +210,21 @@ async def test_sqlite_answers_as_the_memory_store(
 class StaleRenewStore(MemoryStore):
     """Planted bug: a renew with a stale token reports True (and changes nothing)."""
 
-    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> list[bool]:
-        results = await super().renew(leases, lease_duration)
-        return [True] * len(results)
+    async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> RenewResult:
+        result = await super().renew(leases, lease_duration)
+        return attrs.evolve(result, renewed=(True,) * len(result.renewed))
 
 
 class UncountedRetryStore(MemoryStore):
     """Planted bug: a RETRY settle gives back the attempt its lease took."""
 
-    async def settle(self, settlements: Sequence[Settlement]) -> list[bool]:
-        results = await super().settle(settlements)
-        for s, ok in zip(settlements, results, strict=True):
+    async def settle(self, settlements: Sequence[Settlement]) -> SettleResult:
+        result = await super().settle(settlements)
+        for s, ok in zip(settlements, result.settled, strict=True):
             rec = self._records.get(s.lease.job_id)
             if ok and s.kind is SettleKind.RETRY and rec is not None:
                 rec.job = attrs.evolve(rec.job, attempts=max(0, rec.job.attempts - 1))
-        return results
+        return result
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -263,3 +263,5 @@ async def test_a_planted_divergence_is_reported(planted: type[MemoryStore], op: 
     # a stale renew is caught by its answer; an uncounted retry by the admin view after it
     assert err.op.startswith(op), message
     assert err.reference != err.candidate
+    # the planted bug itself, not a crash of the planted store (a TypeError is an answer too)
+    assert "raised" not in repr(err.candidate), message

@@ -1,10 +1,11 @@
 """Job stores: the protocol every backend implements (a required core and
-optional capabilities), the URL scheme registry, and the backends
-(``memory``, ``redis``).
+optional capabilities, and one frozen result per operation), the URL scheme
+registry, and the backends (``memory``, ``redis``, ``postgres``), which never
+import each other.
 
 ``MemoryStore`` is imported on first use (PEP 562): the store's protocols
-and the Redis backend's sans-IO core serve producers that do not run Trio,
-and the memory store is built on it."""
+serve producers that do not run Trio, and the memory store is built on
+Trio."""
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 

@@ -468,6 +468,23 @@ async def check_renew_extends_lease(fresh: Fresh) -> None:
     assert got is not None and got.state is JobState.LEASED
 
 
+@check()
+async def check_a_renewed_lease_outlives_its_first_expiry(fresh: Fresh) -> None:
+    """The core alone (no admin read): a renewal keeps the job from
+    recovery and from other leases past the lease's first expiry, and the
+    holder can still settle it; a token never issued is not renewed."""
+    store = await fresh()
+    await store.enqueue_many([job("a")])
+    [leased] = await lease(store, ttl=0.4)
+    await trio.sleep(0.25)
+    assert (await store.renew([leased.ref], 0.4)).renewed == (True,)
+    assert (await store.renew([stale(leased.ref)], 0.4)).renewed == (False,)
+    await trio.sleep(0.25)  # past the first expiry, within the renewed one
+    assert (await store.recover_expired(["q"], 10)).requeued == (), "a renewed lease was recovered"
+    assert await lease(store) == [], "a renewed lease's job was leased again"
+    assert (await store.settle([settle(leased, SettleKind.SUCCEEDED)])).settled == (True,)
+
+
 @check(Capability.ADMIN)
 async def check_expired_lease_recovered_and_old_token_fenced(fresh: Fresh) -> None:
     store = await fresh()
