@@ -44,18 +44,20 @@ VENVS = REPO / "benchmarks" / ".venv"
 RESULTS = REPO / "benchmarks" / "results"
 OURS = {
     "chronos": "chronos_trio (SQLite)",
-    "chronos_normal": "chronos_trio (SQLite, synchronous=normal)",
+    "chronos_full": "chronos_trio (SQLite, synchronous=full)",
 }
-#: URL options of our contestants beyond the defaults.
-QUERY = {"chronos_normal": "synchronous=normal"}
+#: URL options of our contestants beyond the defaults (``chronos_full``: an
+#: fsync per commit, as huey's and persist-queue's SQLite defaults do).
+QUERY = {"chronos_full": "synchronous=full"}
 LABELS = {
     **OURS,
     "huey_sqlite": "huey (SqliteHuey)",
     "persistqueue": "persist-queue (SQLiteAckQueue)",
 }
 SYSTEMS = (*OURS, *SQLITE_PEERS)
-#: Who runs unless ``--systems`` says (``chronos_normal`` on request).
-DEFAULT_SYSTEMS = ("chronos", *SQLITE_PEERS)
+#: Who runs unless ``--systems`` says: our default (``synchronous=normal``)
+#: and ``synchronous=full``, the peers' durability, side by side.
+DEFAULT_SYSTEMS = ("chronos", "chronos_full", *SQLITE_PEERS)
 PHASES = ("enqueue", "drain", "pickup", "lateness", "recovery", "idle")
 #: The drains: (worker processes, concurrency of each).
 DRAINS = ((1, 16), (1, 64), (4, 16))

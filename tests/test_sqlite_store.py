@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,8 @@ from chronos_trio.records._jobs import EnqueueResult, LeasedJob, NewJob
 from chronos_trio.records._unique import Unique
 from chronos_trio.store import QueueWeight
 from chronos_trio.store._partitioning import id_hash
-from chronos_trio.store.sqlite import SqliteStore
+from chronos_trio.store.sqlite import SqliteStore, _claim, _results, _states
+from chronos_trio.store.sqlite._database import _statements, schema_sql
 
 pytestmark = pytest.mark.sqlite
 
@@ -205,3 +207,32 @@ async def test_claims_read_priority_levels_in_lease_order(sqlite_url: str) -> No
         assert await ids(60, "q") == [f"far{i}" for i in range(50)]
     finally:
         await store.aclose()
+
+
+def test_state_filters_are_the_schemas_and_the_hot_queries_use_its_indexes(
+    tmp_path: Path,
+) -> None:
+    """The OR-chain state filters (``_states``) appear verbatim in
+    ``schema.sql`` (an IN list there costs a temporary table per row
+    written), and the claim, the idle wait's next due time and recovery
+    are served by their partial indexes (SQLite uses one only for a query
+    that repeats its filter term for term): none scans the jobs table."""
+    schema = schema_sql()
+    for text in _states.INDEXED:
+        assert text in schema, text
+    assert "state IN" not in schema
+    conn = sqlite3.connect(tmp_path / "plans.db")
+    for statement in _statements(schema):
+        conn.execute(statement)
+    plans = {
+        "claim": (_claim._PICK, ("q", 0, 1.0, "[]", 10), "jobs_claim"),
+        "next due": (_results._NEXT_DUE, (1.0, '["q"]'), "jobs_due"),
+        "top level": (_claim._TOP, ("q",), "jobs_claim"),
+    }
+    for name, (query, params, index) in plans.items():
+        plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + query, params))
+        assert f"USING INDEX {index}" in plan or f"USING COVERING INDEX {index}" in plan, (
+            name,
+            plan,
+        )
+        assert "SCAN jobs" not in plan, (name, plan)

@@ -1,6 +1,6 @@
 """chronos_trio on its SQLite store: ``App("sqlite:///DIR/jobs.db")`` with
-the URL's defaults (WAL, ``synchronous=full``: a commit is on disk when it
-returns; wake-ups polled every 20 ms), one task whose handler records its
+the URL's defaults (WAL, ``synchronous=normal``: a commit is in the log, synced
+at checkpoints; wake-ups polled every 20 ms), one task whose handler records its
 start (``benchmarks._common``), then sleeps :data:`IO_WAIT` s
 (``trio.sleep``) when the job's kind is ``io``, and ``hold`` seconds on its
 first attempt when asked.
@@ -46,7 +46,7 @@ class Job:
     pad: str = PAD
 
 
-#: Extra URL options (``synchronous=normal``: the ``chronos_normal`` contestant).
+#: Extra URL options (``synchronous=full``: the ``chronos_full`` contestant).
 ENV_QUERY = "BENCH_SQLITE_QUERY"
 
 

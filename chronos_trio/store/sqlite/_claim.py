@@ -34,10 +34,10 @@ from .._claim_plan import LOOK_BEYOND, ClaimBatch, judge_controlled, lease_order
 from .._partitioning import share_by_weight, share_strictly
 from .._roles import LeaseResult, QueueWeight
 from .._rows import JOB_COLUMNS, job_from_row
-from . import _limits
+from . import _limits, _states
 
-#: States a claim takes a due job from (the ``jobs_claim`` index's, as written there).
-DUE_STATES = "('ready', 'scheduled', 'retry_wait')"
+#: States a claim takes a due job from (the ``jobs_claim`` index's filter).
+DUE_STATES = _states.DUE
 
 _PAUSED = "SELECT paused FROM queues WHERE name = ?"
 
@@ -45,18 +45,18 @@ _PAUSED = "SELECT paused FROM queues WHERE name = ?"
 # range of the jobs_claim index (queue, priority, run_at <= now): a level's
 # scheduled jobs not yet due end its range, so a claim never walks them.
 _TOP = f"""
-SELECT priority FROM jobs WHERE queue = ? AND state IN {DUE_STATES}
+SELECT priority FROM jobs WHERE queue = ? AND {DUE_STATES}
 ORDER BY priority DESC LIMIT 1
 """
 
 _BELOW = f"""
-SELECT priority FROM jobs WHERE queue = ? AND state IN {DUE_STATES} AND priority < ?
+SELECT priority FROM jobs WHERE queue = ? AND {DUE_STATES} AND priority < ?
 ORDER BY priority DESC LIMIT 1
 """
 
 _PICK = f"""
 SELECT {JOB_COLUMNS} FROM jobs
-WHERE queue = ? AND priority = ? AND state IN {DUE_STATES} AND run_at <= ?
+WHERE queue = ? AND priority = ? AND {DUE_STATES} AND run_at <= ?
   AND id NOT IN (SELECT value FROM json_each(?))
 ORDER BY run_at, id
 LIMIT ?
@@ -65,11 +65,11 @@ LIMIT ?
 _COUNT = f"""
 SELECT count(*) FROM (
     SELECT 1 FROM jobs
-    WHERE queue = ? AND priority = ? AND state IN {DUE_STATES} AND run_at <= ? LIMIT ?)
+    WHERE queue = ? AND priority = ? AND {DUE_STATES} AND run_at <= ? LIMIT ?)
 """
 
 _ANY = f"""
-SELECT 1 FROM jobs WHERE queue = ? AND priority = ? AND state IN {DUE_STATES} AND run_at <= ?
+SELECT 1 FROM jobs WHERE queue = ? AND priority = ? AND {DUE_STATES} AND run_at <= ?
 LIMIT 1
 """
 

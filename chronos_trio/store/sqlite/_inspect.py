@@ -22,12 +22,11 @@ from ...records._unique import RUN_SLOT_PREFIX
 from .._queue_stats import queue_stats
 from .._roles import LimitUsage, QueueStats
 from .._rows import JOB_COLUMNS, job_from_row, shown
+from . import _states
 
 #: A row's state as reads show it at the time bound to ``:now``: a due
 #: scheduled or retry_wait job is ready.
-SHOWN_STATE = (
-    "CASE WHEN state IN ('scheduled', 'retry_wait') AND run_at <= :now THEN 'ready' ELSE state END"
-)
+SHOWN_STATE = f"CASE WHEN {_states.WAITING} AND run_at <= :now THEN 'ready' ELSE state END"
 
 #: Rows listed and counted (see the module docstring).
 LISTED = "NOT discarded AND (state <> 'succeeded' OR retained)"

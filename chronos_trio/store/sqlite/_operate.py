@@ -13,6 +13,7 @@ import sqlite3
 
 from ...records._jobs import abort_error
 from .._roles import NOTHING_SET_ASIDE, AbortResult, CountResult
+from . import _states
 
 _WAITING = ("scheduled", "ready", "retry_wait")
 
@@ -40,9 +41,7 @@ def run_now(conn: sqlite3.Connection, job_id: str, queue: str | None, now: float
         "UPDATE jobs SET state = 'ready', run_at = ?, finished_at = NULL,"
         " attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END"
         " WHERE id = ? AND NOT discarded"
-        " AND (state = 'dead' OR state IN ('scheduled', 'retry_wait') AND run_at > ?)"
-        + where
-        + " RETURNING queue",
+        f" AND (state = 'dead' OR {_states.WAITING} AND run_at > ?)" + where + " RETURNING queue",
         (now, job_id, now, *params),
     ).fetchall()
     return bool(rows)

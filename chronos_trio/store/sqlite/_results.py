@@ -17,6 +17,7 @@ from ...records._workflow import Arrival
 from .._roles import Continuation
 from .._rows import JOB_COLUMNS, job_from_row, shown
 from .._topology_placement import topology_placement
+from . import _states
 from ._claim import has_due
 
 #: A lapsed result waiter is forgotten this long after it lapsed (s).
@@ -33,9 +34,9 @@ _PAUSED = "SELECT name FROM queues WHERE paused AND name IN (SELECT value FROM j
 
 # The next due time to come of the queues: each queue's earliest scheduled
 # or retry_wait job after now (one seek of the jobs_due index each).
-_NEXT_DUE = """
+_NEXT_DUE = f"""
 SELECT min((SELECT j.run_at FROM jobs j
-            WHERE j.queue = q.value AND j.state IN ('scheduled', 'retry_wait')
+            WHERE j.queue = q.value AND {_states.WAITING}
               AND j.run_at > ?
             ORDER BY j.run_at LIMIT 1))
 FROM json_each(?) AS q

@@ -25,13 +25,14 @@ import sqlite3
 from collections.abc import Sequence
 
 from .._roles import NOTHING_SET_ASIDE, CountResult
+from . import _states
 from ._inspect import LISTED, texts
 
 _LAPSED = f"""
 DELETE FROM jobs
  WHERE queue IN (SELECT value FROM json_each(:queues))
    AND ((discarded OR state = 'succeeded') AND coalesce(retain_until, 0) <= :now
-        OR NOT discarded AND state IN ('dead', 'aborted')
+        OR NOT discarded AND {_states.FAILED}
            AND coalesce(finished_at, 0) + :age <= :now)
 RETURNING {LISTED}
 """
@@ -44,16 +45,19 @@ DELETE FROM jobs WHERE id IN (
         SELECT id, row_number() OVER (
                    PARTITION BY queue ORDER BY {order} DESC, id DESC) AS rank
           FROM jobs
-         WHERE queue IN (SELECT value FROM json_each(:queues)) AND {which} AND NOT discarded
+         WHERE queue IN (SELECT value FROM json_each(:queues)) AND {finished} AND {which}
+           AND NOT discarded
     )
     WHERE rank > :keep)
 """
 
 _DEAD_BEYOND = _BEYOND.format(
-    order="coalesce(finished_at, 0)", which="state IN ('dead', 'aborted')"
+    order="coalesce(finished_at, 0)", finished=_states.FINISHED, which=_states.FAILED
 )
 _SUCCEEDED_BEYOND = _BEYOND.format(
-    order="coalesce(retain_until, 0)", which="state = 'succeeded' AND retained"
+    order="coalesce(retain_until, 0)",
+    finished=_states.FINISHED,
+    which="state = 'succeeded' AND retained",
 )
 
 

@@ -15,9 +15,12 @@ Options (query parameters):
   without a sign of change (default 5).
 * ``busy_timeout``: seconds a write waits for another process's write
   transaction before it fails with StoreError (default 30).
-* ``synchronous``: ``full`` (default: a commit is on disk when it returns,
-  whatever happens to the host) or ``normal`` (WAL's lighter mode: a crash
-  of the process loses nothing, a power cut may lose the last commits).
+* ``synchronous``: ``normal`` (default) or ``full``. Under ``normal`` (WAL's
+  usual mode) a commit is written to the log but not synced: a crash or
+  kill -9 of any process loses nothing, a power cut or a kernel crash may
+  take the last commits (the file stays consistent), as Redis's default
+  ``appendfsync everysec`` may. Under ``full`` a commit returns once the log
+  is on the disk (each write transaction waits for an fsync).
 * ``readers``: most reader connections a store opens beside its one writer
   (default 4).
 """
@@ -40,7 +43,7 @@ class SqliteOptions:
     wake_interval: float = 0.02
     idle_poll: float = 5.0
     busy_timeout: float = 30.0
-    synchronous: str = "full"
+    synchronous: str = "normal"
     readers: int = 4
 
 
@@ -78,7 +81,7 @@ def parse_url(url: str) -> SqliteOptions:
             wake_interval=_seconds("wake_interval", given.get("wake_interval", "0.02")),
             idle_poll=_seconds("idle_poll", given.get("idle_poll", "5")),
             busy_timeout=_seconds("busy_timeout", given.get("busy_timeout", "30")),
-            synchronous=_synchronous(given.get("synchronous", "full")),
+            synchronous=_synchronous(given.get("synchronous", "normal")),
             readers=_readers(given.get("readers", "4")),
         )
     except ValueError as exc:

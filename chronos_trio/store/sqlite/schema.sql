@@ -14,9 +14,7 @@ CREATE TABLE jobs (
     kind             TEXT NOT NULL,
     payload          BLOB NOT NULL,
     run_at           REAL NOT NULL,
-    state            TEXT NOT NULL CHECK (state IN
-                         ('scheduled', 'ready', 'leased', 'retry_wait',
-                          'succeeded', 'dead', 'aborted')),
+    state            TEXT NOT NULL CHECK (state = 'scheduled' OR state = 'ready' OR state = 'leased' OR state = 'retry_wait' OR state = 'succeeded' OR state = 'dead' OR state = 'aborted'),
     attempts         INTEGER NOT NULL DEFAULT 0,
     max_retries      INTEGER NOT NULL,
     timeout          REAL NOT NULL,
@@ -44,16 +42,20 @@ CREATE TABLE jobs (
     part             INTEGER NOT NULL DEFAULT 0  --   its placement (see queue_versions)
 ) STRICT;
 
+-- State filters are OR chains, never IN lists (see _states.py: SQLite
+-- evaluates an IN list by building a temporary table for every row it
+-- writes), and queries repeat them verbatim (a partial index serves only a
+-- query holding its WHERE term for term).
 -- Claims: due jobs of a queue, highest priority first, then due order.
 CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at, id)
-    WHERE state IN ('ready', 'scheduled', 'retry_wait');
+    WHERE (state = 'ready' OR state = 'scheduled' OR state = 'retry_wait');
 -- Idle waiters' next due time per queue.
-CREATE INDEX jobs_due ON jobs (queue, run_at) WHERE state IN ('scheduled', 'retry_wait');
+CREATE INDEX jobs_due ON jobs (queue, run_at) WHERE (state = 'scheduled' OR state = 'retry_wait');
 -- Recovery: leases by expiry.
 CREATE INDEX jobs_leased ON jobs (queue, lease_expires_at) WHERE state = 'leased';
 -- Retention, listing and dead letters: finished jobs by finish time.
 CREATE INDEX jobs_finished ON jobs (queue, state, finished_at, id)
-    WHERE state IN ('succeeded', 'dead', 'aborted');
+    WHERE (state = 'succeeded' OR state = 'dead' OR state = 'aborted');
 -- The workflow outbox.
 CREATE INDEX jobs_continuation ON jobs (queue, finished_at, id) WHERE continuation = 1;
 
@@ -63,7 +65,7 @@ CREATE TABLE queue_versions (
     queue      TEXT NOT NULL,
     version    INTEGER NOT NULL CHECK (version >= 1),
     partitions INTEGER NOT NULL CHECK (partitions >= 1),
-    state      TEXT NOT NULL CHECK (state IN ('active', 'draining')),
+    state      TEXT NOT NULL CHECK (state = 'active' OR state = 'draining'),
     PRIMARY KEY (queue, version)
 ) STRICT;
 CREATE UNIQUE INDEX queue_versions_active ON queue_versions (queue) WHERE state = 'active';
