@@ -1,5 +1,5 @@
 """Smoke test of the SQLite benchmark: ``python -m benchmarks --sqlite --tiny
---no-peers`` runs every phase of our SQLite store (files in the test's
+--no-peers --systems chronos`` runs every phase of our SQLite store (files in the test's
 temporary directory) and each one completes with figures in it, the
 4-process drain with no job run twice. The peers are not installed here
 (their venvs are made by ``--setup-peers``); their figures are not checked,
@@ -37,6 +37,8 @@ def test_tiny_sqlite_benchmark_runs_every_phase_of_our_store(tmp_path: Path) -> 
             "--sqlite",
             "--tiny",
             "--no-peers",
+            "--systems",
+            "chronos",
             "--dir",
             str(tmp_path),
             "--out",

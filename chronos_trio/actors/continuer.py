@@ -44,7 +44,9 @@ async def run(
     queues = rt.config.queue_names
     backoff = Backoff(log, "continuer")
     while True:
-        await store.wait_continuations(rt.config.recover_interval * SWEEP_FACTOR)
+        # backed off like every other call: a store whose wait returns at
+        # each change of the store (SQLite) may be called in an outage
+        await backoff.call(store.wait_continuations, rt.config.recover_interval * SWEEP_FACTOR)
         while True:
             batch = await backoff.call(store.continuations, queues, BATCH)
             if not batch:
