@@ -1,6 +1,7 @@
 """The web dashboard as an ASGI app, driven with httpx in-process on the
-memory store: authentication, read-only mode, CSRF, escaping, every action,
-paging, the live event stream, and the ``dashboard`` command."""
+memory store (and the tests taking ``app`` on a SQLite file too):
+authentication, read-only mode, CSRF, escaping, every action, paging, the
+live event stream, and the ``dashboard`` command."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from chronos_trio import App, Inspector, JobState, MemoryStore, WorkerInfo
 from chronos_trio.cli import EXIT_BAD_URL, EXIT_USAGE, main
 from chronos_trio.dashboard import ASGIApp, dashboard_app
 from chronos_trio.store import VersionState
+from chronos_trio.store.sqlite import SqliteStore
 from tests._dashboard import XSS, XSS_ERROR, csrf_of, populate_dashboard
 from tests.tests_app import Note, Record
 
@@ -28,9 +30,18 @@ from tests.tests_app import Note, Record
 ORIGIN = "http://localhost"
 
 
-@pytest.fixture
-async def app() -> App:
-    return await populate_dashboard(MemoryStore())
+@pytest.fixture(params=["memory", pytest.param("sqlite", marks=pytest.mark.sqlite)])
+async def app(request: pytest.FixtureRequest) -> AsyncIterator[App]:
+    """The populated app, on the memory store and on a SQLite file (the
+    dashboard reads and acts through the store's roles alone)."""
+    if request.param == "memory":
+        yield await populate_dashboard(MemoryStore())
+        return
+    store = SqliteStore.from_url(request.getfixturevalue("sqlite_url"))
+    try:
+        yield await populate_dashboard(store)
+    finally:
+        await store.aclose()
 
 
 def client(asgi: ASGIApp, **kw: Any) -> httpx.AsyncClient:
