@@ -30,6 +30,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import attrs
 
 from .._schemes import redact
+from .._url_values import seconds, whole_number
 
 SCHEMES = ("postgresql", "postgres")
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -88,12 +89,12 @@ def parse_url(url: str) -> PostgresOptions:
             conninfo=conninfo,
             schema=check_schema_name(store.get("schema", "chronos")),
             poll_only=_flag("poll_only", store.get("poll_only", "false")),
-            poll_interval=_seconds("poll_interval", store["poll_interval"])
+            poll_interval=seconds("poll_interval", store["poll_interval"])
             if "poll_interval" in store
             else None,
-            pool_size=_pool_size(store.get("pool_size", "10")),
+            pool_size=whole_number("pool_size", store.get("pool_size", "10"), 1, 1000),
             migrate=_migrate(store.get("migrate", "auto")),
-            statement_timeout=_seconds("statement_timeout", store.get("statement_timeout", "30")),
+            statement_timeout=seconds("statement_timeout", store.get("statement_timeout", "30")),
         )
     except ValueError as exc:
         raise ValueError(f"{redact(url)}: {exc}") from None
@@ -110,26 +111,6 @@ def _flag(name: str, value: str) -> bool:
     if value.lower() in _FALSE:
         return False
     raise ValueError(f"{name}={value!r} is not true or false")
-
-
-def _seconds(name: str, value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f"{name}={value!r} is not a number of seconds") from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise ValueError(f"{name}={value!r} must be a positive number of seconds")
-    return seconds
-
-
-def _pool_size(value: str) -> int:
-    try:
-        size = int(value)
-    except ValueError:
-        raise ValueError(f"pool_size={value!r} is not a whole number") from None
-    if not 1 <= size <= 1000:
-        raise ValueError(f"pool_size={value!r} must be between 1 and 1000")
-    return size
 
 
 def _migrate(value: str) -> str:

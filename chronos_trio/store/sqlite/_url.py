@@ -32,6 +32,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import attrs
 
+from .._url_values import seconds, whole_number
+
 SCHEME = "sqlite"
 
 
@@ -78,11 +80,11 @@ def parse_url(url: str) -> SqliteOptions:
     try:
         return SqliteOptions(
             path=os.path.expanduser(path),
-            wake_interval=_seconds("wake_interval", given.get("wake_interval", "0.02")),
-            idle_poll=_seconds("idle_poll", given.get("idle_poll", "5")),
-            busy_timeout=_seconds("busy_timeout", given.get("busy_timeout", "30")),
+            wake_interval=seconds("wake_interval", given.get("wake_interval", "0.02")),
+            idle_poll=seconds("idle_poll", given.get("idle_poll", "5")),
+            busy_timeout=seconds("busy_timeout", given.get("busy_timeout", "30")),
             synchronous=_synchronous(given.get("synchronous", "normal")),
-            readers=_readers(given.get("readers", "4")),
+            readers=whole_number("readers", given.get("readers", "4"), 1, 64),
         )
     except ValueError as exc:
         raise ValueError(f"{url!r}: {exc}") from None
@@ -91,27 +93,7 @@ def parse_url(url: str) -> SqliteOptions:
 _OPTIONS = frozenset({"wake_interval", "idle_poll", "busy_timeout", "synchronous", "readers"})
 
 
-def _seconds(name: str, value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f"{name}={value!r} is not a number of seconds") from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise ValueError(f"{name}={value!r} must be a positive number of seconds")
-    return seconds
-
-
 def _synchronous(value: str) -> str:
     if value.lower() not in ("full", "normal"):
         raise ValueError(f"synchronous={value!r} must be full or normal")
     return value.lower()
-
-
-def _readers(value: str) -> int:
-    try:
-        count = int(value)
-    except ValueError:
-        raise ValueError(f"readers={value!r} is not a whole number") from None
-    if not 1 <= count <= 64:
-        raise ValueError(f"readers={value!r} must be between 1 and 64")
-    return count
