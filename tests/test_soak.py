@@ -10,7 +10,7 @@ that no job ran twice at once, that the store's ``check`` and ``PRAGMA
 integrity_check`` find nothing, and that no worker logged a store error):
 ``[redis]``, ``[postgres]`` and ``[sqlite]`` in the test IDs.
 
-* ``test_soak_short``: about a minute of faults, in the normal suite
+* ``test_soak_short``: 40 s of faults, in the normal suite
   (deselect it with ``-m "not soak_short"``).
 * ``test_soak_long``: ten minutes of faults and 13,000-16,000 jobs (by load), only with
   ``CHRONOS_SOAK=1``.
@@ -184,8 +184,8 @@ def file_checks(report: Report, soak: Soak, runs: dict[str, list[Run]], checked:
 async def test_soak_short(tmp_path: Path, server: str) -> None:
     plan = Plan(
         seed=seed(SHORT_SEED),
-        fault_seconds=60,
-        produce_seconds=45,
+        fault_seconds=40,
+        produce_seconds=30,
         jobs_per_second=20,
         fault_interval=2.0,
         drain_timeout=60,
