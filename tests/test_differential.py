@@ -124,26 +124,26 @@ def _params() -> list[object]:
     return out
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize(("backend", "mix"), _params())
 async def test_redis_answers_as_the_memory_store(
-    frozen_clock: FrozenClock, target: Target, backend: str, mix: str
+    frozen_clock: FrozenClock, target: Target, backend: str, mix: str, seed: int | str
 ) -> None:
-    """Every seed's sequence gives the same answers and admin views on a
+    """The seed's sequence gives the same answers and admin views on a
     RedisStore (a fresh namespace) as on a fresh MemoryStore."""
-    for seed in SEEDS:
-        print(f"\ndifferential {backend}/{mix} seed={seed} (CHRONOS_DIFF_SEED={seed})")
-        reference = MemoryStore(clock=frozen_clock.now, default_partitions=target.partitions)
-        candidate = RedisStore.from_url(
-            target.url, namespace=f"df{next(_namespaces)}", default_partitions=target.partitions
+    print(f"\ndifferential {backend}/{mix} seed={seed} (CHRONOS_DIFF_SEED={seed})")
+    reference = MemoryStore(clock=frozen_clock.now, default_partitions=target.partitions)
+    candidate = RedisStore.from_url(
+        target.url, namespace=f"df{next(_namespaces)}", default_partitions=target.partitions
+    )
+    try:
+        report = await run_differential(
+            reference, candidate, frozen_clock, seed=seed, steps=STEPS, mix=MIXES[mix]
         )
-        try:
-            report = await run_differential(
-                reference, candidate, frozen_clock, seed=seed, steps=STEPS, mix=MIXES[mix]
-            )
-        finally:
-            await candidate.aclose()
-        print(report.summary())
-        assert report.steps == STEPS
+    finally:
+        await candidate.aclose()
+    print(report.summary())
+    assert report.steps == STEPS
 
 
 @pytest.fixture(scope="session")
@@ -159,51 +159,51 @@ def frozen_postgres(frozen_clock: FrozenClock) -> Iterator[PostgresServer]:
     server.close()
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.postgres
 @pytest.mark.parametrize("mix", list(MIXES))
 async def test_postgres_answers_as_the_memory_store(
-    frozen_clock: FrozenClock, frozen_postgres: PostgresServer, mix: str
+    frozen_clock: FrozenClock, frozen_postgres: PostgresServer, mix: str, seed: int | str
 ) -> None:
-    """Every seed's sequence gives the same answers and admin views on a
+    """The seed's sequence gives the same answers and admin views on a
     PostgresStore (a fresh schema) as on a fresh MemoryStore of one
     partition (the PostgreSQL store's default topology). The store has no
     promoter: the runner keeps the reference promoted (see
     ``testing.differential``)."""
-    for seed in SEEDS:
-        print(f"\ndifferential postgres/{mix} seed={seed} (CHRONOS_DIFF_SEED={seed})")
-        reference = MemoryStore(clock=frozen_clock.now, default_partitions=1)
-        candidate = PostgresStore.from_url(f"{frozen_postgres.url}?schema=df{next(_namespaces)}")
-        try:
-            report = await run_differential(
-                reference, candidate, frozen_clock, seed=seed, steps=STEPS, mix=MIXES[mix]
-            )
-        finally:
-            await candidate.aclose()
-        print(report.summary())
-        assert report.steps == STEPS
+    print(f"\ndifferential postgres/{mix} seed={seed} (CHRONOS_DIFF_SEED={seed})")
+    reference = MemoryStore(clock=frozen_clock.now, default_partitions=1)
+    candidate = PostgresStore.from_url(f"{frozen_postgres.url}?schema=df{next(_namespaces)}")
+    try:
+        report = await run_differential(
+            reference, candidate, frozen_clock, seed=seed, steps=STEPS, mix=MIXES[mix]
+        )
+    finally:
+        await candidate.aclose()
+    print(report.summary())
+    assert report.steps == STEPS
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.sqlite
 @pytest.mark.parametrize("mix", list(MIXES))
 async def test_sqlite_answers_as_the_memory_store(
-    frozen_clock: FrozenClock, sqlite_urls: Callable[[], str], mix: str
+    frozen_clock: FrozenClock, sqlite_urls: Callable[[], str], mix: str, seed: int | str
 ) -> None:
-    """Every seed's sequence gives the same answers and admin views on a
+    """The seed's sequence gives the same answers and admin views on a
     SqliteStore (a fresh file, on the frozen clock) as on a fresh
     MemoryStore of one partition. The store has no promoter: the runner
     keeps the reference promoted (see ``testing.differential``)."""
-    for seed in SEEDS:
-        print(f"\ndifferential sqlite/{mix} seed={seed} (CHRONOS_DIFF_SEED={seed})")
-        reference = MemoryStore(clock=frozen_clock.now, default_partitions=1)
-        candidate = SqliteStore.from_url(sqlite_urls(), clock=frozen_clock.now)
-        try:
-            report = await run_differential(
-                reference, candidate, frozen_clock, seed=seed, steps=STEPS, mix=MIXES[mix]
-            )
-        finally:
-            await candidate.aclose()
-        print(report.summary())
-        assert report.steps == STEPS
+    print(f"\ndifferential sqlite/{mix} seed={seed} (CHRONOS_DIFF_SEED={seed})")
+    reference = MemoryStore(clock=frozen_clock.now, default_partitions=1)
+    candidate = SqliteStore.from_url(sqlite_urls(), clock=frozen_clock.now)
+    try:
+        report = await run_differential(
+            reference, candidate, frozen_clock, seed=seed, steps=STEPS, mix=MIXES[mix]
+        )
+    finally:
+        await candidate.aclose()
+    print(report.summary())
+    assert report.steps == STEPS
 
 
 # -- the engine has teeth: planted divergences are reported ------------------------------
