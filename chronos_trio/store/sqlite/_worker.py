@@ -110,9 +110,14 @@ class WorkerPart(SqlitePart, WorkerRole, ResultRole, FlowRole):
             await trio.lowlevel.checkpoint()
             return RecoverResult((), (), NOTHING_SET_ASIDE, ())
         db = self._db
-        return await db.write(
-            lambda conn: _lease.recover(conn, queues, limit, db.now()), what="recover"
+        result = await db.write(
+            lambda conn: _lease.recover(conn, queues, limit, db.now()),
+            what="recover",
+            wake=False,
         )
+        if result.requeued or result.dead or result.aborted or result.aside.dead:
+            db.changes.signal()  # jobs came back (or finished for their waiters)
+        return result
 
     # -- waiting ---------------------------------------------------------------------
     async def wait_ready(
