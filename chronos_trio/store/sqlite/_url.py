@@ -10,7 +10,8 @@ Options (query parameters):
 
 * ``wake_interval``: seconds between an idle process's looks at whether
   another process changed the file (``PRAGMA data_version``, one cheap read;
-  default 0.02). A write of the same process wakes its waiters at once.
+  default 0.02), five times that once the file has been quiet for a second.
+  A write of the same process wakes its waiters at once.
 * ``idle_poll``: seconds after which an idle worker looks at the table even
   without a sign of change (default 5).
 * ``busy_timeout``: seconds a write waits for another process's write
