@@ -413,9 +413,9 @@ print("trio" in sys.modules, "trio_util" in sys.modules, "chronos_trio.app" in s
 """
 
 
-def test_the_producers_import_and_run_without_trio(redis_url: str) -> None:
+def _runs_without_trio(url: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", _NO_TRIO, redis_url],
+        [sys.executable, "-c", _NO_TRIO, url],
         capture_output=True,
         text=True,
         timeout=60,
@@ -423,6 +423,23 @@ def test_the_producers_import_and_run_without_trio(redis_url: str) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "False", "False"], proc.stdout
+
+
+def test_the_producers_import_and_run_without_trio(redis_url: str) -> None:
+    _runs_without_trio(redis_url)
+
+
+@pytest.mark.sqlite
+def test_producers_on_sqlite_import_and_run_without_trio(sqlite_url: str) -> None:
+    """A SQL store's producers open its Trio-free part (the scheme's
+    producer opener), not the store: the contract "producers outside Trio
+    do not import trio" holds at run time too."""
+    _runs_without_trio(sqlite_url)
+
+
+@pytest.mark.postgres
+def test_producers_on_postgresql_import_and_run_without_trio(postgres_url: str) -> None:
+    _runs_without_trio(postgres_url)
 
 
 def test_the_lazy_top_level_names_are_the_type_checked_ones() -> None:

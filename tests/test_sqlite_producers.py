@@ -31,7 +31,7 @@ import trio
 
 from chronos_trio import App, JobFailed, JobNotFound, StoreError
 from chronos_trio.producers import AsyncioProducer, SyncProducer
-from chronos_trio.store.sqlite import SqliteStore, _enqueue
+from chronos_trio.store.sqlite import SqliteProducerStore, SqliteStore, _enqueue
 from tests.transactional_app import Record, make_app
 
 pytestmark = pytest.mark.sqlite
@@ -349,18 +349,18 @@ async def test_a_producer_killed_before_its_commit_leaves_no_job(sqlite_url: str
 
 
 def test_closing_a_producer_closes_the_store_it_opened_and_not_an_apps(sqlite_url: str) -> None:
-    """A producer given a URL opened its store: ``close`` closes its
-    connections (a later call is a StoreError); a producer given an App
-    uses the app's store, which stays open."""
+    """A producer given a URL opened its store (the Trio-free part):
+    ``close`` closes its connections (a later call is a StoreError); a
+    producer given an App uses the app's store, which stays open."""
     app = make_app(sqlite_url)
     task = app.tasks["tx.record"]
     own = SyncProducer(sqlite_url)
     own.enqueue(task, Record(1))
     store = own._p.sql
-    assert isinstance(store, SqliteStore)
-    assert store._db._all  # the connections it opened
+    assert isinstance(store, SqliteProducerStore)
+    assert store._files._all  # the connections it opened
     own.close()
-    assert not store._db._all
+    assert not store._files._all
     with pytest.raises(StoreError, match="closed"):
         own.enqueue(task, Record(2))
     borrowed = SyncProducer(app=app)

@@ -19,7 +19,7 @@ from chronos_trio.records._unique import Unique
 from chronos_trio.store import QueueWeight
 from chronos_trio.store._partitioning import id_hash
 from chronos_trio.store.sqlite import SqliteStore, _claim, _results, _states
-from chronos_trio.store.sqlite._database import _statements, schema_sql
+from chronos_trio.store.sqlite._connections import _statements, schema_sql
 
 pytestmark = pytest.mark.sqlite
 

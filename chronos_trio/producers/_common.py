@@ -24,13 +24,9 @@ from ..records._producing import (
     new_jobs,
     unknown_kind,
 )
-from ..store._schemes import open_store, redact, scheme_of
+from ..store._schemes import open_producer_store, redact, scheme_of
 from ..store._topology_placement import locate
-from ..store._transactional import (
-    TransactionalEnqueue,
-    not_transactional,
-    transactional_store,
-)
+from ..store._transactional import ProducerEnqueue, not_transactional
 from ..store.redis._batch import AdapterStatistics
 from ..store.redis._connect import Flavor, StoreUrl, connect, parse_store_url
 from ..store.redis._core import RedisCore
@@ -133,24 +129,21 @@ def statistics_of(stats: AdapterStatistics, listener: _Listener) -> ProducerStat
 #: LISTEN connection, and SQLite has none).
 POLL_FIRST, POLL_MOST = 0.05, 0.5
 
-#: Schemes whose stores write jobs in the caller's transaction.
-_TRANSACTIONAL_SCHEMES = frozenset({"postgresql", "postgres", "sqlite"})
 
-
-def transactional_of(url: str | None, app: AppLike | None) -> TransactionalEnqueue | None:
+def transactional_of(url: str | None, app: AppLike | None) -> ProducerEnqueue | None:
     """The producer's store when it is one that writes jobs in a caller's
-    transaction (PostgreSQL, SQLite): ``url``'s, else the app's (its store
-    object if it was given one). None for a Redis store. Connects to nothing."""
-    if url is None and app is not None:
-        if scheme_of(app.store_url).name in _TRANSACTIONAL_SCHEMES:
-            store = app.store
-            return store if isinstance(store, TransactionalEnqueue) else None
-        if not scheme_of(app.store_url).shared:
-            store = app.store  # a store object given to the App (not a URL)
-            return store if isinstance(store, TransactionalEnqueue) else None
+    transaction (PostgreSQL, SQLite: a scheme with a producer opener):
+    ``url``'s, opened without Trio, else the app's (its store object, if
+    the app was given one or the scheme has such stores). None for a Redis
+    store. Connects to nothing."""
+    if url is not None:
+        return open_producer_store(url)
+    if app is None:
         return None
-    if url is not None and scheme_of(url).name in _TRANSACTIONAL_SCHEMES:
-        return transactional_store(open_store(url), redact(url))
+    scheme = scheme_of(app.store_url)
+    if scheme.producer_opener or not scheme.shared:  # not shared: a store object given
+        store = app.store
+        return store if isinstance(store, ProducerEnqueue) else None
     return None
 
 
@@ -158,7 +151,7 @@ class ProducerCore:
     """The state both producers hold: the parsed URL and how to connect,
     the sans-IO Redis core (keys, topology cache), the app (if any) and the
     payload limit. On PostgreSQL or SQLite (``sql`` is the store, a
-    :class:`TransactionalEnqueue`) the Redis parts are not made; a store
+    :class:`ProducerEnqueue`) the Redis parts are not made; a store
     the producer opened from its own URL (``owns_sql``) is closed by its
     ``close``, never an app's."""
 
@@ -200,7 +193,7 @@ class ProducerCore:
             replica_wait=ReplicaWait(s.wait_replicas, s.wait_timeout) if s.wait_replicas else None,
         )
 
-    def in_transaction(self) -> TransactionalEnqueue:
+    def in_transaction(self) -> ProducerEnqueue:
         """The store, for an enqueue given ``connection=``; MissingCapability
         naming the store when it is Redis (nothing is written)."""
         if self.sql is None:

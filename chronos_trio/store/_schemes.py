@@ -15,32 +15,44 @@ from typing import cast
 import attrs
 
 from ._roles import Store
+from ._transactional import ProducerEnqueue
 
 #: What ``open_store`` passes a backend: the whole URL.
 Opener = Callable[[str], Store]
+#: The same for ``open_producer_store``.
+ProducerOpener = Callable[[str], ProducerEnqueue]
 
 
 @attrs.frozen
 class Scheme:
     """A URL scheme: ``opener`` is ``"module:function"`` taking the URL;
-    ``shared`` says whether its stores can serve several processes."""
+    ``shared`` says whether its stores can serve several processes;
+    ``producer_opener`` (``"module:function"``, or empty) opens what a
+    producer outside Trio uses for it, a :class:`ProducerEnqueue` from
+    modules that import no Trio (the SQL stores; a Redis producer speaks
+    Redis itself)."""
 
     name: str
     opener: str
     shared: bool
     description: str = ""
+    producer_opener: str = ""
 
 
 _SCHEMES: dict[str, Scheme] = {}
 
 
-def register_scheme(name: str, opener: str, *, shared: bool, description: str = "") -> None:
+def register_scheme(
+    name: str, opener: str, *, shared: bool, description: str = "", producer_opener: str = ""
+) -> None:
     """Make ``open_store`` hand ``name://...`` URLs to ``opener``
-    (``"package.module:function"``, imported on first use)."""
-    module, sep, function = opener.partition(":")
-    if not sep or not module or not function:
-        raise ValueError(f"opener must be 'module:function', got {opener!r}")
-    _SCHEMES[name.lower()] = Scheme(name.lower(), opener, shared, description)
+    (``"package.module:function"``, imported on first use), and
+    ``open_producer_store`` to ``producer_opener`` if one is given."""
+    for what in (opener, producer_opener) if producer_opener else (opener,):
+        module, sep, function = what.partition(":")
+        if not sep or not module or not function:
+            raise ValueError(f"opener must be 'module:function', got {what!r}")
+    _SCHEMES[name.lower()] = Scheme(name.lower(), opener, shared, description, producer_opener)
 
 
 def schemes() -> tuple[Scheme, ...]:
@@ -74,6 +86,19 @@ def open_store(url: str | None) -> Store:
     module, _, function = scheme.opener.partition(":")
     opener = cast(Opener, getattr(importlib.import_module(module), function))
     return opener(url or "memory://")
+
+
+def open_producer_store(url: str) -> ProducerEnqueue | None:
+    """What a producer outside Trio uses for ``url``: the scheme's
+    :class:`ProducerEnqueue` (imported without Trio), or None for a scheme
+    that has none (Redis, memory). ``ValueError`` for an unknown scheme or
+    a malformed URL. Nothing connects yet."""
+    scheme = scheme_of(url)
+    if not scheme.producer_opener:
+        return None
+    module, _, function = scheme.producer_opener.partition(":")
+    opener = cast(ProducerOpener, getattr(importlib.import_module(module), function))
+    return opener(url)
 
 
 def redact(url: str) -> str:
@@ -114,10 +139,12 @@ for _name in ("postgresql", "postgres"):
         "chronos_trio.store.postgres:open_postgres_store",
         shared=True,
         description="PostgreSQL (the postgres extra)",
+        producer_opener="chronos_trio.store.postgres:open_postgres_producer_store",
     )
 register_scheme(
     "sqlite",
     "chronos_trio.store.sqlite:open_sqlite_store",
     shared=True,
     description="a SQLite file (one host, no server)",
+    producer_opener="chronos_trio.store.sqlite:open_sqlite_producer_store",
 )

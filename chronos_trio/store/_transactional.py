@@ -4,9 +4,12 @@ caller's transaction**, so that a job exists if and only if that
 transaction commits (the business row and its job commit or roll back
 together).
 
-The worker side (the App) and the producers reach it only through
-:class:`TransactionalEnqueue` (never a backend's modules); the PostgreSQL
-and SQLite stores offer it. :func:`transactional_store` refuses, with one clear
+The worker side (the App) reaches it only through
+:class:`TransactionalEnqueue`, and the producers outside Trio only through
+:class:`ProducerEnqueue`, which a backend offers in modules that never
+import Trio (never a backend's modules by name: the scheme registry's
+producer opener); the PostgreSQL and SQLite stores offer both.
+:func:`transactional_store` refuses, with one clear
 :class:`MissingCapability`, a store that does not.
 
 What a "connection" may be is the backend's to say (for PostgreSQL: a
@@ -25,9 +28,12 @@ from ..records._jobs import EnqueueResult, JobOutcome, JobRef, NewJob
 from ._capabilities import MissingCapability
 
 
-class TransactionalEnqueue(abc.ABC):
-    """A store that writes jobs in the caller's transaction (a mixin of the
-    store class, beside its roles).
+class ProducerEnqueue(abc.ABC):
+    """What a producer outside Trio needs of a store that writes jobs in
+    the caller's transaction: the blocking and asyncio forms, and its
+    committed enqueue and outcome reads. A backend offers it in a module
+    that never imports Trio (the scheme registry's producer opener), so a
+    producer on such a store imports no Trio.
 
     Every method writes ``jobs`` with statements run on ``connection`` (the
     caller's), commits nothing and rolls nothing back: the caller's
@@ -42,13 +48,6 @@ class TransactionalEnqueue(abc.ABC):
     current in the connection's database or a statement fails (the caller's
     transaction must then be rolled back); nothing was written then.
     """
-
-    @abc.abstractmethod
-    async def enqueue_in_transaction(
-        self, connection: object, jobs: Sequence[NewJob]
-    ) -> list[EnqueueResult]:
-        """From Trio: a synchronous connection, used in a worker thread
-        (the call waits for it; the connection must not be used meanwhile)."""
 
     @abc.abstractmethod
     def enqueue_in_transaction_blocking(
@@ -86,6 +85,19 @@ class TransactionalEnqueue(abc.ABC):
         cannot be used afterwards. Does nothing by default."""
 
 
+class TransactionalEnqueue(ProducerEnqueue):
+    """A store (a mixin of the store class, beside its roles) that writes
+    jobs in the caller's transaction from Trio too, as
+    :class:`ProducerEnqueue` says."""
+
+    @abc.abstractmethod
+    async def enqueue_in_transaction(
+        self, connection: object, jobs: Sequence[NewJob]
+    ) -> list[EnqueueResult]:
+        """From Trio: a synchronous connection, used in a worker thread
+        (the call waits for it; the connection must not be used meanwhile)."""
+
+
 def transactional_store(store: object, where: str = "") -> TransactionalEnqueue:
     """``store`` as a :class:`TransactionalEnqueue`; ``MissingCapability``
     naming the store (and ``where`` it came from, e.g. its URL) when it
@@ -107,4 +119,4 @@ def not_transactional(store_name: str, where: str = "") -> MissingCapability:
     )
 
 
-__all__ = ["TransactionalEnqueue", "not_transactional", "transactional_store"]
+__all__ = ["ProducerEnqueue", "TransactionalEnqueue", "not_transactional", "transactional_store"]

@@ -39,6 +39,7 @@ class PostgresStore(WorkerPart, AdminPart, RegistryPart, LeaderPart, CheckPart, 
 
     def __init__(self, options: PostgresOptions) -> None:
         self._db = Database(options)
+        self._files = self._db
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:

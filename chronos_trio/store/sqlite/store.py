@@ -16,7 +16,8 @@ from .._capabilities import FEATURES, Capability
 from .._observer import StoreObserver
 from ._admin import AdminPart
 from ._check import CheckPart
-from ._database import Clock, Database
+from ._connections import Clock
+from ._database import Database
 from ._leader import LeaderPart
 from ._registry import RegistryPart
 from ._transactional import TransactionalPart
@@ -40,6 +41,7 @@ class SqliteStore(WorkerPart, AdminPart, RegistryPart, LeaderPart, CheckPart, Tr
 
     def __init__(self, options: SqliteOptions, *, clock: Clock | None = None) -> None:
         self._db = Database(options, clock=clock)
+        self._files = self._db
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> SqliteStore:
