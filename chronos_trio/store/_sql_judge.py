@@ -12,6 +12,10 @@ a slot or lock, its key (the repair's own statement re-reads the holder).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
 import attrs
 
 from ..records._jobs import Job, JobState
@@ -151,3 +155,56 @@ def is_slot(finding: Finding) -> bool:
     """Whether a holder finding (see :func:`held_by`) is a concurrency
     slot's (else a unique lock's)."""
     return finding.indexes[-1].startswith("concurrency slot")
+
+
+#: Runs one read of a check on the backend's connection (the backend's
+#: driver: a sqlite3 or psycopg connection) and returns its result.
+Reader = Callable[[Callable[[Any], Any]], Awaitable[Any]]
+
+
+@attrs.frozen
+class Walk:
+    """How a SQL store's check reads: ``rows(conn, queue, after, batch)``
+    gives the next rows of a queue after job ID ``after`` (in ID order);
+    ``strays(conn, queues, now)`` the judged slots and unique locks held by
+    no live job, and how many such entries it looked at."""
+
+    rows: Callable[[Any, str, str, int], list[Row]]
+    strays: Callable[[Any, list[str], float], tuple[list[Judged], int]]
+
+
+async def check_rows(
+    read: Reader,
+    walk: Walk,
+    names: list[str],
+    *,
+    now: float,
+    batch: int,
+    lease_grace: float,
+) -> tuple[list[Judged], int, int]:
+    """Walk every row of ``names`` (``batch`` at a time, each read one
+    snapshot) and the stray slots and locks, judging each as
+    :func:`judge_row` does: the judged, the rows walked and the index
+    entries looked at (each row is in the one index its state names)."""
+    judged: list[Judged] = []
+    records = entries = 0
+    for queue in names:
+        after = ""
+        while True:
+            rows: list[Row] = await read(partial(_rows_of, walk, queue, after, batch))
+            records += len(rows)
+            entries += len(rows)
+            judged.extend(j for j in (judge_row(row, now, lease_grace) for row in rows) if j)
+            if len(rows) < batch:
+                break
+            after = rows[-1].job.id
+    strays, held = await read(partial(_strays_of, walk, names, now))
+    return judged + strays, records, entries + held
+
+
+def _rows_of(walk: Walk, queue: str, after: str, batch: int, conn: Any) -> list[Row]:
+    return walk.rows(conn, queue, after, batch)
+
+
+def _strays_of(walk: Walk, names: list[str], now: float, conn: Any) -> tuple[list[Judged], int]:
+    return walk.strays(conn, names, now)

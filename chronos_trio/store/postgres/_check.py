@@ -58,7 +58,7 @@ from .._roles import (
     Repair,
     finding_order,
 )
-from .._sql_judge import Judged, is_slot, judge_row
+from .._sql_judge import Judged, Walk, check_rows, is_slot
 from . import _judge, _topology
 from ._base import PostgresPart, now_of
 from ._inspect import known_queues
@@ -88,6 +88,10 @@ def _strays(
         (queues, queues),
     ).fetchone()
     return found, int(row[0]) if row else 0
+
+
+#: How this store's check reads its rows and stray entries.
+_WALK = Walk(_judge.read_rows, _strays)
 
 
 # -- repairs: each one transaction, acting only on what was judged --------------------
@@ -206,26 +210,14 @@ class CheckPart(PostgresPart, CheckRole):
         asked = _checking.asked_queues(queues, batch=batch, lease_grace=lease_grace)
         db = self._db
         now, names, partitions = await db.run(lambda conn: _start(conn, asked), what="check")
-        judged: list[Judged] = []
-        records = entries = 0
-        for queue in names:
-            after = ""
-            while True:
-                rows = await db.run(
-                    partial(_judge.read_rows, queue=queue, after=after, batch=batch), what="check"
-                )
-                records += len(rows)
-                entries += len(rows)  # each row is in the one index its state names
-                for row in rows:
-                    found = judge_row(row, now, lease_grace)
-                    if found is not None:
-                        judged.append(found)
-                if len(rows) < batch:
-                    break
-                after = rows[-1].job.id
-        strays, held = await db.run(lambda conn: _strays(conn, names, now), what="check")
-        judged += strays
-        entries += held
+        judged, records, entries = await check_rows(
+            lambda work: db.run(work, what="check"),
+            _WALK,
+            names,
+            now=now,
+            batch=batch,
+            lease_grace=lease_grace,
+        )
         findings = [j.finding for j in judged]
         if repair:
             schema = db.schema

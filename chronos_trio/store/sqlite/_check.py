@@ -56,7 +56,7 @@ from .._roles import (
     Repair,
     finding_order,
 )
-from .._sql_judge import Judged, Row, is_slot, judge_row
+from .._sql_judge import Judged, Row, Walk, check_rows, is_slot
 from . import _judge
 from ._base import SqlitePart
 from ._inspect import known_queues
@@ -77,6 +77,10 @@ def _strays(conn: sqlite3.Connection, queues: list[str], now: float) -> tuple[li
     """Slot and lock findings, and how many slot and lock rows were seen."""
     found = _judge.stray_slots(conn, queues) + _judge.stray_locks(conn, queues, now)
     return found, _judge.held_rows(conn, queues)
+
+
+#: How this store's check reads its rows and stray entries.
+_WALK = Walk(_judge.read_rows, _strays)
 
 
 # -- repairs: each one write transaction, acting only on what was judged ---------------
@@ -198,26 +202,14 @@ class CheckPart(SqlitePart, CheckRole):
         now, names, partitions = await db.read(
             lambda conn: _start(conn, asked, db.now()), what="check"
         )
-        judged: list[Judged] = []
-        records = entries = 0
-        for queue in names:
-            after = ""
-            while True:
-                rows = await db.read(
-                    partial(_judge.read_rows, queue=queue, after=after, batch=batch), what="check"
-                )
-                records += len(rows)
-                entries += len(rows)  # each row is in the one index its state names
-                for row in rows:
-                    found = judge_row(row, now, lease_grace)
-                    if found is not None:
-                        judged.append(found)
-                if len(rows) < batch:
-                    break
-                after = rows[-1].job.id
-        strays, held = await db.read(lambda conn: _strays(conn, names, now), what="check")
-        judged += strays
-        entries += held
+        judged, records, entries = await check_rows(
+            lambda work: db.read(work, what="check"),
+            _WALK,
+            names,
+            now=now,
+            batch=batch,
+            lease_grace=lease_grace,
+        )
         findings = [j.finding for j in judged]
         if repair:
             findings = [
