@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -567,6 +567,21 @@ def main(argv: list[str] | None = None) -> int:
         doc["meta"]["versions"] = versions(cluster, args.systems)
         doc["results"] = suite(args, cluster)
     stop.set()
+    return _finish(doc, loads, started, args.out, render, LABELS, OURS)
+
+
+def _finish(
+    doc: dict[str, Any],
+    loads: list[float],
+    started: float,
+    out: Path,
+    render: Callable[[dict[str, Any]], str],
+    labels: Mapping[str, str],
+    ours: Iterable[str],
+) -> int:
+    """End a run (shared by the SQL benchmarks): the load seen, the time
+    taken, the document saved, the tables printed; 1 when a phase of ours
+    did not complete, else 0."""
     machine = doc["meta"]["machine"]
     machine["loadavg_end"] = os.getloadavg()
     machine["loadavg1_during"] = {
@@ -575,13 +590,14 @@ def main(argv: list[str] | None = None) -> int:
         "max": max(loads, default=math.nan),
     }
     doc["meta"]["seconds"] = round(time.monotonic() - started, 1)
-    _save(args.out, doc)
+    _save(out, doc)
     print(render(doc))
-    print(f"results: {args.out} ({doc['meta']['seconds']} s)")
+    print(f"results: {out} ({doc['meta']['seconds']} s)")
+    mine = set(ours)
     failed = [
-        f"{LABELS[s]}/{k}"
+        f"{labels[s]}/{k}"
         for s, rows in doc["results"].items()
-        if s in OURS
+        if s in mine
         for k, row in rows.items()
         if not row.get("ok", True)
     ]

@@ -27,7 +27,6 @@ import os
 import platform
 import shutil
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._proc import REPO
-from benchmarks.postgres import _cell, _f, _sample_load, _save, log, setup_peers
+from benchmarks.postgres import _cell, _f, _finish, _sample_load, _save, log, setup_peers
 from benchmarks.sqlite_systems import IO_WAIT, SQLITE_PEERS
 
 VENVS = REPO / "benchmarks" / ".venv"
@@ -461,28 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     stop.set()
-    machine = doc["meta"]["machine"]
-    machine["loadavg_end"] = os.getloadavg()
-    machine["loadavg1_during"] = {
-        "min": min(loads, default=math.nan),
-        "median": statistics.median(loads) if loads else math.nan,
-        "max": max(loads, default=math.nan),
-    }
-    doc["meta"]["seconds"] = round(time.monotonic() - started, 1)
-    _save(args.out, doc)
-    print(render(doc))
-    print(f"results: {args.out} ({doc['meta']['seconds']} s)")
-    failed = [
-        f"{LABELS[s]}/{k}"
-        for s, rows in doc["results"].items()
-        if s in OURS
-        for k, row in rows.items()
-        if not row.get("ok", True)
-    ]
-    if failed:
-        print(f"chronos_trio phases that did not complete: {', '.join(failed)}")
-        return 1
-    return 0
+    return _finish(doc, loads, started, args.out, render, LABELS, OURS)
 
 
 if __name__ == "__main__":

@@ -126,8 +126,6 @@ class Changes:
                 if version != self._version:
                     self._version = version
                     self.signal()
-        except trio.Cancelled:
-            pass
         finally:
             if self._polling_in is run:
                 self._polling_in = None
