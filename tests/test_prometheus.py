@@ -229,11 +229,14 @@ async def run_worker_and_scrape(redis_url: str, tmp_path: Path, processes: int, 
             while len(await producer.store.workers()) < processes:
                 assert proc.poll() is None, log_path.read_text()
                 await trio.sleep(0.1)
+        # each job holds its slot 0.1 s, so one child alone would take 2.5 s
+        # over all of them: on a loaded machine the other (registered and
+        # waiting) still gets its share (at 0.01 s one child once ran all 200)
         await producer.tasks["tests.record"].enqueue_many(
-            [Record(f"prom{processes}", sleep=0.01) for _ in range(jobs)]
+            [Record(f"prom{processes}", sleep=0.1) for _ in range(jobs)]
         )
         lab = {"queue": "default", "kind": "tests.record"}
-        with trio.fail_after(12):
+        with trio.fail_after(20):
             while True:
                 assert proc.poll() is None, log_path.read_text()
                 try:
