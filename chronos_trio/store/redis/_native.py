@@ -58,13 +58,32 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import hiredis
 import trio
 
 from ._batch import with_waits as with_waits
-from ._errors import NoScript, exceptions, reply_error
+from ._errors import exceptions, reply_error
+from ._resp import (
+    AS_SENT as AS_SENT,
+)
+from ._resp import (
+    CONVERTED as CONVERTED,
+)
+from ._resp import (
+    READ_SIZE,
+    Callbacks,
+    Dead,
+    ReplyCallbacks,
+    handshake,
+    is_readonly,
+    pack,
+    parse_reply,
+)
+from ._resp import (
+    redis_py_callbacks as redis_py_callbacks,
+)
 
 if TYPE_CHECKING:
     import redis
@@ -81,7 +100,6 @@ MAX_OPEN = 32
 MAX_IDLE = MAX_OPEN
 #: Idle connections kept for blocking waits (a worker has two waiters).
 MAX_BLOCKING_IDLE = 4
-_READ_SIZE = 65536
 
 
 @functools.cache
@@ -93,59 +111,6 @@ def _not_master() -> type[Exception]:
         pass
 
     return NotMaster
-
-
-class _Dead(Exception):
-    """The connection failed; ``replied`` tells whether any reply had arrived."""
-
-    def __init__(self, cause: BaseException, replied: bool) -> None:
-        super().__init__(f"{type(cause).__name__}: {cause}")
-        self.cause = cause
-        self.replied = replied
-
-
-def _encode(arg: Any) -> bytes:
-    """An argument as redis-py's encoder writes it."""
-    if isinstance(arg, bytes):
-        return arg
-    if isinstance(arg, str):
-        return arg.encode()
-    if isinstance(arg, bool):
-        raise exceptions().DataError(f"invalid argument {arg!r}: booleans are not sent")
-    if isinstance(arg, int | float):
-        return repr(arg).encode()
-    if isinstance(arg, memoryview | bytearray):
-        return bytes(arg)
-    raise exceptions().DataError(f"invalid argument of type {type(arg).__name__}")
-
-
-def _pack(commands: Sequence[Sequence[Any]]) -> bytes:
-    """The commands as one RESP request. hiredis packs str (UTF-8), bytes,
-    int and float itself, floats as repr() writes them, exactly as redis-py's
-    encoder would; anything else (a bool, a bytearray) takes the slow path,
-    which converts or refuses it as redis-py does."""
-    try:
-        return b"".join(
-            # (hiredis' stub types the argument as a 1-tuple; any length is fine)
-            hiredis.pack_command(c if type(c) is tuple else tuple(c))  # type: ignore[arg-type, unused-ignore]
-            for c in commands
-        )
-    except TypeError:
-        return b"".join(
-            hiredis.pack_command(tuple(_encode(a) for a in c))  # type: ignore[arg-type]
-            for c in commands
-        )
-
-
-def _error(reply: hiredis.ReplyError) -> Exception:
-    """An error reply as the redis-py exception its parser would make, but
-    NOSCRIPT as a :class:`~._errors.NoScript` (the adapter reloads the script)."""
-    text = str(reply)
-    return NoScript(text) if text.startswith("NOSCRIPT ") else reply_error(text)
-
-
-def _is_readonly(reply: Any) -> bool:
-    return isinstance(reply, hiredis.ReplyError) and str(reply).startswith("READONLY ")
 
 
 def _at(address: Address | None) -> str:
@@ -180,12 +145,12 @@ class _Connection:
     async def round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         replies: list[Any] = []
         try:
-            await self.send(_pack(commands))
+            await self.send(pack(commands))
             await self.read(len(commands), replies)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise _Dead(exc, bool(replies)) from exc
+            raise Dead(exc, bool(replies)) from exc
         except hiredis.ProtocolError as exc:
-            raise _Dead(exc, True) from exc
+            raise Dead(exc, True) from exc
         return replies
 
     async def send(self, data: bytes) -> None:
@@ -206,9 +171,9 @@ class _Connection:
             reply = self.reader.gets()
             if reply is False:
                 chunk = (
-                    await sock.recv(_READ_SIZE)
+                    await sock.recv(READ_SIZE)
                     if sock is not None
-                    else await self.stream.receive_some(_READ_SIZE)
+                    else await self.stream.receive_some(READ_SIZE)
                 )
                 if not chunk:
                     raise ConnectionResetError("Redis closed the connection")
@@ -219,13 +184,6 @@ class _Connection:
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
             await trio.aclose_forcefully(self.stream)
-
-
-class Callbacks(Protocol):
-    """Response callbacks by command name (upper or lower case), as
-    redis-py's ``client.response_callbacks`` holds them."""
-
-    def get(self, name: str) -> Callable[..., Any] | None: ...
 
 
 def _tcp(host: str, port: int) -> Callable[[], Awaitable[trio.abc.Stream]]:
@@ -240,16 +198,6 @@ def _unix(path: str) -> Callable[[], Awaitable[trio.abc.Stream]]:
         return await trio.open_unix_socket(path)
 
     return connect
-
-
-def _handshake(username: str | None, password: str | None, db: int) -> list[tuple[Any, ...]]:
-    """What a new connection sends first: AUTH (with a password), SELECT (db > 0)."""
-    handshake: list[tuple[Any, ...]] = []
-    if password is not None:
-        handshake.append(("AUTH", username, password) if username else ("AUTH", password))
-    if db:
-        handshake.append(("SELECT", db))
-    return handshake
 
 
 class NativeNode:
@@ -284,7 +232,7 @@ class NativeNode:
         path = address.path
         return cls(
             connect=_tcp(address.host, address.port) if path is None else _unix(path),
-            handshake=_handshake(address.username, address.password, address.db),
+            handshake=handshake(address.username, address.password, address.db),
             timeout=address.socket_timeout,
             connect_timeout=address.connect_timeout,
             callbacks=ReplyCallbacks(),
@@ -327,13 +275,13 @@ class NativeNode:
             connect = None  # to the master the watch names (see _open)
         else:
             return None
-        handshake = _handshake(kw.get("username"), kw.get("password"), int(kw.get("db") or 0))
+        hello = handshake(kw.get("username"), kw.get("password"), int(kw.get("db") or 0))
         timeout = kw.get("socket_timeout") or 5.0
         if watch is not None:
-            handshake.append(("ROLE",))  # checked in _open: a master, or not used
+            hello.append(("ROLE",))  # checked in _open: a master, or not used
         return cls(
             connect=connect,
-            handshake=handshake,
+            handshake=hello,
             timeout=float(timeout),
             connect_timeout=float(kw.get("socket_connect_timeout") or timeout),
             callbacks=client.response_callbacks,
@@ -362,7 +310,7 @@ class NativeNode:
         """One pipeline on a connection slot (see execute)."""
         replies = await self._execute(commands)
         if self._watch is not None:
-            readonly = [i for i, r in enumerate(replies) if _is_readonly(r)]
+            readonly = [i for i, r in enumerate(replies) if is_readonly(r)]
             refused = with_waits(commands, readonly)
             if refused:
                 # Demoted under us: those commands did not run; send them
@@ -407,7 +355,7 @@ class NativeNode:
                     raise exceptions().TimeoutError(
                         f"no reply from Redis within {self._timeout:g}s"
                     )
-            except _Dead as dead:
+            except Dead as dead:
                 await conn.aclose()  # type: ignore[union-attr]
                 if self._watch is not None:
                     self._watch.forget()
@@ -467,7 +415,7 @@ class NativeNode:
             try:
                 with trio.fail_after(self._timeout):
                     replies = await conn.round_trip(self._handshake)
-            except (_Dead, trio.TooSlowError) as exc:
+            except (Dead, trio.TooSlowError) as exc:
                 await conn.aclose()
                 self._forget()
                 raise exceptions().ConnectionError(f"Redis handshake failed: {exc}") from exc
@@ -498,11 +446,7 @@ class NativeNode:
             await conn.aclose()
 
     def _parse(self, command: Sequence[Any], reply: Any) -> Any:
-        if isinstance(reply, hiredis.ReplyError):
-            return _error(reply)
-        name = command[0]
-        callback = self._callbacks.get(name if isinstance(name, str) else name.decode())
-        return reply if callback is None else callback(reply)
+        return parse_reply(self._callbacks, command, reply)
 
     async def _drop_idle(self) -> None:
         idle, self._idle = self._idle, []
@@ -534,7 +478,7 @@ class NativeNode:
             replies: list[Any] = []
             try:
                 with trio.CancelScope(deadline=trio.current_time() + block + slack) as scope:
-                    await conn.send(_pack([command]))
+                    await conn.send(pack([command]))
                     sent = True
                     await conn.read(1, replies)
                 break
@@ -590,83 +534,6 @@ class NativeNode:
         blocking, self._blocking = self._blocking, []
         for conn in blocking:
             await conn.aclose()
-
-
-# -- a node without redis-py ------------------------------------------------------------
-def _time(reply: Any) -> tuple[int, int]:
-    return (int(reply[0]), int(reply[1]))
-
-
-def _ok(reply: Any) -> bool:
-    return (reply.decode("utf-8", "replace") if isinstance(reply, bytes) else reply) == "OK"
-
-
-def _pairs(reply: Any) -> dict[Any, Any]:
-    return dict(zip(reply[::2], reply[1::2], strict=False)) if reply else {}
-
-
-def _entries(reply: Any) -> Any:
-    """Stream entries (XRANGE, XREVRANGE) as (id, fields dict) pairs."""
-    if reply is None:
-        return None
-    out: list[tuple[Any, dict[Any, Any] | None]] = []
-    for entry in reply:
-        if entry is None:
-            out.append((None, None))
-        else:
-            fields = iter(entry[1])
-            out.append((entry[0], dict(zip(fields, fields, strict=False))))
-    return out
-
-
-#: Commands whose replies redis-py (RESP2, called as ``execute_command``
-#: calls them: without options) returns as they come: the store's own and
-#: common ones of handlers (tests hold it to redis-py's table).
-AS_SENT = frozenset(
-    {
-        "DECR", "DECRBY", "DEL", "EVAL", "EVALSHA", "EXISTS", "GET", "HDEL", "HGET",
-        "HINCRBY", "HKEYS", "HLEN", "HMGET", "HSET", "HSETNX", "INCR", "INCRBY", "LLEN",
-        "LPUSH", "MGET", "PUBLISH", "RPUSH", "SADD", "SCARD", "SCRIPT", "SMISMEMBER",
-        "SREM", "WAIT", "XADD", "ZCARD", "ZRANGE", "ZREM",
-    }
-)  # fmt: skip
-#: Commands redis-py converts, converted the same way (TIME as a tuple, OK
-#: as True, HGETALL as a dict, stream entries as (id, fields dict) pairs).
-CONVERTED: dict[str, Callable[[Any], Any]] = {
-    "TIME": _time, "LTRIM": _ok, "HGETALL": _pairs, "XRANGE": _entries, "XREVRANGE": _entries,
-}  # fmt: skip
-
-
-class ReplyCallbacks:
-    """redis-py's response callbacks for a node without a redis-py client:
-    :data:`AS_SENT` and :data:`CONVERTED` give what redis-py's give for
-    those commands; any other command's callback is redis-py's own, read
-    (importing redis-py) on first need."""
-
-    def __init__(self) -> None:
-        self._redis_py: Callbacks | None = None
-
-    def get(self, name: str) -> Callable[..., Any] | None:
-        name = name.upper()
-        if name in AS_SENT:
-            return None
-        converted = CONVERTED.get(name)
-        if converted is not None:
-            return converted
-        if self._redis_py is None:
-            self._redis_py = redis_py_callbacks()
-        return self._redis_py.get(name)
-
-
-def redis_py_callbacks() -> Callbacks:
-    """The response callbacks of a redis-py client as the store makes them
-    (RESP2, raw bytes), without connecting anywhere."""
-    import redis
-
-    client = redis.Redis(protocol=2, decode_responses=False)
-    callbacks: Callbacks = client.response_callbacks
-    client.close()
-    return callbacks
 
 
 class NodeClient:

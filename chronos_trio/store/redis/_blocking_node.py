@@ -1,0 +1,240 @@
+"""Blocking round trips to one Redis node on plain sockets, hiredis for the
+protocol: the synchronous producer's transport on a plain ``redis://`` or
+``unix://`` client (the blocking twin of ``_native.NativeNode``).
+
+redis-py's pipeline costs several times a loopback round trip in Python
+(connection bookkeeping, observability hooks, per-argument encoding), and a
+producer's enqueue is one round trip: this path writes the packed commands
+and reads the replies, nothing else. It covers what ``NativeNode.for_client``
+covers (plain TCP and Unix-socket connections, password and database from
+the client's settings); TLS, Sentinel, custom connection classes and
+credential providers, and clients speaking RESP3, keep redis-py (``_blocking.lean_pipeline``).
+
+It behaves as the Trio-native path does:
+
+* a round trip, once started, runs to completion or fails, bounded by the
+  client's socket timeout (a ``TimeoutError``, never retried: the commands
+  may be running);
+* every failure is redis-py's ``ConnectionError``/``TimeoutError`` and the
+  connection is closed, never pooled half-read (also when the caller is
+  interrupted mid round trip);
+* an idle connection that turns out dead before any reply (the server
+  restarted since it was last used: the commands never ran) is replaced, the
+  other idle ones dropped, and the commands sent once more;
+* replies go through the client's own response callbacks and error replies
+  become redis-py's exceptions, ``NOSCRIPT`` a :class:`~._errors.NoScript`
+  (the transport reloads the script), so callers see what redis-py's
+  pipeline gives.
+
+Many threads may share a node: each round trip takes a connection of its
+own from the idle list (popping and appending a list are atomic). A node
+used in a child process after ``fork`` forgets the parent's connections.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import hiredis
+
+from ._errors import exceptions, reply_error
+from ._resp import READ_SIZE, Callbacks, Dead, handshake, pack, parse_reply
+
+if TYPE_CHECKING:
+    import redis
+
+#: Idle connections kept (a burst of threads opens more; the rest are closed).
+MAX_IDLE = 32
+
+
+class _Connection:
+    __slots__ = ("reader", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader = hiredis.Reader()
+
+    def round_trip(self, data: bytes, count: int) -> list[Any]:
+        """Send ``data`` (``count`` commands), read ``count`` replies.
+        Raises :class:`Dead` (telling whether any reply came) or the
+        socket's ``TimeoutError``."""
+        replies: list[Any] = []
+        sock, reader = self.sock, self.reader
+        try:
+            sock.sendall(data)
+            while len(replies) < count:
+                reply = reader.gets()
+                if reply is False:
+                    chunk = sock.recv(READ_SIZE)
+                    if not chunk:
+                        raise ConnectionResetError("Redis closed the connection")
+                    reader.feed(chunk)
+                    continue
+                replies.append(reply)
+        except TimeoutError:
+            raise
+        except OSError as exc:
+            raise Dead(exc, bool(replies)) from exc
+        except hiredis.ProtocolError as exc:
+            raise Dead(exc, True) from exc
+        return replies
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:  # pragma: no cover - closing a socket hardly fails
+            pass
+
+
+class BlockingNode:
+    """A small pool of blocking connections to one Redis node (see the
+    module doc). ``address`` is (host, port) or a Unix socket path."""
+
+    def __init__(
+        self,
+        address: tuple[str, int] | str,
+        *,
+        hello: list[tuple[Any, ...]],
+        timeout: float,
+        connect_timeout: float,
+        callbacks: Callbacks,
+    ) -> None:
+        self._address = address
+        self._hello = hello
+        self._timeout = timeout
+        self._connect_timeout = connect_timeout
+        self._callbacks = callbacks
+        self._idle: list[_Connection] = []
+        self._pid = os.getpid()
+        self._closed = False
+
+    @classmethod
+    def for_client(cls, client: redis.Redis) -> BlockingNode | None:
+        """A node with ``client``'s settings, or None when this path does not
+        cover its connection kind (TLS, Sentinel, a custom connection class,
+        connect function or credential provider, a pinned connection)."""
+        import redis.connection
+
+        pool = client.connection_pool
+        kind = pool.connection_class
+        kw = pool.connection_kwargs
+        if (
+            client.connection is not None
+            or kw.get("credential_provider") is not None
+            or kw.get("redis_connect_func") is not None
+            # RESP2 replies only (redis-py 8 speaks RESP3 unless told 2)
+            or kw.get("protocol") not in (2, "2")
+        ):
+            return None
+        address: tuple[str, int] | str
+        if kind is redis.connection.Connection:
+            address = (kw.get("host") or "localhost", int(kw.get("port") or 6379))
+        elif kind is redis.connection.UnixDomainSocketConnection:
+            address = kw["path"]
+        else:
+            return None
+        timeout = float(kw.get("socket_timeout") or 5.0)
+        return cls(
+            address,
+            hello=handshake(kw.get("username"), kw.get("password"), int(kw.get("db") or 0)),
+            timeout=timeout,
+            connect_timeout=float(kw.get("socket_connect_timeout") or timeout),
+            callbacks=client.response_callbacks,
+        )
+
+    def execute(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Send ``commands`` as one pipeline; their replies as redis-py's
+        pipeline returns them (error replies as exception instances).
+        Raises redis-py's ConnectionError or TimeoutError."""
+        if self._closed:
+            raise exceptions().ConnectionError("the producer is closed")
+        if self._pid != os.getpid():
+            self._idle, self._pid = [], os.getpid()  # the parent's: never used here
+        data = pack(commands)
+        for attempt in (1, 2):
+            try:
+                conn: _Connection | None = self._idle.pop()
+            except IndexError:
+                conn = None
+            pooled = conn is not None
+            if conn is None:
+                conn = self._open()
+            try:
+                replies = conn.round_trip(data, len(commands))
+            except Dead as dead:
+                conn.close()
+                if pooled and not dead.replied and attempt == 1:
+                    self._drop_idle()
+                    continue
+                raise exceptions().ConnectionError(
+                    f"lost the connection to Redis: {dead}"
+                ) from dead.cause
+            except TimeoutError as exc:
+                conn.close()
+                raise exceptions().TimeoutError(
+                    f"no reply from Redis within {self._timeout:g}s"
+                ) from exc
+            except BaseException:
+                conn.close()  # interrupted mid round trip: never pooled half-read
+                raise
+            if len(self._idle) < MAX_IDLE and not self._closed:
+                self._idle.append(conn)
+            else:
+                conn.close()
+            callbacks = self._callbacks
+            return [parse_reply(callbacks, c, r) for c, r in zip(commands, replies, strict=True)]
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _open(self) -> _Connection:
+        address = self._address
+        try:
+            if isinstance(address, str):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(self._connect_timeout)
+                try:
+                    sock.connect(address)
+                except BaseException:
+                    sock.close()
+                    raise
+            else:
+                sock = socket.create_connection(address, timeout=self._connect_timeout)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except TimeoutError as exc:
+            raise exceptions().TimeoutError(
+                f"could not connect to Redis at {_where(address)} within {self._connect_timeout:g}s"
+            ) from exc
+        except OSError as exc:
+            raise exceptions().ConnectionError(
+                f"could not connect to Redis at {_where(address)}: {exc.strerror or exc}"
+            ) from exc
+        sock.settimeout(self._timeout)
+        conn = _Connection(sock)
+        if self._hello:
+            try:
+                replies = conn.round_trip(pack(self._hello), len(self._hello))
+            except (Dead, TimeoutError) as exc:
+                conn.close()
+                raise exceptions().ConnectionError(f"Redis handshake failed: {exc}") from exc
+            for reply in replies:
+                if isinstance(reply, hiredis.ReplyError):
+                    conn.close()
+                    raise reply_error(str(reply))
+        return conn
+
+    def _drop_idle(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def close(self) -> None:
+        """Close the idle connections; round trips in flight finish on theirs
+        (closed as they end), later ones raise ConnectionError."""
+        self._closed = True
+        self._drop_idle()
+
+
+def _where(address: tuple[str, int] | str) -> str:
+    return address if isinstance(address, str) else f"{address[0]}:{address[1]}"

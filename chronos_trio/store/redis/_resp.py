@@ -1,0 +1,182 @@
+"""The Redis protocol as every runtime's own connections speak it: no
+Trio, no asyncio, no redis-py until one of its exceptions or callbacks is
+needed.
+
+The Trio-native path (``_native``) and the blocking node of the producers
+(``_blocking_node``) share these: packing commands into one RESP request
+with hiredis (:func:`pack`), turning replies into what redis-py would have
+returned (:func:`parse_reply` with :class:`ReplyCallbacks` or a redis-py
+client's callbacks; an error reply as redis-py's exception, ``NOSCRIPT`` as
+:class:`~._errors.NoScript`), the handshake of a new connection
+(:func:`handshake`), and :class:`Dead`, how a connection's failure is told
+apart from an error reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import hiredis
+
+from ._errors import NoScript, exceptions, reply_error
+
+#: Bytes asked of the socket per read.
+READ_SIZE = 65536
+
+
+class Dead(Exception):
+    """The connection failed; ``replied`` tells whether any reply had arrived."""
+
+    def __init__(self, cause: BaseException, replied: bool) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause = cause
+        self.replied = replied
+
+
+def encode_arg(arg: Any) -> bytes:
+    """An argument as redis-py's encoder writes it."""
+    if isinstance(arg, bytes):
+        return arg
+    if isinstance(arg, str):
+        return arg.encode()
+    if isinstance(arg, bool):
+        raise exceptions().DataError(f"invalid argument {arg!r}: booleans are not sent")
+    if isinstance(arg, int | float):
+        return repr(arg).encode()
+    if isinstance(arg, memoryview | bytearray):
+        return bytes(arg)
+    raise exceptions().DataError(f"invalid argument of type {type(arg).__name__}")
+
+
+def pack(commands: Sequence[Sequence[Any]]) -> bytes:
+    """The commands as one RESP request. hiredis packs str (UTF-8), bytes,
+    int and float itself, floats as repr() writes them, exactly as redis-py's
+    encoder would; anything else (a bool, a bytearray) takes the slow path,
+    which converts or refuses it as redis-py does."""
+    try:
+        return b"".join(
+            # (hiredis' stub types the argument as a 1-tuple; any length is fine)
+            hiredis.pack_command(c if type(c) is tuple else tuple(c))  # type: ignore[arg-type, unused-ignore]
+            for c in commands
+        )
+    except TypeError:
+        return b"".join(
+            hiredis.pack_command(tuple(encode_arg(a) for a in c))  # type: ignore[arg-type]
+            for c in commands
+        )
+
+
+def error_of(reply: hiredis.ReplyError) -> Exception:
+    """An error reply as the redis-py exception its parser would make, but
+    NOSCRIPT as a :class:`~._errors.NoScript` (the adapter reloads the script)."""
+    text = str(reply)
+    return NoScript(text) if text.startswith("NOSCRIPT ") else reply_error(text)
+
+
+def is_readonly(reply: Any) -> bool:
+    return isinstance(reply, hiredis.ReplyError) and str(reply).startswith("READONLY ")
+
+
+class Callbacks(Protocol):
+    """Response callbacks by command name (upper or lower case), as
+    redis-py's ``client.response_callbacks`` holds them."""
+
+    def get(self, name: str) -> Callable[..., Any] | None: ...
+
+
+def parse_reply(callbacks: Callbacks, command: Sequence[Any], reply: Any) -> Any:
+    """``reply`` to ``command`` as redis-py returns it: an error reply as its
+    exception (:func:`error_of`), else through the command's callback."""
+    if isinstance(reply, hiredis.ReplyError):
+        return error_of(reply)
+    name = command[0]
+    callback = callbacks.get(name if isinstance(name, str) else name.decode())
+    return reply if callback is None else callback(reply)
+
+
+def handshake(username: str | None, password: str | None, db: int) -> list[tuple[Any, ...]]:
+    """What a new connection sends first: AUTH (with a password), SELECT (db > 0)."""
+    handshake: list[tuple[Any, ...]] = []
+    if password is not None:
+        handshake.append(("AUTH", username, password) if username else ("AUTH", password))
+    if db:
+        handshake.append(("SELECT", db))
+    return handshake
+
+
+# -- redis-py's callbacks, without redis-py --------------------------------------------
+def _time(reply: Any) -> tuple[int, int]:
+    return (int(reply[0]), int(reply[1]))
+
+
+def _ok(reply: Any) -> bool:
+    return (reply.decode("utf-8", "replace") if isinstance(reply, bytes) else reply) == "OK"
+
+
+def _pairs(reply: Any) -> dict[Any, Any]:
+    return dict(zip(reply[::2], reply[1::2], strict=False)) if reply else {}
+
+
+def _entries(reply: Any) -> Any:
+    """Stream entries (XRANGE, XREVRANGE) as (id, fields dict) pairs."""
+    if reply is None:
+        return None
+    out: list[tuple[Any, dict[Any, Any] | None]] = []
+    for entry in reply:
+        if entry is None:
+            out.append((None, None))
+        else:
+            fields = iter(entry[1])
+            out.append((entry[0], dict(zip(fields, fields, strict=False))))
+    return out
+
+
+#: Commands whose replies redis-py (RESP2, called as ``execute_command``
+#: calls them: without options) returns as they come: the store's own and
+#: common ones of handlers (tests hold it to redis-py's table).
+AS_SENT = frozenset(
+    {
+        "DECR", "DECRBY", "DEL", "EVAL", "EVALSHA", "EXISTS", "GET", "HDEL", "HGET",
+        "HINCRBY", "HKEYS", "HLEN", "HMGET", "HSET", "HSETNX", "INCR", "INCRBY", "LLEN",
+        "LPUSH", "MGET", "PUBLISH", "RPUSH", "SADD", "SCARD", "SCRIPT", "SMISMEMBER",
+        "SREM", "WAIT", "XADD", "ZCARD", "ZRANGE", "ZREM",
+    }
+)  # fmt: skip
+#: Commands redis-py converts, converted the same way (TIME as a tuple, OK
+#: as True, HGETALL as a dict, stream entries as (id, fields dict) pairs).
+CONVERTED: dict[str, Callable[[Any], Any]] = {
+    "TIME": _time, "LTRIM": _ok, "HGETALL": _pairs, "XRANGE": _entries, "XREVRANGE": _entries,
+}  # fmt: skip
+
+
+class ReplyCallbacks:
+    """redis-py's response callbacks for a node without a redis-py client:
+    :data:`AS_SENT` and :data:`CONVERTED` give what redis-py's give for
+    those commands; any other command's callback is redis-py's own, read
+    (importing redis-py) on first need."""
+
+    def __init__(self) -> None:
+        self._redis_py: Callbacks | None = None
+
+    def get(self, name: str) -> Callable[..., Any] | None:
+        name = name.upper()
+        if name in AS_SENT:
+            return None
+        converted = CONVERTED.get(name)
+        if converted is not None:
+            return converted
+        if self._redis_py is None:
+            self._redis_py = redis_py_callbacks()
+        return self._redis_py.get(name)
+
+
+def redis_py_callbacks() -> Callbacks:
+    """The response callbacks of a redis-py client as the store makes them
+    (RESP2, raw bytes), without connecting anywhere."""
+    import redis
+
+    client = redis.Redis(protocol=2, decode_responses=False)
+    callbacks: Callbacks = client.response_callbacks
+    client.close()
+    return callbacks
