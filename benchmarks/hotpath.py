@@ -17,6 +17,8 @@ Cases (the paths every job takes):
 * ``sync_enqueue``: ``SyncProducer(app=...).enqueue`` one at a time against
   a private redis-server (the Python side of one enqueue; the server's work
   is not counted);
+* ``redis_enqueue``: ``await task.enqueue(payload)`` one at a time against
+  a private redis-server (the Trio store's Python side of one enqueue);
 * ``redis_drain``: one embedded worker (c=64) draining jobs pre-enqueued
   in bulk on a private redis-server (the worker's Python side of lease,
   run, renew and settle; the scripts' work in the server is not counted).
@@ -39,7 +41,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-CASES = ("enqueue", "drain", "sync_enqueue", "redis_drain")
+CASES = ("enqueue", "drain", "sync_enqueue", "redis_enqueue", "redis_drain")
 HERE = Path(__file__).resolve()
 
 
@@ -93,6 +95,19 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
             await app.aclose()
 
         trio.run(redis_drain)
+    elif case == "redis_enqueue":
+        assert redis_url is not None
+        from chronos_trio.store.redis import RedisStore
+
+        app = chronos_trio.App(RedisStore.from_url(redis_url))
+        task = app.task("bench.job")(job.fn)
+
+        async def redis_enqueue() -> None:
+            for p in payloads:
+                await task.enqueue(p)
+            await app.aclose()
+
+        trio.run(redis_enqueue)
     elif case == "sync_enqueue":
         assert redis_url is not None
         from chronos_trio.producers import SyncProducer
@@ -155,7 +170,7 @@ def main() -> None:
     cases = [c for c in args.cases.split(",") if c]
     redis_url = None
     server = None
-    if "sync_enqueue" in cases or "redis_drain" in cases:
+    if {"sync_enqueue", "redis_enqueue", "redis_drain"} & set(cases):
         sys.path.insert(0, str(HERE.parent.parent))
         from chronos_trio.testing.redis_server import RedisServer
 

@@ -22,7 +22,7 @@ from ...records._jobs import EnqueueResult, NewJob
 from ...records._options import encode_headers
 from ...records._unique import Unique, with_run_slot
 from .._partitioning import partition_of, routed_job_id
-from .._roles import StoreError
+from .._roles import QueueVersion, StoreError
 from . import _scripts as S
 from ._codec import ident, parse_number
 from ._core import Call, Plan, QueueMeta, RedisCore, ensure_plan
@@ -50,27 +50,10 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
     for _attempt in range(3):
         if not todo:
             break
-        metas = yield from ensure_plan(ctx, [jobs[i].queue for i in todo])
+        queues = list(dict.fromkeys(jobs[i].queue for i in todo))
+        metas = yield from ensure_plan(ctx, queues)
         todo = yield from _skip_existing_in_draining(ctx, jobs, todo, metas, results)
-        groups: dict[PartitionKeys, list[int]] = {}
-        for i in todo:
-            job = jobs[i]
-            active = metas[job.queue].active
-            if active is None:
-                damage = metas[job.queue].damage
-                raise StoreError(
-                    f"queue {job.queue!r}: {damage}"
-                    if damage
-                    else f"queue {job.queue!r} has no active topology version"
-                )
-            if job.unique is not None or job.control is not None:
-                # routed by its key, where the lock or limit lives (raises,
-                # before anything is sent, for a given ID that routes elsewhere)
-                ids[i] = routed_job_id(job, active.partitions)
-            pk = ctx.keys.partition(
-                job.queue, active.version, partition_of(ids[i], active.partitions)
-            )
-            groups.setdefault(pk, []).append(i)
+        groups = _route(ctx, jobs, todo, metas, ids)
         if not groups:
             break
         batch_now = ""
@@ -79,31 +62,12 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
             # different partitions keep the batch's order.
             (t,) = yield Call([Op.command(None, "TIME")])
             batch_now = repr(int(t[0]) + int(t[1]) / 1_000_000)
-        ops = []
-        for pk, idxs in groups.items():
-            argv: list[object] = [batch_now]
-            for i in idxs:
-                j = jobs[i]
-                argv += [
-                    ids[i],
-                    j.kind,
-                    j.payload,
-                    "" if j.run_at is None else repr(float(j.run_at)),
-                    repr(float(j.delay)),
-                    int(j.max_retries),
-                    repr(float(j.timeout)),
-                    encode_headers(j.headers) if j.headers else "",
-                    extras(j),
-                ]
-            ops.append(
-                Op.script_call(
-                    S.ENQUEUE,
-                    [pk.scheduled, pk.ready, pk.closed, pk.job_prefix, pk.unique_prefix, pk.retry],
-                    argv,
-                )
-            )
+        ops = [
+            Op.script_call(S.ENQUEUE, pk.enqueue_keys, _argv(batch_now, jobs, ids, idxs))
+            for pk, idxs in groups.items()
+        ]
         replies = yield Call(
-            ops, after=_enqueue_wake_ops(ctx, [jobs[i] for i in todo]), replicas=ctx.replica_wait
+            ops, after=_enqueue_wake_ops(ctx, jobs, todo), replicas=ctx.replica_wait
         )
         closed: list[int] = []
         for (pk, idxs), reply in zip(groups.items(), replies, strict=True):
@@ -113,19 +77,96 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
                 closed += idxs
                 continue
             ctx.observe_now(reply[0])
-            for k, i in enumerate(idxs):
+            placement = pk.placement
+            for k, i in enumerate(idxs, 1):
+                at = 3 * k
                 results[i] = EnqueueResult(
                     # the job's own ID, or that of the job holding its unique key
-                    ident(reply[3 + 3 * k]),
-                    reply[1 + 3 * k] == 1,
+                    ident(reply[at]),
+                    reply[at - 2] == 1,
                     # '' for an existing key without a readable due time
-                    float(reply[2 + 3 * k] or 0.0),
-                    pk.placement,
+                    float(reply[at - 1] or 0.0),
+                    placement,
                 )
         todo = closed
     if todo:
         raise StoreError("could not enqueue: the queue's topology kept changing; try again")
     return [r for r in results if r is not None]
+
+
+def _route(
+    ctx: RedisCore,
+    jobs: Sequence[NewJob],
+    todo: list[int],
+    metas: dict[str, QueueMeta],
+    ids: list[str],
+) -> dict[PartitionKeys, list[int]]:
+    """The jobs ``todo`` grouped by the partition of its queue's active
+    version each goes to (unique and limited jobs by their key, see
+    ``routed_job_id``). StoreError for a queue with no active version."""
+    groups: dict[PartitionKeys, list[int]] = {}
+    actives: dict[str, QueueVersion] = {}
+    partition = ctx.keys.partition
+    for i in todo:
+        job = jobs[i]
+        queue = job.queue
+        active = actives.get(queue)
+        if active is None:
+            active = actives[queue] = _active(queue, metas[queue])
+        if job.unique is not None or job.control is not None:
+            # routed by its key, where the lock or limit lives (raises,
+            # before anything is sent, for a given ID that routes elsewhere)
+            ids[i] = routed_job_id(job, active.partitions)
+        n = active.partitions
+        pk = partition(queue, active.version, 0 if n == 1 else partition_of(ids[i], n))
+        group = groups.get(pk)
+        if group is None:
+            groups[pk] = [i]
+        else:
+            group.append(i)
+    return groups
+
+
+def _active(queue: str, meta: QueueMeta) -> QueueVersion:
+    active = meta.active
+    if active is None:
+        damage = meta.damage
+        raise StoreError(
+            f"queue {queue!r}: {damage}"
+            if damage
+            else f"queue {queue!r} has no active topology version"
+        )
+    return active
+
+
+def _argv(batch_now: str, jobs: Sequence[NewJob], ids: list[str], idxs: list[int]) -> list[object]:
+    """enqueue.lua's ARGV for the jobs ``idxs`` (see the script's header)."""
+    argv: list[object] = [batch_now]
+    add = argv.extend
+    numbers: dict[float, str] = {0.0: "0.0"}  # reprs, made once per value
+    for i in idxs:
+        j = jobs[i]
+        delay, timeout = j.delay, j.timeout
+        delay_s = numbers.get(delay)
+        if delay_s is None:
+            delay_s = numbers[delay] = repr(float(delay))
+        timeout_s = numbers.get(timeout)
+        if timeout_s is None:
+            timeout_s = numbers[timeout] = repr(float(timeout))
+        add(
+            (
+                ids[i],
+                j.kind,
+                j.payload,
+                "" if j.run_at is None else repr(float(j.run_at)),
+                delay_s,
+                int(j.max_retries),
+                timeout_s,
+                encode_headers(j.headers) if j.headers else "",
+                "" if j.unique is None and j.then is None and j.control is None else extras(j),
+            )
+        )
+    return argv
 
 
 _MODE_LETTERS = {"lock": "l", "throttle": "t", "debounce": "d"}
@@ -197,15 +238,22 @@ def _skip_existing_in_draining(
     return [i for i in todo if results[i] is None]
 
 
-def _enqueue_wake_ops(ctx: RedisCore, jobs: Sequence[NewJob]) -> list[Op]:
-    """Wake-ups for the jobs a batch probably made ready or scheduled (a wrong
-    guess only costs a waiter a cheap look)."""
+def _enqueue_wake_ops(ctx: RedisCore, jobs: Sequence[NewJob], todo: list[int]) -> list[Op]:
+    """Wake-ups for the jobs ``todo`` a batch probably made ready or
+    scheduled (a wrong guess only costs a waiter a cheap look)."""
     now = ctx.estimated_now()
     ready: dict[str, int] = {}
     due: dict[str, float] = {}
-    for j in jobs:
-        at = j.run_at if j.run_at is not None else now + max(0.0, j.delay)
-        if (j.run_at is None and j.delay <= 0) or at <= now:
+    for i in todo:
+        j = jobs[i]
+        if j.run_at is None:
+            if j.delay <= 0:
+                ready[j.queue] = ready.get(j.queue, 0) + 1
+                continue
+            at = now + j.delay
+        else:
+            at = j.run_at
+        if at <= now:
             ready[j.queue] = ready.get(j.queue, 0) + 1
         else:
             due[j.queue] = min(at, due.get(j.queue, at))

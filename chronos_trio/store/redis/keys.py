@@ -162,6 +162,14 @@ class PartitionKeys:
         return self.job_prefix + job_id
 
     @property
+    def enqueue_keys(self) -> list[str]:
+        """enqueue.lua's KEYS (see its header)."""
+        return [
+            self.scheduled, self.ready, self.closed, self.job_prefix, self.unique_prefix,
+            self.retry,
+        ]  # fmt: skip
+
+    @property
     def slot_id(self) -> tuple[str, int, int]:
         return (self.queue, self.version, self.partition)
 
