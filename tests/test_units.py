@@ -67,6 +67,54 @@ def test_codec_errors_are_clear() -> None:
 
 
 @attrs.frozen
+class Measured:
+    value: float
+
+
+class SubOuter(Outer):
+    pass
+
+
+def test_the_bulk_encoder_encodes_and_refuses_as_encode_payload() -> None:
+    """``payload_encoder`` (a bulk enqueue's loop) gives encode_payload's
+    bytes for every kind of value, and the same errors."""
+    nested = Nested(dt.datetime(2026, 1, 2, tzinfo=dt.UTC), ["a"], Color.RED, 3)
+    cases: list[tuple[Any, Any]] = [
+        (Outer(nested, {"k": [1, None]}), Outer),
+        (SubOuter(nested, {}), Outer),  # a subclass: the general path
+        ({"a": 1}, Any),
+        ("text", str),
+        (b"\x00raw", bytes),
+        (Measured(1.5), Measured),
+    ]
+    for value, kind in cases:
+        assert _codec.payload_encoder(kind)(value) == encode_payload(value, kind)
+    encode = _codec.payload_encoder(Measured)
+    for bad in (Measured(math.nan), Measured(math.inf), Outer(nested, {})):
+        with pytest.raises(PayloadError) as ours:
+            encode(bad)
+        with pytest.raises(PayloadError) as theirs:
+            encode_payload(bad, Measured)
+        assert str(ours.value) == str(theirs.value)
+
+
+def test_bulk_ids_are_distinct_hex() -> None:
+    app = chronos_trio.App()
+
+    @app.task("bulk.ids")
+    async def bulk_ids(m: Measured) -> None:
+        return None
+
+    task: Any = bulk_ids
+    jobs = task.new_jobs(Measured(float(i)) for i in range(500))  # a generator too
+    assert len({j.id for j in jobs}) == 500
+    assert all(len(j.id) == 32 and int(j.id, 16) >= 0 for j in jobs)
+    assert [decode_payload(j.payload, Measured).value for j in jobs] == [
+        float(i) for i in range(500)
+    ]
+
+
+@attrs.frozen
 class Numbers:
     big: int
     ratio: float

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -105,6 +106,37 @@ def encode_payload(value: Any, payload_type: Any, *, what: str = "payload") -> b
         raise PayloadError(
             f"{what} of type {type(value).__name__} is not JSON-able: {exc}"
         ) from exc
+
+
+def payload_encoder(payload_type: Any) -> Callable[[Any], bytes]:
+    """``encode_payload(value, payload_type)`` as one function for many
+    values (a bulk enqueue's loop): for an attrs class, its cattrs
+    unstructure hook is looked up once, and a value of exactly that class
+    is encoded without a dispatch per value; any other value takes
+    :func:`encode_payload`. Raises what it raises."""
+    if not (isinstance(payload_type, type) and hasattr(payload_type, "__attrs_attrs__")):
+        return functools.partial(_encode_as, payload_type=payload_type)
+    converter = _converter()
+    get_hook: Any = getattr(converter, "get_unstructure_hook", None)
+    if get_hook is None:  # cattrs < 24
+        get_hook = getattr(converter, "_unstructure_func").dispatch  # noqa: B009
+    hook: Callable[[Any], Any] = get_hook(payload_type)
+
+    def encode(value: Any) -> bytes:
+        if type(value) is not payload_type:
+            return encode_payload(value, payload_type)
+        try:
+            return dumps(hook(value))
+        except (TypeError, ValueError) as exc:
+            raise PayloadError(
+                f"payload of type {payload_type.__name__} is not JSON-able: {exc}"
+            ) from exc
+
+    return encode
+
+
+def _encode_as(value: Any, payload_type: Any) -> bytes:
+    return encode_payload(value, payload_type)
 
 
 def loads(data: bytes) -> Any:

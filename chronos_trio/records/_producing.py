@@ -16,7 +16,7 @@ from typing import Any, NoReturn, Protocol, Unpack
 
 import attrs
 
-from ._codec import decode_payload, encode_payload
+from ._codec import decode_payload, encode_payload, payload_encoder
 from ._control import ControlDefaults, job_control
 from ._errors import (
     DuplicateJob,
@@ -234,20 +234,24 @@ def new_jobs(
     check_options(delay=delay)
     if queue is not None:
         check_queue(queue)
-    payload_type, limit = spec.payload_type, max_payload_bytes
+    limit = max_payload_bytes
     queue, delay = queue or spec.queue, delay or 0.0
     kind, max_retries, timeout = spec.kind, spec.max_retries, spec.timeout
     unique = spec.unique
     defaults = spec.control
+    encode = payload_encoder(spec.payload_type)
+    values = payloads if isinstance(payloads, list | tuple) else list(payloads)
+    # one system call for every ID of the batch (each is new_job_id's 128 bits)
+    hex_ids = os.urandom(16 * len(values)).hex()
     jobs = []
-    for payload in payloads:
-        data = encode_payload(payload, payload_type)
+    for n, payload in enumerate(values):
+        data = encode(payload)
         if len(data) > limit:
             _too_large(kind, data, limit)
         headers = job_headers(kind, None, hooks) if hooks else ()
         job = NewJob(
-            new_job_id(), queue, kind, data, None, delay, max_retries, timeout, headers,
-            None if unique is None else resolve(unique, kind, data), False, None,
+            hex_ids[32 * n : 32 * n + 32], queue, kind, data, None, delay, max_retries, timeout,
+            headers, None if unique is None else resolve(unique, kind, data), False, None,
             None if defaults is None else job_control(defaults, kind, payload, {}),
         )  # fmt: skip
         jobs.append(job)
