@@ -202,3 +202,24 @@ def test_a_closed_producer_refuses(server: RedisServer) -> None:
     producer.close()
     with pytest.raises(StoreError):
         producer.enqueue("k", 2)
+
+
+def test_redis_pys_pool_without_its_pipeline_survives_a_restart(server: RedisServer) -> None:
+    """TLS, Sentinel and custom connections keep redis-py's pool
+    (``lean_pipeline``): a pooled connection that died with the server is
+    replaced once, a call while it is down is redis-py's ConnectionError,
+    and the pool stays usable."""
+    client = redis.Redis.from_url(server.url, protocol=2, socket_connect_timeout=1)
+    try:
+        assert lean_pipeline(client, [("SET", "a", "1"), ("INCR", "a")]) == [True, 2]
+        server.restart()
+        assert lean_pipeline(client, [("SET", "a", "5"), ("INCR", "a")]) == [True, 6]
+        server.kill()
+        with pytest.raises(redis.exceptions.ConnectionError):
+            lean_pipeline(client, [("GET", "a")])
+        server.start()
+        assert lean_pipeline(client, [("GET", "a"), ("LPUSH", "a", "x")])[0] is None
+        [wrong] = lean_pipeline(client, [("LPUSH", "s", "x"), ("INCR", "s")])[1:]
+        assert isinstance(wrong, redis.exceptions.ResponseError)
+    finally:
+        client.close()
