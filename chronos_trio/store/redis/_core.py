@@ -202,6 +202,8 @@ class RedisCore:
         self.default_partitions = default_partitions
         self.topology_ttl = topology_ttl
         self._meta: dict[str, QueueMeta] = {}
+        #: The wake-up of one ready job, per queue (an Op is immutable).
+        self._wake_one: dict[str, Op] = {}
         #: Redis time minus local time, from the last script reply (a guess of
         #: the store's clock used only for wake-up hints, never for decisions).
         self.clock_offset = 0.0
@@ -233,6 +235,21 @@ class RedisCore:
             m = self._meta.get(q)
             if m is not None and (m.fetched_at >= asked if fresh else asked - m.fetched_at < age):
                 got[q] = m
+        return got
+
+    def cached_metas(self, queues: Sequence[str]) -> dict[str, QueueMeta] | None:
+        """Every one of ``queues`` (without repeats) from the cache, when all
+        are younger than the TTL, as every driver's ``NeedMeta`` answers
+        then; None when one must be read (the driver does that)."""
+        asked = time.monotonic()
+        age = self.topology_ttl
+        got = {}
+        cache = self._meta
+        for q in queues:
+            m = cache.get(q)
+            if m is None or asked - m.fetched_at >= age:
+                return None
+            got[q] = m
         return got
 
     def refresh_ops(self, queues: Sequence[str]) -> list[Op]:
@@ -305,7 +322,15 @@ class RedisCore:
         reads (a stopped process, a cut link) keeps it from nobody."""
         ops = []
         for queue, n in counts.items():
-            if n > 0:
+            if n == 1:  # the one-at-a-time producer's: made once per queue
+                op = self._wake_one.get(queue)
+                if op is None:
+                    key = self.keys.wake_ready(queue)
+                    op = self._wake_one[queue] = Op.wake_command(
+                        key, "XADD", key, "MAXLEN", WAKE_KEEP, "*", "n", 1
+                    )
+                ops.append(op)
+            elif n > 0:
                 key = self.keys.wake_ready(queue)
                 ops.append(Op.wake_command(key, "XADD", key, "MAXLEN", WAKE_KEEP, "*", "n", n))
         return ops
@@ -350,7 +375,9 @@ def ensure_plan(
     """Like :func:`meta_plan` (through the driver's cache), but store the
     default topology of queues that have none (HSETNX: whoever is first
     decides the partition count for everyone)."""
-    metas: dict[str, QueueMeta] = yield NeedMeta(queues, fresh)
+    metas = None if fresh else core.cached_metas(queues)
+    if metas is None:
+        metas = yield NeedMeta(queues, fresh)
     missing = [q for q, m in metas.items() if m.versions is None and not m.damage]
     if missing:
         default = encode_topology(core.default_versions())
