@@ -155,3 +155,36 @@ def test_no_public_attribute_is_a_private_module() -> None:
         and not _public_path(value.__name__)
     ]
     assert not leaked, leaked
+
+
+def _chronos_types(hint: Any) -> Iterator[type]:
+    if isinstance(hint, type) and hint.__module__.startswith("chronos_trio"):
+        yield hint
+    for arg in typing.get_args(hint):
+        yield from _chronos_types(arg)
+
+
+def test_every_type_a_store_role_takes_or_returns_is_in_the_api_reference() -> None:
+    """Issue 24: a backend is written from the reference alone, so every
+    chronos_trio type in a role method's signature (its parameters and its
+    frozen result) has an entry (``::: module.Name``) in docs/reference/."""
+    import re
+    from pathlib import Path
+
+    from chronos_trio.store import ROLES
+
+    reference = "\n".join(
+        p.read_text() for p in (Path(__file__).parent.parent / "docs" / "reference").glob("*.md")
+    )
+    documented = set(re.findall(r"^::: [\w.]+\.(\w+)\s*$", reference, re.MULTILINE))
+    used: dict[str, str] = {}
+    for role in ROLES:
+        for name, method in inspect.getmembers(role, inspect.isfunction):
+            if name.startswith("_"):
+                continue
+            for hint in typing.get_type_hints(method).values():
+                for found in _chronos_types(hint):
+                    used.setdefault(found.__name__, f"{role.__name__}.{name}")
+    assert len(used) > 10  # the walk found the contract's types
+    missing = {n: where for n, where in used.items() if n not in documented}
+    assert not missing, f"role types with no API reference entry: {missing}"

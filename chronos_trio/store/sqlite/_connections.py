@@ -15,8 +15,10 @@ readers per store, every operation one transaction on the calling thread
   in a deferred transaction: one consistent snapshot, never blocked by a
   writer (WAL).
 
-The file is in WAL mode, with ``synchronous`` FULL by default (a commit is
-durable when it returns) or NORMAL. The schema is created by the first
+The file is in WAL mode, with ``synchronous`` NORMAL by default (a crash or
+kill -9 of any process loses nothing; a power cut may lose the last commits,
+never corrupting the file) or FULL (a commit is on the disk when it
+returns). The schema is created by the first
 process that opens the file, in one write transaction, and its version
 checked by every other (``PRAGMA user_version``).
 
