@@ -1079,9 +1079,12 @@ async def check_wait_outcome_wakes_on_finish(fresh: Fresh) -> None:
     await store.enqueue_many([job("w"), job("d", max_retries=0), job("slow")])
     leased = {lj.job.id: lj for lj in await lease(store)}
     got: dict[str, object] = {}
+    unknown_answered = trio.Event()
 
     async def wait(job_id: str, timeout: float) -> None:
         got[job_id] = await store.wait_outcome(JobRef(job_id, "q"), timeout=timeout)
+        if job_id == "unknown":
+            unknown_answered.set()
 
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
@@ -1091,6 +1094,7 @@ async def check_wait_outcome_wakes_on_finish(fresh: Fresh) -> None:
             nursery.start_soon(wait, "slow", 0.3)
             nursery.start_soon(wait, "unknown", 5.0)
             await trio.sleep(0.2)
+            await unknown_answered.wait()  # a loaded networked store may answer late
             assert "w" not in got and "d" not in got and got["unknown"] is None
             await store.settle(
                 [
