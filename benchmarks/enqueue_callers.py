@@ -158,11 +158,12 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     "single": figures, "bulk": figures or None}`` or, for a failed one,
     ``{"caller", "system", "round", "error"}`` (figures as
     ``benchmarks._common.run_caller`` makes them). A row holds the median
-    over rounds of jobs/s, us per job and p50 per call, the lowest and
-    highest jobs/s, the number of rounds, and ``label`` (the call); a
-    contestant without a batch call gets a bulk row with ``jobs_per_s``
-    None; one whose every round failed, rows with ``error``. Rows come in
-    the order contestants first appear, single before bulk."""
+    over rounds of jobs/s, us per job, p50 per call and p50 per call over
+    its jobs (``p50_job_us``), the lowest and highest jobs/s, the number of
+    rounds, and ``label`` (the call); a contestant without a batch call
+    gets a bulk row with ``jobs_per_s`` None; one whose every round failed,
+    rows with ``error``. Rows come in the order contestants first appear,
+    single before bulk."""
     order: list[tuple[str, str]] = []
     by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rounds:
@@ -194,6 +195,9 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 hi=max(rates),
                 us_per_job=statistics.median(f["us_per_job"] for f in figures),
                 p50_call_us=statistics.median(f["p50_call_us"] for f in figures),
+                p50_job_us=statistics.median(
+                    f["p50_call_us"] / f["jobs_per_call"] for f in figures
+                ),
                 rounds=len(figures),
                 failed_rounds=len(errors),
             )
@@ -201,32 +205,45 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _rate(row: dict[str, Any] | None) -> float | None:
+def _rate(row: dict[str, Any] | None, by: str = "mean") -> float | None:
+    """``row``'s jobs/s (``by`` ``mean``: over the whole run) or the jobs/s
+    its median call would give (``p50``: 1e6 / median us per job; calls the
+    machine's load delayed drop out of it); None if missing."""
     if row is None or row.get("error"):
         return None
-    rate = row.get("jobs_per_s")
+    if by == "p50":
+        p50 = row.get("p50_job_us")
+        rate = 1e6 / p50 if isinstance(p50, int | float) and p50 > 0 else None
+    else:
+        rate = row.get("jobs_per_s")
     if rate is None or (isinstance(rate, float) and math.isnan(rate)) or rate <= 0:
         return None
     return float(rate)
 
 
 def _sends(
-    rows: Sequence[dict[str, Any]], caller: str, system: str, mode: str
+    rows: Sequence[dict[str, Any]], caller: str, system: str, mode: str, by: str
 ) -> tuple[float | None, bool]:
-    """How fast ``system`` sends jobs from ``caller`` in ``mode``: its rate,
-    and whether that is its single-call rate standing in for a batch call
-    it does not have (its N jobs are then N calls)."""
+    """How fast ``system`` sends jobs from ``caller`` in ``mode``: its rate
+    (see :func:`_rate`), and whether that is its single-call rate standing in
+    for a batch call it does not have (its N jobs are then N calls)."""
     found = {r["mode"]: r for r in rows if r["caller"] == caller and r["system"] == system}
     bulk = found.get("bulk")
     if mode == "bulk" and bulk and not bulk.get("error") and bulk.get("jobs_per_s") is None:
-        return _rate(found.get("single")), True
-    return _rate(found.get(mode)), False
+        return _rate(found.get("single"), by), True
+    return _rate(found.get(mode), by), False
+
+
+#: The two measures every ratio is given in, and the suffix of its keys.
+MEASURES = (("mean", ""), ("p50", "_p50"))
 
 
 def add_ratios(
     rows: Sequence[dict[str, Any]], reference: tuple[str, str] = REFERENCE
 ) -> list[dict[str, Any]]:
-    """``rows`` (from :func:`summarize`) with two ratios of jobs/s each:
+    """``rows`` (from :func:`summarize`) with two ratios of speed each, in
+    two measures: jobs/s over the run (keys as below) and the jobs/s of the
+    median call (the same keys ending ``_p50``, see :func:`_rate`):
 
     * ``vs_ref``: over the reference contestant's (huey's ``task()`` from
       sync code) in the same mode; for bulk, where huey has no batch call,
@@ -237,27 +254,34 @@ def add_ratios(
       (``best_single`` True then). A peer's own row is compared with the
       best peer too (1.0 for the best one).
 
-    A ratio is None where either figure is missing. Pure: no I/O."""
-    systems = {(r["caller"], r["system"]) for r in rows}
+    Above 1: the row is faster. A ratio is None where either figure is
+    missing. Pure: no I/O."""
+    systems = sorted({(r["caller"], r["system"]) for r in rows})
     out = []
     for row in rows:
-        new = dict(row, vs_ref=None, vs_ref_single=False, vs_best=None)
-        new.update(best_peer=None, best_single=False)
-        rate = _rate(row)
-        if rate is not None:
-            ref, ref_single = _sends(rows, *reference, row["mode"])
+        new = dict(row)
+        for by, suffix in MEASURES:
+            new.update({f"vs_ref{suffix}": None, f"vs_ref_single{suffix}": False})
+            new.update({f"vs_best{suffix}": None, f"best_peer{suffix}": None})
+            new[f"best_single{suffix}"] = False
+            rate = _rate(row, by)
+            if rate is None:
+                continue
+            ref, ref_single = _sends(rows, *reference, row["mode"], by)
             if ref:
-                new.update(vs_ref=rate / ref, vs_ref_single=ref_single)
+                new.update({f"vs_ref{suffix}": rate / ref, f"vs_ref_single{suffix}": ref_single})
             peers = [
-                (*_sends(rows, caller, system, row["mode"]), system)
-                for caller, system in sorted(systems)
+                (best, single, system)
+                for caller, system in systems
                 if caller == row["caller"] and system != OURS
+                for best, single in [_sends(rows, caller, system, row["mode"], by)]
+                if best
             ]
-            peers = [p for p in peers if p[0]]
             if peers:
                 best, single, name = max(peers, key=lambda p: p[0] or 0.0)
                 assert best
-                new.update(vs_best=rate / best, best_peer=name, best_single=single)
+                new.update({f"vs_best{suffix}": rate / best, f"best_peer{suffix}": name})
+                new[f"best_single{suffix}"] = single
         out.append(new)
     return out
 
@@ -277,24 +301,26 @@ def table(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Headers and cells for rows from :func:`add_ratios`; ``*`` marks a
     ratio over a single-call rate standing in for a missing batch call."""
     headers = [
-        "caller", "system", "call", "jobs/s", "range (jobs/s)", "us/job", "p50 us/call",
-        "vs huey task()", "vs best peer (same caller)",
+        "caller", "system", "call", "jobs/s", "range (jobs/s)", "us/job", "p50 us/job",
+        "vs huey task()", "(p50)", "vs best peer, same caller", "(p50)",
     ]  # fmt: skip
     body = []
     for r in rows:
         cells = [r["caller"], r["system"], r["label"] or "(none)"]
         if r.get("error"):
-            cells += [f"FAILED: {r['error']}", "", "", "", "", ""]
+            cells += [f"FAILED: {r['error']}"] + [""] * 7
         elif r.get("jobs_per_s") is None:
-            cells += ["no batch call", "", "", "", "", ""]
+            cells += ["no batch call"] + [""] * 7
         else:
             cells += [
                 _num(r["jobs_per_s"], "{:,.0f}"),
                 f"{r['lo']:,.0f}-{r['hi']:,.0f}",
                 _num(r["us_per_job"], "{:.1f}"),
-                _num(r["p50_call_us"], "{:,.1f}"),
+                _num(r["p50_job_us"], "{:,.1f}"),
                 _ratio(r["vs_ref"], r["vs_ref_single"]),
+                _ratio(r["vs_ref_p50"], r["vs_ref_single_p50"]),
                 _ratio(r["vs_best"], r["best_single"], r["best_peer"]),
+                _ratio(r["vs_best_p50"], r["best_single_p50"], r["best_peer_p50"]),
             ]
         body.append(cells)
     return headers, body
@@ -368,6 +394,18 @@ def run_rounds(args: argparse.Namespace, url: str, flush: Callable[[], None]) ->
     return {"rounds": rounds, "loads": loads}
 
 
+def _footer(m: dict[str, Any]) -> str:
+    """How a run was made, from its JSON's ``meta``."""
+    loads = m["loadavg1_rounds"]
+    return (
+        f"{m['runs']} rounds each, interleaved; {m['n_single']:,} single calls and "
+        f"{m['n_bulk']:,} jobs in batches of {m['batch']:,} per round; redis-server "
+        f"{m['redis_server']}; commit {m['commit']}; load (1 min) over the rounds "
+        f"{loads['min']:.2f}/{loads['median']:.2f}/{loads['max']:.2f} (min/median/max) "
+        f"on {m['cpus']} CPUs; {m['seconds']} s"
+    )
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line (see the module's docstring); ``--peers`` is a
     comma-separated list (an unknown peer is an error)."""
@@ -383,6 +421,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--limit", type=float, default=300.0, help="seconds per round, at most")
     parser.add_argument("--out", type=Path, default=RESULTS / "enqueue_callers.json")
     parser.add_argument("--markdown", action="store_true", help="Markdown tables")
+    parser.add_argument(
+        "--render", type=Path, help="print the tables of an earlier run's JSON (--out); run nothing"
+    )
     parser.add_argument("--run-ours", choices=common.CALLER_CLASSES, help=argparse.SUPPRESS)
     parser.add_argument("--url", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -405,12 +446,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         )  # fmt: skip
         print(json.dumps(result))
         return 0
+    from benchmarks import report
+
+    fmt = report.markdown_table if args.markdown else report.text_table
+    if args.render:  # an earlier run's rounds, summed up again
+        doc = json.loads(args.render.read_text())
+        print(render(add_ratios(summarize(doc["rounds"])), fmt))
+        print(f"\n{_footer(doc['meta'])}")
+        return 0
     missing = [p for p in args.peers if not peer_python(p).exists()]
     if missing:
         print(f"no venv for {', '.join(missing)} (python -m benchmarks --setup-peers): skipped",
               file=sys.stderr)  # fmt: skip
         args.peers = [p for p in args.peers if p not in missing]
-    from benchmarks import report
     from benchmarks._redis import open_redis
 
     started = time.monotonic()
@@ -447,16 +495,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     doc = {"meta": meta, "rows": rows, "rounds": raw["rounds"]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1))
-    fmt = report.markdown_table if args.markdown else report.text_table
     print(render(rows, fmt))
-    m: dict[str, Any] = meta
-    print(
-        f"\n{args.runs} rounds each, interleaved; {args.n_single:,} single calls and "
-        f"{args.n_bulk:,} jobs in batches of {args.batch:,} per round; redis-server "
-        f"{server}; load (1 min) over the rounds {m['loadavg1_rounds']['min']:.2f}/"
-        f"{m['loadavg1_rounds']['median']:.2f}/{m['loadavg1_rounds']['max']:.2f} "
-        f"(min/median/max) on {os.cpu_count()} CPUs; {m['seconds']} s; {args.out}"
-    )
+    print(f"\n{_footer(meta)}; {args.out}")
     # a peer's failure shows in the table; ours fails the command
     return 1 if any(r["system"] == OURS and r.get("error") for r in rows) else 0
 

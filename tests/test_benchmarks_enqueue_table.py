@@ -16,12 +16,26 @@ from benchmarks import report
 from benchmarks.__main__ import main as suite_main
 
 
-def figures(rate: float, p50: float = 10.0) -> dict[str, float]:
-    return {"jobs_per_s": rate, "us_per_job": 1e6 / rate, "p50_call_us": p50}
+def figures(rate: float, p50: float | None, unit: int) -> dict[str, float]:
+    """Figures as ``run_caller`` makes them; ``p50`` per call (default: the
+    mean of a call of ``unit`` jobs at ``rate``)."""
+    us = 1e6 / rate
+    return {
+        "jobs_per_s": rate,
+        "us_per_job": us,
+        "jobs_per_call": unit,
+        "p50_call_us": us * unit if p50 is None else p50,
+    }
 
 
 def rnd(
-    caller: str, system: str, i: int, single: float, bulk: float | None = None
+    caller: str,
+    system: str,
+    i: int,
+    single: float,
+    bulk: float | None = None,
+    *,
+    p50: float | None = None,
 ) -> dict[str, Any]:
     return {
         "caller": caller,
@@ -29,21 +43,23 @@ def rnd(
         "round": i,
         "one_label": f"{system}.one",
         "many_label": None if bulk is None else f"{system}.many",
-        "single": figures(single),
-        "bulk": None if bulk is None else figures(bulk),
+        "single": figures(single, p50, 1),
+        "bulk": None if bulk is None else figures(bulk, None, 1000),
     }
 
 
-#: Three interleaved rounds: huey 10k/s single (no batch call), dramatiq
-#: 12k/s, ours from sync code 8k/s single and 50k/s in batches; asyncio: ours
-#: 6k/s and 40k/s, arq 5k/s (no batch), streaQ 4k/s and 20k/s.
+#: Three interleaved rounds: huey 10k/s single (no batch call, its median
+#: call 40 us: 25k/s), dramatiq 12k/s (median call 70 us), ours from sync
+#: code 8k/s single (median call 60 us) and 50k/s in batches of 1,000 (a
+#: batch's median 20 ms); asyncio: ours 6k/s and 40k/s, arq 5k/s (no batch),
+#: streaQ 4k/s and 20k/s.
 ROUNDS = [
     r
     for i, d in enumerate((-1.0, 0.0, 1.0))
     for r in (
-        rnd("sync", ec.OURS, i, 8_000 + 100 * d, 50_000 + 1_000 * d),
-        rnd("sync", "huey", i, 10_000 + 200 * d),
-        rnd("sync", "dramatiq", i, 12_000),
+        rnd("sync", ec.OURS, i, 8_000 + 100 * d, 50_000 + 1_000 * d, p50=60.0),
+        rnd("sync", "huey", i, 10_000 + 200 * d, p50=40.0 + d),
+        rnd("sync", "dramatiq", i, 12_000, p50=70.0),
         rnd("asyncio", ec.OURS, i, 6_000, 40_000),
         rnd("asyncio", "arq", i, 5_000),
         rnd("asyncio", "streaq", i, 4_000, 20_000),
@@ -68,6 +84,10 @@ def test_summarize_takes_medians_and_ranges_over_rounds() -> None:
     assert ours["jobs_per_s"] == 8_000
     assert (ours["lo"], ours["hi"], ours["rounds"]) == (7_900, 8_100, 3)
     assert ours["us_per_job"] == pytest.approx(125.0)
+    assert ours["p50_call_us"] == ours["p50_job_us"] == 60.0
+    assert by(rows, "sync", "huey", "single")["p50_job_us"] == 40.0  # the median of 39, 40, 41
+    bulk = by(rows, "sync", ec.OURS, "bulk")
+    assert bulk["p50_job_us"] == pytest.approx(bulk["p50_call_us"] / 1000)
     assert ours["label"] == f"{ec.OURS}.one"
     assert by(rows, "sync", ec.OURS, "bulk")["jobs_per_s"] == 50_000
     # no batch call: a bulk row without a figure, not a missing row
@@ -90,6 +110,19 @@ def test_ratios_against_huey_and_the_best_peer_of_the_same_caller() -> None:
     a = by(rows, "asyncio", ec.OURS, "single")
     assert (a["vs_best"], a["best_peer"]) == (pytest.approx(6_000 / 5_000), "arq")
     assert a["vs_ref"] == pytest.approx(0.6)
+
+
+def test_ratios_by_the_median_call_pick_their_own_best_peer() -> None:
+    rows = ec.add_ratios(ec.summarize(ROUNDS))
+    ours = by(rows, "sync", ec.OURS, "single")
+    # by the median call huey (40 us) is the best sync peer, dramatiq (70 us) not
+    assert ours["vs_ref_p50"] == pytest.approx(40 / 60)
+    assert (ours["vs_best_p50"], ours["best_peer_p50"]) == (pytest.approx(40 / 60), "huey")
+    assert by(rows, "sync", "dramatiq", "single")["vs_best_p50"] == pytest.approx(40 / 70)
+    # a batch's median over its jobs: 20 us each, against huey's 40 us calls
+    bulk = by(rows, "sync", ec.OURS, "bulk")
+    assert bulk["vs_ref_p50"] == pytest.approx(2.0) and bulk["vs_ref_single_p50"]
+    assert (bulk["best_peer_p50"], bulk["best_single_p50"]) == ("huey", True)
 
 
 def test_bulk_ratios_use_a_single_call_rate_where_there_is_no_batch_call() -> None:
@@ -128,12 +161,11 @@ def test_without_the_reference_there_is_no_ratio_to_it() -> None:
 def test_table_cells() -> None:
     rows = ec.add_ratios(ec.summarize(ROUNDS))
     headers, body = ec.table([r for r in rows if r["mode"] == "bulk"])
-    assert headers[-2:] == ["vs huey task()", "vs best peer (same caller)"]
+    assert headers[-4:] == ["vs huey task()", "(p50)", "vs best peer, same caller", "(p50)"]
     ours = next(line for line in body if line[:2] == ["sync", ec.OURS])
-    assert ours[3] == "50,000"
-    assert ours[4] == "49,000-51,000"
-    assert ours[-2] == "5.00x*"
-    assert ours[-1] == "4.17x* (dramatiq)"
+    assert ours[3:7] == ["50,000", "49,000-51,000", "20.0", "20.0"]
+    assert ours[-4:] == ["5.00x*", "2.00x*", "4.17x* (dramatiq)", "2.00x* (huey)"]
+    assert all(len(line) == len(headers) for line in body)
     huey = next(line for line in body if line[:2] == ["sync", "huey"])
     assert huey[2:4] == ["(none)", "no batch call"]
     text = ec.render(rows, report.markdown_table)
