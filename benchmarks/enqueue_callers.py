@@ -159,7 +159,8 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     ``{"caller", "system", "round", "error"}`` (figures as
     ``benchmarks._common.run_caller`` makes them). A row holds the median
     over rounds of jobs/s, us per job, p50 per call and p50 per call over
-    its jobs (``p50_job_us``), the lowest and highest jobs/s, the number of
+    its jobs (``p50_job_us``), the lowest and highest jobs/s (``lo``,
+    ``hi``) and per-job p50 (``p50_lo``, ``p50_hi``), the number of
     rounds, and ``label`` (the call); a contestant without a batch call
     gets a bulk row with ``jobs_per_s`` None; one whose every round failed,
     rows with ``error``. Rows come in the order contestants first appear,
@@ -189,15 +190,16 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 rows.append(row)
                 continue
             rates = [f["jobs_per_s"] for f in figures]
+            p50s = [f["p50_call_us"] / f["jobs_per_call"] for f in figures]
             row.update(
                 jobs_per_s=statistics.median(rates),
                 lo=min(rates),
                 hi=max(rates),
                 us_per_job=statistics.median(f["us_per_job"] for f in figures),
                 p50_call_us=statistics.median(f["p50_call_us"] for f in figures),
-                p50_job_us=statistics.median(
-                    f["p50_call_us"] / f["jobs_per_call"] for f in figures
-                ),
+                p50_job_us=statistics.median(p50s),
+                p50_lo=min(p50s),
+                p50_hi=max(p50s),
                 rounds=len(figures),
                 failed_rounds=len(errors),
             )
@@ -301,7 +303,7 @@ def table(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Headers and cells for rows from :func:`add_ratios`; ``*`` marks a
     ratio over a single-call rate standing in for a missing batch call."""
     headers = [
-        "caller", "system", "call", "jobs/s", "range (jobs/s)", "us/job", "p50 us/job",
+        "caller", "system", "call", "jobs/s", "range (jobs/s)", "us/job", "p50 us/job (range)",
         "vs huey task()", "(p50)", "vs best peer, same caller", "(p50)",
     ]  # fmt: skip
     body = []
@@ -316,7 +318,7 @@ def table(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
                 _num(r["jobs_per_s"], "{:,.0f}"),
                 f"{r['lo']:,.0f}-{r['hi']:,.0f}",
                 _num(r["us_per_job"], "{:.1f}"),
-                _num(r["p50_job_us"], "{:,.1f}"),
+                f"{r['p50_job_us']:,.1f} ({r['p50_lo']:,.1f}-{r['p50_hi']:,.1f})",
                 _ratio(r["vs_ref"], r["vs_ref_single"]),
                 _ratio(r["vs_ref_p50"], r["vs_ref_single_p50"]),
                 _ratio(r["vs_best"], r["best_single"], r["best_peer"]),
