@@ -12,6 +12,8 @@ test). ``--setup-peers``: create each peer's virtual environment
 its own options, e.g. ``--postgres --setup-peers``, ``--postgres --full``).
 ``--sqlite``: the SQLite benchmark instead (``benchmarks.sqlite``; its own
 options, e.g. ``--sqlite --setup-peers``, ``--sqlite --full``).
+``--enqueue-callers``: enqueue per caller (sync, Trio, asyncio) against the
+peers' own calls instead (``benchmarks.enqueue_callers``; its own options).
 """
 
 from __future__ import annotations
@@ -471,6 +473,11 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import sqlite
 
         return sqlite.main([a for a in argv if a != "--sqlite"])
+    if "--enqueue-callers" in argv:
+        # Enqueue per caller class, rounds interleaved: its own options.
+        from benchmarks import enqueue_callers
+
+        return enqueue_callers.main([a for a in argv if a != "--enqueue-callers"])
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.split("\n")[0]
     )

@@ -21,7 +21,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -278,3 +278,135 @@ def reset_recorder() -> Recorder:
     _recorder = Recorder(os.environ.get(ENV_DIR))
     _recorder.start_thread()
     return _recorder
+
+
+# -- timing enqueue calls (benchmarks.enqueue_callers) -----------------------------------
+
+#: Jobs per batch in the caller benchmark's bulk enqueue.
+CALLER_BATCH = 1000
+#: The caller classes of that benchmark: who calls the enqueue.
+CALLER_CLASSES = ("sync", "trio", "asyncio")
+
+
+def _call_figures(n: int, total_ns: int, each_ns: Sequence[int], unit: int) -> dict[str, float]:
+    """Figures of ``n`` jobs sent by ``len(each_ns)`` calls of ``unit`` jobs
+    each, in ``total_ns`` ns of wall time: jobs/s, mean us per job, and the
+    p50/p99 of one call in us."""
+    return {
+        "n": n,
+        "jobs_per_s": n / (total_ns / 1e9) if total_ns > 0 else math.nan,
+        "us_per_job": total_ns / n / 1e3 if n else math.nan,
+        "jobs_per_call": unit,
+        "p50_call_us": percentile(each_ns, 50) / 1e3,
+        "p99_call_us": percentile(each_ns, 99) / 1e3,
+    }
+
+
+def time_calls(one: Callable[[], object], n: int) -> dict[str, float]:
+    """``one()`` ``n`` times, one after the other, each timed (one
+    ``perf_counter_ns`` pair around it, well under a microsecond); its
+    exceptions propagate."""
+    clock = time.perf_counter_ns
+    each = [0] * n
+    start = clock()
+    for i in range(n):
+        t = clock()
+        one()
+        each[i] = clock() - t
+    return _call_figures(n, clock() - start, each, 1)
+
+
+async def atime_calls(one: Callable[[], Awaitable[object]], n: int) -> dict[str, float]:
+    """:func:`time_calls` for an awaited call (asyncio or Trio alike)."""
+    clock = time.perf_counter_ns
+    each = [0] * n
+    start = clock()
+    for i in range(n):
+        t = clock()
+        await one()
+        each[i] = clock() - t
+    return _call_figures(n, clock() - start, each, 1)
+
+
+def time_batches(many: Callable[[int], object], n: int, batch: int) -> dict[str, float]:
+    """``n`` jobs as ``many(k)`` calls of ``batch`` jobs each (the last one
+    smaller when ``batch`` does not divide ``n``), each call timed."""
+    clock = time.perf_counter_ns
+    sizes = [min(batch, n - i) for i in range(0, n, batch)]
+    each = [0] * len(sizes)
+    start = clock()
+    for i, k in enumerate(sizes):
+        t = clock()
+        many(k)
+        each[i] = clock() - t
+    return _call_figures(n, clock() - start, each, batch)
+
+
+async def atime_batches(
+    many: Callable[[int], Awaitable[object]], n: int, batch: int
+) -> dict[str, float]:
+    """:func:`time_batches` for an awaited batch call."""
+    clock = time.perf_counter_ns
+    sizes = [min(batch, n - i) for i in range(0, n, batch)]
+    each = [0] * len(sizes)
+    start = clock()
+    for i, k in enumerate(sizes):
+        t = clock()
+        await many(k)
+        each[i] = clock() - t
+    return _call_figures(n, clock() - start, each, batch)
+
+
+def run_caller(
+    caller: Any, kind: str, url: str, n_single: int, n_bulk: int, batch: int, warmup: int
+) -> dict[str, Any]:
+    """One round of the caller benchmark for one contestant, in this process.
+
+    ``caller`` (a class) has ``one_label`` and ``many_label`` (None: no batch
+    call), and ``open(url)``, ``close()``, ``one()`` (one job) and
+    ``many(k)`` (``k`` jobs in one call): plain methods when ``kind`` is
+    ``sync``, coroutines run by ``asyncio.run`` or ``trio.run`` when it is
+    ``asyncio`` or ``trio``. First ``warmup`` single calls and one batch (not
+    timed: connecting, loading scripts, warming caches); then ``n_single``
+    single calls and ``n_bulk`` jobs in batches of ``batch``, the same for
+    every contestant. Raises ValueError for an unknown ``kind``; the
+    caller's own exceptions propagate."""
+    if kind not in CALLER_CLASSES:
+        raise ValueError(f"unknown caller class {kind!r}")
+    c = caller()
+    has_bulk = caller.many_label is not None
+    out: dict[str, Any] = {"one_label": caller.one_label, "many_label": caller.many_label}
+    if kind == "sync":
+        c.open(url)
+        try:
+            for _ in range(warmup):
+                c.one()
+            if has_bulk:
+                c.many(batch)
+            out["single"] = time_calls(c.one, n_single)
+            out["bulk"] = time_batches(c.many, n_bulk, batch) if has_bulk else None
+        finally:
+            c.close()
+        return out
+
+    async def body() -> None:
+        await c.open(url)
+        try:
+            for _ in range(warmup):
+                await c.one()
+            if has_bulk:
+                await c.many(batch)
+            out["single"] = await atime_calls(c.one, n_single)
+            out["bulk"] = await atime_batches(c.many, n_bulk, batch) if has_bulk else None
+        finally:
+            await c.close()
+
+    if kind == "asyncio":
+        import asyncio
+
+        asyncio.run(body())
+    else:
+        import trio
+
+        trio.run(body)
+    return out

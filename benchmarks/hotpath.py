@@ -21,7 +21,12 @@ Cases (the paths every job takes):
   a private redis-server (the Trio store's Python side of one enqueue);
 * ``redis_drain``: one embedded worker (c=64) draining jobs pre-enqueued
   in bulk on a private redis-server (the worker's Python side of lease,
-  run, renew and settle; the scripts' work in the server is not counted).
+  run, renew and settle; the scripts' work in the server is not counted);
+* ``asyncio_enqueue``: ``await AsyncioProducer(app=...).enqueue`` one at a
+  time under ``asyncio.run`` against a private redis-server (the asyncio
+  producer's Python side of one enqueue, the event loop's share included);
+* ``asyncio_bulk``: ``await AsyncioProducer(app=...).enqueue_many`` in
+  batches of 1,000, the same way (its Python side per job).
 
 Compare two trees (say a commit checked out in a worktree) in one run::
 
@@ -41,7 +46,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-CASES = ("enqueue", "drain", "sync_enqueue", "redis_enqueue", "redis_drain")
+CASES = (
+    "enqueue", "drain", "sync_enqueue", "redis_enqueue", "redis_drain", "asyncio_enqueue",
+    "asyncio_bulk",
+)  # fmt: skip
+#: The cases that need a redis-server.
+REDIS_CASES = {"sync_enqueue", "redis_enqueue", "redis_drain", "asyncio_enqueue", "asyncio_bulk"}
 HERE = Path(__file__).resolve()
 
 
@@ -115,6 +125,22 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
         with SyncProducer(redis_url, app=app) as producer:
             for p in payloads:
                 producer.enqueue("bench.job", p)
+    elif case in ("asyncio_enqueue", "asyncio_bulk"):
+        assert redis_url is not None
+        import asyncio
+
+        from chronos_trio.producers import AsyncioProducer
+
+        async def asyncio_enqueue() -> None:
+            async with AsyncioProducer(redis_url, app=app) as producer:
+                if case == "asyncio_enqueue":
+                    for p in payloads:
+                        await producer.enqueue("bench.job", p)
+                else:
+                    for i in range(0, len(payloads), 1000):
+                        await producer.enqueue_many("bench.job", payloads[i : i + 1000])
+
+        asyncio.run(asyncio_enqueue())
     else:
         raise ValueError(f"unknown case {case!r}")
 
@@ -170,21 +196,21 @@ def main() -> None:
     cases = [c for c in args.cases.split(",") if c]
     redis_url = None
     server = None
-    if {"sync_enqueue", "redis_enqueue", "redis_drain"} & set(cases):
+    if REDIS_CASES & set(cases):
         sys.path.insert(0, str(HERE.parent.parent))
         from chronos_trio.testing.redis_server import RedisServer
 
         server = RedisServer().start()
         redis_url = server.url
     try:
-        header = f"{'case':<14}" + "".join(f"{t.name[-18:]:>20}" for t in trees)
+        header = f"{'case':<16}" + "".join(f"{t.name[-18:]:>20}" for t in trees)
         if len(trees) > 1:
             header += f"{'last/first':>12}"
         print(f"instructions per job (callgrind; n={args.n} and {2 * args.n})")
         print(header)
         for case in cases:
             counts = [per_job(t, case, args.n, redis_url) for t in trees]
-            row = f"{case:<14}" + "".join(f"{c:>20,.0f}" for c in counts)
+            row = f"{case:<16}" + "".join(f"{c:>20,.0f}" for c in counts)
             if len(trees) > 1:
                 row += f"{counts[-1] / counts[0]:>12.3f}"
             print(row, flush=True)

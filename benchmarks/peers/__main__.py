@@ -1,10 +1,11 @@
 """``python -m benchmarks.peers PEER WORKLOAD [options]``: one run, one JSON line.
 
 Run with the peer's own interpreter (``benchmarks/.venv/PEER/bin/python``).
-Workloads: ``drain`` (``--kind incr``: handlers make one Redis round trip;
-``--hold S``: they sleep S seconds), ``enqueue``, ``lateness``, ``startup``,
-``memory`` (only enqueues: the orchestrator reads Redis's memory around it)
-and (arq, SAQ) ``roundtrip`` (the same method as chronos_trio's, see
+Workloads: ``callers`` (one round of ``benchmarks.enqueue_callers`` with
+the peer's ``PEER_CALLERS[--caller]``), ``drain`` (``--kind incr``: handlers
+make one Redis round trip; ``--hold S``: they sleep S seconds), ``enqueue``,
+``lateness``, ``startup``, ``memory`` (only enqueues: the orchestrator reads
+Redis's memory around it) and (arq, SAQ) ``roundtrip`` (the same method as chronos_trio's, see
 ``benchmarks.chronos_bench``). A peer module's ``BACKEND`` is ``asyncio``,
 ``trio`` or ``threads``; a thread peer's ``Producer`` is synchronous and its
 concurrent producers are threads.
@@ -379,6 +380,21 @@ def _memory_threads(mod: Any, url: str, n: int, delay: float, deadline: float) -
         producer.close()
 
 
+def callers(mod: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """One round of the caller benchmark (``benchmarks.enqueue_callers``):
+    the peer's own caller in class ``--caller`` (its ``PEER_CALLERS``),
+    ``--n-single`` single calls then ``--n`` jobs in batches of ``--batch``
+    where it has a batch call (``benchmarks._common.run_caller``). Raises
+    KeyError for a caller class the peer has no caller in."""
+    caller = mod.PEER_CALLERS[args.caller]
+    return {
+        **common.run_caller(
+            caller, args.caller, args.url, args.n_single, args.n, args.batch, args.warmup
+        ),
+        "ok": True,
+    }
+
+
 def versions(mod: Any) -> dict[str, str]:
     out = {}
     for name in mod.PACKAGES:
@@ -392,10 +408,8 @@ def versions(mod: Any) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.peers")
     parser.add_argument("peer")
-    parser.add_argument(
-        "workload",
-        choices=("drain", "enqueue", "lateness", "memory", "roundtrip", "startup", "versions"),
-    )
+    workloads = ("callers", "drain", "enqueue", "lateness", "memory", "roundtrip", "startup")
+    parser.add_argument("workload", choices=(*workloads, "versions"))
     parser.add_argument("--url", default="")
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--n-single", type=int, default=2_000)
@@ -408,6 +422,9 @@ def main() -> None:
     parser.add_argument("--poll", type=float, default=None)
     parser.add_argument("--kind", choices=("noop", "incr"), default="noop")
     parser.add_argument("--hold", type=float, default=0.0)
+    parser.add_argument("--caller", choices=common.CALLER_CLASSES, default="sync")
+    parser.add_argument("--batch", type=int, default=common.CALLER_BATCH)
+    parser.add_argument("--warmup", type=int, default=200)
     args = parser.parse_args()
     # Peer modules build their clients at import: give them a URL even for
     # "versions" (nothing connects then).
@@ -417,6 +434,7 @@ def main() -> None:
         print(json.dumps(versions(mod)))
         return
     fn = {
+        "callers": callers,
         "drain": drain,
         "enqueue": enqueue,
         "lateness": lateness,

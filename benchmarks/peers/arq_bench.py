@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
+import time
 from typing import Any
 
 from arq import create_pool
@@ -100,3 +101,27 @@ class Producer:
 
 def run(fn: Any, *args: Any) -> Any:
     return asyncio.run(fn(*args))
+
+
+class Caller:
+    """The caller benchmark (``benchmarks.enqueue_callers``, see
+    ``benchmarks._common.run_caller``): ``await redis.enqueue_job(...)`` on
+    an ``ArqRedis`` from ``create_pool``, one job per call; arq has no batch
+    call."""
+
+    one_label = "await enqueue_job(...)"
+    many_label = None
+
+    async def open(self, url: str) -> None:
+        self.redis = await create_pool(RedisSettings.from_dsn(url))
+        self.args = (time.time(), 0.0, 0.0, PAD_PEER)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def one(self) -> None:
+        await self.redis.enqueue_job("noop", *self.args)
+
+
+#: Caller class -> the peer's caller in that class (``benchmarks.enqueue_callers``).
+PEER_CALLERS: dict[str, Any] = {"asyncio": Caller}

@@ -17,7 +17,7 @@ import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from benchmarks._common import ENV_URL, INCR_KEY, env_concurrency, recorder
+from benchmarks._common import ENV_URL, INCR_KEY, PAD_PEER, env_concurrency, recorder
 from benchmarks.peers._threads import ThreadProducer
 
 NAME = "dramatiq"
@@ -85,3 +85,25 @@ class Producer(ThreadProducer):
 
     def send_after(self, task: Any, args: tuple[Any, ...], delay: float) -> None:
         task.send_with_options(args=args, delay=round(delay * 1000))
+
+
+class Caller:
+    """The caller benchmark (``benchmarks.enqueue_callers``, see
+    ``benchmarks._common.run_caller``): ``actor.send(...)`` from sync code,
+    one job per call; Dramatiq has no batch call."""
+
+    one_label = "actor.send(...)"
+    many_label = None
+
+    def open(self, url: str) -> None:
+        self.args = (time.time(), 0.0, 0.0, PAD_PEER)
+
+    def close(self) -> None:
+        broker.close()
+
+    def one(self) -> None:
+        noop.send(*self.args)
+
+
+#: Caller class -> the peer's caller in that class (``benchmarks.enqueue_callers``).
+PEER_CALLERS: dict[str, Any] = {"sync": Caller}

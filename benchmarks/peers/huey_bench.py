@@ -20,7 +20,7 @@ import redis
 from huey import RedisHuey
 from redis import ConnectionPool
 
-from benchmarks._common import ENV_URL, INCR_KEY, env_concurrency, recorder
+from benchmarks._common import ENV_URL, INCR_KEY, PAD_PEER, env_concurrency, recorder
 from benchmarks.peers._threads import ThreadProducer
 
 NAME = "huey"
@@ -85,3 +85,25 @@ class Producer(ThreadProducer):
 
     def send_after(self, task: Any, args: tuple[Any, ...], delay: float) -> None:
         task.schedule(args, delay=delay)
+
+
+class Caller:
+    """The caller benchmark (``benchmarks.enqueue_callers``, see
+    ``benchmarks._common.run_caller``): calling the task, ``noop(...)``, from
+    sync code, one job per call; huey has no batch call."""
+
+    one_label = "task(...)"
+    many_label = None
+
+    def open(self, url: str) -> None:
+        self.args = (time.time(), 0.0, 0.0, PAD_PEER)
+
+    def close(self) -> None:
+        huey.storage.pool.disconnect()
+
+    def one(self) -> None:
+        noop(*self.args)
+
+
+#: Caller class -> the peer's caller in that class (``benchmarks.enqueue_callers``).
+PEER_CALLERS: dict[str, Any] = {"sync": Caller}

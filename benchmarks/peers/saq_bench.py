@@ -116,3 +116,28 @@ class Producer:
 
 def run(fn: Any, *args: Any) -> Any:
     return asyncio.run(fn(*args))
+
+
+class Caller:
+    """The caller benchmark (``benchmarks.enqueue_callers``, see
+    ``benchmarks._common.run_caller``): ``await queue.enqueue("noop", ...)``
+    on ``Queue.from_url``, one job per call; SAQ has no batch call that
+    does not wait for results (``Queue.map``)."""
+
+    one_label = "await queue.enqueue(...)"
+    many_label = None
+
+    async def open(self, url: str) -> None:
+        self.queue = Queue.from_url(url)
+        await self.queue.connect()
+        self.kwargs = {"sent_at": time.time(), "due_at": 0.0, "hold": 0.0, "pad": PAD_PEER}
+
+    async def close(self) -> None:
+        await self.queue.disconnect()
+
+    async def one(self) -> None:
+        await self.queue.enqueue("noop", **self.kwargs)
+
+
+#: Caller class -> the peer's caller in that class (``benchmarks.enqueue_callers``).
+PEER_CALLERS: dict[str, Any] = {"asyncio": Caller}

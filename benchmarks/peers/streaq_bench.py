@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
 from typing import Any
 
 import trio
@@ -95,3 +96,32 @@ class Producer:
 
 def run(fn: Any, *args: Any) -> Any:
     return trio.run(fn, *args)
+
+
+class Caller:
+    """The caller benchmark (``benchmarks.enqueue_callers``, see
+    ``benchmarks._common.run_caller``): ``await task.enqueue(...)`` inside
+    ``async with worker`` (its client side: no worker loop runs), and
+    ``await worker.enqueue_many([...])`` (one pipeline) for a batch. streaQ
+    runs on anyio, so the same caller serves Trio and asyncio."""
+
+    one_label = "await task.enqueue(...)"
+    many_label = "await worker.enqueue_many(...)"
+
+    async def open(self, url: str) -> None:
+        await worker.__aenter__()
+        self.args = (time.time(), 0.0, 0.0, PAD_PEER)
+
+    async def close(self) -> None:
+        await worker.__aexit__(None, None, None)
+
+    async def one(self) -> None:
+        await noop.enqueue(*self.args)
+
+    async def many(self, k: int) -> None:
+        args = self.args
+        await worker.enqueue_many([noop.enqueue(*args) for _ in range(k)])
+
+
+#: Caller class -> the peer's caller in that class (``benchmarks.enqueue_callers``).
+PEER_CALLERS: dict[str, Any] = {"trio": Caller, "asyncio": Caller}

@@ -114,3 +114,26 @@ class Producer:
 
 def run(fn: Any, *args: Any) -> Any:
     return asyncio.run(fn(*args))
+
+
+class Caller:
+    """The caller benchmark (``benchmarks.enqueue_callers``, see
+    ``benchmarks._common.run_caller``): ``await task.kiq(...)`` on the
+    ``RedisStreamBroker``, one job per call; taskiq has no batch call."""
+
+    one_label = "await task.kiq(...)"
+    many_label = None
+
+    async def open(self, url: str) -> None:
+        await broker.startup()
+        self.args = (time.time(), 0.0, 0.0, PAD_PEER)
+
+    async def close(self) -> None:
+        await broker.shutdown()
+
+    async def one(self) -> None:
+        await noop.kiq(*self.args)
+
+
+#: Caller class -> the peer's caller in that class (``benchmarks.enqueue_callers``).
+PEER_CALLERS: dict[str, Any] = {"asyncio": Caller}
