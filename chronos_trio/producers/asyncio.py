@@ -108,6 +108,7 @@ class AsyncioProducer:
         self._p = ProducerCore(
             url,
             app,
+            what="AsyncioProducer",
             namespace=namespace,
             topology_ttl=topology_ttl,
             max_payload_bytes=max_payload_bytes,

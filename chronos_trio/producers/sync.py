@@ -128,6 +128,7 @@ class SyncProducer:
         self._p = ProducerCore(
             url,
             app,
+            what="SyncProducer",
             namespace=namespace,
             topology_ttl=topology_ttl,
             max_payload_bytes=max_payload_bytes,

@@ -23,7 +23,12 @@ def default_worker_id() -> str:
 
 def parse_queues(spec: str | Mapping[str, int] | Iterable[Any]) -> tuple[QueueWeight, ...]:
     """Queues with weights from ``"critical=6,default=3,low=1"``, a mapping,
-    or an iterable of names / ``QueueWeight`` / ``(name, weight)``."""
+    or an iterable of names / ``QueueWeight`` / ``(name, weight)``.
+
+    Raises ``ValueError``, its message starting ``queues:`` (the worker
+    option it reads), for anything else: no queue, an empty name, a weight
+    that is not an int >= 1 (never a bool), an entry of another shape, a
+    name listed twice."""
     items: list[QueueWeight] = []
     if isinstance(spec, str):
         for part in spec.split(","):
@@ -35,29 +40,50 @@ def parse_queues(spec: str | Mapping[str, int] | Iterable[Any]) -> tuple[QueueWe
                 w = int(weight) if sep else 1
             except ValueError:
                 raise ValueError(
-                    f"bad queue weight in {part!r}: expected name=INT, e.g. critical=6"
+                    f"queues: bad queue weight in {part!r}: expected name=INT, e.g. critical=6"
                 ) from None
             items.append(QueueWeight(name.strip(), w))
     elif isinstance(spec, Mapping):
-        items = [QueueWeight(str(k), int(v)) for k, v in spec.items()]
-    else:
+        items = [_queue_weight(k, v) for k, v in spec.items()]
+    elif isinstance(spec, Iterable) and not isinstance(spec, bytes):
         for item in spec:
             if isinstance(item, QueueWeight):
-                items.append(item)
+                items.append(_queue_weight(item.name, item.weight))
             elif isinstance(item, str):
-                items.append(QueueWeight(item))
+                items.append(_queue_weight(item, 1))
+            elif isinstance(item, tuple | list) and len(item) == 2:
+                items.append(_queue_weight(*item))
             else:
-                name, weight = item
-                items.append(QueueWeight(str(name), int(weight)))
+                raise ValueError(
+                    f"queues: bad entry {item!r}: expected a name, a QueueWeight or a "
+                    "(name, weight) pair"
+                )
+    else:
+        raise ValueError(
+            "queues must be 'name=weight,...' text, a mapping of name to weight, or a "
+            f"list of names, QueueWeights or (name, weight) pairs; got {spec!r}"
+        )
     if not items:
-        raise ValueError("at least one queue is needed")
+        raise ValueError("queues: at least one queue is needed")
     names = [q.name for q in items]
     for q in items:
         if not q.name or q.weight < 1:
-            raise ValueError(f"bad queue {q.name!r}={q.weight}: names are non-empty, weights >= 1")
+            raise ValueError(
+                f"queues: bad queue {q.name!r}={q.weight}: names are non-empty, weights >= 1"
+            )
     if len(set(names)) != len(names):
-        raise ValueError(f"queue listed twice in {names}")
+        raise ValueError(f"queues: queue listed twice in {names}")
     return tuple(items)
+
+
+def _queue_weight(name: object, weight: object) -> QueueWeight:
+    """One queue of ``queues``: ``ValueError`` for a name that is not a
+    non-empty string or a weight that is not an int >= 1."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"queues: a queue name must be a non-empty string, got {name!r}")
+    if type(weight) is not int or weight < 1:
+        raise ValueError(f"queues: the weight of {name!r} must be an int >= 1, got {weight!r}")
+    return QueueWeight(name, weight)
 
 
 def _retained_caps(value: int | Mapping[str, int] | None) -> int | Mapping[str, int] | None:
