@@ -123,6 +123,12 @@ def _positive(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> N
         raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
 
 
+def _non_negative(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    _number_type(_, attribute, value)
+    if not value >= 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+
+
 def _finite(
     minimum: float, *, allow_equal: bool
 ) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
@@ -225,9 +231,9 @@ class WorkerConfig:
         default=_derived(lambda c: c.concurrency + 2 * c.batch_size), validator=_positive
     )
     retry: RetryPolicy = attrs.field(factory=RetryPolicy, validator=_retry_policy)
-    shutdown_grace: float = attrs.field(default=10.0, validator=attrs.validators.ge(0))
+    shutdown_grace: float = attrs.field(default=10.0, validator=_non_negative)
     flush_timeout: float = attrs.field(default=5.0, validator=_positive)
-    retain_succeeded: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
+    retain_succeeded: float = attrs.field(default=0.0, validator=_non_negative)
     #: At most this many retained successes per queue (one cap for all, or
     #: caps by queue name; a queue not named is not capped; None: no cap):
     #: the janitor deletes those whose retention ends first beyond it, so a
@@ -241,7 +247,7 @@ class WorkerConfig:
     gauge_interval: float = attrs.field(default=15.0, validator=_positive)
     dead_max_age: float | None = attrs.field(default=7 * 86400.0, validator=_positive)
     dead_max_count: int | None = attrs.field(default=100_000, validator=_positive)
-    restart_intensity: int = attrs.field(default=5, validator=attrs.validators.ge(0))
+    restart_intensity: int = attrs.field(default=5, validator=_non_negative)
     restart_period: float = attrs.field(default=10.0, validator=_positive)
     #: Leadership lease (schedules, janitor): renewed every ttl/2; a dead
     #: leader is replaced within this long, a resigning one within ttl/3.
