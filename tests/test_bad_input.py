@@ -311,6 +311,7 @@ async def test_a_producer_outside_trio_refuses_them_before_sending(redis_url: st
     def sync_side() -> list[str]:
         errors = []
         with SyncProducer(redis_url, app=app) as producer:
+            task: Any
             for task in (report, "report", "elsewhere"):
                 for options in ({"dely": 5}, {"queue": ""}, {"timeout": "5"}):
                     try:
