@@ -33,11 +33,12 @@ from chronos_trio import (
     JobContext,
     MemoryStore,
     RateLimit,
+    Worker,
     chain,
     group,
 )
 from chronos_trio.cli import main
-from chronos_trio.dashboard import dashboard_app
+from chronos_trio.dashboard import dashboard_app, serve_dashboard
 from chronos_trio.producers import AsyncioProducer, SyncProducer
 from chronos_trio.records._control import expired_error
 from chronos_trio.records._options import ENQUEUE_OPTIONS, JOB_DEFAULT_OPTIONS
@@ -140,8 +141,9 @@ def test_the_table_has_a_row_for_every_option() -> None:
         | JOB_DEFAULT_OPTIONS
         | {"interval", "spec"},
         "Workflow steps": _keyword_only(t.s),
-        "Worker options": worker_own | set(GENERIC_WORKER_ROWS),
-        "Dashboard options": _params(dashboard_app),
+        "Worker options": worker_own | set(GENERIC_WORKER_ROWS) | (_params(Worker) - {"app"}),
+        "Dashboard options": _params(dashboard_app)
+        | (_params(serve_dashboard) - {"app", "task_status"}),
         "Producer options": _params(SyncProducer.__init__),
     }
     missing = {
@@ -208,6 +210,8 @@ def _namespace(tmp: Path) -> dict[str, Any]:
         "math": math,
         "open_store": open_store,
         "dashboard_app": dashboard_app,
+        "serve_dashboard": serve_dashboard,
+        "Worker": Worker,
         "App": App,
         "SyncProducer": SyncProducer,
         "AsyncioProducer": AsyncioProducer,
