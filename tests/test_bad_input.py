@@ -44,6 +44,9 @@ from chronos_trio.records._control import expired_error
 from chronos_trio.records._options import ENQUEUE_OPTIONS, JOB_DEFAULT_OPTIONS
 from chronos_trio.runtime import WorkerConfig
 from chronos_trio.store import open_store
+from chronos_trio.store.postgres._url import _OPTIONS as POSTGRES_URL_OPTIONS
+from chronos_trio.store.redis._connect import STORE_OPTIONS as REDIS_URL_OPTIONS
+from chronos_trio.store.sqlite._url import _OPTIONS as SQLITE_URL_OPTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "bad-input.md"
@@ -117,7 +120,8 @@ def _worker_kind(field: attrs.Attribute[Any]) -> str | None:
 
 def test_the_table_has_a_row_for_every_option() -> None:
     """Every option of every call the page covers, read from the call's
-    signature (or the worker's attrs fields), by name: a new option must
+    signature (or the worker's attrs fields, or a store URL's option
+    names), by name: a new option must
     come with its row, and a call that takes ``**options`` or refuses
     unknown names has an "(a name)" row. A count or a duration of the
     worker is covered by the "(a count)" / "(seconds)" rows, which
@@ -145,6 +149,7 @@ def test_the_table_has_a_row_for_every_option() -> None:
         "Dashboard options": _params(dashboard_app)
         | (_params(serve_dashboard) - {"app", "task_status"}),
         "Producer options": _params(SyncProducer.__init__),
+        "Store URLs": set(REDIS_URL_OPTIONS) | POSTGRES_URL_OPTIONS | SQLITE_URL_OPTIONS,
     }
     missing = {
         section: sorted((options | {"(a name)"}) - named.get(section, set()))
