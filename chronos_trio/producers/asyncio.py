@@ -90,8 +90,9 @@ class AsyncioProducer:
     and raises what it raises: ``ValueError`` for the memory store (it lives
     in one process and cannot be shared), ``TypeError`` or ``ValueError``
     for a bad option (checked here, before anything connects, as
-    ``SyncProducer``'s), StoreError when Redis cannot be reached. Nothing connects until first use. Every task of the loop may
-    use it at once; all waiting tasks share one pub/sub connection.
+    ``SyncProducer``'s), StoreError when Redis cannot be reached. Nothing
+    connects until first use. Every task of the loop may use it at once;
+    all waiting tasks share one pub/sub connection.
     """
 
     def __init__(
