@@ -33,14 +33,20 @@ from chronos_trio import (
     JobContext,
     MemoryStore,
     RateLimit,
+    Worker,
     chain,
     group,
 )
 from chronos_trio.cli import main
-from chronos_trio.dashboard import dashboard_app
+from chronos_trio.dashboard import dashboard_app, serve_dashboard
+from chronos_trio.producers import AsyncioProducer, SyncProducer
 from chronos_trio.records._control import expired_error
 from chronos_trio.records._options import ENQUEUE_OPTIONS, JOB_DEFAULT_OPTIONS
+from chronos_trio.runtime import WorkerConfig
 from chronos_trio.store import open_store
+from chronos_trio.store.postgres._url import _OPTIONS as POSTGRES_URL_OPTIONS
+from chronos_trio.store.redis._connect import STORE_OPTIONS as REDIS_URL_OPTIONS
+from chronos_trio.store.sqlite._url import _OPTIONS as SQLITE_URL_OPTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "bad-input.md"
@@ -101,44 +107,105 @@ def table_rows() -> tuple[list[Row], list[Row]]:
 PYTHON_ROWS, CLI_ROWS = table_rows()
 
 
+#: The rows that stand for every worker option of a kind (see below).
+GENERIC_WORKER_ROWS = {"(a count)": "int", "(seconds)": "float"}
+
+
+def _worker_kind(field: attrs.Attribute[Any]) -> str | None:
+    """``int`` (a count) or ``float`` (seconds) for a worker option of that
+    type (or that type or None), else None: an option of its own kind."""
+    kind, _, rest = str(field.type).partition(" | ")
+    return kind if kind in ("int", "float") and rest in ("", "None") else None
+
+
 def test_the_table_has_a_row_for_every_option() -> None:
-    """Every enqueue, task, schedule and workflow-step option, by name: a
-    new option must come with its row."""
+    """Every option of every call the page covers, read from the call's
+    signature (or the worker's attrs fields, or a store URL's option
+    names), by name: a new option must
+    come with its row, and a call that takes ``**options`` or refuses
+    unknown names has an "(a name)" row. A count or a duration of the
+    worker is covered by the "(a count)" / "(seconds)" rows, which
+    :func:`test_every_worker_count_and_duration_is_refused_by_name` holds
+    for each of them."""
     named: dict[str, set[str]] = {}
     for row in PYTHON_ROWS:
         named.setdefault(row.section, set()).add(row.option)
     app = App(MemoryStore())
-    assert ENQUEUE_OPTIONS <= named["Enqueue options"]
-    task_options = _keyword_only(app.task) - {"kind"}
-    assert task_options <= named["Task options"]
-    schedule_options = (_keyword_only(app.every) | _keyword_only(app.cron)) - {"payload"}
-    assert (
-        schedule_options | JOB_DEFAULT_OPTIONS | {"interval", "spec"} <= named["Schedule options"]
-    )
 
     @app.task("t")
     async def t(x: int) -> None: ...
 
-    assert _keyword_only(t.s) <= named["Workflow steps"]
-    assert len(PYTHON_ROWS) > 90 and len(CLI_ROWS) >= 4
+    assert _params(SyncProducer.__init__) == _params(AsyncioProducer.__init__)
+    worker_own = {f.name for f in attrs.fields(WorkerConfig) if _worker_kind(f) is None}
+    surfaces = {
+        "App options": _params(App.__init__),
+        "Enqueue options": ENQUEUE_OPTIONS | _keyword_only(t.enqueue) | _keyword_only(app.enqueue),
+        "Task options": _keyword_only(app.task) - {"kind"},
+        "Schedule options": ((_keyword_only(app.every) | _keyword_only(app.cron)) - {"payload"})
+        | JOB_DEFAULT_OPTIONS
+        | {"interval", "spec"},
+        "Workflow steps": _keyword_only(t.s),
+        "Worker options": worker_own | set(GENERIC_WORKER_ROWS) | (_params(Worker) - {"app"}),
+        "Dashboard options": _params(dashboard_app)
+        | (_params(serve_dashboard) - {"app", "task_status"}),
+        "Producer options": _params(SyncProducer.__init__),
+        "Store URLs": set(REDIS_URL_OPTIONS) | POSTGRES_URL_OPTIONS | SQLITE_URL_OPTIONS,
+    }
+    missing = {
+        section: sorted((options | {"(a name)"}) - named.get(section, set()))
+        for section, options in surfaces.items()
+    }
+    assert not any(missing.values()), f"options without a row: {missing}"
+    assert len(PYTHON_ROWS) > 140 and len(CLI_ROWS) >= 4
+
+
+def test_every_worker_count_and_duration_is_refused_by_name() -> None:
+    """What the "(a count)" and "(seconds)" rows say, for every worker
+    option of that kind: the wrong type and a negative value are each a
+    ValueError naming the option."""
+    kinds = {f.name: kind for f in attrs.fields(WorkerConfig) if (kind := _worker_kind(f))}
+    assert {"concurrency", "poll_interval", "dead_max_count"} <= kinds.keys()
+    for name, kind in kinds.items():
+        expected = "must be an int" if kind == "int" else "must be a number of seconds"
+        with pytest.raises(ValueError, match=f"^{name} {expected}, got '4'"):
+            WorkerConfig.build(**{name: "4"})
+        with pytest.raises(ValueError, match=f"^{name} must be .*, got -1"):
+            WorkerConfig.build(**{name: -1})
+
+
+def _params(fn: Any) -> set[str]:
+    """The names ``fn`` takes (not ``self``, not ``*args`` / ``**kwargs``)."""
+    return {
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
 
 
 def _keyword_only(fn: Any) -> set[str]:
     return {p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY}
 
 
-def _namespace() -> dict[str, Any]:
+def _namespace(tmp: Path) -> dict[str, Any]:
     """What the page's calls see: a fresh app on the memory store with the
-    ``report`` task of the page's example, and the names they use."""
+    ``report`` task of the page's example, the same task in an app on a
+    SQLite store in ``tmp`` (opened only if a row uses it), and the names
+    they use."""
     app = App(MemoryStore())
+    on_sqlite = App(f"sqlite:///{tmp / 'jobs.db'}")
 
     @app.task("report", queue="reports")
     async def report(args: Report) -> int:
         return 1
 
+    @on_sqlite.task("report", queue="reports")
+    async def sqlite_report(args: Report) -> int:
+        return 1
+
     return {
         "app": app,
         "report": report,
+        "sqlite_report": sqlite_report,
         "Report": Report,
         "RateLimit": RateLimit,
         "ConcurrencyLimit": ConcurrencyLimit,
@@ -148,26 +215,63 @@ def _namespace() -> dict[str, Any]:
         "math": math,
         "open_store": open_store,
         "dashboard_app": dashboard_app,
+        "serve_dashboard": serve_dashboard,
+        "Worker": Worker,
+        "App": App,
+        "SyncProducer": SyncProducer,
+        "AsyncioProducer": AsyncioProducer,
     }
 
 
 def _exception_class(name: str) -> type[BaseException]:
-    found = getattr(builtins, name, None) or getattr(chronos_trio, name, None)
+    found = (
+        getattr(builtins, name, None)
+        or getattr(chronos_trio, name, None)
+        or getattr(chronos_trio.store, name, None)
+    )
     assert isinstance(found, type) and issubclass(found, BaseException), name
     return found
 
 
-@pytest.mark.parametrize("row", PYTHON_ROWS, ids=str)
-async def test_each_row_of_the_table_raises_what_it_says(row: Row) -> None:
-    names = _namespace()
+async def _run_row(row: Row, tmp: Path) -> None:
+    """Run one row's call: it must raise its exception with its text, and
+    nothing may be stored."""
+    names = _namespace(tmp)
     exec(f"async def _row():\n    {row.call}\n", names)
-    with pytest.raises(_exception_class(row.raises)) as caught:
-        await names["_row"]()
-    assert row.says in str(caught.value)
-    app: App = names["app"]
-    stats = await app.store.stats(["reports", "default"])
-    assert sum(s.total for s in stats) == 0, "nothing was stored"
-    assert app.schedules == [] or row.raises == "UnknownTask"
+    try:
+        with pytest.raises(_exception_class(row.raises)) as caught:
+            await names["_row"]()
+        assert row.says in str(caught.value)
+        app: App = names["app"]
+        stats = await app.store.stats(["reports", "default"])
+        assert sum(s.total for s in stats) == 0, "nothing was stored"
+        assert app.schedules == [] or row.raises == "UnknownTask"
+        if "sqlite_report" in row.call:
+            on_sqlite = names["sqlite_report"].app.store
+            assert sum(s.total for s in await on_sqlite.stats(["reports"])) == 0
+    finally:
+        await names["sqlite_report"].app.aclose()
+
+
+@pytest.mark.parametrize("row", PYTHON_ROWS, ids=str)
+async def test_each_row_of_the_table_raises_what_it_says(row: Row, tmp_path: Path) -> None:
+    await _run_row(row, tmp_path)
+
+
+_PRODUCER_ROWS = [row for row in PYTHON_ROWS if row.section == "Producer options"]
+
+
+@pytest.mark.parametrize("row", _PRODUCER_ROWS, ids=str)
+async def test_each_producer_row_holds_for_the_other_producer(row: Row, tmp_path: Path) -> None:
+    """The producers share their options: each row of one, made with the
+    other (its name swapped in the call and the text), raises the same."""
+    swap = {"SyncProducer": "AsyncioProducer", "AsyncioProducer": "SyncProducer"}
+
+    def swapped(text: str) -> str:
+        return re.sub(r"\b(SyncProducer|AsyncioProducer)\b", lambda m: swap[m.group(1)], text)
+
+    assert re.search(r"\b(SyncProducer|AsyncioProducer)\(", row.call), row.call
+    await _run_row(attrs.evolve(row, call=swapped(row.call), says=swapped(row.says)), tmp_path)
 
 
 @pytest.mark.parametrize("row", CLI_ROWS, ids=str)
@@ -184,9 +288,9 @@ def test_each_command_line_row_exits_as_it_says(
 
 
 # -- the options of one enqueue: refused before anything is stored ---------------------
-async def test_a_misspelled_option_is_refused_and_nothing_is_stored() -> None:
+async def test_a_misspelled_option_is_refused_and_nothing_is_stored(tmp_path: Path) -> None:
     """On main ``enqueue(P(1), dely=5)`` stored the job and it ran at once."""
-    names = _namespace()
+    names = _namespace(tmp_path)
     app, report = names["app"], names["report"]
     for call in (
         report.enqueue(Report("mon"), dely=5),
@@ -208,8 +312,6 @@ async def test_a_misspelled_option_is_refused_and_nothing_is_stored() -> None:
 async def test_a_producer_outside_trio_refuses_them_before_sending(redis_url: str) -> None:
     """``SyncProducer`` and ``AsyncioProducer`` (against a real Redis): a
     misspelled or empty option is refused, and no job reaches Redis."""
-    from chronos_trio.producers import AsyncioProducer, SyncProducer
-
     app = App(redis_url)
 
     @app.task("report", queue="reports")
@@ -218,6 +320,7 @@ async def test_a_producer_outside_trio_refuses_them_before_sending(redis_url: st
     def sync_side() -> list[str]:
         errors = []
         with SyncProducer(redis_url, app=app) as producer:
+            task: Any
             for task in (report, "report", "elsewhere"):
                 for options in ({"dely": 5}, {"queue": ""}, {"timeout": "5"}):
                     try:
@@ -251,11 +354,11 @@ async def test_a_producer_outside_trio_refuses_them_before_sending(redis_url: st
     await app.aclose()
 
 
-def test_a_group_built_directly_is_held_to_the_member_limit() -> None:
+def test_a_group_built_directly_is_held_to_the_member_limit(tmp_path: Path) -> None:
     """``group()`` refuses 1,001 members (the table); a ``Group`` made
     without it is refused when the workflow starts (on main 5,000 were
     accepted, against docs/workflows.md)."""
-    names = _namespace()
+    names = _namespace(tmp_path)
     step = names["report"].s(Report("mon"))
     group(*[step] * 1000)  # the limit itself is fine
     with pytest.raises(ValueError, match="a group has at most 1000 members, got 5000"):

@@ -174,7 +174,12 @@ async def test_hung_plain_handlers_give_their_thread_back_and_each_gets_its_whol
         bodies.append((job.id, job.deadline))
         gate.wait(30)  # far past its timeout: ends only when the test lets it
 
-    options = backend.timing(poll_interval=0.5, lease_duration=30.0)
+    # A lease far longer than the test on every backend (``timing`` would
+    # make it 1.5 s on Redis): what is tested is the thread slot and the
+    # timeout, and on a loaded machine a renewal that came a second late
+    # ended the lease of the job waiting for the slot ("lease expired"
+    # instead of its timeout; reproduced by delaying every renewal 1 s).
+    options = backend.timing(poll_interval=0.5) | {"lease_duration": 30.0}
     try:
         async with app.open_worker(concurrency=4, sync_concurrency=1, **options) as worker:
             handles = await hang.enqueue_many([1, 2, 3])

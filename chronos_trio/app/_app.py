@@ -73,6 +73,7 @@ class App:
     settle path (see ``runtime._metrics``); None costs nothing.
     """
 
+    @checked_names("App", ["store"])
     def __init__(
         self,
         store: str | StoreRole | None = None,
@@ -82,6 +83,14 @@ class App:
         lifespan: Lifespan | None = None,
         metrics: Metrics | None = None,
     ) -> None:
+        """Raises, before anything is kept: ``TypeError`` for an unknown
+        option name (naming it and the valid ones), a ``store`` that is
+        neither a URL nor a store object, a ``lifespan`` that is not
+        callable or a ``metrics`` object without the :class:`Metrics`
+        methods; ``ValueError`` for an empty ``store`` URL or ``name``, or a
+        ``max_payload_bytes`` that is not an int >= 1. The URL itself is
+        read when the store is opened (on first use)."""
+        _check_app_options(name, max_payload_bytes, lifespan, metrics)
         self.name = name
         self.max_payload_bytes = max_payload_bytes
         #: Called for every job this app builds (see :meth:`producer_hook`).
@@ -115,6 +124,8 @@ class App:
         a URL, or a store object with at least the core. Raises TypeError
         for an object that is neither."""
         if isinstance(store, str):
+            if not store:
+                raise ValueError("store must be a store URL (e.g. redis://localhost/0), got ''")
             self._store_url, self._store = store, None
             return
         require_roles(store, WorkerRole, what="an App")
@@ -519,6 +530,32 @@ class App:
         from ._inspector import Inspector  # not on a worker's way to its first job
 
         return Inspector(self.store, app=self)
+
+
+#: What a metrics object must have (the :class:`Metrics` protocol's methods).
+_METRICS_METHODS = ("job_finished", "lease_lost", "jobs_recovered", "actor_restarted")
+
+
+def _check_app_options(
+    name: object, max_payload_bytes: object, lifespan: object, metrics: object
+) -> None:
+    """The App's options, checked as the constructor's docstring says."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    if type(max_payload_bytes) is not int or max_payload_bytes < 1:
+        raise ValueError(f"max_payload_bytes must be an int >= 1, got {max_payload_bytes!r}")
+    if lifespan is not None and not callable(lifespan):
+        raise TypeError(
+            f"lifespan must be a callable taking the app and returning an async context "
+            f"manager (or None), got {lifespan!r}"
+        )
+    if metrics is not None:
+        missing = [m for m in _METRICS_METHODS if not callable(getattr(metrics, m, None))]
+        if missing:
+            raise TypeError(
+                f"metrics must be an object with the Metrics methods (subclass "
+                f"chronos_trio.MetricsBase), got {metrics!r}, which lacks {', '.join(missing)}"
+            )
 
 
 async def _no_handler(payload: Any, job: Any) -> None:  # pragma: no cover - never run

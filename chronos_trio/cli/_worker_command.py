@@ -81,7 +81,8 @@ def _queues(text: str) -> tuple[QueueWeight, ...]:
     try:
         return parse_queues(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        # argparse names the option itself (--queues)
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("queues: ")) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -24,7 +24,7 @@ from ..records._errors import (
     UnknownQueue,
 )
 from ..records._log import log_event
-from ..records._options import is_number
+from ..records._options import checked_names, is_number
 from ._actions import Actions
 from ._events import events_endpoint
 from ._hosts import HostPolicy
@@ -55,6 +55,7 @@ ASGIApp = Callable[
 ]
 
 
+@checked_names("dashboard")
 def dashboard_app(
     target: App | Inspector,
     *,
@@ -101,24 +102,52 @@ def dashboard_app(
 
     Logs a warning (``chronos_trio.dashboard``) when it has no token and no
     basic auth. The dashboard does not close the store: its owner does.
-    Raises ``ValueError`` for both a token and basic auth, an empty
-    credential, a bad allowed host or proxy address, a short secret,
-    ``page_size`` not an int >= 1, ``refresh`` not a finite number > 0, or
-    ``session_max_age`` not a number > 0.
+    Every option is checked here, before anything is served (see
+    docs/bad-input.md): ``TypeError`` for a ``target`` that is neither an
+    App nor an Inspector (or an unknown option name); ``ValueError`` for
+    both a token and basic auth, a token or credential that is not a
+    non-empty string, ``read_only`` or ``secure_cookies`` not a bool, a
+    host, origin or proxy list given as one string or holding an empty or
+    non-string entry, a bad allowed host or proxy address, a secret that is
+    not bytes or text or is short, ``page_size`` not an int >= 1,
+    ``refresh`` or ``session_max_age`` not a finite number > 0, or an empty
+    ``title``.
     """
+    if not isinstance(target, App | Inspector):
+        raise TypeError(f"dashboard_app takes an App or an Inspector, got {target!r}")
+    if token is not None and not isinstance(token, str):
+        raise ValueError(f"token must be a non-empty string (or None), got {token!r}")
     if isinstance(basic_auth, str):
         basic_auth = parse_basic_auth(basic_auth)
+    elif basic_auth is not None and not (
+        isinstance(basic_auth, tuple)
+        and len(basic_auth) == 2
+        and all(isinstance(part, str) for part in basic_auth)
+    ):
+        raise ValueError(  # the value may hold a password: not shown
+            f"basic_auth must be (user, password) or 'user:password', "
+            f"got a {type(basic_auth).__name__}"
+        )
     credentials = Credentials(token=token, basic=basic_auth)
+    _check_bool("read_only", read_only)
+    _check_bool("secure_cookies", secure_cookies)
     if not (is_number(page_size) and isinstance(page_size, int) and page_size >= 1):
         raise ValueError(f"page_size must be an int >= 1, got {page_size!r}")
     if not (is_number(refresh) and 0 < refresh < math.inf):
         raise ValueError(f"refresh must be a finite number of seconds > 0, got {refresh!r}")
-    if not is_number(session_max_age):
+    if not (is_number(session_max_age) and 0 < session_max_age < math.inf):
         raise ValueError(f"session_max_age must be > 0 seconds, got {session_max_age!r}")
-    hosts = HostPolicy.make(allowed_hosts, forwarded_allow_ips)
+    if secret is not None and not isinstance(secret, bytes | str):
+        raise ValueError(f"secret must be bytes or a string (or None), got {type(secret).__name__}")
+    if not isinstance(title, str) or not title.strip():
+        raise ValueError(f"title must be a non-empty string, got {title!r}")
+    allowed_origins = _names("allowed_origins", allowed_origins)
+    hosts = HostPolicy.make(
+        _names("allowed_hosts", allowed_hosts), _names("forwarded_allow_ips", forwarded_allow_ips)
+    )
     signer = Signer(signing_key(secret, credentials))
     inspector = target.inspector() if isinstance(target, App) else target
-    options = Options(read_only, page_size, refresh, tuple(allowed_origins), title)
+    options = Options(read_only, page_size, refresh, allowed_origins, title)
     views = Views(inspector, options, signer)
     actions = Actions(views)
     files = static_files()
@@ -185,6 +214,27 @@ def dashboard_app(
             read_only=read_only,
         )
     return guard
+
+
+def _check_bool(name: str, value: object) -> None:
+    """``ValueError`` unless ``value`` is a bool (``"no"`` is truthy)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool, got {value!r}")
+
+
+def _names(option: str, given: object) -> tuple[str, ...]:
+    """``given`` as a tuple of non-empty strings: ``ValueError`` naming
+    ``option`` for one string (it would be read letter by letter), an
+    entry that is not a non-empty string, or something not iterable."""
+    if isinstance(given, str | bytes):
+        raise ValueError(f"{option} must be a list of strings, not one string (give [{given!r}])")
+    if not isinstance(given, Iterable):
+        raise ValueError(f"{option} must be a list of non-empty strings, got {given!r}")
+    entries = tuple(given)
+    for entry in entries:
+        if not isinstance(entry, str) or not entry.strip():
+            raise ValueError(f"{option} must be a list of non-empty strings, got {entry!r} in it")
+    return entries
 
 
 __all__ = ["ASGIApp", "dashboard_app"]

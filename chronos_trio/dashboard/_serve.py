@@ -25,7 +25,15 @@ async def serve_dashboard(
     """Serve ``app`` (from :func:`dashboard_app`) on ``host:port`` until
     cancelled (or Ctrl-C). With ``nursery.start`` it reports the addresses
     it listens on (``["http://127.0.0.1:8080"]``; port 0 picks a free one).
-    Raises ``OSError`` when the port cannot be bound."""
+    Raises ``ValueError`` before anything is bound for an empty ``host``, a
+    ``port`` that is not an int from 0 to 65535 or an ``access_log`` that is
+    not a bool; ``OSError`` when the port cannot be bound."""
+    if not isinstance(host, str) or not host.strip():
+        raise ValueError(f"host must be a non-empty string, got {host!r}")
+    if type(port) is not int or not 0 <= port <= 65535:
+        raise ValueError(f"port must be an int from 0 to 65535, got {port!r}")
+    if not isinstance(access_log, bool):
+        raise ValueError(f"access_log must be a bool, got {access_log!r}")
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.graceful_timeout = GRACEFUL_TIMEOUT

@@ -5,13 +5,14 @@ a job handle."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, Unpack
 
 import attrs
 
 from ..records._jobs import EnqueueResult, NewJob
-from ..records._options import EnqueueOptions
+from ..records._options import EnqueueOptions, is_number, unknown_options
 from ..records._placement import Placement
 from ..records._producing import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -147,6 +148,105 @@ def transactional_of(url: str | None, app: AppLike | None) -> ProducerEnqueue | 
     return None
 
 
+#: The producers' own options (besides ``url``), as their constructors name them.
+PRODUCER_OPTIONS = frozenset(
+    {"app", "namespace", "topology_ttl", "max_payload_bytes", "socket_timeout", "connect_timeout"}
+)
+#: redis-py options the store sets itself (raw bytes, RESP2 reply shapes).
+_FIXED_REDIS_OPTIONS = frozenset({"decode_responses", "protocol"})
+
+
+@functools.cache
+def redis_client_options() -> frozenset[str]:
+    """The keyword options redis-py's clients take (``redis.Redis``, its
+    Cluster and their asyncio twins), which a producer hands on: read from
+    their signatures, once, so a new redis-py option is taken as it is."""
+    import inspect
+
+    import redis.asyncio
+    import redis.asyncio.cluster
+    import redis.cluster
+
+    names: set[str] = set()
+    for cls in (
+        redis.Redis,
+        redis.cluster.RedisCluster,
+        redis.asyncio.Redis,
+        redis.asyncio.cluster.RedisCluster,
+    ):
+        for p in inspect.signature(cls.__init__).parameters.values():
+            if p.kind is p.POSITIONAL_OR_KEYWORD or p.kind is p.KEYWORD_ONLY:
+                names.add(p.name)
+    # Named by the store URL or by the store (the URL's hosts; raw bytes, RESP2).
+    return frozenset(names - {"self", "url", "startup_nodes", "host", "port", "path"})
+
+
+def _finite_seconds(name: str, value: object, *, zero: bool = False) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is a finite number
+    > 0 (>= 0 with ``zero``)."""
+    ok = isinstance(value, int | float) and is_number(value) and math.isfinite(value)
+    if not ok or not (value >= 0 if zero else value > 0):  # type: ignore[operator]
+        bound = ">= 0" if zero else "> 0"
+        raise ValueError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
+
+
+def check_producer_options(
+    what: str,
+    *,
+    url: object,
+    app: object,
+    namespace: object,
+    topology_ttl: object,
+    max_payload_bytes: object,
+    socket_timeout: object,
+    connect_timeout: object,
+    redis_kwargs: Mapping[str, Any],
+) -> None:
+    """A producer's constructor options (``what`` names it), checked before
+    anything is opened: ``TypeError`` for an unknown name (one neither the
+    producer's nor redis-py's: a misspelling, with the closest name), an
+    option redis-py must not change (``decode_responses``, ``protocol``),
+    or an ``app`` that is not an App; ``ValueError`` for an empty ``url``
+    or ``namespace``, a ``max_payload_bytes`` that is not an int >= 1, a
+    ``topology_ttl`` not a finite number >= 0, or a timeout not a finite
+    number > 0. None means "not given" for ``url``, ``app``, ``namespace``
+    and ``max_payload_bytes``."""
+    if redis_kwargs:
+        fixed = sorted(_FIXED_REDIS_OPTIONS.intersection(redis_kwargs))
+        if fixed:
+            raise TypeError(
+                f"{what} option {fixed[0]!r} is set by the store (it reads raw bytes in "
+                "RESP2 replies) and cannot be given"
+            )
+        if not redis_client_options().issuperset(redis_kwargs):
+            raise unknown_options(
+                redis_kwargs,
+                PRODUCER_OPTIONS | {"url"},
+                what,
+                unlisted=redis_client_options(),
+                also=", and redis-py's client options (redis.Redis: max_connections, ...)",
+            )
+    if url is not None and (not isinstance(url, str) or not url):
+        raise ValueError(f"url must be a non-empty store URL (or None: the app's), got {url!r}")
+    if app is not None and not all(
+        hasattr(app, name) for name in ("store_url", "registry", "max_payload_bytes")
+    ):
+        raise TypeError(f"app must be a chronos_trio.App (or None), got {app!r}")
+    if namespace is not None and (not isinstance(namespace, str) or not namespace.strip()):
+        raise ValueError(
+            f"namespace must be a non-empty string (or None: the URL's), got {namespace!r}"
+        )
+    if max_payload_bytes is not None and (
+        type(max_payload_bytes) is not int or max_payload_bytes < 1
+    ):
+        raise ValueError(
+            f"max_payload_bytes must be an int >= 1 (or None: the app's), got {max_payload_bytes!r}"
+        )
+    _finite_seconds("topology_ttl", topology_ttl, zero=True)
+    _finite_seconds("socket_timeout", socket_timeout)
+    _finite_seconds("connect_timeout", connect_timeout)
+
+
 class ProducerCore:
     """The state both producers hold: the parsed URL and how to connect,
     the sans-IO Redis core (keys, topology cache), the app (if any) and the
@@ -160,6 +260,7 @@ class ProducerCore:
         url: str | None,
         app: AppLike | None,
         *,
+        what: str,
         namespace: str | None,
         topology_ttl: float,
         max_payload_bytes: int | None,
@@ -167,6 +268,17 @@ class ProducerCore:
         connect_timeout: float,
         redis_kwargs: dict[str, Any],
     ) -> None:
+        check_producer_options(
+            what,
+            url=url,
+            app=app,
+            namespace=namespace,
+            topology_ttl=topology_ttl,
+            max_payload_bytes=max_payload_bytes,
+            socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
+            redis_kwargs=redis_kwargs,
+        )
         self.app = app
         if max_payload_bytes is None:
             max_payload_bytes = app.max_payload_bytes if app is not None else None
@@ -176,6 +288,11 @@ class ProducerCore:
         self.owns_sql = self.sql is not None and url is not None
         self.where = redact(url) if url is not None else redact(app.store_url) if app else ""
         if self.sql is not None:
+            if redis_kwargs:
+                raise TypeError(
+                    f"{what} options {', '.join(sorted(redis_kwargs))} are redis-py's, but "
+                    f"this store is not Redis ({self.where})"
+                )
             return
         self._connect_options = {
             "socket_timeout": socket_timeout,

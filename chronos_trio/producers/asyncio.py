@@ -88,9 +88,11 @@ class AsyncioProducer:
 
     Takes what ``SyncProducer`` takes (``url``, ``app``, ``namespace``, ...)
     and raises what it raises: ``ValueError`` for the memory store (it lives
-    in one process and cannot be shared), StoreError when Redis cannot be
-    reached. Nothing connects until first use. Every task of the loop may
-    use it at once; all waiting tasks share one pub/sub connection.
+    in one process and cannot be shared), ``TypeError`` or ``ValueError``
+    for a bad option (checked here, before anything connects, as
+    ``SyncProducer``'s), StoreError when Redis cannot be reached. Nothing
+    connects until first use. Every task of the loop may use it at once;
+    all waiting tasks share one pub/sub connection.
     """
 
     def __init__(
@@ -108,6 +110,7 @@ class AsyncioProducer:
         self._p = ProducerCore(
             url,
             app,
+            what="AsyncioProducer",
             namespace=namespace,
             topology_ttl=topology_ttl,
             max_payload_bytes=max_payload_bytes,

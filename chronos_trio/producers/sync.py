@@ -110,7 +110,15 @@ class SyncProducer:
 
     Raises ``ValueError`` for the memory store (it lives in one process and
     cannot be shared) or a URL that is not Redis's; every failure to reach
-    Redis later is a StoreError.
+    Redis later is a StoreError. Every option is checked here, before
+    anything connects (see ``check_producer_options``): ``TypeError`` for a
+    name that is neither the producer's nor one of redis-py's client
+    options (naming it and the closest valid one), for ``decode_responses``
+    or ``protocol`` (the store sets them), for redis-py options on a
+    PostgreSQL or SQLite store, or an ``app`` that is not an App;
+    ``ValueError`` for an empty ``url`` or ``namespace``, a
+    ``max_payload_bytes`` not an int >= 1, a ``topology_ttl`` not a finite
+    number >= 0 or a timeout not a finite number > 0.
     """
 
     def __init__(
@@ -128,6 +136,7 @@ class SyncProducer:
         self._p = ProducerCore(
             url,
             app,
+            what="SyncProducer",
             namespace=namespace,
             topology_ttl=topology_ttl,
             max_payload_bytes=max_payload_bytes,

@@ -70,21 +70,32 @@ ENQUEUE_OPTIONS: frozenset[str] = frozenset(EnqueueOptions.__optional_keys__)
 JOB_DEFAULT_OPTIONS: frozenset[str] = frozenset(JobDefaults.__optional_keys__)
 
 
-def unknown_options(given: Iterable[str], valid: Iterable[str], what: str) -> TypeError:
-    """The error for option names not among ``valid``: it names each, with
-    the closest valid name when one is close (a misspelling), else every
-    valid name. ``what`` says whose options they are ("enqueue", "worker")."""
+def unknown_options(
+    given: Iterable[str],
+    valid: Iterable[str],
+    what: str,
+    *,
+    unlisted: Iterable[str] = (),
+    also: str = "",
+) -> TypeError:
+    """The error for option names not among ``valid`` (nor ``unlisted``): it
+    names each, with the closest valid name when one is close (a
+    misspelling), and every valid name. ``what`` says whose options they
+    are ("enqueue", "worker"). ``unlisted`` names are valid too, and may be
+    the close match, but are not listed (too many: redis-py's); ``also``
+    describes them after the list."""
     import difflib  # only on this error path
 
     known = sorted(valid)
-    unknown = sorted(set(given) - set(known))
+    candidates = sorted({*known, *unlisted})
+    unknown = sorted(set(given) - set(candidates))
     parts = []
     for name in unknown:
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
         parts.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
     return TypeError(
         f"unknown {what} option{'s' if len(unknown) > 1 else ''} {', '.join(parts)}; "
-        f"valid: {', '.join(known)}"
+        f"valid: {', '.join(known)}{also}"
     )
 
 

@@ -23,7 +23,12 @@ def default_worker_id() -> str:
 
 def parse_queues(spec: str | Mapping[str, int] | Iterable[Any]) -> tuple[QueueWeight, ...]:
     """Queues with weights from ``"critical=6,default=3,low=1"``, a mapping,
-    or an iterable of names / ``QueueWeight`` / ``(name, weight)``."""
+    or an iterable of names / ``QueueWeight`` / ``(name, weight)``.
+
+    Raises ``ValueError``, its message starting ``queues:`` (the worker
+    option it reads), for anything else: no queue, an empty name, a weight
+    that is not an int >= 1 (never a bool), an entry of another shape, a
+    name listed twice."""
     items: list[QueueWeight] = []
     if isinstance(spec, str):
         for part in spec.split(","):
@@ -35,29 +40,50 @@ def parse_queues(spec: str | Mapping[str, int] | Iterable[Any]) -> tuple[QueueWe
                 w = int(weight) if sep else 1
             except ValueError:
                 raise ValueError(
-                    f"bad queue weight in {part!r}: expected name=INT, e.g. critical=6"
+                    f"queues: bad queue weight in {part!r}: expected name=INT, e.g. critical=6"
                 ) from None
             items.append(QueueWeight(name.strip(), w))
     elif isinstance(spec, Mapping):
-        items = [QueueWeight(str(k), int(v)) for k, v in spec.items()]
-    else:
+        items = [_queue_weight(k, v) for k, v in spec.items()]
+    elif isinstance(spec, Iterable) and not isinstance(spec, bytes):
         for item in spec:
             if isinstance(item, QueueWeight):
-                items.append(item)
+                items.append(_queue_weight(item.name, item.weight))
             elif isinstance(item, str):
-                items.append(QueueWeight(item))
+                items.append(_queue_weight(item, 1))
+            elif isinstance(item, tuple | list) and len(item) == 2:
+                items.append(_queue_weight(*item))
             else:
-                name, weight = item
-                items.append(QueueWeight(str(name), int(weight)))
+                raise ValueError(
+                    f"queues: bad entry {item!r}: expected a name, a QueueWeight or a "
+                    "(name, weight) pair"
+                )
+    else:
+        raise ValueError(
+            "queues must be 'name=weight,...' text, a mapping of name to weight, or a "
+            f"list of names, QueueWeights or (name, weight) pairs; got {spec!r}"
+        )
     if not items:
-        raise ValueError("at least one queue is needed")
+        raise ValueError("queues: at least one queue is needed")
     names = [q.name for q in items]
     for q in items:
         if not q.name or q.weight < 1:
-            raise ValueError(f"bad queue {q.name!r}={q.weight}: names are non-empty, weights >= 1")
+            raise ValueError(
+                f"queues: bad queue {q.name!r}={q.weight}: names are non-empty, weights >= 1"
+            )
     if len(set(names)) != len(names):
-        raise ValueError(f"queue listed twice in {names}")
+        raise ValueError(f"queues: queue listed twice in {names}")
     return tuple(items)
+
+
+def _queue_weight(name: object, weight: object) -> QueueWeight:
+    """One queue of ``queues``: ``ValueError`` for a name that is not a
+    non-empty string or a weight that is not an int >= 1."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"queues: a queue name must be a non-empty string, got {name!r}")
+    if type(weight) is not int or weight < 1:
+        raise ValueError(f"queues: the weight of {name!r} must be an int >= 1, got {weight!r}")
+    return QueueWeight(name, weight)
 
 
 def _retained_caps(value: int | Mapping[str, int] | None) -> int | Mapping[str, int] | None:
@@ -95,6 +121,12 @@ def _positive(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> N
     _number_type(_, attribute, value)
     if value is not None and not value > 0:
         raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
+
+
+def _non_negative(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    _number_type(_, attribute, value)
+    if not value >= 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
 
 
 def _finite(
@@ -199,9 +231,9 @@ class WorkerConfig:
         default=_derived(lambda c: c.concurrency + 2 * c.batch_size), validator=_positive
     )
     retry: RetryPolicy = attrs.field(factory=RetryPolicy, validator=_retry_policy)
-    shutdown_grace: float = attrs.field(default=10.0, validator=attrs.validators.ge(0))
+    shutdown_grace: float = attrs.field(default=10.0, validator=_non_negative)
     flush_timeout: float = attrs.field(default=5.0, validator=_positive)
-    retain_succeeded: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
+    retain_succeeded: float = attrs.field(default=0.0, validator=_non_negative)
     #: At most this many retained successes per queue (one cap for all, or
     #: caps by queue name; a queue not named is not capped; None: no cap):
     #: the janitor deletes those whose retention ends first beyond it, so a
@@ -215,7 +247,7 @@ class WorkerConfig:
     gauge_interval: float = attrs.field(default=15.0, validator=_positive)
     dead_max_age: float | None = attrs.field(default=7 * 86400.0, validator=_positive)
     dead_max_count: int | None = attrs.field(default=100_000, validator=_positive)
-    restart_intensity: int = attrs.field(default=5, validator=attrs.validators.ge(0))
+    restart_intensity: int = attrs.field(default=5, validator=_non_negative)
     restart_period: float = attrs.field(default=10.0, validator=_positive)
     #: Leadership lease (schedules, janitor): renewed every ttl/2; a dead
     #: leader is replaced within this long, a resigning one within ttl/3.

@@ -170,7 +170,14 @@ class Worker:
     def __init__(self, app: WorkerHost, config: WorkerConfig | None = None) -> None:
         """Raises ``UnknownTask`` or ``PayloadError`` for a schedule of
         ``app`` this worker could only dead-letter (see
-        ``Registry.check_schedules``; :meth:`run` checks again)."""
+        ``Registry.check_schedules``; :meth:`run` checks again), and
+        ``TypeError`` for a ``config`` that is not a WorkerConfig (options
+        go to ``app.worker(**options)`` or ``WorkerConfig.build``)."""
+        if config is not None and not isinstance(config, WorkerConfig):
+            raise TypeError(
+                f"config must be a WorkerConfig (or None), got {config!r}; pass options "
+                "as app.worker(**options) or WorkerConfig.build(**options)"
+            )
         app.registry.check_schedules()
         self.app = app
         self.config = config or WorkerConfig()
