@@ -1,0 +1,35 @@
+--@include format
+-- What enqueue.lua does for a plain job, the common one: no extras (no
+-- unique key, no workflow, no flow control) and a payload stored whole.
+-- Such a job needs its record written (write_record) and its ID put in the
+-- partition's ready or scheduled zset, its due time the score; nothing else
+-- (the wake-up is the client's XADD). In a call of several jobs the zset
+-- entries of plain jobs are gathered and added by one ZADD per zset
+-- (index_add): a call from Lua costs Redis more than the entry.
+
+-- The key named name (say 'retry') of the partition whose job key prefix
+-- is prefix ('<tag>:j:'): a key of the same hash tag, so of the same slot.
+local function beside(prefix, name)
+  return string.sub(prefix, 1, -3) .. name
+end
+
+-- Writes the record of the job at ARGV offset i (see enqueue.lua's header)
+-- under key key: due at run_at_s (as stored), in state state, created at
+-- created_s. Field order is the record's as every version wrote it: the
+-- fields, then h when the job has headers.
+local function write_record(key, i, run_at_s, state, created_s)
+  redis.call('HSET', key, 'kind', ARGV[i + 1], 'payload', ARGV[i + 2], 'run_at', run_at_s,
+    'state', state, 'attempts', '0', 'max_retries', ARGV[i + 5], 'timeout', ARGV[i + 6],
+    'created_at', created_s, 'v', FORMAT_S)
+  if ARGV[i + 7] ~= '' then redis.call('HSET', key, 'h', ARGV[i + 7]) end
+end
+
+-- Entries gathered for one zset at most: a ZADD's arguments (two an entry)
+-- stay far below what unpack can pass (Redis's Lua stack, 8000).
+local INDEX_MAX = 1000
+
+-- Adds to zset the first count entries of args (score, ID, score, ID, ...)
+-- in one ZADD.
+local function index_add(zset, args, count)
+  if count > 0 then redis.call('ZADD', zset, unpack(args, 1, 2 * count)) end
+end
