@@ -52,7 +52,11 @@
 --@include format
 --@include ready_score
 --@include unique_spec
-if redis.call('EXISTS', KEYS[3]) == 1 then
+local last = #ARGV
+-- One job: one look tells whether the partition is closed or its ID exists
+-- (the usual answer, neither, costs one call)
+local single_new = last == 10 and redis.call('EXISTS', KEYS[3], KEYS[4] .. ARGV[2]) == 0
+if not single_new and redis.call('EXISTS', KEYS[3]) == 1 then
   return {'closed'}
 end
 local t = redis.call('TIME')
@@ -67,70 +71,13 @@ end
 local scheduled, ready, prefix = KEYS[1], KEYS[2], KEYS[4]
 local sub = string.sub
 
--- Appends to HSET arguments args the payload after its first CHUNK bytes,
--- in fields p1 .. p<n> of CHUNK bytes each, and n in pn (record format 2,
--- see lib/chunks.lua).
-local function add_chunks(args, payload, size)
-  local a, n = #args, 0
-  for start = CHUNK + 1, size, CHUNK do
-    n = n + 1
-    args[a + 1] = 'p' .. n
-    args[a + 2] = sub(payload, start, start + CHUNK - 1)
-    a = a + 2
-  end
-  args[a + 1] = 'pn'
-  args[a + 2] = n
-end
--- The states of a pending job; the partition's unique lock prefix (the lock
--- of key k is locks..k) and the zset of each state in which a debounce
--- replaces the holder's payload and due time, made when a unique job first
--- needs them (a plain job never does).
-local locks, PENDING, WAITING
+-- What only a job that takes the long way needs (a plain job never does),
+-- made by the first such job: the partition's unique lock prefix (the lock
+-- of key k is locks..k), the states of a pending job, the zset of each
+-- state in which a debounce replaces the holder's payload and due time,
+-- and the functions payload_fields and claim (see where they are made).
+local locks, PENDING, WAITING, payload_fields, claim
 
--- The fields that store payload in a hash of state state: whole, or (a
--- delayed job's) in chunks. Only a job that waits is chunked: memory
--- matters for the schedule, while a job due now is leased within moments,
--- and a compact hash costs Redis more CPU to build and read (about 23k and
--- 29k more instructions per job for a 100-byte payload, enqueue and lease).
-local function payload_fields(args, payload, state)
-  local size = #payload
-  if size <= CHUNK or size > CHUNKED_MAX or state == 'ready' then
-    args[#args + 1] = 'payload'
-    args[#args + 1] = payload
-  else
-    args[#args + 1] = 'payload'
-    args[#args + 1] = sub(payload, 1, CHUNK)
-    add_chunks(args, payload, size)
-  end
-  return args
-end
-
--- What enqueueing a unique job (mode letter umode) does while its lock (key
--- lock) holds held: 'store' (it takes the key), 'dup' (the holder keeps it)
--- or 'replace' (a debounce of the waiting holder), and the holder's ID and
--- fields state, v, run_at (for dup and replace).
-local function claim(lock, held, umode)
-  if not held then return 'store' end
-  local holder = sub(held, 2)
-  local h = redis.pcall('HMGET', prefix .. holder, 'state', 'v', 'run_at')
-  if h.err then h = {} end
-  if not PENDING[h[1]] then
-    -- a throttle's key stays taken for its ttl after the run (its success
-    -- gave the lock that expiry). Any other lock whose job is gone or
-    -- finished is stale, a throttle's without an expiry too: its job never
-    -- succeeded, and was lost without giving the key back (a record
-    -- deleted behind the store's back), so the key is never taken for good.
-    if sub(held, 1, 1) == 't' and redis.call('PTTL', lock) > 0 then return 'dup', holder, h end
-    return 'store'
-  end
-  if umode == 'd' then
-    if not WAITING[h[1]] then return 'store' end  -- it runs: the new job runs after
-    if check_format(h[2]) == nil then return 'replace', holder, h end
-  end
-  return 'dup', holder, h
-end
-
-local last = #ARGV
 -- A call of several jobs adds its plain jobs' zset entries together (see
 -- lib/enqueue_head.lua), after their records: it checks first that neither
 -- zset holds another type, so that one that does fails the call before
@@ -156,7 +103,7 @@ for i = 2, last, 9 do
   local key = prefix .. id
   -- EXISTS, not HGET run_at: a damaged record without run_at (or a key of
   -- another type, on which HGET would fail the script) exists too
-  if redis.call('EXISTS', key) == 1 then
+  if not single_new and redis.call('EXISTS', key) == 1 then
     local existing = redis.pcall('HGET', key, 'run_at')
     if type(existing) ~= 'string' or check_number('run_at', existing) then existing = '' end
     out[n + 1] = 0
@@ -215,6 +162,64 @@ for i = 2, last, 9 do
       index_add(ready, now_args, now_count)
       index_add(scheduled, later_args, later_count)
       now_count, later_count = 0, 0
+      if not claim then
+        locks = beside(prefix, 'u:')
+        PENDING = {scheduled = true, ready = true, leased = true, retry_wait = true}
+        WAITING = {scheduled = scheduled, ready = ready, retry_wait = beside(prefix, 'retry')}
+        -- The fields that store payload in a hash of state state: whole, or (a
+        -- delayed job's) in chunks. Only a job that waits is chunked: memory
+        -- matters for the schedule, while a job due now is leased within moments,
+        -- and a compact hash costs Redis more CPU to build and read (about 23k and
+        -- 29k more instructions per job for a 100-byte payload, enqueue and lease).
+        payload_fields = function(args, payload, state)
+          local size = #payload
+          if size <= CHUNK or size > CHUNKED_MAX or state == 'ready' then
+            args[#args + 1] = 'payload'
+            args[#args + 1] = payload
+          else
+            -- the first CHUNK bytes, then the rest CHUNK bytes a field in p1 ..
+            -- p<n>, and n in pn (record format 2, see lib/chunks.lua)
+            args[#args + 1] = 'payload'
+            args[#args + 1] = sub(payload, 1, CHUNK)
+            local a, n = #args, 0
+            for start = CHUNK + 1, size, CHUNK do
+              n = n + 1
+              args[a + 1] = 'p' .. n
+              args[a + 2] = sub(payload, start, start + CHUNK - 1)
+              a = a + 2
+            end
+            args[a + 1] = 'pn'
+            args[a + 2] = n
+          end
+          return args
+        end
+        -- What enqueueing a unique job (mode letter umode) does while its lock (key
+        -- lock) holds held: 'store' (it takes the key), 'dup' (the holder keeps it)
+        -- or 'replace' (a debounce of the waiting holder), and the holder's ID and
+        -- fields state, v, run_at (for dup and replace).
+        claim = function(lock, held, umode)
+          if not held then return 'store' end
+          local holder = sub(held, 2)
+          local h = redis.pcall('HMGET', prefix .. holder, 'state', 'v', 'run_at')
+          if h.err then h = {} end
+          if not PENDING[h[1]] then
+            -- a throttle's key stays taken for its ttl after the run (its success
+            -- gave the lock that expiry). Any other lock whose job is gone or
+            -- finished is stale, a throttle's without an expiry too: its job never
+            -- succeeded, and was lost without giving the key back (a record
+            -- deleted behind the store's back), so the key is never taken for good.
+            if sub(held, 1, 1) == 't' and redis.call('PTTL', lock) > 0 then
+              return 'dup', holder, h
+            end
+            return 'store'
+          end
+          if umode == 'd' then
+            if not WAITING[h[1]] then return 'store' end  -- it runs: the new job runs after
+            if check_format(h[2]) == nil then return 'replace', holder, h end
+          end
+          return 'dup', holder, h
+        end
+      end
       local state, zset = 'scheduled', scheduled
       if is_ready then
         state, zset = 'ready', ready
@@ -235,11 +240,6 @@ for i = 2, last, 9 do
       local ukey = nil
       if extras ~= '' then ukey, umode, ttl = unique_spec(extras) end
       if ukey then
-        if not locks then
-          locks = beside(prefix, 'u:')
-          PENDING = {scheduled = true, ready = true, leased = true, retry_wait = true}
-          WAITING = {scheduled = scheduled, ready = ready, retry_wait = beside(prefix, 'retry')}
-        end
         lock = locks .. ukey
         local held = redis.pcall('GET', lock)
         if type(held) ~= 'string' then held = nil end
