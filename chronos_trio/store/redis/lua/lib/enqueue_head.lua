@@ -28,8 +28,27 @@ end
 -- stay far below what unpack can pass (Redis's Lua stack, 8000).
 local INDEX_MAX = 1000
 
+-- Entries a zset keeps in Redis's compact listpack encoding at most (its
+-- zset-max-listpack-entries, 128 by default). Each entry added to a
+-- listpack zset looks through it from the start (a strtod per score), so
+-- a listpack's first 128 entries cost a batch about 12 million instructions.
+local LISTPACK_MAX = 128
+
 -- Adds to zset the first count entries of args (score, ID, score, ID, ...)
--- in one ZADD.
+-- in one ZADD. More than LISTPACK_MAX entries leave zset a skiplist in any
+-- case: it is made one before they go in (a member longer than any job ID,
+-- of more than zset-max-listpack-value bytes, added and taken out again),
+-- so no entry pays for a listpack. The zset then holds what one ZADD would
+-- have left, in the same encoding.
 local function index_add(zset, args, count)
-  if count > 0 then redis.call('ZADD', zset, unpack(args, 1, 2 * count)) end
+  if count == 0 then return end
+  if count <= LISTPACK_MAX then
+    redis.call('ZADD', zset, unpack(args, 1, 2 * count))
+    return
+  end
+  -- longer than a job ID can be (200 characters, 800 bytes)
+  local wide = '~enqueue-skiplist~' .. string.rep('~', 800)
+  local added = redis.call('ZADD', zset, 'NX', 0, wide)
+  redis.call('ZADD', zset, unpack(args, 1, 2 * count))
+  if added == 1 then redis.call('ZREM', zset, wide) end
 end
