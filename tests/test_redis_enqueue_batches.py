@@ -29,7 +29,7 @@ from chronos_trio.records._jobs import EnqueueResult
 from chronos_trio.store import QueueWeight
 from chronos_trio.store.redis import RedisStore, _scripts
 from chronos_trio.store.redis._codec import PAYLOAD_CHUNK
-from chronos_trio.store.redis.keys import PartitionKeys
+from chronos_trio.store.redis.keys import KeySpace, PartitionKeys
 from chronos_trio.testing.faketime import FrozenClock
 from chronos_trio.testing.redis_server import RedisServer, RedisUnavailable, in_ci
 
@@ -67,7 +67,8 @@ def frozen_server(clock: FrozenClock) -> Iterator[RedisServer]:
 
 def job(job_id: str, **kw: object) -> NewJob:
     kw.setdefault("payload", b'{"n": 1}')
-    return NewJob(id=job_id, queue="q", kind="k", **kw)  # type: ignore[arg-type]
+    kw.setdefault("queue", "q")
+    return NewJob(id=job_id, kind="k", **kw)  # type: ignore[arg-type]
 
 
 def _dump_all(client: redis.Redis) -> dict[bytes, tuple[object, object]]:
@@ -154,15 +155,28 @@ async def test_batches_of_a_thousand_store_the_same_bytes(
     frozen_server: RedisServer, monkeypatch: pytest.MonkeyPatch, clock: FrozenClock
 ) -> None:
     steps = [
+        # a listpack ready zset of 3, then runs of 1000, 128 and 129 entries
+        [job(f"e{i}") for i in range(3)],
         [job(f"d{i}") for i in range(1000)],
         [job(f"s{i}", delay=10.0 + i % 7) for i in range(1000)],
+        [job(f"q{i}", delay=5.0, queue="q128") for i in range(128)],
+        [job(f"r{i}", delay=5.0, queue="q129") for i in range(129)],
         # 1200 jobs: three looks before the loop; one ID of the second look
         # and one of the third exist already
         [job(f"w{i}" if i not in (700, 1100) else f"d{i % 1000}") for i in range(1200)],
     ]
     new = await _check(frozen_server, monkeypatch, clock, steps)
-    assert all(r.created for r in new[0] + new[1])
-    assert [i for i, r in enumerate(new[2]) if not r.created] == [700, 1100]
+    assert all(r.created for batch in new[:5] for r in batch)
+    assert [i for i, r in enumerate(new[5]) if not r.created] == [700, 1100]
+    client = redis.Redis(port=frozen_server.port, db=2)
+    space = KeySpace("chronos")
+    encodings = {
+        queue: client.object("encoding", space.partition(queue, 1, 0).scheduled)
+        for queue in ("q", "q128", "q129")
+    }
+    # 128 entries stay a listpack, as one ZADD leaves them; 129 do not
+    assert encodings == {"q": b"skiplist", "q128": b"listpack", "q129": b"skiplist"}
+    assert client.zcard(space.partition("q129", 1, 0).scheduled) == 129
 
 
 async def test_a_mixed_batch_stores_the_same_bytes(
@@ -225,4 +239,28 @@ async def test_plain_and_unique_jobs_on_a_cluster_are_all_stored_and_leased(
             assert len(ids) == len(set(ids)) == 305
             assert set(ids) >= {f"c{i}" for i in range(300)}
     finally:
+        await store.aclose()
+
+
+async def test_a_batch_refuses_a_zset_of_another_type_before_writing(redis_url: str) -> None:
+    """A call of several jobs adds their zset entries after their records:
+    it checks both zsets first, so a key of the wrong type fails it with
+    nothing written (a single job, as before, fails at its ZADD)."""
+    store = RedisStore.from_url(redis_url, default_partitions=1)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        with trio.fail_after(30):
+            await store.enqueue_many([job("first")])  # the queue's topology
+            pk = store._ctx.keys.partition("q", 1, 0)  # type: ignore[attr-defined]
+            for wrong in (pk.ready, pk.scheduled):
+                client.set(wrong, "not a zset")
+                before = set(client.scan_iter(match=pk.job_prefix + "*"))
+                with pytest.raises(Exception, match="WRONGTYPE"):
+                    await store.enqueue_many([job("a"), job("b", delay=60.0), job("c")])
+                assert set(client.scan_iter(match=pk.job_prefix + "*")) == before
+                client.delete(wrong)
+            got = await store.enqueue_many([job("a"), job("b", delay=60.0), job("c")])
+            assert all(r.created for r in got)
+    finally:
+        client.close()
         await store.aclose()
