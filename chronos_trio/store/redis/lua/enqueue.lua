@@ -87,9 +87,9 @@ local several = last > 10
 local now_args, now_count, later_args, later_count = nil, 0, nil, 0
 if several then
   for _, zset in ipairs({ready, scheduled}) do
-    local t = redis.call('TYPE', zset).ok
-    if t ~= 'zset' and t ~= 'none' then
-      return redis.error_reply('WRONGTYPE key ' .. zset .. ' holds a ' .. t
+    local kind = redis.call('TYPE', zset).ok
+    if kind ~= 'zset' and kind ~= 'none' then
+      return redis.error_reply('WRONGTYPE key ' .. zset .. ' holds a ' .. kind
         .. ', not a zset: nothing done')
     end
   end
