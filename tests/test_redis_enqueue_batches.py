@@ -251,7 +251,7 @@ async def test_a_batch_refuses_a_zset_of_another_type_before_writing(redis_url: 
     try:
         with trio.fail_after(30):
             await store.enqueue_many([job("first")])  # the queue's topology
-            pk = store._ctx.keys.partition("q", 1, 0)  # type: ignore[attr-defined]
+            pk = store._ctx.keys.partition("q", 1, 0)
             for wrong in (pk.ready, pk.scheduled):
                 client.set(wrong, "not a zset")
                 before = set(client.scan_iter(match=pk.job_prefix + "*"))
