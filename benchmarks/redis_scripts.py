@@ -24,6 +24,11 @@ Compare trees (say a commit checked out in a worktree) in one run::
 
     python -m benchmarks.redis_scripts --trees /path/to/old:/path/to/new [--n 2000]
 
+``--enqueue-batch k`` measures enqueue alone, in calls of ``k`` jobs each
+(1: one enqueue at a time; 1000: a bulk enqueue): the phases are ``load``,
+``enqueue`` (due now) and ``enqueue_delayed`` (due an hour on, so none
+becomes due while they are stored), no other script runs.
+
 Each tree's own ``chronos_trio`` is imported (``PYTHONPATH``), so its own
 scripts are loaded; the table also gives each script's size as sent
 (bytes, the text ``SCRIPT LOAD`` compiles). Needs ``valgrind``.
@@ -48,9 +53,11 @@ PHASES = ("load", "enqueue", "lease", "renew", "settle", "enqueue_delayed", "pro
 BATCH = 64
 
 
-def _workload(url: str, n: int, out: Path) -> None:
+def _workload(url: str, n: int, out: Path, enqueue_batch: int = 0) -> None:
     """Run the phases against ``url`` (in the measured tree's process) and
-    write the phases' job counts, script call counts and script sizes."""
+    write the phases' job counts, script call counts and script sizes.
+    ``enqueue_batch`` > 0: the enqueue phases only, in calls of that many
+    jobs (see the module's docstring)."""
     import redis as redis_py
     import trio
 
@@ -107,6 +114,26 @@ def _workload(url: str, n: int, out: Path) -> None:
         await store.enqueue_many(
             [NewJob(id="wd", queue=queue, kind="bench.job", payload=b"x", delay=0.2)]
         )
+        if enqueue_batch:
+            await phase("load", 1)
+            for start in range(0, n, enqueue_batch):
+                await store.enqueue_many(jobs(f"n{start}-", min(enqueue_batch, n - start)))
+            await phase("enqueue", n)
+            due = await store.now() + 3600.0
+            for start in range(0, n, enqueue_batch):
+                batch = [
+                    NewJob(id=f"d{start}-{i}", queue=queue, kind="bench.job",
+                           payload=b"x" * 20, run_at=due)
+                    for i in range(min(enqueue_batch, n - start))
+                ]  # fmt: skip
+                await store.enqueue_many(batch)
+            await phase("enqueue_delayed", n)
+            await store.aclose()
+            return {
+                "jobs": phase_jobs,
+                "calls": calls,
+                "sizes": {"enqueue": len(_scripts.ENQUEUE.source)},
+            }
         warm = await lease_all(store, 30.0)
         await store.renew([j.ref for j in warm], 30.0)
         await store.settle([Settlement(j.ref, SettleKind.SUCCEEDED) for j in warm])
@@ -180,9 +207,10 @@ def _summary(path: Path) -> int:
     return int(match.group(1)) if match else 0
 
 
-def measure(tree: Path, n: int) -> dict[str, Any]:
+def measure(tree: Path, n: int, enqueue_batch: int = 0) -> dict[str, Any]:
     """Run the workload of ``tree`` against a fresh server under callgrind:
-    per phase its instructions, jobs and script calls; the script sizes."""
+    per phase its instructions, jobs and script calls; the script sizes.
+    ``enqueue_batch`` > 0: the enqueue phases only, in calls of that many jobs."""
     sys.path.insert(0, str(HERE.parent.parent))
     from chronos_trio.testing.redis_server import _ping, free_port
 
@@ -211,7 +239,7 @@ def measure(tree: Path, n: int) -> dict[str, Any]:
             env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
             subprocess.run(
                 [sys.executable, str(HERE), "--run", f"redis://127.0.0.1:{port}/0",
-                 "--n", str(n), "--out", str(report)],
+                 "--n", str(n), "--out", str(report), "--enqueue-batch", str(enqueue_batch)],
                 cwd=tree, env=env, check=True,
             )  # fmt: skip
             result: dict[str, Any] = json.loads(report.read_text())
@@ -222,12 +250,16 @@ def measure(tree: Path, n: int) -> dict[str, Any]:
         # dump k (1-based) ends phase k - 1 of the order the workload marked
         # them in; the first covers start-up
         counts = [_summary(p) for _, p in marks]
-    order = ["start", *_phase_order()]
+    order = ["start", *(_ENQUEUE_ONLY if enqueue_batch else _phase_order())]
     per_phase: dict[str, int] = {}
     for name, count in zip(order, counts, strict=True):
         per_phase[name] = per_phase.get(name, 0) + count
     result["instructions"] = per_phase
     return result
+
+
+#: The phases of ``--enqueue-batch``, in the order the workload marks them.
+_ENQUEUE_ONLY = ["load", "enqueue", "enqueue_delayed"]
 
 
 def _phase_order() -> list[str]:
@@ -243,29 +275,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trees", default=str(HERE.parent.parent), help="tree[:tree...]")
     parser.add_argument("--n", type=int, default=2000, help="jobs per phase")
+    parser.add_argument(
+        "--enqueue-batch",
+        type=int,
+        default=0,
+        metavar="K",
+        help="measure enqueue alone, K jobs a call (due now, and delayed)",
+    )
     parser.add_argument("--json", help="also write the raw figures to this file")
     parser.add_argument("--run", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
-        _workload(args.run, args.n, Path(args.out))
+        _workload(args.run, args.n, Path(args.out), args.enqueue_batch)
         return
     trees = [Path(t).resolve() for t in args.trees.split(":")]
-    results = [measure(t, args.n) for t in trees]
+    results = [measure(t, args.n, args.enqueue_batch) for t in trees]
+    batch = args.enqueue_batch or BATCH
+    phases = _ENQUEUE_ONLY if args.enqueue_batch else PHASES
     if args.json:
         Path(args.json).write_text(json.dumps(dict(zip(map(str, trees), results, strict=True))))
     names = [t.name[-18:] for t in trees]
     for unit in ("jobs", "calls"):
         print(
             f"Redis instructions per {unit[:-1]} inside EVALSHA (callgrind; n={args.n}, "
-            f"batches of {BATCH})"
+            f"batches of {batch})"
         )
         print(
             f"{'phase':<16}"
             + "".join(f"{n:>20}" for n in names)
             + ("  last/first" if len(trees) > 1 else "")
         )
-        for phase in PHASES[1:]:
+        for phase in phases[1:]:
             figures = [r["instructions"][phase] / r[unit][phase] for r in results]
             row = f"{phase:<16}" + "".join(f"{f:>20,.0f}" for f in figures)
             if len(trees) > 1:

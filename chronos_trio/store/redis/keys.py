@@ -163,11 +163,10 @@ class PartitionKeys:
 
     @property
     def enqueue_keys(self) -> list[str]:
-        """enqueue.lua's KEYS (see its header)."""
-        return [
-            self.scheduled, self.ready, self.closed, self.job_prefix, self.unique_prefix,
-            self.retry,
-        ]  # fmt: skip
+        """enqueue.lua's KEYS (see its header). The keys only a unique job
+        needs (its lock, the retry zset) the script derives from the job
+        key prefix: each shares its hash tag, so its slot."""
+        return [self.scheduled, self.ready, self.closed, self.job_prefix]
 
     @property
     def slot_id(self) -> tuple[str, int, int]:
