@@ -35,6 +35,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
+from .. import _collector
 from . import _admin, _dashboard_command, _migrate_command, _worker_command
 from ._options import (
     EXIT_FAILURE,
@@ -123,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     args.argv = argv
+    if args.command != "worker":  # a worker gives it back once it serves
+        _collector.release()
     as_json = bool(getattr(args, "json", False))
     handler: Handler = args.handler
     try:
