@@ -6,8 +6,9 @@ and hardly any cyclic garbage. The collector, run dozens of times meanwhile,
 would walk them again and again: about a tenth of a worker's start-up here.
 So the command line (``python -m chronos_trio``, ``chronos-trio``) holds
 automatic collection off from the package's first import (the root
-``__init__`` calls :func:`hold_for_command_line`, which does nothing when
-the package is imported by anything else) until the command runs: a worker
+``__init__`` imports this module first, and its import calls
+:func:`hold_for_command_line`, which does nothing when the package is
+imported by anything else) until the command runs: a worker
 until it serves (``serve_worker``'s ``started`` callback), any other command
 once its arguments are parsed (``cli.main``).
 :func:`release` then freezes what start-up made (no later collection walks
@@ -47,7 +48,7 @@ def hold() -> None:
 def launched_as_command_line() -> bool:
     """Whether this process was started as the command line:
     ``python [options] -m chronos_trio ...`` or the ``chronos-trio`` script."""
-    argv = list(getattr(sys, "orig_argv", ()))
+    argv: list[str] = list(sys.orig_argv)
     i = 1
     while i < len(argv) - 1:
         arg = argv[i]
@@ -83,6 +84,8 @@ def held() -> bool:
     """Whether automatic collection is held off by :func:`hold` now."""
     return _saved is not None
 
+
+hold_for_command_line()
 
 __all__ = [
     "HELD_THRESHOLD",
