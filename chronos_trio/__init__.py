@@ -23,6 +23,10 @@ in-memory store of a worker on Redis).
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+# First, before anything else is imported: its import holds the cyclic
+# collector off when the process is the command line (a no-op for any other
+# importer of the package).
+from . import _collector as _collector
 from .records import NO_PLACEMENT as NO_PLACEMENT
 from .records import ActionRefused as ActionRefused
 from .records import ActorFailed as ActorFailed

@@ -71,7 +71,11 @@ def exported() -> Iterator[tuple[str, str, Any]]:
 def _namespace() -> dict[str, Any]:
     """Every chronos_trio module's globals: public objects report their public
     module, but their string annotations name things of the private one."""
-    merged: dict[str, Any] = {}
+    # Standard-library types our modules import for type checking only (to
+    # keep them out of a worker's start-up): zoneinfo's, in runtime._schedule.
+    from zoneinfo import ZoneInfo
+
+    merged: dict[str, Any] = {"ZoneInfo": ZoneInfo}
     for name, module in list(sys.modules.items()):
         if name == "chronos_trio" or name.startswith("chronos_trio."):
             merged.update(vars(module))

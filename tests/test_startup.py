@@ -4,24 +4,34 @@ leased within milliseconds), so the modules a worker does not need there
 are imported on first use; this test fails when one comes back.
 
 Each case runs the real worker command in a subprocess on a small app (an
-interval schedule, a handler of untyped payloads) whose first job writes
-down which of the watched modules are loaded, then stops the worker with
-SIGTERM. On Redis the server is a fresh one, so the worker's first leases
+interval schedule, a handler of ``int`` payloads, decoded without cattrs)
+whose first job writes down which of the watched modules are loaded, then
+stops the worker with SIGTERM. On Redis the server is a fresh one, so the worker's first leases
 meet ``NOSCRIPT`` (scripts not loaded yet) and must load them without
 redis-py too."""
 
 from __future__ import annotations
 
+import argparse
+import gc
+import hashlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
 import chronos_trio
+from chronos_trio import _collector
+from chronos_trio.cli._main import build_parser, build_worker_parser, parse_args
+from chronos_trio.cli._options import UsageError
+from chronos_trio.records import _codec
+from chronos_trio.records._errors import PayloadError
+from chronos_trio.store.redis import _scripts
 from chronos_trio.testing.redis_server import RedisServer, call
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +50,17 @@ NOT_AT_START = (
     "chronos_trio.store.redis._blocking",  # redis-py in threads
     "chronos_trio.store.redis._cluster",
     "chronos_trio.store.redis._sentinel",
+    # the other commands: the worker builds its own parser only
+    "chronos_trio.cli._admin",
+    "chronos_trio.cli._dashboard_command",
+    "chronos_trio.cli._migrate_command",
+    # what no worker on these stores uses
+    "chronos_trio.dashboard",
+    "chronos_trio.store.postgres",
+    "chronos_trio.store.sqlite",
+    "prometheus_client",
+    "opentelemetry",
+    "importlib.resources",  # the Lua scripts are read with pathlib
 )
 #: ... nor, on Redis, the in-memory store.
 NOT_AT_START_ON_REDIS = (*NOT_AT_START, "chronos_trio.store.memory")
@@ -55,7 +76,7 @@ import chronos_trio
 @asynccontextmanager
 async def enqueue_first(app):
     # The in-memory store lives in the worker: the first job comes from here.
-    await app.enqueue("startup.first", None)
+    await app.enqueue("startup.first", 1)
     yield {}
 
 
@@ -70,7 +91,8 @@ async def tick(args: Any, job: chronos_trio.JobContext) -> None:
 
 
 @app.task("startup.first")
-async def first(args: Any, job: chronos_trio.JobContext) -> None:
+async def first(args: int, job: chronos_trio.JobContext) -> None:
+    assert args == 1
     watched = json.loads(os.environ["STARTUP_WATCHED"])
     loaded = [m for m in watched if m in sys.modules]
     with open(os.environ["STARTUP_REPORT"], "w") as f:
@@ -115,10 +137,370 @@ def test_redis_worker_reaches_its_first_job_without_redis_py(tmp_path: Path) -> 
             app = chronos_trio.App(server.url)
             try:
                 with trio.fail_after(10):
-                    await app.enqueue("startup.first", None)
+                    await app.enqueue("startup.first", 1)
             finally:
                 await app.aclose()
 
         trio.run(enqueue)
         call(server.port, "SCRIPT", "FLUSH")  # the worker's scripts too: all NOSCRIPT first
         assert _first_job_modules(tmp_path, server.url, NOT_AT_START_ON_REDIS) == []
+
+
+# -- the cyclic collector while the command line starts ----------------------------------------
+
+#: A worker app whose first job reports the collector's state once the
+#: worker serves (the job may start before: it waits for the hand-back).
+GC_APP = """
+import gc, json, os, signal, sys
+
+import trio
+
+import chronos_trio
+from chronos_trio import _collector
+
+HELD = _collector.HELD_THRESHOLD
+AT_IMPORT = {"threshold": list(gc.get_threshold()), "enabled": gc.isenabled()}
+if os.environ.get("GC_APP_DISABLES"):
+    gc.disable()
+if os.environ.get("GC_APP_THRESHOLD"):
+    gc.set_threshold(*json.loads(os.environ["GC_APP_THRESHOLD"]))
+
+
+async def enqueue_first(app):
+    await app.enqueue("gc.first", None)
+    yield {}
+
+
+from contextlib import asynccontextmanager
+
+app = chronos_trio.App(name="gc", lifespan=asynccontextmanager(enqueue_first))
+
+
+@app.task("gc.first")
+async def first(args, job):
+    with trio.fail_after(10):
+        while gc.get_threshold()[0] == HELD:
+            await trio.sleep(0.01)
+    report = {
+        "at_import": AT_IMPORT,
+        "threshold": list(gc.get_threshold()),
+        "enabled": gc.isenabled(),
+        "frozen": gc.get_freeze_count(),
+    }
+    with open(os.environ["GC_REPORT"], "w") as f:
+        json.dump(report, f)
+    os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def _gc_report(tmp_path: Path, **env_extra: str) -> dict[str, Any]:
+    (tmp_path / "gc_app.py").write_text(GC_APP)
+    report = tmp_path / "gc.json"
+    env = {k: v for k, v in os.environ.items() if k != "CHRONOS_URL"}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]), GC_REPORT=str(report))
+    env.update(env_extra)
+    argv = [sys.executable, "-m", "chronos_trio", "worker", "gc_app:app"]
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, Any] = json.loads(report.read_text())
+    return out
+
+
+def test_worker_starts_with_the_collector_held_and_gives_it_back_once_serving(
+    tmp_path: Path,
+) -> None:
+    default = list(gc.get_threshold())  # this process's, as Python set them
+    report = _gc_report(tmp_path)
+    # held while the app was imported ...
+    assert report["at_import"]["threshold"][0] == _collector.HELD_THRESHOLD
+    assert report["at_import"]["enabled"] is True
+    # ... and given back once the worker served: thresholds as they were,
+    # start-up's objects frozen
+    assert report["threshold"] == default
+    assert report["enabled"] is True
+    assert report["frozen"] > 0
+
+
+def test_an_app_that_disables_the_collector_keeps_it_disabled(tmp_path: Path) -> None:
+    default = list(gc.get_threshold())
+    report = _gc_report(tmp_path, GC_APP_DISABLES="1")
+    assert report["enabled"] is False  # the app's choice is kept
+    assert report["threshold"] == default
+
+
+def test_an_app_that_sets_thresholds_keeps_them(tmp_path: Path) -> None:
+    report = _gc_report(tmp_path, GC_APP_THRESHOLD="[5000, 20, 30]")
+    assert report["threshold"] == [5000, 20, 30]
+    assert report["enabled"] is True
+
+
+def test_hold_and_release_leave_enabled_alone_and_restore_thresholds() -> None:
+    before = gc.get_threshold()
+    was_enabled = gc.isenabled()
+    try:
+        _collector.hold()
+        assert _collector.held()
+        assert gc.get_threshold() == (_collector.HELD_THRESHOLD, *before[1:])
+        _collector.hold()  # a second hold changes nothing
+        _collector.release()
+        assert not _collector.held()
+        assert gc.get_threshold() == before
+        assert gc.isenabled() is was_enabled
+        _collector.release()  # not held: nothing
+        assert gc.get_threshold() == before
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+
+
+@pytest.mark.parametrize(
+    ("orig_argv", "argv0", "expected"),
+    [
+        (["python", "-m", "chronos_trio", "worker", "a:app"], "-m", True),
+        (["python", "-X", "importtime", "-m", "chronos_trio", "worker"], "-m", True),
+        (["python", "-u", "-W", "ignore", "-m", "chronos_trio"], "-m", True),
+        (["python", "-m", "benchmarks.chronos_worker"], "-m", False),
+        (["python", "-m", "pytest", "-m", "chronos_trio"], "-m", False),
+        (["python", "-c", "import chronos_trio", "-m", "chronos_trio"], "-c", False),
+        (["python", "script.py", "-m", "chronos_trio"], "script.py", False),
+        (["/venv/bin/python", "/venv/bin/chronos-trio", "worker"], "/venv/bin/chronos-trio", True),
+    ],
+)
+def test_the_command_line_is_told_from_other_importers(
+    monkeypatch: pytest.MonkeyPatch, orig_argv: list[str], argv0: str, expected: bool
+) -> None:
+    monkeypatch.setattr(sys, "orig_argv", orig_argv)
+    monkeypatch.setattr(sys, "argv", [argv0])
+    assert _collector.launched_as_command_line() is expected
+
+
+def test_importing_the_package_elsewhere_leaves_the_collector_alone() -> None:
+    code = "import gc, chronos_trio.cli; print(list(gc.get_threshold()), gc.get_freeze_count())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert json.loads(out.stdout.split("] ")[0] + "]") == list(gc.get_threshold())
+    assert out.stdout.split("] ")[1].strip() == "0"
+
+
+# -- the worker's own parser -------------------------------------------------------------------
+
+
+def _actions(parser: argparse.ArgumentParser) -> list[tuple[Any, ...]]:
+    return [
+        (
+            tuple(a.option_strings),
+            a.dest,
+            a.nargs,
+            a.const,
+            a.default,
+            a.type,
+            tuple(a.choices) if a.choices is not None else None,
+            a.required,
+            a.help,
+            a.metavar,
+            type(a),
+        )
+        for a in parser._actions
+    ]
+
+
+def _full_worker_parser() -> argparse.ArgumentParser:
+    return build_parser()[1][("worker",)]
+
+
+def _equal_types(a: Any, b: Any) -> bool:
+    # option types are closures made per parser (int_at_least(1), seconds()):
+    # the same function code, the same values closed over
+    if a is b:
+        return True
+    return getattr(a, "__code__", None) is getattr(b, "__code__", 1) and [
+        c.cell_contents for c in a.__closure__ or ()
+    ] == [c.cell_contents for c in b.__closure__ or ()]
+
+
+def test_worker_parser_is_the_full_parsers_worker_command() -> None:
+    ours, full = build_worker_parser(), _full_worker_parser()
+    assert ours.prog == full.prog
+    assert ours.format_help() == full.format_help()
+    mine, theirs = _actions(ours), _actions(full)
+    assert len(mine) == len(theirs)
+    for a, b in zip(mine, theirs, strict=True):
+        assert a[:5] == b[:5] and a[6:] == b[6:], (a, b)
+        assert _equal_types(a[5], b[5]), (a, b)
+
+
+def _a_value(action: argparse.Action) -> list[str]:
+    """Argument words that ``action`` accepts: derived by trying candidates
+    against the option's own type and choices."""
+    if action.nargs == 0:
+        return []
+    if action.choices is not None:
+        return [str(next(iter(action.choices)))]
+    for candidate in ("5", "default=1", "x"):
+        try:
+            if action.type is not None:
+                action.type(candidate)  # type: ignore[operator]
+            return [candidate]
+        except (argparse.ArgumentTypeError, ValueError, TypeError):
+            continue
+    raise AssertionError(f"no value found for {action.option_strings}")
+
+
+def test_worker_parser_accepts_every_option_of_the_full_parser() -> None:
+    full = _full_worker_parser()
+    argv = ["worker", "app:app"]
+    for action in full._actions:
+        if action.option_strings and not isinstance(action, argparse._HelpAction):
+            argv += [action.option_strings[-1], *_a_value(action)]
+    ours = parse_args(argv)
+    theirs = full.parse_intermixed_args(argv[1:])
+    theirs.command = "worker"
+    assert vars(ours) == vars(theirs)
+
+
+def test_worker_parser_rejects_what_the_full_parser_rejects() -> None:
+    full = _full_worker_parser()
+    for bad in (["app:app", "--concurrency", "0"], ["app:app", "--no-such-option"], []):
+        with pytest.raises(UsageError) as theirs:
+            full.parse_intermixed_args(bad)
+        with pytest.raises(UsageError) as ours:
+            parse_args(["worker", *bad])
+        assert str(ours.value) == str(theirs.value)
+
+
+# -- Lua scripts composed on first use ---------------------------------------------------------
+
+
+def test_a_script_is_composed_on_first_use_as_it_was_at_import() -> None:
+    fresh = _scripts.Script("enqueue")
+    assert not fresh.composed
+    assert fresh.sha == hashlib.sha1(fresh.source).hexdigest()
+    assert fresh.composed
+    assert (fresh.source, fresh.sha) == (_scripts.ENQUEUE.source, _scripts.ENQUEUE.sha)
+    missing = _scripts.Script("no_such_script")  # made without error ...
+    with pytest.raises(OSError):
+        missing.sha  # noqa: B018  (... raises when first used)
+    _scripts.compose_all()
+    assert all(s.composed for s in _scripts.scripts())
+
+
+LAZY_SCRIPTS = """
+import sys
+
+import trio
+
+from chronos_trio import NewJob
+from chronos_trio.store.redis import RedisStore, _scripts as S
+from chronos_trio.testing.redis_server import RedisServer, call
+
+
+def job(job_id):
+    return NewJob(id=job_id, queue="q", kind="k", payload=b"{}")
+
+
+async def main():
+    assert not any(s.composed for s in S.scripts()), "composed at import"
+    with RedisServer() as server:
+        store = RedisStore.from_url(server.url)
+        try:
+            with trio.fail_after(20):
+                [r] = await store.enqueue_many([job("a")])
+                assert r.created
+                assert S.ENQUEUE.composed and not S.RECOVER.composed
+                sha = S.ENQUEUE.sha
+                loads = store.statistics().script_loads
+                call(server.port, "SCRIPT", "FLUSH")
+                [r] = await store.enqueue_many([job("b")])
+                assert r.created and store.statistics().script_loads > loads
+                assert S.ENQUEUE.sha == sha  # the same composition, loaded again
+                assert call(server.port, "SCRIPT", "EXISTS", sha) == [1]
+                server.restart()  # empty, no script, every connection dead
+                loads = store.statistics().script_loads
+                [r] = await store.enqueue_many([job("c")])
+                assert r.created and store.statistics().script_loads > loads
+                assert call(server.port, "SCRIPT", "EXISTS", sha) == [1]
+        finally:
+            await store.aclose()
+    print("ok")
+
+
+trio.run(main)
+"""
+
+
+@pytest.mark.redis
+def test_lazily_composed_scripts_load_after_script_flush_and_restart() -> None:
+    """In a fresh interpreter (this one's scripts are composed by now)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", LAZY_SCRIPTS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
+# -- scalar payloads decoded without cattrs ----------------------------------------------------
+
+SCALAR_PAYLOADS = [
+    b"1",
+    b"-7",
+    b"1.5",
+    b"-0.0",
+    b"1e308",
+    b"123456789012345678901234567890",
+    b"true",
+    b"false",
+    b"null",
+    b'"12"',
+    b'"1.5"',
+    b'"x"',
+    b'""',
+    b'"true"',
+    b"[1, 2]",
+    b"{}",
+    b'{"a": 1}',
+    b"NaN",
+]
+
+
+@pytest.mark.parametrize("payload_type", [int, str, float, bool])
+@pytest.mark.parametrize("data", SCALAR_PAYLOADS)
+def test_scalar_decode_matches_cattrs(payload_type: type, data: bytes) -> None:
+    raw = _codec.loads(data)
+    try:
+        expected: Any = _codec.converter.structure(raw, payload_type)
+    except Exception as exc:
+        expected = PayloadError(
+            f"payload does not structure as {payload_type.__name__}: {_codec._describe(exc)}"
+        )
+    try:
+        got: Any = _codec.decode_payload(data, payload_type)
+    except PayloadError as exc:
+        got = exc
+    if isinstance(expected, PayloadError):
+        assert isinstance(got, PayloadError)
+        assert str(got) == str(expected)
+    else:
+        assert type(got) is type(expected)
+        assert got == expected or (got != got and expected != expected)  # NaN
+
+
+def test_scalar_decode_does_not_import_cattrs() -> None:
+    code = (
+        "import sys\n"
+        "from chronos_trio.records._codec import decode_payload\n"
+        "assert decode_payload(b'3', int) == 3 and decode_payload(b'\"x\"', str) == 'x'\n"
+        "assert decode_payload(b'1.5', float) == 1.5 and decode_payload(b'true', bool) is True\n"
+        "print('cattrs' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "False"

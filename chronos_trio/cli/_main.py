@@ -35,7 +35,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from . import _admin, _dashboard_command, _migrate_command, _worker_command
+from .. import _collector
 from ._options import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -49,13 +49,30 @@ from ._options import (
 
 Handler = Callable[[argparse.Namespace], int]
 
+PROG = "python -m chronos_trio"
+WORKER_HELP = "run workers for APP (--processes N: a local process manager)"
+
+
+def build_worker_parser() -> argparse.ArgumentParser:
+    """The ``worker`` command's parser alone: what :func:`parse_args` uses
+    for ``worker ...``, so a worker neither builds the other commands'
+    parsers nor imports their modules. The same parser as the full one's
+    ``worker`` leaf (``tests/test_startup.py`` holds them to it)."""
+    from . import _worker_command
+
+    worker = Parser(prog=f"{PROG} worker")
+    _worker_command.add_arguments(worker)
+    return worker
+
 
 def build_parser() -> tuple[
     argparse.ArgumentParser, dict[tuple[str, ...], argparse.ArgumentParser]
 ]:
     """The top-level parser, and each leaf command's parser by its words."""
+    from . import _admin, _dashboard_command, _migrate_command, _worker_command
+
     parser = Parser(
-        prog="python -m chronos_trio",
+        prog=PROG,
         description="Reliable distributed delayed jobs on Redis, built on Trio.",
         epilog="APP is module:attribute (module alone means module:app). "
         "The store URL comes from --url, else $CHRONOS_URL, else the app.",
@@ -75,9 +92,7 @@ def build_parser() -> tuple[
     demo.set_defaults(handler=_run_demo)
     leaves[("demo",)] = demo
 
-    worker = sub.add_parser(
-        "worker", help="run workers for APP (--processes N: a local process manager)"
-    )
+    worker = sub.add_parser("worker", help=WORKER_HELP)
     _worker_command.add_arguments(worker)
     leaves[("worker",)] = worker
 
@@ -100,7 +115,13 @@ def build_parser() -> tuple[
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """Parse ``argv``. Leaf commands parse *intermixed*, so ``job APP --url U ID``
-    and ``job --url U ID`` both work with the optional APP positional."""
+    and ``job --url U ID`` both work with the optional APP positional.
+    ``worker ...`` is parsed by :func:`build_worker_parser` alone (its
+    start-up is what users wait on)."""
+    if list(argv[:1]) == ["worker"]:
+        args = build_worker_parser().parse_intermixed_args(list(argv[1:]))
+        args.command = "worker"
+        return args
     parser, leaves = build_parser()
     for words in (2, 1):
         key = tuple(argv[:words])
@@ -123,6 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     args.argv = argv
+    if args.command != "worker":  # a worker gives it back once it serves
+        _collector.release()
     as_json = bool(getattr(args, "json", False))
     handler: Handler = args.handler
     try:
@@ -173,4 +196,4 @@ def _run_demo(args: argparse.Namespace) -> int:
         raise
 
 
-__all__ = ["build_parser", "main", "parse_args"]
+__all__ = ["build_parser", "build_worker_parser", "main", "parse_args"]

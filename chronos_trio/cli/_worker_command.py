@@ -24,12 +24,14 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 import trio
 from trio_util import periodic
 
+from .. import _collector
 from ..app._app import App
 from ..records._errors import ActorFailed, PayloadError, UnknownTask, first_exception
 from ..records._log import log_event
@@ -226,11 +228,15 @@ def run(args: argparse.Namespace) -> int:
                 EXIT_USAGE,
             )
         with _metrics_option.endpoint(args, app, managing=managing, child=child):
-            if child:
-                return trio.run(_child_main, app, config, args.heartbeat_fd)
-            if managing:
-                return trio.run(_manager_main, app, config, args, where)
-            return trio.run(_single_main, app, config, where)
+            try:
+                if child:
+                    return trio.run(_child_main, app, config, args.heartbeat_fd)
+                if managing:
+                    _collector.release()  # it serves no jobs: nothing to wait for
+                    return trio.run(_manager_main, app, config, args, where)
+                return trio.run(_single_main, app, config, where)
+            finally:
+                _collector.release()  # (when the worker did not get to serve)
 
 
 async def _single_main(app: App, config: WorkerConfig, where: str) -> int:
@@ -242,7 +248,7 @@ async def _single_main(app: App, config: WorkerConfig, where: str) -> int:
         )
     log_event(log, logging.INFO, "store reachable", url=where)
     try:
-        return await serve_worker(app, config)
+        return await serve_worker(app, config, started=_collector.release)
     finally:
         with trio.CancelScope(shield=True):
             await app.aclose()
@@ -252,7 +258,9 @@ async def _child_main(app: App, config: WorkerConfig, heartbeat_fd: int | None) 
     # No reachability check: the manager did one, and a worker rides out a
     # store outage with backoff instead of dying into a restart loop.
     try:
-        return await serve_worker(app, config, heartbeat_fd=heartbeat_fd, managed=True)
+        return await serve_worker(
+            app, config, heartbeat_fd=heartbeat_fd, managed=True, started=_collector.release
+        )
     finally:
         with trio.CancelScope(shield=True):
             await app.aclose()
@@ -323,10 +331,17 @@ class _Shutdown:
 
 
 async def serve_worker(
-    app: App, config: WorkerConfig, *, heartbeat_fd: int | None = None, managed: bool = False
+    app: App,
+    config: WorkerConfig,
+    *,
+    heartbeat_fd: int | None = None,
+    managed: bool = False,
+    started: Callable[[], object] | None = None,
 ) -> int:
     """Run one worker until SIGTERM/SIGINT (or, when ``managed``, until the
-    parent process is gone); returns an exit code."""
+    parent process is gone); returns an exit code. ``started`` is called
+    once, as soon as the worker serves (its actors have started), never if
+    it failed to start; what it raises propagates."""
     worker = Worker(app, config)
     state = _Shutdown()
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
@@ -360,6 +375,8 @@ async def serve_worker(
                 if managed:
                     nursery.start_soon(_watch_parent, worker, state)
                 await nursery.start(worker.run)
+                if started is not None:
+                    started()
                 if heartbeat_fd is not None:
                     nursery.start_soon(_heartbeat, heartbeat_fd, worker, state)
                 await worker.wait_stopped()

@@ -12,7 +12,10 @@ that does not read back as its input (a NaN became null) goes to ``json``.
 
 cattrs is imported when a value first needs it (``converter``, PEP 562): a
 plain ``str``, number, bool or None, and a payload decoded as ``Any``, never
-do, so a worker whose first jobs are of those starts without it.
+do, so a worker whose first jobs are of those starts without it. Nor does a
+payload decoded as ``int``, ``str``, ``float`` or ``bool``: cattrs structures
+those by calling the type on the parsed value, and :func:`decode_payload`
+does the same itself, with the same results and the same errors.
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ def __getattr__(name: str) -> Any:
         return _converter()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
+#: Types cattrs structures by calling them on the parsed value
+#: (``BaseConverter._structure_call``): decoded the same way without it.
+_STRUCTURED_BY_CALL = (int, str, float, bool)
 
 #: Values that are their own JSON form (cattrs would return them as they are).
 _PLAIN = frozenset({str, int, float, bool, type(None)})
@@ -168,6 +175,8 @@ def decode_payload(data: bytes, payload_type: Any) -> Any:
     if payload_type is None or payload_type is Any:
         return raw
     try:
+        if payload_type in _STRUCTURED_BY_CALL:
+            return payload_type(raw)
         return _converter().structure(raw, payload_type)
     except Exception as exc:  # cattrs raises ClassValidationError and friends
         name = getattr(payload_type, "__name__", repr(payload_type))

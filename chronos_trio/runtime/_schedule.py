@@ -32,12 +32,14 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import math
-from typing import Any, Literal, Protocol
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 
 from ..records._jobs import NewJob
+
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
 from ..records._options import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_QUEUE,
@@ -99,12 +101,23 @@ def trigger_job_id(schedule_id: str, fire_at: float) -> str:
 
 
 def _zone(tz: str) -> ZoneInfo:
+    # here: an app without schedules never needs zoneinfo (it reads the tz
+    # database's paths at import)
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
         raise ValueError(
             f"unknown timezone {tz!r}: use an IANA name such as 'Europe/Berlin'"
         ) from exc
+
+
+def _zone_key(tz: Any) -> Any:
+    """A ZoneInfo's key; anything else (not a str either) as it is."""
+    from zoneinfo import ZoneInfo
+
+    return tz.key if isinstance(tz, ZoneInfo) else tz
 
 
 def _normalize_cron(spec: str) -> str:
@@ -216,7 +229,7 @@ class Schedule:
         external: bool = False,
     ) -> Schedule:
         """Validate and normalize the parts; derive the ID unless given."""
-        tz_name = tz.key if isinstance(tz, ZoneInfo) else tz
+        tz_name = tz if isinstance(tz, str) else _zone_key(tz)
         spec = None if cron is None else _normalize_cron(cron)
         seconds = None if interval is None else _interval_seconds(interval)
         if schedule_id is None:

@@ -30,13 +30,17 @@ scripts judge the fields they read or overwrite with the same rules
 ``tests/test_record_judgement.py``); fields a script neither reads nor
 overwrites keep their damage to where the lease (the gate to running) or the
 checker judges it.
+
+The compiled judgements (one predicate per kind, one record check per
+state) are compiled on first use, each once, not at import: a worker
+compiles the few it meets before its first job.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import attrs
 
@@ -319,10 +323,32 @@ _EXPR_SCOPE: dict[str, Any] = {
     "_headers_ok": _headers_ok,
     "_control_ok": _control_ok,
 }
-# (source built from the constant table above, never from data)
-_VALUE_OK: dict[Kind, Callable[[Any], bool]] = {
-    kind: eval(f"lambda v: {expr}", dict(_EXPR_SCOPE)) for kind, expr in _VALUE_EXPR.items()
-}
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class _OnFirstUse(dict[_K, _V], Generic[_K, _V]):
+    """A table whose entry for a key is made by ``make(key)`` when first
+    looked up, then kept: a lookup costs what a dict's does. ``make``
+    raises KeyError for a key that has no entry."""
+
+    def __init__(self, make: Callable[[_K], _V]) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, key: _K) -> _V:
+        value = self[key] = self._make(key)
+        return value
+
+
+def _compile_value_ok(kind: Kind) -> Callable[[Any], bool]:
+    # (source built from the constant table above, never from data)
+    check: Callable[[Any], bool] = eval(f"lambda v: {_VALUE_EXPR[kind]}", dict(_EXPR_SCOPE))
+    return check
+
+
+#: Per kind, its compiled test (made on first use).
+_VALUE_OK: _OnFirstUse[Kind, Callable[[Any], bool]] = _OnFirstUse(_compile_value_ok)
 
 #: Kinds whose value may be None when not required (the Job's default).
 _NONE_WHEN_OPTIONAL = frozenset({Kind.TIME, Kind.CONTROL})
@@ -382,8 +408,15 @@ def _sound_check(state: JobState | None, rules: tuple[Rule, ...] = RULES) -> Cal
     return check
 
 
-#: Per record state (None: unreadable), its compiled check (see value_sound).
-_SOUND_IN = {state: _sound_check(state) for state in (*JobState, None)}
+def _sound_in(state: JobState | None) -> Callable[[Job], bool]:
+    if state is not None and not isinstance(state, JobState):
+        raise KeyError(state)
+    return _sound_check(state)
+
+
+#: Per record state (None: unreadable), its compiled check (see
+#: value_sound), made on first use.
+_SOUND_IN: _OnFirstUse[JobState | None, Callable[[Job], bool]] = _OnFirstUse(_sound_in)
 
 
 def fields_sound(names: tuple[str, ...]) -> Callable[[Job], bool]:

@@ -22,9 +22,9 @@ __all__ = ["CompositionError", "compose", "includes", "resolve"]
 
 #: A directive line: ``--@include name`` (letters, digits, ``_``).
 _DIRECTIVE = re.compile(rb"^--@include[ \t]+([A-Za-z0-9_]+)[ \t]*\r?$")
-#: Any line that looks like a directive: one that is not well formed is an
-#: error rather than a comment nobody notices.
-_LOOKS_LIKE = re.compile(rb"^--@")
+#: Any line that starts with this looks like a directive: one that is not
+#: well formed is an error rather than a comment nobody notices.
+_LOOKS_LIKE = b"--@"
 
 
 class CompositionError(ValueError):
@@ -40,10 +40,12 @@ def includes(text: bytes, *, where: str = "?") -> tuple[list[str], bytes]:
     Raises CompositionError for a line that starts with ``--@`` but is not
     ``--@include <name>`` (``where`` names the file in the message).
     """
+    if _LOOKS_LIKE not in text:
+        return [], text
     names: list[str] = []
     kept: list[bytes] = []
     for line in text.splitlines(keepends=True):
-        if _LOOKS_LIKE.match(line):
+        if line.startswith(_LOOKS_LIKE):
             m = _DIRECTIVE.match(line.rstrip(b"\n"))
             if m is None:
                 raise CompositionError(

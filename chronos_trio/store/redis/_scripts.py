@@ -17,15 +17,24 @@ leased zsets' sentinel member, :data:`~.keys.LEASED_SENTINEL`). A script is
 sent as those pieces, each once, in dependency order, then its own text, so
 it carries only what it uses; a new record format changes the SHA of every
 script that judges a format, so a worker never runs a script of another
-version. The scripts are composed when this module is imported: an unknown
-piece or pieces that include each other raise CompositionError then.
+version.
+
+A script is composed, and its SHA computed, when first used (its
+``source`` or ``sha`` read, as the first call of it does), not when this
+module is imported: a worker composes the few it runs before its first
+job, not all of them. An unknown piece or pieces that include each other
+raise CompositionError then; :func:`compose_all` composes every script at
+once (the tests do, so such a mistake never ships). Laziness does not
+touch ``NOSCRIPT``: a script is sent by its SHA, loaded with its source,
+and both are those of the one composition, kept for the process's life.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from collections.abc import Callable, Sequence
-from importlib import resources
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -36,7 +45,9 @@ from ._codec import CHUNKED_PAYLOAD_MAX, PAYLOAD_CHUNK, RECORD_FORMAT
 from ._compose import compose
 from .keys import LEASED_SENTINEL
 
-_LUA = resources.files(__package__).joinpath("lua")
+#: The scripts' files (read with plain file I/O: ``importlib.resources``
+#: would cost a worker's start-up more than the reads do).
+_LUA = Path(__file__).with_name("lua")
 
 #: The pieces made in Python (the values are defined once, here).
 GENERATED: dict[str, bytes] = {
@@ -47,61 +58,98 @@ GENERATED: dict[str, bytes] = {
 }
 
 
+@functools.cache
 def piece(name: str) -> bytes | None:
     """The text of piece ``name``: made in Python (:data:`GENERATED`) or
-    ``lua/lib/<name>.lua``; None when there is no such piece."""
+    ``lua/lib/<name>.lua``; None when there is no such piece. Read once."""
     made = GENERATED.get(name)
     if made is not None:
         return made
-    path = _LUA.joinpath("lib", f"{name}.lua")
-    return path.read_bytes() if path.is_file() else None
+    try:
+        return _LUA.joinpath("lib", f"{name}.lua").read_bytes()
+    except FileNotFoundError:
+        return None
 
 
-@attrs.frozen
 class Script:
     """One Lua script as sent to Redis: its name, source (the pieces it
-    includes, then its own file) and SHA1 (computed locally, no round trip)."""
+    includes, then its own file) and SHA1 (computed locally, no round trip).
 
-    name: str
-    source: bytes
-    sha: str
+    ``source`` and ``sha`` are computed on first read and then kept (see the
+    module's doc); reading either raises CompositionError (naming the script
+    and the piece) for an unknown piece or a cycle of pieces, and OSError
+    when the script's file cannot be read. Scripts compare by identity: one
+    object per script, made at import.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @functools.cached_property
+    def source(self) -> bytes:
+        return compose(self.name, _LUA.joinpath(f"{self.name}.lua").read_bytes(), piece)
+
+    @functools.cached_property
+    def sha(self) -> str:
+        return hashlib.sha1(self.source).hexdigest()
+
+    @property
+    def composed(self) -> bool:
+        """Whether ``source`` has been composed yet."""
+        return "source" in self.__dict__
 
     @classmethod
     def load(cls, name: str) -> Script:
-        """Compose ``lua/<name>.lua``. Raises CompositionError (naming the
-        script and the piece) for an unknown piece or a cycle of pieces."""
-        source = compose(name, _LUA.joinpath(f"{name}.lua").read_bytes(), piece)
-        return cls(name, source, hashlib.sha1(source).hexdigest())
+        """The script ``lua/<name>.lua``, composed now. Raises as reading
+        ``source`` does."""
+        script = cls(name)
+        script.sha  # noqa: B018  (composes it)
+        return script
+
+    def __repr__(self) -> str:
+        return f"Script({self.name!r})"
 
 
-ENQUEUE = Script.load("enqueue")
-OUTBOX_READ = Script.load("outbox_read")
-GROUP_ARRIVE = Script.load("group_arrive")
-PROMOTE = Script.load("promote")
-LEASE = Script.load("lease")
-RENEW = Script.load("renew")
-SETTLE = Script.load("settle")
-RECOVER = Script.load("recover")
-RECOVER_PEEK = Script.load("recover_peek")
-PEEK_READY = Script.load("peek_ready")
-DUE_PEEK = Script.load("due_peek")
-TRIM = Script.load("trim")
-RUN_NOW = Script.load("run_now")
-DELETE = Script.load("delete")
-ABORT = Script.load("abort")
-COUNT_ABORTED = Script.load("count_aborted")
-REQUEUE_DEAD = Script.load("requeue_dead")
-CLOSE_PARTITION = Script.load("close_partition")
-TOPOLOGY_PROMOTE = Script.load("topology_promote")
-TOPOLOGY_COMPLETE = Script.load("topology_complete")
-LEADER_ACQUIRE = Script.load("leader_acquire")
-LEADER_RENEW = Script.load("leader_renew")
-LEADER_GET = Script.load("leader_get")
-TRIGGER_RECORD = Script.load("trigger_record")
-WATCH = Script.load("watch")
-WORKER_BEAT = Script.load("worker_beat")
-WORKER_UNREGISTER = Script.load("worker_unregister")
-WORKERS_LIST = Script.load("workers_list")
+def scripts() -> Iterator[Script]:
+    """Every script of this module (not the store checker's)."""
+    return (s for s in globals().values() if isinstance(s, Script))
+
+
+def compose_all() -> None:
+    """Compose every script of this module now. Raises CompositionError
+    (or OSError) for the first that does not compose."""
+    for script in scripts():
+        script.sha  # noqa: B018
+
+
+ENQUEUE = Script("enqueue")
+OUTBOX_READ = Script("outbox_read")
+GROUP_ARRIVE = Script("group_arrive")
+PROMOTE = Script("promote")
+LEASE = Script("lease")
+RENEW = Script("renew")
+SETTLE = Script("settle")
+RECOVER = Script("recover")
+RECOVER_PEEK = Script("recover_peek")
+PEEK_READY = Script("peek_ready")
+DUE_PEEK = Script("due_peek")
+TRIM = Script("trim")
+RUN_NOW = Script("run_now")
+DELETE = Script("delete")
+ABORT = Script("abort")
+COUNT_ABORTED = Script("count_aborted")
+REQUEUE_DEAD = Script("requeue_dead")
+CLOSE_PARTITION = Script("close_partition")
+TOPOLOGY_PROMOTE = Script("topology_promote")
+TOPOLOGY_COMPLETE = Script("topology_complete")
+LEADER_ACQUIRE = Script("leader_acquire")
+LEADER_RENEW = Script("leader_renew")
+LEADER_GET = Script("leader_get")
+TRIGGER_RECORD = Script("trigger_record")
+WATCH = Script("watch")
+WORKER_BEAT = Script("worker_beat")
+WORKER_UNREGISTER = Script("worker_unregister")
+WORKERS_LIST = Script("workers_list")
 
 
 @attrs.frozen
