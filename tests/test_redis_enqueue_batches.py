@@ -14,7 +14,6 @@ EnqueueResult must be the same.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -36,9 +35,7 @@ from chronos_trio.testing.redis_server import RedisServer, RedisUnavailable, in_
 pytestmark = pytest.mark.redis
 
 _REFERENCE_SOURCE = (Path(__file__).parent / "data" / "enqueue_1ffeee3.lua").read_bytes()
-REFERENCE = _scripts.Script(
-    "enqueue", _REFERENCE_SOURCE, hashlib.sha1(_REFERENCE_SOURCE).hexdigest()
-)
+REFERENCE = _scripts.Script.of_source("enqueue", _REFERENCE_SOURCE)
 
 
 def _reference_keys(pk: PartitionKeys) -> list[str]:
