@@ -400,3 +400,27 @@ def test_earliest_runs_takes_the_earliest_source_by_source_on_ties(
     for _, rank in entries[:n]:
         want[sources[rank][0]] = want.get(sources[rank][0], 0) + 1
     assert taken == want
+
+
+def test_a_payload_typed_none_decodes_null_and_refuses_anything_else() -> None:
+    assert decode_payload(b"null", type(None)) is None
+    with pytest.raises(PayloadError, match="does not structure as None: got int"):
+        decode_payload(b"1", type(None))
+
+
+async def test_a_handler_that_takes_none_runs(autojump_clock: object) -> None:
+    import trio
+
+    app = chronos_trio.App()
+    seen: list[object] = []
+
+    @app.task("takes.none")
+    async def takes_none(nothing: None) -> None:
+        seen.append(nothing)
+
+    await takes_none.enqueue(None)
+    with trio.fail_after(30):
+        async with app.open_worker(concurrency=1):
+            while not seen:
+                await trio.sleep(0.01)
+    assert seen == [None]

@@ -54,7 +54,8 @@ def __getattr__(name: str) -> Any:
 _STRUCTURED_BY_CALL = (int, str, float, bool)
 
 #: Values that are their own JSON form (cattrs would return them as they are).
-_PLAIN = frozenset({str, int, float, bool, type(None)})
+_NONE_TYPE = type(None)
+_PLAIN = frozenset({str, int, float, bool, _NONE_TYPE})
 
 _DUMPS_OPTIONS = orjson.OPT_NON_STR_KEYS
 _COPY_BELOW = 1024
@@ -174,6 +175,10 @@ def decode_payload(data: bytes, payload_type: Any) -> Any:
         raise PayloadError(f"payload is not valid JSON: {exc}") from exc
     if payload_type is None or payload_type is Any:
         return raw
+    if payload_type is _NONE_TYPE:  # a handler that takes ``x: None``
+        if raw is None:
+            return None
+        raise PayloadError(f"payload does not structure as None: got {type(raw).__name__}")
     try:
         if payload_type in _STRUCTURED_BY_CALL:
             return payload_type(raw)
