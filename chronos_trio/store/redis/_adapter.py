@@ -191,6 +191,46 @@ class RedisAdapter:
         observer(name, False)
         return replies
 
+    async def execute_shielded(
+        self,
+        shield: trio.CancelScope,
+        ops: Sequence[Op],
+        after: Sequence[Op] = (),
+        replicas: ReplicaWait | None = None,
+    ) -> list[Any]:
+        """:meth:`execute`, called inside ``shield``, a shielded scope of the
+        caller's that nothing else cancels (``StoreContext.run_shielded``).
+        On the native node, its round trips are timed on that scope (see
+        ``NativeNode.execute``) and the transport plan is driven here, so a
+        batch of the one-at-a-time producer pays for no scope of its own
+        and no driver of its own. Anything else (no native node yet, an
+        observer, a Cluster, threads, a closed store) is :meth:`execute`.
+        The same replies, errors and guarantees either way."""
+        node = self._native
+        if node is None or self.observer is not None or self._closed:
+            return await self.execute(ops, after, replicas=replicas)
+        if not ops and not after:
+            return []
+        stats = self.stats
+        plan = batch_plan(node, ops, after, replicas, stats, self.description)
+        try:
+            step = next(plan)
+            while True:
+                if type(step) is Send and step.node is node:
+                    if step.counted:
+                        stats.native_round_trips += 1
+                    reply = await node.execute(step.commands, shield)
+                else:  # pragma: no cover - a single node's plan sends only to it
+                    reply = await self._answer(step)
+                step = plan.send(reply)
+        except StopIteration as done:
+            replies: list[Any] = done.value
+            return replies
+        except caught() as exc:
+            raise self._error(exc) from exc
+        finally:
+            plan.close()
+
     async def _execute(
         self, ops: Sequence[Op], after: Sequence[Op], replicas: ReplicaWait | None
     ) -> list[Any]:

@@ -151,6 +151,31 @@ class StoreContext(RedisCore):
         :meth:`meta`. Raises what they raise (the plan is closed then)."""
         return await drive_async(plan, self._answer)
 
+    async def run_shielded(self, plan: Plan[T]) -> T:
+        """:meth:`run`, to completion even if the caller is cancelled (the
+        cancellation is delivered at its next checkpoint): one shielded
+        scope around the whole plan, on whose deadline the native node also
+        times each round trip (``RedisAdapter.execute_shielded``), where
+        a plan shielded by its caller would pay for two scopes per round
+        trip. Raises what :meth:`run` raises."""
+        adapter = self.adapter
+        with trio.CancelScope(shield=True) as shield:
+            try:
+                step = next(plan)
+                while True:
+                    if type(step) is Call:
+                        reply = await adapter.execute_shielded(
+                            shield, step.ops, step.after, step.replicas
+                        )
+                    else:
+                        reply = await self._answer(step)
+                    step = plan.send(reply)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+            finally:
+                plan.close()
+
     async def _answer(self, step: Step) -> Any:
         if type(step) is Call:
             return await self.adapter.execute(step.ops, step.after, replicas=step.replicas)

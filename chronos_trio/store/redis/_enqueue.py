@@ -38,6 +38,12 @@ async def enqueue_many(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[Enqueu
     return await ctx.run(enqueue_plan(ctx, jobs))
 
 
+async def enqueue_shielded(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+    """:func:`enqueue_many`, to completion even if the caller is cancelled
+    (``StoreContext.run_shielded``): the group commit's lone caller."""
+    return await ctx.run_shielded(enqueue_plan(ctx, jobs))
+
+
 def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueResult]]:
     """Store ``jobs`` (results in their order): routed by the queues'
     topologies, one enqueue.lua per partition in one batch with the

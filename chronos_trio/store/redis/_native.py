@@ -57,6 +57,7 @@ whichever the sentinels name as the master:
 from __future__ import annotations
 
 import functools
+import math
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -327,10 +328,18 @@ class NativeNode:
             watch=watch,
         )
 
-    async def execute(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    async def execute(
+        self, commands: Sequence[Sequence[Any]], shield: trio.CancelScope | None = None
+    ) -> list[Any]:
         """Send ``commands`` as one pipeline; their replies, error replies as
         redis-py exception instances. Raises redis-py's ConnectionError or
-        TimeoutError when the node cannot be reached in time."""
+        TimeoutError when the node cannot be reached in time.
+
+        ``shield``: a shielded scope of the caller's, around this call, that
+        nothing else cancels (see ``StoreContext.run_shielded``): each round
+        trip is then timed on its deadline, armed for the round trip only,
+        instead of in a scope of its own (a scope costs more than the
+        arming). The same guarantees either way."""
         if self._closed:
             raise exceptions().ConnectionError("the store is closed")
         # Waiting for a connection is cancellable; a round trip once started
@@ -341,13 +350,15 @@ class NativeNode:
         except trio.WouldBlock:
             await self._slots.acquire()
         try:
-            return await self._execute_in_slot(commands)
+            return await self._execute_in_slot(commands, shield)
         finally:
             self._slots.release()
 
-    async def _execute_in_slot(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    async def _execute_in_slot(
+        self, commands: Sequence[Sequence[Any]], shield: trio.CancelScope | None
+    ) -> list[Any]:
         """One pipeline on a connection slot (see execute)."""
-        replies = await self._execute(commands)
+        replies = await self._execute(commands, shield)
         if self._watch is not None:
             readonly = [i for i, r in enumerate(replies) if is_readonly(r)]
             refused = with_waits(commands, readonly)
@@ -356,7 +367,7 @@ class NativeNode:
                 # once more to whoever the sentinels name now.
                 self._watch.forget()
                 await self._drop_idle()
-                again = await self._execute([commands[i] for i in refused])
+                again = await self._execute([commands[i] for i in refused], shield)
                 for i, reply in zip(refused, again, strict=True):
                     replies[i] = reply
         return [self._parse(c, r) for c, r in zip(commands, replies, strict=True)]
@@ -374,7 +385,9 @@ class NativeNode:
             self._stale.append(conn)
         return None
 
-    async def _execute(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    async def _execute(
+        self, commands: Sequence[Sequence[Any]], shield: trio.CancelScope | None
+    ) -> list[Any]:
         for attempt in (1, 2):
             conn = self._take_idle()
             if self._stale:
@@ -383,13 +396,17 @@ class NativeNode:
             try:
                 if conn is None:
                     conn = await self._open()
-                # One scope is both the shield (once sent, a round trip is
-                # never abandoned: see the module docstring) and its timeout.
-                with trio.CancelScope(
-                    shield=True, deadline=trio.current_time() + self._timeout
-                ) as scope:
-                    replies = await conn.round_trip(commands)
-                if scope.cancelled_caught:
+                if shield is None:
+                    # One scope is both the shield (once sent, a round trip is
+                    # never abandoned: see the module docstring) and its timeout.
+                    with trio.CancelScope(
+                        shield=True, deadline=trio.current_time() + self._timeout
+                    ) as scope:
+                        replies = await conn.round_trip(commands)
+                    timed_out = scope.cancelled_caught
+                else:
+                    replies, timed_out = await self._round_trip_in(shield, conn, commands)
+                if timed_out:
                     await conn.aclose()
                     raise exceptions().TimeoutError(
                         f"no reply from Redis within {self._timeout:g}s"
@@ -414,6 +431,27 @@ class NativeNode:
                 await conn.aclose()
             return replies
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _round_trip_in(
+        self, shield: trio.CancelScope, conn: _Connection, commands: Sequence[Sequence[Any]]
+    ) -> tuple[list[Any], bool]:
+        """``conn.round_trip`` timed on the caller's shielded scope (see
+        :meth:`execute`): its deadline is armed for the round trip and
+        disarmed after it, so the caller's other waits are not timed. The
+        replies, and whether the round trip timed out (no replies then).
+        Only the deadline can cancel that scope: its Cancelled is the
+        timeout, and the scope stays cancelled, so the caller raises the
+        TimeoutError made of it at once, passing no checkpoint (as a
+        timeout in a scope of its own would)."""
+        shield.deadline = trio.current_time() + self._timeout
+        try:
+            return await conn.round_trip(commands), False
+        except trio.Cancelled:
+            if not shield.cancel_called:  # pragma: no cover - never: it is shielded
+                raise
+            return [], True
+        finally:
+            shield.deadline = math.inf
 
     async def _open(self) -> _Connection:
         if self._watch is None:
