@@ -208,7 +208,8 @@ class RedisAdapter:
         The same replies, errors and guarantees either way."""
         node = self._native
         if node is None or self.observer is not None or self._closed:
-            return await self.execute(ops, after, replicas=replicas)
+            with trio.CancelScope(shield=True):  # not timed by a round trip's deadline
+                return await self.execute(ops, after, replicas=replicas)
         if not ops and not after:
             return []
         stats = self.stats
@@ -221,7 +222,8 @@ class RedisAdapter:
                         stats.native_round_trips += 1
                     reply = await node.execute(step.commands, shield)
                 else:  # pragma: no cover - a single node's plan sends only to it
-                    reply = await self._answer(step)
+                    with trio.CancelScope(shield=True):
+                        reply = await self._answer(step)
                 step = plan.send(reply)
         except StopIteration as done:
             replies: list[Any] = done.value

@@ -157,7 +157,11 @@ class StoreContext(RedisCore):
         scope around the whole plan, on whose deadline the native node also
         times each round trip (``RedisAdapter.execute_shielded``), where
         a plan shielded by its caller would pay for two scopes per round
-        trip. Raises what :meth:`run` raises."""
+        trip. Raises what :meth:`run` raises.
+
+        A native round trip leaves its deadline armed on the scope (see
+        ``NativeNode.execute``), so every other wait in it is in a shielded
+        scope of its own (rare: a topology read, the first batch)."""
         adapter = self.adapter
         with trio.CancelScope(shield=True) as shield:
             try:
@@ -168,13 +172,17 @@ class StoreContext(RedisCore):
                             shield, step.ops, step.after, step.replicas
                         )
                     else:
-                        reply = await self._answer(step)
+                        with trio.CancelScope(shield=True):  # not timed (see above)
+                            reply = await self._answer(step)
                     step = plan.send(reply)
             except StopIteration as done:
                 result: T = done.value
                 return result
             finally:
                 plan.close()
+        # Only a round trip's deadline cancels the scope, and the node turns
+        # that into its TimeoutError before it gets here.
+        raise AssertionError("a shielded plan's scope was cancelled")  # pragma: no cover
 
     async def _answer(self, step: Step) -> Any:
         if type(step) is Call:
