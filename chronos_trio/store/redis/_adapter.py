@@ -191,24 +191,20 @@ class RedisAdapter:
         observer(name, False)
         return replies
 
-    async def execute_shielded(
-        self,
-        shield: trio.CancelScope,
-        ops: Sequence[Op],
-        after: Sequence[Op] = (),
-        replicas: ReplicaWait | None = None,
+    async def execute_lone(
+        self, ops: Sequence[Op], after: Sequence[Op] = (), replicas: ReplicaWait | None = None
     ) -> list[Any]:
-        """:meth:`execute`, called inside ``shield``, a shielded scope of the
-        caller's that nothing else cancels (``StoreContext.run_shielded``).
-        On the native node, its round trips are timed on that scope (see
-        ``NativeNode.execute``) and the transport plan is driven here, so a
-        batch of the one-at-a-time producer pays for no scope of its own
-        and no driver of its own. Anything else (no native node yet, an
-        observer, a Cluster, threads, a closed store) is :meth:`execute`.
-        The same replies, errors and guarantees either way."""
+        """:meth:`execute` for a plan that must run to completion even if
+        its caller is cancelled (``StoreContext.run_shielded``), with no
+        cancel scope: on the native node, its round trips are sent with
+        ``lone`` (see ``NativeNode.execute``: every wait shielded, the round
+        trip timed without a scope) and the transport plan is driven here;
+        anything else (no native node yet, an observer, a Cluster, threads,
+        a closed store) is :meth:`execute` in a shielded scope. The same
+        replies, errors and guarantees either way."""
         node = self._native
         if node is None or self.observer is not None or self._closed:
-            with trio.CancelScope(shield=True):  # not timed by a round trip's deadline
+            with trio.CancelScope(shield=True):
                 return await self.execute(ops, after, replicas=replicas)
         if not ops and not after:
             return []
@@ -220,7 +216,7 @@ class RedisAdapter:
                 if type(step) is Send and step.node is node:
                     if step.counted:
                         stats.native_round_trips += 1
-                    reply = await node.execute(step.commands, shield)
+                    reply = await node.execute(step.commands, True)
                 else:  # pragma: no cover - a single node's plan sends only to it
                     with trio.CancelScope(shield=True):
                         reply = await self._answer(step)

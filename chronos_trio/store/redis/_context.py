@@ -153,36 +153,27 @@ class StoreContext(RedisCore):
 
     async def run_shielded(self, plan: Plan[T]) -> T:
         """:meth:`run`, to completion even if the caller is cancelled (the
-        cancellation is delivered at its next checkpoint): one shielded
-        scope around the whole plan, on whose deadline the native node also
-        times each round trip (``RedisAdapter.execute_shielded``), where
-        a plan shielded by its caller would pay for two scopes per round
-        trip. Raises what :meth:`run` raises.
-
-        A native round trip leaves its deadline armed on the scope (see
-        ``NativeNode.execute``), so every other wait in it is in a shielded
-        scope of its own (rare: a topology read, the first batch)."""
+        cancellation is delivered at its next checkpoint), as in a shielded
+        scope, but with no scope on the hot path: its batches go through
+        ``RedisAdapter.execute_lone`` (whose native round trips shield
+        themselves and are timed without a scope), and any other wait (a
+        topology read) is in a shielded scope of its own. Raises what
+        :meth:`run` raises."""
         adapter = self.adapter
-        with trio.CancelScope(shield=True) as shield:
-            try:
-                step = next(plan)
-                while True:
-                    if type(step) is Call:
-                        reply = await adapter.execute_shielded(
-                            shield, step.ops, step.after, step.replicas
-                        )
-                    else:
-                        with trio.CancelScope(shield=True):  # not timed (see above)
-                            reply = await self._answer(step)
-                    step = plan.send(reply)
-            except StopIteration as done:
-                result: T = done.value
-                return result
-            finally:
-                plan.close()
-        # Only a round trip's deadline cancels the scope, and the node turns
-        # that into its TimeoutError before it gets here.
-        raise AssertionError("a shielded plan's scope was cancelled")  # pragma: no cover
+        try:
+            step = next(plan)
+            while True:
+                if type(step) is Call:
+                    reply = await adapter.execute_lone(step.ops, step.after, step.replicas)
+                else:
+                    with trio.CancelScope(shield=True):
+                        reply = await self._answer(step)
+                step = plan.send(reply)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+        finally:
+            plan.close()
 
     async def _answer(self, step: Step) -> Any:
         if type(step) is Call:

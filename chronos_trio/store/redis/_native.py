@@ -147,42 +147,73 @@ class _Connection:
         self.reader = hiredis.Reader()
         #: The master this connection was opened to (Sentinel only).
         self.address = address
+        #: The round trip begun on the stdlib socket (:meth:`begin`): what is
+        #: left to write, how many replies it waits for, those that came.
+        self._out = memoryview(b"")
+        self._count = 0
+        self._got: list[Any] = []
+        #: Set by the :class:`_Timer` when a round trip passed its deadline
+        #: (the socket is being closed: never pooled again).
+        self.expired = False
+
+    def begin(self, commands: Sequence[Sequence[Any]]) -> None:
+        """Begin a round trip of ``commands`` on the stdlib socket
+        (:attr:`raw`); :meth:`pump` carries it out."""
+        self._out = memoryview(pack(commands))
+        self._count = len(commands)
+        self._got = []
+
+    async def pump(self) -> list[Any]:
+        """Carry out the round trip :meth:`begin` began: write what the
+        socket takes now (waiting for room only when it is full), then wait
+        for replies until every one came; they are returned. The one wait
+        is a checkpoint, as Trio's socket methods are. Resumable: a
+        Cancelled at one of its waits leaves the round trip where it was,
+        and calling this again goes on from there. Raises :class:`Dead`."""
+        raw = self.raw
+        assert raw is not None
+        replies = self._got
+        try:
+            view = self._out
+            while view:
+                try:
+                    view = self._out = view[raw.send(view) :]
+                except BlockingIOError:
+                    if self.expired:  # (between two waits: see _Timer)
+                        raise trio.ClosedResourceError("the round trip timed out") from None
+                    await trio.lowlevel.wait_writable(raw)
+            reader = self.reader
+            count = self._count
+            while True:
+                reply = reader.gets()
+                if reply is not False:
+                    replies.append(reply)
+                    if len(replies) == count:
+                        return replies
+                    continue
+                if self.expired:  # (between two waits: see _Timer)
+                    raise trio.ClosedResourceError("the round trip timed out")
+                await trio.lowlevel.wait_readable(raw)
+                try:
+                    chunk = raw.recv(READ_SIZE)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    raise ConnectionResetError("Redis closed the connection")
+                reader.feed(chunk)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise Dead(exc, bool(replies)) from exc
+        except hiredis.ProtocolError as exc:
+            raise Dead(exc, True) from exc
 
     async def round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        if self.raw is not None:
+            self.begin(commands)
+            return await self.pump()
         replies: list[Any] = []
         try:
-            raw = self.raw
-            if raw is not None:
-                # On the stdlib socket: write what the socket takes now
-                # (waiting for room only when it is full), then wait for
-                # replies until every one came. The one wait is a
-                # checkpoint, as Trio's socket methods are.
-                count = len(commands)
-                view = memoryview(pack(commands))
-                while view:
-                    try:
-                        view = view[raw.send(view) :]
-                    except BlockingIOError:
-                        await trio.lowlevel.wait_writable(raw)
-                reader = self.reader
-                while True:
-                    reply = reader.gets()
-                    if reply is not False:
-                        replies.append(reply)
-                        if len(replies) == count:
-                            break
-                        continue
-                    await trio.lowlevel.wait_readable(raw)
-                    try:
-                        chunk = raw.recv(READ_SIZE)
-                    except BlockingIOError:
-                        continue
-                    if not chunk:
-                        raise ConnectionResetError("Redis closed the connection")
-                    reader.feed(chunk)
-            else:
-                await self.send(pack(commands))
-                await self.read(len(commands), replies)
+            await self.send(pack(commands))
+            await self.read(len(commands), replies)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise Dead(exc, bool(replies)) from exc
         except hiredis.ProtocolError as exc:
@@ -220,6 +251,55 @@ class _Connection:
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
             await trio.aclose_forcefully(self.stream)
+
+
+#: Longest the :class:`_Timer` sleeps: a round trip with an earlier deadline
+#: than the earliest it knew of (another node's, with a shorter timeout)
+#: times out at most this late.
+TIMER_TICK = 0.1
+
+
+class _Timer:
+    """Times the round trips of one Trio run that take no cancel scope (a
+    lone enqueue's, see :meth:`NativeNode.execute`): a system task that
+    sleeps until the earliest deadline of those in flight (at most
+    :data:`TIMER_TICK`), then marks each one past its deadline ``expired``
+    and wakes its wait with ``notify_closing`` (its socket is closed then:
+    the connection is never used again). Entering and leaving a cancel
+    scope costs about 48,000 instructions under Trio 0.35; this costs a
+    dict entry per round trip and a wake-up per tick."""
+
+    def __init__(self) -> None:
+        #: Round trips in flight: connection -> deadline (trio.current_time()).
+        self.inflight: dict[_Connection, float] = {}
+
+    async def run(self) -> None:
+        while True:
+            now = trio.current_time()
+            wake = now + TIMER_TICK
+            for conn, deadline in list(self.inflight.items()):
+                if deadline <= now:
+                    del self.inflight[conn]
+                    conn.expired = True
+                    if conn.raw is not None:
+                        trio.lowlevel.notify_closing(conn.raw)
+                elif deadline < wake:
+                    wake = deadline
+            await trio.sleep_until(wake)
+
+
+_TIMER: trio.lowlevel.RunVar[_Timer] = trio.lowlevel.RunVar("chronos_trio_redis_timer")
+
+
+def _timer() -> _Timer:
+    """This Trio run's :class:`_Timer` (started on first use)."""
+    try:
+        return _TIMER.get()
+    except LookupError:
+        timer = _Timer()
+        _TIMER.set(timer)
+        trio.lowlevel.spawn_system_task(timer.run, name="chronos-redis-round-trip-timer")
+        return timer
 
 
 def _tcp(host: str, port: int) -> Callable[[], Awaitable[trio.abc.Stream]]:
@@ -324,23 +404,22 @@ class NativeNode:
             watch=watch,
         )
 
-    async def execute(
-        self, commands: Sequence[Sequence[Any]], shield: trio.CancelScope | None = None
-    ) -> list[Any]:
+    async def execute(self, commands: Sequence[Sequence[Any]], lone: bool = False) -> list[Any]:
         """Send ``commands`` as one pipeline; their replies, error replies as
         redis-py exception instances. Raises redis-py's ConnectionError or
         TimeoutError when the node cannot be reached in time.
 
-        ``shield``: a shielded scope of the caller's, around this call, that
-        nothing else cancels (see ``StoreContext.run_shielded``): each round
-        trip is then timed on its deadline instead of in a scope of its own
-        (entering and leaving a scope costs about 48,000 instructions under
-        Trio 0.35, arming a deadline 19,000). The deadline is armed just
-        before each round trip and left armed after it, so every other wait
-        inside ``shield`` must be in a shielded scope of its own (this does
-        so for its own other waits); a deadline that passes during one of
-        those only leaves ``shield`` cancelled, and a round trip then takes
-        a scope of its own. The same guarantees either way."""
+        ``lone``: the caller is a plan that must run to completion even if
+        its caller is cancelled (``StoreContext.run_shielded``), as a
+        shielded scope around it would make it, without one: every wait
+        here is then shielded (a wait for a connection slot, a connect in a
+        shielded scope each; a round trip on a stdlib socket by finishing,
+        in a shielded scope, one whose wait a cancellation ended, and
+        otherwise in its usual scope), and such a round trip is timed by
+        this run's :class:`_Timer` instead of a scope's deadline, to the
+        same timeout and error. The cancellation is delivered at the
+        caller's next checkpoint (Trio's cancellation stays until its scope
+        is left). The same guarantees either way."""
         if self._closed:
             raise exceptions().ConnectionError("the store is closed")
         # Waiting for a connection is cancellable; a round trip once started
@@ -349,13 +428,13 @@ class NativeNode:
             # no scheduler pass when a slot is free (acquire() always makes one)
             self._slots.acquire_nowait()
         except trio.WouldBlock:
-            if shield is None:
+            if not lone:
                 await self._slots.acquire()
             else:
-                with trio.CancelScope(shield=True):  # not timed (see above)
+                with trio.CancelScope(shield=True):
                     await self._slots.acquire()
         try:
-            replies = await self._execute(commands, shield)
+            replies = await self._execute(commands, lone)
             if self._watch is not None:
                 readonly = [i for i, r in enumerate(replies) if is_readonly(r)]
                 refused = with_waits(commands, readonly)
@@ -364,7 +443,7 @@ class NativeNode:
                     # once more to whoever the sentinels name now.
                     self._watch.forget()
                     await self._drop_idle()
-                    again = await self._execute([commands[i] for i in refused], shield)
+                    again = await self._execute([commands[i] for i in refused], lone)
                     for i, reply in zip(refused, again, strict=True):
                         replies[i] = reply
         finally:
@@ -385,9 +464,7 @@ class NativeNode:
             self._stale.append(conn)
         return None
 
-    async def _execute(
-        self, commands: Sequence[Sequence[Any]], shield: trio.CancelScope | None
-    ) -> list[Any]:
+    async def _execute(self, commands: Sequence[Sequence[Any]], lone: bool) -> list[Any]:
         for attempt in (1, 2):
             conn = self._take_idle()
             if self._stale:
@@ -395,13 +472,15 @@ class NativeNode:
             pooled = conn is not None
             try:
                 if conn is None:
-                    if shield is None:
+                    if not lone:
                         conn = await self._open()
                     else:
-                        with trio.CancelScope(shield=True):  # not timed (see execute)
+                        with trio.CancelScope(shield=True):
                             conn = await self._open()
                         assert conn is not None  # (the scope cancels nothing)
-                if shield is None or shield.cancel_called:
+                if lone and conn.raw is not None:
+                    replies, timed_out = await self._lone_round_trip(conn, commands)
+                else:
                     # One scope is both the shield (once sent, a round trip is
                     # never abandoned: see the module docstring) and its timeout.
                     with trio.CancelScope(
@@ -409,21 +488,6 @@ class NativeNode:
                     ) as scope:
                         replies = await conn.round_trip(commands)
                     timed_out = scope.cancelled_caught
-                else:
-                    # Timed on the caller's shield instead (see execute),
-                    # its deadline armed for this round trip; nothing else
-                    # cancels that scope, so its Cancelled is the timeout.
-                    # The scope stays cancelled, and the TimeoutError below
-                    # leaves it passing no checkpoint (conn.aclose shields
-                    # itself), as from a scope of its own.
-                    shield.deadline = trio.current_time() + self._timeout
-                    try:
-                        replies = await conn.round_trip(commands)
-                        timed_out = False
-                    except trio.Cancelled:
-                        if not shield.cancel_called:  # pragma: no cover - it is shielded
-                            raise
-                        replies, timed_out = [], True
                 if timed_out:
                     await conn.aclose()
                     raise exceptions().TimeoutError(
@@ -443,12 +507,38 @@ class NativeNode:
                 raise exceptions().ConnectionError(
                     f"lost the connection to Redis: {dead}"
                 ) from dead.cause
-            if len(self._idle) < MAX_IDLE and not self._closed:
+            if len(self._idle) < MAX_IDLE and not self._closed and not conn.expired:
                 self._idle.append(conn)
             else:
                 await conn.aclose()
             return replies
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _lone_round_trip(
+        self, conn: _Connection, commands: Sequence[Sequence[Any]]
+    ) -> tuple[list[Any], bool]:
+        """A round trip on ``conn``'s stdlib socket with no scope (see
+        :meth:`execute`): timed by the run's :class:`_Timer`, finished in a
+        shielded scope when a cancellation ends its wait. The replies and
+        whether it timed out (no replies then); raises :class:`Dead`."""
+        inflight = _timer().inflight
+        inflight[conn] = trio.current_time() + self._timeout
+        try:
+            conn.begin(commands)
+            try:
+                return await conn.pump(), False
+            except trio.Cancelled:
+                # Sent (or being sent): never abandoned. The caller's scope
+                # stays cancelled, so its next checkpoint raises again.
+                with trio.CancelScope(shield=True):
+                    replies = await conn.pump()
+                return replies, False
+        except Dead:
+            if conn.expired:  # the timer woke the wait: its deadline passed
+                return [], True
+            raise
+        finally:
+            inflight.pop(conn, None)
 
     async def _open(self) -> _Connection:
         if self._watch is None:
