@@ -54,7 +54,24 @@ async def proxied_store(socket_timeout: float = 5.0) -> AsyncIterator[tuple[Redi
                 nursery.cancel_scope.cancel()
 
 
-async def test_a_hung_server_times_out_a_lone_enqueue_with_the_usual_error() -> None:
+@pytest.mark.parametrize("longer_first", [False, True])
+async def test_a_hung_server_times_out_a_lone_enqueue_with_the_usual_error(
+    longer_first: bool,
+) -> None:
+    """``longer_first``: a store with a 5 s timeout made the run's timer
+    first, so it sleeps 5 s when idle: the shorter timeout wakes it."""
+    with RedisServer() as other:
+        longer = RedisStore.from_url(other.url, socket_timeout=5.0)
+        try:
+            if longer_first:
+                await longer.enqueue_many([job("first")])
+                assert _TIMER.get().tick == 5.0
+            await _hung_times_out()
+        finally:
+            await longer.aclose()
+
+
+async def _hung_times_out() -> None:
     with trio.fail_after(20):
         async with proxied_store(socket_timeout=0.5) as (store, proxy):
             node = store._adapter._native

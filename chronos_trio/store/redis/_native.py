@@ -56,7 +56,9 @@ whichever the sentinels name as the master:
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -253,50 +255,66 @@ class _Connection:
             await trio.aclose_forcefully(self.stream)
 
 
-#: Longest the :class:`_Timer` sleeps: a round trip with an earlier deadline
-#: than the earliest it knew of (another node's, with a shorter timeout)
-#: times out at most this late.
-TIMER_TICK = 0.1
-
-
 class _Timer:
     """Times the round trips of one Trio run that take no cancel scope (a
-    lone enqueue's, see :meth:`NativeNode.execute`): a system task that
-    sleeps until the earliest deadline of those in flight (at most
-    :data:`TIMER_TICK`), then marks each one past its deadline ``expired``
-    and wakes its wait with ``notify_closing`` (its socket is closed then:
-    the connection is never used again). Entering and leaving a cancel
+    lone enqueue's, see :meth:`NativeNode.execute`), to their deadlines: a
+    system task that marks each round trip past its deadline ``expired``
+    and ends its wait with ``notify_closing`` (the caller closes its
+    connection: it is never used again). Entering and leaving a cancel
     scope costs about 48,000 instructions under Trio 0.35; this costs a
-    dict entry per round trip and a wake-up per tick."""
+    clock reading, a dict entry and a comparison per round trip.
 
-    def __init__(self) -> None:
+    It sleeps until the earliest deadline in flight, or for :attr:`tick`
+    (the shortest timeout it was given) when none is: a round trip that
+    begins while it sleeps has a deadline no earlier than its wake-up, so
+    no deadline is missed, and an idle run wakes it once per timeout. Only
+    a shorter timeout than any before moves its wake-up earlier."""
+
+    def __init__(self, tick: float) -> None:
         #: Round trips in flight: connection -> deadline (trio.current_time()).
         self.inflight: dict[_Connection, float] = {}
+        self.tick = tick
+        self._wake = math.inf
+        self._nap: trio.CancelScope | None = None
+
+    def add(self, conn: _Connection, timeout: float) -> None:
+        """Time a round trip on ``conn`` beginning now (remove it from
+        :attr:`inflight` once it ended)."""
+        deadline = trio.current_time() + timeout
+        self.inflight[conn] = deadline
+        if deadline < self._wake:  # only for a shorter timeout than any before
+            self.tick = min(self.tick, timeout)
+            self._wake = deadline
+            if self._nap is not None:
+                self._nap.deadline = deadline
 
     async def run(self) -> None:
         while True:
             now = trio.current_time()
-            wake = now + TIMER_TICK
+            wake = now + self.tick
             for conn, deadline in list(self.inflight.items()):
                 if deadline <= now:
                     del self.inflight[conn]
                     conn.expired = True
                     if conn.raw is not None:
-                        trio.lowlevel.notify_closing(conn.raw)
+                        with contextlib.suppress(OSError, ValueError):
+                            trio.lowlevel.notify_closing(conn.raw)
                 elif deadline < wake:
                     wake = deadline
-            await trio.sleep_until(wake)
+            self._wake = wake
+            with trio.CancelScope(deadline=wake) as self._nap:
+                await trio.sleep_forever()
 
 
 _TIMER: trio.lowlevel.RunVar[_Timer] = trio.lowlevel.RunVar("chronos_trio_redis_timer")
 
 
-def _timer() -> _Timer:
+def _timer(timeout: float) -> _Timer:
     """This Trio run's :class:`_Timer` (started on first use)."""
     try:
         return _TIMER.get()
     except LookupError:
-        timer = _Timer()
+        timer = _Timer(timeout)
         _TIMER.set(timer)
         trio.lowlevel.spawn_system_task(timer.run, name="chronos-redis-round-trip-timer")
         return timer
@@ -521,8 +539,8 @@ class NativeNode:
         :meth:`execute`): timed by the run's :class:`_Timer`, finished in a
         shielded scope when a cancellation ends its wait. The replies and
         whether it timed out (no replies then); raises :class:`Dead`."""
-        inflight = _timer().inflight
-        inflight[conn] = trio.current_time() + self._timeout
+        timer = _timer(self._timeout)
+        timer.add(conn, self._timeout)
         try:
             conn.begin(commands)
             try:
@@ -538,7 +556,7 @@ class NativeNode:
                 return [], True
             raise
         finally:
-            inflight.pop(conn, None)
+            timer.inflight.pop(conn, None)
 
     async def _open(self) -> _Connection:
         if self._watch is None:
