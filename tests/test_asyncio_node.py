@@ -11,6 +11,7 @@ each program bounded by ``asyncio.wait_for``.
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -106,6 +107,24 @@ def test_a_plain_url_uses_the_node_and_others_keep_redis_py(server: RedisServer,
     node = AsyncioNode.for_client(unix)
     assert node is not None and node._address == "/tmp/none.sock"
     assert node._hello == [("SELECT", 2)]
+
+
+def test_a_unix_socket_url(run: Run) -> None:
+    with tempfile.TemporaryDirectory(dir="/tmp") as where:  # short: sun_path is ~107 bytes
+        path = f"{where}/redis.sock"
+        with RedisServer(extra_args=["--unixsocket", path, "--unixsocketperm", "700"]):
+
+            async def program() -> None:
+                async with AsyncioProducer(f"unix://{path}?db=1") as producer:
+                    node = await _node(producer)
+                    assert node is not None and node._address == path
+                    handle = await producer.enqueue("k", 1, job_id="over-unix")
+                    assert handle.created
+                    assert (await handle.status()).state.value == "ready"
+                    [db] = await node.execute([("CLIENT", "INFO")])
+                    assert b" db=1 " in db
+
+            run(program())
 
 
 def test_replies_are_what_redis_pys_pipeline_gives(server: RedisServer, run: Run) -> None:
