@@ -27,6 +27,9 @@ Cases (the paths every job takes):
   producer's Python side of one enqueue, the event loop's share included);
 * ``asyncio_bulk``: ``await AsyncioProducer(app=...).enqueue_many`` in
   batches of 1,000, the same way (its Python side per job).
+* ``arq_enqueue`` (a peer, not run unless named): arq's own awaited
+  ``ArqRedis.enqueue_job`` one at a time against the same server, in its
+  venv (``benchmarks/.venv/arq``), counted once whatever the trees.
 
 Compare two trees (say a commit checked out in a worktree) in one run::
 
@@ -51,12 +54,24 @@ CASES = (
     "asyncio_bulk",
 )  # fmt: skip
 #: The cases that need a redis-server.
-REDIS_CASES = {"sync_enqueue", "redis_enqueue", "redis_drain", "asyncio_enqueue", "asyncio_bulk"}
+REDIS_CASES = {
+    "arq_enqueue",
+    "sync_enqueue",
+    "redis_enqueue",
+    "redis_drain",
+    "asyncio_enqueue",
+    "asyncio_bulk",
+}
 HERE = Path(__file__).resolve()
+#: Cases of another system, run in its own venv (once, whatever the trees).
+PEER_CASES = {"arq_enqueue": HERE.parent / ".venv" / "arq" / "bin" / "python"}
 
 
 def _run_case(case: str, n: int, redis_url: str | None) -> None:
     """The workload itself (run in the measured process)."""
+    if case == "arq_enqueue":
+        _run_arq(n, redis_url)
+        return
     import attrs
     import trio
 
@@ -145,6 +160,25 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
         raise ValueError(f"unknown case {case!r}")
 
 
+def _run_arq(n: int, redis_url: str | None) -> None:
+    """arq's awaited ``enqueue_job``, one at a time (the payload as a dict)."""
+    import asyncio
+
+    from arq import create_pool  # type: ignore[import-not-found]
+    from arq.connections import RedisSettings  # type: ignore[import-not-found]
+
+    assert redis_url is not None
+    payloads = [{"to": "someone@example.com", "subject": "hello", "n": i} for i in range(n)]
+
+    async def arq_enqueue() -> None:
+        pool = await create_pool(RedisSettings.from_dsn(redis_url))
+        for p in payloads:
+            await pool.enqueue_job("bench.job", p)
+        await pool.aclose()
+
+    asyncio.run(arq_enqueue())
+
+
 def _instructions(tree: Path, case: str, n: int, redis_url: str | None) -> int:
     if redis_url:
         import redis
@@ -157,7 +191,7 @@ def _instructions(tree: Path, case: str, n: int, redis_url: str | None) -> int:
             "valgrind",
             "--tool=callgrind",
             f"--callgrind-out-file={out}",
-            sys.executable,
+            str(PEER_CASES.get(case, sys.executable)),
             str(HERE),
             "--run",
             case,
@@ -186,7 +220,7 @@ def main() -> None:
     parser.add_argument("--trees", default=str(HERE.parent.parent), help="tree[:tree...]")
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--n", type=int, default=2000, help="jobs in the smaller run")
-    parser.add_argument("--run", choices=CASES, help=argparse.SUPPRESS)
+    parser.add_argument("--run", choices=(*CASES, *PEER_CASES), help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
@@ -209,7 +243,10 @@ def main() -> None:
         print(f"instructions per job (callgrind; n={args.n} and {2 * args.n})")
         print(header)
         for case in cases:
-            counts = [per_job(t, case, args.n, redis_url) for t in trees]
+            if case in PEER_CASES:
+                counts = [per_job(trees[0], case, args.n, redis_url)] * len(trees)
+            else:
+                counts = [per_job(t, case, args.n, redis_url) for t in trees]
             row = f"{case:<16}" + "".join(f"{c:>20,.0f}" for c in counts)
             if len(trees) > 1:
                 row += f"{counts[-1] / counts[0]:>12.3f}"

@@ -1,12 +1,17 @@
 """The asyncio producer: enqueue jobs and wait for their results from asyncio
-programs (FastAPI, aiohttp, Starlette), on ``redis.asyncio``.
+programs (FastAPI, aiohttp, Starlette), on the running loop's own sockets.
 
 ``AsyncioProducer`` is :class:`~chronos_trio.producers.sync.SyncProducer`
 with awaitable methods: the same job validation and encoding
 (``Task.new_job``), the same Lua scripts and routing, waiting pushed by
-pub/sub; it never imports or runs Trio. Its clients belong to the event
-loop that first uses it: make one per loop (a FastAPI lifespan is the
-place), and ``await producer.aclose()`` at its end.
+pub/sub; it never imports or runs Trio. On a plain Redis node
+(``redis://``, ``unix://``) its commands go over non-blocking sockets of
+the loop (``store.redis._asyncio_node``: one awaited enqueue is about one
+loopback round trip, on the stdlib loop or uvloop); Cluster, Sentinel and
+TLS go through ``redis.asyncio``, as does the pub/sub its waiters share.
+Its connections belong to the event loop that first uses it: make one per
+loop (a FastAPI lifespan is the place), and ``await producer.aclose()`` at
+its end.
 """
 
 from __future__ import annotations
@@ -90,9 +95,14 @@ class AsyncioProducer:
     and raises what it raises: ``ValueError`` for the memory store (it lives
     in one process and cannot be shared), ``TypeError`` or ``ValueError``
     for a bad option (checked here, before anything connects, as
-    ``SyncProducer``'s), StoreError when Redis cannot be reached. Nothing
-    connects until first use. Every task of the loop may use it at once;
-    all waiting tasks share one pub/sub connection.
+    ``SyncProducer``'s), StoreError when Redis cannot be reached or does not
+    answer within ``socket_timeout`` (a timed-out enqueue may have been
+    stored: enqueue it again with its ``job_id`` to know). Nothing connects
+    until first use. Every task of the loop may use it at once, each round
+    trip on a connection of its own (at most 32 kept idle); all waiting
+    tasks share one pub/sub connection. Cancelling a task mid enqueue closes
+    the connection it was using, never reused half-read (the enqueue may
+    have been stored, as after a timeout).
     """
 
     def __init__(

@@ -1,9 +1,13 @@
 """The synchronous producer: enqueue jobs and wait for their results from
 code that does not run Trio (Django and Flask views, scripts, threads).
 
-``SyncProducer`` holds one redis-py client (a connection pool) and one
-subscription for waiters, shared by every thread that uses it; it never
-imports or runs Trio. Jobs are validated and encoded exactly as
+``SyncProducer`` holds one redis-py client (its settings, and the pool of
+Cluster, Sentinel and TLS connections) and one subscription for waiters,
+shared by every thread that uses it; it never imports or runs Trio. On a
+plain Redis node (``redis://``, ``unix://``) its commands go over blocking
+sockets of its own (``store.redis._blocking_node``: one enqueue is about
+one loopback round trip), which send AUTH, CLIENT SETNAME and SELECT as
+redis-py's connections do. Jobs are validated and encoded exactly as
 ``Task.new_job`` does, and stored by the same Lua scripts, routed by the
 same topology, as the Trio store's (``chronos_trio.store.redis``).
 """

@@ -1,13 +1,17 @@
 """The asyncio transport: running batches and waiting for outcomes on
-``redis.asyncio`` (no Trio), for the asyncio producer.
+asyncio (no Trio), for the asyncio producer.
 
 :class:`AsyncioExecutor` implements ``_transport.Transport``: it runs the
 transport's sans-IO ``batch_plan``, the rules every runtime shares (one
 pipeline per node, the ``NOSCRIPT`` reload and retry, ``MOVED``/``ASK`` on
 a Cluster, whose ops go to a client of the node owning their slot because
 redis-py's cluster pipeline refuses ``EVALSHA``), and answers its requests
-with ``redis.asyncio`` pipelines, a Cluster's nodes at once. Every failure
-is a StoreError.
+on a plain node (``redis://``, ``unix://``) with an
+:class:`~._asyncio_node.AsyncioNode` of the loop's own sockets (one write,
+the replies read back: about one loopback round trip), on any other client
+(TLS, Sentinel, custom connections) with ``redis.asyncio`` pipelines, a
+Cluster's nodes at once. Waiting for outcomes subscribes with
+``redis.asyncio``'s pub/sub. Every failure is a StoreError.
 
 Clients and events belong to the event loop that made them: use one
 producer inside one loop.
@@ -22,6 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .._roles import StoreError
+from ._asyncio_node import AsyncioNode
 from ._batch import AdapterStatistics, store_error
 from ._blocking import REDIS_ERRORS
 from ._core import Call, NeedMeta, Plan, RedisCore, T, drive_async, meta_plan
@@ -53,11 +58,14 @@ class _AsyncioSlots(SlotMap[Any]):
 class AsyncioExecutor:
     """The asyncio transport (``_transport.Transport``): runs batches and
     sans-IO plans (see ``_core``) on a ``redis.asyncio`` client made by
-    ``factory`` on first use."""
+    ``factory`` on first use, a plain node's pipelines on an
+    :class:`~._asyncio_node.AsyncioNode` with the client's settings."""
 
     def __init__(self, factory: Callable[[], Any], core: RedisCore, description: str) -> None:
         self._factory = factory
         self._client: Any = None
+        #: The plain node's own connections (None: redis-py's pipelines).
+        self._node: AsyncioNode | None = None
         self._lock: asyncio.Lock | None = None
         self._slots: SlotMap[Any] | None = None  # a Cluster's, with each node's own client
         self.core = core
@@ -92,6 +100,10 @@ class AsyncioExecutor:
                         await client.initialize()
                 except REDIS_ERRORS as exc:
                     raise store_error(self.description, exc) from exc
+                from redis.asyncio.client import Redis as AsyncioRedis
+
+                if isinstance(client, AsyncioRedis):
+                    self._node = AsyncioNode.for_client(client)
                 self._client = client
         return self._client
 
@@ -113,7 +125,11 @@ class AsyncioExecutor:
         """As ``RedisAdapter.execute`` (``_transport.batch_plan``), on asyncio."""
         client = await self.client()
         try:
-            link = client if not _is_cluster(client) else self._slot_map(client)
+            link: Any
+            if self._node is not None:
+                link = self._node
+            else:
+                link = client if not _is_cluster(client) else self._slot_map(client)
             plan = batch_plan(link, ops, after, replicas, self.stats, self.description)
             return await self._drive(plan)
         except REDIS_ERRORS as exc:
@@ -129,7 +145,10 @@ class AsyncioExecutor:
 
     async def _answer(self, step: Send | AtOnce | Rebuild) -> Any:
         if type(step) is Send:
-            pipe = step.node.pipeline(transaction=False)
+            node = step.node
+            if type(node) is AsyncioNode:
+                return await node.execute(step.commands)
+            pipe = node.pipeline(transaction=False)
             for command in step.commands:
                 pipe.execute_command(*command)
             return list(await pipe.execute(raise_on_error=False))
@@ -162,6 +181,9 @@ class AsyncioExecutor:
         nodes = list(self._slots.nodes.values()) if self._slots is not None else []
         self._slots = None
         client, self._client = self._client, None
+        plain, self._node = self._node, None
+        if plain is not None:
+            plain.close()
         for node in nodes:
             with contextlib.suppress(Exception):
                 await node.aclose()

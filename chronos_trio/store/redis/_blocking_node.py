@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import hiredis
 
 from ._errors import exceptions, reply_error
-from ._resp import READ_SIZE, Callbacks, Dead, handshake, pack, parse_reply
+from ._resp import READ_SIZE, Callbacks, Dead, pack, parse_reply, plain_node_settings, where
 
 if TYPE_CHECKING:
     import redis
@@ -113,35 +113,23 @@ class BlockingNode:
 
     @classmethod
     def for_client(cls, client: redis.Redis) -> BlockingNode | None:
-        """A node with ``client``'s settings, or None when this path does not
-        cover its connection kind (TLS, Sentinel, a custom connection class,
-        connect function or credential provider, a pinned connection)."""
+        """A node with ``client``'s settings (address, timeouts, and AUTH,
+        CLIENT SETNAME, SELECT as its connections send them), or None when
+        this path does not cover its connection kind (see
+        ``_resp.plain_node_settings``: TLS, Sentinel, a custom connection
+        class, connect function or credential provider, a pinned connection)."""
         import redis.connection
 
-        pool = client.connection_pool
-        kind = pool.connection_class
-        kw = pool.connection_kwargs
-        if (
-            client.connection is not None
-            or kw.get("credential_provider") is not None
-            or kw.get("redis_connect_func") is not None
-            # RESP2 replies only (redis-py 8 speaks RESP3 unless told 2)
-            or kw.get("protocol") not in (2, "2")
-        ):
+        plain = plain_node_settings(
+            client, redis.connection.Connection, redis.connection.UnixDomainSocketConnection
+        )
+        if plain is None:
             return None
-        address: tuple[str, int] | str
-        if kind is redis.connection.Connection:
-            address = (kw.get("host") or "localhost", int(kw.get("port") or 6379))
-        elif kind is redis.connection.UnixDomainSocketConnection:
-            address = kw["path"]
-        else:
-            return None
-        timeout = float(kw.get("socket_timeout") or 5.0)
         return cls(
-            address,
-            hello=handshake(kw.get("username"), kw.get("password"), int(kw.get("db") or 0)),
-            timeout=timeout,
-            connect_timeout=float(kw.get("socket_connect_timeout") or timeout),
+            plain.address,
+            hello=plain.hello,
+            timeout=plain.timeout,
+            connect_timeout=plain.connect_timeout,
             callbacks=client.response_callbacks,
         )
 
@@ -204,11 +192,11 @@ class BlockingNode:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except TimeoutError as exc:
             raise exceptions().TimeoutError(
-                f"could not connect to Redis at {_where(address)} within {self._connect_timeout:g}s"
+                f"could not connect to Redis at {where(address)} within {self._connect_timeout:g}s"
             ) from exc
         except OSError as exc:
             raise exceptions().ConnectionError(
-                f"could not connect to Redis at {_where(address)}: {exc.strerror or exc}"
+                f"could not connect to Redis at {where(address)}: {exc.strerror or exc}"
             ) from exc
         sock.settimeout(self._timeout)
         conn = _Connection(sock)
@@ -234,7 +222,3 @@ class BlockingNode:
         (closed as they end), later ones raise ConnectionError."""
         self._closed = True
         self._drop_idle()
-
-
-def _where(address: tuple[str, int] | str) -> str:
-    return address if isinstance(address, str) else f"{address[0]}:{address[1]}"

@@ -79,6 +79,7 @@ from ._resp import (
     Callbacks,
     Dead,
     ReplyCallbacks,
+    client_handshake,
     handshake,
     is_readonly,
     pack,
@@ -409,7 +410,7 @@ class NativeNode:
             connect = None  # to the master the watch names (see _open)
         else:
             return None
-        hello = handshake(kw.get("username"), kw.get("password"), int(kw.get("db") or 0))
+        hello = client_handshake(kw)
         timeout = kw.get("socket_timeout") or 5.0
         if watch is not None:
             hello.append(("ROLE",))  # checked in _open: a master, or not used

@@ -8,14 +8,15 @@ with hiredis (:func:`pack`), turning replies into what redis-py would have
 returned (:func:`parse_reply` with :class:`ReplyCallbacks` or a redis-py
 client's callbacks; an error reply as redis-py's exception, ``NOSCRIPT`` as
 :class:`~._errors.NoScript`), the handshake of a new connection
-(:func:`handshake`), and :class:`Dead`, how a connection's failure is told
+(:func:`handshake`; :func:`plain_node_settings` reads a redis-py client's),
+and :class:`Dead`, how a connection's failure is told
 apart from an error reply.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 import hiredis
 
@@ -95,14 +96,75 @@ def parse_reply(callbacks: Callbacks, command: Sequence[Any], reply: Any) -> Any
     return reply if callback is None else callback(reply)
 
 
-def handshake(username: str | None, password: str | None, db: int) -> list[tuple[Any, ...]]:
-    """What a new connection sends first: AUTH (with a password), SELECT (db > 0)."""
+def handshake(
+    username: str | None, password: str | None, db: int, client_name: str | None = None
+) -> list[tuple[Any, ...]]:
+    """What a new connection sends first: AUTH (with a password), CLIENT
+    SETNAME (with a name, as redis-py's connections send it), SELECT (db > 0)."""
     handshake: list[tuple[Any, ...]] = []
     if password is not None:
         handshake.append(("AUTH", username, password) if username else ("AUTH", password))
+    if client_name:
+        handshake.append(("CLIENT", "SETNAME", client_name))
     if db:
         handshake.append(("SELECT", db))
     return handshake
+
+
+def client_handshake(kw: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """:func:`handshake` for a redis-py pool's ``connection_kwargs`` (blocking
+    or asyncio): its user, password, database and client name."""
+    return handshake(
+        kw.get("username"), kw.get("password"), int(kw.get("db") or 0), kw.get("client_name")
+    )
+
+
+class PlainNode(NamedTuple):
+    """How to reach one plain Redis node on a socket of one's own."""
+
+    #: (host, port), or a Unix socket's path.
+    address: tuple[str, int] | str
+    #: What a new connection sends first (:func:`handshake`).
+    hello: list[tuple[Any, ...]]
+    #: Seconds a round trip may take (the client's socket timeout; 5 unset).
+    timeout: float
+    #: Seconds a connection may take to open (else ``timeout``).
+    connect_timeout: float
+
+
+def plain_node_settings(client: Any, tcp: type, unix: type) -> PlainNode | None:
+    """The node of a redis-py client (blocking or asyncio) whose connection
+    class is exactly ``tcp`` or ``unix`` (that flavor's plain classes), or
+    None when a socket of one's own would not speak as the client does:
+    another connection class (TLS, Sentinel, a custom one), a connect
+    function or credential provider, a pinned connection, or RESP3 (redis-py
+    8 speaks RESP3 unless told 2)."""
+    pool = client.connection_pool
+    kind = pool.connection_class
+    kw = pool.connection_kwargs
+    if (
+        client.connection is not None
+        or kw.get("credential_provider") is not None
+        or kw.get("redis_connect_func") is not None
+        or kw.get("protocol") not in (2, "2")
+    ):
+        return None
+    address: tuple[str, int] | str
+    if kind is tcp:
+        address = (kw.get("host") or "localhost", int(kw.get("port") or 6379))
+    elif kind is unix:
+        address = kw["path"]
+    else:
+        return None
+    timeout = float(kw.get("socket_timeout") or 5.0)
+    return PlainNode(
+        address, client_handshake(kw), timeout, float(kw.get("socket_connect_timeout") or timeout)
+    )
+
+
+def where(address: tuple[str, int] | str) -> str:
+    """A node's address as errors name it."""
+    return address if isinstance(address, str) else f"{address[0]}:{address[1]}"
 
 
 # -- redis-py's callbacks, without redis-py --------------------------------------------
