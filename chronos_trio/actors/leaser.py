@@ -3,7 +3,10 @@
 Asks the store for at most ``min(batch_size, free slots)`` jobs, so a slow
 worker leases less; waits on the store's wake-up when nothing is ready.
 Leased jobs enter the in-flight table at once and then its run queue, as
-fast as the queue has room.
+fast as the queue has room. After a full batch it leases again at once (the
+round trip overlaps the handlers); after a short one it first lets the
+executors it woke start their handlers, so an idle worker's pickup does not
+wait for a lease that will most likely come back empty.
 """
 
 from __future__ import annotations
@@ -76,6 +79,25 @@ async def run(
                     attempt=leased.job.attempts,
                 )
         await _dispatch(rt, entries)
+        if len(batch) < want:
+            # A short batch: the ready jobs ran out, so the next lease most
+            # likely comes back empty. Let the executors just woken for this
+            # batch start their handlers before we build and send it (an
+            # idle worker's pickup would otherwise wait for that, and, half
+            # the time, for its reply too). A full batch leases on at once:
+            # that next round trip overlaps the handlers (prefetch).
+            await _let_woken_run()
+
+
+async def _let_woken_run() -> None:
+    """Return once every task woken before the call has run a step.
+
+    Trio runs a round's tasks in either order and queues tasks woken during
+    a round for the next one. After one checkpoint this task is in the same
+    round as those woken before it, maybe ahead of them; after a second it
+    is in a later round, so they have run. Costs two scheduling rounds."""
+    await trio.lowlevel.checkpoint()
+    await trio.lowlevel.checkpoint()
 
 
 async def _dispatch(rt: Runtime, entries: list[Entry]) -> None:
