@@ -165,3 +165,36 @@ async def test_many_producers_on_redis_get_their_own_results(redis_store: Factor
     assert sum(stats.counts.values()) == 1600
     # Far fewer round trips than calls (each trip also carries its wake-ups).
     assert store.statistics().round_trips < 1600 / 2
+
+
+async def test_a_lone_caller_goes_through_lone_and_waiting_callers_through_send(
+    autojump_clock: object,
+) -> None:
+    """``lone`` (a send that shields itself) takes only a caller that finds
+    the group commit idle; calls arriving meanwhile wait and go as a group
+    through ``send``, as without it."""
+    fake = FakeStore()
+    lone_batches: list[list[str]] = []
+
+    async def lone(batch: Sequence[NewJob]) -> list[EnqueueResult]:
+        lone_batches.append([j.id for j in batch])
+        with trio.CancelScope(shield=True):
+            return await fake.send(batch)
+
+    gc = GroupCommit(fake.send, lone=lone)
+    got: dict[int, list[str]] = {}
+
+    async def call(n: int) -> None:
+        got[n] = [r.job_id for r in await gc.submit(jobs(f"j{n}"))]
+
+    async with trio.open_nursery() as nursery:
+        for n in range(5):
+            nursery.start_soon(call, n)
+    # Trio starts the tasks in no set order: whichever came first went alone.
+    assert len(lone_batches) == 1 and len(lone_batches[0]) == 1, "only one found it idle"
+    assert len(fake.batches) == 2 and fake.batches[0] == lone_batches[0]
+    assert sorted(fake.batches[0] + fake.batches[1]) == [f"j{n}" for n in range(5)]
+    assert got == {n: [f"j{n}"] for n in range(5)}
+    assert gc.groups_sent == 1
+    await gc.submit(jobs("solo"))
+    assert lone_batches[-1] == ["solo"]

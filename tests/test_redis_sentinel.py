@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -597,9 +598,9 @@ async def test_a_script_reload_is_covered_by_the_wait() -> None:
         sent: list[list[str]] = []
         real = native.execute
 
-        async def spy(commands: list[tuple[object, ...]]) -> list[object]:
+        async def spy(commands: list[tuple[object, ...]], *how: Any) -> list[object]:
             sent.append([str(c[0]) for c in commands])
-            return await real(commands)
+            return await real(commands, *how)
 
         native.execute = spy  # type: ignore[method-assign]
         call(rs.nodes[0].port, "SCRIPT", "FLUSH")

@@ -191,6 +191,44 @@ class RedisAdapter:
         observer(name, False)
         return replies
 
+    async def execute_lone(
+        self, ops: Sequence[Op], after: Sequence[Op] = (), replicas: ReplicaWait | None = None
+    ) -> list[Any]:
+        """:meth:`execute` for a plan that must run to completion even if
+        its caller is cancelled (``StoreContext.run_shielded``), with no
+        cancel scope: on the native node, its round trips are sent with
+        ``lone`` (see ``NativeNode.execute``: every wait shielded, the round
+        trip timed without a scope) and the transport plan is driven here;
+        anything else (no native node yet, an observer, a Cluster, threads,
+        a closed store) is :meth:`execute` in a shielded scope. The same
+        replies, errors and guarantees either way."""
+        node = self._native
+        if node is None or self.observer is not None or self._closed:
+            with trio.CancelScope(shield=True):
+                return await self.execute(ops, after, replicas=replicas)
+        if not ops and not after:
+            return []
+        stats = self.stats
+        plan = batch_plan(node, ops, after, replicas, stats, self.description)
+        try:
+            step = next(plan)
+            while True:
+                if type(step) is Send and step.node is node:
+                    if step.counted:
+                        stats.native_round_trips += 1
+                    reply = await node.execute(step.commands, True)
+                else:  # pragma: no cover - a single node's plan sends only to it
+                    with trio.CancelScope(shield=True):
+                        reply = await self._answer(step)
+                step = plan.send(reply)
+        except StopIteration as done:
+            replies: list[Any] = done.value
+            return replies
+        except caught() as exc:
+            raise self._error(exc) from exc
+        finally:
+            plan.close()
+
     async def _execute(
         self, ops: Sequence[Op], after: Sequence[Op], replicas: ReplicaWait | None
     ) -> list[Any]:

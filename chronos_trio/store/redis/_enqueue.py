@@ -15,8 +15,8 @@ and retry rules, each over its own client. This module imports no Trio.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ...records._jobs import EnqueueResult, NewJob
 from ...records._options import encode_headers
@@ -36,6 +36,15 @@ if TYPE_CHECKING:
 async def enqueue_many(ctx: StoreContext, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
     """The Trio store's enqueue: :func:`enqueue_plan` over its adapter."""
     return await ctx.run(enqueue_plan(ctx, jobs))
+
+
+def enqueue_shielded(
+    ctx: StoreContext, jobs: Sequence[NewJob]
+) -> Coroutine[Any, Any, list[EnqueueResult]]:
+    """:func:`enqueue_many` (to be awaited), to completion even if the
+    caller is cancelled (``StoreContext.run_shielded``): the group
+    commit's lone caller. A plain function: no coroutine of its own."""
+    return ctx.run_shielded(enqueue_plan(ctx, jobs))
 
 
 def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueResult]]:

@@ -62,8 +62,14 @@ class _Call(Generic[T, R]):
 class GroupCommit(Generic[T, R]):
     """Coalesces concurrent ``send`` calls (see the module docstring)."""
 
-    def __init__(self, send: Send[T, R], *, max_items: int = MAX_GROUP_JOBS) -> None:
+    def __init__(
+        self, send: Send[T, R], *, max_items: int = MAX_GROUP_JOBS, lone: Send[T, R] | None = None
+    ) -> None:
+        """``lone``: sends a lone caller's items as ``send`` does, and runs
+        to completion even if its caller is cancelled (it shields itself);
+        without it, a lone call is ``send`` in a shielded scope."""
         self._send = send
+        self._lone = lone
         self._max_items = max_items
         self._busy = False
         self._waiting: deque[_Call[T, R]] = deque()
@@ -77,6 +83,8 @@ class GroupCommit(Generic[T, R]):
             # record, no event, its results as they come.
             self._busy = True
             try:
+                if self._lone is not None:
+                    return await self._lone(jobs)
                 with trio.CancelScope(shield=True):
                     return await self._send(jobs)
             finally:

@@ -131,7 +131,10 @@ class RedisStore(Store):
             topology_ttl=topology_ttl,
             replica_wait=replica_wait,
         )
-        self._enqueues = GroupCommit(functools.partial(_enqueue.enqueue_many, self._ctx))
+        self._enqueues = GroupCommit(
+            functools.partial(_enqueue.enqueue_many, self._ctx),
+            lone=functools.partial(_enqueue.enqueue_shielded, self._ctx),
+        )
         self._commands = RedisCommands(self._adapter)
         self._done = _results.DoneListener(
             self._adapter.redis_py_client, self._ctx.keys.done_channel
