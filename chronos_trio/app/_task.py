@@ -139,14 +139,10 @@ class Task(Generic[P]):
 
         Returns a :class:`JobHandle` (``await handle.result()``).
         """
-        app = self.app
-        # new_job's body, one call less on the one-at-a-time hot path
-        new = _producing.new_job(
-            self.spec, app.max_payload_bytes, app.producer_hooks, payload, **options
-        )
-        [result] = await app.enqueue_jobs([new], connection=connection)
+        new = self.new_job(payload, **options)
+        [result] = await self.app.enqueue_jobs([new], connection=connection)
         _producing.check_duplicate(new, result)
-        return JobHandle.of(app, result, new.queue, new.kind)
+        return JobHandle.of(self.app, result, new.queue, new.kind)
 
     async def enqueue_many(
         self,

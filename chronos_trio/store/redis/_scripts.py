@@ -106,14 +106,6 @@ class Script:
         script.sha  # noqa: B018  (composes it)
         return script
 
-    @classmethod
-    def of_source(cls, name: str, source: bytes) -> Script:
-        """A script named ``name`` whose source is ``source`` as given (not
-        composed from ``lua/``): an older version kept to compare against."""
-        script = cls(name)
-        script.__dict__["source"] = source
-        return script
-
     def __repr__(self) -> str:
         return f"Script({self.name!r})"
 
