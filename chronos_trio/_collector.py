@@ -1,20 +1,18 @@
 """The cyclic garbage collector while the command line starts.
 
 Start-up makes tens of thousands of objects that live as long as the
-process (modules, classes, functions, the app's tasks, the worker's actors)
-and hardly any cyclic garbage. The collector, run dozens of times meanwhile,
-would walk them again and again (1.5 % of the benchmark worker's
-instructions to its first job; more for an app that makes more objects).
-So the command line (``python -m chronos_trio``, ``chronos-trio``) holds
-automatic collection off from the package's first import (the root
-``__init__`` imports this module first, and its import calls
-:func:`hold_for_command_line`, which does nothing when the package is
-imported by anything else) until the command runs: a worker
-until it serves (``serve_worker``'s ``started`` callback), any other command
-once its arguments are parsed (``cli.main``).
-:func:`release` then freezes what start-up made (no later collection walks
-it; what is garbage among it is never freed, a bounded cost paid once) and
-gives automatic collection back.
+process (modules, classes, functions, the app's tasks) and hardly any
+cyclic garbage. The collector, run dozens of times meanwhile, would walk
+them again and again. So the command line (``python -m chronos_trio``,
+``chronos-trio``) holds automatic collection off from the package's first
+import (the root ``__init__`` imports this module first; its import holds
+only when :func:`launched_as_command_line`) until the command runs: a
+worker once its app is imported, just before its Trio run (so whatever the
+app's lifespan and its jobs make is collected as usual), any other command
+once its arguments are parsed (``cli.main``). :func:`release` then freezes
+what the imports made (no later collection walks it; what little of it is
+garbage, the imports' own, is never freed, as before the hold) and gives
+automatic collection back.
 
 Collection is held off by raising the first generation's threshold, not by
 ``gc.disable()``, so that what the APP does to the collector while it is
@@ -61,12 +59,6 @@ def launched_as_command_line() -> bool:
     return bool(sys.argv) and os.path.basename(sys.argv[0]) == "chronos-trio"
 
 
-def hold_for_command_line() -> None:
-    """:func:`hold` when :func:`launched_as_command_line`; else nothing."""
-    if launched_as_command_line():
-        hold()
-
-
 def release() -> None:
     """End :func:`hold`: freeze the objects made so far and put the
     thresholds back as they were, unless they were changed meanwhile (then
@@ -81,18 +73,5 @@ def release() -> None:
         gc.set_threshold(*saved)
 
 
-def held() -> bool:
-    """Whether automatic collection is held off by :func:`hold` now."""
-    return _saved is not None
-
-
-hold_for_command_line()
-
-__all__ = [
-    "HELD_THRESHOLD",
-    "held",
-    "hold",
-    "hold_for_command_line",
-    "launched_as_command_line",
-    "release",
-]
+if launched_as_command_line():
+    hold()

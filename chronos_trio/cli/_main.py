@@ -144,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     args.argv = argv
-    if args.command != "worker":  # a worker gives it back once it serves
+    if args.command != "worker":  # a worker gives it back once its app is imported
         _collector.release()
     as_json = bool(getattr(args, "json", False))
     handler: Handler = args.handler

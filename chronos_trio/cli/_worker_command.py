@@ -24,7 +24,6 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -228,15 +227,14 @@ def run(args: argparse.Namespace) -> int:
                 EXIT_USAGE,
             )
         with _metrics_option.endpoint(args, app, managing=managing, child=child):
-            try:
-                if child:
-                    return trio.run(_child_main, app, config, args.heartbeat_fd)
-                if managing:
-                    _collector.release()  # it serves no jobs: nothing to wait for
-                    return trio.run(_manager_main, app, config, args, where)
-                return trio.run(_single_main, app, config, where)
-            finally:
-                _collector.release()  # (when the worker did not get to serve)
+            # The app is imported: give the collector back before the run,
+            # so what the app's lifespan and its jobs make is collected as usual.
+            _collector.release()
+            if child:
+                return trio.run(_child_main, app, config, args.heartbeat_fd)
+            if managing:
+                return trio.run(_manager_main, app, config, args, where)
+            return trio.run(_single_main, app, config, where)
 
 
 async def _single_main(app: App, config: WorkerConfig, where: str) -> int:
@@ -248,7 +246,7 @@ async def _single_main(app: App, config: WorkerConfig, where: str) -> int:
         )
     log_event(log, logging.INFO, "store reachable", url=where)
     try:
-        return await serve_worker(app, config, started=_collector.release)
+        return await serve_worker(app, config)
     finally:
         with trio.CancelScope(shield=True):
             await app.aclose()
@@ -258,9 +256,7 @@ async def _child_main(app: App, config: WorkerConfig, heartbeat_fd: int | None) 
     # No reachability check: the manager did one, and a worker rides out a
     # store outage with backoff instead of dying into a restart loop.
     try:
-        return await serve_worker(
-            app, config, heartbeat_fd=heartbeat_fd, managed=True, started=_collector.release
-        )
+        return await serve_worker(app, config, heartbeat_fd=heartbeat_fd, managed=True)
     finally:
         with trio.CancelScope(shield=True):
             await app.aclose()
@@ -331,17 +327,10 @@ class _Shutdown:
 
 
 async def serve_worker(
-    app: App,
-    config: WorkerConfig,
-    *,
-    heartbeat_fd: int | None = None,
-    managed: bool = False,
-    started: Callable[[], object] | None = None,
+    app: App, config: WorkerConfig, *, heartbeat_fd: int | None = None, managed: bool = False
 ) -> int:
     """Run one worker until SIGTERM/SIGINT (or, when ``managed``, until the
-    parent process is gone); returns an exit code. ``started`` is called
-    once, as soon as the worker serves (its actors have started), never if
-    it failed to start; what it raises propagates."""
+    parent process is gone); returns an exit code."""
     worker = Worker(app, config)
     state = _Shutdown()
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
@@ -375,8 +364,6 @@ async def serve_worker(
                 if managed:
                     nursery.start_soon(_watch_parent, worker, state)
                 await nursery.start(worker.run)
-                if started is not None:
-                    started()
                 if heartbeat_fd is not None:
                     nursery.start_soon(_heartbeat, heartbeat_fd, worker, state)
                 await worker.wait_stopped()
