@@ -58,14 +58,15 @@ async def proxied_store(socket_timeout: float = 5.0) -> AsyncIterator[tuple[Redi
 async def test_a_hung_server_times_out_a_lone_enqueue_with_the_usual_error(
     longer_first: bool,
 ) -> None:
-    """``longer_first``: a store with a 5 s timeout made the run's timer
-    first, so it sleeps 5 s when idle: the shorter timeout wakes it."""
+    """``longer_first``: a store with a 5 s timeout used the run's timer
+    first (its deadline passed, the timer idle): the shorter timeout of the
+    next round trip still wakes it in time."""
     with RedisServer() as other:
         longer = RedisStore.from_url(other.url, socket_timeout=5.0)
         try:
             if longer_first:
                 await longer.enqueue_many([job("first")])
-                assert _TIMER.get().tick == 5.0
+                assert not _TIMER.get().inflight  # its round trip is over
             await _hung_times_out()
         finally:
             await longer.aclose()
@@ -148,3 +149,24 @@ async def test_concurrent_callers_still_share_round_trips() -> None:
 
 async def _note(note: Note) -> None:
     return None
+
+
+async def test_an_idle_connection_holds_neither_its_last_request_nor_its_replies() -> None:
+    """A pooled connection keeps nothing of its last round trip: 20 jobs of
+    100 kB each would otherwise stay alive (2 MB) until its next use."""
+    with RedisServer() as server:
+        store = RedisStore.from_url(server.url)
+        try:
+            with trio.fail_after(20):
+                big = [
+                    NewJob(id=f"big-{i}", queue="q", kind="k", payload=b'"' + b"x" * 100_000 + b'"')
+                    for i in range(20)
+                ]
+                assert all(r.created for r in await store.enqueue_many(big))
+            node = store._adapter._native
+            assert node is not None and node._idle
+            for conn in node._idle:
+                assert conn._out.nbytes == 0 and len(conn._out.obj) == 0
+                assert conn._got == []
+        finally:
+            await store.aclose()

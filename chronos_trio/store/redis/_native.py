@@ -152,7 +152,7 @@ class _Connection:
         self.address = address
         #: The round trip begun on the stdlib socket (:meth:`begin`): what is
         #: left to write, how many replies it waits for, those that came.
-        self._out = memoryview(b"")
+        self._out = _NOTHING_TO_WRITE
         self._count = 0
         self._got: list[Any] = []
         #: Set by the :class:`_Timer` when a round trip passed its deadline
@@ -185,6 +185,7 @@ class _Connection:
                     if self.expired:  # (between two waits: see _Timer)
                         raise trio.ClosedResourceError("the round trip timed out") from None
                     await trio.lowlevel.wait_writable(raw)
+            self._out = _NOTHING_TO_WRITE  # (an empty slice would keep the request alive)
             reader = self.reader
             count = self._count
             while True:
@@ -192,6 +193,7 @@ class _Connection:
                 if reply is not False:
                     replies.append(reply)
                     if len(replies) == count:
+                        self._got = []  # an idle connection holds no replies
                         return replies
                     continue
                 if self.expired:  # (between two waits: see _Timer)
@@ -256,6 +258,9 @@ class _Connection:
             await trio.aclose_forcefully(self.stream)
 
 
+_NOTHING_TO_WRITE = memoryview(b"")
+
+
 class _Timer:
     """Times the round trips of one Trio run that take no cancel scope (a
     lone enqueue's, see :meth:`NativeNode.execute`), to their deadlines: a
@@ -265,16 +270,14 @@ class _Timer:
     scope costs about 48,000 instructions under Trio 0.35; this costs a
     clock reading, a dict entry and a comparison per round trip.
 
-    It sleeps until the earliest deadline in flight, or for :attr:`tick`
-    (the shortest timeout it was given) when none is: a round trip that
-    begins while it sleeps has a deadline no earlier than its wake-up, so
-    no deadline is missed, and an idle run wakes it once per timeout. Only
-    a shorter timeout than any before moves its wake-up earlier."""
+    It sleeps until the earliest deadline in flight, for ever when none is;
+    a round trip whose deadline comes before its planned wake-up moves the
+    wake-up (:meth:`add`), so no deadline is missed and an idle run never
+    wakes it."""
 
-    def __init__(self, tick: float) -> None:
+    def __init__(self) -> None:
         #: Round trips in flight: connection -> deadline (trio.current_time()).
         self.inflight: dict[_Connection, float] = {}
-        self.tick = tick
         self._wake = math.inf
         self._nap: trio.CancelScope | None = None
 
@@ -283,8 +286,7 @@ class _Timer:
         :attr:`inflight` once it ended)."""
         deadline = trio.current_time() + timeout
         self.inflight[conn] = deadline
-        if deadline < self._wake:  # only for a shorter timeout than any before
-            self.tick = min(self.tick, timeout)
+        if deadline < self._wake:
             self._wake = deadline
             if self._nap is not None:
                 self._nap.deadline = deadline
@@ -292,12 +294,12 @@ class _Timer:
     async def run(self) -> None:
         while True:
             now = trio.current_time()
-            wake = now + self.tick
+            wake = math.inf
             for conn, deadline in list(self.inflight.items()):
                 if deadline <= now:
                     del self.inflight[conn]
                     conn.expired = True
-                    if conn.raw is not None:
+                    if conn.raw is not None:  # (a timed one has; this task must never raise)
                         with contextlib.suppress(OSError, ValueError):
                             trio.lowlevel.notify_closing(conn.raw)
                 elif deadline < wake:
@@ -310,12 +312,12 @@ class _Timer:
 _TIMER: trio.lowlevel.RunVar[_Timer] = trio.lowlevel.RunVar("chronos_trio_redis_timer")
 
 
-def _timer(timeout: float) -> _Timer:
+def _timer() -> _Timer:
     """This Trio run's :class:`_Timer` (started on first use)."""
     try:
         return _TIMER.get()
     except LookupError:
-        timer = _Timer(timeout)
+        timer = _Timer()
         _TIMER.set(timer)
         trio.lowlevel.spawn_system_task(timer.run, name="chronos-redis-round-trip-timer")
         return timer
@@ -441,8 +443,8 @@ class NativeNode:
         is left). The same guarantees either way."""
         if self._closed:
             raise exceptions().ConnectionError("the store is closed")
-        # Waiting for a connection is cancellable; a round trip once started
-        # is not (see the module docstring).
+        # Waiting for a connection is cancellable (unless lone); a round trip
+        # once started is not (see the module docstring).
         try:
             # no scheduler pass when a slot is free (acquire() always makes one)
             self._slots.acquire_nowait()
@@ -540,7 +542,7 @@ class NativeNode:
         :meth:`execute`): timed by the run's :class:`_Timer`, finished in a
         shielded scope when a cancellation ends its wait. The replies and
         whether it timed out (no replies then); raises :class:`Dead`."""
-        timer = _timer(self._timeout)
+        timer = _timer()
         timer.add(conn, self._timeout)
         try:
             conn.begin(commands)
