@@ -116,6 +116,7 @@ async def test_a_caller_cancelled_while_its_lone_enqueue_waits_gets_its_handle_f
             [handle] = handles
             stored = await store.get_job(handle.job_id)
             assert stored is not None and stored.kind == "lone.note"
+            assert not _TIMER.get().inflight  # the lone path ran, and left nothing timed
 
 
 async def test_an_already_cancelled_caller_still_stores_its_lone_enqueue() -> None:
@@ -129,6 +130,7 @@ async def test_an_already_cancelled_caller_still_stores_its_lone_enqueue() -> No
             assert scope.cancelled_caught
             assert [r.job_id for r in got[0]] == ["pre-cancelled"]
             assert await store.get_job("pre-cancelled") is not None
+            assert not _TIMER.get().inflight  # the lone path ran, and left nothing timed
 
 
 async def test_concurrent_callers_still_share_round_trips() -> None:
