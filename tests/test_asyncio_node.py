@@ -26,8 +26,9 @@ import trio
 from chronos_trio import App, JobContext
 from chronos_trio.producers import AsyncioProducer, SyncProducer
 from chronos_trio.store import StoreError
-from chronos_trio.store.redis._asyncio_node import MAX_IDLE, AsyncioNode
+from chronos_trio.store.redis._asyncio_node import AsyncioNode
 from chronos_trio.store.redis._errors import NoScript
+from chronos_trio.store.redis._resp import MAX_IDLE
 from chronos_trio.testing.proxy import TcpProxy
 from chronos_trio.testing.redis_server import RedisServer
 
