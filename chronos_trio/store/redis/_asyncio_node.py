@@ -10,10 +10,7 @@ trip: this path writes the packed commands and reads the replies, nothing
 else. A write is tried on the socket at once (it nearly always takes the
 whole request); the task waits on the loop only for what the socket cannot
 do now (a reply not yet there, a full send buffer), by one ``add_reader``
-(``add_writer``) and one timer per wait: about 7% fewer instructions
-per enqueue than ``loop.sock_sendall``/``sock_recv`` under
-``asyncio.timeout`` on the stdlib loop, 5% fewer on uvloop (callgrind, every
-reply delayed 2 ms so each round trip waits). It covers what ``BlockingNode``
+(``add_writer``) and one timer per wait. It covers what ``BlockingNode``
 covers (plain TCP and Unix-socket connections; user, password, database and
 client name from the client's settings); TLS, Sentinel, Cluster, custom
 connection classes and credential providers, and clients speaking RESP3,
@@ -37,7 +34,7 @@ It fails as ``BlockingNode`` fails:
   pipeline gives.
 
 Every task of the loop may share a node: each round trip takes a
-connection of its own from the idle list (at most :data:`MAX_IDLE` kept).
+connection of its own from the idle list (at most ``_resp.MAX_IDLE`` kept).
 Its sockets belong to the loop that uses it first (``RuntimeError`` in
 another: the executor checks this before any call).
 """

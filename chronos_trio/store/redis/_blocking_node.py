@@ -1,14 +1,16 @@
 """Blocking round trips to one Redis node on plain sockets, hiredis for the
 protocol: the synchronous producer's transport on a plain ``redis://`` or
-``unix://`` client (the blocking twin of ``_native.NativeNode``).
+``unix://`` client (the blocking twin of ``_native.NativeNode``; the asyncio
+producer's is ``_asyncio_node.AsyncioNode``).
 
 redis-py's pipeline costs several times a loopback round trip in Python
 (connection bookkeeping, observability hooks, per-argument encoding), and a
 producer's enqueue is one round trip: this path writes the packed commands
-and reads the replies, nothing else. It covers what ``NativeNode.for_client``
-covers (plain TCP and Unix-socket connections, password and database from
-the client's settings); TLS, Sentinel, custom connection classes and
-credential providers, and clients speaking RESP3, keep redis-py (``_blocking.lean_pipeline``).
+and reads the replies, nothing else. It covers plain TCP and Unix-socket
+connections, with user, password, database and client name from the
+client's settings (``_resp.plain_node_settings``); TLS, Sentinel, Cluster,
+custom connection classes and credential providers, and clients speaking
+RESP3, keep redis-py (``_blocking.lean_pipeline``).
 
 It behaves as the Trio-native path does:
 
