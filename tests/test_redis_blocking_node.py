@@ -17,7 +17,7 @@ import redis
 from chronos_trio.producers import SyncProducer
 from chronos_trio.store import StoreError
 from chronos_trio.store.redis._blocking import lean_pipeline
-from chronos_trio.store.redis._blocking_node import BlockingNode
+from chronos_trio.store.redis._blocking_node import BlockingNode, _Connection
 from chronos_trio.store.redis._errors import NoScript
 from chronos_trio.testing.redis_server import RedisServer
 from tests._support import ready_ids
@@ -130,6 +130,29 @@ def test_a_hung_server_is_a_timeout_and_the_connection_is_not_reused(
         producer.enqueue("k", 2, job_id="during-pause")
         assert producer.enqueue("k", 2, job_id="during-pause").created is False
     assert {b"after-pause", b"during-pause"} <= ready_ids(own_redis_server.url)
+
+
+def test_an_interrupted_handshake_closes_its_socket(
+    own_redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KeyboardInterrupt (any BaseException) during a new connection's
+    handshake: its socket is closed, never left open or pooled."""
+    client = redis.Redis.from_url(own_redis_server.url + "?client_name=n", protocol=2)
+    node = BlockingNode.for_client(client)
+    client.close()
+    assert node is not None and node._hello
+    opened: list[socket.socket] = []
+
+    def interrupted(self: _Connection, data: bytes, count: int) -> list[Any]:
+        opened.append(self.sock)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_Connection, "round_trip", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        node.execute([("PING",)])
+    [sock] = opened
+    assert sock.fileno() == -1  # closed
+    assert node._idle == []
 
 
 def test_an_interrupted_round_trip_never_pools_its_connection(
