@@ -2,6 +2,8 @@
 
 * ``redis_server`` (session): one standalone server.
 * ``redis_url`` (function): its URL, emptied (FLUSHALL) before each test.
+* ``own_redis_server`` (function): a server of the test's own (it may
+  restart, kill or pause it), closed after it.
 * ``redis_cluster`` (session): a 3-master Redis Cluster.
 * ``redis_cluster_url`` (function): its URL, emptied before each test.
 * ``own_redis_cluster`` (function): a cluster of the test's own (it may kill
@@ -40,6 +42,7 @@ __all__ = [
     "_spare_clusters",
     "fresh_redis_sentinel",
     "own_redis_cluster",
+    "own_redis_server",
     "redis_cluster",
     "redis_cluster_url",
     "redis_sentinel",
@@ -83,6 +86,19 @@ def redis_url(redis_server: RedisServer) -> str:
         redis_server.start()
     _flushall(redis_server.port)
     return redis_server.url
+
+
+@pytest.fixture
+def own_redis_server() -> Iterator[RedisServer]:
+    try:
+        server = RedisServer().start()
+    except RedisUnavailable as exc:
+        _unavailable(exc)
+        raise
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture(scope="session")

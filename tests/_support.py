@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Any, cast
 
 import attrs
+import redis
 import trio
 
 import chronos_trio
@@ -76,3 +77,15 @@ def lose_lease(worker: Worker, job_id: str) -> None:
     [entry] = worker.runtime.table.in_stage(Stage.RUNNING)
     assert entry.leased.job.id == job_id, entry.leased.job.id
     assert worker.runtime.table.mark_lost(entry)
+
+
+def ready_ids(url: str) -> set[bytes]:
+    """The IDs of the jobs ready in every queue of the Redis at ``url``."""
+    client = redis.Redis.from_url(url)
+    try:
+        ids: set[bytes] = set()
+        for key in client.keys("*:ready"):
+            ids.update(cast("list[bytes]", client.zrange(key, 0, -1)))
+        return ids
+    finally:
+        client.close()

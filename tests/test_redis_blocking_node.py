@@ -9,8 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import redis
@@ -18,17 +17,12 @@ import redis
 from chronos_trio.producers import SyncProducer
 from chronos_trio.store import StoreError
 from chronos_trio.store.redis._blocking import lean_pipeline
-from chronos_trio.store.redis._blocking_node import BlockingNode
+from chronos_trio.store.redis._blocking_node import BlockingNode, _Connection
 from chronos_trio.store.redis._errors import NoScript
 from chronos_trio.testing.redis_server import RedisServer
+from tests._support import ready_ids
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-def server() -> Iterator[RedisServer]:
-    with RedisServer() as running:
-        yield running
 
 
 def _node(producer: SyncProducer) -> BlockingNode | None:
@@ -36,32 +30,23 @@ def _node(producer: SyncProducer) -> BlockingNode | None:
     return producer._exec._node
 
 
-def _ready_ids(url: str) -> set[bytes]:
-    client = redis.Redis.from_url(url)
-    try:
-        ids: set[bytes] = set()
-        for key in client.keys("*:ready"):
-            ids.update(cast("list[bytes]", client.zrange(key, 0, -1)))
-        return ids
-    finally:
-        client.close()
-
-
-def test_a_plain_url_uses_the_blocking_node_and_others_do_not(server: RedisServer) -> None:
-    with SyncProducer(server.url) as producer:
+def test_a_plain_url_uses_the_blocking_node_and_others_do_not(
+    own_redis_server: RedisServer,
+) -> None:
+    with SyncProducer(own_redis_server.url) as producer:
         assert isinstance(_node(producer), BlockingNode)
         handle = producer.enqueue("k", {"x": 1})
         assert handle.created
         assert handle.status().state.value == "ready"
     # a custom connection class (here: an option only redis-py knows) keeps redis-py
-    client = redis.Redis.from_url(server.url, single_connection_client=True)
+    client = redis.Redis.from_url(own_redis_server.url, single_connection_client=True)
     assert BlockingNode.for_client(client) is None
     client.close()
 
 
-def test_replies_are_what_redis_pys_pipeline_gives(server: RedisServer) -> None:
-    client = redis.Redis.from_url(server.url, protocol=2)  # as the producer's own
-    assert BlockingNode.for_client(redis.Redis.from_url(server.url, protocol=3)) is None
+def test_replies_are_what_redis_pys_pipeline_gives(own_redis_server: RedisServer) -> None:
+    client = redis.Redis.from_url(own_redis_server.url, protocol=2)  # as the producer's own
+    assert BlockingNode.for_client(redis.Redis.from_url(own_redis_server.url, protocol=3)) is None
     node = BlockingNode.for_client(client)
     assert node is not None
     commands: list[tuple[Any, ...]] = [
@@ -88,44 +73,48 @@ def test_replies_are_what_redis_pys_pipeline_gives(server: RedisServer) -> None:
     client.close()
 
 
-def test_a_restarted_server_costs_no_enqueue(server: RedisServer) -> None:
+def test_a_restarted_server_costs_no_enqueue(own_redis_server: RedisServer) -> None:
     """The idle connection died with the old server: the next enqueue is
     sent again once on a new connection, and both jobs are stored once."""
-    url = server.url + "?socket_timeout=5"
+    url = own_redis_server.url + "?socket_timeout=5"
     with SyncProducer(url) as producer:
         first = producer.enqueue("k", 1)
         node = _node(producer)
         assert node is not None and len(node._idle) == 1
-        server.restart()  # no persistence: the first job is gone with it
+        own_redis_server.restart()  # no persistence: the first job is gone with it
         second = producer.enqueue("k", 2, job_id="after-restart")
         assert second.created
         again = producer.enqueue("k", 2, job_id="after-restart")
         assert not again.created  # stored exactly once
-    assert _ready_ids(server.url) == {b"after-restart"}
+    assert ready_ids(own_redis_server.url) == {b"after-restart"}
     assert first.job_id != second.job_id
 
 
-def test_a_dead_server_is_a_store_error_and_the_producer_recovers(server: RedisServer) -> None:
-    with SyncProducer(server.url, connect_timeout=1) as producer:
+def test_a_dead_server_is_a_store_error_and_the_producer_recovers(
+    own_redis_server: RedisServer,
+) -> None:
+    with SyncProducer(own_redis_server.url, connect_timeout=1) as producer:
         producer.enqueue("k", 1)
-        server.kill()
+        own_redis_server.kill()
         with pytest.raises(StoreError, match="Redis"):
             producer.enqueue("k", 2, job_id="while-down")
-        server.start()
+        own_redis_server.start()
         handle = producer.enqueue("k", 3, job_id="back-up")
         assert handle.created
-    assert _ready_ids(server.url) == {b"back-up"}
+    assert ready_ids(own_redis_server.url) == {b"back-up"}
 
 
-def test_a_hung_server_is_a_timeout_and_the_connection_is_not_reused(server: RedisServer) -> None:
+def test_a_hung_server_is_a_timeout_and_the_connection_is_not_reused(
+    own_redis_server: RedisServer,
+) -> None:
     """A round trip that gets no reply within the socket timeout fails with
     a StoreError and closes its connection (a late reply must never be read
     as the next call's); the next call works once the server answers."""
-    with SyncProducer(server.url + "?socket_timeout=0.3") as producer:
+    with SyncProducer(own_redis_server.url + "?socket_timeout=0.3") as producer:
         producer.enqueue("k", 1)
         node = _node(producer)
         assert node is not None
-        server.pause()
+        own_redis_server.pause()
         try:
             started = time.monotonic()
             with pytest.raises(StoreError, match=r"no reply from Redis within 0\.3s"):
@@ -133,22 +122,45 @@ def test_a_hung_server_is_a_timeout_and_the_connection_is_not_reused(server: Red
             assert time.monotonic() - started < 3
             assert node._idle == []
         finally:
-            server.resume()
+            own_redis_server.resume()
         handle = producer.enqueue("k", 3, job_id="after-pause")
-        assert handle.created and handle.job_id == "after-pause"
+        assert handle.created
         # the paused call ran once the server went on (it may or may not, as
         # StoreError says): either way a retry with its ID stores it once
-        retried = producer.enqueue("k", 2, job_id="during-pause")
+        producer.enqueue("k", 2, job_id="during-pause")
         assert producer.enqueue("k", 2, job_id="during-pause").created is False
-        assert retried.job_id == "during-pause"
+    assert {b"after-pause", b"during-pause"} <= ready_ids(own_redis_server.url)
+
+
+def test_an_interrupted_handshake_closes_its_socket(
+    own_redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KeyboardInterrupt (any BaseException) during a new connection's
+    handshake: its socket is closed, never left open or pooled."""
+    client = redis.Redis.from_url(own_redis_server.url + "?client_name=n", protocol=2)
+    node = BlockingNode.for_client(client)
+    client.close()
+    assert node is not None and node._hello
+    opened: list[socket.socket] = []
+
+    def interrupted(self: _Connection, data: bytes, count: int) -> list[Any]:
+        opened.append(self.sock)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_Connection, "round_trip", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        node.execute([("PING",)])
+    [sock] = opened
+    assert sock.fileno() == -1  # closed
+    assert node._idle == []
 
 
 def test_an_interrupted_round_trip_never_pools_its_connection(
-    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+    own_redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """KeyboardInterrupt (any BaseException) mid round trip: the connection
     may hold half a reply, so it is closed, not pooled."""
-    with SyncProducer(server.url) as producer:
+    with SyncProducer(own_redis_server.url) as producer:
         producer.enqueue("k", 1)
         node = _node(producer)
         assert node is not None and len(node._idle) == 1
@@ -183,9 +195,9 @@ def test_a_password_and_database_from_the_url(tmp_path: Any) -> None:
 
 
 def test_a_forked_child_opens_its_own_connections(
-    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+    own_redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with SyncProducer(server.url) as producer:
+    with SyncProducer(own_redis_server.url) as producer:
         producer.enqueue("k", 1)
         node = _node(producer)
         assert node is not None
@@ -196,28 +208,30 @@ def test_a_forked_child_opens_its_own_connections(
         assert node._idle and parents not in node._idle
 
 
-def test_a_closed_producer_refuses(server: RedisServer) -> None:
-    producer = SyncProducer(server.url)
+def test_a_closed_producer_refuses(own_redis_server: RedisServer) -> None:
+    producer = SyncProducer(own_redis_server.url)
     producer.enqueue("k", 1)
     producer.close()
     with pytest.raises(StoreError):
         producer.enqueue("k", 2)
 
 
-def test_redis_pys_pool_without_its_pipeline_survives_a_restart(server: RedisServer) -> None:
+def test_redis_pys_pool_without_its_pipeline_survives_a_restart(
+    own_redis_server: RedisServer,
+) -> None:
     """TLS, Sentinel and custom connections keep redis-py's pool
     (``lean_pipeline``): a pooled connection that died with the server is
     replaced once, a call while it is down is redis-py's ConnectionError,
     and the pool stays usable."""
-    client = redis.Redis.from_url(server.url, protocol=2, socket_connect_timeout=1)
+    client = redis.Redis.from_url(own_redis_server.url, protocol=2, socket_connect_timeout=1)
     try:
         assert lean_pipeline(client, [("SET", "a", "1"), ("INCR", "a")]) == [True, 2]
-        server.restart()
+        own_redis_server.restart()
         assert lean_pipeline(client, [("SET", "a", "5"), ("INCR", "a")]) == [True, 6]
-        server.kill()
+        own_redis_server.kill()
         with pytest.raises(redis.exceptions.ConnectionError):
             lean_pipeline(client, [("GET", "a")])
-        server.start()
+        own_redis_server.start()
         assert lean_pipeline(client, [("GET", "a"), ("LPUSH", "a", "x")])[0] is None
         [wrong] = lean_pipeline(client, [("LPUSH", "s", "x"), ("INCR", "s")])[1:]
         assert isinstance(wrong, redis.exceptions.ResponseError)

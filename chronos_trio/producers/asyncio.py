@@ -98,11 +98,13 @@ class AsyncioProducer:
     ``SyncProducer``'s), StoreError when Redis cannot be reached or does not
     answer within ``socket_timeout`` (a timed-out enqueue may have been
     stored: enqueue it again with its ``job_id`` to know). Nothing connects
-    until first use. Every task of the loop may use it at once, each round
-    trip on a connection of its own (at most 32 kept idle); all waiting
-    tasks share one pub/sub connection. Cancelling a task mid enqueue closes
-    the connection it was using, never reused half-read (the enqueue may
-    have been stored, as after a timeout).
+    until first use. Every task of the loop may use it at once: on a plain
+    ``redis://`` or ``unix://`` node each round trip takes a connection of
+    its own (a few kept idle), while Cluster, Sentinel and TLS go through
+    redis.asyncio's own connection pool; all waiting tasks share one
+    pub/sub connection. Cancelling a task mid enqueue closes the connection
+    it was using, never reused half-read (the enqueue may have been stored,
+    as after a timeout).
     """
 
     def __init__(

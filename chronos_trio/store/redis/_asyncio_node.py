@@ -10,10 +10,7 @@ trip: this path writes the packed commands and reads the replies, nothing
 else. A write is tried on the socket at once (it nearly always takes the
 whole request); the task waits on the loop only for what the socket cannot
 do now (a reply not yet there, a full send buffer), by one ``add_reader``
-(``add_writer``) and one timer per wait: about 7% fewer instructions
-per enqueue than ``loop.sock_sendall``/``sock_recv`` under
-``asyncio.timeout`` on the stdlib loop, 5% fewer on uvloop (callgrind, every
-reply delayed 2 ms so each round trip waits). It covers what ``BlockingNode``
+(``add_writer``) and one timer per wait. It covers what ``BlockingNode``
 covers (plain TCP and Unix-socket connections; user, password, database and
 client name from the client's settings); TLS, Sentinel, Cluster, custom
 connection classes and credential providers, and clients speaking RESP3,
@@ -37,7 +34,7 @@ It fails as ``BlockingNode`` fails:
   pipeline gives.
 
 Every task of the loop may share a node: each round trip takes a
-connection of its own from the idle list (at most :data:`MAX_IDLE` kept).
+connection of its own from the idle list (at most ``_resp.MAX_IDLE`` kept).
 Its sockets belong to the loop that uses it first (``RuntimeError`` in
 another: the executor checks this before any call).
 """
@@ -51,14 +48,22 @@ from typing import TYPE_CHECKING, Any
 
 import hiredis
 
-from ._errors import exceptions, reply_error
-from ._resp import READ_SIZE, Callbacks, Dead, pack, parse_reply, plain_node_settings, where
+from ._errors import exceptions
+from ._resp import (
+    READ_SIZE,
+    Dead,
+    NodePool,
+    connect_error,
+    handshake_failed,
+    hello_error,
+    lost,
+    no_reply,
+    pack,
+    plain_node_settings,
+)
 
 if TYPE_CHECKING:
     import redis.asyncio
-
-#: Idle connections kept (a burst of tasks opens more; the rest are closed).
-MAX_IDLE = 32
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
@@ -143,27 +148,10 @@ class _Connection:
             pass
 
 
-class AsyncioNode:
+class AsyncioNode(NodePool[_Connection]):
     """A small pool of non-blocking connections to one Redis node, driven by
     the running asyncio loop (see the module doc). ``address`` is (host,
     port) or a Unix socket path."""
-
-    def __init__(
-        self,
-        address: tuple[str, int] | str,
-        *,
-        hello: list[tuple[Any, ...]],
-        timeout: float,
-        connect_timeout: float,
-        callbacks: Callbacks,
-    ) -> None:
-        self._address = address
-        self._hello = hello
-        self._timeout = timeout
-        self._connect_timeout = connect_timeout
-        self._callbacks = callbacks
-        self._idle: list[_Connection] = []
-        self._closed = False
 
     @classmethod
     def for_client(cls, client: redis.asyncio.Redis) -> AsyncioNode | None:
@@ -214,23 +202,15 @@ class AsyncioNode:
                 if pooled and not dead.replied and attempt == 1:
                     self._drop_idle()
                     continue
-                raise exceptions().ConnectionError(
-                    f"lost the connection to Redis: {dead}"
-                ) from dead.cause
+                raise lost(dead) from dead.cause
             except TimeoutError as exc:
                 conn.close()
-                raise exceptions().TimeoutError(
-                    f"no reply from Redis within {self._timeout:g}s"
-                ) from exc
+                raise no_reply(self._timeout) from exc
             except BaseException:
                 conn.close()  # cancelled mid round trip: never pooled half-read
                 raise
-            if len(self._idle) < MAX_IDLE and not self._closed:
-                self._idle.append(conn)
-            else:
-                conn.close()
-            callbacks = self._callbacks
-            return [parse_reply(callbacks, c, r) for c, r in zip(commands, replies, strict=True)]
+            self._put_back(conn)
+            return self._parse(commands, replies)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _open(self, loop: asyncio.AbstractEventLoop) -> _Connection:
@@ -238,42 +218,24 @@ class AsyncioNode:
         try:
             async with asyncio.timeout(self._connect_timeout):
                 sock = await _connect(loop, address)
-        except TimeoutError as exc:
-            raise exceptions().TimeoutError(
-                f"could not connect to Redis at {where(address)} within {self._connect_timeout:g}s"
-            ) from exc
-        except OSError as exc:
-            raise exceptions().ConnectionError(
-                f"could not connect to Redis at {where(address)}: {exc.strerror or exc}"
-            ) from exc
+        except OSError as exc:  # TimeoutError too
+            raise connect_error(address, exc, self._connect_timeout) from exc
         conn = _Connection(sock)
         if self._hello:
             try:
-                replies = await conn.round_trip(
-                    loop, pack(self._hello), len(self._hello), self._timeout
-                )
-            except (Dead, TimeoutError) as exc:
-                conn.close()
-                raise exceptions().ConnectionError(f"Redis handshake failed: {exc}") from exc
+                try:
+                    replies = await conn.round_trip(
+                        loop, pack(self._hello), len(self._hello), self._timeout
+                    )
+                except (Dead, TimeoutError) as exc:
+                    raise handshake_failed(exc) from exc
+                error = hello_error(replies)
+                if error is not None:
+                    raise error
             except BaseException:
-                conn.close()
+                conn.close()  # a failed or cancelled handshake: never used
                 raise
-            for reply in replies:
-                if isinstance(reply, hiredis.ReplyError):
-                    conn.close()
-                    raise reply_error(str(reply))
         return conn
-
-    def _drop_idle(self) -> None:
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
-    def close(self) -> None:
-        """Close the idle connections; round trips in flight finish on theirs
-        (closed as they end), later ones raise ConnectionError."""
-        self._closed = True
-        self._drop_idle()
 
 
 async def _connect(

@@ -1,14 +1,16 @@
 """Blocking round trips to one Redis node on plain sockets, hiredis for the
 protocol: the synchronous producer's transport on a plain ``redis://`` or
-``unix://`` client (the blocking twin of ``_native.NativeNode``).
+``unix://`` client (the blocking twin of ``_native.NativeNode``; the asyncio
+producer's is ``_asyncio_node.AsyncioNode``).
 
 redis-py's pipeline costs several times a loopback round trip in Python
 (connection bookkeeping, observability hooks, per-argument encoding), and a
 producer's enqueue is one round trip: this path writes the packed commands
-and reads the replies, nothing else. It covers what ``NativeNode.for_client``
-covers (plain TCP and Unix-socket connections, password and database from
-the client's settings); TLS, Sentinel, custom connection classes and
-credential providers, and clients speaking RESP3, keep redis-py (``_blocking.lean_pipeline``).
+and reads the replies, nothing else. It covers plain TCP and Unix-socket
+connections, with user, password, database and client name from the
+client's settings (``_resp.plain_node_settings``); TLS, Sentinel, Cluster,
+custom connection classes and credential providers, and clients speaking
+RESP3, keep redis-py (``_blocking.lean_pipeline``).
 
 It behaves as the Trio-native path does:
 
@@ -40,14 +42,23 @@ from typing import TYPE_CHECKING, Any
 
 import hiredis
 
-from ._errors import exceptions, reply_error
-from ._resp import READ_SIZE, Callbacks, Dead, pack, parse_reply, plain_node_settings, where
+from ._errors import exceptions
+from ._resp import (
+    READ_SIZE,
+    Callbacks,
+    Dead,
+    NodePool,
+    connect_error,
+    handshake_failed,
+    hello_error,
+    lost,
+    no_reply,
+    pack,
+    plain_node_settings,
+)
 
 if TYPE_CHECKING:
     import redis
-
-#: Idle connections kept (a burst of threads opens more; the rest are closed).
-MAX_IDLE = 32
 
 
 class _Connection:
@@ -89,7 +100,7 @@ class _Connection:
             pass
 
 
-class BlockingNode:
+class BlockingNode(NodePool[_Connection]):
     """A small pool of blocking connections to one Redis node (see the
     module doc). ``address`` is (host, port) or a Unix socket path."""
 
@@ -102,14 +113,14 @@ class BlockingNode:
         connect_timeout: float,
         callbacks: Callbacks,
     ) -> None:
-        self._address = address
-        self._hello = hello
-        self._timeout = timeout
-        self._connect_timeout = connect_timeout
-        self._callbacks = callbacks
-        self._idle: list[_Connection] = []
+        super().__init__(
+            address,
+            hello=hello,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            callbacks=callbacks,
+        )
         self._pid = os.getpid()
-        self._closed = False
 
     @classmethod
     def for_client(cls, client: redis.Redis) -> BlockingNode | None:
@@ -157,23 +168,15 @@ class BlockingNode:
                 if pooled and not dead.replied and attempt == 1:
                     self._drop_idle()
                     continue
-                raise exceptions().ConnectionError(
-                    f"lost the connection to Redis: {dead}"
-                ) from dead.cause
+                raise lost(dead) from dead.cause
             except TimeoutError as exc:
                 conn.close()
-                raise exceptions().TimeoutError(
-                    f"no reply from Redis within {self._timeout:g}s"
-                ) from exc
+                raise no_reply(self._timeout) from exc
             except BaseException:
                 conn.close()  # interrupted mid round trip: never pooled half-read
                 raise
-            if len(self._idle) < MAX_IDLE and not self._closed:
-                self._idle.append(conn)
-            else:
-                conn.close()
-            callbacks = self._callbacks
-            return [parse_reply(callbacks, c, r) for c, r in zip(commands, replies, strict=True)]
+            self._put_back(conn)
+            return self._parse(commands, replies)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _open(self) -> _Connection:
@@ -190,35 +193,20 @@ class BlockingNode:
             else:
                 sock = socket.create_connection(address, timeout=self._connect_timeout)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except TimeoutError as exc:
-            raise exceptions().TimeoutError(
-                f"could not connect to Redis at {where(address)} within {self._connect_timeout:g}s"
-            ) from exc
         except OSError as exc:
-            raise exceptions().ConnectionError(
-                f"could not connect to Redis at {where(address)}: {exc.strerror or exc}"
-            ) from exc
-        sock.settimeout(self._timeout)
+            raise connect_error(address, exc, self._connect_timeout) from exc
         conn = _Connection(sock)
-        if self._hello:
-            try:
-                replies = conn.round_trip(pack(self._hello), len(self._hello))
-            except (Dead, TimeoutError) as exc:
-                conn.close()
-                raise exceptions().ConnectionError(f"Redis handshake failed: {exc}") from exc
-            for reply in replies:
-                if isinstance(reply, hiredis.ReplyError):
-                    conn.close()
-                    raise reply_error(str(reply))
+        try:
+            sock.settimeout(self._timeout)
+            if self._hello:
+                try:
+                    replies = conn.round_trip(pack(self._hello), len(self._hello))
+                except (Dead, TimeoutError) as exc:
+                    raise handshake_failed(exc) from exc
+                error = hello_error(replies)
+                if error is not None:
+                    raise error
+        except BaseException:
+            conn.close()  # a failed or interrupted handshake: never used
+            raise
         return conn
-
-    def _drop_idle(self) -> None:
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
-    def close(self) -> None:
-        """Close the idle connections; round trips in flight finish on theirs
-        (closed as they end), later ones raise ConnectionError."""
-        self._closed = True
-        self._drop_idle()

@@ -2,21 +2,24 @@
 Trio, no asyncio, no redis-py until one of its exceptions or callbacks is
 needed.
 
-The Trio-native path (``_native``) and the blocking node of the producers
-(``_blocking_node``) share these: packing commands into one RESP request
-with hiredis (:func:`pack`), turning replies into what redis-py would have
-returned (:func:`parse_reply` with :class:`ReplyCallbacks` or a redis-py
-client's callbacks; an error reply as redis-py's exception, ``NOSCRIPT`` as
-:class:`~._errors.NoScript`), the handshake of a new connection
-(:func:`handshake`; :func:`plain_node_settings` reads a redis-py client's),
-and :class:`Dead`, how a connection's failure is told
-apart from an error reply.
+The Trio-native path (``_native``) and the producers' nodes (the blocking
+``_blocking_node`` and the asyncio ``_asyncio_node``) share these: packing
+commands into one RESP request with hiredis (:func:`pack`), turning replies
+into what redis-py would have returned (:func:`parse_reply` with
+:class:`ReplyCallbacks` or a redis-py client's callbacks; an error reply as
+redis-py's exception, ``NOSCRIPT`` as :class:`~._errors.NoScript`), the
+handshake of a new connection (:func:`handshake`; :func:`plain_node_settings`
+reads a redis-py client's), and :class:`Dead`, how a connection's failure is
+told apart from an error reply. The two producer nodes also share their
+failures as redis-py's exceptions (:func:`lost`, :func:`no_reply`,
+:func:`connect_error`, :func:`handshake_failed`, :func:`hello_error`) and
+their idle pool (:class:`NodePool`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import hiredis
 
@@ -165,6 +168,110 @@ def plain_node_settings(client: Any, tcp: type, unix: type) -> PlainNode | None:
 def where(address: tuple[str, int] | str) -> str:
     """A node's address as errors name it."""
     return address if isinstance(address, str) else f"{address[0]}:{address[1]}"
+
+
+# -- the producer nodes' failures, as redis-py's exceptions ------------------------------
+def _redis_py(kind: str, message: str) -> Exception:
+    """redis-py's exception ``kind`` (ConnectionError, TimeoutError) with ``message``."""
+    error: Exception = getattr(exceptions(), kind)(message)
+    return error
+
+
+def lost(dead: Dead) -> Exception:
+    """A connection that failed mid round trip: redis-py's ConnectionError."""
+    return _redis_py("ConnectionError", f"lost the connection to Redis: {dead}")
+
+
+def no_reply(timeout: float) -> Exception:
+    """No reply within the round trip's ``timeout``: redis-py's TimeoutError."""
+    return _redis_py("TimeoutError", f"no reply from Redis within {timeout:g}s")
+
+
+def connect_error(
+    address: tuple[str, int] | str, exc: OSError, connect_timeout: float
+) -> Exception:
+    """A connection that could not be opened: redis-py's TimeoutError when
+    ``exc`` is a timeout, else its ConnectionError."""
+    if isinstance(exc, TimeoutError):
+        return _redis_py(
+            "TimeoutError",
+            f"could not connect to Redis at {where(address)} within {connect_timeout:g}s",
+        )
+    return _redis_py(
+        "ConnectionError", f"could not connect to Redis at {where(address)}: {exc.strerror or exc}"
+    )
+
+
+def handshake_failed(exc: Exception) -> Exception:
+    """The handshake's round trip failed (:class:`Dead` or a timeout):
+    redis-py's ConnectionError."""
+    return _redis_py("ConnectionError", f"Redis handshake failed: {exc}")
+
+
+def hello_error(replies: Sequence[Any]) -> Exception | None:
+    """The first error reply to the handshake (a wrong password, a database
+    out of range) as redis-py's exception, or None when all went well."""
+    for reply in replies:
+        if isinstance(reply, hiredis.ReplyError):
+            return reply_error(str(reply))
+    return None
+
+
+#: Idle connections a producer node keeps (a burst opens more; the rest are closed).
+MAX_IDLE = 32
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Closable)
+
+
+class NodePool(Generic[C]):
+    """What the producers' nodes share: one node's settings and its idle
+    connections (at most :data:`MAX_IDLE`); each node opens connections and
+    runs round trips its own way (blocking or on the asyncio loop)."""
+
+    def __init__(
+        self,
+        address: tuple[str, int] | str,
+        *,
+        hello: list[tuple[Any, ...]],
+        timeout: float,
+        connect_timeout: float,
+        callbacks: Callbacks,
+    ) -> None:
+        self._address = address
+        self._hello = hello
+        self._timeout = timeout
+        self._connect_timeout = connect_timeout
+        self._callbacks = callbacks
+        self._idle: list[C] = []
+        self._closed = False
+
+    def _put_back(self, conn: C) -> None:
+        """Pool ``conn`` after a whole round trip, or close it (pool full, node closed)."""
+        if len(self._idle) < MAX_IDLE and not self._closed:
+            self._idle.append(conn)
+        else:
+            conn.close()
+
+    def _parse(self, commands: Sequence[Sequence[Any]], replies: list[Any]) -> list[Any]:
+        """The replies to ``commands`` as redis-py's pipeline returns them."""
+        callbacks = self._callbacks
+        return [parse_reply(callbacks, c, r) for c, r in zip(commands, replies, strict=True)]
+
+    def _drop_idle(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def close(self) -> None:
+        """Close the idle connections; round trips in flight finish on theirs
+        (closed as they end), later ones raise ConnectionError."""
+        self._closed = True
+        self._drop_idle()
 
 
 # -- redis-py's callbacks, without redis-py --------------------------------------------
