@@ -7,7 +7,6 @@ from an App, so ``python -m chronos_trio worker module:app`` needs nothing else.
 from __future__ import annotations
 
 import datetime as dt
-import math
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -25,10 +24,13 @@ from ..records._options import (
     JOB_DEFAULT_OPTIONS,
     EnqueueOptions,
     JobDefaults,
+    check_bool,
     check_options,
+    check_positive_int,
     check_queue,
+    check_seconds,
+    check_text,
     checked_names,
-    is_number,
 )
 from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES, job_headers, new_job_id
 from ..records._retry import RetryPolicy
@@ -228,20 +230,11 @@ class App:
         for exc_type in never:
             if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
                 raise TypeError(f"never_retry takes exception classes, got {exc_type!r}")
-        if not (is_number(result_ttl) and 0 < result_ttl < math.inf):
-            raise ValueError(
-                f"result_ttl must be a finite number of seconds > 0, got {result_ttl!r}"
-            )
+        check_seconds("result_ttl", result_ttl)
         unique_default = unique_of(unique)
-        if retain_succeeded is not None and not (
-            is_number(retain_succeeded) and 0 <= retain_succeeded < math.inf
-        ):
-            raise ValueError(
-                f"retain_succeeded must be a finite number of seconds >= 0, "
-                f"got {retain_succeeded!r}"
-            )
-        if not isinstance(discard_dead, bool):
-            raise TypeError(f"discard_dead must be a bool, got {discard_dead!r}")
+        if retain_succeeded is not None:
+            check_seconds("retain_succeeded", retain_succeeded, zero=True)
+        check_bool("discard_dead", discard_dead, error=TypeError)
         control = control_defaults(
             priority=priority,
             expires=expires,
@@ -540,10 +533,8 @@ def _check_app_options(
     name: object, max_payload_bytes: object, lifespan: object, metrics: object
 ) -> None:
     """The App's options, checked as the constructor's docstring says."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be a non-empty string, got {name!r}")
-    if type(max_payload_bytes) is not int or max_payload_bytes < 1:
-        raise ValueError(f"max_payload_bytes must be an int >= 1, got {max_payload_bytes!r}")
+    check_text("name", name)
+    check_positive_int("max_payload_bytes", max_payload_bytes)
     if lifespan is not None and not callable(lifespan):
         raise TypeError(
             f"lifespan must be a callable taking the app and returning an async context "

@@ -5,14 +5,19 @@ a job handle."""
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, Unpack
 
 import attrs
 
 from ..records._jobs import EnqueueResult, NewJob
-from ..records._options import EnqueueOptions, is_number, unknown_options
+from ..records._options import (
+    EnqueueOptions,
+    check_positive_int,
+    check_seconds,
+    check_text,
+    unknown_options,
+)
 from ..records._placement import Placement
 from ..records._producing import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -181,15 +186,6 @@ def redis_client_options() -> frozenset[str]:
     return frozenset(names - {"self", "url", "startup_nodes", "host", "port", "path"})
 
 
-def _finite_seconds(name: str, value: object, *, zero: bool = False) -> None:
-    """``ValueError`` naming ``name`` unless ``value`` is a finite number
-    > 0 (>= 0 with ``zero``)."""
-    ok = isinstance(value, int | float) and is_number(value) and math.isfinite(value)
-    if not ok or not (value >= 0 if zero else value > 0):  # type: ignore[operator]
-        bound = ">= 0" if zero else "> 0"
-        raise ValueError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
-
-
 def check_producer_options(
     what: str,
     *,
@@ -226,25 +222,19 @@ def check_producer_options(
                 unlisted=redis_client_options(),
                 also=", and redis-py's client options (redis.Redis: max_connections, ...)",
             )
-    if url is not None and (not isinstance(url, str) or not url):
-        raise ValueError(f"url must be a non-empty store URL (or None: the app's), got {url!r}")
+    if url is not None:
+        check_text("url", url, note=" (or None: the app's)")
     if app is not None and not all(
         hasattr(app, name) for name in ("store_url", "registry", "max_payload_bytes")
     ):
         raise TypeError(f"app must be a chronos_trio.App (or None), got {app!r}")
-    if namespace is not None and (not isinstance(namespace, str) or not namespace.strip()):
-        raise ValueError(
-            f"namespace must be a non-empty string (or None: the URL's), got {namespace!r}"
-        )
-    if max_payload_bytes is not None and (
-        type(max_payload_bytes) is not int or max_payload_bytes < 1
-    ):
-        raise ValueError(
-            f"max_payload_bytes must be an int >= 1 (or None: the app's), got {max_payload_bytes!r}"
-        )
-    _finite_seconds("topology_ttl", topology_ttl, zero=True)
-    _finite_seconds("socket_timeout", socket_timeout)
-    _finite_seconds("connect_timeout", connect_timeout)
+    if namespace is not None:
+        check_text("namespace", namespace, strip=True, note=" (or None: the URL's)")
+    if max_payload_bytes is not None:
+        check_positive_int("max_payload_bytes", max_payload_bytes, note=" (or None: the app's)")
+    check_seconds("topology_ttl", topology_ttl, zero=True)
+    check_seconds("socket_timeout", socket_timeout)
+    check_seconds("connect_timeout", connect_timeout)
 
 
 class ProducerCore:
