@@ -525,8 +525,11 @@ class App:
         return Inspector(self.store, app=self)
 
 
-#: What a metrics object must have (the :class:`Metrics` protocol's methods).
-_METRICS_METHODS = ("job_finished", "lease_lost", "jobs_recovered", "actor_restarted")
+#: What a metrics object must have: the :class:`Metrics` protocol's methods
+#: (read from it; ``typing.get_protocol_members`` is Python 3.13's).
+_METRICS_METHODS = tuple(
+    name for name, value in vars(Metrics).items() if callable(value) and not name.startswith("_")
+)
 
 
 def _check_app_options(
