@@ -274,6 +274,16 @@ async def test_each_producer_row_holds_for_the_other_producer(row: Row, tmp_path
     await _run_row(attrs.evolve(row, call=swapped(row.call), says=swapped(row.says)), tmp_path)
 
 
+async def test_a_cluster_option_is_taken_for_a_cluster_url() -> None:
+    """The row above refuses ``read_from_replicas`` on ``redis://``: the
+    option is checked against the client the URL needs, so a Cluster URL
+    takes it (nothing connects until first use)."""
+    url = "redis+cluster://localhost:1"
+    SyncProducer(url, read_from_replicas=True).close()
+    await AsyncioProducer(url, read_from_replicas=True).aclose()
+    SyncProducer("redis://localhost:1/0", max_connections=3).close()
+
+
 @pytest.mark.parametrize("row", CLI_ROWS, ids=str)
 def test_each_command_line_row_exits_as_it_says(
     row: Row, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch

@@ -159,31 +159,62 @@ PRODUCER_OPTIONS = frozenset(
 )
 #: redis-py options the store sets itself (raw bytes, RESP2 reply shapes).
 _FIXED_REDIS_OPTIONS = frozenset({"decode_responses", "protocol"})
+#: The URL schemes a Redis Cluster client serves (``connect``'s).
+_CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})
 
 
 @functools.cache
-def redis_client_options() -> frozenset[str]:
-    """The keyword options redis-py's clients take (``redis.Redis``, its
-    Cluster and their asyncio twins), which a producer hands on: read from
-    their signatures, once, so a new redis-py option is taken as it is."""
+def redis_client_options(flavor: Flavor | None = None, *, cluster: bool = True) -> frozenset[str]:
+    """The keyword options redis-py's clients take, which a producer hands
+    on: read from their signatures, once, so a new redis-py option is taken
+    as it is. ``flavor`` None: every client (``redis.Redis``, its Cluster
+    and their asyncio twins; what some producer may take); else the
+    clients of that flavor, the Cluster's only with ``cluster`` (a Cluster
+    hands its nodes' connections ``redis.Redis``'s options)."""
     import inspect
 
     import redis.asyncio
     import redis.asyncio.cluster
     import redis.cluster
 
+    classes: list[Any] = []
+    if flavor in (None, "blocking"):
+        classes += [redis.Redis, *([redis.cluster.RedisCluster] if cluster else [])]
+    if flavor in (None, "asyncio"):
+        classes += [
+            redis.asyncio.Redis,
+            *([redis.asyncio.cluster.RedisCluster] if cluster else []),
+        ]
     names: set[str] = set()
-    for cls in (
-        redis.Redis,
-        redis.cluster.RedisCluster,
-        redis.asyncio.Redis,
-        redis.asyncio.cluster.RedisCluster,
-    ):
+    for cls in classes:
         for p in inspect.signature(cls.__init__).parameters.values():
             if p.kind is p.POSITIONAL_OR_KEYWORD or p.kind is p.KEYWORD_ONLY:
                 names.add(p.name)
-    # Named by the store URL or by the store (the URL's hosts; raw bytes, RESP2).
+    # Named by the store URL (its hosts), or set by the store: decode_responses
+    # and protocol are refused by check_producer_options (_FIXED_REDIS_OPTIONS).
     return frozenset(names - {"self", "url", "startup_nodes", "host", "port", "path"})
+
+
+def check_redis_options(
+    what: str, redis_kwargs: Mapping[str, Any], *, flavor: Flavor, settings: StoreUrl
+) -> None:
+    """``TypeError`` naming a redis-py option (one some client takes, so
+    past :func:`check_producer_options`) that the client this producer
+    will make does not: the ``flavor``'s ``redis.Redis``, or its
+    ``RedisCluster`` too for a Cluster URL (``read_from_replicas`` on a
+    ``redis://`` URL). Checked when the URL is known, before connecting,
+    rather than at the first call."""
+    cluster = settings.scheme in _CLUSTER_SCHEMES
+    wrong = sorted(set(redis_kwargs) - redis_client_options(flavor, cluster=cluster))
+    if wrong:
+        package = "redis" if flavor == "blocking" else "redis.asyncio"
+        client = f"{package}.cluster.RedisCluster" if cluster else f"{package}.Redis"
+        hint = "" if cluster else "; a Cluster's options need a redis+cluster:// URL"
+        raise TypeError(
+            f"{what} option{'s' if len(wrong) > 1 else ''} {', '.join(map(repr, wrong))} "
+            f"{'are' if len(wrong) > 1 else 'is'} not taken by the client of "
+            f"{settings.description} ({client}){hint}"
+        )
 
 
 def check_producer_options(
@@ -251,6 +282,7 @@ class ProducerCore:
         app: AppLike | None,
         *,
         what: str,
+        flavor: Flavor,
         namespace: str | None,
         topology_ttl: float,
         max_payload_bytes: int | None,
@@ -292,6 +324,7 @@ class ProducerCore:
         self.settings: StoreUrl = parse_store_url(
             _store_url(url, app), namespace=namespace, socket_timeout=socket_timeout
         )
+        check_redis_options(what, redis_kwargs, flavor=flavor, settings=self.settings)
         s = self.settings
         self.core = RedisCore(
             KeySpace(s.namespace),
