@@ -153,7 +153,8 @@ def transactional_of(url: str | None, app: AppLike | None) -> ProducerEnqueue | 
     return None
 
 
-#: The producers' own options (besides ``url``), as their constructors name them.
+#: The producers' own options (besides ``url``), as their constructors name them
+#: (tests/test_bad_input.py checks it against both constructors).
 PRODUCER_OPTIONS = frozenset(
     {"app", "namespace", "topology_ttl", "max_payload_bytes", "socket_timeout", "connect_timeout"}
 )
