@@ -217,8 +217,7 @@ class App:
         """
         check_options(max_retries=max_retries, timeout=timeout)
         check_queue(queue)
-        if not isinstance(kind, str) or not kind:
-            raise ValueError(f"task kind must be a non-empty string, got {kind!r}")
+        check_text("task kind", kind)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy, got {retry!r}")
         if isinstance(never_retry, type) or not isinstance(never_retry, Iterable):
@@ -462,8 +461,7 @@ class App:
         returns its :class:`JobHandle`. Raises as :meth:`Task.enqueue` (and
         takes its ``connection``), and ``ValueError`` for a kind that is not
         a non-empty string."""
-        if not isinstance(kind, str) or not kind:
-            raise ValueError(f"task kind must be a non-empty string, got {kind!r}")
+        check_text("task kind", kind)
         spec = self.registry.tasks.get(kind)
         if spec is None:
             spec = TaskSpec(

@@ -143,8 +143,7 @@ def _finite(*, zero: bool) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
 
 def _worker_id(_: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     """A non-empty string: the store records an empty lease owner as none."""
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
+    check_text(attribute.name, value)
 
 
 def _bool(_: Any, attribute: attrs.Attribute[Any], value: object) -> None:
