@@ -40,6 +40,7 @@ from chronos_trio import (
 from chronos_trio.cli import main
 from chronos_trio.dashboard import dashboard_app, serve_dashboard
 from chronos_trio.producers import AsyncioProducer, SyncProducer
+from chronos_trio.producers._common import PRODUCER_OPTIONS
 from chronos_trio.records._control import expired_error
 from chronos_trio.records._options import ENQUEUE_OPTIONS, JOB_DEFAULT_OPTIONS
 from chronos_trio.runtime import WorkerConfig
@@ -272,6 +273,24 @@ async def test_each_producer_row_holds_for_the_other_producer(row: Row, tmp_path
 
     assert re.search(r"\b(SyncProducer|AsyncioProducer)\(", row.call), row.call
     await _run_row(attrs.evolve(row, call=swapped(row.call), says=swapped(row.says)), tmp_path)
+
+
+def test_the_producer_options_listed_are_the_producers_parameters() -> None:
+    """``PRODUCER_OPTIONS`` (the names an unknown-option error lists, kept
+    by hand in producers/_common) is what both constructors take by name."""
+    expected = PRODUCER_OPTIONS | {"url"}
+    assert _params(SyncProducer.__init__) == expected
+    assert _params(AsyncioProducer.__init__) == expected
+
+
+async def test_a_cluster_option_is_taken_for_a_cluster_url() -> None:
+    """The row above refuses ``read_from_replicas`` on ``redis://``: the
+    option is checked against the client the URL needs, so a Cluster URL
+    takes it (nothing connects until first use)."""
+    url = "redis+cluster://localhost:1"
+    SyncProducer(url, read_from_replicas=True).close()
+    await AsyncioProducer(url, read_from_replicas=True).aclose()
+    SyncProducer("redis://localhost:1/0", max_connections=3).close()
 
 
 @pytest.mark.parametrize("row", CLI_ROWS, ids=str)

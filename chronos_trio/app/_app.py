@@ -7,7 +7,6 @@ from an App, so ``python -m chronos_trio worker module:app`` needs nothing else.
 from __future__ import annotations
 
 import datetime as dt
-import math
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -25,10 +24,13 @@ from ..records._options import (
     JOB_DEFAULT_OPTIONS,
     EnqueueOptions,
     JobDefaults,
+    check_bool,
     check_options,
+    check_positive_int,
     check_queue,
+    check_seconds,
+    check_text,
     checked_names,
-    is_number,
 )
 from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES, job_headers, new_job_id
 from ..records._retry import RetryPolicy
@@ -215,8 +217,7 @@ class App:
         """
         check_options(max_retries=max_retries, timeout=timeout)
         check_queue(queue)
-        if not isinstance(kind, str) or not kind:
-            raise ValueError(f"task kind must be a non-empty string, got {kind!r}")
+        check_text("task kind", kind)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy, got {retry!r}")
         if isinstance(never_retry, type) or not isinstance(never_retry, Iterable):
@@ -228,20 +229,11 @@ class App:
         for exc_type in never:
             if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
                 raise TypeError(f"never_retry takes exception classes, got {exc_type!r}")
-        if not (is_number(result_ttl) and 0 < result_ttl < math.inf):
-            raise ValueError(
-                f"result_ttl must be a finite number of seconds > 0, got {result_ttl!r}"
-            )
+        check_seconds("result_ttl", result_ttl)
         unique_default = unique_of(unique)
-        if retain_succeeded is not None and not (
-            is_number(retain_succeeded) and 0 <= retain_succeeded < math.inf
-        ):
-            raise ValueError(
-                f"retain_succeeded must be a finite number of seconds >= 0, "
-                f"got {retain_succeeded!r}"
-            )
-        if not isinstance(discard_dead, bool):
-            raise TypeError(f"discard_dead must be a bool, got {discard_dead!r}")
+        if retain_succeeded is not None:
+            check_seconds("retain_succeeded", retain_succeeded, zero=True)
+        check_bool("discard_dead", discard_dead, error=TypeError)
         control = control_defaults(
             priority=priority,
             expires=expires,
@@ -469,8 +461,7 @@ class App:
         returns its :class:`JobHandle`. Raises as :meth:`Task.enqueue` (and
         takes its ``connection``), and ``ValueError`` for a kind that is not
         a non-empty string."""
-        if not isinstance(kind, str) or not kind:
-            raise ValueError(f"task kind must be a non-empty string, got {kind!r}")
+        check_text("task kind", kind)
         spec = self.registry.tasks.get(kind)
         if spec is None:
             spec = TaskSpec(
@@ -532,18 +523,19 @@ class App:
         return Inspector(self.store, app=self)
 
 
-#: What a metrics object must have (the :class:`Metrics` protocol's methods).
-_METRICS_METHODS = ("job_finished", "lease_lost", "jobs_recovered", "actor_restarted")
+#: What a metrics object must have: the :class:`Metrics` protocol's methods
+#: (read from it; ``typing.get_protocol_members`` is Python 3.13's).
+_METRICS_METHODS = tuple(
+    name for name, value in vars(Metrics).items() if callable(value) and not name.startswith("_")
+)
 
 
 def _check_app_options(
     name: object, max_payload_bytes: object, lifespan: object, metrics: object
 ) -> None:
     """The App's options, checked as the constructor's docstring says."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be a non-empty string, got {name!r}")
-    if type(max_payload_bytes) is not int or max_payload_bytes < 1:
-        raise ValueError(f"max_payload_bytes must be an int >= 1, got {max_payload_bytes!r}")
+    check_text("name", name)
+    check_positive_int("max_payload_bytes", max_payload_bytes)
     if lifespan is not None and not callable(lifespan):
         raise TypeError(
             f"lifespan must be a callable taking the app and returning an async context "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import Any
 
@@ -24,7 +23,13 @@ from ..records._errors import (
     UnknownQueue,
 )
 from ..records._log import log_event
-from ..records._options import checked_names, is_number
+from ..records._options import (
+    check_bool,
+    check_positive_int,
+    check_seconds,
+    check_text,
+    checked_names,
+)
 from ._actions import Actions
 from ._events import events_endpoint
 from ._hosts import HostPolicy
@@ -129,18 +134,14 @@ def dashboard_app(
             f"got a {type(basic_auth).__name__}"
         )
     credentials = Credentials(token=token, basic=basic_auth)
-    _check_bool("read_only", read_only)
-    _check_bool("secure_cookies", secure_cookies)
-    if not (is_number(page_size) and isinstance(page_size, int) and page_size >= 1):
-        raise ValueError(f"page_size must be an int >= 1, got {page_size!r}")
-    if not (is_number(refresh) and 0 < refresh < math.inf):
-        raise ValueError(f"refresh must be a finite number of seconds > 0, got {refresh!r}")
-    if not (is_number(session_max_age) and 0 < session_max_age < math.inf):
-        raise ValueError(f"session_max_age must be > 0 seconds, got {session_max_age!r}")
+    check_bool("read_only", read_only)
+    check_bool("secure_cookies", secure_cookies)
+    check_positive_int("page_size", page_size)
+    check_seconds("refresh", refresh)
+    check_seconds("session_max_age", session_max_age)
     if secret is not None and not isinstance(secret, bytes | str):
         raise ValueError(f"secret must be bytes or a string (or None), got {type(secret).__name__}")
-    if not isinstance(title, str) or not title.strip():
-        raise ValueError(f"title must be a non-empty string, got {title!r}")
+    check_text("title", title, strip=True)
     allowed_origins = _names("allowed_origins", allowed_origins)
     hosts = HostPolicy.make(
         _names("allowed_hosts", allowed_hosts), _names("forwarded_allow_ips", forwarded_allow_ips)
@@ -214,12 +215,6 @@ def dashboard_app(
             read_only=read_only,
         )
     return guard
-
-
-def _check_bool(name: str, value: object) -> None:
-    """``ValueError`` unless ``value`` is a bool (``"no"`` is truthy)."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be a bool, got {value!r}")
 
 
 def _names(option: str, given: object) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
+from ..records._options import check_bool, check_text
 from ._app import ASGIApp
 
 #: How long open connections (the event streams) get to finish at shutdown.
@@ -28,12 +29,10 @@ async def serve_dashboard(
     Raises ``ValueError`` before anything is bound for an empty ``host``, a
     ``port`` that is not an int from 0 to 65535 or an ``access_log`` that is
     not a bool; ``OSError`` when the port cannot be bound."""
-    if not isinstance(host, str) or not host.strip():
-        raise ValueError(f"host must be a non-empty string, got {host!r}")
+    check_text("host", host, strip=True)
     if type(port) is not int or not 0 <= port <= 65535:
         raise ValueError(f"port must be an int from 0 to 65535, got {port!r}")
-    if not isinstance(access_log, bool):
-        raise ValueError(f"access_log must be a bool, got {access_log!r}")
+    check_bool("access_log", access_log)
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.graceful_timeout = GRACEFUL_TIMEOUT

@@ -5,14 +5,19 @@ a job handle."""
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, Unpack
 
 import attrs
 
 from ..records._jobs import EnqueueResult, NewJob
-from ..records._options import EnqueueOptions, is_number, unknown_options
+from ..records._options import (
+    EnqueueOptions,
+    check_positive_int,
+    check_seconds,
+    check_text,
+    unknown_options,
+)
 from ..records._placement import Placement
 from ..records._producing import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -148,46 +153,69 @@ def transactional_of(url: str | None, app: AppLike | None) -> ProducerEnqueue | 
     return None
 
 
-#: The producers' own options (besides ``url``), as their constructors name them.
+#: The producers' own options (besides ``url``), as their constructors name them
+#: (tests/test_bad_input.py checks it against both constructors).
 PRODUCER_OPTIONS = frozenset(
     {"app", "namespace", "topology_ttl", "max_payload_bytes", "socket_timeout", "connect_timeout"}
 )
 #: redis-py options the store sets itself (raw bytes, RESP2 reply shapes).
 _FIXED_REDIS_OPTIONS = frozenset({"decode_responses", "protocol"})
+#: The URL schemes a Redis Cluster client serves (``connect``'s).
+_CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})
 
 
 @functools.cache
-def redis_client_options() -> frozenset[str]:
-    """The keyword options redis-py's clients take (``redis.Redis``, its
-    Cluster and their asyncio twins), which a producer hands on: read from
-    their signatures, once, so a new redis-py option is taken as it is."""
+def redis_client_options(flavor: Flavor | None = None, *, cluster: bool = True) -> frozenset[str]:
+    """The keyword options redis-py's clients take, which a producer hands
+    on: read from their signatures, once, so a new redis-py option is taken
+    as it is. ``flavor`` None: every client (``redis.Redis``, its Cluster
+    and their asyncio twins; what some producer may take); else the
+    clients of that flavor, the Cluster's only with ``cluster`` (a Cluster
+    hands its nodes' connections ``redis.Redis``'s options)."""
     import inspect
 
     import redis.asyncio
     import redis.asyncio.cluster
     import redis.cluster
 
+    classes: list[Any] = []
+    if flavor in (None, "blocking"):
+        classes += [redis.Redis, *([redis.cluster.RedisCluster] if cluster else [])]
+    if flavor in (None, "asyncio"):
+        classes += [
+            redis.asyncio.Redis,
+            *([redis.asyncio.cluster.RedisCluster] if cluster else []),
+        ]
     names: set[str] = set()
-    for cls in (
-        redis.Redis,
-        redis.cluster.RedisCluster,
-        redis.asyncio.Redis,
-        redis.asyncio.cluster.RedisCluster,
-    ):
+    for cls in classes:
         for p in inspect.signature(cls.__init__).parameters.values():
             if p.kind is p.POSITIONAL_OR_KEYWORD or p.kind is p.KEYWORD_ONLY:
                 names.add(p.name)
-    # Named by the store URL or by the store (the URL's hosts; raw bytes, RESP2).
+    # Named by the store URL (its hosts), or set by the store: decode_responses
+    # and protocol are refused by check_producer_options (_FIXED_REDIS_OPTIONS).
     return frozenset(names - {"self", "url", "startup_nodes", "host", "port", "path"})
 
 
-def _finite_seconds(name: str, value: object, *, zero: bool = False) -> None:
-    """``ValueError`` naming ``name`` unless ``value`` is a finite number
-    > 0 (>= 0 with ``zero``)."""
-    ok = isinstance(value, int | float) and is_number(value) and math.isfinite(value)
-    if not ok or not (value >= 0 if zero else value > 0):  # type: ignore[operator]
-        bound = ">= 0" if zero else "> 0"
-        raise ValueError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
+def check_redis_options(
+    what: str, redis_kwargs: Mapping[str, Any], *, flavor: Flavor, settings: StoreUrl
+) -> None:
+    """``TypeError`` naming a redis-py option (one some client takes, so
+    past :func:`check_producer_options`) that the client this producer
+    will make does not: the ``flavor``'s ``redis.Redis``, or its
+    ``RedisCluster`` too for a Cluster URL (``read_from_replicas`` on a
+    ``redis://`` URL). Checked when the URL is known, before connecting,
+    rather than at the first call."""
+    cluster = settings.scheme in _CLUSTER_SCHEMES
+    wrong = sorted(set(redis_kwargs) - redis_client_options(flavor, cluster=cluster))
+    if wrong:
+        package = "redis" if flavor == "blocking" else "redis.asyncio"
+        client = f"{package}.cluster.RedisCluster" if cluster else f"{package}.Redis"
+        hint = "" if cluster else "; a Cluster's options need a redis+cluster:// URL"
+        raise TypeError(
+            f"{what} option{'s' if len(wrong) > 1 else ''} {', '.join(map(repr, wrong))} "
+            f"{'are' if len(wrong) > 1 else 'is'} not taken by the client of "
+            f"{settings.description} ({client}){hint}"
+        )
 
 
 def check_producer_options(
@@ -226,25 +254,19 @@ def check_producer_options(
                 unlisted=redis_client_options(),
                 also=", and redis-py's client options (redis.Redis: max_connections, ...)",
             )
-    if url is not None and (not isinstance(url, str) or not url):
-        raise ValueError(f"url must be a non-empty store URL (or None: the app's), got {url!r}")
+    if url is not None:
+        check_text("url", url, note=" (or None: the app's)")
     if app is not None and not all(
         hasattr(app, name) for name in ("store_url", "registry", "max_payload_bytes")
     ):
         raise TypeError(f"app must be a chronos_trio.App (or None), got {app!r}")
-    if namespace is not None and (not isinstance(namespace, str) or not namespace.strip()):
-        raise ValueError(
-            f"namespace must be a non-empty string (or None: the URL's), got {namespace!r}"
-        )
-    if max_payload_bytes is not None and (
-        type(max_payload_bytes) is not int or max_payload_bytes < 1
-    ):
-        raise ValueError(
-            f"max_payload_bytes must be an int >= 1 (or None: the app's), got {max_payload_bytes!r}"
-        )
-    _finite_seconds("topology_ttl", topology_ttl, zero=True)
-    _finite_seconds("socket_timeout", socket_timeout)
-    _finite_seconds("connect_timeout", connect_timeout)
+    if namespace is not None:
+        check_text("namespace", namespace, strip=True, note=" (or None: the URL's)")
+    if max_payload_bytes is not None:
+        check_positive_int("max_payload_bytes", max_payload_bytes, note=" (or None: the app's)")
+    check_seconds("topology_ttl", topology_ttl, zero=True)
+    check_seconds("socket_timeout", socket_timeout)
+    check_seconds("connect_timeout", connect_timeout)
 
 
 class ProducerCore:
@@ -261,6 +283,7 @@ class ProducerCore:
         app: AppLike | None,
         *,
         what: str,
+        flavor: Flavor,
         namespace: str | None,
         topology_ttl: float,
         max_payload_bytes: int | None,
@@ -302,6 +325,7 @@ class ProducerCore:
         self.settings: StoreUrl = parse_store_url(
             _store_url(url, app), namespace=namespace, socket_timeout=socket_timeout
         )
+        check_redis_options(what, redis_kwargs, flavor=flavor, settings=self.settings)
         s = self.settings
         self.core = RedisCore(
             KeySpace(s.namespace),

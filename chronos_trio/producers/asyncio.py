@@ -123,6 +123,7 @@ class AsyncioProducer:
             url,
             app,
             what="AsyncioProducer",
+            flavor="asyncio",
             namespace=namespace,
             topology_ttl=topology_ttl,
             max_payload_bytes=max_payload_bytes,

@@ -118,8 +118,10 @@ class SyncProducer:
     anything connects (see ``check_producer_options``): ``TypeError`` for a
     name that is neither the producer's nor one of redis-py's client
     options (naming it and the closest valid one), for ``decode_responses``
-    or ``protocol`` (the store sets them), for redis-py options on a
-    PostgreSQL or SQLite store, or an ``app`` that is not an App;
+    or ``protocol`` (the store sets them), for a redis-py option the
+    URL's client does not take (a Cluster's on a ``redis://`` URL), for
+    redis-py options on a PostgreSQL or SQLite store, or an ``app`` that
+    is not an App;
     ``ValueError`` for an empty ``url`` or ``namespace``, a
     ``max_payload_bytes`` not an int >= 1, a ``topology_ttl`` not a finite
     number >= 0 or a timeout not a finite number > 0.
@@ -141,6 +143,7 @@ class SyncProducer:
             url,
             app,
             what="SyncProducer",
+            flavor="blocking",
             namespace=namespace,
             topology_ttl=topology_ttl,
             max_payload_bytes=max_payload_bytes,

@@ -38,6 +38,8 @@ from typing import Any
 
 import attrs
 
+from ._checks import check_positive_int
+
 PRIORITY_MIN = -10
 PRIORITY_MAX = 10
 #: A limit key is at most this long.
@@ -63,11 +65,6 @@ def _check_key(key: object) -> None:
         )
 
 
-def _positive_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-
-
 @attrs.frozen
 class RateLimit:
     """At most ``count`` jobs start per ``per`` seconds, fleet-wide, among the
@@ -83,8 +80,8 @@ class RateLimit:
     key: LimitKey = None
 
     def __attrs_post_init__(self) -> None:
-        _positive_int("rate limit count", self.count)
-        _positive_int("rate limit burst", self.burst)
+        check_positive_int("rate limit count", self.count)
+        check_positive_int("rate limit burst", self.burst)
         if not (isinstance(self.per, int | float) and math.isfinite(self.per) and self.per > 0):
             raise ValueError(f"rate limit period must be finite seconds > 0, got {self.per!r}")
         _check_key(self.key)
@@ -105,7 +102,7 @@ class ConcurrencyLimit:
     key: LimitKey = None
 
     def __attrs_post_init__(self) -> None:
-        _positive_int("concurrency limit", self.limit)
+        check_positive_int("concurrency limit", self.limit)
         _check_key(self.key)
 
 

@@ -10,6 +10,15 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
+# The checkers live in ._checks (which ._control imports too, and this
+# module's annotations name ._control): imported from here like the rest.
+from ._checks import check_bool as check_bool
+from ._checks import check_positive_int as check_positive_int
+from ._checks import check_seconds as check_seconds
+from ._checks import check_text as check_text
+from ._checks import is_int as is_int
+from ._checks import is_number as is_number
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -133,24 +142,17 @@ def check_queue(queue: object) -> str:
     return queue
 
 
-def is_number(value: object) -> bool:
-    """A real number (an int or a float, never a bool)."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def check_options(
     *, max_retries: int | None = None, timeout: float | None = None, delay: float | None = None
 ) -> None:
     """Raise ``ValueError`` naming the first option of the wrong type or
     out of range, and its value (None: not given)."""
-    if max_retries is not None and (
-        not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0
-    ):
+    if max_retries is not None and (not is_int(max_retries) or max_retries < 0):
         raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
-    if timeout is not None and not (is_number(timeout) and 0 < timeout < math.inf):
-        raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
-    if delay is not None and not (is_number(delay) and 0 <= delay < math.inf):
-        raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
+    if timeout is not None:
+        check_seconds("timeout", timeout)
+    if delay is not None:
+        check_seconds("delay", delay, zero=True)
 
 
 def check_headers(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

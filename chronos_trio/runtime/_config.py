@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
 import socket
@@ -12,7 +11,14 @@ from typing import Any
 
 import attrs
 
-from ..records._options import is_number, unknown_options
+from ..records._options import (
+    check_bool,
+    check_positive_int,
+    check_seconds,
+    check_text,
+    is_number,
+    unknown_options,
+)
 from ..records._retry import RetryPolicy
 from ..store import QueueWeight
 
@@ -79,11 +85,8 @@ def parse_queues(spec: str | Mapping[str, int] | Iterable[Any]) -> tuple[QueueWe
 def _queue_weight(name: object, weight: object) -> QueueWeight:
     """One queue of ``queues``: ``ValueError`` for a name that is not a
     non-empty string or a weight that is not an int >= 1."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"queues: a queue name must be a non-empty string, got {name!r}")
-    if type(weight) is not int or weight < 1:
-        raise ValueError(f"queues: the weight of {name!r} must be an int >= 1, got {weight!r}")
-    return QueueWeight(name, weight)
+    name = check_text("queues: a queue name", name)
+    return QueueWeight(name, check_positive_int(f"queues: the weight of {name!r}", weight))
 
 
 def _retained_caps(value: int | Mapping[str, int] | None) -> int | Mapping[str, int] | None:
@@ -129,34 +132,22 @@ def _non_negative(_: Any, attribute: attrs.Attribute[Any], value: float) -> None
         raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
 
 
-def _finite(
-    minimum: float, *, allow_equal: bool
-) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
-    """A validator: a finite number > ``minimum`` (>= with ``allow_equal``)."""
-    bound = f"{'>=' if allow_equal else '>'} {minimum:g}"
+def _finite(*, zero: bool) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """A validator: a finite number > 0 (>= 0 with ``zero``), never a bool."""
 
     def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        ok = (
-            isinstance(value, int | float)
-            and not isinstance(value, bool)
-            and math.isfinite(value)
-            and (value >= minimum if allow_equal else value > minimum)
-        )
-        if not ok:
-            raise ValueError(f"{attribute.name} must be a finite number {bound}, got {value!r}")
+        check_seconds(attribute.name, value, zero=zero, what="a finite number")
 
     return check
 
 
 def _worker_id(_: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     """A non-empty string: the store records an empty lease owner as none."""
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
+    check_text(attribute.name, value)
 
 
 def _bool(_: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"{attribute.name} must be a bool, got {value!r}")
+    check_bool(attribute.name, value)
 
 
 def _retry_policy(_: Any, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -270,8 +261,8 @@ class WorkerConfig:
     #: time any worker sent it back) it is dead-lettered. The grace outlasts
     #: a slow rolling deploy (new task, old workers still up); 0 dead-letters
     #: such a job at once.
-    unknown_kind_grace: float = attrs.field(default=3600.0, validator=_finite(0, allow_equal=True))
-    unknown_kind_delay: float = attrs.field(default=1.0, validator=_finite(0, allow_equal=False))
+    unknown_kind_grace: float = attrs.field(default=3600.0, validator=_finite(zero=True))
+    unknown_kind_delay: float = attrs.field(default=1.0, validator=_finite(zero=False))
 
     def __attrs_post_init__(self) -> None:
         if self.heartbeat_interval >= self.lease_duration:

@@ -44,6 +44,7 @@ from ..records._options import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_QUEUE,
     DEFAULT_TIMEOUT,
+    check_bool,
     check_options,
     check_queue,
 )
@@ -186,8 +187,7 @@ class Schedule:
         check_options(max_retries=self.max_retries, timeout=self.timeout)
         if self.queue is not None:
             check_queue(self.queue)
-        if not isinstance(self.external, bool):
-            raise ValueError(f"external must be a bool, got {self.external!r}")
+        check_bool("external", self.external)
         object.__setattr__(self, "_zone", _zone(self.tz))
         object.__setattr__(self, "_fixed_hour", False)
         if self.interval is not None:
