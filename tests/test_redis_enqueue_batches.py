@@ -1,5 +1,5 @@
-"""enqueue.lua's short way for plain jobs (lib/enqueue_head.lua) and its one
-KEYS entry: what it stores is byte for byte what the script before it
+"""enqueue.lua's one path for every job, its zset entries gathered into one
+ZADD per zset (lib/enqueue_head.lua), and its one KEYS entry: what it stores is byte for byte what the script before it
 stored, for single jobs, delayed ones, and batches that mix plain jobs with
 unique, workflow, limited, chunked, duplicate and existing ones.
 

@@ -19,12 +19,10 @@
 --          e<now + s>, see lib/ready_score.lua), then its unique spec and workflow
 --          continuation, see lib/unique_spec.lua; stored as field x)
 --
--- A plain job (no extras, its payload stored whole) takes the short way of
--- lib/enqueue_head.lua; in a call of several jobs, plain jobs' zset entries
--- are added by one ZADD per zset (before any other job is stored, and at
--- the end). What is stored is the same whichever way a job takes. Such a
--- call checks first that neither zset holds another type: one that does
--- fails it before anything is written.
+-- Every stored job's zset entry is added after its record, gathered with
+-- others into one ZADD per zset (see lib/enqueue_head.lua). A call of
+-- several jobs checks first that neither zset holds another type: one that
+-- does fails it before anything is written.
 --
 -- A unique job (see Unique in records/_unique.py) meets the lock of its key:
 -- held by a pending job (or a throttle's, within its ttl), it stores nothing
@@ -71,21 +69,21 @@ end
 local scheduled, ready, prefix = KEYS[1], KEYS[2], KEYS[4]
 local sub = string.sub
 
--- What only a job that takes the long way needs (a plain job never does),
--- made by the first such job: the partition's unique lock prefix (the lock
--- of key k is locks..k), the states of a pending job, the zset of each
--- state in which a debounce replaces the holder's payload and due time,
--- and the functions payload_fields and claim (see where they are made).
+-- What only a job with extras or a chunked payload needs (a plain job
+-- never does), made by the first such job: the partition's unique lock
+-- prefix (the lock of key k is locks..k), the states of a pending job, the
+-- zset of each state in which a debounce replaces the holder's payload and
+-- due time, and the functions payload_fields and claim (see where they are
+-- made).
 local locks, PENDING, WAITING, payload_fields, claim
 
--- A call of several jobs adds its plain jobs' zset entries together (see
--- lib/enqueue_head.lua), after their records: it checks first that neither
--- zset holds another type, so that one that does fails the call before
--- anything is written (a single job's ZADD follows its HSET).
-local several = last > 10
--- the ZADD arguments of plain jobs not yet in their zset, and their counts
-local now_args, now_count, later_args, later_count = nil, 0, nil, 0
-if several then
+-- Every stored job's zset entry is gathered (index_later) and added with
+-- others by one ZADD per zset, after their records: at the end, and before
+-- a debounce's ZREM (the one step that reads a zset a job of this call may
+-- be in). A call of several jobs checks first that neither zset holds
+-- another type, so that one that does fails the call before anything is
+-- written (a single job's ZADD follows its HSET).
+if last > 10 then
   for _, zset in ipairs({ready, scheduled}) do
     local kind = redis.call('TYPE', zset).ok
     if kind ~= 'zset' and kind ~= 'none' then
@@ -93,13 +91,16 @@ if several then
         .. ', not a zset: nothing done')
     end
   end
-  now_args, later_args = {}, {}
 end
+-- the entries gathered, per zset (see lib/enqueue_head.lua's index_later)
+local pending = {}
 
+-- a local: the loop reads it often, a global costs more to reach
+local argv = ARGV
 local out = {now_s}
 local n = 1
 for i = 2, last, 9 do
-  local id = ARGV[i]
+  local id = argv[i]
   local key = prefix .. id
   -- EXISTS, not HGET run_at: a damaged record without run_at (or a key of
   -- another type, on which HGET would fail the script) exists too
@@ -111,11 +112,11 @@ for i = 2, last, 9 do
     out[n + 3] = id
   else
     local run_at, run_at_s
-    if ARGV[i + 3] ~= '' then
-      run_at_s = ARGV[i + 3]
+    if argv[i + 3] ~= '' then
+      run_at_s = argv[i + 3]
       run_at = tonumber(run_at_s)
     else
-      local delay = tonumber(ARGV[i + 4])
+      local delay = tonumber(argv[i + 4])
       if delay > 0 then
         run_at = base + delay
         run_at_s = string.format('%.17g', run_at)
@@ -123,66 +124,34 @@ for i = 2, last, 9 do
         run_at, run_at_s = base, base_s
       end
     end
-    local is_ready = run_at <= now
-    if ARGV[i + 8] == '' and (is_ready or #ARGV[i + 2] <= CHUNK
-        or #ARGV[i + 2] > CHUNKED_MAX) then
-      -- a plain job: the short way
-      if is_ready then
-        write_record(key, i, run_at_s, 'ready', now_s)
-        if not several then
-          redis.call('ZADD', ready, run_at_s, id)
-        else
-          now_args[2 * now_count + 1] = run_at_s
-          now_args[2 * now_count + 2] = id
-          now_count = now_count + 1
-          if now_count == INDEX_MAX then
-            index_add(ready, now_args, now_count)
-            now_count = 0
-          end
-        end
-      else
-        write_record(key, i, run_at_s, 'scheduled', now_s)
-        if not several then
-          redis.call('ZADD', scheduled, run_at_s, id)
-        else
-          later_args[2 * later_count + 1] = run_at_s
-          later_args[2 * later_count + 2] = id
-          later_count = later_count + 1
-          if later_count == INDEX_MAX then
-            index_add(scheduled, later_args, later_count)
-            later_count = 0
-          end
-        end
-      end
-      out[n + 1] = 1
-      out[n + 2] = run_at_s
-      out[n + 3] = id
-    else
-      -- the jobs before it are indexed first: it may read or move them
-      index_add(ready, now_args, now_count)
-      index_add(scheduled, later_args, later_count)
-      now_count, later_count = 0, 0
+    local state, zset = 'scheduled', scheduled
+    if run_at <= now then
+      state, zset = 'ready', ready
+    end
+    local extras = argv[i + 8]
+    -- Only a job that waits is chunked: memory matters for the schedule,
+    -- while a job due now is leased within moments, and a compact hash
+    -- costs Redis more CPU to build and read (about 23k and 29k more
+    -- instructions per job for a 100-byte payload, enqueue and lease).
+    local whole = zset == ready or #argv[i + 2] <= CHUNK
+      or #argv[i + 2] > CHUNKED_MAX
+    local verdict, holder, h, fc, lock, umode, ttl  -- verdict: see claim
+    if extras ~= '' or not whole then
       if not claim then
         locks = beside(prefix, 'u:')
         PENDING = {scheduled = true, ready = true, leased = true, retry_wait = true}
         WAITING = {scheduled = scheduled, ready = ready, retry_wait = beside(prefix, 'retry')}
-        -- The fields that store payload in a hash of state state: whole, or (a
-        -- delayed job's) in chunks. Only a job that waits is chunked: memory
-        -- matters for the schedule, while a job due now is leased within moments,
-        -- and a compact hash costs Redis more CPU to build and read (about 23k and
-        -- 29k more instructions per job for a 100-byte payload, enqueue and lease).
-        payload_fields = function(args, payload, state)
-          local size = #payload
-          if size <= CHUNK or size > CHUNKED_MAX or state == 'ready' then
-            args[#args + 1] = 'payload'
+        -- The fields that store payload: whole, or in chunks.
+        payload_fields = function(args, payload, whole)
+          args[#args + 1] = 'payload'
+          if whole then
             args[#args + 1] = payload
           else
-            -- the first CHUNK bytes, then the rest CHUNK bytes a field in p1 ..
-            -- p<n>, and n in pn (record format 2, see lib/chunks.lua)
-            args[#args + 1] = 'payload'
+            -- the first CHUNK bytes, then the rest CHUNK bytes a field in
+            -- p1 .. p<n>, and n in pn (record format 2, see lib/chunks.lua)
             args[#args + 1] = sub(payload, 1, CHUNK)
             local a, n = #args, 0
-            for start = CHUNK + 1, size, CHUNK do
+            for start = CHUNK + 1, #payload, CHUNK do
               n = n + 1
               args[a + 1] = 'p' .. n
               args[a + 2] = sub(payload, start, start + CHUNK - 1)
@@ -193,38 +162,36 @@ for i = 2, last, 9 do
           end
           return args
         end
-        -- What enqueueing a unique job (mode letter umode) does while its lock (key
-        -- lock) holds held: 'store' (it takes the key), 'dup' (the holder keeps it)
-        -- or 'replace' (a debounce of the waiting holder), and the holder's ID and
-        -- fields state, v, run_at (for dup and replace).
+        -- What enqueueing a unique job (mode letter umode) does while its
+        -- lock (key lock) holds held: nil (it is stored and takes the key),
+        -- 'dup' (the holder keeps it) or 'replace' (a debounce of the
+        -- waiting holder), and the holder's ID and fields state, v, run_at
+        -- (for dup and replace).
         claim = function(lock, held, umode)
-          if not held then return 'store' end
+          if not held then return nil end
           local holder = sub(held, 2)
           local h = redis.pcall('HMGET', prefix .. holder, 'state', 'v', 'run_at')
           if h.err then h = {} end
           if not PENDING[h[1]] then
-            -- a throttle's key stays taken for its ttl after the run (its success
-            -- gave the lock that expiry). Any other lock whose job is gone or
-            -- finished is stale, a throttle's without an expiry too: its job never
-            -- succeeded, and was lost without giving the key back (a record
-            -- deleted behind the store's back), so the key is never taken for good.
+            -- a throttle's key stays taken for its ttl after the run (its
+            -- success gave the lock that expiry). Any other lock whose job is
+            -- gone or finished is stale, a throttle's without an expiry too:
+            -- its job never succeeded, and was lost without giving the key
+            -- back (a record deleted behind the store's back), so the key is
+            -- never taken for good.
             if sub(held, 1, 1) == 't' and redis.call('PTTL', lock) > 0 then
               return 'dup', holder, h
             end
-            return 'store'
+            return nil
           end
           if umode == 'd' then
-            if not WAITING[h[1]] then return 'store' end  -- it runs: the new job runs after
+            -- a holder that runs (not waiting): the new job runs after it
+            if not WAITING[h[1]] then return nil end
             if check_format(h[2]) == nil then return 'replace', holder, h end
           end
           return 'dup', holder, h
         end
       end
-      local state, zset = 'scheduled', scheduled
-      if is_ready then
-        state, zset = 'ready', ready
-      end
-      local extras, fc = ARGV[i + 8], nil
       if extras ~= '' then
         local sep = find(extras, '\1', 1, true)
         if sep then
@@ -234,87 +201,85 @@ for i = 2, last, 9 do
             fc = sub(fc, 1, #fc - #rel - 1) .. 'e' .. string.format('%.17g', now + tonumber(rel))
           end
         end
-      end
-      local verdict, holder, h = 'store', nil, nil
-      local lock, umode, ttl = nil, nil, nil
-      local ukey = nil
-      if extras ~= '' then ukey, umode, ttl = unique_spec(extras) end
-      if ukey then
-        lock = locks .. ukey
-        local held = redis.pcall('GET', lock)
-        if type(held) ~= 'string' then held = nil end
-        verdict, holder, h = claim(lock, held, umode)
-      end
-      if verdict == 'dup' then
-        local due = h[3]
-        if type(due) ~= 'string' or check_number('run_at', due) then due = '' end
-        out[n + 1] = 0
-        out[n + 2] = due
-        out[n + 3] = holder
-      elseif verdict == 'replace' then
-        -- the waiting holder takes this job's payload, headers and due time
-        local hkey = prefix .. holder
-        redis.call('ZREM', WAITING[h[1]], holder)
-        local pn = tonumber(redis.call('HGET', hkey, 'pn'))
-        if pn and pn >= 1 and pn <= MAX_CHUNKS and pn % 1 == 0 then
-          local gone = {'pn'}
-          for k = 1, pn do gone[k + 1] = 'p' .. k end
-          redis.call('HDEL', hkey, unpack(gone))
+        local ukey
+        if extras ~= '' then ukey, umode, ttl = unique_spec(extras) end
+        if ukey then
+          lock = locks .. ukey
+          local held = redis.pcall('GET', lock)
+          if type(held) ~= 'string' then held = nil end
+          verdict, holder, h = claim(lock, held, umode)
         end
-        local args = payload_fields({}, ARGV[i + 2], state)
-        args[#args + 1] = 'run_at'
-        args[#args + 1] = run_at_s
-        args[#args + 1] = 'state'
-        args[#args + 1] = state
-        redis.call('HSET', hkey, unpack(args))
-        if ARGV[i + 7] ~= '' then
-          redis.call('HSET', hkey, 'h', ARGV[i + 7])
-        else
-          redis.call('HDEL', hkey, 'h')
-        end
-        local score = run_at_s
-        if zset == ready then score = ready_score(run_at_s, redis.call('HGET', hkey, 'fc')) end
-        redis.call('ZADD', zset, score, holder)
-        out[n + 1] = 0
-        out[n + 2] = run_at_s
-        out[n + 3] = holder
+      end
+    end
+    if not verdict then
+      if whole then
+        write_record(key, i, run_at_s, state, now_s)
       else
-        local payload = ARGV[i + 2]
-        if #payload <= CHUNK or zset == ready or #payload > CHUNKED_MAX then
-          write_record(key, i, run_at_s, state, now_s)
-        else
-          -- one HSET with the chunks: a second call would cost more than the fields
-          local args = payload_fields({'kind', ARGV[i + 1]}, payload, state)
-          local more = {'run_at', run_at_s, 'state', state, 'attempts', '0', 'max_retries',
-            ARGV[i + 5], 'timeout', ARGV[i + 6], 'created_at', now_s, 'v', FORMAT_S}
-          for k = 1, #more do args[#args + 1] = more[k] end
-          redis.call('HSET', key, unpack(args))
-          if ARGV[i + 7] ~= '' then redis.call('HSET', key, 'h', ARGV[i + 7]) end
-        end
-        if extras ~= '' then redis.call('HSET', key, 'x', extras) end
-        local score = run_at_s
-        if fc then
-          redis.call('HSET', key, 'fc', fc)
-          if zset == ready then score = ready_score(run_at_s, fc) end
-        end
-        if lock then
-          -- the lock is taken in this same step (a ttl lapses it; a throttle's
-          -- starts when the job succeeds, see unique_finished)
-          if ttl and umode ~= 't' then
-            redis.call('SET', lock, umode .. id, 'PX', ttl)
-          else
-            redis.call('SET', lock, umode .. id)
-          end
-        end
-        redis.call('ZADD', zset, score, id)
-        out[n + 1] = 1
-        out[n + 2] = run_at_s
-        out[n + 3] = id
+        -- one HSET with the chunks: a second call would cost more than the fields
+        local args = payload_fields({'kind', argv[i + 1]}, argv[i + 2], false)
+        local more = {'run_at', run_at_s, 'state', state, 'attempts', '0', 'max_retries',
+          argv[i + 5], 'timeout', argv[i + 6], 'created_at', now_s, 'v', FORMAT_S}
+        for k = 1, #more do args[#args + 1] = more[k] end
+        redis.call('HSET', key, unpack(args))
+        if argv[i + 7] ~= '' then redis.call('HSET', key, 'h', argv[i + 7]) end
       end
+      if extras ~= '' then redis.call('HSET', key, 'x', extras) end
+      local score = run_at_s
+      if fc then
+        redis.call('HSET', key, 'fc', fc)
+        if zset == ready then score = ready_score(run_at_s, fc) end
+      end
+      if lock then
+        -- the lock is taken in this same step (a ttl lapses it; a throttle's
+        -- starts when the job succeeds, see unique_finished)
+        if ttl and umode ~= 't' then
+          redis.call('SET', lock, umode .. id, 'PX', ttl)
+        else
+          redis.call('SET', lock, umode .. id)
+        end
+      end
+      index_later(pending, zset, score, id)
+      out[n + 1] = 1
+      out[n + 2] = run_at_s
+      out[n + 3] = id
+    elseif verdict == 'dup' then
+      local due = h[3]
+      if type(due) ~= 'string' or check_number('run_at', due) then due = '' end
+      out[n + 1] = 0
+      out[n + 2] = due
+      out[n + 3] = holder
+    else
+      -- the waiting holder takes this job's payload, headers and due time;
+      -- the jobs before it are indexed first (it may be one of them)
+      index_all(pending, ready, scheduled)
+      local hkey = prefix .. holder
+      redis.call('ZREM', WAITING[h[1]], holder)
+      local pn = tonumber(redis.call('HGET', hkey, 'pn'))
+      if pn and pn >= 1 and pn <= MAX_CHUNKS and pn % 1 == 0 then
+        local gone = {'pn'}
+        for k = 1, pn do gone[k + 1] = 'p' .. k end
+        redis.call('HDEL', hkey, unpack(gone))
+      end
+      local args = payload_fields({}, argv[i + 2], whole)
+      args[#args + 1] = 'run_at'
+      args[#args + 1] = run_at_s
+      args[#args + 1] = 'state'
+      args[#args + 1] = state
+      redis.call('HSET', hkey, unpack(args))
+      if argv[i + 7] ~= '' then
+        redis.call('HSET', hkey, 'h', argv[i + 7])
+      else
+        redis.call('HDEL', hkey, 'h')
+      end
+      local score = run_at_s
+      if zset == ready then score = ready_score(run_at_s, redis.call('HGET', hkey, 'fc')) end
+      redis.call('ZADD', zset, score, holder)
+      out[n + 1] = 0
+      out[n + 2] = run_at_s
+      out[n + 3] = holder
     end
   end
   n = n + 3
 end
-index_add(ready, now_args, now_count)
-index_add(scheduled, later_args, later_count)
+index_all(pending, ready, scheduled)
 return out
