@@ -1,7 +1,8 @@
 """enqueue.lua's one path for every job, its zset entries gathered into one
-ZADD per zset (lib/enqueue_head.lua), and its one KEYS entry: what it stores is byte for byte what the script before it
-stored, for single jobs, delayed ones, and batches that mix plain jobs with
-unique, workflow, limited, chunked, duplicate and existing ones.
+ZADD per zset (lib/enqueue_head.lua), and its one KEYS entry: what it
+stores is byte for byte what the script before it stored, for single jobs,
+delayed ones, and batches that mix plain jobs with unique, workflow,
+limited, chunked, duplicate and existing ones.
 
 The reference is the enqueue script as composed at commit 1ffeee3
 (``tests/data/enqueue_1ffeee3.lua``, six KEYS): the same jobs go through
