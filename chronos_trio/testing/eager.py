@@ -1,0 +1,189 @@
+"""Eager mode: ``with chronos_trio.testing.eager(app):`` every enqueue of
+``app`` runs its job at once, in the caller, before it returns (Celery's
+``task_always_eager``). See docs/testing.md for the semantics.
+
+While eager, the app uses a private :class:`~chronos_trio.store.memory.MemoryStore`
+(``mode.store``): each job is stored there, leased, run and settled by the
+store's own transitions, one job after another, so handles, ``status()``,
+``result()``, unique keys, idempotent job IDs and the inspector behave as
+on a real store. The app's own store is neither read nor written, and is
+given back on exit.
+
+Nothing of this touches the production path: the App's ``enqueue_jobs``
+(the one path of ``Task.enqueue``, ``enqueue_many``, ``App.enqueue`` and
+workflows) is shadowed on this app object for the ``with`` block only; an
+app that is not eager runs exactly the code it runs without this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+
+from ..app import App
+from ..records._codec import decode_payload
+from ..records._errors import PayloadError, SkipRetry, UnknownTask
+from ..records._jobs import EnqueueResult, LeasedJob, NewJob
+from ..store import QueueWeight, SettleKind, Settlement
+from ..store.memory import MemoryStore
+from .app_store import using_store
+from .fake_context import FakeJobContext, job_context
+from .inline import call_handler, encode_result
+
+#: The lease an eager run holds: longer than any test, so a handler that
+#: sleeps in virtual time never loses it.
+_LEASE_SECONDS = 1e9
+#: How long an eager success is kept when its task does not say (the store
+#: is the test's own).
+_RETAIN_SECONDS = 3600.0
+WORKER_ID = "eager"
+
+
+@attrs.frozen
+class EagerRun:
+    """One attempt run eagerly: the job, its ``attempt`` (1: the first
+    run), how it ended (SUCCEEDED, RETRY: it runs again at once, or DEAD),
+    the error text, and the fake context its handler got (``calls`` shows
+    its ``progress``/``log`` calls)."""
+
+    job_id: str
+    kind: str
+    attempt: int
+    outcome: SettleKind
+    error: str
+    context: FakeJobContext = attrs.field(repr=False)
+
+
+@attrs.define(eq=False)
+class EagerMode:
+    """What :func:`eager` yields: the ``store`` the app uses meanwhile and
+    ``runs``, every attempt run so far, in order."""
+
+    app: App
+    store: MemoryStore
+    propagate: bool
+    lifespan: Any = None
+    redis: Any = None
+    runs: list[EagerRun] = attrs.field(factory=list)
+
+    async def enqueue_jobs(
+        self, jobs: Sequence[NewJob], *, connection: object = None
+    ) -> list[EnqueueResult]:
+        """The App's ``enqueue_jobs`` while eager: store each job (due at
+        once) and run it, with its retries, before the next. ``connection``
+        is not used (the job runs as if that transaction committed).
+        Raises ``UnknownTask`` for a kind this app does not register and
+        ``TypeError`` for a workflow step that has steps after it, before
+        any job is stored; with ``propagate``, what a job's last attempt
+        raised once it is dead (the jobs after it in the batch are then not
+        stored)."""
+        tasks = self.app.registry.tasks
+        for new in jobs:
+            if new.kind not in tasks:
+                raise UnknownTask(
+                    f"eager mode runs only this app's tasks: no task {new.kind!r} is registered"
+                )
+            if new.then is not None:
+                raise TypeError(
+                    f"eager mode does not run workflows (job {new.id!r} of {new.kind!r} has "
+                    "steps after it): test them with a worker (see docs/testing.md)"
+                )
+        results = []
+        for new in jobs:
+            now = attrs.evolve(new, run_at=None, delay=0.0, control=None)
+            [result] = await self.store.enqueue_many([now])
+            results.append(result)
+            if result.created:
+                await self._drain(new.queue)
+        return results
+
+    async def _drain(self, queue: str) -> None:
+        """Run ``queue``'s jobs until none is ready (a retry is due at once)."""
+        store = self.store
+        while True:
+            await store.promote_due([queue], 1000)
+            leased = await store.lease(
+                [QueueWeight(queue)], 1, worker_id=WORKER_ID, lease_duration=_LEASE_SECONDS
+            )
+            if not leased.jobs:
+                return
+            await self._run(leased.jobs[0])
+
+    async def _run(self, leased: LeasedJob) -> None:
+        """One attempt: run, settle as a worker would; raise what killed it
+        (``propagate``)."""
+        job = leased.job
+        spec = self.app.registry.tasks[job.kind]
+        ctx = job_context(job, app=self.app, lifespan=self.lifespan, redis=self.redis)
+        failure: Exception | None = None
+        try:
+            payload = decode_payload(job.payload, spec.payload_type)
+            value = await call_handler(spec, payload, ctx, self.app.registry.middleware)
+            data = encode_result(spec, value)
+        except Exception as exc:
+            failure = exc
+            kind = SettleKind.DEAD if _final(exc, spec.never_retry) else SettleKind.RETRY
+            error = f"{type(exc).__name__}: {exc}"
+            if kind is SettleKind.RETRY and job.attempts > job.max_retries:
+                kind = SettleKind.DEAD
+                error = f"retries exhausted after {job.attempts} attempt(s): {error}"
+            settlement = Settlement(leased.ref, kind, error=error)
+        else:
+            retain = _RETAIN_SECONDS if spec.retain_succeeded is None else spec.retain_succeeded
+            settlement = Settlement(
+                leased.ref,
+                SettleKind.SUCCEEDED,
+                retain_for=retain,
+                result=data,
+                result_ttl=spec.result_ttl if data is not None else 0.0,
+            )
+        self.runs.append(
+            EagerRun(job.id, job.kind, job.attempts, settlement.kind, settlement.error, ctx)
+        )
+        await self.store.settle([settlement])
+        if failure is not None and settlement.kind is SettleKind.DEAD and self.propagate:
+            raise failure
+
+
+def _final(exc: Exception, never_retry: tuple[type[BaseException], ...]) -> bool:
+    """Whether ``exc`` dead-letters its job at once, as in a worker:
+    ``SkipRetry``, a payload that does not decode or a result that does not
+    encode, or one of the task's ``never_retry`` types."""
+    return isinstance(exc, SkipRetry | PayloadError) or isinstance(exc, never_retry)
+
+
+@contextmanager
+def eager(
+    app: App, *, propagate: bool = True, lifespan: Any = None, redis: Any = None
+) -> Iterator[EagerMode]:
+    """Run every job ``app`` enqueues at once, in the caller, inside the
+    ``with`` (see the module doc and docs/testing.md):
+
+    * ``delay``/``run_at`` are ignored: the job runs now; so are priority,
+      expiry and rate and concurrency limits. Unique keys and ``job_id``
+      apply (a duplicate is not run again).
+    * A failed attempt is retried at once, up to the job's ``max_retries``
+      (no backoff; ``Retry``'s delay is ignored; ``RateLimited`` counts as
+      a failed attempt). ``SkipRetry``, a ``never_retry`` error, a payload
+      that does not decode and a result that does not encode end it at once.
+    * Results are kept: ``await handle.result()`` returns the decoded
+      result. A dead job raises its last exception out of ``enqueue`` when
+      ``propagate`` (the default); otherwise ``enqueue`` returns and
+      ``handle.result()`` raises ``JobFailed``.
+    * The App's middleware runs around each handler; dead-letter hooks and
+      metrics do not. Handlers get a :class:`FakeJobContext` with
+      ``lifespan`` and ``redis``.
+
+    Raises RuntimeError when ``app`` is already eager."""
+    if "enqueue_jobs" in vars(app):
+        raise RuntimeError(f"app {app.name!r} is already eager (or its enqueue_jobs is patched)")
+    mode = EagerMode(app, MemoryStore(), propagate, lifespan, redis)
+    with using_store(app, mode.store):
+        app.enqueue_jobs = mode.enqueue_jobs  # type: ignore[method-assign]
+        try:
+            yield mode
+        finally:
+            del app.enqueue_jobs
