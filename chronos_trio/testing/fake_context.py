@@ -129,7 +129,7 @@ def job_context(
     deadline is the job's timeout from now on Trio's clock (infinite when
     called outside Trio)."""
     if isinstance(job, NewJob):
-        job = leased_record(job, attempt or 1)
+        job = leased_record(job, 1 if attempt is None else attempt)
     elif attempt is not None:
         job = attrs.evolve(job, attempts=attempt)
     if job.attempts < 1:
