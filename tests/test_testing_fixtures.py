@@ -79,7 +79,9 @@ def test_the_app_has_its_own_store_back():
 '''
 
 
-def test_a_project_uses_the_fixtures(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_project_uses_the_fixtures(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     pytester.makeini("[pytest]\ntrio_mode = true\n")
     pytester.makeconftest(CONFTEST)
