@@ -16,7 +16,7 @@ import trio
 import trio.testing
 
 from chronos_trio import App, JobCancelled, JobContext, MemoryStore, PayloadError
-from chronos_trio.testing import Call, FakeJobContext, job_context, run_inline
+from chronos_trio.testing import FakeJobContext, RecordedCall, job_context, run_inline
 
 
 @attrs.frozen
@@ -216,13 +216,13 @@ async def test_progress_and_log_calls_are_recorded_in_order() -> None:
     context = job_context(report.new_job(2), app=app)
     await run_inline(report, 2, context=context)
     assert context.calls == [
-        Call("progress", (0.5, "1 of 2")),
-        Call("progress", (1.0, "2 of 2")),
-        Call("log", ("done",), {"level": "info"}),
+        RecordedCall("progress", (0.5, "1 of 2")),
+        RecordedCall("progress", (1.0, "2 of 2")),
+        RecordedCall("log", ("done",), {"level": "info"}),
     ]
     assert [c.args[0] for c in context.calls_to("progress")] == [0.5, 1.0]
     context.record("future_call", 1)  # a hook for calls the fake does not know yet
-    assert context.calls[-1] == Call("future_call", (1,))
+    assert context.calls[-1] == RecordedCall("future_call", (1,))
 
 
 async def test_middleware_runs_only_when_asked() -> None:

@@ -20,9 +20,9 @@ from .damageable import DamageableMemoryStore as DamageableMemoryStore
 from .eager import EagerMode as EagerMode
 from .eager import EagerRun as EagerRun
 from .eager import eager as eager
-from .fake_context import Call as Call
 from .fake_context import FakeJobContext as FakeJobContext
 from .fake_context import FakeLease as FakeLease
+from .fake_context import RecordedCall as RecordedCall
 from .fake_context import job_context as job_context
 from .faulty_store import FaultyStore as FaultyStore
 from .idle import run_until_idle as run_until_idle

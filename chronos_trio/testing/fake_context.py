@@ -34,7 +34,7 @@ class FakeLease:
 
 
 @attrs.frozen
-class Call:
+class RecordedCall:
     """One call a handler made on its fake context: the method's ``name``
     and what it was given."""
 
@@ -49,9 +49,9 @@ class FakeJobContext(JobContext):
 
     ``job.redis`` is the ``redis`` it was given; without one it raises
     ``TypeError`` saying how to give one. ``calls`` lists the recorded
-    calls (:class:`Call`)."""
+    calls (:class:`RecordedCall`)."""
 
-    calls: list[Call] = attrs.field(factory=list)
+    calls: list[RecordedCall] = attrs.field(factory=list)
     _redis: Any = None
 
     @property
@@ -99,9 +99,9 @@ class FakeJobContext(JobContext):
     def record(self, name: str, *args: Any, **kwargs: Any) -> None:
         """Keep one call in ``calls``: how the fake context's stand-ins for
         worker calls report, and a hook for ones it does not know yet."""
-        self.calls.append(Call(name, args, kwargs))
+        self.calls.append(RecordedCall(name, args, kwargs))
 
-    def calls_to(self, name: str) -> list[Call]:
+    def calls_to(self, name: str) -> list[RecordedCall]:
         """The recorded calls of method ``name``, in order."""
         return [call for call in self.calls if call.name == name]
 
