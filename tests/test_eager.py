@@ -12,6 +12,7 @@ import trio.testing
 
 from chronos_trio import (
     App,
+    Job,
     JobContext,
     JobFailed,
     JobState,
@@ -229,3 +230,28 @@ async def test_after_the_block_the_app_is_itself_again() -> None:
         pass
     assert unopened.store_url == "redis://127.0.0.1:1/0"
     assert unopened._store is None  # still unopened: nothing connected
+
+
+async def test_the_dead_letter_hooks_see_the_dead_job_before_enqueue_raises(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = _app()
+    seen: list[tuple[str, JobState, str]] = []
+
+    @app.on_dead_letter
+    async def record(job: Job) -> None:
+        seen.append((job.id, job.state, job.last_error.splitlines()[0]))
+
+    @app.on_dead_letter
+    async def broken(job: Job) -> None:
+        raise RuntimeError("hook bug")
+
+    @app.task("doomed", max_retries=0)
+    async def doomed(n: int) -> None:
+        raise SkipRetry("no")
+
+    with eager(app):
+        with pytest.raises(SkipRetry):
+            await doomed.enqueue(1, job_id="d")
+    assert seen == [("d", JobState.DEAD, "SkipRetry: no")]
+    assert "dead-letter hook" in caplog.text and "hook bug" in caplog.text

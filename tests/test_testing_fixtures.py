@@ -12,7 +12,7 @@ pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
-CONFTEST = '''
+CONFTEST = """
 import pytest
 import chronos_trio
 
@@ -35,9 +35,9 @@ async def send(to: str, job: chronos_trio.JobContext) -> str:
 def chronos_app() -> chronos_trio.App:
     sent.clear()
     return app
-'''
+"""
 
-TESTS = '''
+TESTS = """
 import trio
 import chronos_trio
 from chronos_trio.testing import run_until_idle
@@ -76,7 +76,7 @@ async def test_memory_app_needs_the_virtual_clock(chronos_memory_app):
 def test_the_app_has_its_own_store_back():
     assert app.store_url == "redis://127.0.0.1:1/0"
     assert app._store is None
-'''
+"""
 
 
 def test_a_project_uses_the_fixtures(

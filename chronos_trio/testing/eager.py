@@ -17,6 +17,7 @@ app that is not eager runs exactly the code it runs without this module.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -26,7 +27,7 @@ import attrs
 from ..app import App
 from ..records._codec import decode_payload
 from ..records._errors import PayloadError, SkipRetry, UnknownTask
-from ..records._jobs import EnqueueResult, LeasedJob, NewJob
+from ..records._jobs import EnqueueResult, Job, LeasedJob, NewJob
 from ..store import QueueWeight, SettleKind, Settlement
 from ..store.memory import MemoryStore
 from .app_store import using_store
@@ -40,6 +41,7 @@ _LEASE_SECONDS = 1e9
 #: is the test's own).
 _RETAIN_SECONDS = 3600.0
 WORKER_ID = "eager"
+log = logging.getLogger(__name__)
 
 
 @attrs.frozen
@@ -144,8 +146,24 @@ class EagerMode:
             EagerRun(job.id, job.kind, job.attempts, settlement.kind, settlement.error, ctx)
         )
         await self.store.settle([settlement])
-        if failure is not None and settlement.kind is SettleKind.DEAD and self.propagate:
-            raise failure
+        if settlement.kind is SettleKind.DEAD:
+            await self._dead_letter_hooks(job)
+            if failure is not None and self.propagate:
+                raise failure
+
+    async def _dead_letter_hooks(self, job: Job) -> None:
+        """The App's dead-letter hooks, with the job as it ended, in order;
+        what one raises is logged, as a worker logs it."""
+        hooks = self.app.registry.dead_letter_hooks
+        if not hooks:
+            return
+        dead = await self.store.get_job(job.id, queue=job.queue)
+        assert dead is not None  # just settled in the eager store
+        for hook in hooks:
+            try:
+                await hook(dead)
+            except Exception:
+                log.exception("eager mode: dead-letter hook %r failed", hook)
 
 
 def _final(exc: Exception, never_retry: tuple[type[BaseException], ...]) -> bool:
@@ -173,8 +191,9 @@ def eager(
       result. A dead job raises its last exception out of ``enqueue`` when
       ``propagate`` (the default); otherwise ``enqueue`` returns and
       ``handle.result()`` raises ``JobFailed``.
-    * The App's middleware runs around each handler; dead-letter hooks and
-      metrics do not. Handlers get a :class:`FakeJobContext` with
+    * The App's middleware runs around each handler, and its dead-letter
+      hooks after a job ends dead (before ``enqueue`` raises); metrics do
+      not run. Handlers get a :class:`FakeJobContext` with
       ``lifespan`` and ``redis``.
 
     Raises RuntimeError when ``app`` is already eager."""
