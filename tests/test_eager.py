@@ -21,6 +21,7 @@ from chronos_trio import (
     SkipRetry,
     UnknownTask,
     chain,
+    group,
 )
 from chronos_trio.store import SettleKind
 from chronos_trio.testing import eager
@@ -190,20 +191,42 @@ async def test_a_job_id_or_unique_key_already_taken_is_not_run_again() -> None:
     assert (first.created, again.created, runs) == (True, False, [1])
 
 
-async def test_unknown_kinds_and_workflows_are_refused_before_anything_is_stored() -> None:
+async def test_an_unknown_kind_is_refused_before_anything_is_stored() -> None:
     app = _app()
-
-    @app.task("step")
-    async def step(n: int) -> int:
-        return n
 
     with eager(app) as mode:
         with pytest.raises(UnknownTask, match="'elsewhere'"):
             await app.enqueue("elsewhere", 1)
-        with pytest.raises(TypeError, match="does not run workflows"):
-            await app.enqueue_workflow(chain(step.s(1), step.s()))
         assert sum(s.total for s in await mode.store.stats()) == 0
         assert mode.runs == []
+
+
+async def test_a_workflow_runs_step_by_step_inside_its_enqueue() -> None:
+    app = _app()
+    order: list[str] = []
+
+    @app.task("fetch")
+    async def fetch(order_id: int) -> int:
+        order.append(f"fetch {order_id}")
+        return order_id * 100
+
+    @app.task("half")
+    async def half(cents: int) -> int:
+        order.append(f"half {cents}")
+        return cents // 2
+
+    @app.task("total", queue="sums")
+    async def total(parts: list[int]) -> int:
+        order.append(f"total {sorted(parts)}")
+        return sum(parts)
+
+    with eager(app) as mode:
+        flow = await app.enqueue_workflow(
+            chain(fetch.s(7), group(half.s(), half.s()), total.s()), workflow_id="w"
+        )
+        assert order == ["fetch 7", "half 700", "half 700", "total [350, 350]"]
+        assert await flow.result(timeout=1) == 700  # already finished
+        assert [r.kind for r in mode.runs] == ["fetch", "half", "half", "total"]
 
 
 async def test_after_the_block_the_app_is_itself_again() -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from ..actors.continuer import next_jobs
 from ..app import App
 from ..records._codec import decode_payload
 from ..records._errors import PayloadError, SkipRetry, UnknownTask
@@ -77,9 +78,8 @@ class EagerMode:
         """The App's ``enqueue_jobs`` while eager: store each job (due at
         once) and run it, with its retries, before the next. ``connection``
         is not used (the job runs as if that transaction committed).
-        Raises ``UnknownTask`` for a kind this app does not register and
-        ``TypeError`` for a workflow step that has steps after it, before
-        any job is stored; with ``propagate``, what a job's last attempt
+        Raises ``UnknownTask`` for a kind this app does not register,
+        before any job is stored; with ``propagate``, what a job's last attempt
         raised once it is dead (the jobs after it in the batch are then not
         stored)."""
         tasks = self.app.registry.tasks
@@ -87,11 +87,6 @@ class EagerMode:
             if new.kind not in tasks:
                 raise UnknownTask(
                     f"eager mode runs only this app's tasks: no task {new.kind!r} is registered"
-                )
-            if new.then is not None:
-                raise TypeError(
-                    f"eager mode does not run workflows (job {new.id!r} of {new.kind!r} has "
-                    "steps after it): test them with a worker (see docs/testing.md)"
                 )
         results = []
         for new in jobs:
@@ -146,10 +141,23 @@ class EagerMode:
             EagerRun(job.id, job.kind, job.attempts, settlement.kind, settlement.error, ctx)
         )
         await self.store.settle([settlement])
-        if settlement.kind is SettleKind.DEAD:
+        if settlement.kind is SettleKind.SUCCEEDED:
+            await self._continue(job.queue)
+        elif settlement.kind is SettleKind.DEAD:
             await self._dead_letter_hooks(job)
             if failure is not None and self.propagate:
                 raise failure
+
+    async def _continue(self, queue: str) -> None:
+        """Run what follows a workflow job that succeeded in ``queue`` (its
+        outbox entry, put there by the success settle): the next steps are
+        enqueued eagerly, so they run now (as the continuer of a worker
+        would enqueue them; see ``actors.continuer``)."""
+        store = self.store
+        while batch := await store.continuations([queue], 256):
+            jobs = await next_jobs(store, batch)
+            await store.finish_continuations(batch)  # before the next steps run
+            await self.enqueue_jobs(jobs)
 
     async def _dead_letter_hooks(self, job: Job) -> None:
         """The App's dead-letter hooks, with the job as it ended, in order;
@@ -187,6 +195,9 @@ def eager(
       (no backoff; ``Retry``'s delay is ignored; ``RateLimited`` counts as
       a failed attempt). ``SkipRetry``, a ``never_retry`` error, a payload
       that does not decode and a result that does not encode end it at once.
+    * A workflow runs step by step: what follows a step that succeeded
+      runs at once after it (inside the first enqueue), a group's
+      continuation once its last member succeeded.
     * Results are kept: ``await handle.result()`` returns the decoded
       result. A dead job raises its last exception out of ``enqueue`` when
       ``propagate`` (the default); otherwise ``enqueue`` returns and
