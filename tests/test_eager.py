@@ -278,3 +278,14 @@ async def test_the_dead_letter_hooks_see_the_dead_job_before_enqueue_raises(
             await doomed.enqueue(1, job_id="d")
     assert seen == [("d", JobState.DEAD, "SkipRetry: no")]
     assert "dead-letter hook" in caplog.text and "hook bug" in caplog.text
+
+
+def test_eager_refuses_what_is_not_an_app_or_a_bool() -> None:
+    with pytest.raises(TypeError, match="eager takes an App"):
+        with eager("myproject.jobs:app"):  # type: ignore[arg-type]
+            pass
+    app = _app()
+    with pytest.raises(TypeError, match="propagate must be a bool"):
+        with eager(app, propagate="no"):  # type: ignore[arg-type]
+            pass
+    assert "enqueue_jobs" not in vars(app)

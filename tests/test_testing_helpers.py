@@ -16,7 +16,13 @@ import trio
 import trio.testing
 
 from chronos_trio import App, JobCancelled, JobContext, MemoryStore, PayloadError
-from chronos_trio.testing import FakeJobContext, RecordedCall, job_context, run_inline
+from chronos_trio.testing import (
+    FakeJobContext,
+    RecordedCall,
+    job_context,
+    run_inline,
+    run_until_idle,
+)
 
 
 @attrs.frozen
@@ -255,5 +261,61 @@ def test_a_context_made_outside_trio_has_no_deadline_and_attempts_start_at_one()
     context = job_context(handler.new_job(1), app=app)
     assert context.deadline == math.inf
     assert context.attempt == 1
-    with pytest.raises(ValueError, match="attempt must be >= 1"):
+    with pytest.raises(ValueError, match=r"attempt must be an int >= 1 \(1 is the first run\)"):
         job_context(handler.new_job(1), app=app, attempt=0)
+
+
+async def test_bad_arguments_are_refused_with_what_to_do() -> None:
+    app = _app()
+    ran: list[int] = []
+
+    @app.task("k")
+    async def handler(n: int) -> None:
+        ran.append(n)
+
+    context = job_context(handler.new_job(1), app=app)
+    with pytest.raises(TypeError, match=r"a context and attempt, redis: give those to job_context"):
+        await run_inline(handler, 1, context=context, attempt=2, redis=object())
+    with pytest.raises(ValueError, match="attempt must be an int >= 1"):
+        await run_inline(handler, 1, attempt=0)
+    with pytest.raises(TypeError, match="middleware must be a bool"):
+        await run_inline(handler, 1, middleware="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="takes a task"):
+        await run_inline(handler.fn, 1)  # type: ignore[arg-type]
+    assert ran == []
+
+
+async def test_run_until_idle_runs_delayed_jobs_and_retries_then_stops(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    app = _app()
+    done: list[tuple[int, float]] = []
+
+    @app.task("later", max_retries=1)
+    async def later(n: int, job: JobContext) -> None:
+        if job.attempt == 1:
+            raise ConnectionError("once")
+        done.append((n, trio.current_time()))
+
+    start = trio.current_time()
+    await later.enqueue(1, delay=300)
+    worker = await run_until_idle(app, timeout=600)
+    assert [n for n, _ in done] == [1]
+    assert done[0][1] - start >= 300
+    stats = worker.statistics()
+    assert (stats.succeeded, stats.retried) == (1, 1)
+
+
+async def test_run_until_idle_gives_up_at_its_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    app = _app()
+
+    @app.task("far")
+    async def far(n: int) -> None: ...
+
+    await far.enqueue(1, delay=10_000)
+    start = trio.current_time()
+    with pytest.raises(trio.TooSlowError):
+        await run_until_idle(app, timeout=60)
+    assert 60 <= trio.current_time() - start < 120

@@ -26,6 +26,7 @@ import attrs
 
 from ..actors.continuer import next_jobs
 from ..app import App
+from ..records._checks import check_bool
 from ..records._codec import decode_payload
 from ..records._errors import PayloadError, SkipRetry, UnknownTask
 from ..records._jobs import EnqueueResult, Job, LeasedJob, NewJob
@@ -207,7 +208,11 @@ def eager(
       not run. Handlers get a :class:`FakeJobContext` with
       ``lifespan`` and ``redis``.
 
-    Raises RuntimeError when ``app`` is already eager."""
+    Raises TypeError for an ``app`` that is not an App or a ``propagate``
+    that is not a bool, RuntimeError when ``app`` is already eager."""
+    if not isinstance(app, App):
+        raise TypeError(f"eager takes an App, got {app!r}")
+    check_bool("propagate", propagate, error=TypeError)
     if "enqueue_jobs" in vars(app):
         raise RuntimeError(f"app {app.name!r} is already eager (or its enqueue_jobs is patched)")
     mode = EagerMode(app, MemoryStore(), propagate, lifespan, redis)

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 import trio
 
+from ..records._checks import check_positive_int
 from ..records._jobs import Job, JobState, NewJob
 from ..runtime._context import JobContext, Producer
 
@@ -127,13 +128,15 @@ def job_context(
     a producer builds it (``task.new_job(payload, ...)``), then taken as
     leased for its ``attempt`` (default 1). ``app`` is ``job.app``. Its
     deadline is the job's timeout from now on Trio's clock (infinite when
-    called outside Trio)."""
+    called outside Trio). Raises ValueError for an ``attempt`` (or a
+    record's) that is not an int >= 1."""
+    if attempt is None:
+        attempt = job.attempts if isinstance(job, Job) else 1
+    check_positive_int("attempt", attempt, note=" (1 is the first run)")
     if isinstance(job, NewJob):
-        job = leased_record(job, 1 if attempt is None else attempt)
-    elif attempt is not None:
+        job = leased_record(job, attempt)
+    elif attempt != job.attempts:
         job = attrs.evolve(job, attempts=attempt)
-    if job.attempts < 1:
-        raise ValueError(f"attempt must be >= 1 (1 is the first run), got {job.attempts}")
     try:
         deadline = trio.current_time() + job.timeout
     except RuntimeError:  # outside Trio

@@ -17,11 +17,14 @@ async def run_until_idle(app: App, *, timeout: float = 60.0, **config: Any) -> W
     virtual clock that takes no real time), then stop it gracefully and
     return it (``worker.statistics()`` says what it did).
 
-    Raises ``trio.TooSlowError`` when that takes more than ``timeout``
-    seconds on Trio's clock (a job that keeps failing into retries, a
-    schedule that keeps firing), and what ``Worker.wait_idle`` raises
-    (``MissingCapability`` on a store without admin)."""
+    Raises ``trio.TooSlowError`` (after stopping the worker gracefully)
+    when that takes more than ``timeout`` seconds on Trio's clock (a job
+    that keeps failing into retries, a schedule that keeps firing), and
+    what ``Worker.wait_idle`` raises (``MissingCapability`` on a store
+    without admin)."""
     async with app.open_worker(**config) as worker:
-        with trio.fail_after(timeout):
+        with trio.move_on_after(timeout) as waited:
             await worker.wait_idle()
+    if waited.cancelled_caught:  # raised here, not inside the worker's nursery
+        raise trio.TooSlowError(f"{app.name}: jobs still pending after {timeout:g}s")
     return worker

@@ -19,6 +19,7 @@ from typing import Any, TypeVar, Unpack, cast
 import trio
 
 from ..app import App, Task
+from ..records._checks import check_bool, check_positive_int
 from ..records._codec import decode_payload, encode_payload
 from ..records._errors import PayloadError
 from ..records._options import EnqueueOptions
@@ -56,11 +57,27 @@ async def run_inline(
     middleware around the handler, as a worker does. The task's timeout is
     not enforced (``job.deadline`` says when it would end).
 
-    Raises what ``enqueue`` raises for the payload and options
+    Raises ``TypeError`` for a ``task`` that is not a Task, a
+    ``middleware`` that is not a bool, or a ``context`` given with
+    ``attempt``, ``app``, ``lifespan`` or ``redis`` (give those to
+    ``job_context``); ``ValueError`` for an ``attempt`` that is not an int
+    >= 1; what ``enqueue`` raises for the payload and options
     (``PayloadError``, ``TypeError``, ``ValueError``), ``PayloadError`` when
     the payload does not decode or the result does not encode (or is over
     the size limit), and whatever the handler raises.
     """
+    if not isinstance(task, Task):
+        raise TypeError(f"run_inline takes a task (what @app.task returns), got {task!r}")
+    check_bool("middleware", middleware, error=TypeError)
+    check_positive_int("attempt", attempt, note=" (1 is the first run)")
+    if context is not None:
+        given = {"attempt": attempt != 1, "app": app, "lifespan": lifespan, "redis": redis}
+        clash = [name for name, value in given.items() if value not in (None, False)]
+        if clash:
+            raise TypeError(
+                f"run_inline got a context and {', '.join(clash)}: give those to "
+                "job_context(...) when making the context"
+            )
     spec = task.spec
     new = task.new_job(payload, **options)
     decoded = decode_payload(new.payload, spec.payload_type)
