@@ -319,3 +319,5 @@ async def test_run_until_idle_gives_up_at_its_timeout(
     with pytest.raises(trio.TooSlowError):
         await run_until_idle(app, timeout=60)
     assert 60 <= trio.current_time() - start < 120
+    with pytest.raises(ValueError, match="timeout must be a finite number of seconds > 0"):
+        await run_until_idle(app, timeout=-1)

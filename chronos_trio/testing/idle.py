@@ -7,6 +7,7 @@ from typing import Any
 import trio
 
 from ..app import App
+from ..records._checks import check_seconds
 from ..worker import Worker
 
 
@@ -21,7 +22,9 @@ async def run_until_idle(app: App, *, timeout: float = 60.0, **config: Any) -> W
     when that takes more than ``timeout`` seconds on Trio's clock (a job
     that keeps failing into retries, a schedule that keeps firing), and
     what ``Worker.wait_idle`` raises (``MissingCapability`` on a store
-    without admin)."""
+    without admin, in the worker's ExceptionGroup); ValueError for a
+    ``timeout`` that is not a finite number > 0."""
+    check_seconds("timeout", timeout)
     async with app.open_worker(**config) as worker:
         with trio.move_on_after(timeout) as waited:
             await worker.wait_idle()
