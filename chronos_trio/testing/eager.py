@@ -28,11 +28,17 @@ from ..actors.continuer import next_jobs
 from ..app import App
 from ..records._checks import check_bool
 from ..records._codec import decode_payload
-from ..records._errors import PayloadError, SkipRetry, UnknownTask
+from ..records._errors import PayloadError, SkipRetry
 from ..records._jobs import EnqueueResult, Job, LeasedJob, NewJob
 from ..store import QueueWeight, SettleKind, Settlement
 from ..store.memory import MemoryStore
 from .app_store import using_store
+from .eager_producers import (
+    EagerAsyncioProducer,
+    EagerSyncProducer,
+    sync_producer,
+    unknown_task,
+)
 from .fake_context import FakeJobContext, job_context
 from .inline import call_handler, encode_result
 
@@ -73,6 +79,16 @@ class EagerMode:
     redis: Any = None
     runs: list[EagerRun] = attrs.field(factory=list)
 
+    def sync_producer(self) -> EagerSyncProducer:
+        """A stand-in for a SyncProducer of this app: its calls enqueue
+        eagerly (see ``testing.eager_producers``)."""
+        return sync_producer(self.app)
+
+    def asyncio_producer(self) -> EagerAsyncioProducer:
+        """A stand-in for an AsyncioProducer of this app, as
+        :meth:`sync_producer`."""
+        return EagerAsyncioProducer(sync_producer(self.app))
+
     async def enqueue_jobs(
         self, jobs: Sequence[NewJob], *, connection: object = None
     ) -> list[EnqueueResult]:
@@ -86,9 +102,7 @@ class EagerMode:
         tasks = self.app.registry.tasks
         for new in jobs:
             if new.kind not in tasks:
-                raise UnknownTask(
-                    f"eager mode runs only this app's tasks: no task {new.kind!r} is registered"
-                )
+                raise unknown_task(new.kind)
         results = []
         for new in jobs:
             now = attrs.evolve(new, run_at=None, delay=0.0, control=None)
@@ -207,6 +221,8 @@ def eager(
       hooks after a job ends dead (before ``enqueue`` raises); metrics do
       not run. Handlers get a :class:`FakeJobContext` with
       ``lifespan`` and ``redis``.
+    * ``mode.sync_producer()`` and ``mode.asyncio_producer()`` stand in
+      for the producers outside Trio (see ``testing.eager_producers``).
 
     Raises TypeError for an ``app`` that is not an App or a ``propagate``
     that is not a bool, RuntimeError when ``app`` is already eager."""
