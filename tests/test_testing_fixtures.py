@@ -35,6 +35,11 @@ async def send(to: str, job: chronos_trio.JobContext) -> str:
 def chronos_app() -> chronos_trio.App:
     sent.clear()
     return app
+
+
+@pytest.fixture
+def chronos_worker_options() -> dict:
+    return {"concurrency": 3}
 """
 
 TESTS = """
@@ -53,6 +58,7 @@ async def test_worker_runs_delayed_jobs_in_virtual_time(chronos_worker, autojump
     assert sent == [("a@example.com", 2)]
     assert trio.current_time() - start >= 121      # the delay, then the backoff
     assert chronos_worker.statistics().retried == 1
+    assert chronos_worker.config.concurrency == 3
 
 
 async def test_run_until_idle(chronos_memory_app, autojump_clock):

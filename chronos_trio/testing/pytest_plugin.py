@@ -13,7 +13,8 @@ and override ``chronos_app`` there to return your App. The fixtures:
   ``autojump_clock`` (pytest-trio reads the clock from the test's own
   arguments only): the fixture fails the test without a virtual clock.
 * ``chronos_worker``: a worker of ``chronos_memory_app`` running for the
-  test (``await chronos_worker.wait_idle()``).
+  test (``await chronos_worker.wait_idle()``), with the options
+  ``chronos_worker_options`` returns (override it; default: none).
 * ``chronos_eager``: ``chronos_app`` in eager mode for the test (an
   :class:`~chronos_trio.testing.EagerMode`; see
   :func:`~chronos_trio.testing.eager`).
@@ -22,6 +23,7 @@ and override ``chronos_app`` there to return your App. The fixtures:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import trio
@@ -54,10 +56,19 @@ async def chronos_memory_app(chronos_app: App) -> AsyncIterator[App]:
 
 
 @pytest.fixture
-async def chronos_worker(chronos_memory_app: App) -> AsyncIterator[Worker]:
+def chronos_worker_options() -> dict[str, Any]:
+    """The options of ``chronos_worker`` (WorkerConfig's): override this
+    fixture to set them (default: none)."""
+    return {}
+
+
+@pytest.fixture
+async def chronos_worker(
+    chronos_memory_app: App, chronos_worker_options: dict[str, Any]
+) -> AsyncIterator[Worker]:
     """A worker of ``chronos_memory_app`` running for the test, stopped
     gracefully after it."""
-    async with chronos_memory_app.open_worker() as worker:
+    async with chronos_memory_app.open_worker(**chronos_worker_options) as worker:
         yield worker
 
 
