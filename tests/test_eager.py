@@ -15,6 +15,7 @@ from chronos_trio import (
     Job,
     JobContext,
     JobFailed,
+    JobNotFound,
     JobState,
     MemoryStore,
     PayloadError,
@@ -289,3 +290,25 @@ def test_eager_refuses_what_is_not_an_app_or_a_bool() -> None:
         with eager(app, propagate="no"):  # type: ignore[arg-type]
             pass
     assert "enqueue_jobs" not in vars(app)
+
+
+async def test_a_discard_dead_task_s_failure_is_deleted_and_still_reported() -> None:
+    app = _app()
+    seen: list[tuple[str, JobState, str]] = []
+
+    @app.on_dead_letter
+    async def record(job: Job) -> None:
+        seen.append((job.id, job.state, job.last_error))
+
+    @app.task("drop", max_retries=0, discard_dead=True)
+    async def drop(n: int) -> None:
+        raise ValueError("bad row")
+
+    with eager(app, propagate=False) as mode:
+        handle = await drop.enqueue(1, job_id="x")
+        with pytest.raises(JobNotFound):
+            await handle.status()
+        assert [r.outcome for r in mode.runs] == [SettleKind.DISCARD]
+    assert seen == [
+        ("x", JobState.DEAD, "retries exhausted after 1 attempt(s): ValueError: bad row")
+    ]

@@ -29,7 +29,7 @@ from ..app import App
 from ..records._checks import check_bool
 from ..records._codec import decode_payload
 from ..records._errors import PayloadError, SkipRetry
-from ..records._jobs import EnqueueResult, Job, LeasedJob, NewJob
+from ..records._jobs import EnqueueResult, Job, JobState, LeasedJob, NewJob
 from ..store import QueueWeight, SettleKind, Settlement
 from ..store.memory import MemoryStore
 from .app_store import using_store
@@ -55,7 +55,8 @@ log = logging.getLogger(__name__)
 @attrs.frozen
 class EagerRun:
     """One attempt run eagerly: the job, its ``attempt`` (1: the first
-    run), how it ended (SUCCEEDED, RETRY: it runs again at once, or DEAD),
+    run), how it ended (SUCCEEDED, RETRY: it runs again at once, DEAD, or
+    DISCARD: dead and deleted, for a task with ``discard_dead``),
     the error text, and the fake context its handler got (``calls`` shows
     its ``progress``/``log`` calls)."""
 
@@ -142,6 +143,8 @@ class EagerMode:
             if kind is SettleKind.RETRY and job.attempts > job.max_retries:
                 kind = SettleKind.DEAD
                 error = f"retries exhausted after {job.attempts} attempt(s): {error}"
+            if kind is SettleKind.DEAD and spec.discard_dead:
+                kind = SettleKind.DISCARD  # deleted, not kept dead, as a worker does
             settlement = Settlement(leased.ref, kind, error=error)
         else:
             retain = _RETAIN_SECONDS if spec.retain_succeeded is None else spec.retain_succeeded
@@ -158,8 +161,8 @@ class EagerMode:
         await self.store.settle([settlement])
         if settlement.kind is SettleKind.SUCCEEDED:
             await self._continue(job.queue)
-        elif settlement.kind is SettleKind.DEAD:
-            await self._dead_letter_hooks(job)
+        elif settlement.kind is not SettleKind.RETRY:  # dead, or discarded
+            await self._dead_letter_hooks(job, settlement.error)
             if failure is not None and self.propagate:
                 raise failure
 
@@ -174,14 +177,16 @@ class EagerMode:
             await store.finish_continuations(batch)  # before the next steps run
             await self.enqueue_jobs(jobs)
 
-    async def _dead_letter_hooks(self, job: Job) -> None:
-        """The App's dead-letter hooks, with the job as it ended, in order;
-        what one raises is logged, as a worker logs it."""
+    async def _dead_letter_hooks(self, job: Job, error: str) -> None:
+        """The App's dead-letter hooks, with the job as it ended (as the
+        store keeps it; a discarded one as it was leased, dead with
+        ``error``), in order; what one raises is logged, as a worker logs it."""
         hooks = self.app.registry.dead_letter_hooks
         if not hooks:
             return
         dead = await self.store.get_job(job.id, queue=job.queue)
-        assert dead is not None  # just settled in the eager store
+        if dead is None:  # discarded (``discard_dead``)
+            dead = attrs.evolve(job, state=JobState.DEAD, last_error=error)
         for hook in hooks:
             try:
                 await hook(dead)
