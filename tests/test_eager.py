@@ -312,3 +312,20 @@ async def test_a_discard_dead_task_s_failure_is_deleted_and_still_reported() -> 
     assert seen == [
         ("x", JobState.DEAD, "retries exhausted after 1 attempt(s): ValueError: bad row")
     ]
+
+
+async def test_only_the_eager_app_is_eager() -> None:
+    eager_app, other = _app(), _app()
+    ran: list[str] = []
+
+    for app in (eager_app, other):
+
+        @app.task("note")
+        async def note(text: str) -> None:
+            ran.append(text)
+
+    with eager(eager_app):
+        await eager_app.tasks["note"].enqueue("eager")
+        waiting = await other.tasks["note"].enqueue("stored")
+        assert ran == ["eager"]
+        assert (await waiting.status()).state is JobState.READY
