@@ -189,7 +189,9 @@ async def test_a_job_id_or_unique_key_already_taken_is_not_run_again() -> None:
     with eager(app):
         first = await once.enqueue(1, job_id="same")
         again = await once.enqueue(2, job_id="same")
-    assert (first.created, again.created, runs) == (True, False, [1])
+        # a transactional enqueue runs as if its transaction committed
+        await once.enqueue(3, connection=object())
+    assert (first.created, again.created, runs) == (True, False, [1, 3])
 
 
 async def test_an_unknown_kind_is_refused_before_anything_is_stored() -> None:
