@@ -169,16 +169,13 @@ class EagerAsyncioProducer:
         return EagerAsyncioHandle(await asyncio.to_thread(enqueue))
 
     async def enqueue_many(
-        self,
-        task: Task[Any] | str,
-        payloads: Iterable[Any],
-        *,
-        delay: float | None = None,
-        queue: str | None = None,
-        connection: object = None,
+        self, task: Task[Any] | str, payloads: Iterable[Any], **options: Any
     ) -> list[EagerAsyncioHandle]:
+        """As :meth:`EagerSyncProducer.enqueue_many` (``delay``, ``queue``,
+        ``connection``)."""
+
         def enqueue_many() -> list[EagerSyncHandle]:
-            return self.sync.enqueue_many(task, payloads, delay=delay, queue=queue)
+            return self.sync.enqueue_many(task, payloads, **options)
 
         return [EagerAsyncioHandle(h) for h in await asyncio.to_thread(enqueue_many)]
 
