@@ -15,6 +15,7 @@ between its settle and its continuation) are found every
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import trio
 
@@ -59,6 +60,17 @@ async def run(
 
 async def _continue(store: Store, batch: list[Continuation]) -> None:
     """Enqueue what each entry's continuation asks for (idempotent)."""
+    jobs = await next_jobs(store, batch)
+    if jobs:
+        await store.enqueue_many(jobs)
+
+
+async def next_jobs(store: FlowRole, batch: Sequence[Continuation]) -> list[NewJob]:
+    """The jobs that follow ``batch``'s entries, under their deterministic
+    IDs: each entry's next steps, and what follows each group the entries
+    complete (their arrivals recorded in ``store``, one call per round).
+    An entry whose continuation cannot be read is logged and skipped.
+    Raises StoreError when the store cannot be reached."""
     jobs: list[NewJob] = []
     arrivals: list[Arrival] = []
     for entry in batch:
@@ -90,5 +102,4 @@ async def _continue(store: Store, batch: list[Continuation]) -> None:
             jobs.extend(then.jobs)
             next_arrivals.extend(then.arrivals)
         arrivals = next_arrivals
-    if jobs:
-        await store.enqueue_many(jobs)
+    return jobs

@@ -1,7 +1,10 @@
-"""Test support shipped with chronos_trio: the store conformance suite,
-fault-injection helpers, a store with only the core (``MinimalStore``) and a
-MemoryStore whose records can be damaged (``DamageableMemoryStore``), usable
-by any project that builds on it."""
+"""Test support shipped with chronos_trio: calling a handler directly
+(``run_inline``) with a fake job context, eager mode (``eager``), running
+until idle, pytest fixtures (``chronos_trio.testing.pytest_plugin``, opt
+in), the store conformance suite, fault-injection helpers, a store with
+only the core (``MinimalStore``) and a MemoryStore whose records can be
+damaged (``DamageableMemoryStore``), usable by any project that builds on
+it."""
 
 from . import (
     _conformance_control,  # noqa: F401 - registers the flow-control checks in CHECKS
@@ -9,9 +12,19 @@ from . import (
     _conformance_unique,  # noqa: F401 - registers the unique jobs' run and release checks
     _conformance_workers,  # noqa: F401 - registers the worker registry's checks
 )
+from .app_store import using_store as using_store
 from .conformance import CHECKS as CHECKS
 from .conformance import Check as Check
 from .conformance import StoreFactory as StoreFactory
 from .damageable import DamageableMemoryStore as DamageableMemoryStore
+from .eager import EagerMode as EagerMode
+from .eager import EagerRun as EagerRun
+from .eager import eager as eager
+from .fake_context import FakeJobContext as FakeJobContext
+from .fake_context import FakeLease as FakeLease
+from .fake_context import RecordedCall as RecordedCall
+from .fake_context import job_context as job_context
 from .faulty_store import FaultyStore as FaultyStore
+from .idle import run_until_idle as run_until_idle
+from .inline import run_inline as run_inline
 from .minimal_store import MinimalStore as MinimalStore
