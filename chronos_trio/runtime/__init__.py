@@ -37,6 +37,7 @@ from ._registry import Lifespan as Lifespan
 from ._registry import Middleware as Middleware
 from ._registry import Registry as Registry
 from ._registry import WorkerHost as WorkerHost
+from ._recycle import Recycled as Recycled
 from ._restarts import RestartWindow as RestartWindow
 from ._schedule import JobDefaultsOf as JobDefaultsOf
 from ._schedule import MisfirePolicy as MisfirePolicy
