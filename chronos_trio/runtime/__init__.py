@@ -32,12 +32,12 @@ from ._metrics import Metrics as Metrics
 from ._metrics import MetricsBase as MetricsBase
 from ._metrics import MetricsFeed as MetricsFeed
 from ._metrics import RoundTripTally as RoundTripTally
+from ._recycle import Recycled as Recycled
 from ._registry import DeadLetterHook as DeadLetterHook
 from ._registry import Lifespan as Lifespan
 from ._registry import Middleware as Middleware
 from ._registry import Registry as Registry
 from ._registry import WorkerHost as WorkerHost
-from ._recycle import Recycled as Recycled
 from ._restarts import RestartWindow as RestartWindow
 from ._schedule import JobDefaultsOf as JobDefaultsOf
 from ._schedule import MisfirePolicy as MisfirePolicy
