@@ -175,7 +175,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         type=int_at_least(1),
         help="recycle a worker process once it has run N jobs: it finishes them, exits "
-        "and a fresh one takes its place (default: never)",
+        "and a fresh one takes its place (never)",
     )
     manager.add_argument(
         "--max-memory-per-child",
@@ -183,7 +183,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int_at_least(1),
         help="recycle a worker process once its resident memory reaches MB megabytes: it "
         "hands back the jobs it has not started, finishes the running ones and a fresh "
-        "one takes its place (default: never)",
+        "one takes its place (never)",
     )
     manager.add_argument(
         "--liveness-timeout",
