@@ -12,12 +12,13 @@ import datetime as dt
 import json
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 
-from chronos_trio import App, JobState
+from chronos_trio import App, JobState, Worker
 from chronos_trio.cli import (
     EXIT_BAD_URL,
     EXIT_JOB_FAILED,
@@ -53,48 +54,57 @@ async def counts(app: App) -> dict[JobState, int]:
     return dict((await app.inspector().queue("default")).counts)
 
 
-@pytest.mark.redis
-async def test_wait_prints_the_result_with_and_without_the_app(redis_url: str) -> None:
+@pytest.fixture
+async def app(redis_url: str) -> AsyncIterator[App]:
+    """The test app on the private Redis (a producer, and a worker's app)."""
     app = make_app(redis_url)
     try:
-        async with app.open_worker(poll_interval=0.2, queues="default,critical"):
-            code, out, err = await enqueue(
-                redis_url, "tests.add", '{"a": 2, "b": 3}', "--app", APP, "--wait"
-            )
-            assert code == EXIT_OK, err
-            job_id, result = out
-            assert json.loads(result) == {"sum": 5}
-            # no app: the JSON goes as it is; the worker structures it
-            code, out, err = await enqueue(redis_url, "tests.add", '{"a": 4, "b": 5}', "--wait")
-            assert code == EXIT_OK, err
-            assert json.loads(out[1]) == {"sum": 9} and out[0] != job_id
-            # a task that keeps no result prints null
-            code, out, err = await enqueue(
-                redis_url, "tests.note", "-", "--app", APP, "--wait", stdin=b'{"text": "hi"}'
-            )
-            assert (code, out[1:]) == (EXIT_OK, ["null"]), err
+        yield app
     finally:
         await app.aclose()
 
 
+@pytest.fixture
+async def working(app: App) -> AsyncIterator[Worker]:
+    """A worker of the test app running for the test."""
+    async with app.open_worker(poll_interval=0.2, queues="default,critical") as worker:
+        yield worker
+
+
 @pytest.mark.redis
-async def test_a_job_that_fails_exits_12_with_its_error(redis_url: str) -> None:
-    app = make_app(redis_url)
-    try:
-        async with app.open_worker(poll_interval=0.2, queues="default,critical"):
-            code, out, err = await enqueue(
-                redis_url, "tests.add", '{"a": -1, "b": 3}', "--app", APP, "--wait"
-            )
-            assert code == EXIT_JOB_FAILED
-            assert f"job {out[0]} failed after 1 attempt(s): SkipRetry: negative a: -1" in err
-            assert len(out) == 1  # the id, no result
-            # without the app a payload that does not structure reaches the
-            # worker, which dead-letters it with the reason
-            code, out, err = await enqueue(redis_url, "tests.add", '{"a": 1}', "--wait")
-            assert code == EXIT_JOB_FAILED
-            assert "payload does not structure as Add" in err and "'b'" in err
-    finally:
-        await app.aclose()
+async def test_wait_prints_the_result_with_and_without_the_app(
+    redis_url: str, working: Worker
+) -> None:
+    code, out, err = await enqueue(
+        redis_url, "tests.add", '{"a": 2, "b": 3}', "--app", APP, "--wait"
+    )
+    assert code == EXIT_OK, err
+    job_id, result = out
+    assert json.loads(result) == {"sum": 5}
+    # no app: the JSON goes as it is; the worker structures it
+    code, out, err = await enqueue(redis_url, "tests.add", '{"a": 4, "b": 5}', "--wait")
+    assert code == EXIT_OK, err
+    assert json.loads(out[1]) == {"sum": 9} and out[0] != job_id
+    # a task that keeps no result prints null
+    code, out, err = await enqueue(
+        redis_url, "tests.note", "-", "--app", APP, "--wait", stdin=b'{"text": "hi"}'
+    )
+    assert (code, out[1:]) == (EXIT_OK, ["null"]), err
+
+
+@pytest.mark.redis
+async def test_a_job_that_fails_exits_12_with_its_error(redis_url: str, working: Worker) -> None:
+    code, out, err = await enqueue(
+        redis_url, "tests.add", '{"a": -1, "b": 3}', "--app", APP, "--wait"
+    )
+    assert code == EXIT_JOB_FAILED
+    assert f"job {out[0]} failed after 1 attempt(s): SkipRetry: negative a: -1" in err
+    assert len(out) == 1  # the id, no result
+    # without the app a payload that does not structure reaches the
+    # worker, which dead-letters it with the reason
+    code, out, err = await enqueue(redis_url, "tests.add", '{"a": 1}', "--wait")
+    assert code == EXIT_JOB_FAILED
+    assert "payload does not structure as Add" in err and "'b'" in err
 
 
 @pytest.mark.redis
@@ -108,55 +118,47 @@ async def test_a_job_that_fails_exits_12_with_its_error(redis_url: str) -> None:
     ],
 )
 async def test_a_payload_the_task_refuses_enqueues_nothing(
-    redis_url: str, kind: str, payload: str, message: str
+    redis_url: str, app: App, kind: str, payload: str, message: str
 ) -> None:
-    app = make_app(redis_url)
-    try:
-        code, out, err = await enqueue(redis_url, kind, payload, "--app", APP)
-        assert code == EXIT_USAGE and out == []
-        assert message in err, err
-        assert "Traceback" not in err
-        assert sum((await counts(app)).values()) == 0
-    finally:
-        await app.aclose()
+    code, out, err = await enqueue(redis_url, kind, payload, "--app", APP)
+    assert code == EXIT_USAGE and out == []
+    assert message in err, err
+    assert "Traceback" not in err
+    assert sum((await counts(app)).values()) == 0
 
 
 @pytest.mark.redis
-async def test_delay_and_run_at_schedule_the_job(redis_url: str) -> None:
-    app = make_app(redis_url)
+async def test_delay_and_run_at_schedule_the_job(redis_url: str, app: App) -> None:
     inspector = app.inspector()
-    try:
-        before = await app.store.now()
-        code, out, err = await enqueue(
-            redis_url, "tests.add", '{"a": 1, "b": 1}', "--app", APP, "--delay", "30"
-        )
-        assert code == EXIT_OK, err
-        job = await inspector.job(out[0])
-        assert job is not None and job.state is JobState.SCHEDULED
-        assert before + 30 <= job.run_at <= before + 35
-        at = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
-        code, out, err = await enqueue(
-            redis_url, "tests.add", '{"a": 1, "b": 1}', "--run-at", at.isoformat(), "--queue", "q2"
-        )
-        assert code == EXIT_OK, err
-        job = await inspector.job(out[0])
-        assert job is not None and job.state is JobState.SCHEDULED and job.queue == "q2"
-        assert job.run_at == pytest.approx(at.timestamp(), abs=0.01)
-        # nothing runs it: --timeout gives up waiting, the job goes on
-        code, out, err = await enqueue(
-            redis_url,
-            "tests.add",
-            '{"a": 1, "b": 1}',
-            "--delay",
-            "60",
-            "--wait",
-            "--timeout",
-            "0.5",
-        )
-        assert code == EXIT_TIMEOUT and "did not finish within 0.5s" in err
-        assert (await counts(app))[JobState.SCHEDULED] == 2
-    finally:
-        await app.aclose()
+    before = await app.store.now()
+    code, out, err = await enqueue(
+        redis_url, "tests.add", '{"a": 1, "b": 1}', "--app", APP, "--delay", "30"
+    )
+    assert code == EXIT_OK, err
+    job = await inspector.job(out[0])
+    assert job is not None and job.state is JobState.SCHEDULED
+    assert before + 30 <= job.run_at <= before + 35
+    at = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
+    code, out, err = await enqueue(
+        redis_url, "tests.add", '{"a": 1, "b": 1}', "--run-at", at.isoformat(), "--queue", "q2"
+    )
+    assert code == EXIT_OK, err
+    job = await inspector.job(out[0])
+    assert job is not None and job.state is JobState.SCHEDULED and job.queue == "q2"
+    assert job.run_at == pytest.approx(at.timestamp(), abs=0.01)
+    # nothing runs it: --timeout gives up waiting, the job goes on
+    code, out, err = await enqueue(
+        redis_url,
+        "tests.add",
+        '{"a": 1, "b": 1}',
+        "--delay",
+        "60",
+        "--wait",
+        "--timeout",
+        "0.5",
+    )
+    assert code == EXIT_TIMEOUT and "did not finish within 0.5s" in err
+    assert (await counts(app))[JobState.SCHEDULED] == 2
 
 
 @pytest.mark.parametrize(

@@ -155,15 +155,21 @@ sys.exit(code)
 """
 
 
-async def test_manager_replaces_a_recycled_child_at_once() -> None:
-    manager = ProcessManager(
-        lambda index, fd: [sys.executable, "-c", CHILD, str(fd), "11"],
+def exiting(code: int, *, backoff: float) -> ProcessManager:
+    """A manager of one stand-in child that exits with ``code``; at most
+    one restart a minute, after ``backoff`` seconds; 11 means recycled."""
+    return ProcessManager(
+        lambda index, fd: [sys.executable, "-c", CHILD, str(fd), str(code)],
         processes=1,
         restart_intensity=1,
         restart_period=60,
-        backoff_initial=30.0,
+        backoff_initial=backoff,
         recycle_exit_code=11,
     )
+
+
+async def test_manager_replaces_a_recycled_child_at_once() -> None:
+    manager = exiting(11, backoff=30.0)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             await nursery.start(manager.run)
@@ -177,14 +183,7 @@ async def test_manager_replaces_a_recycled_child_at_once() -> None:
 
 
 async def test_other_exit_codes_still_count_as_crashes() -> None:
-    manager = ProcessManager(
-        lambda index, fd: [sys.executable, "-c", CHILD, str(fd), "1"],
-        processes=1,
-        restart_intensity=1,
-        restart_period=60,
-        backoff_initial=0.01,
-        recycle_exit_code=11,
-    )
+    manager = exiting(1, backoff=0.01)
     with trio.fail_after(30), pytest.raises(Exception, match="restarted 2 times"):
         await manager.run()
     assert manager.statistics().recycled == 0

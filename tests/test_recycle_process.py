@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from chronos_trio import Inspector, JobState
+from chronos_trio import App, JobState
 from chronos_trio.cli import EXIT_OK, EXIT_RECYCLED
 from tests.test_process_e2e import Manager, Runs
 from tests.tests_app import Record, make_app
@@ -36,10 +36,24 @@ def recycled_pids(log: str) -> list[int]:
     ]
 
 
-async def wait_succeeded(manager: Manager, inspector: Inspector, jobs: int) -> None:
+Lines = list[list[str]]
+
+
+async def until_succeeded(
+    manager: Manager, producer: App, runs: Runs, jobs: int
+) -> tuple[Lines, Lines]:
+    """Wait until ``jobs`` jobs succeeded, then SIGTERM the manager (it must
+    exit 0); the handlers' ``done`` and ``start`` records."""
+    inspector = producer.inspector()
     while (await inspector.queue("default")).counts[JobState.SUCCEEDED] < jobs:
         assert manager.proc.poll() is None, manager.log()
         await trio.sleep(0.1)
+    counts = (await inspector.queue("default")).counts
+    assert sum(counts.values()) == jobs, counts
+    done, starts = await runs.lines("done"), await runs.lines("start")
+    manager.proc.send_signal(signal.SIGTERM)
+    assert await manager.wait_exit() == EXIT_OK
+    return done, starts
 
 
 async def test_recycling_under_load_runs_every_job_exactly_once(
@@ -57,7 +71,6 @@ async def test_recycling_under_load_runs_every_job_exactly_once(
         str(per_child),
     )
     producer = make_app(redis_url)
-    inspector = producer.inspector()
     runs = Runs(redis_url, "recycle")
     try:
         with trio.fail_after(150):
@@ -67,16 +80,10 @@ async def test_recycling_under_load_runs_every_job_exactly_once(
             )
             ids = {r.job_id for r in results}
             assert len(ids) == jobs
-            await wait_succeeded(manager, inspector, jobs)
-            counts = (await inspector.queue("default")).counts
-            done = await runs.lines("done")
-            starts = await runs.lines("start")
-            manager.proc.send_signal(signal.SIGTERM)
-            assert await manager.wait_exit() == EXIT_OK
+            done, starts = await until_succeeded(manager, producer, runs, jobs)
     finally:
         manager.close()
         await producer.aclose()
-    assert counts[JobState.SUCCEEDED] == jobs and sum(counts.values()) == jobs, counts
     ran = collections.Counter(line[0] for line in done)
     assert set(ran) == ids, "every job ran"
     assert max(ran.values()) == 1, "no job ran twice"
@@ -118,7 +125,6 @@ async def test_memory_limit_recycles_and_finishes_running_jobs(
         processes=1,
     )
     producer = make_app(redis_url)
-    inspector = producer.inspector()
     runs = Runs(redis_url, "memory")
     try:
         with trio.fail_after(90):
@@ -133,11 +139,7 @@ async def test_memory_limit_recycles_and_finishes_running_jobs(
                 [Record("memory", sleep=0.5) for _ in range(slow - 8)]
             )
             ids = {r.job_id for r in results}
-            await wait_succeeded(manager, inspector, slow + 1)
-            done = await runs.lines("done")
-            starts = await runs.lines("start")
-            manager.proc.send_signal(signal.SIGTERM)
-            assert await manager.wait_exit() == EXIT_OK
+            done, starts = await until_succeeded(manager, producer, runs, slow + 1)
     finally:
         manager.close()
         await producer.aclose()
