@@ -1,10 +1,11 @@
 """``python -m chronos_trio enqueue KIND PAYLOAD`` as a subprocess against
-a private Redis, with a worker running in the test: ``--wait`` prints the
-job's result (exit 0) or its error (exit 12); ``--app`` structures the
-payload to the task's type before anything is enqueued (exit 2 naming the
-field); without ``--app`` the JSON goes as it is and the worker judges it;
-``--delay`` and ``--run-at`` schedule it; ``--timeout`` gives up (exit 13).
-Usage errors that need no store run in-process."""
+a private Redis (and a SQLite file), with a worker running in the test:
+``--wait`` prints the job's result (exit 0) or its error (exit 12);
+``--app`` structures the payload to the task's type before anything is
+enqueued (exit 2 naming the field); without ``--app`` the JSON goes as it
+is and the worker judges it; ``--delay`` and ``--run-at`` schedule it;
+``--timeout`` gives up (exit 13). Usage errors that need no store run
+in-process."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ async def enqueue(url: str, *args: str, stdin: bytes = b"") -> tuple[int, list[s
     """Run the command; its exit code, stdout lines and stderr."""
     argv = [sys.executable, "-m", "chronos_trio", "enqueue", *args]
     env = {**os.environ, "CHRONOS_URL": url}
-    with trio.fail_after(60):
+    with trio.fail_after(120):  # a loaded machine: python starts slowly
         done = await trio.run_process(
             argv,
             cwd=ROOT,
@@ -90,6 +91,24 @@ async def test_wait_prints_the_result_with_and_without_the_app(
         redis_url, "tests.note", "-", "--app", APP, "--wait", stdin=b'{"text": "hi"}'
     )
     assert (code, out[1:]) == (EXIT_OK, ["null"]), err
+
+
+async def test_wait_prints_the_result_on_sqlite(tmp_path: Path) -> None:
+    """The same command on a SQLite store (the producer's SQL path; the
+    waiter polls): a worker in this process, the command in another."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    app = make_app(url)
+    try:
+        async with app.open_worker(poll_interval=0.2):
+            code, out, err = await enqueue(
+                url, "tests.add", '{"a": 2, "b": 5}', "--app", APP, "--wait"
+            )
+            assert code == EXIT_OK, err
+            assert json.loads(out[1]) == {"sum": 7}
+            code, out, err = await enqueue(url, "tests.add", '{"a": -2, "b": 5}', "--wait")
+            assert code == EXIT_JOB_FAILED and "SkipRetry: negative a: -2" in err
+    finally:
+        await app.aclose()
 
 
 @pytest.mark.redis

@@ -127,7 +127,7 @@ async def test_memory_limit_recycles_and_finishes_running_jobs(
     producer = make_app(redis_url)
     runs = Runs(redis_url, "memory")
     try:
-        with trio.fail_after(90):
+        with trio.fail_after(150):
             children = await manager.wait_ready()
             first = children[0]
             record = producer.tasks["tests.record"]
@@ -147,10 +147,10 @@ async def test_memory_limit_recycles_and_finishes_running_jobs(
     assert recycled_pids(log)[:1] == [first], log
     assert re.search(r"worker process recycled reason=max_memory limit=200 jobs=\d+ rss_mb=", log)
     ran = collections.Counter(line[0] for line in done)
-    assert set(ran) == ids and max(ran.values()) == 1, "every job ran, once"
+    assert set(ran) == ids and max(ran.values()) == 1, log
     started_first = {line[0] for line in starts if int(line[1]) == first}
     done_first = {line[0] for line in done if int(line[1]) == first}
-    assert started_first and started_first == done_first, "none cut short in the recycled child"
+    assert started_first and started_first == done_first, log  # none cut short
     assert len(starts) == slow, "none started twice"
-    assert ids - done_first, "what it had not started ran in its successor"
+    assert ids - done_first, log  # what it had not started ran in its successor
     assert "restarting worker process" not in log
