@@ -11,11 +11,12 @@ same path a Django view takes.
   structures it when it runs the job: one that does not structure is dead
   at once, with the reason as its last error (``job ID`` shows it).
 
-Prints the job ID. ``--wait`` then waits for the outcome (the store wakes
-the waiter, nothing polls) and prints the result as JSON (``null`` for a
-task that keeps none): exit 12 (``EXIT_JOB_FAILED``) when the job ended
-dead or aborted, its last error on stderr; 13 (``EXIT_TIMEOUT``) when it
-had not finished within ``--timeout`` (the job goes on).
+Prints the job ID. ``--wait`` then waits for the outcome (Redis wakes the
+waiter; on PostgreSQL and SQLite it polls) and prints the result as JSON
+(``null`` for a task that keeps none): exit 12 (``EXIT_JOB_FAILED``) when
+the job ended dead or aborted, its last error on stderr; 13
+(``EXIT_TIMEOUT``) when it had not finished within ``--timeout`` (the job
+goes on).
 """
 
 from __future__ import annotations
