@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 
+import attrs
 import trio
 from trio_util import periodic
 
@@ -57,14 +58,6 @@ async def _watch_memory(rt: Runtime, limit: int) -> None:
 
 def _request(rt: Runtime, recycled: Recycled) -> None:
     if rt.recycle.requested is None:
-        log_event(
-            log,
-            logging.INFO,
-            "worker recycling",
-            worker=rt.config.worker_id,
-            reason=recycled.reason,
-            limit=recycled.limit,
-            jobs=recycled.jobs,
-            rss_mb=recycled.rss_mb,
-        )
+        fields = attrs.asdict(recycled)
+        log_event(log, logging.INFO, "worker recycling", worker=rt.config.worker_id, **fields)
     rt.recycle.request(recycled)

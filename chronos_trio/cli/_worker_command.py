@@ -408,15 +408,7 @@ async def serve_worker(
             return EXIT_FAILURE
     recycled = worker.recycled
     if recycled is not None:
-        log_event(
-            log,
-            logging.INFO,
-            "worker process recycled",
-            reason=recycled.reason,
-            limit=recycled.limit,
-            jobs=recycled.jobs,
-            rss_mb=recycled.rss_mb,
-        )
+        log_event(log, logging.INFO, "worker process recycled", **attrs.asdict(recycled))
         return EXIT_RECYCLED
     return EXIT_OK
 
