@@ -1,7 +1,8 @@
 """Worker recycling in one process, on the MemoryStore under Trio's virtual
-clock: ``max_jobs`` leases that many jobs in all, runs them and ends the
-run; ``max_memory_mb`` (the reading faked) stops leasing, hands back what
-has not started and lets running handlers finish past ``shutdown_grace``,
+clock (``max_jobs`` also on Redis, PostgreSQL and SQLite): ``max_jobs``
+leases that many jobs in all, runs them and ends the run;
+``max_memory_mb`` (the reading faked) stops leasing, hands back what has
+not started and lets running handlers finish past ``shutdown_grace``,
 until ``stop()`` gives them that grace; bad values are refused when the
 config is built, and on the command line. The process manager replaces a
 recycled child at once and does not count it as a crash. Recycling across
@@ -15,10 +16,11 @@ import attrs
 import pytest
 import trio
 
-from chronos_trio import App, JobContext, JobState, Recycled, WorkerConfig
+from chronos_trio import App, JobContext, JobState, Recycled, Store, WorkerConfig
 from chronos_trio.actors import recycler
 from chronos_trio.cli import EXIT_USAGE, main
 from chronos_trio.cli._process_manager import ProcessManager
+from tests._backends import Backend
 
 
 @attrs.frozen
@@ -26,9 +28,10 @@ class Nap:
     seconds: float
 
 
-def napping_app() -> tuple[App, list[tuple[float, float]]]:
-    """An app whose ``nap`` task sleeps; the (start, end) of each run."""
-    app = App()
+def napping_app(store: Store | None = None) -> tuple[App, list[tuple[float, float]]]:
+    """An app (on ``store``, else a MemoryStore) whose ``nap`` task sleeps;
+    the (start, end) of each run."""
+    app = App(store)
     runs: list[tuple[float, float]] = []
 
     @app.task("nap", max_retries=0, timeout=1000)
@@ -44,10 +47,13 @@ async def counts(app: App) -> dict[JobState, int]:
     return dict((await app.inspector().queue("default")).counts)
 
 
-async def test_max_jobs_runs_that_many_then_ends_the_run(autojump_clock: object) -> None:
-    app, runs = napping_app()
-    await app.tasks["nap"].enqueue_many([Nap(1.0) for _ in range(25)])
-    worker = app.worker(max_jobs=10, concurrency=4, batch_size=8)
+async def test_max_jobs_runs_that_many_then_ends_the_run(backend: Backend, clock: object) -> None:
+    """On every store: the worker leases 10 jobs in all, runs them and
+    returns by itself; the other 15 stay ready, none leased or lost."""
+    app, runs = napping_app(backend.store())
+    nap = backend.pick(memory=1.0, redis=0.05)
+    await app.tasks["nap"].enqueue_many([Nap(nap) for _ in range(25)])
+    worker = app.worker(max_jobs=10, concurrency=4, batch_size=8, **backend.timing())
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)  # returns by itself
@@ -55,10 +61,10 @@ async def test_max_jobs_runs_that_many_then_ends_the_run(autojump_clock: object)
     assert worker.recycled == Recycled("max_jobs", limit=10, jobs=10)
     assert stats.recycled == worker.recycled
     assert (stats.leased, stats.succeeded, stats.released) == (10, 10, 0)
-    assert len(runs) == 10  # 4 + 4 + 2, a second each: every leased job ran
+    assert len(runs) == 10  # every leased job ran (4 + 4 + 2 at a time)
     left = await counts(app)
     assert left[JobState.READY] == 15 and left[JobState.LEASED] == 0
-    await app.aclose()
+    assert sum(left.values()) == 15 + left[JobState.SUCCEEDED]
 
 
 async def test_memory_limit_hands_back_unstarted_and_finishes_running(
