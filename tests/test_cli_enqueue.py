@@ -91,6 +91,20 @@ async def test_wait_prints_the_result_with_and_without_the_app(
         redis_url, "tests.note", "-", "--app", APP, "--wait", stdin=b'{"text": "hi"}'
     )
     assert (code, out[1:]) == (EXIT_OK, ["null"]), err
+    # --json: one object
+    code, out, err = await enqueue(
+        redis_url, "tests.add", '{"a": 1, "b": 1}', "--app", APP, "--wait", "--json"
+    )
+    assert code == EXIT_OK, err
+    [line] = out
+    fields = json.loads(line)
+    assert fields.pop("run_at") > 0 and len(fields.pop("job_id")) == 32
+    assert fields == {
+        "kind": "tests.add",
+        "queue": "default",
+        "created": True,
+        "result": {"sum": 2},
+    }
 
 
 async def test_wait_prints_the_result_on_sqlite(tmp_path: Path) -> None:
@@ -124,6 +138,12 @@ async def test_a_job_that_fails_exits_12_with_its_error(redis_url: str, working:
     code, out, err = await enqueue(redis_url, "tests.add", '{"a": 1}', "--wait")
     assert code == EXIT_JOB_FAILED
     assert "payload does not structure as Add" in err and "'b'" in err
+    # under --json the error is a JSON object on stdout too
+    code, out, err = await enqueue(redis_url, "tests.add", '{"a": -3, "b": 1}', "--wait", "--json")
+    assert code == EXIT_JOB_FAILED
+    error = json.loads(out[-1])["error"]
+    assert (error["exit_code"], error["reason"]) == (EXIT_JOB_FAILED, "job_failed")
+    assert "negative a: -3" in error["message"]
 
 
 @pytest.mark.redis

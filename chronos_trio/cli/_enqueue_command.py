@@ -11,7 +11,9 @@ same path a Django view takes.
   structures it when it runs the job: one that does not structure is dead
   at once, with the reason as its last error (``job ID`` shows it).
 
-Prints the job ID. ``--wait`` then waits for the outcome (Redis wakes the
+Prints the job ID (``--json``: one object with the job's ID, kind, queue,
+whether it was created and when it runs, and, with ``--wait``, its
+result). ``--wait`` then waits for the outcome (Redis wakes the
 waiter; on PostgreSQL and SQLite it polls) and prints the result as JSON
 (``null`` for a task that keeps none): exit 12 (``EXIT_JOB_FAILED``) when
 the job ended dead or aborted, its last error on stderr; 13
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import sys
 from typing import Any
 
@@ -93,6 +96,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=seconds(),
         help="with --wait: give up waiting after S seconds (exit 13; default: no limit)",
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: job_id, kind, queue, created, run_at (with --wait: "
+        "and result)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -126,10 +135,24 @@ def run(args: argparse.Namespace) -> int:
             handle = producer.enqueue(args.kind, payload, **options)
         except (ValueError, PayloadError) as exc:
             raise CliError(f"nothing enqueued: {one_line(str(exc))}", EXIT_USAGE) from None
-        print(handle.job_id, flush=True)
-        if not args.wait:
-            return EXIT_OK
-        return _wait(handle, args.timeout)
+        if not args.json:
+            print(handle.job_id, flush=True)
+        result = _wait(handle, args.timeout) if args.wait else None
+        if args.json:
+            fields = {
+                "job_id": handle.job_id,
+                "kind": handle.kind,
+                "queue": handle.queue,
+                "created": handle.created,
+                "run_at": handle.run_at,
+            }
+            if args.wait:
+                fields["result"] = None if result is None else _json_value(result)
+            print(json.dumps(fields, ensure_ascii=False))
+        elif result is not None:
+            sys.stdout.buffer.write(result + b"\n")
+            sys.stdout.flush()
+        return EXIT_OK
     except StoreError as exc:
         raise CliError(f"store error: {one_line(str(exc))}", EXIT_UNAVAILABLE) from None
     finally:
@@ -154,8 +177,10 @@ def _payload(app: App | None, kind: str, data: bytes) -> Any:
         raise CliError(f"nothing enqueued: {one_line(str(exc))}", EXIT_USAGE) from None
 
 
-def _wait(handle: Any, timeout: float | None) -> int:
-    """Wait for ``handle``'s outcome; print its result; the exit code."""
+def _wait(handle: Any, timeout: float | None) -> bytes | None:
+    """Wait for ``handle``'s outcome; its result as JSON (None: it succeeded
+    but its result is gone). A job that failed or did not finish in time is
+    a :class:`CliError` with its exit code."""
     try:
         value = handle.result(timeout)
     except (JobFailed, JobAborted) as exc:  # "job ID failed after N attempt(s): error"
@@ -164,18 +189,23 @@ def _wait(handle: Any, timeout: float | None) -> int:
         raise CliError(str(exc), EXIT_TIMEOUT) from None
     except ResultExpired as exc:  # it succeeded; its result is gone
         print(f"note: {one_line(str(exc))}", file=sys.stderr)
-        return EXIT_OK
+        return None
     except JobNotFound as exc:
         raise CliError(one_line(str(exc)), EXIT_NOT_FOUND) from None
     except PayloadError as exc:  # a stored result that does not decode as the task's type
         raise CliError(one_line(str(exc)), EXIT_FAILURE) from None
     try:
-        data = encode_payload(value, Any, what="result")
-    except PayloadError:  # bytes that are not text, say
-        data = repr(value).encode()
-    sys.stdout.buffer.write(data + b"\n")
-    sys.stdout.flush()
-    return EXIT_OK
+        return encode_payload(value, Any, what="result")
+    except PayloadError:  # not JSON-able after all: say what it is
+        return repr(value).encode()
+
+
+def _json_value(data: bytes) -> Any:
+    """A result for ``--json``: its JSON value, else (raw bytes) its text."""
+    try:
+        return loads(data)
+    except ValueError:
+        return data.decode(errors="replace")
 
 
 __all__ = ["add_arguments", "run"]
