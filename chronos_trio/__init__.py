@@ -88,6 +88,7 @@ if _TYPE_CHECKING:
     from .runtime import JobMetric as JobMetric
     from .runtime import Metrics as Metrics
     from .runtime import MetricsBase as MetricsBase
+    from .runtime import Recycled as Recycled
     from .runtime import Registry as Registry
     from .runtime import Schedule as Schedule
     from .runtime import TaskSpec as TaskSpec
@@ -124,6 +125,7 @@ _LAZY = {
     "JobMetric": "runtime",
     "Metrics": "runtime",
     "MetricsBase": "runtime",
+    "Recycled": "runtime",
     "Registry": "runtime",
     "Schedule": "runtime",
     "TaskSpec": "runtime",

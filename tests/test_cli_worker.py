@@ -119,6 +119,8 @@ def test_worker_help_states_the_real_defaults() -> None:
                 assert actual == expected, (dest, stated, lease, actual)
             elif stated.startswith("off: "):
                 assert actual is False, (dest, stated, actual)
+            elif stated == "never":  # recycling is off unless asked for
+                assert actual is None, (dest, stated, actual)
             else:
                 assert dest == "queues", f"--{dest}: cannot read the default {stated!r}"
                 assert parse_queues(stated) == actual, (dest, stated, actual)

@@ -37,10 +37,19 @@ class Note:
     text: str
 
 
+@attrs.frozen
+class Add:
+    a: int
+    b: int
+
+
 #: Runs recorded when the store is not Redis: (key, job id, attempt).
 RUNS: list[tuple[str, str, int]] = []
 
 _clients: dict[str, redis.Redis] = {}
+
+#: What ``tests.hog`` allocated: kept until the process exits.
+_KEPT: list[bytes] = []
 
 
 def _client(url: str) -> redis.Redis:
@@ -121,6 +130,20 @@ def make_app(url: str | None) -> App:
     # fleet-wide flow control (tests/test_flow_control_e2e.py)
     app.task("tests.rated", queue="flow", rate_limit=RateLimit(50, per=1.0, burst=5))(record_run)
     app.task("tests.capped", queue="flow", concurrency_limit=ConcurrencyLimit(4))(record_run)
+
+    @app.task("tests.add", max_retries=0)
+    async def add(args: Add, job: JobContext) -> dict[str, int]:
+        """A result to print (``enqueue --wait``, tests/test_cli_enqueue.py);
+        a negative ``a`` fails it for good."""
+        if args.a < 0:
+            raise SkipRetry(f"negative a: {args.a}")
+        return {"sum": args.a + args.b}
+
+    @app.task("tests.hog", max_retries=0)
+    async def hog(megabytes: int, job: JobContext) -> None:
+        """Allocate ``megabytes`` MB and keep them for the process's life
+        (worker recycling by memory, tests/test_recycle_process.py)."""
+        _KEPT.append(b"\x01" * (megabytes * 2**20))
 
     @app.task("tests.note", queue="critical", max_retries=0)
     async def note(args: Note, job: JobContext) -> None:

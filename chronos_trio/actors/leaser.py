@@ -7,6 +7,9 @@ fast as the queue has room. After a full batch it leases again at once (the
 round trip overlaps the handlers); after a short one it first lets the
 executors it woke start their handlers, so an idle worker's pickup does not
 wait for a lease that will most likely come back empty.
+
+With ``max_jobs`` (recycling) it leases that many jobs in all, then no
+more, and tells the runtime's ``recycle`` so (see ``runtime._recycle``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ async def run(
     while True:
         await table.wait_free()
         want = min(cfg.batch_size, table.free)
+        if cfg.max_jobs is not None:  # recycling: never lease more than it will run
+            want = min(want, cfg.max_jobs - rt.counters.leased)
+            if want <= 0:
+                rt.recycle.jobs_capped.set()
+                await trio.sleep_forever()
         asked_at = trio.current_time()
         result = await backoff.call(
             rt.store.lease,

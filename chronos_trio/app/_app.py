@@ -506,7 +506,10 @@ class App:
 
         What :meth:`Worker.run` raises (``ActorFailed`` for an actor that
         crash-loops, whether while the worker starts or later) comes out of
-        the ``async with``, inside the ExceptionGroup of its nursery."""
+        the ``async with``, inside the ExceptionGroup of its nursery. A
+        worker given ``max_jobs`` or ``max_memory_mb`` may end its run by
+        itself before the body does (``worker.recycled`` then says why;
+        ``await worker.wait_stopped()`` waits for that): the body goes on."""
         worker = self.worker(**config)
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)

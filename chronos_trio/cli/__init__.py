@@ -20,13 +20,16 @@ from ._main import main as main
 from ._options import EXIT_BAD_URL as EXIT_BAD_URL
 from ._options import EXIT_FAILURE as EXIT_FAILURE
 from ._options import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from ._options import EXIT_JOB_FAILED as EXIT_JOB_FAILED
 from ._options import EXIT_NO_APP as EXIT_NO_APP
 from ._options import EXIT_NOT_FOUND as EXIT_NOT_FOUND
 from ._options import EXIT_OK as EXIT_OK
 from ._options import EXIT_PENDING as EXIT_PENDING
 from ._options import EXIT_PROBLEMS as EXIT_PROBLEMS
+from ._options import EXIT_RECYCLED as EXIT_RECYCLED
 from ._options import EXIT_REFUSED as EXIT_REFUSED
 from ._options import EXIT_RESTARTS as EXIT_RESTARTS
+from ._options import EXIT_TIMEOUT as EXIT_TIMEOUT
 from ._options import EXIT_UNAVAILABLE as EXIT_UNAVAILABLE
 from ._options import EXIT_USAGE as EXIT_USAGE
 from ._options import CliError as CliError

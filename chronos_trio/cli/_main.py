@@ -4,6 +4,7 @@ Commands
 --------
 ``demo [--url URL]``         producer + worker on the in-memory store (or the store at URL)
 ``worker APP``               run workers (``--processes N`` for a local process manager)
+``enqueue KIND PAYLOAD``     enqueue one job (``--app``: checked; ``--wait``: print its result)
 ``queues [APP]``             counts per queue, state, version and partition
 ``jobs [APP] --queue Q --state S``   page through jobs
 ``job [APP] ID``             one job in full
@@ -69,7 +70,13 @@ def build_parser() -> tuple[
     argparse.ArgumentParser, dict[tuple[str, ...], argparse.ArgumentParser]
 ]:
     """The top-level parser, and each leaf command's parser by its words."""
-    from . import _admin, _dashboard_command, _migrate_command, _worker_command
+    from . import (
+        _admin,
+        _dashboard_command,
+        _enqueue_command,
+        _migrate_command,
+        _worker_command,
+    )
 
     parser = Parser(
         prog=PROG,
@@ -95,6 +102,15 @@ def build_parser() -> tuple[
     worker = sub.add_parser("worker", help=WORKER_HELP)
     _worker_command.add_arguments(worker)
     leaves[("worker",)] = worker
+
+    enqueue = sub.add_parser(
+        "enqueue",
+        help="enqueue one job of KIND with a JSON payload (--wait: print its result)",
+        description="enqueue one job of KIND with a JSON payload; prints its id (--wait: "
+        "then its result as JSON; exit 12 when the job ends dead or aborted)",
+    )
+    _enqueue_command.add_arguments(enqueue)
+    leaves[("enqueue",)] = enqueue
 
     _admin.add_commands(sub, leaves)
 

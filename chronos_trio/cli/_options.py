@@ -21,6 +21,9 @@ EXIT_REFUSED = 7  #: action refused: job in the wrong state, topology change ref
 EXIT_RESTARTS = 8  #: process manager gave up: worker processes crashed too often
 EXIT_PROBLEMS = 9  #: ``check`` found problems (with ``--repair``: problems it could not repair)
 EXIT_PENDING = 10  #: ``migrate --check``: the PostgreSQL schema has migrations to apply
+EXIT_RECYCLED = 11  #: a managed worker process past its job or memory limit (it is replaced)
+EXIT_JOB_FAILED = 12  #: ``enqueue --wait``: the job ended dead (failed for good) or aborted
+EXIT_TIMEOUT = 13  #: ``enqueue --wait --timeout``: the job had not finished in time
 EXIT_INTERRUPTED = 130  #: a second SIGINT/SIGTERM forced an immediate exit
 
 #: Exit codes a worker process cannot recover from by restarting.

@@ -10,6 +10,12 @@ Each child is a full worker (its own actor tree) with worker id
   it stops the others and raises :class:`RestartIntensityExceeded`. A child
   that exits with a *fatal* code (bad app, bad option: restarting cannot help)
   makes it give up at once (:class:`ChildCannotStart`);
+* **replaces a recycled child at once**: a child that exits with
+  ``recycle_exit_code`` (past its ``--max-jobs-per-child`` or
+  ``--max-memory-per-child``: it finished what it held and handed back
+  what it had not started) is started again without backoff, and that is
+  not a crash: it counts neither in the restart intensity nor in
+  ``restarts`` (in ``recycled`` instead);
 * **kills a hung child**: every child writes a line to a heartbeat pipe each
   second from its Trio loop (``ready`` once its worker runs, then ``beat``).
   No line for ``liveness_timeout`` seconds (``start_timeout`` before the
@@ -84,6 +90,8 @@ class ChildStatistics:
     pid: int | None  # None while waiting to restart
     ready: bool
     restarts: int
+    #: Times this slot's child recycled itself and was replaced.
+    recycled: int = 0
 
 
 @attrs.frozen
@@ -93,6 +101,8 @@ class ManagerStatistics:
     restarts: int
     stopping: bool
     children: tuple[ChildStatistics, ...]
+    #: Children that recycled themselves and were replaced (not in ``restarts``).
+    recycled: int = 0
 
 
 @attrs.define(eq=False)
@@ -121,6 +131,7 @@ class ProcessManager:
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
         fatal_exit_codes: frozenset[int] = frozenset(),
+        recycle_exit_code: int | None = None,
         env: Mapping[str, str] | None = None,
         on_restart: Callable[[int], None] | None = None,
     ) -> None:
@@ -135,11 +146,13 @@ class ProcessManager:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.fatal_exit_codes = fatal_exit_codes
+        self.recycle_exit_code = recycle_exit_code
         self.env = dict(env) if env is not None else None
         #: Called with a child's index each time it is restarted (metrics).
         self.on_restart = on_restart
         self._children: dict[int, _Child] = {}
         self._restarts: collections.Counter[int] = collections.Counter()
+        self._recycled: collections.Counter[int] = collections.Counter()
         self._stop_event = trio.Event()
         self._outer: trio.Nursery | None = None
         self._failure: ManagerError | None = None
@@ -193,6 +206,7 @@ class ProcessManager:
                     pid=child.process.pid if child else None,
                     ready=bool(child and child.ready),
                     restarts=self._restarts[index],
+                    recycled=self._recycled[index],
                 )
             )
         return ManagerStatistics(
@@ -201,6 +215,7 @@ class ProcessManager:
             restarts=sum(self._restarts.values()),
             stopping=self.stopping,
             children=tuple(children),
+            recycled=sum(self._recycled.values()),
         )
 
     # -- running -------------------------------------------------------------------
@@ -238,6 +253,9 @@ class ProcessManager:
             returncode = await self._run_child(index)
             if self.stopping:
                 return
+            if returncode == self.recycle_exit_code:
+                self._recycled[index] += 1
+                continue  # a fresh child at once: not a failure
             if returncode in self.fatal_exit_codes:
                 self._give_up(ChildCannotStart(index, returncode))
                 return
@@ -308,7 +326,9 @@ class ProcessManager:
             del self._children[index]
         returncode = process.returncode
         assert returncode is not None
-        level = logging.INFO if self.stopping and returncode == 0 else logging.WARNING
+        recycled = returncode == self.recycle_exit_code
+        level = logging.INFO if (self.stopping and returncode == 0) or recycled else logging.WARNING
+        status = "recycled" if recycled else _describe_exit(returncode)
         log_event(
             log,
             level,
@@ -316,7 +336,7 @@ class ProcessManager:
             index=index,
             pid=process.pid,
             code=returncode,
-            status=_describe_exit(returncode) + (" (hung: no heartbeat)" if child.hung else ""),
+            status=status + (" (hung: no heartbeat)" if child.hung else ""),
         )
         return returncode
 

@@ -9,6 +9,11 @@
   child writes heartbeats to FD, exits by itself when its stdin (a pipe the
   manager holds) reaches EOF or its parent pid changes, and leaves signal
   escalation to the manager.
+* ``--max-jobs-per-child N`` / ``--max-memory-per-child MB`` (recycling,
+  also with ``--processes 1``, which then runs a manager with one child):
+  a child past either ends its run by itself (``Worker.recycled``) and
+  exits with ``EXIT_RECYCLED``; the manager starts a fresh one in its
+  place at once, not counted as a crash.
 
 Start-up checks, each a one-line error with its own exit code: the app
 imports and is an App, the URL is valid, option values are valid, the
@@ -46,6 +51,7 @@ from ._options import (
     EXIT_INTERRUPTED,
     EXIT_NO_APP,
     EXIT_OK,
+    EXIT_RECYCLED,
     EXIT_RESTARTS,
     EXIT_USAGE,
     FATAL_CHILD_EXITS,
@@ -75,6 +81,8 @@ _OPTIONS = {
     "retain_succeeded": "retain_succeeded",
     "leader_ttl": "leader_ttl",
     "unknown_kind_grace": "unknown_kind_grace",
+    "max_jobs_per_child": "max_jobs",
+    "max_memory_per_child": "max_memory_mb",
 }
 
 
@@ -161,7 +169,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="leadership lease: a dead leader's schedules and janitor move to another "
         "worker within this long (15)",
     )
-    manager = parser.add_argument_group("process manager (--processes > 1)")
+    manager = parser.add_argument_group("process manager (--processes > 1, or recycling)")
+    manager.add_argument(
+        "--max-jobs-per-child",
+        metavar="N",
+        type=int_at_least(1),
+        help="recycle a worker process once it has run N jobs: it finishes them, exits "
+        "and a fresh one takes its place (never)",
+    )
+    manager.add_argument(
+        "--max-memory-per-child",
+        metavar="MB",
+        type=int_at_least(1),
+        help="recycle a worker process once its resident memory reaches MB megabytes: it "
+        "hands back the jobs it has not started, finishes the running ones and a fresh "
+        "one takes its place (never)",
+    )
     manager.add_argument(
         "--liveness-timeout",
         metavar="S",
@@ -208,7 +231,8 @@ def run(args: argparse.Namespace) -> int:
     child = args.child_index is not None
     index = args.child_index or 0
     worker_id = f"{socket.gethostname()}:{os.getpid()}:{index}"
-    managing = args.processes > 1 and not child
+    recycling = args.max_jobs_per_child is not None or args.max_memory_per_child is not None
+    managing = (args.processes > 1 or recycling) and not child
     configure_logging(args.log_level, args.log_format, label="manager" if managing else worker_id)
     with _metrics_option.manager_dir(args, managing):  # before the app imports prometheus-client
         app = load_app(args.app)
@@ -221,8 +245,9 @@ def run(args: argparse.Namespace) -> int:
         where = describe_store(app, url, store)
         config = build_config(args, worker_id)
         if managing and not store.shared_across_processes:
+            what = f"--processes {args.processes}" if args.processes > 1 else "recycling"
             raise CliError(
-                f"--processes {args.processes}: the in-memory store ({where}) cannot be "
+                f"{what}: the in-memory store ({where}) cannot be "
                 "shared across processes; use a redis:// URL (--url or $CHRONOS_URL)",
                 EXIT_USAGE,
             )
@@ -309,6 +334,7 @@ async def _manager_main(
         restart_intensity=args.max_restarts,
         restart_period=args.restart_window,
         fatal_exit_codes=FATAL_CHILD_EXITS,
+        recycle_exit_code=EXIT_RECYCLED,
         on_restart=getattr(app.registry.metrics, "process_restarted", None),
     )
     try:
@@ -330,7 +356,8 @@ async def serve_worker(
     app: App, config: WorkerConfig, *, heartbeat_fd: int | None = None, managed: bool = False
 ) -> int:
     """Run one worker until SIGTERM/SIGINT (or, when ``managed``, until the
-    parent process is gone); returns an exit code."""
+    parent process is gone, or it recycles itself: ``EXIT_RECYCLED``);
+    returns an exit code."""
     worker = Worker(app, config)
     state = _Shutdown()
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
@@ -379,6 +406,10 @@ async def serve_worker(
                 error=one_line(str(first_exception(failed))),
             )
             return EXIT_FAILURE
+    recycled = worker.recycled
+    if recycled is not None:
+        log_event(log, logging.INFO, "worker process recycled", **attrs.asdict(recycled))
+        return EXIT_RECYCLED
     return EXIT_OK
 
 

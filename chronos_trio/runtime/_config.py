@@ -263,6 +263,18 @@ class WorkerConfig:
     #: such a job at once.
     unknown_kind_grace: float = attrs.field(default=3600.0, validator=_finite(zero=True))
     unknown_kind_delay: float = attrs.field(default=1.0, validator=_finite(zero=False))
+    #: Recycling (see ``runtime._recycle``; None: off). After leasing
+    #: ``max_jobs`` jobs in all the worker leases no more, and once those
+    #: are settled it ends its run by itself; once its resident memory
+    #: reaches ``max_memory_mb`` MB (read every ``memory_check_interval``
+    #: seconds) it stops leasing, hands back the jobs it has not started
+    #: and ends its run once its running handlers finish. Either way
+    #: running handlers finish (no ``shutdown_grace`` applies unless
+    #: :meth:`Worker.stop` is called meanwhile), :meth:`Worker.run` returns
+    #: normally and ``Worker.recycled`` says why.
+    max_jobs: int | None = attrs.field(default=None, validator=_positive)
+    max_memory_mb: int | None = attrs.field(default=None, validator=_positive)
+    memory_check_interval: float = attrs.field(default=1.0, validator=_positive)
 
     def __attrs_post_init__(self) -> None:
         if self.heartbeat_interval >= self.lease_duration:

@@ -17,6 +17,7 @@ from ._config import WorkerConfig
 from ._events import EventBus, JobDead, LeaseLost
 from ._inflight import Entry, InFlight
 from ._metrics import RoundTripTally
+from ._recycle import Recycle
 from ._registry import Registry, WorkerHost
 from ._threads import HandlerThreads
 from ._unknown_kinds import UnknownKinds
@@ -84,6 +85,9 @@ class Runtime:
     #: The threads plain-function handlers run in (sync_concurrency), and
     #: the abandoned ones still running. Used only by the executors.
     threads: HandlerThreads = attrs.field(factory=lambda: HandlerThreads(1, 1))
+    #: Whether this worker asked to be recycled, and why (the leaser reports
+    #: its last lease, the recycler asks, the worker waits for it).
+    recycle: Recycle = attrs.field(factory=Recycle)
     #: What the app's lifespan yielded (set by the worker before any actor runs).
     lifespan: Any = None
     #: When this worker registered in the store's worker registry (store

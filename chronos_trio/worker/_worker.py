@@ -2,10 +2,11 @@
 
 Actors start in four groups and stop in reverse order:
 
-* intake — promoter, leaser, recoverer, janitor, leader, scheduler, gauges:
-  they bring work in (the leader-elector holds the leadership lease under
-  which the scheduler fires triggers, the janitor trims and gauges reads
-  queue depths for the metrics);
+* intake — promoter, leaser, recoverer, janitor, leader, scheduler, gauges,
+  recycler: they bring work in (the leader-elector holds the leadership
+  lease under which the scheduler fires triggers, the janitor trims, gauges
+  reads queue depths for the metrics and the recycler ends the worker's run
+  past ``max_jobs`` or ``max_memory_mb``);
 * execution — the executor pool;
 * settlement — heartbeater, completer, continuer: they keep leases alive,
   write outcomes, and run what follows a workflow job that succeeded;
@@ -27,18 +28,27 @@ stop intake, hand jobs that have not started straight back to ready, let
 running handlers finish within ``shutdown_grace``, release the rest at once,
 flush every outcome, deliver pending events within ``flush_timeout``, then
 exit. Leases are never left to expire on a clean shutdown.
+
+Recycling (``max_jobs``, ``max_memory_mb``; see ``runtime._recycle``) ends
+the run the same way, by itself, except that running handlers finish
+however long they take (their own timeouts bound them) unless
+:meth:`Worker.stop` is called meanwhile, which starts ``shutdown_grace``
+from then. :meth:`Worker.run` then returns normally and
+:attr:`Worker.recycled` says why.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from types import ModuleType
 
 import attrs
 import trio
+from trio_util import wait_any
 
 from ..actors import (
     completer,
@@ -52,6 +62,7 @@ from ..actors import (
     notifier,
     promoter,
     recoverer,
+    recycler,
     registrar,
     scheduler,
 )
@@ -61,6 +72,7 @@ from ..records._log import log_event
 from ..runtime._config import WorkerConfig
 from ..runtime._events import ActorRestarted, JobDead
 from ..runtime._metrics import METRIC_EVENTS, Metrics, MetricsFeed, RoundTripTally
+from ..runtime._recycle import Recycled
 from ..runtime._registry import DeadLetterHook, WorkerHost
 from ..runtime._state import Counters, Runtime
 from ..runtime._supervisor import ChildSpec, Supervisor
@@ -83,7 +95,7 @@ GROUPS: Mapping[str, tuple[ModuleType, ...]] = {
     "notification": (notifier, registrar),
     "settlement": (heartbeater, completer, continuer),
     "execution": (executor,),
-    "intake": (promoter, leaser, recoverer, janitor, leader, scheduler, gauges),
+    "intake": (promoter, leaser, recoverer, janitor, leader, scheduler, gauges, recycler),
 }
 
 #: Actor names, in start order. Fault-injection tests address them by name.
@@ -147,6 +159,9 @@ class WorkerStatistics:
     #: called off (Python cannot stop a thread); at ``max_abandoned_threads``
     #: no plain handler starts until one ends.
     abandoned_threads: int = 0
+    #: Why the worker ended its run by itself (``max_jobs``,
+    #: ``max_memory_mb``), or None while it runs or when it was stopped.
+    recycled: Recycled | None = None
 
 
 class Worker:
@@ -189,6 +204,10 @@ class Worker:
         self._rt: Runtime | None = None
         self._stop = trio.Event()
         self._stopped = trio.Event()
+        self._recycled: Recycled | None = None
+        #: While a recycle waits for running handlers: the wait, unbounded
+        #: until stop() gives it ``shutdown_grace``.
+        self._draining: trio.CancelScope | None = None
 
     @property
     def id(self) -> str:
@@ -200,9 +219,22 @@ class Worker:
             raise RuntimeError("the worker is not running")
         return self._rt
 
+    @property
+    def recycled(self) -> Recycled | None:
+        """Why this worker ended its run by itself (past ``max_jobs`` or
+        ``max_memory_mb``), or None: still running, or stopped (by
+        :meth:`stop`, a cancellation or a failure). Set as its shutdown
+        begins; a program embedding workers that recycle checks it after
+        :meth:`run` returns (or :meth:`wait_stopped`) and starts another."""
+        return self._recycled
+
     def stop(self) -> None:
-        """Ask for a graceful shutdown; :meth:`run` returns when it is done."""
+        """Ask for a graceful shutdown; :meth:`run` returns when it is done.
+        During a recycle, running handlers get ``shutdown_grace`` from now."""
         self._stop.set()
+        draining = self._draining
+        if draining is not None and draining.deadline == math.inf:
+            draining.deadline = trio.current_time() + self.config.shutdown_grace
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -221,6 +253,7 @@ class Worker:
             events_dropped=rt.events.dropped if rt else 0,
             restarts=dict(self.supervisor.restarts),
             abandoned_threads=rt.threads.abandoned if rt else 0,
+            recycled=self._recycled,
             # every counter, by name: a counter added there is a field here
             **attrs.asdict(counters, recurse=False),
         )
@@ -309,7 +342,9 @@ class Worker:
                                     ]
                                     scopes[group] = await root.start(self._run_group, specs)
                                 task_status.started(self)
-                                await self._stop.wait()
+                                await wait_any(self._stop.wait, rt.recycle.wait)
+                                if not self._stop.is_set():
+                                    self._recycled = rt.recycle.requested
                             finally:
                                 # Shielded: an outer cancellation is exactly what asks
                                 # for this shutdown, and it must still flush every outcome.
@@ -360,8 +395,12 @@ class Worker:
         stop_group("intake")
         # Jobs leased but not started go back to ready now, not after expiry.
         table.release_unstarted()
-        with trio.move_on_after(cfg.shutdown_grace):
+        # A recycle lets running handlers finish, until stop() (see there).
+        recycling = self._recycled is not None and not self._stop.is_set()
+        grace = math.inf if recycling else trio.current_time() + cfg.shutdown_grace
+        with trio.CancelScope(deadline=grace) as self._draining:
             await table.wait_until(lambda: table.running == 0)
+        self._draining = None
         if table.running:
             log_event(
                 log,
