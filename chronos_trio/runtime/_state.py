@@ -16,6 +16,7 @@ from ..store import Leadership, SetAside, Store
 from ._config import WorkerConfig
 from ._events import EventBus, JobDead, LeaseLost
 from ._inflight import Entry, InFlight
+from ._isolation import ChildPool
 from ._metrics import RoundTripTally
 from ._registry import Registry, WorkerHost
 from ._threads import HandlerThreads
@@ -84,6 +85,10 @@ class Runtime:
     #: The threads plain-function handlers run in (sync_concurrency), and
     #: the abandoned ones still running. Used only by the executors.
     threads: HandlerThreads = attrs.field(factory=lambda: HandlerThreads(1, 1))
+    #: The child processes isolated handlers run in (None: the app has no
+    #: isolated task). Set by the worker before any actor runs, used only
+    #: by the executors.
+    isolation: ChildPool | None = None
     #: What the app's lifespan yielded (set by the worker before any actor runs).
     lifespan: Any = None
     #: When this worker registered in the store's worker registry (store

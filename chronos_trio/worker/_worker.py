@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
 from types import ModuleType
 
 import attrs
@@ -60,6 +60,7 @@ from ..records._jobs import PENDING_STATES
 from ..records._log import log_event
 from ..runtime._config import WorkerConfig
 from ..runtime._events import ActorRestarted, JobDead
+from ..runtime._isolation import ChildPool, IsolationPlan, isolation_plan, open_child_pool
 from ..runtime._metrics import METRIC_EVENTS, Metrics, MetricsFeed, RoundTripTally
 from ..runtime._registry import DeadLetterHook, WorkerHost
 from ..runtime._state import Counters, Runtime
@@ -90,6 +91,16 @@ GROUPS: Mapping[str, tuple[ModuleType, ...]] = {
 ACTORS: tuple[str, ...] = tuple(
     module.__name__.rpartition(".")[2] for modules in GROUPS.values() for module in modules
 )
+
+
+def _child_pool(
+    plan: IsolationPlan | None, config: WorkerConfig
+) -> AbstractAsyncContextManager[ChildPool | None]:
+    """The pool isolated handlers run in (started: its children are warm),
+    or nothing for an app without isolated tasks."""
+    if plan is None:
+        return nullcontext()
+    return open_child_pool(plan, config.isolate_processes)
 
 
 def _observe_store(store: Store, metrics: Metrics | None) -> RoundTripTally | None:
@@ -266,6 +277,8 @@ class Worker:
             outcome="nothing was started",
         )
         has = capabilities_of(store)
+        # Where child processes find the isolated tasks: refused before anything starts.
+        isolation = isolation_plan(self.app, self.app.registry.tasks)
         rt = self._rt = Runtime.create(self.app, store, self.config)
         for hook in self.app.registry.dead_letter_hooks:
             rt.events.subscribe(
@@ -295,7 +308,10 @@ class Worker:
         lifespan = self.app.registry.lifespan
         try:
             # Entered before the first lease and left after the last settle.
-            async with lifespan(self.app) if lifespan else nullcontext() as value:
+            async with (
+                lifespan(self.app) if lifespan else nullcontext() as value,
+                _child_pool(isolation, self.config) as rt.isolation,
+            ):
                 rt.lifespan = value
                 try:
                     with _unwrapped_failure():
