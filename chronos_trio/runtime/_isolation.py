@@ -33,7 +33,7 @@ from typing import Any
 import attrs
 import trio
 
-from ..records._errors import IsolationError
+from ..records._errors import IsolationError, sole_exception
 from ..records._log import log_event
 from ._error_text import describe_exit
 from ._isolation_wire import Reply, WireError, frame, frame_length, parse, parse_reply
@@ -169,10 +169,12 @@ class ChildPoolStatistics:
 class ChildPool:
     """See the module docstring. Used from Trio's thread only."""
 
-    def __init__(self, nursery: trio.Nursery, plan: IsolationPlan, size: int) -> None:
+    def __init__(self, plan: IsolationPlan, size: int) -> None:
         if size < 1:
             raise ValueError(f"a child pool needs size >= 1, got {size}")
-        self._nursery = nursery
+        #: Where replacements start and killed children are reaped (set
+        #: once every child started: see :func:`open_child_pool`).
+        self.nursery: trio.Nursery | None = None
         self._plan = plan
         self.size = size
         self._idle_send, self._idle = trio.open_memory_channel[Child](size)
@@ -230,10 +232,12 @@ class ChildPool:
         except (trio.TooSlowError, trio.BrokenResourceError, WireError) as exc:
             hello = {"op": "broken", "error": f"no handshake: {exc!r}"}
         except BaseException:
-            self._discard(child)
+            child.kill()
+            await self._wait_gone(child)
             raise
         if hello is None or hello.get("op") != "ready":
-            self._discard(child)
+            child.kill()
+            await self._wait_gone(child)
             why = "it exited" if hello is None else hello.get("error", hello)
             raise IsolationError(
                 f"a child process for isolated tasks did not start: {why} (it imports "
@@ -284,14 +288,12 @@ class ChildPool:
         """Kill ``child`` now (if it still runs) and start a fresh one in its
         place, in the background. Never blocks: what a called-off run's
         executor does on its way out."""
+        assert self.nursery is not None  # (runs are only after the start)
         self._replaced += 1
-        self._discard(child)
-        if not self._closing:
-            self._nursery.start_soon(self._respawn)
-
-    def _discard(self, child: Child) -> None:
         child.kill()
-        self._nursery.start_soon(self._wait_gone, child)
+        self.nursery.start_soon(self._wait_gone, child)
+        if not self._closing:
+            self.nursery.start_soon(self._respawn)
 
     async def _wait_gone(self, child: Child) -> None:
         with trio.CancelScope(shield=True):  # a killed child is reaped, always
@@ -344,13 +346,23 @@ async def _close_pipes(child: Child) -> None:
 @asynccontextmanager
 async def open_child_pool(plan: IsolationPlan, size: int) -> AsyncIterator[ChildPool]:
     """A started pool for the body of the ``async with`` (raises
-    IsolationError when its children cannot start), closed on the way out
-    with every child reaped."""
-    async with trio.open_nursery() as nursery:
-        pool = ChildPool(nursery, plan, size)
-        try:
-            await pool.start()
-            yield pool
-        finally:
-            await pool.aclose()
-            nursery.cancel_scope.cancel()
+    IsolationError, itself, when its children cannot start), closed on the
+    way out with every child reaped. What the body raises comes out as it
+    was (not in the pool nursery's exception group)."""
+    pool = ChildPool(plan, size)
+    try:
+        await pool.start()
+    except BaseException:
+        await pool.aclose()
+        raise
+    try:
+        async with trio.open_nursery() as nursery:
+            pool.nursery = nursery
+            try:
+                yield pool
+            finally:
+                await pool.aclose()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The pool's own tasks raise nothing: what is in it is the body's.
+        raise sole_exception(group)  # noqa: B904  (keeps its own __cause__)
