@@ -75,6 +75,8 @@ _OPTIONS = {
     "retain_succeeded": "retain_succeeded",
     "leader_ttl": "leader_ttl",
     "unknown_kind_grace": "unknown_kind_grace",
+    "isolate_processes": "isolate_processes",
+    "hard_limit_grace": "hard_limit_grace",
 }
 
 
@@ -160,6 +162,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=seconds(),
         help="leadership lease: a dead leader's schedules and janitor move to another "
         "worker within this long (15)",
+    )
+    worker.add_argument(
+        "--isolate-processes",
+        metavar="N",
+        type=int_at_least(1),
+        help="child processes isolated handlers (isolate=True) run in "
+        "(concurrency or CPUs, the fewer)",
+    )
+    worker.add_argument(
+        "--hard-limit-grace",
+        metavar="S",
+        type=seconds(allow_zero=True),
+        help="seconds an isolated handler has past its timeout before its child is killed (5)",
     )
     manager = parser.add_argument_group("process manager (--processes > 1)")
     manager.add_argument(
