@@ -36,7 +36,7 @@ import trio
 from ..records._errors import IsolationError, sole_exception
 from ..records._log import log_event
 from ._error_text import describe_exit
-from ._isolation_wire import Reply, WireError, frame, frame_length, parse, parse_reply
+from ._isolation_wire import ChildReply, WireError, frame, frame_length, parse, parse_reply
 from ._tasks import TaskSpec
 
 log = logging.getLogger("chronos_trio.worker")
@@ -107,7 +107,7 @@ class ChildDied(Exception):
     how (exit code or signal)."""
 
 
-class Child:
+class IsolatedChild:
     """One child process and its end of the pipes."""
 
     __slots__ = ("_buffer", "process", "runs")
@@ -177,8 +177,8 @@ class ChildPool:
         self.nursery: trio.Nursery | None = None
         self._plan = plan
         self.size = size
-        self._idle_send, self._idle = trio.open_memory_channel[Child](size)
-        self._alive: set[Child] = set()
+        self._idle_send, self._idle = trio.open_memory_channel[IsolatedChild](size)
+        self._alive: set[IsolatedChild] = set()
         self._started = 0
         self._replaced = 0
         self._closing = False
@@ -209,7 +209,7 @@ class ChildPool:
         except IsolationError as exc:
             failures.append(exc)
 
-    async def _spawn(self) -> Child:
+    async def _spawn(self) -> IsolatedChild:
         env = dict(os.environ)
         path = [p for p in sys.path if p]
         if env.get("PYTHONPATH"):
@@ -222,7 +222,7 @@ class ChildPool:
             )
         except OSError as exc:
             raise IsolationError(f"cannot start a child process: {exc}") from None
-        child = Child(process)
+        child = IsolatedChild(process)
         self._alive.add(child)
         self._started += 1
         try:
@@ -247,15 +247,15 @@ class ChildPool:
         log_event(log, logging.DEBUG, "isolation child ready", pid=child.pid)
         return child
 
-    async def take(self) -> Child:
+    async def take(self) -> IsolatedChild:
         """An idle child, once one is (cancellable; a cancelled wait takes none)."""
         return await self._idle.receive()
 
-    def give_back(self, child: Child) -> None:
+    def give_back(self, child: IsolatedChild) -> None:
         """``child`` finished its run well: it takes the next job."""
         self._idle_send.send_nowait(child)
 
-    async def run(self, child: Child, request: dict[str, Any]) -> Reply:
+    async def run(self, child: IsolatedChild, request: dict[str, Any]) -> ChildReply:
         """Run one job in ``child`` (taken with :meth:`take`). Raises
         ChildDied when it died during the run or answered nonsense (the
         caller then discards it with :meth:`replace`)."""
@@ -272,7 +272,7 @@ class ChildPool:
             raise ChildDied(f"the isolated handler's process broke the protocol: {exc}") from None
         raise ChildDied(f"the isolated handler's process died: {await self._reap(child)}")
 
-    async def _reap(self, child: Child) -> str:
+    async def _reap(self, child: IsolatedChild) -> str:
         """Wait (briefly) for a child whose pipe closed to end; how it ended."""
         with trio.move_on_after(1.0):
             await child.process.wait()
@@ -284,7 +284,7 @@ class ChildPool:
         status = describe_exit(code)
         return status if code <= 0 else f"{status} with exit code {code}"
 
-    def replace(self, child: Child) -> None:
+    def replace(self, child: IsolatedChild) -> None:
         """Kill ``child`` now (if it still runs) and start a fresh one in its
         place, in the background. Never blocks: what a called-off run's
         executor does on its way out."""
@@ -295,7 +295,7 @@ class ChildPool:
         if not self._closing:
             self.nursery.start_soon(self._respawn)
 
-    async def _wait_gone(self, child: Child) -> None:
+    async def _wait_gone(self, child: IsolatedChild) -> None:
         with trio.CancelScope(shield=True):  # a killed child is reaped, always
             await child.process.wait()
             await _close_pipes(child)
@@ -337,7 +337,7 @@ class ChildPool:
                 self._alive.discard(child)
 
 
-async def _close_pipes(child: Child) -> None:
+async def _close_pipes(child: IsolatedChild) -> None:
     for stream in (child.process.stdin, child.process.stdout):
         if stream is not None:
             await stream.aclose()

@@ -90,7 +90,7 @@ def run_request(job: Job, worker_id: str) -> dict[str, Any]:
 
 
 @attrs.frozen
-class Reply:
+class ChildReply:
     """A child's answer to one ``run``: ``result`` (the encoded return
     value, None when nothing is kept) when ``ok``; else ``how`` it failed,
     the ``error`` text to keep on the job and the ``delay`` it asked for
@@ -106,17 +106,17 @@ class Reply:
 _HOWS = frozenset(get_args(How))
 
 
-def parse_reply(message: dict[str, Any]) -> Reply:
-    """A ``done`` or ``failed`` message as a :class:`Reply`; WireError for
+def parse_reply(message: dict[str, Any]) -> ChildReply:
+    """A ``done`` or ``failed`` message as a :class:`ChildReply`; WireError for
     anything else (a child that answers that is broken)."""
     op = message.get("op")
     try:
         if op == "done":
-            return Reply(True, result=unb64(message["result"]))
+            return ChildReply(True, result=unb64(message["result"]))
         if op == "failed":
             how, error, delay = message["how"], message["error"], message["delay"]
             if how in _HOWS and isinstance(error, str):
-                return Reply(False, how=how, error=error, delay=_delay(delay))
+                return ChildReply(False, how=how, error=error, delay=_delay(delay))
     except (KeyError, TypeError, ValueError):
         pass
     raise WireError(f"not a reply to a run: {message!r:.200}")
