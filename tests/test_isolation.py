@@ -193,6 +193,44 @@ async def test_a_task_of_the_app_runs_in_the_worker_process_unless_isolated(
     assert pid == os.getpid()
 
 
+@pytest.mark.redis
+async def test_on_redis_a_result_a_hard_limit_and_a_crash(redis_url: str, notes: Path) -> None:
+    """The same on a Redis store: the result comes back through the codec,
+    a hung child is killed at its hard limit and the retry succeeds, a
+    segfault fails its attempt only, and a lease shorter than the job is
+    renewed all along (one run)."""
+    app = isolated_app.app
+    app.use_store(redis_url)
+    try:
+        with trio.fail_after(90):
+            async with app.open_worker(
+                concurrency=3,
+                isolate_processes=2,
+                hard_limit_grace=0.3,
+                lease_duration=1.0,
+                recover_interval=0.2,
+                **WORKER,
+            ) as worker:
+                path = str(notes)
+                handles = [
+                    await work.enqueue(Work(path, value=5)),
+                    await work.enqueue(Work(path, how="hang"), timeout=0.4),
+                    await work.enqueue(Work(path, how="segv")),
+                    await work.enqueue(Work(path, seconds=2.5, value=1)),
+                ]
+                ok, hung, crashed, long = [await h.result(timeout=60) for h in handles]
+                stats = worker.statistics()
+    finally:
+        await app.aclose()
+        app.use_store("memory://")
+    assert ok.doubled == 10 and ok.attempt == 1 and ok.pid != os.getpid()
+    assert hung.attempt == 2 and crashed.attempt == 2
+    assert long.attempt == 1 and long.doubled == 2
+    runs = lines(notes)
+    assert [x.attempt for x in runs if x.what == "end"].count(1) == 2  # ok and long, once each
+    assert stats.retried == 2 and stats.succeeded == 4 and stats.lost == 0
+
+
 def test_isolated_tasks_need_an_importable_handler() -> None:
     local = App()
 
