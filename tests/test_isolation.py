@@ -12,6 +12,8 @@ no zombie either).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from chronos_trio.runtime._isolation_wire import WireError, parse_reply
 from tests import isolated_app
 from tests.isolated_app import Answer, Work, work, work_async
 
+ROOT = Path(__file__).resolve().parent.parent
 #: Short, so a retry comes at once.
 FAST_RETRY = RetryPolicy(base=0.05, factor=1.0, max_delay=0.05)
 WORKER = {"retry": FAST_RETRY, "poll_interval": 0.2, "shutdown_grace": 1.0}
@@ -229,6 +232,43 @@ async def test_on_redis_a_result_a_hard_limit_and_a_crash(redis_url: str, notes:
     runs = lines(notes)
     assert [x.attempt for x in runs if x.what == "end"].count(1) == 2  # ok and long, once each
     assert stats.retried == 2 and stats.succeeded == 4 and stats.lost == 0
+
+
+def ended(pid: int) -> bool:
+    """Gone, or a zombie waiting for a parent that is not us to reap it."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state == "Z"
+
+
+@pytest.mark.redis
+async def test_a_child_dies_with_its_worker_killed_by_sigkill(redis_url: str, notes: Path) -> None:
+    """A CLI worker killed with SIGKILL cannot stop its children: each
+    ends by itself, even in the middle of a handler that never returns."""
+    argv = [sys.executable, "-m", "chronos_trio", "worker", "tests.isolated_app:app"]
+    argv += ["--url", redis_url, "--isolate-processes", "1", "--poll-interval", "0.2"]
+    app = isolated_app.app
+    app.use_store(redis_url)
+    worker = await trio.lowlevel.open_process(argv, cwd=ROOT, stderr=subprocess.DEVNULL)
+    try:
+        with trio.fail_after(60):
+            await work.enqueue(Work(str(notes), how="hang"))
+            while not lines(notes):
+                await trio.sleep(0.05)
+            [start] = lines(notes)
+            worker.kill()
+            await worker.wait()
+            while not ended(start.pid):
+                await trio.sleep(0.05)
+        os.remove(notes)  # not our child to reap: the autouse check passes it by
+    finally:
+        with trio.CancelScope(shield=True):
+            worker.kill()
+            await worker.wait()
+        await app.aclose()
+        app.use_store("memory://")
 
 
 def test_isolated_tasks_need_an_importable_handler() -> None:

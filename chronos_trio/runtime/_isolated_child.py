@@ -12,8 +12,9 @@ process.
 
 Its protocol goes over copies of the pipes it was started with: the
 handler's ``print`` goes to stderr and its ``input()`` reads nothing, so
-neither can corrupt a frame. It dies with its worker (Linux: a parent-death
-signal; elsewhere at the next read, which finds the pipe closed).
+neither can corrupt a frame. It dies with its worker, even one killed
+with ``kill -9``: at its next read of the pipe, or within half a second
+while a handler runs.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from types import FrameType
@@ -215,15 +217,23 @@ def run_job(tasks: Mapping[str, TaskSpec], request: Mapping[str, Any]) -> dict[s
     return {"op": "done", "result": b64(data)}
 
 
-def _die_with_parent(parent: int) -> None:
-    """Linux: be SIGKILLed when the worker dies (even by ``kill -9``)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+#: How often a child checks that its worker still lives.
+_PARENT_CHECK = 0.5
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # it died before the signal was asked for
+
+def _die_with_parent(parent: int) -> None:
+    """End this process soon after the worker ``parent`` is gone, even by
+    ``kill -9`` and while a handler runs: a daemon thread sees this process
+    handed to another parent. (Not Linux's parent-death signal: it follows
+    the *thread* that started the child, and Trio starts children from a
+    worker thread that ends when idle.)"""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_CHECK)
         os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def main(argv: list[str]) -> int:

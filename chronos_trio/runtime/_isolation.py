@@ -14,7 +14,8 @@
   this Trio process), given this process's ``sys.path``.
 * **No leaks**: closing the pool closes the idle children's pipes (they
   exit), kills what still runs after ``STOP_TIMEOUT`` and reaps every
-  child; a child also dies with its worker (see ``runtime._isolated_child``).
+  child; a child also dies with its worker, even one killed by ``kill -9`` (see
+  ``runtime._isolated_child``).
 
 Which app and modules a child imports: :func:`isolation_plan`, checked when
 the worker starts, before anything runs.
