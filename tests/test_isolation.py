@@ -21,7 +21,7 @@ import attrs
 import pytest
 import trio
 
-from chronos_trio import App, IsolationError, JobContext, JobFailed, RetryPolicy
+from chronos_trio import App, IsolationError, JobAborted, JobContext, JobFailed, RetryPolicy
 from chronos_trio.runtime._isolated_child import ChildJobContext, run_job
 from chronos_trio.runtime._isolation_wire import WireError, parse_reply
 from tests import isolated_app
@@ -117,10 +117,48 @@ async def test_the_soft_limit_can_be_caught_in_the_handler(app: App, notes: Path
         async with app.open_worker(isolate_processes=1, hard_limit_grace=5.0, **WORKER):
             handle = await work.enqueue(Work(str(notes), how="catch"), timeout=0.3)
             answer = await handle.result(timeout=30)
+            # an async def handler is cancelled at its soft limit, and fails with it
+            slow = await work_async.enqueue(
+                Work(str(notes), seconds=30), timeout=0.3, max_retries=0
+            )
+            with pytest.raises(JobFailed, match="SoftTimeLimit"):
+                await slow.result(timeout=30)
     # it caught SoftTimeLimit and returned: a success on the first attempt
     assert answer.doubled == -1 and answer.attempt == 1
     [start, soft] = lines(notes)
     assert soft.what == "soft" and 0.25 < soft.at - start.at < 3.0
+
+
+async def test_an_abort_kills_the_child_of_a_running_isolated_job(app: App, notes: Path) -> None:
+    with trio.fail_after(60):
+        async with app.open_worker(isolate_processes=1, lease_duration=1.5, **WORKER) as worker:
+            handle = await work.enqueue(Work(str(notes), how="hang"))
+            while not lines(notes):
+                await trio.sleep(0.05)
+            await handle.abort("stop it")
+            with pytest.raises(JobAborted):
+                await handle.result(timeout=30)
+            [start] = lines(notes)
+            while not gone(start.pid):  # killed and reaped
+                await trio.sleep(0.05)
+            after = await (await work.enqueue(Work(str(notes), value=3))).result(timeout=30)
+            stats = worker.statistics()
+    assert after.doubled == 6 and after.pid != start.pid  # its replacement
+    assert stats.aborted == 1
+
+
+async def test_a_worker_without_isolated_tasks_starts_no_child() -> None:
+    plain = App()
+
+    @plain.task("plain")
+    def handler(x: int) -> int:
+        return os.getpid()
+
+    with trio.fail_after(30):
+        async with plain.open_worker() as worker:
+            pid = await (await plain.enqueue("plain", 1)).result(timeout=10)
+            assert worker._rt is not None and worker._rt.isolation is None
+    assert pid == os.getpid()
 
 
 @pytest.mark.parametrize(

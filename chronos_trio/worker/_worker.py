@@ -262,7 +262,9 @@ class Worker:
         TypeError) for an app that uses a capability the store lacks
         (schedules without leadership, a task that keeps results without
         results, tasks' unique or flow-control defaults without those
-        features).
+        features). For an app with isolated tasks (``isolate=True``), its
+        child processes start first (warm); ``IsolationError`` when they
+        cannot (the app not importable by them), nothing else started.
         """
         if self._rt is not None:
             raise RuntimeError("a Worker runs once; create another")
