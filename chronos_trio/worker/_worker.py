@@ -263,8 +263,9 @@ class Worker:
         (schedules without leadership, a task that keeps results without
         results, tasks' unique or flow-control defaults without those
         features). For an app with isolated tasks (``isolate=True``), its
-        child processes start first (warm); ``IsolationError`` when they
-        cannot (the app not importable by them), nothing else started.
+        child processes start first (warm), before the app's lifespan;
+        ``IsolationError`` when they cannot (the app not importable by
+        them), nothing else started.
         """
         if self._rt is not None:
             raise RuntimeError("a Worker runs once; create another")
@@ -310,9 +311,11 @@ class Worker:
         lifespan = self.app.registry.lifespan
         try:
             # Entered before the first lease and left after the last settle.
+            # The children start (warm) before the lifespan is entered, and
+            # stop after it is left.
             async with (
-                lifespan(self.app) if lifespan else nullcontext() as value,
                 _child_pool(isolation, self.config) as rt.isolation,
+                lifespan(self.app) if lifespan else nullcontext() as value,
             ):
                 rt.lifespan = value
                 try:
