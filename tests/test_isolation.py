@@ -17,7 +17,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import attrs
 import pytest
 import trio
 
@@ -25,30 +24,13 @@ from chronos_trio import App, IsolationError, JobAborted, JobContext, JobFailed,
 from chronos_trio.runtime._isolated_child import ChildJobContext, run_job
 from chronos_trio.runtime._isolation_wire import WireError, parse_reply
 from tests import isolated_app
+from tests._support import lines
 from tests.isolated_app import Answer, Work, work, work_async
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Short, so a retry comes at once.
 FAST_RETRY = RetryPolicy(base=0.05, factor=1.0, max_delay=0.05)
 WORKER = {"retry": FAST_RETRY, "poll_interval": 0.2, "shutdown_grace": 1.0}
-
-
-@attrs.frozen
-class Line:
-    what: str
-    pid: int
-    attempt: int
-    at: float
-
-
-def lines(path: Path) -> list[Line]:
-    if not path.exists():
-        return []
-    out = []
-    for text in path.read_text().splitlines():
-        what, pid, attempt, at = text.split()[:4]
-        out.append(Line(what, int(pid), int(attempt), float(at)))
-    return out
 
 
 def gone(pid: int) -> bool:

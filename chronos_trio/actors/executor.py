@@ -345,14 +345,8 @@ async def _isolated(
     except BaseException:
         pool.replace(child)
         if slot.deadline <= trio.current_time():
-            log_event(
-                log,
-                logging.WARNING,
-                "isolated handler past its hard limit: child process killed",
-                job=job.id,
-                kind=job.kind,
-                pid=child.pid,
-            )
+            why = "isolated handler past its hard limit: child process killed"
+            log_event(log, logging.WARNING, why, job=job.id, kind=job.kind, pid=child.pid)
         raise
     pool.give_back(child)
     if reply.ok:
