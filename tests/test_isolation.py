@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -216,14 +217,13 @@ async def test_a_task_of_the_app_runs_in_the_worker_process_unless_isolated(
     assert pid == os.getpid()
 
 
-@pytest.mark.redis
-async def test_on_redis_a_result_a_hard_limit_and_a_crash(redis_url: str, notes: Path) -> None:
-    """The same on a Redis store: the result comes back through the codec,
-    a hung child is killed at its hard limit and the retry succeeds, a
+async def _result_hard_limit_crash_and_lease(url: str, notes: Path) -> None:
+    """On the store at ``url``: the result comes back through the codec, a
+    hung child is killed at its hard limit and the retry succeeds, a
     segfault fails its attempt only, and a lease shorter than the job is
     renewed all along (one run)."""
     app = isolated_app.app
-    app.use_store(redis_url)
+    app.use_store(url)
     try:
         with trio.fail_after(90):
             async with app.open_worker(
@@ -249,9 +249,37 @@ async def test_on_redis_a_result_a_hard_limit_and_a_crash(redis_url: str, notes:
     assert ok.doubled == 10 and ok.attempt == 1 and ok.pid != os.getpid()
     assert hung.attempt == 2 and crashed.attempt == 2
     assert long.attempt == 1 and long.doubled == 2
-    runs = lines(notes)
-    assert [x.attempt for x in runs if x.what == "end"].count(1) == 2  # ok and long, once each
+    assert [x.attempt for x in lines(notes) if x.what == "end"].count(1) == 2  # ok, long: once
     assert stats.retried == 2 and stats.succeeded == 4 and stats.lost == 0
+
+
+@pytest.mark.redis
+async def test_on_redis_a_result_a_hard_limit_and_a_crash(redis_url: str, notes: Path) -> None:
+    await _result_hard_limit_crash_and_lease(redis_url, notes)
+
+
+async def test_on_sqlite_a_result_a_hard_limit_and_a_crash(sqlite_url: str, notes: Path) -> None:
+    await _result_hard_limit_crash_and_lease(sqlite_url, notes)
+
+
+async def test_middleware_runs_in_the_worker_around_an_isolated_run(app: App, notes: Path) -> None:
+    seen: list[tuple[str, str]] = []
+
+    @asynccontextmanager
+    async def around(job: JobContext) -> AsyncIterator[None]:
+        seen.append(("enter", job.kind))
+        yield
+        seen.append(("exit", job.kind))
+
+    app.middleware(around)
+    try:
+        with trio.fail_after(60):
+            async with app.open_worker(isolate_processes=1, **WORKER):
+                answer = await (await work.enqueue(Work(str(notes), value=2))).result(timeout=30)
+    finally:
+        app.registry.middleware.remove(around)
+    assert answer.doubled == 4 and answer.pid != os.getpid()
+    assert seen == [("enter", "iso.work"), ("exit", "iso.work")]
 
 
 def ended(pid: int) -> bool:

@@ -1,6 +1,12 @@
 """The pool of warm child processes isolated handlers run in
 (``@app.task(isolate=True)``), owned by the worker, used by its executors.
 
+The worker owns it, not the executor actor (as the design first said), so
+that an executor restarted by its supervisor does not kill every warm
+child with it, and so that a child that cannot start (the app not
+importable) stops the worker before anything runs, with its own error,
+instead of crash-looping an actor.
+
 * **Warm**: ``size`` children start with the worker; each imports the app's
   modules once and then runs one job at a time, job after job.
 * **Bounded**: an executor takes an idle child (its job waits for one,
