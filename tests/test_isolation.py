@@ -81,11 +81,19 @@ async def test_a_child_past_its_hard_limit_is_killed_and_the_next_attempt_runs(
 ) -> None:
     with trio.fail_after(60):
         async with app.open_worker(
-            concurrency=2, isolate_processes=1, hard_limit_grace=0.5, **WORKER
+            concurrency=2, isolate_processes=1, hard_limit_grace=1.0, **WORKER
         ) as worker:
             handle = await work.enqueue(Work(str(notes), how="hang"), timeout=0.5)
             answer = await handle.result(timeout=30)
             stats = worker.statistics()
+            # with no retry left, the job is dead and says why
+            last = await work.enqueue(
+                Work(str(notes) + ".last", how="hang"), timeout=0.3, max_retries=0
+            )
+            with pytest.raises(
+                JobFailed, match="its 1s hard_limit_grace: its child process was killed"
+            ):
+                await last.result(timeout=30)
     first, *rest = lines(notes)
     assert (first.what, first.attempt) == ("start", 1)
     # the soft limit reached the handler (which ignored it) before the kill
