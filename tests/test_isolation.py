@@ -12,6 +12,7 @@ no zombie either).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -177,6 +178,20 @@ async def test_a_child_that_crashes_fails_that_attempt_not_the_worker(
     crashed = [x.pid for x in lines(notes) if x.attempt == 1 and x.what == "start"]
     assert after.pid not in crashed[:1] and all(gone(pid) for pid in crashed)
     assert stats.dead == 1 and stats.restarts == {}
+
+
+async def test_a_child_that_died_while_idle_is_replaced_before_a_job_comes(
+    app: App, notes: Path
+) -> None:
+    with trio.fail_after(60):
+        async with app.open_worker(isolate_processes=1, **WORKER):
+            first = await (await work.enqueue(Work(str(notes), value=1))).result(timeout=30)
+            os.kill(first.pid, signal.SIGKILL)  # idle now: killed from outside
+            while not ended(first.pid):
+                await trio.sleep(0.05)
+            second = await (await work.enqueue(Work(str(notes), value=2))).result(timeout=30)
+    # the job's first attempt ran, in a fresh child: none was spent on the dead one
+    assert second.attempt == 1 and second.pid != first.pid and second.doubled == 4
 
 
 async def test_the_lease_is_renewed_while_a_long_isolated_job_runs(app: App, notes: Path) -> None:

@@ -255,8 +255,22 @@ class ChildPool:
         return child
 
     async def take(self) -> IsolatedChild:
-        """An idle child, once one is (cancellable; a cancelled wait takes none)."""
-        return await self._idle.receive()
+        """An idle child that is alive, once one is (cancellable; a
+        cancelled wait takes none). One that died while idle (killed from
+        outside, the OOM killer) is replaced, not handed out: a job's
+        attempt is never spent on a child that was dead before it came."""
+        while True:
+            child = await self._idle.receive()
+            if child.process.poll() is None:
+                return child
+            log_event(
+                log,
+                logging.WARNING,
+                "isolation child died while idle: replaced",
+                pid=child.pid,
+                status=describe_exit(child.process.returncode or 0),
+            )
+            self.replace(child)
 
     def give_back(self, child: IsolatedChild) -> None:
         """``child`` finished its run well: it takes the next job."""
