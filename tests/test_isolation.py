@@ -431,3 +431,14 @@ def test_a_reply_that_is_not_one_is_refused() -> None:
             parse_reply(message)
     with pytest.raises(WireError):
         parse_reply({"op": "failed", "how": "retry", "error": "x", "delay": -1})
+
+
+def test_an_isolated_task_says_where_a_worker_runs_it() -> None:
+    # ``is_async`` stays the handler's own (in-process callers such as the
+    # eager testing helpers await an async one); a worker reads ``on_loop``
+    # and ``in_thread``, neither true for an isolated task.
+    assert work_async.spec.is_async and not work.spec.is_async
+    for spec in (work.spec, work_async.spec):
+        assert spec.isolate and not spec.on_loop and not spec.in_thread
+    plain = isolated_app.in_process.spec
+    assert plain.on_loop and not plain.in_thread and not plain.isolate

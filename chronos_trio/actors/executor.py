@@ -244,7 +244,7 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
         lease=entry,
         lifespan=rt.lifespan,
         scope=slot.scope,
-        in_thread=not task.is_async,
+        in_thread=task.in_thread,
     )
     slot.entry = entry
     slot.deadline = deadline
@@ -255,9 +255,9 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
             value = await _with_middleware(rt, task, entry, payload, ctx, slot, watchdog)
             if task.isolate:
                 return cast(Settlement, value)
-        elif task.is_async:
-            value = await task.fn(payload, ctx)  # type: ignore[misc]  # is_async: awaitable
-        elif task.isolate:  # (never async: an async handler's path does not look)
+        elif task.on_loop:
+            value = await task.fn(payload, ctx)  # type: ignore[misc]  # on_loop: awaitable
+        elif task.isolate:  # (an async handler's path does not look)
             return await _isolated(rt, task, entry, ctx, slot, watchdog)
         else:
             value = await _in_thread(rt, task, payload, ctx, slot, watchdog)
@@ -387,7 +387,7 @@ async def _with_middleware(
     async with contextlib.AsyncExitStack() as stack:
         for middleware in rt.registry.middleware:
             await stack.enter_async_context(middleware(ctx))
-        if task.is_async:
+        if task.on_loop:
             return await task.fn(payload, ctx)  # type: ignore[misc]
         if task.isolate:
             return await _isolated(rt, task, entry, ctx, slot, watchdog)

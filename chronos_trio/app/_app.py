@@ -274,7 +274,7 @@ class App:
                 queue=queue,
                 max_retries=max_retries,
                 timeout=timeout,
-                is_async=shape.is_async and not isolate,
+                is_async=shape.is_async,
                 isolate=isolate,
                 result_type=shape.result_type,
                 result_ttl=result_ttl,
