@@ -102,6 +102,7 @@ async def test_a_child_past_its_hard_limit_is_killed_and_the_next_attempt_runs(
     assert answer.attempt == 2 and answer.pid != first.pid  # a fresh child
     assert gone(first.pid)
     assert stats.retried == 1 and stats.succeeded == 1 and stats.lost == 0
+    assert stats.isolated_replaced == 1
 
 
 async def test_the_soft_limit_can_be_caught_in_the_handler(app: App, notes: Path) -> None:
@@ -177,7 +178,7 @@ async def test_a_child_that_crashes_fails_that_attempt_not_the_worker(
     assert after.doubled == 2 and retried.attempt == 2
     crashed = [x.pid for x in lines(notes) if x.attempt == 1 and x.what == "start"]
     assert after.pid not in crashed[:1] and all(gone(pid) for pid in crashed)
-    assert stats.dead == 1 and stats.restarts == {}
+    assert stats.dead == 1 and stats.restarts == {} and stats.isolated_replaced == 2
 
 
 async def test_a_child_that_died_while_idle_is_replaced_before_a_job_comes(

@@ -53,6 +53,7 @@ async def test_statistics_read_every_counter(autojump_clock: object) -> None:
     from chronos_trio.runtime._state import Counters
 
     own = {"worker_id", "in_flight", "running", "events_dropped", "restarts", "abandoned_threads"}
+    own.add("isolated_replaced")
     counted = set(attrs.fields_dict(Counters))
     assert set(attrs.fields_dict(chronos_trio.WorkerStatistics)) == counted | own
     assert not counted & own

@@ -187,7 +187,8 @@ class ChildPool:
         self._idle_send, self._idle = trio.open_memory_channel[IsolatedChild](size)
         self._alive: set[IsolatedChild] = set()
         self._started = 0
-        self._replaced = 0
+        #: Children replaced (see :meth:`replace`).
+        self.replaced = 0
         self._closing = False
 
     def statistics(self) -> ChildPoolStatistics:
@@ -196,7 +197,7 @@ class ChildPool:
             alive=len(self._alive),
             idle=self._idle.statistics().current_buffer_used,
             started=self._started,
-            replaced=self._replaced,
+            replaced=self.replaced,
         )
 
     async def start(self) -> None:
@@ -310,7 +311,7 @@ class ChildPool:
         place, in the background. Never blocks: what a called-off run's
         executor does on its way out."""
         assert self.nursery is not None  # (runs are only after the start)
-        self._replaced += 1
+        self.replaced += 1
         child.kill()
         self.nursery.start_soon(self._wait_gone, child)
         if not self._closing:

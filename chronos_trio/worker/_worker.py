@@ -158,6 +158,10 @@ class WorkerStatistics:
     #: called off (Python cannot stop a thread); at ``max_abandoned_threads``
     #: no plain handler starts until one ends.
     abandoned_threads: int = 0
+    #: Isolated handlers' child processes replaced: killed (at a hard
+    #: limit, or a run called off), crashed in a run, or found dead while
+    #: idle (see docs/isolation.md).
+    isolated_replaced: int = 0
 
 
 class Worker:
@@ -232,6 +236,7 @@ class Worker:
             events_dropped=rt.events.dropped if rt else 0,
             restarts=dict(self.supervisor.restarts),
             abandoned_threads=rt.threads.abandoned if rt else 0,
+            isolated_replaced=rt.isolation.replaced if rt and rt.isolation else 0,
             # every counter, by name: a counter added there is a field here
             **attrs.asdict(counters, recurse=False),
         )
