@@ -237,7 +237,12 @@ class ChildPool:
             with trio.fail_after(START_TIMEOUT):
                 await child.send(self._plan.start_message())
                 hello = await child.receive()
-        except (trio.TooSlowError, trio.BrokenResourceError, WireError) as exc:
+        except (
+            trio.TooSlowError,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            WireError,
+        ) as exc:
             hello = {"op": "broken", "error": f"no handshake: {exc!r}"}
         except BaseException:
             child.kill()
@@ -388,3 +393,7 @@ async def open_child_pool(plan: IsolationPlan, size: int) -> AsyncIterator[Child
     except BaseExceptionGroup as group:
         # The pool's own tasks raise nothing: what is in it is the body's.
         raise sole_exception(group)  # noqa: B904  (keeps its own __cause__)
+    finally:
+        # A replacement that finished starting while the pool closed (its
+        # task is gone now): stopped too.
+        await pool.aclose()
