@@ -263,8 +263,9 @@ class ChildPool:
     async def take(self) -> IsolatedChild:
         """An idle child that is alive, once one is (cancellable; a
         cancelled wait takes none). One that died while idle (killed from
-        outside, the OOM killer) is replaced, not handed out: a job's
-        attempt is never spent on a child that was dead before it came."""
+        outside, the OOM killer) is replaced, not handed out, so no job's
+        attempt is spent on it (one killed a moment before it is taken, its
+        exit not yet collectable, still is: the run then fails as a crash)."""
         while True:
             child = await self._idle.receive()
             if child.process.poll() is None:
