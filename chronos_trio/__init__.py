@@ -38,6 +38,7 @@ from .records import EnqueueResult as EnqueueResult
 from .records import FlowStep as FlowStep
 from .records import Group as Group
 from .records import InspectorError as InspectorError
+from .records import IsolationError as IsolationError
 from .records import Job as Job
 from .records import JobAborted as JobAborted
 from .records import JobCancelled as JobCancelled
@@ -61,6 +62,7 @@ from .records import ResultTimeout as ResultTimeout
 from .records import Retry as Retry
 from .records import RetryPolicy as RetryPolicy
 from .records import SkipRetry as SkipRetry
+from .records import SoftTimeLimit as SoftTimeLimit
 from .records import StoreError as StoreError
 from .records import TopologyError as TopologyError
 from .records import Unique as Unique
@@ -155,6 +157,7 @@ __all__ = [
     "FlowStep",
     "Group",
     "InspectorError",
+    "IsolationError",
     "Job",
     "JobAborted",
     "JobCancelled",
@@ -179,6 +182,7 @@ __all__ = [
     "Retry",
     "RetryPolicy",
     "SkipRetry",
+    "SoftTimeLimit",
     "StoreError",
     "TopologyError",
     "Unique",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 from typing import Any, cast
 
 import attrs
@@ -89,3 +90,29 @@ def ready_ids(url: str) -> set[bytes]:
         return ids
     finally:
         client.close()
+
+
+@attrs.frozen
+class Line:
+    """One line a handler of the process tests wrote: ``what pid attempt t
+    [lease_lost]`` (tests/lease_app.py, tests/isolated_app.py)."""
+
+    what: str
+    pid: int
+    attempt: int
+    at: float
+    lease_lost: bool = False
+
+
+def lines(path: Path) -> list[Line]:
+    if not path.exists():
+        return []
+    out = []
+    for text in path.read_text().splitlines():
+        fields = text.split()
+        if len(fields) < 4:
+            continue  # being written
+        what, pid, attempt, at = fields[:4]
+        lost = len(fields) > 4 and fields[4] == "True"
+        out.append(Line(what, int(pid), int(attempt), float(at), lost))
+    return out

@@ -117,6 +117,8 @@ def test_worker_help_states_the_real_defaults() -> None:
             elif capped := re.fullmatch(r"lease/(\d+), at most (\d+)", stated):
                 expected = min(float(capped.group(2)), lease / int(capped.group(1)))
                 assert actual == expected, (dest, stated, lease, actual)
+            elif stated == "concurrency or CPUs, the fewer":
+                assert actual == min(default.concurrency, os.cpu_count() or 1), (dest, actual)
             elif stated.startswith("off: "):
                 assert actual is False, (dest, stated, actual)
             elif stated == "never":  # recycling is off unless asked for
@@ -126,6 +128,11 @@ def test_worker_help_states_the_real_defaults() -> None:
                 assert parse_queues(stated) == actual, (dest, stated, actual)
         checked.add(dest)
     assert {"poll_interval", "recover_interval"} <= checked
+
+
+def test_isolation_options_reach_the_worker_config() -> None:
+    config = _config("--isolate-processes", "3", "--hard-limit-grace", "0")
+    assert (config.isolate_processes, config.hard_limit_grace) == (3, 0.0)
 
 
 def test_strict_reaches_the_worker_config() -> None:

@@ -27,6 +27,7 @@ import trio
 from chronos_trio import App
 from chronos_trio.testing.proxy import TcpProxy
 from chronos_trio.testing.redis_server import RedisServer
+from tests._support import Line, lines
 from tests.lease_app import Probe
 
 pytestmark = pytest.mark.redis
@@ -60,31 +61,6 @@ class WorkerProcess:
         if self.proc.poll() is None:
             self.proc.kill()  # also ends a stopped process
             self.proc.wait()
-
-
-@attrs.frozen
-class Line:
-    """One line a probe handler wrote (see tests/lease_app.py)."""
-
-    what: str
-    pid: int
-    attempt: int
-    at: float
-    lease_lost: bool = False
-
-
-def lines(path: Path) -> list[Line]:
-    if not path.exists():
-        return []
-    out = []
-    for text in path.read_text().splitlines():
-        fields = text.split()
-        if len(fields) < 4:
-            continue  # being written
-        what, pid, attempt, at = fields[:4]
-        lost = len(fields) > 4 and fields[4] == "True"
-        out.append(Line(what, int(pid), int(attempt), float(at), lost))
-    return out
 
 
 def probe(path: Path, tick: float = 0.05) -> dict[str, object]:

@@ -60,6 +60,7 @@ async def test_statistics_read_every_counter(autojump_clock: object) -> None:
         "restarts",
         "abandoned_threads",
         "recycled",
+        "isolated_replaced",
     }
     counted = set(attrs.fields_dict(Counters))
     assert set(attrs.fields_dict(chronos_trio.WorkerStatistics)) == counted | own

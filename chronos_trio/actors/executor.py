@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import traceback
 from typing import Any, cast
 
 import attrs
@@ -44,15 +43,15 @@ from ..records._errors import PayloadError, RateLimited, Retry, SkipRetry
 from ..records._jobs import Job, LeaseRef, abort_error
 from ..records._log import log_event
 from ..runtime._context import JobContext
+from ..runtime._error_text import error_text as _error_text
 from ..runtime._inflight import Entry, InFlight
+from ..runtime._isolation import ChildDied
+from ..runtime._isolation_wire import run_request
 from ..runtime._state import Runtime, log
 from ..runtime._tasks import TaskSpec
 from ..runtime._threads import ThreadRun
 from ..store import SettleKind, Settlement
 from ..store._record_rules import RULE_OF, fields_sound, value_problem
-
-#: Longest error text kept on a job (message plus the end of the traceback).
-MAX_ERROR_CHARS = 4000
 
 
 async def run(
@@ -245,7 +244,7 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
         lease=entry,
         lifespan=rt.lifespan,
         scope=slot.scope,
-        in_thread=not task.is_async,
+        in_thread=task.in_thread,
     )
     slot.entry = entry
     slot.deadline = deadline
@@ -253,9 +252,13 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
     value: object
     try:
         if rt.registry.middleware:
-            value = await _with_middleware(rt, task, payload, ctx, slot, watchdog)
-        elif task.is_async:
-            value = await task.fn(payload, ctx)  # type: ignore[misc]  # is_async: awaitable
+            value = await _with_middleware(rt, task, entry, payload, ctx, slot, watchdog)
+            if task.isolate:
+                return cast(Settlement, value)
+        elif task.on_loop:
+            value = await task.fn(payload, ctx)  # type: ignore[misc]  # on_loop: awaitable
+        elif task.isolate:  # (an async handler's path does not look)
+            return await _isolated(rt, task, entry, ctx, slot, watchdog)
         else:
             value = await _in_thread(rt, task, payload, ctx, slot, watchdog)
     except SkipRetry as exc:
@@ -312,16 +315,82 @@ async def _in_thread(
         raise
 
 
+async def _isolated(
+    rt: Runtime, task: TaskSpec, entry: Entry, ctx: JobContext, slot: Slot, watchdog: Watchdog
+) -> Settlement:
+    """An isolated handler's run in a child process of the worker's pool
+    (``runtime._isolation``), and its outcome. Its job waits for an idle
+    child without its timeout running (its lease renewed, and enforced,
+    all along); then the child has ``timeout`` (its soft limit, enforced
+    in the child) plus ``hard_limit_grace`` before this executor's scope
+    is cancelled (the watchdog) and the child killed. A child that dies in
+    the run fails the attempt with how it ended. Whenever the run does not
+    end with an answer (hard limit, lost lease, abort, shutdown past its
+    grace) the child is killed and replaced, never reused."""
+    pool = rt.isolation
+    assert pool is not None  # the worker opens it for an app with isolated tasks
+    job, ref = entry.leased.job, entry.leased.ref
+    slot.deadline = math.inf  # the watchdog passes it by while it waits
+    child = await pool.take()
+    try:
+        now = trio.current_time()
+        ctx.deadline = now + job.timeout
+        slot.deadline = ctx.deadline + rt.config.hard_limit_grace
+        watchdog.started(slot.deadline)
+        reply = await pool.run(child, run_request(job, rt.config.worker_id))
+    except ChildDied as exc:
+        pool.replace(child)
+        log_event(log, logging.WARNING, str(exc), job=job.id, kind=job.kind, pid=child.pid)
+        return _failure(rt, task, job, ref, f"ChildDied: {exc}")
+    except BaseException:
+        pool.replace(child)
+        if slot.deadline <= trio.current_time():
+            why = "isolated handler past its hard limit: child process killed"
+            log_event(log, logging.WARNING, why, job=job.id, kind=job.kind, pid=child.pid)
+        raise
+    pool.give_back(child)
+    if reply.ok:
+        return _isolated_success(rt, task, ref, reply.result)
+    if reply.how in ("skip", "never_retry", "dead"):
+        return Settlement(ref, SettleKind.DEAD, error=reply.error)
+    if reply.how == "rate_limited":
+        delay = reply.delay or 0.0  # (the child always sends RateLimited's)
+        return Settlement(ref, SettleKind.DEFER, error=reply.error, retry_delay=delay)
+    return _failure(rt, task, job, ref, reply.error, reply.delay)
+
+
+def _isolated_success(rt: Runtime, task: TaskSpec, ref: LeaseRef, data: bytes | None) -> Settlement:
+    """An isolated handler returned: its result as the child encoded it
+    (and checked against the size limit), kept as :func:`_success` keeps
+    one made here."""
+    retain = rt.config.retain_succeeded if task.retain_succeeded is None else task.retain_succeeded
+    if data is None:
+        return Settlement(ref, SettleKind.SUCCEEDED, retain_for=retain)
+    return Settlement(
+        ref, SettleKind.SUCCEEDED, retain_for=retain, result=data, result_ttl=task.result_ttl
+    )
+
+
 async def _with_middleware(
-    rt: Runtime, task: TaskSpec, payload: Any, ctx: JobContext, slot: Slot, watchdog: Watchdog
+    rt: Runtime,
+    task: TaskSpec,
+    entry: Entry,
+    payload: Any,
+    ctx: JobContext,
+    slot: Slot,
+    watchdog: Watchdog,
 ) -> object:
     """The handler inside every registered middleware, the first one
-    outermost, all within the run's cancel scope (timeouts apply)."""
+    outermost, all within the run's cancel scope (timeouts apply). For an
+    isolated task: the Settlement of its run in a child (middleware runs
+    here, around that run)."""
     async with contextlib.AsyncExitStack() as stack:
         for middleware in rt.registry.middleware:
             await stack.enter_async_context(middleware(ctx))
-        if task.is_async:
+        if task.on_loop:
             return await task.fn(payload, ctx)  # type: ignore[misc]
+        if task.isolate:
+            return await _isolated(rt, task, entry, ctx, slot, watchdog)
         return await _in_thread(rt, task, payload, ctx, slot, watchdog)
 
 
@@ -399,13 +468,14 @@ def _interrupted(rt: Runtime, entry: Entry) -> Settlement | None:
     if entry.abort_requested:
         log_event(log, logging.INFO, "abort: handler cancelled", job=job.id, kind=job.kind)
         return Settlement(entry.leased.ref, SettleKind.ABORTED, error=abort_error())
-    return _failure(
-        rt,
-        rt.registry.tasks.get(job.kind),
-        job,
-        entry.leased.ref,
-        f"TimeoutError: handler exceeded its {job.timeout:g}s timeout",
-    )
+    task = rt.registry.tasks.get(job.kind)
+    error = f"TimeoutError: handler exceeded its {job.timeout:g}s timeout"
+    if task is not None and task.isolate:
+        error += (
+            f" and its {rt.config.hard_limit_grace:g}s hard_limit_grace: its child process "
+            "was killed"
+        )
+    return _failure(rt, task, job, entry.leased.ref, error)
 
 
 def _failure(
@@ -428,12 +498,3 @@ def _failure(
         policy = task.retry if task is not None and task.retry is not None else rt.config.retry
         delay = policy.delay(job.attempts)
     return Settlement(ref, SettleKind.RETRY, error=error, retry_delay=delay)
-
-
-def _error_text(exc: BaseException, label: str | None = None) -> str:
-    head = f"{label or type(exc).__name__}: {exc}"
-    tb = "".join(traceback.format_exception(exc))
-    text = head if not tb else f"{head}\n{tb}"
-    if len(text) > MAX_ERROR_CHARS:
-        text = text[: MAX_ERROR_CHARS // 4] + "\n...\n" + text[-(MAX_ERROR_CHARS * 3) // 4 :]
-    return text

@@ -173,6 +173,7 @@ class App:
         concurrency_limit: ConcurrencyLimit | Sequence[ConcurrencyLimit] | None = None,
         retain_succeeded: float | None = None,
         discard_dead: bool = False,
+        isolate: bool = False,
     ) -> Callable[[Callable[..., Any]], Task[P]]:
         """Register a handler under ``kind``: an ``async def`` (runs on the
         event loop) or a plain ``def`` (runs in a worker thread, see
@@ -206,7 +207,12 @@ class App:
         index; the dead-letter hooks still run, with the job as it ended. (A
         job the store dead-letters itself, as when its last lease expires or
         it expired before it started, is still kept dead: the store does not
-        know tasks.)
+        know tasks.) ``isolate``: run the handler (plain or async) in a child
+        process from the worker's pool (``isolate_processes``): blocking
+        or CPU-bound code off the worker, its ``timeout`` a soft limit
+        (:class:`~chronos_trio.SoftTimeLimit` raised in the handler) and,
+        ``hard_limit_grace`` later, a hard one (the child is killed); a
+        crash of the child fails that attempt only (see docs/isolation.md).
 
         Raises ``TypeError`` for an unknown option name (naming it and the
         closest valid one) or a function that cannot be a handler (not
@@ -234,6 +240,7 @@ class App:
         if retain_succeeded is not None:
             check_seconds("retain_succeeded", retain_succeeded, zero=True)
         check_bool("discard_dead", discard_dead, error=TypeError)
+        check_bool("isolate", isolate, error=TypeError)
         control = control_defaults(
             priority=priority,
             expires=expires,
@@ -245,6 +252,12 @@ class App:
             if kind in self.registry.tasks:
                 raise ValueError(f"a task is already registered under kind {kind!r}")
             shape = inspect_handler(fn)
+            if isolate and getattr(fn, "__module__", None) == "__main__":
+                raise ValueError(
+                    f"task {kind!r}: isolate=True needs a handler a child process can "
+                    "import, and this one is defined in __main__; move the app and its "
+                    "tasks to a module (myproject/jobs.py, run as myproject.jobs:app)"
+                )
             if not shape.returns_annotated:
                 warnings.warn(
                     f"task {kind!r}: handler {getattr(fn, '__qualname__', fn)!r} has no return "
@@ -262,6 +275,7 @@ class App:
                 max_retries=max_retries,
                 timeout=timeout,
                 is_async=shape.is_async,
+                isolate=isolate,
                 result_type=shape.result_type,
                 result_ttl=result_ttl,
                 retry=retry,

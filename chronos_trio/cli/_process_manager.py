@@ -50,6 +50,7 @@ import trio
 from ..records._errors import ChronosError, sole_exception
 from ..records._log import log_event
 from ..runtime import RestartWindow
+from ..runtime._error_text import describe_exit as _describe_exit
 from ._options import CHILD_HEARTBEAT_INTERVAL
 
 log = logging.getLogger("chronos_trio.manager")
@@ -391,15 +392,6 @@ def _signal(process: trio.Process, signum: int) -> None:
             process.send_signal(signum)
         except ProcessLookupError:  # exited, not yet reaped
             pass
-
-
-def _describe_exit(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return "exited" if returncode == 0 else "failed"
 
 
 async def run_until_signalled(

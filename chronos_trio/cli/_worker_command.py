@@ -83,6 +83,8 @@ _OPTIONS = {
     "unknown_kind_grace": "unknown_kind_grace",
     "max_jobs_per_child": "max_jobs",
     "max_memory_per_child": "max_memory_mb",
+    "isolate_processes": "isolate_processes",
+    "hard_limit_grace": "hard_limit_grace",
 }
 
 
@@ -168,6 +170,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=seconds(),
         help="leadership lease: a dead leader's schedules and janitor move to another "
         "worker within this long (15)",
+    )
+    worker.add_argument(
+        "--isolate-processes",
+        metavar="N",
+        type=int_at_least(1),
+        help="child processes isolated handlers (isolate=True) run in "
+        "(concurrency or CPUs, the fewer)",
+    )
+    worker.add_argument(
+        "--hard-limit-grace",
+        metavar="S",
+        type=seconds(allow_zero=True),
+        help="seconds an isolated handler has past its timeout before its child is killed (5)",
     )
     manager = parser.add_argument_group("process manager (--processes > 1, or recycling)")
     manager.add_argument(

@@ -10,6 +10,7 @@ from ._errors import ActorFailed as ActorFailed
 from ._errors import ChronosError as ChronosError
 from ._errors import DuplicateJob as DuplicateJob
 from ._errors import InspectorError as InspectorError
+from ._errors import IsolationError as IsolationError
 from ._errors import JobAborted as JobAborted
 from ._errors import JobCancelled as JobCancelled
 from ._errors import JobError as JobError
@@ -22,6 +23,7 @@ from ._errors import ResultNotKeptWarning as ResultNotKeptWarning
 from ._errors import ResultTimeout as ResultTimeout
 from ._errors import Retry as Retry
 from ._errors import SkipRetry as SkipRetry
+from ._errors import SoftTimeLimit as SoftTimeLimit
 from ._errors import StoreError as StoreError
 from ._errors import TopologyError as TopologyError
 from ._errors import UnknownJob as UnknownJob

@@ -10,6 +10,8 @@
     ├── Retry                   raised by a handler: run it again after a delay
     ├── RateLimited             raised by a handler: again after a delay, attempt not counted
     ├── JobCancelled            raised by job.check_cancelled() once a run is called off
+    ├── SoftTimeLimit           raised in an isolated handler at its timeout (its soft limit)
+    ├── IsolationError          isolated handlers' child processes cannot start
     ├── UnknownTask             no task is registered under a kind
     ├── ActorFailed             an actor exceeded its restart intensity
     ├── JobError                a job's outcome, as a producer waiting on it sees it
@@ -93,6 +95,24 @@ class JobCancelled(ChronosError):
     off (timeout, lost lease, shutdown): a plain-function handler running in
     a thread calls it to stop cooperatively (its thread is otherwise
     abandoned, see docs/tasks.md)."""
+
+
+class SoftTimeLimit(ChronosError):
+    """Raised inside an isolated handler (``@app.task(isolate=True)``) when
+    its ``timeout`` passes: its soft limit. A plain-function handler gets it
+    wherever it is (a signal in the child process's main thread), and may
+    catch it to clean up or return early; the worker kills the child
+    ``hard_limit_grace`` seconds later if it has not returned by then (the
+    attempt then fails as a timeout). Uncaught, the attempt fails with it
+    (retried per the task's policy). See docs/isolation.md."""
+
+
+class IsolationError(ChronosError):
+    """The child processes isolated handlers run in cannot be started: the
+    app is not importable by its ``module:attribute`` (defined in
+    ``__main__``, not a module global), a child failed to import it, or
+    did not find a task there. Raised when the worker starts; nothing was
+    started then."""
 
 
 class PayloadError(ChronosError, ValueError):

@@ -1,7 +1,7 @@
 """One worker process's runtime pieces, below the actors: the task registry,
 schedules, configuration, the job context, the in-flight table, the
-plain handlers' threads, the supervisor and its restart window, and the
-state the actors share. It imports only ``store`` and
+plain handlers' threads, the isolated handlers' child processes, the
+supervisor and its restart window, and the state the actors share. It imports only ``store`` and
 ``records``; the App hands a worker its registry and store as a
 :class:`WorkerHost`."""
 
@@ -27,6 +27,11 @@ from ._inflight import Entry as Entry
 from ._inflight import IllegalTransition as IllegalTransition
 from ._inflight import InFlight as InFlight
 from ._inflight import Stage as Stage
+from ._isolation import ChildPool as ChildPool
+from ._isolation import ChildPoolStatistics as ChildPoolStatistics
+from ._isolation import IsolatedChild as IsolatedChild
+from ._isolation import IsolationPlan as IsolationPlan
+from ._isolation_wire import ChildReply as ChildReply
 from ._metrics import JobMetric as JobMetric
 from ._metrics import Metrics as Metrics
 from ._metrics import MetricsBase as MetricsBase

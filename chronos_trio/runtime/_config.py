@@ -199,6 +199,17 @@ class WorkerConfig:
     max_abandoned_threads: int = attrs.field(
         default=_derived(lambda c: 4 * c.sync_concurrency), validator=_positive
     )
+    #: Child processes isolated handlers (``@app.task(isolate=True)``)
+    #: run in, started with the worker when it has such a task: at most
+    #: this many isolated jobs run at once (each also holds one of the
+    #: ``concurrency`` places, waiting for a child included).
+    isolate_processes: int = attrs.field(
+        default=_derived(lambda c: min(c.concurrency, os.cpu_count() or 1)), validator=_positive
+    )
+    #: Seconds an isolated handler has after its ``timeout`` (the soft
+    #: limit, ``SoftTimeLimit`` raised in it) before its child is killed
+    #: (the hard limit: the attempt fails as a timeout).
+    hard_limit_grace: float = attrs.field(default=5.0, validator=_non_negative)
     batch_size: int = attrs.field(default=64, validator=_positive)
     #: Leased jobs waiting for a free executor, at most.
     queue_buffer: int = attrs.field(default=_derived(lambda c: c.batch_size), validator=_positive)

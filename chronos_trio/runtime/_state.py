@@ -16,6 +16,7 @@ from ..store import Leadership, SetAside, Store
 from ._config import WorkerConfig
 from ._events import EventBus, JobDead, LeaseLost
 from ._inflight import Entry, InFlight
+from ._isolation import ChildPool
 from ._metrics import RoundTripTally
 from ._recycle import Recycle
 from ._registry import Registry, WorkerHost
@@ -88,6 +89,10 @@ class Runtime:
     #: Whether this worker asked to be recycled, and why (the leaser reports
     #: its last lease, the recycler asks, the worker waits for it).
     recycle: Recycle = attrs.field(factory=Recycle)
+    #: The child processes isolated handlers run in (None: the app has no
+    #: isolated task). Set by the worker before any actor runs, used only
+    #: by the executors.
+    isolation: ChildPool | None = None
     #: What the app's lifespan yielded (set by the worker before any actor runs).
     lifespan: Any = None
     #: When this worker registered in the store's worker registry (store

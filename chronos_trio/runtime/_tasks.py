@@ -34,9 +34,12 @@ class TaskSpec:
     (the handler itself, or an adapter made at registration for a handler
     of another shape); ``handler``: the function as registered.
     ``is_async`` False: the handler is a plain function, run in a worker
-    thread. ``result_type``: how the return value is stored (None: nothing
-    is). ``retry``: this task's backoff (None: the worker's). ``never_retry``:
-    exception types that dead-letter the job at once. ``max_result_bytes``:
+    thread unless ``isolate`` (then in a child process by the worker's
+    pool, whether it is a plain function or not; ``on_loop`` and
+    ``in_thread`` say where a worker runs it). ``result_type``:
+    how the return value is stored (None: nothing is). ``retry``: this
+    task's backoff (None: the worker's). ``never_retry``: exception types
+    that dead-letter the job at once. ``max_result_bytes``:
     a larger encoded result fails the job (dead)."""
 
     kind: str
@@ -61,7 +64,18 @@ class TaskSpec:
     #: A job that fails for good is dropped (SettleKind.DISCARD), not kept
     #: dead; the dead-letter hooks still run.
     discard_dead: bool = False
+    #: Run in a child process of the worker's pool (``runtime._isolation``).
+    isolate: bool = False
     #: The function as registered (``fn`` when it takes ``(payload, job_context)``).
     handler: Callable[..., Any] = attrs.field(
         default=attrs.Factory(lambda spec: spec.fn, takes_self=True), eq=False
+    )
+    #: A worker awaits it on its event loop (async, not isolated).
+    on_loop: bool = attrs.field(
+        init=False, default=attrs.Factory(lambda s: s.is_async and not s.isolate, takes_self=True)
+    )
+    #: A worker runs it in one of its threads (plain, not isolated).
+    in_thread: bool = attrs.field(
+        init=False,
+        default=attrs.Factory(lambda s: not s.is_async and not s.isolate, takes_self=True),
     )

@@ -22,8 +22,8 @@ handler, and keeps it in sight:
   ``sync_concurrency`` run, so at most ``max_abandoned + sync_concurrency -
   1`` are ever alive (every running one may be abandoned at once).
 
-Running handlers that never return in child processes that can be killed is
-the real fix, and a later step (see the design's isolated handlers).
+Handlers that may never return belong in child processes that can be
+killed: ``@app.task(isolate=True)`` (see ``runtime._isolation``).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ import functools
 import logging
 import math
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
 from types import ModuleType
 
 import attrs
@@ -71,6 +71,7 @@ from ..records._jobs import PENDING_STATES
 from ..records._log import log_event
 from ..runtime._config import WorkerConfig
 from ..runtime._events import ActorRestarted, JobDead
+from ..runtime._isolation import ChildPool, IsolationPlan, isolation_plan, open_child_pool
 from ..runtime._metrics import METRIC_EVENTS, Metrics, MetricsFeed, RoundTripTally
 from ..runtime._recycle import Recycled
 from ..runtime._registry import DeadLetterHook, WorkerHost
@@ -102,6 +103,16 @@ GROUPS: Mapping[str, tuple[ModuleType, ...]] = {
 ACTORS: tuple[str, ...] = tuple(
     module.__name__.rpartition(".")[2] for modules in GROUPS.values() for module in modules
 )
+
+
+def _child_pool(
+    plan: IsolationPlan | None, config: WorkerConfig
+) -> AbstractAsyncContextManager[ChildPool | None]:
+    """The pool isolated handlers run in (started: its children are warm),
+    or nothing for an app without isolated tasks."""
+    if plan is None:
+        return nullcontext()
+    return open_child_pool(plan, config.isolate_processes)
 
 
 def _observe_store(store: Store, metrics: Metrics | None) -> RoundTripTally | None:
@@ -162,6 +173,10 @@ class WorkerStatistics:
     #: Why the worker ended its run by itself (``max_jobs``,
     #: ``max_memory_mb``), or None while it runs or when it was stopped.
     recycled: Recycled | None = None
+    #: Isolated handlers' child processes replaced: killed (at a hard
+    #: limit, or a run called off), crashed in a run, or found dead while
+    #: idle (see docs/isolation.md).
+    isolated_replaced: int = 0
 
 
 class Worker:
@@ -254,6 +269,7 @@ class Worker:
             restarts=dict(self.supervisor.restarts),
             abandoned_threads=rt.threads.abandoned if rt else 0,
             recycled=self._recycled,
+            isolated_replaced=rt.isolation.replaced if rt and rt.isolation else 0,
             # every counter, by name: a counter added there is a field here
             **attrs.asdict(counters, recurse=False),
         )
@@ -284,7 +300,10 @@ class Worker:
         TypeError) for an app that uses a capability the store lacks
         (schedules without leadership, a task that keeps results without
         results, tasks' unique or flow-control defaults without those
-        features).
+        features). For an app with isolated tasks (``isolate=True``), its
+        child processes start first (warm), before the app's lifespan;
+        ``IsolationError`` when they cannot (the app not importable by
+        them), nothing else started.
         """
         if self._rt is not None:
             raise RuntimeError("a Worker runs once; create another")
@@ -299,6 +318,8 @@ class Worker:
             outcome="nothing was started",
         )
         has = capabilities_of(store)
+        # Where child processes find the isolated tasks: refused before anything starts.
+        isolation = isolation_plan(self.app, self.app.registry.tasks)
         rt = self._rt = Runtime.create(self.app, store, self.config)
         for hook in self.app.registry.dead_letter_hooks:
             rt.events.subscribe(
@@ -328,7 +349,12 @@ class Worker:
         lifespan = self.app.registry.lifespan
         try:
             # Entered before the first lease and left after the last settle.
-            async with lifespan(self.app) if lifespan else nullcontext() as value:
+            # The children start (warm) before the lifespan is entered, and
+            # stop after it is left.
+            async with (
+                _child_pool(isolation, self.config) as rt.isolation,
+                lifespan(self.app) if lifespan else nullcontext() as value,
+            ):
                 rt.lifespan = value
                 try:
                     with _unwrapped_failure():
