@@ -32,6 +32,8 @@ from ._metrics import Metrics as Metrics
 from ._metrics import MetricsBase as MetricsBase
 from ._metrics import MetricsFeed as MetricsFeed
 from ._metrics import RoundTripTally as RoundTripTally
+from ._notes import NotesBuffer as NotesBuffer
+from ._notes import NotesStatistics as NotesStatistics
 from ._registry import DeadLetterHook as DeadLetterHook
 from ._registry import Lifespan as Lifespan
 from ._registry import Middleware as Middleware

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...records._jobs import JobRef
 from ...records._notes import (
@@ -20,10 +20,12 @@ from ...records._notes import (
 )
 from .._results import NotesResult
 from ._codec import ident, parse_count, parse_number
-from ._context import StoreContext
 from ._core import Call, Plan, RedisCore, ref_locations_plan
 from ._scripts import NOTES_WRITE, Op
 from .keys import PartitionKeys
+
+if TYPE_CHECKING:  # the store's context runs on Trio; producers read without it
+    from ._context import StoreContext
 
 #: What a read takes of the job hash: the state (the job exists), then the
 #: notes' fields (see notes_write.lua).

@@ -1,0 +1,49 @@
+"""noter: writes running jobs' notes (progress, log lines) to the store in
+batches, off the settle path.
+
+Every ``notes_interval`` seconds it takes what handlers reported since the
+last write (``runtime._notes``: per job the latest progress and the new
+lines) and writes it all in one ``write_notes`` call; an executor whose job
+has notes pending asks for a write at once (the job's final flush, before
+its outcome goes to the completer). Writes are fenced by each job's lease:
+a refused one (the lease was lost) is dropped. A failed write is put back
+and retried after a backoff; nothing waits for the noter but that final
+flush, which gives up after ``notes_interval`` (see ``actors.executor``).
+It runs only on a store that keeps notes (``NotesRole``).
+"""
+
+from __future__ import annotations
+
+import trio
+
+from ..runtime._backoff import Backoff
+from ..runtime._state import Runtime, log
+from ..store import StoreError
+
+
+async def run(
+    rt: Runtime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    backoff = Backoff(log, "noter")
+    notes = rt.notes
+    interval = rt.config.notes_interval
+    task_status.started()
+    next_write = trio.current_time() + interval
+    while True:
+        with trio.move_on_at(next_write):
+            await notes.wait_hurried()
+        next_write = trio.current_time() + interval
+        if not notes.pending:
+            continue
+        writes = notes.take()
+        try:
+            result = await rt.store.write_notes(writes)
+        except StoreError as exc:
+            notes.done(writes, None)
+            await backoff.failed(exc)
+            continue
+        except BaseException:
+            notes.done(writes, None)  # a restarted noter writes them
+            raise
+        backoff.reset()
+        notes.done(writes, result.refused)
