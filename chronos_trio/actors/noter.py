@@ -17,6 +17,7 @@ from __future__ import annotations
 import trio
 
 from ..runtime._backoff import Backoff
+from ..runtime._events import NotesWritten
 from ..runtime._state import Runtime, log
 from ..store import StoreError
 
@@ -46,4 +47,6 @@ async def run(
             notes.done(writes, None)  # a restarted noter writes them
             raise
         backoff.reset()
-        notes.done(writes, result.refused)
+        taken = notes.done(writes, result.refused)
+        if taken is not None and rt.events.wants(NotesWritten):
+            rt.events.publish(taken)

@@ -21,6 +21,7 @@ from ._events import JobRetried as JobRetried
 from ._events import JobsRecovered as JobsRecovered
 from ._events import JobSucceeded as JobSucceeded
 from ._events import LeaseLost as LeaseLost
+from ._events import NotesWritten as NotesWritten
 from ._events import Subscriber as Subscriber
 from ._events import Subscription as Subscription
 from ._inflight import Entry as Entry

@@ -36,6 +36,7 @@ from trio_util import AsyncValue
 from ..records._jobs import LeaseRef
 from ..records._log import log_event
 from ..records._notes import MAX_NOTE_LINES, NoteWrite, Progress
+from ._events import NotesWritten
 
 log = logging.getLogger("chronos_trio.worker")
 
@@ -177,25 +178,35 @@ class NotesBuffer:
         self._writing = frozenset(taken)
         return [NoteWrite(p.ref, p.progress, tuple(p.lines)) for p in taken.values()]
 
-    def done(self, writes: list[NoteWrite], refused: tuple[str, ...] | None) -> None:
+    def done(
+        self, writes: list[NoteWrite], refused: tuple[str, ...] | None
+    ) -> NotesWritten | None:
         """The write of the last :meth:`take` ended: ``refused`` the jobs the
         store refused (their notes are dropped), or None when the write
-        failed (its notes are put back, before anything added since)."""
+        failed (its notes are put back, before anything added since).
+        Returns what the store took (None: the write failed)."""
+        taken = None
         if refused is None:
             self._put_back(writes)
         else:
             gone = set(refused)
             written = [w for w in writes if w.lease.job_id not in gone]
+            taken = NotesWritten(
+                sum(w.progress is not None for w in written),
+                sum(len(w.lines) for w in written),
+                len(refused),
+            )
             s = self._stats
             self._stats = attrs.evolve(
                 s,
-                progress=s.progress + sum(w.progress is not None for w in written),
-                lines=s.lines + sum(len(w.lines) for w in written),
-                refused=s.refused + len(gone),
+                progress=s.progress + taken.progress,
+                lines=s.lines + taken.lines,
+                refused=s.refused + taken.refused,
                 flushes=s.flushes + 1,
             )
         self._writing = frozenset()
         self._done.value = self._taken
+        return taken
 
     def _put_back(self, writes: list[NoteWrite]) -> None:
         with self._lock:
