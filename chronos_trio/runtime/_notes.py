@@ -178,9 +178,7 @@ class NotesBuffer:
         self._writing = frozenset(taken)
         return [NoteWrite(p.ref, p.progress, tuple(p.lines)) for p in taken.values()]
 
-    def done(
-        self, writes: list[NoteWrite], refused: tuple[str, ...] | None
-    ) -> NotesWritten | None:
+    def done(self, writes: list[NoteWrite], refused: tuple[str, ...] | None) -> NotesWritten | None:
         """The write of the last :meth:`take` ended: ``refused`` the jobs the
         store refused (their notes are dropped), or None when the write
         failed (its notes are put back, before anything added since).
