@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 
 import attrs
 import pytest
@@ -257,3 +258,33 @@ async def test_prometheus_counts_what_was_written(autojump_clock: object) -> Non
     assert value("chronos_notes_refused_total") == 0
     samples = [s for f in metrics.registry.collect() for s in f.samples]
     assert not any("job_id" in s.labels for s in samples)
+
+
+async def test_a_plain_function_handler_reports_from_its_thread() -> None:
+    """From a worker thread: progress_nowait and log reach the store (the
+    noter, asleep on an empty buffer, is woken through the Trio token). On
+    the real clock: the handler's thread blocks for real."""
+    app = App()
+    started = threading.Event()
+    release = threading.Event()
+
+    @app.task("plain")
+    def plain(args: Steps, job: JobContext) -> None:
+        job.progress_nowait(0.5, "half, from a thread")
+        job.log("thread line")
+        started.set()
+        release.wait(30)
+
+    async with app.open_worker(notes_interval=0.05, retain_succeeded=60.0):
+        handle = await plain.enqueue(Steps(1))
+        with trio.fail_after(30):
+            await trio.to_thread.run_sync(started.wait)
+            progress = await handle.progress()
+            while progress is None:
+                await trio.sleep(0.01)
+                progress = await handle.progress()
+            assert progress.message == "half, from a thread"
+            assert (await handle.status()).state is JobState.LEASED, "read while it runs"
+            release.set()
+            await handle.result()
+    assert [line.text for line in (await handle.notes()).lines] == ["thread line"]

@@ -1,9 +1,10 @@
 """noter: writes running jobs' notes (progress, log lines) to the store in
 batches, off the settle path.
 
-Every ``notes_interval`` seconds it takes what handlers reported since the
-last write (``runtime._notes``: per job the latest progress and the new
-lines) and writes it all in one ``write_notes`` call; an executor whose job
+It sleeps while no handler reports anything. Then, at most once every
+``notes_interval`` seconds, it takes what handlers reported since the last
+write (``runtime._notes``: per job the latest progress and the new lines)
+and writes it all in one ``write_notes`` call; an executor whose job
 has notes pending asks for a write at once (the job's final flush, before
 its outcome goes to the completer). Writes are fenced by each job's lease:
 a refused one (the lease was lost) is dropped. A failed write is put back
@@ -13,6 +14,8 @@ It runs only on a store that keeps notes (``NotesRole``).
 """
 
 from __future__ import annotations
+
+import math
 
 import trio
 
@@ -29,14 +32,18 @@ async def run(
     notes = rt.notes
     interval = rt.config.notes_interval
     task_status.started()
-    next_write = trio.current_time() + interval
+    last_write = -math.inf
     while True:
-        with trio.move_on_at(next_write):
+        # Asleep while nothing is reported; then at most one write per
+        # interval, or at once for an executor's final flush.
+        await notes.wait_pending()
+        with trio.move_on_at(last_write + interval):
             await notes.wait_hurried()
-        next_write = trio.current_time() + interval
-        if not notes.pending:
-            continue
+        last_write = trio.current_time()
         writes = notes.take()
+        if not writes:  # discarded meanwhile (lost leases)
+            notes.done(writes, ())
+            continue
         try:
             result = await rt.store.write_notes(writes)
         except StoreError as exc:

@@ -88,6 +88,15 @@ class NotesBuffer:
         #: How many takes are done (written, refused or failed).
         self._done = AsyncValue(0)
         self._hurry = trio.Event()
+        #: Set when a job's notes arrive in an empty buffer (the noter sleeps
+        #: on it while there is nothing to write: an idle worker, or one
+        #: whose handlers report nothing, never ticks for notes).
+        self._added = trio.Event()
+        try:
+            self._token: trio.lowlevel.TrioToken | None = trio.lowlevel.current_trio_token()
+        except RuntimeError:  # made outside Trio (a Runtime's default)
+            self._token = None
+        self._trio_thread = threading.get_ident()
         self._warned = False
         self._stats = NotesStatistics()
         self._cut = 0
@@ -99,10 +108,13 @@ class NotesBuffer:
             self._ignored()
             return
         with self._lock:
+            first = not self._pending
             pending = self._pending.get(ref.job_id)
             if pending is None:
                 pending = self._pending[ref.job_id] = _Pending(ref)
             pending.progress = Progress(fraction, message)
+        if first:
+            self._wake_noter()
 
     def log(self, ref: LeaseRef, line: str) -> None:
         """Append ``line`` (checked and cut) to the job's pending lines."""
@@ -110,12 +122,26 @@ class NotesBuffer:
             self._ignored()
             return
         with self._lock:
+            first = not self._pending
             pending = self._pending.get(ref.job_id)
             if pending is None:
                 pending = self._pending[ref.job_id] = _Pending(ref)
             if len(pending.lines) == MAX_NOTE_LINES:
                 self._cut += 1
             pending.lines.append(line)
+        if first:
+            self._wake_noter()
+
+    def _wake_noter(self) -> None:
+        """Notes arrived in an empty buffer: wake the noter (from a handler's
+        thread, through the Trio token: thread-safe)."""
+        if threading.get_ident() == self._trio_thread:
+            self._added.set()
+        elif self._token is not None:
+            self._token.run_sync_soon(self._set_added)
+
+    def _set_added(self) -> None:
+        self._added.set()
 
     def _ignored(self) -> None:
         self._stats = attrs.evolve(self._stats, ignored=self._stats.ignored + 1)
@@ -168,11 +194,17 @@ class NotesBuffer:
         """Return once an executor asked for a final flush."""
         await self._hurry.wait()
 
+    async def wait_pending(self) -> None:
+        """Return once some job has notes to write (at once if one has)."""
+        if not self._pending:
+            await self._added.wait()
+
     def take(self) -> list[NoteWrite]:
         """Everything pending, as one write per job, and forget it (until
         :meth:`done`, its jobs are those of the write under way)."""
         with self._lock:
             taken, self._pending = self._pending, {}
+            self._added = trio.Event()
         self._hurry = trio.Event()
         self._taken += 1
         self._writing = frozenset(taken)
