@@ -130,9 +130,7 @@ def main() -> None:
                 cpu = statistics.median(r["cpu"] for r in runs) / job_seconds
                 server_cpu = statistics.median(r["server"] for r in runs) / job_seconds
                 updates = runs[0]["updates"]
-                per_update = (
-                    (cpu - base) * job_seconds / updates * 1e6 if updates else float("nan")
-                )
+                per_update = (cpu - base) * job_seconds / updates * 1e6 if updates else float("nan")
                 writes = statistics.median(r["writes"] for r in runs)
                 rows.append(
                     (name, variant, cpu * 1e3, per_update, writes, server_cpu * 1e3, base_server)

@@ -25,15 +25,20 @@ async def running_job(store: MemoryStore) -> Any:
     return leased
 
 
+async def job_page(store: MemoryStore) -> str:
+    """The dashboard's page of job ``resize-1``."""
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=dashboard_app(App(store))), base_url="http://localhost"
+    ) as web:
+        return (await web.get("/job", params={"id": "resize-1"})).text
+
+
 async def test_the_job_page_shows_a_progress_bar_and_the_log() -> None:
     store = MemoryStore()
     leased = await running_job(store)
     note = NoteWrite(leased.ref, Progress(0.4, "resized 4 of 10"), ("first <b>", "second"))
     await store.write_notes([note])
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=dashboard_app(App(store))), base_url="http://localhost"
-    ) as web:
-        html = (await web.get("/job", params={"id": "resize-1"})).text
+    html = await job_page(store)
     assert '<progress id="job-progress" max="1" value="0.4"></progress>' in html
     assert "40% resized 4 of 10 (attempt 1," in html
     assert "Z  first &lt;b&gt;\n" in html and "Z  second\n" in html, "escaped, one per line"
@@ -44,10 +49,7 @@ async def test_a_job_page_without_notes_shows_no_bar() -> None:
     """A job that reported nothing: an empty bar; the section is there."""
     store = MemoryStore()
     await running_job(store)
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=dashboard_app(App(store))), base_url="http://localhost"
-    ) as web:
-        html = (await web.get("/job", params={"id": "resize-1"})).text
+    html = await job_page(store)
     assert '<progress id="job-progress" max="1"></progress>' in html
     assert "no progress reported" in html
 

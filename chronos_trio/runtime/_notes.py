@@ -108,10 +108,7 @@ class NotesBuffer:
             self._ignored()
             return
         with self._lock:
-            first = not self._pending
-            pending = self._pending.get(ref.job_id)
-            if pending is None:
-                pending = self._pending[ref.job_id] = _Pending(ref)
+            pending, first = self._entry(ref)
             pending.progress = Progress(fraction, message)
         if first:
             self._wake_noter()
@@ -122,15 +119,21 @@ class NotesBuffer:
             self._ignored()
             return
         with self._lock:
-            first = not self._pending
-            pending = self._pending.get(ref.job_id)
-            if pending is None:
-                pending = self._pending[ref.job_id] = _Pending(ref)
+            pending, first = self._entry(ref)
             if len(pending.lines) == MAX_NOTE_LINES:
                 self._cut += 1
             pending.lines.append(line)
         if first:
             self._wake_noter()
+
+    def _entry(self, ref: LeaseRef) -> tuple[_Pending, bool]:
+        """The job's pending notes (made if none), and whether the buffer was
+        empty (the noter is then woken). Called under the lock."""
+        first = not self._pending
+        pending = self._pending.get(ref.job_id)
+        if pending is None:
+            pending = self._pending[ref.job_id] = _Pending(ref)
+        return pending, first
 
     def _wake_noter(self) -> None:
         """Notes arrived in an empty buffer: wake the noter (from a handler's
