@@ -1,7 +1,8 @@
 """Progress and log lines read from another process while the job runs
 (issue 28): a worker in this process runs a handler that reports, then waits;
-meanwhile a child process reads the job with ``python -m chronos_trio job
-ID`` (text and ``--json``) and with a ``SyncProducer`` handle, on Redis.
+meanwhile child processes read the job with ``python -m chronos_trio job
+ID`` (text and ``--json``) and with ``SyncProducer`` and ``AsyncioProducer``
+handles, on Redis.
 The CLI's text and JSON shapes are checked here too."""
 
 from __future__ import annotations
@@ -98,6 +99,24 @@ async def test_progress_and_log_read_from_another_process_while_the_job_runs(
             sync = await trio.to_thread.run_sync(_run, "-c", script)
             assert sync.returncode == 0, sync.stderr
             assert json.loads(sync.stdout) == [pytest.approx(0.4), "resized 4 of 4", 1, 4]
+
+            script = textwrap.dedent(
+                f"""
+                import asyncio, json
+                from chronos_trio.producers import AsyncioProducer
+                async def main():
+                    async with AsyncioProducer({url!r}) as producer:
+                        handle = producer.job("resize-1", queue="default")
+                        p = await handle.progress()
+                        notes = await handle.notes()
+                        print(json.dumps([p.fraction, p.message, [n.text for n in notes.lines]]))
+                asyncio.run(main())
+                """
+            )
+            aio = await trio.to_thread.run_sync(_run, "-c", script)
+            assert aio.returncode == 0, aio.stderr
+            lines = [f"file {i} resized" for i in range(1, 5)]
+            assert json.loads(aio.stdout) == [pytest.approx(0.4), "resized 4 of 4", lines]
             go.set()
             with trio.fail_after(30):
                 await handle.result()
