@@ -217,16 +217,22 @@ async def test_progress_and_log_calls_are_recorded_in_order() -> None:
     async def report(n: int, job: JobContext) -> None:
         for i in range(n):
             await job.progress((i + 1) / n, f"{i + 1} of {n}")
-        job.log("done", level="info")
+        job.log("done")
 
     context = job_context(report.new_job(2), app=app)
     await run_inline(report, 2, context=context)
     assert context.calls == [
         RecordedCall("progress", (0.5, "1 of 2")),
         RecordedCall("progress", (1.0, "2 of 2")),
-        RecordedCall("log", ("done",), {"level": "info"}),
+        RecordedCall("log", ("done",)),
     ]
     assert [c.args[0] for c in context.calls_to("progress")] == [0.5, 1.0]
+    # checked as a worker's context checks them: bad input raises, nothing recorded
+    with pytest.raises(ValueError):
+        await context.progress(1.5)
+    with pytest.raises(TypeError):
+        context.log(b"bytes")  # type: ignore[arg-type]
+    assert len(context.calls) == 3
     context.record("future_call", 1)  # a hook for calls the fake does not know yet
     assert context.calls[-1] == RecordedCall("future_call", (1,))
 

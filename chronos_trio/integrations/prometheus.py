@@ -150,6 +150,9 @@ METRIC_NAMES: tuple[str, ...] = (
     "chronos_store_round_trips_total",
     "chronos_store_errors_total",
     "chronos_process_restarts_total",
+    "chronos_progress_updates_written_total",
+    "chronos_job_log_lines_written_total",
+    "chronos_notes_refused_total",
     "chronos_queue_jobs",
     "chronos_queue_jobs_read_timestamp_seconds",
 )
@@ -221,6 +224,16 @@ class PrometheusMetrics(MetricsBase):
             "process_restarts", "Worker processes restarted by the process manager.",
             namespace=ns, registry=reg,
         )  # fmt: skip
+        # Notes (issue 28), counted per batch. No job label: a series per
+        # job would grow without bound.
+        self.progress_written, self.log_lines_written, self.notes_refused = (
+            Counter(name, text, namespace=ns, registry=reg)
+            for name, text in (
+                ("progress_updates_written", "Progress updates (job.progress) written."),
+                ("job_log_lines_written", "Job log lines (job.log) written to the store."),
+                ("notes_refused", "Notes writes refused by the store (the lease was lost)."),
+            )
+        )
         # Written by the elected leader only: the most recent value wins
         # across processes (multiprocess mode), a follower writes nothing.
         self.queue_jobs = Gauge(
@@ -309,6 +322,12 @@ class PrometheusMetrics(MetricsBase):
 
     def process_restarted(self, index: int) -> None:
         self.process_restarts.inc()
+
+    def notes_written(self, progress: int, lines: int, refused: int) -> None:
+        self.progress_written.inc(progress)
+        self.log_lines_written.inc(lines)
+        if refused:
+            self.notes_refused.inc(refused)
 
 
 def multiprocess_registry(path: str | None = None) -> CollectorRegistry:

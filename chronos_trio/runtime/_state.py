@@ -12,12 +12,13 @@ from trio_util import AsyncValue
 
 from ..records._jobs import Job
 from ..records._log import log_event, log_job_event
-from ..store import Leadership, SetAside, Store
+from ..store import Capability, Leadership, SetAside, Store, capabilities_of
 from ._config import WorkerConfig
 from ._events import EventBus, JobDead, LeaseLost
 from ._inflight import Entry, InFlight
 from ._isolation import ChildPool
 from ._metrics import RoundTripTally
+from ._notes import NotesBuffer
 from ._recycle import Recycle
 from ._registry import Registry, WorkerHost
 from ._threads import HandlerThreads
@@ -93,6 +94,10 @@ class Runtime:
     #: isolated task). Set by the worker before any actor runs, used only
     #: by the executors.
     isolation: ChildPool | None = None
+    #: Running jobs' notes not yet written: added by handlers (through
+    #: their JobContext), taken by the noter, flushed for a finishing job by
+    #: its executor. Replaced by :meth:`create`.
+    notes: NotesBuffer = attrs.field(factory=lambda: NotesBuffer(offered=False))
     #: What the app's lifespan yielded (set by the worker before any actor runs).
     lifespan: Any = None
     #: When this worker registered in the store's worker registry (store
@@ -120,6 +125,7 @@ class Runtime:
             events=EventBus(config.event_buffer),
             unknown_kinds=UnknownKinds(config),
             threads=HandlerThreads(config.sync_concurrency, config.max_abandoned_threads),
+            notes=NotesBuffer(offered=Capability.NOTES in capabilities_of(store)),
         )
 
     def report_aside(self, aside: SetAside, *, recovered: bool = False) -> SetAside:

@@ -19,7 +19,8 @@ import attrs
 import trio
 
 from ..records._checks import check_positive_int
-from ..records._jobs import Job, JobState, NewJob
+from ..records._jobs import Job, JobState, LeasedJob, NewJob
+from ..records._notes import check_fraction, check_message, cut_line
 from ..runtime._context import JobContext, Producer
 
 
@@ -32,6 +33,12 @@ class FakeLease:
     lost: bool = False
     deadline: float = math.inf
     abort_requested: bool = False
+
+    @property
+    def leased(self) -> LeasedJob:
+        """A fake lease holds no store lease: raises ``AttributeError``
+        (the fake context records ``progress``/``log`` instead of writing)."""
+        raise AttributeError("a fake lease holds no store lease (nothing is written)")
 
 
 @attrs.frozen
@@ -106,13 +113,20 @@ class FakeJobContext(JobContext):
         """The recorded calls of method ``name``, in order."""
         return [call for call in self.calls if call.name == name]
 
-    async def progress(self, *args: Any, **kwargs: Any) -> None:
-        """Recorded in ``calls`` (``job.progress(...)``)."""
-        self.record("progress", *args, **kwargs)
+    async def progress(self, fraction: float, message: str = "") -> None:
+        """Checked as a worker's context checks it (the same errors), then
+        recorded in ``calls`` as ``progress`` (``job.progress(...)``)."""
+        self.progress_nowait(fraction, message)
+        await trio.lowlevel.checkpoint()
 
-    def log(self, *args: Any, **kwargs: Any) -> None:
-        """Recorded in ``calls`` (``job.log(...)``)."""
-        self.record("log", *args, **kwargs)
+    def progress_nowait(self, fraction: float, message: str = "") -> None:
+        """As :meth:`progress`, without the checkpoint; recorded as ``progress``."""
+        self.record("progress", check_fraction(fraction), check_message(message))
+
+    def log(self, line: str) -> None:
+        """Cut and checked as a worker's context does it (the same errors),
+        then recorded in ``calls`` (``job.log(...)``)."""
+        self.record("log", cut_line(line))
 
 
 def job_context(
