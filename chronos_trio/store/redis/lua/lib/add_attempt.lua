@@ -1,0 +1,24 @@
+--@include history
+-- Add an attempt that ended without success to the attempt history of the
+-- job hash at key (field ah; see records/_attempts.py): one line, the JSON
+-- array [number, outcome, worker, started, ended, error] (times as text, ''
+-- when not known), only the last HISTORY_LIMIT lines kept. The worker is the
+-- lease owner: the caller runs this before it clears the lease. ah is
+-- advisory (a line that does not read is skipped by readers, never damage),
+-- so whatever it holds is only appended to and cut, never judged.
+local function add_attempt(key, outcome, number, started, ended_s, err)
+  local owner = redis.call('HGET', key, 'lease_owner') or ''
+  local line = cjson.encode({tonumber(number) or 0, outcome, owner, started or '',
+    ended_s, err or ''})
+  local text = redis.call('HGET', key, 'ah')
+  if text and text ~= '' then
+    text = text .. '\n' .. line
+    local _, n = string.gsub(text, '\n', '')
+    for _ = HISTORY_LIMIT, n do
+      text = string.sub(text, string.find(text, '\n', 1, true) + 1)
+    end
+  else
+    text = line
+  end
+  redis.call('HSET', key, 'ah', text)
+end
