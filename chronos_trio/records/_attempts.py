@@ -87,11 +87,12 @@ def encode_attempt(attempt: Attempt) -> str:
 
 
 def _read_time(value: object) -> float | None:
-    if isinstance(value, str) and value:
+    """A stored time (text, or a number), or None: absent or unreadable."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    try:
         x = float(value)
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        x = float(value)
-    else:
+    except ValueError:
         return None
     return x if math.isfinite(x) else None
 

@@ -44,6 +44,7 @@
 --@include dead_letter
 --@include format
 --@include job_fields
+--@include lease_expired
 --@include new_aside
 --@include newer
 --@include notify_done

@@ -1,4 +1,4 @@
---@include history
+--@include history_limit
 -- Add an attempt that ended without success to the attempt history of the
 -- job hash at key (field ah; see records/_attempts.py): one line, the JSON
 -- array [number, outcome, worker, started, ended, error] (times as text, ''
@@ -8,8 +8,10 @@
 -- so whatever it holds is only appended to and cut, never judged.
 local function add_attempt(key, outcome, number, started, ended_s, err)
   local owner = redis.call('HGET', key, 'lease_owner') or ''
-  local line = cjson.encode({tonumber(number) or 0, outcome, owner, started or '',
-    ended_s, err or ''})
+  -- the attempt count as stored: a count, else 0 (never a number JSON lacks)
+  local n = 0
+  if number and #number <= 15 and string.find(number, '^%d+$') then n = tonumber(number) end
+  local line = cjson.encode({n, outcome, owner, started or '', ended_s, err or ''})
   local text = redis.call('HGET', key, 'ah')
   if text and text ~= '' then
     text = text .. '\n' .. line
