@@ -26,7 +26,9 @@ OUTCOME_OF = {
 }
 
 
-def settled_attempt(leased: Job, kind: SettleKind, s: Settlement, after: Job, now: float) -> Attempt:
+def settled_attempt(
+    leased: Job, kind: SettleKind, s: Settlement, after: Job, now: float
+) -> Attempt:
     """The attempt of ``leased`` (the job as its lease held it) that the
     settle ``s``, applied as ``kind`` (not SUCCEEDED) at ``now``, ended;
     ``after``: the job as that settle left it. Its error: the settlement's

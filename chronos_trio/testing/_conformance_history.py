@@ -22,7 +22,7 @@ from ..store._offers import capabilities_of
 from ..store._roles import SettleKind, Settlement, Store
 from .conformance import Fresh, check, job, lease, settle, stale
 
-O = AttemptOutcome
+Out = AttemptOutcome
 
 
 async def _get(store: Store, job_id: str) -> Job:
@@ -61,16 +61,20 @@ async def check_history_fail_twice_then_succeed(fresh: Fresh) -> None:
     assert (await store.settle([stale_retry])).settled == (False,)
     assert (await _get(store, "a")).history == ()
     before = await store.now()
-    retry = settle(first, SettleKind.RETRY, error="boom 1", retry_delay=0.05, started=first.leased_at)
+    retry = settle(
+        first, SettleKind.RETRY, error="boom 1", retry_delay=0.05, started=first.leased_at
+    )
     assert (await store.settle([retry])).settled == (True,)
     after = await store.now()
     second = await _lease_again(store, "a")
-    retry = settle(second, SettleKind.RETRY, error="boom 2", retry_delay=0.05, started=second.leased_at)
+    retry = settle(
+        second, SettleKind.RETRY, error="boom 2", retry_delay=0.05, started=second.leased_at
+    )
     assert (await store.settle([retry])).settled == (True,)
     third = await _lease_again(store, "a")
     running = await _get(store, "a")
     assert [(a.number, a.outcome) for a in attempt_history(running)] == [
-        (1, O.RETRIED), (2, O.RETRIED), (3, O.RUNNING),
+        (1, Out.RETRIED), (2, Out.RETRIED), (3, Out.RUNNING),
     ], attempt_history(running)  # fmt: skip
     assert attempt_history(running)[-1].worker == "w1"
     ok = settle(third, SettleKind.SUCCEEDED, retain_for=60.0)
@@ -79,7 +83,7 @@ async def check_history_fail_twice_then_succeed(fresh: Fresh) -> None:
     assert done.state is JobState.SUCCEEDED
     got = attempt_history(done)
     assert [(a.number, a.outcome, a.error) for a in got] == [
-        (1, O.RETRIED, "boom 1"), (2, O.RETRIED, "boom 2"), (3, O.SUCCEEDED, ""),
+        (1, Out.RETRIED, "boom 1"), (2, Out.RETRIED, "boom 2"), (3, Out.SUCCEEDED, ""),
     ], got  # fmt: skip
     one, two, three = got
     assert one.worker == two.worker == "w1", got
@@ -100,7 +104,7 @@ async def check_history_keeps_an_expired_lease(fresh: Fresh) -> None:
     assert (await store.recover_expired(["q"], 10)).requeued == ("a",)
     after = await store.now()
     [expired] = (await _get(store, "a")).history
-    assert (expired.number, expired.outcome, expired.worker) == (1, O.EXPIRED, "w1"), expired
+    assert (expired.number, expired.outcome, expired.worker) == (1, Out.EXPIRED, "w1"), expired
     assert expired.error == LEASE_EXPIRED and expired.started is None, expired
     _ended_within(expired, before, after)
     # the next lease expires too: retries exhausted, dead-lettered, both kept
@@ -109,7 +113,7 @@ async def check_history_keeps_an_expired_lease(fresh: Fresh) -> None:
     assert [j.id for j in (await store.recover_expired(["q"], 10)).dead] == ["a"]
     dead = await _get(store, "a")
     assert dead.state is JobState.DEAD
-    assert [(a.number, a.outcome) for a in dead.history] == [(1, O.EXPIRED), (2, O.EXPIRED)]
+    assert [(a.number, a.outcome) for a in dead.history] == [(1, Out.EXPIRED), (2, Out.EXPIRED)]
     assert dead.history[-1].error == dead.last_error
     assert attempt_history(dead) == dead.history
 
@@ -127,7 +131,7 @@ async def check_history_outcomes_and_bound(fresh: Fresh) -> None:
         assert (await store.settle([release])).settled == (True,)
     kept = (await _get(store, "a")).history
     assert len(kept) == HISTORY_LIMIT, len(kept)
-    assert {(a.number, a.outcome, a.error) for a in kept} == {(1, O.RELEASED, "")}, kept
+    assert {(a.number, a.outcome, a.error) for a in kept} == {(1, Out.RELEASED, "")}, kept
     ends = [a.ended for a in kept]
     assert ends == sorted(ends), "oldest first"  # type: ignore[type-var]
     # then it fails for good: the last entry is the dead one, still bounded
@@ -136,8 +140,8 @@ async def check_history_outcomes_and_bound(fresh: Fresh) -> None:
     assert (await store.settle([dead])).settled == (True,)
     got = await _get(store, "a")
     assert got.state is JobState.DEAD and len(got.history) == HISTORY_LIMIT
-    assert (got.history[-1].outcome, got.history[-1].error) == (O.DEAD, "bad input")
-    assert got.history[-2].outcome is O.RELEASED
+    assert (got.history[-1].outcome, got.history[-1].error) == (Out.DEAD, "bad input")
+    assert got.history[-2].outcome is Out.RELEASED
     # an abort asked while it ran wins over a retry, and is what the attempt shows
     await store.enqueue_many([job("d")])
     [leased] = await lease(store)
@@ -147,4 +151,4 @@ async def check_history_outcomes_and_bound(fresh: Fresh) -> None:
     assert (await store.settle([retry])).aborted == frozenset({0})
     aborted = await _get(store, "d")
     [attempt] = aborted.history
-    assert (attempt.outcome, attempt.error) == (O.ABORTED, aborted.last_error), aborted
+    assert (attempt.outcome, attempt.error) == (Out.ABORTED, aborted.last_error), aborted

@@ -72,7 +72,8 @@ READ_FIELDS = (*JOB_FIELDS, "v", "result", "result_until", "h", "x", "fc", "uc")
 #: ``ah``: the attempts that ended without success (``Job.history``; see
 #: lua/lib/add_attempt.lua and ``records._attempts``): advisory, a line that
 #: does not read is skipped, never damage. Older versions ignore the field:
-#: it needs no new format. Read only by whole-record reads (:func:`record_fields`).
+#: it needs no new format. Read only by ``get_job`` (appended to the fields
+#: of :func:`record_fields` for :func:`job_from_fields`).
 HISTORY_FIELD = b"ah"
 _READ_FIELD_BYTES = tuple(name.encode() for name in READ_FIELDS)
 _HISTORY_AT = len(READ_FIELDS)
@@ -146,12 +147,10 @@ def join_payload(first: bytes | None, pn: bytes | None, field: Any) -> tuple[byt
 
 def record_fields(h: dict[bytes, bytes]) -> tuple[list[bytes | None], str]:
     """The values of :data:`READ_FIELDS` from a job hash read whole
-    (``HGETALL``), then its attempt history (:data:`HISTORY_FIELD`), the
-    payload joined from its chunks, and what is wrong
+    (``HGETALL``), the payload joined from its chunks, and what is wrong
     with the chunks (``""``: nothing; the payload is None then)."""
     f: list[bytes | None] = [h.get(name) for name in _READ_FIELD_BYTES]
     f[1], problem = join_payload(f[1], h.get(b"pn"), lambda name: h.get(name.encode()))
-    f.append(h.get(HISTORY_FIELD))
     return f, problem
 
 
