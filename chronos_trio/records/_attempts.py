@@ -27,6 +27,9 @@ from ._jobs import Job, JobState
 
 #: The most attempts that ended without success a job keeps (the oldest go first).
 HISTORY_LIMIT = 20
+#: The most bytes (UTF-8) of an attempt's error its entry keeps (cut at a
+#: character's start; ``Job.last_error`` keeps the last error whole).
+ERROR_BYTES = 1000
 #: The error of an attempt whose lease ran out and recovery took back
 #: (the job went back to ready; a dead-lettered one keeps its own text).
 LEASE_EXPIRED = "lease expired (worker lost)"
@@ -71,8 +74,16 @@ def _time(value: float | None) -> str:
     return "" if value is None else repr(float(value))
 
 
+def cut_error(error: str) -> str:
+    """``error`` cut to :data:`ERROR_BYTES` bytes of UTF-8, at a character's start."""
+    if len(error) * 4 <= ERROR_BYTES:
+        return error
+    return error.encode("utf-8", "surrogatepass")[:ERROR_BYTES].decode("utf-8", "ignore")
+
+
 def encode_attempt(attempt: Attempt) -> str:
-    """One stored line (see the module's docstring)."""
+    """One stored line (see the module's docstring); its error cut by
+    :func:`cut_error`."""
     return json.dumps(
         [
             attempt.number,
@@ -80,7 +91,7 @@ def encode_attempt(attempt: Attempt) -> str:
             attempt.worker,
             _time(attempt.started),
             _time(attempt.ended),
-            attempt.error,
+            cut_error(attempt.error),
         ],
         ensure_ascii=False,
     )
@@ -131,8 +142,11 @@ def append_history(stored: str | None, attempt: Attempt) -> str:
 
 
 def added(history: tuple[Attempt, ...], attempt: Attempt) -> tuple[Attempt, ...]:
-    """``history`` with ``attempt`` added, keeping the last :data:`HISTORY_LIMIT`."""
-    return (*history, attempt)[-HISTORY_LIMIT:]
+    """``history`` with ``attempt`` added (its error cut by :func:`cut_error`),
+    keeping the last :data:`HISTORY_LIMIT`: what a store that keeps
+    ``Attempt`` objects (the MemoryStore) holds."""
+    kept = attrs.evolve(attempt, error=cut_error(attempt.error))
+    return (*history, kept)[-HISTORY_LIMIT:]
 
 
 def encode_history(attempts: tuple[Attempt, ...]) -> str | None:
