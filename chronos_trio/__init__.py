@@ -27,9 +27,12 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 # collector off when the process is the command line (a no-op for any other
 # importer of the package).
 from . import _collector as _collector
+from .records import HISTORY_LIMIT as HISTORY_LIMIT
 from .records import NO_PLACEMENT as NO_PLACEMENT
 from .records import ActionRefused as ActionRefused
 from .records import ActorFailed as ActorFailed
+from .records import Attempt as Attempt
+from .records import AttemptOutcome as AttemptOutcome
 from .records import Chain as Chain
 from .records import ChronosError as ChronosError
 from .records import ConcurrencyLimit as ConcurrencyLimit
@@ -68,6 +71,7 @@ from .records import UnknownJob as UnknownJob
 from .records import UnknownQueue as UnknownQueue
 from .records import UnknownTask as UnknownTask
 from .records import WorkerInfo as WorkerInfo
+from .records import attempt_history as attempt_history
 from .records import chain as chain
 from .records import group as group
 from .records._version import VERSION as _VERSION
@@ -145,6 +149,8 @@ _LAZY = {
 __all__ = [
     "ActionRefused",
     "ActorFailed",
+    "Attempt",
+    "AttemptOutcome",
     "Chain",
     "ChronosError",
     "ConcurrencyLimit",
@@ -152,6 +158,7 @@ __all__ = [
     "EnqueueResult",
     "FlowStep",
     "Group",
+    "HISTORY_LIMIT",
     "InspectorError",
     "Job",
     "JobAborted",
@@ -186,6 +193,7 @@ __all__ = [
     "UnknownQueue",
     "UnknownTask",
     "WorkerInfo",
+    "attempt_history",
     *_LAZY,
 ]
 

@@ -1,6 +1,10 @@
 """The bottom layer: job records, errors, the payload codec, retry policy and
 job options. Every other layer may import it; it imports none of them."""
 
+from ._attempts import HISTORY_LIMIT as HISTORY_LIMIT
+from ._attempts import Attempt as Attempt
+from ._attempts import AttemptOutcome as AttemptOutcome
+from ._attempts import attempt_history as attempt_history
 from ._control import ConcurrencyLimit as ConcurrencyLimit
 from ._control import ControlDefaults as ControlDefaults
 from ._control import JobControl as JobControl
