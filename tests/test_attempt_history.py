@@ -25,10 +25,10 @@ from chronos_trio.records._attempts import (
     Attempt,
     AttemptOutcome,
     append_history,
-    attempt_history,
     decode_history,
     encode_attempt,
 )
+from chronos_trio.records._history import attempt_history
 from chronos_trio.store import QueueWeight, SettleKind, Settlement
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis.keys import KeySpace

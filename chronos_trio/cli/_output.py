@@ -18,8 +18,9 @@ from ..app._inspector import (
 )
 from ..app._inspector import duration_text as duration
 from ..app._inspector import relative_text as relative
-from ..records._attempts import Attempt, attempt_history
+from ..records._attempts import Attempt
 from ..records._control import JobControl
+from ..records._history import attempt_history
 from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._placement import Placement
 from ..records._unique import unique_key_of_slot

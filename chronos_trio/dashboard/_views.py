@@ -17,7 +17,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..app._inspector import RUN_NOW_STATES, Inspector, next_run_at
-from ..records._attempts import HISTORY_LIMIT, attempt_history
+from ..records._attempts import HISTORY_LIMIT
+from ..records._history import attempt_history
 from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._producing import MAX_JOB_ID_LENGTH
 from ..records._workflow import describe

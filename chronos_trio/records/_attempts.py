@@ -5,7 +5,7 @@ The stores keep only the attempts that ended *without* success, written by
 the same atomic, fenced settle or recovery that ends them (a success costs
 nothing more than before): at most :data:`HISTORY_LIMIT` entries, the oldest
 dropped first. The attempt that succeeded, or the one running, is derived
-from the record when it is read (:func:`attempt_history`).
+from the record when it is read (``records._history.attempt_history``).
 
 The stored form (Redis hash field ``ah``, SQL column ``attempt_history``)
 is text, one entry a line, each line a JSON array ``[number, outcome,
@@ -22,8 +22,6 @@ import json
 import math
 
 import attrs
-
-from ._jobs import Job, JobState
 
 #: The most attempts that ended without success a job keeps (the oldest go first).
 HISTORY_LIMIT = 20
@@ -152,22 +150,3 @@ def added(history: tuple[Attempt, ...], attempt: Attempt) -> tuple[Attempt, ...]
 def encode_history(attempts: tuple[Attempt, ...]) -> str | None:
     """The stored form of ``attempts`` (None for none)."""
     return "\n".join(map(encode_attempt, attempts[-HISTORY_LIMIT:])) or None
-
-
-def attempt_history(job: Job) -> tuple[Attempt, ...]:
-    """Every attempt of ``job`` it still knows of, oldest first: the stored
-    ones (``job.history``: those that ended without success, as read by
-    ``AdminRole.get_job``), then the one derived from the record: RUNNING
-    while it is leased, SUCCEEDED once it has succeeded. Never raises."""
-    history = job.history
-    if job.state is JobState.LEASED:
-        return (
-            *history,
-            Attempt(job.attempts, AttemptOutcome.RUNNING, job.lease_owner),
-        )
-    if job.state is JobState.SUCCEEDED:
-        return (
-            *history,
-            Attempt(job.attempts, AttemptOutcome.SUCCEEDED, ended=job.finished_at),
-        )
-    return history

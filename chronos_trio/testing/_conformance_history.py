@@ -14,8 +14,8 @@ from ..records._attempts import (
     LEASE_EXPIRED,
     Attempt,
     AttemptOutcome,
-    attempt_history,
 )
+from ..records._history import attempt_history
 from ..records._jobs import Job, JobState, LeasedJob
 from ..store._capabilities import Capability
 from ..store._offers import capabilities_of
