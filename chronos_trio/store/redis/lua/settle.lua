@@ -179,8 +179,8 @@ local function settle_partition(part, first, last, res)
           and redis.call('HEXISTS', key, 'ab') == 1 then
         kind = 'a'  -- an abort was asked while it ran: it does not run again
       end
-      -- the attempt this ends, for its history: number and start
-      local n, started = f[5], ARGV[i + 7]
+      -- every other outcome adds the attempt it ends to the job's history
+      -- (add_attempt: the attempt count f[5] and its start ARGV[i + 7])
       if kind == 's' then
         local retain = tonumber(ARGV[i + 5])
         local flow = continues(f[8])
@@ -220,13 +220,13 @@ local function settle_partition(part, first, last, res)
         notify_done(key, f[7])
       elseif kind == 'r' then
         local due = now + math.max(0, tonumber(ARGV[i + 4]))
-        add_attempt(key, 'retried', n, started, now_s, ARGV[i + 3])
+        add_attempt(key, 'retried', f[5], ARGV[i + 7], now_s, ARGV[i + 3])
         redis.call('ZADD', retry, due, id)
         redis.call('HSET', key, 'state', 'retry_wait', 'run_at', due, 'last_error', ARGV[i + 3],
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
         redis.call('HDEL', key, 'uc')  -- it ran: no longer unclaimed
       elseif kind == 'd' then
-        add_attempt(key, 'dead', n, started, now_s, ARGV[i + 3])
+        add_attempt(key, 'dead', f[5], ARGV[i + 7], now_s, ARGV[i + 3])
         redis.call('ZADD', dead, now, id)
         redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3], 'finished_at', now_s,
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
@@ -234,7 +234,7 @@ local function settle_partition(part, first, last, res)
         notify_done(key, f[7])
       elseif kind == 'x' then
         if f[7] then
-          add_attempt(key, 'discarded', n, started, now_s, ARGV[i + 3])
+          add_attempt(key, 'discarded', f[5], ARGV[i + 7], now_s, ARGV[i + 3])
           redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3], 'finished_at',
             now_s, 'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
           redis.call('PEXPIRE', key, WAITED_KEEP * 1000)
@@ -245,7 +245,7 @@ local function settle_partition(part, first, last, res)
         notify_done(key, f[7])
       elseif kind == 'a' then
         local text = redis.call('HGET', key, 'ab') or ARGV[i + 3]
-        add_attempt(key, 'aborted', n, started, now_s, text)
+        add_attempt(key, 'aborted', f[5], ARGV[i + 7], now_s, text)
         abort_job(prefix, key, id, dead, text, now, now_s, f[8], f[7])
         p = 5
       elseif kind == 'f' then
@@ -253,7 +253,7 @@ local function settle_partition(part, first, last, res)
         -- attempt given back, and the job's rate limits held back as long
         local delay = math.max(0, tonumber(ARGV[i + 4]))
         local due = now + delay
-        add_attempt(key, 'deferred', n, started, now_s, ARGV[i + 3])
+        add_attempt(key, 'deferred', f[5], ARGV[i + 7], now_s, ARGV[i + 3])
         redis.call('ZADD', retry, due, id)
         redis.call('HSET', key, 'state', 'retry_wait', 'run_at', due, 'last_error', ARGV[i + 3],
           'attempts', math.max(0, tonumber(f[5]) - 1),
@@ -264,7 +264,7 @@ local function settle_partition(part, first, last, res)
         local since = unclaimed_since(redis.call('HGET', key, 'uc'))
         local since_s = since and string.format('%.17g', since) or now_s
         local attempts = math.max(0, tonumber(f[5]) - 1)
-        add_attempt(key, 'unclaimed', n, started, now_s, ARGV[i + 3])
+        add_attempt(key, 'unclaimed', f[5], ARGV[i + 7], now_s, ARGV[i + 3])
         if now - (since or now) >= tonumber(ARGV[i + 5]) then
           redis.call('ZADD', dead, now, id)
           redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3],
@@ -281,7 +281,7 @@ local function settle_partition(part, first, last, res)
         end
       else
         -- release: back to ready at once, keeping its due time; the attempt is given back
-        add_attempt(key, 'released', n, started, now_s, '')
+        add_attempt(key, 'released', f[5], ARGV[i + 7], now_s, '')
         redis.call('ZADD', ready, ready_score(f[6], f[9]), id)
         redis.call('HSET', key, 'state', 'ready', 'attempts', math.max(0, tonumber(f[5]) - 1),
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
