@@ -200,3 +200,35 @@ def test_screenshot_helper_writes_a_png(browser_fresh: Any, tmp_path: Path) -> N
     out = tmp_path / "dashboard.png"
     screenshot(out, driver=browser_fresh)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_a_running_job_s_progress_bar_moves_live(browser_fresh: Any) -> None:
+    """Issue 28: the job page's bar, message and log follow the job's notes
+    without a reload."""
+    from selenium.webdriver.common.by import By
+
+    from chronos_trio import LeaseRef
+    from chronos_trio.records import NoteWrite, Progress
+
+    driver = browser_fresh
+    with served(refresh=0.1) as dash:
+        store: Store = dash.app.store
+        job = dash.call(store.get_job, "leased-1")
+        ref = LeaseRef(job.id, job.queue, job.lease_token, job.placement)
+        driver.get(f"{dash.url}/job?id=leased-1")
+        wait_for(driver, lambda d: d.find_element(By.ID, "live").text.startswith("live"))
+        bar = driver.find_element(By.ID, "job-progress")
+        assert bar.get_attribute("value") in (None, "0")
+        assert driver.find_element(By.ID, "job-progress-text").text == "no progress reported"
+        dash.call(store.write_notes, [NoteWrite(ref, Progress(0.25, "a quarter"), ("one",))])
+        wait_for(
+            driver, lambda d: d.find_element(By.ID, "job-progress").get_attribute("value") == "0.25"
+        )
+        text = driver.find_element(By.ID, "job-progress-text").text
+        assert text.startswith("25% a quarter (attempt 1, 20")
+        dash.call(store.write_notes, [NoteWrite(ref, Progress(0.75, "most"), ("two",))])
+        wait_for(
+            driver, lambda d: d.find_element(By.ID, "job-progress").get_attribute("value") == "0.75"
+        )
+        log = driver.find_element(By.ID, "job-log").text.splitlines()
+        assert [line.split("  ", 1)[1] for line in log] == ["one", "two"]

@@ -202,6 +202,8 @@ async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog, dispatch: Dispa
                 if running is None:
                     break
                 outcome = await _run_handler(rt, running, slot, watchdog)
+                if rt.notes.active:  # the job's last progress and lines first
+                    await _flush_notes(rt, running)
                 if outcome.kind is SettleKind.DEAD:
                     outcome = _discarding(rt, running.leased.job, outcome)
                 table.decide(running, outcome)
@@ -212,10 +214,27 @@ async def _executor(rt: Runtime, slot: Slot, watchdog: Watchdog, dispatch: Dispa
         # the handler returned or while the executor was idle (it is None; a
         # job is never started in a cancelled scope).
         if running is not None:
+            if rt.notes.active:
+                await _flush_notes(rt, running)
             interrupted = _interrupted(rt, running)
             if interrupted is not None and interrupted.kind is SettleKind.DEAD:
                 interrupted = _discarding(rt, running.leased.job, interrupted)
             table.decide(running, interrupted)
+
+
+async def _flush_notes(rt: Runtime, entry: Entry) -> None:
+    """Have the noter write what ``entry``'s job reported (if anything),
+    before its outcome goes to the completer: at most ``notes_interval``,
+    shielded (the handler is done; the executor's scope may be cancelled).
+    A lost lease's notes are dropped instead (the store would refuse them)."""
+    job_id = entry.leased.job.id
+    if not rt.notes.holds(job_id):
+        return
+    if entry.lost:
+        rt.notes.discard(job_id)
+        return
+    with trio.CancelScope(shield=True):
+        await rt.notes.flush_for(job_id, rt.config.notes_interval)
 
 
 async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog) -> Settlement:
@@ -246,6 +265,7 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
         lifespan=rt.lifespan,
         scope=slot.scope,
         in_thread=not task.is_async,
+        notes=rt.notes,
     )
     slot.entry = entry
     slot.deadline = deadline

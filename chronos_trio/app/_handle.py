@@ -12,6 +12,7 @@ import trio
 
 from ..records._errors import JobNotFound, ResultTimeout
 from ..records._jobs import EnqueueResult, JobOutcome
+from ..records._notes import JobNotes, JobProgress
 from ..records._producing import (
     WAIT_CHUNK,
     HandleFields,
@@ -149,6 +150,30 @@ class JobHandle(HandleFields, Generic[R]):
         require_capabilities(store, [Capability.ADMIN, Capability.ABORT], what="aborting a job")
         result: AbortResult = await store.abort(self.job_id, queue=self.queue, reason=reason)
         return result
+
+    async def progress(self) -> JobProgress | None:
+        """The job's latest progress (``job.progress`` in its handler: the
+        fraction, the message, the attempt that reported it and when the
+        store wrote it), or None while none was reported. One store read;
+        reports reach the store at most every ``notes_interval`` of the
+        worker (0.5 s by default), and the last one before the job's
+        outcome.
+
+        Raises JobNotFound when no such job exists (as :meth:`status`),
+        StoreError when the store cannot be reached, ``MissingCapability``
+        (a TypeError) when the store keeps no notes."""
+        return (await self.notes()).progress
+
+    async def notes(self) -> JobNotes:
+        """The job's notes: its latest progress and its log lines
+        (``job.log`` in its handler, every attempt's, each with its attempt
+        and time). Raises what :meth:`progress` raises."""
+        store = self.host.store
+        require_capabilities(store, [Capability.NOTES], what="reading a job's progress")
+        found: JobNotes | None = await store.job_notes(self.ref)
+        if found is None:
+            raise self._not_found()
+        return found
 
     def sibling(self, job_id: str) -> JobHandle[Any]:
         """A handle on another job of the same host (a workflow's steps);

@@ -24,7 +24,8 @@ from typing import Any
 import attrs
 
 from ..records._errors import ActionRefused, InspectorError, UnknownJob, UnknownQueue
-from ..records._jobs import Job, JobState
+from ..records._jobs import Job, JobRef, JobState
+from ..records._notes import JobNotes
 from ..records._options import check_queue
 from ..records._placement import Placement
 from ..records._workers import WorkerInfo, worker_order
@@ -37,6 +38,7 @@ from ..store import (
     CheckReport,
     CheckRole,
     LeadershipRole,
+    NotesRole,
     QueueTopology,
     Store,
     StoreRole,
@@ -345,6 +347,14 @@ class Inspector:
             where = f" in queue {queue!r}" if queue is not None else ""
             raise UnknownJob(f"no job with id {job_id!r}{where}")
         return job
+
+    async def notes(self, job: Job) -> JobNotes | None:
+        """The progress and log lines of ``job`` (as :meth:`job` read it);
+        None when the store keeps no notes (``NotesRole``) or the job is
+        gone meanwhile. Raises StoreError when the store cannot be reached."""
+        if not isinstance(self.store, NotesRole):
+            return None
+        return await self.store.job_notes(JobRef(job.id, job.queue, job.placement))
 
     async def run_now(self, job_id: str, *, queue: str | None = None) -> Job:
         """Make a scheduled, retry_wait or dead job ready at once (a dead job

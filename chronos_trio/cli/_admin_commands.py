@@ -48,6 +48,7 @@ from ._output import (
     worker_json,
     workers_table,
 )
+from ._output_notes import notes_json, notes_lines
 
 
 @attrs.define
@@ -162,10 +163,12 @@ async def _jobs(ctx: Context, args: argparse.Namespace) -> int:
 
 async def _job(ctx: Context, args: argparse.Namespace) -> int:
     job = await ctx.inspector.job(args.job_id, queue=args.queue)
+    notes = await ctx.inspector.notes(job)
     if ctx.json:
-        print_json(job_json(job, ctx.inspector.locate), ctx.out)
+        print_json({**job_json(job, ctx.inspector.locate), **notes_json(notes)}, ctx.out)
     else:
-        _say(ctx, job_details(job, await ctx.inspector.now(), ctx.inspector.locate))
+        now = await ctx.inspector.now()
+        _say(ctx, job_details(job, now, ctx.inspector.locate) + notes_lines(notes, now))
     return EXIT_OK
 
 

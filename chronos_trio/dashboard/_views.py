@@ -222,6 +222,7 @@ class Views:
             request,
             "job.html",
             job=job,
+            notes=await self.inspector.notes(job),
             where=self.inspector.locate(job.placement),
             payload=payload_text(job),
             result=result_text(job),

@@ -150,6 +150,9 @@ METRIC_NAMES: tuple[str, ...] = (
     "chronos_store_round_trips_total",
     "chronos_store_errors_total",
     "chronos_process_restarts_total",
+    "chronos_progress_updates_written_total",
+    "chronos_job_log_lines_written_total",
+    "chronos_notes_refused_total",
     "chronos_queue_jobs",
     "chronos_queue_jobs_read_timestamp_seconds",
 )
@@ -219,6 +222,19 @@ class PrometheusMetrics(MetricsBase):
         )  # fmt: skip
         self.process_restarts = Counter(
             "process_restarts", "Worker processes restarted by the process manager.",
+            namespace=ns, registry=reg,
+        )  # fmt: skip
+        # No job label: a series per job would grow without bound.
+        self.progress_written = Counter(
+            "progress_updates_written", "Progress updates (job.progress) written to the store.",
+            namespace=ns, registry=reg,
+        )  # fmt: skip
+        self.log_lines_written = Counter(
+            "job_log_lines_written", "Job log lines (job.log) written to the store.",
+            namespace=ns, registry=reg,
+        )  # fmt: skip
+        self.notes_refused = Counter(
+            "notes_refused", "Notes writes refused by the store (the job's lease was lost).",
             namespace=ns, registry=reg,
         )  # fmt: skip
         # Written by the elected leader only: the most recent value wins
@@ -309,6 +325,12 @@ class PrometheusMetrics(MetricsBase):
 
     def process_restarted(self, index: int) -> None:
         self.process_restarts.inc()
+
+    def notes_written(self, progress: int, lines: int, refused: int) -> None:
+        self.progress_written.inc(progress)
+        self.log_lines_written.inc(lines)
+        if refused:
+            self.notes_refused.inc(refused)
 
 
 def multiprocess_registry(path: str | None = None) -> CollectorRegistry:

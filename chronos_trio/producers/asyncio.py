@@ -26,6 +26,7 @@ from typing import Any, Unpack
 import attrs
 
 from ..records._jobs import EnqueueResult, JobOutcome, JobRef, NewJob
+from ..records._notes import JobNotes, JobProgress
 from ..records._options import EnqueueOptions
 from ..records._producing import (
     WAIT_CHUNK,
@@ -39,6 +40,7 @@ from ..records._producing import (
 )
 from ..store.redis._asyncio import AsyncioDoneListener, AsyncioExecutor
 from ..store.redis._enqueue import enqueue_plan
+from ..store.redis._notes import read_plan as notes_read_plan
 from ..store.redis._watch import Watch, wait_plan, watch_plan
 from ._common import (
     POLL_FIRST,
@@ -49,6 +51,7 @@ from ._common import (
     RedisPlacement,
     TaskLike,
     handle_args,
+    no_notes,
     statistics_of,
 )
 
@@ -86,6 +89,17 @@ class AsyncioJobHandle(HandleFields, RedisPlacement):
             if time.monotonic() >= deadline:
                 assert timeout is not None
                 raise timed_out(self.job_id, timeout, found)
+
+    async def progress(self) -> JobProgress | None:
+        """The job's latest progress, or None: as ``SyncJobHandle.progress``."""
+        return (await self.notes()).progress
+
+    async def notes(self) -> JobNotes:
+        """The job's progress and log lines: as ``SyncJobHandle.notes``."""
+        found = await self.producer._notes(self.ref)
+        if found is None:
+            raise not_found(self.job_id, self.queue)
+        return found
 
 
 class AsyncioProducer:
@@ -204,6 +218,11 @@ class AsyncioProducer:
         return await store.enqueue_in_transaction_asyncio(connection, jobs)
 
     # -- reading outcomes ------------------------------------------------------------
+    async def _notes(self, ref: JobRef) -> JobNotes | None:
+        if self._p.sql is not None:
+            raise no_notes(self._p.sql)
+        return await self._exec.run(notes_read_plan(self._p.core, ref))
+
     async def _outcome(self, ref: JobRef) -> JobOutcome | None:
         if self._p.sql is not None:
             return await asyncio.to_thread(self._p.sql.outcome_blocking, ref)

@@ -23,6 +23,7 @@ from typing import Any, Unpack
 import attrs
 
 from ..records._jobs import EnqueueResult, JobOutcome, JobRef, NewJob
+from ..records._notes import JobNotes, JobProgress
 from ..records._options import EnqueueOptions
 from ..records._producing import (
     WAIT_CHUNK,
@@ -36,6 +37,7 @@ from ..records._producing import (
 )
 from ..store.redis._blocking import BlockingDoneListener, BlockingExecutor
 from ..store.redis._enqueue import enqueue_plan
+from ..store.redis._notes import read_plan as notes_read_plan
 from ..store.redis._watch import Watch, wait_plan, watch_plan
 from ._common import (
     POLL_FIRST,
@@ -46,6 +48,7 @@ from ._common import (
     RedisPlacement,
     TaskLike,
     handle_args,
+    no_notes,
     statistics_of,
 )
 
@@ -94,6 +97,22 @@ class SyncJobHandle(HandleFields, RedisPlacement):
             if time.monotonic() >= deadline:
                 assert timeout is not None
                 raise timed_out(self.job_id, timeout, found)
+
+    def progress(self) -> JobProgress | None:
+        """The job's latest progress (``job.progress`` in its handler), or
+        None while none was reported: as ``chronos_trio.JobHandle.progress``.
+        Raises JobNotFound when no such job exists, StoreError when the store
+        cannot be reached, MissingCapability (a TypeError) on a store that
+        keeps no notes."""
+        return (self.notes()).progress
+
+    def notes(self) -> JobNotes:
+        """The job's progress and log lines (every attempt's): as
+        ``chronos_trio.JobHandle.notes``. Raises as :meth:`progress`."""
+        found = self.producer._notes(self.ref)
+        if found is None:
+            raise not_found(self.job_id, self.queue)
+        return found
 
 
 class SyncProducer:
@@ -242,6 +261,11 @@ class SyncProducer:
         return store.enqueue_in_transaction_blocking(connection, jobs)
 
     # -- reading outcomes ------------------------------------------------------------
+    def _notes(self, ref: JobRef) -> JobNotes | None:
+        if self._p.sql is not None:
+            raise no_notes(self._p.sql)
+        return self._exec.run(notes_read_plan(self._p.core, ref))
+
     def _outcome(self, ref: JobRef) -> JobOutcome | None:
         if self._p.sql is not None:
             return self._p.sql.outcome_blocking(ref)

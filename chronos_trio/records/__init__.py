@@ -41,6 +41,14 @@ from ._jobs import JobState as JobState
 from ._jobs import LeasedJob as LeasedJob
 from ._jobs import LeaseRef as LeaseRef
 from ._jobs import NewJob as NewJob
+from ._notes import MAX_LINE_CHARS as MAX_LINE_CHARS
+from ._notes import MAX_NOTE_LINES as MAX_NOTE_LINES
+from ._notes import MAX_PROGRESS_MESSAGE as MAX_PROGRESS_MESSAGE
+from ._notes import JobNotes as JobNotes
+from ._notes import JobProgress as JobProgress
+from ._notes import NoteLine as NoteLine
+from ._notes import NoteWrite as NoteWrite
+from ._notes import Progress as Progress
 from ._options import EnqueueOptions as EnqueueOptions
 from ._options import JobDefaults as JobDefaults
 from ._placement import NO_PLACEMENT as NO_PLACEMENT

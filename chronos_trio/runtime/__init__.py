@@ -21,6 +21,7 @@ from ._events import JobRetried as JobRetried
 from ._events import JobsRecovered as JobsRecovered
 from ._events import JobSucceeded as JobSucceeded
 from ._events import LeaseLost as LeaseLost
+from ._events import NotesWritten as NotesWritten
 from ._events import Subscriber as Subscriber
 from ._events import Subscription as Subscription
 from ._inflight import Entry as Entry
@@ -32,6 +33,8 @@ from ._metrics import Metrics as Metrics
 from ._metrics import MetricsBase as MetricsBase
 from ._metrics import MetricsFeed as MetricsFeed
 from ._metrics import RoundTripTally as RoundTripTally
+from ._notes import NotesBuffer as NotesBuffer
+from ._notes import NotesStatistics as NotesStatistics
 from ._registry import DeadLetterHook as DeadLetterHook
 from ._registry import Lifespan as Lifespan
 from ._registry import Middleware as Middleware

@@ -233,6 +233,10 @@ class WorkerConfig:
         default=None, converter=_retained_caps
     )
     janitor_interval: float = attrs.field(default=60.0, validator=_positive)
+    #: Running jobs' progress and log lines (``job.progress``, ``job.log``)
+    #: are written at most this often, all jobs in one batch (and a job's
+    #: last ones once its handler returns, before its settle).
+    notes_interval: float = attrs.field(default=0.5, validator=_positive)
     #: How often the elected leader reads the jobs per state of every queue
     #: for ``Metrics.queue_depths`` (only with a metrics object that has it).
     gauge_interval: float = attrs.field(default=15.0, validator=_positive)

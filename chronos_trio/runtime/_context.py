@@ -8,9 +8,11 @@ import attrs
 import trio
 
 from ..records._errors import JobCancelled
-from ..records._jobs import Job
+from ..records._jobs import Job, LeasedJob
+from ..records._notes import check_fraction, check_message, cut_line
 from ..records._options import EnqueueOptions
 from ..store import Store
+from ._notes import NotesBuffer
 
 
 class LeaseStatus(Protocol):
@@ -25,6 +27,9 @@ class LeaseStatus(Protocol):
 
     @property
     def abort_requested(self) -> bool: ...
+
+    @property
+    def leased(self) -> LeasedJob: ...
 
 
 class Producer(Protocol):
@@ -74,6 +79,9 @@ class JobContext:
     #: Whether the lease had ended on the worker's clock when the run was
     #: called off (what a thread reads: it cannot read Trio's clock).
     _lease_ended: bool = False
+    #: Where progress and log lines go until the noter writes them (None: a
+    #: context made outside a worker; they go nowhere).
+    _notes: NotesBuffer | None = None
 
     @property
     def id(self) -> str:
@@ -151,6 +159,45 @@ class JobContext:
         clock). Called from Trio's thread."""
         self._lease_ended = trio.current_time() >= self._lease.deadline
         self._called_off = True
+
+    async def progress(self, fraction: float, message: str = "") -> None:
+        """Report this run's progress: ``fraction`` done, a finite number
+        from 0 to 1 (``4 / 10`` for "4 of 10"), and a short ``message`` (at
+        most ``MAX_PROGRESS_MESSAGE`` = 200 characters). Only the latest
+        report counts: the worker writes it at most every
+        ``notes_interval`` (a tight loop of reports costs no store call
+        each), and the last one before the job's outcome is settled. Read
+        with ``handle.progress()``, ``python -m chronos_trio job ID``, the
+        dashboard. A checkpoint; never blocks on the store.
+
+        Raises ``ValueError`` for a fraction out of range (or not finite, or
+        a bool) or a message too long, ``TypeError`` for a message that is
+        not a str: nothing is reported then. On a store that keeps no notes
+        it does nothing (the worker logs that once)."""
+        self.progress_nowait(fraction, message)
+        await trio.lowlevel.checkpoint()
+
+    def progress_nowait(self, fraction: float, message: str = "") -> None:
+        """:meth:`progress` without the checkpoint: for a plain-function
+        handler (it runs in a thread, where it may call this one), or code
+        that must not yield. Same checks and errors."""
+        checked = check_fraction(fraction)
+        text = check_message(message)
+        if self._notes is not None:
+            self._notes.progress(self._lease.leased.ref, checked, text)
+
+    def log(self, line: str) -> None:
+        """Append ``line`` to this job's log: kept with the job (its newest
+        ``MAX_NOTE_LINES`` = 100 lines over all its attempts, each with its
+        attempt and time), written with the progress, shown by
+        ``python -m chronos_trio job ID`` and the dashboard. A line longer
+        than ``MAX_LINE_CHARS`` = 500 characters is cut and ends with
+        " [cut]". Never blocks; safe from a plain-function handler's
+        thread. Raises ``TypeError`` for a line that is not a str. On a
+        store that keeps no notes it does nothing (logged once)."""
+        text = cut_line(line)
+        if self._notes is not None:
+            self._notes.log(self._lease.leased.ref, text)
 
     def check_cancelled(self) -> None:
         """Raise :class:`~chronos_trio.JobCancelled` if this run was called

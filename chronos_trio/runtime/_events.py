@@ -150,6 +150,17 @@ class ActorRestarted:
     restarts: int
 
 
+@attrs.frozen
+class NotesWritten:
+    """The noter wrote a batch of running jobs' notes: ``progress`` updates
+    and log ``lines`` the store took, and writes it ``refused`` (their
+    lease was lost). One per batch, published only when someone listens."""
+
+    progress: int
+    lines: int
+    refused: int
+
+
 Event = (
     JobSucceeded
     | JobRetried
@@ -159,6 +170,7 @@ Event = (
     | LeaseLost
     | JobsRecovered
     | ActorRestarted
+    | NotesWritten
 )
 EVENT_TYPES: tuple[type, ...] = (
     JobSucceeded,
@@ -169,6 +181,7 @@ EVENT_TYPES: tuple[type, ...] = (
     LeaseLost,
     JobsRecovered,
     ActorRestarted,
+    NotesWritten,
 )
 
 #: ``callback(event)``; may be sync or async. Runs in the notifier, never on

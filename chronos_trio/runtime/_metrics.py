@@ -25,7 +25,7 @@ in its own process.
 Which methods are required: the four of the first version
 (``job_finished``, ``lease_lost``, ``jobs_recovered``, ``actor_restarted``).
 The later ones (``store_round_trips``, ``queue_depths``,
-``process_restarted``) are looked up once, when a worker starts: an object
+``process_restarted``, ``notes_written``) are looked up once, when a worker starts: an object
 without them is simply not fed those figures, so a metrics object written
 for the first version keeps working. Subclass :class:`MetricsBase` to get
 no-op methods for everything you do not implement.
@@ -50,6 +50,7 @@ from ._events import (
     JobsRecovered,
     JobSucceeded,
     LeaseLost,
+    NotesWritten,
 )
 
 log = logging.getLogger("chronos_trio.metrics")
@@ -121,6 +122,13 @@ class MetricsBase:
         seconds (a follower never calls it). An empty ``stats``: this
         worker stopped leading (withdraw what it reported)."""
 
+    def notes_written(self, progress: int, lines: int, refused: int) -> None:
+        """Optional. The worker wrote a batch of running jobs' notes:
+        ``progress`` updates (``job.progress``) and log ``lines``
+        (``job.log``) the store took, and ``refused`` writes of lost leases
+        (dropped). From the notifier, once per batch (at most every
+        ``notes_interval``, plus jobs' final flushes)."""
+
     def process_restarted(self, index: int) -> None:
         """Optional. The process manager restarted child ``index`` (called in
         the manager's process)."""
@@ -181,6 +189,7 @@ METRIC_EVENTS: tuple[type, ...] = (
     LeaseLost,
     JobsRecovered,
     ActorRestarted,
+    NotesWritten,
 )
 
 
@@ -206,6 +215,11 @@ class MetricsFeed:
             m.jobs_recovered(len(event.job_ids))
         elif isinstance(event, ActorRestarted):
             m.actor_restarted(event.actor)
+        elif isinstance(event, NotesWritten):
+            # optional (see MetricsBase): an older metrics object lacks it
+            written = getattr(m, "notes_written", None)
+            if written is not None:
+                written(event.progress, event.lines, event.refused)
 
     def _finished(
         self, event: JobSucceeded | JobRetried | JobDead | JobAbortApplied, outcome: str

@@ -12,11 +12,12 @@ from trio_util import AsyncValue
 
 from ..records._jobs import Job
 from ..records._log import log_event, log_job_event
-from ..store import Leadership, SetAside, Store
+from ..store import Capability, Leadership, SetAside, Store, capabilities_of
 from ._config import WorkerConfig
 from ._events import EventBus, JobDead, LeaseLost
 from ._inflight import Entry, InFlight
 from ._metrics import RoundTripTally
+from ._notes import NotesBuffer
 from ._registry import Registry, WorkerHost
 from ._threads import HandlerThreads
 from ._unknown_kinds import UnknownKinds
@@ -84,6 +85,10 @@ class Runtime:
     #: The threads plain-function handlers run in (sync_concurrency), and
     #: the abandoned ones still running. Used only by the executors.
     threads: HandlerThreads = attrs.field(factory=lambda: HandlerThreads(1, 1))
+    #: Running jobs' notes not yet written: added by handlers (through
+    #: their JobContext), taken by the noter, flushed for a finishing job by
+    #: its executor. Replaced by :meth:`create`.
+    notes: NotesBuffer = attrs.field(factory=lambda: NotesBuffer(offered=False))
     #: What the app's lifespan yielded (set by the worker before any actor runs).
     lifespan: Any = None
     #: When this worker registered in the store's worker registry (store
@@ -111,6 +116,7 @@ class Runtime:
             events=EventBus(config.event_buffer),
             unknown_kinds=UnknownKinds(config),
             threads=HandlerThreads(config.sync_concurrency, config.max_abandoned_threads),
+            notes=NotesBuffer(offered=Capability.NOTES in capabilities_of(store)),
         )
 
     def report_aside(self, aside: SetAside, *, recovered: bool = False) -> SetAside:

@@ -33,6 +33,7 @@ from ._results import Finding as Finding
 from ._results import Leadership as Leadership
 from ._results import LeaseResult as LeaseResult
 from ._results import LimitUsage as LimitUsage
+from ._results import NotesResult as NotesResult
 from ._results import Problem as Problem
 from ._results import PromoteResult as PromoteResult
 from ._results import QueueStats as QueueStats
@@ -54,6 +55,7 @@ from ._roles import CheckRole as CheckRole
 from ._roles import Continuation as Continuation
 from ._roles import FlowRole as FlowRole
 from ._roles import LeadershipRole as LeadershipRole
+from ._roles import NotesRole as NotesRole
 from ._roles import PromotionRole as PromotionRole
 from ._roles import RegistryRole as RegistryRole
 from ._roles import ResultRole as ResultRole

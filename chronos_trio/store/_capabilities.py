@@ -10,7 +10,7 @@ two kinds:
 * **Roles** (:data:`ROLE_CAPABILITIES`): a set of methods, offered by
   subclassing the role's ABC (``PromotionRole``, ``RegistryRole``,
   ``AdminRole``, ``TopologyRole``, ``LeadershipRole``, ``ResultRole``,
-  ``FlowRole``, ``CheckRole``).
+  ``FlowRole``, ``CheckRole``, ``NotesRole``).
 * **Features** (:data:`FEATURES`): semantics carried inside the core's
   arguments (a ``NewJob``'s ``unique`` and ``control``, an abort flag in a
   renew's reply), which no method shows; a backend declares the ones it
@@ -54,6 +54,9 @@ class Capability(enum.StrEnum):
     FLOWS = "flows"
     #: ``CheckRole``: the store checker.
     CHECK = "check"
+    #: ``NotesRole``: a running job's progress and log lines, written by
+    #: its lease holder (``job.progress``, ``job.log``, ``handle.progress``).
+    NOTES = "notes"
     # -- features: semantics inside the core's arguments, declared in ``features`` ------
     #: ``NewJob.unique``: at most one pending job per key.
     UNIQUE = "unique"

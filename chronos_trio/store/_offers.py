@@ -22,6 +22,7 @@ from ._roles import (
     CheckRole,
     FlowRole,
     LeadershipRole,
+    NotesRole,
     PromotionRole,
     RegistryRole,
     ResultRole,
@@ -42,6 +43,7 @@ ROLE_CAPABILITIES: Mapping[type, Capability] = {
     ResultRole: Capability.RESULTS,
     FlowRole: Capability.FLOWS,
     CheckRole: Capability.CHECK,
+    NotesRole: Capability.NOTES,
 }
 
 #: The role behind each role capability.

@@ -213,6 +213,19 @@ class SettleResult:
 
 
 @attrs.frozen
+class NotesResult:
+    """What :meth:`~chronos_trio.store.NotesRole.write_notes` did: the job
+    IDs whose notes it wrote, those it refused because their lease was lost
+    (wrong token, expired, the job not leased or gone: nothing of theirs
+    changed), in batch order, and how many older log lines the line bound
+    pushed out (over the whole batch)."""
+
+    written: tuple[str, ...]
+    refused: tuple[str, ...]
+    dropped: int
+
+
+@attrs.frozen
 class CountResult:
     """What :meth:`AdminRole.trim` and :meth:`AdminRole.requeue_dead` did:
     ``count`` jobs deleted (trim) or requeued (requeue_dead), and ``aside``,

@@ -27,6 +27,7 @@ The optional roles, each a :class:`~chronos_trio.store.Capability`:
 * :class:`ResultRole`: results and waiting for a job's outcome.
 * :class:`FlowRole`: workflow continuations.
 * :class:`CheckRole`: the store checker (find and repair inconsistencies).
+* :class:`NotesRole`: a running job's progress and log lines.
 
 The features, declared in ``features`` (semantics carried inside the core's
 arguments): unique jobs, rate limits, concurrency limits, expiry,
@@ -115,6 +116,7 @@ from ..records._jobs import (
     LeaseRef,
     NewJob,
 )
+from ..records._notes import JobNotes, NoteWrite
 from ..records._placement import Placement
 from ..records._workers import WorkerInfo
 from ..records._workflow import Arrival
@@ -135,6 +137,7 @@ from ._results import Finding as Finding
 from ._results import Leadership as Leadership
 from ._results import LeaseResult as LeaseResult
 from ._results import LimitUsage as LimitUsage
+from ._results import NotesResult as NotesResult
 from ._results import Problem as Problem
 from ._results import PromoteResult as PromoteResult
 from ._results import QueueStats as QueueStats
@@ -900,6 +903,49 @@ class CheckRole(StoreRole):
         """
 
 
+class NotesRole(StoreRole):
+    """A running job's notes: its latest progress and its log lines
+    (``records._notes``), written by the job's lease holder in batches off
+    the settle path (the worker's notes flusher) and read by job handles,
+    the command line and the dashboard.
+
+    Notes live and die with the job's record: kept while it is (retained
+    successes and dead jobs included, across retries, requeues and
+    ``run_now``), gone when it goes (dropped after success, trimmed,
+    deleted). Log lines of every attempt are kept, each with its attempt,
+    up to :data:`~chronos_trio.records._notes.MAX_NOTE_LINES` (the newest).
+    """
+
+    @abc.abstractmethod
+    async def write_notes(self, writes: Sequence[NoteWrite]) -> NotesResult:
+        """Apply each write whose lease is still held: the job is leased
+        with the write's token and its lease has not expired (store clock).
+        Its ``progress`` (when given) replaces the job's, its ``lines`` are
+        appended after the job's, each stamped with the job's ``attempts``
+        and the store's now; past ``MAX_NOTE_LINES`` the oldest lines are
+        dropped (counted in the job's ``dropped`` and the result's). A write
+        whose lease was lost changes nothing and is listed in ``refused``;
+        a record the store cannot read is treated so, and left as it is.
+        Each job's write is atomic; the batch costs one round trip (per
+        partition at most). Writes are applied in order (two of one job:
+        both, in order). An empty batch does nothing.
+
+        Raises ``ValueError`` (or ``TypeError``), before writing anything,
+        when a write breaks the bounds of ``records._notes`` (see
+        :func:`~chronos_trio.records._notes.check_write`). Raises
+        StoreError when the store cannot be reached: some writes may have
+        been applied then, and sending the batch again may append its lines
+        twice (progress is only replaced).
+        """
+
+    @abc.abstractmethod
+    async def job_notes(self, ref: JobRef) -> JobNotes | None:
+        """The notes of the job of ``ref``: ``progress`` None and no lines
+        when it has none yet; None when no such job exists (see
+        :meth:`ResultRole.outcome`). Raises StoreError when the store cannot
+        be reached."""
+
+
 class Store(
     WorkerRole,
     PromotionRole,
@@ -910,6 +956,7 @@ class Store(
     ResultRole,
     CheckRole,
     FlowRole,
+    NotesRole,
 ):
     """A store with every role and every feature: what the worker, the
     producers, the ``Inspector`` and the command line can all use.
@@ -930,6 +977,7 @@ ROLES: tuple[type[StoreRole], ...] = (
     ResultRole,
     CheckRole,
     FlowRole,
+    NotesRole,
 )
 
 

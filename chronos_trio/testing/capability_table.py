@@ -47,6 +47,8 @@ ROWS: Mapping[Capability, str] = {
     Capability.RESULTS: "`ResultRole`: kept results, `handle.result()`",
     Capability.FLOWS: "`FlowRole`: workflows (`chain`, `group`)",
     Capability.CHECK: "`CheckRole`: the store checker",
+    Capability.NOTES: "`NotesRole`: progress and log lines of running jobs "
+    "(`job.progress`, `job.log`)",
     Capability.UNIQUE: "unique jobs (`unique=`)",
     Capability.RATE_LIMITS: "rate limits (`rate_limit=`)",
     Capability.CONCURRENCY_LIMITS: "concurrency limits (`concurrency_limit=`)",

@@ -25,6 +25,7 @@ ACTOR_NEEDS: Mapping[str, frozenset[Capability]] = {
     "leader": frozenset({Capability.LEADERSHIP}),
     "scheduler": frozenset({Capability.LEADERSHIP}),
     "continuer": frozenset({Capability.FLOWS}),
+    "noter": frozenset({Capability.NOTES}),
 }
 
 

@@ -7,8 +7,9 @@ Actors start in four groups and stop in reverse order:
   which the scheduler fires triggers, the janitor trims and gauges reads
   queue depths for the metrics);
 * execution — the executor pool;
-* settlement — heartbeater, completer, continuer: they keep leases alive,
-  write outcomes, and run what follows a workflow job that succeeded;
+* settlement — heartbeater, completer, continuer, noter: they keep leases
+  alive, write outcomes, run what follows a workflow job that succeeded,
+  and write running jobs' progress and log lines;
 * notification — the notifier, which runs dead-letter hooks and other event
   subscribers off the settle path, so it stops last and may flush; and the
   registrar, which keeps this process listed in the store's worker
@@ -19,8 +20,8 @@ executors, heartbeater, completer, recoverer and notifier use. The others
 start only when the store has their capability (``worker._needs``): the
 promoter with promotion, the registrar with the registry, the janitor with
 admin and leadership, the leader and scheduler with leadership, the
-continuer with workflows; and the worker refuses, before it starts
-anything, an app that uses a capability its store lacks.
+continuer with workflows, the noter with notes; and the worker refuses,
+before it starts anything, an app that uses a capability its store lacks.
 
 Graceful shutdown (cancellation of :meth:`Worker.run`, or :meth:`Worker.stop`):
 stop intake, hand jobs that have not started straight back to ready, let
@@ -49,6 +50,7 @@ from ..actors import (
     janitor,
     leader,
     leaser,
+    noter,
     notifier,
     promoter,
     recoverer,
@@ -81,7 +83,7 @@ log = logging.getLogger("chronos_trio.worker")
 #: stop in the reverse one.
 GROUPS: Mapping[str, tuple[ModuleType, ...]] = {
     "notification": (notifier, registrar),
-    "settlement": (heartbeater, completer, continuer),
+    "settlement": (heartbeater, completer, continuer, noter),
     "execution": (executor,),
     "intake": (promoter, leaser, recoverer, janitor, leader, scheduler, gauges),
 }

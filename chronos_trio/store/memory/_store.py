@@ -46,6 +46,7 @@ from ...records._jobs import (
     LeaseRef,
     NewJob,
 )
+from ...records._notes import JobNotes, NoteWrite, check_write
 from ...records._placement import Placement
 from ...records._unique import Unique
 from ...records._workers import WorkerInfo
@@ -65,6 +66,7 @@ from .._roles import (
     Leadership,
     LeaseResult,
     LimitUsage,
+    NotesResult,
     PromoteResult,
     QueueStats,
     QueueTopology,
@@ -86,6 +88,7 @@ from .._topology_placement import locate as _locate
 from .._topology_placement import topology_placement as _placement_of
 from . import _check as _memory_check
 from . import _control as _memory_control
+from . import _notes as _memory_notes
 from . import _unique as _memory_unique
 from . import _workers as _memory_workers
 
@@ -130,6 +133,9 @@ class _Record:
     #: Its attempts that ended without success (``Job.history``), kept
     #: beside the job: only reads that show the whole record attach them.
     history: tuple[Attempt, ...] = ()
+    #: The job's progress and log lines (None: none yet), kept with the
+    #: record (see ``memory._notes``).
+    notes: _memory_notes.Notes | None = None
 
     @property
     def indexed(self) -> bool:
@@ -1042,6 +1048,37 @@ class MemoryStore(Store):
 
         jobs.sort(key=order)
         return jobs[offset : offset + limit]
+
+    # -- notes ---------------------------------------------------------------------------
+    async def write_notes(self, writes: Sequence[NoteWrite]) -> NotesResult:
+        for write in writes:
+            check_write(write)
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        written: list[str] = []
+        refused: list[str] = []
+        dropped = 0
+        for write in writes:
+            job = self._held(write.lease, now)
+            if job is None:
+                refused.append(write.lease.job_id)
+                continue
+            rec = self._records[job.id]
+            if rec.notes is None:
+                rec.notes = _memory_notes.Notes()
+            dropped += rec.notes.write(write, job.attempts, now)
+            written.append(job.id)
+        return NotesResult(tuple(written), tuple(refused), dropped)
+
+    async def job_notes(self, ref: JobRef) -> JobNotes | None:
+        await trio.lowlevel.checkpoint()
+        job = self._find(ref.job_id, ref.queue)
+        if job is None:
+            return None
+        notes = self._records[job.id].notes
+        if notes is None:
+            return JobNotes(job.id, job.queue, None)
+        return notes.shown(job.id, job.queue)
 
     # -- results -------------------------------------------------------------------------
     async def outcome(self, ref: JobRef) -> JobOutcome | None:

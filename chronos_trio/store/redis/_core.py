@@ -37,9 +37,11 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 import attrs
 
+from ...records._jobs import JobRef
 from ...records._log import log_event
 from .._partitioning import partition_of
 from .._roles import QueueVersion, VersionState
+from .._topology_placement import locate
 from ._codec import decode_topology, encode_topology
 from ._scripts import Op, ReplicaWait
 from .keys import KeySpace, PartitionKeys
@@ -403,3 +405,12 @@ def locations_plan(core: RedisCore, job_id: str, queue: str | None) -> Plan[list
         for q in names
         for v in metas[q].versions or ()
     ]
+
+
+def ref_locations_plan(core: RedisCore, ref: JobRef) -> Plan[list[PartitionKeys]]:
+    """Where the job of ``ref`` may live: its partition when its queue and
+    placement are known, else :func:`locations_plan`'s."""
+    where = locate(ref.placement)
+    if ref.queue is not None and where is not None:
+        return [core.keys.partition(ref.queue, *where)]
+    return (yield from locations_plan(core, ref.job_id, ref.queue))

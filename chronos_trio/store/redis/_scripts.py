@@ -156,6 +156,7 @@ WATCH = Script("watch")
 WORKER_BEAT = Script("worker_beat")
 WORKER_UNREGISTER = Script("worker_unregister")
 WORKERS_LIST = Script("workers_list")
+NOTES_WRITE = Script("notes_write")
 
 
 @attrs.frozen

@@ -34,7 +34,7 @@ from ...records._jobs import FINISHED_STATES, JobOutcome, JobRef, JobState
 from ...records._log import log_event
 from .._topology_placement import locate
 from ._codec import parse_count, parse_number
-from ._core import Call, Plan, RedisCore, locations_plan
+from ._core import Call, Plan, RedisCore, ref_locations_plan
 from ._scripts import WATCH, Op
 from .keys import KeySpace
 
@@ -189,11 +189,7 @@ def watch_plan(
     """Run watch.lua where ``ref``'s job lives (naming ``channel`` in its
     record while it is unfinished; "" only reads): its outcome and its key
     (None, None: no such job)."""
-    where = locate(ref.placement)
-    if ref.queue is not None and where is not None:
-        places = [core.keys.partition(ref.queue, *where)]
-    else:
-        places = yield from locations_plan(core, ref.job_id, ref.queue)
+    places = yield from ref_locations_plan(core, ref)
     if not places:
         return None, None
     replies = yield Call(

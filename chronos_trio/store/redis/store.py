@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ...records._jobs import EnqueueResult, Job, JobOutcome, JobRef, JobState, LeaseRef, NewJob
+from ...records._notes import JobNotes, NoteWrite
 from ...records._workers import WorkerInfo
 from ...records._workflow import Arrival
 from .._observer import StoreObserver
@@ -29,6 +30,7 @@ from .._roles import (
     Leadership,
     LeaseResult,
     LimitUsage,
+    NotesResult,
     PromoteResult,
     QueueStats,
     QueueTopology,
@@ -40,7 +42,18 @@ from .._roles import (
     Store,
     TriggerResult,
 )
-from . import _admin, _enqueue, _flow, _jobs, _leader, _limits, _results, _waiting, _workers
+from . import (
+    _admin,
+    _enqueue,
+    _flow,
+    _jobs,
+    _leader,
+    _limits,
+    _notes,
+    _results,
+    _waiting,
+    _workers,
+)
 from ._adapter import RedisAdapter, ReplicaWait
 from ._commands import RedisCommands
 from ._connect import SENTINEL_SCHEMES, connect, node_address, parse_store_url
@@ -398,6 +411,14 @@ class RedisStore(Store):
 
     async def wait_outcome(self, ref: JobRef, *, timeout: float) -> JobOutcome | None:
         return await _results.wait_outcome(self._ctx, self._done, ref, timeout)
+
+    # -- notes (NotesRole) ---------------------------------------------------------------------
+    async def write_notes(self, writes: Sequence[NoteWrite]) -> NotesResult:
+        """One ``notes_write.lua`` per partition, in one round trip."""
+        return await _notes.write_notes(self._ctx, writes)
+
+    async def job_notes(self, ref: JobRef) -> JobNotes | None:
+        return await self._ctx.run(_notes.read_plan(self._ctx, ref))
 
     # -- workflows (FlowRole) -----------------------------------------------------------------
     async def continuations(self, queues: Sequence[str], limit: int) -> list[Continuation]:
