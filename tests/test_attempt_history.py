@@ -33,6 +33,7 @@ from chronos_trio.store import QueueWeight, SettleKind, Settlement
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis.keys import KeySpace
 from chronos_trio.store.sqlite import SqliteStore
+from chronos_trio.store.sqlite._connections import SCHEMA_VERSION
 from tests._backends import Backend
 from tests._support import Recorder, Work
 
@@ -200,9 +201,10 @@ async def test_a_sqlite_file_of_schema_1_is_migrated(tmp_path: Path) -> None:
     store = SqliteStore.from_url(url)
     await store.enqueue_many([chronos_trio.NewJob(id="old", queue="q", kind="k", payload=b"p")])
     await store.aclose()
-    # the file as version 1 left it: no attempt_history column
+    # the file as version 1 left it: none of the columns versions 2 and 3 added
     with sqlite3.connect(path) as conn:
-        conn.execute("ALTER TABLE jobs DROP COLUMN attempt_history")
+        for column in ("attempt_history", "notes_progress", "notes_lines", "notes_dropped"):
+            conn.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
         conn.execute("PRAGMA user_version = 1")
     store = SqliteStore.from_url(url)
     try:
@@ -221,4 +223,4 @@ async def test_a_sqlite_file_of_schema_1_is_migrated(tmp_path: Path) -> None:
     finally:
         await store.aclose()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -48,7 +48,7 @@ T = TypeVar("T")
 Work = Callable[[sqlite3.Connection], T]
 
 #: The schema version this code writes and reads (``PRAGMA user_version``).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Per schema version below :data:`SCHEMA_VERSION`, the statements that take
 #: a file of that version to the next one; ``schema.sql`` is the result of
@@ -57,6 +57,12 @@ SCHEMA_VERSION = 2
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 1 -> 2: attempt history (records._attempts); NULL for every older row
     1: ("ALTER TABLE jobs ADD COLUMN attempt_history TEXT",),
+    # 2 -> 3: notes (progress and log lines, store._sql_notes)
+    2: (
+        "ALTER TABLE jobs ADD COLUMN notes_progress TEXT",
+        "ALTER TABLE jobs ADD COLUMN notes_lines TEXT",
+        "ALTER TABLE jobs ADD COLUMN notes_dropped INTEGER NOT NULL DEFAULT 0",
+    ),
 }
 
 #: Oldest SQLite library the store runs on (STRICT tables, RETURNING).
