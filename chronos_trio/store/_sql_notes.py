@@ -26,7 +26,8 @@ from typing import Any
 
 import attrs
 
-from ..records._notes import MAX_NOTE_LINES, JobNotes, JobProgress, NoteLine, NoteWrite
+from ..records._jobs import JobRef
+from ..records._notes import MAX_NOTE_LINES, JobNotes, JobProgress, NoteLine, NoteWrite, check_write
 from ._results import NotesResult
 
 #: The notes' columns of the ``jobs`` table, in :class:`Noted`'s order.
@@ -69,6 +70,30 @@ class Noted:
     def stored(self) -> tuple[str | None, str | None, int]:
         """The three columns as written."""
         return self.progress, "\n".join(self.lines) or None, self.dropped
+
+
+def to_write(writes: Sequence[NoteWrite]) -> bool:
+    """Whether ``writes`` has anything to write, each checked first
+    (``records._notes.check_write``: ValueError or TypeError, before
+    anything is written, for one that breaks the bounds)."""
+    for w in writes:
+        check_write(w)
+    return bool(writes)
+
+
+def read_query(ref: JobRef, mark: str) -> tuple[str, tuple[str, ...]]:
+    """The statement reading the notes of ``ref``'s job (its queue, then
+    :data:`NOTES_COLUMNS`) and its parameters; ``mark``: the driver's
+    parameter mark (``%s``, ``?``)."""
+    query = f"SELECT queue, {NOTES_COLUMNS} FROM jobs WHERE id = {mark}"
+    if ref.queue is None:
+        return query, (ref.job_id,)
+    return f"{query} AND queue = {mark}", (ref.job_id, ref.queue)
+
+
+def read_notes(ref: JobRef, row: Sequence[Any] | None) -> JobNotes | None:
+    """The notes of ``ref``'s job from the row :func:`read_query` read (None: no such job)."""
+    return None if row is None else notes_of(ref.job_id, row[0], row[1:])
 
 
 def plan_notes(writes: Sequence[NoteWrite], rows: Mapping[str, Noted], now: float) -> NotesResult:

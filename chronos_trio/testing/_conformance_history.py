@@ -16,34 +16,12 @@ from ..records._attempts import (
     AttemptOutcome,
 )
 from ..records._history import attempt_history
-from ..records._jobs import Job, JobState, LeasedJob
+from ..records._jobs import JobState
 from ..store._capabilities import Capability
-from ..store._offers import capabilities_of
-from ..store._roles import SettleKind, Settlement, Store
-from .conformance import Fresh, check, job, lease, settle, stale
+from ..store._roles import SettleKind, Settlement
+from .conformance import Fresh, check, found, job, lease, lease_again, settle, stale
 
 Out = AttemptOutcome
-
-
-async def _get(store: Store, job_id: str) -> Job:
-    found = await store.get_job(job_id)
-    assert found is not None, f"job {job_id!r} is gone"
-    return found
-
-
-async def _lease_again(store: Store, job_id: str, *, ttl: float = 5.0) -> LeasedJob:
-    """``job_id``, the one job of queue q, leased again once it is due (a
-    store without a promoter leases a due job as it is)."""
-    promotes = Capability.PROMOTION in capabilities_of(store)
-    with trio.fail_after(10):
-        while True:
-            if promotes:
-                await store.promote_due(["q"], 100)
-            got = await lease(store, ttl=ttl)
-            assert [lj.job.id for lj in got] in ([], [job_id]), got
-            if got:
-                return got[0]
-            await trio.sleep(0.02)
 
 
 def _ended_within(attempt: Attempt, before: float, after: float) -> None:
@@ -59,27 +37,27 @@ async def check_history_fail_twice_then_succeed(fresh: Fresh) -> None:
     # a stale token changes nothing, in the history too
     stale_retry = Settlement(stale(first.ref), SettleKind.RETRY, error="stale", started=0.0)
     assert (await store.settle([stale_retry])).settled == (False,)
-    assert (await _get(store, "a")).history == ()
+    assert (await found(store, "a")).history == ()
     before = await store.now()
     retry = settle(
         first, SettleKind.RETRY, error="boom 1", retry_delay=0.05, started=first.leased_at
     )
     assert (await store.settle([retry])).settled == (True,)
     after = await store.now()
-    second = await _lease_again(store, "a")
+    second = await lease_again(store, "a")
     retry = settle(
         second, SettleKind.RETRY, error="boom 2", retry_delay=0.05, started=second.leased_at
     )
     assert (await store.settle([retry])).settled == (True,)
-    third = await _lease_again(store, "a")
-    running = await _get(store, "a")
+    third = await lease_again(store, "a")
+    running = await found(store, "a")
     assert [(a.number, a.outcome) for a in attempt_history(running)] == [
         (1, Out.RETRIED), (2, Out.RETRIED), (3, Out.RUNNING),
     ], attempt_history(running)  # fmt: skip
     assert attempt_history(running)[-1].worker == "w1"
     ok = settle(third, SettleKind.SUCCEEDED, retain_for=60.0)
     assert (await store.settle([ok])).settled == (True,)
-    done = await _get(store, "a")
+    done = await found(store, "a")
     assert done.state is JobState.SUCCEEDED
     got = attempt_history(done)
     assert [(a.number, a.outcome, a.error) for a in got] == [
@@ -91,7 +69,7 @@ async def check_history_fail_twice_then_succeed(fresh: Fresh) -> None:
     _ended_within(one, before, after)
     assert two.ended is not None and one.ended is not None and two.ended >= one.ended
     assert three.ended == done.finished_at
-    assert (await _get(store, "other")).history == (), "another job's history is its own"
+    assert (await found(store, "other")).history == (), "another job's history is its own"
 
 
 @check(Capability.ADMIN, Capability.HISTORY)
@@ -103,7 +81,7 @@ async def check_history_keeps_an_expired_lease(fresh: Fresh) -> None:
     before = await store.now()
     assert (await store.recover_expired(["q"], 10)).requeued == ("a",)
     after = await store.now()
-    [expired] = (await _get(store, "a")).history
+    [expired] = (await found(store, "a")).history
     assert (expired.number, expired.outcome, expired.worker) == (1, Out.EXPIRED, "w1"), expired
     assert expired.error == LEASE_EXPIRED and expired.started is None, expired
     _ended_within(expired, before, after)
@@ -111,7 +89,7 @@ async def check_history_keeps_an_expired_lease(fresh: Fresh) -> None:
     await lease(store, ttl=0.2)
     await trio.sleep(0.3)
     assert [j.id for j in (await store.recover_expired(["q"], 10)).dead] == ["a"]
-    dead = await _get(store, "a")
+    dead = await found(store, "a")
     assert dead.state is JobState.DEAD
     assert [(a.number, a.outcome) for a in dead.history] == [(1, Out.EXPIRED), (2, Out.EXPIRED)]
     assert dead.history[-1].error == dead.last_error
@@ -129,7 +107,7 @@ async def check_history_outcomes_and_bound(fresh: Fresh) -> None:
         assert leased.job.id == "a", leased
         release = settle(leased, SettleKind.RELEASE, started=leased.leased_at)
         assert (await store.settle([release])).settled == (True,)
-    kept = (await _get(store, "a")).history
+    kept = (await found(store, "a")).history
     assert len(kept) == HISTORY_LIMIT, len(kept)
     assert {(a.number, a.outcome, a.error) for a in kept} == {(1, Out.RELEASED, "")}, kept
     ends = [a.ended for a in kept]
@@ -138,7 +116,7 @@ async def check_history_outcomes_and_bound(fresh: Fresh) -> None:
     [leased] = await lease(store, count=1)
     dead = settle(leased, SettleKind.DEAD, error="bad input", started=leased.leased_at)
     assert (await store.settle([dead])).settled == (True,)
-    got = await _get(store, "a")
+    got = await found(store, "a")
     assert got.state is JobState.DEAD and len(got.history) == HISTORY_LIMIT
     assert (got.history[-1].outcome, got.history[-1].error) == (Out.DEAD, "bad input")
     assert got.history[-2].outcome is Out.RELEASED
@@ -149,6 +127,6 @@ async def check_history_outcomes_and_bound(fresh: Fresh) -> None:
     await store.abort("d", reason="stop")
     retry = settle(leased, SettleKind.RETRY, error="boom", started=leased.leased_at)
     assert (await store.settle([retry])).aborted == frozenset({0})
-    aborted = await _get(store, "d")
+    aborted = await found(store, "d")
     [attempt] = aborted.history
     assert (attempt.outcome, attempt.error) == (Out.ABORTED, aborted.last_error), aborted

@@ -17,10 +17,10 @@ import psycopg
 import trio
 
 from ...records._jobs import JobRef
-from ...records._notes import JobNotes, NoteWrite, check_write
+from ...records._notes import JobNotes, NoteWrite
 from .._results import NotesResult
 from .._roles import NotesRole
-from .._sql_notes import LOCK_COLUMNS, NOTES_COLUMNS, Noted, notes_of, plan_notes
+from .._sql_notes import LOCK_COLUMNS, Noted, plan_notes, read_notes, read_query, to_write
 from ._base import PostgresPart
 
 _LOCK = f"""
@@ -58,20 +58,12 @@ def write(conn: psycopg.Connection[Any], writes: Sequence[NoteWrite]) -> NotesRe
 
 
 def read(conn: psycopg.Connection[Any], ref: JobRef) -> JobNotes | None:
-    query = f"SELECT queue, {NOTES_COLUMNS} FROM jobs WHERE id = %s"
-    params: tuple[str, ...] = (ref.job_id,)
-    if ref.queue is not None:
-        query += " AND queue = %s"
-        params = (ref.job_id, ref.queue)
-    row = conn.execute(query, params).fetchone()
-    return None if row is None else notes_of(ref.job_id, row[0], row[1:])
+    return read_notes(ref, conn.execute(*read_query(ref, "%s")).fetchone())
 
 
 class NotesPart(PostgresPart, NotesRole):
     async def write_notes(self, writes: Sequence[NoteWrite]) -> NotesResult:
-        for w in writes:
-            check_write(w)
-        if not writes:
+        if not to_write(writes):
             await trio.lowlevel.checkpoint()
             return NotesResult((), (), 0)
         return await self._db.run(lambda conn: write(conn, writes), what="write_notes")

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 import trio
 
 from ...records._jobs import JobRef
-from ...records._notes import JobNotes, NoteWrite, check_write
+from ...records._notes import JobNotes, NoteWrite
 from .._results import NotesResult
 from .._roles import NotesRole
-from .._sql_notes import LOCK_COLUMNS, NOTES_COLUMNS, Noted, notes_of, plan_notes
+from .._sql_notes import LOCK_COLUMNS, Noted, plan_notes, read_notes, read_query, to_write
 from ._base import SqlitePart
 
 _READ = f"SELECT {LOCK_COLUMNS} FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
@@ -39,20 +39,12 @@ def write(conn: sqlite3.Connection, writes: Sequence[NoteWrite], now: float) -> 
 
 
 def read(conn: sqlite3.Connection, ref: JobRef) -> JobNotes | None:
-    query = f"SELECT queue, {NOTES_COLUMNS} FROM jobs WHERE id = ?"
-    params: tuple[str, ...] = (ref.job_id,)
-    if ref.queue is not None:
-        query += " AND queue = ?"
-        params = (ref.job_id, ref.queue)
-    row = conn.execute(query, params).fetchone()
-    return None if row is None else notes_of(ref.job_id, row[0], row[1:])
+    return read_notes(ref, conn.execute(*read_query(ref, "?")).fetchone())
 
 
 class NotesPart(SqlitePart, NotesRole):
     async def write_notes(self, writes: Sequence[NoteWrite]) -> NotesResult:
-        for w in writes:
-            check_write(w)
-        if not writes:
+        if not to_write(writes):
             await trio.lowlevel.checkpoint()
             return NotesResult((), (), 0)
         db = self._db
