@@ -288,3 +288,20 @@ async def test_a_plain_function_handler_reports_from_its_thread() -> None:
             release.set()
             await handle.result()
     assert [line.text for line in (await handle.notes()).lines] == ["thread line"]
+
+
+def test_the_cli_shows_dropped_lines_and_nothing_without_notes() -> None:
+    from chronos_trio import JobNotes, JobProgress, NoteLine
+    from chronos_trio.cli._output_notes import notes_json, notes_lines
+
+    notes = JobNotes(
+        "j", "q", JobProgress(0.25, "", 2, 1_700_000_000.0), (NoteLine(2, 1_700_000_001.5, "x"),), 7
+    )
+    text = notes_lines(notes, 1_700_000_010.0)
+    assert "progress: 25% (attempt 2, written 10.0s ago)" in text
+    assert "log (1 line, 7 older dropped):" in text
+    assert "  #2 2023-11-14T22:13:21.500Z  x" in text
+    assert notes_json(notes)["log"]["dropped"] == 7
+    assert notes_lines(None, 0.0) == "" and notes_json(None) == {"progress": None, "log": None}
+    empty = notes_lines(JobNotes("j", "q", None), 0.0)
+    assert "progress: -" in empty and "log: -" in empty

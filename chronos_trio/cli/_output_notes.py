@@ -30,7 +30,8 @@ def notes_lines(notes: JobNotes | None, now: float) -> str:
         out.append("log: -")
         return "\n".join(out)
     dropped = f", {notes.dropped} older dropped" if notes.dropped else ""
-    out.append(f"log ({len(notes.lines)} lines{dropped}):")
+    count = len(notes.lines)
+    out.append(f"log ({count} line{'' if count == 1 else 's'}{dropped}):")
     out.extend(f"  #{line.attempt} {iso(line.at)}  {line.text}" for line in notes.lines)
     return "\n".join(out)
 
