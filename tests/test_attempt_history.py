@@ -16,7 +16,7 @@ import redis
 import trio
 
 import chronos_trio
-from chronos_trio import App, JobState, MemoryStore
+from chronos_trio import App, Job, JobState, MemoryStore
 from chronos_trio.cli._output import job_details, job_json
 from chronos_trio.dashboard import dashboard_app
 from chronos_trio.records._attempts import (
@@ -40,6 +40,24 @@ from tests._support import Recorder, Work
 Out = AttemptOutcome
 
 
+def failed_twice_then_succeeded(job: Job, worker_id: str) -> tuple[Attempt, ...]:
+    """The attempts of ``job``, which failed twice on worker ``worker_id``
+    and then succeeded: two RETRIED, with their worker and start, then the
+    SUCCEEDED one its record describes."""
+    assert job.state is JobState.SUCCEEDED, job
+    got = attempt_history(job)
+    assert [(a.number, a.outcome) for a in got] == [
+        (1, Out.RETRIED),
+        (2, Out.RETRIED),
+        (3, Out.SUCCEEDED),
+    ], got
+    for failed in got[:2]:
+        assert failed.worker == worker_id, failed
+        assert failed.started is not None and failed.ended is not None, failed
+        assert failed.started <= failed.ended, failed
+    return got
+
+
 async def test_a_worker_keeps_every_attempt(backend: Backend, clock: object) -> None:
     """Fail twice, then succeed: three attempts, the failures with their
     worker, start (the completer sends the lease's) and error, the success
@@ -52,20 +70,10 @@ async def test_a_worker_keeps_every_attempt(backend: Backend, clock: object) -> 
             await worker.wait_idle()
         worker_id = worker.statistics().worker_id
     job = await rec.store.get_job(res.job_id)
-    assert job is not None and job.state is JobState.SUCCEEDED
-    got = attempt_history(job)
-    assert [(a.number, a.outcome) for a in got] == [
-        (1, Out.RETRIED),
-        (2, Out.RETRIED),
-        (3, Out.SUCCEEDED),
-    ], got
-    first, second, last = got
+    assert job is not None
+    first, second, last = failed_twice_then_succeeded(job, worker_id)
     assert first.error.startswith("ValueError: planned failure 1\n"), first
     assert second.error.startswith("ValueError: planned failure 2\n"), second
-    for failed in (first, second):
-        assert failed.worker == worker_id, failed
-        assert failed.started is not None and failed.ended is not None, failed
-        assert failed.started <= failed.ended, failed
     assert first.ended is not None and second.started is not None
     assert first.ended <= second.started, "the retry started after the first attempt ended"
     assert last.ended == job.finished_at and last.error == ""

@@ -13,12 +13,11 @@ import pytest
 import trio
 
 import chronos_trio
-from chronos_trio import App, JobContext, JobRef, JobState
-from chronos_trio.records._attempts import AttemptOutcome
-from chronos_trio.records._history import attempt_history
+from chronos_trio import App, JobContext, JobRef
 from chronos_trio.store import Store
 from chronos_trio.store.postgres import PostgresStore
 from chronos_trio.store.sqlite import SqliteStore
+from tests.test_attempt_history import failed_twice_then_succeeded
 
 
 async def _run_flaky(store: Store) -> str:
@@ -39,14 +38,8 @@ async def _run_flaky(store: Store) -> str:
             await worker.wait_idle()
         worker_id = worker.statistics().worker_id
     job = await store.get_job(handle.job_id)
-    assert job is not None and job.state is JobState.SUCCEEDED
-    got = attempt_history(job)
-    assert [(a.number, a.outcome) for a in got] == [
-        (1, AttemptOutcome.RETRIED),
-        (2, AttemptOutcome.RETRIED),
-        (3, AttemptOutcome.SUCCEEDED),
-    ], got
-    assert all(a.worker == worker_id and a.started is not None for a in got[:2]), got
+    assert job is not None
+    got = failed_twice_then_succeeded(job, worker_id)
     assert got[0].error.startswith("ValueError: flaky 1")
     notes = await store.job_notes(JobRef(handle.job_id, "default"))
     assert notes is not None and notes.progress is not None
