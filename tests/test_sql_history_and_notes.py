@@ -31,7 +31,9 @@ async def _run_flaky(store: Store) -> str:
             raise ValueError(f"flaky {job.attempt}")
 
     policy = chronos_trio.RetryPolicy(base=0.05)
-    async with app.open_worker(retry=policy, notes_interval=0.05, poll_interval=0.05) as worker:
+    # notes_interval bounds an outcome's wait for its job's final notes
+    # write: long enough for a loaded machine's database
+    async with app.open_worker(retry=policy, notes_interval=1.0, poll_interval=0.05) as worker:
         handle = await flaky.enqueue(b"")
         with trio.fail_after(30):
             await handle.result(timeout=20)
