@@ -22,7 +22,7 @@ from chronos_trio.records import MAX_LINE_CHARS, MAX_NOTE_LINES, MAX_PROGRESS_ME
 from chronos_trio.store import Capability, capabilities_of
 from chronos_trio.testing import FaultyStore, MinimalStore
 from tests._backends import Backend
-from tests._support import wait_for
+from tests._support import lose_lease, wait_for
 
 
 @attrs.frozen
@@ -305,3 +305,31 @@ def test_the_cli_shows_dropped_lines_and_nothing_without_notes() -> None:
     assert notes_lines(None, 0.0) == "" and notes_json(None) == {"progress": None, "log": None}
     empty = notes_lines(JobNotes("j", "q", None), 0.0)
     assert "progress: -" in empty and "log: -" in empty
+
+
+async def test_a_lost_lease_s_last_notes_are_dropped_not_written(autojump_clock: object) -> None:
+    """The run that lost its lease writes nothing more: its pending report
+    is dropped by its executor (the store would refuse it anyway)."""
+    app = App()
+    reported = trio.Event()
+
+    @app.task("lost", max_retries=0)
+    async def lost(args: Steps, job: JobContext) -> None:
+        await job.progress(0.1, "first")
+        await trio.sleep(1.0)  # the first report is written
+        await job.progress(0.9, "never written")
+        job.log("never written either")
+        reported.set()
+        await trio.sleep(3600)
+
+    options = {"notes_interval": 30.0, "lease_duration": 600.0, "retain_succeeded": 60.0}
+    async with app.open_worker(**options) as worker:
+        handle = await lost.enqueue(Steps(1), job_id="L")
+        with trio.fail_after(30):
+            await reported.wait()
+            lose_lease(worker, "L")
+            await wait_for(lambda: len(worker.runtime.table) == 0)
+        assert not worker.runtime.notes.active, "nothing left pending"
+        notes = await handle.notes()
+    assert notes.progress is not None and notes.progress.message == "first"
+    assert notes.lines == ()

@@ -224,19 +224,16 @@ class PrometheusMetrics(MetricsBase):
             "process_restarts", "Worker processes restarted by the process manager.",
             namespace=ns, registry=reg,
         )  # fmt: skip
-        # No job label: a series per job would grow without bound.
-        self.progress_written = Counter(
-            "progress_updates_written", "Progress updates (job.progress) written to the store.",
-            namespace=ns, registry=reg,
-        )  # fmt: skip
-        self.log_lines_written = Counter(
-            "job_log_lines_written", "Job log lines (job.log) written to the store.",
-            namespace=ns, registry=reg,
-        )  # fmt: skip
-        self.notes_refused = Counter(
-            "notes_refused", "Notes writes refused by the store (the job's lease was lost).",
-            namespace=ns, registry=reg,
-        )  # fmt: skip
+        # Notes (issue 28), counted per batch. No job label: a series per
+        # job would grow without bound.
+        self.progress_written, self.log_lines_written, self.notes_refused = (
+            Counter(name, text, namespace=ns, registry=reg)
+            for name, text in (
+                ("progress_updates_written", "Progress updates (job.progress) written."),
+                ("job_log_lines_written", "Job log lines (job.log) written to the store."),
+                ("notes_refused", "Notes writes refused by the store (the lease was lost)."),
+            )
+        )
         # Written by the elected leader only: the most recent value wins
         # across processes (multiprocess mode), a follower writes nothing.
         self.queue_jobs = Gauge(
