@@ -85,9 +85,17 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
 
     app = chronos_trio.App()
 
+    ran = [0]
+    all_ran = trio.Event()
+
     @app.task("bench.job")
     async def job(p: Payload, ctx: chronos_trio.JobContext) -> None:
-        return None
+        # The drains wait for this, not for wait_idle alone: wait_idle polls
+        # the store every 50 ms, a cost that grows with how long the run
+        # takes (valgrind, a loaded machine), not with the jobs.
+        ran[0] += 1
+        if ran[0] == n:
+            all_ran.set()
 
     payloads = [Payload("someone@example.com", "hello", i) for i in range(n)]
     if case == "enqueue":
@@ -102,7 +110,8 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
         async def drain() -> None:
             await job.enqueue_many(payloads)
             async with app.open_worker(concurrency=64) as worker:
-                await worker.wait_idle()
+                await all_ran.wait()
+                await worker.wait_idle()  # the last settle
 
         trio.run(drain)
     elif case == "redis_drain":
@@ -116,7 +125,8 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
             task = app.tasks["bench.job"]
             await task.enqueue_many(payloads)
             async with app.open_worker(concurrency=64) as worker:
-                await worker.wait_idle()
+                await all_ran.wait()
+                await worker.wait_idle()  # the last settle
             await app.aclose()
 
         trio.run(redis_drain)

@@ -27,9 +27,12 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 # collector off when the process is the command line (a no-op for any other
 # importer of the package).
 from . import _collector as _collector
+from .records import HISTORY_LIMIT as HISTORY_LIMIT
 from .records import NO_PLACEMENT as NO_PLACEMENT
 from .records import ActionRefused as ActionRefused
 from .records import ActorFailed as ActorFailed
+from .records import Attempt as Attempt
+from .records import AttemptOutcome as AttemptOutcome
 from .records import Chain as Chain
 from .records import ChronosError as ChronosError
 from .records import ConcurrencyLimit as ConcurrencyLimit
@@ -74,6 +77,7 @@ from .records import UnknownJob as UnknownJob
 from .records import UnknownQueue as UnknownQueue
 from .records import UnknownTask as UnknownTask
 from .records import WorkerInfo as WorkerInfo
+from .records import attempt_history as attempt_history
 from .records import chain as chain
 from .records import group as group
 from .records._version import VERSION as _VERSION
@@ -153,6 +157,8 @@ _LAZY = {
 __all__ = [
     "ActionRefused",
     "ActorFailed",
+    "Attempt",
+    "AttemptOutcome",
     "Chain",
     "ChronosError",
     "ConcurrencyLimit",
@@ -160,6 +166,7 @@ __all__ = [
     "EnqueueResult",
     "FlowStep",
     "Group",
+    "HISTORY_LIMIT",
     "InspectorError",
     "IsolationError",
     "Job",
@@ -196,6 +203,7 @@ __all__ = [
     "UnknownQueue",
     "UnknownTask",
     "WorkerInfo",
+    "attempt_history",
     *_LAZY,
 ]
 

@@ -34,9 +34,8 @@ def test_the_table_has_a_row_per_capability_and_a_column_per_backend() -> None:
     for cap in Capability:
         [row] = [r for r in rows if r.startswith(f"| `{cap.value}` |")]
         # memory and Redis have everything, PostgreSQL and SQLite all but
-        # promotion (their claims judge due times) and, for now, notes, the
-        # minimal store nothing
-        sql = "no" if cap in (Capability.PROMOTION, Capability.NOTES) else "yes"
+        # promotion (their claims judge due times), the minimal store nothing
+        sql = "no" if cap is Capability.PROMOTION else "yes"
         assert row.endswith(f"| yes | yes | {sql} | {sql} | no |"), row
     assert all(r.count("|") == len(BACKENDS) + 3 for r in rows)
 

@@ -20,7 +20,7 @@ from ..runtime._backoff import Backoff
 from ..runtime._events import JobAbortApplied, JobReleased, JobRetried, JobSucceeded, LeaseLost
 from ..runtime._inflight import Entry, Stage
 from ..runtime._state import Runtime, log
-from ..store import SettleKind
+from ..store import SettleKind, Settlement
 
 
 async def run(
@@ -46,7 +46,7 @@ async def run(
 async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
     to_store = [e for e in batch if e.outcome is not None]
     if to_store:
-        result = await backoff.call(rt.store.settle, [e.outcome for e in to_store if e.outcome])
+        result = await backoff.call(rt.store.settle, [_stamped(e) for e in to_store])
         aside = rt.report_aside(result.aside)
         # A refusal because the store set the record aside (damaged, or of a
         # newer format) is not a lost lease: it was reported just above.
@@ -64,6 +64,17 @@ async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
                 continue
             _account(rt, entry, ok, debug, i in aborted, i in unclaimed_dead)
     rt.table.settled(batch)
+
+
+def _stamped(entry: Entry) -> Settlement:
+    """The entry's outcome as the store is sent it: one that does not
+    succeed carries its lease's start, for the job's attempt history (a
+    success goes as it is: its attempt is derived from the record)."""
+    outcome = entry.outcome
+    assert outcome is not None
+    if outcome.kind is SettleKind.SUCCEEDED:
+        return outcome
+    return attrs.evolve(outcome, started=entry.leased.leased_at)
 
 
 def _account(

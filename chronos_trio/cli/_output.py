@@ -18,7 +18,9 @@ from ..app._inspector import (
 )
 from ..app._inspector import duration_text as duration
 from ..app._inspector import relative_text as relative
+from ..records._attempts import Attempt
 from ..records._control import JobControl
+from ..records._history import attempt_history
 from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._placement import Placement
 from ..records._unique import unique_key_of_slot
@@ -146,6 +148,8 @@ def job_json(job: Job, locate: Locate = no_location) -> dict[str, Any]:
         # when a worker without a handler for its kind first sent it back
         # (None: never, or a run since; see unknown_kind_grace)
         "unclaimed_since": iso(job.unclaimed_since),
+        # every attempt it still knows of, oldest first (records._attempts)
+        "attempts_history": [attempt_json(a) for a in attempt_history(job)],
     }
 
 
@@ -322,7 +326,35 @@ def job_details(job: Job, now: float, locate: Locate = no_location) -> str:
     if job.damage:
         # one line: the store's description of what it could not read
         lines.append(f"{'damage':<{width}}{' '.join(job.damage.split())}")
+    history = [attempt_line(a, now) for a in attempt_history(job)]
+    for n, line in enumerate(history or ["-"]):
+        lines.append(f"{'history' if n == 0 else '':<{width}}{line}")
     return "\n".join(lines)
+
+
+def attempt_line(attempt: Attempt, now: float) -> str:
+    """One attempt on one line: number, outcome, worker, when it ended (or
+    started), how long it took when both ends are known, its error's first line."""
+    parts = [f"#{attempt.number}", f"{attempt.outcome.value:<9}", attempt.worker or "?"]
+    at = attempt.ended if attempt.ended is not None else attempt.started
+    if at is not None:
+        parts.append(when(at, now))
+    if attempt.started is not None and attempt.ended is not None:
+        parts.append(f"took {duration(attempt.ended - attempt.started)}")
+    if attempt.error:
+        parts.append(first_line(attempt.error))
+    return "  ".join(parts)
+
+
+def attempt_json(attempt: Attempt) -> dict[str, Any]:
+    return {
+        "number": attempt.number,
+        "outcome": attempt.outcome.value,
+        "worker": attempt.worker or None,
+        "started": iso(attempt.started),
+        "ended": iso(attempt.ended),
+        "error": attempt.error or None,
+    }
 
 
 def control_line(control: JobControl | None, now: float) -> str:

@@ -17,6 +17,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..app._inspector import RUN_NOW_STATES, Inspector, next_run_at
+from ..records._attempts import HISTORY_LIMIT
+from ..records._history import attempt_history
 from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._producing import MAX_JOB_ID_LENGTH
 from ..records._workflow import describe
@@ -227,6 +229,8 @@ class Views:
             then=describe(job.then),
             control=control_rows(job.control, await self.inspector.now()),
             next_run=next_run_at(job),
+            attempts=attempt_history(job),
+            history_limit=HISTORY_LIMIT,
             actions=[] if self.options.read_only else job_actions(job),
             nav_at="queues",
         )

@@ -1,6 +1,9 @@
 """The bottom layer: job records, errors, the payload codec, retry policy and
 job options. Every other layer may import it; it imports none of them."""
 
+from ._attempts import HISTORY_LIMIT as HISTORY_LIMIT
+from ._attempts import Attempt as Attempt
+from ._attempts import AttemptOutcome as AttemptOutcome
 from ._control import ConcurrencyLimit as ConcurrencyLimit
 from ._control import ControlDefaults as ControlDefaults
 from ._control import JobControl as JobControl
@@ -29,6 +32,7 @@ from ._errors import TopologyError as TopologyError
 from ._errors import UnknownJob as UnknownJob
 from ._errors import UnknownQueue as UnknownQueue
 from ._errors import UnknownTask as UnknownTask
+from ._history import attempt_history as attempt_history
 from ._jobs import FINISHED_STATES as FINISHED_STATES
 from ._jobs import PENDING_STATES as PENDING_STATES
 from ._jobs import EnqueueResult as EnqueueResult

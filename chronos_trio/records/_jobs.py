@@ -22,6 +22,7 @@ import attrs
 from ._placement import NO_PLACEMENT, Placement
 
 if TYPE_CHECKING:
+    from ._attempts import Attempt
     from ._control import JobControl
     from ._unique import Unique
 
@@ -107,6 +108,12 @@ class Job:
     #: dead-letters the job once it is older than the sending worker's
     #: ``unknown_kind_grace``. A lease may leave it None.
     unclaimed_since: float | None = None
+    #: Its attempts that ended without success (retried, dead, expired,
+    #: aborted, released...), oldest first, at most
+    #: ``records._attempts.HISTORY_LIMIT``: filled by ``AdminRole.get_job``
+    #: (other reads may leave it empty). ``attempt_history(job)`` adds the
+    #: running or succeeded attempt, derived from the record.
+    history: tuple[Attempt, ...] = ()
 
     @property
     def priority(self) -> int:

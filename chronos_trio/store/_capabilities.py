@@ -71,6 +71,9 @@ class Capability(enum.StrEnum):
     #: Abort flags: ``AdminRole.abort`` of a leased job is reported by
     #: ``renew`` and applied by settle and recovery.
     ABORT = "abort"
+    #: Attempt history: settle and recovery keep each attempt that ends
+    #: without success, and ``AdminRole.get_job`` reads them (``Job.history``).
+    HISTORY = "history"
 
 
 #: The capabilities a backend declares in its ``features`` class attribute
@@ -83,6 +86,7 @@ FEATURES: frozenset[Capability] = frozenset(
         Capability.EXPIRY,
         Capability.PRIORITY,
         Capability.ABORT,
+        Capability.HISTORY,
     }
 )
 

@@ -51,7 +51,9 @@ CAPABILITY_ROLES: Mapping[Capability, type] = {cap: role for role, cap in ROLE_C
 
 #: What a job can carry that needs a capability (the others are used by
 #: calls, not carried by jobs).
-JOB_FEATURES: frozenset[Capability] = FEATURES - {Capability.ABORT} | {Capability.FLOWS}
+JOB_FEATURES: frozenset[Capability] = FEATURES - {Capability.ABORT, Capability.HISTORY} | {
+    Capability.FLOWS
+}
 
 
 def capabilities_of(store: object) -> frozenset[Capability]:

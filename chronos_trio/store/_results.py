@@ -62,6 +62,10 @@ class Settlement:
     #: UNCLAIMED only: how long (s, store clock) the job may keep going back
     #: unclaimed before this settle dead-letters it instead.
     unclaimed_grace: float = 0.0
+    #: Any kind but SUCCEEDED: when the attempt's lease was granted (store
+    #: clock; ``LeasedJob.leased_at``), kept in the job's attempt history
+    #: (``records._attempts``); None: not known.
+    started: float | None = None
 
 
 @attrs.frozen

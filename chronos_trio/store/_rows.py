@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from ..records._attempts import decode_history
 from ..records._control import JobControl, decode_control
 from ..records._jobs import Job, JobState
 from ..records._options import decode_headers, encode_headers
@@ -34,6 +35,12 @@ JOB_COLUMNS = (
 )
 
 _STATES = {state.value: state for state in JobState}
+
+#: The column of a job's attempt history (``records._attempts``: the
+#: attempts that ended without success, one line each; NULL: none), read
+#: only by reads that show the whole record (:func:`job_with_history`) and
+#: by settle and recovery, which add to it.
+HISTORY_COLUMN = "attempt_history"
 
 
 def job_from_row(row: Sequence[Any]) -> Job:
@@ -99,6 +106,15 @@ def job_from_row(row: Sequence[Any]) -> Job:
         placement=topology_placement(version, part),
         damage="; ".join(damage),
     )
+
+
+def job_with_history(row: Sequence[Any]) -> Job:
+    """The ``Job`` of a row selected with :data:`JOB_COLUMNS` then
+    :data:`HISTORY_COLUMN`, its ``history`` filled (an unreadable line is
+    skipped, never damage)."""
+    job = job_from_row(row[:-1])
+    history = decode_history(row[-1])
+    return attrs.evolve(job, history=history) if history else job
 
 
 def shown(job: Job, now: float) -> Job:

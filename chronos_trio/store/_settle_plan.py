@@ -23,9 +23,11 @@ from typing import Any
 import attrs
 
 from ..records import _jobs
+from ..records._attempts import append_history
 from ..records._jobs import Job, JobState
 from ..records._workflow import WORKFLOW_KEEP
 from ._admission import tolerance
+from ._attempt_ends import recovered_attempt, settled_attempt
 from ._results import SettleKind, Settlement, SettleResult
 from ._rows import job_from_row
 from ._settling import WAITED_KEEP, SettleTally, settled_kind, unclaimed
@@ -39,6 +41,8 @@ class Locked:
     abort: str
     unique_key: str | None
     unique_ttl: float | None
+    #: its stored attempt history (``_rows.HISTORY_COLUMN``), None: none
+    history: str | None = None
 
 
 def unique_ttl(spec: str | None) -> float | None:
@@ -55,9 +59,9 @@ def unique_ttl(spec: str | None) -> float | None:
 
 def locked_from_row(row: Sequence[Any]) -> Locked:
     """The :class:`Locked` of a row selected as ``JOB_COLUMNS`` (``_rows``)
-    then ``abort_reason, unique_key, unique_spec``."""
-    abort, key, spec = row[-3:]
-    return Locked(job_from_row(row[:-3]), abort, key, unique_ttl(spec))
+    then ``abort_reason, unique_key, unique_spec, attempt_history``."""
+    abort, key, spec, history = row[-4:]
+    return Locked(job_from_row(row[:-4]), abort, key, unique_ttl(spec), history)
 
 
 @attrs.frozen
@@ -73,6 +77,9 @@ class RowWrite:
     continuation: bool = False
     #: dropped instead, unless a live result waiter reads it
     drop_unwaited: bool = False
+    #: the attempt history with the attempt this write ends added (None:
+    #: unchanged, as for a success: its attempt is derived from the record)
+    history: str | None = None
 
 
 @attrs.frozen
@@ -170,6 +177,11 @@ def plan_settle(
         # the lease is left on the job: every row written has it cleared (one
         # attrs.evolve less per job on the hot path)
         tally.applied(kind, _TRANSITIONS[kind](plan, entry, job, s, now))
+        if kind is not SettleKind.SUCCEEDED:
+            # every other transition wrote one row: it keeps the attempt it ends
+            row = plan.rows[-1]
+            ended = settled_attempt(job, kind, s, row.job, now)
+            plan.rows[-1] = attrs.evolve(row, history=append_history(entry.history, ended))
     return tally.result(), plan
 
 
@@ -192,6 +204,8 @@ def plan_recovered(plan: SettlePlan, entry: Locked) -> Job:
     else:
         job = attrs.evolve(job, state=JobState.READY, run_at=now, unclaimed_since=None)
     plan.put(job)
+    ended = recovered_attempt(entry.job, job, now)
+    plan.rows[-1] = attrs.evolve(plan.rows[-1], history=append_history(entry.history, ended))
     plan.slots.append(job.id)
     return job
 

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import trio
 
-from ..records._jobs import Job, JobState, LeasedJob
+from ..records._jobs import JobState, LeasedJob
 from ..store._capabilities import Capability
 from ..store._roles import (
     AbortResult,
     SettleKind,
     Settlement,
-    Store,
 )
-from .conformance import Fresh, check, job, lease, settle, stale, unique_job
+from .conformance import Fresh, check, found, job, lease, lease_again, settle, stale, unique_job
 
 #: The error an UNCLAIMED settle leaves on a job it dead-letters.
 GAVE_UP = "no worker registered kind 'k' in time"
@@ -27,27 +26,6 @@ def unclaimed(leased: LeasedJob, *, delay: float = 0.2, grace: float = 60.0) -> 
     return Settlement(
         leased.ref, SettleKind.UNCLAIMED, error=GAVE_UP, retry_delay=delay, unclaimed_grace=grace
     )
-
-
-async def _get(store: Store, job_id: str) -> Job:
-    found = await store.get_job(job_id)
-    assert found is not None, f"job {job_id!r} is gone"
-    return found
-
-
-async def _lease_again(
-    store: Store, job_id: str, *, queue: str = "q", ttl: float = 5.0
-) -> LeasedJob:
-    """``job_id``, the one job of ``queue`` that waits, leased again once it
-    is due (it waits a short retry delay)."""
-    with trio.fail_after(10):
-        while True:
-            await store.promote_due([queue], 100)
-            got = await lease(store, queue, ttl=ttl)
-            assert [lj.job.id for lj in got] in ([], [job_id]), got
-            if got:
-                return got[0]
-            await trio.sleep(0.05)
 
 
 @check(Capability.PROMOTION, Capability.ADMIN)
@@ -62,12 +40,12 @@ async def check_unclaimed_goes_back_unrun_and_keeps_its_stamp(fresh: Fresh) -> N
     assert (await store.settle([Settlement(stale(first.ref), SettleKind.UNCLAIMED)])).settled == (
         False,
     )
-    assert (await _get(store, "a")).state is JobState.LEASED
+    assert (await found(store, "a")).state is JobState.LEASED
     applied = await store.settle([unclaimed(first, delay=0.3)])
     after = await store.now()
     assert applied.settled == (True,) and applied.unclaimed_dead == frozenset(), applied
     assert applied.aborted == frozenset()
-    waiting = await _get(store, "a")
+    waiting = await found(store, "a")
     assert waiting.state is JobState.RETRY_WAIT, waiting
     assert waiting.attempts == 0, "the attempt its lease took is given back"
     assert waiting.last_error == "", "going back unclaimed is no failure"
@@ -75,16 +53,16 @@ async def check_unclaimed_goes_back_unrun_and_keeps_its_stamp(fresh: Fresh) -> N
     since = waiting.unclaimed_since
     assert since is not None and before - 0.05 <= since <= after + 0.05, (before, since, after)
     assert before + 0.25 <= waiting.run_at <= after + 0.35, "due after its delay"
-    assert (await _get(store, "b")).unclaimed_since is None, "another job is not stamped"
+    assert (await found(store, "b")).unclaimed_since is None, "another job is not stamped"
     assert (await store.settle([unclaimed(first)])).settled == (False,), "settled once"
     assert [lj.job.id for lj in await lease(store)] == [], "not before its delay"
     # leased again (no attempt spent so far) and sent back again: the stamp
     # of the first time stays, however often it goes back
     for _ in range(2):
-        again = await _lease_again(store, "a")
+        again = await lease_again(store, "a")
         assert again.job.attempts == 1, "the bounces spent no attempt"
         assert (await store.settle([unclaimed(again, delay=0.05)])).settled == (True,)
-        got = await _get(store, "a")
+        got = await found(store, "a")
         assert got.state is JobState.RETRY_WAIT and got.attempts == 0
         assert got.unclaimed_since == since, (got.unclaimed_since, since)
 
@@ -97,11 +75,11 @@ async def check_unclaimed_is_dead_once_its_stamp_is_older_than_the_grace(fresh: 
     job_id = made.job_id
     [leased] = await lease(store)
     assert (await store.settle([unclaimed(leased, delay=0.05, grace=grace)])).settled == (True,)
-    since = (await _get(store, job_id)).unclaimed_since
+    since = (await found(store, job_id)).unclaimed_since
     assert since is not None
     with trio.fail_after(10):
         while True:
-            leased = await _lease_again(store, job_id)
+            leased = await lease_again(store, job_id)
             before = await store.now()
             applied = await store.settle([unclaimed(leased, delay=0.05, grace=grace)])
             after = await store.now()
@@ -112,8 +90,8 @@ async def check_unclaimed_is_dead_once_its_stamp_is_older_than_the_grace(fresh: 
                 break
             # (the same arithmetic as the store's: now - since >= grace)
             assert before - since < grace, "not dead though its grace had passed"
-            assert (await _get(store, job_id)).state is JobState.RETRY_WAIT
-    dead = await _get(store, job_id)
+            assert (await found(store, job_id)).state is JobState.RETRY_WAIT
+    dead = await found(store, job_id)
     assert dead.state is JobState.DEAD and dead.last_error == GAVE_UP, dead
     assert dead.attempts == 0, "it never ran: no attempt counted"
     assert dead.finished_at is not None and dead.finished_at - since >= grace
@@ -127,7 +105,7 @@ async def check_unclaimed_is_dead_once_its_stamp_is_older_than_the_grace(fresh: 
     [leased] = [lj for lj in await lease(store) if lj.job.id == again.job_id]
     applied = await store.settle([unclaimed(leased, grace=0)])
     assert applied.settled == (True,) and applied.unclaimed_dead == {0}
-    assert (await _get(store, again.job_id)).state is JobState.DEAD
+    assert (await found(store, again.job_id)).state is JobState.DEAD
 
 
 @check(Capability.PROMOTION, Capability.ADMIN)
@@ -138,10 +116,10 @@ async def check_a_run_clears_the_unclaimed_stamp_and_a_release_keeps_it(fresh: F
     await store.enqueue_many([job(n, queue=n, max_retries=5) for n in names])
     by_id = {n: lj for n in names for lj in await lease(store, n)}
     await store.settle([unclaimed(by_id[n], delay=0.05) for n in names])
-    stamps = {n: (await _get(store, n)).unclaimed_since for n in names}
+    stamps = {n: (await found(store, n)).unclaimed_since for n in names}
     assert None not in stamps.values(), stamps
     leased = {
-        n: await _lease_again(store, n, queue=n, ttl=0.3 if n == "recover" else 5.0) for n in names
+        n: await lease_again(store, n, queue=n, ttl=0.3 if n == "recover" else 5.0) for n in names
     }
     # a retry or a deferral: a worker that has the handler ran it; a release
     # (not run) keeps the stamp
@@ -156,24 +134,24 @@ async def check_a_run_clears_the_unclaimed_stamp_and_a_release_keeps_it(fresh: F
         )
     ).settled == (True, True, True, True)
     for n in ("retry", "defer"):
-        got = await _get(store, n)
+        got = await found(store, n)
         assert got.state is JobState.RETRY_WAIT and got.unclaimed_since is None, got
-    released = await _get(store, "release")
+    released = await found(store, "release")
     assert released.state is JobState.READY and released.unclaimed_since == stamps["release"]
     # a lost lease (its worker may have had the handler) and a requeue of a
     # dead job start it afresh too
     await trio.sleep(0.4)
     assert (await store.recover_expired(["recover"], 10)).requeued == ("recover",)
-    recovered = await _get(store, "recover")
+    recovered = await found(store, "recover")
     assert recovered.state is JobState.READY and recovered.unclaimed_since is None, recovered
-    assert (await _get(store, "requeue")).state is JobState.DEAD
+    assert (await found(store, "requeue")).state is JobState.DEAD
     assert (await store.requeue_dead("requeue")).count == 1
-    requeued = await _get(store, "requeue")
+    requeued = await found(store, "requeue")
     assert requeued.state is JobState.READY and requeued.unclaimed_since is None, requeued
     # the next bounce stamps it anew
-    retried = await _lease_again(store, "retry", queue="retry")
+    retried = await lease_again(store, "retry", queue="retry")
     assert (await store.settle([unclaimed(retried)])).settled == (True,)
-    restamped = (await _get(store, "retry")).unclaimed_since
+    restamped = (await found(store, "retry")).unclaimed_since
     assert restamped is not None and restamped > stamps["retry"]  # type: ignore[operator]
 
 
@@ -186,7 +164,7 @@ async def check_an_abort_wins_over_unclaimed(fresh: Fresh) -> None:
     applied = await store.settle([unclaimed(leased)])
     assert applied.settled == (True,) and applied.aborted == {0}, applied
     assert applied.unclaimed_dead == frozenset()
-    got = await _get(store, "a")
+    got = await found(store, "a")
     assert got.state is JobState.ABORTED and got.last_error == "aborted: stop", got
 
 
@@ -197,9 +175,9 @@ async def check_checker_finds_nothing_wrong_with_an_unclaimed_stamp(fresh: Fresh
     by_id = {lj.job.id: lj for lj in await lease(store)}
     await store.settle([unclaimed(by_id["waiting"], delay=3600), unclaimed(by_id["dead"], grace=0)])
     for name, state in (("waiting", JobState.RETRY_WAIT), ("dead", JobState.DEAD)):
-        got = await _get(store, name)
+        got = await found(store, name)
         assert got.state is state and got.unclaimed_since is not None and got.damage == "", got
     for repair in (False, True):
         report = await store.check(repair=repair)
         assert report.findings == () and report.ok, report.findings
-    assert (await _get(store, "waiting")).state is JobState.RETRY_WAIT
+    assert (await found(store, "waiting")).state is JobState.RETRY_WAIT

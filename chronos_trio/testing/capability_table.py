@@ -55,6 +55,7 @@ ROWS: Mapping[Capability, str] = {
     Capability.EXPIRY: "expiry (`expires=`)",
     Capability.PRIORITY: "priorities (`priority=`)",
     Capability.ABORT: "abort (`handle.abort()`)",
+    Capability.HISTORY: "attempt history (`Job.history`, `attempt_history`)",
 }
 
 

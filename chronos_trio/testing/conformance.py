@@ -194,6 +194,31 @@ async def state_of(store: Store, job_id: str) -> JobState | None:
     return None if found is None else found.state
 
 
+async def found(store: Store, job_id: str) -> Job:
+    """The job ``job_id`` as ``get_job`` reads it; fails when it is gone."""
+    got = await store.get_job(job_id)
+    assert got is not None, f"job {job_id!r} is gone"
+    return got
+
+
+async def lease_again(
+    store: Store, job_id: str, *, queue: str = "q", ttl: float = LEASE
+) -> LeasedJob:
+    """``job_id``, the one job of ``queue`` that waits, leased again once it
+    is due (promoted first on a store with a promoter; one without leases a
+    due job as it is)."""
+    promotes = Capability.PROMOTION in capabilities_of(store)
+    with trio.fail_after(10):
+        while True:
+            if promotes:
+                await store.promote_due([queue], 100)
+            got = await lease(store, queue, ttl=ttl)
+            assert [lj.job.id for lj in got] in ([], [job_id]), got
+            if got:
+                return got[0]
+            await trio.sleep(0.02)
+
+
 def settle(leased: LeasedJob, kind: SettleKind, **kw: object) -> Settlement:
     return Settlement(leased.ref, kind, **kw)  # type: ignore[arg-type]
 

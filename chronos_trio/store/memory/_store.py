@@ -33,7 +33,8 @@ from collections.abc import Callable, Sequence
 import attrs
 import trio
 
-from ...records import _control, _jobs, _unique
+from ...records import _attempts, _control, _jobs, _unique
+from ...records._attempts import Attempt
 from ...records._jobs import (
     FINISHED_STATES,
     EnqueueResult,
@@ -52,6 +53,7 @@ from ...records._workers import WorkerInfo
 from ...records._workflow import WORKFLOW_KEEP, Arrival
 from .. import _checking, _flag, _partitioning
 from .._admission import Verdict
+from .._attempt_ends import recovered_attempt, settled_attempt
 from .._partitioning import partition_of, share_by_weight, share_strictly
 from .._roles import (
     DAMAGED_RECORD,
@@ -128,6 +130,9 @@ class _Record:
     #: Set by an abort of the leased job: the ``last_error`` it ends with
     #: (renewals report it; its settle or recovery makes the job aborted).
     abort: str = ""
+    #: Its attempts that ended without success (``Job.history``), kept
+    #: beside the job: only reads that show the whole record attach them.
+    history: tuple[Attempt, ...] = ()
     #: The job's progress and log lines (None: none yet), kept with the
     #: record (see ``memory._notes``).
     notes: _memory_notes.Notes | None = None
@@ -709,7 +714,11 @@ class MemoryStore(Store):
                 self._notify_ready()  # a slot came back: leasers held by it look again
             kind = settled_kind(s, bool(rec.abort))
             cleared = attrs.evolve(job, lease_token="", lease_owner="", lease_expires_at=None)
-            tally.applied(kind, _SETTLE[kind](self, rec, cleared, s, now))
+            end = _SETTLE[kind](self, rec, cleared, s, now)
+            if kind is not SettleKind.SUCCEEDED and end is not None:
+                ended = settled_attempt(job, kind, s, rec.job, now)
+                rec.history = _attempts.added(rec.history, ended)
+            tally.applied(kind, end)
         return tally.result()
 
     # Each takes the job as it was leased, its lease cleared (``job``), and
@@ -868,6 +877,7 @@ class MemoryStore(Store):
             # its worker may have had the handler: no longer unclaimed
             job = attrs.evolve(job, state=JobState.READY, run_at=now, unclaimed_since=None)
         self._put(job)
+        rec.history = _attempts.added(rec.history, recovered_attempt(leased, job, now))
         return job
 
     async def trim(
@@ -1015,7 +1025,8 @@ class MemoryStore(Store):
         rec = self._records.get(job_id)
         if rec is None or (queue is not None and rec.home != queue):
             return None
-        return self._shown(job_id, rec)
+        job = self._shown(job_id, rec)
+        return attrs.evolve(job, history=rec.history) if rec.history else job
 
     async def list_jobs(
         self, queue: str, state: JobState, *, offset: int = 0, limit: int = 100

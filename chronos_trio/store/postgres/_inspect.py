@@ -19,7 +19,7 @@ from ...records._jobs import Job, JobState
 from ...records._unique import RUN_SLOT_PREFIX
 from .._queue_stats import queue_stats
 from .._roles import LimitUsage, QueueStats
-from .._rows import JOB_COLUMNS, job_from_row, shown
+from .._rows import HISTORY_COLUMN, JOB_COLUMNS, job_from_row, job_with_history, shown
 from ._base import now_of
 
 #: A row's state as reads show it, at the time bound to its one placeholder:
@@ -65,13 +65,13 @@ def stats(conn: psycopg.Connection[Any], queues: Sequence[str] | None) -> list[Q
 
 
 def get_job(conn: psycopg.Connection[Any], job_id: str, queue: str | None) -> Job | None:
-    query = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s"
+    query = f"SELECT {JOB_COLUMNS}, {HISTORY_COLUMN} FROM jobs WHERE id = %s"
     params: tuple[str, ...] = (job_id,)
     if queue is not None:
         query += " AND queue = %s"
         params = (job_id, queue)
     row = conn.execute(query, params).fetchone()
-    return None if row is None else shown(job_from_row(row), now_of(conn))
+    return None if row is None else shown(job_with_history(row), now_of(conn))
 
 
 def list_jobs(

@@ -62,13 +62,15 @@ SELECT id, lease_token, aborted FROM renewed
 """
 
 _LOCK = f"""
-SELECT (SELECT chronos_now()), {J_COLUMNS}, j.abort_reason, j.unique_key, j.unique_spec
+SELECT (SELECT chronos_now()), {J_COLUMNS}, j.abort_reason, j.unique_key, j.unique_spec,
+    j.attempt_history
 FROM jobs j WHERE j.id = ANY (%s::text[])
 FOR UPDATE
 """
 
 _LOCK_EXPIRED = f"""
-SELECT (SELECT chronos_now()), {J_COLUMNS}, j.abort_reason, j.unique_key, j.unique_spec
+SELECT (SELECT chronos_now()), {J_COLUMNS}, j.abort_reason, j.unique_key, j.unique_spec,
+    j.attempt_history
 FROM jobs j
 WHERE j.queue = %(queue)s AND j.state = 'leased' AND j.lease_expires_at <= %(now)s
 ORDER BY j.lease_expires_at, j.id
@@ -83,9 +85,10 @@ WITH w AS (
         %(errors)s::text[], %(finished)s::float8[], %(results)s::bytea[],
         %(result_until)s::float8[], %(unclaimed)s::float8[], %(retain)s::float8[],
         %(retained)s::boolean[], %(discarded)s::boolean[], %(continuation)s::boolean[],
-        %(drop)s::boolean[])
+        %(drop)s::boolean[], %(history)s::text[])
     AS w (id, state, run_at, attempts, last_error, finished_at, result, result_until,
-          unclaimed_since, retain_until, retained, discarded, continuation, drop_unwaited)
+          unclaimed_since, retain_until, retained, discarded, continuation, drop_unwaited,
+          attempt_history)
 ),
 waited AS (
     SELECT DISTINCT r.job_id FROM result_waiters r JOIN w ON r.job_id = w.id
@@ -97,6 +100,7 @@ updated AS (
         result_until = w.result_until, unclaimed_since = w.unclaimed_since,
         retain_until = w.retain_until, retained = w.retained, discarded = w.discarded,
         continuation = w.continuation,
+        attempt_history = coalesce(w.attempt_history, j.attempt_history),
         lease_token = '', lease_owner = '', lease_expires_at = NULL
     FROM w
     WHERE j.id = w.id AND (NOT w.drop_unwaited OR w.id IN (SELECT job_id FROM waited))
@@ -175,6 +179,7 @@ def _write(conn: psycopg.Connection[Any], plan: SettlePlan) -> None:
                     "discarded": [r.discarded for r in rows],
                     "continuation": [r.continuation for r in rows],
                     "drop": [r.drop_unwaited for r in rows],
+                    "history": [r.history for r in rows],
                     "now": plan.now,
                     "done": DONE,
                 },

@@ -17,13 +17,16 @@ from ._admin import AdminPart
 from ._check import CheckPart
 from ._database import Database
 from ._leader import LeaderPart
+from ._notes import NotesPart
 from ._registry import RegistryPart
 from ._transactional import TransactionalPart
 from ._url import PostgresOptions, parse_url
 from ._worker import WorkerPart
 
 
-class PostgresStore(WorkerPart, AdminPart, RegistryPart, LeaderPart, CheckPart, TransactionalPart):
+class PostgresStore(
+    WorkerPart, AdminPart, RegistryPart, LeaderPart, CheckPart, NotesPart, TransactionalPart
+):
     """A store in a PostgreSQL database (``postgresql://`` URLs; see
     ``_url`` for the options). Shared by every process and host that
     reaches the database. Nothing connects until the first operation, which

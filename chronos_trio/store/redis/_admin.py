@@ -33,6 +33,7 @@ from .._roles import (
 from . import _scripts as S
 from ._alloc import earliest, pairs
 from ._codec import (
+    HISTORY_FIELD,
     decode_aside,
     decode_topology,
     encode_topology,
@@ -215,6 +216,7 @@ def get_job(ctx: StoreContext, job_id: str, queue: str | None) -> Plan[Job | Non
         if isinstance(stored, Exception):
             return _not_a_hash(job_id, pk, stored)
         fields, problem = record_fields(stored)
+        fields.append(stored.get(HISTORY_FIELD))  # only get_job shows the attempt history
         if fields[3] not in _KNOWN_STATES:
             # the state cannot be read: show the job in the index it is in
             return job_from_fields(

@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from ...records._attempts import decode_history
 from ...records._control import decode_control
 from ...records._jobs import Job, JobState, NewJob, require_field_order
 from ...records._options import check_headers, decode_headers
@@ -68,7 +69,14 @@ JOB_FIELDS = (
 #: see settle.lua): advisory, so a value that is not a number reads as None
 #: and is never damage. Older versions ignore the field: it needs no new format.
 READ_FIELDS = (*JOB_FIELDS, "v", "result", "result_until", "h", "x", "fc", "uc")
+#: ``ah``: the attempts that ended without success (``Job.history``; see
+#: lua/lib/add_attempt.lua and ``records._attempts``): advisory, a line that
+#: does not read is skipped, never damage. Older versions ignore the field:
+#: it needs no new format. Read only by ``get_job`` (appended to the fields
+#: of :func:`record_fields` for :func:`job_from_fields`).
+HISTORY_FIELD = b"ah"
 _READ_FIELD_BYTES = tuple(name.encode() for name in READ_FIELDS)
+_HISTORY_AT = len(READ_FIELDS)
 
 
 def text(value: bytes | str | None) -> str:
@@ -162,7 +170,7 @@ def job_from_fields(
 ) -> Job:
     """A Job from the values of :data:`JOB_FIELDS` (13) or :data:`READ_FIELDS`
     (with ``v``, ``result``, ``result_until``, ``h``, ``x``, ``fc`` and
-    ``uc``); absent
+    ``uc``), optionally followed by the attempt history (``ah``); absent
     fields are None. Total: never raises. The record is judged by the one
     judgement of every path (``store._record_rules``): each value that
     makes it unusable (missing, empty where a value is needed, of the wrong
@@ -219,7 +227,7 @@ def job_from_fields(
         _decoded(stored.get("lease_owner")), number("lease_expires_at"), placement,
         _decoded(stored.get("last_error")), number("created_at") or 0.0, number("finished_at"),
         "; ".join(problems), result, result_until, headers, then, control,
-        number("uc"),
+        number("uc"), decode_history(f[_HISTORY_AT]) if len(f) > _HISTORY_AT else (),
     )  # fmt: skip
 
 
@@ -229,7 +237,7 @@ require_field_order(
         "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
         "timeout", "lease_token", "lease_owner", "lease_expires_at", "placement",
         "last_error", "created_at", "finished_at", "damage", "result",
-        "result_until", "headers", "then", "control", "unclaimed_since",
+        "result_until", "headers", "then", "control", "unclaimed_since", "history",
     ),
     "store.redis._codec.job_from_fields",
 )  # fmt: skip

@@ -582,7 +582,7 @@ require_field_order(
         "id", "queue", "kind", "payload", "run_at", "state", "attempts", "max_retries",
         "timeout", "lease_token", "lease_owner", "lease_expires_at", "placement",
         "last_error", "created_at", "finished_at", "damage", "result",
-        "result_until", "headers", "then", "control", "unclaimed_since",
+        "result_until", "headers", "then", "control", "unclaimed_since", "history",
     ),
     "store.redis._jobs._leased_jobs",
 )  # fmt: skip
@@ -798,7 +798,10 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Settle
                 *(
                     (s.result, repr(float(s.result_ttl)))
                     if s.result is not None and s.result_ttl > 0
+                    # any other kind: result_ttl's place carries the attempt's start
                     else _NO_RESULT
+                    if s.started is None
+                    else ("", repr(float(s.started)))
                 ),
             ]
         argv_of[pk] = argv

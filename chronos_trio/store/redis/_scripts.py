@@ -12,7 +12,9 @@ every script keeps are in ``lua/README.md``) and the constants made here,
 from Python: ``format`` (``FORMAT``, ``FORMAT_S``: the record format,
 :data:`~._codec.RECORD_FORMAT`), ``chunk_sizes`` (``CHUNK``,
 ``CHUNKED_MAX``: its payload chunking), ``workflow_keep``
-(``WORKFLOW_KEEP``) and ``leased_sentinel`` (``LEASED_SENTINEL``, the
+(``WORKFLOW_KEEP``), ``history_limit`` (``HISTORY_LIMIT``, ``ERROR_BYTES``) and
+``lease_expired`` (``LEASE_EXPIRED``: the attempt history's bounds and an
+expired lease's error, ``records._attempts``) and ``leased_sentinel`` (``LEASED_SENTINEL``, the
 leased zsets' sentinel member, :data:`~.keys.LEASED_SENTINEL`). A script is
 sent as those pieces, each once, in dependency order, then its own text, so
 it carries only what it uses; a new record format changes the SHA of every
@@ -39,6 +41,7 @@ from typing import Any
 
 import attrs
 
+from ...records._attempts import ERROR_BYTES, HISTORY_LIMIT, LEASE_EXPIRED
 from ...records._workflow import WORKFLOW_KEEP
 from .._roles import StoreError
 from ._codec import CHUNKED_PAYLOAD_MAX, PAYLOAD_CHUNK, RECORD_FORMAT
@@ -54,6 +57,8 @@ GENERATED: dict[str, bytes] = {
     "format": b"local FORMAT, FORMAT_S = %d, '%d'\n" % (RECORD_FORMAT, RECORD_FORMAT),
     "chunk_sizes": b"local CHUNK, CHUNKED_MAX = %d, %d\n" % (PAYLOAD_CHUNK, CHUNKED_PAYLOAD_MAX),
     "workflow_keep": b"local WORKFLOW_KEEP = %d\n" % WORKFLOW_KEEP,
+    "history_limit": b"local HISTORY_LIMIT, ERROR_BYTES = %d, %d\n" % (HISTORY_LIMIT, ERROR_BYTES),
+    "lease_expired": b"local LEASE_EXPIRED = '%s'\n" % LEASE_EXPIRED.encode(),
     "leased_sentinel": b"local LEASED_SENTINEL = '%s'\n" % LEASED_SENTINEL.encode(),
 }
 

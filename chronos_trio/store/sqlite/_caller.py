@@ -153,8 +153,9 @@ class ProducerPart(ProducerEnqueue):
         file without one gets it first (on the store's own connection) when
         the caller has no transaction open."""
         version = _user_version(conn)
-        if version == 0 and not conn.in_transaction:
-            self._files.write_blocking(lambda c: None, "open")  # creates the schema
+        if version < SCHEMA_VERSION and not conn.in_transaction:
+            # creates the schema, or migrates an older one
+            self._files.write_blocking(lambda c: None, "open")
             version = _user_version(conn)
         if version == SCHEMA_VERSION:
             return

@@ -48,7 +48,22 @@ T = TypeVar("T")
 Work = Callable[[sqlite3.Connection], T]
 
 #: The schema version this code writes and reads (``PRAGMA user_version``).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
+
+#: Per schema version below :data:`SCHEMA_VERSION`, the statements that take
+#: a file of that version to the next one; ``schema.sql`` is the result of
+#: them all. Applied by the first process of this code that opens the file,
+#: in the write transaction that checks the version (so once, atomically).
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # 1 -> 2: attempt history (records._attempts); NULL for every older row
+    1: ("ALTER TABLE jobs ADD COLUMN attempt_history TEXT",),
+    # 2 -> 3: notes (progress and log lines, store._sql_notes)
+    2: (
+        "ALTER TABLE jobs ADD COLUMN notes_progress TEXT",
+        "ALTER TABLE jobs ADD COLUMN notes_lines TEXT",
+        "ALTER TABLE jobs ADD COLUMN notes_dropped INTEGER NOT NULL DEFAULT 0",
+    ),
+}
 
 #: Oldest SQLite library the store runs on (STRICT tables, RETURNING).
 MIN_SQLITE = (3, 37, 0)
@@ -262,6 +277,12 @@ def _prepare(conn: sqlite3.Connection, path: str) -> None:
                 f"SQLite store {path!r}: the file's schema is version {version}, newer than "
                 f"this chronos_trio's {SCHEMA_VERSION}: upgrade chronos_trio"
             )
+        if version in MIGRATIONS:
+            for step in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step]:
+                    c.execute(statement)
+            c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            return
         if version != 0:
             raise StoreError(f"SQLite store {path!r}: unknown schema version {version}")
         tables = c.execute(

@@ -21,7 +21,7 @@ from ...records._jobs import Job, JobState
 from ...records._unique import RUN_SLOT_PREFIX
 from .._queue_stats import queue_stats
 from .._roles import LimitUsage, QueueStats
-from .._rows import JOB_COLUMNS, job_from_row, shown
+from .._rows import HISTORY_COLUMN, JOB_COLUMNS, job_from_row, job_with_history, shown
 from . import _states
 
 #: A row's state as reads show it at the time bound to ``:now``: a due
@@ -76,13 +76,13 @@ def stats(conn: sqlite3.Connection, queues: Sequence[str] | None, now: float) ->
 
 
 def get_job(conn: sqlite3.Connection, job_id: str, queue: str | None, now: float) -> Job | None:
-    query = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
+    query = f"SELECT {JOB_COLUMNS}, {HISTORY_COLUMN} FROM jobs WHERE id = ?"
     params: tuple[str, ...] = (job_id,)
     if queue is not None:
         query += " AND queue = ?"
         params = (job_id, queue)
     row = conn.execute(query, params).fetchone()
-    return None if row is None else shown(job_from_row(row), now)
+    return None if row is None else shown(job_with_history(row), now)
 
 
 def list_jobs(

@@ -41,7 +41,7 @@ WHERE queue = ? AND key = ? AND holder = ? AND expires_at IS NOT NULL
 #: A queue's expired leases, earliest expiry first, each with whether a live
 #: result waiter reads it (``jobs_leased``: queue, lease_expires_at).
 _EXPIRED = f"""
-SELECT {JOB_COLUMNS}, abort_reason, unique_key, unique_spec,
+SELECT {JOB_COLUMNS}, abort_reason, unique_key, unique_spec, attempt_history,
     EXISTS (SELECT 1 FROM result_waiters r WHERE r.job_id = jobs.id AND r.expires_at > ?2)
 FROM jobs
 WHERE queue = ?1 AND state = 'leased' AND lease_expires_at <= ?2

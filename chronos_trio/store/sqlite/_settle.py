@@ -31,7 +31,7 @@ from .._settle_plan import SettlePlan, locked_from_row, plan_settle
 
 #: The batch's rows, each with whether a live result waiter reads it.
 _READ = f"""
-SELECT {JOB_COLUMNS}, abort_reason, unique_key, unique_spec,
+SELECT {JOB_COLUMNS}, abort_reason, unique_key, unique_spec, attempt_history,
     EXISTS (SELECT 1 FROM result_waiters r WHERE r.job_id = jobs.id AND r.expires_at > ?)
 FROM jobs WHERE id IN (SELECT value FROM json_each(?))
 """
@@ -39,7 +39,8 @@ FROM jobs WHERE id IN (SELECT value FROM json_each(?))
 _UPDATE = """
 UPDATE jobs SET state = ?, run_at = ?, attempts = ?, last_error = ?, finished_at = ?,
     result = ?, result_until = ?, unclaimed_since = ?, retain_until = ?, retained = ?,
-    discarded = ?, continuation = ?, lease_token = '', lease_owner = '', lease_expires_at = NULL
+    discarded = ?, continuation = ?, attempt_history = coalesce(?, attempt_history),
+    lease_token = '', lease_owner = '', lease_expires_at = NULL
 WHERE id = ?
 """
 
@@ -116,6 +117,7 @@ def write_plan(conn: sqlite3.Connection, plan: SettlePlan, waited: set[str]) -> 
                 r.retained,
                 r.discarded,
                 r.continuation,
+                r.history,
                 job.id,
             )
         )

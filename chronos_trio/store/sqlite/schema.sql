@@ -1,4 +1,5 @@
--- chronos_trio SQLite store, schema version 1 (PRAGMA user_version).
+-- chronos_trio SQLite store, schema version 3 (PRAGMA user_version; a file of
+-- an older version is migrated by _connections.MIGRATIONS).
 -- Applied once per file, in one BEGIN IMMEDIATE transaction, by the first
 -- process that opens it (see _database.py). Times are REAL epoch seconds on
 -- the store's clock (the host's wall clock: one host shares a file). Tables
@@ -39,7 +40,11 @@ CREATE TABLE jobs (
     discarded        INTEGER NOT NULL DEFAULT 0, -- kept only for result waiters
     continuation     INTEGER NOT NULL DEFAULT 0, -- a workflow continuation to run (outbox)
     version          INTEGER NOT NULL DEFAULT 1, -- its routing version and partition:
-    part             INTEGER NOT NULL DEFAULT 0  --   its placement (see queue_versions)
+    part             INTEGER NOT NULL DEFAULT 0, --   its placement (see queue_versions)
+    attempt_history  TEXT,                       -- records._attempts (version 2; NULL: none)
+    notes_progress   TEXT,                       -- store._sql_notes (version 3; NULL: none)
+    notes_lines      TEXT,                       --   its log lines (NULL: none)
+    notes_dropped    INTEGER NOT NULL DEFAULT 0  --   and how many the bound pushed out
 ) STRICT;
 
 -- State filters are OR chains, never IN lists (see _states.py: SQLite

@@ -19,13 +19,16 @@ from ._check import CheckPart
 from ._connections import Clock
 from ._database import Database
 from ._leader import LeaderPart
+from ._notes import NotesPart
 from ._registry import RegistryPart
 from ._transactional import TransactionalPart
 from ._url import SqliteOptions, parse_url
 from ._worker import WorkerPart
 
 
-class SqliteStore(WorkerPart, AdminPart, RegistryPart, LeaderPart, CheckPart, TransactionalPart):
+class SqliteStore(
+    WorkerPart, AdminPart, RegistryPart, LeaderPart, CheckPart, NotesPart, TransactionalPart
+):
     """A store in one SQLite file (``sqlite:///path/to/jobs.db``; see
     ``_url`` for the options), durable across restarts and shared by every
     process of one host that opens the file (not across hosts, and never on

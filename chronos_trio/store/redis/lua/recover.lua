@@ -28,7 +28,13 @@
 -- finished_at, then the 7 v, result, result_until, h, x, fc, uc (nil when
 -- absent): the whole job, as the client reads one}, set aside (see
 -- README.md), {aborted jobs: as the dead ones}}.
+--
+-- Each lease taken back (but a damaged record's) adds its attempt to the
+-- job's attempt history (field ah, see lib/add_attempt.lua) in this same
+-- step: outcome 'expired' ('aborted' when an abort was asked), its start
+-- not known.
 --@include abort_job
+--@include add_attempt
 --@include check_count
 --@include check_format
 --@include check_job_state
@@ -38,6 +44,7 @@
 --@include dead_letter
 --@include format
 --@include job_fields
+--@include lease_expired
 --@include new_aside
 --@include newer
 --@include notify_done
@@ -113,6 +120,7 @@ for k, id in ipairs(expired) do
       dead_letter(aside, key, id, KEYS[3], why[k], now, now_s)
     elseif p == 'dead' then
       local err = 'lease expired on attempt ' .. why[k] .. ' (worker lost); retries exhausted'
+      add_attempt(key, 'expired', redis.call('HGET', key, 'attempts'), '', now_s, err)
       redis.call('HSET', key, 'state', 'dead', 'finished_at', now_s, 'last_error', err,
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
       redis.call('ZADD', KEYS[3], now, id)
@@ -122,10 +130,12 @@ for k, id in ipairs(expired) do
       notify_done(key, redis.call('HGET', key, 'w'))
     elseif p == 'abort' then
       local u = redis.call('HMGET', key, 'x', 'w')
+      add_attempt(key, 'aborted', redis.call('HGET', key, 'attempts'), '', now_s, why[k])
       abort_job(KEYS[4], key, id, KEYS[3], why[k], now, now_s, u[1], u[2])
       aborted[#aborted + 1] = id
       whole_job(aborted, key)
     else
+      add_attempt(key, 'expired', redis.call('HGET', key, 'attempts'), '', now_s, LEASE_EXPIRED)
       redis.call('HSET', key, 'state', 'ready', 'run_at', now_s,
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
       redis.call('HDEL', key, 'uc')  -- its worker may have had the handler (see settle.lua)

@@ -21,7 +21,14 @@
 --          the last_error when no abort was asked; for 'u': the last_error
 --          if it dead-letters the job),
 --          retry_delay (s), retain_for (s; for 'u': the grace, see below),
---          result, result_ttl (s; '' when there is no result to keep)
+--          result, result_ttl (s; '' when there is no result to keep; for
+--          any kind but 's': when the attempt's lease was granted, '' when
+--          not known, kept in its attempt history)
+--
+-- Every outcome but a success (and a discard, which deletes the record)
+-- adds the attempt it ends to the job's attempt history (field ah, see
+-- lib/add_attempt.lua) in this same step: a success writes nothing more, its
+-- attempt is derived from the record.
 --
 -- A succeeded job's record stays while it is retained (in the succeeded
 -- index, trimmed by the janitor) or its result lives, whichever is longer;
@@ -70,6 +77,7 @@
 -- lib/give_back_slots.lua: the client then wakes idle leasers).
 -- How long a finished job nobody keeps stays readable for its waiters (s).
 --@include abort_job
+--@include add_attempt
 --@include check_count
 --@include check_number
 --@include clock
@@ -171,6 +179,8 @@ local function settle_partition(part, first, last, res)
           and redis.call('HEXISTS', key, 'ab') == 1 then
         kind = 'a'  -- an abort was asked while it ran: it does not run again
       end
+      -- every other outcome adds the attempt it ends to the job's history
+      -- (add_attempt: the attempt count f[5] and its start ARGV[i + 7])
       if kind == 's' then
         local retain = tonumber(ARGV[i + 5])
         local flow = continues(f[8])
@@ -210,11 +220,13 @@ local function settle_partition(part, first, last, res)
         notify_done(key, f[7])
       elseif kind == 'r' then
         local due = now + math.max(0, tonumber(ARGV[i + 4]))
+        add_attempt(key, 'retried', f[5], ARGV[i + 7], now_s, ARGV[i + 3])
         redis.call('ZADD', retry, due, id)
         redis.call('HSET', key, 'state', 'retry_wait', 'run_at', due, 'last_error', ARGV[i + 3],
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
         redis.call('HDEL', key, 'uc')  -- it ran: no longer unclaimed
       elseif kind == 'd' then
+        add_attempt(key, 'dead', f[5], ARGV[i + 7], now_s, ARGV[i + 3])
         redis.call('ZADD', dead, now, id)
         redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3], 'finished_at', now_s,
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
@@ -222,6 +234,7 @@ local function settle_partition(part, first, last, res)
         notify_done(key, f[7])
       elseif kind == 'x' then
         if f[7] then
+          add_attempt(key, 'discarded', f[5], ARGV[i + 7], now_s, ARGV[i + 3])
           redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3], 'finished_at',
             now_s, 'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
           redis.call('PEXPIRE', key, WAITED_KEEP * 1000)
@@ -232,6 +245,7 @@ local function settle_partition(part, first, last, res)
         notify_done(key, f[7])
       elseif kind == 'a' then
         local text = redis.call('HGET', key, 'ab') or ARGV[i + 3]
+        add_attempt(key, 'aborted', f[5], ARGV[i + 7], now_s, text)
         abort_job(prefix, key, id, dead, text, now, now_s, f[8], f[7])
         p = 5
       elseif kind == 'f' then
@@ -239,6 +253,7 @@ local function settle_partition(part, first, last, res)
         -- attempt given back, and the job's rate limits held back as long
         local delay = math.max(0, tonumber(ARGV[i + 4]))
         local due = now + delay
+        add_attempt(key, 'deferred', f[5], ARGV[i + 7], now_s, ARGV[i + 3])
         redis.call('ZADD', retry, due, id)
         redis.call('HSET', key, 'state', 'retry_wait', 'run_at', due, 'last_error', ARGV[i + 3],
           'attempts', math.max(0, tonumber(f[5]) - 1),
@@ -249,6 +264,7 @@ local function settle_partition(part, first, last, res)
         local since = unclaimed_since(redis.call('HGET', key, 'uc'))
         local since_s = since and string.format('%.17g', since) or now_s
         local attempts = math.max(0, tonumber(f[5]) - 1)
+        add_attempt(key, 'unclaimed', f[5], ARGV[i + 7], now_s, ARGV[i + 3])
         if now - (since or now) >= tonumber(ARGV[i + 5]) then
           redis.call('ZADD', dead, now, id)
           redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3],
@@ -265,6 +281,7 @@ local function settle_partition(part, first, last, res)
         end
       else
         -- release: back to ready at once, keeping its due time; the attempt is given back
+        add_attempt(key, 'released', f[5], ARGV[i + 7], now_s, '')
         redis.call('ZADD', ready, ready_score(f[6], f[9]), id)
         redis.call('HSET', key, 'state', 'ready', 'attempts', math.max(0, tonumber(f[5]) - 1),
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
