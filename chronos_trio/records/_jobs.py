@@ -112,8 +112,11 @@ class Job:
     #: aborted, released...), oldest first, at most
     #: ``records._attempts.HISTORY_LIMIT``: filled by ``AdminRole.get_job``
     #: (other reads may leave it empty). ``attempt_history(job)`` adds the
-    #: running or succeeded attempt, derived from the record.
-    history: tuple[Attempt, ...] = ()
+    #: running or succeeded attempt, derived from the record. Not an
+    #: ``__init__`` argument: reads attach it with :func:`with_history`, so
+    #: the copies the hot path makes (``attrs.evolve``) pay nothing for it
+    #: (and do not carry it).
+    history: tuple[Attempt, ...] = attrs.field(default=(), init=False)
 
     @property
     def priority(self) -> int:
@@ -280,6 +283,16 @@ class LeasedJob:
     def _make_ref(self) -> LeaseRef:
         job = self.job
         return LeaseRef(job.id, job.queue, self.token, job.placement, job.control is not None)
+
+
+def with_history(job: Job, history: tuple[Attempt, ...]) -> Job:
+    """``job`` with its attempt ``history`` attached (``job`` itself when
+    there is none). Never raises."""
+    if not history:
+        return job
+    shown = attrs.evolve(job)
+    object.__setattr__(shown, "history", history)
+    return shown
 
 
 def require_field_order(cls: type, names: tuple[str, ...], user: str) -> None:

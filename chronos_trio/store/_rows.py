@@ -19,7 +19,7 @@ import attrs
 
 from ..records._attempts import decode_history
 from ..records._control import JobControl, decode_control
-from ..records._jobs import Job, JobState
+from ..records._jobs import Job, JobState, with_history
 from ..records._options import decode_headers, encode_headers
 from ._topology_placement import topology_placement
 
@@ -114,7 +114,7 @@ def job_with_history(row: Sequence[Any]) -> Job:
     skipped, never damage)."""
     job = job_from_row(row[:-1])
     history = decode_history(row[-1])
-    return attrs.evolve(job, history=history) if history else job
+    return with_history(job, history)
 
 
 def shown(job: Job, now: float) -> Job:
@@ -122,7 +122,7 @@ def shown(job: Job, now: float) -> Job:
     job is ready (the SQL stores run no promoter: their claim leases such a
     job as a ready one)."""
     if job.state in (JobState.SCHEDULED, JobState.RETRY_WAIT) and job.run_at <= now:
-        return attrs.evolve(job, state=JobState.READY)
+        return with_history(attrs.evolve(job, state=JobState.READY), job.history)
     return job
 
 

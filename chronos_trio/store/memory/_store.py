@@ -45,6 +45,7 @@ from ...records._jobs import (
     LeasedJob,
     LeaseRef,
     NewJob,
+    with_history,
 )
 from ...records._notes import JobNotes, NoteWrite, check_write
 from ...records._placement import Placement
@@ -1026,7 +1027,7 @@ class MemoryStore(Store):
         if rec is None or (queue is not None and rec.home != queue):
             return None
         job = self._shown(job_id, rec)
-        return attrs.evolve(job, history=rec.history) if rec.history else job
+        return with_history(job, rec.history)
 
     async def list_jobs(
         self, queue: str, state: JobState, *, offset: int = 0, limit: int = 100

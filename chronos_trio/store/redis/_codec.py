@@ -10,7 +10,7 @@ from typing import Any
 
 from ...records._attempts import decode_history
 from ...records._control import decode_control
-from ...records._jobs import Job, JobState, NewJob, require_field_order
+from ...records._jobs import Job, JobState, NewJob, require_field_order, with_history
 from ...records._options import check_headers, decode_headers
 from ...records._placement import Placement
 from .._record_rules import parse_count as parse_count
@@ -220,15 +220,16 @@ def job_from_fields(
     if extras:
         # extras: the unique spec, NUL, the continuation (see lua/lib/unique_spec.lua)
         then = extras.partition(b"\0")[2].decode("utf-8", "replace") or None
-    return Job(
+    job = Job(
         job_id, queue, _decoded(stored.get("kind")), stored.get("payload") or b"",
         number("run_at") or 0.0, state, count("attempts"), count("max_retries"),
         number("timeout", infinite=True) or 0.0, _decoded(stored.get("lease_token")),
         _decoded(stored.get("lease_owner")), number("lease_expires_at"), placement,
         _decoded(stored.get("last_error")), number("created_at") or 0.0, number("finished_at"),
         "; ".join(problems), result, result_until, headers, then, control,
-        number("uc"), decode_history(f[_HISTORY_AT]) if len(f) > _HISTORY_AT else (),
+        number("uc"),
     )  # fmt: skip
+    return with_history(job, decode_history(f[_HISTORY_AT])) if len(f) > _HISTORY_AT else job
 
 
 require_field_order(
