@@ -6,6 +6,7 @@ columns that do not read read as none."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
@@ -14,13 +15,14 @@ import trio
 
 import chronos_trio
 from chronos_trio import App, JobContext, JobRef
+from chronos_trio.producers import AsyncioProducer, SyncProducer
 from chronos_trio.store import Store
 from chronos_trio.store.postgres import PostgresStore
 from chronos_trio.store.sqlite import SqliteStore
 from tests.test_attempt_history import failed_twice_then_succeeded
 
 
-async def _run_flaky(store: Store) -> str:
+async def _run_flaky(store: Store, url: str) -> str:
     app = App(store)
 
     @app.task("flaky", max_retries=5, retain_succeeded=3600)
@@ -49,7 +51,26 @@ async def _run_flaky(store: Store) -> str:
     assert [(line.attempt, line.text) for line in notes.lines] == [
         (n, f"line of attempt {n}") for n in (1, 2, 3)
     ]
-    return handle.job_id
+    # a producer outside Trio reads them too, on its own connections
+    job_id = handle.job_id
+
+    def read_sync() -> tuple[object, object]:
+        with SyncProducer(url) as producer:
+            h = producer.job(job_id, queue="default")
+            return h.progress(), h.notes()
+
+    progress, sync_notes = await trio.to_thread.run_sync(read_sync)
+    assert progress == notes.progress and sync_notes == notes
+
+    def read_asyncio() -> object:
+        async def read() -> object:
+            async with AsyncioProducer(url) as producer:
+                return await producer.job(job_id, queue="default").notes()
+
+        return asyncio.run(read())
+
+    assert await trio.to_thread.run_sync(read_asyncio) == notes
+    return job_id
 
 
 @pytest.mark.sqlite
@@ -57,7 +78,7 @@ async def test_a_worker_on_sqlite_keeps_attempts_and_notes(tmp_path: Path) -> No
     path = tmp_path / "jobs.db"
     store = SqliteStore.from_url(f"sqlite:///{path}")
     try:
-        job_id = await _run_flaky(store)
+        job_id = await _run_flaky(store, f"sqlite:///{path}")
     finally:
         await store.aclose()
     # columns edited by hand into text that does not read: notes read as none
@@ -81,6 +102,6 @@ async def test_a_worker_on_sqlite_keeps_attempts_and_notes(tmp_path: Path) -> No
 async def test_a_worker_on_postgres_keeps_attempts_and_notes(postgres_url: str) -> None:
     store = PostgresStore.from_url(postgres_url)
     try:
-        await _run_flaky(store)
+        await _run_flaky(store, postgres_url)
     finally:
         await store.aclose()

@@ -30,7 +30,6 @@ from ..records._producing import (
     new_jobs,
     unknown_kind,
 )
-from ..store._capabilities import MissingCapability
 from ..store._schemes import open_producer_store, redact, scheme_of
 from ..store._topology_placement import locate
 from ..store._transactional import ProducerEnqueue, not_transactional
@@ -405,15 +404,6 @@ class ProducerCore:
     def check_job_id(self, job_id: str) -> None:
         if not isinstance(job_id, str) or not job_id:
             raise ValueError("job_id must be a non-empty string")
-
-
-def no_notes(sql: object) -> MissingCapability:
-    """The refusal of reading a job's notes (progress, log lines) from a
-    producer on a SQL store, which keeps none yet."""
-    return MissingCapability(
-        f"reading a job's progress needs notes, which a producer on {type(sql).__name__} "
-        "lacks (it reads them on Redis; in Trio, use the App's job handle)"
-    )
 
 
 def handle_args(

@@ -51,7 +51,6 @@ from ._common import (
     RedisPlacement,
     TaskLike,
     handle_args,
-    no_notes,
     statistics_of,
 )
 
@@ -220,7 +219,7 @@ class AsyncioProducer:
     # -- reading outcomes ------------------------------------------------------------
     async def _notes(self, ref: JobRef) -> JobNotes | None:
         if self._p.sql is not None:
-            raise no_notes(self._p.sql)
+            return await asyncio.to_thread(self._p.sql.notes_blocking, ref)
         return await self._exec.run(notes_read_plan(self._p.core, ref))
 
     async def _outcome(self, ref: JobRef) -> JobOutcome | None:

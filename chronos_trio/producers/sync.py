@@ -48,7 +48,6 @@ from ._common import (
     RedisPlacement,
     TaskLike,
     handle_args,
-    no_notes,
     statistics_of,
 )
 
@@ -263,7 +262,7 @@ class SyncProducer:
     # -- reading outcomes ------------------------------------------------------------
     def _notes(self, ref: JobRef) -> JobNotes | None:
         if self._p.sql is not None:
-            raise no_notes(self._p.sql)
+            return self._p.sql.notes_blocking(ref)
         return self._exec.run(notes_read_plan(self._p.core, ref))
 
     def _outcome(self, ref: JobRef) -> JobOutcome | None:

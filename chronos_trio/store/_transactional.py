@@ -25,6 +25,7 @@ import abc
 from collections.abc import Sequence
 
 from ..records._jobs import EnqueueResult, JobOutcome, JobRef, NewJob
+from ..records._notes import JobNotes
 from ._capabilities import MissingCapability
 
 
@@ -78,6 +79,13 @@ class ProducerEnqueue(abc.ABC):
         """From a thread (a producer's handle): where the job ``ref`` stands
         now, read on a connection of the store's own; None when there is no
         such job. Raises ``StoreError`` when the database cannot be reached."""
+
+    @abc.abstractmethod
+    def notes_blocking(self, ref: JobRef) -> JobNotes | None:
+        """From a thread (a producer's handle): the job ``ref``'s progress
+        and log lines, read on a connection of the store's own; None when
+        there is no such job. Raises ``StoreError`` when the database cannot
+        be reached."""
 
     def close_blocking(self) -> None:  # noqa: B027 - a store may hold nothing open
         """From a thread: close the connections the store opened for the

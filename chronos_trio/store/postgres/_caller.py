@@ -29,8 +29,9 @@ from psycopg import sql
 
 from ...records._errors import StoreError
 from ...records._jobs import EnqueueResult, JobOutcome, JobRef, NewJob
+from ...records._notes import JobNotes
 from .._transactional import ProducerEnqueue
-from . import _enqueue, _migrate, _results
+from . import _enqueue, _migrate, _notes, _results
 from ._connections import Bound, driver_error_types, recognise
 from ._pool import Pool, describe
 from ._url import parse_url
@@ -169,6 +170,13 @@ class ProducerPart(ProducerEnqueue):
                 return _results.outcome(conn, ref)
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL outcome: {describe(exc)}") from exc
+
+    def notes_blocking(self, ref: JobRef) -> JobNotes | None:
+        try:
+            with self._files.connect() as conn:
+                return _notes.read(conn, ref)
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL job_notes: {describe(exc)}") from exc
 
     # -- the steps -----------------------------------------------------------------
     @staticmethod

@@ -48,8 +48,9 @@ from collections.abc import Iterator, Sequence
 
 from ...records._errors import StoreError
 from ...records._jobs import EnqueueResult, JobOutcome, JobRef, NewJob
+from ...records._notes import JobNotes
 from .._transactional import ProducerEnqueue
-from . import _enqueue, _results
+from . import _enqueue, _notes, _results
 from ._connections import SCHEMA_VERSION, Connections
 from ._url import parse_url
 
@@ -117,6 +118,9 @@ class ProducerPart(ProducerEnqueue):
     def outcome_blocking(self, ref: JobRef) -> JobOutcome | None:
         db = self._files
         return db.read_blocking(lambda conn: _results.outcome(conn, ref, db.now()), "outcome")
+
+    def notes_blocking(self, ref: JobRef) -> JobNotes | None:
+        return self._files.read_blocking(lambda conn: _notes.read(conn, ref), "job_notes")
 
     # -- the steps -----------------------------------------------------------------
     def _enqueue_sync(
