@@ -28,7 +28,8 @@ class Work:
     path: str
     #: Seconds it blocks (time.sleep: the worker's loop must not be blocked).
     seconds: float = 0.0
-    #: What it does on which attempts: "ok", "hang", "segv", "exit3", "catch".
+    #: What it does on which attempts: "ok", "hang", "segv", "exit3", "catch",
+    #: "report" (progress and a log line: tests/test_isolation.py).
     how: str = "ok"
     #: Attempts that do ``how``; later ones just succeed.
     until_attempt: int = 1
@@ -72,6 +73,12 @@ def _act(args: Work, job: JobContext) -> Answer:
         os.kill(pid, signal.SIGSEGV)
     elif how == "exit3":
         os._exit(3)
+    elif how == "report":  # notes from the child: a tight loop, a line, a wait, the last
+        for i in range(1, 1001):
+            job.progress_nowait(i / 2000, f"{i} of 2000")
+        job.log(f"halfway in {pid}")
+        time.sleep(args.seconds)  # the test reads the progress meanwhile
+        job.progress_nowait(1.0, "done")
     elif args.seconds:
         time.sleep(args.seconds)
     note(args.path, "end", pid, job.attempt, f"{time.monotonic():.4f}")

@@ -97,6 +97,25 @@ async def test_a_result_comes_back_through_the_codec(app: App, notes: Path) -> N
     assert slow.doubled == 8 and slow.pid != os.getpid() and slow.kind == "iso.async"
 
 
+async def test_an_isolated_handler_reports_progress_and_log_lines(app: App, notes: Path) -> None:
+    """job.progress / job.log in a child reach the store as the run's own:
+    readable while it runs, the last value written before the outcome."""
+    with trio.fail_after(60):
+        async with app.open_worker(
+            concurrency=1, isolate_processes=1, notes_interval=0.05, **WORKER
+        ):
+            handle = await work.enqueue(Work(str(notes), seconds=2.0, how="report"))
+            while (seen := await handle.progress()) is None or seen.fraction < 0.5:
+                await trio.sleep(0.02)  # (a first note may be written alone: 1 of 2000)
+            answer = await handle.result(timeout=30)
+            final = await handle.notes()
+    # the child's tight loop: its latest report, sent before the line
+    assert (seen.fraction, seen.message, seen.attempt) == (0.5, "1000 of 2000", 1)
+    assert final.progress is not None
+    assert (final.progress.fraction, final.progress.message) == (1.0, "done")
+    assert [(line.attempt, line.text) for line in final.lines] == [(1, f"halfway in {answer.pid}")]
+
+
 async def test_a_child_past_its_hard_limit_is_killed_and_the_next_attempt_runs(
     app: App, notes: Path
 ) -> None:

@@ -357,7 +357,7 @@ async def _isolated(
         ctx.deadline = now + job.timeout
         slot.deadline = ctx.deadline + rt.config.hard_limit_grace
         watchdog.started(slot.deadline)
-        reply = await pool.run(child, run_request(job, rt.config.worker_id))
+        reply = await pool.run(child, run_request(job, rt.config.worker_id), ctx.take_note)
     except ChildDied as exc:
         pool.replace(child)
         log_event(log, logging.WARNING, str(exc), job=job.id, kind=job.kind, pid=child.pid)

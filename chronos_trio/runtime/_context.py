@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Unpack
+from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 import attrs
 import trio
@@ -13,6 +13,9 @@ from ..records._notes import check_fraction, check_message, cut_line
 from ..records._options import EnqueueOptions
 from ..store import Store
 from ._notes import NotesBuffer
+
+if TYPE_CHECKING:
+    from ._isolation_wire import ChildNote
 
 
 class LeaseStatus(Protocol):
@@ -198,6 +201,14 @@ class JobContext:
         text = cut_line(line)
         if self._notes is not None:
             self._notes.log(self._lease.leased.ref, text)
+
+    def take_note(self, note: ChildNote) -> None:
+        """Report what an isolated handler's child sent (its ``job.progress``
+        and ``job.log`` calls, already checked) as this run's own."""
+        if note.progress is not None:
+            self.progress_nowait(*note.progress)
+        for line in note.lines:
+            self.log(line)
 
     def check_cancelled(self) -> None:
         """Raise :class:`~chronos_trio.JobCancelled` if this run was called

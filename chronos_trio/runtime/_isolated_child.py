@@ -36,6 +36,7 @@ import trio
 
 from ..records._codec import decode_payload, encode_payload
 from ..records._errors import PayloadError, RateLimited, Retry, SkipRetry, SoftTimeLimit
+from ..records._notes import check_fraction, check_message, cut_line
 from ._error_text import error_text
 from ._isolation_wire import How, WireError, b64, frame, frame_length, parse, unb64
 from ._tasks import TaskSpec
@@ -44,14 +45,55 @@ from ._tasks import TaskSpec
 _DOCS = "docs/isolation.md"
 
 
+#: The least time between two progress notes a child sends (the worker
+#: writes them to the store at most every ``notes_interval`` anyway): a
+#: tight loop of reports costs no frame each.
+NOTE_GAP = 0.05
+
+
+class Outbox:
+    """The notes a run's handler reports (``job.progress``, ``job.log``),
+    sent to the worker on the protocol's pipe before the run's reply: log
+    lines at once, progress at most every :data:`NOTE_GAP` (the latest
+    wins), and what is left by :meth:`flush` before the reply. ``fd`` None:
+    nothing is sent (a test's run)."""
+
+    def __init__(self, fd: int | None) -> None:
+        self._fd = fd
+        self._progress: tuple[float, str] | None = None
+        self._sent_at = -math.inf
+
+    def progress(self, fraction: float, message: str) -> None:
+        self._progress = (fraction, message)
+        if time.monotonic() - self._sent_at >= NOTE_GAP:
+            self.flush()
+
+    def log(self, line: str) -> None:
+        self._send(self._progress, [line])
+        self._progress = None
+
+    def flush(self) -> None:
+        if self._progress is not None:
+            self._send(self._progress, [])
+            self._progress = None
+
+    def _send(self, progress: tuple[float, str] | None, lines: list[str]) -> None:
+        self._sent_at = time.monotonic()
+        if self._fd is not None:
+            _send(self._fd, {"op": "note", "progress": progress, "lines": lines})
+
+
 @attrs.frozen
 class ChildJobContext:
     """What an isolated handler gets for its job context: the job's
     ``id``, ``attempt``, ``queue``, ``kind``, ``headers`` and the running
     ``worker_id``; ``deadline`` is the soft limit on ``time.monotonic()``
-    (``inf``: none). What needs the worker's process (``app``, ``redis``,
-    ``lifespan``, ``lease_lost``, ``abort_requested``, ``store``) raises
-    AttributeError saying so: the handler runs in another process."""
+    (``inf``: none); ``progress``/``progress_nowait``/``log`` as a
+    JobContext's (the same checks and errors), sent to the worker, which
+    writes them as the run's own. What needs the worker's process (``app``,
+    ``redis``, ``lifespan``, ``lease_lost``, ``abort_requested``,
+    ``store``) raises AttributeError saying so: the handler runs in another
+    process."""
 
     id: str
     attempt: int
@@ -60,6 +102,20 @@ class ChildJobContext:
     _headers: tuple[tuple[str, str], ...]
     worker_id: str
     deadline: float
+    _outbox: Outbox = attrs.field(factory=lambda: Outbox(None))
+
+    async def progress(self, fraction: float, message: str = "") -> None:
+        """As ``JobContext.progress``: checked, then sent to the worker."""
+        self.progress_nowait(fraction, message)
+        await trio.lowlevel.checkpoint()
+
+    def progress_nowait(self, fraction: float, message: str = "") -> None:
+        """As ``JobContext.progress_nowait``: checked, then sent."""
+        self._outbox.progress(check_fraction(fraction), check_message(message))
+
+    def log(self, line: str) -> None:
+        """As ``JobContext.log``: cut and checked, then sent."""
+        self._outbox.log(cut_line(line))
 
     @property
     def headers(self) -> dict[str, str]:
@@ -152,7 +208,7 @@ async def _bounded(coro: Any, timeout: float | None) -> object:
     raise SoftTimeLimit("the handler's timeout (its soft time limit) passed: it was cancelled")
 
 
-def _call(spec: TaskSpec, request: Mapping[str, Any]) -> object:
+def _call(spec: TaskSpec, request: Mapping[str, Any], outbox: Outbox) -> object:
     timeout = request["timeout"]
     deadline = math.inf if timeout is None else time.monotonic() + timeout
     ctx = ChildJobContext(
@@ -163,6 +219,7 @@ def _call(spec: TaskSpec, request: Mapping[str, Any]) -> object:
         tuple((str(k), str(v)) for k, v in request["headers"]),
         request["worker_id"],
         deadline,
+        outbox,
     )
     payload = decode_payload(unb64(request["payload"]) or b"", spec.payload_type)
     _arm(timeout)
@@ -181,14 +238,27 @@ def _failed(how: How, error: str, delay: float | None = None) -> dict[str, Any]:
     return {"op": "failed", "how": how, "error": error, "delay": delay}
 
 
-def run_job(tasks: Mapping[str, TaskSpec], request: Mapping[str, Any]) -> dict[str, Any]:
+def run_job(
+    tasks: Mapping[str, TaskSpec], request: Mapping[str, Any], outbox: Outbox | None = None
+) -> dict[str, Any]:
     """Run one job; the reply for the worker (every outcome the executor
-    tells apart in-process, told apart here the same way)."""
+    tells apart in-process, told apart here the same way). The handler's
+    notes go to ``outbox`` (none: not sent), flushed before this returns."""
+    outbox = Outbox(None) if outbox is None else outbox
+    try:
+        return _run_job(tasks, request, outbox)
+    finally:
+        outbox.flush()
+
+
+def _run_job(
+    tasks: Mapping[str, TaskSpec], request: Mapping[str, Any], outbox: Outbox
+) -> dict[str, Any]:
     spec = tasks.get(request["kind"])
     if spec is None:
         return _failed("dead", f"task {request['kind']!r} is not isolated in this child")
     try:
-        value = _call(spec, request)
+        value = _call(spec, request, outbox)
     except PayloadError as exc:
         return _failed("dead", str(exc))
     except SkipRetry as exc:
@@ -254,11 +324,12 @@ def main(argv: list[str]) -> int:
         return 1
     signal.signal(signal.SIGALRM, _soft_limit)
     _send(proto_out, {"op": "ready", "pid": os.getpid()})
+    outbox = Outbox(proto_out)
     while True:
         request = _receive(proto_in)
         if request is None:
             return 0  # the worker closed the pipe: stop
-        _send(proto_out, run_job(tasks, request))
+        _send(proto_out, run_job(tasks, request, outbox))
 
 
 if __name__ == "__main__":

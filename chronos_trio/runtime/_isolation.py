@@ -33,7 +33,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -43,7 +43,16 @@ import trio
 from ..records._errors import IsolationError, sole_exception
 from ..records._log import log_event
 from ._error_text import describe_exit
-from ._isolation_wire import ChildReply, WireError, frame, frame_length, parse, parse_reply
+from ._isolation_wire import (
+    ChildNote,
+    ChildReply,
+    WireError,
+    frame,
+    frame_length,
+    parse,
+    parse_note,
+    parse_reply,
+)
 from ._tasks import TaskSpec
 
 log = logging.getLogger("chronos_trio.worker")
@@ -283,16 +292,26 @@ class ChildPool:
         """``child`` finished its run well: it takes the next job."""
         self._idle_send.send_nowait(child)
 
-    async def run(self, child: IsolatedChild, request: dict[str, Any]) -> ChildReply:
-        """Run one job in ``child`` (taken with :meth:`take`). Raises
-        ChildDied when it died during the run or answered nonsense (the
-        caller then discards it with :meth:`replace`)."""
+    async def run(
+        self,
+        child: IsolatedChild,
+        request: dict[str, Any],
+        on_note: Callable[[ChildNote], None] | None = None,
+    ) -> ChildReply:
+        """Run one job in ``child`` (taken with :meth:`take`); the notes it
+        sends before its reply (its handler's progress and log lines) go to
+        ``on_note`` as they come (dropped without one). Raises ChildDied
+        when it died during the run or answered nonsense (the caller then
+        discards it with :meth:`replace`)."""
         child.runs += 1
         try:
             await child.send(request)
-            message = await child.receive()
-            if message is not None:
-                return parse_reply(message)
+            while (message := await child.receive()) is not None:
+                note = parse_note(message)
+                if note is None:
+                    return parse_reply(message)
+                if on_note is not None:
+                    on_note(note)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         except WireError as exc:

@@ -10,7 +10,10 @@ Parent to child: ``{"op": "start", "modules": [...], "app": [module, attr],
 :func:`run_request`). Child to parent: ``{"op": "ready", "pid": n}`` or
 ``{"op": "broken", "error": text}`` after the start, then one reply per
 run: ``{"op": "done", "result": b64 | None}`` or ``{"op": "failed", "how":
-HOW, "error": text, "delay": seconds | None}``.
+HOW, "error": text, "delay": seconds | None}``. Before its reply a run may
+send notes, ``{"op": "note", "progress": [fraction, message] | None,
+"lines": [text, ...]}`` (the handler's ``job.progress``/``job.log``; see
+:func:`parse_note`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any, Literal, get_args
 import attrs
 
 from ..records._jobs import Job
+from ..records._notes import check_fraction, check_message, cut_line
 
 #: How a failed run ended, as the child classified it (the executor settles
 #: each as it would the same exception in this process).
@@ -120,6 +124,34 @@ def parse_reply(message: dict[str, Any]) -> ChildReply:
     except (KeyError, TypeError, ValueError):
         pass
     raise WireError(f"not a reply to a run: {message!r:.200}")
+
+
+@attrs.frozen
+class ChildNote:
+    """What a ``note`` message carries: the latest ``progress`` (fraction,
+    message) if any, and log ``lines``, checked as a worker's JobContext
+    checks them."""
+
+    progress: tuple[float, str] | None
+    lines: tuple[str, ...]
+
+
+def parse_note(message: dict[str, Any]) -> ChildNote | None:
+    """A ``note`` message as a :class:`ChildNote`; None for any other op.
+    WireError for a note that does not check (a broken child)."""
+    if message.get("op") != "note":
+        return None
+    try:
+        raw, lines = message["progress"], message["lines"]
+        progress = None
+        if raw is not None:
+            fraction, text = raw
+            progress = (check_fraction(fraction), check_message(text))
+        if not isinstance(lines, list):
+            raise TypeError("lines is not a list")
+        return ChildNote(progress, tuple(cut_line(line) for line in lines))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WireError(f"not a note: {exc}") from None
 
 
 def _delay(value: object) -> float | None:
