@@ -11,6 +11,7 @@ processes on Redis: tests/test_recycle_process.py."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import attrs
 import pytest
@@ -20,6 +21,7 @@ from chronos_trio import App, JobContext, JobState, Recycled, Store, WorkerConfi
 from chronos_trio.actors import recycler
 from chronos_trio.cli import EXIT_USAGE, main
 from chronos_trio.cli._process_manager import ProcessManager
+from chronos_trio.integrations.prometheus import PrometheusMetrics
 from tests._backends import Backend
 
 
@@ -161,7 +163,9 @@ sys.exit(code)
 """
 
 
-def exiting(code: int, *, backoff: float) -> ProcessManager:
+def exiting(
+    code: int, *, backoff: float, on_recycle: Callable[[int], None] | None = None
+) -> ProcessManager:
     """A manager of one stand-in child that exits with ``code``; at most
     one restart a minute, after ``backoff`` seconds; 11 means recycled."""
     return ProcessManager(
@@ -171,11 +175,13 @@ def exiting(code: int, *, backoff: float) -> ProcessManager:
         restart_period=60,
         backoff_initial=backoff,
         recycle_exit_code=11,
+        on_recycle=on_recycle,
     )
 
 
 async def test_manager_replaces_a_recycled_child_at_once() -> None:
-    manager = exiting(11, backoff=30.0)
+    metrics = PrometheusMetrics()
+    manager = exiting(11, backoff=30.0, on_recycle=metrics.process_recycled)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             await nursery.start(manager.run)
@@ -186,6 +192,10 @@ async def test_manager_replaces_a_recycled_child_at_once() -> None:
     stats = manager.statistics()
     assert stats.restarts == 0 and stats.children[0].restarts == 0
     assert stats.children[0].recycled == stats.recycled >= 4
+    # each replacement counted for Prometheus, none as a restart
+    got = metrics.registry.get_sample_value
+    assert got("chronos_process_recycles_total") == stats.recycled
+    assert got("chronos_process_restarts_total") == 0
 
 
 async def test_other_exit_codes_still_count_as_crashes() -> None:

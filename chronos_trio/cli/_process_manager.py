@@ -135,6 +135,7 @@ class ProcessManager:
         recycle_exit_code: int | None = None,
         env: Mapping[str, str] | None = None,
         on_restart: Callable[[int], None] | None = None,
+        on_recycle: Callable[[int], None] | None = None,
     ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be >= 1, got {processes}")
@@ -151,6 +152,8 @@ class ProcessManager:
         self.env = dict(env) if env is not None else None
         #: Called with a child's index each time it is restarted (metrics).
         self.on_restart = on_restart
+        #: Called with a child's index each time it recycled itself (metrics).
+        self.on_recycle = on_recycle
         self._children: dict[int, _Child] = {}
         self._restarts: collections.Counter[int] = collections.Counter()
         self._recycled: collections.Counter[int] = collections.Counter()
@@ -256,6 +259,8 @@ class ProcessManager:
                 return
             if returncode == self.recycle_exit_code:
                 self._recycled[index] += 1
+                if self.on_recycle is not None:
+                    self.on_recycle(index)
                 continue  # a fresh child at once: not a failure
             if returncode in self.fatal_exit_codes:
                 self._give_up(ChildCannotStart(index, returncode))

@@ -351,6 +351,7 @@ async def _manager_main(
         fatal_exit_codes=FATAL_CHILD_EXITS,
         recycle_exit_code=EXIT_RECYCLED,
         on_restart=getattr(app.registry.metrics, "process_restarted", None),
+        on_recycle=getattr(app.registry.metrics, "process_recycled", None),
     )
     try:
         await run_until_signalled(manager)

@@ -224,6 +224,12 @@ class PrometheusMetrics(MetricsBase):
             "process_restarts", "Worker processes restarted by the process manager.",
             namespace=ns, registry=reg,
         )  # fmt: skip
+        self.process_recycles = Counter(
+            "process_recycles",
+            "Worker processes that recycled themselves (max jobs or memory per child) "
+            "and were replaced by the process manager.",
+            namespace=ns, registry=reg,
+        )  # fmt: skip
         # Notes (issue 28), counted per batch. No job label: a series per
         # job would grow without bound.
         self.progress_written, self.log_lines_written, self.notes_refused = (
@@ -322,6 +328,9 @@ class PrometheusMetrics(MetricsBase):
 
     def process_restarted(self, index: int) -> None:
         self.process_restarts.inc()
+
+    def process_recycled(self, index: int) -> None:
+        self.process_recycles.inc()
 
     def notes_written(self, progress: int, lines: int, refused: int) -> None:
         self.progress_written.inc(progress)

@@ -32,6 +32,7 @@ from ._isolation import ChildPool as ChildPool
 from ._isolation import ChildPoolStatistics as ChildPoolStatistics
 from ._isolation import IsolatedChild as IsolatedChild
 from ._isolation import IsolationPlan as IsolationPlan
+from ._isolation_wire import ChildNote as ChildNote
 from ._isolation_wire import ChildReply as ChildReply
 from ._metrics import JobMetric as JobMetric
 from ._metrics import Metrics as Metrics

@@ -25,9 +25,10 @@ in its own process.
 Which methods are required: the four of the first version
 (``job_finished``, ``lease_lost``, ``jobs_recovered``, ``actor_restarted``).
 The later ones (``store_round_trips``, ``queue_depths``,
-``process_restarted``, ``notes_written``) are looked up once, when a worker starts: an object
-without them is simply not fed those figures, so a metrics object written
-for the first version keeps working. Subclass :class:`MetricsBase` to get
+``process_restarted``, ``process_recycled``, ``notes_written``) are looked
+up once, when a worker starts: an object without them is simply not fed
+those figures, so a metrics object written for the first version keeps
+working. Subclass :class:`MetricsBase` to get
 no-op methods for everything you do not implement.
 """
 
@@ -132,6 +133,11 @@ class MetricsBase:
     def process_restarted(self, index: int) -> None:
         """Optional. The process manager restarted child ``index`` (called in
         the manager's process)."""
+
+    def process_recycled(self, index: int) -> None:
+        """Optional. Child ``index`` recycled itself (``--max-jobs-per-child``,
+        ``--max-memory-per-child``) and the process manager replaced it
+        (called in the manager's process; not a restart)."""
 
 
 #: Seconds between two ``store_round_trips`` feeds.
