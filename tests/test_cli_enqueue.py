@@ -110,7 +110,16 @@ async def test_wait_prints_the_result_with_and_without_the_app(
 async def test_wait_prints_the_result_on_sqlite(tmp_path: Path) -> None:
     """The same command on a SQLite store (the producer's SQL path; the
     waiter polls): a worker in this process, the command in another."""
-    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    await _wait_prints_the_result_on_sql(f"sqlite:///{tmp_path / 'jobs.db'}")
+
+
+@pytest.mark.postgres
+async def test_wait_prints_the_result_on_postgres(postgres_url: str) -> None:
+    """And on PostgreSQL (the producer's own connections)."""
+    await _wait_prints_the_result_on_sql(postgres_url)
+
+
+async def _wait_prints_the_result_on_sql(url: str) -> None:
     app = make_app(url)
     try:
         async with app.open_worker(poll_interval=0.2):
