@@ -130,10 +130,12 @@ def _kind(store: object) -> type:
 
 def fields_of(store: object) -> tuple[str, ...]:
     """The record fields of ``store`` (an instance or a class): a
-    MemoryStore's ``Job`` fields but ``damage``, a RedisStore's hash fields
+    MemoryStore's ``Job`` fields but ``damage`` (and ``history``, which reads
+    attach), a RedisStore's hash fields
     with ``v``; then :data:`RECORD`. ``TypeError`` for another store."""
     if _kind(store) is MemoryStore:
-        names = tuple(f.name for f in attrs.fields(Job) if f.name != "damage")
+        # the record's own fields (``history``, attached by reads, is not one)
+        names = tuple(f.name for f in attrs.fields(Job) if f.init and f.name != "damage")
     else:
         names = (*JOB_FIELDS, "v")
     return (*names, RECORD)

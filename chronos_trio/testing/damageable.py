@@ -154,7 +154,9 @@ def shown(job: Job, job_id: str, home: str) -> Job:
         job = attrs.evolve(job, unclaimed_since=None)
     if not damage:
         return job
-    defaults = {f.name: f.default for f in attrs.fields(Job) if f.default is not attrs.NOTHING}
+    defaults = {
+        f.name: f.default for f in attrs.fields(Job) if f.init and f.default is not attrs.NOTHING
+    }
     fixed: dict[str, Any] = {n: _SHOWN_DEFAULTS.get(n, defaults.get(n)) for n in damage}
     fixed.update(id=job_id, queue=home, damage="; ".join(damage.values()))
     if "finished_at" in damage and fixed.get("state", job.state) in _FINISHED:
