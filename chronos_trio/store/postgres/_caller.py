@@ -30,8 +30,9 @@ from psycopg import sql
 from ...records._errors import StoreError
 from ...records._jobs import EnqueueResult, JobOutcome, JobRef, NewJob
 from ...records._notes import JobNotes
+from .._sql_notes import read_notes, read_query
 from .._transactional import ProducerEnqueue
-from . import _enqueue, _migrate, _notes, _results
+from . import _enqueue, _migrate, _results
 from ._connections import Bound, driver_error_types, recognise
 from ._pool import Pool, describe
 from ._url import parse_url
@@ -174,7 +175,9 @@ class ProducerPart(ProducerEnqueue):
     def notes_blocking(self, ref: JobRef) -> JobNotes | None:
         try:
             with self._files.connect() as conn:
-                return _notes.read(conn, ref)
+                # the shared statement, not ._notes (a Trio module: producers
+                # run without Trio)
+                return read_notes(ref, conn.execute(*read_query(ref, "%s")).fetchone())
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL job_notes: {describe(exc)}") from exc
 

@@ -49,8 +49,9 @@ from collections.abc import Iterator, Sequence
 from ...records._errors import StoreError
 from ...records._jobs import EnqueueResult, JobOutcome, JobRef, NewJob
 from ...records._notes import JobNotes
+from .._sql_notes import read_notes, read_query
 from .._transactional import ProducerEnqueue
-from . import _enqueue, _notes, _results
+from . import _enqueue, _results
 from ._connections import SCHEMA_VERSION, Connections
 from ._url import parse_url
 
@@ -120,7 +121,11 @@ class ProducerPart(ProducerEnqueue):
         return db.read_blocking(lambda conn: _results.outcome(conn, ref, db.now()), "outcome")
 
     def notes_blocking(self, ref: JobRef) -> JobNotes | None:
-        return self._files.read_blocking(lambda conn: _notes.read(conn, ref), "job_notes")
+        # the shared statement, not ._notes (a Trio module: producers run without Trio)
+        return self._files.read_blocking(
+            lambda conn: read_notes(ref, conn.execute(*read_query(ref, "?")).fetchone()),
+            "job_notes",
+        )
 
     # -- the steps -----------------------------------------------------------------
     def _enqueue_sync(
