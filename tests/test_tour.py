@@ -31,6 +31,7 @@ async def test_every_chapter_keeps_its_promises(autojump_clock: object) -> None:
     assert "while it runs: 50% '500 of 1000 rows'" in text
     assert "leader: w2 (epoch 2)" in text or "leader: w1 (epoch 2)" in text
     assert "each ran once across the hand-over" in text
+    assert "total of [500, 499]: 999" in text and "its result: 999" in text
 
 
 async def test_a_broken_promise_fails_the_tour(

@@ -30,6 +30,7 @@ from ..records._errors import JobAborted, SkipRetry
 from ..records._jobs import Job, JobState
 from ..records._notes import JobProgress
 from ..records._retry import RetryPolicy
+from ..records._workflow import chain, group
 from ..runtime._config import WorkerConfig
 from ..runtime._context import JobContext
 from ..runtime._schedule import leadership_name
@@ -284,6 +285,41 @@ async def progress(ch: Chapter) -> None:
         ch.expect(end is not None and end.fraction == 1.0, f"final progress {end}")
 
 
+async def workflows(ch: Chapter) -> None:
+    """A chain whose middle step is a group: each step once, in order, each
+    handed its predecessor's result (a group's as a list in member order)."""
+    app = App(MemoryStore())
+
+    @_task(app, "order.price")
+    async def price(cents: int, job: JobContext) -> int:
+        ch.say(f"price: {cents}")
+        return cents
+
+    @_task(app, "order.tax")
+    async def tax(cents: int, job: JobContext) -> int:
+        ch.say(f"tax on {cents}: {cents // 5}")
+        return cents // 5
+
+    @_task(app, "order.shipping")
+    async def shipping(cents: int, job: JobContext) -> int:
+        await trio.sleep(0.1)
+        ch.say(f"shipping for {cents}: 499")
+        return 499
+
+    @_task(app, "order.total")
+    async def total(parts: list[int], job: JobContext) -> int:
+        ch.say(f"total of {parts}: {sum(parts)}")
+        return sum(parts)
+
+    flow = chain(price.s(2500), group(tax.s(), shipping.s()), total.s())
+    async with app.open_worker(**FAST):
+        started = await app.enqueue_workflow(flow, workflow_id="order-7")
+        ch.say("started workflow order-7: price -> (tax + shipping) -> total")
+        got = await started.result(timeout=10)
+        ch.say(f"its result: {got}")
+    ch.expect(got == 2500 // 5 + 499, f"total {got}")
+
+
 def _shown(p: JobProgress | None) -> str:
     return "no progress yet" if p is None else f"{p.fraction:.0%} {p.message!r}"
 
@@ -347,6 +383,7 @@ CHAPTERS: tuple[tuple[str, Callable[[Chapter], Awaitable[None]]], ...] = (
     ("Abort", abort),
     ("Progress and log lines", progress),
     ("Schedules with a leader hand-over", schedules),
+    ("Workflows: a chain with a group", workflows),
 )
 
 
