@@ -3,6 +3,7 @@
 Commands
 --------
 ``demo [--url URL]``         producer + worker on the in-memory store (or the store at URL)
+``tour [--only TEXT]``       every feature end to end on the in-memory store, as it happens
 ``worker APP``               run workers (``--processes N`` for a local process manager)
 ``enqueue KIND PAYLOAD``     enqueue one job (``--app``: checked; ``--wait``: print its result)
 ``queues [APP]``             counts per queue, state, version and partition
@@ -98,6 +99,15 @@ def build_parser() -> tuple[
     demo.add_argument("--no-live", action="store_true", help="print frames instead of redrawing")
     demo.set_defaults(handler=_run_demo)
     leaves[("demo",)] = demo
+
+    tour = sub.add_parser(
+        "tour", help="run every feature end to end on the in-memory store, printed as it happens"
+    )
+    tour.add_argument(
+        "--only", metavar="TEXT", help="run only the chapters whose title contains TEXT"
+    )
+    tour.set_defaults(handler=_run_tour)
+    leaves[("tour",)] = tour
 
     worker = sub.add_parser("worker", help=WORKER_HELP)
     _worker_command.add_arguments(worker)
@@ -210,6 +220,22 @@ def _run_demo(args: argparse.Namespace) -> int:
         if isinstance(error, StoreError):
             raise CliError(one_line(str(error)), EXIT_UNAVAILABLE) from None
         raise
+
+
+def _run_tour(args: argparse.Namespace) -> int:
+    import logging
+
+    import trio
+
+    from ._tour import run_tour
+
+    # the tour prints what happens itself: the worker's own warnings (a dead
+    # letter, a retry) would say it twice
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return trio.run(lambda: run_tour(only=args.only))
+    except ValueError as exc:  # --only matched no chapter
+        raise CliError(one_line(str(exc)), EXIT_USAGE) from None
 
 
 __all__ = ["build_parser", "build_worker_parser", "main", "parse_args"]
