@@ -91,6 +91,7 @@ if _TYPE_CHECKING:
     from .app import QueueInfo as QueueInfo
     from .app import ScheduleInfo as ScheduleInfo
     from .app import Task as Task
+    from .app import TaskDecorator as TaskDecorator
     from .app import VersionInfo as VersionInfo
     from .app import Workflow as Workflow
     from .app import schedule_rows as schedule_rows
@@ -124,6 +125,7 @@ _LAZY = {
     "JobHandle": "app",
     "Workflow": "app",
     "Task": "app",
+    "TaskDecorator": "app",
     "Inspector": "app._inspector",
     "JobPage": "app._inspector",
     "QueueInfo": "app._inspector",

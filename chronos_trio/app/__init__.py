@@ -12,6 +12,7 @@ from ._handle import JobHandle as JobHandle
 from ._handle import Workflow as Workflow
 from ._task import JobSink as JobSink
 from ._task import Task as Task
+from ._task import TaskDecorator as TaskDecorator
 
 if _TYPE_CHECKING:
     from ._inspector import Inspector as Inspector

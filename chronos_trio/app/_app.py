@@ -50,7 +50,7 @@ from ..worker import Worker
 from ._handle import JobHandle, Workflow
 from ._handlers import inspect_handler
 from ._schedules import build_schedule, check_unique
-from ._task import ProducerHook, Task
+from ._task import ProducerHook, Task, TaskDecorator
 
 if TYPE_CHECKING:
     from ._inspector import Inspector
@@ -174,7 +174,7 @@ class App:
         retain_succeeded: float | None = None,
         discard_dead: bool = False,
         isolate: bool = False,
-    ) -> Callable[[Callable[..., Any]], Task[P]]:
+    ) -> TaskDecorator:
         """Register a handler under ``kind``: an ``async def`` (runs on the
         event loop) or a plain ``def`` (runs in a worker thread, see
         ``sync_concurrency``) taking its payload, and optionally the
@@ -248,7 +248,7 @@ class App:
             concurrency_limit=concurrency_limit,
         )
 
-        def register(fn: Callable[..., Any]) -> Task[P]:
+        def register(fn: Callable[..., Any]) -> Task[Any]:
             if kind in self.registry.tasks:
                 raise ValueError(f"a task is already registered under kind {kind!r}")
             shape = inspect_handler(fn)
@@ -289,7 +289,7 @@ class App:
             self.registry.tasks[kind] = spec
             return Task(self, spec)
 
-        return register
+        return cast(TaskDecorator, register)
 
     def middleware(self, factory: Middleware) -> Middleware:
         """Register ``factory(job) -> async context manager`` entered around

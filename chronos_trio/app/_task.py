@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Generic, Protocol, TypeVar, Unpack
+from typing import Any, Generic, Protocol, TypeVar, Unpack, overload
 
 import attrs
 
@@ -12,10 +12,12 @@ from ..records._codec import encode_payload
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import EnqueueOptions, check_options, check_queue, checked_names
 from ..records._producing import ProducerHook as ProducerHook
+from ..runtime._context import JobContext
 from ..runtime._tasks import TaskSpec
 from ._handle import HandleHost, JobHandle
 
 P = TypeVar("P")
+T = TypeVar("T")
 
 
 class JobSink(HandleHost, Protocol):
@@ -173,3 +175,22 @@ class Task(Generic[P]):
         return _producing.new_jobs(
             self.spec, app.max_payload_bytes, app.producer_hooks, payloads, delay=delay, queue=queue
         )
+
+
+class TaskDecorator(Protocol):
+    """What ``App.task(kind, ...)`` returns: applied to a handler, it
+    registers it and returns its :class:`Task`, typed by the handler's
+    payload parameter for a type checker (``Task[SendEmail]`` for
+    ``async def send(args: SendEmail, job: JobContext)``), in each of the
+    handler shapes docs/tasks.md lists. A payload annotated ``Any`` after a
+    ``JobContext`` parameter reads as ``Task[JobContext]``: annotate the
+    payload, or put it first."""
+
+    @overload
+    def __call__(self, fn: Callable[[T, JobContext], Any], /) -> Task[T]: ...
+    @overload
+    def __call__(self, fn: Callable[[JobContext, T], Any], /) -> Task[T]: ...
+    @overload
+    def __call__(self, fn: Callable[[T], Any], /) -> Task[T]: ...
+    @overload
+    def __call__(self, fn: Callable[..., Any], /) -> Task[Any]: ...
