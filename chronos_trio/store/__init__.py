@@ -47,6 +47,9 @@ from ._results import SetAside as SetAside
 from ._results import SettleKind as SettleKind
 from ._results import Settlement as Settlement
 from ._results import SettleResult as SettleResult
+from ._results import ScheduleEdit as ScheduleEdit
+from ._results import StoredSchedule as StoredSchedule
+from ._results import StoredSchedules as StoredSchedules
 from ._results import TriggerResult as TriggerResult
 from ._results import VersionState as VersionState
 from ._roles import ROLES as ROLES
@@ -56,6 +59,7 @@ from ._roles import Continuation as Continuation
 from ._roles import FlowRole as FlowRole
 from ._roles import LeadershipRole as LeadershipRole
 from ._roles import NotesRole as NotesRole
+from ._roles import ScheduleStoreRole as ScheduleStoreRole
 from ._roles import PromotionRole as PromotionRole
 from ._roles import RegistryRole as RegistryRole
 from ._roles import ResultRole as ResultRole
