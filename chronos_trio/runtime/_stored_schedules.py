@@ -132,8 +132,6 @@ def fired_schedules(
     return fired, left_out
 
 
-
-
 class ScheduleFeed:
     """The schedules a leader fires, following the store: each
     :meth:`current` costs one version read (:meth:`ScheduleStoreRole.
@@ -172,16 +170,12 @@ class ScheduleFeed:
 
     def _merge(self) -> tuple[list[Schedule], list[StoredEntry]]:
         code_ids = {s.id for s in self._code}
-        stored = [
-            attrs.evolve(e, shadowed=True) if e.id in code_ids else e for e in self._stored
-        ]
+        stored = [attrs.evolve(e, shadowed=True) if e.id in code_ids else e for e in self._stored]
         return fired_schedules(self._code, stored)
 
     def _log_left_out(self, entry: StoredEntry) -> None:
         why = (
-            "a schedule declared in code has its id (code wins)"
-            if entry.shadowed
-            else entry.error
+            "a schedule declared in code has its id (code wins)" if entry.shadowed else entry.error
         )
         log_event(
             self._log,

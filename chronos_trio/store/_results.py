@@ -339,7 +339,8 @@ class TriggerResult(enum.StrEnum):
 
 
 class ScheduleEdit(enum.StrEnum):
-    """One change to a stored schedule (:meth:`~chronos_trio.store.ScheduleStoreRole.edit_schedule`)."""
+    """One change to a stored schedule
+    (:meth:`~chronos_trio.store.ScheduleStoreRole.edit_schedule`)."""
 
     ADD = "add"  # store a new schedule (refused when its id is stored)
     CHANGE = "change"  # replace a stored schedule's definition (keeps paused)

@@ -149,11 +149,11 @@ from ._results import QueueWeight as QueueWeight
 from ._results import RecoverResult as RecoverResult
 from ._results import RenewResult as RenewResult
 from ._results import Repair as Repair
+from ._results import ScheduleEdit as ScheduleEdit
 from ._results import SetAside as SetAside
 from ._results import SettleKind as SettleKind
 from ._results import Settlement as Settlement
 from ._results import SettleResult as SettleResult
-from ._results import ScheduleEdit as ScheduleEdit
 from ._results import StoredSchedule as StoredSchedule
 from ._results import StoredSchedules as StoredSchedules
 from ._results import TriggerResult as TriggerResult

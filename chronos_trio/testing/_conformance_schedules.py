@@ -34,7 +34,12 @@ async def check_schedule_edits_and_versions(fresh: Fresh) -> None:
     got = await store.stored_schedules("app:leader")
     assert got.version == 2 and [s.id for s in got.schedules] == ["a", "b"], got
     a, b = got.schedules
-    assert (a.definition, a.paused, b.definition, b.paused) == ('{"y": 2}', False, '{"x": 1}', False)
+    assert (a.definition, a.paused, b.definition, b.paused) == (
+        '{"y": 2}',
+        False,
+        '{"x": 1}',
+        False,
+    )
     assert before - _SLACK <= a.updated_at <= after + _SLACK, "stamped by the store's clock"
 
     assert await store.edit_schedule("app:leader", ScheduleEdit.PAUSE, "a") == 3

@@ -57,8 +57,6 @@ from .._admission import Verdict
 from .._attempt_ends import recovered_attempt, settled_attempt
 from .._partitioning import partition_of, share_by_weight, share_strictly
 from .._roles import (
-    ScheduleEdit,
-    StoredSchedules,
     DAMAGED_RECORD,
     LEASE_GRACE,
     NOTHING_SET_ASIDE,
@@ -77,11 +75,13 @@ from .._roles import (
     QueueWeight,
     RecoverResult,
     RenewResult,
+    ScheduleEdit,
     SetAside,
     SettleKind,
     Settlement,
     SettleResult,
     Store,
+    StoredSchedules,
     TopologyError,
     TriggerResult,
     VersionState,

@@ -6,8 +6,8 @@ a read in one statement, stamped with the server's clock."""
 from __future__ import annotations
 
 from .. import _sql_schedules
-from .._schedule_edits import check_edit
 from .._roles import ScheduleEdit, ScheduleStoreRole, StoredSchedules
+from .._schedule_edits import check_edit
 from ._base import PostgresPart, now_of
 
 
