@@ -32,10 +32,11 @@ schedules declared in code, from its next round (within ``scheduler_tick``,
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 from ..records._errors import UnknownTask
 from ..records._options import JOB_DEFAULT_OPTIONS, JobDefaults, checked_names
+from ..runtime._registry import WorkerHost
 from ..runtime._schedule import MisfirePolicy, Schedule
 from ..runtime._stored_schedules import StoredEntry, encode_definition, entries
 from ..store import Capability, ScheduleEdit, require_capabilities
@@ -43,7 +44,13 @@ from ._schedules import build_schedule
 
 if TYPE_CHECKING:
     from ..store import ScheduleStoreRole
-    from ._app import App
+
+
+class _Host(WorkerHost, Protocol):
+    """What this needs of the App (it does not import the App: no cycle)."""
+
+    @property
+    def max_payload_bytes(self) -> int: ...
 
 
 class DynamicSchedules:
@@ -53,7 +60,7 @@ class DynamicSchedules:
     schedules, and StoreError when it cannot be reached (an edit may have
     been applied then: :meth:`list` shows)."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: _Host) -> None:
         self._app = app
 
     def _store(self) -> ScheduleStoreRole:
