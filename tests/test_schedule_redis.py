@@ -47,8 +47,15 @@ class Cluster:
     def spawn(self, worker_id: str) -> None:
         with open(self.logs / f"{worker_id}.log", "wb") as log:  # the child keeps its copy
             self.procs[worker_id] = subprocess.Popen(
-                [sys.executable, "-m", "tests.schedule_app", self.url, worker_id, str(TTL),
-                 *self.extra],  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.schedule_app",
+                    self.url,
+                    worker_id,
+                    str(TTL),
+                    *self.extra,
+                ],
                 cwd=ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
