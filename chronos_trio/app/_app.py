@@ -156,7 +156,7 @@ class App:
     def dynamic_schedules(self) -> DynamicSchedules:
         """Schedules kept in the store and edited at run time (add, change,
         pause, resume, remove, list): see :class:`DynamicSchedules`."""
-        return DynamicSchedules(self)
+        return DynamicSchedules(self, self.max_payload_bytes)
 
     @property
     def dead_letter_hooks(self) -> list[DeadLetterHook]:

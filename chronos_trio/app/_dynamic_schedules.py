@@ -32,7 +32,7 @@ schedules declared in code, from its next round (within ``scheduler_tick``,
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any, Protocol, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..records._errors import UnknownTask
 from ..records._options import JOB_DEFAULT_OPTIONS, JobDefaults, checked_names
@@ -46,22 +46,17 @@ if TYPE_CHECKING:
     from ..store import ScheduleStoreRole
 
 
-class _Host(WorkerHost, Protocol):
-    """What this needs of the App (it does not import the App: no cycle)."""
-
-    @property
-    def max_payload_bytes(self) -> int: ...
-
-
 class DynamicSchedules:
-    """``app.dynamic_schedules``: the app's schedules kept in its store (see
-    the module docstring for the guarantees). Every method raises
+    """``app.dynamic_schedules``: the schedules of ``app`` (an App) kept in
+    its store; payloads are held to ``max_payload_bytes`` (the App's). See
+    the module docstring for the guarantees. Every method raises
     ``MissingCapability`` (a ``TypeError``) when the app's store keeps no
     schedules, and StoreError when it cannot be reached (an edit may have
     been applied then: :meth:`list` shows)."""
 
-    def __init__(self, app: _Host) -> None:
+    def __init__(self, app: WorkerHost, max_payload_bytes: int) -> None:
         self._app = app
+        self._max_payload_bytes = max_payload_bytes
 
     def _store(self) -> ScheduleStoreRole:
         store = self._app.store
@@ -221,7 +216,7 @@ class DynamicSchedules:
             )
         return build_schedule(
             self._app.registry,
-            self._app.max_payload_bytes,
+            self._max_payload_bytes,
             payload,
             task,
             cron=cron,

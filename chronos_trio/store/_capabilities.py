@@ -58,7 +58,7 @@ class Capability(enum.StrEnum):
     #: its lease holder (``job.progress``, ``job.log``, ``handle.progress``).
     NOTES = "notes"
     #: ``ScheduleStoreRole``: schedules kept in the store and edited at run
-    #: time (``app.schedules``), fired by the leader beside the code's.
+    #: time (``app.dynamic_schedules``), fired by the leader beside the code's.
     DYNAMIC_SCHEDULES = "dynamic_schedules"
     # -- features: semantics inside the core's arguments, declared in ``features`` ------
     #: ``NewJob.unique``: at most one pending job per key.
