@@ -126,3 +126,15 @@ def test_next_fires_in_the_zone_beside_utc_across_dst(
         "utc": "2026-10-26T01:30:00.000Z",
         "local": "2026-10-26 02:30 Europe/Paris (01:30 UTC)",
     }
+
+
+def test_a_payload_the_task_cannot_take_stores_nothing(
+    store: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "schedules", "add", APP, "s", '{"txt": 1}', "--task", "tests.note",
+                       "--every", "60")  # fmt: skip
+    assert code == EXIT_USAGE and err.startswith("error: nothing stored: payload") and "Note" in err
+    code, _, err = run(capsys, "schedules", "add", APP, "s", "{not json", "--task", "tests.note",
+                       "--every", "60", "--external")  # fmt: skip
+    assert code == EXIT_USAGE and "not valid JSON" in err
+    assert run(capsys, "schedules", APP)[1].strip() == "no schedules"

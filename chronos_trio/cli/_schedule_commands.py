@@ -37,7 +37,9 @@ async def _edit(ctx: Context, args: argparse.Namespace, action: str) -> int:
         if action in ("add", "change"):
             text = sys.stdin.read() if args.payload == "-" else args.payload
             # with external=True the app does not run the task: the payload goes as JSON
-            payload = _payload(None if args.external else app, args.task, text.encode())
+            payload = _payload(
+                None if args.external else app, args.task, text.encode(), nothing="nothing stored"
+            )
             options = {
                 k: v
                 for k, v in (
