@@ -11,9 +11,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+import redis
 import trio
 
 from chronos_trio import App, JobContext
+from chronos_trio.store import ScheduleEdit
 from chronos_trio.store.redis import RedisStore
 from tests.schedule_app import Tick
 from tests.test_schedule_redis import Cluster
@@ -80,3 +82,26 @@ async def test_edits_while_the_leader_is_killed_fire_each_time_once(
     assert paused == [], "nothing fires while paused"
     assert [t for t in fired if t > resumed_at + tick], "it fires again after resume"
     assert last["st"] == max(fired)
+
+
+async def test_an_unreadable_stored_value_is_left_out_and_logged(
+    redis_url: str, redis_store: Factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = await redis_store()
+    name = "app:leader"
+    assert await store.edit_schedule(name, ScheduleEdit.ADD, "good", '{"a": 1}') == 1
+    keys = store._ctx.keys.leader(name)
+    tags = {key.split("}")[0] for key in (keys.schedules, keys.schedules_version, keys.lead)}
+    assert len(tags) == 1, "one hash tag: every schedule script touches one slot"
+    raw = redis.Redis.from_url(redis_url)
+    try:
+        raw.hset(keys.schedules, "bad", b"no separators")
+    finally:
+        raw.close()
+    got = await store.stored_schedules(name)
+    assert [s.id for s in got.schedules] == ["good"] and got.version == 1
+    assert "stored schedule unreadable" in caplog.text
+    # an edit of the damaged entry still applies (a change keeps it not paused)
+    assert await store.edit_schedule(name, ScheduleEdit.CHANGE, "bad", "{}") == 2
+    got = await store.stored_schedules(name)
+    assert [(s.id, s.paused) for s in got.schedules] == [("bad", False), ("good", False)]

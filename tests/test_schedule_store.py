@@ -243,3 +243,21 @@ async def test_failover_while_editing_fires_each_time_at_most_once(
         assert lapse == [], (cut_at, took_over, got)
     firing = {c.worker for c in fleet.calls if c.result is TriggerResult.ENQUEUED}
     assert len(firing) == 3, "each leader in turn fired triggers"
+
+
+async def test_the_leader_reads_the_schedules_only_when_their_version_moved(
+    autojump_clock: object,
+) -> None:
+    fleet = Fleet(anchored_store(BASE + 0.5), nothing, size=1)  # type: ignore[arg-type]
+    with trio.fail_after(1000):
+        async with fleet.running(scheduler_tick=1.0):
+            app = fleet.workers["w0"].app
+            await app.dynamic_schedules.add("s", Tick(), task="tick", every=7)
+            await trio.sleep(30)
+            await app.dynamic_schedules.pause("s")
+            await trio.sleep(30)
+    calls = fleet.stores["w0"].calls
+    # one version read per round (a round per tick at most: 60 s), a full
+    # read for the first round and after each of the two edits
+    assert 50 <= calls["schedules_version"] <= 65, calls
+    assert calls["stored_schedules"] == 3, calls
