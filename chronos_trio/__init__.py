@@ -84,6 +84,7 @@ from .records._version import VERSION as _VERSION
 
 if _TYPE_CHECKING:
     from .app import App as App
+    from .app import DynamicSchedules as DynamicSchedules
     from .app import Inspector as Inspector
     from .app import JobHandle as JobHandle
     from .app import JobPage as JobPage
@@ -102,11 +103,13 @@ if _TYPE_CHECKING:
     from .runtime import Recycled as Recycled
     from .runtime import Registry as Registry
     from .runtime import Schedule as Schedule
+    from .runtime import StoredEntry as StoredEntry
     from .runtime import TaskSpec as TaskSpec
     from .runtime import WorkerConfig as WorkerConfig
     from .runtime import WorkerHost as WorkerHost
     from .runtime import leadership_name as leadership_name
     from .runtime import parse_queues as parse_queues
+    from .runtime import zoned_time as zoned_time
     from .store import AbortResult as AbortResult
     from .store import Leadership as Leadership
     from .store import MemoryStore as MemoryStore
@@ -122,6 +125,7 @@ __version__ = _VERSION
 #: The public names loaded on first use, and the subpackage of each.
 _LAZY = {
     "App": "app",
+    "DynamicSchedules": "app",
     "JobHandle": "app",
     "Workflow": "app",
     "Task": "app",
@@ -140,11 +144,13 @@ _LAZY = {
     "Recycled": "runtime",
     "Registry": "runtime",
     "Schedule": "runtime",
+    "StoredEntry": "runtime",
     "TaskSpec": "runtime",
     "WorkerConfig": "runtime",
     "WorkerHost": "runtime",
     "leadership_name": "runtime",
     "parse_queues": "runtime",
+    "zoned_time": "runtime",
     "AbortResult": "store",
     "Leadership": "store",
     "MemoryStore": "store.memory",

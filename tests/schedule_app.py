@@ -8,9 +8,11 @@ off the store and see which worker's ``enqueue_trigger`` did what.
 
 As a process (the Redis tests)::
 
-    python -m tests.schedule_app REDIS_URL WORKER_ID [LEADER_TTL]
+    python -m tests.schedule_app REDIS_URL WORKER_ID [LEADER_TTL [stored]]
 
-runs one worker whose app has a 1-second ``every`` schedule; each run of the
+runs one worker whose app has a 1-second ``every`` schedule (with
+``stored``: no schedule in code, only those kept in the store, which the
+test edits); each run of the
 ``tick`` task appends ``"<job id> <attempt> <worker id>"`` to the Redis list
 ``ticks``.
 """
@@ -122,6 +124,7 @@ class Fleet:
     @asynccontextmanager
     async def running(self, **options: Any) -> AsyncIterator[Fleet]:
         async with trio.open_nursery() as nursery:
+            self.nursery = nursery
             for i in range(self.size):
                 await self.start(nursery, f"w{i}", **options)
             try:
@@ -154,7 +157,7 @@ class Fleet:
 
 
 # -- the worker process for the Redis tests ---------------------------------------------
-def build_app(url: str) -> App:
+def build_app(url: str, *, code_schedule: bool = True) -> App:
     import redis
 
     app = App(url)
@@ -165,12 +168,13 @@ def build_app(url: str) -> App:
         line = f"{job.id} {job.attempt} {job.worker_id}"
         await trio.to_thread.run_sync(client.rpush, "ticks", line)
 
-    app.every(1, Tick(), task=tick, schedule_id="tick")
+    if code_schedule:
+        app.every(1, Tick(), task=tick, schedule_id="tick")
     return app
 
 
-async def _main(url: str, worker_id: str, leader_ttl: float) -> None:
-    app = build_app(url)
+async def _main(url: str, worker_id: str, leader_ttl: float, code_schedule: bool) -> None:
+    app = build_app(url, code_schedule=code_schedule)
     async with app.open_worker(
         worker_id=worker_id,
         leader_ttl=leader_ttl,
@@ -190,8 +194,9 @@ def main(argv: list[str]) -> None:
     )
     url, worker_id = argv[0], argv[1]
     ttl = float(argv[2]) if len(argv) > 2 else 2.0
+    code_schedule = argv[3:4] != ["stored"]
     try:
-        trio.run(_main, url, worker_id, ttl)
+        trio.run(_main, url, worker_id, ttl, code_schedule)
     except KeyboardInterrupt:
         pass
 

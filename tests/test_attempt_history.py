@@ -29,7 +29,7 @@ from chronos_trio.records._attempts import (
     encode_attempt,
 )
 from chronos_trio.records._history import attempt_history
-from chronos_trio.store import QueueWeight, SettleKind, Settlement
+from chronos_trio.store import QueueWeight, ScheduleEdit, SettleKind, Settlement
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis.keys import KeySpace
 from chronos_trio.store.sqlite import SqliteStore
@@ -209,10 +209,13 @@ async def test_a_sqlite_file_of_schema_1_is_migrated(tmp_path: Path) -> None:
     store = SqliteStore.from_url(url)
     await store.enqueue_many([chronos_trio.NewJob(id="old", queue="q", kind="k", payload=b"p")])
     await store.aclose()
-    # the file as version 1 left it: none of the columns versions 2 and 3 added
+    # the file as version 1 left it: none of the columns versions 2 and 3
+    # added, nor the tables of version 4
     with sqlite3.connect(path) as conn:
         for column in ("attempt_history", "notes_progress", "notes_lines", "notes_dropped"):
             conn.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
+        conn.execute("DROP TABLE schedules")
+        conn.execute("DROP TABLE schedule_versions")
         conn.execute("PRAGMA user_version = 1")
     store = SqliteStore.from_url(url)
     try:
@@ -228,6 +231,8 @@ async def test_a_sqlite_file_of_schema_1_is_migrated(tmp_path: Path) -> None:
         assert [(a.outcome, a.worker, a.error) for a in got.history] == [
             (Out.RETRIED, "w1", "boom")
         ]
+        # version 4's stored schedules work on the migrated file
+        assert await store.edit_schedule("a:leader", ScheduleEdit.ADD, "s", "{}") == 1
     finally:
         await store.aclose()
     with sqlite3.connect(path) as conn:

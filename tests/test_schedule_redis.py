@@ -34,8 +34,11 @@ TICK = 1.0
 class Cluster:
     """Three ``schedule_app`` worker processes and what they did."""
 
-    def __init__(self, url: str, logs: Path, store: RedisStore) -> None:
+    def __init__(
+        self, url: str, logs: Path, store: RedisStore, extra: tuple[str, ...] = ()
+    ) -> None:
         self.url = url
+        self.extra = extra  # more arguments of schedule_app ("stored")
         self.logs = logs
         self.store = store
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -44,7 +47,15 @@ class Cluster:
     def spawn(self, worker_id: str) -> None:
         with open(self.logs / f"{worker_id}.log", "wb") as log:  # the child keeps its copy
             self.procs[worker_id] = subprocess.Popen(
-                [sys.executable, "-m", "tests.schedule_app", self.url, worker_id, str(TTL)],
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.schedule_app",
+                    self.url,
+                    worker_id,
+                    str(TTL),
+                    *self.extra,
+                ],
                 cwd=ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -15,6 +15,13 @@ with the leadership's epoch, sleep until the next trigger (at most
   clock with ``misfire_grace`` (see :meth:`Schedule.due_triggers`).
 * A round that has started runs to its end even if leadership is lost in the
   meantime: the store's fence, not this process's belief, decides.
+* **Schedules edited at run time** (kept in the store,
+  :class:`~chronos_trio.store.ScheduleStoreRole`) are fired beside the
+  code's: each round reads the store's schedules version (one cheap read)
+  and the schedules only when it moved, so an edit (add, change, pause,
+  resume, remove) takes effect from the next round, at most
+  ``scheduler_tick`` later. A stored schedule with a code schedule's id is
+  ignored (logged): code is authoritative for its names.
 * Store errors are backed off; a trigger that could not be fired within the
   grace window is a misfire.
 """
@@ -27,7 +34,9 @@ import trio
 
 from ..records._log import log_event
 from ..runtime._backoff import Backoff
+from ..runtime._schedule import Schedule
 from ..runtime._state import Runtime
+from ..runtime._stored_schedules import ScheduleFeed
 from ..store import Leadership, StoreError, TriggerResult
 
 log = logging.getLogger("chronos_trio.scheduler")
@@ -47,25 +56,35 @@ async def _fire_while_leading(rt: Runtime, lead: Leadership) -> None:
     store = rt.store
     cfg = rt.config
     backoff = Backoff(log, "scheduler")
+    # The code's schedules and the store's (one version read per round, a
+    # full read only when it moved: an edit is fired from the next round).
+    feed = ScheduleFeed(store, lead.name, rt.registry.schedules, log)
     # This worker is the only writer while it leads, so the store's
     # bookkeeping is read once per leadership and then followed locally.
     last_fired: dict[str, float] | None = None
     # Each schedule's next trigger after the last round that handled it: until
     # the store's clock reaches it, nothing can be due (saves cron arithmetic).
-    upcoming: dict[str, float] = {}
+    # Keyed by the schedule itself, so a changed spec starts afresh.
+    upcoming: dict[Schedule, float] = {}
+    schedules: list[Schedule] = []
     while True:
-        if not rt.registry.schedules:
-            with trio.move_on_after(cfg.scheduler_tick):
-                await rt.leadership.wait_value(lambda v: v != lead)
-                return
-            continue
         try:
+            schedules = await feed.current()
+            if not schedules:
+                upcoming.clear()
+                with trio.move_on_after(cfg.scheduler_tick):
+                    await rt.leadership.wait_value(lambda v: v != lead)
+                    return
+                continue
             if last_fired is None:
                 last_fired = await store.schedule_last_fired(lead.name)
             now = await store.now()
             read_at = trio.current_time()
-            for schedule in list(rt.registry.schedules):
-                if now < upcoming.get(schedule.id, now):
+            if len(upcoming) > len(schedules):  # forget the ones changed or removed
+                live = set(schedules)
+                upcoming = {s: t for s, t in upcoming.items() if s in live}
+            for schedule in schedules:
+                if now < upcoming.get(schedule, now):
                     continue
                 due = schedule.due_triggers(last_fired.get(schedule.id), now, cfg.misfire_grace)
                 for fire_at in due:
@@ -99,7 +118,7 @@ async def _fire_while_leading(rt: Runtime, lead: Leadership) -> None:
                             schedule=schedule.id,
                             spec=schedule.spec,
                         )
-                upcoming[schedule.id] = schedule.next_after(now)
+                upcoming[schedule] = schedule.next_after(now)
         except StoreError as exc:
             # Bounded by a tick: a trigger retried later than its grace is lost.
             with trio.move_on_after(cfg.scheduler_tick):
@@ -109,8 +128,8 @@ async def _fire_while_leading(rt: Runtime, lead: Leadership) -> None:
             continue
         backoff.reset()
         wait = cfg.scheduler_tick
-        for schedule in rt.registry.schedules:
-            wait = min(wait, upcoming.get(schedule.id, now) - now)
+        for schedule in schedules:
+            wait = min(wait, upcoming.get(schedule, now) - now)
         with trio.move_on_at(read_at + max(0.0, wait)):
             await rt.leadership.wait_value(lambda v: v != lead)
             return

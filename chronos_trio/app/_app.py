@@ -47,6 +47,7 @@ from ..store._offers import check_jobs
 from ..store._schemes import redact
 from ..store._transactional import transactional_store
 from ..worker import Worker
+from ._dynamic_schedules import DynamicSchedules
 from ._handle import JobHandle, Workflow
 from ._handlers import inspect_handler
 from ._schedules import build_schedule, check_unique
@@ -147,8 +148,15 @@ class App:
 
     @property
     def schedules(self) -> list[Schedule]:
-        """The registered cron and interval schedules (a copy)."""
+        """The cron and interval schedules declared in code (a copy); the
+        ones kept in the store are :attr:`dynamic_schedules`."""
         return list(self.registry.schedules)
+
+    @property
+    def dynamic_schedules(self) -> DynamicSchedules:
+        """Schedules kept in the store and edited at run time (add, change,
+        pause, resume, remove, list): see :class:`DynamicSchedules`."""
+        return DynamicSchedules(self, self.max_payload_bytes)
 
     @property
     def dead_letter_hooks(self) -> list[DeadLetterHook]:

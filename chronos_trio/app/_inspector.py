@@ -30,6 +30,8 @@ from ..records._options import check_queue
 from ..records._placement import Placement
 from ..records._workers import WorkerInfo, worker_order
 from ..runtime._registry import WorkerHost
+from ..runtime._schedule import Schedule
+from ..runtime._stored_schedules import StoredEntry, entries
 from ..store import (
     LEASE_GRACE,
     AbortResult,
@@ -40,6 +42,7 @@ from ..store import (
     LeadershipRole,
     NotesRole,
     QueueTopology,
+    ScheduleStoreRole,
     Store,
     StoreRole,
     TopologyRole,
@@ -173,6 +176,17 @@ class ScheduleInfo:
     last_run: float | None
     leader: str | None
     epoch: int | None
+    #: Where it is declared: "code" (``app.cron``/``app.every``) or "stored"
+    #: (``app.dynamic_schedules``).
+    source: str = "code"
+    #: A stored schedule that is paused (no trigger fires), or one that the
+    #: leader ignores (``ignored`` says why: a code schedule has its id, or
+    #: its definition cannot be read).
+    paused: bool = False
+    ignored: str = ""
+    #: Its next trigger times (up to :data:`NEXT_FIRES`), epoch seconds;
+    #: shown in ``tz`` beside UTC (``runtime._schedule.zoned_time``).
+    next_runs: tuple[float, ...] = ()
 
 
 @attrs.frozen
@@ -214,18 +228,38 @@ def declared_limits(app: WorkerHost | None, queue: str) -> dict[tuple[str, str],
     return out
 
 
+#: How many next trigger times a schedule row lists.
+NEXT_FIRES = 3
+
+
 async def schedule_rows(app: WorkerHost) -> list[ScheduleInfo]:
-    """Every schedule of ``app`` with its next run (from the store's now),
-    last run (the store's trigger bookkeeping) and the current leader.
-    ``TypeError`` if the app's store does not offer :class:`LeadershipRole`."""
+    """Every schedule of ``app``, declared in code and (when its store keeps
+    them, :class:`ScheduleStoreRole`) stored, with its next runs (from the
+    store's now; none for a paused or ignored one), last run (the store's
+    trigger bookkeeping) and the current leader. ``TypeError`` if the app's
+    store does not offer :class:`LeadershipRole`."""
     store, registry = app.store, app.registry
     require_roles(store, LeadershipRole, what="listing schedules")
     name = registry.leadership_name
     now = await store.now()
     last = await store.schedule_last_fired(name)
     lead = await store.current_leader(name)
+    stored: list[StoredEntry] = []
+    if isinstance(store, ScheduleStoreRole):
+        stored = entries(await store.stored_schedules(name), registry.schedules)
     rows = []
-    for s in registry.schedules:
+    listed: list[tuple[Schedule, str, bool, str]] = [
+        (s, "code", False, "") for s in registry.schedules
+    ]
+    for e in stored:
+        if e.schedule is None:  # an unreadable definition: its id and why
+            rows.append(ScheduleInfo(e.id, "", "", "UTC", "", "", None, last.get(e.id),
+                                     None, None, "stored", e.paused, e.error))  # fmt: skip
+            continue
+        ignored = "a schedule declared in code has its id" if e.shadowed else ""
+        listed.append((e.schedule, "stored", e.paused, ignored))
+    for s, source, paused, ignored in listed:
+        fires = () if paused or ignored else tuple(s.next_fires(now, NEXT_FIRES))
         rows.append(
             ScheduleInfo(
                 id=s.id,
@@ -234,10 +268,14 @@ async def schedule_rows(app: WorkerHost) -> list[ScheduleInfo]:
                 tz=s.tz,
                 misfire=s.misfire,
                 queue=s.resolved_queue(registry.tasks.get(s.kind)),
-                next_run=s.next_after(now),
+                next_run=fires[0] if fires else None,
                 last_run=last.get(s.id),
                 leader=lead.holder if lead is not None else None,
                 epoch=lead.epoch if lead is not None else None,
+                source=source,
+                paused=paused,
+                ignored=ignored,
+                next_runs=fires,
             )
         )
     return rows

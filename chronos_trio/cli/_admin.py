@@ -126,8 +126,15 @@ def add_commands(sub: Any, leaves: dict[tuple[str, ...], argparse.ArgumentParser
         "running jobs (a worker that died drops out within three heartbeats)",
     )
 
-    p = command(("schedules",), "_schedules", "the app's cron and interval schedules")
+    p = command(
+        ("schedules",),
+        "_schedules",
+        "the app's cron and interval schedules, declared in code and stored, with their "
+        "next fires in their time zones beside UTC (schedules add|change|pause|resume|"
+        "remove|list: edit the stored ones)",
+    )
     p.set_defaults(needs_app=True)
+    _add_schedule_commands(common, leaves)
 
     p = command(
         ("check",),
@@ -156,17 +163,71 @@ def add_commands(sub: Any, leaves: dict[tuple[str, ...], argparse.ArgumentParser
     )
 
 
+def _add_schedule_commands(
+    common: argparse.ArgumentParser, leaves: dict[tuple[str, ...], argparse.ArgumentParser]
+) -> None:
+    """``schedules ACTION``: leaves of their own (``schedules APP`` lists)."""
+    from ._options import Parser
+
+    def leaf(action: str, help: str) -> argparse.ArgumentParser:
+        parser = Parser(
+            prog=f"python -m chronos_trio schedules {action}",
+            description=help,
+            parents=[common],
+        )
+        parser.set_defaults(handler=_handler(f"_schedules_{action}", "_schedule_commands"))
+        parser.set_defaults(needs_app=action == "list")
+        leaves[("schedules", action)] = parser
+        return parser
+
+    leaf("list", "the app's schedules (as `schedules APP`)")
+    for action, text in (
+        ("add", "store a new schedule (validated as a code schedule; APP needed)"),
+        ("change", "replace a stored schedule's definition (its id and last fire stay)"),
+    ):
+        p = leaf(action, text)
+        p.add_argument("schedule_id", metavar="ID", help="the schedule's id")
+        p.add_argument("payload", metavar="PAYLOAD", help="the payload as JSON ('-': stdin)")
+        p.add_argument("--task", required=True, help="the task kind it enqueues")
+        when = p.add_mutually_exclusive_group(required=True)
+        when.add_argument("--cron", help="5-field cron spec (or @hourly, @daily, ...)")
+        when.add_argument("--every", type=seconds(), help="interval, seconds (>= 1)")
+        p.add_argument("--tz", default="UTC", help="IANA time zone of --cron (default UTC)")
+        p.add_argument("--misfire", default="skip", help="skip (default) or fire_once")
+        p.add_argument("--queue", help="queue of its jobs (default: the task's)")
+        p.add_argument("--max-retries", type=int_at_least(0), help="default: the task's")
+        p.add_argument("--timeout", type=seconds(), help="default: the task's")
+        p.add_argument(
+            "--external",
+            action="store_true",
+            help="the task is registered by another program sharing the store",
+        )
+    for action, text in (
+        ("pause", "stop firing a stored schedule (from the leader's next round)"),
+        ("resume", "fire a paused stored schedule again"),
+        ("remove", "forget a stored schedule (asks unless --yes)"),
+    ):
+        p = leaf(action, text)
+        p.add_argument("schedule_id", metavar="ID", help="the schedule's id")
+        if action == "remove":
+            p.add_argument("--yes", "-y", action="store_true", help="do not ask")
+
+
 def _state_names() -> str:
     return ", ".join(s.value for s in JobState)
 
 
-def _handler(name: str) -> Callable[[argparse.Namespace], int]:
-    """Run the command ``_admin_commands.<name>`` for the parsed ``args``."""
+def _handler(name: str, module: str = "_admin_commands") -> Callable[[argparse.Namespace], int]:
+    """Run the command ``<module>.<name>`` (a module of this package) for
+    the parsed ``args``."""
 
     def handle(args: argparse.Namespace) -> int:
+        import importlib
+
         from . import _admin_commands
 
-        return _admin_commands.handle(getattr(_admin_commands, name), args)
+        fn = getattr(importlib.import_module(f".{module}", __package__), name)
+        return _admin_commands.handle(fn, args)
 
     return handle
 

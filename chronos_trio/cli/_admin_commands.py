@@ -41,14 +41,13 @@ from ._output import (
     print_json,
     queue_json,
     queues_table,
-    schedule_json,
-    schedules_table,
     topology_json,
     topology_table,
     worker_json,
     workers_table,
 )
 from ._output_notes import notes_json, notes_lines
+from ._output_schedules import schedule_json, schedules_table
 
 
 @attrs.define

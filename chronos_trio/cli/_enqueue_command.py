@@ -159,9 +159,10 @@ def run(args: argparse.Namespace) -> int:
         producer.close()
 
 
-def _payload(app: App | None, kind: str, data: bytes) -> Any:
+def _payload(app: App | None, kind: str, data: bytes, *, nothing: str = "nothing enqueued") -> Any:
     """The payload to enqueue: structured to the task's payload type with an
-    app (a usage error naming what does not fit), else the JSON value."""
+    app (a usage error naming what does not fit, after ``nothing``: what
+    did not happen), else the JSON value."""
     if app is None:
         try:
             return loads(data)
@@ -174,7 +175,7 @@ def _payload(app: App | None, kind: str, data: bytes) -> Any:
     try:
         return decode_payload(data, spec.payload_type)
     except PayloadError as exc:
-        raise CliError(f"nothing enqueued: {one_line(str(exc))}", EXIT_USAGE) from None
+        raise CliError(f"{nothing}: {one_line(str(exc))}", EXIT_USAGE) from None
 
 
 def _wait(handle: Any, timeout: float | None) -> bytes | None:

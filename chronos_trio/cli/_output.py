@@ -11,7 +11,6 @@ from ..app._inspector import (
     JobPage,
     LimitInfo,
     QueueInfo,
-    ScheduleInfo,
     next_run_at,
     payload_view,
     result_view,
@@ -409,21 +408,6 @@ def topology_table(topology: QueueTopology) -> str:
     )
 
 
-def schedule_json(row: ScheduleInfo) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "kind": row.kind,
-        "spec": row.spec,
-        "tz": row.tz,
-        "misfire": row.misfire,
-        "queue": row.queue,
-        "next_run": iso(row.next_run),
-        "last_run": iso(row.last_run),
-        "leader": row.leader,
-        "epoch": row.epoch,
-    }
-
-
 def limit_json(row: LimitInfo) -> dict[str, Any]:
     return {
         "queue": row.queue,
@@ -455,27 +439,6 @@ def limits_table(rows: Sequence[LimitInfo], now: float) -> str:
             for r in rows
         ],
     )  # fmt: skip
-
-
-def schedules_table(rows: Sequence[ScheduleInfo], now: float) -> str:
-    if not rows:
-        return "no schedules"
-    return table(
-        ["ID", "KIND", "SPEC", "TZ", "QUEUE", "NEXT RUN", "LAST RUN", "LEADER"],
-        [
-            [
-                r.id,
-                r.kind,
-                r.spec,
-                r.tz,
-                r.queue,
-                relative(r.next_run, now),
-                relative(r.last_run, now),
-                f"{r.leader} (epoch {r.epoch})" if r.leader else None,
-            ]
-            for r in rows
-        ],
-    )
 
 
 # -- workers ---------------------------------------------------------------------------
@@ -625,8 +588,6 @@ __all__ = [
     "print_json",
     "queue_json",
     "queues_table",
-    "schedule_json",
-    "schedules_table",
     "table",
     "topology_json",
     "topology_table",

@@ -27,8 +27,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from ..app._app import App
 from ..app._inspector import Inspector
 from ..records._jobs import JobState
+from . import _schedule_actions as sched
 from ._render import link, shorten
 from ._security import logout_cookie, mount_path, same_origin
 from ._views import Views, optional, parse_int, required
@@ -44,7 +46,8 @@ Done = tuple[str, str, dict[str, object]]
 @attrs.frozen
 class Action:
     """One action: what its button says, what it acts on (``job`` needs
-    ``id`` and ``queue``; ``queue`` needs ``queue``), the question its
+    ``id`` and ``queue``; ``queue`` needs ``queue``; ``schedule`` needs
+    ``schedule``, but for an add), the question its
     confirmation page asks, and what it does."""
 
     name: str
@@ -184,8 +187,19 @@ ACTIONS: dict[str, Action] = {
             "Remove the drained version of queue {queue}?",
             _complete,
         ),
+        Action("schedule-add", "Add a schedule", "schedule", "Store a new schedule?",
+               sched.schedule_add),
+        Action("schedule-change", "Change", "schedule",
+               "Replace stored schedule {schedule}'s definition (its id and last fire stay)?",
+               sched.schedule_change),
+        Action("schedule-pause", "Pause", "schedule", "Pause stored schedule {schedule}?",
+               sched.schedule_pause, danger=True),
+        Action("schedule-resume", "Resume", "schedule", "Resume stored schedule {schedule}?",
+               sched.schedule_resume),
+        Action("schedule-remove", "Remove", "schedule",
+               "Remove stored schedule {schedule} for good?", sched.schedule_remove, danger=True),
     )
-}
+}  # fmt: skip
 
 
 class Actions:
@@ -205,6 +219,8 @@ class Actions:
     async def confirm(self, request: Request) -> Response:
         action = self._action(request.path_params["name"])
         params = request.query_params
+        if action.target == "schedule":
+            return await self._confirm_schedule(request, action)
         queue = required(params, "queue")
         job = None
         if action.target == "job":
@@ -223,6 +239,30 @@ class Actions:
             version=optional(params, "version"),
             partitions=active[0] if active else 1,
             nav_at="queues",
+        )
+
+    async def _confirm_schedule(self, request: Request, action: Action) -> Response:
+        params = request.query_params
+        schedule_id = optional(params, "schedule")
+        if action.name != "schedule-add" and not schedule_id:
+            raise HTTPException(400, "give the schedule's id")
+        current = None
+        if action.name == "schedule-change":
+            app = self.views.inspector.app
+            entry = await app.dynamic_schedules.get(schedule_id) if isinstance(app, App) else None
+            if entry is None or entry.schedule is None:
+                raise HTTPException(404, f"no stored schedule {shorten(schedule_id, 60)!r}")
+            current = entry.schedule
+        return await self.views.render(
+            request,
+            "confirm.html",
+            action=action,
+            question=action.question.format(schedule=schedule_id),
+            job=None,
+            queue=None,
+            schedule=schedule_id,
+            current=current,
+            nav_at="schedules",
         )
 
     async def _checked_form(self, request: Request) -> dict[str, str]:

@@ -22,6 +22,7 @@ from ..app._inspector import relative_text as relative
 from ..records._control import JobControl
 from ..records._jobs import Job
 from ..records._unique import unique_key_of_slot
+from ..runtime._schedule import zoned_time
 
 HERE = Path(__file__).resolve().parent
 
@@ -87,7 +88,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.globals.update(iso=iso, relative=relative, duration=duration)
+    env.globals.update(iso=iso, relative=relative, duration=duration, zoned=zoned_time)
     return env
 
 

@@ -16,13 +16,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from ..app._app import App
 from ..app._inspector import RUN_NOW_STATES, Inspector, next_run_at
 from ..records._attempts import HISTORY_LIMIT
 from ..records._history import attempt_history
 from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._producing import MAX_JOB_ID_LENGTH
 from ..records._workflow import describe
-from ..store import VersionState
+from ..store import Capability, VersionState, capabilities_of
 from ._render import control_rows, environment, link, payload_text, result_text, shorten
 from ._security import SECURE_KEY, SESSION_KEY, Session, Signer, mount_path
 
@@ -244,7 +245,15 @@ class Views:
 
     async def schedules(self, request: Request) -> Response:
         rows = None if self.inspector.app is None else await self.inspector.schedules()
-        return await self.render(request, "schedules.html", rows=rows, nav_at="schedules")
+        # stored schedules are edited through the App (its tasks validate them)
+        editable = (
+            not self.options.read_only
+            and isinstance(self.inspector.app, App)
+            and Capability.DYNAMIC_SCHEDULES in capabilities_of(self.inspector.store)
+        )
+        return await self.render(
+            request, "schedules.html", rows=rows, editable=editable, nav_at="schedules"
+        )
 
     async def workers(self, request: Request) -> Response:
         rows = await self.inspector.workers()

@@ -54,8 +54,10 @@ from ._schedule import MisfirePolicy as MisfirePolicy
 from ._schedule import Schedule as Schedule
 from ._schedule import leadership_name as leadership_name
 from ._schedule import trigger_job_id as trigger_job_id
+from ._schedule import zoned_time as zoned_time
 from ._state import Counters as Counters
 from ._state import Runtime as Runtime
+from ._stored_schedules import StoredEntry as StoredEntry
 from ._tasks import DEFAULT_RESULT_TTL as DEFAULT_RESULT_TTL
 from ._tasks import Handler as Handler
 from ._tasks import TaskSpec as TaskSpec

@@ -351,10 +351,34 @@ class Schedule:
             timeout=self.timeout if self.timeout is not None else timeout,
         )
 
+    def next_fires(self, t: float, count: int) -> list[float]:
+        """The next ``count`` trigger times strictly after ``t``."""
+        out: list[float] = []
+        while len(out) < count:
+            t = self.next_after(t)
+            out.append(t)
+        return out
+
     def resolved_queue(self, task: JobDefaultsOf | None = None) -> str:
         if self.queue is not None:
             return self.queue
         return task.queue if task is not None else DEFAULT_QUEUE
+
+
+def zoned_time(t: float, tz: str) -> str:
+    """Trigger time ``t`` (epoch seconds) as people read it: in zone ``tz``
+    with UTC beside it, ``2026-12-03 09:00 Europe/Paris (08:00 UTC)``; the
+    UTC date too when it differs from the zone's, ``(2026-12-02 23:30
+    UTC)``; just ``2026-12-03 08:00 UTC`` for UTC. Seconds are shown only
+    when not zero. The offset is the zone's at ``t``, so a time across a
+    DST change shows that day's offset. ``ValueError`` for an unknown zone."""
+    utc = dt.datetime.fromtimestamp(t, dt.UTC)
+    shape = "%H:%M" if utc.second == 0 and utc.microsecond == 0 else "%H:%M:%S"
+    if tz == "UTC":
+        return utc.strftime(f"%Y-%m-%d {shape}") + " UTC"
+    local = dt.datetime.fromtimestamp(t, _zone(tz))
+    beside = utc.strftime(shape if local.date() == utc.date() else f"%Y-%m-%d {shape}")
+    return f"{local.strftime(f'%Y-%m-%d {shape}')} {tz} ({beside} UTC)"
 
 
 __all__ = [
@@ -363,4 +387,5 @@ __all__ = [
     "Schedule",
     "leadership_name",
     "trigger_job_id",
+    "zoned_time",
 ]

@@ -43,10 +43,13 @@ from ._results import QueueWeight as QueueWeight
 from ._results import RecoverResult as RecoverResult
 from ._results import RenewResult as RenewResult
 from ._results import Repair as Repair
+from ._results import ScheduleEdit as ScheduleEdit
 from ._results import SetAside as SetAside
 from ._results import SettleKind as SettleKind
 from ._results import Settlement as Settlement
 from ._results import SettleResult as SettleResult
+from ._results import StoredSchedule as StoredSchedule
+from ._results import StoredSchedules as StoredSchedules
 from ._results import TriggerResult as TriggerResult
 from ._results import VersionState as VersionState
 from ._roles import ROLES as ROLES
@@ -59,6 +62,7 @@ from ._roles import NotesRole as NotesRole
 from ._roles import PromotionRole as PromotionRole
 from ._roles import RegistryRole as RegistryRole
 from ._roles import ResultRole as ResultRole
+from ._roles import ScheduleStoreRole as ScheduleStoreRole
 from ._roles import Store as Store
 from ._roles import StoreError as StoreError
 from ._roles import StoreRole as StoreRole

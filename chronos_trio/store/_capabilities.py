@@ -10,7 +10,7 @@ two kinds:
 * **Roles** (:data:`ROLE_CAPABILITIES`): a set of methods, offered by
   subclassing the role's ABC (``PromotionRole``, ``RegistryRole``,
   ``AdminRole``, ``TopologyRole``, ``LeadershipRole``, ``ResultRole``,
-  ``FlowRole``, ``CheckRole``, ``NotesRole``).
+  ``FlowRole``, ``CheckRole``, ``NotesRole``, ``ScheduleStoreRole``).
 * **Features** (:data:`FEATURES`): semantics carried inside the core's
   arguments (a ``NewJob``'s ``unique`` and ``control``, an abort flag in a
   renew's reply), which no method shows; a backend declares the ones it
@@ -57,6 +57,9 @@ class Capability(enum.StrEnum):
     #: ``NotesRole``: a running job's progress and log lines, written by
     #: its lease holder (``job.progress``, ``job.log``, ``handle.progress``).
     NOTES = "notes"
+    #: ``ScheduleStoreRole``: schedules kept in the store and edited at run
+    #: time (``app.dynamic_schedules``), fired by the leader beside the code's.
+    DYNAMIC_SCHEDULES = "dynamic_schedules"
     # -- features: semantics inside the core's arguments, declared in ``features`` ------
     #: ``NewJob.unique``: at most one pending job per key.
     UNIQUE = "unique"

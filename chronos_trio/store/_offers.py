@@ -26,6 +26,7 @@ from ._roles import (
     PromotionRole,
     RegistryRole,
     ResultRole,
+    ScheduleStoreRole,
     StoreRole,
     TopologyRole,
 )
@@ -44,6 +45,7 @@ ROLE_CAPABILITIES: Mapping[type, Capability] = {
     FlowRole: Capability.FLOWS,
     CheckRole: Capability.CHECK,
     NotesRole: Capability.NOTES,
+    ScheduleStoreRole: Capability.DYNAMIC_SCHEDULES,
 }
 
 #: The role behind each role capability.

@@ -338,6 +338,38 @@ class TriggerResult(enum.StrEnum):
     STALE_EPOCH = "stale_epoch"  # the caller no longer leads: nothing was done
 
 
+class ScheduleEdit(enum.StrEnum):
+    """One change to a stored schedule
+    (:meth:`~chronos_trio.store.ScheduleStoreRole.edit_schedule`)."""
+
+    ADD = "add"  # store a new schedule (refused when its id is stored)
+    CHANGE = "change"  # replace a stored schedule's definition (keeps paused)
+    PAUSE = "pause"  # stop its triggers until resumed
+    RESUME = "resume"  # fire its triggers again
+    REMOVE = "remove"  # forget it (its last fired time stays, see the role)
+
+
+@attrs.frozen
+class StoredSchedule:
+    """A schedule kept in the store: its ``definition`` is opaque text to the
+    store (the runtime's JSON, ``runtime._stored_schedules``)."""
+
+    id: str
+    definition: str
+    paused: bool
+    #: The store's time of its last edit (epoch seconds).
+    updated_at: float
+
+
+@attrs.frozen
+class StoredSchedules:
+    """Every stored schedule of one leadership name, read in one atomic step,
+    with the ``version`` they are at (0: never edited)."""
+
+    version: int
+    schedules: tuple[StoredSchedule, ...]  # by id
+
+
 # -- the store checker's findings ---------------------------------------------------------
 #: How long (seconds) past its expiry a lease may stay unrecovered before the
 #: checker reports it: workers recover expired leases every few seconds (at

@@ -28,6 +28,8 @@ The optional roles, each a :class:`~chronos_trio.store.Capability`:
 * :class:`FlowRole`: workflow continuations.
 * :class:`CheckRole`: the store checker (find and repair inconsistencies).
 * :class:`NotesRole`: a running job's progress and log lines.
+* :class:`ScheduleStoreRole`: schedules kept in the store, edited at run
+  time.
 
 The features, declared in ``features`` (semantics carried inside the core's
 arguments): unique jobs, rate limits, concurrency limits, expiry,
@@ -147,10 +149,13 @@ from ._results import QueueWeight as QueueWeight
 from ._results import RecoverResult as RecoverResult
 from ._results import RenewResult as RenewResult
 from ._results import Repair as Repair
+from ._results import ScheduleEdit as ScheduleEdit
 from ._results import SetAside as SetAside
 from ._results import SettleKind as SettleKind
 from ._results import Settlement as Settlement
 from ._results import SettleResult as SettleResult
+from ._results import StoredSchedule as StoredSchedule
+from ._results import StoredSchedules as StoredSchedules
 from ._results import TriggerResult as TriggerResult
 from ._results import VersionState as VersionState
 from ._results import finding_order as finding_order
@@ -768,6 +773,54 @@ class LeadershipRole(StoreRole):
         be reached."""
 
 
+class ScheduleStoreRole(StoreRole):
+    """Schedules kept in the store (added, changed, paused, resumed and
+    removed at run time), under a leadership ``name`` beside its trigger
+    bookkeeping (:class:`LeadershipRole`), so the leader of ``name`` fires
+    them. The store keeps each schedule's definition as opaque text; the
+    runtime validates it before it is stored.
+
+    Every applied edit is atomic and moves the name's ``version`` up by one,
+    so a leader checks one number per tick (:meth:`schedules_version`) and
+    reads the schedules (:meth:`stored_schedules`) only when it moved.
+    """
+
+    @abc.abstractmethod
+    async def edit_schedule(
+        self, name: str, edit: ScheduleEdit, schedule_id: str, definition: str | None = None
+    ) -> int | None:
+        """Apply one ``edit`` to schedule ``schedule_id`` of ``name`` in one
+        atomic step, stamping it with the store's now; the name's new
+        version, or None, changing nothing, when refused: ADD of an id that
+        is stored, any other edit of an id that is not.
+
+        ADD stores ``definition`` (not paused); CHANGE replaces it and keeps
+        the paused flag; PAUSE and RESUME set the flag (also when it was
+        set already); REMOVE forgets the schedule. A schedule's last fired
+        time (:meth:`LeadershipRole.schedule_last_fired`) is not touched by
+        any edit: a changed (or removed and added again) schedule of the
+        same id never fires a trigger time at or before it again.
+
+        Raises ``ValueError`` when ``definition`` is missing for ADD and
+        CHANGE (or given for the others), or ``schedule_id`` is empty;
+        StoreError when the store cannot be reached (the edit may have been
+        applied: read the schedules to see).
+        """
+
+    @abc.abstractmethod
+    async def schedules_version(self, name: str) -> int:
+        """The version of ``name``'s stored schedules: 0 before any edit,
+        then one more per applied edit (never reused, also when every
+        schedule is removed). Raises StoreError when the store cannot be
+        reached."""
+
+    @abc.abstractmethod
+    async def stored_schedules(self, name: str) -> StoredSchedules:
+        """Every stored schedule of ``name`` (by id) and the version they
+        are at, read in one atomic step. Raises StoreError when the store
+        cannot be reached."""
+
+
 class ResultRole(StoreRole):
     """Results and waiting for a job's outcome: what a producer holding a job
     handle uses. Results are written by the fenced success settle (only the
@@ -957,6 +1010,7 @@ class Store(
     CheckRole,
     FlowRole,
     NotesRole,
+    ScheduleStoreRole,
 ):
     """A store with every role and every feature: what the worker, the
     producers, the ``Inspector`` and the command line can all use.
@@ -978,6 +1032,7 @@ ROLES: tuple[type[StoreRole], ...] = (
     CheckRole,
     FlowRole,
     NotesRole,
+    ScheduleStoreRole,
 )
 
 

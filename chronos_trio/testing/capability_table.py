@@ -49,6 +49,8 @@ ROWS: Mapping[Capability, str] = {
     Capability.CHECK: "`CheckRole`: the store checker",
     Capability.NOTES: "`NotesRole`: progress and log lines of running jobs "
     "(`job.progress`, `job.log`)",
+    Capability.DYNAMIC_SCHEDULES: "`ScheduleStoreRole`: schedules edited at run time "
+    "(`app.dynamic_schedules`)",
     Capability.UNIQUE: "unique jobs (`unique=`)",
     Capability.RATE_LIMITS: "rate limits (`rate_limit=`)",
     Capability.CONCURRENCY_LIMITS: "concurrency limits (`concurrency_limit=`)",

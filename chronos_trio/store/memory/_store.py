@@ -75,11 +75,13 @@ from .._roles import (
     QueueWeight,
     RecoverResult,
     RenewResult,
+    ScheduleEdit,
     SetAside,
     SettleKind,
     Settlement,
     SettleResult,
     Store,
+    StoredSchedules,
     TopologyError,
     TriggerResult,
     VersionState,
@@ -90,6 +92,7 @@ from .._topology_placement import topology_placement as _placement_of
 from . import _check as _memory_check
 from . import _control as _memory_control
 from . import _notes as _memory_notes
+from . import _schedules as _memory_schedules
 from . import _unique as _memory_unique
 from . import _workers as _memory_workers
 
@@ -249,6 +252,7 @@ class MemoryStore(Store):
         self._leaders: dict[str, Leadership] = {}
         self._epochs: dict[str, int] = {}
         self._last_fired: dict[str, dict[str, float]] = {}
+        self._schedules = _memory_schedules.ScheduleTables()
         #: Result waiters: job ID -> the event its finishing (or deletion) sets.
         self._done: dict[str, trio.Event] = {}
         self._unique = _memory_unique.UniqueLocks()
@@ -1303,6 +1307,21 @@ class MemoryStore(Store):
     async def schedule_last_fired(self, name: str) -> dict[str, float]:
         await trio.lowlevel.checkpoint()
         return dict(self._last_fired.get(name, {}))
+
+    # -- stored schedules (ScheduleStoreRole) ----------------------------------------------
+    async def edit_schedule(
+        self, name: str, edit: ScheduleEdit, schedule_id: str, definition: str | None = None
+    ) -> int | None:
+        await trio.lowlevel.checkpoint()
+        return self._schedules.edit(name, edit, schedule_id, definition, self._clock())
+
+    async def schedules_version(self, name: str) -> int:
+        await trio.lowlevel.checkpoint()
+        return self._schedules.version(name)
+
+    async def stored_schedules(self, name: str) -> StoredSchedules:
+        await trio.lowlevel.checkpoint()
+        return self._schedules.read(name)
 
     # -- the store checker ----------------------------------------------------------------
     async def check(

@@ -19,13 +19,21 @@ from ._database import Database
 from ._leader import LeaderPart
 from ._notes import NotesPart
 from ._registry import RegistryPart
+from ._schedules import SchedulesPart
 from ._transactional import TransactionalPart
 from ._url import PostgresOptions, parse_url
 from ._worker import WorkerPart
 
 
 class PostgresStore(
-    WorkerPart, AdminPart, RegistryPart, LeaderPart, CheckPart, NotesPart, TransactionalPart
+    WorkerPart,
+    AdminPart,
+    RegistryPart,
+    LeaderPart,
+    CheckPart,
+    NotesPart,
+    SchedulesPart,
+    TransactionalPart,
 ):
     """A store in a PostgreSQL database (``postgresql://`` URLs; see
     ``_url`` for the options). Shared by every process and host that

@@ -156,6 +156,8 @@ WORKER_BEAT = Script("worker_beat")
 WORKER_UNREGISTER = Script("worker_unregister")
 WORKERS_LIST = Script("workers_list")
 NOTES_WRITE = Script("notes_write")
+SCHEDULE_EDIT = Script("schedule_edit")
+SCHEDULES_READ = Script("schedules_read")
 
 
 @attrs.frozen

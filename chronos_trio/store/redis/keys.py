@@ -63,6 +63,9 @@ Global keys (single-key commands or single-key scripts only):
 ``{ns:L:<name>}:fired``            hash schedule id -> last fired time
 ``{ns:L:<name>}:pending``          hash of triggers recorded but not yet enqueued
 ``{ns:L:<name>}:damaged``          pending triggers that could not be decoded
+``{ns:L:<name>}:schedules``        stored schedules: hash id ->
+                                   ``<paused 0|1>|<updated_at>|<definition>``
+``{ns:L:<name>}:schedules_v``      their version: one more per applied edit
 ``{ns:wf:<group>}:g``             a workflow group's member results
                                    (field = index), expiring with the workflow
 ``{ns:workers}:info``              the worker registry: hash worker id ->
@@ -189,6 +192,8 @@ class LeaderKeys:
     fired: str
     pending: str
     damaged: str
+    schedules: str
+    schedules_version: str
 
 
 class KeySpace:
@@ -253,4 +258,6 @@ class KeySpace:
             fired=f"{tag}:fired",
             pending=f"{tag}:pending",
             damaged=f"{tag}:damaged",
+            schedules=f"{tag}:schedules",
+            schedules_version=f"{tag}:schedules_v",
         )

@@ -37,9 +37,11 @@ from .._roles import (
     QueueWeight,
     RecoverResult,
     RenewResult,
+    ScheduleEdit,
     Settlement,
     SettleResult,
     Store,
+    StoredSchedules,
     TriggerResult,
 )
 from . import (
@@ -51,6 +53,7 @@ from . import (
     _limits,
     _notes,
     _results,
+    _schedules,
     _waiting,
     _workers,
 )
@@ -397,6 +400,20 @@ class RedisStore(Store):
 
     async def schedule_last_fired(self, name: str) -> dict[str, float]:
         return await self._ctx.run(_leader.last_fired(self._ctx, name))
+
+    # -- stored schedules (ScheduleStoreRole) ----------------------------------------------
+    async def edit_schedule(
+        self, name: str, edit: ScheduleEdit, schedule_id: str, definition: str | None = None
+    ) -> int | None:
+        """One ``schedule_edit.lua`` (one slot: the name's hash tag)."""
+        return await self._ctx.run(_schedules.edit(self._ctx, name, edit, schedule_id, definition))
+
+    async def schedules_version(self, name: str) -> int:
+        """One ``GET`` of the name's version counter."""
+        return await self._ctx.run(_schedules.version(self._ctx, name))
+
+    async def stored_schedules(self, name: str) -> StoredSchedules:
+        return await self._ctx.run(_schedules.read(self._ctx, name))
 
     # -- the store checker ----------------------------------------------------------------
     # -- Redis for handlers ----------------------------------------------------------------

@@ -48,7 +48,18 @@ T = TypeVar("T")
 Work = Callable[[sqlite3.Connection], T]
 
 #: The schema version this code writes and reads (``PRAGMA user_version``).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+
+#: Stored schedules (version 4, ``store._sql_schedules``); schema.sql has
+#: them too.
+SCHEDULE_TABLES = (
+    "CREATE TABLE schedules (leader TEXT NOT NULL, id TEXT NOT NULL,"
+    " definition TEXT NOT NULL, paused INTEGER NOT NULL DEFAULT 0,"
+    " updated_at REAL NOT NULL, PRIMARY KEY (leader, id)) STRICT"
+)
+SCHEDULE_VERSIONS_TABLE = (
+    "CREATE TABLE schedule_versions (leader TEXT PRIMARY KEY, version INTEGER NOT NULL) STRICT"
+)
 
 #: Per schema version below :data:`SCHEMA_VERSION`, the statements that take
 #: a file of that version to the next one; ``schema.sql`` is the result of
@@ -63,6 +74,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE jobs ADD COLUMN notes_lines TEXT",
         "ALTER TABLE jobs ADD COLUMN notes_dropped INTEGER NOT NULL DEFAULT 0",
     ),
+    # 3 -> 4: stored schedules (store._sql_schedules)
+    3: (SCHEDULE_TABLES, SCHEDULE_VERSIONS_TABLE),
 }
 
 #: Oldest SQLite library the store runs on (STRICT tables, RETURNING).

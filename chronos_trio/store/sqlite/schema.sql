@@ -1,4 +1,4 @@
--- chronos_trio SQLite store, schema version 3 (PRAGMA user_version; a file of
+-- chronos_trio SQLite store, schema version 4 (PRAGMA user_version; a file of
 -- an older version is migrated by _connections.MIGRATIONS).
 -- Applied once per file, in one BEGIN IMMEDIATE transaction, by the first
 -- process that opens it (see _database.py). Times are REAL epoch seconds on
@@ -136,6 +136,22 @@ CREATE TABLE triggers (
     job_id    TEXT NOT NULL,
     epoch     INTEGER NOT NULL,
     PRIMARY KEY (leader, schedule)
+) STRICT;
+
+-- Stored schedules (version 4, store/_sql_schedules.py): edited at run
+-- time, per leadership name beside its triggers; the name's version moves
+-- up by one per applied edit, so a leader reads one row per tick.
+CREATE TABLE schedules (
+    leader     TEXT NOT NULL,
+    id         TEXT NOT NULL,
+    definition TEXT NOT NULL,
+    paused     INTEGER NOT NULL DEFAULT 0,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (leader, id)
+) STRICT;
+CREATE TABLE schedule_versions (
+    leader  TEXT PRIMARY KEY,
+    version INTEGER NOT NULL
 ) STRICT;
 
 -- Result waiters (ResultRole.wait_outcome): a finished job nothing keeps

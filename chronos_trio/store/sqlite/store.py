@@ -21,13 +21,21 @@ from ._database import Database
 from ._leader import LeaderPart
 from ._notes import NotesPart
 from ._registry import RegistryPart
+from ._schedules import SchedulesPart
 from ._transactional import TransactionalPart
 from ._url import SqliteOptions, parse_url
 from ._worker import WorkerPart
 
 
 class SqliteStore(
-    WorkerPart, AdminPart, RegistryPart, LeaderPart, CheckPart, NotesPart, TransactionalPart
+    WorkerPart,
+    AdminPart,
+    RegistryPart,
+    LeaderPart,
+    CheckPart,
+    NotesPart,
+    SchedulesPart,
+    TransactionalPart,
 ):
     """A store in one SQLite file (``sqlite:///path/to/jobs.db``; see
     ``_url`` for the options), durable across restarts and shared by every
