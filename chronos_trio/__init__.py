@@ -68,6 +68,8 @@ from .records import ResultNotKeptWarning as ResultNotKeptWarning
 from .records import ResultTimeout as ResultTimeout
 from .records import Retry as Retry
 from .records import RetryPolicy as RetryPolicy
+from .records import ScheduleAlreadyStored as ScheduleAlreadyStored
+from .records import ScheduleNotStored as ScheduleNotStored
 from .records import SkipRetry as SkipRetry
 from .records import SoftTimeLimit as SoftTimeLimit
 from .records import StoreError as StoreError
@@ -184,6 +186,8 @@ __all__ = [
     "JobError",
     "JobFailed",
     "JobNotFound",
+    "ScheduleAlreadyStored",
+    "ScheduleNotStored",
     "JobOutcome",
     "JobRef",
     "JobState",

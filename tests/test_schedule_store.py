@@ -12,7 +12,15 @@ import logging
 import pytest
 import trio
 
-from chronos_trio import App, JobContext, MemoryStore, PayloadError, UnknownTask
+from chronos_trio import (
+    App,
+    JobContext,
+    MemoryStore,
+    PayloadError,
+    ScheduleAlreadyStored,
+    ScheduleNotStored,
+    UnknownTask,
+)
 from chronos_trio.store import Capability, MissingCapability, StoredSchedules, TriggerResult
 from chronos_trio.testing import MinimalStore
 from tests.schedule_app import Fleet, Tick, anchored_store
@@ -103,12 +111,12 @@ async def test_ids_conflicts_and_missing_ones_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="declared in the app's code"):
         await app.dynamic_schedules.pause("code")
     await app.dynamic_schedules.add("s", Tick(), task="tick", every=10)
-    with pytest.raises(ValueError, match="already stored"):
+    with pytest.raises(ScheduleAlreadyStored, match="already stored"):
         await app.dynamic_schedules.add("s", Tick(), task="tick", every=20)
     for edit in ("pause", "resume", "remove"):
-        with pytest.raises(ValueError, match="no stored schedule 'x'"):
+        with pytest.raises(ScheduleNotStored, match="no stored schedule 'x'"):
             await getattr(app.dynamic_schedules, edit)("x")
-    with pytest.raises(ValueError, match="no stored schedule 'x'"):
+    with pytest.raises(ScheduleNotStored, match="no stored schedule 'x'"):
         await app.dynamic_schedules.change("x", Tick(), task="tick", every=10)
     [entry] = await app.dynamic_schedules.list()
     assert entry.schedule is not None and entry.schedule.interval == 10, "nothing changed"

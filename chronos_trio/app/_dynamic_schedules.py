@@ -34,7 +34,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING, Any, Unpack
 
-from ..records._errors import UnknownTask
+from ..records._errors import ScheduleAlreadyStored, ScheduleNotStored, UnknownTask
 from ..records._options import JOB_DEFAULT_OPTIONS, JobDefaults, checked_names
 from ..runtime._registry import WorkerHost
 from ..runtime._schedule import MisfirePolicy, Schedule
@@ -102,7 +102,7 @@ class DynamicSchedules:
             self._name, ScheduleEdit.ADD, schedule.id, encode_definition(schedule)
         )
         if version is None:
-            raise ValueError(
+            raise ScheduleAlreadyStored(
                 f"a schedule {schedule_id!r} is already stored: change it (or remove it first)"
             )
         return schedule
@@ -175,8 +175,8 @@ class DynamicSchedules:
         if await self._store().edit_schedule(self._name, edit, schedule_id) is None:
             raise self._not_stored(schedule_id)
 
-    def _not_stored(self, schedule_id: str) -> ValueError:
-        return ValueError(
+    def _not_stored(self, schedule_id: str) -> ScheduleNotStored:
+        return ScheduleNotStored(
             f"no stored schedule {schedule_id!r}: add it first "
             "(app.dynamic_schedules.list() shows the stored ones)"
         )

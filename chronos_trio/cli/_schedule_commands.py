@@ -15,7 +15,12 @@ import argparse
 import sys
 from typing import Any
 
-from ..records._errors import PayloadError, UnknownTask
+from ..records._errors import (
+    PayloadError,
+    ScheduleAlreadyStored,
+    ScheduleNotStored,
+    UnknownTask,
+)
 from ..store import MissingCapability
 from ._admin_commands import Context, confirm
 from ._enqueue_command import _payload
@@ -70,13 +75,12 @@ async def _edit(ctx: Context, args: argparse.Namespace, action: str) -> int:
         raise CliError(one_line(str(exc)), EXIT_USAGE) from None
     except (UnknownTask, PayloadError, TypeError) as exc:
         raise CliError(f"nothing stored: {one_line(str(exc))}", EXIT_USAGE) from None
+    except ScheduleNotStored as exc:
+        raise CliError(str(exc), EXIT_NOT_FOUND) from None
+    except ScheduleAlreadyStored as exc:
+        raise CliError(str(exc), EXIT_REFUSED) from None
     except ValueError as exc:
-        message = str(exc)
-        if message.startswith("no stored schedule"):
-            raise CliError(message, EXIT_NOT_FOUND) from None
-        if "already stored" in message:
-            raise CliError(message, EXIT_REFUSED) from None
-        raise CliError(f"nothing stored: {one_line(message)}", EXIT_USAGE) from None
+        raise CliError(f"nothing stored: {one_line(str(exc))}", EXIT_USAGE) from None
     done = {"add": "added", "change": "changed", "pause": "paused", "resume": "resumed"}
     word = done.get(action, "removed")
     if ctx.json:

@@ -19,7 +19,12 @@ from starlette.exceptions import HTTPException
 from ..app._app import App
 from ..app._inspector import Inspector
 from ..records._codec import decode_payload, loads
-from ..records._errors import PayloadError, UnknownTask
+from ..records._errors import (
+    PayloadError,
+    ScheduleAlreadyStored,
+    ScheduleNotStored,
+    UnknownTask,
+)
 
 Form = Mapping[str, str]
 Done = tuple[str, str, dict[str, object]]
@@ -45,9 +50,9 @@ def _schedule_id(form: Form) -> str:
 
 def _not_found(exc: ValueError) -> HTTPException:
     text = str(exc)
-    if text.startswith("no stored schedule"):
+    if isinstance(exc, ScheduleNotStored):
         return HTTPException(404, text)
-    if "already stored" in text:
+    if isinstance(exc, ScheduleAlreadyStored):
         return HTTPException(409, text)
     return HTTPException(400, f"nothing stored: {text}")
 

@@ -25,6 +25,8 @@ from ._errors import ResultExpired as ResultExpired
 from ._errors import ResultNotKeptWarning as ResultNotKeptWarning
 from ._errors import ResultTimeout as ResultTimeout
 from ._errors import Retry as Retry
+from ._errors import ScheduleAlreadyStored as ScheduleAlreadyStored
+from ._errors import ScheduleNotStored as ScheduleNotStored
 from ._errors import SkipRetry as SkipRetry
 from ._errors import SoftTimeLimit as SoftTimeLimit
 from ._errors import StoreError as StoreError

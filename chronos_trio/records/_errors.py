@@ -178,6 +178,16 @@ class JobNotFound(JobError, LookupError):
     """No job with that ID: never enqueued (in that queue), or trimmed."""
 
 
+class ScheduleNotStored(ChronosError, ValueError):
+    """No stored (run-time) schedule with that id: change, pause, resume and
+    remove act only on schedules ``app.dynamic_schedules.add`` stored."""
+
+
+class ScheduleAlreadyStored(ChronosError, ValueError):
+    """``app.dynamic_schedules.add`` of an id already stored: change it, or
+    remove it first. Nothing was stored."""
+
+
 class ResultExpired(JobError):
     """The job succeeded, but its result was kept for ``result_ttl`` seconds
     and that time is over (or its task stores no result)."""
