@@ -603,7 +603,9 @@ def _apply_dag(then: dict[str, Any], result: bytes | None) -> Steps:
     dag, after, headers = then["dag"], then.get("after"), _headers_of(then)
     steps: list[dict[str, Any]] = dag["steps"]
     if "run" in then:
-        step = next(s for s in steps if s["name"] == then["run"])
+        step = next((s for s in steps if s["name"] == then["run"]), None)
+        if step is None:
+            raise KeyError(f"no step {then['run']!r}")
         return _run(step["node"], result, _dag_then(dag, step["name"], after, headers), headers)
     done = then["done"]
     if not any(s["name"] == done for s in steps):
@@ -638,7 +640,7 @@ def _describe_dag(then: dict[str, Any]) -> str:
     """What comes next in a graph after the step ``then`` carries (empty for a sink)."""
     dag, steps = then["dag"], then["dag"]["steps"]
     if "run" in then:
-        step = next(s for s in steps if s["name"] == then["run"])
+        step = next(s for s in steps if s["name"] == then["run"])  # none: damaged
         return f"{_describe_node(step['node'])} (graph {dag['id']}: its inputs are in)"
     done = then["done"]
     nexts: list[str] = []
