@@ -481,3 +481,109 @@ async def test_random_graphs_run_each_step_once_after_all_it_comes_after(
         assert result[0].startswith(f"wf.{sinks[0]}")
     else:
         assert [r[0].split(".")[1] for r in result] == sinks
+
+
+# -- kill -9 (worker processes on Redis) ------------------------------------------------
+def _process_graph(member: Any, callback: Any) -> Graph:
+    """A diamond of three, joined, then a second join: tests_app's
+    ``wf_callback`` records ``<job id> <sum>`` for j (3) and z (6)."""
+    g = graph().add("a", member.s(1))
+    for name in "bcd":
+        g.add(name, member.s(), after="a")
+    g.add("j", callback.s(), after=["b", "c", "d"])
+    g.add("e", member.s(), after="j")
+    return g.add("z", callback.s(), after=["j", "e"])
+
+
+@pytest.mark.redis
+async def test_kill_9_mid_graph_runs_every_join_exactly_once(redis_url: str, tmp_path: Any) -> None:
+    """Graphs across two worker processes, one killed with kill -9 while it
+    holds leases: every join runs once, with every input."""
+    import os
+    import signal
+
+    import redis
+
+    from chronos_trio.cli import EXIT_OK
+    from tests.test_process_e2e import DUPLICATE_WINDOW, Manager, leased_by
+    from tests.tests_app import make_app
+
+    flows = 30
+    manager = Manager(redis_url, tmp_path, "--concurrency", "8")
+    producer = make_app(redis_url)
+    inspector = producer.inspector()
+    client = redis.Redis.from_url(redis_url)
+    g = _process_graph(producer.tasks["tests.wf_member"], producer.tasks["tests.wf_callback"])
+    try:
+        with trio.fail_after(120):
+            victim = (await manager.wait_ready())[0]
+            for i in range(flows):
+                await producer.enqueue_workflow(g, workflow_id=f"g{i}")
+            while True:  # kill it mid-flight: some steps done, leases held
+                held = await leased_by(inspector, victim)
+                if held and client.llen("wf:done") >= 50:
+                    break
+                await trio.sleep(0.01)
+            os.kill(victim, signal.SIGKILL)
+            while client.llen("wf:callbacks") < 2 * flows:
+                assert manager.proc.poll() is None, manager.log()
+                await trio.sleep(0.1)
+            await trio.sleep(DUPLICATE_WINDOW)  # room for a duplicate to show up
+            manager.proc.send_signal(signal.SIGTERM)
+            assert await manager.wait_exit() == EXIT_OK
+    finally:
+        manager.close()
+        await producer.aclose()
+    fired = collections.Counter(x.decode() for x in client.lrange("wf:callbacks", 0, -1))
+    expected = {line: 1 for i in range(flows) for line in (f"g{i}.j 3", f"g{i}.z 6")}
+    assert fired == collections.Counter(expected), "each join once, with every input"
+    done = {x.decode().split()[0] for x in client.lrange("wf:done", 0, -1)}
+    assert done == {f"g{i}.{n}" for i in range(flows) for n in "abcde"}
+    assert f"worker process exited index=0 pid={victim} code=-9" in manager.log()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("target", ["gk.a", "gk.c", "gk.j"])
+async def test_kill_9_in_the_continuer_after_it_continued_a_graph_step(
+    target: str, redis_url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A continuer enqueues what follows a graph step (a fan-out, a join
+    arrival, a join's step) and dies with kill -9 before it removes the
+    outbox entry: another continuer handles the entry again, and every step
+    and join still runs once."""
+    import signal
+
+    import redis
+
+    from chronos_trio.cli import EXIT_OK
+    from tests.test_process_e2e import DUPLICATE_WINDOW, Manager
+    from tests.tests_app import make_app
+
+    monkeypatch.setenv("WF_KILL_IN_CONTINUER", target)
+    monkeypatch.setenv("WF_KILL_CONTINUED", "1")
+    monkeypatch.setenv("WF_KILL_MARK", str(tmp_path / "killed"))
+    manager = Manager(redis_url, tmp_path, "--concurrency", "8")
+    producer = make_app(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    g = _process_graph(producer.tasks["tests.wf_member"], producer.tasks["tests.wf_callback"])
+    try:
+        with trio.fail_after(90):
+            await manager.wait_ready()
+            await producer.enqueue_workflow(g, workflow_id="gk")
+            while client.llen("wf:callbacks") < 2:
+                assert manager.proc.poll() is None, manager.log()
+                await trio.sleep(0.1)
+            await trio.sleep(DUPLICATE_WINDOW)  # room for a duplicate to show up
+            manager.proc.send_signal(signal.SIGTERM)
+            assert await manager.wait_exit() == EXIT_OK
+    finally:
+        manager.close()
+        await producer.aclose()
+    fired = sorted(x.decode() for x in client.lrange("wf:callbacks", 0, -1))
+    assert fired == ["gk.j 3", "gk.z 6"]
+    ran = collections.Counter(x.decode().split()[0] for x in client.lrange("wf:done", 0, -1))
+    # a step the killed process held runs again (at least once); the joins,
+    # whose arrivals the redrain repeated, ran once
+    assert set(ran) == {f"gk.{n}" for n in "abcde"}
+    assert "code=-9" in manager.log(), "a continuer died with the entry in hand"
+    assert (tmp_path / "killed").exists()
