@@ -320,6 +320,10 @@ def test_a_graph_is_checked_when_it_is_frozen() -> None:
     with pytest.raises(ValueError, match="cannot be a step of itself"):
         g.add("b", g)
     assert len(g) == 1 and "a" in g and "b" not in g, "a refused add changes nothing"
+    loop = graph().add("x", num.s(1))
+    loop.add("y", graph().add("z", loop), after="x")
+    with pytest.raises(ValueError, match="cannot be a step of itself"):
+        loop.freeze()
     with pytest.raises(ValueError, match="at least one step"):
         graph().freeze()
     # names that come later are fine until the graph is frozen
@@ -398,6 +402,16 @@ async def test_a_damaged_graph_continuation_stops_only_its_flow(autojump_clock: 
     ):
         with pytest.raises(ValueError, match="damaged workflow continuation"):
             advance(damaged, b"1")
+
+
+async def test_a_graph_runs_in_eager_mode() -> None:
+    from chronos_trio.testing import eager
+
+    rec = recorder(MemoryStore())
+    with eager(rec.app):
+        started = await rec.app.enqueue_workflow(diamond(rec), workflow_id="e")
+        assert await started.result(timeout=5) == 16
+    assert rec.given["e.publish"] == [8, 8] and set(rec.runs.values()) == {1}
 
 
 # -- randomized ------------------------------------------------------------------------

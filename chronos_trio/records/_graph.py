@@ -61,10 +61,11 @@ class Graph:
     change a graph already frozen or started.
     """
 
-    __slots__ = ("_steps",)
+    __slots__ = ("_freezing", "_steps")
 
     def __init__(self) -> None:
         self._steps: dict[str, tuple[Node | Buildable, tuple[str, ...]]] = {}
+        self._freezing = False
 
     def add(self, name: str, step: Node | Buildable, *, after: str | Sequence[str] = ()) -> Graph:
         """Add step ``name`` (letters, digits, ``_``, ``-``), run after the
@@ -110,6 +111,15 @@ class Graph:
         nested part's own check raises."""
         if not self._steps:
             raise ValueError("a graph needs at least one step")
+        if self._freezing:
+            raise ValueError("a graph cannot be a step of itself (through a graph it holds)")
+        self._freezing = True
+        try:
+            return self._freeze()
+        finally:
+            self._freezing = False
+
+    def _freeze(self) -> Dag:
         for name, (_, names) in self._steps.items():
             unknown = [n for n in names if n not in self._steps]
             if unknown:
