@@ -32,6 +32,7 @@ from chronos_trio import (
     group,
 )
 from chronos_trio.actors import continuer
+from chronos_trio.records import DagStep
 from chronos_trio.records._workflow import (
     MAX_CONTINUATION_BYTES,
     advance,
@@ -362,6 +363,20 @@ async def test_a_graph_that_cannot_start_is_refused_before_anything_is_stored(
         big.add(f"step-{k:04}", inc.s(), after="root")
     with pytest.raises(ValueError, match="continuation is over"):
         await rec.app.enqueue_workflow(big, workflow_id="y")
+    # a Dag made by hand, not by Graph.freeze, is checked as well
+    made = [
+        DagStep("r", num.s(1), ()),
+        DagStep("a", inc.s(), ("b",)),
+        DagStep("b", inc.s(), ("a",)),
+    ]
+    with pytest.raises(ValueError, match="cycle"):
+        await rec.app.enqueue_workflow(Dag(tuple(made)), workflow_id="z")
+    with pytest.raises(ValueError, match="does not have"):
+        await rec.app.enqueue_workflow(Dag((made[0], made[1])), workflow_id="z")
+    with pytest.raises(ValueError, match="two steps alike"):
+        await rec.app.enqueue_workflow(Dag((made[0], made[0])), workflow_id="z")
+    with pytest.raises(ValueError, match="at least one step"):
+        await rec.app.enqueue_workflow(Dag(()), workflow_id="z")
     assert await store.list_jobs("default", JobState.READY) == []
 
 

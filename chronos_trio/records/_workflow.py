@@ -246,6 +246,9 @@ def _size(node: Node, depth: int = 0) -> int:
     if isinstance(node, FlowStep):
         return 1
     if isinstance(node, Dag):
+        if not node.steps:
+            raise ValueError("a graph needs at least one step")
+        dag_order(node)  # a Dag made without Graph.freeze: names known, no cycle
         return sum(_size(s.node, depth + 1) for s in node.steps)
     if isinstance(node, Group):
         _check_group_size(len(node.members))  # a Group built without group()
@@ -502,8 +505,11 @@ def dag_sinks(dag: Dag) -> list[DagStep]:
 def dag_order(dag: Dag) -> list[DagStep]:
     """``dag``'s steps, each after the steps it comes after (the order added
     where that leaves a choice). ValueError when they cannot be ordered (a
-    step after an unknown name, or a cycle: ``Graph.freeze`` names them)."""
+    name twice, a step after an unknown name, or a cycle: ``Graph.freeze``
+    names them)."""
     index = {s.name: k for k, s in enumerate(dag.steps)}
+    if len(index) < len(dag.steps):
+        raise ValueError("a graph names two steps alike")
     waiting = [len(set(s.after)) for s in dag.steps]
     dependents: list[list[int]] = [[] for _ in dag.steps]
     for k, s in enumerate(dag.steps):
@@ -562,10 +568,13 @@ def _encode_dag(dag: Dag, path: str) -> dict[str, Any]:
     }
 
 
-def _dag_then(dag: dict[str, Any], name: str, after: Any, headers: Headers) -> dict[str, Any]:
-    """The continuation of graph step ``name``: the graph, the step, what
-    follows the graph."""
-    then: dict[str, Any] = {"dag": dag, "done": name}
+def _dag_then(
+    dag: dict[str, Any], name: str, after: Any, headers: Headers, *, key: str = "done"
+) -> dict[str, Any]:
+    """The continuation of graph step ``name`` (``key="done"``), or of the
+    join before it (``key="run"``): the graph, the step, what follows the
+    graph, the flow's headers."""
+    then: dict[str, Any] = {"dag": dag, key: name}
     if after is not None:
         then["after"] = after
     if headers:
@@ -612,20 +621,16 @@ def _apply_dag(then: dict[str, Any], result: bytes | None) -> Steps:
         raise KeyError(f"no step {done!r}")
     jobs: list[NewJob] = []
     arrivals: list[Arrival] = []
-    for s in steps:
-        deps = s["after"]
-        if done not in deps:
-            continue
+    dependents = [s for s in steps if done in s["after"]]
+    for s in dependents:
+        deps, name = s["after"], s["name"]
         if len(deps) == 1:
-            jobs.extend(
-                _run(s["node"], result, _dag_then(dag, s["name"], after, headers), headers).jobs
-            )
+            jobs.extend(_run(s["node"], result, _dag_then(dag, name, after, headers), headers).jobs)
         else:
-            run = {**_dag_then(dag, "", after, headers), "run": s["name"]}
-            del run["done"]
-            join = f"{dag['id']}.{s['name']}:join"
+            run = _dag_then(dag, name, after, headers, key="run")
+            join = f"{dag['id']}.{name}:join"
             arrivals.append(Arrival(join, deps.index(done), len(deps), result, run))
-    if jobs or arrivals or after is None:
+    if dependents or after is None:
         return Steps(jobs=tuple(jobs), arrivals=tuple(arrivals))
     # a sink: what follows the graph gets its result (or all the sinks', joined)
     needed = {name for s in steps for name in s["after"]}
