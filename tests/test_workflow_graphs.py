@@ -38,6 +38,7 @@ from chronos_trio.records._workflow import (
     advance,
     describe,
     predecessors,
+    start,
 )
 from chronos_trio.store import SettleKind, Settlement
 from tests._backends import Backend
@@ -407,6 +408,29 @@ async def test_a_job_shows_what_comes_after_it_in_its_graph(autojump_clock: obje
     )
     assert describe(sink) == "k (n)"
     assert describe('{"dag":{"id":"g"},"done":"a"}').startswith("a damaged")
+
+
+def test_a_step_carries_only_what_can_still_run_after_it() -> None:
+    import json
+
+    rec = recorder(MemoryStore())
+    num, inc, total = t(rec, "num"), t(rec, "inc"), t(rec, "total")
+    g = graph().add("root", num.s(1)).add("other", num.s(2))
+    for k in range(50):
+        g.add(f"w{k}", inc.s(), after="root")
+    g.add("sum", total.s(), after=[f"w{k}" for k in range(50)]).add("last", inc.s(), after="sum")
+    roots = start(g.freeze(), "f").jobs
+    assert [j.id for j in roots] == ["f.root", "f.other"]
+    carried = {j.id: json.loads(j.then or "")["dag"] for j in roots}
+    assert len(carried["f.root"]["steps"]) == 53, "itself, the 50, sum and last"
+    assert "node" not in carried["f.root"]["steps"][0], "its own node: it runs now"
+    assert [s["name"] for s in carried["f.other"]["steps"]] == ["other"]
+    assert carried["f.root"]["sinks"] == ["other", "last"]
+    fanned = advance(roots[0].then or "", b"1").jobs
+    assert len(fanned) == 50
+    w7 = json.loads(fanned[7].then or "")["dag"]
+    assert [s["name"] for s in w7["steps"]] == ["w7", "sum", "last"]
+    assert len(fanned[7].then or "") < len(roots[0].then or "") / 10
 
 
 async def test_a_damaged_graph_continuation_stops_only_its_flow(autojump_clock: object) -> None:

@@ -486,16 +486,17 @@ def _describe(after: Any, parts: list[str]) -> None:
 
 
 # -- graphs ------------------------------------------------------------------------------
-# A graph's jobs carry the graph itself (``{"dag": {"id", "steps"}}``, each step with its
-# name, the names it comes after and its node; a root's node left out, as only the start
-# runs it) and the step that carries it (``"done"``). When that step succeeds, what
-# follows it is read off the graph: each step that comes after it alone is run on its
-# result; each step that comes after several waits at a join, a group of its own
-# (``<step id>:join``, the finished step's place in its ``after`` the index), whose
-# completion runs it (``"run"``) on their results in ``after`` order. A sink hands its
-# result to what follows the graph (through ``<graph id>:sinks`` when there are several).
-# The graph is carried, not a fan-out copied into each continuation: a diamond chain
-# would double its continuations at every level.
+# A graph's jobs carry the part of the graph that can still run after them
+# (``{"dag": {"id", "steps", "sinks"}}``: every step after the job's step, directly or
+# not, with its name, the names it comes after and its node; the job's own step without
+# its node; the sinks' names when there are several) and their step (``"done"``). When
+# that step succeeds, what follows it is read off that part: each step that comes after
+# it alone is run on its result; each step that comes after several waits at a join, a
+# group of its own (``<step id>:join``, the finished step's place in its ``after`` the
+# index), whose completion runs it (``"run"``) on their results in ``after`` order. A
+# sink hands its result to what follows the graph (through ``<graph id>:sinks`` when
+# there are several). The steps below are carried once each, not a fan-out copied into
+# each continuation: a chain of diamonds would double its continuations at every level.
 def dag_sinks(dag: Dag) -> list[DagStep]:
     """The steps of ``dag`` that no step comes after, in the order added."""
     needed = {name for s in dag.steps for name in s.after}
@@ -582,27 +583,54 @@ def _dag_then(
     return then
 
 
+def _dag_part(
+    dag: dict[str, Any], name: str, dependents: dict[str, list[str]], *, keep: bool
+) -> dict[str, Any]:
+    """What a continuation at graph step ``name`` carries of ``dag``: the
+    steps after it, directly or not (what can still run from there), and
+    the step itself, its node only when ``keep`` (a join's step, still to
+    run); the sinks' names when there are several."""
+    below = {name}
+    todo = [name]
+    while todo:
+        for after in dependents.get(todo.pop(), ()):
+            if after not in below:
+                below.add(after)
+                todo.append(after)
+    steps = [
+        s if s["name"] != name or keep else {"name": name, "after": s["after"]}
+        for s in dag["steps"]
+        if s["name"] in below
+    ]
+    part = {"id": dag["id"], "steps": steps}
+    if "sinks" in dag:
+        part["sinks"] = dag["sinks"]
+    return part
+
+
+def _dependents(steps: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Each step name and the names of the steps right after it."""
+    out: dict[str, list[str]] = {}
+    for s in steps:
+        for name in s["after"]:
+            out.setdefault(name, []).append(s["name"])
+    return out
+
+
 def _run_dag(dag: dict[str, Any], value: bytes | None, after: Any, headers: Headers) -> Steps:
     """The jobs that start a graph on ``value``: its roots (a root without a
-    payload of its own takes ``value``)."""
-    # the roots' nodes are needed only now: the continuations carry the rest
-    carried = {
-        "id": dag["id"],
-        "steps": [s if s["after"] else {"name": s["name"], "after": []} for s in dag["steps"]],
-    }
-    longest = max((s["name"] for s in dag["steps"]), key=len)
-    then = json.dumps(_dag_then(carried, longest, after, headers), separators=(",", ":"))
-    if len(then) > MAX_CONTINUATION_BYTES:
-        # every step of the graph carries about this much: refused before any starts
-        raise ValueError(
-            f"a workflow step's continuation is over {MAX_CONTINUATION_BYTES} bytes "
-            "(a graph's steps each carry the graph): make the graph smaller"
-        )
+    payload of its own takes ``value``). Each root's continuation carries
+    the rest of the graph, so the roots' are the largest of the graph's."""
+    dependents = _dependents(dag["steps"])
+    sinks = [s["name"] for s in dag["steps"] if s["name"] not in dependents]
+    if len(sinks) > 1:
+        dag = {**dag, "sinks": sinks}
     jobs: list[NewJob] = []
     for s in dag["steps"]:
         if not s["after"]:
-            part = _run(s["node"], value, _dag_then(carried, s["name"], after, headers), headers)
-            jobs.extend(part.jobs)
+            part = _dag_part(dag, s["name"], dependents, keep=False)
+            then = _dag_then(part, s["name"], after, headers)
+            jobs.extend(_run(s["node"], value, then, headers).jobs)
     return Steps(jobs=tuple(jobs))
 
 
@@ -611,30 +639,38 @@ def _apply_dag(then: dict[str, Any], result: bytes | None) -> Steps:
     or a join that completed on its inputs' list (``"run"``)."""
     dag, after, headers = then["dag"], then.get("after"), _headers_of(then)
     steps: list[dict[str, Any]] = dag["steps"]
+    dependents = _dependents(steps)
     if "run" in then:
-        step = next((s for s in steps if s["name"] == then["run"]), None)
+        name = then["run"]
+        step = next((s for s in steps if s["name"] == name), None)
         if step is None:
-            raise KeyError(f"no step {then['run']!r}")
-        return _run(step["node"], result, _dag_then(dag, step["name"], after, headers), headers)
+            raise KeyError(f"no step {name!r}")
+        part = _dag_part(dag, name, dependents, keep=False)
+        return _run(step["node"], result, _dag_then(part, name, after, headers), headers)
     done = then["done"]
     if not any(s["name"] == done for s in steps):
         raise KeyError(f"no step {done!r}")
     jobs: list[NewJob] = []
     arrivals: list[Arrival] = []
-    dependents = [s for s in steps if done in s["after"]]
-    for s in dependents:
+    nexts = dependents.get(done, [])
+    for s in steps:
+        if s["name"] not in nexts:
+            continue
         deps, name = s["after"], s["name"]
         if len(deps) == 1:
-            jobs.extend(_run(s["node"], result, _dag_then(dag, name, after, headers), headers).jobs)
+            part = _dag_part(dag, name, dependents, keep=False)
+            jobs.extend(
+                _run(s["node"], result, _dag_then(part, name, after, headers), headers).jobs
+            )
         else:
-            run = _dag_then(dag, name, after, headers, key="run")
+            part = _dag_part(dag, name, dependents, keep=True)
+            run = _dag_then(part, name, after, headers, key="run")
             join = f"{dag['id']}.{name}:join"
             arrivals.append(Arrival(join, deps.index(done), len(deps), result, run))
-    if dependents or after is None:
+    if nexts or after is None:
         return Steps(jobs=tuple(jobs), arrivals=tuple(arrivals))
     # a sink: what follows the graph gets its result (or all the sinks', joined)
-    needed = {name for s in steps for name in s["after"]}
-    sinks = [s["name"] for s in steps if s["name"] not in needed]
+    sinks: list[str] = dag.get("sinks", [done])
     if len(sinks) == 1:
         return _apply(after, result)
     arrival = Arrival(f"{dag['id']}:sinks", sinks.index(done), len(sinks), result, after)
