@@ -478,13 +478,8 @@ class App:
         await self.enqueue_jobs(steps.jobs, connection=connection)
         last = final_step(node, wid)
         final = None if last is None else self._step_handle(*last)
-        sinks = (
-            ()
-            if last is not None
-            else tuple(
-                self._step_handle(job_id, step) for job_id, step in final_steps(node, wid) or ()
-            )
-        )
+        ends = final_steps(node, wid) if last is None else None  # a graph's sinks
+        sinks = tuple(self._step_handle(*end) for end in ends or ())
         return Workflow(wid, final, predecessors(node, wid), sinks)
 
     def _step_handle(self, job_id: str, step: FlowStep) -> JobHandle[Any]:
