@@ -443,6 +443,28 @@ async def test_a_damaged_graph_continuation_stops_only_its_flow(autojump_clock: 
             advance(damaged, b"1")
 
 
+async def test_every_step_of_a_graph_carries_the_flows_headers(autojump_clock: object) -> None:
+    store = MemoryStore()
+    rec = recorder(store)
+    hooked: list[str] = []
+
+    @rec.app.producer_hook
+    def trace(kind: str, headers: dict[str, str]) -> None:
+        hooked.append(kind)
+        headers["trace"] = "t-1"
+
+    g = diamond(rec).add("after", t(rec, "inc").s(), after="publish")
+    async with rec.app.open_worker(poll_interval=0.5):
+        started = await rec.app.enqueue_workflow(chain(g, t(rec, "inc").s()), workflow_id="h")
+        with trio.fail_after(60):
+            assert await started.result(timeout=30) == 18
+    assert hooked == ["num"], "the hooks run once per workflow"
+    for job_id in rec.runs:
+        job = await store.get_job(job_id)
+        assert job is not None and job.headers == (("trace", "t-1"),), job_id
+    assert len(rec.runs) == 6
+
+
 async def test_a_graph_runs_in_eager_mode() -> None:
     from chronos_trio.testing import eager
 
