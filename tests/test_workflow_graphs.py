@@ -523,10 +523,12 @@ async def _random_graph_run(seed: int, store: Any, timing: dict[str, Any], longe
     finished_at: dict[str, float] = {}
     succeeded: collections.Counter[str] = collections.Counter()
     fail_once: set[str] = set()
+    given: dict[str, Any] = {}
 
     @app.task("step")
     async def step(payload: Any, job: JobContext) -> Any:
         started_at.setdefault(job.id, trio.current_time())
+        given[job.id] = payload
         await trio.sleep(rng.random() * longest)
         if job.id in fail_once:
             fail_once.discard(job.id)
@@ -563,7 +565,17 @@ async def _random_graph_run(seed: int, store: Any, timing: dict[str, Any], longe
     for job_id, before in waits.items():
         for earlier in before:
             assert finished_at[earlier] <= started_at[job_id]
-    # a step after several got their results in its after order
+
+    # a step got the result of the step it comes after, or their results in
+    # its after order (a group's result: its members', a list)
+    def origin(result: Any) -> str:
+        return str(result[0]).split(".")[1] if isinstance(result[0], str) else origin(result[0])
+
+    for name, deps in after.items():
+        payload = given[f"wf.{name}"] if f"wf.{name}" in given else None
+        if payload is None or not deps:
+            continue  # a chain or a group: its own jobs, checked by order above
+        assert ([origin(payload)] if len(deps) == 1 else [origin(r) for r in payload]) == deps
     sinks = [s.name for s in dag.steps if not any(s.name in o.after for o in dag.steps)]
     if len(sinks) == 1:
         assert result[0].startswith(f"wf.{sinks[0]}")
