@@ -623,7 +623,7 @@ def _run_dag(dag: dict[str, Any], value: bytes | None, after: Any, headers: Head
     the rest of the graph, so the roots' are the largest of the graph's."""
     dependents = _dependents(dag["steps"])
     sinks = [s["name"] for s in dag["steps"] if s["name"] not in dependents]
-    if len(sinks) > 1:
+    if len(sinks) > 1 and after is not None:  # they join for what follows the graph
         dag = {**dag, "sinks": sinks}
     jobs: list[NewJob] = []
     for s in dag["steps"]:
