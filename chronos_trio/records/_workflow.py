@@ -489,14 +489,15 @@ def _describe(after: Any, parts: list[str]) -> None:
 # A graph's jobs carry the part of the graph that can still run after them
 # (``{"dag": {"id", "steps", "sinks"}}``: every step after the job's step, directly or
 # not, with its name, the names it comes after and its node; the job's own step without
-# its node; the sinks' names when there are several) and their step (``"done"``). When
-# that step succeeds, what follows it is read off that part: each step that comes after
-# it alone is run on its result; each step that comes after several waits at a join, a
-# group of its own (``<step id>:join``, the finished step's place in its ``after`` the
-# index), whose completion runs it (``"run"``) on their results in ``after`` order. A
-# sink hands its result to what follows the graph (through ``<graph id>:sinks`` when
-# there are several). The steps below are carried once each, not a fan-out copied into
-# each continuation: a chain of diamonds would double its continuations at every level.
+# its node; the sinks' names when several join for what follows the graph) and their
+# step (``"done"``). When that step succeeds, what follows it is read off that part:
+# each step that comes after it alone is run on its result; each step that comes after
+# several waits at a join, a group of its own (``<step id>:join``, the finished step's
+# place in its ``after`` the index), whose completion runs it (``"run"``) on their
+# results in ``after`` order. A sink hands its result to what follows the graph
+# (through ``<graph id>:sinks`` when there are several). The steps below are carried
+# once each, not a fan-out copied into each continuation: a chain of diamonds would
+# double its continuations at every level.
 def dag_sinks(dag: Dag) -> list[DagStep]:
     """The steps of ``dag`` that no step comes after, in the order added."""
     needed = {name for s in dag.steps for name in s.after}
@@ -589,7 +590,7 @@ def _dag_part(
     """What a continuation at graph step ``name`` carries of ``dag``: the
     steps after it, directly or not (what can still run from there), and
     the step itself, its node only when ``keep`` (a join's step, still to
-    run); the sinks' names when there are several."""
+    run); the sinks' names when ``dag`` has them."""
     below = {name}
     todo = [name]
     while todo:
