@@ -36,9 +36,11 @@ from .records import AttemptOutcome as AttemptOutcome
 from .records import Chain as Chain
 from .records import ChronosError as ChronosError
 from .records import ConcurrencyLimit as ConcurrencyLimit
+from .records import Dag as Dag
 from .records import DuplicateJob as DuplicateJob
 from .records import EnqueueResult as EnqueueResult
 from .records import FlowStep as FlowStep
+from .records import Graph as Graph
 from .records import Group as Group
 from .records import InspectorError as InspectorError
 from .records import IsolationError as IsolationError
@@ -81,6 +83,7 @@ from .records import UnknownTask as UnknownTask
 from .records import WorkerInfo as WorkerInfo
 from .records import attempt_history as attempt_history
 from .records import chain as chain
+from .records import graph as graph
 from .records import group as group
 from .records._version import VERSION as _VERSION
 
@@ -172,9 +175,11 @@ __all__ = [
     "Chain",
     "ChronosError",
     "ConcurrencyLimit",
+    "Dag",
     "DuplicateJob",
     "EnqueueResult",
     "FlowStep",
+    "Graph",
     "Group",
     "HISTORY_LIMIT",
     "InspectorError",
@@ -210,6 +215,7 @@ __all__ = [
     "TopologyError",
     "Unique",
     "chain",
+    "graph",
     "group",
     "UnknownJob",
     "UnknownQueue",

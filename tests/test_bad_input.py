@@ -35,6 +35,7 @@ from chronos_trio import (
     RateLimit,
     Worker,
     chain,
+    graph,
     group,
 )
 from chronos_trio.cli import main
@@ -211,6 +212,7 @@ def _namespace(tmp: Path) -> dict[str, Any]:
         "RateLimit": RateLimit,
         "ConcurrencyLimit": ConcurrencyLimit,
         "chain": chain,
+        "graph": graph,
         "group": group,
         "datetime": datetime,
         "math": math,

@@ -133,3 +133,19 @@ def test_flow_control_example_on_redis(redis_url: str) -> None:
     _check_flow_control_output(
         run_example("examples/flow_control.py", env={"CHRONOS_URL": redis_url})
     )
+
+
+def test_graph_example_on_the_embedded_store() -> None:
+    proc = run_embedded("examples/graph.py")
+    assert proc.returncode == 0, proc.stderr
+    assert "publish (resize, thumbnail): ['7-1200.jpg', '7-200.jpg']" in proc.stdout
+    assert proc.stdout.count("index (metadata, publish)") == 1, "the second start is the same run"
+    assert "graph photo-7: 4000px https://photos.example/7-1200.jpg" in proc.stdout
+
+
+@pytest.mark.redis
+def test_graph_example_on_redis(redis_url: str) -> None:
+    proc = run_example("examples/graph.py", env={"CHRONOS_URL": redis_url})
+    assert proc.returncode == 0, proc.stderr
+    assert "graph photo-7: 4000px https://photos.example/7-1200.jpg" in proc.stdout
+    assert proc.stdout.count("index (metadata, publish)") == 1

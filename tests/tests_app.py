@@ -156,16 +156,20 @@ def make_app(url: str | None) -> App:
 app = make_app(os.environ.get("CHRONOS_URL"))
 
 
-def _kill_in_continuer(target: str, mark: str) -> None:
+def _kill_in_continuer(target: str, mark: str, *, continued: bool = False) -> None:
     """Fault injection for the process tests: the first process whose
     continuer is about to handle ``target``'s outbox entry (after that job's
     settle, before its continuation) dies with kill -9; the file ``mark``,
-    created then, keeps the others alive."""
+    created then, keeps the others alive. ``continued``: it dies after it
+    enqueued what follows the entry (and recorded its arrivals), before it
+    removes the entry."""
     from chronos_trio.actors import continuer
 
     handle = continuer._continue
 
     async def dying(store: Any, batch: Any) -> None:
+        if continued:
+            await handle(store, batch)
         if any(entry.job_id == target for entry in batch):
             try:
                 os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
@@ -173,13 +177,18 @@ def _kill_in_continuer(target: str, mark: str) -> None:
                 pass  # another process died for it already
             else:
                 os.kill(os.getpid(), signal.SIGKILL)
-        await handle(store, batch)
+        if not continued:
+            await handle(store, batch)
 
     continuer._continue = dying  # type: ignore[assignment]
 
 
 if os.environ.get("WF_KILL_IN_CONTINUER"):
-    _kill_in_continuer(os.environ["WF_KILL_IN_CONTINUER"], os.environ["WF_KILL_MARK"])
+    _kill_in_continuer(
+        os.environ["WF_KILL_IN_CONTINUER"],
+        os.environ["WF_KILL_MARK"],
+        continued=os.environ.get("WF_KILL_CONTINUED") == "1",
+    )
 
 #: Not an App, for the CLI's "is not an App" error.
 not_an_app: Any = object()

@@ -35,7 +35,18 @@ from ..records._options import (
 from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES, job_headers, new_job_id
 from ..records._retry import RetryPolicy
 from ..records._unique import Unique, unique_of
-from ..records._workflow import Chain, FlowStep, Group, final_job_id, first_kind, predecessors
+from ..records._workflow import (
+    Buildable,
+    Chain,
+    Dag,
+    FlowStep,
+    Group,
+    as_node,
+    final_step,
+    final_steps,
+    first_kind,
+    predecessors,
+)
 from ..records._workflow import start as start_workflow
 from ..runtime._config import WorkerConfig
 from ..runtime._metrics import Metrics
@@ -435,41 +446,44 @@ class App:
 
     async def enqueue_workflow(
         self,
-        workflow: FlowStep | Chain | Group,
+        workflow: FlowStep | Chain | Group | Dag | Buildable,
         *,
         workflow_id: str | None = None,
         connection: object = None,
     ) -> Workflow:
-        """Start a workflow (``chain``, ``group``, their nesting, of
-        ``task.s(...)`` steps): its first jobs in one batch. What follows
+        """Start a workflow (``chain``, ``group``, ``graph``, their nesting,
+        of ``task.s(...)`` steps): its first jobs in one batch. What follows
         each job is enqueued when it succeeds (see docs/workflows.md); a
         failed step stops the flow behind it until it is re-run.
 
         ``workflow_id`` (default: a new one) names every job of the flow
         (``<workflow_id>.<path>``): starting the same ID again changes
         nothing while its jobs exist. Returns a :class:`Workflow`:
-        ``await flow.result()`` is the last step's result. The producer
+        ``await flow.result()`` is the last step's result (a graph with
+        several sinks: their results, as a list). The producer
         hooks run once per workflow, with the kind of its first step; every
         job of the flow, first or later, carries the headers they made.
-        Raises ValueError past the limits (see ``records._workflow``) or for
-        bad headers, StoreError when the store cannot be reached, and what a
+        Raises ValueError past the limits (see ``records._workflow``), for
+        bad headers or a graph that does not check (see ``Graph.freeze``),
+        TypeError for a graph root that starts the flow without a payload,
+        StoreError when the store cannot be reached, and what a
         hook raises. ``connection``: start it in your own transaction, as
         :meth:`Task.enqueue` (its later steps are enqueued by the workers).
         """
+        node = as_node(workflow)
         wid = workflow_id or new_job_id()
         hooks = self.producer_hooks
-        headers = job_headers(first_kind(workflow), None, hooks) if hooks else ()
-        steps = start_workflow(workflow, wid, headers)
+        headers = job_headers(first_kind(node), None, hooks) if hooks else ()
+        steps = start_workflow(node, wid, headers)
         await self.enqueue_jobs(steps.jobs, connection=connection)
-        last = final_job_id(workflow, wid)
-        final: JobHandle[Any] | None = None
-        if last is not None:
-            step = workflow
-            while isinstance(step, Chain):
-                step = step.links[-1]
-            assert isinstance(step, FlowStep)
-            final = JobHandle(last, False, 0.0, None, step.queue, step.kind, self)
-        return Workflow(wid, final, predecessors(workflow, wid))
+        last = final_step(node, wid)
+        final = None if last is None else self._step_handle(*last)
+        ends = final_steps(node, wid) if last is None else None  # a graph's sinks
+        sinks = tuple(self._step_handle(*end) for end in ends or ())
+        return Workflow(wid, final, predecessors(node, wid), sinks)
+
+    def _step_handle(self, job_id: str, step: FlowStep) -> JobHandle[Any]:
+        return JobHandle(job_id, False, 0.0, None, step.queue, step.kind, self)
 
     async def enqueue(
         self,

@@ -190,12 +190,15 @@ class JobHandle(HandleFields, Generic[R]):
 @attrs.frozen
 class Workflow:
     """A started workflow: its ID, ``final``, the handle of its last step
-    (None when it ends with a group), and ``waits_on``: each job ID and the
-    job IDs whose success makes it appear."""
+    (None when it ends with a group, or a graph of several sinks),
+    ``waits_on``: each job ID and the job IDs whose success makes it
+    appear, and ``sinks``: when it ends with a graph of several sinks, the
+    handles of their last steps (in the order they were added)."""
 
     id: str
     final: JobHandle[Any] | None
     waits_on: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, repr=False)
+    sinks: tuple[JobHandle[Any], ...] = attrs.field(default=(), repr=False)
 
     async def result(self, timeout: float | None = None) -> Any:
         """The last step's result once the whole flow ran (see
@@ -206,18 +209,24 @@ class Workflow:
         made it. Raises what ``JobHandle.result`` raises (JobFailed for a
         step that failed: the flow stops there; ResultTimeout when it has
         not finished in time: it goes on), and ValueError for a flow that
-        ends with a group."""
+        ends with a group. A flow that ends with a graph of several sinks
+        gives their results as a list, in the order they were added."""
         final = self.final
-        if final is None:
+        if final is None and not self.sinks:
             raise ValueError(f"workflow {self.id} ends with a group: follow its members")
         check_wait_timeout(timeout)
         deadline = math.inf if timeout is None else trio.current_time() + timeout
+        ends = (final,) if final is not None else self.sinks
+        waiting = ends[0]
         try:
-            return await self._outcome(final, deadline)
+            results = []
+            for waiting in ends:
+                results.append(await self._outcome(waiting, deadline))
         except _Late:
             raise ResultTimeout(
-                f"workflow {self.id} did not finish within {timeout:g}s", final.job_id
+                f"workflow {self.id} did not finish within {timeout:g}s", waiting.job_id
             ) from None
+        return results[0] if final is not None else results
 
     async def _outcome(self, handle: JobHandle[Any], deadline: float) -> Any:
         """``handle``'s result, waiting first for the jobs it waits on when it

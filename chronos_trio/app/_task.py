@@ -78,7 +78,7 @@ class Task(Generic[P]):
         timeout: float | None = None,
         delay: float = 0.0,
     ) -> _workflow.FlowStep:
-        """A step of a workflow (``chain``, ``group``): this task with
+        """A step of a workflow (``chain``, ``group``, ``graph``): this task with
         ``payload``, or, without one, its predecessor's result (checked
         against this task's payload type when the workflow is built).
         ``delay``: seconds after its predecessor finished. Raises

@@ -34,6 +34,8 @@ from ._errors import TopologyError as TopologyError
 from ._errors import UnknownJob as UnknownJob
 from ._errors import UnknownQueue as UnknownQueue
 from ._errors import UnknownTask as UnknownTask
+from ._graph import Graph as Graph
+from ._graph import graph as graph
 from ._history import attempt_history as attempt_history
 from ._jobs import FINISHED_STATES as FINISHED_STATES
 from ._jobs import PENDING_STATES as PENDING_STATES
@@ -62,7 +64,10 @@ from ._retry import RetryPolicy as RetryPolicy
 from ._unique import Unique as Unique
 from ._workers import WorkerInfo as WorkerInfo
 from ._workflow import Arrival as Arrival
+from ._workflow import Buildable as Buildable
 from ._workflow import Chain as Chain
+from ._workflow import Dag as Dag
+from ._workflow import DagStep as DagStep
 from ._workflow import FlowStep as FlowStep
 from ._workflow import Group as Group
 from ._workflow import chain as chain

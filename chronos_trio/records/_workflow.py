@@ -12,10 +12,11 @@ worker's continuer then calls :func:`advance` and enqueues what it returns
 from __future__ import annotations
 
 import base64
+import heapq
 import itertools
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -80,29 +81,70 @@ class Group:
     members: tuple[Node, ...]
 
 
-Node = FlowStep | Chain | Group
+@attrs.frozen
+class DagStep:
+    """One named step of a graph: its node, and the names of the steps whose
+    results it waits for (none: a root, started with the graph)."""
+
+    name: str
+    node: Node
+    after: tuple[str, ...]
 
 
-def chain(*links: Node) -> Chain:
-    """A chain of steps, chains or groups (ValueError when empty; TypeError
-    when a link cannot take its predecessor's result)."""
+@attrs.frozen
+class Dag:
+    """A workflow graph, checked (built by ``records._graph.Graph.freeze``):
+    steps in the order they were added, each after the steps it names.
+    Its result is its one sink's (a step nothing comes after), or, with
+    several sinks, their results as a list in the order they were added."""
+
+    steps: tuple[DagStep, ...]
+
+
+Node = FlowStep | Chain | Group | Dag
+
+
+@runtime_checkable
+class Buildable(Protocol):
+    """A workflow part that is built before it runs (``records._graph.Graph``):
+    ``freeze`` checks it and returns its fixed form (ValueError, TypeError)."""
+
+    def freeze(self) -> Dag: ...
+
+
+def as_node(part: Node | Buildable) -> Node:
+    """``part`` as a node: a graph is frozen (checked) here. TypeError for
+    what is not a workflow part."""
+    if isinstance(part, FlowStep | Chain | Group | Dag):
+        return part
+    if isinstance(part, Buildable):
+        return part.freeze()
+    raise TypeError(
+        f"a workflow part is a step (task.s(...)), a chain, a group or a graph, got {part!r}"
+    )
+
+
+def chain(*links: Node | Buildable) -> Chain:
+    """A chain of steps, chains, groups or graphs (ValueError when empty;
+    TypeError when a link cannot take its predecessor's result)."""
     if not links:
         raise ValueError("a chain needs at least one link")
     flat: list[Node] = []
-    for link in links:
+    for part in links:
+        link = as_node(part)
         flat.extend(link.links if isinstance(link, Chain) else (link,))
     for before, after in itertools.pairwise(flat):
         _check_feeds(before, after)
     return Chain(tuple(flat))
 
 
-def group(*members: Node) -> Group:
-    """A group of steps, chains or groups (ValueError when empty or over
-    :data:`MAX_GROUP_MEMBERS` members)."""
+def group(*members: Node | Buildable) -> Group:
+    """A group of steps, chains, groups or graphs (ValueError when empty or
+    over :data:`MAX_GROUP_MEMBERS` members)."""
     if not members:
         raise ValueError("a group needs at least one member")
     _check_group_size(len(members))
-    return Group(tuple(members))
+    return Group(tuple(as_node(m) for m in members))
 
 
 def _check_group_size(size: int) -> None:
@@ -119,14 +161,20 @@ def _result_of(node: Node) -> Any:
         return node.result_type
     if isinstance(node, Chain):
         return _result_of(node.links[-1])
+    if isinstance(node, Dag):
+        sinks = dag_sinks(node)
+        return _result_of(sinks[0].node) if len(sinks) == 1 else list
     return list
 
 
 def _first_steps(node: Node) -> list[FlowStep]:
+    """The steps that get ``node``'s input (depth first)."""
     if isinstance(node, FlowStep):
         return [node]
     if isinstance(node, Chain):
         return _first_steps(node.links[0])
+    if isinstance(node, Dag):
+        return [s for step in node.steps if not step.after for s in _first_steps(step.node)]
     return [s for m in node.members for s in _first_steps(m)]
 
 
@@ -184,6 +232,8 @@ def _encode_node(node: Node, path: str) -> dict[str, Any]:
         }
     if isinstance(node, Chain):
         return {"chain": [_encode_node(n, f"{path}.{k}") for k, n in enumerate(node.links)]}
+    if isinstance(node, Dag):
+        return {"dag": _encode_dag(node, path)}
     return {
         "group": [_encode_node(n, f"{path}.{k}") for k, n in enumerate(node.members)],
         "id": path,
@@ -195,6 +245,11 @@ def _size(node: Node, depth: int = 0) -> int:
         raise ValueError(f"a workflow nests at most {MAX_DEPTH} deep")
     if isinstance(node, FlowStep):
         return 1
+    if isinstance(node, Dag):
+        if not node.steps:
+            raise ValueError("a graph needs at least one step")
+        dag_order(node)  # a Dag made without Graph.freeze: names known, no cycle
+        return sum(_size(s.node, depth + 1) for s in node.steps)
     if isinstance(node, Group):
         _check_group_size(len(node.members))  # a Group built without group()
     parts = node.links if isinstance(node, Chain) else node.members
@@ -222,12 +277,14 @@ class Steps:
 
 
 def start(node: Node, workflow_id: str, headers: Headers = ()) -> Steps:
-    """The first jobs of a workflow (ValueError past the limits). Every job
+    """The first jobs of a workflow (ValueError past the limits; TypeError
+    for a graph's root that starts it without a payload). Every job
     of the flow, first or later, carries ``headers`` (the producer's, made
     once when it starts): each continuation holds them once per level of
     nesting, not once per job."""
     if _size(node) > MAX_JOBS:
         raise ValueError(f"a workflow has at most {MAX_JOBS} jobs")
+    _check_graph_inputs(node)
     return _run(_encode_node(node, workflow_id), None, None, headers)
 
 
@@ -239,10 +296,40 @@ def first_kind(node: Node) -> str:
 
 def final_job_id(node: Node, workflow_id: str) -> str | None:
     """The ID of the workflow's last job, when it ends with one step."""
-    path, n = workflow_id, node
-    while isinstance(n, Chain):
-        path, n = f"{path}.{len(n.links) - 1}", n.links[-1]
-    return path if isinstance(n, FlowStep) else None
+    found = final_step(node, workflow_id)
+    return found[0] if found is not None else None
+
+
+def final_step(node: Node, path: str) -> tuple[str, FlowStep] | None:
+    """The ID and step of the last job of ``node`` at ``path``, when it ends
+    with one step (a chain's last link, a graph's one sink)."""
+    while True:
+        if isinstance(node, FlowStep):
+            return path, node
+        if isinstance(node, Chain):
+            path, node = f"{path}.{len(node.links) - 1}", node.links[-1]
+            continue
+        if isinstance(node, Dag):
+            sinks = dag_sinks(node)
+            if len(sinks) == 1:
+                path, node = f"{path}.{sinks[0].name}", sinks[0].node
+                continue
+        return None
+
+
+def final_steps(node: Node, path: str) -> list[tuple[str, FlowStep]] | None:
+    """The last jobs of a flow that ends in a graph of several sinks, each
+    ending with one step (their results, in order, are the flow's result);
+    None otherwise."""
+    while isinstance(node, Chain):
+        path, node = f"{path}.{len(node.links) - 1}", node.links[-1]
+    if not isinstance(node, Dag):
+        return None
+    sinks = dag_sinks(node)
+    if len(sinks) < 2:
+        return None
+    found = [final_step(s.node, f"{path}.{s.name}") for s in sinks]
+    return None if None in found else [f for f in found if f is not None]
 
 
 def predecessors(node: Node, workflow_id: str) -> dict[str, tuple[str, ...]]:
@@ -264,6 +351,12 @@ def _preds(
         for k, link in enumerate(node.links):
             before = _preds(link, f"{path}.{k}", before, out)
         return before
+    if isinstance(node, Dag):
+        ends: dict[str, tuple[str, ...]] = {}
+        for step in dag_order(node):
+            given = tuple(j for name in step.after for j in ends[name]) if step.after else before
+            ends[step.name] = _preds(step.node, f"{path}.{step.name}", given, out)
+        return tuple(j for s in dag_sinks(node) for j in ends[s.name])
     lasts: tuple[str, ...] = ()
     for k, member in enumerate(node.members):
         lasts += _preds(member, f"{path}.{k}", before, out)
@@ -302,6 +395,11 @@ def _apply(after: Any, result: bytes | None) -> Steps:
                 Arrival(after["grp"], int(after["i"]), int(after["n"]), result, after.get("after")),
             )
         )
+    if "dag" in after:
+        try:
+            return _apply_dag(after, result)
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ValueError(f"damaged workflow continuation: graph: {exc!r}") from None
     raise ValueError(f"damaged workflow continuation: {after!r}")
 
 
@@ -337,6 +435,8 @@ def _run(node: dict[str, Any], value: bytes | None, after: Any, headers: Headers
         links = node["chain"]
         rest = {"seq": links[1:], "after": after, **carried} if len(links) > 1 else after
         return _run(links[0], value, rest, headers)
+    if "dag" in node:
+        return _run_dag(node["dag"], value, after, headers)
     members = node["group"]
     jobs: list[NewJob] = []
     for k, member in enumerate(members):
@@ -367,6 +467,8 @@ def _describe_node(node: dict[str, Any]) -> str:
         return f"{node['job']['kind']} ({node['job']['id']})"
     if "chain" in node:
         return " -> ".join(_describe_node(n) for n in node["chain"])
+    if "dag" in node:
+        return f"graph {node['dag']['id']} of {len(node['dag']['steps'])} steps"
     return f"group {node['id']} of {len(node['group'])}"
 
 
@@ -374,6 +476,227 @@ def _describe(after: Any, parts: list[str]) -> None:
     while after is not None:
         if "seq" in after:
             parts.extend(_describe_node(n) for n in after["seq"])
+        elif "dag" in after:
+            part = _describe_dag(after)
+            if part:
+                parts.append(part)
         else:
             parts.append(f"member {after['i']} of group {after['grp']} ({after['n']} in all)")
         after = after.get("after")
+
+
+# -- graphs ------------------------------------------------------------------------------
+# A graph's jobs carry the part of the graph that can still run after them
+# (``{"dag": {"id", "steps", "sinks"}}``: every step after the job's step, directly or
+# not, with its name, the names it comes after and its node; the job's own step without
+# its node; the sinks' names when several join for what follows the graph) and their
+# step (``"done"``). When that step succeeds, what follows it is read off that part:
+# each step that comes after it alone is run on its result; each step that comes after
+# several waits at a join, a group of its own (``<step id>:join``, the finished step's
+# place in its ``after`` the index), whose completion runs it (``"run"``) on their
+# results in ``after`` order. A sink hands its result to what follows the graph
+# (through ``<graph id>:sinks`` when there are several). The steps below are carried
+# once each, not a fan-out copied into each continuation: a chain of diamonds would
+# double its continuations at every level.
+def dag_sinks(dag: Dag) -> list[DagStep]:
+    """The steps of ``dag`` that no step comes after, in the order added."""
+    needed = {name for s in dag.steps for name in s.after}
+    return [s for s in dag.steps if s.name not in needed]
+
+
+def dag_order(dag: Dag) -> list[DagStep]:
+    """``dag``'s steps, each after the steps it comes after (the order added
+    where that leaves a choice). ValueError when they cannot be ordered (a
+    name twice, a step after an unknown name, or a cycle: ``Graph.freeze``
+    names them)."""
+    index = {s.name: k for k, s in enumerate(dag.steps)}
+    if len(index) < len(dag.steps):
+        raise ValueError("a graph names two steps alike")
+    waiting = [len(set(s.after)) for s in dag.steps]
+    dependents: list[list[int]] = [[] for _ in dag.steps]
+    for k, s in enumerate(dag.steps):
+        for name in set(s.after):
+            if name not in index:
+                raise ValueError(
+                    f"graph step {s.name!r} comes after {name!r}, which it does not have"
+                )
+            dependents[index[name]].append(k)
+    ready = [k for k, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
+    order: list[DagStep] = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(dag.steps[k])
+        for d in dependents[k]:
+            waiting[d] -= 1
+            if waiting[d] == 0:
+                heapq.heappush(ready, d)
+    if len(order) < len(dag.steps):
+        raise ValueError("a graph has a cycle")
+    return order
+
+
+def _check_graph_inputs(node: Node) -> None:
+    """TypeError when a graph's root starts the workflow without a payload
+    (there is no predecessor's result for it to take)."""
+    if isinstance(node, Chain):
+        _check_graph_inputs(node.links[0])
+    elif isinstance(node, Group):
+        for member in node.members:
+            _check_graph_inputs(member)
+    elif isinstance(node, Dag):
+        for step in node.steps:
+            if step.after:
+                continue
+            for first in _first_steps(step.node):
+                if first.payload is None:
+                    raise TypeError(
+                        f"graph step {step.name!r} ({first.kind!r}) starts the workflow, so "
+                        "there is no result before it to take: give it a payload"
+                    )
+
+
+def _encode_dag(dag: Dag, path: str) -> dict[str, Any]:
+    return {
+        "id": path,
+        "steps": [
+            {
+                "name": s.name,
+                "after": list(s.after),
+                "node": _encode_node(s.node, f"{path}.{s.name}"),
+            }
+            for s in dag.steps
+        ],
+    }
+
+
+def _dag_then(
+    dag: dict[str, Any], name: str, after: Any, headers: Headers, *, key: str = "done"
+) -> dict[str, Any]:
+    """The continuation of graph step ``name`` (``key="done"``), or of the
+    join before it (``key="run"``): the graph, the step, what follows the
+    graph, the flow's headers."""
+    then: dict[str, Any] = {"dag": dag, key: name}
+    if after is not None:
+        then["after"] = after
+    if headers:
+        then["h"] = dict(headers)
+    return then
+
+
+def _dag_part(
+    dag: dict[str, Any], name: str, dependents: dict[str, list[str]], *, keep: bool
+) -> dict[str, Any]:
+    """What a continuation at graph step ``name`` carries of ``dag``: the
+    steps after it, directly or not (what can still run from there), and
+    the step itself, its node only when ``keep`` (a join's step, still to
+    run); the sinks' names when ``dag`` has them."""
+    below = {name}
+    todo = [name]
+    while todo:
+        for after in dependents.get(todo.pop(), ()):
+            if after not in below:
+                below.add(after)
+                todo.append(after)
+    steps = [
+        s if s["name"] != name or keep else {"name": name, "after": s["after"]}
+        for s in dag["steps"]
+        if s["name"] in below
+    ]
+    part = {"id": dag["id"], "steps": steps}
+    if "sinks" in dag:
+        part["sinks"] = dag["sinks"]
+    return part
+
+
+def _dependents(steps: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Each step name and the names of the steps right after it."""
+    out: dict[str, list[str]] = {}
+    for s in steps:
+        for name in s["after"]:
+            out.setdefault(name, []).append(s["name"])
+    return out
+
+
+def _run_dag(dag: dict[str, Any], value: bytes | None, after: Any, headers: Headers) -> Steps:
+    """The jobs that start a graph on ``value``: its roots (a root without a
+    payload of its own takes ``value``). Each root's continuation carries
+    the rest of the graph, so the roots' are the largest of the graph's."""
+    dependents = _dependents(dag["steps"])
+    sinks = [s["name"] for s in dag["steps"] if s["name"] not in dependents]
+    if len(sinks) > 1 and after is not None:  # they join for what follows the graph
+        dag = {**dag, "sinks": sinks}
+    jobs: list[NewJob] = []
+    for s in dag["steps"]:
+        if not s["after"]:
+            part = _dag_part(dag, s["name"], dependents, keep=False)
+            then = _dag_then(part, s["name"], after, headers)
+            jobs.extend(_run(s["node"], value, then, headers).jobs)
+    return Steps(jobs=tuple(jobs))
+
+
+def _apply_dag(then: dict[str, Any], result: bytes | None) -> Steps:
+    """What follows a graph step that succeeded with ``result`` (``"done"``),
+    or a join that completed on its inputs' list (``"run"``)."""
+    dag, after, headers = then["dag"], then.get("after"), _headers_of(then)
+    steps: list[dict[str, Any]] = dag["steps"]
+    dependents = _dependents(steps)
+    if "run" in then:
+        name = then["run"]
+        step = next((s for s in steps if s["name"] == name), None)
+        if step is None:
+            raise KeyError(f"no step {name!r}")
+        part = _dag_part(dag, name, dependents, keep=False)
+        return _run(step["node"], result, _dag_then(part, name, after, headers), headers)
+    done = then["done"]
+    if not any(s["name"] == done for s in steps):
+        raise KeyError(f"no step {done!r}")
+    jobs: list[NewJob] = []
+    arrivals: list[Arrival] = []
+    nexts = dependents.get(done, [])
+    for s in steps:
+        if s["name"] not in nexts:
+            continue
+        deps, name = s["after"], s["name"]
+        if len(deps) == 1:
+            part = _dag_part(dag, name, dependents, keep=False)
+            jobs.extend(
+                _run(s["node"], result, _dag_then(part, name, after, headers), headers).jobs
+            )
+        else:
+            part = _dag_part(dag, name, dependents, keep=True)
+            run = _dag_then(part, name, after, headers, key="run")
+            join = f"{dag['id']}.{name}:join"
+            arrivals.append(Arrival(join, deps.index(done), len(deps), result, run))
+    if nexts or after is None:
+        return Steps(jobs=tuple(jobs), arrivals=tuple(arrivals))
+    # a sink: what follows the graph gets its result (or all the sinks', joined)
+    sinks: list[str] = dag.get("sinks", [done])
+    if len(sinks) == 1:
+        return _apply(after, result)
+    arrival = Arrival(f"{dag['id']}:sinks", sinks.index(done), len(sinks), result, after)
+    return Steps(arrivals=(arrival,))
+
+
+def _describe_dag(then: dict[str, Any]) -> str:
+    """What comes next in a graph after the step ``then`` carries (empty for a sink)."""
+    dag, steps = then["dag"], then["dag"]["steps"]
+    if "run" in then:
+        step = next(s for s in steps if s["name"] == then["run"])  # none: damaged
+        return f"{_describe_node(step['node'])} (graph {dag['id']}: its inputs are in)"
+    done = then["done"]
+    nexts: list[str] = []
+    for s in steps:
+        deps = s["after"]
+        if done not in deps:
+            continue
+        if len(deps) == 1:
+            nexts.append(_describe_node(s["node"]))
+        else:
+            nexts.append(
+                f"{_describe_node(s['node'])} once its {len(deps)} inputs are in "
+                f"(this is input {deps.index(done)})"
+            )
+    if not nexts:
+        return ""
+    return f"graph {dag['id']} after {done}: " + "; ".join(nexts)

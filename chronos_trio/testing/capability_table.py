@@ -45,7 +45,7 @@ ROWS: Mapping[Capability, str] = {
     Capability.TOPOLOGY: "`TopologyRole`: versioned, partitioned queues",
     Capability.LEADERSHIP: "`LeadershipRole`: an elected leader, cron and interval schedules",
     Capability.RESULTS: "`ResultRole`: kept results, `handle.result()`",
-    Capability.FLOWS: "`FlowRole`: workflows (`chain`, `group`)",
+    Capability.FLOWS: "`FlowRole`: workflows (`chain`, `group`, `graph`)",
     Capability.CHECK: "`CheckRole`: the store checker",
     Capability.NOTES: "`NotesRole`: progress and log lines of running jobs "
     "(`job.progress`, `job.log`)",
