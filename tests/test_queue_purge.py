@@ -6,6 +6,7 @@ store operation itself is held to the conformance suite on every backend)."""
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 import trio
@@ -64,9 +65,7 @@ async def test_inspector_purge_in_batches_while_a_job_runs(autojump_clock: objec
         [NewJob(id="run", queue="q", kind="k", payload=b"{}")]
         + [NewJob(id=f"j{i}", queue="q", kind="k", payload=b"{}", delay=60) for i in range(25)]
     )
-    [running] = (
-        await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=30)
-    ).jobs
+    [running] = (await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=30)).jobs
     assert await inspector.purge("q", batch=7) == 25
     assert (await inspector.queue("q")).counts[JobState.LEASED] == 1
     done = await store.settle([Settlement(running.ref, SettleKind.SUCCEEDED)])
@@ -77,3 +76,46 @@ async def test_inspector_purge_in_batches_while_a_job_runs(autojump_clock: objec
         await inspector.purge("q", batch=0)
     with trio.fail_after(1):
         assert await inspector.purge("q") == 0
+
+
+# -- queue names checked at enqueue ---------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("", "non-empty string"),
+        (" lead", "whitespace at an end"),
+        ("trail\n", "whitespace at an end"),
+        ("tab\there", "control character (U+0009) at position 3"),
+        ("bi\u202edi", "RIGHT-TO-LEFT OVERRIDE (U+202E)"),
+        ("zero\u200bwidth", "ZERO WIDTH SPACE (U+200B)"),
+        ("no\u00a0break", "NO-BREAK SPACE (U+00A0)"),
+        ("line\u2028sep", "LINE SEPARATOR"),
+        ("q" * 201, "over the 200-character limit"),
+    ],
+)
+async def test_a_queue_name_that_cannot_be_shown_is_refused_before_anything_is_stored(
+    name: str, says: str
+) -> None:
+    from tests.tests_app import Record, make_app
+
+    store = MemoryStore()
+    app = make_app(None)
+    app.use_store(store)
+    record = app.tasks["tests.record"]
+    with pytest.raises(ValueError, match=re.escape(says)):
+        await record.enqueue(Record("k"), queue=name)
+    with pytest.raises(ValueError, match=re.escape(says)):
+        await record.enqueue_many([Record("k")], queue=name)
+    assert await store.queues() == [], "nothing was stored"
+
+
+async def test_every_other_character_is_a_fine_queue_name() -> None:
+    from tests.tests_app import Record, make_app
+
+    store = MemoryStore()
+    app = make_app(None)
+    app.use_store(store)
+    names = ["a b", "{tag}:v1/%25", "émoji-🚀", "q" * 200]
+    for name in names:
+        await app.tasks["tests.record"].enqueue(Record("k"), queue=name)
+    assert sorted(await store.queues()) == sorted(names)

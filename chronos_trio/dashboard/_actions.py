@@ -29,6 +29,7 @@ from starlette.responses import RedirectResponse, Response
 
 from ..app._app import App
 from ..app._inspector import Inspector
+from ..app._purge import purged_counts
 from ..records._jobs import JobState
 from . import _schedule_actions as sched
 from ._render import link, shorten
@@ -111,6 +112,15 @@ async def _requeue_dead(insp: Inspector, form: Form) -> Done:
     return f"requeued {count} dead job(s) of queue {queue}", "/queue", {"name": queue}
 
 
+async def _purge(insp: Inspector, form: Form) -> Done:
+    queue = required(form, "queue")
+    count = await insp.purge(queue)
+    leased = (await insp.queue(queue)).counts.get(JobState.LEASED, 0)
+    text = f"purged queue {queue}: deleted {count} job(s)"
+    text += f"; {leased} leased job(s) left to finish" if leased else ""
+    return text, "/queue", {"name": queue}
+
+
 async def _pause(insp: Inspector, form: Form) -> Done:
     queue = required(form, "queue")
     await insp.pause(queue)
@@ -163,6 +173,14 @@ ACTIONS: dict[str, Action] = {
             "queue",
             "Requeue every dead job of queue {queue} (attempts reset)?",
             _requeue_dead,
+        ),
+        Action(
+            "purge",
+            "Purge",
+            "queue",
+            "Delete every job of queue {queue} that is not leased?",
+            _purge,
+            danger=True,
         ),
         Action(
             "pause",
@@ -238,6 +256,8 @@ class Actions:
             queue=queue,
             version=optional(params, "version"),
             partitions=active[0] if active else 1,
+            leased=info.counts.get(JobState.LEASED, 0),
+            purged=purged_counts(info.counts) if action.name == "purge" else {},
             nav_at="queues",
         )
 
