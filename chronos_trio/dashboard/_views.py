@@ -26,6 +26,7 @@ from ..records._workflow import describe
 from ..store import Capability, VersionState, capabilities_of
 from ._render import control_rows, environment, link, payload_text, result_text, shorten
 from ._security import SECURE_KEY, SESSION_KEY, Session, Signer, mount_path
+from ._story import first_step_id, position, timeline
 
 FLASH_COOKIE = "chronos_dashboard_flash"
 #: Job states in the order the pages show them.
@@ -219,18 +220,24 @@ class Views:
         if not job_id:
             raise HTTPException(400, "give a job ID to look up")
         job = await self.inspector.job(job_id, queue=optional(params, "queue") or None)
+        notes = await self.inspector.notes(job)
+        attempts = attempt_history(job)
+        first = first_step_id(job)
+        first_exists = first is not None and await self.inspector.store.get_job(first) is not None
         return await self.render(
             request,
             "job.html",
             job=job,
-            notes=await self.inspector.notes(job),
+            notes=notes,
+            story=timeline(job, attempts, notes),
+            flow=position(job, first_step_exists=first_exists),
             where=self.inspector.locate(job.placement),
             payload=payload_text(job),
             result=result_text(job),
             then=describe(job.then),
             control=control_rows(job.control, await self.inspector.now()),
             next_run=next_run_at(job),
-            attempts=attempt_history(job),
+            attempts=attempts,
             history_limit=HISTORY_LIMIT,
             actions=[] if self.options.read_only else job_actions(job),
             nav_at="queues",
