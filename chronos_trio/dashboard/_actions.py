@@ -285,7 +285,7 @@ class Actions:
             nav_at="schedules",
         )
 
-    async def _checked_form(self, request: Request) -> dict[str, str]:
+    async def checked_form(self, request: Request) -> dict[str, str]:
         """The form of a POST from a page of this dashboard, carrying this
         session's CSRF token; HTTP 403 otherwise (see the module docstring)."""
         if not same_origin(request.scope, self.views.options.allowed_origins):
@@ -299,7 +299,7 @@ class Actions:
 
     async def perform(self, request: Request) -> Response:
         action = self._action(request.path_params["name"])
-        form = await self._checked_form(request)
+        form = await self.checked_form(request)
         message, path, query = await action.run(self.views.inspector, form)
         response = RedirectResponse(link(mount_path(request.scope), path, **query), 303)
         self.views.flash_cookie(request, response, message)
@@ -308,7 +308,7 @@ class Actions:
     async def logout(self, request: Request) -> Response:
         """End this browser's session: its cookie is removed, and the next
         request starts a new one (with a token, at the sign-in page)."""
-        await self._checked_form(request)
+        await self.checked_form(request)
         response = RedirectResponse(mount_path(request.scope) + "/", 303)
         response.headers.append("set-cookie", logout_cookie(request.scope))
         return response

@@ -35,7 +35,7 @@ _ENDED = {
 
 
 @attrs.frozen
-class Event:
+class StoryEvent:
     """One line of the timeline: when (store clock; None: not known, listed
     where it happened), what (a short title), ``detail`` (text, maybe
     several lines: an error), the attempt it belongs to (None: the job's),
@@ -48,22 +48,22 @@ class Event:
     tone: str = "info"
 
 
-def timeline(job: Job, attempts: Sequence[Attempt], notes: JobNotes | None) -> list[Event]:
+def timeline(job: Job, attempts: Sequence[Attempt], notes: JobNotes | None) -> list[StoryEvent]:
     """The job's story, oldest first: its creation, each attempt's start and
     end (``attempts``: ``records._history.attempt_history``), its progress
     and log lines (``notes``), and where it stands now (due, running,
     finished). Events without a time keep their place among their
     attempt's."""
-    events: list[tuple[float, int, Event]] = []
+    events: list[tuple[float, int, StoryEvent]] = []
     order = 0
 
-    def add(at: float | None, event: Event, after: float) -> None:
+    def add(at: float | None, event: StoryEvent, after: float) -> None:
         nonlocal order
         order += 1
         events.append((at if at is not None else after, order, event))
 
     if job.created_at:
-        add(job.created_at, Event(job.created_at, "enqueued", f"into queue {job.queue}"), 0.0)
+        add(job.created_at, StoryEvent(job.created_at, "enqueued", f"into queue {job.queue}"), 0.0)
     last = job.created_at or 0.0
     for a in attempts:
         who = f"on {a.worker}" if a.worker else "worker not known"
@@ -72,10 +72,12 @@ def timeline(job: Job, attempts: Sequence[Attempt], notes: JobNotes | None) -> l
             detail = who
             if job.lease_expires_at is not None:
                 detail += "; its lease is renewed while it runs"
-            add(started, Event(started, f"attempt {a.number} running", detail, a.number), last)
+            add(started, StoryEvent(started, f"attempt {a.number} running", detail, a.number), last)
             continue
         if a.started is not None:
-            add(a.started, Event(a.started, f"attempt {a.number} started", who, a.number), last)
+            add(
+                a.started, StoryEvent(a.started, f"attempt {a.number} started", who, a.number), last
+            )
             last = a.started
         took = ""
         if a.started is not None and a.ended is not None:
@@ -86,22 +88,22 @@ def timeline(job: Job, attempts: Sequence[Attempt], notes: JobNotes | None) -> l
         title = f"attempt {a.number} {_ENDED.get(a.outcome, a.outcome.value)}{took}"
         if a.started is None and a.worker:  # no start line names its worker
             title += f" (on {a.worker})"
-        add(a.ended, Event(a.ended, title, a.error, a.number, tone), last)
+        add(a.ended, StoryEvent(a.ended, title, a.error, a.number, tone), last)
         last = a.ended if a.ended is not None else last
     if notes is not None:
         for line in notes.lines:
-            add(line.at, Event(line.at, "log", line.text, line.attempt, "log"), last)
+            add(line.at, StoryEvent(line.at, "log", line.text, line.attempt, "log"), last)
         p = notes.progress
         if p is not None:
             text = f"{p.fraction * 100:.0f}%" + (f" {p.message}" if p.message else "")
-            add(p.at, Event(p.at, "progress", text, p.attempt, "log"), last)
+            add(p.at, StoryEvent(p.at, "progress", text, p.attempt, "log"), last)
     if job.state in (JobState.SCHEDULED, JobState.READY, JobState.RETRY_WAIT):
         what = {
             JobState.SCHEDULED: "due",
             JobState.READY: "ready: waiting for a worker since",
             JobState.RETRY_WAIT: "retry due",
         }[job.state]
-        add(job.run_at, Event(job.run_at, what, "", None, "info"), last)
+        add(job.run_at, StoryEvent(job.run_at, what, "", None, "info"), last)
     events.sort(key=lambda e: (e[0], e[1]))
     return [e for _, _, e in events]
 
@@ -214,4 +216,4 @@ def _common_prefix(ids: Sequence[str]) -> str:
     return ".".join(common)
 
 
-__all__ = ["Event", "Position", "Step", "first_step_id", "position", "timeline"]
+__all__ = ["StoryEvent", "Position", "Step", "first_step_id", "position", "timeline"]

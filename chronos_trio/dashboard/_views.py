@@ -12,11 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+from markupsafe import Markup
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..app._app import App
+from ..app._coverage import unserved
 from ..app._inspector import RUN_NOW_STATES, Inspector, next_run_at
 from ..records._attempts import HISTORY_LIMIT
 from ..records._history import attempt_history
@@ -24,6 +26,7 @@ from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._producing import MAX_JOB_ID_LENGTH
 from ..records._workflow import describe
 from ..store import Capability, VersionState, capabilities_of
+from ._extensions import ExtensionRequest, Extensions, Shown, panels
 from ._render import control_rows, environment, link, payload_text, result_text, shorten
 from ._security import SECURE_KEY, SESSION_KEY, Session, Signer, mount_path
 from ._story import first_step_id, position, timeline
@@ -107,11 +110,18 @@ def required(params: Mapping[str, str], name: str) -> str:
 class Views:
     """The pages over ``inspector``, rendered with the dashboard's templates."""
 
-    def __init__(self, inspector: Inspector, options: Options, signer: Signer) -> None:
+    def __init__(
+        self,
+        inspector: Inspector,
+        options: Options,
+        signer: Signer,
+        extensions: Extensions | None = None,
+    ) -> None:
         self.inspector = inspector
         self.options = options
         self.signer = signer
-        self.env = environment()
+        self.extensions = extensions
+        self.env = environment(None if extensions is None else extensions.templates)
 
     # -- rendering ----------------------------------------------------------------
     def session(self, request: Request) -> Session:
@@ -143,6 +153,32 @@ class Views:
         except ValueError:
             return None
 
+    def fragment(self, request: Request, shown: Shown) -> Shown:
+        """``shown`` with its app template (if any) rendered, autoescaped,
+        with the template's context and what every page knows (``base``,
+        ``url``, ``csrf``, ``read_only``)."""
+        if shown.template is None or shown.error is not None:
+            return shown
+        base = mount_path(request.scope)
+        html = self.env.get_template(shown.template).render(
+            {
+                **shown.context,
+                "base": base,
+                "url": lambda path, **params: link(base, path, **params),
+                "csrf": self.session(request).csrf,
+                "read_only": self.options.read_only,
+            }
+        )
+        return attrs.evolve(shown, html=Markup(html))
+
+    async def panels(self, request: Request, place: str) -> list[Shown]:
+        """The app's panels of ``place`` (see ``_extensions``), rendered."""
+        if self.extensions is None or not self.extensions.panels:
+            return []
+        params = {k: optional(request.query_params, k) for k in request.query_params}
+        ext = ExtensionRequest(self.inspector, params, request.url.path, self.options.read_only)
+        return [self.fragment(request, s) for s in await panels(self.extensions, place, ext)]
+
     async def render(
         self, request: Request, template: str, *, status: int = 200, **context: Any
     ) -> HTMLResponse:
@@ -162,6 +198,7 @@ class Views:
             flash=flash,
             now=now,
             states=STATES,
+            ext_pages=[] if self.extensions is None else self.extensions.pages,
             **context,
         )
         response = HTMLResponse(html, status_code=status)
@@ -178,7 +215,15 @@ class Views:
     # -- pages --------------------------------------------------------------------
     async def queues(self, request: Request) -> Response:
         infos = await self.inspector.queues()
-        return await self.render(request, "queues.html", queues=infos, nav_at="queues")
+        gaps = await unserved(self.inspector.store, infos)
+        return await self.render(
+            request,
+            "queues.html",
+            queues=infos,
+            unserved=gaps,
+            panels=await self.panels(request, "queues"),
+            nav_at="queues",
+        )
 
     async def queue(self, request: Request) -> Response:
         name = required(request.query_params, "name")
@@ -194,6 +239,7 @@ class Views:
             dead=info.counts.get(JobState.DEAD, 0),
             draining=draining,
             active_partitions=active[0].partitions if active else 1,
+            panels=await self.panels(request, "queue"),
             nav_at="queues",
         )
 
