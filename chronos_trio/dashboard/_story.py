@@ -216,4 +216,4 @@ def _common_prefix(ids: Sequence[str]) -> str:
     return ".".join(common)
 
 
-__all__ = ["StoryEvent", "Position", "Step", "first_step_id", "position", "timeline"]
+__all__ = ["Position", "Step", "StoryEvent", "first_step_id", "position", "timeline"]
