@@ -42,6 +42,7 @@ def page_endpoint(views: Views, actions: Actions, page: Page) -> Endpoint:
             views.flash_cookie(request, response, str(message))
             return response
         shown = await show(page.title, page.handler, page.template, _request(views, request))
+        shown = views.fragment(request, shown)
         return await views.render(
             request, "extension.html", shown=shown, page=page, nav_at=page.path
         )

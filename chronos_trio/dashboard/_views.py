@@ -40,6 +40,9 @@ MAX_PAGE = 500
 #: look up but a request to refuse before it reaches the store.
 MAX_PARAM = {"id": MAX_JOB_ID_LENGTH}
 MAX_OTHER_PARAM = 1000
+#: The page's live tables (``data-live``) are fetched again at most this
+#: often (seconds; the counts come every ``refresh`` on the event stream).
+LIVE_TABLES_EVERY = 2.0
 
 
 @attrs.frozen
@@ -199,6 +202,8 @@ class Views:
             now=now,
             states=STATES,
             ext_pages=[] if self.extensions is None else self.extensions.pages,
+            # the live tables re-read at most this often (ms): a page render each
+            live_every=int(max(self.options.refresh, LIVE_TABLES_EVERY) * 1000),
             **context,
         )
         response = HTMLResponse(html, status_code=status)
