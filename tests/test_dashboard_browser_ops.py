@@ -97,7 +97,6 @@ def test_the_workers_table_updates_live(browser_fresh: Any) -> None:
 
 def test_keyboard_reaches_the_skip_link_then_every_action(browser_fresh: Any) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
-    from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
     driver = browser_fresh
