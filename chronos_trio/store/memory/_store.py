@@ -1140,11 +1140,16 @@ class MemoryStore(Store):
         """Every listed job of ``queue`` but the leased ones goes as
         :meth:`delete_job` deletes one, up to ``limit``, in one step."""
         await trio.lowlevel.checkpoint()
-        doomed = sorted(
-            job_id
-            for job_id, rec in self._records.items()
-            if rec.home == queue and rec.indexed and rec.job.state is not JobState.LEASED
-        )[: max(0, limit)]
+        doomed = list(
+            itertools.islice(
+                (
+                    job_id
+                    for job_id, rec in self._records.items()
+                    if rec.home == queue and rec.indexed and rec.job.state is not JobState.LEASED
+                ),
+                max(0, limit),
+            )
+        )
         for job_id in doomed:
             rec = self._records[job_id]
             self._unique.release(rec.home, rec.unique, job_id)
