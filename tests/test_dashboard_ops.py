@@ -232,3 +232,19 @@ async def test_bad_extensions_are_refused_when_registered() -> None:
         Extensions(templates=TEMPLATES).register_page("/y", "Y", handler, template="nope.html")
     with pytest.raises(TypeError, match="extensions must be"):
         dashboard_app(App(MemoryStore()), extensions=[ext])  # type: ignore[arg-type]
+
+
+async def test_a_worker_reports_the_kinds_it_handles(autojump_clock: object) -> None:
+    import trio
+
+    from tests.tests_app import make_app
+
+    store = MemoryStore()
+    app = make_app(None)
+    app.use_store(store)
+    async with app.open_worker(queues=["default"]):
+        with trio.fail_after(10):
+            while not await store.workers():
+                await trio.sleep(0.1)
+        [me] = await store.workers()
+        assert me.kinds == tuple(sorted(app.tasks)), "every kind of the app's registry"
