@@ -189,6 +189,8 @@ async def test_an_app_adds_pages_and_panels(app: App) -> None:
         refused = await web.post("/billing", data={"amount": "5"}, headers={"origin": ORIGIN})
         assert refused.status_code == 403 and charged == ["10"], "CSRF holds for app pages"
         assert (await web.post("/about", data={})).status_code == 405
+        live = await web.get("/", headers={"x-chronos-live": "1"})
+        assert "Backlog by customer" not in live.text, "a live re-read skips the panels"
     async with client(dashboard_app(app, extensions=ext, read_only=True)) as web:
         page = (await web.get("/billing")).text
         assert 'method="post"' not in page.split("</header>")[1], "the template hides its form"

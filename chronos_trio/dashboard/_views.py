@@ -43,6 +43,9 @@ MAX_OTHER_PARAM = 1000
 #: The page's live tables (``data-live``) are fetched again at most this
 #: often (seconds; the counts come every ``refresh`` on the event stream).
 LIVE_TABLES_EVERY = 2.0
+#: The header the page's script sends when it reads the page again for its
+#: live tables (what is outside them, such as an app's panels, is skipped).
+LIVE_HEADER = "x-chronos-live"
 
 
 @attrs.frozen
@@ -177,6 +180,8 @@ class Views:
     async def panels(self, request: Request, place: str) -> list[Shown]:
         """The app's panels of ``place`` (see ``_extensions``), rendered."""
         if self.extensions is None or not self.extensions.panels:
+            return []
+        if request.headers.get(LIVE_HEADER):  # a live re-read: panels are not live regions
             return []
         params = {k: optional(request.query_params, k) for k in request.query_params}
         ext = ExtensionRequest(self.inspector, params, request.url.path, self.options.read_only)

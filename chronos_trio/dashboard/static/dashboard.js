@@ -24,7 +24,7 @@
     if (!regions.length || reading || document.hidden || Date.now() - lastRead < every) { return; }
     reading = true;
     lastRead = Date.now();
-    fetch(window.location.href, { credentials: "same-origin", headers: { "accept": "text/html" } })
+    fetch(window.location.href, { credentials: "same-origin", headers: { "accept": "text/html", "x-chronos-live": "1" } })
       .then(function (r) { return r.ok ? r.text() : null; })
       .then(function (html) {
         if (html === null) { return; }
