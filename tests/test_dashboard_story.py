@@ -162,3 +162,27 @@ async def test_workflow_steps_link_to_each_other_and_to_the_workflow_page() -> N
     for step in ("order.7.1.0", "order.7.1.1", "order.7.2"):
         assert f'href="/job?id={step}"' in section, step
     assert json.dumps("group order.7.1 of 2")[1:-1] in section
+
+
+def test_a_graph_step_knows_its_graph_and_the_steps_after_it() -> None:
+    from chronos_trio.records._graph import Graph
+
+    app = make_app(None)
+    member, callback = app.tasks["tests.wf_member"], app.tasks["tests.wf_callback"]
+    g = Graph()
+    g.add("fetch", member.s(1))
+    g.add("left", member.s(), after="fetch")
+    g.add("right", member.s(), after="fetch")
+    g.add("join", callback.s(), after=["left", "right"])
+    [root] = start(g.freeze(), "G").jobs
+    assert root.id == "G.fetch" and root.then is not None
+    job = Job(
+        id=root.id, queue=root.queue, kind=root.kind, payload=root.payload, run_at=0.0,
+        state=JobState.READY, then=root.then,
+    )  # fmt: skip
+    got = position(job)
+    assert got is not None and not got.damaged
+    assert got.workflow_id == "G" and got.path == "fetch"
+    assert got.groups == ("step fetch of graph G",)
+    assert [s.job_id for s in got.behind] == ["G.left", "G.right", None, "G.join"]
+    assert "once left, right are in" in got.behind[2].text

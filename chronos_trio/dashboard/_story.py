@@ -180,6 +180,20 @@ def _walk(after: Any, behind: list[Step], groups: list[str], ids: list[str]) -> 
         if "seq" in after:
             for node in after["seq"]:
                 _node(node, behind, ids)
+        elif "dag" in after:  # a graph's step: the steps after it, in the order added
+            dag = after["dag"]
+            graph = str(dag["id"])
+            ids.append(graph)
+            here = str(after.get("done", after.get("run")))
+            groups.append(f"step {here} of graph {graph}")
+            for step in dag["steps"]:
+                if "node" in step and str(step["name"]) != here:
+                    inputs = [str(n) for n in step["after"]]
+                    if len(inputs) > 1:
+                        behind.append(
+                            Step(None, f"once {', '.join(inputs)} are in (graph {graph}):")
+                        )
+                    _node(step["node"], behind, ids)
         else:
             group = str(after["grp"])
             ids.append(group)
@@ -196,6 +210,12 @@ def _node(node: dict[str, Any], behind: list[Step], ids: list[str]) -> None:
     elif "chain" in node:
         for link in node["chain"]:
             _node(link, behind, ids)
+    elif "dag" in node:
+        graph = str(node["dag"]["id"])
+        ids.append(graph)
+        behind.append(Step(None, f"graph {graph} of {len(node['dag']['steps'])} steps:"))
+        for step in node["dag"]["steps"]:
+            _node(step["node"], behind, ids)
     else:
         group = str(node["id"])
         ids.append(group)
