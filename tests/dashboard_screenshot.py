@@ -14,7 +14,9 @@ from typing import Any
 import attrs
 import trio
 
-from chronos_trio import App, JobContext, MemoryStore, QueueWeight
+from chronos_trio import App, JobContext, MemoryStore, NewJob, QueueWeight, WorkerInfo
+from chronos_trio.dashboard import ExtensionRequest, Extensions
+from chronos_trio.records import NoteWrite, Progress
 from chronos_trio.store import SettleKind, Settlement
 from tests._dashboard import ServedDashboard, open_browser
 
@@ -110,7 +112,109 @@ def screenshot(out: Path, *, driver: Any | None = None) -> None:
                 browser.quit()
 
 
+# -- the operator's console pages (issue 30: job story, purge, extensions, phones) --------
+#: page file name -> (path, window width, element scrolled to the top or
+#: ""): written beside ``docs/dashboard.png``.
+CONSOLE_PAGES = {
+    "dashboard-job-story.png": ("/job?id=weekly-report-7", 1280, "story-title"),
+    "dashboard-purge.png": ("/confirm/purge?queue=email", 1280, ""),
+    "dashboard-extension.png": ("/", 1280, "unserved"),
+    "dashboard-phone.png": ("/queue?name=email", 400, ""),
+}
+
+
+async def populate_story(app: App) -> None:
+    """``weekly-report-7``: a job with a story: it failed twice (on two
+    workers, an error each), logged lines, and is running its third attempt."""
+    store = app.store
+    # a live worker of email and billing, and a job of a kind it cannot run
+    await store.beat_worker(
+        WorkerInfo(
+            "web-1:411:0", "web-1", 411, ("email", "billing"), 16, 0.0, 0.0, 0, (),
+            ("billing.charge", "email.send"),
+        ),
+        3600,
+    )  # fmt: skip
+    await store.enqueue_many(
+        [
+            NewJob("resize-1", "email", "images.resize", b'{"w": 64}'),
+            NewJob("resize-2", "email", "images.resize", b'{"w": 128}'),
+        ]
+    )
+    build = app.tasks["reports.build"]
+    await build.enqueue(Report("weekly"), job_id="weekly-report-7", queue="reports-hot")
+    errors = ["TimeoutError: warehouse query took over 30 s", "ConnectionResetError: db-2"]
+    for attempt, error in enumerate([*errors, None], start=1):
+        await store.promote_due(["reports-hot"], 10)  # the retry is due at once
+        [lj] = (
+            await store.lease(
+                [QueueWeight("reports-hot")], 1, worker_id=f"web-{attempt}:41{attempt}:0",
+                lease_duration=120,
+            )
+        ).jobs  # fmt: skip
+        lines = (f"attempt {attempt}: reading 12 shards", f"shard {3 * attempt} of 12 done")
+        await store.write_notes([NoteWrite(lj.ref, Progress(0.25 * attempt, "shards"), lines)])
+        if error is None:
+            return
+        await trio.sleep(0.3)
+        await store.settle(
+            [Settlement(lj.ref, SettleKind.RETRY, error, retry_delay=0, started=lj.leased_at)]
+        )
+
+
+def console_extensions() -> Extensions:
+    ext = Extensions()
+
+    @ext.page("/billing", "Billing")
+    async def billing(request: ExtensionRequest) -> dict[str, str]:
+        return {"open invoices": "14", "charged today": "$1,240.00"}
+
+    @ext.panel("queues", "Backlog by customer")
+    async def backlog(request: ExtensionRequest) -> dict[str, str]:
+        return {"acme": "31 jobs", "globex": "9 jobs", "initech": "2 jobs"}
+
+    return ext
+
+
+def screenshot_console(out_dir: Path, *, driver: Any | None = None) -> list[Path]:
+    """The console pages (:data:`CONSOLE_PAGES`) over the demo store, one PNG
+    each in ``out_dir``; returns their paths."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    app = demo_app()
+    trio.run(populate_demo, app)
+    trio.run(populate_story, app)
+    written = []
+    with tempfile.TemporaryDirectory() as profile:
+        own = driver is None
+        browser = open_browser(profile, width=1280, height=900) if own else driver
+        size = browser.get_window_size()
+        try:
+            with ServedDashboard(app, refresh=0.5, extensions=console_extensions()) as dash:
+                for name, (path, width, top) in CONSOLE_PAGES.items():
+                    browser.set_window_size(width, 900)
+                    browser.get(dash.url + path)
+                    WebDriverWait(browser, 10).until(
+                        lambda d: d.find_element(By.ID, "live").text.startswith("live")
+                    )
+                    if top:
+                        browser.execute_script(
+                            "document.getElementById(arguments[0]).scrollIntoView()", top
+                        )
+                    out_dir.mkdir(parents=True, exist_ok=True)
+                    browser.save_screenshot(str(out_dir / name))
+                    written.append(out_dir / name)
+        finally:
+            browser.set_window_size(size["width"], size["height"])
+            if own:
+                browser.quit()
+    return written
+
+
 if __name__ == "__main__":
     target = Path(sys.argv[1]) if len(sys.argv) > 1 else OUT
     screenshot(target)
     print(f"wrote {target}")
+    for path in screenshot_console(target.parent):
+        print(f"wrote {path}")

@@ -84,7 +84,7 @@ def test_workers_table_and_json(
     first = data[1]
     assert set(first) == {
         "worker_id", "host", "pid", "queues", "concurrency", "started_at", "last_beat",
-        "running", "running_job_ids",
+        "running", "running_job_ids", "kinds",
     }  # fmt: skip
     assert first["queues"] == ["default", "low"] and first["running_job_ids"] == [
         "a",

@@ -30,7 +30,7 @@ import trio
 from trio_util import periodic
 
 from ..records._log import log_event
-from ..records._workers import MAX_RUNNING_IDS, WorkerInfo
+from ..records._workers import MAX_KINDS, MAX_RUNNING_IDS, WorkerInfo
 from ..runtime._backoff import Backoff
 from ..runtime._state import Runtime, log
 from ..store import StoreError
@@ -46,6 +46,7 @@ async def run(
     backoff = Backoff(log, "worker registry beat", maximum=cfg.heartbeat_interval)
     host, pid = socket.gethostname(), os.getpid()
     queues = tuple(cfg.queue_names)
+    kinds = tuple(sorted(rt.registry.tasks))[:MAX_KINDS]
     started = False
     try:
         async for _ in periodic(cfg.heartbeat_interval):
@@ -64,6 +65,7 @@ async def run(
                         last_beat=0.0,  # the store's to set
                         running=table.running,
                         running_job_ids=tuple(table.running_job_ids(MAX_RUNNING_IDS)),
+                        kinds=kinds,
                     ),
                     cfg.registry_ttl,
                 )

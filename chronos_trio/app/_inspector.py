@@ -281,6 +281,10 @@ async def schedule_rows(app: WorkerHost) -> list[ScheduleInfo]:
     return rows
 
 
+#: Jobs one :meth:`Inspector.purge` round deletes (one store call per partition).
+PURGE_BATCH = 1000
+
+
 class Inspector:
     """Inspection and administration of the jobs in ``store``.
 
@@ -463,6 +467,30 @@ class Inspector:
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
         return (await self.store.requeue_dead(queue, limit=limit)).count
+
+    async def purge(self, queue: str, *, batch: int = PURGE_BATCH) -> int:
+        """Delete every job of ``queue`` that is not leased (scheduled,
+        ready, retry_wait, retained succeeded, dead, aborted), ``batch`` at
+        a time (see :meth:`~chronos_trio.store.AdminRole.purge_queue`: each
+        job goes whole; a batch is one store call per partition). Leased
+        jobs are left to finish (abort them first to stop them); the queue
+        stays known, with its topology and pause state. Safe with live
+        workers; jobs enqueued while it runs may be deleted too. Returns how
+        many jobs were deleted.
+
+        Raises UnknownQueue for a queue the store does not know,
+        ``ValueError`` for a ``batch`` that is not an int >= 1, and
+        StoreError when the store cannot be reached (some batches may have
+        been deleted: purging again is harmless)."""
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be an int >= 1, got {batch!r}")
+        await self.check_queue(queue)
+        total = 0
+        while True:
+            done = (await self.store.purge_queue(queue, limit=batch)).count
+            total += done
+            if done < batch:
+                return total
 
     async def pause(self, queue: str) -> bool:
         """Stop workers leasing from ``queue`` (at their next lease); jobs

@@ -1,5 +1,5 @@
 """Admin commands on the :class:`~chronos_trio.Inspector`: queues, jobs, job,
-run-now, delete, abort, requeue-dead, pause, resume, topology, limits, schedules,
+run-now, delete, abort, requeue-dead, purge, pause, resume, topology, limits, schedules,
 workers, check.
 
 Each takes ``[APP]`` and/or ``--url`` (a URL alone is enough, except for
@@ -79,6 +79,14 @@ def add_commands(sub: Any, leaves: dict[tuple[str, ...], argparse.ArgumentParser
     p.add_argument("--queue", required=True, help="queue name")
     p.add_argument("--job", metavar="ID", help="only this dead job (no confirmation needed)")
     p.add_argument("--limit", type=int_at_least(1), help="at most this many")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+
+    p = command(
+        ("purge",),
+        "_purge",
+        "delete every job of a queue but the leased ones (those finish first)",
+    )
+    p.add_argument("queue", metavar="QUEUE", help="queue name")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
     for words, fn, text in (

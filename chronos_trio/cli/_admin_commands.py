@@ -14,6 +14,7 @@ import trio
 
 from ..app import Inspector
 from ..app._app import App
+from ..app._purge import purge_summary, purged_counts
 from ..records import ActionRefused, UnknownJob, UnknownQueue
 from ..records._errors import sole_exception
 from ..records._jobs import JobState
@@ -241,6 +242,25 @@ async def _requeue_dead(ctx: Context, args: argparse.Namespace) -> int:
         _say(ctx, f"no dead jobs in queue {args.queue!r}")
     else:
         _say(ctx, f"requeued {count} dead job(s) of queue {args.queue!r}: ready to run")
+    return EXIT_OK
+
+
+async def _purge(ctx: Context, args: argparse.Namespace) -> int:
+    insp = ctx.inspector
+    await insp.check_queue(args.queue)
+    before = (await insp.queue(args.queue)).counts
+    if purged_counts(before):
+        summary = purge_summary(args.queue, before)
+        await confirm(ctx, summary[0].upper() + summary[1:] + "?", f"purge queue {args.queue!r}")
+        count = await insp.purge(args.queue)
+    else:
+        count = 0
+    leased = (await insp.queue(args.queue)).counts.get(JobState.LEASED, 0)
+    if ctx.json:
+        print_json({"queue": args.queue, "deleted": count, "leased_left": leased}, ctx.out)
+    else:
+        text = f"purged queue {args.queue!r}: deleted {count} job(s)"
+        _say(ctx, text + (f"; {leased} leased job(s) left to finish" if leased else ""))
     return EXIT_OK
 
 

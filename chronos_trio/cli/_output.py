@@ -444,7 +444,8 @@ def limits_table(rows: Sequence[LimitInfo], now: float) -> str:
 # -- workers ---------------------------------------------------------------------------
 def worker_json(w: WorkerInfo) -> dict[str, Any]:
     """The fields of :class:`~chronos_trio.WorkerInfo` as they are (times as
-    epoch seconds on the store's clock)."""
+    epoch seconds on the store's clock; ``kinds`` null when the worker does
+    not report them)."""
     return {
         "worker_id": w.worker_id,
         "host": w.host,
@@ -455,6 +456,7 @@ def worker_json(w: WorkerInfo) -> dict[str, Any]:
         "last_beat": w.last_beat,
         "running": w.running,
         "running_job_ids": list(w.running_job_ids),
+        "kinds": None if w.kinds is None else list(w.kinds),
     }
 
 

@@ -29,6 +29,7 @@ from starlette.responses import RedirectResponse, Response
 
 from ..app._app import App
 from ..app._inspector import Inspector
+from ..app._purge import purged_counts
 from ..records._jobs import JobState
 from . import _schedule_actions as sched
 from ._render import link, shorten
@@ -111,6 +112,15 @@ async def _requeue_dead(insp: Inspector, form: Form) -> Done:
     return f"requeued {count} dead job(s) of queue {queue}", "/queue", {"name": queue}
 
 
+async def _purge(insp: Inspector, form: Form) -> Done:
+    queue = required(form, "queue")
+    count = await insp.purge(queue)
+    leased = (await insp.queue(queue)).counts.get(JobState.LEASED, 0)
+    text = f"purged queue {queue}: deleted {count} job(s)"
+    text += f"; {leased} leased job(s) left to finish" if leased else ""
+    return text, "/queue", {"name": queue}
+
+
 async def _pause(insp: Inspector, form: Form) -> Done:
     queue = required(form, "queue")
     await insp.pause(queue)
@@ -163,6 +173,14 @@ ACTIONS: dict[str, Action] = {
             "queue",
             "Requeue every dead job of queue {queue} (attempts reset)?",
             _requeue_dead,
+        ),
+        Action(
+            "purge",
+            "Purge",
+            "queue",
+            "Delete every job of queue {queue} that is not leased?",
+            _purge,
+            danger=True,
         ),
         Action(
             "pause",
@@ -238,6 +256,8 @@ class Actions:
             queue=queue,
             version=optional(params, "version"),
             partitions=active[0] if active else 1,
+            leased=info.counts.get(JobState.LEASED, 0),
+            purged=purged_counts(info.counts) if action.name == "purge" else {},
             nav_at="queues",
         )
 
@@ -265,7 +285,7 @@ class Actions:
             nav_at="schedules",
         )
 
-    async def _checked_form(self, request: Request) -> dict[str, str]:
+    async def checked_form(self, request: Request) -> dict[str, str]:
         """The form of a POST from a page of this dashboard, carrying this
         session's CSRF token; HTTP 403 otherwise (see the module docstring)."""
         if not same_origin(request.scope, self.views.options.allowed_origins):
@@ -279,7 +299,7 @@ class Actions:
 
     async def perform(self, request: Request) -> Response:
         action = self._action(request.path_params["name"])
-        form = await self._checked_form(request)
+        form = await self.checked_form(request)
         message, path, query = await action.run(self.views.inspector, form)
         response = RedirectResponse(link(mount_path(request.scope), path, **query), 303)
         self.views.flash_cookie(request, response, message)
@@ -288,7 +308,7 @@ class Actions:
     async def logout(self, request: Request) -> Response:
         """End this browser's session: its cookie is removed, and the next
         request starts a new one (with a token, at the sign-in page)."""
-        await self._checked_form(request)
+        await self.checked_form(request)
         response = RedirectResponse(mount_path(request.scope) + "/", 303)
         response.headers.append("set-cookie", logout_cookie(request.scope))
         return response

@@ -32,6 +32,8 @@ from ..records._options import (
 )
 from ._actions import Actions
 from ._events import events_endpoint
+from ._extension_views import extension_routes
+from ._extensions import Extensions
 from ._hosts import HostPolicy
 from ._render import shorten, static_files
 from ._security import (
@@ -76,6 +78,7 @@ def dashboard_app(
     session_max_age: float = DEFAULT_SESSION_MAX_AGE,
     secret: bytes | str | None = None,
     title: str = "chronos_trio",
+    extensions: Extensions | None = None,
 ) -> ASGIApp:
     """The web dashboard over ``target`` (an App: its store and schedules; or
     an Inspector) as an ASGI app, to serve with
@@ -103,7 +106,8 @@ def dashboard_app(
     its expiry is signed inside the cookie). ``secret``: the key that signs
     sessions and CSRF tokens, at least 32 bytes (default: random, so a
     restart signs everyone out; give every replica behind a load balancer
-    the same one).
+    the same one). ``extensions``: an app's own pages and panels
+    (:class:`~chronos_trio.dashboard.Extensions`), behind the same guard.
 
     Logs a warning (``chronos_trio.dashboard``) when it has no token and no
     basic auth. The dashboard does not close the store: its owner does.
@@ -116,7 +120,7 @@ def dashboard_app(
     non-string entry, a bad allowed host or proxy address, a secret that is
     not bytes or text or is short, ``page_size`` not an int >= 1,
     ``refresh`` or ``session_max_age`` not a finite number > 0, or an empty
-    ``title``.
+    ``title``; ``TypeError`` for ``extensions`` that is not an Extensions.
     """
     if not isinstance(target, App | Inspector):
         raise TypeError(f"dashboard_app takes an App or an Inspector, got {target!r}")
@@ -142,6 +146,10 @@ def dashboard_app(
     if secret is not None and not isinstance(secret, bytes | str):
         raise ValueError(f"secret must be bytes or a string (or None), got {type(secret).__name__}")
     check_text("title", title, strip=True)
+    if extensions is not None and not isinstance(extensions, Extensions):
+        raise TypeError(
+            f"extensions must be a chronos_trio.dashboard.Extensions, got {extensions!r}"
+        )
     allowed_origins = _names("allowed_origins", allowed_origins)
     hosts = HostPolicy.make(
         _names("allowed_hosts", allowed_hosts), _names("forwarded_allow_ips", forwarded_allow_ips)
@@ -149,7 +157,7 @@ def dashboard_app(
     signer = Signer(signing_key(secret, credentials))
     inspector = target.inspector() if isinstance(target, App) else target
     options = Options(read_only, page_size, refresh, allowed_origins, title)
-    views = Views(inspector, options, signer)
+    views = Views(inspector, options, signer, extensions)
     actions = Actions(views)
     files = static_files()
 
@@ -185,6 +193,7 @@ def dashboard_app(
         Route("/logout", actions.logout, methods=["POST"]),
         Route("/events", events_endpoint(inspector, refresh), methods=["GET"]),
         Route("/static/{name}", static, methods=["GET"]),
+        *extension_routes(views, actions, extensions),
     ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         HTTPException: error_page(500),

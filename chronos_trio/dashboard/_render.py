@@ -80,9 +80,16 @@ def link(base: str, path: str, **params: object) -> str:
     return f"{base}{path}" + (f"?{query}" if query else "")
 
 
-def environment() -> jinja2.Environment:
+def environment(app_templates: Path | None = None) -> jinja2.Environment:
+    """The templates' environment; ``app_templates``: an app's own folder
+    (``_extensions``), found under the ``app/`` prefix only."""
+    loader: jinja2.BaseLoader = jinja2.FileSystemLoader(HERE / "templates")
+    if app_templates is not None:
+        loader = jinja2.ChoiceLoader(
+            [loader, jinja2.PrefixLoader({"app": jinja2.FileSystemLoader(app_templates)})]
+        )
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        loader=loader,
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

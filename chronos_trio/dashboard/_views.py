@@ -12,11 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+from markupsafe import Markup
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..app._app import App
+from ..app._coverage import unserved
 from ..app._inspector import RUN_NOW_STATES, Inspector, next_run_at
 from ..records._attempts import HISTORY_LIMIT
 from ..records._history import attempt_history
@@ -24,8 +26,10 @@ from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._producing import MAX_JOB_ID_LENGTH
 from ..records._workflow import describe
 from ..store import Capability, VersionState, capabilities_of
+from ._extensions import ExtensionRequest, Extensions, Shown, panels
 from ._render import control_rows, environment, link, payload_text, result_text, shorten
 from ._security import SECURE_KEY, SESSION_KEY, Session, Signer, mount_path
+from ._story import first_step_id, position, timeline
 
 FLASH_COOKIE = "chronos_dashboard_flash"
 #: Job states in the order the pages show them.
@@ -36,6 +40,12 @@ MAX_PAGE = 500
 #: look up but a request to refuse before it reaches the store.
 MAX_PARAM = {"id": MAX_JOB_ID_LENGTH}
 MAX_OTHER_PARAM = 1000
+#: The page's live tables (``data-live``) are fetched again at most this
+#: often (seconds; the counts come every ``refresh`` on the event stream).
+LIVE_TABLES_EVERY = 2.0
+#: The header the page's script sends when it reads the page again for its
+#: live tables (what is outside them, such as an app's panels, is skipped).
+LIVE_HEADER = "x-chronos-live"
 
 
 @attrs.frozen
@@ -106,11 +116,18 @@ def required(params: Mapping[str, str], name: str) -> str:
 class Views:
     """The pages over ``inspector``, rendered with the dashboard's templates."""
 
-    def __init__(self, inspector: Inspector, options: Options, signer: Signer) -> None:
+    def __init__(
+        self,
+        inspector: Inspector,
+        options: Options,
+        signer: Signer,
+        extensions: Extensions | None = None,
+    ) -> None:
         self.inspector = inspector
         self.options = options
         self.signer = signer
-        self.env = environment()
+        self.extensions = extensions
+        self.env = environment(None if extensions is None else extensions.templates)
 
     # -- rendering ----------------------------------------------------------------
     def session(self, request: Request) -> Session:
@@ -142,6 +159,34 @@ class Views:
         except ValueError:
             return None
 
+    def fragment(self, request: Request, shown: Shown) -> Shown:
+        """``shown`` with its app template (if any) rendered, autoescaped,
+        with the template's context and what every page knows (``base``,
+        ``url``, ``csrf``, ``read_only``)."""
+        if shown.template is None or shown.error is not None:
+            return shown
+        base = mount_path(request.scope)
+        html = self.env.get_template(shown.template).render(
+            {
+                **shown.context,
+                "base": base,
+                "url": lambda path, **params: link(base, path, **params),
+                "csrf": self.session(request).csrf,
+                "read_only": self.options.read_only,
+            }
+        )
+        return attrs.evolve(shown, html=Markup(html))
+
+    async def panels(self, request: Request, place: str) -> list[Shown]:
+        """The app's panels of ``place`` (see ``_extensions``), rendered."""
+        if self.extensions is None or not self.extensions.panels:
+            return []
+        if request.headers.get(LIVE_HEADER):  # a live re-read: panels are not live regions
+            return []
+        params = {k: optional(request.query_params, k) for k in request.query_params}
+        ext = ExtensionRequest(self.inspector, params, request.url.path, self.options.read_only)
+        return [self.fragment(request, s) for s in await panels(self.extensions, place, ext)]
+
     async def render(
         self, request: Request, template: str, *, status: int = 200, **context: Any
     ) -> HTMLResponse:
@@ -161,6 +206,9 @@ class Views:
             flash=flash,
             now=now,
             states=STATES,
+            ext_pages=[] if self.extensions is None else self.extensions.pages,
+            # the live tables re-read at most this often (ms): a page render each
+            live_every=int(max(self.options.refresh, LIVE_TABLES_EVERY) * 1000),
             **context,
         )
         response = HTMLResponse(html, status_code=status)
@@ -177,7 +225,15 @@ class Views:
     # -- pages --------------------------------------------------------------------
     async def queues(self, request: Request) -> Response:
         infos = await self.inspector.queues()
-        return await self.render(request, "queues.html", queues=infos, nav_at="queues")
+        gaps = await unserved(self.inspector.store, infos)
+        return await self.render(
+            request,
+            "queues.html",
+            queues=infos,
+            unserved=gaps,
+            panels=await self.panels(request, "queues"),
+            nav_at="queues",
+        )
 
     async def queue(self, request: Request) -> Response:
         name = required(request.query_params, "name")
@@ -193,6 +249,7 @@ class Views:
             dead=info.counts.get(JobState.DEAD, 0),
             draining=draining,
             active_partitions=active[0].partitions if active else 1,
+            panels=await self.panels(request, "queue"),
             nav_at="queues",
         )
 
@@ -219,18 +276,24 @@ class Views:
         if not job_id:
             raise HTTPException(400, "give a job ID to look up")
         job = await self.inspector.job(job_id, queue=optional(params, "queue") or None)
+        notes = await self.inspector.notes(job)
+        attempts = attempt_history(job)
+        first = first_step_id(job)
+        first_exists = first is not None and await self.inspector.store.get_job(first) is not None
         return await self.render(
             request,
             "job.html",
             job=job,
-            notes=await self.inspector.notes(job),
+            notes=notes,
+            story=timeline(job, attempts, notes),
+            flow=position(job, first_step_exists=first_exists),
             where=self.inspector.locate(job.placement),
             payload=payload_text(job),
             result=result_text(job),
             then=describe(job.then),
             control=control_rows(job.control, await self.inspector.now()),
             next_run=next_run_at(job),
-            attempts=attempt_history(job),
+            attempts=attempts,
             history_limit=HISTORY_LIMIT,
             actions=[] if self.options.read_only else job_actions(job),
             nav_at="queues",

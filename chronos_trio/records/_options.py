@@ -7,6 +7,7 @@ import functools
 import inspect
 import json
 import math
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
@@ -135,10 +136,50 @@ def checked_names(what: str, *extra: Iterable[str]) -> Callable[[F], F]:
     return decorate
 
 
+#: The longest queue name (characters): it is shown in every table, typed
+#: on command lines and carried in keys and URLs.
+MAX_QUEUE_LENGTH = 200
+#: Unicode categories no queue name may hold: control, format (bidi
+#: overrides, zero-width), surrogate, and line and paragraph separators:
+#: a name holding one cannot be shown or typed as it is.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+#: Names already found good (a few per app), so the check costs one set
+#: lookup per enqueue, not a walk over the name; bounded.
+_GOOD_QUEUES: set[str] = set()
+_GOOD_QUEUES_MAX = 4096
+
+
 def check_queue(queue: object) -> str:
-    """``queue`` if it is a non-empty string, else ``ValueError`` naming it."""
+    """``queue`` if it is a name that can be shown and typed safely, else
+    ``ValueError`` saying what is wrong and what to do: a non-empty string
+    of at most :data:`MAX_QUEUE_LENGTH` characters, with no whitespace at
+    its ends, no space but U+0020, and no control, format (bidi, zero-width)
+    or separator character. Any other character (braces, colons, slashes,
+    ``%``, non-Latin letters) is fine: every store escapes or quotes it in
+    its keys, and the dashboard in its URLs."""
+    if type(queue) is str and queue in _GOOD_QUEUES:  # the hot path: a name seen before
+        return queue  # type: ignore[return-value]
     if not isinstance(queue, str) or not queue:
         raise ValueError(f"queue must be a non-empty string, got {queue!r}")
+    if len(queue) > MAX_QUEUE_LENGTH:
+        raise ValueError(
+            f"queue name is {len(queue)} characters long, over the {MAX_QUEUE_LENGTH}-character "
+            f"limit: give a shorter name (got {queue[:40]!r}...)"
+        )
+    if queue != queue.strip():
+        raise ValueError(
+            f"queue name {queue!r} has whitespace at an end: remove it ({queue.strip()!r})"
+        )
+    for at, char in enumerate(queue):
+        category = unicodedata.category(char)
+        if category in _HIDDEN_CATEGORIES or (category == "Zs" and char != " "):
+            raise ValueError(
+                f"queue name {queue!r} holds {unicodedata.name(char, 'a control character')} "
+                f"(U+{ord(char):04X}) at position {at}, which cannot be shown or typed safely: "
+                "use letters, digits, spaces and punctuation"
+            )
+    if len(_GOOD_QUEUES) < _GOOD_QUEUES_MAX:
+        _GOOD_QUEUES.add(queue)
     return queue
 
 

@@ -25,6 +25,9 @@ from ._log import log_event
 #: Running job IDs a record lists at most (``running`` still counts them all):
 #: a worker of concurrency 1000 must not write a megabyte per beat.
 MAX_RUNNING_IDS = 100
+#: Task kinds a record lists at most (an app's registry, which a beat
+#: carries whole: kinds are few).
+MAX_KINDS = 1000
 
 #: The record format written in every entry (``"v"``): a reader refuses a
 #: newer one rather than guess at its fields.
@@ -40,7 +43,8 @@ class WorkerInfo:
     handlers it runs at once. ``started_at`` (when it registered) and
     ``last_beat`` are epoch seconds on the store's clock. ``running`` is how
     many handlers ran at its last beat, ``running_job_ids`` their job IDs
-    (at most :data:`MAX_RUNNING_IDS` of them)."""
+    (at most :data:`MAX_RUNNING_IDS` of them); ``kinds`` the task kinds it
+    has handlers for (None: not reported)."""
 
     worker_id: str
     host: str
@@ -51,6 +55,10 @@ class WorkerInfo:
     last_beat: float
     running: int
     running_job_ids: tuple[str, ...]
+    #: The task kinds it has handlers for (at most :data:`MAX_KINDS`, sorted);
+    #: None: not reported (a worker of a version before kinds were
+    #: recorded), so nothing can be said about what it runs.
+    kinds: tuple[str, ...] | None = None
 
 
 def encode_worker(info: WorkerInfo, ttl: float) -> bytes:
@@ -68,6 +76,8 @@ def encode_worker(info: WorkerInfo, ttl: float) -> bytes:
             "ttl": ttl,
             "running": info.running,
             "running_job_ids": list(info.running_job_ids[:MAX_RUNNING_IDS]),
+            # optional: a reader of an older version ignores it
+            **({} if info.kinds is None else {"kinds": list(info.kinds[:MAX_KINDS])}),
         }
     )
 
@@ -112,6 +122,7 @@ def decode_worker(data: bytes, *, last_beat: float | None = None) -> tuple[Worke
         last_beat=0.0 if last_beat is None else last_beat,
         running=_field(raw, "running", int),
         running_job_ids=_strings(raw, "running_job_ids"),
+        kinds=_strings(raw, "kinds") if "kinds" in raw else None,
     )
     return info, ttl
 
@@ -122,6 +133,7 @@ def worker_order(info: WorkerInfo) -> tuple[str, int, str]:
 
 
 __all__ = [
+    "MAX_KINDS",
     "MAX_RUNNING_IDS",
     "WorkerInfo",
     "decode_worker",

@@ -227,8 +227,9 @@ class NotesResult:
 
 @attrs.frozen
 class CountResult:
-    """What :meth:`AdminRole.trim` and :meth:`AdminRole.requeue_dead` did:
-    ``count`` jobs deleted (trim) or requeued (requeue_dead), and ``aside``,
+    """What :meth:`AdminRole.trim`, :meth:`AdminRole.requeue_dead` and
+    :meth:`AdminRole.purge_queue` did: ``count`` jobs deleted (trim, purge)
+    or requeued (requeue_dead), and ``aside``,
     what the operation set aside instead of applying (see :class:`SetAside`):
     records not counted in ``count``."""
 

@@ -609,6 +609,32 @@ class AdminRole(StoreRole):
         """
 
     @abc.abstractmethod
+    async def purge_queue(self, queue: str, *, limit: int) -> CountResult:
+        """Delete up to ``limit`` (>= 1) jobs of ``queue`` that are not
+        leased: scheduled, ready, retry_wait, retained succeeded, dead and
+        aborted ones, each exactly as :meth:`delete_job` deletes one (out of
+        every index, its notes with it, its unique key released, its result
+        waiters woken). Leased jobs are left to finish: their workers settle
+        them as usual, fenced by their tokens (a success then keeps or drops
+        the job as it would have, so a purge never cancels a running job;
+        abort those first to stop them). A success kept only for its result
+        or its waiters, and a discarded job kept for its waiters, are not
+        listed and are not purged: they go by themselves. Another queue's
+        jobs, the queue's topology and whether it is paused are untouched.
+
+        Atomic per job (a job is deleted whole or left whole, never half
+        removed); a backend deletes each call's jobs in one batch per
+        partition. Returns how many jobs were deleted
+        (:attr:`CountResult.count`): call it again until it deletes none to
+        empty the queue of everything but its leased jobs (jobs enqueued
+        meanwhile may be deleted too). A record of a newer format is left as
+        it is (in ``aside``). An unknown queue deletes nothing.
+
+        Raises StoreError when the store cannot be reached (some jobs may
+        have been deleted then: purging again is harmless).
+        """
+
+    @abc.abstractmethod
     async def set_paused(self, queue: str, paused: bool) -> None:
         """Pause (no new leases from ``queue``; leased jobs run on) or resume
         it, and register the queue. Idempotent. A resume wakes idle workers.

@@ -63,6 +63,13 @@ async def check_worker_registry_beats_lists_and_unregisters(fresh: Fresh) -> Non
     assert len(b1) == 1 and b1[0].running == 1 and b1[0].running_job_ids == ("j",)
     assert b1[0].last_beat >= listed[2].last_beat + 0.04
 
+    # the kinds a worker has handlers for travel with its entry; none
+    # reported (an older worker) reads back as None
+    await store.beat_worker(worker("c:1:x", "c", 1, kinds=("email.send", "report")), 30.0)
+    by_id = {w.worker_id: w for w in await store.workers()}
+    assert by_id["c:1:x"].kinds == ("email.send", "report") and by_id["a:3:x"].kinds is None
+    await store.unregister_worker("c:1:x")
+
     await store.unregister_worker("a:20:x")
     await store.unregister_worker("never-registered")
     assert [w.worker_id for w in await store.workers()] == ["a:3:x", "b:1:x"]

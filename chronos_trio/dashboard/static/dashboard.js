@@ -1,4 +1,5 @@
-// chronos_trio dashboard: live counts over server-sent events.
+// chronos_trio dashboard: live counts over server-sent events, and every
+// other table of the page read again as they arrive.
 // Served from the dashboard itself (the CSP allows no inline script);
 // writes only text (textContent), never markup.
 (function () {
@@ -10,7 +11,41 @@
   function cells() {
     return document.querySelectorAll("[data-queue]");
   }
+  // Every other table of the page (marked data-live, with an id): read the
+  // page again, at most every data-live-every ms, while it is visible, and
+  // put in each table the server's fresh rendering of it (the same escaped
+  // markup a reload would show; DOMParser runs no script). A region holding
+  // the keyboard focus is left alone, so nobody loses their place.
+  var every = Number(document.body.getAttribute("data-live-every")) || 5000;
+  var lastRead = Date.now();
+  var reading = false;
+  function readTables() {
+    var regions = document.querySelectorAll("[data-live][id]");
+    if (!regions.length || reading || document.hidden || Date.now() - lastRead < every) { return; }
+    reading = true;
+    lastRead = Date.now();
+    fetch(window.location.href, { credentials: "same-origin", headers: { "accept": "text/html", "x-chronos-live": "1" } })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        if (html === null) { return; }
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        for (var i = 0; i < regions.length; i++) {
+          var el = regions[i];
+          var next = fresh.getElementById(el.id);
+          if (!next || el.contains(document.activeElement)) { continue; }
+          var nodes = [];
+          for (var k = 0; k < next.childNodes.length; k++) {
+            nodes.push(document.importNode(next.childNodes[k], true));
+          }
+          el.replaceChildren.apply(el, nodes);
+        }
+        document.body.setAttribute("data-live-read", String(Date.now()));
+      })
+      .catch(function () { /* the next tick tries again */ })
+      .then(function () { reading = false; });
+  }
   events.addEventListener("counts", function (e) {
+    readTables();
     var data = JSON.parse(e.data);
     var all = cells();
     for (var i = 0; i < all.length; i++) {

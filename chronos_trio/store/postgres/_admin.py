@@ -83,6 +83,12 @@ class AdminPart(PostgresPart, AdminRole, TopologyRole):
             lambda conn: _operate.requeue_dead(conn, schema, queue, limit), what="requeue_dead"
         )
 
+    async def purge_queue(self, queue: str, *, limit: int) -> CountResult:
+        schema = self._db.schema
+        return await self._db.run(
+            lambda conn: _operate.purge_queue(conn, schema, queue, limit), what="purge_queue"
+        )
+
     async def set_paused(self, queue: str, paused: bool) -> None:
         schema = self._db.schema
         await self._db.run(

@@ -69,6 +69,26 @@ def delete_job(conn: psycopg.Connection[Any], schema: str, job_id: str, queue: s
     return True
 
 
+def purge_queue(conn: psycopg.Connection[Any], schema: str, queue: str, limit: int) -> CountResult:
+    """Delete up to ``limit`` listed jobs of ``queue`` that are not leased
+    (rows a worker is claiming right now are skipped, not waited for),
+    giving back their unique keys and slots and waking their result
+    waiters, as :func:`delete_job` does."""
+    rows = conn.execute(
+        "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE queue = %s"
+        " AND state <> 'leased' AND NOT discarded AND (state <> 'succeeded' OR retained)"
+        " LIMIT %s FOR UPDATE SKIP LOCKED) AND state <> 'leased' RETURNING id, unique_key",
+        (queue, max(0, limit)),
+    ).fetchall()
+    for job_id, key in rows:
+        release_unique(conn, queue, key, job_id)
+    ids = [job_id for job_id, _ in rows]
+    if ids:
+        conn.execute("DELETE FROM slots WHERE job_id = ANY(%s)", (ids,))
+        wake_waiters(conn, schema, ids)
+    return CountResult(len(rows), NOTHING_SET_ASIDE)
+
+
 def abort(
     conn: psycopg.Connection[Any], schema: str, job_id: str, queue: str | None, reason: str
 ) -> AbortResult:

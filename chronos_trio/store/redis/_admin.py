@@ -50,6 +50,8 @@ from .keys import PartitionKeys
 #: Work per trim script call (so one call never blocks Redis for long).
 _TRIM_CHUNK = 1000
 _REQUEUE_CHUNK = 1000
+#: The most jobs one purge.lua call deletes (and entries it looks at).
+_PURGE_CHUNK = 1000
 #: Entries a requeue_dead.lua call may look at beyond the jobs it requeues
 #: (aborted jobs and records of a newer format it walks past).
 _REQUEUE_LOOK = 4000
@@ -490,6 +492,46 @@ def requeue_dead(ctx: StoreContext, queue: str, limit: int | None) -> Plan[Count
                 more.append(pk)
     if total:
         yield Call([], after=ctx.wake_ready_ops({queue: total}))
+    return CountResult(total, aside)
+
+
+def purge_queue(ctx: StoreContext, queue: str, limit: int) -> Plan[CountResult]:
+    """Up to ``limit`` jobs of ``queue`` deleted (purge.lua), the share of
+    each partition run in one batch, then what a partition left unused
+    taken from those that have more, until ``limit`` or none has more."""
+    slots = yield from partitions_of_queue(ctx, queue)
+    total = 0
+    aside = NOTHING_SET_ASIDE
+    if limit <= 0 or not slots:
+        return CountResult(0, aside)
+    #: Per partition, the entries of each index earlier calls left in place.
+    kept = {pk: [0] * 5 for pk in slots}
+    active = list(slots)
+    while active and total < limit:
+        left = limit - total  # shared out exactly: never more than limit in all
+        n = len(active)
+        run = [(pk, left // n + (k < left % n)) for k, pk in enumerate(active)]
+        run = [(pk, share) for pk, share in run if share > 0]
+        waiting = active[len(run) :]  # no share this round: their turn comes
+        replies = yield Call(
+            [
+                Op.script_call(
+                    S.PURGE,
+                    [
+                        *(pk.scheduled, pk.ready, pk.retry, pk.succeeded, pk.dead),
+                        *(pk.job_prefix, pk.damaged, pk.aborted),
+                    ],
+                    [min(share, _PURGE_CHUNK), *kept[pk]],
+                )
+                for pk, share in run
+            ]
+        )
+        aside += _report_all(ctx, "purge_queue", [pk for pk, _ in run], replies)
+        for (pk, _), reply in zip(run, replies, strict=True):
+            kept[pk] = [k + int(c) for k, c in zip(kept[pk], reply[2:7], strict=True)]
+        total += sum(int(r[0]) for r in replies)
+        ran = [pk for pk, _ in run]
+        active = [pk for pk, r in zip(ran, replies, strict=True) if r[1] == 1] + waiting
     return CountResult(total, aside)
 
 

@@ -358,6 +358,9 @@ class RedisStore(Store):
         a leased job is field ``ab`` of its record, persisted with it)."""
         return await self._ctx.run(_admin.abort(self._ctx, job_id, queue, reason))
 
+    async def purge_queue(self, queue: str, *, limit: int) -> CountResult:
+        return await self._ctx.run(_admin.purge_queue(self._ctx, queue, limit))
+
     async def requeue_dead(self, queue: str, *, limit: int | None = None) -> CountResult:
         return await self._ctx.run(_admin.requeue_dead(self._ctx, queue, limit))
 

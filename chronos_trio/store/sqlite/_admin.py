@@ -98,6 +98,13 @@ class AdminPart(SqlitePart, AdminRole, TopologyRole):
             what="requeue_dead",
         )
 
+    async def purge_queue(self, queue: str, *, limit: int) -> CountResult:
+        """See :meth:`AdminRole.purge_queue`: one write transaction; the
+        jobs' result waiters look again at commit (they find them gone)."""
+        return await self._db.write(
+            lambda conn: _operate.purge_queue(conn, queue, limit), what="purge_queue"
+        )
+
     async def set_paused(self, queue: str, paused: bool) -> None:
         """See :meth:`AdminRole.set_paused`: this store's claims obey from the
         commit, every process's (they read the ``queues`` row in each claim's

@@ -65,6 +65,22 @@ def delete_job(conn: sqlite3.Connection, job_id: str, queue: str | None) -> bool
     return True
 
 
+def purge_queue(conn: sqlite3.Connection, queue: str, limit: int) -> CountResult:
+    """Delete up to ``limit`` listed jobs of ``queue`` that are not leased
+    (one statement, in the caller's transaction), giving back their unique
+    keys and slots as :func:`delete_job` does."""
+    rows = conn.execute(
+        "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE queue = ?"
+        " AND state <> 'leased' AND NOT discarded AND (state <> 'succeeded' OR retained)"
+        " LIMIT ?) RETURNING id, unique_key",
+        (queue, max(0, limit)),
+    ).fetchall()
+    for job_id, key in rows:
+        release_unique(conn, queue, key, job_id)
+    conn.executemany("DELETE FROM slots WHERE job_id = ?", [(job_id,) for job_id, _ in rows])
+    return CountResult(len(rows), NOTHING_SET_ASIDE)
+
+
 def abort(
     conn: sqlite3.Connection, job_id: str, queue: str | None, reason: str, now: float
 ) -> AbortResult:
