@@ -1,0 +1,143 @@
+"""Searching jobs on Redis (``SearchRole.search_jobs``): a bounded walk of
+the state indexes, partition by partition.
+
+Redis keeps no index of kinds, texts or workers, and a search adds none
+(it would cost every enqueue and settle). What narrows a search are the
+indexes every job is already in: the queues asked (their partitions, every
+live version) and, per partition, the state indexes of the states asked
+(dead and aborted jobs share the dead index). Each index is read in
+windows of :data:`WINDOW` entries (``ZRANGE`` by rank), and their records in one
+pipelined round trip of ``HGETALL``; each record is judged by
+``store._search.matches`` here. So a page costs O(records read), at most
+``scan_limit`` records per call (2 round trips per window), and no call
+asks Redis for more than one window per command: a search never blocks
+Redis, whatever it holds. When the bound stops a call, the cursor (queue,
+version, partition, index, rank) goes on from there.
+
+Ranks move as jobs move: between two calls a job may be skipped or found
+twice (as ``list_jobs``'s offsets do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ...records._jobs import Job, JobState
+from .._search import JobQuery, SearchPage, bad_cursor, check_search, decode_cursor, encode_cursor
+from .._search import matches as _matches
+from ._admin import INDEXED_STATES, zset_of
+from ._codec import HISTORY_FIELD, ident, job_from_fields, record_fields
+from ._context import StoreContext
+from ._core import Call, NeedMeta, Plan, queue_names_plan
+from ._scripts import Op
+from .keys import PartitionKeys
+
+#: Index entries read per command (and records per pipelined round trip).
+WINDOW = 500
+
+_KNOWN_STATES = {s.value.encode() for s in JobState}
+
+#: Where a walk is: (queue, version, partition, index state's number in
+#: INDEXED_STATES, rank); the walk goes in this order.
+_Position = tuple[str, int, int, int, int]
+
+
+def _indexes(query: JobQuery) -> list[JobState]:
+    """The index states to walk: those of the asked states (aborted -> dead)."""
+    if not query.states:
+        return list(INDEXED_STATES)
+    wanted = {JobState.DEAD if s is JobState.ABORTED else s for s in query.states}
+    return [s for s in INDEXED_STATES if s in wanted]
+
+
+def _start(cursor: str | None) -> _Position | None:
+    if cursor is None:
+        return None
+    p = decode_cursor(cursor)
+    if (
+        not isinstance(p, list)
+        or len(p) != 5
+        or not isinstance(p[0], str)
+        or not all(isinstance(x, int) and not isinstance(x, bool) for x in p[1:])
+        or not 0 <= p[3] < len(INDEXED_STATES)
+        or p[4] < 0
+    ):
+        raise bad_cursor(cursor)
+    return (p[0], p[1], p[2], p[3], p[4])
+
+
+def search_jobs(
+    ctx: StoreContext, query: JobQuery, cursor: str | None, limit: int, scan_limit: int
+) -> Plan[SearchPage]:
+    check_search(limit, scan_limit)
+    start = _start(cursor)
+    names = sorted(query.queues) if query.queues else (yield from queue_names_plan(ctx))
+    if start is not None:
+        names = [q for q in names if q >= start[0]]
+    metas = yield NeedMeta(names, True)
+    states = _indexes(query)
+    # Every (queue, partition, index) to walk, in order, from the cursor's.
+    walk: list[tuple[_Position, PartitionKeys, JobState]] = []
+    for q in names:
+        for pk in ctx.partitions_of(q, metas[q]):
+            for state in states:
+                number = INDEXED_STATES.index(state)
+                walk.append(((q, pk.version, pk.partition, number, 0), pk, state))
+    walk.sort(key=lambda step: step[0])
+    if start is not None:
+        begin = start[:4]
+        walk = [(pos, pk, st) for pos, pk, st in walk if pos[:4] >= begin]
+        if walk and walk[0][0][:4] == begin:
+            first = walk[0]
+            walk[0] = ((*begin, start[4]), first[1], first[2])  # type: ignore[assignment]
+    found: list[Job] = []
+    scanned = 0
+    for (q, version, part, number, rank), pk, state in walk:
+        while True:
+            room = min(WINDOW, scan_limit - scanned)
+            if len(found) >= limit or room <= 0:
+                cur = encode_cursor([q, version, part, number, rank])
+                return SearchPage(tuple(found), cur, scanned, partial=len(found) < limit)
+            (members,) = yield Call(
+                [Op.soft_command(pk.tag, "ZRANGE", zset_of(pk, state), rank, rank + room - 1)]
+            )
+            if isinstance(members, Exception) or not members:
+                break  # an index key of the wrong type lists nothing (the checker reports it)
+            stored = yield Call(
+                [Op.soft_command(pk.tag, "HGETALL", pk.job_prefix.encode() + m) for m in members]
+            )
+            for job in _judged(pk, state, members, stored, query):
+                rank += 1
+                scanned += 1
+                if job is not None:
+                    found.append(job)
+                if len(found) >= limit:
+                    break  # the rest of this window is read again by the next call
+            if len(members) < room and len(found) < limit:
+                break
+    return SearchPage(tuple(found), None, scanned)
+
+
+def _judged(
+    pk: PartitionKeys,
+    state: JobState,
+    members: list[bytes],
+    stored: list[object],
+    query: JobQuery,
+) -> Iterator[Job | None]:
+    """For each entry read, in order: its job when it matches, else None."""
+    for member, record in zip(members, stored, strict=True):
+        if not isinstance(record, dict) or not record:
+            yield None  # not a job hash, or an entry with no record (the leased sentinel)
+            continue
+        fields, problem = record_fields(record)
+        fields.append(record.get(HISTORY_FIELD))
+        known = fields[3] in _KNOWN_STATES
+        job = job_from_fields(
+            ident(member), pk.queue, pk.placement, fields,
+            indexed_as=None if known else state, payload_problem=problem,
+        )  # fmt: skip
+        yield job if _matches(job, query) else None
+
+
+__all__ = ["WINDOW", "search_jobs"]
