@@ -182,6 +182,35 @@ def _position(cursor: str | None) -> tuple[int, str | None]:
     return p[0], p[1]
 
 
+async def count_matching(
+    store: Store, action: BulkAction, query: JobQuery, *, max_scanned: int = 200_000
+) -> tuple[int, bool]:
+    """How many jobs matching ``query`` ``action`` applies to now, and
+    whether that is exact: counting reads at most ``max_scanned`` records
+    (False: it stopped there, the count is a lower bound). What a
+    confirmation states; jobs move meanwhile, so the action's own counts
+    are what happened."""
+    count = scanned = 0
+    for states, _ in PHASES[action]:
+        narrowed = _phase_query(query, states)
+        cursor = None
+        while narrowed is not None:
+            if scanned >= max_scanned:
+                return count, False
+            page = await store.search_jobs(
+                narrowed,
+                cursor=cursor,
+                limit=1000,
+                scan_limit=min(SCAN_LIMIT, max_scanned - scanned),
+            )
+            count += len(page.jobs)
+            scanned += page.scanned
+            if page.cursor is None:
+                break
+            cursor = page.cursor
+    return count, True
+
+
 async def act_on_matching(
     store: Store,
     action: BulkAction,
@@ -231,5 +260,6 @@ __all__ = [
     "act_on_ids",
     "act_on_job",
     "act_on_matching",
+    "count_matching",
     "source_states",
 ]
