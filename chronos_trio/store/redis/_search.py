@@ -4,15 +4,16 @@ the state indexes, partition by partition.
 Redis keeps no index of kinds, texts or workers, and a search adds none
 (it would cost every enqueue and settle). What narrows a search are the
 indexes every job is already in: the queues asked (their partitions, every
-live version) and, per partition, the state indexes of the states asked
-(dead and aborted jobs share the dead index). Each index is read in
+live version) and the state indexes of the states asked (dead and aborted
+jobs share the dead index), walked one state at a time across the
+partitions (an error search walks dead and retry_wait first). Each index is read in
 windows of :data:`WINDOW` entries (``ZRANGE`` by rank), and their records in one
 pipelined round trip of ``HGETALL``; each record is judged by
 ``store._search.matches`` here. So a page costs O(records read), at most
 ``scan_limit`` records per call (2 round trips per window), and no call
 asks Redis for more than one window per command: a search never blocks
 Redis, whatever it holds. When the bound stops a call, the cursor (queue,
-version, partition, index, rank) goes on from there.
+index, version, partition, rank) goes on from there.
 
 Ranks move as jobs move: between two calls a job may be skipped or found
 twice (as ``list_jobs``'s offsets do).
@@ -37,17 +38,26 @@ WINDOW = 500
 
 _KNOWN_STATES = {s.value.encode() for s in JobState}
 
-#: Where a walk is: (queue, version, partition, index state's number in
-#: INDEXED_STATES, rank); the walk goes in this order.
+#: Where a walk is: (queue, the index's number in the query's walk order
+#: (``_indexes``), version, partition, rank); the walk goes in this order:
+#: one state's index across every partition before the next state's.
 _Position = tuple[str, int, int, int, int]
 
 
+#: The indexes an error search walks first: where jobs with an error mostly are.
+_ERRORS_FIRST = (JobState.DEAD, JobState.RETRY_WAIT)
+
+
 def _indexes(query: JobQuery) -> list[JobState]:
-    """The index states to walk: those of the asked states (aborted -> dead)."""
-    if not query.states:
-        return list(INDEXED_STATES)
+    """The index states to walk, in order: those of the asked states
+    (aborted -> dead); an error search walks dead and retry_wait first
+    (other states keep an error only after a retry or a requeue)."""
     wanted = {JobState.DEAD if s is JobState.ABORTED else s for s in query.states}
-    return [s for s in INDEXED_STATES if s in wanted]
+    states = [s for s in INDEXED_STATES if not wanted or s in wanted]
+    if query.error:
+        first = {s: n for n, s in enumerate(_ERRORS_FIRST)}
+        states.sort(key=lambda s: first.get(s, len(first)))  # stable: the rest in order
+    return states
 
 
 def _start(cursor: str | None) -> _Position | None:
@@ -59,7 +69,7 @@ def _start(cursor: str | None) -> _Position | None:
         or len(p) != 5
         or not isinstance(p[0], str)
         or not all(isinstance(x, int) and not isinstance(x, bool) for x in p[1:])
-        or not 0 <= p[3] < len(INDEXED_STATES)
+        or not 0 <= p[1] < len(INDEXED_STATES)
         or p[4] < 0
     ):
         raise bad_cursor(cursor)
@@ -80,9 +90,8 @@ def search_jobs(
     walk: list[tuple[_Position, PartitionKeys, JobState]] = []
     for q in names:
         for pk in ctx.partitions_of(q, metas[q]):
-            for state in states:
-                number = INDEXED_STATES.index(state)
-                walk.append(((q, pk.version, pk.partition, number, 0), pk, state))
+            for number, state in enumerate(states):
+                walk.append(((q, number, pk.version, pk.partition, 0), pk, state))
     walk.sort(key=lambda step: step[0])
     if start is not None:
         begin = start[:4]
@@ -92,11 +101,11 @@ def search_jobs(
             walk[0] = ((*begin, start[4]), first[1], first[2])  # type: ignore[assignment]
     found: list[Job] = []
     scanned = 0
-    for (q, version, part, number, rank), pk, state in walk:
+    for (q, number, version, part, rank), pk, state in walk:
         while True:
             room = min(WINDOW, scan_limit - scanned)
             if len(found) >= limit or room <= 0:
-                cur = encode_cursor([q, version, part, number, rank])
+                cur = encode_cursor([q, number, version, part, rank])
                 return SearchPage(tuple(found), cur, scanned, partial=len(found) < limit)
             (members,) = yield Call(
                 [Op.soft_command(pk.tag, "ZRANGE", zset_of(pk, state), rank, rank + room - 1)]
