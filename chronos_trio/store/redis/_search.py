@@ -1,19 +1,25 @@
 """Searching jobs on Redis (``SearchRole.search_jobs``): a bounded walk of
-the state indexes, partition by partition.
+the state indexes, filtered in Redis by a read-only script.
 
 Redis keeps no index of kinds, texts or workers, and a search adds none
 (it would cost every enqueue and settle). What narrows a search are the
 indexes every job is already in: the queues asked (their partitions, every
 live version) and the state indexes of the states asked (dead and aborted
 jobs share the dead index), walked one state at a time across the
-partitions (an error search walks dead and retry_wait first). Each index is read in
-windows of :data:`WINDOW` entries (``ZRANGE`` by rank), and their records in one
-pipelined round trip of ``HGETALL``; each record is judged by
-``store._search.matches`` here. So a page costs O(records read), at most
-``scan_limit`` records per call (2 round trips per window), and no call
-asks Redis for more than one window per command: a search never blocks
-Redis, whatever it holds. When the bound stops a call, the cursor (queue,
-index, version, partition, rank) goes on from there.
+partitions (an error search walks dead and retry_wait first).
+
+Each index is read in windows of :data:`WINDOW` entries by
+``search_scan.lua`` (one call per window: ``ZRANGE`` by rank, then
+``HMGET`` of the fields the filters read for each entry, compared in Lua):
+it sends back only the ids that may match, whose records are then read
+whole (one pipelined round trip) and judged by ``store._search.matches``.
+The script is a coarse filter: it keeps every record it cannot judge, so
+the answer is the judgement every store applies. A page costs O(records
+read), at most ``scan_limit`` records per call (one round trip per window,
+plus one for the window's hits), and no call holds Redis for more than one
+window (a few ms): a search never blocks Redis, whatever it holds. When
+the bound stops a call, the cursor (queue, index, version, partition,
+rank) goes on from there.
 
 Ranks move as jobs move: between two calls a job may be skipped or found
 twice (as ``list_jobs``'s offsets do).
@@ -21,11 +27,20 @@ twice (as ``list_jobs``'s offsets do).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
 
 from ...records._jobs import Job, JobState
-from .._search import JobQuery, SearchPage, bad_cursor, check_search, decode_cursor, encode_cursor
+from .._search import (
+    JobQuery,
+    SearchPage,
+    ascii_lower,
+    bad_cursor,
+    check_search,
+    decode_cursor,
+    encode_cursor,
+)
 from .._search import matches as _matches
+from . import _scripts as S
 from ._admin import INDEXED_STATES, zset_of
 from ._codec import HISTORY_FIELD, ident, job_from_fields, record_fields
 from ._context import StoreContext
@@ -33,8 +48,8 @@ from ._core import Call, NeedMeta, Plan, queue_names_plan
 from ._scripts import Op
 from .keys import PartitionKeys
 
-#: Index entries read per command (and records per pipelined round trip).
-WINDOW = 500
+#: Index entries one search_scan.lua call reads (a few ms of Redis's time).
+WINDOW = 1000
 
 _KNOWN_STATES = {s.value.encode() for s in JobState}
 
@@ -101,52 +116,73 @@ def search_jobs(
             walk[0] = ((*begin, start[4]), first[1], first[2])  # type: ignore[assignment]
     found: list[Job] = []
     scanned = 0
+    argv = _filters(query)
     for (q, number, version, part, rank), pk, state in walk:
         while True:
             room = min(WINDOW, scan_limit - scanned)
             if len(found) >= limit or room <= 0:
                 cur = encode_cursor([q, number, version, part, rank])
                 return SearchPage(tuple(found), cur, scanned, partial=len(found) < limit)
-            (members,) = yield Call(
-                [Op.soft_command(pk.tag, "ZRANGE", zset_of(pk, state), rank, rank + room - 1)]
+            (reply,) = yield Call(
+                [
+                    Op.script_call(
+                        S.SEARCH_SCAN, [zset_of(pk, state), pk.job_prefix], [rank, room, *argv]
+                    )
+                ]
             )
-            if isinstance(members, Exception) or not members:
-                break  # an index key of the wrong type lists nothing (the checker reports it)
-            stored = yield Call(
-                [Op.soft_command(pk.tag, "HGETALL", pk.job_prefix.encode() + m) for m in members]
-            )
-            for job in _judged(pk, state, members, stored, query):
-                rank += 1
-                scanned += 1
-                if job is not None:
+            read = int(reply[0])
+            candidates = [(int(reply[i]), reply[i + 1]) for i in range(1, len(reply), 2)]
+            stored = []
+            if candidates:
+                stored = yield Call(
+                    [
+                        Op.soft_command(pk.tag, "HGETALL", pk.job_prefix.encode() + m)
+                        for _, m in candidates
+                    ]
+                )
+            used = read  # entries of this window looked at
+            for (offset, member), record in zip(candidates, stored, strict=True):
+                job = _judged(pk, state, member, record)
+                if job is not None and _matches(job, query):
                     found.append(job)
-                if len(found) >= limit:
-                    break  # the rest of this window is read again by the next call
-            if len(members) < room and len(found) < limit:
+                    if len(found) >= limit:
+                        used = offset + 1  # the rest of the window is read by the next call
+                        break
+            rank += used
+            scanned += used
+            if read < room and len(found) < limit:
                 break
     return SearchPage(tuple(found), None, scanned)
 
 
-def _judged(
-    pk: PartitionKeys,
-    state: JobState,
-    members: list[bytes],
-    stored: list[object],
-    query: JobQuery,
-) -> Iterator[Job | None]:
-    """For each entry read, in order: its job when it matches, else None."""
-    for member, record in zip(members, stored, strict=True):
-        if not isinstance(record, dict) or not record:
-            yield None  # not a job hash, or an entry with no record (the leased sentinel)
-            continue
-        fields, problem = record_fields(record)
-        fields.append(record.get(HISTORY_FIELD))
-        known = fields[3] in _KNOWN_STATES
-        job = job_from_fields(
-            ident(member), pk.queue, pk.placement, fields,
-            indexed_as=None if known else state, payload_problem=problem,
-        )  # fmt: skip
-        yield job if _matches(job, query) else None
+def _filters(query: JobQuery) -> list[str]:
+    """search_scan.lua's ARGV[3:] for ``query`` (see its header)."""
+    times = []
+    for r in (query.created, query.finished, query.due):
+        times += ["" if t is None else repr(float(t)) for t in (r.start, r.end)]
+    return [
+        ",".join(s.value for s in query.states),
+        query.kind,
+        ascii_lower(query.error),
+        query.payload,
+        query.worker,
+        json.dumps(query.worker, ensure_ascii=False),
+        *times,
+    ]
+
+
+def _judged(pk: PartitionKeys, state: JobState, member: bytes, record: object) -> Job | None:
+    """The job of an HGETALL reply (None: no record, or a key that is not a
+    hash: the checker reports those)."""
+    if not isinstance(record, dict) or not record:
+        return None
+    fields, problem = record_fields(record)
+    fields.append(record.get(HISTORY_FIELD))
+    known = fields[3] in _KNOWN_STATES
+    return job_from_fields(
+        ident(member), pk.queue, pk.placement, fields,
+        indexed_as=None if known else state, payload_problem=problem,
+    )  # fmt: skip
 
 
 __all__ = ["WINDOW", "search_jobs"]
