@@ -1,6 +1,7 @@
 """Job search on a big store (issue 30 item 1): how long the first page of a
 search takes with ``--jobs`` jobs (default 1,000,000) in a private
-redis-server (and, with ``--sqlite``, in a SQLite file), and how fast a
+redis-server (with ``--sqlite`` in a SQLite file, with ``--postgres`` in a
+private PostgreSQL; ``--no-redis`` skips Redis), and how fast a
 search reads records when it has to walk them all.
 
 The store is filled through its own ``enqueue_many`` (batches of 5,000):
@@ -21,7 +22,8 @@ default scan bound of 10,000 records per call), best of ``--runs``:
 
 ::
 
-    python -m benchmarks.search [--jobs 1000000] [--dead 0.2] [--partitions 1] [--runs 3] [--sqlite]
+    python -m benchmarks.search [--jobs 1000000] [--dead 0.2] [--partitions 1] [--runs 3]
+                               [--sqlite] [--postgres] [--no-redis]
 """
 
 from __future__ import annotations
@@ -134,8 +136,7 @@ async def measure(store: Store, runs: int) -> dict[str, Any]:
     return out
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    result: dict[str, Any] = {"jobs": args.jobs, "dead_share": args.dead}
+def redis_part(args: argparse.Namespace, result: dict[str, Any]) -> None:
     with open_redis() as redis:
         result["redis_version"] = redis.version()
 
@@ -153,6 +154,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 await store.aclose()
 
         trio.run(on_redis)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    result: dict[str, Any] = {"jobs": args.jobs, "dead_share": args.dead}
+    if not args.no_redis:
+        redis_part(args, result)
     if args.sqlite:
         from chronos_trio.store.sqlite import SqliteStore
 
@@ -167,6 +174,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     await store.aclose()
 
             trio.run(on_sqlite)
+    if args.postgres:
+        from chronos_trio.store.postgres import PostgresStore
+        from chronos_trio.testing.postgres_server import PostgresServer
+
+        with PostgresServer() as pg:
+
+            async def on_postgres() -> None:
+                store = PostgresStore.from_url(pg.url)
+                try:
+                    result["postgres_fill"] = await fill(store, args.jobs, args.dead)
+                    result["postgres"] = await measure(store, args.runs)
+                finally:
+                    await store.aclose()
+
+            trio.run(on_postgres)
     return result
 
 
@@ -177,6 +199,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sqlite", action="store_true", help="the same on a SQLite file")
+    parser.add_argument("--postgres", action="store_true", help="the same on a private PostgreSQL")
+    parser.add_argument("--no-redis", action="store_true", help="skip Redis")
     args = parser.parse_args()
     print(json.dumps(run(args), indent=2))
 
