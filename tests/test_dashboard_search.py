@@ -12,8 +12,9 @@ import json
 import re
 
 import httpx
+import pytest
 
-from chronos_trio import App, JobState
+from chronos_trio import App, JobState, QueueInfo
 from chronos_trio.dashboard import dashboard_app
 from tests._dashboard import XSS_ERROR
 from tests.test_dashboard import ORIGIN, app, client, state, web
@@ -23,6 +24,11 @@ __all__ = ["app", "web"]
 
 def ids_in(page: str) -> list[str]:
     return re.findall(r'<a href="[^"]*/job\?id=([^&"]+)&amp;queue=[^"]*"><code>', page)
+
+
+def job_counts(infos: list[QueueInfo]) -> int:
+    """Dead jobs in every queue."""
+    return sum(i.counts[JobState.DEAD] for i in infos)
 
 
 def form_fields(page: str, form_id: str | None = None) -> dict[str, str]:
@@ -78,7 +84,9 @@ async def test_search_filters_are_in_the_url_and_pages_follow_the_cursor(
     assert missing.status_code == 404 and "unknown queue" in missing.text
 
 
-async def test_bulk_requeue_of_every_match_in_steps(app: App, web: httpx.AsyncClient) -> None:
+async def test_bulk_requeue_of_every_match_in_steps(
+    app: App, web: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     confirm = await web.get(
         "/search/confirm", params={"action": "requeue", "scope": "all", "state": "dead"}
     )
@@ -87,18 +95,14 @@ async def test_bulk_requeue_of_every_match_in_steps(app: App, web: httpx.AsyncCl
     fields = form_fields(confirm.text)
     assert fields["scope"] == "all" and fields["state"] == "dead" and fields["stated"] == "3"
     # one step per request: 2 jobs a step makes a progress page first
-    from chronos_trio.dashboard import _search
-
-    old, _search.STEP = _search.STEP, 2
-    try:
-        posted = await web.post("/search/bulk", data=fields, headers={"origin": ORIGIN})
-        assert posted.status_code == 200, posted.text
-        assert 'data-autosubmit="1"' in posted.text and "2 done" in posted.text
-        more = form_fields(posted.text)
-        assert more["cursor"] and more["done"] == "2"
-        last = await web.post("/search/bulk", data=more, headers={"origin": ORIGIN})
-    finally:
-        _search.STEP = old
+    monkeypatch.setattr("chronos_trio.dashboard._search.STEP", 2)
+    posted = await web.post("/search/bulk", data=fields, headers={"origin": ORIGIN})
+    assert posted.status_code == 200, posted.text
+    assert 'data-autosubmit="1"' in posted.text and "2 done" in posted.text
+    assert job_counts(await app.inspector().queues()) == 1, "one dead job left after a step"
+    more = form_fields(posted.text)
+    assert more["cursor"] and more["done"] == "2"
+    last = await web.post("/search/bulk", data=more, headers={"origin": ORIGIN})
     assert last.status_code == 303
     shown = await web.get(last.headers["location"])
     assert "Requeue: 3 done, 0 skipped" in shown.text

@@ -23,7 +23,10 @@ job out of them (requeued, run, deleted, aborted), so a step that moved
 any job searches again from the same cursor (the ones it moved are gone
 from what matches; a store whose cursor is an index rank, Redis, would
 skip jobs if it went on from the next rank), and a step that moved none
-goes on from the page's cursor. Either way every step makes progress.
+goes on from the page's cursor. Either way every step makes progress (a
+step that moved jobs searches again what it searched; at worst every
+other step moves nothing and goes on). A job skipped by a step that also
+moved others is found, and counted skipped, again by the next step.
 Aborting a leased job only flags it (it stays leased until its worker
 settles it): the leased phase always goes on from the page's cursor.
 """
