@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from ..records._jobs import Job
+from ..records._jobs import Job, JobState
 from ._search import (
     JobQuery,
     SearchPage,
@@ -45,8 +45,6 @@ class Dialect:
 
     #: The placeholder of a named parameter (``:name``, ``%(name)s``).
     param: Callable[[str], str]
-    #: The row's state as reads show it at the time of parameter ``now``.
-    shown_state: str
     #: Whether ``haystack`` (an expression) contains parameter ``needle``: (haystack, needle).
     contains: Callable[[str, str], str]
     #: The same for the payload column (bytes) and a bytes parameter.
@@ -66,11 +64,25 @@ def _range(d: Dialect, column: str, name: str, r: TimeRange, params: dict[str, A
     return out
 
 
+def _state_term(d: Dialect, state: JobState) -> str:
+    """Rows shown in ``state`` at the time of parameter ``now`` (a due
+    scheduled or retry_wait job is shown ready), written on the ``state``
+    column itself, so the database can use its partial indexes."""
+    now = d.param("now")
+    if state is JobState.READY:
+        due = f"(state = 'scheduled' OR state = 'retry_wait') AND run_at <= {now}"
+        return f"(state = 'ready' OR ({due}))"
+    if state in (JobState.SCHEDULED, JobState.RETRY_WAIT):
+        return f"(state = '{state.value}' AND run_at > {now})"
+    return f"state = '{state.value}'"
+
+
 def scan_statement(
-    d: Dialect, query: JobQuery, after: str | None, scan_limit: int, now: float
+    d: Dialect, query: JobQuery, after: str | None, scan_limit: int, now: float, limit: int
 ) -> tuple[str, dict[str, Any]]:
     """The scan: ``SELECT id, hit`` of at most ``scan_limit`` rows after
-    ``after`` (an id), in id order, narrowed by the query's column filters."""
+    ``after`` (an id), in id order, narrowed by the query's column filters
+    (at most ``limit`` rows when there is no text filter: every row is a hit)."""
     p = d.param
     params: dict[str, Any] = {"now": now, "scan": scan_limit}
     where = [_LISTED]
@@ -84,11 +96,7 @@ def scan_statement(
             names.append(f"queue = {p(f'q{n}')}")
         where.append("(" + " OR ".join(names) + ")")
     if query.states:
-        states = []
-        for n, state in enumerate(query.states):
-            params[f"s{n}"] = state.value
-            states.append(f"({d.shown_state}) = {p(f's{n}')}")
-        where.append("(" + " OR ".join(states) + ")")
+        where.append("(" + " OR ".join(_state_term(d, s) for s in query.states) + ")")
     if query.kind:
         params["kind"] = query.kind
         where.append(f"kind = {p('kind')}")
@@ -112,6 +120,8 @@ def scan_statement(
             + ")"
         )
     hit = "(" + " AND ".join(hits) + ")" if hits else "(1 = 1)"
+    if not hits:  # every row the scan returns is a hit: no more rows than a page
+        params["scan"] = min(scan_limit, limit)
     text = (
         f"SELECT id, CASE WHEN {hit} THEN 1 ELSE 0 END FROM jobs"
         f" WHERE {' AND '.join(where)} ORDER BY id LIMIT {p('scan')}"

@@ -18,8 +18,6 @@ from ._base import PostgresPart, now_of
 
 _DIALECT = Q.Dialect(
     param=lambda name: f"%({name})s",
-    shown_state="CASE WHEN state IN ('scheduled', 'retry_wait') AND run_at <= %(now)s"
-    " THEN 'ready' ELSE state END",
     contains=lambda haystack, needle: f"strpos({haystack}, %({needle})s) > 0",
     payload_contains=lambda needle: f"position(%({needle})s::bytea in payload) > 0",
     lowered_error="lower(last_error)",
@@ -34,7 +32,7 @@ def search(
     scan_limit: int,
 ) -> SearchPage:
     now = now_of(conn)
-    text, params = Q.scan_statement(_DIALECT, query, after, scan_limit, now)
+    text, params = Q.scan_statement(_DIALECT, query, after, scan_limit, now, limit)
     scanned = [(str(i), int(h)) for i, h in conn.execute(text, params).fetchall()]
 
     def jobs_of(ids: list[str]) -> list[Job]:

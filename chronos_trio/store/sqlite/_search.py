@@ -17,8 +17,6 @@ from ._base import SqlitePart
 
 _DIALECT = Q.Dialect(
     param=lambda name: f":{name}",
-    shown_state="CASE WHEN (state = 'scheduled' OR state = 'retry_wait') AND run_at <= :now"
-    " THEN 'ready' ELSE state END",
     contains=lambda haystack, needle: f"instr({haystack}, :{needle}) > 0",
     payload_contains=lambda needle: f"instr(payload, :{needle}) > 0",
     lowered_error="lower(last_error)",
@@ -33,7 +31,7 @@ def search(
     scan_limit: int,
     now: float,
 ) -> SearchPage:
-    text, params = Q.scan_statement(_DIALECT, query, after, scan_limit, now)
+    text, params = Q.scan_statement(_DIALECT, query, after, scan_limit, now, limit)
     scanned = [(str(i), int(h)) for i, h in conn.execute(text, params)]
 
     def jobs_of(ids: list[str]) -> list[Job]:
