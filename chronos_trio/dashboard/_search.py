@@ -28,6 +28,7 @@ redirects to the search with a one-time message of what was done.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from urllib.parse import urlencode
 
 from starlette.exceptions import HTTPException
@@ -46,8 +47,9 @@ from ._views import MAX_PAGE, Views, optional, parse_int
 
 #: Jobs one step of a bulk action on every match acts on.
 STEP = 200
-#: Records counted at most for a confirmation ("at least N" past it).
-COUNT_BOUND = 200_000
+#: Records counted at most for a confirmation ("at least N" past it): about
+#: a second on Redis (see docs/BENCHMARKS.md).
+COUNT_BOUND = 100_000
 #: The most rows one bulk action on selected rows takes.
 MAX_SELECTED = MAX_PAGE
 
@@ -106,10 +108,10 @@ class SearchPages:
         self.views = views
         self.actions = actions
 
-    async def _query(self, get: object) -> JobQuery:
+    async def _query(self, get: Callable[[str], Sequence[str]]) -> JobQuery:
         now = await self.views.inspector.now()
         try:
-            return query_from_params(get, now)  # type: ignore[arg-type]
+            return query_from_params(get, now)
         except ValueError as exc:
             raise HTTPException(400, shorten(str(exc), 300)) from None
 
@@ -128,10 +130,11 @@ class SearchPages:
         insp = self.views.inspector
         page = await insp.search(query, cursor=cursor, limit=limit)
         kept = [(k, v) for k, v in params.multi_items() if k in PARAMS and v.strip()]
+        paged = [*kept, ("limit", str(limit))] if params.get("limit") else kept
         base = mount_path(request.scope)
         next_url = None
         if page.cursor is not None:
-            next_url = f"{base}/search?" + urlencode([*kept, ("cursor", page.cursor)])
+            next_url = f"{base}/search?" + urlencode([*paged, ("cursor", page.cursor)])
         return await self.views.render(
             request,
             "search.html",
@@ -144,7 +147,7 @@ class SearchPages:
             queue_names=await insp.queue_names(),
             text_filters=TEXT_FILTERS,
             time_filters=TIME_FILTERS,
-            first_url=f"{base}/search?" + urlencode(kept) if cursor else None,
+            first_url=f"{base}/search?" + urlencode(paged) if cursor else None,
             next_url=next_url,
             described=describe(query),
             row_value=row_value,
