@@ -89,10 +89,10 @@ from .records._version import VERSION as _VERSION
 
 if _TYPE_CHECKING:
     from .app import App as App
-    from .app import DynamicSchedules as DynamicSchedules
     from .app import BulkAction as BulkAction
     from .app import BulkProgress as BulkProgress
     from .app import BulkResult as BulkResult
+    from .app import DynamicSchedules as DynamicSchedules
     from .app import Inspector as Inspector
     from .app import JobHandle as JobHandle
     from .app import JobPage as JobPage
