@@ -10,8 +10,12 @@
 -- ARGV[6]  payload text ('' : any): a substring of the payload
 -- ARGV[7]  worker ('' : any): the lease owner, or ARGV[8] in the attempt history
 -- ARGV[8]  the worker as the history writes it (a JSON string)
--- ARGV[9..14]  created_at from/before, finished_at from/before, run_at
---          from/before ('' : open)
+-- ARGV[9]  created_at from ('' : open; each time bound below the same)
+-- ARGV[10] created_at before
+-- ARGV[11] finished_at from
+-- ARGV[12] finished_at before
+-- ARGV[13] run_at from
+-- ARGV[14] run_at before
 --
 -- A coarse filter, never the judge: it drops a record only when a field it
 -- reads proves the record cannot match, and keeps every record it cannot
