@@ -297,11 +297,6 @@ class Actions:
             raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
         return form
 
-    async def checked_form(self, request: Request) -> dict[str, str]:
-        """The form of a POST that passed checks 2 and 3 (see the module
-        docstring), for endpoints outside this module (bulk actions)."""
-        return await self._checked_form(request)
-
     async def perform(self, request: Request) -> Response:
         action = self._action(request.path_params["name"])
         form = await self.checked_form(request)
