@@ -89,6 +89,9 @@ from .records._version import VERSION as _VERSION
 
 if _TYPE_CHECKING:
     from .app import App as App
+    from .app import BulkAction as BulkAction
+    from .app import BulkProgress as BulkProgress
+    from .app import BulkResult as BulkResult
     from .app import DynamicSchedules as DynamicSchedules
     from .app import Inspector as Inspector
     from .app import JobHandle as JobHandle
@@ -116,10 +119,13 @@ if _TYPE_CHECKING:
     from .runtime import parse_queues as parse_queues
     from .runtime import zoned_time as zoned_time
     from .store import AbortResult as AbortResult
+    from .store import JobQuery as JobQuery
     from .store import Leadership as Leadership
     from .store import MemoryStore as MemoryStore
     from .store import QueueWeight as QueueWeight
+    from .store import SearchPage as SearchPage
     from .store import Store as Store
+    from .store import TimeRange as TimeRange
     from .store import open_store as open_store
     from .worker import ACTORS as ACTORS
     from .worker import Worker as Worker
@@ -131,6 +137,9 @@ __version__ = _VERSION
 _LAZY = {
     "App": "app",
     "DynamicSchedules": "app",
+    "BulkAction": "app._bulk",
+    "BulkProgress": "app._bulk",
+    "BulkResult": "app._bulk",
     "JobHandle": "app",
     "Workflow": "app",
     "Task": "app",
@@ -157,6 +166,9 @@ _LAZY = {
     "parse_queues": "runtime",
     "zoned_time": "runtime",
     "AbortResult": "store",
+    "JobQuery": "store",
+    "SearchPage": "store",
+    "TimeRange": "store",
     "Leadership": "store",
     "MemoryStore": "store.memory",
     "QueueWeight": "store",

@@ -1,7 +1,10 @@
 """Make ``docs/dashboard.png``: the queues page over a demo store, in headless
-Chromium (the browser tests' set-up).
+Chromium (the browser tests' set-up), and the console pages beside it;
+``search`` makes ``docs/dashboard-search.png`` alone: the search page (dead
+jobs whose error says 422, two rows ticked for a bulk action).
 
     PYTHONPATH=. .venv/bin/python -m tests.dashboard_screenshot [docs/dashboard.png]
+    PYTHONPATH=. .venv/bin/python -m tests.dashboard_screenshot search [docs/dashboard-search.png]
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from chronos_trio.store import SettleKind, Settlement
 from tests._dashboard import ServedDashboard, open_browser
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "dashboard.png"
+SEARCH_OUT = OUT.with_name("dashboard-search.png")
 
 
 @attrs.frozen
@@ -212,9 +216,39 @@ def screenshot_console(out_dir: Path, *, driver: Any | None = None) -> list[Path
     return written
 
 
+def screenshot_search(out: Path, *, driver: Any | None = None) -> None:
+    """Serve the demo dashboard, search its dead jobs whose error says 422,
+    tick two rows, save the page as PNG to ``out``."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    app = demo_app()
+    trio.run(populate_demo, app)
+    with tempfile.TemporaryDirectory() as profile:
+        own = driver is None
+        browser = open_browser(profile, width=1280, height=1150) if own else driver
+        try:
+            with ServedDashboard(app, title="chronos_trio", refresh=0.5) as dash:
+                browser.get(f"{dash.url}/search?state=dead&error=422")
+                WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "results"))
+                for box in browser.find_elements(By.CSS_SELECTOR, "input.pick")[:2]:
+                    box.click()
+                out.parent.mkdir(parents=True, exist_ok=True)
+                browser.save_screenshot(str(out))
+        finally:
+            if own:
+                browser.quit()
+
+
 if __name__ == "__main__":
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else OUT
-    screenshot(target)
-    print(f"wrote {target}")
-    for path in screenshot_console(target.parent):
-        print(f"wrote {path}")
+    args = sys.argv[1:]
+    if args[:1] == ["search"]:
+        target = Path(args[1]) if len(args) > 1 else SEARCH_OUT
+        screenshot_search(target)
+        print(f"wrote {target}")
+    else:
+        target = Path(args[0]) if args else OUT
+        screenshot(target)
+        print(f"wrote {target}")
+        for path in screenshot_console(target.parent):
+            print(f"wrote {path}")

@@ -16,6 +16,9 @@ from ._task import Task as Task
 from ._task import TaskDecorator as TaskDecorator
 
 if _TYPE_CHECKING:
+    from ._bulk import BulkAction as BulkAction
+    from ._bulk import BulkProgress as BulkProgress
+    from ._bulk import BulkResult as BulkResult
     from ._inspector import Inspector as Inspector
     from ._inspector import JobPage as JobPage
     from ._inspector import LimitInfo as LimitInfo
@@ -26,6 +29,9 @@ if _TYPE_CHECKING:
 
 #: The Inspector's names, imported on first use (PEP 562): a worker never needs them.
 _LAZY = {
+    "BulkAction": "_bulk",
+    "BulkProgress": "_bulk",
+    "BulkResult": "_bulk",
     "Inspector": "_inspector",
     "JobPage": "_inspector",
     "QueueInfo": "_inspector",

@@ -39,10 +39,12 @@ from ..store import (
     Capability,
     CheckReport,
     CheckRole,
+    JobQuery,
     LeadershipRole,
     NotesRole,
     QueueTopology,
     ScheduleStoreRole,
+    SearchPage,
     Store,
     StoreRole,
     TopologyRole,
@@ -50,6 +52,8 @@ from ..store import (
     require_capabilities,
     require_roles,
 )
+from ..store._search import SCAN_LIMIT
+from ._bulk import BULK_BATCH, BulkAction, BulkProgress, BulkResult, act_on_ids, act_on_matching
 
 #: States from which ``run_now`` makes a job ready at once.
 RUN_NOW_STATES = frozenset({JobState.SCHEDULED, JobState.RETRY_WAIT, JobState.DEAD})
@@ -389,6 +393,77 @@ class Inspector:
             where = f" in queue {queue!r}" if queue is not None else ""
             raise UnknownJob(f"no job with id {job_id!r}{where}")
         return job
+
+    async def search(
+        self,
+        query: JobQuery | None = None,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        scan_limit: int = SCAN_LIMIT,
+    ) -> SearchPage:
+        """A page of the jobs matching ``query`` (every job when None) and
+        the cursor of the next (see :meth:`~chronos_trio.store.SearchRole.search_jobs`:
+        at most ``scan_limit`` records read per call; a ``partial`` page
+        stopped at that bound, follow its cursor to keep searching).
+
+        Raises :class:`UnknownQueue` for a queue the store does not know,
+        ``ValueError`` for bad bounds or a cursor the store did not give,
+        ``MissingCapability`` (a TypeError) on a store without search, and
+        StoreError when the store cannot be reached."""
+        require_capabilities(self.store, [Capability.SEARCH], what="searching jobs")
+        query = JobQuery() if query is None else query
+        for name in query.queues:
+            await self.check_queue(name)
+        return await self.store.search_jobs(
+            query, cursor=cursor, limit=limit, scan_limit=scan_limit
+        )
+
+    async def bulk(
+        self, action: BulkAction | str, jobs: Sequence[tuple[str, str]], *, reason: str = ""
+    ) -> BulkResult:
+        """``action`` (a :class:`BulkAction` or its name: requeue, run-now,
+        delete, abort) on each of ``jobs`` ((queue, job id) pairs), each the
+        store's atomic admin operation: a job the action does not apply to,
+        or that changed state meanwhile, is skipped and counted, one that is
+        gone counted missing (see ``app._bulk``). ``ValueError`` for an
+        unknown action; ``MissingCapability`` for an abort on a store without it."""
+        action = BulkAction.parse(action) if isinstance(action, str) else action
+        if action is BulkAction.ABORT:
+            require_capabilities(self.store, [Capability.ABORT], what="aborting jobs")
+        return await act_on_ids(self.store, action, jobs, reason)
+
+    async def bulk_matching(
+        self,
+        action: BulkAction | str,
+        query: JobQuery,
+        *,
+        cursor: str | None = None,
+        batch: int = BULK_BATCH,
+        scan_limit: int = SCAN_LIMIT,
+        reason: str = "",
+    ) -> BulkProgress:
+        """One step of ``action`` on every job matching ``query``: at most
+        ``batch`` jobs; pass the returned ``cursor`` back until it is None
+        (see ``app._bulk`` for how steps go on and what they count).
+        Raises as :meth:`search` and :meth:`bulk`."""
+        action = BulkAction.parse(action) if isinstance(action, str) else action
+        require_capabilities(self.store, [Capability.SEARCH], what="bulk actions on a search")
+        if action is BulkAction.ABORT:
+            require_capabilities(self.store, [Capability.ABORT], what="aborting jobs")
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 1000:
+            raise ValueError(f"batch must be between 1 and 1000, got {batch!r}")
+        for name in query.queues:
+            await self.check_queue(name)
+        return await act_on_matching(
+            self.store,
+            action,
+            query,
+            cursor=cursor,
+            batch=batch,
+            scan_limit=scan_limit,
+            reason=reason,
+        )
 
     async def notes(self, job: Job) -> JobNotes | None:
         """The progress and log lines of ``job`` (as :meth:`job` read it);

@@ -12,6 +12,8 @@ Commands
 ``run-now | delete [APP] ID``        act on one job
 ``abort [APP] ID [--reason TEXT]``   stop one job (a running one within one heartbeat)
 ``requeue-dead [APP] --queue Q``     dead jobs back to ready (all, or ``--job ID``)
+``search [APP] [filters]``   find jobs by queue, state, kind, error/payload text, worker, time
+``bulk ACTION [APP] [filters]``      requeue, run-now, delete or abort every job found
 ``pause | resume [APP] QUEUE``       stop / restart leasing from a queue
 ``topology show|promote|complete [APP] QUEUE``   versioned queue routing
 ``schedules APP``            the app's cron/interval schedules
@@ -76,6 +78,7 @@ def build_parser() -> tuple[
         _dashboard_command,
         _enqueue_command,
         _migrate_command,
+        _search_command,
         _worker_command,
     )
 
@@ -123,6 +126,7 @@ def build_parser() -> tuple[
     leaves[("enqueue",)] = enqueue
 
     _admin.add_commands(sub, leaves)
+    _search_command.add_commands(sub, leaves)
 
     dashboard = sub.add_parser("dashboard", help="serve the web dashboard for APP or --url")
     _dashboard_command.add_arguments(dashboard)

@@ -36,6 +36,7 @@ from ._extension_views import extension_routes
 from ._extensions import Extensions
 from ._hosts import HostPolicy
 from ._render import shorten, static_files
+from ._search import SearchPages
 from ._security import (
     DEFAULT_SESSION_MAX_AGE,
     Credentials,
@@ -159,6 +160,7 @@ def dashboard_app(
     options = Options(read_only, page_size, refresh, allowed_origins, title)
     views = Views(inspector, options, signer, extensions)
     actions = Actions(views)
+    search = SearchPages(views, actions)
     files = static_files()
 
     async def static(request: Request) -> Response:
@@ -188,6 +190,9 @@ def dashboard_app(
         Route("/schedules", views.schedules, methods=["GET"]),
         Route("/limits", views.limits, methods=["GET"]),
         Route("/workers", views.workers, methods=["GET"]),
+        Route("/search", search.search, methods=["GET"]),
+        Route("/search/confirm", search.confirm, methods=["GET"]),
+        Route("/search/bulk", search.bulk, methods=["POST"]),
         Route("/confirm/{name}", actions.confirm, methods=["GET"]),
         Route("/actions/{name}", actions.perform, methods=["POST"]),
         Route("/logout", actions.logout, methods=["POST"]),

@@ -63,6 +63,7 @@ from ._roles import PromotionRole as PromotionRole
 from ._roles import RegistryRole as RegistryRole
 from ._roles import ResultRole as ResultRole
 from ._roles import ScheduleStoreRole as ScheduleStoreRole
+from ._roles import SearchRole as SearchRole
 from ._roles import Store as Store
 from ._roles import StoreError as StoreError
 from ._roles import StoreRole as StoreRole
@@ -77,6 +78,9 @@ from ._schemes import redact as redact
 from ._schemes import register_scheme as register_scheme
 from ._schemes import scheme_of as scheme_of
 from ._schemes import schemes as schemes
+from ._search import JobQuery as JobQuery
+from ._search import SearchPage as SearchPage
+from ._search import TimeRange as TimeRange
 from ._transactional import TransactionalEnqueue as TransactionalEnqueue
 
 if _TYPE_CHECKING:

@@ -10,7 +10,8 @@ two kinds:
 * **Roles** (:data:`ROLE_CAPABILITIES`): a set of methods, offered by
   subclassing the role's ABC (``PromotionRole``, ``RegistryRole``,
   ``AdminRole``, ``TopologyRole``, ``LeadershipRole``, ``ResultRole``,
-  ``FlowRole``, ``CheckRole``, ``NotesRole``, ``ScheduleStoreRole``).
+  ``FlowRole``, ``CheckRole``, ``NotesRole``, ``ScheduleStoreRole``,
+  ``SearchRole``).
 * **Features** (:data:`FEATURES`): semantics carried inside the core's
   arguments (a ``NewJob``'s ``unique`` and ``control``, an abort flag in a
   renew's reply), which no method shows; a backend declares the ones it
@@ -60,6 +61,9 @@ class Capability(enum.StrEnum):
     #: ``ScheduleStoreRole``: schedules kept in the store and edited at run
     #: time (``app.dynamic_schedules``), fired by the leader beside the code's.
     DYNAMIC_SCHEDULES = "dynamic_schedules"
+    #: ``SearchRole``: jobs searched by kind, state, queue, error and
+    #: payload text, times and worker, a bounded scan per call.
+    SEARCH = "search"
     # -- features: semantics inside the core's arguments, declared in ``features`` ------
     #: ``NewJob.unique``: at most one pending job per key.
     UNIQUE = "unique"

@@ -27,6 +27,7 @@ from ._roles import (
     RegistryRole,
     ResultRole,
     ScheduleStoreRole,
+    SearchRole,
     StoreRole,
     TopologyRole,
 )
@@ -46,6 +47,7 @@ ROLE_CAPABILITIES: Mapping[type, Capability] = {
     CheckRole: Capability.CHECK,
     NotesRole: Capability.NOTES,
     ScheduleStoreRole: Capability.DYNAMIC_SCHEDULES,
+    SearchRole: Capability.SEARCH,
 }
 
 #: The role behind each role capability.

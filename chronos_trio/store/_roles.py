@@ -30,6 +30,8 @@ The optional roles, each a :class:`~chronos_trio.store.Capability`:
 * :class:`NotesRole`: a running job's progress and log lines.
 * :class:`ScheduleStoreRole`: schedules kept in the store, edited at run
   time.
+* :class:`SearchRole`: jobs found by kind, state, queue, texts, times and
+  worker, page by page, with a bounded scan per call.
 
 The features, declared in ``features`` (semantics carried inside the core's
 arguments): unique jobs, rate limits, concurrency limits, expiry,
@@ -159,6 +161,7 @@ from ._results import StoredSchedules as StoredSchedules
 from ._results import TriggerResult as TriggerResult
 from ._results import VersionState as VersionState
 from ._results import finding_order as finding_order
+from ._search import SCAN_LIMIT, JobQuery, SearchPage
 from ._topology_placement import locate
 
 
@@ -1025,6 +1028,40 @@ class NotesRole(StoreRole):
         be reached."""
 
 
+class SearchRole(StoreRole):
+    """Searching jobs by what an operator knows of them (the dashboard's
+    search page, ``python -m chronos_trio search``, ``Inspector.search``).
+
+    Not the hot path, and it adds nothing to it: a search reads what the
+    other operations already keep (no index is written for it).
+    """
+
+    @abc.abstractmethod
+    async def search_jobs(
+        self,
+        query: JobQuery,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        scan_limit: int = SCAN_LIMIT,
+    ) -> SearchPage:
+        """Jobs that match ``query`` (see ``store._search``: every filter
+        given must hold; what is searched is what :meth:`AdminRole.list_jobs`
+        lists, a due scheduled job shown ready where the store shows it so),
+        at most ``limit`` (1 to 1000) per call, reading at most
+        ``scan_limit`` (>= 1) records: the page's ``cursor`` goes on from
+        where this call stopped (None: every job was looked at), and its
+        ``partial`` says the scan bound stopped it before the page was full.
+        Jobs of a query's ``worker`` filter are read with their history.
+        Calls are not one snapshot: a job that moves between two calls may
+        be skipped or found twice.
+
+        Raises ``ValueError`` for a bad ``limit``/``scan_limit`` or a cursor
+        this store did not give (search again without it), and StoreError
+        when the store cannot be reached.
+        """
+
+
 class Store(
     WorkerRole,
     PromotionRole,
@@ -1037,6 +1074,7 @@ class Store(
     FlowRole,
     NotesRole,
     ScheduleStoreRole,
+    SearchRole,
 ):
     """A store with every role and every feature: what the worker, the
     producers, the ``Inspector`` and the command line can all use.
@@ -1059,6 +1097,7 @@ ROLES: tuple[type[StoreRole], ...] = (
     FlowRole,
     NotesRole,
     ScheduleStoreRole,
+    SearchRole,
 )
 
 

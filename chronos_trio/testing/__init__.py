@@ -12,6 +12,7 @@ from . import (
     _conformance_notes,  # noqa: F401 - registers the notes' (progress, log lines) checks
     _conformance_purge,  # noqa: F401 - registers the queue purge's checks
     _conformance_schedules,  # noqa: F401 - registers the stored schedules' checks
+    _conformance_search,  # noqa: F401 - registers job search's checks
     _conformance_unclaimed,  # noqa: F401 - registers the unclaimed settle's checks
     _conformance_unique,  # noqa: F401 - registers the unique jobs' run and release checks
     _conformance_workers,  # noqa: F401 - registers the worker registry's checks

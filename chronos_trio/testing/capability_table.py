@@ -51,6 +51,7 @@ ROWS: Mapping[Capability, str] = {
     "(`job.progress`, `job.log`)",
     Capability.DYNAMIC_SCHEDULES: "`ScheduleStoreRole`: schedules edited at run time "
     "(`app.dynamic_schedules`)",
+    Capability.SEARCH: "`SearchRole`: job search (`Inspector.search`, the dashboard's search page)",
     Capability.UNIQUE: "unique jobs (`unique=`)",
     Capability.RATE_LIMITS: "rate limits (`rate_limit=`)",
     Capability.CONCURRENCY_LIMITS: "concurrency limits (`concurrency_limit=`)",

@@ -28,7 +28,7 @@ import heapq
 import itertools
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import attrs
 import trio
@@ -86,6 +86,8 @@ from .._roles import (
     TriggerResult,
     VersionState,
 )
+from .._search import SCAN_LIMIT, JobQuery, SearchPage, check_search, collect, page_of
+from .._search import decode_cursor as _decode_cursor
 from .._settling import WAITED_KEEP, SettleTally, settled_kind, unclaimed
 from .._topology_placement import locate as _locate
 from .._topology_placement import topology_placement as _placement_of
@@ -1053,6 +1055,48 @@ class MemoryStore(Store):
 
         jobs.sort(key=order)
         return jobs[offset : offset + limit]
+
+    # -- search ----------------------------------------------------------------------------
+    async def search_jobs(
+        self,
+        query: JobQuery,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        scan_limit: int = SCAN_LIMIT,
+    ) -> SearchPage:
+        # Search order: queue, then job ID; the position is the last (queue, id) read.
+        check_search(limit, scan_limit)
+        after: tuple[str, str] | None = None
+        if cursor is not None:
+            position = _decode_cursor(cursor)
+            if not (
+                isinstance(position, list)
+                and len(position) == 2
+                and all(isinstance(p, str) for p in position)
+            ):
+                raise ValueError(
+                    f"search cursor {cursor[:40]!r} is not one this store gave; "
+                    "search again without a cursor"
+                )
+            after = (position[0], position[1])
+        await trio.lowlevel.checkpoint()
+        keys = sorted(
+            (rec.home, job_id)
+            for job_id, rec in self._records.items()
+            if rec.indexed
+            and query.in_queues(rec.home)
+            and (after is None or (rec.home, job_id) > after)
+        )
+
+        def candidates() -> Iterator[tuple[list[str], Job]]:
+            for home, job_id in keys:
+                rec = self._records[job_id]
+                job = self._shown(job_id, rec)
+                if query.in_states(job.state):
+                    yield [home, job_id], with_history(job, rec.history)
+
+        return page_of(*collect(candidates(), query, limit, scan_limit), limit)
 
     # -- notes ---------------------------------------------------------------------------
     async def write_notes(self, writes: Sequence[NoteWrite]) -> NotesResult:

@@ -20,6 +20,7 @@ from ._leader import LeaderPart
 from ._notes import NotesPart
 from ._registry import RegistryPart
 from ._schedules import SchedulesPart
+from ._search import SearchPart
 from ._transactional import TransactionalPart
 from ._url import PostgresOptions, parse_url
 from ._worker import WorkerPart
@@ -33,6 +34,7 @@ class PostgresStore(
     CheckPart,
     NotesPart,
     SchedulesPart,
+    SearchPart,
     TransactionalPart,
 ):
     """A store in a PostgreSQL database (``postgresql://`` URLs; see

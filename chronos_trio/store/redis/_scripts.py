@@ -159,6 +159,7 @@ WORKERS_LIST = Script("workers_list")
 NOTES_WRITE = Script("notes_write")
 SCHEDULE_EDIT = Script("schedule_edit")
 SCHEDULES_READ = Script("schedules_read")
+SEARCH_SCAN = Script("search_scan")
 
 
 @attrs.frozen

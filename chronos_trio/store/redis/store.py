@@ -44,6 +44,7 @@ from .._roles import (
     StoredSchedules,
     TriggerResult,
 )
+from .._search import SCAN_LIMIT, JobQuery, SearchPage
 from . import (
     _admin,
     _enqueue,
@@ -54,6 +55,7 @@ from . import (
     _notes,
     _results,
     _schedules,
+    _search,
     _waiting,
     _workers,
 )
@@ -341,6 +343,16 @@ class RedisStore(Store):
         self, queue: str, state: JobState, *, offset: int = 0, limit: int = 100
     ) -> list[Job]:
         return await self._ctx.run(_admin.list_jobs(self._ctx, queue, state, offset, limit))
+
+    async def search_jobs(
+        self,
+        query: JobQuery,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        scan_limit: int = SCAN_LIMIT,
+    ) -> SearchPage:
+        return await self._ctx.run(_search.search_jobs(self._ctx, query, cursor, limit, scan_limit))
 
     async def limit_usage(self, queue: str) -> list[LimitUsage]:
         return await self._ctx.run(_limits.limit_usage(self._ctx, queue))

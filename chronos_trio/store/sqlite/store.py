@@ -22,6 +22,7 @@ from ._leader import LeaderPart
 from ._notes import NotesPart
 from ._registry import RegistryPart
 from ._schedules import SchedulesPart
+from ._search import SearchPart
 from ._transactional import TransactionalPart
 from ._url import SqliteOptions, parse_url
 from ._worker import WorkerPart
@@ -35,6 +36,7 @@ class SqliteStore(
     CheckPart,
     NotesPart,
     SchedulesPart,
+    SearchPart,
     TransactionalPart,
 ):
     """A store in one SQLite file (``sqlite:///path/to/jobs.db``; see
