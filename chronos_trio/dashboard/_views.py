@@ -8,6 +8,7 @@ read-only; the actions themselves live in ``_actions``.
 from __future__ import annotations
 
 import base64
+import collections
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,12 +21,15 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from ..app._app import App
 from ..app._coverage import unserved
 from ..app._inspector import RUN_NOW_STATES, Inspector, next_run_at
+from ..app._workflow_control import workflow_view
 from ..records._attempts import HISTORY_LIMIT
+from ..records._flow_control import WorkflowState, workflow_of
 from ..records._history import attempt_history
 from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._producing import MAX_JOB_ID_LENGTH
 from ..records._workflow import describe
 from ..store import Capability, VersionState, capabilities_of
+from ..store._capabilities import MissingCapability
 from ._extensions import ExtensionRequest, Extensions, Shown, panels
 from ._render import control_rows, environment, link, payload_text, result_text, shorten
 from ._security import SECURE_KEY, SESSION_KEY, Session, Signer, mount_path
@@ -291,11 +295,38 @@ class Views:
             payload=payload_text(job),
             result=result_text(job),
             then=describe(job.then),
+            workflow=workflow_of(job.then),
             control=control_rows(job.control, await self.inspector.now()),
             next_run=next_run_at(job),
             attempts=attempts,
             history_limit=HISTORY_LIMIT,
             actions=[] if self.options.read_only else job_actions(job),
+            nav_at="queues",
+        )
+
+    async def workflow(self, request: Request) -> Response:
+        """A workflow's steps as nested boxes (chains across, groups down),
+        with states and timings; 404 when the store has no record of it."""
+        workflow_id = request.path_params["wid"]
+        if len(workflow_id) > MAX_JOB_ID_LENGTH:
+            raise HTTPException(400, "no workflow ID is that long")
+        try:
+            view = await workflow_view(self.inspector.store, workflow_id)
+        except MissingCapability:
+            raise HTTPException(404, "this store keeps no workflow records") from None
+        if view.root is None:
+            raise HTTPException(404, f"no workflow {shorten(workflow_id, 80)!r} (no record of it)")
+        steps = view.steps()
+        counts = collections.Counter(s.state.value if s.state else "not made yet" for s in steps)
+        durations = [s.duration for s in steps if s.duration is not None]
+        return await self.render(
+            request,
+            "workflow.html",
+            view=view,
+            steps=steps,
+            counts=sorted(counts.items()),
+            longest=max(durations, default=0.0),
+            can_abort=not self.options.read_only and view.state is not WorkflowState.CANCELLED,
             nav_at="queues",
         )
 

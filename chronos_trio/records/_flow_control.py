@@ -40,6 +40,20 @@ def encode_tree(node: Node, workflow_id: str) -> str:
     return json.dumps(_encode_node(node, workflow_id), separators=(",", ":"))
 
 
+def workflow_of(then: str | None) -> str | None:
+    """The workflow ID a job's continuation carries (``"wf"``), None when it
+    has none (the last step, or one written by an older worker) or cannot
+    be read. Never raises."""
+    if not then:
+        return None
+    try:
+        after = json.loads(then)
+    except ValueError:
+        return None
+    wf = after.get("wf") if isinstance(after, dict) else None
+    return wf if isinstance(wf, str) else None
+
+
 @attrs.frozen
 class StepRef:
     """A job of a workflow, as its record names it."""
