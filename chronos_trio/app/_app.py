@@ -470,7 +470,12 @@ class App:
         TypeError for a graph root that starts the flow without a payload,
         StoreError when the store cannot be reached, and what a
         hook raises. ``connection``: start it in your own transaction, as
-        :meth:`Task.enqueue` (its later steps are enqueued by the workers).
+        :meth:`Task.enqueue` (its later steps are enqueued by the workers;
+        such a flow has no stored record, so ``app.workflow(id).abort()``
+        and ``status()`` do not know it).
+
+        On a store with workflow records (``WorkflowRole``) its record is
+        saved first, so :meth:`workflow` can cancel and show it.
         """
         node = as_node(workflow)
         wid = workflow_id or new_job_id()

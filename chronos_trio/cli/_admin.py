@@ -77,7 +77,7 @@ def add_commands(sub: Any, leaves: dict[tuple[str, ...], argparse.ArgumentParser
 
     p = command(
         ("workflow",),
-        "_workflow",
+        "_show_workflow",
         "show a workflow's steps as a tree (state, attempts, times) and its overall state; "
         "--abort cancels it: running steps are aborted, waiting ones dropped, later ones "
         "never made",

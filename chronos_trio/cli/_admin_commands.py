@@ -222,7 +222,7 @@ async def _abort(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _workflow(ctx: Context, args: argparse.Namespace) -> int:
+async def _show_workflow(ctx: Context, args: argparse.Namespace) -> int:
     store = ctx.inspector.store
     if args.abort:
         done = await abort_workflow(store, args.workflow_id, args.reason)
