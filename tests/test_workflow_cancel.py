@@ -11,10 +11,12 @@ import collections
 import json
 from typing import Any
 
+import pytest
 import trio
 
 from chronos_trio import (
     App,
+    JobAborted,
     JobContext,
     JobState,
     MemoryStore,
@@ -145,6 +147,20 @@ async def test_cancel_before_the_flow_runs_drops_its_waiting_steps(
         chain(group(add.s(1), add.s(2)), app.tasks["total"].s()), workflow_id="early"
     )
     assert (await app.workflow("early").status()).state is WorkflowState.CANCELLED
+
+
+async def test_the_started_handle_aborts_and_its_result_says_so(
+    backend: Backend, clock: object
+) -> None:
+    app, _runs = cancel_app(backend.store())
+    add = app.tasks["add"]
+    started = await app.enqueue_workflow(chain(add.s(1), add.s(), add.s()), workflow_id="h")
+    done = await started.abort()
+    assert done.dropped == ("h.0",) and done.not_created == ("h.1", "h.2")
+    with trio.fail_after(backend.pick(memory=60, redis=20)), pytest.raises(JobAborted):
+        await started.result(timeout=10)
+    with pytest.raises(ValueError, match="workflow ID"):
+        app.workflow("")
 
 
 # -- the race with the continuer (memory, driven step by step) -------------------------
