@@ -19,7 +19,7 @@ from ..app._workflow_control import abort_workflow, workflow_view
 from ..records import ActionRefused, UnknownJob, UnknownQueue
 from ..records._errors import sole_exception
 from ..records._jobs import JobState
-from ..store import StoreError, TopologyError
+from ..store import Capability, StoreError, TopologyError, capabilities_of
 from ._loading import check_store, describe_store, load_app, resolve_shared_store, url_from
 from ._options import (
     EXIT_NOT_FOUND,
@@ -224,6 +224,12 @@ async def _abort(ctx: Context, args: argparse.Namespace) -> int:
 
 async def _show_workflow(ctx: Context, args: argparse.Namespace) -> int:
     store = ctx.inspector.store
+    if Capability.WORKFLOW_CONTROL not in capabilities_of(store):
+        raise CliError(
+            f"{type(store).__name__} keeps no workflow records: it cannot show or abort "
+            "a workflow (MemoryStore, Redis, PostgreSQL and SQLite can)",
+            EXIT_REFUSED,
+        )
     if args.abort:
         done = await abort_workflow(store, args.workflow_id, args.reason)
         if not done.found:
