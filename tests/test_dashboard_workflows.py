@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import pytest
 
-from chronos_trio import App, JobContext, JobState, MemoryStore, chain, group
+from chronos_trio import App, JobContext, JobState, MemoryStore, NewJob, chain, group
 from chronos_trio.dashboard import dashboard_app
 from chronos_trio.store.sqlite import SqliteStore
 from tests._dashboard import XSS
@@ -58,6 +58,13 @@ async def test_the_workflow_page_draws_its_steps_and_is_linked_from_a_step(app: 
         assert 'id="action-abort-workflow"' in html
         job = await web.get("/job", params={"id": f"{WID}.0"})
         assert f'href="/workflows/{quote(WID)}"' in job.text and 'id="workflow-link"' in job.text
+        last = await web.get("/job", params={"id": f"{WID}.2"})  # not made yet
+        assert last.status_code == 404
+        await app.store.enqueue_many(
+            [NewJob(id=f"{WID}.9", queue="default", kind="wf.add", payload=b"1")]
+        )
+        stranger = await web.get("/job", params={"id": f"{WID}.9"})
+        assert 'id="workflow-link"' not in stranger.text, "a dotted ID outside the flow"
         missing = await web.get("/workflows/nope")
         assert missing.status_code == 404 and "no record of it" in missing.text
 
@@ -71,6 +78,17 @@ async def test_abort_from_the_workflow_page(app: App) -> None:
         assert 'id="action-abort-workflow"' not in shown.text, "nothing left to abort"
     job = await app.store.get_job(f"{WID}.0")
     assert job is not None and job.state is JobState.ABORTED and "ops" in job.last_error
+
+
+async def test_the_last_step_links_to_its_workflow_too() -> None:
+    app = App(MemoryStore())
+    await started(app, "solo")
+    await app.store.enqueue_many(  # the last step, as the continuer makes it: no continuation
+        [NewJob(id="solo.2", queue="default", kind="wf.sum", payload=b"[1]")]
+    )
+    async with client(dashboard_app(app)) as web:
+        page = await web.get("/job", params={"id": "solo.2"})
+        assert 'href="/workflows/solo"' in page.text
 
 
 async def test_read_only_shows_no_abort_and_refuses_it(app: App) -> None:

@@ -21,11 +21,13 @@ from ..records._flow_control import (
     decode_tree,
     overall_state,
     tree_steps,
+    workflow_of,
 )
 from ..records._jobs import Job
+from ..records._workflow import MAX_DEPTH
 from ..runtime._flow_cancel import CANCEL_REASON
 from ..store._capabilities import Capability
-from ..store._offers import require_capabilities
+from ..store._offers import capabilities_of, require_capabilities
 from ..store._results import AbortResult
 
 #: Store calls a sweep or a view keeps in flight at once.
@@ -139,3 +141,27 @@ async def workflow_view(store: object, workflow_id: str) -> WorkflowView:
         cancelled=record.cancelled,
         root=build_view(tree, by_id),
     )
+
+
+async def workflow_of_job(store: object, job_id: str, then: str | None) -> str | None:
+    """The workflow job ``job_id`` (with continuation ``then``) belongs to:
+    the ID its continuation carries, else (a flow's last step carries none)
+    the longest dotted prefix of its ID whose record lists it (one read per
+    prefix, at most ``MAX_DEPTH`` + 1). None when there is none, or the
+    store keeps no workflow records. Raises StoreError."""
+    found = workflow_of(then)
+    if found is not None or Capability.WORKFLOW_CONTROL not in capabilities_of(store):
+        return found
+    prefix = job_id
+    for _ in range(MAX_DEPTH + 1):
+        if "." not in prefix:
+            return None
+        prefix = prefix.rsplit(".", 1)[0]
+        record = await store.workflow_record(prefix)  # type: ignore[attr-defined]
+        if record is not None:
+            try:
+                steps = tree_steps(decode_tree(record.tree))
+                return prefix if any(step.id == job_id for step in steps) else None
+            except ValueError:
+                return None
+    return None

@@ -21,9 +21,9 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from ..app._app import App
 from ..app._coverage import unserved
 from ..app._inspector import RUN_NOW_STATES, Inspector, next_run_at
-from ..app._workflow_control import workflow_view
+from ..app._workflow_control import workflow_of_job, workflow_view
 from ..records._attempts import HISTORY_LIMIT
-from ..records._flow_control import WorkflowState, workflow_of
+from ..records._flow_control import WorkflowState
 from ..records._history import attempt_history
 from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._producing import MAX_JOB_ID_LENGTH
@@ -295,7 +295,7 @@ class Views:
             payload=payload_text(job),
             result=result_text(job),
             then=describe(job.then),
-            workflow=workflow_of(job.then),
+            workflow=await workflow_of_job(self.inspector.store, job.id, job.then),
             control=control_rows(job.control, await self.inspector.now()),
             next_run=next_run_at(job),
             attempts=attempts,
