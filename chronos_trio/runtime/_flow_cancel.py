@@ -1,5 +1,6 @@
-"""The continuer's side of cancelling a workflow (``WorkflowRole``): steps
-of a cancelled flow are never started.
+"""The continuer's side of cancelling a workflow (``WorkflowRole``): every
+step of a cancelled flow that exists or is made later is aborted, and
+nothing follows a step of it.
 
 Cancelling is two steps: the canceller marks the workflow's record
 (``cancel_workflow``, atomic in the record's own slot), *then* sweeps the
@@ -14,15 +15,19 @@ continuer, which makes a flow's next jobs in other slots than the record's
 2. :func:`abort_made` after it enqueued: the jobs it just made whose flow
    was marked meanwhile are aborted.
 
-Only then is the outbox entry removed. Why no step of a cancelled flow
-can run: take a job J of the flow that a continuer enqueued. If the
+Only then is the outbox entry removed. Why every step of a cancelled flow
+ends aborted (or finished before the cancel reached it): take a job J of
+the flow that a continuer enqueued. If the
 enqueue came before the mark, the canceller's sweep (which starts after
 the mark) finds J and aborts it. If it came after the mark, the check that
 follows the enqueue (2) sees the mark and aborts J; and if that continuer
 died before (2), its outbox entry is still there, so the next continuer
 handles it again: its check (1) sees the mark and aborts J. Either way J is
 aborted: before its lease while it waits, else flagged and cancelled at
-its next renewal, as any abort. A group whose member was cancelled never
+its next renewal, as any abort (so J runs only if a worker leased it in
+the instant between its enqueue and check 2, and then only until the next
+renewal; a step of a flow cancelled before (1) is never made at all). A
+group whose member was cancelled never
 completes (the member never succeeds), and a complete group's callback is
 a job like any other. Continuations written by an older worker carry no
 workflow ID: their steps are not checked here, and only the sweep stops
