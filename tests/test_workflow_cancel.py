@@ -258,3 +258,39 @@ def test_new_continuations_carry_their_workflow_id() -> None:
     assert all(json.loads(j.then or "{}").get("wf") == "a.b" for j in first.jobs)
     nxt = advance(first.jobs[0].then or "", b"2")
     assert nxt.arrivals[0].workflow == "a.b"
+
+
+async def test_a_graph_is_cancelled_at_its_join_and_shown_as_a_graph(
+    autojump_clock: object,
+) -> None:
+    """A graph (issue 29 item 4) carries its workflow ID in every
+    continuation, its joins' included: a cancel after its roots ran stops
+    the join's step and what follows the graph; the view draws it."""
+    from chronos_trio import graph
+
+    store = MemoryStore()
+    app, runs = cancel_app(store)
+    add, total = app.tasks["add"], app.tasks["total"]
+    g = graph()
+    g.add("a", add.s(1))
+    g.add("b", add.s(2))
+    g.add("join", total.s(), after=["a", "b"])
+    await app.enqueue_workflow(chain(g, add.s()), workflow_id="gr")
+    leased = (
+        await store.lease([QueueWeight("default")], 10, worker_id="w", lease_duration=30)
+    ).jobs
+    assert sorted(lj.job.id for lj in leased) == ["gr.0.a", "gr.0.b"]
+    assert all(json.loads(lj.job.then or "{}").get("wf") == "gr" for lj in leased)
+    await store.settle(
+        [Settlement(lj.ref, SettleKind.SUCCEEDED, result=b"1", result_ttl=60) for lj in leased]
+    )
+    done = await app.workflow("gr").abort()
+    assert set(done.finished) == {"gr.0.a", "gr.0.b"}
+    assert set(done.not_created) == {"gr.0.join", "gr.1"}
+    async with app.open_worker(poll_interval=0.5):
+        await trio.sleep(5)
+    assert await store.get_job("gr.0.join") is None and await store.get_job("gr.1") is None
+    assert not runs
+    view = await app.workflow("gr").status()
+    assert view.root is not None and [c.kind for c in view.root.children] == ["graph", "job"]
+    assert [s.id for s in view.steps()] == ["gr.0.a", "gr.0.b", "gr.0.join", "gr.1"]
