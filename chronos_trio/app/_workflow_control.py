@@ -165,3 +165,17 @@ async def workflow_of_job(store: object, job_id: str, then: str | None) -> str |
             except ValueError:
                 return None
     return None
+
+
+async def record_lists(store: object, workflow_id: str, job_id: str) -> bool | None:
+    """Whether the record of ``workflow_id`` lists job ``job_id``; None when
+    there is no record (or the store keeps none). Raises StoreError."""
+    if Capability.WORKFLOW_CONTROL not in capabilities_of(store):
+        return None
+    record = await store.workflow_record(workflow_id)  # type: ignore[attr-defined]
+    if record is None:
+        return None
+    try:
+        return any(step.id == job_id for step in tree_steps(decode_tree(record.tree)))
+    except ValueError:
+        return None
