@@ -39,6 +39,7 @@ from .records import ConcurrencyLimit as ConcurrencyLimit
 from .records import Dag as Dag
 from .records import DuplicateJob as DuplicateJob
 from .records import EnqueueResult as EnqueueResult
+from .records import FlowNode as FlowNode
 from .records import FlowStep as FlowStep
 from .records import Graph as Graph
 from .records import Group as Group
@@ -74,6 +75,7 @@ from .records import ScheduleAlreadyStored as ScheduleAlreadyStored
 from .records import ScheduleNotStored as ScheduleNotStored
 from .records import SkipRetry as SkipRetry
 from .records import SoftTimeLimit as SoftTimeLimit
+from .records import StepView as StepView
 from .records import StoreError as StoreError
 from .records import TopologyError as TopologyError
 from .records import Unique as Unique
@@ -81,6 +83,10 @@ from .records import UnknownJob as UnknownJob
 from .records import UnknownQueue as UnknownQueue
 from .records import UnknownTask as UnknownTask
 from .records import WorkerInfo as WorkerInfo
+from .records import WorkflowAbortResult as WorkflowAbortResult
+from .records import WorkflowRecord as WorkflowRecord
+from .records import WorkflowState as WorkflowState
+from .records import WorkflowView as WorkflowView
 from .records import attempt_history as attempt_history
 from .records import chain as chain
 from .records import graph as graph
@@ -228,6 +234,12 @@ __all__ = [
     "Unique",
     "chain",
     "graph",
+    "FlowNode",
+    "StepView",
+    "WorkflowAbortResult",
+    "WorkflowRecord",
+    "WorkflowState",
+    "WorkflowView",
     "group",
     "UnknownJob",
     "UnknownQueue",

@@ -210,12 +210,13 @@ async def test_a_sqlite_file_of_schema_1_is_migrated(tmp_path: Path) -> None:
     await store.enqueue_many([chronos_trio.NewJob(id="old", queue="q", kind="k", payload=b"p")])
     await store.aclose()
     # the file as version 1 left it: none of the columns versions 2 and 3
-    # added, nor the tables of version 4
+    # added, nor the tables of versions 4 and 5
     with sqlite3.connect(path) as conn:
         for column in ("attempt_history", "notes_progress", "notes_lines", "notes_dropped"):
             conn.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
         conn.execute("DROP TABLE schedules")
         conn.execute("DROP TABLE schedule_versions")
+        conn.execute("DROP TABLE workflows")
         conn.execute("PRAGMA user_version = 1")
     store = SqliteStore.from_url(url)
     try:
@@ -233,6 +234,9 @@ async def test_a_sqlite_file_of_schema_1_is_migrated(tmp_path: Path) -> None:
         ]
         # version 4's stored schedules work on the migrated file
         assert await store.edit_schedule("a:leader", ScheduleEdit.ADD, "s", "{}") == 1
+        # version 5's workflow records work on the migrated file
+        assert await store.save_workflow("w", "{}", "k", 60.0) is True
+        assert await store.cancelled(["w"]) == set()
     finally:
         await store.aclose()
     with sqlite3.connect(path) as conn:

@@ -532,3 +532,53 @@ def test_job_with_a_damaged_field_shows_its_damage(
     assert data["damage"].startswith("field 'attempts' holds b'x'")
     assert cli("job", args=("dead-2", "--json")).json()["damage"] is None
     assert "damage" not in cli("job", args=("dead-2",)).out
+
+
+def test_workflow_view_and_abort(cli: Cli) -> None:
+    """``workflow ID`` shows the flow's steps as a tree; ``--abort`` cancels it."""
+    from chronos_trio import App, JobContext, chain, group
+
+    async def start() -> None:
+        remote = cli.target[0] == "--url"
+        store = RedisStore.from_url(cli.target[1]) if remote else tests_app.app.store
+        app = App(store)
+
+        @app.task("wf.add")
+        async def add(payload: int, job: JobContext) -> int:
+            return payload + 1
+
+        @app.task("wf.sum")
+        async def total(payload: list[int], job: JobContext) -> int:
+            return sum(payload)
+
+        try:
+            flow = chain(group(add.s(1), add.s(2)), total.s())
+            await app.enqueue_workflow(flow, workflow_id="wf-cli")
+        finally:
+            if remote:
+                await store.aclose()
+
+    trio.run(start)
+    shown = cli("workflow", args=("wf-cli",))
+    assert shown.code == EXIT_OK, shown.err
+    lines = shown.out.splitlines()
+    assert lines[0] == "workflow wf-cli: running"
+    assert "group wf-cli.0 (2):" in shown.out
+    assert "  - wf.add wf-cli.0.0: ready, attempts 0" in shown.out
+    assert "- wf.sum wf-cli.1: not made yet" in shown.out
+    data = cli("workflow", args=("wf-cli", "--json")).json()
+    assert data["state"] == "running" and data["tree"]["type"] == "chain"
+    members = data["tree"]["children"][0]["children"]
+    assert [m["id"] for m in members] == ["wf-cli.0.0", "wf-cli.0.1"]
+    assert members[0]["state"] == "ready" and data["tree"]["children"][1]["state"] is None
+
+    aborted = cli("workflow", args=("wf-cli", "--abort", "--json"))
+    assert aborted.code == EXIT_OK, aborted.err
+    got = aborted.json()
+    assert got["dropped"] == ["wf-cli.0.0", "wf-cli.0.1"] and got["not_created"] == ["wf-cli.1"]
+    again = cli("workflow", args=("wf-cli", "--abort"))
+    assert again.code == EXIT_OK and "cancelled before" in again.out
+    assert cli("workflow", args=("wf-cli",)).out.startswith("workflow wf-cli: cancelled")
+    missing = cli("workflow", args=("nope", "--abort"))
+    assert missing.code == EXIT_NOT_FOUND and "no record of it" in missing.err
+    assert cli("workflow", args=("nope",)).code == EXIT_NOT_FOUND

@@ -435,3 +435,81 @@ async def test_abort_of_a_job_running_in_another_process(redis_url: str, tmp_pat
     assert [line[0] for line in started] == [handle.job_id], "never re-run"
     assert await runs.lines("done") == []
     assert "abort asked job=" in manager.log()
+
+
+async def test_kill_9_while_flows_are_cancelled_and_continued(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chains continued by two worker processes; one dies with kill -9 just
+    after its continuer enqueued a step (before its second cancel check),
+    and at that moment half the flows are cancelled from this process. No
+    cancelled flow gets further than one step past where the cancel found
+    it (a step its continuer made in the race is aborted, and what would
+    follow it is never made); every step of a cancelled flow ends finished
+    or aborted; the other flows and the plain jobs all complete."""
+    from chronos_trio import chain
+
+    steps, flows = 5, 8
+    monkeypatch.setenv("WF_KILL_AFTER_ENQUEUE", "cx3.2")
+    monkeypatch.setenv("WF_KILL_MARK", str(tmp_path / "killed"))
+    manager = Manager(redis_url, tmp_path, "--concurrency", "8")
+    producer = make_app(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    member = producer.tasks["tests.wf_member"]
+    record = producer.tasks["tests.record"]
+    runs = Runs(redis_url, "cxplain")
+    results = {}
+    try:
+        with trio.fail_after(120):
+            await manager.wait_ready()
+            for i in range(flows):
+                for name in ("cx", "keep"):
+                    flow = chain(member.s(i), *(member.s() for _ in range(steps - 1)))
+                    await producer.enqueue_workflow(flow, workflow_id=f"{name}{i}")
+            await record.enqueue_many([Record("cxplain", sleep=0.01) for _ in range(40)])
+            while not (tmp_path / "killed").exists():
+                assert manager.proc.poll() is None, manager.log()
+                await trio.sleep(0.005)
+            for i in range(flows):
+                results[i] = await producer.workflow(f"cx{i}").abort(reason="e2e")
+            done_at = time.time()
+            while True:
+                done = {x.decode().split()[0] for x in client.lrange("wf:done", 0, -1)}
+                if {f"keep{i}.{steps - 1}" for i in range(flows)} <= done and (
+                    await runs.done_count() >= 40
+                ):
+                    break
+                assert manager.proc.poll() is None, manager.log()
+                await trio.sleep(0.1)
+            await trio.sleep(DUPLICATE_WINDOW)  # room for a late step to show up
+            manager.proc.send_signal(signal.SIGTERM)
+            assert await manager.wait_exit() == EXIT_OK
+        starts = collections.defaultdict(list)
+        for line in client.lrange("wf:start", 0, -1):
+            job_id, _pid, at = line.decode().split()
+            starts[job_id].append(float(at))
+        late = []
+        for i, result in results.items():
+            assert result.found
+            reached = [
+                int(j.rsplit(".", 1)[1])
+                for j in (*result.finished, *result.aborted_running, *result.dropped)
+            ]
+            bound = max(reached, default=-1) + 1  # a step made in the race, at most
+            for k in range(steps):
+                job = await producer.store.get_job(f"cx{i}.{k}")
+                if k > bound:
+                    assert f"cx{i}.{k}" not in starts, f"cx{i}.{k} started after the cancel"
+                    assert job is None or job.state is JobState.ABORTED
+                if job is not None:
+                    assert job.state in (JobState.SUCCEEDED, JobState.ABORTED), (job.id, job.state)
+                late += [f"cx{i}.{k}" for t in starts.get(f"cx{i}.{k}", ()) if t > done_at]
+        for i in range(flows):  # nothing outside the cancelled flows was lost
+            for k in range(steps):
+                job = await producer.store.get_job(f"keep{i}.{k}")
+                assert job is not None and job.state is JobState.SUCCEEDED
+    finally:
+        manager.close()
+        await producer.aclose()
+    assert "code=-9" in manager.log(), "a continuer died between its enqueue and its check"
+    print(f"\nsteps of cancelled flows started after every abort returned: {late}")

@@ -190,5 +190,30 @@ if os.environ.get("WF_KILL_IN_CONTINUER"):
         continued=os.environ.get("WF_KILL_CONTINUED") == "1",
     )
 
+
+def _kill_after_enqueue(target: str, mark: str) -> None:
+    """Fault injection for the process tests: the first process whose
+    continuer has just enqueued ``target`` (before its second cancel check,
+    see ``runtime._flow_cancel``) dies with kill -9; ``mark`` as above."""
+    from chronos_trio.actors import continuer
+
+    check = continuer.abort_made
+
+    async def dying(store: Any, made: Any, jobs: Any) -> Any:
+        if any(job.id == target for job in jobs):
+            try:
+                os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return await check(store, made, jobs)
+
+    continuer.abort_made = dying  # type: ignore[assignment]
+
+
+if os.environ.get("WF_KILL_AFTER_ENQUEUE"):
+    _kill_after_enqueue(os.environ["WF_KILL_AFTER_ENQUEUE"], os.environ["WF_KILL_MARK"])
+
 #: Not an App, for the CLI's "is not an App" error.
 not_an_app: Any = object()

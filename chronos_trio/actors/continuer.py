@@ -23,8 +23,9 @@ from ..records._jobs import NewJob
 from ..records._log import log_event
 from ..records._workflow import WORKFLOW_KEEP, Arrival, Steps, advance, after_group
 from ..runtime._backoff import Backoff
+from ..runtime._flow_cancel import abort_jobs, abort_made, split
 from ..runtime._state import Runtime, log
-from ..store import Continuation, FlowRole, Store
+from ..store import Continuation, FlowRole, Store, WorkflowRole
 
 #: Outbox entries handled per store call.
 BATCH = 256
@@ -59,20 +60,42 @@ async def run(
 
 
 async def _continue(store: Store, batch: list[Continuation]) -> None:
-    """Enqueue what each entry's continuation asks for (idempotent)."""
-    jobs = await next_jobs(store, batch)
+    """Enqueue what each entry's continuation asks for (idempotent); then
+    abort what was made of a workflow cancelled meanwhile (see
+    ``runtime._flow_cancel``)."""
+    made: dict[str, str] = {}
+    jobs = await _next(store, batch, made)
+    if not isinstance(store, WorkflowRole):
+        if jobs:
+            await store.enqueue_many(jobs)
+        return
+    jobs, dropped = await split(store, made, jobs)
+    await abort_jobs(store, dropped)
     if jobs:
         await store.enqueue_many(jobs)
+        await abort_made(store, made, jobs)
 
 
 async def next_jobs(store: FlowRole, batch: Sequence[Continuation]) -> list[NewJob]:
     """The jobs that follow ``batch``'s entries, under their deterministic
     IDs: each entry's next steps, and what follows each group the entries
     complete (their arrivals recorded in ``store``, one call per round).
-    An entry whose continuation cannot be read is logged and skipped.
-    Raises StoreError when the store cannot be reached."""
-    jobs: list[NewJob] = []
-    arrivals: list[Arrival] = []
+    An entry whose continuation cannot be read is logged and skipped; the
+    steps of a cancelled workflow are left out (a store with
+    ``WorkflowRole``). Raises StoreError when the store cannot be reached."""
+    made: dict[str, str] = {}
+    jobs = await _next(store, batch, made)
+    if isinstance(store, WorkflowRole):
+        jobs, _dropped = await split(store, made, jobs)
+    return jobs
+
+
+async def _next(
+    store: FlowRole, batch: Sequence[Continuation], made: dict[str, str]
+) -> list[NewJob]:
+    """:func:`next_jobs`, filling ``made`` (job ID -> workflow ID) for the
+    jobs whose workflow is known."""
+    found: list[Steps] = []
     for entry in batch:
         try:
             steps = advance(entry.then, entry.result)
@@ -86,6 +109,11 @@ async def next_jobs(store: FlowRole, batch: Sequence[Continuation]) -> list[NewJ
                 error=str(exc),
             )
             continue
+        found.append(steps)
+    jobs: list[NewJob] = []
+    arrivals: list[Arrival] = []
+    for steps in found:
+        _made(steps, made)
         jobs.extend(steps.jobs)
         arrivals.extend(steps.arrivals)
     while arrivals:
@@ -99,7 +127,14 @@ async def next_jobs(store: FlowRole, batch: Sequence[Continuation]) -> list[NewJ
                 continue
             fired.add(arrival.group_id)  # what follows it once, not per arrival
             then: Steps = after_group(arrival, results)
+            _made(then, made)
             jobs.extend(then.jobs)
             next_arrivals.extend(then.arrivals)
         arrivals = next_arrivals
     return jobs
+
+
+def _made(steps: Steps, made: dict[str, str]) -> None:
+    if steps.workflow is not None:
+        for job in steps.jobs:
+            made[job.id] = steps.workflow

@@ -16,6 +16,7 @@ import trio
 
 from ..records._control import ConcurrencyLimit, RateLimit, control_defaults
 from ..records._errors import ResultNotKeptWarning
+from ..records._flow_control import encode_tree
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import (
     DEFAULT_MAX_RETRIES,
@@ -36,6 +37,7 @@ from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES, job_headers, new_job
 from ..records._retry import RetryPolicy
 from ..records._unique import Unique, unique_of
 from ..records._workflow import (
+    WORKFLOW_KEEP,
     Buildable,
     Chain,
     Dag,
@@ -53,7 +55,7 @@ from ..runtime._metrics import Metrics
 from ..runtime._registry import DeadLetterHook, Lifespan, Middleware, Registry
 from ..runtime._schedule import MisfirePolicy, Schedule
 from ..runtime._tasks import DEFAULT_RESULT_TTL, TaskSpec
-from ..store import Store, StoreRole, WorkerRole, open_store, require_roles
+from ..store import Store, StoreRole, WorkerRole, WorkflowRole, open_store, require_roles
 from ..store._offers import check_jobs
 from ..store._schemes import redact
 from ..store._transactional import transactional_store
@@ -468,22 +470,45 @@ class App:
         TypeError for a graph root that starts the flow without a payload,
         StoreError when the store cannot be reached, and what a
         hook raises. ``connection``: start it in your own transaction, as
-        :meth:`Task.enqueue` (its later steps are enqueued by the workers).
+        :meth:`Task.enqueue` (its later steps are enqueued by the workers;
+        such a flow has no stored record, so ``app.workflow(id).abort()``
+        and ``status()`` do not know it).
+
+        On a store with workflow records (``WorkflowRole``) its record is
+        saved first, so :meth:`workflow` can cancel and show it.
         """
         node = as_node(workflow)
         wid = workflow_id or new_job_id()
         hooks = self.producer_hooks
         headers = job_headers(first_kind(node), None, hooks) if hooks else ()
         steps = start_workflow(node, wid, headers)
+        store = self.store
+        if connection is None and isinstance(store, WorkflowRole):
+            # the record first: a flow whose jobs exist always has one to
+            # cancel and view (a save again is the same run's: unchanged).
+            # Not for a start in the caller's transaction: the record would
+            # outlive a rollback, and SQLite's write lock is the caller's.
+            tree = encode_tree(node, wid)
+            await store.save_workflow(wid, tree, first_kind(node), WORKFLOW_KEEP)
         await self.enqueue_jobs(steps.jobs, connection=connection)
         last = final_step(node, wid)
         final = None if last is None else self._step_handle(*last)
         ends = final_steps(node, wid) if last is None else None  # a graph's sinks
         sinks = tuple(self._step_handle(*end) for end in ends or ())
-        return Workflow(wid, final, predecessors(node, wid), sinks)
+        return Workflow(wid, final, predecessors(node, wid), sinks, host=self)
 
     def _step_handle(self, job_id: str, step: FlowStep) -> JobHandle[Any]:
         return JobHandle(job_id, False, 0.0, None, step.queue, step.kind, self)
+
+    def workflow(self, workflow_id: str) -> Workflow:
+        """A handle on the workflow ``workflow_id`` (started here or in any
+        other process): :meth:`Workflow.abort` cancels it,
+        :meth:`Workflow.status` shows its steps. No store call until one of
+        them is awaited. Its ``final`` is None (``result()`` needs the
+        handle ``enqueue_workflow`` returned). ValueError for an ID that
+        is not a non-empty string."""
+        check_text("workflow ID", workflow_id)
+        return Workflow(workflow_id, None, host=self)
 
     async def enqueue(
         self,

@@ -11,6 +11,7 @@ import attrs
 import trio
 
 from ..records._errors import JobNotFound, ResultTimeout
+from ..records._flow_control import WorkflowAbortResult, WorkflowView
 from ..records._jobs import EnqueueResult, JobOutcome
 from ..records._notes import JobNotes, JobProgress
 from ..records._producing import (
@@ -25,6 +26,7 @@ from ..records._producing import (
 from ..store._capabilities import Capability
 from ..store._offers import require_capabilities
 from ..store._roles import AbortResult, ResultRole, TopologyRole
+from ._workflow_control import abort_workflow, workflow_view
 
 R = TypeVar("R")
 
@@ -199,6 +201,42 @@ class Workflow:
     final: JobHandle[Any] | None
     waits_on: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, repr=False)
     sinks: tuple[JobHandle[Any], ...] = attrs.field(default=(), repr=False)
+    #: What :meth:`abort` and :meth:`status` read through (the App).
+    host: HandleHost | None = attrs.field(default=None, eq=False, repr=False)
+
+    def _host_store(self) -> Any:
+        host = self.host if self.host is not None else getattr(self.final, "host", None)
+        if host is None:
+            raise ValueError(f"workflow {self.id}: a handle made without its app")
+        return host.store
+
+    async def abort(self, reason: str = "") -> WorkflowAbortResult:
+        """Cancel the whole workflow: its running steps are aborted (flagged:
+        each handler is cancelled within one heartbeat and its job ends
+        ``aborted``), its waiting ones are aborted at once (never run), and
+        the steps not made yet never are: the store marks the workflow's
+        record first, then every existing step is aborted, and the
+        continuer checks the mark before and after it makes a flow's next
+        steps (see ``runtime._flow_cancel``). Returns what happened to each
+        step (:class:`~chronos_trio.WorkflowAbortResult`); ``found`` False,
+        nothing changed, for a workflow the store has no record of
+        (unknown, expired, or started by an older version). Aborting again
+        is harmless (``first`` False). ``reason`` is kept in each aborted
+        step's last error.
+
+        Raises StoreError when the store cannot be reached (calling again is
+        safe), ``MissingCapability`` (a TypeError) when the store lacks
+        workflow control, admin or abort."""
+        return await abort_workflow(self._host_store(), self.id, reason)
+
+    async def status(self) -> WorkflowView:
+        """The workflow as it stands (:class:`~chronos_trio.WorkflowView`):
+        its overall state (running, succeeded, failed, cancelled;
+        ``not_found`` without a record) and its steps as a tree, each with
+        its state, attempts and times. Raises StoreError when the store
+        cannot be reached, ``MissingCapability`` when it lacks workflow
+        control or admin."""
+        return await workflow_view(self._host_store(), self.id)
 
     async def result(self, timeout: float | None = None) -> Any:
         """The last step's result once the whole flow ran (see
@@ -213,7 +251,10 @@ class Workflow:
         gives their results as a list, in the order they were added."""
         final = self.final
         if final is None and not self.sinks:
-            raise ValueError(f"workflow {self.id} ends with a group: follow its members")
+            raise ValueError(
+                f"workflow {self.id} has no final step to wait on (it ends with a group, or "
+                "this handle came from app.workflow()): follow its steps with status()"
+            )
         check_wait_timeout(timeout)
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         ends = (final,) if final is not None else self.sinks

@@ -75,6 +75,17 @@ def add_commands(sub: Any, leaves: dict[tuple[str, ...], argparse.ArgumentParser
     p.add_argument("--queue", help="the job's queue (faster lookup, and a check)")
     p.add_argument("--reason", default="", help="kept in the job's last error ('aborted: TEXT')")
 
+    p = command(
+        ("workflow",),
+        "_show_workflow",
+        "show a workflow's steps as a tree (state, attempts, times) and its overall state; "
+        "--abort cancels it: running steps are aborted, waiting ones dropped, later ones "
+        "never made",
+    )
+    p.add_argument("workflow_id", metavar="ID", help="workflow id")
+    p.add_argument("--abort", action="store_true", help="cancel the whole workflow")
+    p.add_argument("--reason", default="", help="with --abort: kept in each aborted step's error")
+
     p = command(("requeue-dead",), "_requeue_dead", "make dead jobs ready again (attempts reset)")
     p.add_argument("--queue", required=True, help="queue name")
     p.add_argument("--job", metavar="ID", help="only this dead job (no confirmation needed)")

@@ -15,10 +15,11 @@ import trio
 from ..app import Inspector
 from ..app._app import App
 from ..app._purge import purge_summary, purged_counts
+from ..app._workflow_control import abort_workflow, workflow_view
 from ..records import ActionRefused, UnknownJob, UnknownQueue
 from ..records._errors import sole_exception
 from ..records._jobs import JobState
-from ..store import StoreError, TopologyError
+from ..store import Capability, StoreError, TopologyError, capabilities_of
 from ._loading import check_store, describe_store, load_app, resolve_shared_store, url_from
 from ._options import (
     EXIT_NOT_FOUND,
@@ -49,6 +50,7 @@ from ._output import (
 )
 from ._output_notes import notes_json, notes_lines
 from ._output_schedules import schedule_json, schedules_table
+from ._output_workflow import abort_json, abort_text, workflow_json, workflow_text
 
 
 @attrs.define
@@ -217,6 +219,33 @@ async def _abort(ctx: Context, args: argparse.Namespace) -> int:
         )
     else:
         _say(ctx, f"job {job.id} is {job.state.value} now (was {before.state.value})")
+    return EXIT_OK
+
+
+async def _show_workflow(ctx: Context, args: argparse.Namespace) -> int:
+    store = ctx.inspector.store
+    if Capability.WORKFLOW_CONTROL not in capabilities_of(store):
+        raise CliError(
+            f"{type(store).__name__} keeps no workflow records: it cannot show or abort "
+            "a workflow (MemoryStore, Redis, PostgreSQL and SQLite can)",
+            EXIT_REFUSED,
+        )
+    if args.abort:
+        done = await abort_workflow(store, args.workflow_id, args.reason)
+        if not done.found:
+            raise CliError(abort_text(done), EXIT_NOT_FOUND)
+        if ctx.json:
+            print_json(abort_json(done), ctx.out)
+        else:
+            _say(ctx, abort_text(done))
+        return EXIT_OK
+    view = await workflow_view(store, args.workflow_id)
+    if view.root is None:
+        raise CliError(workflow_text(view), EXIT_NOT_FOUND)
+    if ctx.json:
+        print_json(workflow_json(view), ctx.out)
+    else:
+        _say(ctx, workflow_text(view))
     return EXIT_OK
 
 

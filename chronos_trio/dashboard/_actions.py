@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 import attrs
 from starlette.exceptions import HTTPException
@@ -30,6 +30,7 @@ from starlette.responses import RedirectResponse, Response
 from ..app._app import App
 from ..app._inspector import Inspector
 from ..app._purge import purged_counts
+from ..app._workflow_control import abort_workflow
 from ..records._jobs import JobState
 from . import _schedule_actions as sched
 from ._render import link, shorten
@@ -48,7 +49,7 @@ Done = tuple[str, str, dict[str, object]]
 class Action:
     """One action: what its button says, what it acts on (``job`` needs
     ``id`` and ``queue``; ``queue`` needs ``queue``; ``schedule`` needs
-    ``schedule``, but for an add), the question its
+    ``schedule``, but for an add; ``workflow`` needs ``id``), the question its
     confirmation page asks, and what it does."""
 
     name: str
@@ -104,6 +105,19 @@ async def _abort(insp: Inspector, form: Form) -> Done:
     else:
         text = f"job {job.id} is {job.state} now"
     return text, *_job_page(job.id, job.queue)
+
+
+async def _abort_workflow(insp: Inspector, form: Form) -> Done:
+    workflow_id = required(form, "id")
+    done = await abort_workflow(insp.store, workflow_id, form.get("reason", "").strip())
+    if not done.found:
+        raise HTTPException(404, f"no workflow {shorten(workflow_id, 80)!r} (no record of it)")
+    text = (
+        f"workflow {workflow_id} cancelled: {len(done.aborted_running)} running step(s) asked "
+        f"to stop, {len(done.dropped)} waiting step(s) aborted, {len(done.not_created)} not "
+        "made yet (never will be)"
+    )
+    return text, f"/workflows/{quote(workflow_id, safe='')}", {}
 
 
 async def _requeue_dead(insp: Inspector, form: Form) -> Done:
@@ -167,6 +181,15 @@ ACTIONS: dict[str, Action] = {
         ),
         Action("abort", "Abort", "job", "Abort job {id}?", _abort, danger=True),
         Action("delete", "Delete", "job", "Delete job {id} for good?", _delete, danger=True),
+        Action(
+            "abort-workflow",
+            "Abort workflow",
+            "workflow",
+            "Cancel workflow {id}? Its running steps are aborted, its waiting ones dropped, "
+            "and its later steps never made.",
+            _abort_workflow,
+            danger=True,
+        ),
         Action(
             "requeue-dead",
             "Requeue all dead",
@@ -239,6 +262,19 @@ class Actions:
         params = request.query_params
         if action.target == "schedule":
             return await self._confirm_schedule(request, action)
+        if action.target == "workflow":
+            return await self.views.render(
+                request,
+                "confirm.html",
+                action=action,
+                question=action.question.format(id=required(params, "id")),
+                job=None,
+                workflow=required(params, "id"),
+                queue="",
+                version="",
+                partitions=1,
+                nav_at="queues",
+            )
         queue = required(params, "queue")
         job = None
         if action.target == "job":

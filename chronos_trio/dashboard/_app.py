@@ -187,6 +187,7 @@ def dashboard_app(
         Route("/jobs", views.jobs, methods=["GET"]),
         Route("/job", views.job, methods=["GET"]),
         Route("/lookup", views.lookup, methods=["GET"]),
+        Route("/workflows/{wid:path}", views.workflow, methods=["GET"]),
         Route("/schedules", views.schedules, methods=["GET"]),
         Route("/limits", views.limits, methods=["GET"]),
         Route("/workers", views.workers, methods=["GET"]),

@@ -8,6 +8,7 @@ read-only; the actions themselves live in ``_actions``.
 from __future__ import annotations
 
 import base64
+import collections
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,16 +21,19 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from ..app._app import App
 from ..app._coverage import unserved
 from ..app._inspector import RUN_NOW_STATES, Inspector, next_run_at
+from ..app._workflow_control import record_lists, workflow_of_job, workflow_view
 from ..records._attempts import HISTORY_LIMIT
+from ..records._flow_control import WorkflowState
 from ..records._history import attempt_history
 from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._producing import MAX_JOB_ID_LENGTH
 from ..records._workflow import describe
 from ..store import Capability, VersionState, capabilities_of
+from ..store._capabilities import MissingCapability
 from ._extensions import ExtensionRequest, Extensions, Shown, panels
 from ._render import control_rows, environment, link, payload_text, result_text, shorten
 from ._security import SECURE_KEY, SESSION_KEY, Session, Signer, mount_path
-from ._story import first_step_id, position, timeline
+from ._story import Position, first_step_id, position, timeline
 
 FLASH_COOKIE = "chronos_dashboard_flash"
 #: Job states in the order the pages show them.
@@ -57,6 +61,19 @@ class Options:
     refresh: float = 2.0
     allowed_origins: tuple[str, ...] = ()
     title: str = "chronos_trio"
+
+
+def with_record(flow: Position | None, job_id: str, workflow_id: str | None) -> Position | None:
+    """``flow`` corrected by the workflow ID the store knows for the job (its
+    continuation's ``"wf"``, or the record that lists it; None: not known):
+    that ID is certain, where the one read off the IDs may be inferred, and
+    a last step is known even when its flow's first step is gone."""
+    if workflow_id is None:
+        return flow
+    path = job_id[len(workflow_id) + 1 :]
+    if flow is None:
+        return Position(workflow_id, path, (), (), last=True)
+    return attrs.evolve(flow, workflow_id=workflow_id, path=path, inferred=False)
 
 
 def job_actions(job: Job) -> list[str]:
@@ -286,7 +303,7 @@ class Views:
             job=job,
             notes=notes,
             story=timeline(job, attempts, notes),
-            flow=position(job, first_step_exists=first_exists),
+            flow=await self._position(job, first_exists),
             where=self.inspector.locate(job.placement),
             payload=payload_text(job),
             result=result_text(job),
@@ -296,6 +313,45 @@ class Views:
             attempts=attempts,
             history_limit=HISTORY_LIMIT,
             actions=[] if self.options.read_only else job_actions(job),
+            nav_at="queues",
+        )
+
+    async def _position(self, job: Job, first_exists: bool) -> Position | None:
+        """The job's place in its workflow: read off its continuation and
+        IDs (``_story.position``), corrected by the store's workflow record
+        where it has one (its ID is then certain, and a dotted ID the
+        record does not list is no step of that workflow)."""
+        store = self.inspector.store
+        flow = position(job, first_step_exists=first_exists)
+        known = await workflow_of_job(store, job.id, job.then)
+        if known is None and flow is not None and flow.last and flow.workflow_id:
+            if await record_lists(store, flow.workflow_id, job.id) is False:
+                return None
+        return with_record(flow, job.id, known)
+
+    async def workflow(self, request: Request) -> Response:
+        """A workflow's steps as nested boxes (chains across, groups down),
+        with states and timings; 404 when the store has no record of it."""
+        workflow_id = request.path_params["wid"]
+        if len(workflow_id) > MAX_JOB_ID_LENGTH:
+            raise HTTPException(400, "no workflow ID is that long")
+        try:
+            view = await workflow_view(self.inspector.store, workflow_id)
+        except MissingCapability:
+            raise HTTPException(404, "this store keeps no workflow records") from None
+        if view.root is None:
+            raise HTTPException(404, f"no workflow {shorten(workflow_id, 80)!r} (no record of it)")
+        steps = view.steps()
+        counts = collections.Counter(s.state.value if s.state else "not made yet" for s in steps)
+        durations = [s.duration for s in steps if s.duration is not None]
+        return await self.render(
+            request,
+            "workflow.html",
+            view=view,
+            steps=steps,
+            counts=sorted(counts.items()),
+            longest=max(durations, default=0.0),
+            can_abort=not self.options.read_only and view.state is not WorkflowState.CANCELLED,
             nav_at="queues",
         )
 

@@ -34,6 +34,12 @@ from ._errors import TopologyError as TopologyError
 from ._errors import UnknownJob as UnknownJob
 from ._errors import UnknownQueue as UnknownQueue
 from ._errors import UnknownTask as UnknownTask
+from ._flow_control import FlowNode as FlowNode
+from ._flow_control import StepView as StepView
+from ._flow_control import WorkflowAbortResult as WorkflowAbortResult
+from ._flow_control import WorkflowRecord as WorkflowRecord
+from ._flow_control import WorkflowState as WorkflowState
+from ._flow_control import WorkflowView as WorkflowView
 from ._graph import Graph as Graph
 from ._graph import graph as graph
 from ._history import attempt_history as attempt_history

@@ -266,6 +266,10 @@ class Arrival:
     size: int
     result: bytes | None
     after: Any  # the group's own continuation (decoded JSON)
+    #: The workflow's ID, when the continuation carries it (``"wf"``; a
+    #: continuation written by an older worker does not): what the
+    #: continuer checks for a cancel before it records the arrival.
+    workflow: str | None = None
 
 
 @attrs.frozen
@@ -274,6 +278,8 @@ class Steps:
 
     jobs: tuple[NewJob, ...] = ()
     arrivals: tuple[Arrival, ...] = ()
+    #: The workflow ``jobs`` belong to, when known (see :attr:`Arrival.workflow`).
+    workflow: str | None = None
 
 
 def start(node: Node, workflow_id: str, headers: Headers = ()) -> Steps:
@@ -285,7 +291,8 @@ def start(node: Node, workflow_id: str, headers: Headers = ()) -> Steps:
     if _size(node) > MAX_JOBS:
         raise ValueError(f"a workflow has at most {MAX_JOBS} jobs")
     _check_graph_inputs(node)
-    return _run(_encode_node(node, workflow_id), None, None, headers)
+    steps = _run(_encode_node(node, workflow_id), None, None, headers, workflow_id)
+    return attrs.evolve(steps, workflow=workflow_id)
 
 
 def first_kind(node: Node) -> str:
@@ -388,19 +395,37 @@ def _apply(after: Any, result: bytes | None) -> Steps:
     if "seq" in after:
         rest = after["seq"]
         node = rest[0] if len(rest) == 1 else {"chain": rest}
-        return _run(node, result, after.get("after"), _headers_of(after))
+        wf = _workflow_of(after)
+        steps = _run(node, result, after.get("after"), _headers_of(after), wf)
+        return steps if wf is None else attrs.evolve(steps, workflow=wf)
     if "grp" in after:
         return Steps(
             arrivals=(
-                Arrival(after["grp"], int(after["i"]), int(after["n"]), result, after.get("after")),
+                Arrival(
+                    after["grp"],
+                    int(after["i"]),
+                    int(after["n"]),
+                    result,
+                    after.get("after"),
+                    _workflow_of(after),
+                ),
             )
         )
     if "dag" in after:
         try:
-            return _apply_dag(after, result)
+            steps = _apply_dag(after, result)
+            wf = _workflow_of(after)
+            return steps if wf is None or steps.workflow else attrs.evolve(steps, workflow=wf)
         except (KeyError, TypeError, IndexError) as exc:
             raise ValueError(f"damaged workflow continuation: graph: {exc!r}") from None
     raise ValueError(f"damaged workflow continuation: {after!r}")
+
+
+def _workflow_of(after: dict[str, Any]) -> str | None:
+    """The workflow ID a continuation carries (``"wf"``; None: none, as in
+    one an older worker wrote, or not a string)."""
+    wf = after.get("wf")
+    return wf if isinstance(wf, str) else None
 
 
 def _headers_of(after: dict[str, Any]) -> Headers:
@@ -414,10 +439,19 @@ def _headers_of(after: dict[str, Any]) -> Headers:
         raise ValueError(f"damaged workflow continuation: headers: {exc}") from None
 
 
-def _run(node: dict[str, Any], value: bytes | None, after: Any, headers: Headers) -> Steps:
+def _run(
+    node: dict[str, Any],
+    value: bytes | None,
+    after: Any,
+    headers: Headers,
+    workflow: str | None = None,
+) -> Steps:
     """The jobs that start ``node`` on ``value``, then ``after``, each with
-    ``headers``; every continuation made here carries them on (``"h"``)."""
-    carried = {"h": dict(headers)} if headers else {}
+    ``headers``; every continuation made here carries them on (``"h"``),
+    and the workflow's ID when known (``"wf"``, for the cancel check)."""
+    carried: dict[str, Any] = {"h": dict(headers)} if headers else {}
+    if workflow is not None:
+        carried["wf"] = workflow
     if "job" in node:
         j = node["job"]
         then = json.dumps(after, separators=(",", ":")) if after is not None else None
@@ -434,14 +468,14 @@ def _run(node: dict[str, Any], value: bytes | None, after: Any, headers: Headers
     if "chain" in node:
         links = node["chain"]
         rest = {"seq": links[1:], "after": after, **carried} if len(links) > 1 else after
-        return _run(links[0], value, rest, headers)
+        return _run(links[0], value, rest, headers, workflow)
     if "dag" in node:
-        return _run_dag(node["dag"], value, after, headers)
+        return _run_dag(node["dag"], value, after, headers, workflow)
     members = node["group"]
     jobs: list[NewJob] = []
     for k, member in enumerate(members):
         member_after = {"grp": node["id"], "i": k, "n": len(members), "after": after, **carried}
-        part = _run(member, value, member_after, headers)
+        part = _run(member, value, member_after, headers, workflow)
         jobs.extend(part.jobs)
     return Steps(jobs=tuple(jobs))
 
@@ -571,16 +605,24 @@ def _encode_dag(dag: Dag, path: str) -> dict[str, Any]:
 
 
 def _dag_then(
-    dag: dict[str, Any], name: str, after: Any, headers: Headers, *, key: str = "done"
+    dag: dict[str, Any],
+    name: str,
+    after: Any,
+    headers: Headers,
+    *,
+    key: str = "done",
+    workflow: str | None = None,
 ) -> dict[str, Any]:
     """The continuation of graph step ``name`` (``key="done"``), or of the
     join before it (``key="run"``): the graph, the step, what follows the
-    graph, the flow's headers."""
+    graph, the flow's headers and its workflow ID (when known)."""
     then: dict[str, Any] = {"dag": dag, key: name}
     if after is not None:
         then["after"] = after
     if headers:
         then["h"] = dict(headers)
+    if workflow is not None:
+        then["wf"] = workflow
     return then
 
 
@@ -618,7 +660,13 @@ def _dependents(steps: list[dict[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
-def _run_dag(dag: dict[str, Any], value: bytes | None, after: Any, headers: Headers) -> Steps:
+def _run_dag(
+    dag: dict[str, Any],
+    value: bytes | None,
+    after: Any,
+    headers: Headers,
+    workflow: str | None = None,
+) -> Steps:
     """The jobs that start a graph on ``value``: its roots (a root without a
     payload of its own takes ``value``). Each root's continuation carries
     the rest of the graph, so the roots' are the largest of the graph's."""
@@ -630,8 +678,8 @@ def _run_dag(dag: dict[str, Any], value: bytes | None, after: Any, headers: Head
     for s in dag["steps"]:
         if not s["after"]:
             part = _dag_part(dag, s["name"], dependents, keep=False)
-            then = _dag_then(part, s["name"], after, headers)
-            jobs.extend(_run(s["node"], value, then, headers).jobs)
+            then = _dag_then(part, s["name"], after, headers, workflow=workflow)
+            jobs.extend(_run(s["node"], value, then, headers, workflow).jobs)
     return Steps(jobs=tuple(jobs))
 
 
@@ -639,6 +687,7 @@ def _apply_dag(then: dict[str, Any], result: bytes | None) -> Steps:
     """What follows a graph step that succeeded with ``result`` (``"done"``),
     or a join that completed on its inputs' list (``"run"``)."""
     dag, after, headers = then["dag"], then.get("after"), _headers_of(then)
+    wf = _workflow_of(then)
     steps: list[dict[str, Any]] = dag["steps"]
     dependents = _dependents(steps)
     if "run" in then:
@@ -647,7 +696,9 @@ def _apply_dag(then: dict[str, Any], result: bytes | None) -> Steps:
         if step is None:
             raise KeyError(f"no step {name!r}")
         part = _dag_part(dag, name, dependents, keep=False)
-        return _run(step["node"], result, _dag_then(part, name, after, headers), headers)
+        return _run(
+            step["node"], result, _dag_then(part, name, after, headers, workflow=wf), headers, wf
+        )
     done = then["done"]
     if not any(s["name"] == done for s in steps):
         raise KeyError(f"no step {done!r}")
@@ -660,21 +711,20 @@ def _apply_dag(then: dict[str, Any], result: bytes | None) -> Steps:
         deps, name = s["after"], s["name"]
         if len(deps) == 1:
             part = _dag_part(dag, name, dependents, keep=False)
-            jobs.extend(
-                _run(s["node"], result, _dag_then(part, name, after, headers), headers).jobs
-            )
+            then_of = _dag_then(part, name, after, headers, workflow=wf)
+            jobs.extend(_run(s["node"], result, then_of, headers, wf).jobs)
         else:
             part = _dag_part(dag, name, dependents, keep=True)
-            run = _dag_then(part, name, after, headers, key="run")
+            run = _dag_then(part, name, after, headers, key="run", workflow=wf)
             join = f"{dag['id']}.{name}:join"
-            arrivals.append(Arrival(join, deps.index(done), len(deps), result, run))
+            arrivals.append(Arrival(join, deps.index(done), len(deps), result, run, wf))
     if nexts or after is None:
         return Steps(jobs=tuple(jobs), arrivals=tuple(arrivals))
     # a sink: what follows the graph gets its result (or all the sinks', joined)
     sinks: list[str] = dag.get("sinks", [done])
     if len(sinks) == 1:
         return _apply(after, result)
-    arrival = Arrival(f"{dag['id']}:sinks", sinks.index(done), len(sinks), result, after)
+    arrival = Arrival(f"{dag['id']}:sinks", sinks.index(done), len(sinks), result, after, wf)
     return Steps(arrivals=(arrival,))
 
 

@@ -70,6 +70,7 @@ from ._roles import StoreRole as StoreRole
 from ._roles import TopologyError as TopologyError
 from ._roles import TopologyRole as TopologyRole
 from ._roles import WorkerRole as WorkerRole
+from ._roles import WorkflowRole as WorkflowRole
 from ._roles import require_roles as require_roles
 from ._roles import roles_of as roles_of
 from ._schemes import Scheme as Scheme

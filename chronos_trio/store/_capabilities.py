@@ -11,7 +11,7 @@ two kinds:
   subclassing the role's ABC (``PromotionRole``, ``RegistryRole``,
   ``AdminRole``, ``TopologyRole``, ``LeadershipRole``, ``ResultRole``,
   ``FlowRole``, ``CheckRole``, ``NotesRole``, ``ScheduleStoreRole``,
-  ``SearchRole``).
+  ``SearchRole``, ``WorkflowRole``).
 * **Features** (:data:`FEATURES`): semantics carried inside the core's
   arguments (a ``NewJob``'s ``unique`` and ``control``, an abort flag in a
   renew's reply), which no method shows; a backend declares the ones it
@@ -64,6 +64,9 @@ class Capability(enum.StrEnum):
     #: ``SearchRole``: jobs searched by kind, state, queue, error and
     #: payload text, times and worker, a bounded scan per call.
     SEARCH = "search"
+    #: ``WorkflowRole``: workflow records and cancel marks
+    #: (``app.workflow(id).abort()``, ``.status()``).
+    WORKFLOW_CONTROL = "workflow_control"
     # -- features: semantics inside the core's arguments, declared in ``features`` ------
     #: ``NewJob.unique``: at most one pending job per key.
     UNIQUE = "unique"

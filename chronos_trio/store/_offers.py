@@ -30,6 +30,7 @@ from ._roles import (
     SearchRole,
     StoreRole,
     TopologyRole,
+    WorkflowRole,
 )
 
 #: The capability each optional role gives (the core, ``WorkerRole``, is no
@@ -48,6 +49,7 @@ ROLE_CAPABILITIES: Mapping[type, Capability] = {
     NotesRole: Capability.NOTES,
     ScheduleStoreRole: Capability.DYNAMIC_SCHEDULES,
     SearchRole: Capability.SEARCH,
+    WorkflowRole: Capability.WORKFLOW_CONTROL,
 }
 
 #: The role behind each role capability.

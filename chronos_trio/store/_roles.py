@@ -26,6 +26,7 @@ The optional roles, each a :class:`~chronos_trio.store.Capability`:
   triggers fenced by them.
 * :class:`ResultRole`: results and waiting for a job's outcome.
 * :class:`FlowRole`: workflow continuations.
+* :class:`WorkflowRole`: workflow records and their cancel marks.
 * :class:`CheckRole`: the store checker (find and repair inconsistencies).
 * :class:`NotesRole`: a running job's progress and log lines.
 * :class:`ScheduleStoreRole`: schedules kept in the store, edited at run
@@ -111,6 +112,7 @@ import attrs
 
 from ..records._errors import StoreError as StoreError
 from ..records._errors import TopologyError as TopologyError
+from ..records._flow_control import WorkflowRecord
 from ..records._jobs import (
     EnqueueResult,
     Job,
@@ -929,6 +931,44 @@ class FlowRole(StoreRole):
         Raises StoreError."""
 
 
+class WorkflowRole(StoreRole):
+    """Workflow records: each started workflow's definition, kept under its
+    ID (``records._flow_control.WorkflowRecord``), and its cancel mark.
+
+    A record is saved when the workflow starts, before its first jobs; it
+    lists every job the flow has or will have (their IDs follow from the
+    tree), so cancelling and viewing need no index of jobs. A record lasts
+    the ``ttl`` it was saved with (``WORKFLOW_KEEP``, as the flow's
+    finished jobs), its mark with it. On Redis a record is one hash in the
+    workflow's own slot (``{ns:wf:<id>}:w``)."""
+
+    @abc.abstractmethod
+    async def save_workflow(self, workflow_id: str, tree: str, first_kind: str, ttl: float) -> bool:
+        """Save the record of workflow ``workflow_id`` (``tree``: its
+        encoded definition), created now (store clock), kept ``ttl``
+        seconds. True when saved now; False when a record of that ID exists
+        (starting the same workflow again is the same run: the stored record
+        stands, unchanged). Atomic. Raises StoreError."""
+
+    @abc.abstractmethod
+    async def workflow_record(self, workflow_id: str) -> WorkflowRecord | None:
+        """The record of ``workflow_id``, None when there is none (never
+        started with a record, or expired). Raises StoreError."""
+
+    @abc.abstractmethod
+    async def cancel_workflow(self, workflow_id: str) -> WorkflowRecord | None:
+        """Mark ``workflow_id`` cancelled, now (store clock), atomically
+        with reading its record; a mark set before stands (idempotent).
+        Returns the record with its mark; None when there is none (nothing
+        is marked then). Continuers check the mark before and after they
+        enqueue a flow's next jobs. Raises StoreError."""
+
+    @abc.abstractmethod
+    async def cancelled(self, workflow_ids: Sequence[str]) -> set[str]:
+        """Those of ``workflow_ids`` that are marked cancelled (one round
+        trip per store node). Raises StoreError."""
+
+
 class CheckRole(StoreRole):
     """The store checker: walk the store and report (and optionally repair)
     what no correct operation leaves behind.
@@ -1075,6 +1115,7 @@ class Store(
     NotesRole,
     ScheduleStoreRole,
     SearchRole,
+    WorkflowRole,
 ):
     """A store with every role and every feature: what the worker, the
     producers, the ``Inspector`` and the command line can all use.
@@ -1098,6 +1139,7 @@ ROLES: tuple[type[StoreRole], ...] = (
     NotesRole,
     ScheduleStoreRole,
     SearchRole,
+    WorkflowRole,
 )
 
 

@@ -16,6 +16,7 @@ from . import (
     _conformance_unclaimed,  # noqa: F401 - registers the unclaimed settle's checks
     _conformance_unique,  # noqa: F401 - registers the unique jobs' run and release checks
     _conformance_workers,  # noqa: F401 - registers the worker registry's checks
+    _conformance_workflows,  # noqa: F401 - registers the workflow records' checks
 )
 from .app_store import using_store as using_store
 from .conformance import CHECKS as CHECKS

@@ -52,6 +52,8 @@ ROWS: Mapping[Capability, str] = {
     Capability.DYNAMIC_SCHEDULES: "`ScheduleStoreRole`: schedules edited at run time "
     "(`app.dynamic_schedules`)",
     Capability.SEARCH: "`SearchRole`: job search (`Inspector.search`, the dashboard's search page)",
+    Capability.WORKFLOW_CONTROL: "`WorkflowRole`: workflow records, cancel and view "
+    "(`app.workflow(id)`)",
     Capability.UNIQUE: "unique jobs (`unique=`)",
     Capability.RATE_LIMITS: "rate limits (`rate_limit=`)",
     Capability.CONCURRENCY_LIMITS: "concurrency limits (`concurrency_limit=`)",

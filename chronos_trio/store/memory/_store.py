@@ -35,6 +35,7 @@ import trio
 
 from ...records import _attempts, _control, _jobs, _unique
 from ...records._attempts import Attempt
+from ...records._flow_control import WorkflowRecord
 from ...records._jobs import (
     FINISHED_STATES,
     EnqueueResult,
@@ -97,6 +98,7 @@ from . import _notes as _memory_notes
 from . import _schedules as _memory_schedules
 from . import _unique as _memory_unique
 from . import _workers as _memory_workers
+from . import _workflows as _memory_workflows
 
 #: ``(due-or-expiry time, sequence, job id, record version)`` — a heap entry is
 #: valid only while the record still has that version (lazy deletion).
@@ -266,6 +268,8 @@ class MemoryStore(Store):
         self._groups: dict[str, tuple[float, int, dict[int, bytes | None]]] = {}
         #: The worker registry (see ``memory._workers``).
         self._workers = _memory_workers.WorkerRegistry()
+        #: Workflow records and cancel marks (see ``memory._workflows``).
+        self._workflows = _memory_workflows.WorkflowRecords()
 
     # -- the judgement seam ------------------------------------------------------------
     def _damage(self, job_id: str, rec: _Record, index: _Index | None) -> str:
@@ -559,6 +563,25 @@ class MemoryStore(Store):
             done = len(results) >= entry[1]
             out.append([results.get(k) for k in range(entry[1])] if done else None)
         return out
+
+    # -- workflow records (WorkflowRole) -------------------------------------------------
+    async def save_workflow(self, workflow_id: str, tree: str, first_kind: str, ttl: float) -> bool:
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        record = WorkflowRecord(workflow_id, tree, now, first_kind)
+        return self._workflows.save(record, ttl, now)
+
+    async def workflow_record(self, workflow_id: str) -> WorkflowRecord | None:
+        await trio.lowlevel.checkpoint()
+        return self._workflows.get(workflow_id, self._clock())
+
+    async def cancel_workflow(self, workflow_id: str) -> WorkflowRecord | None:
+        await trio.lowlevel.checkpoint()
+        return self._workflows.cancel(workflow_id, self._clock())
+
+    async def cancelled(self, workflow_ids: Sequence[str]) -> set[str]:
+        await trio.lowlevel.checkpoint()
+        return self._workflows.cancelled(workflow_ids, self._clock())
 
     # -- hot path ----------------------------------------------------------------------
     async def promote_due(self, queues: Sequence[str], limit: int) -> PromoteResult:

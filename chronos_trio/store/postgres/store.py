@@ -24,6 +24,7 @@ from ._search import SearchPart
 from ._transactional import TransactionalPart
 from ._url import PostgresOptions, parse_url
 from ._worker import WorkerPart
+from ._workflows import WorkflowPart
 
 
 class PostgresStore(
@@ -36,6 +37,7 @@ class PostgresStore(
     SchedulesPart,
     SearchPart,
     TransactionalPart,
+    WorkflowPart,
 ):
     """A store in a PostgreSQL database (``postgresql://`` URLs; see
     ``_url`` for the options). Shared by every process and host that

@@ -160,6 +160,8 @@ NOTES_WRITE = Script("notes_write")
 SCHEDULE_EDIT = Script("schedule_edit")
 SCHEDULES_READ = Script("schedules_read")
 SEARCH_SCAN = Script("search_scan")
+WORKFLOW_SAVE = Script("workflow_save")
+WORKFLOW_CANCEL = Script("workflow_cancel")
 
 
 @attrs.frozen

@@ -243,6 +243,11 @@ class KeySpace:
         """A workflow group's hash (its own slot)."""
         return f"{{{self._ns}:wf:{escape(group_id)}}}:g"
 
+    def workflow(self, workflow_id: str) -> str:
+        """A workflow's record hash (its own slot, as its groups' ``{ns:wf:<id>.<path>}``
+        are in theirs): fields t (tree), c (created), k (first kind), x (cancelled at)."""
+        return f"{{{self._ns}:wf:{escape(workflow_id)}}}:w"
+
     def wake_ready(self, queue: str) -> str:
         """The stream of ``queue``'s ready wake-ups."""
         return f"{{{self._ns}:wake}}:stream:ready:{escape(queue)}"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ...records._flow_control import WorkflowRecord
 from ...records._jobs import EnqueueResult, Job, JobOutcome, JobRef, JobState, LeaseRef, NewJob
 from ...records._notes import JobNotes, NoteWrite
 from ...records._workers import WorkerInfo
@@ -58,6 +59,7 @@ from . import (
     _search,
     _waiting,
     _workers,
+    _workflows,
 )
 from ._adapter import RedisAdapter, ReplicaWait
 from ._commands import RedisCommands
@@ -469,6 +471,21 @@ class RedisStore(Store):
         self, arrivals: Sequence[Arrival], ttl: float
     ) -> list[list[bytes | None] | None]:
         return await self._ctx.run(_flow.group_arrive(self._ctx, arrivals, ttl))
+
+    # -- workflow records (WorkflowRole) ----------------------------------------------------
+    async def save_workflow(self, workflow_id: str, tree: str, first_kind: str, ttl: float) -> bool:
+        """One ``workflow_save.lua`` on the workflow's own slot."""
+        return await self._ctx.run(_workflows.save(self._ctx, workflow_id, tree, first_kind, ttl))
+
+    async def workflow_record(self, workflow_id: str) -> WorkflowRecord | None:
+        return await self._ctx.run(_workflows.read(self._ctx, workflow_id))
+
+    async def cancel_workflow(self, workflow_id: str) -> WorkflowRecord | None:
+        """One ``workflow_cancel.lua`` on the workflow's own slot."""
+        return await self._ctx.run(_workflows.cancel(self._ctx, workflow_id))
+
+    async def cancelled(self, workflow_ids: Sequence[str]) -> set[str]:
+        return await self._ctx.run(_workflows.cancelled(self._ctx, workflow_ids))
 
     async def check(
         self,

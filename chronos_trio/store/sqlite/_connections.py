@@ -48,7 +48,7 @@ T = TypeVar("T")
 Work = Callable[[sqlite3.Connection], T]
 
 #: The schema version this code writes and reads (``PRAGMA user_version``).
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Stored schedules (version 4, ``store._sql_schedules``); schema.sql has
 #: them too.
@@ -76,6 +76,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # 3 -> 4: stored schedules (store._sql_schedules)
     3: (SCHEDULE_TABLES, SCHEDULE_VERSIONS_TABLE),
+    # 4 -> 5: workflow records (WorkflowRole, sqlite/_workflows.py)
+    4: (
+        "CREATE TABLE workflows (id TEXT PRIMARY KEY, tree TEXT NOT NULL,"
+        " first_kind TEXT NOT NULL, created REAL NOT NULL, cancelled_at REAL,"
+        " expires_at REAL NOT NULL) STRICT",
+        "CREATE INDEX workflows_expiry ON workflows (expires_at)",
+    ),
 }
 
 #: Oldest SQLite library the store runs on (STRICT tables, RETURNING).

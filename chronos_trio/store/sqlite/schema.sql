@@ -1,4 +1,4 @@
--- chronos_trio SQLite store, schema version 4 (PRAGMA user_version; a file of
+-- chronos_trio SQLite store, schema version 5 (PRAGMA user_version; a file of
 -- an older version is migrated by _connections.MIGRATIONS).
 -- Applied once per file, in one BEGIN IMMEDIATE transaction, by the first
 -- process that opens it (see _database.py). Times are REAL epoch seconds on
@@ -177,3 +177,15 @@ CREATE TABLE flow_group_members (
     PRIMARY KEY (group_id, idx)
 ) STRICT;
 CREATE INDEX flow_groups_expiry ON flow_groups (expires_at);
+
+-- Workflow records (WorkflowRole): each started workflow's definition and
+-- its cancel mark, until expires_at (an expired row counts as none).
+CREATE TABLE workflows (
+    id           TEXT PRIMARY KEY,
+    tree         TEXT NOT NULL,
+    first_kind   TEXT NOT NULL,
+    created      REAL NOT NULL,
+    cancelled_at REAL,
+    expires_at   REAL NOT NULL
+) STRICT;
+CREATE INDEX workflows_expiry ON workflows (expires_at);

@@ -26,6 +26,7 @@ from ._search import SearchPart
 from ._transactional import TransactionalPart
 from ._url import SqliteOptions, parse_url
 from ._worker import WorkerPart
+from ._workflows import WorkflowPart
 
 
 class SqliteStore(
@@ -38,6 +39,7 @@ class SqliteStore(
     SchedulesPart,
     SearchPart,
     TransactionalPart,
+    WorkflowPart,
 ):
     """A store in one SQLite file (``sqlite:///path/to/jobs.db``; see
     ``_url`` for the options), durable across restarts and shared by every

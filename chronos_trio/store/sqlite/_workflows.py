@@ -1,0 +1,105 @@
+"""Workflow records on SQLite: the :class:`WorkflowPart` of
+:class:`~.store.SqliteStore` (table ``workflows``, schema version 5).
+Writes are one ``BEGIN IMMEDIATE`` transaction each (a save also forgets a
+few lapsed records), reads one statement on a reader; times are the
+store's clock."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import trio
+
+from ...records._flow_control import WorkflowRecord
+from .._roles import WorkflowRole
+from ._base import SqlitePart
+
+#: Lapsed records a save removes, at most (the rest wait for later saves).
+FORGET = 16
+
+_SAVE = """
+INSERT INTO workflows (id, tree, first_kind, created, expires_at) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (id) DO UPDATE
+    SET tree = excluded.tree, first_kind = excluded.first_kind, created = excluded.created,
+        expires_at = excluded.expires_at, cancelled_at = NULL
+    WHERE workflows.expires_at <= ?
+RETURNING 1
+"""
+
+_COLUMNS = "tree, created, first_kind, cancelled_at"
+
+
+def _record(workflow_id: str, row: Any) -> WorkflowRecord | None:
+    if row is None:
+        return None
+    tree, created, kind, cancelled = row
+    return WorkflowRecord(
+        workflow_id, tree, float(created), kind, None if cancelled is None else float(cancelled)
+    )
+
+
+def save(
+    conn: sqlite3.Connection, workflow_id: str, tree: str, kind: str, ttl: float, now: float
+) -> bool:
+    conn.execute(
+        "DELETE FROM workflows WHERE id IN"
+        " (SELECT id FROM workflows WHERE expires_at <= ? LIMIT ?)",
+        (now, FORGET),
+    )
+    row = conn.execute(_SAVE, (workflow_id, tree, kind, now, now + ttl, now)).fetchone()
+    return row is not None
+
+
+def read(conn: sqlite3.Connection, workflow_id: str, now: float) -> WorkflowRecord | None:
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM workflows WHERE id = ? AND expires_at > ?", (workflow_id, now)
+    ).fetchone()
+    return _record(workflow_id, row)
+
+
+def cancel(conn: sqlite3.Connection, workflow_id: str, now: float) -> WorkflowRecord | None:
+    row = conn.execute(
+        "UPDATE workflows SET cancelled_at = coalesce(cancelled_at, ?)"
+        f" WHERE id = ? AND expires_at > ? RETURNING {_COLUMNS}",
+        (now, workflow_id, now),
+    ).fetchone()
+    return _record(workflow_id, row)
+
+
+def cancelled(conn: sqlite3.Connection, workflow_ids: Sequence[str], now: float) -> set[str]:
+    rows = conn.execute(
+        "SELECT id FROM workflows WHERE id IN (SELECT value FROM json_each(?))"
+        " AND cancelled_at IS NOT NULL AND expires_at > ?",
+        (json.dumps(sorted(set(workflow_ids))), now),
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+class WorkflowPart(SqlitePart, WorkflowRole):
+    async def save_workflow(self, workflow_id: str, tree: str, first_kind: str, ttl: float) -> bool:
+        db = self._db
+        return await db.write(
+            lambda conn: save(conn, workflow_id, tree, first_kind, ttl, db.now()),
+            what="save_workflow",
+            wake=False,
+        )
+
+    async def workflow_record(self, workflow_id: str) -> WorkflowRecord | None:
+        db = self._db
+        return await db.read(lambda conn: read(conn, workflow_id, db.now()), what="workflow_record")
+
+    async def cancel_workflow(self, workflow_id: str) -> WorkflowRecord | None:
+        db = self._db
+        return await db.write(
+            lambda conn: cancel(conn, workflow_id, db.now()), what="cancel_workflow", wake=False
+        )
+
+    async def cancelled(self, workflow_ids: Sequence[str]) -> set[str]:
+        if not workflow_ids:
+            await trio.lowlevel.checkpoint()
+            return set()
+        db = self._db
+        return await db.read(lambda conn: cancelled(conn, workflow_ids, db.now()), what="cancelled")
