@@ -32,6 +32,9 @@ async def test_every_chapter_keeps_its_promises(autojump_clock: object) -> None:
     assert "leader: w2 (epoch 2)" in text or "leader: w1 (epoch 2)" in text
     assert "each ran once across the hand-over" in text
     assert "total of [500, 499]: 999" in text and "its result: 999" in text
+    assert "publish ['cat.png@1024', 'cat.png@64']" in text
+    assert "abort: 1 running step aborted, 1 step never to be made" in text
+    assert "the workflow is now cancelled" in text
 
 
 async def test_a_broken_promise_fails_the_tour(

@@ -27,6 +27,7 @@ from ..app._app import App
 from ..app._task import Task
 from ..records._control import ConcurrencyLimit, RateLimit
 from ..records._errors import JobAborted, SkipRetry
+from ..records._graph import graph
 from ..records._jobs import Job, JobState
 from ..records._notes import JobProgress
 from ..records._retry import RetryPolicy
@@ -320,6 +321,96 @@ async def workflows(ch: Chapter) -> None:
     ch.expect(got == 2500 // 5 + 499, f"total {got}")
 
 
+async def graphs(ch: Chapter) -> None:
+    """A graph: two steps after one, a step after both (a join), each once,
+    the join handed both results in its ``after`` order."""
+    app = App(MemoryStore())
+    ran: list[str] = []
+
+    @_task(app, "photo.fetch")
+    async def fetch(url: str, job: JobContext) -> str:
+        ran.append("fetch")
+        ch.say(f"fetch {url}")
+        return url
+
+    @_task(app, "photo.resize")
+    async def resize(url: str, job: JobContext) -> str:
+        await trio.sleep(0.2)  # finishes after the thumbnail: the join waits
+        ran.append("resize")
+        ch.say("resize done")
+        return f"{url}@1024"
+
+    @_task(app, "photo.thumb")
+    async def thumb(url: str, job: JobContext) -> str:
+        ran.append("thumb")
+        ch.say("thumb done")
+        return f"{url}@64"
+
+    @_task(app, "photo.publish")
+    async def publish(parts: list[str], job: JobContext) -> str:
+        ran.append("publish")
+        ch.say(f"publish {parts}")
+        return " + ".join(parts)
+
+    g = graph()
+    g.add("fetch", fetch.s("cat.png"))
+    g.add("resize", resize.s(), after="fetch")
+    g.add("thumb", thumb.s(), after="fetch")
+    g.add("publish", publish.s(), after=["resize", "thumb"])
+    async with app.open_worker(**FAST):
+        started = await app.enqueue_workflow(g, workflow_id="photo-1")
+        ch.say("started graph photo-1: fetch -> (resize, thumb) -> publish after both")
+        got = await started.result(timeout=10)
+    ch.expect(sorted(ran) == ["fetch", "publish", "resize", "thumb"], f"each step once: {ran}")
+    ch.expect(got == "cat.png@1024 + cat.png@64", f"publish got its inputs in order: {got!r}")
+
+
+async def cancel(ch: Chapter) -> None:
+    """Cancel a whole workflow: its running step is aborted, and the steps
+    behind it are never made."""
+    app = App(MemoryStore())
+    started_slow = trio.Event()
+    ran: list[str] = []
+
+    @_task(app, "etl.extract")
+    async def extract(n: int, job: JobContext) -> int:
+        ran.append("extract")
+        return n
+
+    @_task(app, "etl.transform", timeout=60)
+    async def transform(n: int, job: JobContext) -> int:
+        ran.append("transform")
+        started_slow.set()
+        try:
+            await trio.sleep(30)
+        except trio.Cancelled:
+            if job.abort_requested:
+                ch.say("transform: aborted while running")
+            raise
+        return n
+
+    @_task(app, "etl.load")
+    async def load(n: int, job: JobContext) -> None:
+        ran.append("load")
+
+    flow = chain(extract.s(3), transform.s(), load.s())
+    async with app.open_worker(**FAST) as worker:
+        await app.enqueue_workflow(flow, workflow_id="etl-1")
+        await started_slow.wait()
+        ch.say("workflow etl-1 is in its transform step: cancel the whole flow")
+        done = await app.workflow("etl-1").abort(reason="bad input file")
+        ch.say(
+            f"abort: {len(done.aborted_running)} running step aborted, "
+            f"{len(done.not_created)} step never to be made, {len(done.finished)} finished"
+        )
+        await worker.wait_idle()
+        view = await app.workflow("etl-1").status()
+        ch.say(f"the workflow is now {view.state}")
+    ch.expect("load" not in ran, f"the step behind the cancel never ran: {ran}")
+    ch.expect(len(done.aborted_running) == 1 and len(done.not_created) == 1, f"{done}")
+    ch.expect(str(view.state).endswith("cancelled"), f"state {view.state}")
+
+
 def _shown(p: JobProgress | None) -> str:
     return "no progress yet" if p is None else f"{p.fraction:.0%} {p.message!r}"
 
@@ -384,6 +475,8 @@ CHAPTERS: tuple[tuple[str, Callable[[Chapter], Awaitable[None]]], ...] = (
     ("Progress and log lines", progress),
     ("Schedules with a leader hand-over", schedules),
     ("Workflows: a chain with a group", workflows),
+    ("Workflow graphs: a join after two steps", graphs),
+    ("Cancel a whole workflow", cancel),
 )
 
 
