@@ -300,3 +300,24 @@ def test_describe_shows_failure_handling() -> None:
     assert describe(steps.jobs[0].then) == "add (d.1) -> on failure: failed (d.on_failure)"
     steps = start(group(f.add.s(1), allow_failures=True), "e")
     assert describe(steps.jobs[0].then) == "member 0 of group e (1 in all, failures allowed)"
+
+
+async def test_a_graph_step_that_fails_calls_the_workflow_s_callback(
+    autojump_clock: object,
+) -> None:
+    from chronos_trio import graph
+
+    f = Flows(MemoryStore())
+    f.broken.add(2)
+    g = graph()
+    g.add("a", f.add.s(1))
+    g.add("b", f.add.s(), after="a")  # gets 2: broken
+    g.add("c", f.add.s(5), after="a")
+    g.add("d", f.add.s(), after="c")
+    async with f.app.open_worker(poll_interval=0.5):
+        await f.app.enqueue_workflow(g, workflow_id="gr", on_failure=f.failed.s())
+        await f.wait_for(lambda: f.failures and f.runs["gr.d"], 120)
+        await trio.sleep(5)
+    [(callback_id, failure)] = f.failures
+    assert (callback_id, failure.job_id) == ("gr.on_failure", "gr.b")
+    assert f.runs["gr.d"] == 1, "the graph's other branch goes on"
