@@ -33,6 +33,7 @@ from .records import ActionRefused as ActionRefused
 from .records import ActorFailed as ActorFailed
 from .records import Attempt as Attempt
 from .records import AttemptOutcome as AttemptOutcome
+from .records import BatchSummary as BatchSummary
 from .records import Chain as Chain
 from .records import ChronosError as ChronosError
 from .records import ConcurrencyLimit as ConcurrencyLimit
@@ -59,6 +60,7 @@ from .records import JobRef as JobRef
 from .records import JobState as JobState
 from .records import LeasedJob as LeasedJob
 from .records import LeaseRef as LeaseRef
+from .records import MemberOutcome as MemberOutcome
 from .records import NewJob as NewJob
 from .records import NoteLine as NoteLine
 from .records import PayloadError as PayloadError
@@ -75,6 +77,7 @@ from .records import ScheduleAlreadyStored as ScheduleAlreadyStored
 from .records import ScheduleNotStored as ScheduleNotStored
 from .records import SkipRetry as SkipRetry
 from .records import SoftTimeLimit as SoftTimeLimit
+from .records import StepFailure as StepFailure
 from .records import StepView as StepView
 from .records import StoreError as StoreError
 from .records import TopologyError as TopologyError
@@ -95,10 +98,13 @@ from .records._version import VERSION as _VERSION
 
 if _TYPE_CHECKING:
     from .app import App as App
+    from .app import Batch as Batch
+    from .app import BatchStatus as BatchStatus
     from .app import BulkAction as BulkAction
     from .app import BulkProgress as BulkProgress
     from .app import BulkResult as BulkResult
     from .app import DynamicSchedules as DynamicSchedules
+    from .app import GroupEnd as GroupEnd
     from .app import Inspector as Inspector
     from .app import JobHandle as JobHandle
     from .app import JobPage as JobPage
@@ -148,6 +154,9 @@ _LAZY = {
     "BulkResult": "app._bulk",
     "JobHandle": "app",
     "Workflow": "app",
+    "GroupEnd": "app",
+    "Batch": "app",
+    "BatchStatus": "app",
     "Task": "app",
     "TaskDecorator": "app",
     "Inspector": "app._inspector",
@@ -241,6 +250,9 @@ __all__ = [
     "WorkflowState",
     "WorkflowView",
     "group",
+    "MemberOutcome",
+    "StepFailure",
+    "BatchSummary",
     "UnknownJob",
     "UnknownQueue",
     "UnknownTask",

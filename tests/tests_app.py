@@ -21,7 +21,7 @@ import attrs
 import redis
 import trio
 
-from chronos_trio import App, ConcurrencyLimit, JobContext, RateLimit, SkipRetry
+from chronos_trio import App, ConcurrencyLimit, JobContext, RateLimit, SkipRetry, StepFailure
 
 
 @attrs.frozen
@@ -115,6 +115,27 @@ def make_app(url: str | None) -> App:
             line = f"{job.id} {sum(values)}"
             await trio.to_thread.run_sync(_client(redis_url).rpush, "wf:callbacks", line)
         return sum(values)
+
+    @app.task("tests.wf_fail", max_retries=0, timeout=30)
+    async def wf_fail(n: int, job: JobContext) -> int:
+        """A workflow step that fails for good for a negative ``n`` (its
+        process killed with kill -9 on attempt 1 when its job ID is
+        ``$WF_FAIL_KILL``: the lease expires on its last attempt)."""
+        await trio.sleep(0.05)
+        if job.id == os.environ.get("WF_FAIL_KILL") and job.attempt == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if n < 0:
+            raise SkipRetry(f"{n} fails")
+        return n
+
+    @app.task("tests.wf_on_failure", max_retries=5, timeout=30)
+    async def wf_on_failure(failure: StepFailure, job: JobContext) -> None:
+        """A failure callback: records ``<job id> <failed job id> <attempt>``
+        in ``wf:failures``."""
+        redis_url = url if url and url.startswith("redis") else None
+        if redis_url:
+            line = f"{job.id} {failure.job_id} {job.attempt}"
+            await trio.to_thread.run_sync(_client(redis_url).rpush, "wf:failures", line)
 
     async def record_run(args: Record, job: JobContext) -> None:
         """Record the run as ``tests.record`` does (a Redis store only)."""

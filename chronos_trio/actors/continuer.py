@@ -1,4 +1,6 @@
-"""continuer: runs what follows a workflow job that succeeded.
+"""continuer: runs what follows a workflow job that succeeded (or that
+failed for good, when its flow handles failures: its ``on_failure``
+callback, its failed arrival in a group that allows failures).
 
 The store's fenced success settle puts a workflow job in its partition's
 outbox (see ``records._workflow`` and docs/workflows.md); this actor drains
@@ -21,7 +23,7 @@ import trio
 
 from ..records._jobs import NewJob
 from ..records._log import log_event
-from ..records._workflow import WORKFLOW_KEEP, Arrival, Steps, advance, after_group
+from ..records._workflow import WORKFLOW_KEEP, Arrival, Steps, advance, after_group, failed
 from ..runtime._backoff import Backoff
 from ..runtime._flow_cancel import abort_jobs, abort_made, split
 from ..runtime._state import Runtime, log
@@ -76,6 +78,14 @@ async def _continue(store: Store, batch: list[Continuation]) -> None:
         await abort_made(store, made, jobs)
 
 
+def _steps_of(entry: Continuation) -> Steps:
+    """What an entry asks for: a success's next steps, or a failed job's
+    failure handling (its callback, its failed arrival)."""
+    if entry.failed:
+        return failed(entry.then, entry.job_id, entry.kind, entry.error, entry.attempts)
+    return advance(entry.then, entry.result, entry.job_id)
+
+
 async def next_jobs(store: FlowRole, batch: Sequence[Continuation]) -> list[NewJob]:
     """The jobs that follow ``batch``'s entries, under their deterministic
     IDs: each entry's next steps, and what follows each group the entries
@@ -98,7 +108,7 @@ async def _next(
     found: list[Steps] = []
     for entry in batch:
         try:
-            steps = advance(entry.then, entry.result)
+            steps = _steps_of(entry)
         except ValueError as exc:
             # nothing can follow a continuation that cannot be read; say so loudly
             log_event(

@@ -7,7 +7,10 @@ from ..records._public import fixup_module_metadata as _fixup
 from ..records._public import lazy_getattr as _lazy_getattr
 from ..records._workers import WorkerInfo as WorkerInfo
 from ._app import App as App
+from ._batch import Batch as Batch
+from ._batch import BatchStatus as BatchStatus
 from ._dynamic_schedules import DynamicSchedules as DynamicSchedules
+from ._handle import GroupEnd as GroupEnd
 from ._handle import HandleHost as HandleHost
 from ._handle import JobHandle as JobHandle
 from ._handle import Workflow as Workflow

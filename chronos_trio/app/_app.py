@@ -60,8 +60,9 @@ from ..store._offers import check_jobs
 from ..store._schemes import redact
 from ..store._transactional import transactional_store
 from ..worker import Worker
+from ._batch import Batch, batch_flow, member_id
 from ._dynamic_schedules import DynamicSchedules
-from ._handle import JobHandle, Workflow
+from ._handle import GroupEnd, JobHandle, Workflow
 from ._handlers import inspect_handler
 from ._schedules import build_schedule, check_unique
 from ._task import ProducerHook, Task, TaskDecorator
@@ -451,6 +452,7 @@ class App:
         workflow: FlowStep | Chain | Group | Dag | Buildable,
         *,
         workflow_id: str | None = None,
+        on_failure: FlowStep | None = None,
         connection: object = None,
     ) -> Workflow:
         """Start a workflow (``chain``, ``group``, ``graph``, their nesting,
@@ -476,12 +478,16 @@ class App:
 
         On a store with workflow records (``WorkflowRole``) its record is
         saved first, so :meth:`workflow` can cancel and show it.
+        ``on_failure``: a step (``task.s()``, its task taking a
+        :class:`StepFailure`) enqueued once when a step of the flow fails for
+        good, unless a chain's or group's ``on_failure`` nearer that step
+        takes it; TypeError when its task cannot take a StepFailure.
         """
         node = as_node(workflow)
         wid = workflow_id or new_job_id()
         hooks = self.producer_hooks
         headers = job_headers(first_kind(node), None, hooks) if hooks else ()
-        steps = start_workflow(node, wid, headers)
+        steps = start_workflow(node, wid, headers, on_failure)
         store = self.store
         if connection is None and isinstance(store, WorkflowRole):
             # the record first: a flow whose jobs exist always has one to
@@ -495,7 +501,20 @@ class App:
         final = None if last is None else self._step_handle(*last)
         ends = final_steps(node, wid) if last is None else None  # a graph's sinks
         sinks = tuple(self._step_handle(*end) for end in ends or ())
-        return Workflow(wid, final, predecessors(node, wid), sinks, host=self)
+        group_end = None
+        if last is None and not sinks:
+            found = self._end_of(node, wid)
+            group_end = found if isinstance(found, GroupEnd) else None
+        allowing = tuple(_allowing(node, wid))
+        return Workflow(
+            wid,
+            final,
+            predecessors(node, wid),
+            sinks,
+            host=self,
+            ends=group_end,
+            allowing=allowing,
+        )
 
     def _step_handle(self, job_id: str, step: FlowStep) -> JobHandle[Any]:
         return JobHandle(job_id, False, 0.0, None, step.queue, step.kind, self)
@@ -509,6 +528,58 @@ class App:
         is not a non-empty string."""
         check_text("workflow ID", workflow_id)
         return Workflow(workflow_id, None, host=self)
+
+    def _end_of(self, node: FlowStep | Chain | Group | Dag, path: str) -> Any:
+        """How a flow's node at ``path`` ends: its last step's handle, or its
+        group's members' ends (None: a graph of several sinks, which a
+        group's end does not follow)."""
+        while isinstance(node, Chain):
+            path, node = f"{path}.{len(node.links) - 1}", node.links[-1]
+        if not isinstance(node, Group):
+            last = final_step(node, path)
+            return None if last is None else self._step_handle(*last)
+        members = [self._end_of(m, f"{path}.{k}") for k, m in enumerate(node.members)]
+        if any(m is None for m in members):
+            return None
+        return GroupEnd(path, tuple(members), node.allow_failures)
+
+    async def enqueue_batch(
+        self,
+        steps: Sequence[FlowStep],
+        *,
+        batch_id: str | None = None,
+        on_complete: FlowStep | None = None,
+        connection: object = None,
+    ) -> Batch:
+        """Enqueue ``steps`` (``[task.s(payload), ...]``, each with a payload
+        of its own) as one batch: all members in one store batch, run in
+        parallel; once every one finished (succeeded, or failed for good),
+        ``on_complete`` (``cb.s()``, its task taking a :class:`BatchSummary`:
+        the counts and the failed members' IDs) is enqueued once. Returns a
+        :class:`Batch`: ``status()`` gives live counts, ``wait()`` and
+        ``result()`` wait for the end.
+
+        A batch is a workflow (a group that allows failures, then the
+        callback): ``batch_id`` (default: a new one) names its jobs
+        (``<batch_id>.0.<k>``, the callback ``<batch_id>.1``); starting the
+        same ID again changes nothing while its jobs exist (24 h). At most
+        1,000 members (ValueError past it: split the work into batches);
+        TypeError for a member that is not one step with a payload, or a
+        callback that cannot take a BatchSummary; StoreError when the store
+        cannot be reached. ``connection``: as :meth:`enqueue_workflow`."""
+        flow = batch_flow(steps, on_complete)
+        bid = batch_id or new_job_id()
+        await self.enqueue_workflow(flow, workflow_id=bid, connection=connection)
+        members: list[JobHandle[Any]] = [
+            JobHandle(member_id(bid, k), False, 0.0, None, s.queue, s.kind, self)
+            for k, s in enumerate(steps)
+        ]
+        return Batch(self, bid, members)
+
+    def batch(self, batch_id: str) -> Batch:
+        """A handle on the batch ``batch_id``, started here or elsewhere
+        (its size is read from the store when first needed)."""
+        return Batch(self, batch_id)
 
     async def enqueue(
         self,
@@ -619,3 +690,16 @@ async def _no_handler(payload: Any, job: Any) -> None:  # pragma: no cover - nev
 
 
 __all__ = ["App"]
+
+
+def _allowing(node: FlowStep | Chain | Group | Dag, path: str) -> list[str]:
+    """The IDs of the groups of a flow that allow failures."""
+    if isinstance(node, FlowStep):
+        return []
+    if isinstance(node, Dag):
+        return [g for step in node.steps for g in _allowing(step.node, f"{path}.{step.name}")]
+    parts = node.links if isinstance(node, Chain) else node.members
+    found = [path] if isinstance(node, Group) and node.allow_failures else []
+    for k, part in enumerate(parts):
+        found += _allowing(part, f"{path}.{k}")
+    return found

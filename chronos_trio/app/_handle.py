@@ -10,8 +10,9 @@ from typing import Any, Generic, Protocol, TypeVar
 import attrs
 import trio
 
-from ..records._errors import JobNotFound, ResultTimeout
+from ..records._errors import JobFailed, JobNotFound, ResultTimeout
 from ..records._flow_control import WorkflowAbortResult, WorkflowView
+from ..records._flow_outcomes import MemberOutcome
 from ..records._jobs import EnqueueResult, JobOutcome
 from ..records._notes import JobNotes, JobProgress
 from ..records._producing import (
@@ -190,12 +191,24 @@ class JobHandle(HandleFields, Generic[R]):
 
 
 @attrs.frozen
+class GroupEnd:
+    """How a flow that ends with a group ends: the group's ID, its members'
+    ends (a member's last step's handle, or a group's), and whether it
+    allows failures."""
+
+    group_id: str
+    members: tuple[JobHandle[Any] | GroupEnd, ...]
+    allow_failures: bool = False
+
+
+@attrs.frozen
 class Workflow:
     """A started workflow: its ID, ``final``, the handle of its last step
     (None when it ends with a group, or a graph of several sinks),
     ``waits_on``: each job ID and the job IDs whose success makes it
-    appear, and ``sinks``: when it ends with a graph of several sinks, the
-    handles of their last steps (in the order they were added)."""
+    appear, ``sinks``: when it ends with a graph of several sinks, the
+    handles of their last steps (in the order they were added), and
+    ``ends``: when it ends with a group, how (its members' ends)."""
 
     id: str
     final: JobHandle[Any] | None
@@ -203,6 +216,11 @@ class Workflow:
     sinks: tuple[JobHandle[Any], ...] = attrs.field(default=(), repr=False)
     #: What :meth:`abort` and :meth:`status` read through (the App).
     host: HandleHost | None = attrs.field(default=None, eq=False, repr=False)
+
+    ends: GroupEnd | None = attrs.field(default=None, repr=False)
+    #: the IDs of its groups that allow failures: a failure below one does
+    #: not stop what follows the group
+    allowing: tuple[str, ...] = attrs.field(default=(), repr=False)
 
     def _host_store(self) -> Any:
         host = self.host if self.host is not None else getattr(self.final, "host", None)
@@ -246,17 +264,34 @@ class Workflow:
         then looks for it every few milliseconds until the continuer has
         made it. Raises what ``JobHandle.result`` raises (JobFailed for a
         step that failed: the flow stops there; ResultTimeout when it has
-        not finished in time: it goes on), and ValueError for a flow that
-        ends with a group. A flow that ends with a graph of several sinks
-        gives their results as a list, in the order they were added."""
+        not finished in time: it goes on), and ValueError for a flow whose
+        end it cannot follow (a group with a member that ends in a graph of
+        several sinks, or a Workflow made by hand). A flow that ends with a
+        graph of several sinks gives their results as a list, in the order
+        they were added.
+
+        A flow that ends with a group gives its members' results in member
+        order (a member that is a group: a list, recursively), once all are
+        in; JobFailed for a member that failed. A group made with
+        ``allow_failures=True`` gives a list of :class:`MemberOutcome`
+        instead (``result`` decoded by the member's result type; a failed
+        member: ``ok`` False and its error), and raises nothing for them."""
         final = self.final
-        if final is None and not self.sinks:
+        if final is None and not self.sinks and self.ends is None:
             raise ValueError(
-                f"workflow {self.id} has no final step to wait on (it ends with a group, or "
-                "this handle came from app.workflow()): follow its steps with status()"
+                f"workflow {self.id} has no final step to wait on (it ends with a graph or "
+                "group it cannot follow, or this handle came from app.workflow()): follow "
+                "its steps with status()"
             )
         check_wait_timeout(timeout)
         deadline = math.inf if timeout is None else trio.current_time() + timeout
+        if self.ends is not None and final is None:
+            try:
+                return await self._gather(self.ends, deadline)
+            except _Late:
+                raise ResultTimeout(
+                    f"workflow {self.id} did not finish within {timeout:g}s", self.ends.group_id
+                ) from None
         ends = (final,) if final is not None else self.sinks
         waiting = ends[0]
         try:
@@ -268,6 +303,33 @@ class Workflow:
                 f"workflow {self.id} did not finish within {timeout:g}s", waiting.job_id
             ) from None
         return results[0] if final is not None else results
+
+    def _absorbed(self, failed_id: str, follower_id: str) -> bool:
+        """Whether a group that allows failures takes ``failed_id``'s failure
+        as an outcome before ``follower_id`` (which follows that group)."""
+        return any(
+            failed_id.startswith(g + ".") and not follower_id.startswith(g + ".")
+            for g in self.allowing
+        )
+
+    async def _gather(self, end: GroupEnd, deadline: float) -> list[Any]:
+        """The results of a group's members in member order (their runs go
+        on in parallel: waiting for them one after another costs nothing)."""
+        out: list[Any] = []
+        for member in end.members:
+            done_id = member.job_id if isinstance(member, JobHandle) else member.group_id
+            try:
+                if isinstance(member, GroupEnd):
+                    value = await self._gather(member, deadline)
+                else:
+                    value = await self._outcome(member, deadline)
+            except JobFailed as exc:
+                if not end.allow_failures:
+                    raise
+                out.append(MemberOutcome(False, None, exc.last_error, exc.job_id))
+                continue
+            out.append(MemberOutcome(True, value, None, done_id) if end.allow_failures else value)
+        return out
 
     async def _outcome(self, handle: JobHandle[Any], deadline: float) -> Any:
         """``handle``'s result, waiting first for the jobs it waits on when it
@@ -286,7 +348,11 @@ class Workflow:
                 if not waited:
                     # not made yet: wait (pushed) for the jobs whose success makes it
                     for before in self.waits_on.get(handle.job_id, ()):
-                        await self._outcome(handle.sibling(before), deadline)
+                        try:
+                            await self._outcome(handle.sibling(before), deadline)
+                        except JobFailed as exc:
+                            if not self._absorbed(exc.job_id, handle.job_id):
+                                raise
                     waited = True
                     continue
             # its predecessors succeeded: the continuer makes it within moments

@@ -53,6 +53,7 @@ from ..store import (
     require_roles,
 )
 from ..store._search import SCAN_LIMIT
+from ._batch import BatchStatus, batch_status
 from ._bulk import BULK_BATCH, BulkAction, BulkProgress, BulkResult, act_on_ids, act_on_matching
 
 #: States from which ``run_now`` makes a job ready at once.
@@ -464,6 +465,13 @@ class Inspector:
             scan_limit=scan_limit,
             reason=reason,
         )
+
+    async def batch(self, batch_id: str) -> BatchStatus:
+        """A batch's live counts (``App.enqueue_batch``): members succeeded,
+        failed and pending, the failed ones' IDs, its callback's state.
+        Raises UnknownJob for a batch not found, StoreError when the store
+        cannot be reached."""
+        return await batch_status(self.store, batch_id)
 
     async def notes(self, job: Job) -> JobNotes | None:
         """The progress and log lines of ``job`` (as :meth:`job` read it);

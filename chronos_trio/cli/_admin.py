@@ -86,6 +86,11 @@ def add_commands(sub: Any, leaves: dict[tuple[str, ...], argparse.ArgumentParser
     p.add_argument("--abort", action="store_true", help="cancel the whole workflow")
     p.add_argument("--reason", default="", help="with --abort: kept in each aborted step's error")
 
+    p = command(
+        ("batch",), "_batch", "show a batch's live counts: succeeded, failed, pending, callback"
+    )
+    p.add_argument("batch_id", metavar="ID", help="batch id (App.enqueue_batch)")
+
     p = command(("requeue-dead",), "_requeue_dead", "make dead jobs ready again (attempts reset)")
     p.add_argument("--queue", required=True, help="queue name")
     p.add_argument("--job", metavar="ID", help="only this dead job (no confirmation needed)")

@@ -48,6 +48,7 @@ from ._output import (
     worker_json,
     workers_table,
 )
+from ._output_batch import batch_json, batch_lines
 from ._output_notes import notes_json, notes_lines
 from ._output_schedules import schedule_json, schedules_table
 from ._output_workflow import abort_json, abort_text, workflow_json, workflow_text
@@ -171,6 +172,15 @@ async def _job(ctx: Context, args: argparse.Namespace) -> int:
     else:
         now = await ctx.inspector.now()
         _say(ctx, job_details(job, now, ctx.inspector.locate) + notes_lines(notes, now))
+    return EXIT_OK
+
+
+async def _batch(ctx: Context, args: argparse.Namespace) -> int:
+    status = await ctx.inspector.batch(args.batch_id)
+    if ctx.json:
+        print_json(batch_json(status), ctx.out)
+    else:
+        _say(ctx, batch_lines(status))
     return EXIT_OK
 
 

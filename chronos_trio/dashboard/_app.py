@@ -186,6 +186,7 @@ def dashboard_app(
         Route("/queue", views.queue, methods=["GET"]),
         Route("/jobs", views.jobs, methods=["GET"]),
         Route("/job", views.job, methods=["GET"]),
+        Route("/batch", views.batch, methods=["GET"]),
         Route("/lookup", views.lookup, methods=["GET"]),
         Route("/workflows/{wid:path}", views.workflow, methods=["GET"]),
         Route("/schedules", views.schedules, methods=["GET"]),

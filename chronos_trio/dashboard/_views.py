@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..app._app import App
+from ..app._batch import callback_id
 from ..app._coverage import unserved
 from ..app._inspector import RUN_NOW_STATES, Inspector, next_run_at
 from ..app._workflow_control import record_lists, workflow_of_job, workflow_view
@@ -27,7 +28,7 @@ from ..records._flow_control import WorkflowState
 from ..records._history import attempt_history
 from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._producing import MAX_JOB_ID_LENGTH
-from ..records._workflow import describe
+from ..records._workflow import batch_of, describe
 from ..store import Capability, VersionState, capabilities_of
 from ..store._capabilities import MissingCapability
 from ._extensions import ExtensionRequest, Extensions, Shown, panels
@@ -308,6 +309,7 @@ class Views:
             payload=payload_text(job),
             result=result_text(job),
             then=describe(job.then),
+            batch=batch_of(job.then),
             control=control_rows(job.control, await self.inspector.now()),
             next_run=next_run_at(job),
             attempts=attempts,
@@ -352,6 +354,21 @@ class Views:
             counts=sorted(counts.items()),
             longest=max(durations, default=0.0),
             can_abort=not self.options.read_only and view.state is not WorkflowState.CANCELLED,
+            nav_at="queues",
+        )
+
+    async def batch(self, request: Request) -> Response:
+        """A batch's live counts, its failed members and its callback."""
+        batch_id = optional(request.query_params, "id").strip()
+        if not batch_id:
+            raise HTTPException(400, "give a batch ID to look up")
+        status = await self.inspector.batch(batch_id)
+        return await self.render(
+            request,
+            "batch.html",
+            batch=status,
+            callback_id=callback_id(batch_id),
+            done_share=0.0 if not status.total else (status.total - status.pending) / status.total,
             nav_at="queues",
         )
 

@@ -40,6 +40,9 @@ from ._flow_control import WorkflowAbortResult as WorkflowAbortResult
 from ._flow_control import WorkflowRecord as WorkflowRecord
 from ._flow_control import WorkflowState as WorkflowState
 from ._flow_control import WorkflowView as WorkflowView
+from ._flow_outcomes import BatchSummary as BatchSummary
+from ._flow_outcomes import MemberOutcome as MemberOutcome
+from ._flow_outcomes import StepFailure as StepFailure
 from ._graph import Graph as Graph
 from ._graph import graph as graph
 from ._history import attempt_history as attempt_history

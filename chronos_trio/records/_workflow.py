@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from ._flow_outcomes import BatchSummary, MemberOutcome, StepFailure
 from ._jobs import NewJob
 from ._options import check_headers
 
@@ -33,6 +34,18 @@ MAX_DEPTH = 16
 MAX_GROUP_MEMBERS = 1000
 MAX_JOBS = 10_000
 MAX_CONTINUATION_BYTES = 64 * 1024
+
+#: How a continuation that holds failure handling starts (key ``"f"`` first:
+#: the innermost ``on_failure`` in effect, or null inside a group that allows
+#: failures). The stores' dead settle puts such a job in the outbox too, and
+#: looks no further than this prefix (a record-format constant, like the
+#: continuation's place in the record).
+FAILURE_MARK = '{"f":'
+#: How a failed member's outcome starts, as a group that allows failures
+#: records it (``_outcome_json``): the stores count failed members by it.
+FAILED_OUTCOME = b'{"ok":false'
+#: The suffix of a failure callback's job ID (``<scope path>.on_failure``).
+ON_FAILURE = "on_failure"
 
 #: A job's headers, as ``NewJob.headers`` holds them.
 Headers = tuple[tuple[str, str], ...]
@@ -68,17 +81,27 @@ class FlowStep:
 @attrs.frozen
 class Chain:
     """Links run in order; each gets its predecessor's result unless it has
-    a payload of its own."""
+    a payload of its own. ``on_failure``: a step called once with a
+    :class:`StepFailure` when a step of the chain fails for good."""
 
     links: tuple[Node, ...]
+    on_failure: FlowStep | None = None
 
 
 @attrs.frozen
 class Group:
     """Members run in parallel; what follows gets their results, in member
-    order, as a list."""
+    order, as a list (``allow_failures``: a list of :class:`MemberOutcome`,
+    a member that failed for good counting as arrived). ``on_failure``: a
+    step called once with a :class:`StepFailure` when a member fails for
+    good."""
 
     members: tuple[Node, ...]
+    on_failure: FlowStep | None = None
+    allow_failures: bool = False
+    #: a batch's group (``App.enqueue_batch``; with allow_failures): what
+    #: follows gets a :class:`BatchSummary` instead of the outcomes
+    summary: bool = False
 
 
 @attrs.frozen
@@ -124,27 +147,76 @@ def as_node(part: Node | Buildable) -> Node:
     )
 
 
-def chain(*links: Node | Buildable) -> Chain:
+def chain(*links: Node | Buildable, on_failure: FlowStep | None = None) -> Chain:
     """A chain of steps, chains, groups or graphs (ValueError when empty;
-    TypeError when a link cannot take its predecessor's result)."""
+    TypeError when a link cannot take its predecessor's result). ``on_failure``: a
+    step (``task.s()``, its task taking a :class:`StepFailure`) called once
+    when a step of the chain fails for good, unless an ``on_failure``
+    nearer that step takes it (TypeError when it cannot take one)."""
     if not links:
         raise ValueError("a chain needs at least one link")
+    check_on_failure(on_failure)
     flat: list[Node] = []
     for part in links:
         link = as_node(part)
-        flat.extend(link.links if isinstance(link, Chain) else (link,))
+        # a chain with a callback of its own stays a link: its scope is kept
+        inline = isinstance(link, Chain) and link.on_failure is None
+        flat.extend(link.links if isinstance(link, Chain) and inline else (link,))
     for before, after in itertools.pairwise(flat):
         _check_feeds(before, after)
-    return Chain(tuple(flat))
+    return Chain(tuple(flat), on_failure)
 
 
-def group(*members: Node | Buildable) -> Group:
+def group(
+    *members: Node | Buildable, on_failure: FlowStep | None = None, allow_failures: bool = False
+) -> Group:
     """A group of steps, chains, groups or graphs (ValueError when empty or
-    over :data:`MAX_GROUP_MEMBERS` members)."""
+    over :data:`MAX_GROUP_MEMBERS` members). ``allow_failures``: a member that
+    fails for good counts as arrived, and what follows gets a list of
+    :class:`MemberOutcome` (its first steps must take one: TypeError
+    otherwise); a member's failure is then an outcome, not a failure, so
+    ``on_failure`` does not go with it (ValueError). ``on_failure``: as
+    :func:`chain`'s, for a step of any member."""
     if not members:
         raise ValueError("a group needs at least one member")
     _check_group_size(len(members))
-    return Group(tuple(as_node(m) for m in members))
+    if not isinstance(allow_failures, bool):
+        raise TypeError(f"allow_failures takes True or False, not {allow_failures!r}")
+    if allow_failures and on_failure is not None:
+        raise ValueError(
+            "a group with allow_failures=True hands its failures on as MemberOutcome "
+            "records: give on_failure to the chain or workflow around it, or drop one"
+        )
+    check_on_failure(on_failure)
+    return Group(tuple(as_node(m) for m in members), on_failure, allow_failures)
+
+
+def check_on_failure(callback: FlowStep | None) -> None:
+    """TypeError unless ``callback`` is None or one step (``task.s()``,
+    without a payload) whose task takes a :class:`StepFailure`."""
+    if callback is None:
+        return
+    if not isinstance(callback, FlowStep):
+        raise TypeError(
+            f"on_failure takes one step (task.s()), not {type(callback).__name__}: "
+            "a callback that needs more can enqueue a workflow of its own"
+        )
+    if callback.payload is not None:
+        raise TypeError(
+            f"on_failure={callback.kind!r} is given a payload: it is called with the "
+            "StepFailure, so give it none (task.s())"
+        )
+    want = callback.payload_type
+    if (
+        want is Any
+        or want is StepFailure
+        or (isinstance(want, type) and issubclass(StepFailure, want))
+    ):
+        return
+    raise TypeError(
+        f"on_failure={callback.kind!r} takes a {_name(want)} payload, but a failure "
+        "callback is called with a chronos_trio.StepFailure: make its payload type StepFailure"
+    )
 
 
 def _check_group_size(size: int) -> None:
@@ -164,7 +236,9 @@ def _result_of(node: Node) -> Any:
     if isinstance(node, Dag):
         sinks = dag_sinks(node)
         return _result_of(sinks[0].node) if len(sinks) == 1 else list
-    return list
+    if node.summary:
+        return BatchSummary
+    return list[MemberOutcome] if node.allow_failures else list
 
 
 def _first_steps(node: Node) -> list[FlowStep]:
@@ -217,7 +291,7 @@ def _name(t: Any) -> str:
 
 
 # -- continuations ------------------------------------------------------------------------
-def _encode_node(node: Node, path: str) -> dict[str, Any]:
+def _encode_node(node: Node, path: str, workflow_id: str = "") -> dict[str, Any]:
     if isinstance(node, FlowStep):
         return {
             "job": {
@@ -230,14 +304,33 @@ def _encode_node(node: Node, path: str) -> dict[str, Any]:
                 "d": node.delay,
             }
         }
-    if isinstance(node, Chain):
-        return {"chain": [_encode_node(n, f"{path}.{k}") for k, n in enumerate(node.links)]}
     if isinstance(node, Dag):
-        return {"dag": _encode_dag(node, path)}
-    return {
-        "group": [_encode_node(n, f"{path}.{k}") for k, n in enumerate(node.members)],
-        "id": path,
-    }
+        return {"dag": _encode_dag(node, path, workflow_id)}
+    out: dict[str, Any]
+    if isinstance(node, Chain):
+        out = {
+            "chain": [_encode_node(n, f"{path}.{k}", workflow_id) for k, n in enumerate(node.links)]
+        }
+    else:
+        out = {
+            "group": [
+                _encode_node(n, f"{path}.{k}", workflow_id) for k, n in enumerate(node.members)
+            ],
+            "id": path,
+        }
+        if node.allow_failures:
+            out["af"] = 1
+        if node.summary:
+            out["sm"] = 1
+    if node.on_failure is not None:
+        out["of"] = _encode_on_failure(node.on_failure, path, workflow_id)
+    return out
+
+
+def _encode_on_failure(callback: FlowStep, scope: str, workflow_id: str) -> dict[str, Any]:
+    """A failure callback as continuations carry it: the workflow's ID and
+    the callback's job, whose ID is its scope's path + ``.on_failure``."""
+    return {"w": workflow_id, "job": _encode_node(callback, f"{scope}.{ON_FAILURE}")["job"]}
 
 
 def _size(node: Node, depth: int = 0) -> int:
@@ -282,16 +375,24 @@ class Steps:
     workflow: str | None = None
 
 
-def start(node: Node, workflow_id: str, headers: Headers = ()) -> Steps:
+def start(
+    node: Node, workflow_id: str, headers: Headers = (), on_failure: FlowStep | None = None
+) -> Steps:
     """The first jobs of a workflow (ValueError past the limits; TypeError
     for a graph's root that starts it without a payload). Every job
     of the flow, first or later, carries ``headers`` (the producer's, made
     once when it starts): each continuation holds them once per level of
-    nesting, not once per job."""
+    nesting, not once per job. ``on_failure``: the workflow's failure
+    callback (a chain's or group's nearer a failed step wins); TypeError
+    when it cannot take a :class:`StepFailure`."""
+    check_on_failure(on_failure)
     if _size(node) > MAX_JOBS:
         raise ValueError(f"a workflow has at most {MAX_JOBS} jobs")
     _check_graph_inputs(node)
-    steps = _run(_encode_node(node, workflow_id), None, None, headers, workflow_id)
+    fail = None if on_failure is None else _encode_on_failure(on_failure, workflow_id, workflow_id)
+    steps = _run(
+        _encode_node(node, workflow_id, workflow_id), None, None, headers, workflow_id, fail
+    )
     return attrs.evolve(steps, workflow=workflow_id)
 
 
@@ -370,24 +471,85 @@ def _preds(
     return lasts
 
 
-def advance(then: str, result: bytes | None) -> Steps:
-    """What a job's continuation ``then`` asks for now that it succeeded with
-    ``result`` (ValueError naming the problem for a damaged continuation)."""
+def advance(then: str, result: bytes | None, job_id: str = "") -> Steps:
+    """What a job's continuation ``then`` asks for now that job ``job_id``
+    succeeded with ``result`` (ValueError naming the problem for a damaged
+    continuation)."""
+    return _apply(_load(then), result, job_id)
+
+
+def _load(then: str) -> Any:
     try:
-        after = json.loads(then)
+        return json.loads(then)
     except ValueError as exc:
         raise ValueError(f"damaged workflow continuation: {exc}") from None
-    return _apply(after, result)
+
+
+def holds_failure_handling(then: str | None) -> bool:
+    """Whether a job's continuation asks for its failure to be handled (an
+    ``on_failure`` in effect, or a group that allows failures around it):
+    the stores' dead settle reads only this prefix (:data:`FAILURE_MARK`)."""
+    return then is not None and then.startswith(FAILURE_MARK)
+
+
+def failed(then: str, job_id: str, kind: str, error: str, attempts: int) -> Steps:
+    """What a job's continuation ``then`` asks for now that job ``job_id``
+    (of task ``kind``) failed for good after ``attempts`` with ``error``:
+    the innermost ``on_failure`` callback in effect (its deterministic ID
+    makes a second failure in its scope, or a replay, a no-op), and the
+    failed arrival of the member in the nearest group that allows failures.
+    Nothing for a continuation without failure handling. ValueError for a
+    damaged continuation."""
+    after = _load(then)
+    if not isinstance(after, dict):
+        raise ValueError(f"damaged workflow continuation: {after!r}")
+    jobs: tuple[NewJob, ...] = ()
+    spec = after.get("f")
+    if spec is not None:
+        payload = StepFailure(spec["w"], job_id, kind, error, attempts)
+        value = json.dumps(attrs.asdict(payload), separators=(",", ":")).encode()
+        # kept as a workflow job (an empty continuation): its ID stays taken
+        jobs = _run({"job": spec["job"]}, value, {}, _headers_of(after)).jobs
+    frame: Any = after
+    while isinstance(frame, dict):
+        if "grp" in frame and frame.get("af"):
+            outcome = _outcome_json(MemberOutcome(False, None, error, job_id))
+            arrival = _arrival(frame, outcome)
+            return Steps(jobs=jobs, arrivals=(arrival,), workflow=_workflow_of(after))
+        frame = frame.get("after")
+    return Steps(jobs=jobs, workflow=_workflow_of(after))
+
+
+def _outcome_json(outcome: MemberOutcome, raw: bytes | None = None) -> bytes:
+    """A member's outcome as an allow-failures group records it (``raw``:
+    its result, JSON text, placed as is)."""
+    return (
+        b'{"ok":' + (b"true" if outcome.ok else b"false")
+        + b',"result":' + (raw if raw is not None else b"null")
+        + b',"error":' + json.dumps(outcome.error).encode()
+        + b',"job_id":' + json.dumps(outcome.job_id).encode() + b"}"
+    )  # fmt: skip
+
+
+def _arrival(frame: dict[str, Any], result: bytes | None) -> Arrival:
+    return Arrival(
+        frame["grp"],
+        int(frame["i"]),
+        int(frame["n"]),
+        result,
+        frame.get("after"),
+        _workflow_of(frame),
+    )
 
 
 def after_group(arrival: Arrival, results: Sequence[bytes | None]) -> Steps:
     """What follows a complete group: its continuation on the members' results
     as a JSON list (a member that kept no result is null)."""
     joined = b"[" + b",".join(r if r is not None else b"null" for r in results) + b"]"
-    return _apply(arrival.after, joined)
+    return _apply(arrival.after, joined, arrival.group_id)
 
 
-def _apply(after: Any, result: bytes | None) -> Steps:
+def _apply(after: Any, result: bytes | None, job_id: str = "") -> Steps:
     if after is None:
         return Steps()
     if not isinstance(after, dict):
@@ -396,28 +558,25 @@ def _apply(after: Any, result: bytes | None) -> Steps:
         rest = after["seq"]
         node = rest[0] if len(rest) == 1 else {"chain": rest}
         wf = _workflow_of(after)
-        steps = _run(node, result, after.get("after"), _headers_of(after), wf)
+        steps = _run(node, result, after.get("after"), _headers_of(after), wf, after.get("fl"))
         return steps if wf is None else attrs.evolve(steps, workflow=wf)
     if "grp" in after:
-        return Steps(
-            arrivals=(
-                Arrival(
-                    after["grp"],
-                    int(after["i"]),
-                    int(after["n"]),
-                    result,
-                    after.get("after"),
-                    _workflow_of(after),
-                ),
-            )
-        )
+        if after.get("af"):
+            # a member of a group that allows failures arrives as its outcome
+            result = _outcome_json(MemberOutcome(True, None, None, job_id), result or b"null")
+        return Steps(arrivals=(_arrival(after, result),))
     if "dag" in after:
         try:
-            steps = _apply_dag(after, result)
+            steps = _apply_dag(after, result, job_id)
             wf = _workflow_of(after)
             return steps if wf is None or steps.workflow else attrs.evolve(steps, workflow=wf)
         except (KeyError, TypeError, IndexError) as exc:
             raise ValueError(f"damaged workflow continuation: graph: {exc!r}") from None
+    if "sum" in after:
+        summary = _summary(str(after["sum"]), result)
+        return _apply(after.get("after"), summary, job_id)
+    if after.keys() <= {"f", "h"}:
+        return Steps()  # the last step of a flow with failure handling, or a callback
     raise ValueError(f"damaged workflow continuation: {after!r}")
 
 
@@ -426,6 +585,24 @@ def _workflow_of(after: dict[str, Any]) -> str | None:
     one an older worker wrote, or not a string)."""
     wf = after.get("wf")
     return wf if isinstance(wf, str) else None
+
+
+def _batch_id(group_id: str) -> str:
+    """A batch's ID from its group's (``<batch id>.0``)."""
+    return group_id.removesuffix(".0")
+
+
+def _summary(batch_id: str, joined: bytes | None) -> bytes:
+    """A batch's :class:`BatchSummary` (JSON) from its members' outcomes
+    (the JSON list a complete group hands on)."""
+    try:
+        outcomes = json.loads(joined or b"[]")
+        failed = [o["job_id"] for o in outcomes if not o["ok"]]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"damaged batch outcomes: {exc}") from None
+    total = len(outcomes)
+    summary = BatchSummary(batch_id, total, total - len(failed), len(failed), failed)
+    return json.dumps(attrs.asdict(summary), separators=(",", ":")).encode()
 
 
 def _headers_of(after: dict[str, Any]) -> Headers:
@@ -439,21 +616,35 @@ def _headers_of(after: dict[str, Any]) -> Headers:
         raise ValueError(f"damaged workflow continuation: headers: {exc}") from None
 
 
+def _allows_failures(after: Any) -> bool:
+    """Whether a group that allows failures encloses the continuation ``after``."""
+    while isinstance(after, dict):
+        if after.get("af"):
+            return True
+        after = after.get("after")
+    return False
+
+
 def _run(
     node: dict[str, Any],
     value: bytes | None,
     after: Any,
     headers: Headers,
     workflow: str | None = None,
+    fail: dict[str, Any] | None = None,
 ) -> Steps:
     """The jobs that start ``node`` on ``value``, then ``after``, each with
     ``headers``; every continuation made here carries them on (``"h"``),
-    and the workflow's ID when known (``"wf"``, for the cancel check)."""
+    and the workflow's ID when known (``"wf"``, for the cancel check).
+    ``fail``: the innermost failure callback in effect (None: none)."""
     carried: dict[str, Any] = {"h": dict(headers)} if headers else {}
     if workflow is not None:
         carried["wf"] = workflow
     if "job" in node:
         j = node["job"]
+        if fail is not None or _allows_failures(after):
+            # failure handling first: the stores' dead settle reads the prefix
+            after = {"f": fail, **(after or {}), **carried}
         then = json.dumps(after, separators=(",", ":")) if after is not None else None
         if then is not None and len(then) > MAX_CONTINUATION_BYTES:
             raise ValueError(
@@ -466,21 +657,52 @@ def _run(
         )  # fmt: skip
         return Steps(jobs=(job,))
     if "chain" in node:
+        fail = node.get("of", fail)
         links = node["chain"]
-        rest = {"seq": links[1:], "after": after, **carried} if len(links) > 1 else after
-        return _run(links[0], value, rest, headers, workflow)
+        rest = after
+        if len(links) > 1:
+            rest = {"seq": links[1:], "after": after, **carried}
+            if fail is not None:
+                rest["fl"] = fail
+        return _run(links[0], value, rest, headers, workflow, fail)
     if "dag" in node:
-        return _run_dag(node["dag"], value, after, headers, workflow)
+        return _run_dag(node["dag"], value, after, headers, workflow, fail)
     members = node["group"]
+    # a failure inside a group that allows them is the member's outcome
+    fail = node.get("of", None if node.get("af") else fail)
+    if node.get("sm"):
+        # a batch: what follows gets the summary of the members' outcomes;
+        # its callback, the flow's last step, ends in an empty continuation,
+        # so that its record is kept (a replayed completion finds its ID taken)
+        if isinstance(after, dict) and "seq" in after and after.get("after") is None:
+            after = {**after, "after": {}}
+        after = {"sum": _batch_id(node["id"]), "after": after}
     jobs: list[NewJob] = []
     for k, member in enumerate(members):
         member_after = {"grp": node["id"], "i": k, "n": len(members), "after": after, **carried}
-        part = _run(member, value, member_after, headers, workflow)
+        if node.get("af"):
+            member_after["af"] = 1
+        part = _run(member, value, member_after, headers, workflow, fail)
         jobs.extend(part.jobs)
     return Steps(jobs=tuple(jobs))
 
 
 # -- inspection ------------------------------------------------------------------------
+def batch_of(then: str | None) -> str | None:
+    """The ID of the batch a job is a member of, from its continuation
+    (``App.enqueue_batch``); None for any other job. Never raises."""
+    if not then or '"sum"' not in then:
+        return None
+    try:
+        after = json.loads(then)
+        if "grp" not in after or not after.get("af"):
+            return None
+        batch = after["after"]["sum"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return batch if isinstance(batch, str) else None
+
+
 def describe(then: str | None) -> str:
     """What follows a workflow job, for people: ``-`` for none, else the steps
     that wait behind it (their kinds and IDs) and the groups it belongs to.
@@ -507,6 +729,7 @@ def _describe_node(node: dict[str, Any]) -> str:
 
 
 def _describe(after: Any, parts: list[str]) -> None:
+    spec = after.get("f") if isinstance(after, dict) else None
     while after is not None:
         if "seq" in after:
             parts.extend(_describe_node(n) for n in after["seq"])
@@ -514,9 +737,14 @@ def _describe(after: Any, parts: list[str]) -> None:
             part = _describe_dag(after)
             if part:
                 parts.append(part)
-        else:
-            parts.append(f"member {after['i']} of group {after['grp']} ({after['n']} in all)")
+        elif "grp" in after:
+            allows = ", failures allowed" if after.get("af") else ""
+            parts.append(
+                f"member {after['i']} of group {after['grp']} ({after['n']} in all{allows})"
+            )
         after = after.get("after")
+    if spec is not None:
+        parts.append(f"on failure: {_describe_node({'job': spec['job']})}")
 
 
 # -- graphs ------------------------------------------------------------------------------
@@ -590,14 +818,14 @@ def _check_graph_inputs(node: Node) -> None:
                     )
 
 
-def _encode_dag(dag: Dag, path: str) -> dict[str, Any]:
+def _encode_dag(dag: Dag, path: str, workflow_id: str = "") -> dict[str, Any]:
     return {
         "id": path,
         "steps": [
             {
                 "name": s.name,
                 "after": list(s.after),
-                "node": _encode_node(s.node, f"{path}.{s.name}"),
+                "node": _encode_node(s.node, f"{path}.{s.name}", workflow_id),
             }
             for s in dag.steps
         ],
@@ -612,6 +840,7 @@ def _dag_then(
     *,
     key: str = "done",
     workflow: str | None = None,
+    fail: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The continuation of graph step ``name`` (``key="done"``), or of the
     join before it (``key="run"``): the graph, the step, what follows the
@@ -619,6 +848,8 @@ def _dag_then(
     then: dict[str, Any] = {"dag": dag, key: name}
     if after is not None:
         then["after"] = after
+    if fail is not None:
+        then["fl"] = fail  # the failure callback in effect for the graph's steps
     if headers:
         then["h"] = dict(headers)
     if workflow is not None:
@@ -666,6 +897,7 @@ def _run_dag(
     after: Any,
     headers: Headers,
     workflow: str | None = None,
+    fail: dict[str, Any] | None = None,
 ) -> Steps:
     """The jobs that start a graph on ``value``: its roots (a root without a
     payload of its own takes ``value``). Each root's continuation carries
@@ -678,16 +910,17 @@ def _run_dag(
     for s in dag["steps"]:
         if not s["after"]:
             part = _dag_part(dag, s["name"], dependents, keep=False)
-            then = _dag_then(part, s["name"], after, headers, workflow=workflow)
-            jobs.extend(_run(s["node"], value, then, headers, workflow).jobs)
+            then = _dag_then(part, s["name"], after, headers, workflow=workflow, fail=fail)
+            jobs.extend(_run(s["node"], value, then, headers, workflow, fail).jobs)
     return Steps(jobs=tuple(jobs))
 
 
-def _apply_dag(then: dict[str, Any], result: bytes | None) -> Steps:
+def _apply_dag(then: dict[str, Any], result: bytes | None, job_id: str = "") -> Steps:
     """What follows a graph step that succeeded with ``result`` (``"done"``),
     or a join that completed on its inputs' list (``"run"``)."""
     dag, after, headers = then["dag"], then.get("after"), _headers_of(then)
     wf = _workflow_of(then)
+    fail = then.get("fl")
     steps: list[dict[str, Any]] = dag["steps"]
     dependents = _dependents(steps)
     if "run" in then:
@@ -697,7 +930,12 @@ def _apply_dag(then: dict[str, Any], result: bytes | None) -> Steps:
             raise KeyError(f"no step {name!r}")
         part = _dag_part(dag, name, dependents, keep=False)
         return _run(
-            step["node"], result, _dag_then(part, name, after, headers, workflow=wf), headers, wf
+            step["node"],
+            result,
+            _dag_then(part, name, after, headers, workflow=wf, fail=fail),
+            headers,
+            wf,
+            fail,
         )
     done = then["done"]
     if not any(s["name"] == done for s in steps):
@@ -711,11 +949,11 @@ def _apply_dag(then: dict[str, Any], result: bytes | None) -> Steps:
         deps, name = s["after"], s["name"]
         if len(deps) == 1:
             part = _dag_part(dag, name, dependents, keep=False)
-            then_of = _dag_then(part, name, after, headers, workflow=wf)
-            jobs.extend(_run(s["node"], result, then_of, headers, wf).jobs)
+            then_of = _dag_then(part, name, after, headers, workflow=wf, fail=fail)
+            jobs.extend(_run(s["node"], result, then_of, headers, wf, fail).jobs)
         else:
             part = _dag_part(dag, name, dependents, keep=True)
-            run = _dag_then(part, name, after, headers, key="run", workflow=wf)
+            run = _dag_then(part, name, after, headers, key="run", workflow=wf, fail=fail)
             join = f"{dag['id']}.{name}:join"
             arrivals.append(Arrival(join, deps.index(done), len(deps), result, run, wf))
     if nexts or after is None:
@@ -723,7 +961,7 @@ def _apply_dag(then: dict[str, Any], result: bytes | None) -> Steps:
     # a sink: what follows the graph gets its result (or all the sinks', joined)
     sinks: list[str] = dag.get("sinks", [done])
     if len(sinks) == 1:
-        return _apply(after, result)
+        return _apply(after, result, job_id)
     arrival = Arrival(f"{dag['id']}:sinks", sinks.index(done), len(sinks), result, after, wf)
     return Steps(arrivals=(arrival,))
 

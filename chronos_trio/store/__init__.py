@@ -57,6 +57,7 @@ from ._roles import AdminRole as AdminRole
 from ._roles import CheckRole as CheckRole
 from ._roles import Continuation as Continuation
 from ._roles import FlowRole as FlowRole
+from ._roles import GroupStatus as GroupStatus
 from ._roles import LeadershipRole as LeadershipRole
 from ._roles import NotesRole as NotesRole
 from ._roles import PromotionRole as PromotionRole

@@ -884,7 +884,9 @@ class ResultRole(StoreRole):
 @attrs.frozen
 class Continuation:
     """An outbox entry: a workflow job that succeeded, its continuation (see
-    ``records._workflow``) and its result (None: none kept)."""
+    ``records._workflow``) and its result (None: none kept); or one that
+    went dead (``failed``) whose continuation holds failure handling, with
+    its ``kind``, the ``error`` recorded and its ``attempts``."""
 
     job_id: str
     queue: str
@@ -892,13 +894,33 @@ class Continuation:
     placement: Placement
     then: str
     result: bytes | None
+    failed: bool = False
+    kind: str = ""
+    error: str = ""
+    attempts: int = 0
+
+
+@attrs.frozen
+class GroupStatus:
+    """How far a workflow group is: how many members ``arrived`` (of a group
+    that allows failures: succeeded or failed for good), and the indexes of
+    those that ``failed`` (in order)."""
+
+    arrived: int = 0
+    failed: tuple[int, ...] = ()
 
 
 class FlowRole(StoreRole):
     """Workflow continuations: the outbox the fenced success settle fills
     (a job enqueued with ``NewJob.then`` that succeeds is put there in the
     same atomic step, and is kept :data:`~chronos_trio.records._workflow.
-    WORKFLOW_KEEP` seconds), and group arrivals."""
+    WORKFLOW_KEEP` seconds), and group arrivals. The fenced dead settle (and
+    a recovery that dead-letters an expired lease) puts a job there too when
+    its continuation holds failure handling (it starts with
+    :data:`~chronos_trio.records._workflow.FAILURE_MARK`); a dead job
+    without it, a retry and a stale token's settle never do. An entry whose
+    job is neither succeeded nor dead when read (re-run meanwhile) leaves
+    the outbox unread: its next end puts it back."""
 
     @abc.abstractmethod
     async def continuations(self, queues: Sequence[str], limit: int) -> list[Continuation]:
@@ -929,6 +951,14 @@ class FlowRole(StoreRole):
         the group on, counting earlier arrivals of the same call), else None.
         A group's record lasts ``ttl`` seconds from its latest arrival.
         Raises StoreError."""
+
+    @abc.abstractmethod
+    async def group_status(self, group_ids: Sequence[str]) -> list[GroupStatus]:
+        """Per group, in order, how many members arrived and which of them
+        failed (a result starting with
+        :data:`~chronos_trio.records._workflow.FAILED_OUTCOME`): one atomic
+        read per group; a group unknown or past its ttl has none arrived.
+        Read-only. Raises StoreError."""
 
 
 class WorkflowRole(StoreRole):

@@ -25,10 +25,12 @@ import attrs
 from ..records import _jobs
 from ..records._attempts import append_history
 from ..records._jobs import Job, JobState
-from ..records._workflow import WORKFLOW_KEEP
+from ..records._placement import Placement
+from ..records._workflow import WORKFLOW_KEEP, holds_failure_handling
 from ._admission import tolerance
 from ._attempt_ends import recovered_attempt, settled_attempt
 from ._results import SettleKind, Settlement, SettleResult
+from ._roles import Continuation
 from ._rows import job_from_row
 from ._settling import WAITED_KEEP, SettleTally, settled_kind, unclaimed
 
@@ -203,7 +205,10 @@ def plan_recovered(plan: SettlePlan, entry: Locked) -> Job:
         plan.unique_done(entry, succeeded=False)
     else:
         job = attrs.evolve(job, state=JobState.READY, run_at=now, unclaimed_since=None)
-    plan.put(job)
+    # a dead workflow job with failure handling goes to the outbox (as _dead)
+    fails = job.state is JobState.DEAD and holds_failure_handling(job.then)
+    plan.outbox = plan.outbox or fails
+    plan.put(job, continuation=fails)
     ended = recovered_attempt(entry.job, job, now)
     plan.rows[-1] = attrs.evolve(plan.rows[-1], history=append_history(entry.history, ended))
     plan.slots.append(job.id)
@@ -256,8 +261,15 @@ def _retry(w: SettlePlan, locked: Locked, job: Job, s: Settlement, now: float) -
 
 
 def _dead(w: SettlePlan, locked: Locked, job: Job, s: Settlement, now: float) -> JobState:
+    """leased --failed for good--> dead; a workflow job whose continuation
+    holds failure handling goes to the outbox in the same write."""
     w.unique_done(locked, succeeded=False)
-    w.put(attrs.evolve(job, state=JobState.DEAD, last_error=s.error, finished_at=now))
+    fails = holds_failure_handling(job.then)
+    w.outbox = w.outbox or fails
+    w.put(
+        attrs.evolve(job, state=JobState.DEAD, last_error=s.error, finished_at=now),
+        continuation=fails,
+    )
     return JobState.DEAD
 
 
@@ -328,3 +340,24 @@ _TRANSITIONS: dict[SettleKind, _Transition] = {
     SettleKind.UNCLAIMED: _unclaimed,
     SettleKind.ABORTED: _aborted,
 }
+
+
+def outbox_entry(
+    job_id: str,
+    queue: str,
+    placement: Placement,
+    then: str,
+    result: bytes | memoryview | None,
+    state: str,
+    error: str | None,
+    attempts: int,
+    kind: str,
+) -> Continuation:
+    """An outbox entry as the SQL stores read it from a job row marked
+    ``continuation``: a succeeded job's result, or a dead one's failure."""
+    if state == JobState.DEAD.value:
+        return Continuation(
+            job_id, queue, placement, then, None,
+            failed=True, kind=kind, error=error or "", attempts=int(attempts),
+        )  # fmt: skip
+    return Continuation(job_id, queue, placement, then, None if result is None else bytes(result))

@@ -20,6 +20,7 @@ import attrs
 
 from ..records._jobs import Job, JobState
 from ..records._placement import NO_PLACEMENT
+from ..records._workflow import holds_failure_handling
 from ._roles import DAMAGED_RECORD, Finding, Problem
 from ._topology_placement import topology_placement
 
@@ -75,7 +76,7 @@ def judge_row(row: Row, now: float, grace: float) -> Judged | None:
     damage = "" if set_aside else _damage(job)
     if damage:
         return Judged(attrs.evolve(finding, detail=damage), row.row_version)
-    if row.continuation and (job.state is not JobState.SUCCEEDED or job.then is None):
+    if row.continuation and not _outboxed(job):
         what = (
             f"{job.state} record" if job.then is not None else f"{job.state} record without a step"
         )
@@ -208,3 +209,11 @@ def _rows_of(walk: Walk, queue: str, after: str, batch: int, conn: Any) -> list[
 
 def _strays_of(walk: Walk, names: list[str], now: float, conn: Any) -> tuple[list[Judged], int]:
     return walk.strays(conn, names, now)
+
+
+def _outboxed(job: Job) -> bool:
+    """Whether ``job`` may be in the workflow outbox: succeeded with a
+    continuation, or dead with one that holds failure handling."""
+    if job.state is JobState.SUCCEEDED:
+        return job.then is not None
+    return job.state is JobState.DEAD and holds_failure_handling(job.then)

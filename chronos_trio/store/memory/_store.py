@@ -52,7 +52,12 @@ from ...records._notes import JobNotes, NoteWrite, check_write
 from ...records._placement import Placement
 from ...records._unique import Unique
 from ...records._workers import WorkerInfo
-from ...records._workflow import WORKFLOW_KEEP, Arrival
+from ...records._workflow import (
+    FAILED_OUTCOME,
+    WORKFLOW_KEEP,
+    Arrival,
+    holds_failure_handling,
+)
 from .. import _checking, _flag, _partitioning
 from .._admission import Verdict
 from .._attempt_ends import recovered_attempt, settled_attempt
@@ -65,6 +70,7 @@ from .._roles import (
     CheckReport,
     Continuation,
     CountResult,
+    GroupStatus,
     Leadership,
     LeaseResult,
     LimitUsage,
@@ -116,6 +122,7 @@ class _Index:
 _DUE = _Index("due", frozenset({JobState.SCHEDULED, JobState.RETRY_WAIT}))
 _READY = _Index("ready", frozenset({JobState.READY}))
 _LEASED = _Index("leased", frozenset({JobState.LEASED}))
+_OUTBOXED = frozenset({JobState.SUCCEEDED, JobState.DEAD})
 
 
 @attrs.define
@@ -530,12 +537,20 @@ class MemoryStore(Store):
             if queue not in wanted:
                 continue
             rec = self._records.get(job_id)
-            if rec is None or rec.job.then is None:
-                del self._outbox[job_id]  # trimmed or deleted meanwhile: nothing to continue
+            if rec is None or rec.job.then is None or rec.job.state not in _OUTBOXED:
+                # trimmed, deleted or re-run meanwhile: nothing to continue now
+                del self._outbox[job_id]
                 continue
             job = rec.job
             assert job.then is not None
-            out.append(Continuation(job_id, queue, job.placement, job.then, job.result))
+            if job.state is JobState.DEAD:
+                entry = Continuation(
+                    job_id, queue, job.placement, job.then, None,
+                    failed=True, kind=job.kind, error=job.last_error, attempts=job.attempts,
+                )  # fmt: skip
+            else:
+                entry = Continuation(job_id, queue, job.placement, job.then, job.result)
+            out.append(entry)
         return out
 
     async def finish_continuations(self, done: Sequence[Continuation]) -> None:
@@ -582,6 +597,22 @@ class MemoryStore(Store):
     async def cancelled(self, workflow_ids: Sequence[str]) -> set[str]:
         await trio.lowlevel.checkpoint()
         return self._workflows.cancelled(workflow_ids, self._clock())
+
+    async def group_status(self, group_ids: Sequence[str]) -> list[GroupStatus]:
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        out: list[GroupStatus] = []
+        for group_id in group_ids:
+            entry = self._groups.get(group_id)
+            if entry is None or entry[0] <= now:
+                out.append(GroupStatus())
+                continue
+            results = entry[2]
+            failed = sorted(
+                k for k, r in results.items() if r is not None and r.startswith(FAILED_OUTCOME)
+            )
+            out.append(GroupStatus(len(results), tuple(failed)))
+        return out
 
     # -- hot path ----------------------------------------------------------------------
     async def promote_due(self, queues: Sequence[str], limit: int) -> PromoteResult:
@@ -802,10 +833,19 @@ class MemoryStore(Store):
 
     def _settle_dead(self, rec: _Record, job: Job, s: Settlement, now: float) -> JobState:
         """leased --retries exhausted / SkipRetry / bad payload--> dead; its
-        unique key is given back."""
+        unique key is given back; a workflow job with failure handling goes
+        to the outbox in the same step."""
         self._unique.release(rec.home, rec.unique, job.id)
         self._put(attrs.evolve(job, state=JobState.DEAD, last_error=s.error, finished_at=now))
+        self._outbox_failed(rec)
         return JobState.DEAD
+
+    def _outbox_failed(self, rec: _Record) -> None:
+        """A dead workflow job whose continuation holds failure handling
+        goes to the outbox (see FlowRole)."""
+        if holds_failure_handling(rec.job.then):
+            self._outbox[rec.job.id] = rec.home
+            self._outbox_filled.set()
 
     def _settle_discard(self, rec: _Record, job: Job, s: Settlement, now: float) -> JobState | None:
         """leased --failed for good--> gone (not dead-lettered); with result
@@ -907,6 +947,8 @@ class MemoryStore(Store):
             # its worker may have had the handler: no longer unclaimed
             job = attrs.evolve(job, state=JobState.READY, run_at=now, unclaimed_since=None)
         self._put(job)
+        if job.state is JobState.DEAD:
+            self._outbox_failed(rec)
         rec.history = _attempts.added(rec.history, recovered_attempt(leased, job, now))
         return job
 

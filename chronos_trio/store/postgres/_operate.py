@@ -38,7 +38,8 @@ def run_now(conn: psycopg.Connection[Any], schema: str, job_id: str, queue: str 
     where, params = _where(queue)
     row = conn.execute(
         "UPDATE jobs SET state = 'ready', run_at = chronos_now(), finished_at = NULL,"
-        " attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END"
+        " attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END,"
+        " continuation = false"  # a dead job's failure entry: its next end decides
         " WHERE id = %s AND NOT discarded"
         " AND (state = 'dead' OR state IN ('scheduled', 'retry_wait') AND run_at > chronos_now())"
         + where
@@ -129,7 +130,7 @@ def requeue_dead(
     most ``limit`` (None or 0: all); aborted and discarded jobs stay."""
     rows = conn.execute(
         "UPDATE jobs SET state = 'ready', run_at = chronos_now(), attempts = 0,"
-        " finished_at = NULL, unclaimed_since = NULL"
+        " finished_at = NULL, unclaimed_since = NULL, continuation = false"
         " WHERE id IN (SELECT id FROM jobs WHERE queue = %s AND state = 'dead' AND NOT discarded"
         '  ORDER BY coalesce(finished_at, 0), id COLLATE "C" LIMIT %s FOR UPDATE)'
         " RETURNING id",

@@ -12,9 +12,10 @@ from typing import Any
 import psycopg
 
 from ...records._jobs import JobOutcome, JobRef, JobState
-from ...records._workflow import Arrival
-from .._roles import Continuation
+from ...records._workflow import FAILED_OUTCOME, Arrival
+from .._roles import Continuation, GroupStatus
 from .._rows import PLACEMENT, job_from_row, shown
+from .._settle_plan import outbox_entry
 from ._claim import DUE_STATES, J_COLUMNS
 
 _OUTCOME = f"""
@@ -63,7 +64,8 @@ SELECT state FROM job
 _UNREGISTER = "DELETE FROM result_waiters WHERE job_id = %s AND waiter = %s"
 
 _CONTINUATIONS = """
-SELECT j.id, j.queue, j.then_step, j.result FROM jobs j
+SELECT j.id, j.queue, j.then_step, j.result, j.state, j.last_error, j.attempts, j.kind
+FROM jobs j
 WHERE j.continuation AND j.queue = ANY (%s::text[])
 ORDER BY j.finished_at, j.id
 LIMIT %s
@@ -120,8 +122,8 @@ def continuations(
         return []
     rows = conn.execute(_CONTINUATIONS, (list(queues), limit)).fetchall()
     return [
-        Continuation(job_id, queue, PLACEMENT, then, None if result is None else bytes(result))
-        for job_id, queue, then, result in rows
+        outbox_entry(job_id, queue, PLACEMENT, then, result, *failure)
+        for job_id, queue, then, result, *failure in rows
     ]
 
 
@@ -151,4 +153,25 @@ def group_arrive(
             out.append([None if r is None else bytes(r) for r in results])
         else:
             out.append(None)
+    return out
+
+
+_GROUP_STATUS = f"""
+SELECT m.idx, substr(m.result, 1, {len(FAILED_OUTCOME)}) FROM flow_group_members m
+JOIN flow_groups g ON g.id = m.group_id
+WHERE g.id = %s AND g.expires_at > chronos_now()
+"""
+
+
+def group_status(conn: psycopg.Connection[Any], group_ids: Sequence[str]) -> list[GroupStatus]:
+    """Per group, its members arrived and the failed ones' indexes (a group
+    past its expiry has none): one read per group, in the caller's
+    transaction."""
+    out: list[GroupStatus] = []
+    for group_id in group_ids:
+        rows = conn.execute(_GROUP_STATUS, (group_id,)).fetchall()
+        failed = sorted(
+            idx for idx, head in rows if head is not None and bytes(head) == FAILED_OUTCOME
+        )
+        out.append(GroupStatus(len(rows), tuple(failed)))
     return out

@@ -30,6 +30,7 @@ from .._roles import (
     NOTHING_SET_ASIDE,
     Continuation,
     FlowRole,
+    GroupStatus,
     LeaseResult,
     QueueWeight,
     RecoverResult,
@@ -280,4 +281,12 @@ class WorkerPart(PostgresPart, WorkerRole, ResultRole, FlowRole):
             return []
         return await self._db.run(
             lambda conn: _results.group_arrive(conn, arrivals, ttl), what="group_arrive"
+        )
+
+    async def group_status(self, group_ids: Sequence[str]) -> list[GroupStatus]:
+        if not group_ids:
+            await trio.lowlevel.checkpoint()
+            return []
+        return await self._db.run(
+            lambda conn: _results.group_status(conn, group_ids), what="group_status"
         )

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ...records._workflow import Arrival
-from .._roles import Continuation
+from ...records._workflow import FAILED_OUTCOME, Arrival
+from .._roles import Continuation, GroupStatus
 from . import _scripts as S
 from ._codec import ident
 from ._context import StoreContext
@@ -32,18 +32,30 @@ def continuations(ctx: StoreContext, queues: Sequence[str], limit: int) -> Plan[
     )
     out: list[Continuation] = []
     for pk, reply in zip(slots, replies, strict=True):
-        for k in range(0, len(reply), 3):
-            then = reply[k + 1]
+        # per entry: id, continuation, result, state, last_error, attempts, kind
+        for k in range(0, len(reply), 7):
+            then, state, error, attempts, kind = (
+                reply[k + 1], reply[k + 3], reply[k + 4], reply[k + 5], reply[k + 6]
+            )  # fmt: skip
+            failed = _text(state) == "dead"
             out.append(
                 Continuation(
                     ident(reply[k]),
                     pk.queue,
                     pk.placement,
-                    then.decode("utf-8", "replace") if isinstance(then, bytes) else then,
-                    reply[k + 2] or None,
+                    _text(then),
+                    None if failed else reply[k + 2] or None,
+                    failed=failed,
+                    kind=_text(kind) if failed else "",
+                    error=_text(error) if failed else "",
+                    attempts=int(attempts) if failed else 0,
                 )
             )
     return out[:limit]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def finish_continuations(ctx: StoreContext, done: Sequence[Continuation]) -> Plan[None]:
@@ -81,4 +93,17 @@ def group_arrive(
     return [
         [None if not v or v == b"-" else bytes(v[1:]) for v in reply] if reply else None
         for reply in replies
+    ]
+
+
+def group_status(ctx: StoreContext, group_ids: Sequence[str]) -> Plan[list[GroupStatus]]:
+    """One ``group_status.lua`` per group, all in one round trip."""
+    if not group_ids:
+        return []
+    replies = yield Call(
+        [Op.script_call(S.GROUP_STATUS, [ctx.keys.group(g)], [FAILED_OUTCOME]) for g in group_ids]
+    )
+    return [
+        GroupStatus(int(arrived), tuple(sorted(int(k) for k in failed)))
+        for arrived, failed in replies
     ]

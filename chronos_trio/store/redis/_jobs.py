@@ -55,6 +55,7 @@ from ...records._control import decode_control
 from ...records._jobs import Job, JobState, LeasedJob, LeaseRef, require_field_order
 from ...records._log import log_event
 from ...records._options import decode_headers
+from ...records._workflow import holds_failure_handling
 from .._partitioning import share_by_weight, share_strictly
 from .._record_rules import stored_damage
 from .._roles import (
@@ -945,6 +946,8 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
                 into.append(
                     job_from_fields(ident(flat[k]), pk.queue, pk.placement, flat[k + 1 : k + width])
                 )
+    if any(holds_failure_handling(job.then) for job in dead):
+        ctx.outbox_filled.set()  # recover.lua put them in the outbox
     if woke:
         await ctx.adapter.execute([], after=ctx.wake_ready_ops(woke))
     return RecoverResult(tuple(requeued), tuple(dead), ctx.count_aside(aside), tuple(aborted))

@@ -12,7 +12,8 @@ every script keeps are in ``lua/README.md``) and the constants made here,
 from Python: ``format`` (``FORMAT``, ``FORMAT_S``: the record format,
 :data:`~._codec.RECORD_FORMAT`), ``chunk_sizes`` (``CHUNK``,
 ``CHUNKED_MAX``: its payload chunking), ``workflow_keep``
-(``WORKFLOW_KEEP``), ``history_limit`` (``HISTORY_LIMIT``, ``ERROR_BYTES``) and
+(``WORKFLOW_KEEP``), ``failure_mark`` (``FAILURE_MARK``), ``history_limit``
+(``HISTORY_LIMIT``, ``ERROR_BYTES``) and
 ``lease_expired`` (``LEASE_EXPIRED``: the attempt history's bounds and an
 expired lease's error, ``records._attempts``) and ``leased_sentinel`` (``LEASED_SENTINEL``, the
 leased zsets' sentinel member, :data:`~.keys.LEASED_SENTINEL`). A script is
@@ -42,7 +43,7 @@ from typing import Any
 import attrs
 
 from ...records._attempts import ERROR_BYTES, HISTORY_LIMIT, LEASE_EXPIRED
-from ...records._workflow import WORKFLOW_KEEP
+from ...records._workflow import FAILURE_MARK, WORKFLOW_KEEP
 from .._roles import StoreError
 from ._codec import CHUNKED_PAYLOAD_MAX, PAYLOAD_CHUNK, RECORD_FORMAT
 from ._compose import compose
@@ -57,6 +58,7 @@ GENERATED: dict[str, bytes] = {
     "format": b"local FORMAT, FORMAT_S = %d, '%d'\n" % (RECORD_FORMAT, RECORD_FORMAT),
     "chunk_sizes": b"local CHUNK, CHUNKED_MAX = %d, %d\n" % (PAYLOAD_CHUNK, CHUNKED_PAYLOAD_MAX),
     "workflow_keep": b"local WORKFLOW_KEEP = %d\n" % WORKFLOW_KEEP,
+    "failure_mark": b"local FAILURE_MARK = '%s'\n" % FAILURE_MARK.encode(),
     "history_limit": b"local HISTORY_LIMIT, ERROR_BYTES = %d, %d\n" % (HISTORY_LIMIT, ERROR_BYTES),
     "lease_expired": b"local LEASE_EXPIRED = '%s'\n" % LEASE_EXPIRED.encode(),
     "leased_sentinel": b"local LEASED_SENTINEL = '%s'\n" % LEASED_SENTINEL.encode(),
@@ -130,6 +132,7 @@ def compose_all() -> None:
 ENQUEUE = Script("enqueue")
 OUTBOX_READ = Script("outbox_read")
 GROUP_ARRIVE = Script("group_arrive")
+GROUP_STATUS = Script("group_status")
 PROMOTE = Script("promote")
 LEASE = Script("lease")
 RENEW = Script("renew")

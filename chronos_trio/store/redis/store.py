@@ -28,6 +28,7 @@ from .._roles import (
     CheckReport,
     Continuation,
     CountResult,
+    GroupStatus,
     Leadership,
     LeaseResult,
     LimitUsage,
@@ -486,6 +487,9 @@ class RedisStore(Store):
 
     async def cancelled(self, workflow_ids: Sequence[str]) -> set[str]:
         return await self._ctx.run(_workflows.cancelled(self._ctx, workflow_ids))
+
+    async def group_status(self, group_ids: Sequence[str]) -> list[GroupStatus]:
+        return await self._ctx.run(_flow.group_status(self._ctx, group_ids))
 
     async def check(
         self,

@@ -39,7 +39,8 @@ def run_now(conn: sqlite3.Connection, job_id: str, queue: str | None, now: float
     where, params = _where(queue)
     rows = conn.execute(
         "UPDATE jobs SET state = 'ready', run_at = ?, finished_at = NULL,"
-        " attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END"
+        " attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END,"
+        " continuation = 0"  # a dead job's failure entry: its next end decides
         " WHERE id = ? AND NOT discarded"
         f" AND (state = 'dead' OR {_states.WAITING} AND run_at > ?)" + where + " RETURNING queue",
         (now, job_id, now, *params),
@@ -119,7 +120,7 @@ def requeue_dead(
     most ``limit`` (None or 0: all); aborted and discarded jobs stay."""
     rows = conn.execute(
         "UPDATE jobs SET state = 'ready', run_at = ?, attempts = 0,"
-        " finished_at = NULL, unclaimed_since = NULL"
+        " finished_at = NULL, unclaimed_since = NULL, continuation = 0"
         " WHERE id IN (SELECT id FROM jobs WHERE queue = ? AND state = 'dead' AND NOT discarded"
         "  ORDER BY coalesce(finished_at, 0), id LIMIT ?)"
         " RETURNING id",

@@ -13,9 +13,10 @@ import sqlite3
 from collections.abc import Sequence
 
 from ...records._jobs import JobOutcome, JobRef, JobState
-from ...records._workflow import Arrival
-from .._roles import Continuation
+from ...records._workflow import FAILED_OUTCOME, Arrival
+from .._roles import Continuation, GroupStatus
 from .._rows import JOB_COLUMNS, job_from_row, shown
+from .._settle_plan import outbox_entry
 from .._topology_placement import topology_placement
 from . import _states
 from ._claim import has_due
@@ -55,7 +56,9 @@ DELETE FROM result_waiters WHERE rowid IN (
 _UNREGISTER = "DELETE FROM result_waiters WHERE job_id = ? AND waiter = ?"
 
 _CONTINUATIONS = """
-SELECT j.id, j.queue, j.then_step, j.result, j.version, j.part FROM jobs j
+SELECT j.id, j.queue, j.then_step, j.result, j.version, j.part,
+    j.state, j.last_error, j.attempts, j.kind
+FROM jobs j
 WHERE j.continuation = 1 AND j.queue IN (SELECT value FROM json_each(?))
 ORDER BY j.finished_at, j.id
 LIMIT ?
@@ -128,14 +131,8 @@ def continuations(
         return []
     rows = conn.execute(_CONTINUATIONS, (json.dumps(list(queues)), limit)).fetchall()
     return [
-        Continuation(
-            job_id,
-            queue,
-            topology_placement(version, part),
-            then,
-            None if result is None else bytes(result),
-        )
-        for job_id, queue, then, result, version, part in rows
+        outbox_entry(job_id, queue, topology_placement(version, part), then, result, *failure)
+        for job_id, queue, then, result, version, part, *failure in rows
     ]
 
 
@@ -199,3 +196,26 @@ def group_arrive(
 
 def _blob(value: bytes | None) -> bytes | None:
     return None if value is None else bytes(value)
+
+
+_GROUP_STATUS = f"""
+SELECT m.idx, substr(m.result, 1, {len(FAILED_OUTCOME)}) FROM flow_group_members m
+JOIN flow_groups g ON g.id = m.group_id
+WHERE g.id = ? AND g.expires_at > ?
+"""
+
+
+def group_status(
+    conn: sqlite3.Connection, group_ids: Sequence[str], now: float
+) -> list[GroupStatus]:
+    """Per group, its members arrived and the failed ones' indexes (a group
+    past its expiry has none): one read per group, in the caller's
+    transaction."""
+    out: list[GroupStatus] = []
+    for group_id in group_ids:
+        rows = conn.execute(_GROUP_STATUS, (group_id, now)).fetchall()
+        failed = sorted(
+            idx for idx, head in rows if head is not None and bytes(head) == FAILED_OUTCOME
+        )
+        out.append(GroupStatus(len(rows), tuple(failed)))
+    return out

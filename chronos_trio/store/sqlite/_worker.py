@@ -24,6 +24,7 @@ from .._roles import (
     NOTHING_SET_ASIDE,
     Continuation,
     FlowRole,
+    GroupStatus,
     LeaseResult,
     QueueWeight,
     RecoverResult,
@@ -216,4 +217,13 @@ class WorkerPart(SqlitePart, WorkerRole, ResultRole, FlowRole):
         return await db.write(
             lambda conn: _results.group_arrive(conn, arrivals, ttl, db.now()),
             what="group_arrive",
+        )
+
+    async def group_status(self, group_ids: Sequence[str]) -> list[GroupStatus]:
+        if not group_ids:
+            await trio.lowlevel.checkpoint()
+            return []
+        db = self._db
+        return await db.read(
+            lambda conn: _results.group_status(conn, group_ids, db.now()), what="group_status"
         )

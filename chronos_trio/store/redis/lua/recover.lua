@@ -42,12 +42,14 @@
 --@include check_text
 --@include clock
 --@include dead_letter
+--@include fails
 --@include format
 --@include job_fields
 --@include lease_expired
 --@include new_aside
 --@include newer
 --@include notify_done
+--@include outbox_key
 --@include probe_job
 --@include quarantine
 --@include ready_score
@@ -124,7 +126,12 @@ for k, id in ipairs(expired) do
       redis.call('HSET', key, 'state', 'dead', 'finished_at', now_s, 'last_error', err,
         'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
       redis.call('ZADD', KEYS[3], now, id)
-      unique_finished(KEYS[4], id, redis.call('HGET', key, 'x'), false)
+      local x = redis.call('HGET', key, 'x')
+      unique_finished(KEYS[4], id, x, false)
+      if fails(x) then
+        -- a workflow job with failure handling: to the outbox in this same step
+        redis.call('ZADD', outbox_key(KEYS[4]), now, id)
+      end
       dead[#dead + 1] = id
       whole_job(dead, key)
       notify_done(key, redis.call('HGET', key, 'w'))

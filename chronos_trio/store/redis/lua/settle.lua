@@ -70,7 +70,8 @@
 -- when it stopped, else {set aside (see README.md), code_1, code_2, ...}};
 -- code 1 applied, 0 the lease is no longer held with that token (or
 -- expired): the job is not touched at all, 2 dead-lettered as damaged, 3 left
--- alone (newer format), 4 applied, and a workflow continuation was queued,
+-- alone (newer format), 4 applied, and a workflow continuation was queued
+-- (a success's, or a dead job's whose continuation holds failure handling),
 -- 5 applied: the job is aborted, 6 applied: dead-lettered as unclaimed past
 -- its grace ('u'); after the codes, how many concurrency slots the batch
 -- gave back that a job was held back for (see give_back_slots in
@@ -84,6 +85,7 @@
 --@include continues
 --@include dead_letter
 --@include drop_idle_leased
+--@include fails
 --@include find
 --@include give_back_slots
 --@include huge
@@ -232,6 +234,11 @@ local function settle_partition(part, first, last, res)
           'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
         unique_finished(prefix, id, f[8], false)
         notify_done(key, f[7])
+        if fails(f[8]) then
+          -- a workflow job with failure handling: to the outbox in this same step
+          redis.call('ZADD', outbox_key(prefix), now, id)
+          p = 4
+        end
       elseif kind == 'x' then
         if f[7] then
           add_attempt(key, 'discarded', f[5], ARGV[i + 7], now_s, ARGV[i + 3])

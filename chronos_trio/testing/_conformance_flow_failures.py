@@ -1,0 +1,127 @@
+"""Conformance checks of workflow failure handling (``records._workflow``:
+``on_failure``, groups that allow failures): the fenced dead settle, and a
+recovery that dead-letters an expired lease, put a job whose continuation
+holds failure handling (it starts with ``FAILURE_MARK``) in the outbox in
+the same atomic step, once; a retry, a stale token's dead settle and a dead
+job without failure handling never do. ``group_status`` counts a group's
+arrivals and failed members (what a batch's live counts read). Registered in
+:data:`~chronos_trio.testing.conformance.CHECKS` like the others when
+``chronos_trio.testing`` is imported."""
+
+from __future__ import annotations
+
+import trio
+
+from ..records._jobs import JobState
+from ..records._workflow import FAILED_OUTCOME, FAILURE_MARK, Arrival
+from ..store._capabilities import Capability
+from ..store._roles import GroupStatus, SettleKind, Settlement
+from .conformance import Fresh, check, found, job, lease, settle, stale
+
+#: A continuation that holds failure handling (an on_failure in effect).
+FAILING = FAILURE_MARK + '{"w":"wf","job":{"id":"wf.on_failure"}}}'
+
+
+@check(Capability.ADMIN, Capability.FLOWS)
+async def check_a_dead_settle_with_failure_handling_fills_the_outbox_once(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many(
+        [
+            job("fails", then=FAILING, max_retries=3),
+            job("retries", then=FAILING, max_retries=3),
+            job("plain-flow", then='{"seq":[]}'),
+            job("plain"),
+        ]
+    )
+    by_id = {lj.job.id: lj for lj in await lease(store)}
+    stale_dead = Settlement(stale(by_id["fails"].ref), SettleKind.DEAD, error="stale")
+    assert (await store.settle([stale_dead])).settled == (False,)
+    assert await store.continuations(["q"], 10) == [], "a stale dead settle queues nothing"
+    assert (
+        await store.settle(
+            [
+                settle(by_id["fails"], SettleKind.DEAD, error="boom"),
+                settle(by_id["retries"], SettleKind.RETRY, error="again", retry_delay=30),
+                settle(by_id["plain-flow"], SettleKind.DEAD, error="no handling"),
+                settle(by_id["plain"], SettleKind.DEAD, error="plain"),
+            ]
+        )
+    ).settled == (True,) * 4
+    [entry] = await store.continuations(["q"], 10)
+    assert (entry.job_id, entry.then, entry.result, entry.failed) == (
+        "fails", FAILING, None, True,
+    ), entry  # fmt: skip
+    assert (entry.kind, entry.error, entry.attempts) == ("k", "boom", 1), entry
+    assert (await found(store, "fails")).state is JobState.DEAD
+    # a second settle of the same lease is refused: still one entry
+    again = settle(by_id["fails"], SettleKind.DEAD, error="boom")
+    assert (await store.settle([again])).settled == (False,)
+    assert [c.job_id for c in await store.continuations(["q"], 10)] == ["fails"]
+    await store.finish_continuations([entry])
+    assert await store.continuations(["q"], 10) == []
+
+
+@check(Capability.ADMIN, Capability.FLOWS)
+async def check_a_dead_recovery_with_failure_handling_fills_the_outbox(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many(
+        [
+            job("lost", then=FAILING, max_retries=0),
+            job("lost-plain", then='{"seq":[]}', max_retries=0),
+        ]
+    )
+    await lease(store, ttl=0.2)
+    await trio.sleep(0.3)
+    dead = (await store.recover_expired(["q"], 10)).dead
+    assert sorted(j.id for j in dead) == ["lost", "lost-plain"]
+    [entry] = await store.continuations(["q"], 10)
+    assert (entry.job_id, entry.failed, entry.attempts) == ("lost", True, 1), entry
+    assert "lease expired" in entry.error, entry
+
+
+@check(Capability.ADMIN, Capability.FLOWS)
+async def check_a_dead_entry_re_run_before_it_is_read_leaves_the_outbox(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job("again", then=FAILING)])
+    [leased] = await lease(store)
+    assert (await store.settle([settle(leased, SettleKind.DEAD, error="boom")])).settled == (True,)
+    assert await store.run_now("again")
+    # re-run: its next end puts it back, so nothing is continued from this one
+    assert await store.continuations(["q"], 10) == []
+
+
+@check(Capability.FLOWS)
+async def check_group_status_counts_arrivals_and_failures(fresh: Fresh) -> None:
+    store = await fresh()
+    failed = FAILED_OUTCOME + b',"result":null,"error":"boom","job_id":"b.1"}'
+    ok = b'{"ok":true,"result":1,"error":null,"job_id":"b.0"}'
+    assert await store.group_status(["b", "none"]) == [GroupStatus(), GroupStatus()]
+    await store.group_arrive([Arrival("b", 1, 4, failed, None)], 60.0)
+    await store.group_arrive([Arrival("b", 0, 4, ok, None), Arrival("b", 3, 4, None, None)], 60.0)
+    # an arrival repeated changes nothing: member 1 stays failed
+    await store.group_arrive([Arrival("b", 1, 4, ok, None), Arrival("c", 0, 1, failed, None)], 60)
+    got = await store.group_status(["b", "c", "none"])
+    assert got == [GroupStatus(3, (1,)), GroupStatus(1, (0,)), GroupStatus()], got
+    assert await store.group_status([]) == []
+    # a group past its ttl has none arrived
+    await store.group_arrive([Arrival("short", 0, 2, failed, None)], 0.2)
+    await trio.sleep(0.3)
+    assert await store.group_status(["short"]) == [GroupStatus()]
+
+
+@check(Capability.ADMIN, Capability.FLOWS, Capability.CHECK)
+async def check_a_dead_job_waiting_in_the_outbox_is_no_finding(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job("fails", then=FAILING), job("ok", then='{"seq":[]}')])
+    by_id = {lj.job.id: lj for lj in await lease(store)}
+    await store.settle(
+        [
+            settle(by_id["fails"], SettleKind.DEAD, error="boom"),
+            settle(by_id["ok"], SettleKind.SUCCEEDED),
+        ]
+    )
+    assert sorted(c.job_id for c in await store.continuations(["q"], 10)) == ["fails", "ok"]
+    report = await store.check(repair=True)
+    assert report.findings == () and report.ok, report.findings
+    # the checker's repair took nothing out of the outbox
+    assert sorted(c.job_id for c in await store.continuations(["q"], 10)) == ["fails", "ok"]
