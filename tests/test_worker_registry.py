@@ -63,7 +63,8 @@ async def test_worker_registers_on_start_beats_with_its_running_jobs_and_leaves_
             last_beat=t0,
             running=0,
             running_job_ids=(),
-        ), "listed from the start, before any job"
+            kinds=("hold",),
+        ), "listed from the start, before any job, with the kinds it runs"
         hold = app.tasks["hold"]
         for n in range(5):
             await hold.enqueue(n, job_id=f"h{n}")

@@ -323,3 +323,47 @@ async def test_waiting_on_a_flow_reports_the_step_that_failed(
         slow = await app.enqueue_workflow(chain(add.s(5), add.s(), add.s()), workflow_id="g")
         with pytest.raises(ResultTimeout):
             await slow.result(timeout=0.0)
+
+
+async def test_a_replayed_entry_does_not_run_the_finished_last_step_again(
+    autojump_clock: object,
+) -> None:
+    """The last step keeps no result (``-> None``), yet its record is kept
+    as every workflow job's is: replaying the entry of the step before it
+    (a continuer that died before finishing it, found by the next sweep
+    after the last step ran) finds the last step's ID taken."""
+    store = MemoryStore()
+    app = App(store)
+    runs: collections.Counter[str] = collections.Counter()
+
+    @app.task("first")
+    async def first(n: int, job: JobContext) -> int:
+        runs[job.id] += 1
+        return n + 1
+
+    @app.task("last")
+    async def last(n: int, job: JobContext) -> None:
+        runs[job.id] += 1
+
+    started = await app.enqueue_workflow(chain(first.s(1), last.s()), workflow_id="f")
+    from chronos_trio import QueueWeight
+    from chronos_trio.store import SettleKind, Settlement
+
+    [leased] = (
+        await store.lease([QueueWeight("default")], 10, worker_id="w", lease_duration=30)
+    ).jobs
+    await store.settle([Settlement(leased.ref, SettleKind.SUCCEEDED, result=b"2", result_ttl=60)])
+    batch = await store.continuations(["default"], 10)
+    await continuer._continue(store, batch)  # the last step is made; the entry stays
+    async with app.open_worker(poll_interval=0.5) as worker:
+        with trio.fail_after(60):
+            await worker.wait_idle()
+    kept = await store.get_job("f.1")
+    assert kept is not None and kept.state is JobState.SUCCEEDED
+    await continuer._continue(store, batch)  # the replay, after the last step ran
+    await store.finish_continuations(batch)
+    async with app.open_worker(poll_interval=0.5) as worker:
+        with trio.fail_after(60):
+            await worker.wait_idle()
+    assert runs == {"f.1": 1}, runs
+    assert await started.result(timeout=5) is None

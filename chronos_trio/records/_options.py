@@ -157,8 +157,8 @@ def check_queue(queue: object) -> str:
     or separator character. Any other character (braces, colons, slashes,
     ``%``, non-Latin letters) is fine: every store escapes or quotes it in
     its keys, and the dashboard in its URLs."""
-    if type(queue) is str and queue in _GOOD_QUEUES:  # the hot path: a name seen before
-        return queue  # type: ignore[return-value]
+    if isinstance(queue, str) and queue in _GOOD_QUEUES:  # the hot path: a name seen before
+        return queue
     if not isinstance(queue, str) or not queue:
         raise ValueError(f"queue must be a non-empty string, got {queue!r}")
     if len(queue) > MAX_QUEUE_LENGTH:

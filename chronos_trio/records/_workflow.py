@@ -575,8 +575,8 @@ def _apply(after: Any, result: bytes | None, job_id: str = "") -> Steps:
     if "sum" in after:
         summary = _summary(str(after["sum"]), result)
         return _apply(after.get("after"), summary, job_id)
-    if after.keys() <= {"f", "h"}:
-        return Steps()  # the last step of a flow with failure handling, or a callback
+    if after.keys() <= {"f", "h", "wf"}:
+        return Steps()  # a flow's last step (kept, nothing follows), or a callback
     raise ValueError(f"damaged workflow continuation: {after!r}")
 
 
@@ -645,6 +645,12 @@ def _run(
         if fail is not None or _allows_failures(after):
             # failure handling first: the stores' dead settle reads the prefix
             after = {"f": fail, **(after or {}), **carried}
+        elif after is None and workflow is not None:
+            # the flow's last step: an empty continuation, so that its record
+            # is kept as every step's is (WORKFLOW_KEEP): a replayed entry of
+            # the step before it (a continuer that died before finishing it)
+            # finds its ID taken instead of running it again
+            after = carried
         then = json.dumps(after, separators=(",", ":")) if after is not None else None
         if then is not None and len(then) > MAX_CONTINUATION_BYTES:
             raise ValueError(
