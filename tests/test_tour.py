@@ -35,6 +35,7 @@ async def test_every_chapter_keeps_its_promises(autojump_clock: object) -> None:
     assert "publish ['cat.png@1024', 'cat.png@64']" in text
     assert "abort: 1 running step aborted, 1 step never to be made" in text
     assert "the workflow is now cancelled" in text
+    assert "on_failure: order.charge (order-8.0) failed after 2 attempts" in text
 
 
 async def test_a_broken_promise_fails_the_tour(

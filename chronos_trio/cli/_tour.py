@@ -27,6 +27,7 @@ from ..app._app import App
 from ..app._task import Task
 from ..records._control import ConcurrencyLimit, RateLimit
 from ..records._errors import JobAborted, SkipRetry
+from ..records._flow_outcomes import StepFailure
 from ..records._graph import graph
 from ..records._jobs import Job, JobState
 from ..records._notes import JobProgress
@@ -365,6 +366,37 @@ async def graphs(ch: Chapter) -> None:
     ch.expect(got == "cat.png@1024 + cat.png@64", f"publish got its inputs in order: {got!r}")
 
 
+async def failures(ch: Chapter) -> None:
+    """A step that fails for good calls its flow's ``on_failure`` callback
+    once, with the failure; nothing behind the failed step runs."""
+    app = App(MemoryStore())
+    told: list[StepFailure] = []
+    ran: list[str] = []
+
+    @_task(app, "order.charge", max_retries=1)
+    async def charge(cents: int, job: JobContext) -> int:
+        ch.say(f"charge {cents}: attempt {job.attempt} declined")
+        raise ConnectionError("card declined")
+
+    @_task(app, "order.ship")
+    async def ship(cents: int, job: JobContext) -> None:
+        ran.append("ship")
+
+    @_task(app, "order.refund")
+    async def refund(failure: StepFailure, job: JobContext) -> None:
+        told.append(failure)
+        ch.say(f"on_failure: {failure.kind} ({failure.job_id}) failed after "
+               f"{failure.attempts} attempts: {failure.error.splitlines()[0]}")  # fmt: skip
+
+    flow = chain(charge.s(1999), ship.s(), on_failure=refund.s())
+    async with app.open_worker(retry=RetryPolicy(base=0.2, max_delay=1.0), **FAST) as worker:
+        await app.enqueue_workflow(flow, workflow_id="order-8")
+        ch.say("started order-8: charge -> ship, on_failure=refund")
+        await worker.wait_idle()
+    ch.expect(len(told) == 1 and told[0].job_id == "order-8.0", f"one callback: {told}")
+    ch.expect(not ran, "nothing behind the failed step ran")
+
+
 async def cancel(ch: Chapter) -> None:
     """Cancel a whole workflow: its running step is aborted, and the steps
     behind it are never made."""
@@ -476,6 +508,7 @@ CHAPTERS: tuple[tuple[str, Callable[[Chapter], Awaitable[None]]], ...] = (
     ("Schedules with a leader hand-over", schedules),
     ("Workflows: a chain with a group", workflows),
     ("Workflow graphs: a join after two steps", graphs),
+    ("Workflow failures: an on_failure callback", failures),
     ("Cancel a whole workflow", cancel),
 )
 
