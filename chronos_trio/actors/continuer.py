@@ -51,14 +51,17 @@ async def run(
         # backed off like every other call: a store whose wait returns at
         # each change of the store (SQLite) may be called in an outage
         await backoff.call(store.wait_continuations, rt.config.recover_interval * SWEEP_FACTOR)
+        # Passes until the outbox is empty, each removing the entries the one
+        # before it handled in the same call as its read: a pass is a read
+        # and an enqueue (two round trips on Redis, not three), and entries
+        # that came meanwhile are taken at once, not after another wake-up.
+        handled: list[Continuation] = []
         while True:
-            batch = await backoff.call(store.continuations, queues, BATCH)
+            batch = await backoff.call(store.next_continuations, queues, BATCH, finished=handled)
             if not batch:
                 break
             await backoff.call(_continue, store, batch)
-            await backoff.call(store.finish_continuations, batch)
-            if len(batch) < BATCH:
-                break
+            handled = batch
 
 
 async def _continue(store: Store, batch: list[Continuation]) -> None:

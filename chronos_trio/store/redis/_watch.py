@@ -201,7 +201,8 @@ def watch_plan(
         if found[0] is not None:
             return found
     places = yield from ref_locations_plan(core, ref)
-    return (yield from _watch_at([pk for pk in places if pk not in tried], ref, channel))
+    seen = {pk.tag for pk in tried}
+    return (yield from _watch_at([pk for pk in places if pk.tag not in seen], ref, channel))
 
 
 def _watch_at(
