@@ -7,7 +7,9 @@ outbox (see ``records._workflow`` and docs/workflows.md); this actor drains
 the outboxes of the worker's queues: for each entry it enqueues the next
 jobs under their deterministic IDs, or records a group member's arrival
 (enqueueing what follows the group once it is complete), and only then
-removes the entry. A continuer that dies midway leaves the entry for the
+removes the entry (with the next pass's read, in the same call:
+``FlowRole.next_continuations``; within :data:`FINISH_DELAY` when no
+wake-up comes). A continuer that dies midway leaves the entry for the
 next pass, whose enqueues are no-ops for the jobs already made. Woken by
 this process's own settles; entries other processes left (a worker killed
 between its settle and its continuation) are found every
@@ -34,6 +36,9 @@ BATCH = 256
 #: The outboxes are looked at without a wake-up every this many recover
 #: intervals: found as surely as expired leases, at a sixth of the cost.
 SWEEP_FACTOR = 6
+#: Seconds handled entries stay in the outbox at most when no wake-up comes
+#: (they are removed by the next pass's read, or then).
+FINISH_DELAY = 0.1
 
 
 async def run(
@@ -47,16 +52,24 @@ async def run(
         await trio.sleep_forever()
     queues = rt.config.queue_names
     backoff = Backoff(log, "continuer")
+    sweep = rt.config.recover_interval * SWEEP_FACTOR
+    # Entries handled by the last pass: removed by the next read, in the same
+    # call (FlowRole.next_continuations): a pass is a read and an enqueue, two
+    # round trips on Redis, not three. The wait for the next wake-up is the
+    # pause in which the next batch gathers (and stays as short as
+    # FINISH_DELAY while there are entries to remove).
+    handled: list[Continuation] = []
     while True:
         # backed off like every other call: a store whose wait returns at
         # each change of the store (SQLite) may be called in an outage
-        await backoff.call(store.wait_continuations, rt.config.recover_interval * SWEEP_FACTOR)
+        await backoff.call(store.wait_continuations, FINISH_DELAY if handled else sweep)
         while True:
-            batch = await backoff.call(store.continuations, queues, BATCH)
+            batch = await backoff.call(store.next_continuations, queues, BATCH, finished=handled)
+            handled = []
             if not batch:
                 break
             await backoff.call(_continue, store, batch)
-            await backoff.call(store.finish_continuations, batch)
+            handled = batch
             if len(batch) < BATCH:
                 break
 

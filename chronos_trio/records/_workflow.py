@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from . import _flow_json as flow_json
 from ._flow_outcomes import BatchSummary, MemberOutcome, StepFailure
 from ._jobs import NewJob
 from ._options import check_headers
@@ -480,7 +481,7 @@ def advance(then: str, result: bytes | None, job_id: str = "") -> Steps:
 
 def _load(then: str) -> Any:
     try:
-        return json.loads(then)
+        return flow_json.loads(then)
     except ValueError as exc:
         raise ValueError(f"damaged workflow continuation: {exc}") from None
 
@@ -651,8 +652,8 @@ def _run(
             # the step before it (a continuer that died before finishing it)
             # finds its ID taken instead of running it again
             after = carried
-        then = json.dumps(after, separators=(",", ":")) if after is not None else None
-        if then is not None and len(then) > MAX_CONTINUATION_BYTES:
+        then = flow_json.dumps(after) if after is not None else None
+        if then is not None and flow_json.size(then) > MAX_CONTINUATION_BYTES:
             raise ValueError(
                 f"a workflow step's continuation is over {MAX_CONTINUATION_BYTES} bytes"
             )

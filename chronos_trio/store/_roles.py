@@ -933,6 +933,18 @@ class FlowRole(StoreRole):
     async def finish_continuations(self, done: Sequence[Continuation]) -> None:
         """Remove handled outbox entries (an entry already gone is fine)."""
 
+    async def next_continuations(
+        self, queues: Sequence[str], limit: int, *, finished: Sequence[Continuation]
+    ) -> list[Continuation]:
+        """:meth:`finish_continuations` of ``finished``, then
+        :meth:`continuations` (none of ``finished`` is among them): a
+        continuer's next pass and the end of its last in as few round trips
+        as the store can (this default makes the two calls; a Redis store
+        makes one). If it raises, nothing of ``finished`` is lost: handling
+        an entry twice is harmless. Raises StoreError."""
+        await self.finish_continuations(finished)
+        return await self.continuations(queues, limit)
+
     @abc.abstractmethod
     async def wait_continuations(self, timeout: float) -> None:
         """Return when a settle of this process may have filled the outbox,

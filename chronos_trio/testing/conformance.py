@@ -1424,6 +1424,22 @@ async def check_a_group_completes_once_with_results_in_member_order(fresh: Fresh
 
 
 @check(Capability.FLOWS)
+async def check_next_continuations_finish_the_handled_then_read(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.enqueue_many([job(name, then=f'{{"for":"{name}"}}') for name in ("a", "b")])
+    leased = await lease(store)
+    settled = await store.settle([settle(lj, SettleKind.SUCCEEDED) for lj in leased])
+    assert settled.settled == (True, True)
+    first = await store.next_continuations(["q"], 1, finished=[])
+    assert len(first) == 1, "at most limit entries"
+    rest = await store.next_continuations(["q"], 10, finished=first)
+    assert [c.job_id for c in rest] == sorted({"a", "b"} - {first[0].job_id})
+    assert await store.next_continuations(["q"], 10, finished=rest) == [], "handled: gone"
+    assert await store.next_continuations(["q"], 10, finished=rest) == [], "twice is fine"
+    assert await store.continuations(["q"], 10) == []
+
+
+@check(Capability.FLOWS)
 async def check_a_settle_wakes_the_continuation_waiter(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([job("w", then="{}")])

@@ -407,6 +407,18 @@ def locations_plan(core: RedisCore, job_id: str, queue: str | None) -> Plan[list
     ]
 
 
+def cached_locations_plan(core: RedisCore, job_id: str, queue: str) -> Plan[list[PartitionKeys]]:
+    """Where ``job_id`` would live in ``queue`` by the cached topology (read
+    only when none is cached): a job found there is the job, so a reader
+    that finds it spends no round trip on the topology; one that does not
+    must look again where :func:`locations_plan` (fresh) says."""
+    metas = yield NeedMeta([queue])
+    return [
+        core.keys.partition(queue, v.version, partition_of(job_id, v.partitions))
+        for v in metas[queue].versions or ()
+    ]
+
+
 def ref_locations_plan(core: RedisCore, ref: JobRef) -> Plan[list[PartitionKeys]]:
     """Where the job of ``ref`` may live: its partition when its queue and
     placement are known, else :func:`locations_plan`'s."""

@@ -20,16 +20,28 @@ from ._scripts import Op
 from .keys import PartitionKeys
 
 
-def continuations(ctx: StoreContext, queues: Sequence[str], limit: int) -> Plan[list[Continuation]]:
+def continuations(
+    ctx: StoreContext, queues: Sequence[str], limit: int, finished: Sequence[Continuation] = ()
+) -> Plan[list[Continuation]]:
+    """The reads, after the removal of ``finished`` (``finish_continuations``)
+    in the same round trip: each partition's ZREM goes before its read, to
+    the same node, which runs them in order."""
+    removals = _removals(ctx, finished)
     if limit <= 0 or not queues:
+        if removals:
+            yield Call(removals)
         return []
     metas = yield NeedMeta(queues)
     slots: list[PartitionKeys] = [
         pk for q in dict.fromkeys(queues) for pk in ctx.partitions_of(q, metas[q])
     ]
     replies = yield Call(
-        [Op.script_call(S.OUTBOX_READ, [pk.outbox, pk.job_prefix], [limit]) for pk in slots]
+        [
+            *removals,
+            *(Op.script_call(S.OUTBOX_READ, [pk.outbox, pk.job_prefix], [limit]) for pk in slots),
+        ]
     )
+    replies = replies[len(removals) :]
     out: list[Continuation] = []
     for pk, reply in zip(slots, replies, strict=True):
         # per entry: id, continuation, result, state, last_error, attempts, kind
@@ -59,13 +71,18 @@ def _text(value: bytes | str) -> str:
 
 
 def finish_continuations(ctx: StoreContext, done: Sequence[Continuation]) -> Plan[None]:
-    if not done:
-        return
-    ops = []
+    ops = _removals(ctx, done)
+    if ops:
+        yield Call(ops)
+
+
+def _removals(ctx: StoreContext, done: Sequence[Continuation]) -> list[Op]:
+    """One ZREM per outbox that ``done`` has entries in."""
+    ids: dict[str, tuple[str, list[str]]] = {}
     for c in done:
         pk = ctx.keys.placed(c.queue, c.placement)
-        ops.append(Op.command(pk.tag, "ZREM", pk.outbox, c.job_id))
-    yield Call(ops)
+        ids.setdefault(pk.outbox, (pk.tag, []))[1].append(c.job_id)
+    return [Op.command(tag, "ZREM", outbox, *job_ids) for outbox, (tag, job_ids) in ids.items()]
 
 
 async def wait_continuations(ctx: StoreContext, timeout: float) -> None:

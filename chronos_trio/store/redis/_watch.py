@@ -34,9 +34,9 @@ from ...records._jobs import FINISHED_STATES, JobOutcome, JobRef, JobState
 from ...records._log import log_event
 from .._topology_placement import locate
 from ._codec import parse_count, parse_number
-from ._core import Call, Plan, RedisCore, ref_locations_plan
+from ._core import Call, Plan, RedisCore, cached_locations_plan, ref_locations_plan
 from ._scripts import WATCH, Op
-from .keys import KeySpace
+from .keys import KeySpace, PartitionKeys
 
 #: How long one poll of a subscription blocks (a listener notices a stop within this).
 POLL_BLOCK = 1.0
@@ -189,7 +189,26 @@ def watch_plan(
     """Run watch.lua where ``ref``'s job lives (naming ``channel`` in its
     record while it is unfinished; "" only reads): its outcome and its key
     (None, None: no such job)."""
+    tried: list[PartitionKeys] = []
+    if ref.queue is not None and locate(ref.placement) is None:
+        # A job is looked for where the cached topology puts it first: found
+        # there (the usual case: a workflow's steps, a handle made from an
+        # ID), it costs one round trip, not a fresh topology read before it.
+        # Only a job not found there needs the fresh read (a version added
+        # since the cache was filled), and then only the places not yet seen.
+        tried = yield from cached_locations_plan(core, ref.job_id, ref.queue)
+        found = yield from _watch_at(tried, ref, channel)
+        if found[0] is not None:
+            return found
     places = yield from ref_locations_plan(core, ref)
+    seen = {pk.tag for pk in tried}
+    return (yield from _watch_at([pk for pk in places if pk.tag not in seen], ref, channel))
+
+
+def _watch_at(
+    places: Sequence[PartitionKeys], ref: JobRef, channel: str
+) -> Plan[tuple[JobOutcome | None, bytes | None]]:
+    """watch.lua at each of ``places`` (one round trip): the first found."""
     if not places:
         return None, None
     replies = yield Call(

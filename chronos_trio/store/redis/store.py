@@ -463,6 +463,12 @@ class RedisStore(Store):
     async def finish_continuations(self, done: Sequence[Continuation]) -> None:
         await self._ctx.run(_flow.finish_continuations(self._ctx, done))
 
+    async def next_continuations(
+        self, queues: Sequence[str], limit: int, *, finished: Sequence[Continuation]
+    ) -> list[Continuation]:
+        """The ``ZREM`` of ``finished`` and the reads, in one round trip."""
+        return await self._ctx.run(_flow.continuations(self._ctx, queues, limit, finished))
+
     async def wait_continuations(self, timeout: float) -> None:
         """Woken by this store's own settles (their reply says when one
         queued a continuation); others' are found when ``timeout`` passes."""
