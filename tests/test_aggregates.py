@@ -137,16 +137,20 @@ async def test_outcomes_are_counted_and_written_in_one_call_per_interval(
         with trio.fail_after(30):
             await wait_for(lambda: worker.runtime.counters.succeeded == 21, timeout=30)
             await wait_for(lambda: worker.runtime.counters.dead == 1, timeout=30)
-            await wait_for(lambda: not worker.runtime.aggregates.pending, timeout=30)  # type: ignore[union-attr]
+        # every outcome reaches the store within an interval or two
+        with trio.fail_after(30):
+            while totals(rows := await store.aggregates(["default"], since)) != {
+                "work": (21, 1, 1, 23)
+            }:
+                await trio.sleep(0.1)
         writes = store.calls["add_aggregates"]
         assert 1 <= writes <= 4, "one write per interval at most"
-        rows = await store.aggregates(["default"], since)
-        assert totals(rows) == {"work": (21, 1, 1, 23)}
         merged = [0] * BUCKETS
         for r in rows:
             merged = [a + b for a, b in zip(merged, r.latency, strict=True)]
         p50 = quantile(merged, 0.5)
-        assert p50 is not None and 0.02 <= p50 <= 0.1, "the 30 ms runs dominate"
+        # the 30 ms runs dominate (a loaded machine's runs may take longer)
+        assert p50 is not None and 0.02 <= p50 <= (0.05 if backend.virtual else 1.0), p50
         # idle: no more writes
         await trio.sleep(6.0 if backend.virtual else 4.5)
         assert store.calls["add_aggregates"] == writes, "an idle worker writes nothing"
