@@ -1,16 +1,21 @@
 """Make ``docs/dashboard.png``: the queues page over a demo store, in headless
 Chromium (the browser tests' set-up), and the console pages beside it;
 ``search`` makes ``docs/dashboard-search.png`` alone: the search page (dead
-jobs whose error says 422, two rows ticked for a bulk action).
+jobs whose error says 422, two rows ticked for a bulk action); ``--history``
+makes ``docs/dashboard-history.png`` alone: a queue page's history charts
+over three hours of demo aggregates.
 
     PYTHONPATH=. .venv/bin/python -m tests.dashboard_screenshot [docs/dashboard.png]
     PYTHONPATH=. .venv/bin/python -m tests.dashboard_screenshot search [docs/dashboard-search.png]
+    PYTHONPATH=. .venv/bin/python -m tests.dashboard_screenshot --history [OUT.png]
 """
 
 from __future__ import annotations
 
+import random
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +24,14 @@ import trio
 
 from chronos_trio import App, JobContext, MemoryStore, NewJob, QueueWeight, WorkerInfo
 from chronos_trio.dashboard import ExtensionRequest, Extensions
-from chronos_trio.records import NoteWrite, Progress
+from chronos_trio.records import KindCounts, NoteWrite, Progress
+from chronos_trio.records._aggregates import BUCKETS
 from chronos_trio.store import SettleKind, Settlement
 from tests._dashboard import ServedDashboard, open_browser
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "dashboard.png"
 SEARCH_OUT = OUT.with_name("dashboard-search.png")
+OUT_HISTORY = OUT.with_name("dashboard-history.png")
 
 
 @attrs.frozen
@@ -43,8 +50,19 @@ class Report:
     name: str
 
 
-def demo_app() -> App:
-    app = App(MemoryStore())
+class ShiftedClock:
+    """The wall clock moved back by :attr:`shift` seconds: the demo's store
+    clock, so its aggregates can be added in the minutes of the last hours."""
+
+    def __init__(self) -> None:
+        self.shift = 0.0
+
+    def __call__(self) -> float:
+        return time.time() - self.shift
+
+
+def demo_app(clock: ShiftedClock | None = None) -> App:
+    app = App(MemoryStore(clock=clock))
 
     @app.task("email.send", queue="email")
     async def send(args: Email, job: JobContext) -> None: ...
@@ -98,8 +116,10 @@ def screenshot(out: Path, *, driver: Any | None = None) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    app = demo_app()
+    clock = ShiftedClock()
+    app = demo_app(clock)
     trio.run(populate_demo, app)
+    trio.run(populate_history, app, clock)
     with tempfile.TemporaryDirectory() as profile:
         own = driver is None
         browser = open_browser(profile, width=1280, height=720) if own else driver
@@ -240,11 +260,80 @@ def screenshot_search(out: Path, *, driver: Any | None = None) -> None:
                 browser.quit()
 
 
+async def populate_history(app: App, clock: ShiftedClock) -> None:
+    """Three hours of the email queue's minutes: a steady load of two kinds
+    with a morning burst, retries and a short outage of failures."""
+    rng = random.Random(30)
+    store = app.store
+    assert isinstance(store, MemoryStore)
+    for ago in range(180, -1, -1):
+        clock.shift = ago * 60.0
+        burst = 3 if 40 <= ago <= 55 else 1
+        outage = 95 <= ago <= 101
+        counts = []
+        for queue, kind, base, at in (
+            ("email", "email.send", 60, 5),
+            ("email", "email.digest", 8, 8),
+            ("billing", "billing.charge", 12, 9),
+        ):
+            n = int(base * burst * (0.8 + 0.4 * rng.random()))
+            hist = [0] * BUCKETS
+            hist[at] = int(n * 0.7)
+            hist[at + 1] = n - int(n * 0.7) - 1
+            hist[at + 3 if ago % 17 else at + 5] = 1
+            failed = min(n // 2, rng.randint(5, 15)) if outage else int(rng.random() < 0.05)
+            retried = rng.randint(0, 3) + (10 if outage else 0)
+            counts.append(KindCounts(queue, kind, n - failed, failed, retried, tuple(hist)))
+        await store.add_aggregates(counts, keep=86400)
+    clock.shift = 0.0
+
+
+def history_screenshot(out: Path, *, driver: Any | None = None) -> None:
+    """Serve a demo dashboard with three hours of aggregates, load the email
+    queue's page (its history charts), save it as PNG to ``out``."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    clock = ShiftedClock()
+    app = App(MemoryStore(clock=clock))
+
+    @app.task("email.send", queue="email")
+    async def send(args: Email, job: JobContext) -> None: ...
+
+    async def populate() -> None:
+        await send.enqueue_many([Email(f"user{i}@example.com") for i in range(12)])
+        await populate_history(app, clock)
+
+    trio.run(populate)
+    with tempfile.TemporaryDirectory() as profile:
+        own = driver is None
+        browser = open_browser(profile, width=1280, height=1100) if own else driver
+        try:
+            with ServedDashboard(app, title="chronos_trio", refresh=0.5) as dash:
+                browser.get(f"{dash.url}/queue?name=email&hours=3")
+                WebDriverWait(browser, 10).until(
+                    lambda d: d.find_element(By.ID, "live").text.startswith("live")
+                )
+                browser.execute_script(
+                    "document.getElementById('charts').scrollIntoView();"
+                    "var d = document.querySelector('details.chart-data'); if (d) d.open = false;"
+                )
+                out.parent.mkdir(parents=True, exist_ok=True)
+                browser.save_screenshot(str(out))
+        finally:
+            if own:
+                browser.quit()
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     if args[:1] == ["search"]:
         target = Path(args[1]) if len(args) > 1 else SEARCH_OUT
         screenshot_search(target)
+        print(f"wrote {target}")
+    elif args[:1] == ["--history"]:
+        target = Path(args[1]) if len(args) > 1 else OUT_HISTORY
+        history_screenshot(target)
         print(f"wrote {target}")
     else:
         target = Path(args[0]) if args else OUT

@@ -232,3 +232,55 @@ def test_a_running_job_s_progress_bar_moves_live(browser_fresh: Any) -> None:
         )
         log = driver.find_element(By.ID, "job-log").text.splitlines()
         assert [line.split("  ", 1)[1] for line in log] == ["one", "two"]
+
+
+def test_a_chart_shows_the_jobs_workers_ran(browser_fresh: Any) -> None:
+    """Issue 30 item 3: jobs run by a real worker (its aggregator's last
+    write at shutdown) show as bars and run-time points on the queue page,
+    with local times added by the page's script; and in read-only mode."""
+    import trio
+    from selenium.webdriver.common.by import By
+
+    from tests.tests_app import Record, make_app
+
+    app = make_app(None)
+    app.use_store(MemoryStore())
+
+    async def run_jobs() -> None:
+        record = app.tasks["tests.record"]
+        await record.enqueue_many([Record("chart", sleep=0.01) for _ in range(12)])
+        await record.enqueue_many([Record("chart", fail=True) for _ in range(3)])
+        with trio.fail_after(WAIT):
+            async with app.open_worker(aggregate_interval=0.2) as worker:
+                await worker.wait_idle()
+
+    trio.run(run_jobs)
+    driver = browser_fresh
+    for options in ({}, {"read_only": True}):
+        with served_app(app, **options) as dash:
+            driver.get(f"{dash.url}/queue?name=default&hours=1")
+            wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#charts svg"))
+            ok = driver.find_elements(By.CSS_SELECTOR, '[data-history="default"] rect.bar.ok')
+            failed = driver.find_elements(
+                By.CSS_SELECTOR, '[data-history="default"] rect.bar.failed'
+            )
+            assert ok and failed, "the succeeded and failed jobs are drawn"
+            assert ok[0].size["height"] > failed[0].size["height"] > 0, "12 ok over 3 failed"
+            points = driver.find_elements(By.CSS_SELECTOR, '[data-history="default"] circle.point')
+            assert points, "p50/p99 points"
+            summary = driver.find_element(
+                By.CSS_SELECTOR, '[data-history="default"] .chart.throughput title'
+            ).get_attribute("textContent")
+            assert "12 succeeded, 3 failed" in summary
+            kinds = driver.find_elements(By.CSS_SELECTOR, '[data-history="default/tests.record"]')
+            assert kinds, "a chart per kind"
+            # the local time beside the UTC one, added by the script
+            wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "time.ts + span.local"))
+            if options:
+                assert driver.find_elements(By.CSS_SELECTOR, ".actions, form[method=post]") == []
+                posted = httpx.post(f"{dash.url}/actions/pause", data={"queue": "default"})
+                assert posted.status_code == 403
+
+
+def served_app(app: Any, **options: Any) -> ServedDashboard:
+    return ServedDashboard(app, **options)

@@ -111,6 +111,7 @@ def _account(
         events.publish(LeaseLost(job))
         return
     duration = _duration(entry)
+    tally = rt.aggregates
     if aborted or kind is SettleKind.ABORTED:
         rt.counters.aborted += 1
         log_job_event(
@@ -126,6 +127,8 @@ def _account(
             )
     elif kind is SettleKind.SUCCEEDED:
         rt.counters.succeeded += 1
+        if tally is not None:
+            tally.succeeded(job.queue, job.kind, duration)
         if debug:
             log_job_event(
                 log,
@@ -139,6 +142,8 @@ def _account(
             )
     elif kind is SettleKind.RETRY or kind is SettleKind.DEFER:
         rt.counters.retried += 1
+        if tally is not None:
+            tally.retried(job.queue, job.kind, duration)
         log_event(
             log,
             logging.INFO,

@@ -31,6 +31,7 @@ from ..records._options import (
     checked_names,
 )
 from ._actions import Actions
+from ._chart_views import charts_endpoint
 from ._events import events_endpoint
 from ._extension_views import extension_routes
 from ._extensions import Extensions
@@ -199,6 +200,7 @@ def dashboard_app(
         Route("/actions/{name}", actions.perform, methods=["POST"]),
         Route("/logout", actions.logout, methods=["POST"]),
         Route("/events", events_endpoint(inspector, refresh), methods=["GET"]),
+        Route("/charts", charts_endpoint(views), methods=["GET"]),
         Route("/static/{name}", static, methods=["GET"]),
         *extension_routes(views, actions, extensions),
     ]

@@ -8,7 +8,6 @@ always text, whatever it holds.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
@@ -23,15 +22,11 @@ from ..records._control import JobControl
 from ..records._jobs import Job
 from ..records._unique import unique_key_of_slot
 from ..runtime._schedule import zoned_time
+from ._charts import seconds_text
+from ._time import iso as iso
+from ._time import when
 
 HERE = Path(__file__).resolve().parent
-
-
-def iso(ts: float | None) -> str:
-    """Store-clock epoch seconds as ``2025-01-31 12:00:00Z`` (``-`` for None)."""
-    if ts is None:
-        return "-"
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def pretty_json(value: Any) -> str:
@@ -96,6 +91,8 @@ def environment(app_templates: Path | None = None) -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.globals.update(iso=iso, relative=relative, duration=duration, zoned=zoned_time)
+    # the time tags (absolute UTC beside relative) and the charts' figures
+    env.globals.update(when=when, seconds=seconds_text)
     return env
 
 

@@ -31,6 +31,7 @@ from ..records._producing import MAX_JOB_ID_LENGTH
 from ..records._workflow import batch_of, describe
 from ..store import Capability, VersionState, capabilities_of
 from ..store._capabilities import MissingCapability
+from ._chart_views import chart_context
 from ._extensions import ExtensionRequest, Extensions, Shown, panels
 from ._render import control_rows, environment, link, payload_text, result_text, shorten
 from ._security import SECURE_KEY, SESSION_KEY, Session, Signer, mount_path
@@ -251,6 +252,7 @@ class Views:
             unserved=gaps,
             panels=await self.panels(request, "queues"),
             nav_at="queues",
+            **await chart_context(request, self, None),
         )
 
     async def queue(self, request: Request) -> Response:
@@ -269,6 +271,7 @@ class Views:
             active_partitions=active[0].partitions if active else 1,
             panels=await self.panels(request, "queue"),
             nav_at="queues",
+            **await chart_context(request, self, name),
         )
 
     async def jobs(self, request: Request) -> Response:

@@ -1,6 +1,8 @@
 """The bottom layer: job records, errors, the payload codec, retry policy and
 job options. Every other layer may import it; it imports none of them."""
 
+from ._aggregates import KindCounts as KindCounts
+from ._aggregates import MinuteCounts as MinuteCounts
 from ._attempts import HISTORY_LIMIT as HISTORY_LIMIT
 from ._attempts import Attempt as Attempt
 from ._attempts import AttemptOutcome as AttemptOutcome

@@ -6,6 +6,8 @@ supervisor and its restart window, and the state the actors share. It imports on
 :class:`WorkerHost`."""
 
 from ..records._public import fixup_module_metadata as _fixup
+from ._aggregates import AggregatesStatistics as AggregatesStatistics
+from ._aggregates import AggregateTally as AggregateTally
 from ._config import WorkerConfig as WorkerConfig
 from ._config import parse_queues as parse_queues
 from ._context import JobContext as JobContext

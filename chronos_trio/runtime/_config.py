@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 
+from ..records._aggregates import check_keep
 from ..records._options import (
     check_bool,
     check_positive_int,
@@ -162,6 +163,10 @@ def _derived(compute: Callable[[WorkerConfig], Any]) -> Any:
     return attrs.Factory(compute, takes_self=True)
 
 
+def _aggregate_keep(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    check_keep(value)
+
+
 @attrs.frozen(kw_only=True)
 class WorkerConfig:
     """Knobs of one worker process, validated when built: a bad value or
@@ -251,6 +256,12 @@ class WorkerConfig:
     #: How often the elected leader reads the jobs per state of every queue
     #: for ``Metrics.queue_depths`` (only with a metrics object that has it).
     gauge_interval: float = attrs.field(default=15.0, validator=_positive)
+    #: What the worker ran (outcomes, run times) is added to the store's
+    #: per-minute aggregates at most this often, in one call (none while
+    #: idle); the store keeps each minute ``aggregate_keep`` seconds
+    #: (60 s to 31 days: the dashboard's charts show up to that far back).
+    aggregate_interval: float = attrs.field(default=5.0, validator=_positive)
+    aggregate_keep: float = attrs.field(default=86400.0, validator=_aggregate_keep)
     dead_max_age: float | None = attrs.field(default=7 * 86400.0, validator=_positive)
     dead_max_count: int | None = attrs.field(default=100_000, validator=_positive)
     restart_intensity: int = attrs.field(default=5, validator=_non_negative)

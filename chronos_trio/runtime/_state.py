@@ -13,6 +13,7 @@ from trio_util import AsyncValue
 from ..records._jobs import Job
 from ..records._log import log_event, log_job_event
 from ..store import Capability, Leadership, SetAside, Store, capabilities_of
+from ._aggregates import AggregateTally
 from ._config import WorkerConfig
 from ._events import EventBus, JobDead, LeaseLost
 from ._inflight import Entry, InFlight
@@ -107,6 +108,10 @@ class Runtime:
     #: The store's round trips counted for the metrics object (None: it
     #: takes none). Filled by the store's observer, taken only by ``gauges``.
     round_trips: RoundTripTally | None = None
+    #: Outcomes and run times not yet added to the store's per-minute
+    #: aggregates (None: the store keeps none). Counted by the completer
+    #: and :meth:`report_dead`, taken by the ``aggregator``.
+    aggregates: AggregateTally | None = None
     #: Newer-format records already warned about (the store reports them on
     #: every call while they wait): bounded, oldest forgotten first.
     _newer_seen: dict[str, None] = attrs.field(factory=dict)
@@ -126,6 +131,9 @@ class Runtime:
             unknown_kinds=UnknownKinds(config),
             threads=HandlerThreads(config.sync_concurrency, config.max_abandoned_threads),
             notes=NotesBuffer(offered=Capability.NOTES in capabilities_of(store)),
+            aggregates=AggregateTally()
+            if Capability.AGGREGATES in capabilities_of(store)
+            else None,
         )
 
     def report_aside(self, aside: SetAside, *, recovered: bool = False) -> SetAside:
@@ -192,6 +200,8 @@ class Runtime:
         notifier runs the dead-letter hooks): the one place ``counters.dead``
         grows. Never awaits."""
         self.counters.dead += 1
+        if self.aggregates is not None:
+            self.aggregates.failed_run(job.queue, job.kind, duration)
         log_event(
             log,
             logging.WARNING,

@@ -54,6 +54,7 @@ from ._results import TriggerResult as TriggerResult
 from ._results import VersionState as VersionState
 from ._roles import ROLES as ROLES
 from ._roles import AdminRole as AdminRole
+from ._roles import AggregatesRole as AggregatesRole
 from ._roles import CheckRole as CheckRole
 from ._roles import Continuation as Continuation
 from ._roles import FlowRole as FlowRole

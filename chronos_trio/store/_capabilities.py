@@ -11,7 +11,7 @@ two kinds:
   subclassing the role's ABC (``PromotionRole``, ``RegistryRole``,
   ``AdminRole``, ``TopologyRole``, ``LeadershipRole``, ``ResultRole``,
   ``FlowRole``, ``CheckRole``, ``NotesRole``, ``ScheduleStoreRole``,
-  ``SearchRole``, ``WorkflowRole``).
+  ``SearchRole``, ``WorkflowRole``, ``AggregatesRole``).
 * **Features** (:data:`FEATURES`): semantics carried inside the core's
   arguments (a ``NewJob``'s ``unique`` and ``control``, an abort flag in a
   renew's reply), which no method shows; a backend declares the ones it
@@ -67,6 +67,9 @@ class Capability(enum.StrEnum):
     #: ``WorkflowRole``: workflow records and cancel marks
     #: (``app.workflow(id).abort()``, ``.status()``).
     WORKFLOW_CONTROL = "workflow_control"
+    #: ``AggregatesRole``: per-minute aggregates of outcomes and run times
+    #: (``add_aggregates``, ``aggregates``): the dashboard's charts.
+    AGGREGATES = "aggregates"
     # -- features: semantics inside the core's arguments, declared in ``features`` ------
     #: ``NewJob.unique``: at most one pending job per key.
     UNIQUE = "unique"

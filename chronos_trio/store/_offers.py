@@ -19,6 +19,7 @@ from ..records._jobs import NewJob
 from ._capabilities import FEATURES, Capability, MissingCapability
 from ._roles import (
     AdminRole,
+    AggregatesRole,
     CheckRole,
     FlowRole,
     LeadershipRole,
@@ -50,6 +51,7 @@ ROLE_CAPABILITIES: Mapping[type, Capability] = {
     ScheduleStoreRole: Capability.DYNAMIC_SCHEDULES,
     SearchRole: Capability.SEARCH,
     WorkflowRole: Capability.WORKFLOW_CONTROL,
+    AggregatesRole: Capability.AGGREGATES,
 }
 
 #: The role behind each role capability.

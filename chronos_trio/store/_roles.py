@@ -33,6 +33,7 @@ The optional roles, each a :class:`~chronos_trio.store.Capability`:
   time.
 * :class:`SearchRole`: jobs found by kind, state, queue, texts, times and
   worker, page by page, with a bounded scan per call.
+* :class:`AggregatesRole`: per-minute aggregates of what workers ran.
 
 The features, declared in ``features`` (semantics carried inside the core's
 arguments): unique jobs, rate limits, concurrency limits, expiry,
@@ -110,6 +111,7 @@ from typing import ClassVar
 
 import attrs
 
+from ..records._aggregates import KindCounts, MinuteCounts
 from ..records._errors import StoreError as StoreError
 from ..records._errors import TopologyError as TopologyError
 from ..records._flow_control import WorkflowRecord
@@ -1144,6 +1146,46 @@ class SearchRole(StoreRole):
         """
 
 
+class AggregatesRole(StoreRole):
+    """Per-minute aggregates of what the workers ran (``records._aggregates``):
+    per (queue, kind, minute of the store's clock) the outcomes succeeded,
+    failed (dead-lettered) and retried, and a run-time histogram. Workers add
+    to them off the settle path (the ``aggregator`` actor, one call per flush
+    interval); the dashboard reads the last hours.
+
+    Memory is bounded: each (queue, kind, minute) is one small record (see
+    ``docs/metrics.md`` for the bytes per backend), kept ``keep`` seconds
+    after its minute ends, then expired or trimmed by the store.
+    """
+
+    @abc.abstractmethod
+    async def add_aggregates(self, counts: Sequence[KindCounts], *, keep: float) -> None:
+        """Add each of ``counts`` to its (queue, kind) in the current minute
+        of the store's clock (one minute for the whole batch), creating it
+        at zero when absent; the minute is kept at least ``keep`` seconds
+        after it ends and may then go (minutes older than ``keep`` are
+        removed by the store, by expiry or by this call). Several counts of
+        one (queue, kind) in a batch add up. Each (queue, minute)'s additions
+        are atomic; the batch costs one round trip (per node at most). An
+        empty batch does nothing.
+
+        Raises ``ValueError`` or ``TypeError``, before adding anything, for
+        counts :func:`~chronos_trio.records._aggregates.check_counts` refuses
+        or a ``keep`` outside [``MIN_KEEP``, ``MAX_KEEP``]. Raises StoreError
+        when the store cannot be reached: some queues' counts may have been
+        added then (adding them again counts them twice; a worker puts them
+        back and adds them with its next write, so a lost reply may count a
+        few runs twice, never lose them).
+        """
+
+    @abc.abstractmethod
+    async def aggregates(self, queues: Sequence[str], since: float) -> list[MinuteCounts]:
+        """The aggregates of ``queues`` from the minute holding ``since``
+        (epoch seconds, store clock) on, ordered by queue (as given), minute,
+        then kind; minutes nobody added to are absent. Unknown queues have
+        none. Raises StoreError when the store cannot be reached."""
+
+
 class Store(
     WorkerRole,
     PromotionRole,
@@ -1158,6 +1200,7 @@ class Store(
     ScheduleStoreRole,
     SearchRole,
     WorkflowRole,
+    AggregatesRole,
 ):
     """A store with every role and every feature: what the worker, the
     producers, the ``Inspector`` and the command line can all use.
@@ -1182,6 +1225,7 @@ ROLES: tuple[type[StoreRole], ...] = (
     ScheduleStoreRole,
     SearchRole,
     WorkflowRole,
+    AggregatesRole,
 )
 
 

@@ -54,6 +54,7 @@ ROWS: Mapping[Capability, str] = {
     Capability.SEARCH: "`SearchRole`: job search (`Inspector.search`, the dashboard's search page)",
     Capability.WORKFLOW_CONTROL: "`WorkflowRole`: workflow records, cancel and view "
     "(`app.workflow(id)`)",
+    Capability.AGGREGATES: "`AggregatesRole`: per-minute aggregates (the dashboard's charts)",
     Capability.UNIQUE: "unique jobs (`unique=`)",
     Capability.RATE_LIMITS: "rate limits (`rate_limit=`)",
     Capability.CONCURRENCY_LIMITS: "concurrency limits (`concurrency_limit=`)",

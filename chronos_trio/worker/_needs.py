@@ -26,6 +26,7 @@ ACTOR_NEEDS: Mapping[str, frozenset[Capability]] = {
     "scheduler": frozenset({Capability.LEADERSHIP}),
     "continuer": frozenset({Capability.FLOWS}),
     "noter": frozenset({Capability.NOTES}),
+    "aggregator": frozenset({Capability.AGGREGATES}),
 }
 
 

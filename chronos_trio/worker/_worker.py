@@ -52,6 +52,7 @@ import trio
 from trio_util import wait_any
 
 from ..actors import (
+    aggregator,
     completer,
     continuer,
     executor,
@@ -96,7 +97,7 @@ log = logging.getLogger("chronos_trio.worker")
 #: stop in the reverse one.
 GROUPS: Mapping[str, tuple[ModuleType, ...]] = {
     "notification": (notifier, registrar),
-    "settlement": (heartbeater, completer, continuer, noter),
+    "settlement": (heartbeater, completer, continuer, noter, aggregator),
     "execution": (executor,),
     "intake": (promoter, leaser, recoverer, janitor, leader, scheduler, gauges, recycler),
 }
@@ -443,6 +444,14 @@ class Worker:
         with trio.move_on_after(cfg.flush_timeout):
             await table.wait_until(lambda: len(table) == 0)
         stop_group("settlement")
+        if rt.aggregates is not None:  # what the last settles counted
+            with trio.move_on_after(cfg.flush_timeout):
+                try:
+                    await aggregator.write(rt, rt.aggregates)
+                except StoreError as exc:
+                    log_event(
+                        log, logging.WARNING, "aggregates not written at shutdown", error=str(exc)
+                    )
         with trio.move_on_after(cfg.flush_timeout):
             await rt.events.wait_drained()
         dropped = rt.events.discard_pending()

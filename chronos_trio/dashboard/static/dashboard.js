@@ -4,6 +4,63 @@
 // writes only text (textContent), never markup.
 (function () {
   "use strict";
+  // Times: the server writes UTC (and relative) in <time datetime=...>; the
+  // browser's local time goes beside each (without script, UTC still shows).
+  function localTimes(root) {
+    var tags = root.querySelectorAll("time[datetime]");
+    for (var i = 0; i < tags.length; i++) {
+      var t = tags[i];
+      if (t.getAttribute("data-local")) { continue; }
+      var d = new Date(t.getAttribute("datetime"));
+      if (isNaN(d.getTime())) { continue; }
+      var span = document.createElement("span");
+      span.className = "local";
+      span.textContent = " · " + d.toLocaleString(undefined, {
+        year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit",
+        minute: "2-digit", second: "2-digit", timeZoneName: "short"
+      });
+      t.setAttribute("data-local", "1");
+      t.parentNode.insertBefore(span, t.nextSibling);
+    }
+  }
+  localTimes(document);
+  // Charts: their fragment (server-rendered SVG, our own escaped HTML) is
+  // reloaded with the live updates, at most every CHART_EVERY ms.
+  var CHART_EVERY = 15000;
+  var chartsAt = Date.now();
+  var loading = false;
+  function reloadCharts() {
+    var section = document.getElementById("charts");
+    if (!section || loading || !window.fetch || !window.DOMParser) { return; }
+    if (Date.now() - chartsAt < CHART_EVERY) { return; }
+    var url = section.getAttribute("data-charts");
+    if (!url) { return; }
+    loading = true;
+    chartsAt = Date.now();
+    fetch(url, { credentials: "same-origin", headers: { "accept": "text/html" } })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        loading = false;
+        if (html === null) { return; }
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        var fresh = doc.getElementById("charts");
+        if (!fresh) { return; }
+        // keep open data tables open
+        var open = {};
+        var was = section.querySelectorAll("[data-history] details[open]");
+        for (var i = 0; i < was.length; i++) {
+          open[was[i].parentNode.getAttribute("data-history")] = true;
+        }
+        var node = document.importNode(fresh, true);
+        var now = node.querySelectorAll("[data-history]");
+        for (var j = 0; j < now.length; j++) {
+          var det = now[j].querySelector("details");
+          if (det && open[now[j].getAttribute("data-history")]) { det.setAttribute("open", ""); }
+        }
+        section.parentNode.replaceChild(node, section);
+        localTimes(node);
+      }, function () { loading = false; });
+  }
   var source = document.body.getAttribute("data-events");
   var live = document.getElementById("live");
   if (!source || !window.EventSource) { return; }
@@ -64,6 +121,7 @@
       }
     }
     if (live) { live.textContent = "live · store time " + data.at; live.className = "live on"; }
+    reloadCharts();
   });
   // a job's page: its live progress bar, state and log lines
   events.addEventListener("notes", function (e) {

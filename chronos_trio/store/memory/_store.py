@@ -34,6 +34,7 @@ import attrs
 import trio
 
 from ...records import _attempts, _control, _jobs, _unique
+from ...records._aggregates import KindCounts, MinuteCounts, check_counts, check_keep
 from ...records._attempts import Attempt
 from ...records._flow_control import WorkflowRecord
 from ...records._jobs import (
@@ -98,6 +99,7 @@ from .._search import decode_cursor as _decode_cursor
 from .._settling import WAITED_KEEP, SettleTally, settled_kind, unclaimed
 from .._topology_placement import locate as _locate
 from .._topology_placement import topology_placement as _placement_of
+from . import _aggregates as _memory_aggregates
 from . import _check as _memory_check
 from . import _control as _memory_control
 from . import _notes as _memory_notes
@@ -268,6 +270,7 @@ class MemoryStore(Store):
         self._done: dict[str, trio.Event] = {}
         self._unique = _memory_unique.UniqueLocks()
         self._control = _memory_control.ControlState()
+        self._aggregates = _memory_aggregates.Aggregates()
         #: Workflow outbox: job ID -> queue, oldest first (see FlowRole).
         self._outbox: dict[str, str] = {}
         self._outbox_filled = _flag.Flag()
@@ -1162,6 +1165,19 @@ class MemoryStore(Store):
                     yield [home, job_id], with_history(job, rec.history)
 
         return page_of(*collect(candidates(), query, limit, scan_limit), limit)
+
+    # -- aggregates ----------------------------------------------------------------------
+    async def add_aggregates(self, counts: Sequence[KindCounts], *, keep: float) -> None:
+        keep = check_keep(keep)
+        for c in counts:
+            check_counts(c)
+        await trio.lowlevel.checkpoint()
+        if counts:
+            self._aggregates.add(counts, keep, self._clock())
+
+    async def aggregates(self, queues: Sequence[str], since: float) -> list[MinuteCounts]:
+        await trio.lowlevel.checkpoint()
+        return self._aggregates.read(queues, since)
 
     # -- notes ---------------------------------------------------------------------------
     async def write_notes(self, writes: Sequence[NoteWrite]) -> NotesResult:

@@ -14,6 +14,7 @@ from typing import ClassVar
 from .._capabilities import FEATURES, Capability
 from .._observer import StoreObserver
 from ._admin import AdminPart
+from ._aggregates import AggregatesPart
 from ._check import CheckPart
 from ._database import Database
 from ._leader import LeaderPart
@@ -36,6 +37,7 @@ class PostgresStore(
     NotesPart,
     SchedulesPart,
     SearchPart,
+    AggregatesPart,
     TransactionalPart,
     WorkflowPart,
 ):

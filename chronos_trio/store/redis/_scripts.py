@@ -165,6 +165,8 @@ SCHEDULES_READ = Script("schedules_read")
 SEARCH_SCAN = Script("search_scan")
 WORKFLOW_SAVE = Script("workflow_save")
 WORKFLOW_CANCEL = Script("workflow_cancel")
+AGGREGATES_ADD = Script("aggregates_add")
+AGGREGATES_READ = Script("aggregates_read")
 
 
 @attrs.frozen

@@ -77,6 +77,10 @@ Global keys (single-key commands or single-key scripts only):
 ``{ns:done}``                      pub/sub channel (not a key): the key of a
                                    finished job whose record names it in
                                    field ``w`` (a producer waits on it)
+``{ns:agg:<queue>}:<minute>``      hash of a queue's per-minute aggregates
+                                   (``_aggregates``): field ``<what>|<kind>``
+                                   -> count; expires ``keep`` s after the
+                                   minute; a queue's minutes share one slot
 =================================  ==========================================
 
 Topology and paused share a tag (one node answers both in one round trip); all
@@ -238,6 +242,11 @@ class KeySpace:
                 self._placed.clear()
             keys = self._placed[ident] = self.partition(queue, version, partition)
         return keys
+
+    def aggregates(self, queue: str) -> str:
+        """The prefix of ``queue``'s per-minute aggregates: the hash of the
+        minute starting at epoch second m is this plus m (one slot per queue)."""
+        return f"{{{self._ns}:agg:{escape(queue)}}}:"
 
     def group(self, group_id: str) -> str:
         """A workflow group's hash (its own slot)."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ...records._aggregates import KindCounts, MinuteCounts
 from ...records._flow_control import WorkflowRecord
 from ...records._jobs import EnqueueResult, Job, JobOutcome, JobRef, JobState, LeaseRef, NewJob
 from ...records._notes import JobNotes, NoteWrite
@@ -49,6 +50,7 @@ from .._roles import (
 from .._search import SCAN_LIMIT, JobQuery, SearchPage
 from . import (
     _admin,
+    _aggregates,
     _enqueue,
     _flow,
     _jobs,
@@ -446,6 +448,15 @@ class RedisStore(Store):
 
     async def wait_outcome(self, ref: JobRef, *, timeout: float) -> JobOutcome | None:
         return await _results.wait_outcome(self._ctx, self._done, ref, timeout)
+
+    # -- per-minute aggregates (AggregatesRole) -----------------------------------------------
+    async def add_aggregates(self, counts: Sequence[KindCounts], *, keep: float) -> None:
+        """One ``aggregates_add.lua`` per queue, in one round trip."""
+        await _aggregates.add(self._ctx, counts, keep)
+
+    async def aggregates(self, queues: Sequence[str], since: float) -> list[MinuteCounts]:
+        """One ``aggregates_read.lua`` per queue, in one round trip."""
+        return await _aggregates.read(self._ctx, queues, since)
 
     # -- notes (NotesRole) ---------------------------------------------------------------------
     async def write_notes(self, writes: Sequence[NoteWrite]) -> NotesResult:

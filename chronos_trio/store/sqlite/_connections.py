@@ -40,6 +40,7 @@ from typing import TypeVar
 
 from ...records._errors import StoreError
 from .._observer import StoreObserver
+from .._sql_aggregates import table_sql
 from ._url import SqliteOptions
 
 T = TypeVar("T")
@@ -48,7 +49,7 @@ T = TypeVar("T")
 Work = Callable[[sqlite3.Connection], T]
 
 #: The schema version this code writes and reads (``PRAGMA user_version``).
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: Stored schedules (version 4, ``store._sql_schedules``); schema.sql has
 #: them too.
@@ -83,6 +84,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         " expires_at REAL NOT NULL) STRICT",
         "CREATE INDEX workflows_expiry ON workflows (expires_at)",
     ),
+    # 5 -> 6: per-minute aggregates (store._sql_aggregates)
+    5: table_sql("INTEGER", " STRICT"),
 }
 
 #: Oldest SQLite library the store runs on (STRICT tables, RETURNING).

@@ -1,4 +1,4 @@
--- chronos_trio SQLite store, schema version 5 (PRAGMA user_version; a file of
+-- chronos_trio SQLite store, schema version 6 (PRAGMA user_version; a file of
 -- an older version is migrated by _connections.MIGRATIONS).
 -- Applied once per file, in one BEGIN IMMEDIATE transaction, by the first
 -- process that opens it (see _database.py). Times are REAL epoch seconds on
@@ -189,3 +189,34 @@ CREATE TABLE workflows (
     expires_at   REAL NOT NULL
 ) STRICT;
 CREATE INDEX workflows_expiry ON workflows (expires_at);
+-- Per-minute aggregates (AggregatesRole, store/_sql_aggregates.py; version 6):
+-- one row per (queue, minute, kind) of what the workers ran.
+CREATE TABLE aggregates (
+    queue TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    minute INTEGER NOT NULL,
+    succeeded INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    retried INTEGER NOT NULL DEFAULT 0,
+    b0 INTEGER NOT NULL DEFAULT 0,
+    b1 INTEGER NOT NULL DEFAULT 0,
+    b2 INTEGER NOT NULL DEFAULT 0,
+    b3 INTEGER NOT NULL DEFAULT 0,
+    b4 INTEGER NOT NULL DEFAULT 0,
+    b5 INTEGER NOT NULL DEFAULT 0,
+    b6 INTEGER NOT NULL DEFAULT 0,
+    b7 INTEGER NOT NULL DEFAULT 0,
+    b8 INTEGER NOT NULL DEFAULT 0,
+    b9 INTEGER NOT NULL DEFAULT 0,
+    b10 INTEGER NOT NULL DEFAULT 0,
+    b11 INTEGER NOT NULL DEFAULT 0,
+    b12 INTEGER NOT NULL DEFAULT 0,
+    b13 INTEGER NOT NULL DEFAULT 0,
+    b14 INTEGER NOT NULL DEFAULT 0,
+    b15 INTEGER NOT NULL DEFAULT 0,
+    b16 INTEGER NOT NULL DEFAULT 0,
+    b17 INTEGER NOT NULL DEFAULT 0,
+    b18 INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, minute, kind)
+) STRICT;
+CREATE INDEX aggregates_minute ON aggregates (minute);

@@ -15,6 +15,7 @@ from typing import ClassVar
 from .._capabilities import FEATURES, Capability
 from .._observer import StoreObserver
 from ._admin import AdminPart
+from ._aggregates import AggregatesPart
 from ._check import CheckPart
 from ._connections import Clock
 from ._database import Database
@@ -38,6 +39,7 @@ class SqliteStore(
     NotesPart,
     SchedulesPart,
     SearchPart,
+    AggregatesPart,
     TransactionalPart,
     WorkflowPart,
 ):
