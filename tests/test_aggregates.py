@@ -247,3 +247,38 @@ async def test_a_store_without_aggregates_counts_nothing(autojump_clock: object)
     async with app.open_worker() as worker:
         await wait_for(lambda: done, timeout=10)
         assert worker.runtime.aggregates is None
+
+
+def test_names_the_aggregates_refuse_are_counted_under_a_shown_name() -> None:
+    """A damaged record's empty kind, or one past MAX_NAME, would make every
+    write fail (and held up the worker's shutdown in the damaged-record fuzz
+    tests): the tally counts them under a name the store takes."""
+    from chronos_trio.records._aggregates import MAX_NAME
+
+    tally = AggregateTally()
+    tally.failed_run("q", "", None)
+    tally.succeeded("q", "k" * (MAX_NAME + 5), None)
+    tally.succeeded("q", "k" * (MAX_NAME + 9), None)  # shown alike: one row
+    counts = {(c.queue, c.kind): c for c in tally.take()}
+    assert counts[("q", "?")].failed == 1
+    assert counts[("q", "k" * MAX_NAME)].succeeded == 2
+    assert len(counts) == 2
+
+
+async def test_counts_the_store_refuses_are_dropped_not_retried_forever() -> None:
+    from types import SimpleNamespace
+
+    from chronos_trio.actors import aggregator
+
+    class Refusing:
+        calls = 0
+
+        async def add_aggregates(self, counts: Any, *, keep: float) -> None:
+            Refusing.calls += 1
+            raise ValueError("refused")
+
+    tally = AggregateTally()
+    tally.succeeded("q", "k", None)
+    rt: Any = SimpleNamespace(store=Refusing(), config=SimpleNamespace(aggregate_keep=60.0))
+    await aggregator.write(rt, tally)
+    assert Refusing.calls == 1 and not tally.pending and tally.failed == 1

@@ -16,8 +16,11 @@ settlement group stopped. It runs only on a store with aggregates
 
 from __future__ import annotations
 
+import logging
+
 import trio
 
+from ..records._log import log_event
 from ..runtime._aggregates import AggregateTally
 from ..runtime._backoff import Backoff
 from ..runtime._state import Runtime, log
@@ -52,6 +55,12 @@ async def write(rt: Runtime, tally: AggregateTally) -> None:
     counts = tally.take()
     try:
         await rt.store.add_aggregates(counts, keep=rt.config.aggregate_keep)
+    except (ValueError, TypeError) as exc:
+        # counts the store refuses would be refused at every retry (and would
+        # hold up the shutdown's last write): dropped, and said
+        tally.failed += 1
+        log_event(log, logging.ERROR, "aggregates refused and dropped", error=str(exc))
+        return
     except BaseException:
         tally.put_back(counts)
         tally.failed += 1

@@ -19,7 +19,7 @@ from bisect import bisect_left as _bisect
 
 import attrs
 
-from ..records._aggregates import BUCKETS, LATENCY_BOUNDS, KindCounts
+from ..records._aggregates import BUCKETS, LATENCY_BOUNDS, MAX_NAME, KindCounts
 
 _WIDTH = 3 + BUCKETS
 
@@ -33,6 +33,14 @@ class AggregatesStatistics:
     writes: int = 0
     failed: int = 0
     pending: int = 0
+
+
+def shown_name(name: str) -> str:
+    """``name`` as the aggregates take it: as it is, cut to :data:`MAX_NAME`
+    characters, or ``"?"`` when empty (a damaged record's kind)."""
+    if not name:
+        return "?"
+    return name if len(name) <= MAX_NAME else name[:MAX_NAME]
 
 
 class AggregateTally:
@@ -79,11 +87,20 @@ class AggregateTally:
         return bool(self._rows)
 
     def take(self) -> list[KindCounts]:
-        """Everything counted, as one KindCounts per (queue, kind), and forget it."""
+        """Everything counted, as one KindCounts per (queue, kind), and forget it.
+        A name the aggregates would refuse (a damaged record's empty kind, one
+        over :data:`MAX_NAME` characters) is counted under :func:`shown_name`."""
         rows, self._rows = self._rows, {}
+        named: dict[tuple[str, str], list[int]] = {}
+        for (q, k), r in rows.items():
+            key = (shown_name(q), shown_name(k))
+            if key in named:  # two names shown alike: one row
+                named[key] = [a + b for a, b in zip(named[key], r, strict=True)]
+            else:
+                named[key] = r
         return [
             KindCounts(q, k, r[0], r[1], r[2], tuple(r[3:]) if any(r[3:]) else ())
-            for (q, k), r in rows.items()
+            for (q, k), r in named.items()
         ]
 
     def put_back(self, counts: list[KindCounts]) -> None:
