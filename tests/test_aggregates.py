@@ -82,7 +82,7 @@ def test_bad_counts_are_refused_with_a_message() -> None:
         check_counts(KindCounts("", "k"))
     with pytest.raises(TypeError, match="KindCounts"):
         check_counts(("q", "k"))  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="kept from 60 to"):
+    with pytest.raises(ValueError, match="a number of seconds from 60 to"):
         WorkerConfig(aggregate_keep=10)
 
 

@@ -212,7 +212,10 @@ async def test_the_dashboard_shows_since_when_a_job_goes_unclaimed(autojump_cloc
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as web:
         page = (await web.get("/job", params={"id": job_id})).text
     shown_at = dashboard_iso(job.unclaimed_since)
-    assert f"<th>Unclaimed since</th><td>{shown_at} (" in page, page
+    # the time in its <time> tag (the page adds the local time by script)
+    cell = page.split("<th>Unclaimed since</th><td>", 1)[1].split("</td>", 1)[0]
+    assert f">{shown_at}</time>" in cell, page
+    assert "workers without a handler for its kind sent it back" in cell, page
 
 
 @pytest.mark.redis

@@ -120,7 +120,7 @@ def check_keep(keep: object) -> float:
     to :data:`MAX_KEEP`; ``ValueError`` otherwise."""
     if is_number(keep) and math.isfinite(keep) and MIN_KEEP <= keep <= MAX_KEEP:
         return float(keep)
-    raise ValueError(f"aggregates are kept from {MIN_KEEP:g} to {MAX_KEEP:g} seconds, got {keep!r}")
+    raise ValueError(f"a number of seconds from {MIN_KEEP:g} to {MAX_KEEP:g}, got {keep!r}")
 
 
 def quantile(latency: Sequence[int], q: float) -> float | None:

@@ -164,7 +164,10 @@ def _derived(compute: Callable[[WorkerConfig], Any]) -> Any:
 
 
 def _aggregate_keep(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    check_keep(value)
+    try:
+        check_keep(value)
+    except ValueError as exc:  # named as every other option's error is
+        raise ValueError(f"{attribute.name} must be {exc}") from None
 
 
 @attrs.frozen(kw_only=True)

@@ -93,7 +93,7 @@ async def check_aggregates_refuse_bad_input(fresh: Fresh) -> None:
     for wrong in bad:
         await _refused(store.add_aggregates([good, wrong], keep=KEEP))  # type: ignore[list-item]
     for keep in (0.0, 59.0, float("inf"), float("nan"), 40 * 86400.0):
-        await _refused(store.add_aggregates([good], keep=keep), "kept from")
+        await _refused(store.add_aggregates([good], keep=keep), "a number of seconds from")
     assert await store.aggregates(["q"], 0.0) == [], "a refused batch added nothing"
 
 

@@ -61,6 +61,9 @@ class Listener:
         self._channel: str | None = None
         self._waiters: dict[str, set[Waiter]] = {}
         self._reader: Waiter | None = None
+        #: The reader's wait for the socket: cancelled when the reader is woken
+        #: in-process (dispatch), which no socket read would show it.
+        self._read_scope: trio.CancelScope | None = None
         self._failed_at: float | None = None
         self._opening: trio.Event | None = None
         self._closed = False
@@ -87,11 +90,20 @@ class Listener:
     def _dispatch(self, payload: str) -> None:
         for waiter in self._waiters.get(payload, ()):
             waiter.wake()
+        self._interrupt_reader()
+
+    def _interrupt_reader(self) -> None:
+        """A woken reader waiting for the socket stops waiting (else it would
+        sleep on until a notification or its timeout: a lost wake-up)."""
+        reader, scope = self._reader, self._read_scope
+        if reader is not None and reader.woke and scope is not None:
+            scope.cancel()
 
     def _wake_all(self) -> None:
         for group in self._waiters.values():
             for waiter in group:
                 waiter.wake()
+        self._interrupt_reader()
 
     # -- the connection -----------------------------------------------------------------
     @property
@@ -195,7 +207,14 @@ class Listener:
                     self._dispatch(notify.extra.decode())
                 if me.woke:
                     return
-                await trio.lowlevel.wait_readable(pgconn.socket)
+                with trio.CancelScope() as scope:
+                    self._read_scope = scope
+                    try:
+                        await trio.lowlevel.wait_readable(pgconn.socket)
+                    finally:
+                        self._read_scope = None
+                if scope.cancelled_caught:
+                    continue  # woken in-process: the loop sees me.woke
                 pgconn.consume_input()
                 if pgconn.status != psycopg.pq.ConnStatus.OK:
                     raise psycopg.OperationalError("the LISTEN connection is closed")
