@@ -678,11 +678,8 @@ def _run(
     # a failure inside a group that allows them is the member's outcome
     fail = node.get("of", None if node.get("af") else fail)
     if node.get("sm"):
-        # a batch: what follows gets the summary of the members' outcomes;
-        # its callback, the flow's last step, ends in an empty continuation,
-        # so that its record is kept (a replayed completion finds its ID taken)
-        if isinstance(after, dict) and "seq" in after and after.get("after") is None:
-            after = {**after, "after": {}}
+        # a batch: what follows gets the summary of the members' outcomes
+        # (its callback, the flow's last step, is kept as every last step is)
         after = {"sum": _batch_id(node["id"]), "after": after}
     jobs: list[NewJob] = []
     for k, member in enumerate(members):
