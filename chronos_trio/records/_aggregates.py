@@ -115,6 +115,15 @@ def check_counts(counts: KindCounts) -> KindCounts:
     return counts
 
 
+def check_add(counts: Sequence[KindCounts], keep: object) -> float:
+    """What every store checks before ``add_aggregates``: each of ``counts``
+    (:func:`check_counts`) and ``keep`` (:func:`check_keep`, returned as a
+    float). ``TypeError`` or ``ValueError`` naming what is wrong."""
+    for c in counts:
+        check_counts(c)
+    return check_keep(keep)
+
+
 def check_keep(keep: object) -> float:
     """``keep`` as a float if it is a number of seconds from :data:`MIN_KEEP`
     to :data:`MAX_KEEP`; ``ValueError`` otherwise."""

@@ -34,7 +34,7 @@ import attrs
 import trio
 
 from ...records import _attempts, _control, _jobs, _unique
-from ...records._aggregates import KindCounts, MinuteCounts, check_counts, check_keep
+from ...records._aggregates import KindCounts, MinuteCounts, check_add
 from ...records._attempts import Attempt
 from ...records._flow_control import WorkflowRecord
 from ...records._jobs import (
@@ -1168,9 +1168,7 @@ class MemoryStore(Store):
 
     # -- aggregates ----------------------------------------------------------------------
     async def add_aggregates(self, counts: Sequence[KindCounts], *, keep: float) -> None:
-        keep = check_keep(keep)
-        for c in counts:
-            check_counts(c)
+        keep = check_add(counts, keep)
         await trio.lowlevel.checkpoint()
         if counts:
             self._aggregates.add(counts, keep, self._clock())

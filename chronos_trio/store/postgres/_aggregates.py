@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import trio
 
-from ...records._aggregates import KindCounts, MinuteCounts, check_counts, check_keep
+from ...records._aggregates import KindCounts, MinuteCounts, check_add
 from .._roles import AggregatesRole
 from .._sql_aggregates import first_minute, minute_counts, read, rows_of, trim, upsert
 from ._base import PostgresPart
@@ -30,9 +30,7 @@ def add(conn: psycopg.Connection[Any], counts: Sequence[KindCounts], keep: float
 
 class AggregatesPart(PostgresPart, AggregatesRole):
     async def add_aggregates(self, counts: Sequence[KindCounts], *, keep: float) -> None:
-        keep = check_keep(keep)
-        for c in counts:
-            check_counts(c)
+        keep = check_add(counts, keep)
         if not counts:
             await trio.lowlevel.checkpoint()
             return

@@ -21,8 +21,7 @@ from ...records._aggregates import (
     BUCKETS,
     KindCounts,
     MinuteCounts,
-    check_counts,
-    check_keep,
+    check_add,
 )
 from ._scripts import AGGREGATES_ADD, AGGREGATES_READ, Op
 
@@ -46,9 +45,7 @@ def fields_of(counts: Sequence[KindCounts]) -> list[object]:
 
 
 async def add(ctx: StoreContext, counts: Sequence[KindCounts], keep: float) -> None:
-    keep = check_keep(keep)
-    for c in counts:
-        check_counts(c)
+    keep = check_add(counts, keep)
     by_queue: dict[str, list[KindCounts]] = {}
     for c in counts:
         by_queue.setdefault(c.queue, []).append(c)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import trio
 
-from ...records._aggregates import KindCounts, MinuteCounts, check_counts, check_keep, minute_of
+from ...records._aggregates import KindCounts, MinuteCounts, check_add, minute_of
 from .._roles import AggregatesRole
 from .._sql_aggregates import first_minute, minute_counts, oldest, read, rows_of, trim, upsert
 from ._base import SqlitePart
@@ -28,9 +28,7 @@ def add(conn: sqlite3.Connection, counts: Sequence[KindCounts], keep: float, now
 
 class AggregatesPart(SqlitePart, AggregatesRole):
     async def add_aggregates(self, counts: Sequence[KindCounts], *, keep: float) -> None:
-        keep = check_keep(keep)
-        for c in counts:
-            check_counts(c)
+        keep = check_add(counts, keep)
         if not counts:
             await trio.lowlevel.checkpoint()
             return
