@@ -2,7 +2,10 @@
 
 * plain: ``N`` pre-enqueued jobs drained by one embedded worker (c=64);
 * chains: ``C`` 10-link chains started at once, each link passing its
-  result on: links/s, and its ratio to the plain drain's jobs/s;
+  result on: links/s, and its ratio to the plain drain's jobs/s; twice:
+  sent from the worker's own process, and from a producer process of its
+  own (as the peers' chains are sent: their producer is never their
+  worker's process);
 * fan-out: one group of ``M`` members and a callback (a chord): the
   callback's start after the last member finished (latency), and members/s.
 
@@ -118,6 +121,39 @@ async def chains(url: str, c: int) -> float:
     return c * LINKS / took
 
 
+async def produce_chains(url: str, c: int) -> dict[str, float]:
+    """The producer's side of :func:`chains_apart`, in its own process (as
+    the peers' producers are): one chain sent and read first (warm-up), then
+    ``c`` chains sent one by one and each result read; links/s over that."""
+    app = _app(url, {})
+    link = app.tasks["link"]
+    flow = chain(link.s(0), *(link.s() for _ in range(LINKS - 1)))
+    with trio.fail_after(600):
+        assert await (await app.enqueue_workflow(flow)).result(timeout=300) == LINKS
+        t0 = time.perf_counter()
+        started = [await app.enqueue_workflow(flow) for _ in range(c)]
+        for wf in started:
+            assert await wf.result(timeout=300) == LINKS
+        took = time.perf_counter() - t0
+    await app.store.aclose()
+    return {"links_per_s": c * LINKS / took}
+
+
+async def chains_apart(url: str, c: int) -> float:
+    """:func:`chains` with the producer in a process of its own (the worker
+    embedded here, as for the plain drain): how the peers' chains are run
+    (their producer and worker are separate processes)."""
+    app = _app(url, {})
+    argv = [sys.executable, "-m", "benchmarks.workflows", "--produce-chains", str(c), "--url", url]
+    async with app.open_worker(concurrency=64, poll_interval=0.05):
+        done = await trio.run_process(
+            argv, capture_stdout=True, cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO)}
+        )
+    await app.store.aclose()
+    figure: float = json.loads(done.stdout.decode().strip().splitlines()[-1])["links_per_s"]
+    return figure
+
+
 async def fan_out(url: str, m: int) -> tuple[float, float]:
     marks: dict[str, float] = {}
     app = _app(url, marks)
@@ -143,6 +179,7 @@ HOW = {
     OURS: {
         "plain": "`task.enqueue_many`, embedded worker",
         "chains": "`chain(link.s(0), link.s(), ...)`",
+        "chains_apart": "the same, sent from a producer process of its own",
         "chord": "`chain(group(*members), callback.s())`",
     },
     "celery": {
@@ -213,6 +250,7 @@ def loadavg() -> str:
 FIGURES = (
     ("plain", "jobs_per_s", True),
     ("chains", "links_per_s", True),
+    ("chains_apart", "links_per_s", True),
     ("chord", "latency_ms", False),
     ("chord", "members_per_s", True),
 )
@@ -224,10 +262,13 @@ def _ours(redis: BenchRedis, args: argparse.Namespace) -> dict[str, dict[str, An
     flushall(redis)
     links = trio.run(chains, redis.url, args.chains)
     flushall(redis)
+    apart = trio.run(chains_apart, redis.url, args.chains)
+    flushall(redis)
     latency, per_s = trio.run(fan_out, redis.url, args.members)
     return {
         "plain": {"jobs_per_s": plain_, "ok": True},
         "chains": {"links_per_s": links, "ok": True},
+        "chains_apart": {"links_per_s": apart, "ok": True},
         "chord": {"latency_ms": latency, "members_per_s": per_s, "ok": True},
     }
 
@@ -283,6 +324,8 @@ def table(
     for workload, key, _higher in FIGURES:
         ours = _median([r[workload] for r in results[OURS]], key)
         for system, runs in results.items():
+            if workload not in HOW[system]:
+                continue  # ours only: the peers' chains are sent from a process of their own
             wl = [r[workload] for r in runs]
             value = _median(wl, key)
             base = _median([r["plain"] for r in runs], "jobs_per_s")
@@ -312,7 +355,12 @@ def main() -> None:
     parser.add_argument("--peer-timeout", type=float, default=300.0,
                         help="seconds a peer's run may take (then: what completed)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS, help="every run's figures (JSON)")
+    parser.add_argument("--produce-chains", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--url", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.produce_chains:  # the producer process of chains_apart
+        print(json.dumps(trio.run(produce_chains, args.url, args.produce_chains)))
+        return
     wanted = list(PEERS) if args.peers is None else [p for p in args.peers.split(",") if p]
     unknown = set(wanted) - set(PEERS)
     if unknown:
