@@ -441,8 +441,9 @@ async def test_kill_9_while_flows_are_cancelled_and_continued(
     redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Chains continued by two worker processes; one dies with kill -9 just
-    after its continuer enqueued a step (before its second cancel check),
-    and at that moment half the flows are cancelled from this process. No
+    after a step was made (its settle stored it as the link's successor, or
+    its continuer enqueued it before its second cancel check), and at that
+    moment half the flows are cancelled from this process. No
     cancelled flow gets further than one step past where the cancel found
     it (a step its continuer made in the race is aborted, and what would
     follow it is never made); every step of a cancelled flow ends finished
@@ -511,5 +512,5 @@ async def test_kill_9_while_flows_are_cancelled_and_continued(
     finally:
         manager.close()
         await producer.aclose()
-    assert "code=-9" in manager.log(), "a continuer died between its enqueue and its check"
+    assert "code=-9" in manager.log(), "a worker died just after a step was made"
     print(f"\nsteps of cancelled flows started after every abort returned: {late}")

@@ -215,22 +215,38 @@ if os.environ.get("WF_KILL_IN_CONTINUER"):
 def _kill_after_enqueue(target: str, mark: str) -> None:
     """Fault injection for the process tests: the first process whose
     continuer has just enqueued ``target`` (before its second cancel check,
-    see ``runtime._flow_cancel``) dies with kill -9; ``mark`` as above."""
+    see ``runtime._flow_cancel``), or whose settle of a chain link has just
+    stored ``target`` as its successor (``Settlement.successor``: before
+    the worker hears of it), dies with kill -9; ``mark`` as above."""
     from chronos_trio.actors import continuer
+    from chronos_trio.store.redis import RedisStore
+
+    def die() -> None:
+        try:
+            os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            pass
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     check = continuer.abort_made
 
     async def dying(store: Any, made: Any, jobs: Any) -> Any:
         if any(job.id == target for job in jobs):
-            try:
-                os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            except FileExistsError:
-                pass
-            else:
-                os.kill(os.getpid(), signal.SIGKILL)
+            die()
         return await check(store, made, jobs)
 
     continuer.abort_made = dying  # type: ignore[assignment]
+    settle = RedisStore.settle
+
+    async def dying_settle(store: Any, settlements: Any) -> Any:
+        result = await settle(store, settlements)
+        for i in result.continued:
+            if settlements[i].successor.job.id == target:
+                die()
+        return result
+
+    RedisStore.settle = dying_settle  # type: ignore[method-assign]
 
 
 if os.environ.get("WF_KILL_AFTER_ENQUEUE"):

@@ -16,11 +16,12 @@ import trio
 
 from ..records._jobs import JobState
 from ..records._log import log_event, log_job_event
+from ..records._workflow import chain_successor
 from ..runtime._backoff import Backoff
 from ..runtime._events import JobAbortApplied, JobReleased, JobRetried, JobSucceeded, LeaseLost
 from ..runtime._inflight import Entry, Stage
 from ..runtime._state import Runtime, log
-from ..store import SettleKind, Settlement
+from ..store import SettleKind, Settlement, Successor
 
 
 async def run(
@@ -46,9 +47,13 @@ async def run(
 async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
     to_store = [e for e in batch if e.outcome is not None]
     if to_store:
-        # a success goes as it is (no call per job on the hot path)
+        # a success of a job without a continuation goes as it is (no call
+        # per job on the hot path)
+        continues = getattr(type(rt.store), "continues_in_settle", False)
         outcomes: list[Settlement] = [
-            e.outcome if e.outcome.kind is _SUCCEEDED else _stamped(e)  # type: ignore[union-attr,misc]
+            e.outcome  # type: ignore[misc]
+            if e.outcome.kind is _SUCCEEDED and e.leased.job.then is None  # type: ignore[union-attr]
+            else _stamped(e, continues)
             for e in to_store
         ]
         result = await backoff.call(rt.store.settle, outcomes)
@@ -74,15 +79,33 @@ async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
 _SUCCEEDED = SettleKind.SUCCEEDED
 
 
-def _stamped(entry: Entry) -> Settlement:
+def _stamped(entry: Entry, continues: bool = False) -> Settlement:
     """The entry's outcome as the store is sent it: one that does not
     succeed carries its lease's start, for the job's attempt history (a
-    success goes as it is: its attempt is derived from the record)."""
+    success goes as it is: its attempt is derived from the record). The
+    success of a chain link, to a store that ``continues_in_settle``,
+    carries the link's successor (:func:`_successor`)."""
     outcome = entry.outcome
     assert outcome is not None
     if outcome.kind is _SUCCEEDED:
-        return outcome
+        return _successor(entry.leased.job.then, outcome) if continues else outcome
     return attrs.evolve(outcome, started=entry.leased.leased_at)
+
+
+def _successor(then: str | None, outcome: Settlement) -> Settlement:
+    """``outcome`` (a success) with its job's successor, when the job is a
+    chain link whose next step is one ordinary job due now
+    (``records._workflow.chain_successor``, on the result the settle keeps:
+    what the continuer would read): the store may enqueue it in the settle
+    itself. Anything else (a group member, a graph join, a damaged
+    continuation) goes as it is, to the outbox path."""
+    if then is None:
+        return outcome
+    kept = outcome.result if outcome.result is not None and outcome.result_ttl > 0 else None
+    steps = chain_successor(then, kept, outcome.lease.job_id)
+    if steps is None:
+        return outcome
+    return attrs.evolve(outcome, successor=Successor(steps.jobs[0], steps.workflow))
 
 
 def _account(

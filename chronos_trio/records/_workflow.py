@@ -479,6 +479,33 @@ def advance(then: str, result: bytes | None, job_id: str = "") -> Steps:
     return _apply(_load(then), result, job_id)
 
 
+def chain_successor(then: str, result: bytes | None, job_id: str = "") -> Steps | None:
+    """The one job that follows job ``job_id`` of a chain, when its
+    success makes exactly one ordinary job due now: a continuation whose
+    next step is a chain's next link (``"seq"``, not a group member, a
+    graph step or a batch), that job without a delay, a unique key or
+    flow control (limits, priority, expiry). None in every other case
+    (then the outbox path handles it, as ever), a damaged continuation
+    included (the continuer reports it). Never raises.
+
+    What the settle of such a job may enqueue in its own step
+    (``Settlement.successor``): the very job :func:`advance` makes, under
+    its deterministic ID."""
+    try:
+        after = _load(then)
+        if not isinstance(after, dict) or "seq" not in after:
+            return None
+        steps = _apply(after, result, job_id)
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
+    if len(steps.jobs) != 1 or steps.arrivals:
+        return None
+    job = steps.jobs[0]
+    if job.delay > 0 or job.run_at is not None or job.unique is not None or job.control:
+        return None
+    return steps
+
+
 def _load(then: str) -> Any:
     try:
         return flow_json.loads(then)

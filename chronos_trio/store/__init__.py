@@ -50,6 +50,7 @@ from ._results import Settlement as Settlement
 from ._results import SettleResult as SettleResult
 from ._results import StoredSchedule as StoredSchedule
 from ._results import StoredSchedules as StoredSchedules
+from ._results import Successor as Successor
 from ._results import TriggerResult as TriggerResult
 from ._results import VersionState as VersionState
 from ._roles import ROLES as ROLES

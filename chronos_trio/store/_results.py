@@ -14,7 +14,7 @@ import enum
 
 import attrs
 
-from ..records._jobs import Job, JobState, LeasedJob, LeaseRef
+from ..records._jobs import Job, JobState, LeasedJob, LeaseRef, NewJob
 from ..records._placement import Placement
 
 
@@ -47,6 +47,17 @@ class AbortResult(enum.StrEnum):
 
 
 @attrs.frozen
+class Successor:
+    """A chain link's next step, handed to the success settle of the link
+    (:attr:`Settlement.successor`): the one job its continuation makes now
+    (computed by the worker with ``records._workflow.chain_successor``),
+    and the workflow it belongs to (None: a continuation that carries none)."""
+
+    job: NewJob
+    workflow: str | None = None
+
+
+@attrs.frozen
 class Settlement:
     """One lease's outcome, fenced by ``lease.token``."""
 
@@ -66,6 +77,13 @@ class Settlement:
     #: clock; ``LeasedJob.leased_at``), kept in the job's attempt history
     #: (``records._attempts``); None: not known.
     started: float | None = None
+    #: SUCCEEDED of a chain link only: the one job its continuation makes
+    #: next. A store that continues chains in its settle
+    #: (``continues_in_settle``) may enqueue it in the same atomic step
+    #: instead of writing an outbox entry (then the index is in
+    #: :attr:`SettleResult.continued`); any other store, or case, ignores
+    #: it and writes the outbox entry as ever. None: nothing to hand over.
+    successor: Successor | None = None
 
 
 @attrs.frozen
@@ -204,12 +222,16 @@ class SettleResult:
     * ``unclaimed_dead``: the indexes of the applied UNCLAIMED settlements
       that dead-lettered the job, because it had gone back unclaimed for
       longer than their ``unclaimed_grace``.
+    * ``continued``: the indexes of the applied SUCCEEDED settlements whose
+      :attr:`Settlement.successor` the store enqueued in the settle itself
+      (or found already stored under its ID), writing no outbox entry.
     """
 
     settled: tuple[bool, ...]
     aside: SetAside
     aborted: frozenset[int]
     unclaimed_dead: frozenset[int]
+    continued: frozenset[int] = frozenset()
 
 
 @attrs.frozen

@@ -80,6 +80,8 @@ class SettleTally:
     settled: list[bool] = attrs.Factory(list)
     aborted: list[int] = attrs.Factory(list)
     unclaimed_dead: list[int] = attrs.Factory(list)
+    #: applied successes whose successor the settle enqueued (no outbox entry)
+    continued: list[int] = attrs.Factory(list)
 
     def refused(self) -> None:
         self.settled.append(False)
@@ -92,10 +94,15 @@ class SettleTally:
             self.unclaimed_dead.append(index)
         self.settled.append(True)
 
+    def continued_last(self) -> None:
+        """The settlement applied last had its successor enqueued."""
+        self.continued.append(len(self.settled) - 1)
+
     def result(self) -> SettleResult:
         return SettleResult(
             tuple(self.settled),
             NOTHING_SET_ASIDE,
             frozenset(self.aborted),
             frozenset(self.unclaimed_dead),
+            frozenset(self.continued),
         )

@@ -63,6 +63,7 @@ from .. import _checking, _flag, _partitioning
 from .._admission import Verdict
 from .._attempt_ends import recovered_attempt, settled_attempt
 from .._partitioning import partition_of, share_by_weight, share_strictly
+from .._results import Successor
 from .._roles import (
     DAMAGED_RECORD,
     LEASE_GRACE,
@@ -244,6 +245,9 @@ class MemoryStore(Store):
     """
 
     shared_across_processes = False
+    #: A chain link's success enqueues its successor in the settle itself
+    #: (``Settlement.successor``; see :meth:`_continue_chain`).
+    continues_in_settle = True
 
     def __init__(
         self, *, clock: Callable[[], float] | None = None, default_partitions: int = 1
@@ -278,6 +282,10 @@ class MemoryStore(Store):
         self._groups: dict[str, tuple[float, int, dict[int, bytes | None]]] = {}
         #: The worker registry (see ``memory._workers``).
         self._workers = _memory_workers.WorkerRegistry()
+        #: Chain links whose successor a settle enqueued (no outbox entry),
+        #: and whether the settlement being applied did (see ``settle``).
+        self.chain_settles = 0
+        self._chain_continued = False
         #: Workflow records and cancel marks (see ``memory._workflows``).
         self._workflows = _memory_workflows.WorkflowRecords()
 
@@ -783,7 +791,26 @@ class MemoryStore(Store):
                 ended = settled_attempt(job, kind, s, rec.job, now)
                 rec.history = _attempts.added(rec.history, ended)
             tally.applied(kind, end)
+            if s.successor is not None and self._chain_continued:
+                self._chain_continued = False
+                tally.continued_last()
         return tally.result()
+
+    def _continue_chain(self, successor: Successor, now: float) -> bool:
+        """In a chain link's success settle: enqueue its successor under its
+        deterministic ID (an existing job of that ID is left alone), as an
+        ordinary waiting job, unless its workflow is marked cancelled (then
+        False: the outbox path, whose continuer aborts what it would make).
+        The mark is read in this same step, so a cancel either comes after
+        the successor exists (its sweep finds it) or stops it here."""
+        wid = successor.workflow
+        if wid is not None and self._workflows.cancelled([wid], now):
+            return False
+        new = successor.job
+        self._enqueue_one(new, new.id, now)
+        self.chain_settles += 1
+        self._chain_continued = True
+        return True
 
     # Each takes the job as it was leased, its lease cleared (``job``), and
     # returns the state it ends in (None: the record is gone).
@@ -800,8 +827,9 @@ class MemoryStore(Store):
         keep = max(s.retain_for, s.result_ttl if keeps_result else 0.0)
         if job.then is not None:
             keep = max(keep, WORKFLOW_KEEP)
-            self._outbox[job.id] = rec.home
-            self._outbox_filled.set()
+            if s.successor is None or not self._continue_chain(s.successor, now):
+                self._outbox[job.id] = rec.home
+                self._outbox_filled.set()
         if keep <= 0 and job.id in self._done:
             keep = WAITED_KEEP  # its waiters read the outcome after the wake-up
         if keep <= 0:

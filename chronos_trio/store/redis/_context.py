@@ -134,6 +134,8 @@ class StoreContext(RedisCore):
         self.newer_met = 0
         #: Set when a settle of this store queued a workflow continuation.
         self.outbox_filled = Flag()
+        #: Chain links whose settle stored their successor (no outbox entry).
+        self.chain_settles = 0
 
     def count_aside(self, aside: SetAside) -> SetAside:
         """Count what an operation set aside (for ``statistics()``); returns it."""

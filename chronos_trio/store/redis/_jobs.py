@@ -75,6 +75,7 @@ from .._roles import (
 from . import _kinds as redis  # isinstance(client, redis.Redis) without importing redis-py
 from . import _scripts as S
 from ._alloc import earliest, earliest_bounded, pairs, runs
+from ._chain_settle import successor_args
 from ._codec import (
     READ_FIELDS,
     decode_aside,
@@ -612,6 +613,9 @@ def _leased_jobs(
     # a job with flow control: its number in the part -> its fc (lease.lua)
     flat = reply[1][3]
     controls = {flat[c]: flat[c + 1] for c in range(0, len(flat), 2)} if flat else None
+    # a workflow job: its number in the part -> its extras (lease.lua)
+    flat = reply[1][7]
+    thens = {flat[c]: flat[c + 1] for c in range(0, len(flat), 2)} if flat else None
     for n, k in enumerate(range(2, len(reply), 11), 1):
         fc = controls.get(n) if controls else None
         try:
@@ -642,7 +646,8 @@ def _leased_jobs(
                 run_at, leased, int(reply[k + 5]), max_retries,
                 timeout, token, worker_id, expires, placement,
                 error.decode("utf-8", "backslashreplace") if error else "", created_at, None, "",
-                None, None, decode_headers(raw_headers) if raw_headers else (), None,
+                None, None, decode_headers(raw_headers) if raw_headers else (),
+                _then(thens.get(n)) if thens else None,
                 decode_control(fc.decode()) if fc else None,
             )  # fmt: skip
         except (UnicodeDecodeError, ValueError, TypeError, AttributeError) as exc:
@@ -651,6 +656,14 @@ def _leased_jobs(
             continue
         out.append(LeasedJob(job, token, expires, leased_at))
     return out
+
+
+def _then(extras: bytes | None) -> str | None:
+    """A leased job's workflow continuation from its extras (field x: its
+    unique spec, NUL, its continuation; see ``_enqueue.extras``)."""
+    if extras is None:
+        return None
+    return extras.partition(b"\0")[2].decode("utf-8", "replace") or None
 
 
 def _why_undecodable(reply: list[Any], k: int, fc: bytes | None, exc: Exception) -> str:
@@ -765,9 +778,14 @@ _WAITS_AGAIN = frozenset({SettleKind.RETRY, SettleKind.DEFER, SettleKind.UNCLAIM
 _NO_RESULT = ("", "")
 
 
-def _settle_op(argv_of: dict[PartitionKeys, list[object]]) -> Op:
+def _settle_op(
+    argv_of: dict[PartitionKeys, list[object]],
+    successors: dict[PartitionKeys, list[object]] | None = None,
+) -> Op:
     """One settle.lua call over the partitions of ``argv_of`` (partition ->
-    its settlements' arguments, 8 each, see settle.lua)."""
+    its settlements' arguments, 8 each, see settle.lua), then the successors
+    of its chain links (``successors``: partition -> their arguments, 13
+    each, in the order of its settlements of kind 'c')."""
     keys = [
         key
         for pk in argv_of
@@ -776,23 +794,49 @@ def _settle_op(argv_of: dict[PartitionKeys, list[object]]) -> Op:
     argv: list[object] = [len(a) // 8 for a in argv_of.values()]
     for a in argv_of.values():
         argv += a
+    if successors:
+        for pk in argv_of:
+            argv += successors.get(pk, ())
     return Op.script_call(S.SETTLE, keys, argv)
+
+
+async def _chain_successors(
+    ctx: StoreContext, settlements: Sequence[Settlement]
+) -> dict[int, list[object]]:
+    """settle.lua's arguments of each chain link's successor this settle can
+    store itself (by settlement index; see ``_chain_settle``): none on a
+    Cluster. Raises StoreError when the client cannot be made."""
+    found: dict[int, list[object]] = {}
+    for i, s in enumerate(settlements):
+        if s.successor is not None and s.kind is SettleKind.SUCCEEDED:
+            if not found and not await _one_node(ctx):
+                return {}
+            args = successor_args(ctx, s.successor)
+            if args is not None:
+                found[i] = args
+    return found
 
 
 async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> SettleResult:
     groups = _group(ctx, [s.lease for s in settlements])
+    chains = await _chain_successors(ctx, settlements)
     argv_of: dict[PartitionKeys, list[object]] = {}
+    tails: dict[PartitionKeys, list[object]] = {}
     for pk, idxs in groups.items():
         argv: list[object] = []
         for i in idxs:
             s = settlements[i]
             # retain_for's place carries an UNCLAIMED settle's grace (settle.lua)
             keep = s.unclaimed_grace if s.kind is SettleKind.UNCLAIMED else s.retain_for
+            code = _SETTLE_CODES[s.kind]
+            if chains and i in chains:
+                code = "c"  # a chain link's success that stores its successor
+                tails.setdefault(pk, []).extend(chains[i])
             argv += [
                 s.lease.job_id,
                 s.lease.token,
                 # upper case: the job has flow control (settle.lua reads it)
-                _SETTLE_CODES[s.kind].upper() if s.lease.controlled else _SETTLE_CODES[s.kind],
+                code.upper() if s.lease.controlled else code,
                 s.error,
                 repr(float(s.retry_delay)) if s.retry_delay else "0",
                 repr(float(keep)) if keep else "0",
@@ -810,9 +854,14 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Settle
     calls = [[pk] for pk in groups]
     if len(calls) > 1 and await _one_node(ctx):
         calls = [list(groups)]
-    ops = [_settle_op({pk: argv_of[pk] for pk in call}) for call in calls]
+    ops = [_settle_op({pk: argv_of[pk] for pk in call}, tails) for call in calls]
     now = ctx.estimated_now()
     ready: dict[str, int] = {}
+    for i in chains:
+        # a successor the settle may store: its queue's leasers are woken
+        # with the settle (same round trip; a wrong guess costs a cheap look)
+        q = settlements[i].successor.job.queue  # type: ignore[union-attr]
+        ready[q] = ready.get(q, 0) + 1
     due: dict[str, float] = {}
     for s in settlements:
         q = s.lease.queue
@@ -827,6 +876,7 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Settle
     results = [False] * len(settlements)
     aborted: list[int] = []
     unclaimed_dead: list[int] = []
+    continued: list[int] = []
     aside = NOTHING_SET_ASIDE
     failed: list[tuple[PartitionKeys, bytes]] = []
     freed: dict[str, int] = {}
@@ -839,9 +889,11 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Settle
             aside += decode_aside(part[0], pk.queue, pk.placement)
             for k, i in enumerate(groups[pk]):
                 code = part[1 + k]
-                results[i] = code == 1 or code == 4 or code == 5 or code == 6
+                results[i] = code == 1 or code == 4 or code == 5 or code == 6 or code == 7
                 if code == 4:  # a workflow continuation went to the outbox
                     ctx.outbox_filled.set()
+                elif code == 7:  # its successor is stored: no outbox entry
+                    continued.append(i)
                 elif code == 5:  # the job is aborted now
                     aborted.append(i)
                 elif code == 6:  # unclaimed past its grace: dead-lettered
@@ -868,7 +920,11 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Settle
         # stays applied; the caller settles the batch again (fenced).
         pk, why = failed[0]
         raise StoreError(f"settle failed in partition {pk.tag}: {why.decode(errors='replace')}")
-    return SettleResult(tuple(results), aside, frozenset(aborted), frozenset(unclaimed_dead))
+    if continued:
+        ctx.chain_settles += len(continued)
+    return SettleResult(
+        tuple(results), aside, frozenset(aborted), frozenset(unclaimed_dead), frozenset(continued)
+    )
 
 
 # -- recover ---------------------------------------------------------------------------

@@ -100,6 +100,9 @@ class RedisStoreStatistics:
     damaged_dead: int = 0
     quarantined: int = 0
     newer_met: int = 0
+    #: Chain links whose success settle stored their successor itself
+    #: (no outbox entry; see ``lua/settle.lua``, kind 'c').
+    chain_settles: int = 0
 
 
 class RedisStore(Store):
@@ -125,6 +128,9 @@ class RedisStore(Store):
     """
 
     shared_across_processes = True
+    #: A chain link's success stores its successor in the settle itself, on
+    #: a single node (``Settlement.successor``; see ``lua/settle.lua``).
+    continues_in_settle = True
 
     def __init__(
         self,
@@ -253,6 +259,7 @@ class RedisStore(Store):
             c.damaged_dead,
             c.quarantined,
             c.newer_met,
+            c.chain_settles,
         )
 
     @property

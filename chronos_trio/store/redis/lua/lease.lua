@@ -91,7 +91,10 @@
 -- flow control its number in this part (1, 2, ...) then its fc, held: how
 -- many entries it judged and put back at the head of its ready zset (held
 -- back, or of a newer format), more: 0 when its ready zset ran out, else 1,
--- looked: how many entries it looked at}, then per
+-- looked: how many entries it looked at, continuations: per leased job
+-- with a workflow continuation its number in this part then its extras
+-- (field x: the worker works out a chain link's successor from it, see
+-- settle.lua's kind 'c')}, then per
 -- job 11 entries: id, token, kind, payload, run_at ('' for none), attempts
 -- (already incremented), max_retries, timeout, last_error, created_at,
 -- headers ('' for none)}}. now and expires_at are '' when no partition had a
@@ -102,6 +105,7 @@
 --@include check_text
 --@include chunk_sizes
 --@include clock
+--@include continues
 --@include dead_letter
 --@include earliest
 --@include format
@@ -363,7 +367,7 @@ local function lease_partition(p, share, budget, res, lone)
     exp_s = string.format('%.17g', now + tonumber(ARGV[2]))
     out[1], out[2] = now_s, exp_s
   end
-  res = res or {new_aside(), {{}, '', 0, {}, 0, 1, 0}}
+  res = res or {new_aside(), {{}, '', 0, {}, 0, 1, 0, {}}}
   local aside, info = res[1], res[2]
   local asked, looked, n = share, 0, 0
   local back = list_of(backs, ready)
@@ -396,9 +400,9 @@ local function lease_partition(p, share, budget, res, lone)
       local id = popped[i]
       local key = prefix .. id
       local f = redis.pcall('HMGET', key, 'v', 'kind', 'payload', 'attempts', 'max_retries',
-        'timeout', 'last_error', 'created_at', 'h', 'fc', 'state', 'run_at')
+        'timeout', 'last_error', 'created_at', 'h', 'fc', 'state', 'run_at', 'x')
       local none = nil
-      if not f[2] then f, none = probe_job(key, f, 12) end
+      if not f[2] then f, none = probe_job(key, f, 13) end
       if not f then
         quarantine(aside, damaged, id, none, 'ready', now)
       else
@@ -467,6 +471,12 @@ local function lease_partition(p, share, budget, res, lone)
             local controls = info[4]
             controls[#controls + 1] = (o - 2) / 11 + 1
             controls[#controls + 1] = fc
+          end
+          if f[13] and continues(f[13]) then
+            -- a workflow job: its continuation too (no entry for the others)
+            local thens = info[8]
+            thens[#thens + 1] = (o - 2) / 11 + 1
+            thens[#thens + 1] = f[13]
           end
           end
         end

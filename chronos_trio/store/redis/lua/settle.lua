@@ -24,6 +24,30 @@
 --          result, result_ttl (s; '' when there is no result to keep; for
 --          any kind but 's': when the attempt's lease was granted, '' when
 --          not known, kept in its attempt history)
+-- then, after every settlement, the successors (13 entries each), one per
+--          settlement of kind 'c' (below), in the order of those: the 9
+--          entries of a job as enqueue.lua takes them (id, kind, payload,
+--          run_at: always '', delay, max_retries, timeout, headers, extras:
+--          its continuation), then the keys of the partition it goes to:
+--          its ready zset, its "closed" marker and its job key prefix, then
+--          its workflow's record hash ('' for none). Only a single node
+--          (standalone or Sentinel) is sent kind 'c': these keys are not in
+--          KEYS (they may be of other partitions), which a Cluster refuses.
+--
+-- Kind 'c' (upper case 'C' with flow control) is a success ('s') of a chain
+-- link whose next step is one ordinary job due now, its successor (see
+-- records/_workflow.py's chain_successor, worked out by the worker): when
+-- the job's continuation is there, its workflow's record carries no cancel
+-- mark (field x, see workflow_cancel.lua) and the successor's partition is
+-- not closed, the successor is stored in this same step, under its
+-- deterministic ID, as enqueue.lua stores a ready job (an existing key of
+-- that ID is left alone), and no outbox entry is written (code 7).
+-- Otherwise it is a success like any other: its continuation goes to the
+-- outbox (code 4), where the continuer checks the mark again. Reading the
+-- mark here, in the step that makes the successor, is what keeps a cancel
+-- whole: a cancel marked before this step stops the successor here; one
+-- marked after it finds the successor stored (its sweep starts after the
+-- mark).
 --
 -- Every outcome but a success (and a discard, which deletes the record)
 -- adds the attempt it ends to the job's attempt history (field ah, see
@@ -73,7 +97,8 @@
 -- alone (newer format), 4 applied, and a workflow continuation was queued
 -- (a success's, or a dead job's whose continuation holds failure handling),
 -- 5 applied: the job is aborted, 6 applied: dead-lettered as unclaimed past
--- its grace ('u'); after the codes, how many concurrency slots the batch
+-- its grace ('u'), 7 applied, and its successor stored ('c', see above; or
+-- found stored already) instead of an outbox entry; after the codes, how many concurrency slots the batch
 -- gave back that a job was held back for (see give_back_slots in
 -- lib/give_back_slots.lua: the client then wakes idle leasers).
 -- How long a finished job nobody keeps stays readable for its waiters (s).
@@ -85,6 +110,7 @@
 --@include continues
 --@include dead_letter
 --@include drop_idle_leased
+--@include enqueue_head
 --@include fails
 --@include find
 --@include give_back_slots
@@ -104,6 +130,25 @@
 local WAITED_KEEP = 60
 local now, now_s = clock()
 local parts = #KEYS / 6
+-- the next successor's first entry in ARGV (see kind 'c'), set below
+local succ_next
+
+-- Store the successor at ARGV[t ..] (see kind 'c'), unless its workflow is
+-- marked cancelled or its partition closed: true when it is stored now or
+-- its ID was taken already (then nothing is written).
+local function continue_chain(t)
+  local mark = ARGV[t + 12]
+  if mark ~= '' and redis.call('HEXISTS', mark, 'x') == 1 then return false end
+  if redis.call('EXISTS', ARGV[t + 10]) == 1 then return false end
+  local id = ARGV[t]
+  local key = ARGV[t + 11] .. id
+  if redis.call('EXISTS', key) == 0 then
+    write_record(key, t, now_s, 'ready', now_s)
+    if ARGV[t + 8] ~= '' then redis.call('HSET', key, 'x', ARGV[t + 8]) end
+    redis.call('ZADD', ARGV[t + 9], now_s, id)
+  end
+  return true
+end
 
 -- The time field uc holds (see 'u' above), or nil: absent, not a decimal
 -- finite number (the same texts _codec.parse_number reads), or later than now.
@@ -154,6 +199,11 @@ local function settle_partition(part, first, last, res)
     if string.byte(kind) < 97 then  -- below 'a': upper case
       kind = string.lower(kind)
       if f then f[9] = redis.call('HGET', key, 'fc') end
+    end
+    -- a success that hands its successor over: its entries, whatever follows
+    local succ
+    if kind == 'c' then
+      kind, succ, succ_next = 's', succ_next, succ_next + 13
     end
     -- judge the record (nothing here can fail) ...
     local p, w, ours = judge_lease(f, ARGV[i + 1], now)
@@ -214,7 +264,9 @@ local function settle_partition(part, first, last, res)
           redis.call('DEL', key)
         end
         unique_finished(prefix, id, f[8], true)
-        if flow then
+        if flow and succ and continue_chain(succ) then
+          p = 7  -- its successor is stored: no outbox entry
+        elseif flow then
           -- its continuation goes to the outbox in this same step (the record first)
           redis.call('ZADD', outbox_key(prefix), now, id)
           p = 4
@@ -306,12 +358,26 @@ end
 
 local out = {now_s}
 local first = parts + 1
+-- the successors follow the settlements: the first partition's first
+local succ_at = first
+for p = 1, parts do
+  succ_at = succ_at + 8 * tonumber(ARGV[p])
+end
+-- whether any follow (a batch without chain links skips their bookkeeping)
+local successors = succ_at <= #ARGV
 for p = 1, parts do
   local last = first + 8 * tonumber(ARGV[p]) - 1
   local res = {}
+  succ_next = succ_at
   -- A failing write (a key of the wrong type) stops only this partition,
   -- as if each partition had a script of its own.
   local ok, err = pcall(settle_partition, p, first, last, res)
+  -- the next partition's successors start after this one's, wherever it stopped
+  if successors then
+    for i = first + 2, last, 8 do
+      if ARGV[i] == 'c' or ARGV[i] == 'C' then succ_at = succ_at + 13 end
+    end
+  end
   if ok then
     out[p + 1] = res
   else

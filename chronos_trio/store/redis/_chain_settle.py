@@ -1,0 +1,59 @@
+"""A chain link's successor stored by its own success settle (``settle.lua``,
+kind ``'c'``): the arguments the script takes for it, or None when this
+settle cannot store it and the outbox path is taken, as ever.
+
+Only a single node (standalone or Sentinel) is asked: the script reads the
+successor's partition keys and its workflow's record, which a Cluster would
+refuse from another slot (and the cancel mark, read in the same step as the
+successor is made, is what keeps a cancel whole; see ``settle.lua``). The
+successor's queue must have one live topology version, read from the cache
+(no round trip): while a queue has draining versions, or its topology is not
+cached, the continuer enqueues it (``_enqueue`` checks the draining
+versions then). The script refuses a closed partition itself.
+"""
+
+from __future__ import annotations
+
+from ...records._options import encode_headers
+from .._partitioning import partition_of
+from .._results import Successor
+from ._core import RedisCore
+from ._enqueue import extras
+
+#: settle.lua's entries per successor (see its header).
+SUCCESSOR_ARGS = 13
+
+
+def successor_args(core: RedisCore, successor: Successor) -> list[object] | None:
+    """settle.lua's 13 entries for ``successor`` (its job as enqueue.lua
+    takes it, its partition's ready zset, closed marker and job key prefix,
+    and its workflow's record hash), or None when it goes the outbox path:
+    its queue's topology is not cached, or has another version than the
+    active one (draining, or none), or is damaged."""
+    job = successor.job
+    metas = core.cached_metas([job.queue])
+    if metas is None:
+        return None
+    meta = metas[job.queue]
+    versions = meta.versions
+    if not versions or len(versions) != 1 or meta.active is not versions[0]:
+        return None
+    active = versions[0]
+    n = active.partitions
+    pk = core.keys.partition(job.queue, active.version, 0 if n == 1 else partition_of(job.id, n))
+    wid = successor.workflow
+    return [
+        job.id,
+        job.kind,
+        job.payload,
+        "",
+        "0.0",
+        int(job.max_retries),
+        repr(float(job.timeout)),
+        encode_headers(job.headers) if job.headers else "",
+        extras(job),
+        pk.ready,
+        pk.closed,
+        pk.job_prefix,
+        core.keys.workflow(wid) if wid is not None else "",
+    ]
