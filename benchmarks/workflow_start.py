@@ -5,21 +5,24 @@ counted, not timed by the clock:
 
 * round trips per start (``RedisStore.statistics``);
 * CPU per start (``time.process_time`` of the process, median of the
-  blocks of 100 starts), and the same for ``result()`` of finished chains
-  is left to ``benchmarks.workflow_trips``.
+  blocks of 100 starts);
+* with ``--results N``: round trips and CPU per ``result()`` of a
+  finished chain (``N`` chains run by an embedded worker first).
 
 ``--profile`` prints a cProfile of the starts instead::
 
-    python -m benchmarks.workflow_start [--starts 2000] [--profile]
+    python -m benchmarks.workflow_start [--starts 2000] [--results 500] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import statistics
 import time
+from typing import Any
 
 import trio
 
@@ -32,7 +35,7 @@ from .workflows import LINKS
 BLOCK = 100
 
 
-async def starts(url: str, n: int, profile: bool) -> dict[str, float]:
+async def starts(url: str, n: int, profile: bool, results: int = 0) -> dict[str, float]:
     store = RedisStore.from_url(url)
     app = App(store)
 
@@ -57,12 +60,36 @@ async def starts(url: str, n: int, profile: bool) -> dict[str, float]:
             prof.disable()
         per_block.append((time.process_time() - t0) / BLOCK)
     trips = store.statistics().round_trips - trips0
-    await store.aclose()
-    if prof is not None:
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
-    return {
+    got = {
         "round trips per start": trips / (len(per_block) * BLOCK),
         "CPU us per start (median block)": statistics.median(per_block) * 1e6,
+    }
+    if results:
+        got.update(await _results(app, flow, results))
+    await store.aclose()
+    if prof is not None:
+        pstats.Stats(prof).sort_stats(os.environ.get("SORT", "cumulative")).print_stats(40)
+    return got
+
+
+async def _results(app: App, flow: Any, n: int) -> dict[str, float]:
+    """``result()`` of ``n`` finished chains (the worker stopped first)."""
+    store = app.store
+    assert isinstance(store, RedisStore)
+    async with app.open_worker(concurrency=64, poll_interval=0.05):
+        started = [await app.enqueue_workflow(flow) for _ in range(n)]
+        with trio.fail_after(300):
+            for wf in started:
+                await wf.result(timeout=120)
+    trips0 = store.statistics().round_trips
+    t0 = time.process_time()
+    for wf in started:
+        assert await wf.result(timeout=10) == LINKS
+    took = time.process_time() - t0
+    return {
+        "round trips per result() of a finished chain": (store.statistics().round_trips - trips0)
+        / n,
+        "CPU us per result() of a finished chain": took / n * 1e6,
     }
 
 
@@ -70,9 +97,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--starts", type=int, default=2000)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--results", type=int, default=0, help="then time result() of this many finished chains"
+    )
     args = parser.parse_args()
     with open_redis() as redis:
-        got = trio.run(starts, redis.url, args.starts, args.profile)
+        got = trio.run(starts, redis.url, args.starts, args.profile, args.results)
     for name, value in got.items():
         print(f"{name}: {value:.3f}")
 
