@@ -477,7 +477,10 @@ class App:
         and ``status()`` do not know it).
 
         On a store with workflow records (``WorkflowRole``) its record is
-        saved first, so :meth:`workflow` can cancel and show it.
+        saved first, so :meth:`workflow` can cancel and show it (with the
+        first jobs, ``WorkflowRole.start_workflow``: one round trip on one
+        Redis node). Starting the same flow object again is cheaper: what
+        its start makes is templated once (``records._flow_start``).
         ``on_failure``: a step (``task.s()``, its task taking a
         :class:`StepFailure`) enqueued once when a step of the flow fails for
         good, unless a chain's or group's ``on_failure`` nearer that step

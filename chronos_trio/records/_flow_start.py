@@ -63,13 +63,14 @@ def _plain(workflow_id: str) -> bool:
 Parts = tuple[str, ...]
 
 
-@attrs.frozen
+@attrs.frozen(hash=False)
 class _Template:
     """A flow's start for any plain ID: per first job its ID's and
-    continuation's parts (None: no continuation) and the job with both
-    blanked; the tree's parts; the IDs of its groups that allow failures."""
+    continuation's parts (None: no continuation) and its other fields;
+    the tree's parts; the IDs of its groups that allow failures (compared,
+    never hashed)."""
 
-    jobs: tuple[tuple[Parts, Parts | None, NewJob], ...]
+    jobs: tuple[tuple[Parts, Parts | None, dict[str, Any]], ...]
     tree: Parts
     allowing: tuple[Parts, ...]
 
@@ -78,8 +79,11 @@ def _split(text: str, stand_in: str) -> Parts:
     return tuple(text.split(stand_in))
 
 
-def _blank(job: NewJob) -> NewJob:
-    return attrs.evolve(job, id="", then=None)
+def _blank(job: NewJob) -> dict[str, Any]:
+    """``job``'s fields but its ID and continuation."""
+    fields = attrs.asdict(job, recurse=False)
+    del fields["id"], fields["then"]
+    return fields
 
 
 def _made(
@@ -189,13 +193,13 @@ def _fill(template: _Template, workflow_id: str) -> Start | None:
     over the limit (the uncached start raises)."""
     jobs = []
     join = workflow_id.join
-    for id_parts, then_parts, blank in template.jobs:
+    for id_parts, then_parts, fields in template.jobs:
         then = None
         if then_parts is not None:
             then = join(then_parts)
             if flow_json.size(then) > MAX_CONTINUATION_BYTES:
                 return None
-        jobs.append(attrs.evolve(blank, id=join(id_parts), then=then))
+        jobs.append(NewJob(id=join(id_parts), then=then, **fields))
     return Start(
         Steps(jobs=tuple(jobs), workflow=workflow_id),
         join(template.tree),
