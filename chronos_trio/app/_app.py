@@ -16,7 +16,7 @@ import trio
 
 from ..records._control import ConcurrencyLimit, RateLimit, control_defaults
 from ..records._errors import ResultNotKeptWarning
-from ..records._flow_control import encode_tree
+from ..records._flow_start import FlowStarts, LazyPredecessors
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import (
     DEFAULT_MAX_RETRIES,
@@ -47,9 +47,7 @@ from ..records._workflow import (
     final_step,
     final_steps,
     first_kind,
-    predecessors,
 )
-from ..records._workflow import start as start_workflow
 from ..runtime._config import WorkerConfig
 from ..runtime._metrics import Metrics
 from ..runtime._registry import DeadLetterHook, Lifespan, Middleware, Registry
@@ -112,6 +110,8 @@ class App:
         self.max_payload_bytes = max_payload_bytes
         #: Called for every job this app builds (see :meth:`producer_hook`).
         self.producer_hooks: list[ProducerHook] = []
+        #: each flow's start made once (records._flow_start)
+        self._flow_starts = FlowStarts(_allowing)
         self._store_url: str | None = None
         self._store: Store | None = None
         if store is not None:
@@ -477,7 +477,10 @@ class App:
         and ``status()`` do not know it).
 
         On a store with workflow records (``WorkflowRole``) its record is
-        saved first, so :meth:`workflow` can cancel and show it.
+        saved first, so :meth:`workflow` can cancel and show it (with the
+        first jobs, ``WorkflowRole.start_workflow``: one round trip on one
+        Redis node). Starting the same flow object again is cheaper: what
+        its start makes is templated once (``records._flow_start``).
         ``on_failure``: a step (``task.s()``, its task taking a
         :class:`StepFailure`) enqueued once when a step of the flow fails for
         good, unless a chain's or group's ``on_failure`` nearer that step
@@ -487,16 +490,25 @@ class App:
         wid = workflow_id or new_job_id()
         hooks = self.producer_hooks
         headers = job_headers(first_kind(node), None, hooks) if hooks else ()
-        steps = start_workflow(node, wid, headers, on_failure)
+        made = self._flow_starts.start(node, wid, headers, on_failure)
+        steps = made.steps
         store = self.store
         if connection is None and isinstance(store, WorkflowRole):
-            # the record first: a flow whose jobs exist always has one to
-            # cancel and view (a save again is the same run's: unchanged).
-            # Not for a start in the caller's transaction: the record would
-            # outlive a rollback, and SQLite's write lock is the caller's.
-            tree = encode_tree(node, wid)
-            await store.save_workflow(wid, tree, first_kind(node), WORKFLOW_KEEP)
-        await self.enqueue_jobs(steps.jobs, connection=connection)
+            # the record first (in the same round trip on Redis): a flow
+            # whose jobs exist always has one to cancel and view (a save
+            # again is the same run's: unchanged). Not for a start in the
+            # caller's transaction: the record would outlive a rollback, and
+            # SQLite's write lock is the caller's.
+            tree = made.tree
+            if "enqueue_jobs" in vars(self):
+                # shadowed on this app (testing.eager): every job goes its way
+                await store.save_workflow(wid, tree, first_kind(node), WORKFLOW_KEEP)
+                await self.enqueue_jobs(steps.jobs)
+            else:
+                check_jobs(store, steps.jobs)
+                await store.start_workflow(wid, tree, first_kind(node), WORKFLOW_KEEP, steps.jobs)
+        else:
+            await self.enqueue_jobs(steps.jobs, connection=connection)
         last = final_step(node, wid)
         final = None if last is None else self._step_handle(*last)
         ends = final_steps(node, wid) if last is None else None  # a graph's sinks
@@ -505,15 +517,14 @@ class App:
         if last is None and not sinks:
             found = self._end_of(node, wid)
             group_end = found if isinstance(found, GroupEnd) else None
-        allowing = tuple(_allowing(node, wid))
         return Workflow(
             wid,
             final,
-            predecessors(node, wid),
+            LazyPredecessors(node, wid),
             sinks,
             host=self,
             ends=group_end,
-            allowing=allowing,
+            allowing=made.allowing,
         )
 
     def _step_handle(self, job_id: str, step: FlowStep) -> JobHandle[Any]:

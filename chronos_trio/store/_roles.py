@@ -107,7 +107,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Sequence
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import attrs
 
@@ -993,6 +993,30 @@ class WorkflowRole(StoreRole):
         seconds. True when saved now; False when a record of that ID exists
         (starting the same workflow again is the same run: the stored record
         stands, unchanged). Atomic. Raises StoreError."""
+
+    async def start_workflow(
+        self,
+        workflow_id: str,
+        tree: str,
+        first_kind: str,
+        ttl: float,
+        jobs: Sequence[NewJob],
+    ) -> list[EnqueueResult]:
+        """Start a workflow: save its record (as :meth:`save_workflow`),
+        then enqueue its first ``jobs`` (as ``enqueue_many``: one result per
+        job, in order). A job of ``jobs`` is never left to run without the
+        record saved: when the record cannot be saved this raises StoreError
+        and no job of this call is left to run (a store that writes both in
+        one round trip aborts the jobs it created then). A StoreError for
+        any other reason is the enqueue's (the record may be saved; starting
+        the same ID again is the same run). What ``enqueue_many`` raises.
+
+        This default makes the two calls, one after the other (a store of
+        the core roles and this one needs nothing more); Redis sends both in
+        one round trip."""
+        await self.save_workflow(workflow_id, tree, first_kind, ttl)
+        core = cast("WorkerRole", self)  # WorkflowRole is offered beside the core
+        return await core.enqueue_many(jobs)
 
     @abc.abstractmethod
     async def workflow_record(self, workflow_id: str) -> WorkflowRecord | None:

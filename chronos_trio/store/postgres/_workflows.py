@@ -12,8 +12,10 @@ import psycopg
 import trio
 
 from ...records._flow_control import WorkflowRecord
+from ...records._jobs import EnqueueResult, NewJob
 from .._roles import WorkflowRole
 from ._base import PostgresPart
+from ._enqueue import enqueue_params, enqueue_query, enqueue_results
 
 #: Lapsed records a save removes, at most (the rest wait for later saves).
 FORGET = 16
@@ -70,6 +72,27 @@ class WorkflowPart(PostgresPart, WorkflowRole):
         return await self._db.run(
             lambda conn: save(conn, workflow_id, tree, first_kind, ttl), what="save_workflow"
         )
+
+    async def start_workflow(
+        self,
+        workflow_id: str,
+        tree: str,
+        first_kind: str,
+        ttl: float,
+        jobs: Sequence[NewJob],
+    ) -> list[EnqueueResult]:
+        """The record's save and the jobs' enqueue in one transaction (one
+        thread hop): both commit, or neither."""
+        query = enqueue_query(self._db.schema)
+        params = enqueue_params(jobs) if jobs else None
+
+        def work(conn: psycopg.Connection[Any]) -> list[EnqueueResult]:
+            save(conn, workflow_id, tree, first_kind, ttl)
+            if params is None:
+                return []
+            return enqueue_results(conn.execute(query, params).fetchall(), jobs)
+
+        return await self._db.run(work, what="start_workflow")
 
     async def workflow_record(self, workflow_id: str) -> WorkflowRecord | None:
         return await self._db.run(

@@ -146,6 +146,11 @@ class RedisAdapter:
                 self._client = client
             return self._client
 
+    async def one_node(self) -> bool:
+        """Whether the client is one node's (not a Cluster's); StoreError
+        when it cannot be made."""
+        return not is_cluster(await self.client())
+
     async def redis_py_client(self) -> redis.Redis | redis.cluster.RedisCluster:
         """redis-py's client (for pub/sub): the client itself, or a
         NodeClient's redis-py client, made on first use (errors become

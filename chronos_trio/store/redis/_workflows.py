@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...records._flow_control import WorkflowRecord
+from ...records._jobs import EnqueueResult, NewJob
 from . import _scripts as S
 from ._codec import text
 from ._context import StoreContext
-from ._core import Call, Plan
+from ._core import Call, Plan, RedisCore
+from ._enqueue import enqueue_plan
 from ._scripts import Op
 
 
@@ -36,12 +38,81 @@ def _record(workflow_id: str, fields: Sequence[Any]) -> WorkflowRecord | None:
     )
 
 
-def save(ctx: StoreContext, workflow_id: str, tree: str, first_kind: str, ttl: float) -> Plan[bool]:
+def _save_op(
+    ctx: RedisCore, workflow_id: str, tree: str, first_kind: str, ttl: float, *, soft: bool = False
+) -> Op:
     key = ctx.keys.workflow(workflow_id)
-    (reply,) = yield Call(
-        [Op.script_call(S.WORKFLOW_SAVE, [key], [tree, first_kind, _ttl_ms(ttl)])]
-    )
+    return Op.script_call(S.WORKFLOW_SAVE, [key], [tree, first_kind, _ttl_ms(ttl)], soft=soft)
+
+
+def save(ctx: StoreContext, workflow_id: str, tree: str, first_kind: str, ttl: float) -> Plan[bool]:
+    (reply,) = yield Call([_save_op(ctx, workflow_id, tree, first_kind, ttl)])
     return bool(int(reply))
+
+
+class RecordNotSaved(Exception):
+    """A start's record could not be saved (``error``, the reply), but the
+    enqueue sent in the same round trip ran: ``results`` are its results."""
+
+    def __init__(self, error: Exception, results: list[EnqueueResult]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.results = results
+
+
+_UNSENT: Any = object()
+
+
+def start(
+    ctx: RedisCore,
+    workflow_id: str,
+    tree: str,
+    first_kind: str,
+    ttl: float,
+    jobs: Sequence[NewJob],
+) -> Plan[list[EnqueueResult]]:
+    """``WorkflowRole.start_workflow`` on one Redis node in one round trip:
+    :func:`~._enqueue.enqueue_plan` of ``jobs``, its batch of enqueue
+    scripts sent after the record's ``workflow_save.lua`` in the same
+    pipeline (one connection's commands apply in order: a job of the flow
+    never exists before its record did). The save is sent soft, so its
+    reply comes back beside the enqueue's: a save that got NOSCRIPT was
+    loaded and run again by the transport before this plan sees it (the
+    call has not returned: an abort racing it is one that came before the
+    start). Any other error reply of the save (an ACL refusing the key, a
+    script killed...) is tried once more alone; still an error, it raises
+    :class:`RecordNotSaved` with the enqueue's results, for the store to
+    abort the jobs it created. When the enqueue sends no batch of its own
+    (every job already stored in a draining version) the save goes alone,
+    after. Raises what ``enqueue_plan`` raises (then nothing was sent or
+    the failure is the enqueue's)."""
+    save_op = _save_op(ctx, workflow_id, tree, first_kind, ttl, soft=True)
+    saved: Any = _UNSENT
+    plan = enqueue_plan(ctx, jobs)
+    try:
+        step = next(plan)
+        while True:
+            if saved is _UNSENT and type(step) is Call and _enqueues(step):
+                replies = yield Call([save_op, *step.ops], step.after, step.replicas)
+                saved = replies[0]
+                step = plan.send(replies[1:])
+            else:
+                step = plan.send((yield step))
+    except StopIteration as done:
+        results: list[EnqueueResult] = done.value
+    finally:
+        plan.close()
+    if saved is _UNSENT or isinstance(saved, Exception):
+        (saved,) = yield Call([save_op])
+        if isinstance(saved, Exception):
+            raise RecordNotSaved(saved, results)
+    return results
+
+
+def _enqueues(call: Call) -> bool:
+    """Whether ``call`` is an enqueue's batch of ``enqueue.lua`` calls."""
+    ops = call.ops
+    return bool(ops) and ops[0].script is S.ENQUEUE
 
 
 def read(ctx: StoreContext, workflow_id: str) -> Plan[WorkflowRecord | None]:

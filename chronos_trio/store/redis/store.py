@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from ...records._aggregates import KindCounts, MinuteCounts
 from ...records._flow_control import WorkflowRecord
@@ -45,6 +46,7 @@ from .._roles import (
     SettleResult,
     Store,
     StoredSchedules,
+    StoreError,
     TriggerResult,
 )
 from .._search import SCAN_LIMIT, JobQuery, SearchPage
@@ -501,6 +503,42 @@ class RedisStore(Store):
     async def save_workflow(self, workflow_id: str, tree: str, first_kind: str, ttl: float) -> bool:
         """One ``workflow_save.lua`` on the workflow's own slot."""
         return await self._ctx.run(_workflows.save(self._ctx, workflow_id, tree, first_kind, ttl))
+
+    async def start_workflow(
+        self,
+        workflow_id: str,
+        tree: str,
+        first_kind: str,
+        ttl: float,
+        jobs: Sequence[NewJob],
+    ) -> list[EnqueueResult]:
+        """One round trip on one node (``_workflows.start``: the record's
+        save, then the enqueue, in one pipeline), to completion even if the
+        caller is cancelled; a record that could not be saved has the jobs
+        created in that round trip aborted before StoreError is raised. A
+        Cluster keeps the two calls (the record's slot and the jobs' are on
+        different masters, whose pipelines run at once)."""
+        if not await self._adapter.one_node():
+            return await super().start_workflow(workflow_id, tree, first_kind, ttl, jobs)
+        plan = _workflows.start(self._ctx, workflow_id, tree, first_kind, ttl, jobs)
+        try:
+            return await self._ctx.run_shielded(plan)
+        except _workflows.RecordNotSaved as failed:
+            with trio.CancelScope(shield=True):
+                await self._abort_started(jobs, failed.results)
+            raise StoreError(
+                f"Redis at {self._adapter.description}: workflow {workflow_id!r} not started:"
+                f" its record could not be saved ({failed.error})"
+            ) from failed.error
+
+    async def _abort_started(
+        self, jobs: Sequence[NewJob], results: Sequence[EnqueueResult]
+    ) -> None:
+        """Abort the jobs of a start whose record was not saved (those it created)."""
+        reason = "its workflow's record could not be saved"
+        for job, result in zip(jobs, results, strict=True):
+            if result.created:
+                await self.abort(result.job_id, queue=job.queue, reason=reason)
 
     async def workflow_record(self, workflow_id: str) -> WorkflowRecord | None:
         return await self._ctx.run(_workflows.read(self._ctx, workflow_id))

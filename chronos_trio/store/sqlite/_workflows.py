@@ -14,7 +14,9 @@ from typing import Any
 import trio
 
 from ...records._flow_control import WorkflowRecord
+from ...records._jobs import EnqueueResult, NewJob
 from .._roles import WorkflowRole
+from . import _enqueue
 from ._base import SqlitePart
 
 #: Lapsed records a save removes, at most (the rest wait for later saves).
@@ -86,6 +88,23 @@ class WorkflowPart(SqlitePart, WorkflowRole):
             what="save_workflow",
             wake=False,
         )
+
+    async def start_workflow(
+        self,
+        workflow_id: str,
+        tree: str,
+        first_kind: str,
+        ttl: float,
+        jobs: Sequence[NewJob],
+    ) -> list[EnqueueResult]:
+        """The record's save and the jobs' enqueue in one write transaction."""
+        db = self._db
+
+        def work(conn: sqlite3.Connection) -> list[EnqueueResult]:
+            save(conn, workflow_id, tree, first_kind, ttl, db.now())
+            return _enqueue.enqueue(conn, jobs, db.now()) if jobs else []
+
+        return await db.write(work, what="start_workflow")
 
     async def workflow_record(self, workflow_id: str) -> WorkflowRecord | None:
         db = self._db
