@@ -60,9 +60,11 @@ def pack(commands: Sequence[Sequence[Any]]) -> bytes:
     which converts or refuses it as redis-py does."""
     try:
         return b"".join(
-            # (hiredis' stub types the argument as a 1-tuple; any length is fine)
-            hiredis.pack_command(c if type(c) is tuple else tuple(c))  # type: ignore[arg-type, unused-ignore]
-            for c in commands
+            [
+                # (hiredis' stub types the argument as a 1-tuple; any length is fine)
+                hiredis.pack_command(c if type(c) is tuple else tuple(c))  # type: ignore[arg-type, unused-ignore]
+                for c in commands
+            ]
         )
     except TypeError:
         return b"".join(
@@ -249,6 +251,9 @@ class NodePool(Generic[C]):
         self._callbacks = callbacks
         self._idle: list[C] = []
         self._closed = False
+        #: Each command name's callback, looked up once (the node's client
+        #: is the producer's own: its callbacks do not change).
+        self._by_name: dict[Any, Callable[..., Any] | None] = {}
 
     def _put_back(self, conn: C) -> None:
         """Pool ``conn`` after a whole round trip, or close it (pool full, node closed)."""
@@ -259,8 +264,21 @@ class NodePool(Generic[C]):
 
     def _parse(self, commands: Sequence[Sequence[Any]], replies: list[Any]) -> list[Any]:
         """The replies to ``commands`` as redis-py's pipeline returns them."""
-        callbacks = self._callbacks
-        return [parse_reply(callbacks, c, r) for c, r in zip(commands, replies, strict=True)]
+        by_name = self._by_name
+        parsed = []
+        for c, r in zip(commands, replies, strict=True):
+            if isinstance(r, hiredis.ReplyError):
+                parsed.append(error_of(r))
+                continue
+            name = c[0]
+            try:
+                callback = by_name[name]
+            except KeyError:
+                callback = self._callbacks.get(name if isinstance(name, str) else name.decode())
+                if len(by_name) < 1000:  # command names: a few
+                    by_name[name] = callback
+            parsed.append(r if callback is None else callback(r))
+        return parsed
 
     def _drop_idle(self) -> None:
         idle, self._idle = self._idle, []
