@@ -101,6 +101,31 @@ def parse_reply(callbacks: Callbacks, command: Sequence[Any], reply: Any) -> Any
     return reply if callback is None else callback(reply)
 
 
+def parse_replies(
+    callbacks: Callbacks,
+    by_name: dict[Any, Callable[..., Any] | None],
+    commands: Sequence[Sequence[Any]],
+    replies: list[Any],
+) -> list[Any]:
+    """:func:`parse_reply` of each reply, each command name's callback
+    looked up in ``callbacks`` once and kept in ``by_name`` (for a client of
+    the store's own, whose callbacks do not change)."""
+    parsed = []
+    for c, r in zip(commands, replies, strict=True):
+        if isinstance(r, hiredis.ReplyError):
+            parsed.append(error_of(r))
+            continue
+        name = c[0]
+        try:
+            callback = by_name[name]
+        except KeyError:
+            callback = callbacks.get(name if isinstance(name, str) else name.decode())
+            if len(by_name) < 1000:  # command names: a few
+                by_name[name] = callback
+        parsed.append(r if callback is None else callback(r))
+    return parsed
+
+
 def handshake(
     username: str | None, password: str | None, db: int, client_name: str | None = None
 ) -> list[tuple[Any, ...]]:
@@ -264,21 +289,7 @@ class NodePool(Generic[C]):
 
     def _parse(self, commands: Sequence[Sequence[Any]], replies: list[Any]) -> list[Any]:
         """The replies to ``commands`` as redis-py's pipeline returns them."""
-        by_name = self._by_name
-        parsed = []
-        for c, r in zip(commands, replies, strict=True):
-            if isinstance(r, hiredis.ReplyError):
-                parsed.append(error_of(r))
-                continue
-            name = c[0]
-            try:
-                callback = by_name[name]
-            except KeyError:
-                callback = self._callbacks.get(name if isinstance(name, str) else name.decode())
-                if len(by_name) < 1000:  # command names: a few
-                    by_name[name] = callback
-            parsed.append(r if callback is None else callback(r))
-        return parsed
+        return parse_replies(self._callbacks, self._by_name, commands, replies)
 
     def _drop_idle(self) -> None:
         idle, self._idle = self._idle, []
