@@ -29,7 +29,17 @@ Cases (the paths every job takes):
   batches of 1,000, the same way (its Python side per job).
 * ``arq_enqueue`` (a peer, not run unless named): arq's own awaited
   ``ArqRedis.enqueue_job`` one at a time against the same server, in its
-  venv (``benchmarks/.venv/arq``), counted once whatever the trees.
+  venv (``benchmarks/.venv/arq``), counted once whatever the trees;
+* ``huey_enqueue`` (a peer, the same way): calling a huey task,
+  ``job(to, subject, n)``, one at a time on ``RedisHuey`` (its venv
+  ``benchmarks/.venv/huey``): the sync callers' yardstick;
+* ``saq_enqueue`` (a peer, the same way): SAQ's ``await queue.enqueue``
+  one at a time on ``Queue.from_url`` (``benchmarks/.venv/saq``), the
+  fastest asyncio peer's call.
+
+Each peer gets the same three fields as ours (``to``, ``subject``, ``n``)
+in its own call's form (arguments, keyword arguments or a dict). Make a
+peer's venv with ``python -m benchmarks --setup-peers --peers huey,saq``.
 
 Compare two trees (say a commit checked out in a worktree) in one run::
 
@@ -56,6 +66,8 @@ CASES = (
 #: The cases that need a redis-server.
 REDIS_CASES = {
     "arq_enqueue",
+    "huey_enqueue",
+    "saq_enqueue",
     "sync_enqueue",
     "redis_enqueue",
     "redis_drain",
@@ -64,13 +76,17 @@ REDIS_CASES = {
 }
 HERE = Path(__file__).resolve()
 #: Cases of another system, run in its own venv (once, whatever the trees).
-PEER_CASES = {"arq_enqueue": HERE.parent / ".venv" / "arq" / "bin" / "python"}
+PEER_CASES = {
+    f"{peer}_enqueue": HERE.parent / ".venv" / peer / "bin" / "python"
+    for peer in ("arq", "huey", "saq")
+}
 
 
 def _run_case(case: str, n: int, redis_url: str | None) -> None:
     """The workload itself (run in the measured process)."""
-    if case == "arq_enqueue":
-        _run_arq(n, redis_url)
+    if case in PEER_CASES:
+        assert redis_url is not None
+        _PEER_RUNS[case](n, redis_url)
         return
     import attrs
     import trio
@@ -170,14 +186,13 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
         raise ValueError(f"unknown case {case!r}")
 
 
-def _run_arq(n: int, redis_url: str | None) -> None:
+def _run_arq(n: int, redis_url: str) -> None:
     """arq's awaited ``enqueue_job``, one at a time (the payload as a dict)."""
     import asyncio
 
     from arq import create_pool  # type: ignore[import-not-found]
     from arq.connections import RedisSettings  # type: ignore[import-not-found]
 
-    assert redis_url is not None
     payloads = [{"to": "someone@example.com", "subject": "hello", "n": i} for i in range(n)]
 
     async def arq_enqueue() -> None:
@@ -187,6 +202,43 @@ def _run_arq(n: int, redis_url: str | None) -> None:
         await pool.aclose()
 
     asyncio.run(arq_enqueue())
+
+
+def _run_huey(n: int, redis_url: str) -> None:
+    """huey's ``task(...)`` call, one at a time (the fields as arguments)."""
+    from huey import RedisHuey  # type: ignore[import-not-found]
+
+    huey = RedisHuey("bench", url=redis_url)
+
+    @huey.task()  # type: ignore[misc]
+    def job(to: str, subject: str, n: int) -> None:
+        pass
+
+    payloads = [("someone@example.com", "hello", i) for i in range(n)]
+    for p in payloads:
+        job(*p)
+    huey.storage.pool.disconnect()
+
+
+def _run_saq(n: int, redis_url: str) -> None:
+    """SAQ's awaited ``queue.enqueue``, one at a time (the fields as keywords)."""
+    import asyncio
+
+    from saq import Queue  # type: ignore[import-not-found]
+
+    payloads = [{"to": "someone@example.com", "subject": "hello", "n": i} for i in range(n)]
+
+    async def saq_enqueue() -> None:
+        queue = Queue.from_url(redis_url)
+        await queue.connect()
+        for p in payloads:
+            await queue.enqueue("bench.job", **p)
+        await queue.disconnect()
+
+    asyncio.run(saq_enqueue())
+
+
+_PEER_RUNS = {"arq_enqueue": _run_arq, "huey_enqueue": _run_huey, "saq_enqueue": _run_saq}
 
 
 def _instructions(tree: Path, case: str, n: int, redis_url: str | None) -> int:

@@ -40,6 +40,7 @@ from ..records._producing import (
 )
 from ..store.redis._asyncio import AsyncioDoneListener, AsyncioExecutor
 from ..store.redis._enqueue import enqueue_plan
+from ..store.redis._enqueue_one import enqueue_one_plan
 from ..store.redis._notes import read_plan as notes_read_plan
 from ..store.redis._watch import Watch, wait_plan, watch_plan
 from ._common import (
@@ -176,7 +177,7 @@ class AsyncioProducer:
         if connection is not None or self._p.sql is not None:
             [result] = await self._enqueue_sql([job], connection)
         else:
-            [result] = await self._exec.run(enqueue_plan(self._p.core, [job]))
+            [result] = await self._exec.run(enqueue_one_plan(self._p.core, job))
         check_duplicate(job, result)
         return AsyncioJobHandle(*handle_args(result, job), self, decoder)
 

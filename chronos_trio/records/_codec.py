@@ -143,6 +143,27 @@ def payload_encoder(payload_type: Any) -> Callable[[Any], bytes]:
     return encode
 
 
+#: :func:`payload_encoder` by payload type, made once per type (bounded).
+_ENCODERS: dict[Any, Callable[[Any], bytes]] = {}
+
+
+def cached_payload_encoder(payload_type: Any) -> Callable[[Any], bytes]:
+    """:func:`payload_encoder` of ``payload_type``, made on first use and kept
+    (a task's one-at-a-time enqueue looks its hook up once, not per job).
+    Raises what ``payload_encoder`` raises."""
+    try:
+        return _ENCODERS[payload_type]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable type: not kept
+        return payload_encoder(payload_type)
+    encode = payload_encoder(payload_type)
+    if len(_ENCODERS) > 10_000:  # bound the cache; making one again is cheap
+        _ENCODERS.clear()
+    _ENCODERS[payload_type] = encode
+    return encode
+
+
 def _encode_as(value: Any, payload_type: Any) -> bytes:
     return encode_payload(value, payload_type)
 

@@ -16,7 +16,7 @@ from typing import Any, NoReturn, Protocol, Unpack
 
 import attrs
 
-from ._codec import decode_payload, encode_payload, payload_encoder
+from ._codec import cached_payload_encoder, decode_payload, payload_encoder
 from ._control import ControlDefaults, job_control
 from ._errors import (
     DuplicateJob,
@@ -155,7 +155,7 @@ def new_job(
         if not ENQUEUE_OPTIONS.issuperset(options):
             raise unknown_options(options, ENQUEUE_OPTIONS, "enqueue")
         return _new_job_with(spec, max_payload_bytes, hooks, payload, options)
-    data = encode_payload(payload, spec.payload_type)
+    data = cached_payload_encoder(spec.payload_type)(payload)
     if len(data) > max_payload_bytes:
         _too_large(spec.kind, data, max_payload_bytes)
     unique, control = spec.unique, spec.control
@@ -196,7 +196,7 @@ def _new_job_with(
         )
     at = None if run_at is None else to_epoch(run_at)
     unique = unique_of(options["unique"]) if "unique" in options else spec.unique
-    data = encode_payload(payload, spec.payload_type)
+    data = cached_payload_encoder(spec.payload_type)(payload)
     if len(data) > max_payload_bytes:
         _too_large(spec.kind, data, max_payload_bytes)
     headers = options.get("headers")

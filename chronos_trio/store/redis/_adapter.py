@@ -51,7 +51,17 @@ from ._kinds import is_client, is_cluster, is_node
 from ._native import NativeNode, NodeClient
 from ._scripts import Op
 from ._scripts import ReplicaWait as ReplicaWait
-from ._transport import AtOnce, Rebuild, Send, SlotMap, batch_plan, first_failure
+from ._transport import (
+    AtOnce,
+    Rebuild,
+    Send,
+    SlotMap,
+    batch_plan,
+    first_failure,
+    node_batch,
+    node_replies,
+    reload_node_plan,
+)
 
 if TYPE_CHECKING:
     import redis
@@ -211,10 +221,28 @@ class RedisAdapter:
         if node is None or self.observer is not None or self._closed:
             with trio.CancelScope(shield=True):
                 return await self.execute(ops, after, replicas=replicas)
+        assert node is not None  # (the shielded scope above returns)
         if not ops and not after:
             return []
         stats = self.stats
-        plan = batch_plan(node, ops, after, replicas, stats, self.description)
+        try:
+            # batch_plan's steps for one node, its first round trip sent here
+            batch = node_batch(ops, after, replicas, stats)
+            stats.native_round_trips += 1
+            replies = await node.execute([op.args for op in batch], True)
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    plan = reload_node_plan(node, batch, replies, stats)
+                    replies = await self._drive_lone(node, plan)
+                    break
+            return node_replies(ops, replies, replicas, stats, self.description)
+        except caught() as exc:
+            raise self._error(exc) from exc
+
+    async def _drive_lone(self, node: NativeNode, plan: Plan[list[Any]]) -> list[Any]:
+        """A transport plan on the native node, its round trips sent with
+        ``lone`` (see :meth:`execute_lone`)."""
+        stats = self.stats
         try:
             step = next(plan)
             while True:
@@ -229,8 +257,6 @@ class RedisAdapter:
         except StopIteration as done:
             replies: list[Any] = done.value
             return replies
-        except caught() as exc:
-            raise self._error(exc) from exc
         finally:
             plan.close()
 

@@ -31,7 +31,17 @@ from ._batch import AdapterStatistics, store_error
 from ._blocking import REDIS_ERRORS
 from ._core import Call, NeedMeta, Plan, RedisCore, T, drive_async, meta_plan
 from ._scripts import Op, ReplicaWait
-from ._transport import AtOnce, Rebuild, Send, SlotMap, batch_plan, first_failure
+from ._transport import (
+    AtOnce,
+    Rebuild,
+    Send,
+    SlotMap,
+    batch_plan,
+    first_failure,
+    node_batch,
+    node_replies,
+    reload_node_plan,
+)
 from ._watch import POLL_BLOCK, RESUBSCRIBE_DELAY, WaiterTable, subscription_failed
 
 
@@ -124,6 +134,20 @@ class AsyncioExecutor:
     ) -> list[Any]:
         """As ``RedisAdapter.execute`` (``_transport.batch_plan``), on asyncio."""
         client = await self.client()
+        node = self._node
+        if node is not None and (ops or after):
+            # a plain node: batch_plan's steps driven here, without its plan
+            try:
+                batch = node_batch(ops, after, replicas, self.stats)
+                replies = await node.execute([op.args for op in batch])
+                for reply in replies:
+                    if isinstance(reply, Exception):
+                        plan = reload_node_plan(node, batch, replies, self.stats)
+                        replies = await self._drive(plan)
+                        break
+                return node_replies(ops, replies, replicas, self.stats, self.description)
+            except REDIS_ERRORS as exc:
+                raise store_error(self.description, exc) from exc
         try:
             link: Any
             if self._node is not None:

@@ -28,7 +28,16 @@ from ._batch import AdapterStatistics, store_error
 from ._blocking_node import BlockingNode
 from ._core import Call, NeedMeta, Plan, RedisCore, T, drive, meta_plan
 from ._scripts import Op, ReplicaWait
-from ._transport import AtOnce, Rebuild, Send, SlotMap, batch_plan
+from ._transport import (
+    AtOnce,
+    Rebuild,
+    Send,
+    SlotMap,
+    batch_plan,
+    node_batch,
+    node_replies,
+    reload_node_plan,
+)
 from ._watch import RESUBSCRIBE_DELAY, WaiterTable, poll, subscription_failed
 
 #: How long one poll of a producer's subscription blocks (``stop`` returns within it).
@@ -159,6 +168,20 @@ class BlockingExecutor:
     ) -> list[Any]:
         """As ``RedisAdapter.execute`` (``_transport.batch_plan``), blocking."""
         client = self.client()
+        node = self._node
+        if node is not None and (ops or after):
+            # a plain node: batch_plan's steps driven here, without its plan
+            try:
+                batch = node_batch(ops, after, replicas, self.stats)
+                replies = node.execute([op.args for op in batch])
+                for reply in replies:
+                    if isinstance(reply, Exception):
+                        plan = reload_node_plan(node, batch, replies, self.stats)
+                        replies = self._drive(plan)
+                        break
+                return node_replies(ops, replies, replicas, self.stats, self.description)
+            except REDIS_ERRORS as exc:
+                raise store_error(self.description, exc) from exc
         try:
             link: Any
             if isinstance(client, redis.Redis):

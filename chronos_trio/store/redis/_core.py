@@ -254,6 +254,14 @@ class RedisCore:
             got[q] = m
         return got
 
+    def cached_meta(self, queue: str) -> QueueMeta | None:
+        """:meth:`cached_metas` of one queue: its entry while younger than
+        the TTL, else None."""
+        m = self._meta.get(queue)
+        if m is None or time.monotonic() - m.fetched_at >= self.topology_ttl:
+            return None
+        return m
+
     def refresh_ops(self, queues: Sequence[str]) -> list[Op]:
         """One round trip reading the topology and paused flags of ``queues``."""
         return [
@@ -324,18 +332,23 @@ class RedisCore:
         reads (a stopped process, a cut link) keeps it from nobody."""
         ops = []
         for queue, n in counts.items():
-            if n == 1:  # the one-at-a-time producer's: made once per queue
-                op = self._wake_one.get(queue)
-                if op is None:
-                    key = self.keys.wake_ready(queue)
-                    op = self._wake_one[queue] = Op.wake_command(
-                        key, "XADD", key, "MAXLEN", WAKE_KEEP, "*", "n", 1
-                    )
-                ops.append(op)
+            if n == 1:
+                ops += self.wake_one_ops(queue)
             elif n > 0:
                 key = self.keys.wake_ready(queue)
                 ops.append(Op.wake_command(key, "XADD", key, "MAXLEN", WAKE_KEEP, "*", "n", n))
         return ops
+
+    def wake_one_ops(self, queue: str) -> list[Op]:
+        """:meth:`wake_ready_ops` of one job of ``queue`` (the one-at-a-time
+        producer's: its op made once per queue; a new list each call)."""
+        op = self._wake_one.get(queue)
+        if op is None:
+            key = self.keys.wake_ready(queue)
+            op = self._wake_one[queue] = Op.wake_command(
+                key, "XADD", key, "MAXLEN", WAKE_KEEP, "*", "n", 1
+            )
+        return [op]
 
     def wake_scheduled_ops(self, due: dict[str, float]) -> list[Op]:
         """Tell every sleeping promoter that ``queue`` got a job due at (about)

@@ -83,7 +83,7 @@ from ._resp import (
     handshake,
     is_readonly,
     pack,
-    parse_reply,
+    parse_replies,
 )
 from ._resp import (
     redis_py_callbacks as redis_py_callbacks,
@@ -356,6 +356,8 @@ class NativeNode:
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._callbacks = callbacks
+        #: Each command name's callback, looked up once (``parse_replies``).
+        self._by_name: dict[Any, Callable[..., Any] | None] = {}
         self._idle: list[_Connection] = []
         self._stale: list[_Connection] = []
         self._closed = False
@@ -469,8 +471,7 @@ class NativeNode:
                         replies[i] = reply
         finally:
             self._slots.release()
-        callbacks = self._callbacks
-        return [parse_reply(callbacks, c, r) for c, r in zip(commands, replies, strict=True)]
+        return parse_replies(self._callbacks, self._by_name, commands, replies)
 
     def _take_idle(self) -> _Connection | None:
         """An idle connection, skipping (and closing) those opened to a node

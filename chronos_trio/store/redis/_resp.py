@@ -60,9 +60,11 @@ def pack(commands: Sequence[Sequence[Any]]) -> bytes:
     which converts or refuses it as redis-py does."""
     try:
         return b"".join(
-            # (hiredis' stub types the argument as a 1-tuple; any length is fine)
-            hiredis.pack_command(c if type(c) is tuple else tuple(c))  # type: ignore[arg-type, unused-ignore]
-            for c in commands
+            [
+                # (hiredis' stub types the argument as a 1-tuple; any length is fine)
+                hiredis.pack_command(c if type(c) is tuple else tuple(c))  # type: ignore[arg-type, unused-ignore]
+                for c in commands
+            ]
         )
     except TypeError:
         return b"".join(
@@ -97,6 +99,31 @@ def parse_reply(callbacks: Callbacks, command: Sequence[Any], reply: Any) -> Any
     name = command[0]
     callback = callbacks.get(name if isinstance(name, str) else name.decode())
     return reply if callback is None else callback(reply)
+
+
+def parse_replies(
+    callbacks: Callbacks,
+    by_name: dict[Any, Callable[..., Any] | None],
+    commands: Sequence[Sequence[Any]],
+    replies: list[Any],
+) -> list[Any]:
+    """:func:`parse_reply` of each reply, each command name's callback
+    looked up in ``callbacks`` once and kept in ``by_name`` (for a client of
+    the store's own, whose callbacks do not change)."""
+    parsed = []
+    for c, r in zip(commands, replies, strict=True):
+        if isinstance(r, hiredis.ReplyError):
+            parsed.append(error_of(r))
+            continue
+        name = c[0]
+        try:
+            callback = by_name[name]
+        except KeyError:
+            callback = callbacks.get(name if isinstance(name, str) else name.decode())
+            if len(by_name) < 1000:  # command names: a few
+                by_name[name] = callback
+        parsed.append(r if callback is None else callback(r))
+    return parsed
 
 
 def handshake(
@@ -249,6 +276,9 @@ class NodePool(Generic[C]):
         self._callbacks = callbacks
         self._idle: list[C] = []
         self._closed = False
+        #: Each command name's callback, looked up once (the node's client
+        #: is the producer's own: its callbacks do not change).
+        self._by_name: dict[Any, Callable[..., Any] | None] = {}
 
     def _put_back(self, conn: C) -> None:
         """Pool ``conn`` after a whole round trip, or close it (pool full, node closed)."""
@@ -259,8 +289,7 @@ class NodePool(Generic[C]):
 
     def _parse(self, commands: Sequence[Sequence[Any]], replies: list[Any]) -> list[Any]:
         """The replies to ``commands`` as redis-py's pipeline returns them."""
-        callbacks = self._callbacks
-        return [parse_reply(callbacks, c, r) for c, r in zip(commands, replies, strict=True)]
+        return parse_replies(self._callbacks, self._by_name, commands, replies)
 
     def _drop_idle(self) -> None:
         idle, self._idle = self._idle, []

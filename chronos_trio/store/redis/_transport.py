@@ -337,26 +337,70 @@ def batch_plan(
     handle, or a :class:`SlotMap`. ``where`` names the store in errors."""
     if not ops and not after:
         return []
-    acks: list[Any] = []
     if not isinstance(link, SlotMap):
-        batch = [*ops, *after, replicas.op()] if replicas else [*ops, *after]
         # node_plan, its first pipeline written out (the hot path)
-        stats.round_trips += 1
-        stats.commands += len(batch)
+        batch = node_batch(ops, after, replicas, stats)
         replies: list[Any] = yield Send(link, [op.args for op in batch])
         for reply in replies:
             if isinstance(reply, Exception):
                 replies = yield from _reload(link, batch, replies, stats, False)
                 break
-        if replicas is not None:
-            acks.append(replies[-1])
-        if len(replies) > len(ops):
-            del replies[len(ops) :]
-    else:
-        wait = replicas.op() if replicas else None
-        replies, acks = yield from cluster_plan(link, ops, stats, wait)
-        if after:
-            yield from cluster_plan(link, after, stats)
+        return node_replies(ops, replies, replicas, stats, where)
+    wait = replicas.op() if replicas else None
+    replies, acks = yield from cluster_plan(link, ops, stats, wait)
+    if after:
+        yield from cluster_plan(link, after, stats)
+    return _checked(ops, replies, acks, replicas, stats, where)
+
+
+def node_batch(
+    ops: Sequence[Op], after: Sequence[Op], replicas: ReplicaWait | None, stats: AdapterStatistics
+) -> list[Op]:
+    """What :func:`batch_plan` sends to one node first: ``ops``, ``after``,
+    then ``WAIT`` (with ``replicas``), counted in ``stats``. A driver that
+    sends it itself (the producers' lone call) passes the replies to
+    :func:`node_replies`, after :func:`reload_node_plan` when one is an
+    error reply."""
+    batch = [*ops, *after, replicas.op()] if replicas else [*ops, *after]
+    stats.round_trips += 1
+    stats.commands += len(batch)
+    return batch
+
+
+def reload_node_plan(
+    node: Any, batch: Sequence[Op], replies: list[Any], stats: AdapterStatistics
+) -> Plan[list[Any]]:
+    """:func:`batch_plan`'s rest on one node once ``replies`` to
+    :func:`node_batch` came with an error reply (scripts loaded, ops run again)."""
+    return _reload(node, batch, replies, stats, False)
+
+
+def node_replies(
+    ops: Sequence[Op],
+    replies: list[Any],
+    replicas: ReplicaWait | None,
+    stats: AdapterStatistics,
+    where: str,
+) -> list[Any]:
+    """:func:`batch_plan`'s result from one node's ``replies`` to
+    :func:`node_batch` (after any reload): the replies of ``ops``. Raises
+    as :func:`batch_plan` does (an error reply, too few replicas)."""
+    acks: list[Any] = []
+    if replicas is not None:
+        acks.append(replies[-1])
+    if len(replies) > len(ops):
+        del replies[len(ops) :]
+    return _checked(ops, replies, acks, replicas, stats, where)
+
+
+def _checked(
+    ops: Sequence[Op],
+    replies: list[Any],
+    acks: list[Any],
+    replicas: ReplicaWait | None,
+    stats: AdapterStatistics,
+    where: str,
+) -> list[Any]:
     check_replies(ops, replies, where)
     if replicas is not None:
         stats.replica_waits += len(acks)

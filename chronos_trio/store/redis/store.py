@@ -54,6 +54,7 @@ from . import (
     _admin,
     _aggregates,
     _enqueue,
+    _enqueue_one,
     _flow,
     _jobs,
     _leader,
@@ -164,7 +165,7 @@ class RedisStore(Store):
         )
         self._enqueues = GroupCommit(
             functools.partial(_enqueue.enqueue_many, self._ctx),
-            lone=functools.partial(_enqueue.enqueue_shielded, self._ctx),
+            lone=functools.partial(_enqueue_one.enqueue_lone, self._ctx),
         )
         self._commands = RedisCommands(self._adapter)
         self._done = _results.DoneListener(

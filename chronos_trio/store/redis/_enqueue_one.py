@@ -1,0 +1,131 @@
+"""One job, one enqueue: the one-at-a-time producer's plan.
+
+:func:`enqueue_one_plan` stores one job exactly as
+:func:`~._enqueue.enqueue_plan` stores a batch of one (the same routing,
+script, arguments, wake-up and replies), without the batch's bookkeeping
+(lists of indexes, groups by partition, the buffers of reprs): the path a
+``SyncProducer.enqueue``, an ``AsyncioProducer.enqueue`` and a lone Trio
+``task.enqueue`` take on every call. It takes it while the job's queue has
+one topology version, active, in the topology cache; any other case (no
+cached topology, a queue being resized, a version closed under it) is
+handed to ``enqueue_plan`` itself, whose rules then apply.
+
+What is the same for every job of a partition (the ``EVALSHA`` head: the
+script's SHA and the four KEYS) is built once per partition and kept.
+This module imports no Trio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ...records._jobs import EnqueueResult, NewJob
+from ...records._options import encode_headers
+from .._partitioning import partition_of, routed_job_id
+from .._roles import VersionState
+from . import _scripts as S
+from ._codec import ident
+from ._core import Call, Plan, RedisCore
+from ._enqueue import enqueue_plan, enqueue_shielded, extras
+from ._scripts import Op
+from .keys import PartitionKeys
+
+if TYPE_CHECKING:
+    from ._context import StoreContext
+
+#: enqueue.lua's call head per partition: ("EVALSHA", sha, 4, *KEYS).
+_HEADS: dict[PartitionKeys, tuple[Any, ...]] = {}
+#: The reprs of delays and timeouts seen (a task's few values), bounded.
+_REPRS: dict[float, str] = {0.0: "0.0"}
+_MAX_REPRS = 256
+
+
+def _head(pk: PartitionKeys) -> tuple[Any, ...]:
+    head = _HEADS.get(pk)
+    if head is None:
+        if len(_HEADS) > 10_000:  # bound the cache; rebuilding is cheap
+            _HEADS.clear()
+        keys = pk.enqueue_keys
+        head = _HEADS[pk] = ("EVALSHA", S.ENQUEUE.sha, len(keys), *keys)
+    return head
+
+
+def _repr(value: float) -> str:
+    text = _REPRS.get(value)
+    if text is None:
+        text = repr(float(value))
+        if len(_REPRS) < _MAX_REPRS:
+            _REPRS[value] = text
+    return text
+
+
+def enqueue_one_plan(ctx: RedisCore, job: NewJob) -> Plan[list[EnqueueResult]]:
+    """Store ``job`` (its result, in a list of one, as ``enqueue_plan``
+    returns it). Raises as :func:`~._enqueue.enqueue_plan` does: StoreError
+    for a queue whose topology cannot be read or has no active version,
+    ValueError for a unique or limited job whose given ID routes elsewhere
+    (before anything is sent)."""
+    queue = job.queue
+    meta = ctx.cached_meta(queue)
+    versions = None if meta is None else meta.versions
+    if versions is None or len(versions) != 1 or versions[0].state is not VersionState.ACTIVE:
+        return (yield from enqueue_plan(ctx, [job]))
+    active = versions[0]
+    n = active.partitions
+    job_id = job.id
+    if job.unique is not None or job.control is not None:
+        # routed by its key, where the lock or limit lives (raises, before
+        # anything is sent, for a given ID that routes elsewhere)
+        job_id = routed_job_id(job, n)
+    pk = ctx.keys.partition(queue, active.version, 0 if n == 1 else partition_of(job_id, n))
+    run_at, delay = job.run_at, job.delay
+    args = (
+        *_head(pk),
+        "",
+        job_id,
+        job.kind,
+        job.payload,
+        "" if run_at is None else repr(float(run_at)),
+        _repr(delay),
+        int(job.max_retries),
+        _repr(job.timeout),
+        encode_headers(job.headers) if job.headers else "",
+        "" if job.unique is None and job.then is None and job.control is None else extras(job),
+    )
+    if run_at is None and delay <= 0:
+        wake = ctx.wake_one_ops(queue)
+    else:
+        # as _enqueue_wake_ops guesses it: ready if due by now, else scheduled
+        now = ctx.estimated_now()
+        at = now + delay if run_at is None else run_at
+        wake = ctx.wake_one_ops(queue) if at <= now else ctx.wake_scheduled_ops({queue: at})
+    (reply,) = yield Call(
+        [Op(pk.scheduled, args, S.ENQUEUE)], after=wake, replicas=ctx.replica_wait
+    )
+    if reply[0] == b"closed":
+        # the version was completed after our topology was read: the long way
+        ctx.forget(queue)
+        return (yield from enqueue_plan(ctx, [job]))
+    ctx.observe_now(reply[0])
+    return [
+        EnqueueResult(
+            # the job's own ID, or that of the job holding its unique key
+            ident(reply[3]),
+            reply[1] == 1,
+            # '' for an existing key without a readable due time
+            float(reply[2] or 0.0),
+            pk.placement,
+        )
+    ]
+
+
+def enqueue_lone(
+    ctx: StoreContext, jobs: Sequence[NewJob]
+) -> Coroutine[Any, Any, list[EnqueueResult]]:
+    """The group commit's lone caller (``enqueue_shielded``, to be awaited:
+    to completion even if the caller is cancelled), one job by
+    :func:`enqueue_one_plan`."""
+    if len(jobs) == 1:
+        return ctx.run_shielded(enqueue_one_plan(ctx, jobs[0]))
+    return enqueue_shielded(ctx, jobs)
