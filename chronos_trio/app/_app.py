@@ -16,7 +16,7 @@ import trio
 
 from ..records._control import ConcurrencyLimit, RateLimit, control_defaults
 from ..records._errors import ResultNotKeptWarning
-from ..records._flow_control import encode_tree
+from ..records._flow_encoding import encode_tree
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import (
     DEFAULT_MAX_RETRIES,

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...records._flow_control import WorkflowRecord
 from . import _scripts as S
 from ._codec import text
 from ._context import StoreContext
 from ._core import Call, Plan
 from ._scripts import Op
+
+if TYPE_CHECKING:
+    from ...records._flow_control import WorkflowRecord
 
 
 def _ttl_ms(ttl: float) -> int:
@@ -27,6 +29,8 @@ def _record(workflow_id: str, fields: Sequence[Any]) -> WorkflowRecord | None:
     tree, created, kind, cancelled = (text(v) if v is not None else None for v in fields)
     if not tree:
         return None
+    from ...records._flow_control import WorkflowRecord  # first read: loads the records
+
     return WorkflowRecord(
         workflow_id,
         tree,
