@@ -28,6 +28,7 @@ import trio
 
 from benchmarks import _common as common
 from benchmarks import _memory
+from benchmarks._plain import plain_python
 from benchmarks._proc import REPO, WorkerGroup
 from benchmarks._redis import BenchRedis, own_ports
 from benchmarks.chronos_app import (
@@ -62,15 +63,19 @@ def cli_available() -> bool:
     return probe.returncode == 0 and b"--processes" in probe.stdout
 
 
-def worker_argv(concurrency: int, processes: int, *, cli: bool = False) -> list[str]:
+def worker_argv(
+    concurrency: int, processes: int, *, cli: bool = False, python: str | None = None
+) -> list[str]:
     """The worker command: ``benchmarks.chronos_worker`` for one process, the
-    ``python -m chronos_trio worker`` CLI for several (or with ``cli``)."""
+    ``python -m chronos_trio worker`` CLI for several (or with ``cli``), run
+    by ``python`` (this interpreter unless given)."""
+    python = python or sys.executable
     if processes > 1 or cli:
         return [
-            sys.executable, "-m", "chronos_trio", "worker", "benchmarks.chronos_app:app",
+            python, "-m", "chronos_trio", "worker", "benchmarks.chronos_app:app",
             "--processes", str(processes), "--concurrency", str(concurrency),
         ]  # fmt: skip
-    return [sys.executable, "-m", "benchmarks.chronos_worker"]
+    return [python, "-m", "benchmarks.chronos_worker"]
 
 
 class Workers:
@@ -82,7 +87,13 @@ class Workers:
         self.groups: list[WorkerGroup] = []
 
     def start(
-        self, concurrency: int, processes: int = 1, *, cli: bool = False, **options: Any
+        self,
+        concurrency: int,
+        processes: int = 1,
+        *,
+        cli: bool = False,
+        python: str | None = None,
+        **options: Any,
     ) -> WorkerGroup:
         env = {
             common.ENV_URL: self.url,
@@ -90,7 +101,7 @@ class Workers:
             common.ENV_CONCURRENCY: str(concurrency),
             common.ENV_OPTIONS: json.dumps(options),
         }
-        argv = worker_argv(concurrency, processes, cli=cli)
+        argv = worker_argv(concurrency, processes, cli=cli, python=python)
         if processes > 1 and not cli_available():
             # No process manager yet: start the processes ourselves.
             groups = [
@@ -892,13 +903,16 @@ async def startup(url: str, concurrency: int, timeout: float) -> dict[str, Any]:
     """Seconds from spawning ``python -m chronos_trio worker APP`` (the
     CLI, one process) to its first handler start, with one job waiting in
     the queue before the process starts: interpreter start, imports, the
-    first connection and lease."""
+    first connection and lease. The worker runs on :func:`plain_python`
+    (this checkout as a regular install would import it, no editable
+    finder), as the peers run from regular installs."""
+    python = plain_python()
     app, task = make_app(url)
     await task.enqueue(Bench(sent_at=0.0))
     await app.aclose()
     async with open_workers(url) as workers:
         spawned = time.time()
-        workers.start(concurrency, cli=True)
+        workers.start(concurrency, cli=True, python=python)
         ok = await workers.wait_total(1, timeout)
         rec = workers.collect()
     return {"startup_s": rec["first"] - spawned if rec["count"] else math.nan, "ok": ok}

@@ -17,8 +17,8 @@ not run Trio (threads, asyncio): ``chronos_trio.producers``.
 Importing the package is cheap and does not import Trio: the records (jobs
 and errors) load at once, every other public name on first use (PEP 562),
 with the other names of its module. ``import chronos_trio.producers`` relies
-on it, and a worker never loads what it does not use (the Inspector, the
-in-memory store of a worker on Redis).
+on it, and a worker never loads what it does not use (the Inspector, a
+workflow's record and views, the in-memory store of a worker on Redis).
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
@@ -40,7 +40,6 @@ from .records import ConcurrencyLimit as ConcurrencyLimit
 from .records import Dag as Dag
 from .records import DuplicateJob as DuplicateJob
 from .records import EnqueueResult as EnqueueResult
-from .records import FlowNode as FlowNode
 from .records import FlowStep as FlowStep
 from .records import Graph as Graph
 from .records import Group as Group
@@ -78,7 +77,6 @@ from .records import ScheduleNotStored as ScheduleNotStored
 from .records import SkipRetry as SkipRetry
 from .records import SoftTimeLimit as SoftTimeLimit
 from .records import StepFailure as StepFailure
-from .records import StepView as StepView
 from .records import StoreError as StoreError
 from .records import TopologyError as TopologyError
 from .records import Unique as Unique
@@ -86,10 +84,6 @@ from .records import UnknownJob as UnknownJob
 from .records import UnknownQueue as UnknownQueue
 from .records import UnknownTask as UnknownTask
 from .records import WorkerInfo as WorkerInfo
-from .records import WorkflowAbortResult as WorkflowAbortResult
-from .records import WorkflowRecord as WorkflowRecord
-from .records import WorkflowState as WorkflowState
-from .records import WorkflowView as WorkflowView
 from .records import attempt_history as attempt_history
 from .records import chain as chain
 from .records import graph as graph
@@ -116,6 +110,12 @@ if _TYPE_CHECKING:
     from .app import VersionInfo as VersionInfo
     from .app import Workflow as Workflow
     from .app import schedule_rows as schedule_rows
+    from .records import FlowNode as FlowNode
+    from .records import StepView as StepView
+    from .records import WorkflowAbortResult as WorkflowAbortResult
+    from .records import WorkflowRecord as WorkflowRecord
+    from .records import WorkflowState as WorkflowState
+    from .records import WorkflowView as WorkflowView
     from .runtime import JobContext as JobContext
     from .runtime import JobMetric as JobMetric
     from .runtime import Metrics as Metrics
@@ -147,6 +147,12 @@ __version__ = _VERSION
 
 #: The public names loaded on first use, and the subpackage of each.
 _LAZY = {
+    "FlowNode": "records._flow_control",
+    "StepView": "records._flow_control",
+    "WorkflowAbortResult": "records._flow_control",
+    "WorkflowRecord": "records._flow_control",
+    "WorkflowState": "records._flow_control",
+    "WorkflowView": "records._flow_control",
     "App": "app",
     "DynamicSchedules": "app",
     "BulkAction": "app._bulk",
@@ -243,12 +249,6 @@ __all__ = [
     "Unique",
     "chain",
     "graph",
-    "FlowNode",
-    "StepView",
-    "WorkflowAbortResult",
-    "WorkflowRecord",
-    "WorkflowState",
-    "WorkflowView",
     "group",
     "MemberOutcome",
     "StepFailure",

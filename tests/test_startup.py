@@ -62,8 +62,20 @@ NOT_AT_START = (
     "opentelemetry",
     "importlib.resources",  # the Lua scripts are read with pathlib
 )
-#: ... nor, on Redis, the in-memory store.
-NOT_AT_START_ON_REDIS = (*NOT_AT_START, "chronos_trio.store.memory")
+#: ... nor, on Redis, the in-memory store, or what only it imports eagerly.
+NOT_AT_START_ON_REDIS = (
+    *NOT_AT_START,
+    "chronos_trio.store.memory",
+    # search: only the Inspector, the dashboard and the search command
+    "chronos_trio.store._search",
+    "chronos_trio.store.redis._search",
+    # the store checker's findings: only a check
+    "chronos_trio.store._check_results",
+    # a workflow's record and views: reading or aborting one (a worker only
+    # runs its steps)
+    "chronos_trio.records._flow_control",
+    "chronos_trio.app._workflow_control",
+)
 
 APP = """
 import json, os, signal, sys
@@ -474,3 +486,60 @@ def test_scalar_decode_does_not_import_cattrs() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout.strip() == "False"
+
+
+# -- names loaded on first use -----------------------------------------------------------------
+
+LAZY_NAMES = """
+import json, sys
+
+import chronos_trio
+from chronos_trio import records, store
+
+lazy = ["chronos_trio.store._search", "chronos_trio.store._check_results",
+        "chronos_trio.records._flow_control"]
+before = [m for m in lazy if m in sys.modules]
+app = chronos_trio.App()  # an App and its store's protocol load none of them
+from chronos_trio.store import _roles
+after_app = [m for m in lazy if m in sys.modules]
+# reached from a private module first, each still names its public module
+from chronos_trio.store._roles import Finding, finding_order
+from chronos_trio.records._flow_control import WorkflowRecord
+modules = {
+    "Finding": Finding.__module__,
+    "finding_order": finding_order.__module__,
+    "WorkflowRecord": WorkflowRecord.__module__,
+    "store.CheckReport": store.CheckReport.__module__,
+    "store.Problem": store.Problem.__module__,
+    "store.JobQuery": store.JobQuery.__module__,
+    "WorkflowView": chronos_trio.WorkflowView.__module__,
+    "records.StepView": records.StepView.__module__,
+}
+same = (store.Finding is Finding and records.WorkflowRecord is WorkflowRecord
+        and chronos_trio.WorkflowRecord is WorkflowRecord
+        and chronos_trio.JobQuery is store.JobQuery)
+print(json.dumps({"before": before, "after_app": after_app, "modules": modules, "same": same}))
+"""
+
+
+def test_lazy_names_load_on_first_use_and_name_their_public_module() -> None:
+    """Search, the checker's findings and the workflow records are no
+    longer imported with their packages; reached any way, they are the same
+    objects and report the module they are documented under."""
+    out = subprocess.run(
+        [sys.executable, "-c", LAZY_NAMES], capture_output=True, text=True, timeout=60, check=True
+    )
+    report = json.loads(out.stdout)
+    assert report["before"] == []
+    assert report["after_app"] == []
+    assert report["same"] is True
+    assert report["modules"] == {
+        "Finding": "chronos_trio.store",
+        "finding_order": "chronos_trio.store",
+        "WorkflowRecord": "chronos_trio",
+        "store.CheckReport": "chronos_trio.store",
+        "store.Problem": "chronos_trio.store",
+        "store.JobQuery": "chronos_trio.store",
+        "WorkflowView": "chronos_trio",
+        "records.StepView": "chronos_trio",
+    }

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import attrs
 import trio
 
 from ..records._errors import JobFailed, JobNotFound, ResultTimeout
-from ..records._flow_control import WorkflowAbortResult, WorkflowView
 from ..records._flow_outcomes import MemberOutcome
 from ..records._jobs import EnqueueResult, JobOutcome
 from ..records._notes import JobNotes, JobProgress
@@ -27,7 +26,9 @@ from ..records._producing import (
 from ..store._capabilities import Capability
 from ..store._offers import require_capabilities
 from ..store._roles import AbortResult, ResultRole, TopologyRole
-from ._workflow_control import abort_workflow, workflow_view
+
+if TYPE_CHECKING:
+    from ..records._flow_control import WorkflowAbortResult, WorkflowView
 
 R = TypeVar("R")
 
@@ -245,6 +246,8 @@ class Workflow:
         Raises StoreError when the store cannot be reached (calling again is
         safe), ``MissingCapability`` (a TypeError) when the store lacks
         workflow control, admin or abort."""
+        from ._workflow_control import abort_workflow  # loads the workflow records
+
         return await abort_workflow(self._host_store(), self.id, reason)
 
     async def status(self) -> WorkflowView:
@@ -254,6 +257,8 @@ class Workflow:
         its state, attempts and times. Raises StoreError when the store
         cannot be reached, ``MissingCapability`` when it lacks workflow
         control or admin."""
+        from ._workflow_control import workflow_view  # loads the workflow records
+
         return await workflow_view(self._host_store(), self.id)
 
     async def result(self, timeout: float | None = None) -> Any:

@@ -1,6 +1,8 @@
 """The bottom layer: job records, errors, the payload codec, retry policy and
 job options. Every other layer may import it; it imports none of them."""
 
+from typing import TYPE_CHECKING
+
 from ._aggregates import KindCounts as KindCounts
 from ._aggregates import MinuteCounts as MinuteCounts
 from ._attempts import HISTORY_LIMIT as HISTORY_LIMIT
@@ -36,12 +38,6 @@ from ._errors import TopologyError as TopologyError
 from ._errors import UnknownJob as UnknownJob
 from ._errors import UnknownQueue as UnknownQueue
 from ._errors import UnknownTask as UnknownTask
-from ._flow_control import FlowNode as FlowNode
-from ._flow_control import StepView as StepView
-from ._flow_control import WorkflowAbortResult as WorkflowAbortResult
-from ._flow_control import WorkflowRecord as WorkflowRecord
-from ._flow_control import WorkflowState as WorkflowState
-from ._flow_control import WorkflowView as WorkflowView
 from ._flow_outcomes import BatchSummary as BatchSummary
 from ._flow_outcomes import MemberOutcome as MemberOutcome
 from ._flow_outcomes import StepFailure as StepFailure
@@ -71,6 +67,7 @@ from ._options import JobDefaults as JobDefaults
 from ._placement import NO_PLACEMENT as NO_PLACEMENT
 from ._placement import Placement as Placement
 from ._public import fixup_module_metadata as _fixup
+from ._public import lazy_getattr as _lazy_getattr
 from ._retry import RetryPolicy as RetryPolicy
 from ._unique import Unique as Unique
 from ._workers import WorkerInfo as WorkerInfo
@@ -84,5 +81,30 @@ from ._workflow import Group as Group
 from ._workflow import chain as chain
 from ._workflow import group as group
 
+if TYPE_CHECKING:
+    from ._flow_control import FlowNode as FlowNode
+    from ._flow_control import StepView as StepView
+    from ._flow_control import WorkflowAbortResult as WorkflowAbortResult
+    from ._flow_control import WorkflowRecord as WorkflowRecord
+    from ._flow_control import WorkflowState as WorkflowState
+    from ._flow_control import WorkflowView as WorkflowView
+
 _fixup(__name__, globals())
 del _fixup
+#: A workflow's record and what controlling it reports load on first use: a
+#: worker, which only runs a workflow's steps, never needs them.
+__getattr__ = _lazy_getattr(
+    __name__,
+    globals(),
+    dict.fromkeys(
+        (
+            "FlowNode",
+            "StepView",
+            "WorkflowAbortResult",
+            "WorkflowRecord",
+            "WorkflowState",
+            "WorkflowView",
+        ),
+        "_flow_control",
+    ),
+)

@@ -17,8 +17,9 @@ from typing import Any
 
 import attrs
 
+from ._flow_encoding import encode_tree as encode_tree
 from ._jobs import JobState
-from ._workflow import Node, _encode_node
+from ._public import fixup_module_metadata
 
 
 @attrs.frozen
@@ -33,11 +34,6 @@ class WorkflowRecord:
     created: float
     first_kind: str
     cancelled: float | None = None
-
-
-def encode_tree(node: Node, workflow_id: str) -> str:
-    """The workflow ``node`` started as ``workflow_id``, as stored in its record."""
-    return json.dumps(_encode_node(node, workflow_id), separators=(",", ":"))
 
 
 def workflow_of(then: str | None) -> str | None:
@@ -227,3 +223,18 @@ def overall_state(record: WorkflowRecord, steps: list[StepView]) -> WorkflowStat
     if states and all(s is JobState.SUCCEEDED for s in states):
         return WorkflowState.SUCCEEDED
     return WorkflowState.RUNNING
+
+
+# Public as ``chronos_trio.<name>``, loaded on first use (the package names
+# them lazily): they report that module however they were first reached.
+fixup_module_metadata(
+    "chronos_trio",
+    {
+        "FlowNode": FlowNode,
+        "StepView": StepView,
+        "WorkflowAbortResult": WorkflowAbortResult,
+        "WorkflowRecord": WorkflowRecord,
+        "WorkflowState": WorkflowState,
+        "WorkflowView": WorkflowView,
+    },
+)

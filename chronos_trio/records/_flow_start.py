@@ -32,7 +32,7 @@ from typing import Any
 import attrs
 
 from . import _flow_json as flow_json
-from ._flow_control import encode_tree
+from ._flow_encoding import encode_tree
 from ._jobs import NewJob
 from ._workflow import (
     MAX_CONTINUATION_BYTES,

@@ -3,7 +3,8 @@ optional capabilities, and one frozen result per operation), the URL scheme
 registry, and the backends (``memory``, ``redis``, ``postgres``), which never
 import each other.
 
-``MemoryStore`` is imported on first use (PEP 562): the store's protocols
+``MemoryStore``, search (``JobQuery``, ``SearchPage``, ``TimeRange``) and the
+store checker's findings are imported on first use (PEP 562): the store's protocols
 serve producers that do not run Trio, and the memory store is built on
 Trio."""
 
@@ -27,14 +28,11 @@ from ._results import NOTHING_LEASED as NOTHING_LEASED
 from ._results import NOTHING_SET_ASIDE as NOTHING_SET_ASIDE
 from ._results import AbortResult as AbortResult
 from ._results import AsideEntry as AsideEntry
-from ._results import CheckReport as CheckReport
 from ._results import CountResult as CountResult
-from ._results import Finding as Finding
 from ._results import Leadership as Leadership
 from ._results import LeaseResult as LeaseResult
 from ._results import LimitUsage as LimitUsage
 from ._results import NotesResult as NotesResult
-from ._results import Problem as Problem
 from ._results import PromoteResult as PromoteResult
 from ._results import QueueStats as QueueStats
 from ._results import QueueTopology as QueueTopology
@@ -42,7 +40,6 @@ from ._results import QueueVersion as QueueVersion
 from ._results import QueueWeight as QueueWeight
 from ._results import RecoverResult as RecoverResult
 from ._results import RenewResult as RenewResult
-from ._results import Repair as Repair
 from ._results import ScheduleEdit as ScheduleEdit
 from ._results import SetAside as SetAside
 from ._results import SettleKind as SettleKind
@@ -82,14 +79,35 @@ from ._schemes import redact as redact
 from ._schemes import register_scheme as register_scheme
 from ._schemes import scheme_of as scheme_of
 from ._schemes import schemes as schemes
-from ._search import JobQuery as JobQuery
-from ._search import SearchPage as SearchPage
-from ._search import TimeRange as TimeRange
 from ._transactional import TransactionalEnqueue as TransactionalEnqueue
 
 if _TYPE_CHECKING:
+    from ._check_results import CheckReport as CheckReport
+    from ._check_results import Finding as Finding
+    from ._check_results import Problem as Problem
+    from ._check_results import Repair as Repair
+    from ._search import JobQuery as JobQuery
+    from ._search import SearchPage as SearchPage
+    from ._search import TimeRange as TimeRange
     from .memory import MemoryStore as MemoryStore
 
+#: Loaded on first use, each with the other names of its module: a worker
+#: needs none of them (the in-memory store of a worker on Redis, search, the
+#: store checker's findings).
+_LAZY = {
+    "MemoryStore": "memory",
+    "CheckReport": "_check_results",
+    "Finding": "_check_results",
+    "Problem": "_check_results",
+    "Repair": "_check_results",
+    "finding_order": "_check_results",
+    "JobQuery": "_search",
+    "SearchPage": "_search",
+    "TimeRange": "_search",
+}
+
 _fixup(__name__, globals())
-__all__ = [n for n in globals() if not n.startswith("_")] + ["MemoryStore"]
-__getattr__ = _lazy_getattr(__name__, globals(), {"MemoryStore": "memory"})
+__all__ = [n for n in globals() if not n.startswith("_")] + [
+    n for n in _LAZY if n != "finding_order"
+]
+__getattr__ = _lazy_getattr(__name__, globals(), _LAZY, together=False)

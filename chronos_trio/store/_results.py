@@ -3,7 +3,8 @@ returns: settlements and queue weights in, and out one frozen result per
 operation that says all it did (:class:`LeaseResult`, :class:`RenewResult`,
 :class:`SettleResult`, :class:`CountResult`, :class:`PromoteResult`,
 :class:`RecoverResult`), what an operation set aside (:class:`SetAside`),
-queue statistics and topology, leadership, and the store checker's findings.
+queue statistics and topology, leadership. The store checker's findings
+live in ``_check_results``, loaded on first use.
 
 Every value here is immutable; the role ABCs that use them stay in
 ``_roles``."""
@@ -15,7 +16,6 @@ import enum
 import attrs
 
 from ..records._jobs import Job, JobState, LeasedJob, LeaseRef, NewJob
-from ..records._placement import Placement
 
 
 class SettleKind(enum.StrEnum):
@@ -393,7 +393,7 @@ class StoredSchedules:
     schedules: tuple[StoredSchedule, ...]  # by id
 
 
-# -- the store checker's findings ---------------------------------------------------------
+# -- the store checker's constants (its findings: ``_check_results``) ------------------
 #: How long (seconds) past its expiry a lease may stay unrecovered before the
 #: checker reports it: workers recover expired leases every few seconds (at
 #: most 5 s by default), so one still there a minute later has nobody
@@ -405,107 +405,3 @@ LEASE_GRACE = 60.0
 #: The checker accepts a dead record with this prefix as set aside, whatever
 #: its other fields hold.
 DAMAGED_RECORD = "damaged record: "
-
-
-class Problem(enum.StrEnum):
-    """What the store checker found wrong with one job (or index entry)."""
-
-    NO_INDEX = "no_index"  # a record in no index: nothing will ever lease, promote or trim it
-    NO_RECORD = "no_record"  # an index entry whose record is gone
-    TWO_INDEXES = "two_indexes"  # a record in more than one index
-    WRONG_INDEX = "wrong_index"  # a record in one index, not the one its state names
-    EXPIRED_LEASE = "expired_lease"  # a lease expired more than the grace ago, not recovered
-    DAMAGED = "damaged"  # a field missing or of the wrong type (the detail names it)
-    NEWER_FORMAT = "newer_format"  # written in a newer record format: left for a newer version
-    QUARANTINED = "quarantined"  # an entry of a quarantine hash: already set aside
-
-    @property
-    def report_only(self) -> bool:
-        """True for findings that are listed but are not a problem to repair:
-        a newer format's record (a rolling upgrade in progress) and a
-        quarantine entry (a problem already dealt with)."""
-        return self in (Problem.NEWER_FORMAT, Problem.QUARANTINED)
-
-
-class Repair(enum.StrEnum):
-    """What ``check(repair=True)`` did about one finding."""
-
-    NONE = "none"  # nothing: repair not asked, or a report-only finding
-    REINDEXED = "reindexed"  # put in the index its state names, with the right score
-    RECOVERED = "recovered"  # an expired lease taken back: ready again
-    DEAD_LETTERED = "dead_lettered"  # made dead, with a last_error naming the problem
-    QUARANTINED = "quarantined"  # index entries removed, the job id recorded in quarantine
-    SKIPPED = "skipped"  # the job changed since it was inspected: left alone (check again)
-
-
-@attrs.frozen
-class Finding:
-    """One problem the store checker found, and what repair did about it.
-
-    ``state`` is the record's state as stored ("" when there is no record or
-    no state), ``indexes`` the indexes (state names) that held the job when
-    it was inspected, ``record_format`` the record's format version (None
-    with no record, or one that cannot be read). ``detail`` says what is
-    wrong, naming the field and value for a damaged record;
-    ``repair_detail`` what the repair did (or why it did nothing).
-    """
-
-    problem: Problem
-    job_id: str
-    queue: str
-    #: Where the store keeps the job (opaque, see ``records._placement``;
-    #: a store with topology reads it with ``TopologyRole.locate``).
-    placement: Placement
-    detail: str
-    state: str = ""
-    indexes: tuple[str, ...] = ()
-    record_format: int | None = None
-    repair: Repair = Repair.NONE
-    repair_detail: str = ""
-
-
-def finding_order(finding: Finding) -> tuple[str, Placement, str]:
-    """The order reports list findings in: by queue, placement (for a store
-    with topology: version, then partition), job id."""
-    return (finding.queue, finding.placement, finding.job_id)
-
-
-@attrs.frozen
-class CheckReport:
-    """What one walk of a store found (see :meth:`CheckRole.check`).
-
-    ``findings`` lists problems and newer-format records by queue, version,
-    partition and job id (:func:`finding_order`), then quarantine entries.
-    The counters say how much was walked: ``records`` job records and
-    ``index_entries`` index entries seen (a record or entry that moved during
-    the walk may be seen twice), in ``partitions`` partitions;
-    ``skipped_keys`` are job keys of the namespace outside the checked
-    partitions (another queue, or a version no longer in the topology), left
-    alone. ``now`` is the store's clock when the walk began.
-    """
-
-    queues: tuple[str, ...]
-    repair: bool
-    lease_grace: float
-    now: float
-    findings: tuple[Finding, ...] = ()
-    partitions: int = 0
-    records: int = 0
-    index_entries: int = 0
-    skipped_keys: int = 0
-
-    @property
-    def problems(self) -> tuple[Finding, ...]:
-        """Findings that are problems (not report-only)."""
-        return tuple(f for f in self.findings if not f.problem.report_only)
-
-    @property
-    def unresolved(self) -> tuple[Finding, ...]:
-        """Problems not repaired: every problem without repair; with repair,
-        those it skipped because the job changed meanwhile."""
-        return tuple(f for f in self.problems if f.repair in (Repair.NONE, Repair.SKIPPED))
-
-    @property
-    def ok(self) -> bool:
-        """True when no problem is left unrepaired."""
-        return not self.unresolved

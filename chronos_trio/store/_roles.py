@@ -106,15 +106,15 @@ Errors
 from __future__ import annotations
 
 import abc
+import importlib
 from collections.abc import Iterable, Sequence
-from typing import ClassVar, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import attrs
 
 from ..records._aggregates import KindCounts, MinuteCounts
 from ..records._errors import StoreError as StoreError
 from ..records._errors import TopologyError as TopologyError
-from ..records._flow_control import WorkflowRecord
 from ..records._jobs import (
     EnqueueResult,
     Job,
@@ -139,14 +139,11 @@ from ._results import NOTHING_LEASED as NOTHING_LEASED
 from ._results import NOTHING_SET_ASIDE as NOTHING_SET_ASIDE
 from ._results import AbortResult as AbortResult
 from ._results import AsideEntry as AsideEntry
-from ._results import CheckReport as CheckReport
 from ._results import CountResult as CountResult
-from ._results import Finding as Finding
 from ._results import Leadership as Leadership
 from ._results import LeaseResult as LeaseResult
 from ._results import LimitUsage as LimitUsage
 from ._results import NotesResult as NotesResult
-from ._results import Problem as Problem
 from ._results import PromoteResult as PromoteResult
 from ._results import QueueStats as QueueStats
 from ._results import QueueTopology as QueueTopology
@@ -154,7 +151,6 @@ from ._results import QueueVersion as QueueVersion
 from ._results import QueueWeight as QueueWeight
 from ._results import RecoverResult as RecoverResult
 from ._results import RenewResult as RenewResult
-from ._results import Repair as Repair
 from ._results import ScheduleEdit as ScheduleEdit
 from ._results import SetAside as SetAside
 from ._results import SettleKind as SettleKind
@@ -164,9 +160,53 @@ from ._results import StoredSchedule as StoredSchedule
 from ._results import StoredSchedules as StoredSchedules
 from ._results import TriggerResult as TriggerResult
 from ._results import VersionState as VersionState
-from ._results import finding_order as finding_order
-from ._search import SCAN_LIMIT, JobQuery, SearchPage
+from ._search_limits import SCAN_LIMIT
 from ._topology_placement import locate
+
+if TYPE_CHECKING:
+    # Workflow records, search and the checker load on first use: no worker
+    # needs them before its first job.
+    from ..records._flow_control import WorkflowRecord
+    from ._check_results import CheckReport as CheckReport
+    from ._check_results import Finding as Finding
+    from ._check_results import Problem as Problem
+    from ._check_results import Repair as Repair
+    from ._check_results import finding_order as finding_order
+    from ._search import JobQuery, SearchPage
+
+#: The names of this module loaded on first use, and the package each is
+#: public in: the store checker's findings (re-exported here as the other
+#: results are) and the types of search and of workflow records that the
+#: roles' signatures name.
+_LAZY_TYPES = {
+    "CheckReport": "chronos_trio.store",
+    "Finding": "chronos_trio.store",
+    "Problem": "chronos_trio.store",
+    "Repair": "chronos_trio.store",
+    "finding_order": "chronos_trio.store",
+    "JobQuery": "chronos_trio.store",
+    "SearchPage": "chronos_trio.store",
+    "WorkflowRecord": "chronos_trio.records",
+}
+
+
+def __getattr__(name: str) -> object:
+    """A name of :data:`_LAZY_TYPES`, loaded when first asked for (through
+    its public package, so it reports that module however it was reached)
+    and bound here from then on. Raises AttributeError for any other name."""
+    if name not in _LAZY_TYPES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value: object = getattr(importlib.import_module(_LAZY_TYPES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def load_lazy_types() -> None:
+    """Load and bind every name of :data:`_LAZY_TYPES`: what
+    ``typing.get_type_hints`` needs to resolve every role method's
+    signature (it reads this module's namespace, not its ``__getattr__``)."""
+    for name in _LAZY_TYPES:
+        __getattr__(name)
 
 
 # -- the roles ------------------------------------------------------------------------

@@ -38,11 +38,8 @@ from typing import Any
 import attrs
 
 from ..records._jobs import Job, JobState
-
-#: Records one search call reads at most, by default.
-SCAN_LIMIT = 10_000
-#: The most jobs one page may ask for.
-MAX_PAGE = 1000
+from ._search_limits import MAX_PAGE as MAX_PAGE
+from ._search_limits import SCAN_LIMIT as SCAN_LIMIT
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 

@@ -113,7 +113,8 @@ def search_jobs(
         walk = [(pos, pk, st) for pos, pk, st in walk if pos[:4] >= begin]
         if walk and walk[0][0][:4] == begin:
             first = walk[0]
-            walk[0] = ((*begin, start[4]), first[1], first[2])  # type: ignore[assignment]
+            resume: _Position = (begin[0], begin[1], begin[2], begin[3], start[4])
+            walk[0] = (resume, first[1], first[2])
     found: list[Job] = []
     scanned = 0
     argv = _filters(query)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...records._flow_control import WorkflowRecord
 from ...records._jobs import EnqueueResult, NewJob
 from . import _scripts as S
 from ._codec import text
@@ -18,6 +17,9 @@ from ._context import StoreContext
 from ._core import Call, Plan, RedisCore
 from ._enqueue import enqueue_plan
 from ._scripts import Op
+
+if TYPE_CHECKING:
+    from ...records._flow_control import WorkflowRecord
 
 
 def _ttl_ms(ttl: float) -> int:
@@ -29,6 +31,8 @@ def _record(workflow_id: str, fields: Sequence[Any]) -> WorkflowRecord | None:
     tree, created, kind, cancelled = (text(v) if v is not None else None for v in fields)
     if not tree:
         return None
+    from ...records._flow_control import WorkflowRecord  # first read: loads the records
+
     return WorkflowRecord(
         workflow_id,
         tree,

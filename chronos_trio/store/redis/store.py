@@ -18,7 +18,6 @@ import attrs
 import trio
 
 from ...records._aggregates import KindCounts, MinuteCounts
-from ...records._flow_control import WorkflowRecord
 from ...records._jobs import EnqueueResult, Job, JobOutcome, JobRef, JobState, LeaseRef, NewJob
 from ...records._notes import JobNotes, NoteWrite
 from ...records._workers import WorkerInfo
@@ -27,7 +26,6 @@ from .._observer import StoreObserver
 from .._roles import (
     LEASE_GRACE,
     AbortResult,
-    CheckReport,
     Continuation,
     CountResult,
     GroupStatus,
@@ -49,7 +47,7 @@ from .._roles import (
     StoreError,
     TriggerResult,
 )
-from .._search import SCAN_LIMIT, JobQuery, SearchPage
+from .._search_limits import SCAN_LIMIT
 from . import (
     _admin,
     _aggregates,
@@ -62,7 +60,6 @@ from . import (
     _notes,
     _results,
     _schedules,
-    _search,
     _waiting,
     _workers,
     _workflows,
@@ -77,6 +74,9 @@ from ._scripts import Op
 from .keys import KeySpace
 
 if TYPE_CHECKING:
+    from ...records._flow_control import WorkflowRecord
+    from .._check_results import CheckReport
+    from .._search import JobQuery, SearchPage
     from ._blocking import Client
 
 #: Longest single blocking read behind Sentinel (see ``from_url``).
@@ -367,6 +367,8 @@ class RedisStore(Store):
         limit: int = 50,
         scan_limit: int = SCAN_LIMIT,
     ) -> SearchPage:
+        from . import _search  # not on a worker's way to its first job
+
         return await self._ctx.run(_search.search_jobs(self._ctx, query, cursor, limit, scan_limit))
 
     async def limit_usage(self, queue: str) -> list[LimitUsage]:
