@@ -26,6 +26,7 @@ from .._roles import QueueVersion, StoreError
 from . import _scripts as S
 from ._codec import ident, parse_number
 from ._core import Call, Plan, QueueMeta, RedisCore, ensure_plan
+from ._packed import ArgvPacker, packed
 from ._scripts import Op
 from .keys import PartitionKeys
 
@@ -71,10 +72,7 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
             # different partitions keep the batch's order.
             (t,) = yield Call([Op.command(None, "TIME")])
             batch_now = repr(int(t[0]) + int(t[1]) / 1_000_000)
-        ops = [
-            Op.script_call(S.ENQUEUE, pk.enqueue_keys, _argv(batch_now, jobs, ids, idxs))
-            for pk, idxs in groups.items()
-        ]
+        ops = [_script_op(pk, *_argv(batch_now, jobs, ids, idxs)) for pk, idxs in groups.items()]
         replies = yield Call(
             ops, after=_enqueue_wake_ops(ctx, jobs, todo), replicas=ctx.replica_wait
         )
@@ -148,10 +146,30 @@ def _active(queue: str, meta: QueueMeta) -> QueueVersion:
     return active
 
 
-def _argv(batch_now: str, jobs: Sequence[NewJob], ids: list[str], idxs: list[int]) -> list[object]:
-    """enqueue.lua's ARGV for the jobs ``idxs`` (see the script's header)."""
+#: Calls of at least this many jobs send their RESP made with the arguments
+#: (``_packed``); a smaller one is packed as every command is (as cheap there).
+PACK_FROM = 16
+
+
+def _script_op(pk: PartitionKeys, argv: list[object], packer: ArgvPacker | None) -> Op:
+    """The enqueue.lua call of one partition, its RESP made already when
+    ``packer`` has it."""
+    if packer is None:
+        return Op.script_call(S.ENQUEUE, pk.enqueue_keys, argv)
+    keys = pk.enqueue_keys
+    head = ("EVALSHA", S.ENQUEUE.sha, len(keys), *keys)
+    return Op(keys[0], packed((*head, *argv), head, packer.parts, packer.count), S.ENQUEUE)
+
+
+def _argv(
+    batch_now: str, jobs: Sequence[NewJob], ids: list[str], idxs: list[int]
+) -> tuple[list[object], ArgvPacker | None]:
+    """enqueue.lua's ARGV for the jobs ``idxs`` (see the script's header),
+    and for PACK_FROM jobs or more its RESP (None when an argument is not
+    one the packer writes: then the usual packer decides)."""
     argv: list[object] = [batch_now]
     add = argv.extend
+    packer = ArgvPacker(batch_now) if len(idxs) >= PACK_FROM else None
     numbers: dict[float, str] = {0.0: "0.0"}  # reprs, made once per value
     for i in idxs:
         j = jobs[i]
@@ -175,7 +193,12 @@ def _argv(batch_now: str, jobs: Sequence[NewJob], ids: list[str], idxs: list[int
                 "" if j.unique is None and j.then is None and j.control is None else extras(j),
             )
         )
-    return argv
+    if packer is not None:
+        try:
+            packer.add_all(argv, 9)
+        except (TypeError, UnicodeEncodeError):
+            packer = None
+    return argv, packer
 
 
 _MODE_LETTERS = {"lock": "l", "throttle": "t", "debounce": "d"}
