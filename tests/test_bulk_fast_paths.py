@@ -122,7 +122,7 @@ class _Keys:
     "values",
     [
         [P(float(n), "s" * n, n) for n in range(50)],
-        [P(1.5, "ünïcode\n\"quoted\"", -(2**62))],
+        [P(1.5, 'ünïcode\n"quoted"', -(2**62))],
         [P(0.0, "x" * 2000)],  # longer than the copy limit
         [],
     ],

@@ -85,14 +85,18 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
                 continue
             ctx.observe_now(reply[0])
             placement = pk.placement
-            for k, i in enumerate(idxs, 1):
-                at = 3 * k
+            # per job: created, run_at ('' for an existing key without a
+            # readable due time), the job's own ID or that of the job holding
+            # its unique key (ident's reading, written out: the hot loop)
+            for i, created, run_at, job_id in zip(
+                idxs, reply[1::3], reply[2::3], reply[3::3], strict=True
+            ):
                 results[i] = EnqueueResult(
-                    # the job's own ID, or that of the job holding its unique key
-                    ident(reply[at]),
-                    reply[at - 2] == 1,
-                    # '' for an existing key without a readable due time
-                    float(reply[at - 1] or 0.0),
+                    job_id.decode("utf-8", "backslashreplace")
+                    if type(job_id) is bytes
+                    else ident(job_id),
+                    created == 1,
+                    float(run_at or 0.0),
                     placement,
                 )
         todo = closed
@@ -112,20 +116,24 @@ def _route(
     version each goes to (unique and limited jobs by their key, see
     ``routed_job_id``). StoreError for a queue with no active version."""
     groups: dict[PartitionKeys, list[int]] = {}
-    actives: dict[str, QueueVersion] = {}
+    # per queue: its active version, and its one partition's keys when it has one
+    routes: dict[str, tuple[QueueVersion, PartitionKeys | None]] = {}
     partition = ctx.keys.partition
     for i in todo:
         job = jobs[i]
         queue = job.queue
-        active = actives.get(queue)
-        if active is None:
-            active = actives[queue] = _active(queue, metas[queue])
+        route = routes.get(queue)
+        if route is None:
+            active = _active(queue, metas[queue])
+            only = partition(queue, active.version, 0) if active.partitions == 1 else None
+            route = routes[queue] = (active, only)
+        active, pk = route
         if job.unique is not None or job.control is not None:
             # routed by its key, where the lock or limit lives (raises,
             # before anything is sent, for a given ID that routes elsewhere)
             ids[i] = routed_job_id(job, active.partitions)
-        n = active.partitions
-        pk = partition(queue, active.version, 0 if n == 1 else partition_of(ids[i], n))
+        if pk is None:
+            pk = partition(queue, active.version, partition_of(ids[i], active.partitions))
         group = groups.get(pk)
         if group is None:
             groups[pk] = [i]
@@ -241,6 +249,8 @@ def _skip_existing_in_draining(
 ) -> Plan[list[int]]:
     """A job ID that exists in a draining version must not be stored again in the
     active one. Checked only while a queue has more than one version."""
+    if all(v is m.active for m in metas.values() for v in m.versions or ()):
+        return todo  # no queue has a version but its active one: nothing to look at
     checks: list[tuple[int, PartitionKeys]] = []
     for i in todo:
         job = jobs[i]

@@ -34,11 +34,11 @@ def bulk(arg: str | bytes | int) -> bytes:
     for another type (bool included, as the packers refuse it)."""
     t = type(arg)
     if t is str:
-        b = arg.encode()  # type: ignore[union-attr]
+        b = str.encode(arg)  # type: ignore[arg-type]
     elif t is bytes:
-        b = arg  # type: ignore[assignment]
+        b = bytes(arg)  # type: ignore[arg-type]
     elif t is int:
-        b = b"%d" % arg  # type: ignore[str-bytes-safe]
+        b = b"%d" % int(arg)
     else:
         raise TypeError(f"not packed here: {t.__name__}")
     return b"$%d\r\n%b\r\n" % (len(b), b)
