@@ -27,6 +27,10 @@ Cases (the paths every job takes):
   producer's Python side of one enqueue, the event loop's share included);
 * ``asyncio_bulk``: ``await AsyncioProducer(app=...).enqueue_many`` in
   batches of 1,000, the same way (its Python side per job).
+* ``redis_bulk``: ``await task.enqueue_many(payloads)`` from Trio in
+  batches of 1,000 against a private redis-server (issue 27 item 2);
+* ``sync_bulk``: ``SyncProducer(app=...).enqueue_many`` in batches of
+  1,000, the same way.
 * ``arq_enqueue`` (a peer, not run unless named): arq's own awaited
   ``ArqRedis.enqueue_job`` one at a time against the same server, in its
   venv (``benchmarks/.venv/arq``), counted once whatever the trees;
@@ -61,7 +65,7 @@ from pathlib import Path
 
 CASES = (
     "enqueue", "drain", "sync_enqueue", "redis_enqueue", "redis_drain", "asyncio_enqueue",
-    "asyncio_bulk",
+    "asyncio_bulk", "redis_bulk", "sync_bulk",
 )  # fmt: skip
 #: The cases that need a redis-server.
 REDIS_CASES = {
@@ -73,6 +77,8 @@ REDIS_CASES = {
     "redis_drain",
     "asyncio_enqueue",
     "asyncio_bulk",
+    "redis_bulk",
+    "sync_bulk",
 }
 HERE = Path(__file__).resolve()
 #: Cases of another system, run in its own venv (once, whatever the trees).
@@ -159,6 +165,26 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
             await app.aclose()
 
         trio.run(redis_enqueue)
+    elif case == "redis_bulk":
+        assert redis_url is not None
+        from chronos_trio.store.redis import RedisStore
+
+        app = chronos_trio.App(RedisStore.from_url(redis_url))
+        task = app.task("bench.job")(job.fn)
+
+        async def redis_bulk() -> None:
+            for i in range(0, len(payloads), 1000):
+                await task.enqueue_many(payloads[i : i + 1000])
+            await app.aclose()
+
+        trio.run(redis_bulk)
+    elif case == "sync_bulk":
+        assert redis_url is not None
+        from chronos_trio.producers import SyncProducer
+
+        with SyncProducer(redis_url, app=app) as producer:
+            for i in range(0, len(payloads), 1000):
+                producer.enqueue_many("bench.job", payloads[i : i + 1000])
     elif case == "sync_enqueue":
         assert redis_url is not None
         from chronos_trio.producers import SyncProducer

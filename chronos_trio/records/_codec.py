@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -124,11 +124,7 @@ def payload_encoder(payload_type: Any) -> Callable[[Any], bytes]:
     :func:`encode_payload`. Raises what it raises."""
     if not (isinstance(payload_type, type) and hasattr(payload_type, "__attrs_attrs__")):
         return functools.partial(_encode_as, payload_type=payload_type)
-    converter = _converter()
-    get_hook: Any = getattr(converter, "get_unstructure_hook", None)
-    if get_hook is None:  # cattrs < 24
-        get_hook = getattr(converter, "_unstructure_func").dispatch  # noqa: B009
-    hook: Callable[[Any], Any] = get_hook(payload_type)
+    hook = _unstructure_hook(payload_type)
 
     def encode(value: Any) -> bytes:
         if type(value) is not payload_type:
@@ -162,6 +158,49 @@ def cached_payload_encoder(payload_type: Any) -> Callable[[Any], bytes]:
         _ENCODERS.clear()
     _ENCODERS[payload_type] = encode
     return encode
+
+
+def batch_encoder(payload_type: Any) -> Callable[[Sequence[Any]], list[bytes] | None]:
+    """For a bulk enqueue: a function that encodes many values of exactly
+    ``payload_type`` (an attrs class) at once, as :func:`payload_encoder`'s
+    function would one by one (the same bytes), or returns None when it
+    cannot vouch for that: a value of another type, one that does not
+    unstructure or dump, one whose JSON holds a ``null`` (it may stand for
+    a NaN): the caller then encodes them one by one, which gives the same
+    bytes or raises the same error as ever. For another payload type, the
+    function always returns None."""
+    if not (isinstance(payload_type, type) and hasattr(payload_type, "__attrs_attrs__")):
+        return _cannot
+    hook = _unstructure_hook(payload_type)
+    dump = orjson.dumps
+
+    def encode_all(values: Sequence[Any]) -> list[bytes] | None:
+        if any(type(v) is not payload_type for v in values):
+            return None
+        try:
+            outs = [dump(raw, option=_DUMPS_OPTIONS) for raw in map(hook, values)]
+        except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
+            return None
+        # "\n" is never in compact JSON but escaped: no null is made across two
+        if b"null" in b"\n".join(outs):
+            return None
+        # a compact copy of each, as dumps makes (see there)
+        return [bytes(memoryview(o)) if len(o) < _COPY_BELOW else o for o in outs]
+
+    return encode_all
+
+
+def _cannot(values: Sequence[Any]) -> None:
+    return None
+
+
+def _unstructure_hook(payload_type: type) -> Callable[[Any], Any]:
+    converter = _converter()
+    get_hook: Any = getattr(converter, "get_unstructure_hook", None)
+    if get_hook is None:  # cattrs < 24
+        get_hook = getattr(converter, "_unstructure_func").dispatch  # noqa: B009
+    hook: Callable[[Any], Any] = get_hook(payload_type)
+    return hook
 
 
 def _encode_as(value: Any, payload_type: Any) -> bytes:

@@ -16,7 +16,7 @@ from typing import Any, NoReturn, Protocol, Unpack
 
 import attrs
 
-from ._codec import cached_payload_encoder, decode_payload, payload_encoder
+from ._codec import batch_encoder, cached_payload_encoder, decode_payload, payload_encoder
 from ._control import ControlDefaults, job_control
 from ._errors import (
     DuplicateJob,
@@ -239,13 +239,16 @@ def new_jobs(
     kind, max_retries, timeout = spec.kind, spec.max_retries, spec.timeout
     unique = spec.unique
     defaults = spec.control
-    encode = payload_encoder(spec.payload_type)
     values = payloads if isinstance(payloads, list | tuple) else list(payloads)
     # one system call for every ID of the batch (each is new_job_id's 128 bits)
     hex_ids = os.urandom(16 * len(values)).hex()
+    # all at once when it can vouch for the same bytes; else one by one
+    # (each payload's own error, in order: encoding, size, hooks)
+    datas = batch_encoder(spec.payload_type)(values)
+    encode = None if datas is not None else payload_encoder(spec.payload_type)
     jobs = []
     for n, payload in enumerate(values):
-        data = encode(payload)
+        data = datas[n] if encode is None else encode(payload)  # type: ignore[index]
         if len(data) > limit:
             _too_large(kind, data, limit)
         headers = job_headers(kind, None, hooks) if hooks else ()

@@ -26,6 +26,7 @@ from .._roles import QueueVersion, StoreError
 from . import _scripts as S
 from ._codec import ident, parse_number
 from ._core import Call, Plan, QueueMeta, RedisCore, ensure_plan
+from ._packed import ArgvPacker, packed
 from ._scripts import Op
 from .keys import PartitionKeys
 
@@ -71,10 +72,7 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
             # different partitions keep the batch's order.
             (t,) = yield Call([Op.command(None, "TIME")])
             batch_now = repr(int(t[0]) + int(t[1]) / 1_000_000)
-        ops = [
-            Op.script_call(S.ENQUEUE, pk.enqueue_keys, _argv(batch_now, jobs, ids, idxs))
-            for pk, idxs in groups.items()
-        ]
+        ops = [_script_op(pk, *_argv(batch_now, jobs, ids, idxs)) for pk, idxs in groups.items()]
         replies = yield Call(
             ops, after=_enqueue_wake_ops(ctx, jobs, todo), replicas=ctx.replica_wait
         )
@@ -87,14 +85,18 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
                 continue
             ctx.observe_now(reply[0])
             placement = pk.placement
-            for k, i in enumerate(idxs, 1):
-                at = 3 * k
+            # per job: created, run_at ('' for an existing key without a
+            # readable due time), the job's own ID or that of the job holding
+            # its unique key (ident's reading, written out: the hot loop)
+            for i, created, run_at, job_id in zip(
+                idxs, reply[1::3], reply[2::3], reply[3::3], strict=True
+            ):
                 results[i] = EnqueueResult(
-                    # the job's own ID, or that of the job holding its unique key
-                    ident(reply[at]),
-                    reply[at - 2] == 1,
-                    # '' for an existing key without a readable due time
-                    float(reply[at - 1] or 0.0),
+                    job_id.decode("utf-8", "backslashreplace")
+                    if type(job_id) is bytes
+                    else ident(job_id),
+                    created == 1,
+                    float(run_at or 0.0),
                     placement,
                 )
         todo = closed
@@ -114,20 +116,24 @@ def _route(
     version each goes to (unique and limited jobs by their key, see
     ``routed_job_id``). StoreError for a queue with no active version."""
     groups: dict[PartitionKeys, list[int]] = {}
-    actives: dict[str, QueueVersion] = {}
+    # per queue: its active version, and its one partition's keys when it has one
+    routes: dict[str, tuple[QueueVersion, PartitionKeys | None]] = {}
     partition = ctx.keys.partition
     for i in todo:
         job = jobs[i]
         queue = job.queue
-        active = actives.get(queue)
-        if active is None:
-            active = actives[queue] = _active(queue, metas[queue])
+        route = routes.get(queue)
+        if route is None:
+            active = _active(queue, metas[queue])
+            only = partition(queue, active.version, 0) if active.partitions == 1 else None
+            route = routes[queue] = (active, only)
+        active, pk = route
         if job.unique is not None or job.control is not None:
             # routed by its key, where the lock or limit lives (raises,
             # before anything is sent, for a given ID that routes elsewhere)
             ids[i] = routed_job_id(job, active.partitions)
-        n = active.partitions
-        pk = partition(queue, active.version, 0 if n == 1 else partition_of(ids[i], n))
+        if pk is None:
+            pk = partition(queue, active.version, partition_of(ids[i], active.partitions))
         group = groups.get(pk)
         if group is None:
             groups[pk] = [i]
@@ -148,10 +154,30 @@ def _active(queue: str, meta: QueueMeta) -> QueueVersion:
     return active
 
 
-def _argv(batch_now: str, jobs: Sequence[NewJob], ids: list[str], idxs: list[int]) -> list[object]:
-    """enqueue.lua's ARGV for the jobs ``idxs`` (see the script's header)."""
+#: Calls of at least this many jobs send their RESP made with the arguments
+#: (``_packed``); a smaller one is packed as every command is (as cheap there).
+PACK_FROM = 16
+
+
+def _script_op(pk: PartitionKeys, argv: list[object], packer: ArgvPacker | None) -> Op:
+    """The enqueue.lua call of one partition, its RESP made already when
+    ``packer`` has it."""
+    if packer is None:
+        return Op.script_call(S.ENQUEUE, pk.enqueue_keys, argv)
+    keys = pk.enqueue_keys
+    head = ("EVALSHA", S.ENQUEUE.sha, len(keys), *keys)
+    return Op(keys[0], packed((*head, *argv), head, packer.parts, packer.count), S.ENQUEUE)
+
+
+def _argv(
+    batch_now: str, jobs: Sequence[NewJob], ids: list[str], idxs: list[int]
+) -> tuple[list[object], ArgvPacker | None]:
+    """enqueue.lua's ARGV for the jobs ``idxs`` (see the script's header),
+    and for PACK_FROM jobs or more its RESP (None when an argument is not
+    one the packer writes: then the usual packer decides)."""
     argv: list[object] = [batch_now]
     add = argv.extend
+    packer = ArgvPacker(batch_now) if len(idxs) >= PACK_FROM else None
     numbers: dict[float, str] = {0.0: "0.0"}  # reprs, made once per value
     for i in idxs:
         j = jobs[i]
@@ -175,7 +201,12 @@ def _argv(batch_now: str, jobs: Sequence[NewJob], ids: list[str], idxs: list[int
                 "" if j.unique is None and j.then is None and j.control is None else extras(j),
             )
         )
-    return argv
+    if packer is not None:
+        try:
+            packer.add_all(argv, 9)
+        except (TypeError, UnicodeEncodeError):
+            packer = None
+    return argv, packer
 
 
 _MODE_LETTERS = {"lock": "l", "throttle": "t", "debounce": "d"}
@@ -218,6 +249,8 @@ def _skip_existing_in_draining(
 ) -> Plan[list[int]]:
     """A job ID that exists in a draining version must not be stored again in the
     active one. Checked only while a queue has more than one version."""
+    if all(v is m.active for m in metas.values() for v in m.versions or ()):
+        return todo  # no queue has a version but its active one: nothing to look at
     checks: list[tuple[int, PartitionKeys]] = []
     for i in todo:
         job = jobs[i]

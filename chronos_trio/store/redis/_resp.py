@@ -24,6 +24,7 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 import hiredis
 
 from ._errors import NoScript, exceptions, reply_error
+from ._packed import PackedCommand
 
 #: Bytes asked of the socket per read.
 READ_SIZE = 65536
@@ -57,18 +58,25 @@ def pack(commands: Sequence[Sequence[Any]]) -> bytes:
     """The commands as one RESP request. hiredis packs str (UTF-8), bytes,
     int and float itself, floats as repr() writes them, exactly as redis-py's
     encoder would; anything else (a bool, a bytearray) takes the slow path,
-    which converts or refuses it as redis-py does."""
+    which converts or refuses it as redis-py does. A
+    :class:`~._packed.PackedCommand` is sent as it was packed."""
     try:
         return b"".join(
             [
                 # (hiredis' stub types the argument as a 1-tuple; any length is fine)
-                hiredis.pack_command(c if type(c) is tuple else tuple(c))  # type: ignore[arg-type, unused-ignore]
+                hiredis.pack_command(c)  # type: ignore[arg-type, unused-ignore]
+                if type(c) is tuple
+                else c.resp
+                if type(c) is PackedCommand
+                else hiredis.pack_command(tuple(c))  # type: ignore[arg-type, unused-ignore]
                 for c in commands
             ]
         )
     except TypeError:
         return b"".join(
-            hiredis.pack_command(tuple(encode_arg(a) for a in c))  # type: ignore[arg-type]
+            c.resp
+            if type(c) is PackedCommand
+            else hiredis.pack_command(tuple(encode_arg(a) for a in c))  # type: ignore[arg-type]
             for c in commands
         )
 
