@@ -50,6 +50,7 @@
 --@include format
 --@include ready_score
 --@include unique_spec
+--@include write_record
 local last = #ARGV
 -- One job: one look tells whether the partition is closed or its ID exists
 -- (the usual answer, neither, costs one call)

@@ -110,7 +110,6 @@
 --@include continues
 --@include dead_letter
 --@include drop_idle_leased
---@include enqueue_head
 --@include fails
 --@include find
 --@include give_back_slots
@@ -126,6 +125,7 @@
 --@include release_slots
 --@include unique_finished
 --@include workflow_keep
+--@include write_record
 --@include zrem_all
 local WAITED_KEEP = 60
 local now, now_s = clock()

@@ -1,7 +1,6 @@
---@include format
 -- What enqueue.lua does for every job it stores: its record written (for a
 -- plain job, the common one, no extras and a payload stored whole, all of
--- it: write_record) and its ID put in the partition's ready or scheduled
+-- it: write_record, in lib/write_record.lua) and its ID put in the partition's ready or scheduled
 -- zset. The zset entries are gathered (index_later) and added by one ZADD
 -- per zset (index_all): a call from Lua costs Redis more than the entry.
 
@@ -9,19 +8,6 @@
 -- is prefix ('<tag>:j:'): a key of the same hash tag, so of the same slot.
 local function beside(prefix, name)
   return string.sub(prefix, 1, -3) .. name
-end
-
--- Writes the record of the job at ARGV offset i (see enqueue.lua's header)
--- under key key: due at run_at_s (as stored), in state state, created at
--- created_s. Field order is the record's as every version wrote it: the
--- fields, then h when the job has headers.
-local function write_record(key, i, run_at_s, state, created_s)
-  local argv = ARGV  -- a local: reaching a global costs more
-  redis.call('HSET', key, 'kind', argv[i + 1], 'payload', argv[i + 2], 'run_at', run_at_s,
-    'state', state, 'attempts', '0', 'max_retries', argv[i + 5], 'timeout', argv[i + 6],
-    'created_at', created_s, 'v', FORMAT_S)
-  local h = argv[i + 7]
-  if h ~= '' then redis.call('HSET', key, 'h', h) end
 end
 
 -- Entries gathered for one zset at most: a ZADD's arguments (two an entry)
