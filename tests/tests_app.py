@@ -114,6 +114,8 @@ def make_app(url: str | None) -> App:
         if redis_url:
             line = f"{job.id} {sum(values)}"
             await trio.to_thread.run_sync(_client(redis_url).rpush, "wf:callbacks", line)
+            ran = f"{job.id} {os.getpid()}"
+            await trio.to_thread.run_sync(_client(redis_url).rpush, "wf:callback_pids", ran)
         return sum(values)
 
     @app.task("tests.wf_fail", max_retries=0, timeout=30)
