@@ -230,6 +230,9 @@ async def test_a_workflow_runs_step_by_step_inside_its_enqueue() -> None:
         assert order == ["fetch 7", "half 700", "half 700", "total [350, 350]"]
         assert await flow.result(timeout=1) == 700  # already finished
         assert [r.kind for r in mode.runs] == ["fetch", "half", "half", "total"]
+        # its record was saved as on a real store (what cancel and the views read)
+        record = await mode.store.workflow_record("w")
+        assert record is not None and record.first_kind == "fetch"
 
 
 async def test_after_the_block_the_app_is_itself_again() -> None:

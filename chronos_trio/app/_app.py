@@ -16,7 +16,7 @@ import trio
 
 from ..records._control import ConcurrencyLimit, RateLimit, control_defaults
 from ..records._errors import ResultNotKeptWarning
-from ..records._flow_start import FlowStarts, LazyPredecessors
+from ..records._flow_start import FlowStarts, LazyPredecessors, WorkflowStart
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import (
     DEFAULT_MAX_RETRIES,
@@ -417,7 +417,11 @@ class App:
         return hook
 
     async def enqueue_jobs(
-        self, jobs: Sequence[NewJob], *, connection: object = None
+        self,
+        jobs: Sequence[NewJob],
+        *,
+        connection: object = None,
+        workflow: WorkflowStart | None = None,
     ) -> list[EnqueueResult]:
         """Send prepared jobs (``task.new_job(...)``) in one batch. Raises
         ``MissingCapability``, storing none of them, when a job uses a
@@ -429,13 +433,22 @@ class App:
         thread meanwhile (see
         :class:`~chronos_trio.store._transactional.TransactionalEnqueue`);
         ``MissingCapability`` when the store cannot (a store that is not
-        PostgreSQL), before anything is written."""
+        PostgreSQL), before anything is written.
+
+        ``workflow`` (:meth:`enqueue_workflow`'s, without ``connection``):
+        the jobs are a workflow's first, saved with its record on a store
+        with workflow records (``WorkflowRole.start_workflow``: the record
+        first; one round trip on one Redis node)."""
         if connection is not None:
             return await self._enqueue_in_transaction(jobs, connection)
         if not jobs:
             return []
         store = self.store
         check_jobs(store, jobs)
+        if workflow is not None and isinstance(store, WorkflowRole):
+            return await store.start_workflow(
+                workflow.workflow_id, workflow.tree, workflow.first_kind, WORKFLOW_KEEP, jobs
+            )
         return await store.enqueue_many(jobs)
 
     async def _enqueue_in_transaction(
@@ -492,23 +505,13 @@ class App:
         headers = job_headers(first_kind(node), None, hooks) if hooks else ()
         made = self._flow_starts.start(node, wid, headers, on_failure)
         steps = made.steps
-        store = self.store
-        if connection is None and isinstance(store, WorkflowRole):
-            # the record first (in the same round trip on Redis): a flow
-            # whose jobs exist always has one to cancel and view (a save
-            # again is the same run's: unchanged). Not for a start in the
-            # caller's transaction: the record would outlive a rollback, and
-            # SQLite's write lock is the caller's.
-            tree = made.tree
-            if "enqueue_jobs" in vars(self):
-                # shadowed on this app (testing.eager): every job goes its way
-                await store.save_workflow(wid, tree, first_kind(node), WORKFLOW_KEEP)
-                await self.enqueue_jobs(steps.jobs)
-            else:
-                check_jobs(store, steps.jobs)
-                await store.start_workflow(wid, tree, first_kind(node), WORKFLOW_KEEP, steps.jobs)
-        else:
-            await self.enqueue_jobs(steps.jobs, connection=connection)
+        # the record first (in the same round trip on Redis): a flow whose
+        # jobs exist always has one to cancel and view (a save again is the
+        # same run's: unchanged). Not for a start in the caller's
+        # transaction: the record would outlive a rollback, and SQLite's
+        # write lock is the caller's.
+        start = None if connection is not None else WorkflowStart(wid, made.tree, first_kind(node))
+        await self.enqueue_jobs(steps.jobs, connection=connection, workflow=start)
         last = final_step(node, wid)
         final = None if last is None else self._step_handle(*last)
         ends = final_steps(node, wid) if last is None else None  # a graph's sinks

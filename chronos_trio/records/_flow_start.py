@@ -44,6 +44,18 @@ from ._workflow import (
     start,
 )
 
+
+@attrs.frozen
+class WorkflowStart:
+    """What a workflow's first jobs are started with, beside them: its ID,
+    its record's encoded tree and the kind of its first step (what
+    ``WorkflowRole.start_workflow`` saves before or with the jobs)."""
+
+    workflow_id: str
+    tree: str
+    first_kind: str
+
+
 #: Stand-in workflow IDs (any two distinct plain IDs would do: see the module doc).
 _STAND_INS = ("Wq7ZxStandIn1", "Kd3VnStandIn2")
 #: Flows remembered per FlowStarts (the oldest forgotten past it).

@@ -29,7 +29,9 @@ from ..app import App
 from ..records._checks import check_bool
 from ..records._codec import decode_payload
 from ..records._errors import PayloadError, SkipRetry
+from ..records._flow_start import WorkflowStart
 from ..records._jobs import EnqueueResult, Job, JobState, LeasedJob, NewJob
+from ..records._workflow import WORKFLOW_KEEP
 from ..store import QueueWeight, SettleKind, Settlement
 from ..store.memory import MemoryStore
 from .app_store import using_store
@@ -91,11 +93,17 @@ class EagerMode:
         return EagerAsyncioProducer(sync_producer(self.app))
 
     async def enqueue_jobs(
-        self, jobs: Sequence[NewJob], *, connection: object = None
+        self,
+        jobs: Sequence[NewJob],
+        *,
+        connection: object = None,
+        workflow: WorkflowStart | None = None,
     ) -> list[EnqueueResult]:
         """The App's ``enqueue_jobs`` while eager: store each job (due at
         once) and run it, with its retries, before the next. ``connection``
-        is not used (the job runs as if that transaction committed).
+        is not used (the job runs as if that transaction committed);
+        ``workflow``: the record of the workflow these jobs start is saved
+        first, as the App saves it.
         Raises ``UnknownTask`` for a kind this app does not register,
         before any job is stored; with ``propagate``, what a job's last attempt
         raised once it is dead (the jobs after it in the batch are then not
@@ -104,6 +112,10 @@ class EagerMode:
         for new in jobs:
             if new.kind not in tasks:
                 raise unknown_task(new.kind)
+        if workflow is not None:
+            await self.store.save_workflow(
+                workflow.workflow_id, workflow.tree, workflow.first_kind, WORKFLOW_KEEP
+            )
         results = []
         for new in jobs:
             now = attrs.evolve(new, run_at=None, delay=0.0, control=None)

@@ -14,11 +14,10 @@ versions then). The script refuses a closed partition itself.
 
 from __future__ import annotations
 
-from ...records._options import encode_headers
 from .._partitioning import partition_of
 from .._results import Successor
 from ._core import RedisCore
-from ._enqueue import extras
+from ._enqueue import job_args
 
 #: settle.lua's entries per successor (see its header).
 SUCCESSOR_ARGS = 13
@@ -43,15 +42,7 @@ def successor_args(core: RedisCore, successor: Successor) -> list[object] | None
     pk = core.keys.partition(job.queue, active.version, 0 if n == 1 else partition_of(job.id, n))
     wid = successor.workflow
     return [
-        job.id,
-        job.kind,
-        job.payload,
-        "",
-        "0.0",
-        int(job.max_retries),
-        repr(float(job.timeout)),
-        encode_headers(job.headers) if job.headers else "",
-        extras(job),
+        *job_args(job, job.id, "0.0", repr(float(job.timeout))),
         pk.ready,
         pk.closed,
         pk.job_prefix,

@@ -79,6 +79,15 @@ _READ_FIELD_BYTES = tuple(name.encode() for name in READ_FIELDS)
 _HISTORY_AT = len(READ_FIELDS)
 
 
+def then_of(extras: bytes | None) -> str | None:
+    """A job's workflow continuation from its extras (field ``x``: its unique
+    spec, NUL, its continuation; see ``_enqueue.extras`` and
+    lua/lib/unique_spec.lua), None when it has none."""
+    if not extras:
+        return None
+    return extras.partition(b"\0")[2].decode("utf-8", "replace") or None
+
+
 def text(value: bytes | str | None) -> str:
     if value is None:
         return ""
@@ -215,11 +224,7 @@ def job_from_fields(
     control = (
         None if "control" in damage or not raw_control else decode_control(raw_control.decode())
     )
-    then = None
-    extras = stored.get("x")
-    if extras:
-        # extras: the unique spec, NUL, the continuation (see lua/lib/unique_spec.lua)
-        then = extras.partition(b"\0")[2].decode("utf-8", "replace") or None
+    then = then_of(stored.get("x"))
     job = Job(
         job_id, queue, _decoded(stored.get("kind")), stored.get("payload") or b"",
         number("run_at") or 0.0, state, count("attempts"), count("max_retries"),

@@ -74,7 +74,7 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
             batch_now = repr(int(t[0]) + int(t[1]) / 1_000_000)
         ops = [_script_op(pk, *_argv(batch_now, jobs, ids, idxs)) for pk, idxs in groups.items()]
         replies = yield Call(
-            ops, after=_enqueue_wake_ops(ctx, jobs, todo), replicas=ctx.replica_wait
+            ops, after=enqueue_wake_ops(ctx, jobs, todo), replicas=ctx.replica_wait
         )
         closed: list[int] = []
         for (pk, idxs), reply in zip(groups.items(), replies, strict=True):
@@ -188,25 +188,33 @@ def _argv(
         timeout_s = numbers.get(timeout)
         if timeout_s is None:
             timeout_s = numbers[timeout] = repr(float(timeout))
-        add(
-            (
-                ids[i],
-                j.kind,
-                j.payload,
-                "" if j.run_at is None else repr(float(j.run_at)),
-                delay_s,
-                int(j.max_retries),
-                timeout_s,
-                encode_headers(j.headers) if j.headers else "",
-                "" if j.unique is None and j.then is None and j.control is None else extras(j),
-            )
-        )
+        add(job_args(j, ids[i], delay_s, timeout_s))
     if packer is not None:
         try:
             packer.add_all(argv, 9)
         except (TypeError, UnicodeEncodeError):
             packer = None
     return argv, packer
+
+
+def job_args(job: NewJob, job_id: str, delay: str, timeout: str) -> tuple[object, ...]:
+    """One job's 9 entries of enqueue.lua's ARGV (see the script's header):
+    stored under ``job_id``, its delay and timeout as ``repr(float(...))``
+    (the caller's, made once per value). The one layout of them: a batch's,
+    a lone call's (``_enqueue_one``) and a chain link's successor's
+    (``_chain_settle``)."""
+    run_at = job.run_at
+    return (
+        job_id,
+        job.kind,
+        job.payload,
+        "" if run_at is None else repr(float(run_at)),
+        delay,
+        int(job.max_retries),
+        timeout,
+        encode_headers(job.headers) if job.headers else "",
+        "" if job.unique is None and job.then is None and job.control is None else extras(job),
+    )
 
 
 _MODE_LETTERS = {"lock": "l", "throttle": "t", "debounce": "d"}
@@ -280,7 +288,7 @@ def _skip_existing_in_draining(
     return [i for i in todo if results[i] is None]
 
 
-def _enqueue_wake_ops(ctx: RedisCore, jobs: Sequence[NewJob], todo: list[int]) -> list[Op]:
+def enqueue_wake_ops(ctx: RedisCore, jobs: Sequence[NewJob], todo: list[int]) -> list[Op]:
     """Wake-ups for the jobs ``todo`` a batch probably made ready or
     scheduled (a wrong guess only costs a waiter a cheap look)."""
     now = ctx.estimated_now()

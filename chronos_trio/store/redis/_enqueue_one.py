@@ -21,13 +21,12 @@ from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...records._jobs import EnqueueResult, NewJob
-from ...records._options import encode_headers
 from .._partitioning import partition_of, routed_job_id
 from .._roles import VersionState
 from . import _scripts as S
 from ._codec import ident
 from ._core import Call, Plan, RedisCore
-from ._enqueue import enqueue_plan, enqueue_shielded, extras
+from ._enqueue import enqueue_plan, enqueue_shielded, enqueue_wake_ops, job_args
 from ._scripts import Op
 from .keys import PartitionKeys
 
@@ -79,27 +78,11 @@ def enqueue_one_plan(ctx: RedisCore, job: NewJob) -> Plan[list[EnqueueResult]]:
         # anything is sent, for a given ID that routes elsewhere)
         job_id = routed_job_id(job, n)
     pk = ctx.keys.partition(queue, active.version, 0 if n == 1 else partition_of(job_id, n))
-    run_at, delay = job.run_at, job.delay
-    args = (
-        *_head(pk),
-        "",
-        job_id,
-        job.kind,
-        job.payload,
-        "" if run_at is None else repr(float(run_at)),
-        _repr(delay),
-        int(job.max_retries),
-        _repr(job.timeout),
-        encode_headers(job.headers) if job.headers else "",
-        "" if job.unique is None and job.then is None and job.control is None else extras(job),
-    )
-    if run_at is None and delay <= 0:
-        wake = ctx.wake_one_ops(queue)
+    args = (*_head(pk), "", *job_args(job, job_id, _repr(job.delay), _repr(job.timeout)))
+    if job.run_at is None and job.delay <= 0:
+        wake = ctx.wake_one_ops(queue)  # the usual case: its op made once per queue
     else:
-        # as _enqueue_wake_ops guesses it: ready if due by now, else scheduled
-        now = ctx.estimated_now()
-        at = now + delay if run_at is None else run_at
-        wake = ctx.wake_one_ops(queue) if at <= now else ctx.wake_scheduled_ops({queue: at})
+        wake = enqueue_wake_ops(ctx, [job], [0])
     (reply,) = yield Call(
         [Op(pk.scheduled, args, S.ENQUEUE)], after=wake, replicas=ctx.replica_wait
     )

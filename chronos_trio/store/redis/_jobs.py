@@ -83,6 +83,7 @@ from ._codec import (
     ident,
     job_from_fields,
     record_fields,
+    then_of,
 )
 from ._context import StoreContext
 from ._scripts import Op
@@ -647,7 +648,7 @@ def _leased_jobs(
                 timeout, token, worker_id, expires, placement,
                 error.decode("utf-8", "backslashreplace") if error else "", created_at, None, "",
                 None, None, decode_headers(raw_headers) if raw_headers else (),
-                _then(thens.get(n)) if thens else None,
+                then_of(thens.get(n)) if thens else None,
                 decode_control(fc.decode()) if fc else None,
             )  # fmt: skip
         except (UnicodeDecodeError, ValueError, TypeError, AttributeError) as exc:
@@ -656,14 +657,6 @@ def _leased_jobs(
             continue
         out.append(LeasedJob(job, token, expires, leased_at))
     return out
-
-
-def _then(extras: bytes | None) -> str | None:
-    """A leased job's workflow continuation from its extras (field x: its
-    unique spec, NUL, its continuation; see ``_enqueue.extras``)."""
-    if extras is None:
-        return None
-    return extras.partition(b"\0")[2].decode("utf-8", "replace") or None
 
 
 def _why_undecodable(reply: list[Any], k: int, fc: bytes | None, exc: Exception) -> str:

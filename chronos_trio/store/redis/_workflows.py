@@ -79,11 +79,12 @@ def start(
     :func:`~._enqueue.enqueue_plan` of ``jobs``, its batch of enqueue
     scripts sent after the record's ``workflow_save.lua`` in the same
     pipeline (one connection's commands apply in order: a job of the flow
-    never exists before its record did). The save is sent soft, so its
-    reply comes back beside the enqueue's: a save that got NOSCRIPT was
-    loaded and run again by the transport before this plan sees it (the
-    call has not returned: an abort racing it is one that came before the
-    start). Any other error reply of the save (an ACL refusing the key, a
+    never exists before its record did, but in one case: the save script
+    missing from the server, after a restart or ``SCRIPT FLUSH``). The save
+    is sent soft, so its reply comes back beside the enqueue's: a save that
+    got NOSCRIPT was loaded and run again by the transport before this plan
+    sees it, one round trip after the jobs were stored (the call has not
+    returned: a cancel in that window finds no record and changes nothing). Any other error reply of the save (an ACL refusing the key, a
     script killed...) is tried once more alone; still an error, it raises
     :class:`RecordNotSaved` with the enqueue's results, for the store to
     abort the jobs it created. When the enqueue sends no batch of its own
