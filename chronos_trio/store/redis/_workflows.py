@@ -84,7 +84,8 @@ def start(
     is sent soft, so its reply comes back beside the enqueue's: a save that
     got NOSCRIPT was loaded and run again by the transport before this plan
     sees it, one round trip after the jobs were stored (the call has not
-    returned: a cancel in that window finds no record and changes nothing). Any other error reply of the save (an ACL refusing the key, a
+    returned: a cancel in that window finds no record and changes nothing).
+    Any other error reply of the save (an ACL refusing the key, a
     script killed...) is tried once more alone; still an error, it raises
     :class:`RecordNotSaved` with the enqueue's results, for the store to
     abort the jobs it created. When the enqueue sends no batch of its own
