@@ -41,6 +41,7 @@ from ._errors import UnknownTask as UnknownTask
 from ._flow_outcomes import BatchSummary as BatchSummary
 from ._flow_outcomes import MemberOutcome as MemberOutcome
 from ._flow_outcomes import StepFailure as StepFailure
+from ._flow_start import WorkflowStart as WorkflowStart
 from ._graph import Graph as Graph
 from ._graph import graph as graph
 from ._history import attempt_history as attempt_history
