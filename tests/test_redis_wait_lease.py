@@ -18,6 +18,7 @@ import redis
 import trio
 
 from chronos_trio import JobState, NewJob
+from chronos_trio.actors.leaser import WAIT_LEASE_WINDOW
 from chronos_trio.store import LeaseResult, QueueWeight, SettleKind, Settlement
 from chronos_trio.store.redis import RedisStore, _wait_lease
 from tests._support import Recorder, Work, wait_for
@@ -283,6 +284,36 @@ async def test_a_worker_killed_while_its_wait_lease_is_out_has_its_job_recovered
             assert pid == second.pid
             runs = starts.client.lrange("kill:start", 0, -1)
             assert sum(line.decode().split()[0] == h2.job_id for line in runs) == 1
+    finally:
+        await producer.aclose()
+        starts.client.close()
+
+
+async def test_a_worker_stopped_after_the_window_takes_no_job(
+    workers: Callable[..., Worker], redis_url: str
+) -> None:
+    """Past ``WAIT_LEASE_WINDOW`` after its last job a worker waits without
+    a lease behind its read: stopped then, it takes nothing (the job stays
+    ready for any other worker). With a window of 100 s it failed so (the
+    stopped worker's lease took the job)."""
+    producer = make_app(redis_url)
+    starts = Starts(redis_url, "late")
+    first = workers(redis_url, "first", "--queues", "default")
+    try:
+        with trio.fail_after(40):
+            await blocked(redis_url, 2)  # idle: it has seen the wake-up stream
+            [h1] = await producer.tasks["tests.record"].enqueue_many([Record("late")])
+            pid, _ = await starts.of(h1.job_id, time.time() + 20, first)
+            assert pid == first.pid
+            await trio.sleep(WAIT_LEASE_WINDOW + 0.5)
+            await blocked(redis_url, 2)
+            first.stop()
+            [h2] = await producer.tasks["tests.record"].enqueue_many([Record("late")])
+            store = producer.store
+            assert isinstance(store, RedisStore)
+            await trio.sleep(0.3)
+            job2 = await store.get_job(h2.job_id)
+            assert job2 is not None and job2.state is JobState.READY
     finally:
         await producer.aclose()
         starts.client.close()
