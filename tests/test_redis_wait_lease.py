@@ -143,10 +143,13 @@ async def test_a_cancelled_wait_gives_back_what_its_lease_got_at_once(
         async with trio.open_nursery() as nursery:
             scope = await nursery.start(wait)
             await blocked(redis_url, 1)
+            evalsha = command_calls(redis_url, "evalsha")
             cancelled_at = time.monotonic()
             scope.cancel()
         assert time.monotonic() - cancelled_at < 1.0  # the 3 s block was ended
         assert command_calls(redis_url, "client|unblock") == unblocks + 1
+        # the lease ran (and leased "a"), then the release's settle
+        assert command_calls(redis_url, "evalsha") == evalsha + 2
         back = await worker.get_job("a")
         assert back is not None and back.state is JobState.READY and back.lease_owner == ""
         [lj] = (await worker.lease(Q, 4, worker_id="other", lease_duration=30)).jobs
