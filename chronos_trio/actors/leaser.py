@@ -6,7 +6,12 @@ Leased jobs enter the in-flight table at once and then its run queue, as
 fast as the queue has room. After a full batch it leases again at once (the
 round trip overlaps the handlers); after a short one it first lets the
 executors it woke start their handlers, so an idle worker's pickup does not
-wait for a lease that will most likely come back empty.
+wait for a lease that will most likely come back empty. Idle (its last
+lease short, nothing held back), it waits for a wake-up with
+``store.wait_lease``, which leases with the wake-up in one round trip
+where the store offers it (one Redis node: the lease runs in Redis right
+when the wake-up read returns) within :data:`WAIT_LEASE_WINDOW` of its
+last jobs; otherwise ``wait_ready``, then a lease.
 
 With ``max_jobs`` (recycling) it leases that many jobs in all, then no
 more, and tells the runtime's ``recycle`` so (see ``runtime._recycle``).
@@ -15,6 +20,7 @@ more, and tells the runtime's ``recycle`` so (see ``runtime._recycle``).
 from __future__ import annotations
 
 import logging
+import math
 
 import trio
 
@@ -23,6 +29,17 @@ from ..runtime._backoff import Backoff
 from ..runtime._inflight import Entry, Stage, lease_deadline
 from ..runtime._state import Runtime, log
 from ..store import StoreError
+
+#: Seconds after its last jobs that an idle leaser waits with
+#: ``store.wait_lease``; later, with ``wait_ready`` then a lease. The store
+#: runs a waiting lease whether or not the worker is still there to read
+#: its reply: a worker that stops (SIGSTOP, a paused VM, a cut link) while
+#: such a wait is out takes the jobs its lease gets with it until that
+#: lease expires (``lease_duration``, then recovery), where a plain wait
+#: takes none (every other idle worker sees the wake-up). So the faster
+#: pickup is kept to a worker that is getting jobs, with that exposure
+#: bounded: one lease, and only in the window after its last jobs.
+WAIT_LEASE_WINDOW = 1.0
 
 
 async def run(
@@ -35,6 +52,12 @@ async def run(
     task_status.started()
     # Leases a previous incarnation took but never queued.
     await _dispatch(rt, table.in_stage(Stage.LEASED))
+    # The last lease was short, nothing held back: wait for a wake-up and
+    # lease with it (one round trip where the store offers it). Where it is
+    # not offered, as before: after no jobs wait_ready then lease, after a
+    # short batch lease at once.
+    idle = found_none = False
+    warm_until = -math.inf  # wait_lease only until then (see WAIT_LEASE_WINDOW)
     while True:
         await table.wait_free()
         want = min(cfg.batch_size, table.free)
@@ -44,33 +67,56 @@ async def run(
                 rt.recycle.jobs_capped.set()
                 await trio.sleep_forever()
         asked_at = trio.current_time()
-        result = await backoff.call(
-            rt.store.lease,
-            cfg.queues,
-            want,
-            worker_id=cfg.worker_id,
-            lease_duration=cfg.lease_duration,
-            strict=cfg.strict_priority,
-        )
+        result = None
+        if idle:
+            warm = warm_until - asked_at
+            if warm > 0:
+                result = await backoff.call(
+                    rt.store.wait_lease,
+                    cfg.queues,
+                    want,
+                    worker_id=cfg.worker_id,
+                    lease_duration=cfg.lease_duration,
+                    strict=cfg.strict_priority,
+                    timeout=min(cfg.poll_interval, warm),
+                )
+            idle = False
+            if result is None and found_none:  # not offered here (now): wait, then lease
+                try:
+                    await rt.store.wait_ready(names, timeout=cfg.poll_interval)
+                except StoreError as exc:  # back off, then try leasing again
+                    await backoff.failed(exc)
+                continue
+        if result is None:
+            result = await backoff.call(
+                rt.store.lease,
+                cfg.queues,
+                want,
+                worker_id=cfg.worker_id,
+                lease_duration=cfg.lease_duration,
+                strict=cfg.strict_priority,
+            )
         rt.report_aside(result.aside)
         for job in result.expired:
             rt.report_dead(job, recovered=False)
         batch = result.jobs
+        held_for = result.held_for
+        held = held_for is not None or result.capped
+        idle = not held and len(batch) < want
+        found_none = not batch
         if not batch:
+            if idle:
+                continue  # the lease was the look: wait_lease next
             # Ready jobs held back by flow control: sleep until the next
             # permit, or until a wake-up (a new job, a freed slot), not at
             # once for the jobs that are there (see LeaseResult).
-            held_for = result.held_for
-            held = held_for is not None or result.capped
             timeout = cfg.poll_interval if held_for is None else min(cfg.poll_interval, held_for)
             try:
-                if held:
-                    await rt.store.wait_ready(names, timeout=timeout, held=True)
-                else:
-                    await rt.store.wait_ready(names, timeout=timeout)
+                await rt.store.wait_ready(names, timeout=timeout, held=True)
             except StoreError as exc:  # back off, then try leasing again
                 await backoff.failed(exc)
             continue
+        warm_until = asked_at + WAIT_LEASE_WINDOW
         # Every lease enters the table before the first checkpoint, so a
         # crash while queueing leaves them there for the next incarnation.
         entries = table.admit(batch, lease_deadline(asked_at, cfg.lease_duration), asked_at)

@@ -451,6 +451,33 @@ class WorkerRole(StoreRole):
         ValueError on the MemoryStore.
         """
 
+    async def wait_lease(
+        self,
+        queues: Sequence[QueueWeight],
+        count: int,
+        *,
+        worker_id: str,
+        lease_duration: float,
+        strict: bool = False,
+        timeout: float,
+    ) -> LeaseResult | None:
+        """An idle worker's :meth:`wait_ready` and :meth:`lease` in one step
+        (optional): wait as ``wait_ready(names, timeout)`` does, except that
+        the caller's last lease (or wait_lease) is the look (it found no
+        ready job, none held back), then lease as ``lease`` does, and return
+        what that lease did (often nothing: a timeout, a job another worker
+        took). The caller counts the lease from its call (the store may
+        grant it up to a tenth of ``lease_duration`` later). Cancelled, it
+        leaves no job leased to the caller that the caller does not know of
+        for longer than the lease (a store gives such jobs back at once
+        where it can).
+
+        None (the default): not offered here, for these queues or now;
+        nothing was leased, and the caller waits with ``wait_ready`` and
+        leases. Raises StoreError as ``lease`` does.
+        """
+        return None
+
 
 class PromotionRole(StoreRole):
     """Promotion of delayed jobs: a promoter actor moves scheduled and

@@ -36,7 +36,7 @@ every write of that pipeline's connection.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import trio
@@ -398,6 +398,42 @@ class RedisAdapter:
             raise self._error(exc) from exc
 
     # -- blocking -------------------------------------------------------------------
+    async def xread_then(
+        self,
+        streams: Sequence[tuple[str, bytes]],
+        count: int,
+        timeout: float,
+        then: Sequence[Sequence[Any]],
+        *,
+        salvage: Callable[[list[Any]], Awaitable[None]],
+        grace: float,
+    ) -> tuple[Any, list[Any]] | None:
+        """:meth:`xread`, and ``then`` (raw commands) in the same pipeline,
+        which Redis runs right when the read returns: the read's raw reply
+        and the replies of ``then`` (see ``NativeNode.block_then``, which
+        also says what a cancellation does with them and ``salvage``).
+        None, having sent nothing, where it is not offered: anything but
+        one node over Trio sockets without Sentinel. StoreError when the
+        store cannot be reached."""
+        client = await self.client()
+        if not is_node(client) or self.watch is not None:
+            return None
+        native = self._native_node(client)
+        if native is None:
+            return None
+        block = max(0.001, min(timeout, self.max_block))
+        command = (
+            "XREAD", "COUNT", count, "BLOCK", max(1, round(block * 1000)), "STREAMS",
+            *(key for key, _ in streams), *(seen for _, seen in streams),
+        )  # fmt: skip
+        self.stats.blocking_waits += 1
+        try:
+            return await native.block_then(
+                command, then, block, BLOCK_READ_SLACK, salvage=salvage, grace=grace
+            )
+        except caught() as exc:
+            raise self._error(exc) from exc
+
     async def xread(self, streams: Sequence[tuple[str, bytes]], count: int, timeout: float) -> Any:
         """``XREAD COUNT count BLOCK timeout STREAMS ...``: up to ``count``
         entries of each stream in ``streams`` ((key, last seen ID) pairs;

@@ -158,6 +158,9 @@ class _Connection:
         #: Set by the :class:`_Timer` when a round trip passed its deadline
         #: (the socket is being closed: never pooled again).
         self.expired = False
+        #: Redis's ID of this connection (``CLIENT ID``), once a blocking
+        #: wait asked for it (:meth:`NativeNode.block_then`).
+        self.client_id: int | None = None
 
     def begin(self, commands: Sequence[Sequence[Any]]) -> None:
         """Begin a round trip of ``commands`` on the stdlib socket
@@ -689,6 +692,112 @@ class NativeNode:
         if isinstance(reply, hiredis.ReplyError):
             raise reply_error(str(reply))
         return reply
+
+    async def block_then(
+        self,
+        command: Sequence[Any],
+        then: Sequence[Sequence[Any]],
+        block: float,
+        slack: float,
+        *,
+        salvage: Callable[[list[Any]], Awaitable[None]],
+        grace: float,
+    ) -> tuple[Any, list[Any]]:
+        """Send the blocking read ``command`` (``XREAD BLOCK``, ending within
+        ``block`` seconds) and ``then`` in one pipeline on a connection of
+        its own, and return the read's raw reply and the replies of
+        ``then`` (parsed as :meth:`execute` does, error replies as
+        exceptions). Redis runs ``then`` right after the read returns (a
+        blocked client's later commands wait in its buffer), so a command
+        there that changes something (a lease) runs exactly when the read
+        ends, and its reply is never left unread by choice:
+
+        Cancelled after sending, this ends the read at once (``CLIENT
+        UNBLOCK``, sent on a round-trip connection), reads every reply
+        within ``grace`` seconds, shielded, hands the replies of ``then``
+        to ``salvage`` (within the same ``grace``; it must not raise), then
+        re-raises. When
+        they do not come in time (``CLIENT UNBLOCK`` refused, a stalled
+        link) the connection is closed: if Redis still held the read, it
+        drops ``then`` unrun; if not, what ``then`` did is never known here
+        (a lease is then recovered when it expires, as one whose reply was
+        lost). Raises redis-py's ConnectionError/TimeoutError like
+        :meth:`block`; the read's own error reply as its exception."""
+        if self._closed:
+            raise exceptions().ConnectionError("the store is closed")
+        for attempt in (1, 2):
+            pooled = bool(self._blocking)
+            conn = self._blocking.pop() if pooled else await self._open()
+            ask_id = conn.client_id is None
+            commands = [*((("CLIENT", "ID"),) if ask_id else ()), command, *then]
+            sent = False
+            replies: list[Any] = []
+            try:
+                with trio.CancelScope(deadline=trio.current_time() + block + slack) as scope:
+                    await conn.send(pack(commands))
+                    sent = True
+                    await conn.read(len(commands), replies)
+                break
+            except trio.Cancelled:
+                if not sent:
+                    await conn.aclose()  # maybe half a command on the wire
+                    raise
+                with trio.CancelScope(shield=True):
+                    deadline = trio.current_time() + grace
+                    await self._unblock(conn, commands, replies, salvage, deadline)
+                raise
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                await conn.aclose()
+                if pooled and attempt == 1 and not replies:
+                    continue  # it died idle (a server restart): once more on a new one
+                raise exceptions().ConnectionError(f"lost the connection to Redis: {exc}") from exc
+            except hiredis.ProtocolError as exc:
+                await conn.aclose()
+                raise exceptions().ConnectionError(f"bad reply from Redis: {exc}") from exc
+        if scope.cancelled_caught:
+            await conn.aclose()
+            raise exceptions().TimeoutError(f"no reply to {command[0]} within {block + slack:g}s")
+        if ask_id:
+            conn.client_id = int(replies.pop(0))
+        self._keep_blocking(conn)
+        read = replies[0]
+        if isinstance(read, hiredis.ReplyError):
+            raise reply_error(str(read))
+        return read, parse_replies(self._callbacks, self._by_name, then, replies[1:])
+
+    async def _unblock(
+        self,
+        conn: _Connection,
+        commands: Sequence[Sequence[Any]],
+        replies: list[Any],
+        salvage: Callable[[list[Any]], Awaitable[None]],
+        deadline: float,
+    ) -> None:
+        """:meth:`block_then`'s cancelled wait (the caller shields it): end
+        the read, read every reply of ``commands`` and salvage those after
+        the read, by ``deadline``; close ``conn`` when they do not come by
+        then. Never raises."""
+        ask_id = commands[0] == ("CLIENT", "ID")
+        with trio.move_on_at(deadline):
+            try:
+                if ask_id:
+                    await conn.read(1, replies)
+                    conn.client_id = int(replies[0])
+                if len(replies) < len(commands):
+                    # An error reply (CLIENT UNBLOCK refused by an ACL) is
+                    # returned, not raised: then the read ends on its own.
+                    await self.execute([("CLIENT", "UNBLOCK", conn.client_id)])
+                await conn.read(len(commands), replies)
+            except Exception:  # out of reach: the connection goes below
+                pass
+        if len(replies) < len(commands):
+            await conn.aclose()
+            return
+        self._keep_blocking(conn)
+        skip = 2 if ask_id else 1
+        then = parse_replies(self._callbacks, self._by_name, commands[skip:], replies[skip:])
+        with trio.move_on_at(deadline):
+            await salvage(then)
 
     async def _finish_block(self, conn: _Connection, wait: float) -> None:
         """A cancelled blocking read's reply, read in the background and

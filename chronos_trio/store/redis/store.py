@@ -60,6 +60,7 @@ from . import (
     _notes,
     _results,
     _schedules,
+    _wait_lease,
     _waiting,
     _workers,
     _workflows,
@@ -322,6 +323,27 @@ class RedisStore(Store):
         self, queues: Sequence[str], timeout: float, *, held: bool = False
     ) -> None:
         await _waiting.wait_ready(self._ctx, queues, timeout, held=held)
+
+    async def wait_lease(
+        self,
+        queues: Sequence[QueueWeight],
+        count: int,
+        *,
+        worker_id: str,
+        lease_duration: float,
+        strict: bool = False,
+        timeout: float,
+    ) -> LeaseResult | None:
+        """One round trip on one node (see :mod:`._wait_lease`); None elsewhere."""
+        return await _wait_lease.wait_lease(
+            self._ctx,
+            queues,
+            count,
+            worker_id=worker_id,
+            lease_duration=lease_duration,
+            strict=strict,
+            timeout=timeout,
+        )
 
     async def wait_scheduled(
         self, queues: Sequence[str], *, earlier_than: float | None, timeout: float
