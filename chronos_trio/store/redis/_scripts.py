@@ -16,7 +16,8 @@ from Python: ``format`` (``FORMAT``, ``FORMAT_S``: the record format,
 (``HISTORY_LIMIT``, ``ERROR_BYTES``) and
 ``lease_expired`` (``LEASE_EXPIRED``: the attempt history's bounds and an
 expired lease's error, ``records._attempts``) and ``leased_sentinel`` (``LEASED_SENTINEL``, the
-leased zsets' sentinel member, :data:`~.keys.LEASED_SENTINEL`). A script is
+leased zsets' sentinel member, :data:`~.keys.LEASED_SENTINEL`) and
+``wake_keep`` (``WAKE_KEEP``, :data:`~.keys.WAKE_KEEP`). A script is
 sent as those pieces, each once, in dependency order, then its own text, so
 it carries only what it uses; a new record format changes the SHA of every
 script that judges a format, so a worker never runs a script of another
@@ -47,7 +48,7 @@ from ...records._workflow import FAILURE_MARK, WORKFLOW_KEEP
 from .._roles import StoreError
 from ._codec import CHUNKED_PAYLOAD_MAX, PAYLOAD_CHUNK, RECORD_FORMAT
 from ._compose import compose
-from .keys import LEASED_SENTINEL
+from .keys import LEASED_SENTINEL, WAKE_KEEP
 
 #: The scripts' files (read with plain file I/O: ``importlib.resources``
 #: would cost a worker's start-up more than the reads do).
@@ -61,6 +62,7 @@ GENERATED: dict[str, bytes] = {
     "failure_mark": b"local FAILURE_MARK = '%s'\n" % FAILURE_MARK.encode(),
     "history_limit": b"local HISTORY_LIMIT, ERROR_BYTES = %d, %d\n" % (HISTORY_LIMIT, ERROR_BYTES),
     "lease_expired": b"local LEASE_EXPIRED = '%s'\n" % LEASE_EXPIRED.encode(),
+    "wake_keep": b"local WAKE_KEEP = %d\n" % WAKE_KEEP,
     "leased_sentinel": b"local LEASED_SENTINEL = '%s'\n" % LEASED_SENTINEL.encode(),
 }
 
@@ -130,6 +132,7 @@ def compose_all() -> None:
 
 
 ENQUEUE = Script("enqueue")
+ENQUEUE_PLAIN = Script("enqueue_plain")
 OUTBOX_READ = Script("outbox_read")
 GROUP_ARRIVE = Script("group_arrive")
 GROUP_STATUS = Script("group_status")
