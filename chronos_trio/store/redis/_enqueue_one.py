@@ -139,6 +139,9 @@ def enqueue_one_plan(ctx: RedisCore, job: NewJob) -> Plan[list[EnqueueResult]]:
         (reply,) = yield Call(
             [Op(pk.scheduled, args, S.ENQUEUE)], after=wake, replicas=ctx.replica_wait
         )
+    if type(reply) is not list:
+        # stored (enqueue_plain.lua): its due time, now
+        return [EnqueueResult(job_id, True, ctx.observe_now(reply), pk.placement)]
     if reply[0] == b"closed":
         # the version was completed after our topology was read: the long way
         ctx.forget(queue)

@@ -9,8 +9,10 @@ Each script names the shared pieces it uses (``--@include <piece>`` lines,
 see ``_compose``): the files of ``lua/lib/`` (checks, dead-lettering,
 quarantine, unique keys, limits, wake-ups, ..., one concern each; the rules
 every script keeps are in ``lua/README.md``) and the constants made here,
-from Python: ``format`` (``FORMAT``, ``FORMAT_S``: the record format,
-:data:`~._codec.RECORD_FORMAT`), ``chunk_sizes`` (``CHUNK``,
+from Python: ``format`` (``FORMAT_S``: the record format,
+:data:`~._codec.RECORD_FORMAT`, as a record's field v holds it; what a
+record writer needs) and ``format_number`` (``FORMAT``, the same as a
+number: what a judge of field v needs), ``chunk_sizes`` (``CHUNK``,
 ``CHUNKED_MAX``: its payload chunking), ``workflow_keep``
 (``WORKFLOW_KEEP``), ``failure_mark`` (``FAILURE_MARK``), ``history_limit``
 (``HISTORY_LIMIT``, ``ERROR_BYTES``) and
@@ -56,7 +58,8 @@ _LUA = Path(__file__).with_name("lua")
 
 #: The pieces made in Python (the values are defined once, here).
 GENERATED: dict[str, bytes] = {
-    "format": b"local FORMAT, FORMAT_S = %d, '%d'\n" % (RECORD_FORMAT, RECORD_FORMAT),
+    "format": b"local FORMAT_S = '%d'\n" % RECORD_FORMAT,
+    "format_number": b"local FORMAT = %d\n" % RECORD_FORMAT,
     "chunk_sizes": b"local CHUNK, CHUNKED_MAX = %d, %d\n" % (PAYLOAD_CHUNK, CHUNKED_PAYLOAD_MAX),
     "workflow_keep": b"local WORKFLOW_KEEP = %d\n" % WORKFLOW_KEEP,
     "failure_mark": b"local FAILURE_MARK = '%s'\n" % FAILURE_MARK.encode(),
