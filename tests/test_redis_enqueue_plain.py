@@ -23,9 +23,13 @@ from chronos_trio.producers.sync import SyncProducer
 from chronos_trio.store import StoreError
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis import _scripts as S
+from chronos_trio.store.redis._batch import AdapterStatistics
 from chronos_trio.store.redis._enqueue import enqueue_plan
 from chronos_trio.store.redis._enqueue_one import enqueue_one_plan
-from chronos_trio.store.redis.keys import WAKE_KEEP
+from chronos_trio.store.redis._errors import NoScript
+from chronos_trio.store.redis._scripts import Op
+from chronos_trio.store.redis._transport import Send, reload_node_plan
+from chronos_trio.store.redis.keys import WAKE_KEEP, KeySpace
 from tests._redis_fixtures import StoreFactory
 
 #: A due time or creation time as the scripts write it (``%.17g`` of TIME).
@@ -263,3 +267,35 @@ async def test_a_cluster_never_takes_it(redis_cluster_url: str) -> None:
             assert not store._ctx.one_node  # enqueue.lua and its separate wake-up
     finally:
         await store.aclose()
+
+
+def test_a_script_missing_again_after_its_load_is_loaded_once_more() -> None:
+    """A Sentinel master demoted between a script's load and its run: the
+    load reached the old master, the run was refused there (READONLY) and
+    sent to the new one, which never saw the script (NOSCRIPT again). The
+    script is loaded once more, where the node now sends, and run again; a
+    third NOSCRIPT is the caller's error (sans-IO: the transport's steps,
+    answered here)."""
+    pk = KeySpace("t").partition("q", 1, 0)
+    op = Op(pk.ready, ("EVALSHA", S.ENQUEUE_PLAIN.sha, 0), S.ENQUEUE_PLAIN)
+    for answers, want in [
+        ([NoScript("NOSCRIPT"), b"1.5"], b"1.5"),
+        ([NoScript("NOSCRIPT"), NoScript("NOSCRIPT")], "error"),
+    ]:
+        stats = AdapterStatistics()
+        plan = reload_node_plan("node", [op], [NoScript("NOSCRIPT")], stats)
+        sent: list[list[Any]] = []
+        step = next(plan)
+        replies = iter(answers)
+        with pytest.raises(StopIteration) as done:
+            while True:
+                assert isinstance(step, Send)
+                sent.append([c[0] for c in step.commands])
+                step = plan.send([b"sha"] if step.commands[0][0] == "SCRIPT" else [next(replies)])
+        assert sent == [["SCRIPT"], ["EVALSHA"], ["SCRIPT"], ["EVALSHA"]]
+        assert stats.script_loads == 2
+        [reply] = done.value.value
+        if want == "error":
+            assert isinstance(reply, redis.exceptions.NoScriptError)
+        else:
+            assert reply == want

@@ -17,11 +17,16 @@
 -- KEYS[3]  job key prefix of the partition ('<tag>:j:'): the job hash of ID x
 --          is KEYS[3]..x
 -- KEYS[4]  the queue's ready wake-up stream (keys.py's wake_ready)
--- ARGV[1..8]  one job's first 8 entries of enqueue.lua's ARGV (their layout,
---          so lib/write_record.lua reads them): id, kind, payload (raw
---          bytes), run_at and delay (both ignored: the job is due now, ''
---          will do), max_retries, timeout, headers (a JSON object, stored as
---          field h; '' for none: no field)
+-- ARGV     one job's first 8 entries of enqueue.lua's ARGV, in their
+--          layout (so lib/write_record.lua reads them, at offset 1):
+-- ARGV[1]  id
+-- ARGV[2]  kind
+-- ARGV[3]  payload (raw bytes)
+-- ARGV[4]  run_at, ignored (the job is due now: '' will do)
+-- ARGV[5]  delay, ignored (as run_at)
+-- ARGV[6]  max_retries
+-- ARGV[7]  timeout
+-- ARGV[8]  headers (a JSON object, stored as field h; '' for none: no field)
 --
 -- The wake-up is enqueue.lua's caller's (_core.py's wake_one_ops): an entry
 -- n = 1 on the stream, which keeps about its newest WAKE_KEEP (trimmed
