@@ -10,7 +10,10 @@ the store once with it and once with today's script, on one redis-server
 whose clock stands still (libfaketime, see ``chronos_trio.testing.faketime``),
 each into its own database; every key (but the wake-up streams, whose
 entry IDs are not ours) must ``DUMP`` to the same bytes, and every
-EnqueueResult must be the same.
+EnqueueResult must be the same. A lone plain job (due now, nothing but a
+record) takes ``enqueue_plain.lua`` today (``store.redis._enqueue_one``):
+the single jobs below hold it to the same bytes as well, the reference
+side sending every job through the reference script.
 
 The reference is pinned to record format 2: when the format changes on
 purpose, delete these tests rather than pin a new reference. It was made
@@ -35,7 +38,7 @@ from chronos_trio.records import Unique
 from chronos_trio.records._control import JobControl
 from chronos_trio.records._jobs import EnqueueResult
 from chronos_trio.store import QueueWeight, StoreError
-from chronos_trio.store.redis import RedisStore, _scripts
+from chronos_trio.store.redis import RedisStore, _enqueue_one, _scripts
 from chronos_trio.store.redis._codec import PAYLOAD_CHUNK
 from chronos_trio.store.redis.keys import KeySpace, PartitionKeys
 from chronos_trio.testing.faketime import FrozenClock
@@ -110,6 +113,10 @@ async def _run_both(
             with monkeypatch.context() as m:
                 m.setattr(_scripts, "ENQUEUE", REFERENCE)
                 m.setattr(PartitionKeys, "enqueue_keys", property(_reference_keys))
+                # every job through the reference script: a lone plain job
+                # would take enqueue_plain.lua (today's, on both sides)
+                m.setattr(_enqueue_one, "is_plain", lambda job: False)
+                m.setattr(_enqueue_one, "_HEADS", {})
                 got_ref.append(await ref.enqueue_many(list(batch)))
             got_new.append(await new.enqueue_many(list(batch)))
             clock.advance(0.25)
@@ -154,8 +161,12 @@ async def test_single_jobs_due_and_delayed_store_the_same_bytes(
         [job("big-delayed", delay=60.0, payload=b"y" * (3 * PAYLOAD_CHUNK + 7))],
         [job("big-due", payload=b"z" * (3 * PAYLOAD_CHUNK + 7))],
     ]
+    client = redis.Redis(port=frozen_server.port)
+    client.script_flush()
     new = await _check(frozen_server, monkeypatch, clock, steps)
     assert [r.created for [r] in new] == [True] * 5 + [False, True, True]
+    # today's side took the plain script for its lone plain jobs
+    assert client.script_exists(_scripts.ENQUEUE_PLAIN.sha) == [True]
 
 
 async def test_batches_of_a_thousand_store_the_same_bytes(

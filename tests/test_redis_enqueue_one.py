@@ -2,8 +2,11 @@
 plan it stands in for: for every kind of job, the same script call (KEYS and
 ARGV), the same wake-up, the same result from the same reply; and the cases
 it hands to ``enqueue_plan`` (nothing cached, a queue with a draining
-version, a version closed under it) take the long way. No Redis: the plans
-are sans-IO, stepped by hand."""
+version, a version closed under it) take the long way. On one node a plain
+job takes ``enqueue_plain.lua`` instead (the same KEYS and ARGV where they
+overlap, its wake-up inside); a job that needs anything more never does.
+No Redis: the plans are sans-IO, stepped by hand (what the two scripts
+store is compared on a real Redis in ``test_redis_enqueue_plain.py``)."""
 
 from __future__ import annotations
 
@@ -20,8 +23,8 @@ from chronos_trio.store._roles import QueueVersion, VersionState
 from chronos_trio.store.redis._codec import encode_topology
 from chronos_trio.store.redis._core import Call, NeedMeta, RedisCore
 from chronos_trio.store.redis._enqueue import enqueue_plan
-from chronos_trio.store.redis._enqueue_one import enqueue_one_plan
-from chronos_trio.store.redis._scripts import ENQUEUE
+from chronos_trio.store.redis._enqueue_one import enqueue_one_plan, is_plain
+from chronos_trio.store.redis._scripts import ENQUEUE, ENQUEUE_PLAIN
 from chronos_trio.store.redis.keys import KeySpace
 
 ACTIVE = VersionState.ACTIVE
@@ -55,7 +58,13 @@ JOBS = {
     "workflow step": _job(then='{"x":1}'),
     "unique": _job(unique=Unique(key="u", mode="lock", ttl=2.5)),
     "limited": _job(control=JobControl(priority=3, caps=(("c", 2),))),
+    "priority only": _job(control=JobControl(priority=1)),
+    "expiring": _job(control=JobControl(expires_in=30.0)),
+    "delayed a little": _job(delay=0.001),
 }
+#: The jobs enqueue_plain.lua may store (due now, nothing but a record and
+#: its ready entry); every other one needs enqueue.lua.
+PLAIN = {"plain", "options", "given id"}
 
 
 def _first_call(plan: Any) -> Call:
@@ -116,3 +125,61 @@ def test_a_version_closed_under_it_is_routed_again_the_long_way() -> None:
     _first_call(plan)
     step = plan.send([[b"closed"]])
     assert type(step) is NeedMeta and list(step.queues) == ["q"]  # the topology, read again
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_only_a_plain_job_takes_the_plain_script_and_only_on_one_node(name: str) -> None:
+    job = JOBS[name]
+    assert is_plain(job) == (name in PLAIN)
+    core = _core(1)
+    core.one_node = True
+    got = _first_call(enqueue_one_plan(core, job))
+    want = _first_call(enqueue_plan(_core(1), [job]))
+    if name not in PLAIN:
+        # enqueue.lua, as a batch of one sends it, its wake-up after it
+        assert [op.script for op in got.ops] == [ENQUEUE]
+        assert [op.args for op in got.ops] == [op.args for op in want.ops]
+        assert len(got.after) == 1
+        return
+    [op] = got.ops
+    assert op.script is ENQUEUE_PLAIN and not got.after  # its wake-up is its own
+    assert got.replicas == want.replicas
+    pk = core.keys.partition("q", 1, 0)
+    keys = [pk.ready, pk.closed, pk.job_prefix, core.keys.wake_ready("q")]
+    assert op.args[:7] == ("EVALSHA", ENQUEUE_PLAIN.sha, 4, *keys)
+    # enqueue.lua's first 8 ARGV entries of the job (after its batch now),
+    # but for run_at and delay, which it ignores
+    full = want.ops[0].args[3 + 4 + 1 :]
+    mine = op.args[7:]
+    assert len(mine) == 8
+    assert mine[:3] == full[:3] and mine[5:] == full[5:8]
+    assert mine[3:5] == ("", "")
+
+
+def test_a_plain_job_on_one_node_reads_its_reply_as_enqueue_lua_s() -> None:
+    core = _core(1)
+    core.one_node = True
+    replies: list[tuple[Any, tuple[bool, float]]] = [
+        (b"1700000000.25", (True, 1700000000.25)),  # stored: its due time, now
+        ([b"1700000000.25", 0, b"1699999999.5", b"j"], (False, 1699999999.5)),
+        # an existing key without a readable due time: as it is, judged here
+        ([b"1700000000.25", 0, b"", b"j"], (False, 0.0)),
+        ([b"1700000000.25", 0, b"0x10", b"j"], (False, 0.0)),
+        ([b"1700000000.25", 0, b"inf", b"j"], (False, 0.0)),
+    ]
+    for reply, want in replies:
+        plan = enqueue_one_plan(core, _job(id="j", id_given=True))
+        _first_call(plan)
+        with pytest.raises(StopIteration) as done:
+            plan.send([reply])
+        [result] = done.value.value
+        assert (result.job_id, result.created, result.run_at) == ("j", *want)
+
+
+def test_a_partition_closed_under_the_plain_script_is_routed_again_the_long_way() -> None:
+    core = _core(1)
+    core.one_node = True
+    plan = enqueue_one_plan(core, _job())
+    assert _first_call(plan).ops[0].script is ENQUEUE_PLAIN
+    step = plan.send([[b"closed"]])
+    assert type(step) is NeedMeta and list(step.queues) == ["q"]

@@ -26,6 +26,7 @@ import redis.sentinel
 import trio
 
 from chronos_trio import App, NewJob
+from chronos_trio.records._control import JobControl
 from chronos_trio.store import QueueWeight, SettleKind, Settlement, StoreError, open_store
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis._adapter import ReplicaWait
@@ -573,6 +574,8 @@ async def test_concurrent_enqueues_share_one_wait_per_round_trip() -> None:
     with RedisReplicaSet() as rs, trio.fail_after(20):
         store = RedisStore.from_url(rs.url + "?wait_replicas=1&wait_timeout=1")
         await store.enqueue_many([job("warm")])
+        # a lone call's script loaded too (its load's run again has no WAIT of its own)
+        await store.enqueue_many([job("warm2")])
         before = store.statistics()
         async with trio.open_nursery() as nursery:
             for i in range(40):
@@ -581,7 +584,7 @@ async def test_concurrent_enqueues_share_one_wait_per_round_trip() -> None:
         waits = after.replica_waits - before.replica_waits
         assert store._enqueues.groups_sent >= 1
         assert waits == after.round_trips - before.round_trips < 40
-        assert len(await lease_all(store)) == 41
+        assert len(await lease_all(store)) == 42
         await store.aclose()
 
 
@@ -604,11 +607,20 @@ async def test_a_script_reload_is_covered_by_the_wait() -> None:
 
         native.execute = spy  # type: ignore[method-assign]
         call(rs.nodes[0].port, "SCRIPT", "FLUSH")
-        await store.enqueue_many([job("after-flush")])
+        # a job with a priority takes enqueue.lua, its wake-up after it
+        await store.enqueue_many([job("after-flush", control=JobControl(priority=2))])
         first, load, again = sent
         assert first[0] == "EVALSHA" and first[-1] == "WAIT" and load == ["SCRIPT"]
         # the enqueue's wake-up goes again too: the first one ran before it
         assert again == ["EVALSHA", "XADD", "WAIT"]
+        # a plain job's wake-up is its script's own (enqueue_plain.lua): it
+        # goes again with it
+        sent.clear()
+        call(rs.nodes[0].port, "SCRIPT", "FLUSH")
+        await store.enqueue_many([job("plain-after-flush")])
+        first, load, again = sent
+        assert first == ["EVALSHA", "WAIT"] and load == ["SCRIPT"]
+        assert again == ["EVALSHA", "WAIT"]
         await store.aclose()
 
 

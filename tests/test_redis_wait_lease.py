@@ -60,9 +60,12 @@ async def idle(worker: RedisStore, producer: RedisStore) -> None:
     """The calling task as an idle leaser is: the queue exists and the
     scripts are loaded (one job run), it has seen the wake-up stream, and
     its lease since (the look) found nothing."""
-    await producer.enqueue_many([job("warm")])
-    [lj] = (await worker.lease(Q, 4, worker_id="w", lease_duration=30)).jobs
-    assert (await worker.settle([Settlement(lj.ref, SettleKind.SUCCEEDED)])).settled == (True,)
+    await producer.enqueue_many([job("warm")])  # the topology read: enqueue.lua
+    await producer.enqueue_many([job("warm2")])  # a lone plain job's: enqueue_plain.lua
+    jobs = (await worker.lease(Q, 4, worker_id="w", lease_duration=30)).jobs
+    assert len(jobs) == 2
+    done = [Settlement(lj.ref, SettleKind.SUCCEEDED) for lj in jobs]
+    assert (await worker.settle(done)).settled == (True, True)
     await worker.wait_ready(["q"], 5.0, held=True)  # reads the stream's last ID, returns
     assert (await worker.lease(Q, 4, worker_id="w", lease_duration=30)).jobs == ()
 

@@ -114,6 +114,7 @@ class AsyncioExecutor:
 
                 if isinstance(client, AsyncioRedis):
                     self._node = AsyncioNode.for_client(client)
+                self.core.one_node = not _is_cluster(client)
                 self._client = client
         return self._client
 

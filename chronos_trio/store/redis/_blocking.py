@@ -147,6 +147,7 @@ class BlockingExecutor:
                         raise store_error(self.description, exc) from exc
                     if isinstance(made, redis.Redis):
                         self._node = BlockingNode.for_client(made)
+                        self.core.one_node = True
                     self._client = made
                 client = self._client
         return client

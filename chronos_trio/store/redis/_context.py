@@ -254,7 +254,10 @@ class StoreContext(RedisCore):
             return got
         async with self._refresh_lock:
             # whoever held the lock may have just refreshed what we need
-            return await self.run(meta_plan(self, names, fresh=fresh, max_age=max_age, asked=asked))
+            got = await self.run(meta_plan(self, names, fresh=fresh, max_age=max_age, asked=asked))
+            # the client is made by now: tell the plans what it is (RedisCore.one_node)
+            self.one_node = await self.adapter.one_node()
+            return got
 
     async def ensure(self, queues: Sequence[str], *, fresh: bool = False) -> dict[str, QueueMeta]:
         """Like :meth:`meta`, but store the default topology of queues that have none

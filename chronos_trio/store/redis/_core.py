@@ -44,14 +44,11 @@ from .._roles import QueueVersion, VersionState
 from .._topology_placement import locate
 from ._codec import decode_topology, encode_topology
 from ._scripts import Op, ReplicaWait
+from .keys import WAKE_KEEP as WAKE_KEEP
 from .keys import KeySpace, PartitionKeys
 
 T = TypeVar("T")
 
-#: Each wake-up stream keeps its newest this many entries (``XADD MAXLEN``).
-#: A waiter reads at most this many at once; one that gets this many may have
-#: missed older ones, and looks instead of trusting them (see ``_waiting``).
-WAKE_KEEP = 16
 
 log = logging.getLogger("chronos_trio.store.redis")
 
@@ -211,6 +208,11 @@ class RedisCore:
         self.clock_offset = 0.0
         #: Queues whose stored topology could not be decoded (warned once each).
         self._bad_topology: set[str] = set()
+        #: Set by the driver once its client is known to be one node's (a
+        #: plain node or a Sentinel's master, not a Cluster's): a script may
+        #: then touch keys of several slots (a plain job's enqueue writes its
+        #: wake-up itself, ``_enqueue_one``). False until known.
+        self.one_node = False
 
     # -- clock hint ---------------------------------------------------------------
     def observe_now(self, redis_now: bytes | str | float) -> float:
@@ -336,7 +338,7 @@ class RedisCore:
                 ops += self.wake_one_ops(queue)
             elif n > 0:
                 key = self.keys.wake_ready(queue)
-                ops.append(Op.wake_command(key, "XADD", key, "MAXLEN", WAKE_KEEP, "*", "n", n))
+                ops.append(Op.wake_command(key, "XADD", key, "MAXLEN", "~", WAKE_KEEP, "*", "n", n))
         return ops
 
     def wake_one_ops(self, queue: str) -> list[Op]:
@@ -346,7 +348,7 @@ class RedisCore:
         if op is None:
             key = self.keys.wake_ready(queue)
             op = self._wake_one[queue] = Op.wake_command(
-                key, "XADD", key, "MAXLEN", WAKE_KEEP, "*", "n", 1
+                key, "XADD", key, "MAXLEN", "~", WAKE_KEEP, "*", "n", 1
             )
         return [op]
 
@@ -356,7 +358,9 @@ class RedisCore:
         ops = []
         for queue, at in due.items():
             key = self.keys.wake_scheduled(queue)
-            ops.append(Op.wake_command(key, "XADD", key, "MAXLEN", WAKE_KEEP, "*", "due", repr(at)))
+            ops.append(
+                Op.wake_command(key, "XADD", key, "MAXLEN", "~", WAKE_KEEP, "*", "due", repr(at))
+            )
         return ops
 
 

@@ -9,14 +9,17 @@ Each script names the shared pieces it uses (``--@include <piece>`` lines,
 see ``_compose``): the files of ``lua/lib/`` (checks, dead-lettering,
 quarantine, unique keys, limits, wake-ups, ..., one concern each; the rules
 every script keeps are in ``lua/README.md``) and the constants made here,
-from Python: ``format`` (``FORMAT``, ``FORMAT_S``: the record format,
-:data:`~._codec.RECORD_FORMAT`), ``chunk_sizes`` (``CHUNK``,
+from Python: ``format`` (``FORMAT_S``: the record format,
+:data:`~._codec.RECORD_FORMAT`, as a record's field v holds it; what a
+record writer needs) and ``format_number`` (``FORMAT``, the same as a
+number: what a judge of field v needs), ``chunk_sizes`` (``CHUNK``,
 ``CHUNKED_MAX``: its payload chunking), ``workflow_keep``
 (``WORKFLOW_KEEP``), ``failure_mark`` (``FAILURE_MARK``), ``history_limit``
 (``HISTORY_LIMIT``, ``ERROR_BYTES``) and
 ``lease_expired`` (``LEASE_EXPIRED``: the attempt history's bounds and an
 expired lease's error, ``records._attempts``) and ``leased_sentinel`` (``LEASED_SENTINEL``, the
-leased zsets' sentinel member, :data:`~.keys.LEASED_SENTINEL`). A script is
+leased zsets' sentinel member, :data:`~.keys.LEASED_SENTINEL`) and
+``wake_keep`` (``WAKE_KEEP``, :data:`~.keys.WAKE_KEEP`). A script is
 sent as those pieces, each once, in dependency order, then its own text, so
 it carries only what it uses; a new record format changes the SHA of every
 script that judges a format, so a worker never runs a script of another
@@ -47,7 +50,7 @@ from ...records._workflow import FAILURE_MARK, WORKFLOW_KEEP
 from .._roles import StoreError
 from ._codec import CHUNKED_PAYLOAD_MAX, PAYLOAD_CHUNK, RECORD_FORMAT
 from ._compose import compose
-from .keys import LEASED_SENTINEL
+from .keys import LEASED_SENTINEL, WAKE_KEEP
 
 #: The scripts' files (read with plain file I/O: ``importlib.resources``
 #: would cost a worker's start-up more than the reads do).
@@ -55,12 +58,14 @@ _LUA = Path(__file__).with_name("lua")
 
 #: The pieces made in Python (the values are defined once, here).
 GENERATED: dict[str, bytes] = {
-    "format": b"local FORMAT, FORMAT_S = %d, '%d'\n" % (RECORD_FORMAT, RECORD_FORMAT),
+    "format": b"local FORMAT_S = '%d'\n" % RECORD_FORMAT,
+    "format_number": b"local FORMAT = %d\n" % RECORD_FORMAT,
     "chunk_sizes": b"local CHUNK, CHUNKED_MAX = %d, %d\n" % (PAYLOAD_CHUNK, CHUNKED_PAYLOAD_MAX),
     "workflow_keep": b"local WORKFLOW_KEEP = %d\n" % WORKFLOW_KEEP,
     "failure_mark": b"local FAILURE_MARK = '%s'\n" % FAILURE_MARK.encode(),
     "history_limit": b"local HISTORY_LIMIT, ERROR_BYTES = %d, %d\n" % (HISTORY_LIMIT, ERROR_BYTES),
     "lease_expired": b"local LEASE_EXPIRED = '%s'\n" % LEASE_EXPIRED.encode(),
+    "wake_keep": b"local WAKE_KEEP = %d\n" % WAKE_KEEP,
     "leased_sentinel": b"local LEASED_SENTINEL = '%s'\n" % LEASED_SENTINEL.encode(),
 }
 
@@ -130,6 +135,7 @@ def compose_all() -> None:
 
 
 ENQUEUE = Script("enqueue")
+ENQUEUE_PLAIN = Script("enqueue_plain")
 OUTBOX_READ = Script("outbox_read")
 GROUP_ARRIVE = Script("group_arrive")
 GROUP_STATUS = Script("group_status")

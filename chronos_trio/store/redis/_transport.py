@@ -229,9 +229,17 @@ def node_plan(
 def _reload(
     node: Any, ops: Sequence[Op], replies: list[Any], stats: AdapterStatistics, asking: bool
 ) -> Plan[list[Any]]:
-    """The rest of :func:`node_plan` once ``replies`` came (some error replies)."""
-    missing, scripts = reload_plan(ops, replies)
-    if missing:
+    """The rest of :func:`node_plan` once ``replies`` came (some error replies).
+
+    Loaded and run again at most twice: a Sentinel master demoted between
+    the load and the run (the load reached the old master, the run was
+    refused there with READONLY and sent to the new one, which never saw
+    the script) answers NOSCRIPT again, and the second load goes where the
+    node now sends (a script first used just as a failover happens)."""
+    for _attempt in range(2):
+        missing, scripts = reload_plan(ops, replies)
+        if not missing:
+            break
         for script in scripts:
             [loaded] = yield Send(node, [("SCRIPT", "LOAD", script.source)], counted=False)
             if isinstance(loaded, Exception):
@@ -239,7 +247,8 @@ def _reload(
             stats.script_loads += 1
         again = yield from _pipeline(node, [ops[i] for i in missing], stats, asking)
         for i, reply in zip(missing, again, strict=True):
-            replies[i] = settled(reply)  # still missing (not ours): redis-py's error
+            # still missing after the second load (not ours): redis-py's error
+            replies[i] = settled(reply) if _attempt else reply
     return replies
 
 

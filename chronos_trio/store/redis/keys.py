@@ -53,8 +53,8 @@ Global keys (single-key commands or single-key scripts only):
 ``{ns:meta}:paused``               set of paused queues
 ``{ns:wake}:stream:ready:<queue>``  stream of wake-ups for idle leasers:
                                    an entry (field ``n``: how many jobs)
-                                   each time jobs become ready; the newest
-                                   :data:`~._core.WAKE_KEEP` are kept
+                                   each time jobs become ready; at least
+                                   the newest :data:`WAKE_KEEP` are kept
 ``{ns:wake}:stream:scheduled:<q>``  stream of wake-ups for sleeping
                                    promoters: an entry (field ``due``: the
                                    producer's estimate of the store time the
@@ -105,6 +105,13 @@ from .._topology_placement import locate, topology_placement
 #: whose inserts cost O(n) each: for a zset of 64-128 in-flight leases that was
 #: the largest cost of lease.lua. Counts of leased jobs exclude it (ZCOUNT to
 #: ``(+inf``); scans by expiry never reach it.
+#: Each wake-up stream keeps at least its newest this many entries (``XADD
+#: MAXLEN ~``: trimmed a whole stream node at a time, so it may hold up to a
+#: node more, 100 entries by Redis's default; exact trimming walks the node
+#: on every entry, several times the cost of the enqueue it wakes for). A
+#: waiter reads at most this many at once; one that gets this many may have
+#: missed older ones, and looks instead of trusting them (see ``_waiting``).
+WAKE_KEEP = 16
 LEASED_SENTINEL = "~leased-index-sentinel~" + "." * 48
 
 

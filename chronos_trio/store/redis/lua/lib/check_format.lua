@@ -1,4 +1,5 @@
 --@include format
+--@include format_number
 --@include find
 --@include show
 -- The record format of field v: nil = readable by this version (v absent
