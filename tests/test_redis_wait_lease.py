@@ -18,7 +18,6 @@ import redis
 import trio
 
 from chronos_trio import JobState, NewJob
-from chronos_trio.actors.leaser import WAIT_LEASE_WINDOW
 from chronos_trio.store import LeaseResult, QueueWeight, SettleKind, Settlement
 from chronos_trio.store.redis import RedisStore, _wait_lease
 from tests._support import Recorder, Work, wait_for
@@ -262,7 +261,7 @@ async def workers(tmp_path: Path) -> AsyncIterator[Callable[..., Worker]]:
 async def test_a_worker_killed_while_its_wait_lease_is_out_has_its_job_recovered(
     workers: Callable[..., Worker], redis_url: str
 ) -> None:
-    """The exposure the wait's lease brings (see ``WAIT_LEASE_WINDOW``): a
+    """The exposure the wait's lease brings (``wait_lease_window``, 1 s by default): a
     worker stopped right after a job, its wait (with the lease behind it)
     still out, takes the next job into that lease although it never runs
     it. Killed (-9), the job is recovered when that lease expires (2 s) and
@@ -295,23 +294,24 @@ async def test_a_worker_killed_while_its_wait_lease_is_out_has_its_job_recovered
         starts.client.close()
 
 
+@pytest.mark.parametrize(("window", "after"), [(0.5, 1.0), (0.0, 0.0)], ids=["past", "off"])
 async def test_a_worker_stopped_after_the_window_takes_no_job(
-    workers: Callable[..., Worker], redis_url: str
+    workers: Callable[..., Worker], redis_url: str, window: float, after: float
 ) -> None:
-    """Past ``WAIT_LEASE_WINDOW`` after its last job a worker waits without
-    a lease behind its read: stopped then, it takes nothing (the job stays
-    ready for any other worker). With a window of 100 s it failed so (the
-    stopped worker's lease took the job)."""
+    """Past ``wait_lease_window`` after its last job (or with the window 0:
+    at once) a worker waits without a lease behind its read: stopped then,
+    it takes nothing (the job stays ready for any other worker). With a
+    window of 100 s it failed so (the stopped worker's lease took the job)."""
     producer = make_app(redis_url)
     starts = Starts(redis_url, "late")
-    first = workers(redis_url, "first", "--queues", "default")
+    first = workers(redis_url, "first", "--queues", "default", "--wait-lease-window", str(window))
     try:
         with trio.fail_after(40):
             await blocked(redis_url, 2)  # idle: it has seen the wake-up stream
             [h1] = await producer.tasks["tests.record"].enqueue_many([Record("late")])
             pid, _ = await starts.of(h1.job_id, time.time() + 20, first)
             assert pid == first.pid
-            await trio.sleep(WAIT_LEASE_WINDOW + 0.5)
+            await trio.sleep(after)
             await blocked(redis_url, 2)
             first.stop()
             [h2] = await producer.tasks["tests.record"].enqueue_many([Record("late")])

@@ -10,8 +10,8 @@ wait for a lease that will most likely come back empty. Idle (its last
 lease short, nothing held back), it waits for a wake-up with
 ``store.wait_lease``, which leases with the wake-up in one round trip
 where the store offers it (one Redis node: the lease runs in Redis right
-when the wake-up read returns) within :data:`WAIT_LEASE_WINDOW` of its
-last jobs; otherwise ``wait_ready``, then a lease.
+when the wake-up read returns) within ``wait_lease_window`` (worker option) of
+its last jobs; otherwise ``wait_ready``, then a lease.
 
 With ``max_jobs`` (recycling) it leases that many jobs in all, then no
 more, and tells the runtime's ``recycle`` so (see ``runtime._recycle``).
@@ -30,17 +30,6 @@ from ..runtime._inflight import Entry, Stage, lease_deadline
 from ..runtime._state import Runtime, log
 from ..store import StoreError
 
-#: Seconds after its last jobs that an idle leaser waits with
-#: ``store.wait_lease``; later, with ``wait_ready`` then a lease. The store
-#: runs a waiting lease whether or not the worker is still there to read
-#: its reply: a worker that stops (SIGSTOP, a paused VM, a cut link) while
-#: such a wait is out takes the jobs its lease gets with it until that
-#: lease expires (``lease_duration``, then recovery), where a plain wait
-#: takes none (every other idle worker sees the wake-up). So the faster
-#: pickup is kept to a worker that is getting jobs, with that exposure
-#: bounded: one lease, and only in the window after its last jobs.
-WAIT_LEASE_WINDOW = 1.0
-
 
 async def run(
     rt: Runtime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -57,7 +46,7 @@ async def run(
     # not offered, as before: after no jobs wait_ready then lease, after a
     # short batch lease at once.
     idle = found_none = False
-    warm_until = -math.inf  # wait_lease only until then (see WAIT_LEASE_WINDOW)
+    warm_until = -math.inf  # wait_lease only until then (wait_lease_window)
     while True:
         await table.wait_free()
         want = min(cfg.batch_size, table.free)
@@ -116,7 +105,7 @@ async def run(
             except StoreError as exc:  # back off, then try leasing again
                 await backoff.failed(exc)
             continue
-        warm_until = asked_at + WAIT_LEASE_WINDOW
+        warm_until = asked_at + cfg.wait_lease_window
         # Every lease enters the table before the first checkpoint, so a
         # crash while queueing leaves them there for the next incarnation.
         entries = table.admit(batch, lease_deadline(asked_at, cfg.lease_duration), asked_at)

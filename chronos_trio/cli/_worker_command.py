@@ -76,6 +76,7 @@ _OPTIONS = {
     "lease_duration": "lease_duration",
     "heartbeat_interval": "heartbeat_interval",
     "poll_interval": "poll_interval",
+    "wait_lease_window": "wait_lease_window",
     "recover_interval": "recover_interval",
     "shutdown_grace": "shutdown_grace",
     "retain_succeeded": "retain_succeeded",
@@ -138,6 +139,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         type=seconds(),
         help="longest idle wait before re-checking the store (30)",
+    )
+    worker.add_argument(
+        "--wait-lease-window",
+        metavar="S",
+        type=seconds(allow_zero=True),
+        help="seconds after its last jobs an idle worker waits with its next lease queued "
+        "behind the wake-up, on one Redis node; 0: never (1)",
     )
     worker.add_argument(
         "--recover-interval",

@@ -222,6 +222,17 @@ class WorkerConfig:
     #: Leased jobs waiting for a free executor, at most.
     queue_buffer: int = attrs.field(default=_derived(lambda c: c.batch_size), validator=_positive)
     poll_interval: float = attrs.field(default=30.0, validator=_positive)
+    #: Seconds after its last jobs that an idle worker waits for a wake-up
+    #: with its next lease queued behind it (``store.wait_lease``), where the
+    #: store offers that (one Redis node): the jobs come with the wake-up, one
+    #: round trip sooner. The store runs that lease whether or not the worker
+    #: is still there to read its reply: a worker that stalls (SIGSTOP, a
+    #: paused VM, a cut link) while such a wait is out holds that one lease's
+    #: jobs until it expires (``lease_duration``, then recovery), where a
+    #: plain wait takes none. So it is kept to a worker that is getting jobs:
+    #: one lease, only in this window. 0: never (every idle worker waits
+    #: without a lease, as on the other stores).
+    wait_lease_window: float = attrs.field(default=1.0, validator=_non_negative)
     lease_duration: float = attrs.field(default=30.0, validator=_positive)
     heartbeat_interval: float = attrs.field(
         default=_derived(lambda c: c.lease_duration / 3), validator=_positive
