@@ -172,20 +172,25 @@ def batch_encoder(payload_type: Any) -> Callable[[Sequence[Any]], list[bytes] | 
     if not (isinstance(payload_type, type) and hasattr(payload_type, "__attrs_attrs__")):
         return _cannot
     hook = _unstructure_hook(payload_type)
-    dump = orjson.dumps
+    dump, options, copy, view = orjson.dumps, _DUMPS_OPTIONS, bytes, memoryview
 
     def encode_all(values: Sequence[Any]) -> list[bytes] | None:
         if any(type(v) is not payload_type for v in values):
             return None
         try:
-            outs = [dump(raw, option=_DUMPS_OPTIONS) for raw in map(hook, values)]
+            # a compact copy of each as it is made, as dumps makes (see
+            # there): copied at the end, the batch's outputs pinned a
+            # buffer each meanwhile, which cost more than the dumps
+            outs = [
+                out if len(out := dump(raw, option=options)) >= _COPY_BELOW else copy(view(out))
+                for raw in map(hook, values)
+            ]
         except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
             return None
         # "\n" is never in compact JSON but escaped: no null is made across two
         if b"null" in b"\n".join(outs):
             return None
-        # a compact copy of each, as dumps makes (see there)
-        return [bytes(memoryview(o)) if len(o) < _COPY_BELOW else o for o in outs]
+        return outs
 
     return encode_all
 

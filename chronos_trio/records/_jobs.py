@@ -301,3 +301,30 @@ def require_field_order(cls: type, names: tuple[str, ...], user: str) -> None:
     a change to the class must fail loudly, not garble records."""
     if tuple(f.name for f in attrs.fields(cls)) != names:  # pragma: no cover
         raise ImportError(f"{cls.__qualname__}'s fields changed: update {user}")
+
+
+require_field_order(
+    EnqueueResult, ("job_id", "created", "run_at", "placement"), "records._jobs.enqueue_result"
+)
+_new_object = object.__new__
+# each field's slot, set as the frozen class's own __init__ sets it (through
+# object.__setattr__, which ends in these very descriptors), without the
+# attribute lookup by name a field
+_set_job_id, _set_created, _set_run_at, _set_placement = (
+    EnqueueResult.__dict__[name].__set__ for name in ("job_id", "created", "run_at", "placement")
+)
+
+
+def enqueue_result(
+    job_id: str, created: bool, run_at: float, placement: Placement
+) -> EnqueueResult:
+    """``EnqueueResult(job_id, created, run_at, placement)``, built for a
+    bulk enqueue's hot loop: the same record (equal, same hash, as frozen)
+    at about two thirds of the frozen ``__init__``'s cost. The class has no
+    validators or converters to skip (a test compares the two)."""
+    result: EnqueueResult = _new_object(EnqueueResult)
+    _set_job_id(result, job_id)
+    _set_created(result, created)
+    _set_run_at(result, run_at)
+    _set_placement(result, placement)
+    return result

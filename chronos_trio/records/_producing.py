@@ -27,6 +27,7 @@ from ._errors import (
     ResultExpired,
     ResultTimeout,
 )
+from ._job_batch import JobBatch
 from ._jobs import EnqueueResult, JobOutcome, JobRef, JobState, NewJob, require_field_order
 from ._options import (
     DEFAULT_MAX_RETRIES,
@@ -231,6 +232,25 @@ def new_jobs(
     """:func:`new_job` for many payloads with the same options (the options
     are checked once, not per job: this is the bulk producer's hot loop).
     Every payload is checked before any record is returned."""
+    jobs = new_job_batch(spec, max_payload_bytes, hooks, payloads, delay=delay, queue=queue)
+    return jobs.jobs() if isinstance(jobs, JobBatch) else jobs
+
+
+def new_job_batch(
+    spec: TaskDefaults,
+    max_payload_bytes: int,
+    hooks: Sequence[ProducerHook],
+    payloads: Iterable[Any],
+    *,
+    delay: float | None = None,
+    queue: str | None = None,
+) -> JobBatch | list[NewJob]:
+    """:func:`new_jobs`' jobs, as a :class:`JobBatch` (columns, no record
+    built) when they are plain (the task has no unique key or flow control)
+    and every payload encoded at once within the size limit; else as
+    :func:`new_jobs`' list. The same checks, the same errors in the same
+    order (a payload's encoding, then its size, then the hooks, job by
+    job), the same jobs."""
     check_options(delay=delay)
     if queue is not None:
         check_queue(queue)
@@ -245,6 +265,23 @@ def new_jobs(
     # all at once when it can vouch for the same bytes; else one by one
     # (each payload's own error, in order: encoding, size, hooks)
     datas = batch_encoder(spec.payload_type)(values)
+    if (
+        datas is not None
+        and unique is None
+        and defaults is None
+        and (not datas or max(map(len, datas)) <= limit)
+    ):
+        # nothing left to refuse but what a hook raises, job by job as below
+        return JobBatch(
+            [hex_ids[k : k + 32] for k in range(0, len(hex_ids), 32)],
+            datas,
+            [job_headers(kind, None, hooks) for _ in values] if hooks else None,
+            queue=queue,
+            kind=kind,
+            delay=delay,
+            max_retries=max_retries,
+            timeout=timeout,
+        )
     encode = None if datas is not None else payload_encoder(spec.payload_type)
     jobs = []
     for n, payload in enumerate(values):
