@@ -28,7 +28,7 @@ import trio
 from chronos_trio import App
 from chronos_trio.producers import AsyncioProducer, SyncProducer
 from chronos_trio.records import _producing
-from chronos_trio.records._codec import payload_encoder
+from chronos_trio.records._codec import batch_encoder, encode_payload, payload_encoder
 from chronos_trio.records._control import ControlDefaults
 from chronos_trio.records._errors import PayloadError
 from chronos_trio.records._job_batch import JobBatch
@@ -133,9 +133,39 @@ def test_a_hook_error_is_raised_at_its_job() -> None:
 def test_jobs_that_are_not_plain_stay_records() -> None:
     assert type(_batch([P(1.0)], unique=Unique(key="k"))) is list
     assert type(_batch([P(1.0)], control=ControlDefaults(priority=2))) is list
-    # a payload the batch encoder cannot vouch for: encoded one by one
-    jobs = _batch([P(1.0), P(1.0, c=None)])
-    assert type(jobs) is list and jobs[1].payload == b'{"a":1.0,"b":"x","c":null}'
+
+
+@pytest.mark.parametrize("payload_type", [P, Any])
+def test_payloads_encoded_one_by_one_are_a_batch_too(payload_type: Any) -> None:
+    # what the batch encoder cannot vouch for (a null, other types) is
+    # encoded one by one: still plain jobs, the same bytes
+    values: list[Any] = [P(1.0), P(1.0, c=None), {"d": [1, None]}, "text", b"raw"]
+    if payload_type is P:
+        values = values[:2]
+    spec = KindDefaults("k.job", payload_type=payload_type)
+    batch = _producing.new_job_batch(spec, 200, (), values)
+    assert isinstance(batch, JobBatch)
+    assert batch.payloads == [encode_payload(v, payload_type) for v in values]
+
+
+def test_any_payloads_of_one_attrs_class_are_encoded_at_once() -> None:
+    values = [P(float(n), "ü" * n, n) for n in range(30)]
+    assert batch_encoder(Any)(values) == [encode_payload(v, Any) for v in values]
+    assert batch_encoder(None)(values) == [encode_payload(v, None) for v in values]
+    assert batch_encoder(Any)([]) == []
+    assert batch_encoder(Any)([P(1.0), {"a": 1}]) is None  # another type: one by one
+    assert batch_encoder(Any)([{"a": 1}]) is None
+
+
+def test_hooks_and_sizes_are_checked_job_by_job() -> None:
+    calls: list[int] = []
+
+    def hook(kind: str, headers: dict[str, str]) -> None:
+        calls.append(1)
+
+    with pytest.raises(PayloadError, match="over the 200-byte limit"):
+        _batch([P(1.0), P(1.0, "x" * 300), P(2.0)], hooks=[hook])
+    assert len(calls) == 1  # the first job's hooks ran, as new_jobs runs them
 
 
 @pytest.mark.parametrize(

@@ -161,16 +161,37 @@ def cached_payload_encoder(payload_type: Any) -> Callable[[Any], bytes]:
 
 
 def batch_encoder(payload_type: Any) -> Callable[[Sequence[Any]], list[bytes] | None]:
-    """For a bulk enqueue: a function that encodes many values of exactly
-    ``payload_type`` (an attrs class) at once, as :func:`payload_encoder`'s
-    function would one by one (the same bytes), or returns None when it
-    cannot vouch for that: a value of another type, one that does not
-    unstructure or dump, one whose JSON holds a ``null`` (it may stand for
-    a NaN): the caller then encodes them one by one, which gives the same
-    bytes or raises the same error as ever. For another payload type, the
-    function always returns None."""
+    """For a bulk enqueue: a function that encodes many values of one attrs
+    class at once, as :func:`payload_encoder`'s function would one by one
+    (the same bytes), or returns None when it cannot vouch for that: a
+    value of another type, one that does not unstructure or dump, one whose
+    JSON holds a ``null`` (it may stand for a NaN): the caller then encodes
+    them one by one, which gives the same bytes or raises the same error as
+    ever. The class is ``payload_type`` (an attrs class); for ``Any`` or
+    None (a payload of any type), that of the first value, when it is an
+    attrs class (``encode_payload`` unstructures such a value by its class's
+    hook, the one used here). For another payload type, the function always
+    returns None."""
+    if payload_type is Any or payload_type is None:
+        return _encode_any
     if not (isinstance(payload_type, type) and hasattr(payload_type, "__attrs_attrs__")):
         return _cannot
+    return _attrs_batch_encoder(payload_type)
+
+
+def _encode_any(values: Sequence[Any]) -> list[bytes] | None:
+    """:func:`batch_encoder`'s function for a payload of any type."""
+    if not values:
+        return []
+    cls = type(values[0])
+    if not hasattr(cls, "__attrs_attrs__"):
+        return None
+    return _attrs_batch_encoder(cls)(values)
+
+
+def _attrs_batch_encoder(payload_type: type) -> Callable[[Sequence[Any]], list[bytes] | None]:
+    """:func:`batch_encoder`'s function for values of exactly the attrs class
+    ``payload_type``."""
     hook = _unstructure_hook(payload_type)
     dump, options, copy, view = orjson.dumps, _DUMPS_OPTIONS, bytes, memoryview
 

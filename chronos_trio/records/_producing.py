@@ -246,9 +246,8 @@ def new_job_batch(
     queue: str | None = None,
 ) -> JobBatch | list[NewJob]:
     """:func:`new_jobs`' jobs, as a :class:`JobBatch` (columns, no record
-    built) when they are plain (the task has no unique key or flow control)
-    and every payload encoded at once within the size limit; else as
-    :func:`new_jobs`' list. The same checks, the same errors in the same
+    built) when they are plain (the task has no unique key or flow
+    control); else as :func:`new_jobs`' list. The same checks, the same errors in the same
     order (a payload's encoding, then its size, then the hooks, job by
     job), the same jobs."""
     check_options(delay=delay)
@@ -265,17 +264,14 @@ def new_job_batch(
     # all at once when it can vouch for the same bytes; else one by one
     # (each payload's own error, in order: encoding, size, hooks)
     datas = batch_encoder(spec.payload_type)(values)
-    if (
-        datas is not None
-        and unique is None
-        and defaults is None
-        and (not datas or max(map(len, datas)) <= limit)
-    ):
-        # nothing left to refuse but what a hook raises, job by job as below
+    if unique is None and defaults is None:
+        headers: list[tuple[tuple[str, str], ...]] | None = None
+        if datas is None or hooks or (datas and max(map(len, datas)) > limit):
+            datas, headers = _plain_columns(kind, limit, hooks, spec.payload_type, values, datas)
         return JobBatch(
             [hex_ids[k : k + 32] for k in range(0, len(hex_ids), 32)],
             datas,
-            [job_headers(kind, None, hooks) for _ in values] if hooks else None,
+            headers,
             queue=queue,
             kind=kind,
             delay=delay,
@@ -288,14 +284,38 @@ def new_job_batch(
         data = datas[n] if encode is None else encode(payload)  # type: ignore[index]
         if len(data) > limit:
             _too_large(kind, data, limit)
-        headers = job_headers(kind, None, hooks) if hooks else ()
+        given = job_headers(kind, None, hooks) if hooks else ()
         job = NewJob(
             hex_ids[32 * n : 32 * n + 32], queue, kind, data, None, delay, max_retries, timeout,
-            headers, None if unique is None else resolve(unique, kind, data), False, None,
+            given, None if unique is None else resolve(unique, kind, data), False, None,
             None if defaults is None else job_control(defaults, kind, payload, {}),
         )  # fmt: skip
         jobs.append(job)
     return jobs
+
+
+def _plain_columns(
+    kind: str,
+    limit: int,
+    hooks: Sequence[ProducerHook],
+    payload_type: Any,
+    values: Sequence[Any],
+    datas: list[bytes] | None,
+) -> tuple[list[bytes], list[tuple[tuple[str, str], ...]] | None]:
+    """Plain jobs' payloads (``datas`` when encoded already, else encoded
+    here) and headers (None without hooks), job by job: its encoding, its
+    size, its hooks (the order :func:`new_jobs` refuses them in)."""
+    encode = None if datas is not None else payload_encoder(payload_type)
+    out: list[bytes] = []
+    headers: list[tuple[tuple[str, str], ...]] | None = [] if hooks else None
+    for n, payload in enumerate(values):
+        data = datas[n] if encode is None else encode(payload)  # type: ignore[index]
+        if len(data) > limit:
+            _too_large(kind, data, limit)
+        if headers is not None:
+            headers.append(job_headers(kind, None, hooks))
+        out.append(data)
+    return out, headers
 
 
 def check_duplicate(new: NewJob, result: EnqueueResult) -> None:
