@@ -196,7 +196,8 @@ def _attrs_batch_encoder(payload_type: type) -> Callable[[Sequence[Any]], list[b
     dump, options, copy, view = orjson.dumps, _DUMPS_OPTIONS, bytes, memoryview
 
     def encode_all(values: Sequence[Any]) -> list[bytes] | None:
-        if any(type(v) is not payload_type for v in values):
+        # by identity: a type's own __eq__ or __hash__ (a metaclass's) is not consulted
+        if values and set(map(id, map(type, values))) != {id(payload_type)}:
             return None
         try:
             # a compact copy of each as it is made, as dumps makes (see

@@ -107,7 +107,7 @@ def _resp(
         tails = [before + bulk(h) + extras for h in headers]
     else:
         tails = [before + bulk("") + extras] * len(ids)
-    if any(type(p) is not bytes for p in payloads):
+    if payloads and set(map(type, payloads)) != {bytes}:
         raise TypeError("not packed here: a payload that is not bytes")
     return b"".join(
         [
@@ -145,10 +145,11 @@ def batch_results(
     under its own ID: the reply's third entry, as the IDs column has it."""
     ids = batch.ids
     created = reply[1::3]
-    try:
-        run_ats = list(map(float, reply[2::3]))  # type: ignore[arg-type]
-    except (TypeError, ValueError):  # '' for an existing job without a readable due time
-        run_ats = [float(r or 0.0) for r in reply[2::3]]  # type: ignore[arg-type]
+    due = reply[2::3]
+    # the jobs of a call share a due time or a few ('' for an existing job
+    # without a readable one: 0.0): each read once
+    read = {r: float(r or 0.0) for r in set(due)}  # type: ignore[arg-type]
+    run_ats = list(map(read.__getitem__, due))
     make = enqueue_result
     for i, c, at in zip(idxs, created, run_ats, strict=True):
         results[i] = make(ids[i], c == 1, at, placement)
