@@ -32,7 +32,7 @@ from chronos_trio.records._codec import batch_encoder, encode_payload, payload_e
 from chronos_trio.records._control import ControlDefaults
 from chronos_trio.records._errors import PayloadError
 from chronos_trio.records._job_batch import JobBatch
-from chronos_trio.records._jobs import EnqueueResult, NewJob, enqueue_result
+from chronos_trio.records._jobs import EnqueueResult, NewJob, enqueue_results
 from chronos_trio.records._placement import NO_PLACEMENT
 from chronos_trio.records._producing import KindDefaults
 from chronos_trio.records._unique import Unique
@@ -188,14 +188,21 @@ def test_columns_must_match() -> None:
     assert len(empty) == 0 and empty.jobs() == [] and not empty
 
 
-def test_enqueue_result_is_the_frozen_record() -> None:
-    made = enqueue_result("id-1", True, 12.5, NO_PLACEMENT)
-    plain = EnqueueResult("id-1", True, 12.5, NO_PLACEMENT)
-    assert type(made) is EnqueueResult
-    assert made == plain and hash(made) == hash(plain) and repr(made) == repr(plain)
+def test_enqueue_results_are_the_frozen_records() -> None:
+    made = enqueue_results(["id-1", "id-2"], [True, False], [12.5, 0.0], NO_PLACEMENT)
+    plain = [
+        EnqueueResult("id-1", True, 12.5, NO_PLACEMENT),
+        EnqueueResult("id-2", False, 0.0, NO_PLACEMENT),
+    ]
+    assert [type(r) for r in made] == [EnqueueResult, EnqueueResult]
+    assert made == plain and [hash(r) for r in made] == [hash(r) for r in plain]
+    assert [repr(r) for r in made] == [repr(r) for r in plain]
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        made.job_id = "other"  # type: ignore[misc]
-    assert attrs.evolve(made, created=False) == EnqueueResult("id-1", False, 12.5, NO_PLACEMENT)
+        made[0].job_id = "other"  # type: ignore[misc]
+    assert attrs.evolve(made[0], created=False) == EnqueueResult("id-1", False, 12.5, NO_PLACEMENT)
+    assert enqueue_results([], [], [], NO_PLACEMENT) == []
+    with pytest.raises(ValueError, match="different lengths"):
+        enqueue_results(["a"], [True, False], [1.0], NO_PLACEMENT)
     # nothing of the class's __init__ is skipped: no validator, no converter
     for field in attrs.fields(EnqueueResult):
         assert field.validator is None and field.converter is None
@@ -281,7 +288,7 @@ def test_batch_results_read_the_reply() -> None:
     assert results[0] == EnqueueResult(batch.ids[0], True, 17.5, NO_PLACEMENT)
     assert results[5] == EnqueueResult(batch.ids[5], True, 17.5, NO_PLACEMENT)
     # an existing job without a readable due time: run_at 0.0, as the per-job reading
-    reply = [b"17.0", 0, b"", batch.ids[1].encode(), 0, 3, batch.ids[2].encode()]
+    reply = [b"17.0", 0, b"", batch.ids[1].encode(), b"1", 3, batch.ids[2].encode()]
     _enqueue_batch.batch_results(batch, [1, 2], reply, NO_PLACEMENT, results)
     assert results[1] == EnqueueResult(batch.ids[1], False, 0.0, NO_PLACEMENT)
     assert results[2] == EnqueueResult(batch.ids[2], False, 3.0, NO_PLACEMENT)

@@ -12,9 +12,10 @@ records (``tests/test_bulk_fast_paths.py`` compares them).
 from __future__ import annotations
 
 from itertools import repeat
+from operator import eq
 
 from ...records._job_batch import JobBatch
-from ...records._jobs import EnqueueResult, enqueue_result
+from ...records._jobs import EnqueueResult, enqueue_results
 from ...records._options import encode_headers
 from ...records._placement import Placement
 from .._partitioning import partition_of
@@ -144,12 +145,19 @@ def batch_results(
     job after the store's clock). A job with no unique key is answered
     under its own ID: the reply's third entry, as the IDs column has it."""
     ids = batch.ids
-    created = reply[1::3]
     due = reply[2::3]
     # the jobs of a call share a due time or a few ('' for an existing job
     # without a readable one: 0.0): each read once
     read = {r: float(r or 0.0) for r in set(due)}  # type: ignore[arg-type]
-    run_ats = list(map(read.__getitem__, due))
-    make = enqueue_result
-    for i, c, at in zip(idxs, created, run_ats, strict=True):
-        results[i] = make(ids[i], c == 1, at, placement)
+    whole = len(idxs) == len(results)  # the whole batch, in order (one call)
+    made = enqueue_results(
+        ids if whole else [ids[i] for i in idxs],
+        list(map(eq, reply[1::3], repeat(1))),
+        list(map(read.__getitem__, due)),
+        placement,
+    )
+    if whole:
+        results[:] = made
+    else:
+        for i, result in zip(idxs, made, strict=True):
+            results[i] = result
