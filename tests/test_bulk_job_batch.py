@@ -375,3 +375,31 @@ def test_sync_and_asyncio_producers_send_batches(redis_url: str) -> None:
             ] * 30
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        [f"id-{n}" for n in range(20)],  # several lengths
+        [f"é{n:02d}" for n in range(20)],  # one length, not ASCII
+        [f"{n:032x}" for n in range(20)],  # the producers' own
+    ],
+)
+@pytest.mark.parametrize("headers", [False, True])
+def test_batch_resp_of_any_ids_is_what_hiredis_packs(ids: list[str], headers: bool) -> None:
+    batch = JobBatch(
+        ids,
+        [b'{"n":%d}' % n * (n % 3) for n in range(20)],
+        [(("h", f"v{n}"),) if n % 2 else () for n in range(20)] if headers else None,
+        queue="q",
+        kind="k",
+        delay=0.5,
+        max_retries=2,
+        timeout=9.0,
+    )
+    idxs = list(range(20))
+    argv, packer = _enqueue_batch.batch_argv("7.5", batch, idxs, True)
+    assert packer is not None
+    assert argv == _enqueue._argv("7.5", batch.jobs(), ids, idxs)[0]
+    op = _enqueue._script_op(_Keys(), argv, packer)
+    assert op.args.resp == hiredis.pack_command(op.args[:])  # type: ignore[attr-defined,arg-type]

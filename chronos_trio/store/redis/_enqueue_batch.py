@@ -108,7 +108,7 @@ def _resp(
         tails = [before + bulk(h) + extras for h in headers]
     else:
         tails = [before + bulk("") + extras] * len(ids)
-    if payloads and set(map(type, payloads)) != {bytes}:
+    if payloads and set(map(id, map(type, payloads))) != {id(bytes)}:
         raise TypeError("not packed here: a payload that is not bytes")
     return b"".join(
         [
