@@ -158,7 +158,7 @@ class Task(Generic[P]):
         per partition). Every payload is checked before any job is sent.
         Returns a handle per job, in order. ``connection``: as :meth:`enqueue`
         (the whole batch in your transaction)."""
-        jobs = self.new_jobs(payloads, delay=delay, queue=queue)
+        jobs = self._new_job_batch(payloads, delay=delay, queue=queue)
         results = await self.app.enqueue_jobs(jobs, connection=connection)
         host, kind, queue = self.app, self.spec.kind, queue or self.spec.queue
         return [
@@ -173,6 +173,17 @@ class Task(Generic[P]):
         checked once, not per job: this is the bulk producer's hot loop)."""
         app = self.app
         return _producing.new_jobs(
+            self.spec, app.max_payload_bytes, app.producer_hooks, payloads, delay=delay, queue=queue
+        )
+
+    def _new_job_batch(
+        self, payloads: Iterable[P], *, delay: float | None = None, queue: str | None = None
+    ) -> Sequence[NewJob]:
+        """:meth:`new_jobs`' jobs, plain ones as a ``JobBatch`` (columns: no
+        record built unless a store reads one; see ``records._job_batch``).
+        The producers outside Trio call it too, when they have it."""
+        app = self.app
+        return _producing.new_job_batch(
             self.spec, app.max_payload_bytes, app.producer_hooks, payloads, delay=delay, queue=queue
         )
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any, Protocol, Unpack
 
 import attrs
 
+from ..records._job_batch import JobBatch
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import (
     EnqueueOptions,
@@ -27,7 +29,7 @@ from ..records._producing import (
     TaskDefaults,
     handle_fields,
     new_job,
-    new_jobs,
+    new_job_batch,
     unknown_kind,
 )
 from ..store._schemes import open_producer_store, redact, scheme_of
@@ -385,15 +387,21 @@ class ProducerCore:
         payloads: Iterable[Any],
         delay: float | None,
         queue: str | None,
-    ) -> tuple[list[NewJob], ResultTypeOf]:
-        """:meth:`new_job` for many payloads (``Task.new_jobs``)."""
+    ) -> tuple[Sequence[NewJob], ResultTypeOf]:
+        """:meth:`new_job` for many payloads (``Task.new_jobs``), plain ones
+        as a ``JobBatch`` (``records._job_batch``; a ``Task``'s by its
+        ``_new_job_batch``, another task's by its ``new_jobs``)."""
         if isinstance(task, str):
             if not task:
                 raise ValueError("task kind must be a non-empty string")
             spec, limit = self._spec(task), self.max_payload_bytes
-            jobs = new_jobs(spec, limit, self._hooks(), payloads, delay=delay, queue=queue)
+            jobs = new_job_batch(spec, limit, self._hooks(), payloads, delay=delay, queue=queue)
             return jobs, self.result_type_of
-        return task.new_jobs(payloads, delay=delay, queue=queue), self._decoder_of(task)
+        make: Any = getattr(task, "_new_job_batch", None)
+        if make is None:
+            return task.new_jobs(payloads, delay=delay, queue=queue), self._decoder_of(task)
+        batch: Sequence[NewJob] = make(payloads, delay=delay, queue=queue)
+        return batch, self._decoder_of(task)
 
     def _decoder_of(self, task: TaskLike) -> ResultTypeOf:
         """A Task decodes by its own app's registry (the producer may have none)."""
@@ -411,6 +419,14 @@ def handle_args(
 ) -> tuple[str, bool, float, Placement | None, str | None, str]:
     """The handle fields of an enqueued job, in order."""
     return handle_fields(result, job.queue, job.kind)
+
+
+def queues_and_kinds(jobs: Sequence[NewJob]) -> Iterable[tuple[str, str]]:
+    """Each job's queue and kind, in order (a ``JobBatch``'s without
+    building its records)."""
+    if isinstance(jobs, JobBatch):
+        return repeat((jobs.queue, jobs.kind), len(jobs))
+    return [(j.queue, j.kind) for j in jobs]
 
 
 class RedisPlacement:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, Unpack
 
@@ -52,6 +52,7 @@ from ._common import (
     RedisPlacement,
     TaskLike,
     handle_args,
+    queues_and_kinds,
     statistics_of,
 )
 
@@ -200,8 +201,8 @@ class AsyncioProducer:
         else:
             results = await self._exec.run(enqueue_plan(self._p.core, jobs))
         return [
-            AsyncioJobHandle(*handle_args(r, j), self, decoder)
-            for r, j in zip(results, jobs, strict=True)
+            AsyncioJobHandle(r.job_id, r.created, r.run_at, r.placement, q, k, self, decoder)
+            for r, (q, k) in zip(results, queues_and_kinds(jobs), strict=True)
         ]
 
     def job(self, job_id: str, *, queue: str | None = None, kind: str = "") -> AsyncioJobHandle:
@@ -209,7 +210,7 @@ class AsyncioProducer:
         self._p.check_job_id(job_id)
         return AsyncioJobHandle(job_id, False, 0.0, None, queue, kind, self, self._p.result_type_of)
 
-    async def _enqueue_sql(self, jobs: list[NewJob], connection: object) -> list[EnqueueResult]:
+    async def _enqueue_sql(self, jobs: Sequence[NewJob], connection: object) -> list[EnqueueResult]:
         """On a SQL store: in the caller's transaction on ``connection``, else
         on a connection of the producer's own, committed at once."""
         store = self._p.in_transaction()

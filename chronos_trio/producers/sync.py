@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, Unpack
 
@@ -49,6 +49,7 @@ from ._common import (
     RedisPlacement,
     TaskLike,
     handle_args,
+    queues_and_kinds,
     statistics_of,
 )
 
@@ -241,8 +242,8 @@ class SyncProducer:
         else:
             results = self._exec.run(enqueue_plan(self._p.core, jobs))
         return [
-            SyncJobHandle(*handle_args(r, j), self, decoder)
-            for r, j in zip(results, jobs, strict=True)
+            SyncJobHandle(r.job_id, r.created, r.run_at, r.placement, q, k, self, decoder)
+            for r, (q, k) in zip(results, queues_and_kinds(jobs), strict=True)
         ]
 
     def job(self, job_id: str, *, queue: str | None = None, kind: str = "") -> SyncJobHandle:
@@ -252,7 +253,7 @@ class SyncProducer:
         self._p.check_job_id(job_id)
         return SyncJobHandle(job_id, False, 0.0, None, queue, kind, self, self._p.result_type_of)
 
-    def _enqueue_sql(self, jobs: list[NewJob], connection: object) -> list[EnqueueResult]:
+    def _enqueue_sql(self, jobs: Sequence[NewJob], connection: object) -> list[EnqueueResult]:
         """On a SQL store: in the caller's transaction on ``connection``, else
         on a connection of the producer's own, committed at once."""
         store = self._p.in_transaction()

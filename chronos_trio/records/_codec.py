@@ -161,31 +161,58 @@ def cached_payload_encoder(payload_type: Any) -> Callable[[Any], bytes]:
 
 
 def batch_encoder(payload_type: Any) -> Callable[[Sequence[Any]], list[bytes] | None]:
-    """For a bulk enqueue: a function that encodes many values of exactly
-    ``payload_type`` (an attrs class) at once, as :func:`payload_encoder`'s
-    function would one by one (the same bytes), or returns None when it
-    cannot vouch for that: a value of another type, one that does not
-    unstructure or dump, one whose JSON holds a ``null`` (it may stand for
-    a NaN): the caller then encodes them one by one, which gives the same
-    bytes or raises the same error as ever. For another payload type, the
-    function always returns None."""
+    """For a bulk enqueue: a function that encodes many values of one attrs
+    class at once, as :func:`payload_encoder`'s function would one by one
+    (the same bytes), or returns None when it cannot vouch for that: a
+    value of another type, one that does not unstructure or dump, one whose
+    JSON holds a ``null`` (it may stand for a NaN): the caller then encodes
+    them one by one, which gives the same bytes or raises the same error as
+    ever. The class is ``payload_type`` (an attrs class); for ``Any`` or
+    None (a payload of any type), that of the first value, when it is an
+    attrs class (``encode_payload`` unstructures such a value by its class's
+    hook, the one used here). For another payload type, the function always
+    returns None."""
+    if payload_type is Any or payload_type is None:
+        return _encode_any
     if not (isinstance(payload_type, type) and hasattr(payload_type, "__attrs_attrs__")):
         return _cannot
+    return _attrs_batch_encoder(payload_type)
+
+
+def _encode_any(values: Sequence[Any]) -> list[bytes] | None:
+    """:func:`batch_encoder`'s function for a payload of any type."""
+    if not values:
+        return []
+    cls = type(values[0])
+    if not hasattr(cls, "__attrs_attrs__"):
+        return None
+    return _attrs_batch_encoder(cls)(values)
+
+
+def _attrs_batch_encoder(payload_type: type) -> Callable[[Sequence[Any]], list[bytes] | None]:
+    """:func:`batch_encoder`'s function for values of exactly the attrs class
+    ``payload_type``."""
     hook = _unstructure_hook(payload_type)
-    dump = orjson.dumps
+    dump, options, copy, view = orjson.dumps, _DUMPS_OPTIONS, bytes, memoryview
 
     def encode_all(values: Sequence[Any]) -> list[bytes] | None:
-        if any(type(v) is not payload_type for v in values):
+        # by identity: a type's own __eq__ or __hash__ (a metaclass's) is not consulted
+        if values and set(map(id, map(type, values))) != {id(payload_type)}:
             return None
         try:
-            outs = [dump(raw, option=_DUMPS_OPTIONS) for raw in map(hook, values)]
+            # a compact copy of each as it is made, as dumps makes (see
+            # there): copied at the end, the batch's outputs pinned a
+            # buffer each meanwhile, which cost more than the dumps
+            outs = [
+                out if len(out := dump(raw, option=options)) >= _COPY_BELOW else copy(view(out))
+                for raw in map(hook, values)
+            ]
         except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
             return None
         # "\n" is never in compact JSON but escaped: no null is made across two
         if b"null" in b"\n".join(outs):
             return None
-        # a compact copy of each, as dumps makes (see there)
-        return [bytes(memoryview(o)) if len(o) < _COPY_BELOW else o for o in outs]
+        return outs
 
     return encode_all
 

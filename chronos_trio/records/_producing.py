@@ -27,6 +27,7 @@ from ._errors import (
     ResultExpired,
     ResultTimeout,
 )
+from ._job_batch import JobBatch
 from ._jobs import EnqueueResult, JobOutcome, JobRef, JobState, NewJob, require_field_order
 from ._options import (
     DEFAULT_MAX_RETRIES,
@@ -231,6 +232,24 @@ def new_jobs(
     """:func:`new_job` for many payloads with the same options (the options
     are checked once, not per job: this is the bulk producer's hot loop).
     Every payload is checked before any record is returned."""
+    jobs = new_job_batch(spec, max_payload_bytes, hooks, payloads, delay=delay, queue=queue)
+    return jobs.jobs() if isinstance(jobs, JobBatch) else jobs
+
+
+def new_job_batch(
+    spec: TaskDefaults,
+    max_payload_bytes: int,
+    hooks: Sequence[ProducerHook],
+    payloads: Iterable[Any],
+    *,
+    delay: float | None = None,
+    queue: str | None = None,
+) -> JobBatch | list[NewJob]:
+    """:func:`new_jobs`' jobs, as a :class:`JobBatch` (columns, no record
+    built) when they are plain (the task has no unique key or flow
+    control); else as :func:`new_jobs`' list. The same checks, the same errors in the same
+    order (a payload's encoding, then its size, then the hooks, job by
+    job), the same jobs."""
     check_options(delay=delay)
     if queue is not None:
         check_queue(queue)
@@ -245,20 +264,58 @@ def new_jobs(
     # all at once when it can vouch for the same bytes; else one by one
     # (each payload's own error, in order: encoding, size, hooks)
     datas = batch_encoder(spec.payload_type)(values)
+    if unique is None and defaults is None:
+        headers: list[tuple[tuple[str, str], ...]] | None = None
+        if datas is None or hooks or (datas and max(map(len, datas)) > limit):
+            datas, headers = _plain_columns(kind, limit, hooks, spec.payload_type, values, datas)
+        return JobBatch(
+            [hex_ids[k : k + 32] for k in range(0, len(hex_ids), 32)],
+            datas,
+            headers,
+            queue=queue,
+            kind=kind,
+            delay=delay,
+            max_retries=max_retries,
+            timeout=timeout,
+        )
     encode = None if datas is not None else payload_encoder(spec.payload_type)
     jobs = []
     for n, payload in enumerate(values):
         data = datas[n] if encode is None else encode(payload)  # type: ignore[index]
         if len(data) > limit:
             _too_large(kind, data, limit)
-        headers = job_headers(kind, None, hooks) if hooks else ()
+        given = job_headers(kind, None, hooks) if hooks else ()
         job = NewJob(
             hex_ids[32 * n : 32 * n + 32], queue, kind, data, None, delay, max_retries, timeout,
-            headers, None if unique is None else resolve(unique, kind, data), False, None,
+            given, None if unique is None else resolve(unique, kind, data), False, None,
             None if defaults is None else job_control(defaults, kind, payload, {}),
         )  # fmt: skip
         jobs.append(job)
     return jobs
+
+
+def _plain_columns(
+    kind: str,
+    limit: int,
+    hooks: Sequence[ProducerHook],
+    payload_type: Any,
+    values: Sequence[Any],
+    datas: list[bytes] | None,
+) -> tuple[list[bytes], list[tuple[tuple[str, str], ...]] | None]:
+    """Plain jobs' payloads (``datas`` when encoded already, else encoded
+    here) and headers (None without hooks), job by job: its encoding, its
+    size, its hooks (the order :func:`new_jobs` refuses them in)."""
+    encode = None if datas is not None else payload_encoder(payload_type)
+    out: list[bytes] = []
+    headers: list[tuple[tuple[str, str], ...]] | None = [] if hooks else None
+    for n, payload in enumerate(values):
+        data = datas[n] if encode is None else encode(payload)  # type: ignore[index]
+        if len(data) > limit:
+            _too_large(kind, data, limit)
+        if headers is not None:
+            headers.append(job_headers(kind, None, hooks))
+        out.append(data)
+    return out, headers
 
 
 def check_duplicate(new: NewJob, result: EnqueueResult) -> None:

@@ -18,6 +18,7 @@ import math
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...records._job_batch import JobBatch
 from ...records._jobs import EnqueueResult, NewJob
 from ...records._options import encode_headers
 from ...records._unique import Unique, with_run_slot
@@ -26,6 +27,7 @@ from .._roles import QueueVersion, StoreError
 from . import _scripts as S
 from ._codec import ident, parse_number
 from ._core import Call, Plan, QueueMeta, RedisCore, ensure_plan
+from ._enqueue_batch import batch_argv, batch_results, batch_wake_ops, route_batch
 from ._packed import ArgvPacker, packed
 from ._scripts import Op
 from .keys import PartitionKeys
@@ -55,27 +57,41 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
     (up to 3 times, then StoreError). StoreError for a queue whose topology
     cannot be read."""
     results: list[EnqueueResult | None] = [None] * len(jobs)
-    ids = [j.id for j in jobs]  # a unique or limited job's ID may be drawn again (routed_job_id)
+    # plain jobs as columns: read from them, no record built (_enqueue_batch)
+    batch = jobs if isinstance(jobs, JobBatch) else None
+    # a unique or limited job's ID may be drawn again (routed_job_id)
+    ids = list(batch.ids) if batch is not None else [j.id for j in jobs]
     todo = list(range(len(jobs)))
     for _attempt in range(3):
         if not todo:
             break
-        queues = list(dict.fromkeys(jobs[i].queue for i in todo))
+        queues = [batch.queue] if batch else list(dict.fromkeys(jobs[i].queue for i in todo))
         metas = yield from ensure_plan(ctx, queues)
         todo = yield from _skip_existing_in_draining(ctx, jobs, todo, metas, results)
-        groups = _route(ctx, jobs, todo, metas, ids)
+        if batch is not None:
+            groups = route_batch(ctx, batch, todo, _active(batch.queue, metas[batch.queue]))
+        else:
+            groups = _route(ctx, jobs, todo, metas, ids)
         if not groups:
             break
         batch_now = ""
-        if len(groups) > 1 and any(jobs[i].run_at is None for i in todo):
+        if len(groups) > 1 and (batch is not None or any(jobs[i].run_at is None for i in todo)):
             # One clock reading for the batch, so delay-based due times of jobs in
             # different partitions keep the batch's order.
             (t,) = yield Call([Op.command(None, "TIME")])
             batch_now = repr(int(t[0]) + int(t[1]) / 1_000_000)
-        ops = [_script_op(pk, *_argv(batch_now, jobs, ids, idxs)) for pk, idxs in groups.items()]
-        replies = yield Call(
-            ops, after=enqueue_wake_ops(ctx, jobs, todo), replicas=ctx.replica_wait
-        )
+        if batch is not None:
+            ops = [
+                _script_op(pk, *batch_argv(batch_now, batch, idxs, len(idxs) >= PACK_FROM))
+                for pk, idxs in groups.items()
+            ]
+            wake = batch_wake_ops(ctx, batch, len(todo))
+        else:
+            ops = [
+                _script_op(pk, *_argv(batch_now, jobs, ids, idxs)) for pk, idxs in groups.items()
+            ]
+            wake = enqueue_wake_ops(ctx, jobs, todo)
+        replies = yield Call(ops, after=wake, replicas=ctx.replica_wait)
         closed: list[int] = []
         for (pk, idxs), reply in zip(groups.items(), replies, strict=True):
             if reply[0] == b"closed":
@@ -85,6 +101,9 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
                 continue
             ctx.observe_now(reply[0])
             placement = pk.placement
+            if batch is not None:
+                batch_results(batch, idxs, reply, placement, results)
+                continue
             # per job: created, run_at ('' for an existing key without a
             # readable due time), the job's own ID or that of the job holding
             # its unique key (ident's reading, written out: the hot loop)

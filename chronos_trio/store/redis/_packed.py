@@ -95,3 +95,9 @@ class ArgvPacker:
             )
         self.parts += out
         self.count = len(argv)
+
+    def add_packed(self, body: bytes, count: int) -> None:
+        """The jobs' arguments packed already (``body``, as :meth:`add_all`
+        writes them), the whole ARGV then being ``count`` arguments."""
+        self.parts.append(body)
+        self.count = count
