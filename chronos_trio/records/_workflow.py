@@ -492,10 +492,13 @@ def chain_successor(then: str, result: bytes | None, job_id: str = "") -> Steps 
     (``Settlement.successor``): the very job :func:`advance` makes, under
     its deterministic ID."""
     try:
-        after = _load(then)
+        made = _MADE.pop(then, None)
+        after = made if made is not None else _load(then)
         if not isinstance(after, dict) or "seq" not in after:
             return None
-        steps = _apply(after, result, job_id)
+        steps = _next_link(after, result, then if made is not None else None)
+        if steps is None:
+            steps = _apply(after, result, job_id)
     except (ValueError, TypeError, KeyError, IndexError):
         return None
     if len(steps.jobs) != 1 or steps.arrivals:
@@ -504,6 +507,78 @@ def chain_successor(then: str, result: bytes | None, job_id: str = "") -> Steps 
     if job.delay > 0 or job.run_at is not None or job.unique is not None or job.control:
         return None
     return steps
+
+
+#: The continuations :func:`_next_link` wrote lately, by their text, decoded
+#: (its own output, so the text is exactly ``flow_json.dumps`` of it): a
+#: link whose success this worker settles reads its continuation from here
+#: instead of decoding it (its predecessor's settle, here, wrote it). Each is
+#: taken once; past :data:`_MADE_MOST` entries they are all dropped (a miss
+#: only costs the decode). Never mutated: every walk builds new dicts.
+_MADE: dict[str, dict[str, Any]] = {}
+_MADE_MOST = 1024
+#: Continuations longer than this (characters) are not kept in :data:`_MADE`.
+_MADE_LONGEST = 4096
+_SEQ_OPEN = '{"seq":['
+
+
+def _next_link(
+    after: dict[str, Any], result: bytes | None, text: str | None = None
+) -> Steps | None:
+    """What :func:`_apply` makes of a chain link's continuation ``after``
+    (``"seq"``, decoded) in the common case, worked out directly (a chain's
+    every link pays for it): its next link is one step, more links follow
+    it, and no failure handling is in effect. None in every other case,
+    which the general walk decides. ``text``: ``after``'s text when it is
+    exactly ``flow_json.dumps(after)`` (one this function wrote): the next
+    continuation is then cut from it rather than encoded. Raises as
+    :func:`_apply` does (a damaged continuation; one over
+    :data:`MAX_CONTINUATION_BYTES`)."""
+    rest = after["seq"]
+    if type(rest) is not list or len(rest) < 2 or after.get("fl") is not None:
+        return None
+    first = rest[0]
+    if type(first) is not dict or "job" not in first:
+        return None
+    outer = after.get("after")
+    if outer is not None and _allows_failures(outer):
+        return None
+    headers = _headers_of(after)
+    wf = _workflow_of(after)
+    # the continuation _run writes for the link: the links after it, then
+    # what follows the chain, the headers and the workflow (the same keys,
+    # in the same order)
+    nxt: dict[str, Any] = {"seq": rest[1:], "after": outer}
+    if headers:
+        nxt["h"] = dict(headers)
+    if wf is not None:
+        nxt["wf"] = wf
+    then = None
+    if text is not None and text.isascii():
+        # text is '{"seq":[' + the first link's JSON + ',' + the rest, which
+        # is the next continuation's text after its '{"seq":[' (compact JSON
+        # of the same values; ASCII: the fallback encoder writes it alike)
+        head = _SEQ_OPEN + flow_json.dumps(first) + ","
+        if text.startswith(head):
+            then = _SEQ_OPEN + text[len(head) :]
+    if then is None:
+        then = flow_json.dumps(nxt)
+        if flow_json.size(then) > MAX_CONTINUATION_BYTES:
+            raise ValueError(
+                f"a workflow step's continuation is over {MAX_CONTINUATION_BYTES} bytes"
+            )
+    j = first["job"]
+    p = j["p"]
+    job = NewJob(
+        id=j["id"], queue=j["queue"], kind=j["kind"],
+        payload=base64.b64decode(p) if p is not None else (result or b"null"),
+        delay=j["d"], max_retries=j["mr"], timeout=j["to"], headers=headers, then=then,
+    )  # fmt: skip
+    if len(then) <= _MADE_LONGEST:
+        if len(_MADE) >= _MADE_MOST:
+            _MADE.clear()
+        _MADE[then] = nxt
+    return Steps(jobs=(job,), workflow=wf)
 
 
 def _load(then: str) -> Any:
