@@ -15,6 +15,7 @@ import base64
 import heapq
 import itertools
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -45,6 +46,11 @@ FAILURE_MARK = '{"f":'
 #: How a failed member's outcome starts, as a group that allows failures
 #: records it (``_outcome_json``): the stores count failed members by it.
 FAILED_OUTCOME = b'{"ok":false'
+#: A continuation that asks for nothing (:func:`nothing_follows`): a flow's
+#: last step's (its workflow's ID, after the flow's headers if it has any)
+#: and a failure callback's (none). settle.lua's ``nothing_follows``
+#: (lua/lib/nothing_follows.lua) matches the same texts with Lua patterns.
+_NOTHING_FOLLOWS = re.compile(r'\{\}|\{(?:"h":\{[^{}]*\},)?"wf":"[^"\\]*"\}')
 #: The suffix of a failure callback's job ID (``<scope path>.on_failure``).
 ON_FAILURE = "on_failure"
 
@@ -586,6 +592,18 @@ def _load(then: str) -> Any:
         return flow_json.loads(then)
     except ValueError as exc:
         raise ValueError(f"damaged workflow continuation: {exc}") from None
+
+
+def nothing_follows(then: str | None) -> bool:
+    """Whether a job's continuation ``then`` asks for nothing when the job
+    succeeds (what :func:`advance` makes of it is empty): the last step of
+    a flow (``{"wf": ID}``, after the flow's headers if it has any: its
+    record is kept as every step's is, :data:`WORKFLOW_KEEP`) or a failure
+    callback (``{}``). The stores' success settle writes no outbox entry for
+    it: the continuer would have nothing to do. Exact texts only (as
+    :func:`_run` writes them): any other, even one that means the same,
+    reads False and keeps the outbox path. Never raises."""
+    return then is not None and _NOTHING_FOLLOWS.fullmatch(then) is not None
 
 
 def holds_failure_handling(then: str | None) -> bool:
