@@ -167,3 +167,30 @@ def test_settle_lua_s_piece_reads_the_same_texts(redis_url: str) -> None:
     finally:
         client.close()
     assert got == [int(e) for _, e in TEXTS] + [0]
+
+
+def test_the_completer_s_copy_of_a_success_keeps_every_field() -> None:
+    import attrs
+
+    from chronos_trio.actors import completer
+    from chronos_trio.records._jobs import LeaseRef, NewJob
+    from chronos_trio.store import SettleKind, Settlement, Successor
+
+    values: dict[str, Any] = {
+        "lease": LeaseRef("j", "q", "t", ("p",), True),
+        "kind": SettleKind.SUCCEEDED,
+        "error": "e",
+        "retry_delay": 1.5,
+        "retain_for": 2.5,
+        "result": b"3",
+        "result_ttl": 4.5,
+        "unclaimed_grace": 5.5,
+        "started": 6.5,
+        "successor": None,
+    }
+    # a field added to Settlement must be added to the copy, too
+    assert [f.name for f in attrs.fields(Settlement)] == list(values)
+    outcome = Settlement(**values)
+    successor = Successor(NewJob(id="n", queue="q", kind="k", payload=b"1"), "w")
+    got = completer._with_successor(outcome, successor)
+    assert got == attrs.evolve(outcome, successor=successor)

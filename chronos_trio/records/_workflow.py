@@ -499,6 +499,10 @@ def chain_successor(then: str, result: bytes | None, job_id: str = "") -> Steps 
     its deterministic ID."""
     try:
         made = _MADE.pop(then, None)
+        if made is not None:
+            _made_chars[0] -= len(then)
+        elif '"seq":' not in then:
+            return None  # no chain link (a flow's last step, a group member, ...)
         after = made if made is not None else _load(then)
         if not isinstance(after, dict) or "seq" not in after:
             return None
@@ -519,12 +523,16 @@ def chain_successor(then: str, result: bytes | None, job_id: str = "") -> Steps 
 #: (its own output, so the text is exactly ``flow_json.dumps`` of it): a
 #: link whose success this worker settles reads its continuation from here
 #: instead of decoding it (its predecessor's settle, here, wrote it). Each is
-#: taken once; past :data:`_MADE_MOST` entries they are all dropped (a miss
-#: only costs the decode). Never mutated: every walk builds new dicts.
+#: taken once; past :data:`_MADE_MOST` entries or :data:`_MADE_CHARS`
+#: characters of text they are all dropped (a miss only costs the decode).
+#: Never mutated: every walk builds new dicts.
 _MADE: dict[str, dict[str, Any]] = {}
-_MADE_MOST = 1024
+_MADE_MOST = 8192
+_MADE_CHARS = 4 << 20
 #: Continuations longer than this (characters) are not kept in :data:`_MADE`.
-_MADE_LONGEST = 4096
+_MADE_LONGEST = 8192
+#: The characters of the texts in :data:`_MADE` (about: threads may race it).
+_made_chars = [0]
 _SEQ_OPEN = '{"seq":['
 
 
@@ -564,9 +572,15 @@ def _next_link(
         # text is '{"seq":[' + the first link's JSON + ',' + the rest, which
         # is the next continuation's text after its '{"seq":[' (compact JSON
         # of the same values; ASCII: the fallback encoder writes it alike)
-        head = _SEQ_OPEN + flow_json.dumps(first) + ","
-        if text.startswith(head):
-            then = _SEQ_OPEN + text[len(head) :]
+        first_text = flow_json.orjson_text(first)
+        cut = len(_SEQ_OPEN) + len(first_text or "") + 1
+        if (
+            first_text is not None
+            and text.startswith(_SEQ_OPEN)
+            and text.startswith(first_text, len(_SEQ_OPEN))
+            and text[cut - 1 : cut] == ","
+        ):
+            then = _SEQ_OPEN + text[cut:]
     if then is None:
         then = flow_json.dumps(nxt)
         if flow_json.size(then) > MAX_CONTINUATION_BYTES:
@@ -581,9 +595,11 @@ def _next_link(
         delay=j["d"], max_retries=j["mr"], timeout=j["to"], headers=headers, then=then,
     )  # fmt: skip
     if len(then) <= _MADE_LONGEST:
-        if len(_MADE) >= _MADE_MOST:
+        if len(_MADE) >= _MADE_MOST or _made_chars[0] + len(then) > _MADE_CHARS:
             _MADE.clear()
+            _made_chars[0] = 0
         _MADE[then] = nxt
+        _made_chars[0] += len(then)
     return Steps(jobs=(job,), workflow=wf)
 
 
