@@ -31,6 +31,11 @@ Cases (the paths every job takes):
   batches of 1,000 against a private redis-server (issue 27 item 2);
 * ``sync_bulk``: ``SyncProducer(app=...).enqueue_many`` in batches of
   1,000, the same way.
+* ``redis_chain``: one embedded worker (c=64) running ``n / 10`` chains
+  of 10 links (each link its predecessor's result plus one), started
+  before it on a private redis-server (issue 29: the worker's Python side
+  of a link, its successor's making included; the starts' share, one
+  ``enqueue_workflow`` per 10 links, is counted too);
 * ``arq_enqueue`` (a peer, not run unless named): arq's own awaited
   ``ArqRedis.enqueue_job`` one at a time against the same server, in its
   venv (``benchmarks/.venv/arq``), counted once whatever the trees;
@@ -65,7 +70,7 @@ from pathlib import Path
 
 CASES = (
     "enqueue", "drain", "sync_enqueue", "redis_enqueue", "redis_drain", "asyncio_enqueue",
-    "asyncio_bulk", "redis_bulk", "sync_bulk",
+    "asyncio_bulk", "redis_bulk", "sync_bulk", "redis_chain",
 )  # fmt: skip
 #: The cases that need a redis-server.
 REDIS_CASES = {
@@ -79,6 +84,7 @@ REDIS_CASES = {
     "asyncio_bulk",
     "redis_bulk",
     "sync_bulk",
+    "redis_chain",
 }
 HERE = Path(__file__).resolve()
 #: Cases of another system, run in its own venv (once, whatever the trees).
@@ -152,6 +158,32 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
             await app.aclose()
 
         trio.run(redis_drain)
+    elif case == "redis_chain":
+        assert redis_url is not None
+        from chronos_trio.store.redis import RedisStore
+
+        app = chronos_trio.App(RedisStore.from_url(redis_url))
+
+        async def link_fn(p: int, ctx: chronos_trio.JobContext) -> int:
+            ran[0] += 1
+            if ran[0] == n:
+                all_ran.set()
+            return p + 1
+
+        # its types as objects: the annotations' names are this function's locals
+        link_fn.__annotations__ = {"p": int, "ctx": chronos_trio.JobContext, "return": int}
+        link = app.task("bench.link")(link_fn)
+
+        async def redis_chain() -> None:
+            flow = chronos_trio.chain(link.s(0), *(link.s() for _ in range(9)))
+            for _ in range(n // 10):
+                await app.enqueue_workflow(flow)
+            async with app.open_worker(concurrency=64) as worker:
+                await all_ran.wait()
+                await worker.wait_idle()  # the last settle
+            await app.aclose()
+
+        trio.run(redis_chain)
     elif case == "redis_enqueue":
         assert redis_url is not None
         from chronos_trio.store.redis import RedisStore

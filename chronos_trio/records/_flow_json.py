@@ -44,6 +44,17 @@ def dumps(value: Any) -> str:
     return out.decode()
 
 
+def orjson_text(value: Any) -> str | None:
+    """``value``'s compact JSON text as orjson writes it, None when it cannot
+    (an integer past 64 bits). Unchecked: NaN and Infinity come out as null,
+    so it serves only to compare with text :func:`dumps` wrote (where they
+    are not null, the comparison fails). Never raises for plain data."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return None
+
+
 def size(text: str) -> int:
     """Bytes of ``text`` in UTF-8 (what the stores keep)."""
     return len(text) if text.isascii() else len(text.encode())

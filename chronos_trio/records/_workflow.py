@@ -15,6 +15,7 @@ import base64
 import heapq
 import itertools
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -45,6 +46,11 @@ FAILURE_MARK = '{"f":'
 #: How a failed member's outcome starts, as a group that allows failures
 #: records it (``_outcome_json``): the stores count failed members by it.
 FAILED_OUTCOME = b'{"ok":false'
+#: A continuation that asks for nothing (:func:`nothing_follows`): a flow's
+#: last step's (its workflow's ID, after the flow's headers if it has any)
+#: and a failure callback's (none). settle.lua's ``nothing_follows``
+#: (lua/lib/nothing_follows.lua) matches the same texts with Lua patterns.
+_NOTHING_FOLLOWS = re.compile(r'\{\}|\{(?:"h":\{[^{}]*\},)?"wf":"[^"\\]*"\}')
 #: The suffix of a failure callback's job ID (``<scope path>.on_failure``).
 ON_FAILURE = "on_failure"
 
@@ -492,10 +498,17 @@ def chain_successor(then: str, result: bytes | None, job_id: str = "") -> Steps 
     (``Settlement.successor``): the very job :func:`advance` makes, under
     its deterministic ID."""
     try:
-        after = _load(then)
+        made = _MADE.pop(then, None)
+        if made is not None:
+            _made_chars[0] -= len(then)
+        elif '"seq":' not in then:
+            return None  # no chain link (a flow's last step, a group member, ...)
+        after = made if made is not None else _load(then)
         if not isinstance(after, dict) or "seq" not in after:
             return None
-        steps = _apply(after, result, job_id)
+        steps = _next_link(after, result, then if made is not None else None)
+        if steps is None:
+            steps = _apply(after, result, job_id)
     except (ValueError, TypeError, KeyError, IndexError):
         return None
     if len(steps.jobs) != 1 or steps.arrivals:
@@ -506,11 +519,107 @@ def chain_successor(then: str, result: bytes | None, job_id: str = "") -> Steps 
     return steps
 
 
+#: The continuations :func:`_next_link` wrote lately, by their text, decoded
+#: (its own output, so the text is exactly ``flow_json.dumps`` of it): a
+#: link whose success this worker settles reads its continuation from here
+#: instead of decoding it (its predecessor's settle, here, wrote it). Each is
+#: taken once; past :data:`_MADE_MOST` entries or :data:`_MADE_CHARS`
+#: characters of text they are all dropped (a miss only costs the decode).
+#: Never mutated: every walk builds new dicts.
+_MADE: dict[str, dict[str, Any]] = {}
+_MADE_MOST = 8192
+_MADE_CHARS = 4 << 20
+#: Continuations longer than this (characters) are not kept in :data:`_MADE`.
+_MADE_LONGEST = 8192
+#: The characters of the texts in :data:`_MADE` (about: threads may race it).
+_made_chars = [0]
+_SEQ_OPEN = '{"seq":['
+
+
+def _next_link(
+    after: dict[str, Any], result: bytes | None, text: str | None = None
+) -> Steps | None:
+    """What :func:`_apply` makes of a chain link's continuation ``after``
+    (``"seq"``, decoded) in the common case, worked out directly (a chain's
+    every link pays for it): its next link is one step, more links follow
+    it, and no failure handling is in effect. None in every other case,
+    which the general walk decides. ``text``: ``after``'s text when it is
+    exactly ``flow_json.dumps(after)`` (one this function wrote): the next
+    continuation is then cut from it rather than encoded. Raises as
+    :func:`_apply` does (a damaged continuation; one over
+    :data:`MAX_CONTINUATION_BYTES`)."""
+    rest = after["seq"]
+    if type(rest) is not list or len(rest) < 2 or after.get("fl") is not None:
+        return None
+    first = rest[0]
+    if type(first) is not dict or "job" not in first:
+        return None
+    outer = after.get("after")
+    if outer is not None and _allows_failures(outer):
+        return None
+    headers = _headers_of(after)
+    wf = _workflow_of(after)
+    # the continuation _run writes for the link: the links after it, then
+    # what follows the chain, the headers and the workflow (the same keys,
+    # in the same order)
+    nxt: dict[str, Any] = {"seq": rest[1:], "after": outer}
+    if headers:
+        nxt["h"] = dict(headers)
+    if wf is not None:
+        nxt["wf"] = wf
+    then = None
+    if text is not None and text.isascii():
+        # text is '{"seq":[' + the first link's JSON + ',' + the rest, which
+        # is the next continuation's text after its '{"seq":[' (compact JSON
+        # of the same values; ASCII: the fallback encoder writes it alike)
+        first_text = flow_json.orjson_text(first)
+        cut = len(_SEQ_OPEN) + len(first_text or "") + 1
+        if (
+            first_text is not None
+            and text.startswith(_SEQ_OPEN)
+            and text.startswith(first_text, len(_SEQ_OPEN))
+            and text[cut - 1 : cut] == ","
+        ):
+            then = _SEQ_OPEN + text[cut:]
+    if then is None:
+        then = flow_json.dumps(nxt)
+        if flow_json.size(then) > MAX_CONTINUATION_BYTES:
+            raise ValueError(
+                f"a workflow step's continuation is over {MAX_CONTINUATION_BYTES} bytes"
+            )
+    j = first["job"]
+    p = j["p"]
+    job = NewJob(
+        id=j["id"], queue=j["queue"], kind=j["kind"],
+        payload=base64.b64decode(p) if p is not None else (result or b"null"),
+        delay=j["d"], max_retries=j["mr"], timeout=j["to"], headers=headers, then=then,
+    )  # fmt: skip
+    if len(then) <= _MADE_LONGEST:
+        if len(_MADE) >= _MADE_MOST or _made_chars[0] + len(then) > _MADE_CHARS:
+            _MADE.clear()
+            _made_chars[0] = 0
+        _MADE[then] = nxt
+        _made_chars[0] += len(then)
+    return Steps(jobs=(job,), workflow=wf)
+
+
 def _load(then: str) -> Any:
     try:
         return flow_json.loads(then)
     except ValueError as exc:
         raise ValueError(f"damaged workflow continuation: {exc}") from None
+
+
+def nothing_follows(then: str | None) -> bool:
+    """Whether a job's continuation ``then`` asks for nothing when the job
+    succeeds (what :func:`advance` makes of it is empty): the last step of
+    a flow (``{"wf": ID}``, after the flow's headers if it has any: its
+    record is kept as every step's is, :data:`WORKFLOW_KEEP`) or a failure
+    callback (``{}``). The stores' success settle writes no outbox entry for
+    it: the continuer would have nothing to do. Exact texts only (as
+    :func:`_run` writes them): any other, even one that means the same,
+    reads False and keeps the outbox path. Never raises."""
+    return then is not None and _NOTHING_FOLLOWS.fullmatch(then) is not None
 
 
 def holds_failure_handling(then: str | None) -> bool:

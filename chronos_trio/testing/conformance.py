@@ -1442,7 +1442,7 @@ async def check_next_continuations_finish_the_handled_then_read(fresh: Fresh) ->
 @check(Capability.FLOWS)
 async def check_a_settle_wakes_the_continuation_waiter(fresh: Fresh) -> None:
     store = await fresh()
-    await store.enqueue_many([job("w", then="{}")])
+    await store.enqueue_many([job("w", then='{"for":"w"}')])
     [leased] = await lease(store)
     woke = trio.Event()
 

@@ -58,6 +58,7 @@ from ...records._workflow import (
     WORKFLOW_KEEP,
     Arrival,
     holds_failure_handling,
+    nothing_follows,
 )
 from .. import _checking, _flag, _partitioning
 from .._admission import Verdict
@@ -827,7 +828,9 @@ class MemoryStore(Store):
         keep = max(s.retain_for, s.result_ttl if keeps_result else 0.0)
         if job.then is not None:
             keep = max(keep, WORKFLOW_KEEP)
-            if s.successor is None or not self._continue_chain(s.successor, now):
+            if nothing_follows(job.then):
+                pass  # a flow's last step: its continuer would have nothing to do
+            elif s.successor is None or not self._continue_chain(s.successor, now):
                 self._outbox[job.id] = rec.home
                 self._outbox_filled.set()
         if keep <= 0 and job.id in self._done:

@@ -49,6 +49,10 @@
 -- marked after it finds the successor stored (its sweep starts after the
 -- mark).
 --
+-- A success whose continuation asks for nothing (a flow's last step, a
+-- failure callback: see lib/nothing_follows.lua) writes no outbox entry
+-- (code 1): its record is kept as every workflow job's is (WORKFLOW_KEEP).
+--
 -- Every outcome but a success (and a discard, which deletes the record)
 -- adds the attempt it ends to the job's attempt history (field ah, see
 -- lib/add_attempt.lua) in this same step: a success writes nothing more, its
@@ -119,6 +123,7 @@
 --@include new_aside
 --@include newer
 --@include notify_done
+--@include nothing_follows
 --@include outbox_key
 --@include probe_job
 --@include ready_score
@@ -266,8 +271,9 @@ local function settle_partition(part, first, last, res)
         unique_finished(prefix, id, f[8], true)
         if flow and succ and continue_chain(succ) then
           p = 7  -- its successor is stored: no outbox entry
-        elseif flow then
-          -- its continuation goes to the outbox in this same step (the record first)
+        elseif flow and not nothing_follows(f[8]) then
+          -- its continuation goes to the outbox in this same step (the record
+          -- first); one that asks for nothing (a flow's last step) needs none
           redis.call('ZADD', outbox_key(prefix), now, id)
           p = 4
         end
