@@ -913,7 +913,9 @@ async def check_leadership_epochs(fresh: Fresh) -> None:
 @check(Capability.ADMIN, Capability.LEADERSHIP)
 async def check_triggers_fenced_by_epoch(fresh: Fresh) -> None:
     store = await fresh()
-    old = await store.acquire_leadership("cron", "A", 0.2)
+    # a lease long enough for four store calls on a loaded machine (0.2 s ran out
+    # under a CI run before the duplicate's trigger was answered)
+    old = await store.acquire_leadership("cron", "A", 1.0)
     assert old is not None
     t1 = job("sched:1000", queue="cron-q")
     assert await store.enqueue_trigger("cron", old.epoch, "s", 1000.0, t1) is TriggerResult.ENQUEUED
@@ -922,7 +924,7 @@ async def check_triggers_fenced_by_epoch(fresh: Fresh) -> None:
     result = await store.enqueue_trigger("cron", old.epoch, "s", 1000.0, dup)
     assert result is TriggerResult.ALREADY_FIRED
     assert await store.get_job("sched:1000b") is None
-    await trio.sleep(0.3)
+    await trio.sleep(1.1)
     new = await store.acquire_leadership("cron", "B", 5)
     assert new is not None and new.epoch > old.epoch
     t2 = job("sched:2000", queue="cron-q")
