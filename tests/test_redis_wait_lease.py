@@ -9,8 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -20,8 +19,10 @@ import trio
 from chronos_trio import JobState, NewJob
 from chronos_trio.store import LeaseResult, QueueWeight, SettleKind, Settlement
 from chronos_trio.store.redis import RedisStore, _wait_lease
+from tests import test_wake_stall
 from tests._support import Recorder, Work, wait_for
 from tests.test_wake_stall import Starts, Worker
+from tests.test_wake_stall import blocked_clients as blocked
 from tests.tests_app import Record, make_app
 
 pytestmark = pytest.mark.redis
@@ -34,16 +35,9 @@ def job(job_id: str) -> NewJob:
     return NewJob(id=job_id, queue="q", kind="k", payload=b"{}")
 
 
-async def blocked(url: str, count: int) -> None:
-    """Until Redis holds ``count`` clients in blocking reads."""
-    client = redis.Redis.from_url(url)
-    try:
-        while (
-            int((await trio.to_thread.run_sync(client.info, "clients"))["blocked_clients"]) < count
-        ):
-            await trio.sleep(0.01)
-    finally:
-        client.close()
+#: Worker processes (``workers(url, name, *options)``), continued and killed
+#: after each test: the wake-stall tests' fixture.
+workers = test_wake_stall.workers
 
 
 def command_calls(url: str, name: str) -> int:
@@ -240,22 +234,6 @@ async def test_a_shutdown_while_blocked_loses_nothing_and_leaves_nothing_leased(
             await wait_for(lambda: len(rec.finished) >= 2 * rounds)
         assert set(rec.finished.values()) == {1}
         assert await rec.states() == {}
-
-
-@pytest.fixture
-async def workers(tmp_path: Path) -> AsyncIterator[Callable[..., Worker]]:
-    started: list[Worker] = []
-
-    def start(url: str, name: str, *options: str) -> Worker:
-        worker = Worker(url, tmp_path / f"{name}.log", *options)
-        started.append(worker)
-        return worker
-
-    try:
-        yield start
-    finally:
-        for worker in started:
-            worker.close()
 
 
 async def test_a_worker_killed_while_its_wait_lease_is_out_has_its_job_recovered(
