@@ -87,7 +87,9 @@ async def test_a_second_worker_picks_up_released_jobs(backend: Backend, clock: o
         await wait_for(lambda: first.running == 1)
     second = Recorder(store)
     async with second.app.open_worker(concurrency=6, **options(backend)) as worker:
-        with trio.fail_after(5):  # far below the 30 s lease: no expiry involved
+        # half the 30 s lease: a job not released would wait for its expiry (CI
+        # under load took over 5 s for the PostgreSQL run)
+        with trio.fail_after(15):
             await worker.wait_idle()
     assert set(second.finished) == ids
 
