@@ -23,6 +23,7 @@ import trio
 from ..records._errors import ResultTimeout, UnknownJob
 from ..records._flow_outcomes import MemberOutcome
 from ..records._producing import check_wait_timeout
+from ..records._repr import fields_repr
 from ..records._workflow import Chain, FlowStep, Group, chain
 from ..store._capabilities import Capability
 from ..store._offers import require_capabilities
@@ -37,6 +38,8 @@ class BatchStatus:
     failed members in member order, and ``complete`` once none is pending.
     ``callback``: the ``on_complete`` job's state (``None``: none given, or
     not made yet)."""
+
+    __repr__ = fields_repr
 
     batch_id: str
     total: int

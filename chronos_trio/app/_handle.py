@@ -23,6 +23,7 @@ from ..records._producing import (
     result_of,
     timed_out,
 )
+from ..records._repr import fields_repr
 from ..store._capabilities import Capability
 from ..store._offers import require_capabilities
 from ..store._roles import AbortResult, ResultRole, TopologyRole
@@ -62,6 +63,8 @@ class JobHandle(HandleFields, Generic[R]):
     with results (:class:`~chronos_trio.store.ResultRole`; MemoryStore and
     RedisStore have it), :meth:`abort` one with admin and abort; on another
     they raise ``MissingCapability`` (a TypeError)."""
+
+    __repr__ = fields_repr
 
     host: HandleHost = attrs.field(eq=False, repr=False)
 
@@ -197,6 +200,8 @@ class GroupEnd:
     ends (a member's last step's handle, or a group's), and whether it
     allows failures."""
 
+    __repr__ = fields_repr
+
     group_id: str
     members: tuple[JobHandle[Any] | GroupEnd, ...]
     allow_failures: bool = False
@@ -210,6 +215,8 @@ class Workflow:
     appear, ``sinks``: when it ends with a graph of several sinks, the
     handles of their last steps (in the order they were added), and
     ``ends``: when it ends with a group, how (its members' ends)."""
+
+    __repr__ = fields_repr
 
     id: str
     final: JobHandle[Any] | None

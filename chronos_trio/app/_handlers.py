@@ -27,6 +27,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import attrs
 
+from ..records._repr import fields_repr
 from ..runtime._context import JobContext
 from ..runtime._tasks import Handler
 
@@ -55,6 +56,8 @@ class HandlerShape:
     return annotation (``None`` when missing or ``None``: nothing is
     stored); ``returns_annotated`` False when there is no return annotation
     at all (the App warns: a result would be dropped)."""
+
+    __repr__ = fields_repr
 
     is_async: bool
     shape: Shape

@@ -12,6 +12,7 @@ from ..records._codec import encode_payload
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import EnqueueOptions, check_options, check_queue, checked_names
 from ..records._producing import ProducerHook as ProducerHook
+from ..records._repr import fields_repr
 from ..runtime._context import JobContext
 from ..runtime._tasks import TaskSpec
 from ._handle import HandleHost, JobHandle
@@ -39,6 +40,8 @@ class JobSink(HandleHost, Protocol):
 class Task(Generic[P]):
     """A registered handler, as producers use it:
     ``await task.enqueue(payload, delay=30)``."""
+
+    __repr__ = fields_repr
 
     app: JobSink
     spec: TaskSpec

@@ -39,6 +39,7 @@ from .. import _collector
 from ..app._app import App
 from ..records._errors import ActorFailed, PayloadError, UnknownTask, first_exception
 from ..records._log import log_event
+from ..records._repr import fields_repr
 from ..runtime._config import WorkerConfig, parse_queues
 from ..store import QueueWeight
 from ..worker._worker import Worker
@@ -372,6 +373,8 @@ async def _manager_main(
 
 @attrs.define
 class _Shutdown:
+    __repr__ = fields_repr
+
     signals: int = 0
     parent_gone: bool = False
 

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import attrs
 
 from ._checks import is_number
+from ._repr import fields_repr
 
 #: Upper bounds (seconds) of the run-time histogram's buckets, 1-2-5 steps
 #: from 1 ms to 500 s; a last bucket holds longer runs.
@@ -62,6 +63,8 @@ class KindCounts:
     since its last write. ``latency``: runs per bucket of
     :data:`LATENCY_BOUNDS` (:data:`BUCKETS` counts; empty: none)."""
 
+    __repr__ = fields_repr
+
     queue: str
     kind: str
     succeeded: int = 0
@@ -75,6 +78,8 @@ class MinuteCounts:
     """What a store holds for one (queue, kind, minute): ``minute`` is the
     minute's start (epoch seconds, store clock), ``latency`` the runs per
     bucket (:data:`BUCKETS` counts)."""
+
+    __repr__ = fields_repr
 
     queue: str
     kind: str

@@ -39,6 +39,7 @@ from typing import Any
 import attrs
 
 from ._checks import check_positive_int
+from ._repr import fields_repr
 
 PRIORITY_MIN = -10
 PRIORITY_MAX = 10
@@ -74,6 +75,8 @@ class RateLimit:
     the task's kind (a limit per task). Raises ``ValueError`` for a count,
     period or burst out of range or a key that is not usable text."""
 
+    __repr__ = fields_repr
+
     count: int
     per: float = 1.0
     burst: int = 1
@@ -98,6 +101,8 @@ class ConcurrencyLimit:
     across every worker process and host. ``key`` as for :class:`RateLimit`.
     Raises ``ValueError`` for a limit < 1 or an unusable key."""
 
+    __repr__ = fields_repr
+
     limit: int
     key: LimitKey = None
 
@@ -110,6 +115,8 @@ class ConcurrencyLimit:
 class JobControl:
     """One job's flow control as the store keeps it: keys resolved to text.
     Built by :func:`resolve_control`; None on a job stands for all defaults."""
+
+    __repr__ = fields_repr
 
     priority: int = 0
     expires_at: float | None = None
@@ -291,6 +298,8 @@ def ready_score(run_at: float, priority: int) -> float:
 @attrs.frozen
 class ControlDefaults:
     """A task's flow-control defaults for its jobs (``App.task`` options)."""
+
+    __repr__ = fields_repr
 
     priority: int = 0
     #: Seconds after enqueue by which a job must have started (None: never expires).

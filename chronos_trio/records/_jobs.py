@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ._placement import NO_PLACEMENT, Placement
+from ._repr import fields_repr
 
 if TYPE_CHECKING:
     from ._attempts import Attempt
@@ -69,6 +70,8 @@ class Job:
     when not leased). ``placement`` is where the store keeps it (opaque: see
     ``records._placement``).
     """
+
+    __repr__ = fields_repr
 
     id: str
     queue: str
@@ -142,6 +145,8 @@ class NewJob:
     producer's.
     """
 
+    __repr__ = fields_repr
+
     id: str
     queue: str
     kind: str
@@ -176,6 +181,8 @@ class EnqueueResult:
     ``placement``: where the store keeps that job (opaque, see
     ``records._placement``)."""
 
+    __repr__ = fields_repr
+
     job_id: str
     created: bool
     run_at: float
@@ -187,6 +194,8 @@ class JobRef:
     """Where a job lives, as its producer knows it: its ID and queue, and,
     when known (from its EnqueueResult), its placement in the store, which
     spares the store a search."""
+
+    __repr__ = fields_repr
 
     job_id: str
     #: None: look in every queue (slower: one read per queue).
@@ -214,6 +223,8 @@ class JobOutcome:
     of the handler's return value), or None: not finished, no result kept
     (the task's return annotation is missing or None), or kept and expired.
     ``result_until`` is when a stored result expires (store clock)."""
+
+    __repr__ = fields_repr
 
     job_id: str
     queue: str
@@ -255,6 +266,8 @@ class JobOutcome:
 class LeaseRef:
     """Everything a store needs to find a leased job and check its fence."""
 
+    __repr__ = fields_repr
+
     job_id: str
     queue: str
     token: str
@@ -274,6 +287,8 @@ class LeasedJob:
     when the store granted it, both on the store's clock (the one clock the
     lease is judged by; ``expires_at`` less ``leased_at`` is the lease
     duration asked for)."""
+
+    __repr__ = fields_repr
 
     job: Job
     token: str

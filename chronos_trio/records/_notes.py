@@ -27,6 +27,7 @@ import attrs
 
 from ._checks import is_number
 from ._jobs import LeaseRef
+from ._repr import fields_repr
 
 #: The most characters a progress message may have.
 MAX_PROGRESS_MESSAGE = 200
@@ -76,6 +77,8 @@ class Progress:
     """A progress report as a handler gives it: a fraction in [0, 1] and a
     short message (see the module's bounds)."""
 
+    __repr__ = fields_repr
+
     fraction: float
     message: str = ""
 
@@ -84,6 +87,8 @@ class Progress:
 class NoteWrite:
     """What one job's lease writes in one batch: its latest progress (None:
     unchanged) and its new log lines, oldest first."""
+
+    __repr__ = fields_repr
 
     lease: LeaseRef
     progress: Progress | None = None
@@ -97,6 +102,8 @@ class NoteLine:
     (store clock, epoch seconds; at most a flush interval after the handler
     logged it)."""
 
+    __repr__ = fields_repr
+
     attempt: int
     at: float
     text: str
@@ -106,6 +113,8 @@ class NoteLine:
 class JobProgress:
     """A job's latest progress as stored: the fraction and message, the
     attempt that reported it and when the store wrote it (store clock)."""
+
+    __repr__ = fields_repr
 
     fraction: float
     message: str
@@ -118,6 +127,8 @@ class JobNotes:
     """A job's notes as readers see them: its latest progress (None: never
     reported) and its log lines, oldest first (at most
     :data:`MAX_NOTE_LINES`; ``dropped`` older ones were pushed out)."""
+
+    __repr__ = fields_repr
 
     job_id: str
     queue: str

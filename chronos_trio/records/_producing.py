@@ -42,6 +42,7 @@ from ._options import (
     unknown_options,
 )
 from ._placement import Placement
+from ._repr import fields_repr
 from ._unique import Unique, resolve, unique_of
 
 #: Job IDs a caller gives are at most this long.
@@ -112,6 +113,8 @@ class KindDefaults:
     """The defaults of a kind this program does not register (a producer
     that enqueues by name): JSON-able or bytes payloads, the default queue,
     retries and timeout."""
+
+    __repr__ = fields_repr
 
     kind: str
     payload_type: Any = Any
@@ -345,6 +348,8 @@ class HandleFields:
     """The fields of every job handle (``JobHandle`` and the producers'):
     those of the :class:`~chronos_trio.EnqueueResult` it came from, and the
     job's queue (None: not known, looked up) and kind."""
+
+    __repr__ = fields_repr
 
     job_id: str
     created: bool

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import attrs
 
 from ._control import JobControl
+from ._repr import fields_repr
 
 #: A unique key is at most this long (a derived key is far shorter).
 MAX_UNIQUE_KEY_LENGTH = 200
@@ -104,6 +105,8 @@ class Unique:
 
     Raises ValueError for a key, mode or ttl out of range.
     """
+
+    __repr__ = fields_repr
 
     key: str | None = attrs.field(default=None, validator=_check_key)
     ttl: float | None = attrs.field(default=None, validator=_check_ttl)

@@ -21,6 +21,7 @@ import attrs
 
 from ._codec import dumps, loads
 from ._log import log_event
+from ._repr import fields_repr
 
 #: Running job IDs a record lists at most (``running`` still counts them all):
 #: a worker of concurrency 1000 must not write a megabyte per beat.
@@ -45,6 +46,8 @@ class WorkerInfo:
     many handlers ran at its last beat, ``running_job_ids`` their job IDs
     (at most :data:`MAX_RUNNING_IDS` of them); ``kinds`` the task kinds it
     has handlers for (None: not reported)."""
+
+    __repr__ = fields_repr
 
     worker_id: str
     host: str

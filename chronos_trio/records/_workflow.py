@@ -25,6 +25,7 @@ from . import _flow_json as flow_json
 from ._flow_outcomes import BatchSummary, MemberOutcome, StepFailure
 from ._jobs import NewJob
 from ._options import check_headers
+from ._repr import fields_repr
 
 #: How long a finished workflow job's record is kept (s): the continuer's
 #: deterministic IDs make a repeated step a no-op while the jobs it made exist.
@@ -73,6 +74,8 @@ class FlowStep:
     """One job of a workflow: a task's kind and defaults, and its payload
     (encoded; None: its predecessor's result)."""
 
+    __repr__ = fields_repr
+
     kind: str
     queue: str
     payload: bytes | None
@@ -91,6 +94,8 @@ class Chain:
     a payload of its own. ``on_failure``: a step called once with a
     :class:`StepFailure` when a step of the chain fails for good."""
 
+    __repr__ = fields_repr
+
     links: tuple[Node, ...]
     on_failure: FlowStep | None = None
 
@@ -102,6 +107,8 @@ class Group:
     a member that failed for good counting as arrived). ``on_failure``: a
     step called once with a :class:`StepFailure` when a member fails for
     good."""
+
+    __repr__ = fields_repr
 
     members: tuple[Node, ...]
     on_failure: FlowStep | None = None
@@ -116,6 +123,8 @@ class DagStep:
     """One named step of a graph: its node, and the names of the steps whose
     results it waits for (none: a root, started with the graph)."""
 
+    __repr__ = fields_repr
+
     name: str
     node: Node
     after: tuple[str, ...]
@@ -127,6 +136,8 @@ class Dag:
     steps in the order they were added, each after the steps it names.
     Its result is its one sink's (a step nothing comes after), or, with
     several sinks, their results as a list in the order they were added."""
+
+    __repr__ = fields_repr
 
     steps: tuple[DagStep, ...]
 
@@ -361,6 +372,8 @@ class Arrival:
     """A group member's result, to record: when all ``size`` are in,
     :func:`after_group` says what follows."""
 
+    __repr__ = fields_repr
+
     group_id: str
     index: int
     size: int
@@ -375,6 +388,8 @@ class Arrival:
 @attrs.frozen
 class Steps:
     """What one continuation asks for: jobs to enqueue, group arrivals to record."""
+
+    __repr__ = fields_repr
 
     jobs: tuple[NewJob, ...] = ()
     arrivals: tuple[Arrival, ...] = ()

@@ -20,6 +20,7 @@ from bisect import bisect_left as _bisect
 import attrs
 
 from ..records._aggregates import BUCKETS, LATENCY_BOUNDS, MAX_NAME, KindCounts
+from ..records._repr import fields_repr
 
 _WIDTH = 3 + BUCKETS
 
@@ -29,6 +30,8 @@ class AggregatesStatistics:
     """What a worker's aggregates did: ``writes`` (store calls that added
     counts), ``failed`` (writes that failed: their counts went back),
     ``pending`` ((queue, kind) pairs counted since the last write)."""
+
+    __repr__ = fields_repr
 
     writes: int = 0
     failed: int = 0

@@ -20,6 +20,7 @@ from ..records._options import (
     is_number,
     unknown_options,
 )
+from ..records._repr import fields_repr
 from ..records._retry import RetryPolicy
 from ..store import QueueWeight
 
@@ -183,6 +184,8 @@ class WorkerConfig:
     The in-flight cap leaves room for two batches beyond the running
     handlers: one being handed to executors and one being leased or settled,
     so the next batch's round trip overlaps the work of this one."""
+
+    __repr__ = fields_repr
 
     worker_id: str = attrs.field(factory=default_worker_id, validator=_worker_id)
     queues: tuple[QueueWeight, ...] = attrs.field(

@@ -11,6 +11,7 @@ from ..records._errors import JobCancelled
 from ..records._jobs import Job, LeasedJob
 from ..records._notes import check_fraction, check_message, cut_line
 from ..records._options import EnqueueOptions
+from ..records._repr import fields_repr
 from ..store import Store
 from ._notes import NotesBuffer
 
@@ -67,6 +68,8 @@ class JobContext:
     interrupted there: it may read :attr:`cancelled` or call
     :meth:`check_cancelled` to stop once its run was called off.
     """
+
+    __repr__ = fields_repr
 
     job: Job
     worker_id: str

@@ -42,6 +42,7 @@ import trio
 
 from ..records._errors import IsolationError, sole_exception
 from ..records._log import log_event
+from ..records._repr import fields_repr
 from ._error_text import describe_exit
 from ._isolation_wire import (
     ChildNote,
@@ -72,6 +73,8 @@ class IsolationPlan:
     """What every child imports: ``modules`` (those of the isolated
     handlers), then the app at ``app_module``:``app_attr``, in which it
     finds each of ``kinds``."""
+
+    __repr__ = fields_repr
 
     app_module: str
     app_attr: str
@@ -174,6 +177,8 @@ class ChildPoolStatistics:
     """``size`` children wanted; ``alive`` started and not yet reaped;
     ``idle`` waiting for a job; ``started`` ever (replacements included);
     ``replaced`` after they died or were killed in a run."""
+
+    __repr__ = fields_repr
 
     size: int
     alive: int

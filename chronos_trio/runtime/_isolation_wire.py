@@ -28,6 +28,7 @@ import attrs
 
 from ..records._jobs import Job
 from ..records._notes import check_fraction, check_message, cut_line
+from ..records._repr import fields_repr
 
 #: How a failed run ended, as the child classified it (the executor settles
 #: each as it would the same exception in this process).
@@ -100,6 +101,8 @@ class ChildReply:
     the ``error`` text to keep on the job and the ``delay`` it asked for
     (``Retry``, ``RateLimited``)."""
 
+    __repr__ = fields_repr
+
     ok: bool
     result: bytes | None = None
     how: How = "error"
@@ -131,6 +134,8 @@ class ChildNote:
     """What a ``note`` message carries: the latest ``progress`` (fraction,
     message) if any, and log ``lines``, checked as a worker's JobContext
     checks them."""
+
+    __repr__ = fields_repr
 
     progress: tuple[float, str] | None
     lines: tuple[str, ...]

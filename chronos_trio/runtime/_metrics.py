@@ -41,6 +41,7 @@ from typing import Protocol
 import attrs
 
 from ..records._log import log_event
+from ..records._repr import fields_repr
 from ..store import QueueStats
 from ._events import (
     ActorRestarted,
@@ -69,6 +70,8 @@ class JobMetric:
     ``pickup`` from its due time to its lease (the part of the lateness
     spent waiting in the store). The due time is on the store's clock and
     the start on the worker's: their skew is in both."""
+
+    __repr__ = fields_repr
 
     queue: str
     kind: str
@@ -202,6 +205,8 @@ METRIC_EVENTS: tuple[type, ...] = (
 @attrs.frozen
 class MetricsFeed:
     """The event subscriber that turns events into :class:`Metrics` calls."""
+
+    __repr__ = fields_repr
 
     metrics: Metrics
 

@@ -36,6 +36,7 @@ from trio_util import AsyncValue
 from ..records._jobs import LeaseRef
 from ..records._log import log_event
 from ..records._notes import MAX_NOTE_LINES, NoteWrite, Progress
+from ..records._repr import fields_repr
 from ._events import NotesWritten
 
 log = logging.getLogger("chronos_trio.worker")
@@ -49,6 +50,8 @@ class NotesStatistics:
     were written (more than ``MAX_NOTE_LINES`` logged within one interval),
     calls made while the store has no notes (no-ops), and flushes (batches
     sent)."""
+
+    __repr__ = fields_repr
 
     progress: int = 0
     lines: int = 0
@@ -65,6 +68,8 @@ def _lines() -> collections.deque[str]:
 @attrs.define
 class _Pending:
     """One job's notes not yet written."""
+
+    __repr__ = fields_repr
 
     ref: LeaseRef
     progress: Progress | None = None

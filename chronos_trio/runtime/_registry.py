@@ -16,6 +16,7 @@ import attrs
 from ..records._codec import decode_payload
 from ..records._errors import PayloadError, UnknownTask
 from ..records._jobs import Job
+from ..records._repr import fields_repr
 from ._context import JobContext, Producer
 from ._metrics import Metrics
 from ._schedule import Schedule, leadership_name
@@ -38,6 +39,8 @@ class Registry:
     ``name`` names the app's leadership (schedules and janitor run under it).
     The App writes it while tasks are registered; workers only read it.
     """
+
+    __repr__ = fields_repr
 
     name: str
     tasks: dict[str, TaskSpec] = attrs.field(factory=dict)

@@ -48,6 +48,7 @@ from ..records._options import (
     check_options,
     check_queue,
 )
+from ..records._repr import fields_repr
 
 MisfirePolicy = Literal["skip", "fire_once"]
 
@@ -157,6 +158,8 @@ class Schedule:
     store, not by this app (a worker then does not refuse to start for
     want of it, see :meth:`~chronos_trio.App.every`).
     """
+
+    __repr__ = fields_repr
 
     id: str
     kind: str

@@ -12,6 +12,7 @@ from trio_util import AsyncValue
 
 from ..records._jobs import Job
 from ..records._log import log_event, log_job_event
+from ..records._repr import fields_repr
 from ..store import Capability, Leadership, SetAside, Store, capabilities_of
 from ._aggregates import AggregateTally
 from ._config import WorkerConfig
@@ -36,6 +37,8 @@ class Counters:
     """What this worker did, counted by the actor that did it (``dead`` only
     by :meth:`Runtime.report_dead`). The worker's statistics copy every
     field by name (``WorkerStatistics``)."""
+
+    __repr__ = fields_repr
 
     leased: int = 0
     succeeded: int = 0
@@ -70,6 +73,8 @@ class Counters:
 
 @attrs.define(eq=False)
 class Runtime:
+    __repr__ = fields_repr
+
     app: WorkerHost
     store: Store
     config: WorkerConfig

@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 
 from ..records._log import log_event
+from ..records._repr import fields_repr
 from ..store import ScheduleStoreRole, StoredSchedule, StoredSchedules
 from ._schedule import Schedule
 
@@ -91,6 +92,8 @@ class StoredEntry:
     when its definition cannot be read, ``error`` says why), whether it is
     paused, when it was last edited (store clock) and whether a code
     schedule of the same id shadows it."""
+
+    __repr__ = fields_repr
 
     id: str
     schedule: Schedule | None

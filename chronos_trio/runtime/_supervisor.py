@@ -19,6 +19,7 @@ import trio
 
 from ..records._errors import ActorFailed, sole_exception
 from ..records._log import log_event
+from ..records._repr import fields_repr
 from ._restarts import RestartWindow
 
 log = logging.getLogger("chronos_trio.supervisor")
@@ -30,6 +31,8 @@ ActorRun = Callable[..., Awaitable[None]]
 class ChildSpec:
     """An actor: ``run(task_status=...)`` calls ``task_status.started()`` once
     it is ready and then runs until cancelled."""
+
+    __repr__ = fields_repr
 
     name: str
     run: ActorRun

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 
 from ..records._control import ControlDefaults
+from ..records._repr import fields_repr
 from ..records._retry import RetryPolicy
 from ..records._unique import Unique
 from ._context import JobContext
@@ -41,6 +42,8 @@ class TaskSpec:
     task's backoff (None: the worker's). ``never_retry``: exception types
     that dead-letter the job at once. ``max_result_bytes``:
     a larger encoded result fails the job (dead)."""
+
+    __repr__ = fields_repr
 
     kind: str
     fn: Handler

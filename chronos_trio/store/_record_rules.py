@@ -47,6 +47,7 @@ import attrs
 from ..records._control import PRIORITY_MAX, PRIORITY_MIN, JobControl, decode_control
 from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._options import decode_headers
+from ..records._repr import fields_repr
 from ._roles import DAMAGED_RECORD
 
 #: Counts at or above this are damage (the Redis store reads at most 15 digits).
@@ -73,6 +74,8 @@ class Kind(enum.Enum):
 class Rule:
     """One field of a job record: its ``Job`` attribute, its Redis hash
     field, what it holds, and when it is judged and required."""
+
+    __repr__ = fields_repr
 
     name: str
     stored: str

@@ -126,6 +126,7 @@ from ..records._jobs import (
 )
 from ..records._notes import JobNotes, NoteWrite
 from ..records._placement import Placement
+from ..records._repr import fields_repr
 from ..records._workers import WorkerInfo
 from ..records._workflow import Arrival
 from ._capabilities import FEATURES, Capability
@@ -957,6 +958,8 @@ class Continuation:
     went dead (``failed``) whose continuation holds failure handling, with
     its ``kind``, the ``error`` recorded and its ``attempts``."""
 
+    __repr__ = fields_repr
+
     job_id: str
     queue: str
     #: Where the store keeps the job (opaque, see ``records._placement``).
@@ -974,6 +977,8 @@ class GroupStatus:
     """How far a workflow group is: how many members ``arrived`` (of a group
     that allows failures: succeeded or failed for good), and the indexes of
     those that ``failed`` (in order)."""
+
+    __repr__ = fields_repr
 
     arrived: int = 0
     failed: tuple[int, ...] = ()

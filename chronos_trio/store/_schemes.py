@@ -14,6 +14,7 @@ from typing import cast
 
 import attrs
 
+from ..records._repr import fields_repr
 from ._roles import Store
 from ._transactional import ProducerEnqueue
 
@@ -31,6 +32,8 @@ class Scheme:
     producer outside Trio uses for it, a :class:`ProducerEnqueue` from
     modules that import no Trio (the SQL stores; a Redis producer speaks
     Redis itself)."""
+
+    __repr__ = fields_repr
 
     name: str
     opener: str

@@ -72,6 +72,7 @@ from ..actors import (
 from ..records._errors import ActorFailed, first_exception
 from ..records._jobs import PENDING_STATES
 from ..records._log import log_event
+from ..records._repr import fields_repr
 from ..runtime._config import WorkerConfig
 from ..runtime._events import ActorRestarted, JobDead
 from ..runtime._isolation import ChildPool, IsolationPlan, isolation_plan, open_child_pool
@@ -135,6 +136,8 @@ class WorkerStatistics:
     """What one worker did since it started, and holds now: a snapshot of
     its runtime's counters (every field of ``runtime.Counters``, by name),
     with the in-flight table, event bus, supervisor and thread figures."""
+
+    __repr__ = fields_repr
 
     worker_id: str
     in_flight: int

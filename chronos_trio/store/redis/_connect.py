@@ -43,6 +43,7 @@ from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlparse, urls
 
 import attrs
 
+from ...records._repr import fields_repr
 from .._schemes import redact, schemes
 
 if TYPE_CHECKING:
@@ -186,6 +187,8 @@ def _check_option_names(opts: list[str]) -> None:
 class StoreUrl:
     """A Redis store URL as read by :func:`parse_store_url`."""
 
+    __repr__ = fields_repr
+
     #: The URL without the store's own options (what redis-py reads).
     url: str
     #: Its scheme, lower case.
@@ -250,6 +253,8 @@ def parse_store_url(
 @attrs.frozen
 class NodeAddress:
     """One Redis node as a plain URL names it, read by :func:`node_address`."""
+
+    __repr__ = fields_repr
 
     #: TCP host and port; unused when :attr:`path` is set.
     host: str
@@ -335,6 +340,8 @@ def _client_options(socket_timeout: float, connect_timeout: float, retry: Any) -
 @attrs.frozen
 class _Clients:
     """The redis-py classes of one flavor (blocking or asyncio)."""
+
+    __repr__ = fields_repr
 
     redis: Any
     cluster: Any

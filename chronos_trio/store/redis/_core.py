@@ -39,6 +39,7 @@ import attrs
 
 from ...records._jobs import JobRef
 from ...records._log import log_event
+from ...records._repr import fields_repr
 from .._partitioning import partition_of
 from .._roles import QueueVersion, VersionState
 from .._topology_placement import locate
@@ -161,6 +162,8 @@ async def drive_async(plan: Plan[T], answer: Callable[[Any], Awaitable[Any]]) ->
 class QueueMeta:
     """One queue's topology (None: never configured, so it holds no job) and
     paused flag, as read at ``fetched_at`` (time.monotonic)."""
+
+    __repr__ = fields_repr
 
     versions: tuple[QueueVersion, ...] | None
     paused: bool

@@ -32,6 +32,7 @@ import attrs
 
 from ...records._jobs import FINISHED_STATES, JobOutcome, JobRef, JobState
 from ...records._log import log_event
+from ...records._repr import fields_repr
 from .._topology_placement import locate
 from ._codec import parse_count, parse_number
 from ._core import Call, Plan, RedisCore, cached_locations_plan, ref_locations_plan
@@ -237,6 +238,8 @@ class Watch:
     """A wait plan's request: :func:`watch_plan` for ``ref`` naming ``channel``;
     the plan is sent its (outcome, key)."""
 
+    __repr__ = fields_repr
+
     ref: JobRef
     channel: str
 
@@ -245,6 +248,8 @@ class Watch:
 class Block:
     """A wait plan's request: return once ``event`` is set (the driver's
     deadline may end the plan instead); the plan is sent None."""
+
+    __repr__ = fields_repr
 
     event: Any
 

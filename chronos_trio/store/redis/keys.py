@@ -97,6 +97,7 @@ from __future__ import annotations
 import attrs
 
 from ...records._placement import Placement
+from ...records._repr import fields_repr
 from .._topology_placement import locate, topology_placement
 
 #: A member kept in every leased zset (score +inf, never a job ID in practice:
@@ -126,6 +127,8 @@ class PartitionKeys:
 
     Compared and hashed by identity (cheap on the hot path): :class:`KeySpace`
     hands out one instance per partition."""
+
+    __repr__ = fields_repr
 
     queue: str
     version: int
@@ -191,6 +194,8 @@ class PartitionKeys:
 class WorkerKeys:
     """The worker registry's keys; both share one hash tag."""
 
+    __repr__ = fields_repr
+
     info: str
     lapse: str
 
@@ -198,6 +203,8 @@ class WorkerKeys:
 @attrs.frozen
 class LeaderKeys:
     """The keys of one leadership name; all share one hash tag."""
+
+    __repr__ = fields_repr
 
     lead: str
     fired: str

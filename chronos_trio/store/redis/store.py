@@ -20,6 +20,7 @@ import trio
 from ...records._aggregates import KindCounts, MinuteCounts
 from ...records._jobs import EnqueueResult, Job, JobOutcome, JobRef, JobState, LeaseRef, NewJob
 from ...records._notes import JobNotes, NoteWrite
+from ...records._repr import fields_repr
 from ...records._workers import WorkerInfo
 from ...records._workflow import Arrival
 from .._observer import StoreObserver
@@ -90,6 +91,8 @@ class RedisStoreStatistics:
     once), and what the scripts set aside so far: damaged records
     dead-lettered, index entries without a record quarantined, and records
     of a newer format met and left alone (counted each time they are met)."""
+
+    __repr__ = fields_repr
 
     round_trips: int
     commands: int
