@@ -20,10 +20,10 @@ from typing import Any
 import attrs
 import trio
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import ResultTimeout, UnknownJob
 from ..records._flow_outcomes import MemberOutcome
 from ..records._producing import check_wait_timeout
-from ..records._repr import fields_repr
 from ..records._workflow import Chain, FlowStep, Group, chain
 from ..store._capabilities import Capability
 from ..store._offers import require_capabilities
@@ -40,6 +40,8 @@ class BatchStatus:
     not made yet)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     batch_id: str
     total: int

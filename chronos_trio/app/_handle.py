@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import attrs
 import trio
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import JobFailed, JobNotFound, ResultTimeout
 from ..records._flow_outcomes import MemberOutcome
 from ..records._jobs import EnqueueResult, JobOutcome
@@ -23,7 +24,6 @@ from ..records._producing import (
     result_of,
     timed_out,
 )
-from ..records._repr import fields_repr
 from ..store._capabilities import Capability
 from ..store._offers import require_capabilities
 from ..store._roles import AbortResult, ResultRole, TopologyRole
@@ -47,7 +47,7 @@ class HandleHost(Protocol):
 # Not frozen: a frozen attrs class sets each field through object.__setattr__,
 # four times the cost of this one's __init__, and a bulk enqueue makes a
 # handle per job. Treat it as read-only.
-@attrs.define(eq=True)
+@attrs.define  # equality: fields_eq below (eq=True would make attrs generate its own)
 class JobHandle(HandleFields, Generic[R]):
     """One job, as its producer holds it: the fields of the
     :class:`~chronos_trio.EnqueueResult` it came from (``job_id``,
@@ -65,6 +65,7 @@ class JobHandle(HandleFields, Generic[R]):
     they raise ``MissingCapability`` (a TypeError)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
 
     host: HandleHost = attrs.field(eq=False, repr=False)
 
@@ -201,6 +202,8 @@ class GroupEnd:
     allows failures."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     group_id: str
     members: tuple[JobHandle[Any] | GroupEnd, ...]
@@ -217,6 +220,8 @@ class Workflow:
     ``ends``: when it ends with a group, how (its members' ends)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     id: str
     final: JobHandle[Any] | None

@@ -8,11 +8,11 @@ from typing import Any, Generic, Protocol, TypeVar, Unpack, overload
 import attrs
 
 from ..records import _producing, _workflow
+from ..records._attrs_methods import fields_repr
 from ..records._codec import encode_payload
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import EnqueueOptions, check_options, check_queue, checked_names
 from ..records._producing import ProducerHook as ProducerHook
-from ..records._repr import fields_repr
 from ..runtime._context import JobContext
 from ..runtime._tasks import TaskSpec
 from ._handle import HandleHost, JobHandle

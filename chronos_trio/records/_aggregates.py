@@ -28,8 +28,8 @@ from collections.abc import Sequence
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._checks import is_number
-from ._repr import fields_repr
 
 #: Upper bounds (seconds) of the run-time histogram's buckets, 1-2-5 steps
 #: from 1 ms to 500 s; a last bucket holds longer runs.
@@ -64,6 +64,8 @@ class KindCounts:
     :data:`LATENCY_BOUNDS` (:data:`BUCKETS` counts; empty: none)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     queue: str
     kind: str
@@ -80,6 +82,8 @@ class MinuteCounts:
     bucket (:data:`BUCKETS` counts)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     queue: str
     kind: str

@@ -23,7 +23,7 @@ import math
 
 import attrs
 
-from ._repr import fields_repr
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 
 #: The most attempts that ended without success a job keeps (the oldest go first).
 HISTORY_LIMIT = 20
@@ -63,6 +63,8 @@ class Attempt:
     is what it ended with ("" for a success)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     number: int
     outcome: AttemptOutcome

@@ -38,8 +38,8 @@ from typing import Any
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._checks import check_positive_int
-from ._repr import fields_repr
 
 PRIORITY_MIN = -10
 PRIORITY_MAX = 10
@@ -76,6 +76,8 @@ class RateLimit:
     period or burst out of range or a key that is not usable text."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     count: int
     per: float = 1.0
@@ -102,6 +104,8 @@ class ConcurrencyLimit:
     Raises ``ValueError`` for a limit < 1 or an unusable key."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     limit: int
     key: LimitKey = None
@@ -117,6 +121,8 @@ class JobControl:
     Built by :func:`resolve_control`; None on a job stands for all defaults."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     priority: int = 0
     expires_at: float | None = None
@@ -300,6 +306,8 @@ class ControlDefaults:
     """A task's flow-control defaults for its jobs (``App.task`` options)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     priority: int = 0
     #: Seconds after enqueue by which a job must have started (None: never expires).

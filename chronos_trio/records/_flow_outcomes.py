@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 
-from ._repr import fields_repr
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 
 
 @attrs.frozen
@@ -17,6 +17,8 @@ class StepFailure:
     recorded, ``attempts`` how many it made."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     workflow_id: str
     job_id: str
@@ -35,6 +37,8 @@ class MemberOutcome:
     group's ID; a failure: the job that failed)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     ok: bool
     result: Any = None
@@ -49,6 +53,8 @@ class BatchSummary:
     of the members that failed, in member order."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     batch_id: str
     total: int

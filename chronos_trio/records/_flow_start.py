@@ -32,9 +32,9 @@ from typing import Any
 import attrs
 
 from . import _flow_json as flow_json
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._flow_encoding import encode_tree
 from ._jobs import NewJob
-from ._repr import fields_repr
 from ._workflow import (
     MAX_CONTINUATION_BYTES,
     FlowStep,
@@ -53,6 +53,8 @@ class WorkflowStart:
     ``WorkflowRole.start_workflow`` saves before or with the jobs)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     workflow_id: str
     tree: str
@@ -86,6 +88,7 @@ class _Template:
     never hashed)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
 
     jobs: tuple[tuple[Parts, Parts | None, dict[str, Any]], ...]
     tree: Parts
@@ -139,6 +142,7 @@ def _template(
 @attrs.define
 class _Entry:
     __repr__ = fields_repr
+    __eq__ = fields_eq
 
     node: Node
     on_failure: FlowStep | None
@@ -152,6 +156,8 @@ class Start:
     tree (``encode_tree``) and the IDs of its groups that allow failures."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     steps: Steps
     tree: str

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._placement import NO_PLACEMENT, Placement
-from ._repr import fields_repr
 
 if TYPE_CHECKING:
     from ._attempts import Attempt
@@ -72,6 +72,8 @@ class Job:
     """
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     id: str
     queue: str
@@ -146,6 +148,8 @@ class NewJob:
     """
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     id: str
     queue: str
@@ -182,6 +186,8 @@ class EnqueueResult:
     ``records._placement``)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job_id: str
     created: bool
@@ -196,6 +202,8 @@ class JobRef:
     spares the store a search."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job_id: str
     #: None: look in every queue (slower: one read per queue).
@@ -225,6 +233,8 @@ class JobOutcome:
     ``result_until`` is when a stored result expires (store clock)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job_id: str
     queue: str
@@ -267,6 +277,8 @@ class LeaseRef:
     """Everything a store needs to find a leased job and check its fence."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job_id: str
     queue: str
@@ -289,6 +301,8 @@ class LeasedJob:
     duration asked for)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job: Job
     token: str

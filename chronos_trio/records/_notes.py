@@ -25,9 +25,9 @@ import math
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._checks import is_number
 from ._jobs import LeaseRef
-from ._repr import fields_repr
 
 #: The most characters a progress message may have.
 MAX_PROGRESS_MESSAGE = 200
@@ -78,6 +78,8 @@ class Progress:
     short message (see the module's bounds)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     fraction: float
     message: str = ""
@@ -89,6 +91,8 @@ class NoteWrite:
     unchanged) and its new log lines, oldest first."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     lease: LeaseRef
     progress: Progress | None = None
@@ -103,6 +107,8 @@ class NoteLine:
     logged it)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     attempt: int
     at: float
@@ -115,6 +121,8 @@ class JobProgress:
     attempt that reported it and when the store wrote it (store clock)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     fraction: float
     message: str
@@ -129,6 +137,8 @@ class JobNotes:
     :data:`MAX_NOTE_LINES`; ``dropped`` older ones were pushed out)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job_id: str
     queue: str

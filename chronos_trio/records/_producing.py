@@ -16,6 +16,7 @@ from typing import Any, NoReturn, Protocol, Unpack
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._codec import batch_encoder, cached_payload_encoder, decode_payload, payload_encoder
 from ._control import ControlDefaults, job_control
 from ._errors import (
@@ -42,7 +43,6 @@ from ._options import (
     unknown_options,
 )
 from ._placement import Placement
-from ._repr import fields_repr
 from ._unique import Unique, resolve, unique_of
 
 #: Job IDs a caller gives are at most this long.
@@ -115,6 +115,8 @@ class KindDefaults:
     retries and timeout."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     kind: str
     payload_type: Any = Any
@@ -343,13 +345,14 @@ def _too_large(kind: str, data: bytes, limit: int) -> NoReturn:
 # Not frozen, as its subclasses: a frozen attrs class sets each field through
 # object.__setattr__, four times the cost of this one's __init__, and a bulk
 # enqueue makes a handle per job. Treat them as read-only.
-@attrs.define(eq=True)
+@attrs.define  # equality: fields_eq below (eq=True would make attrs generate its own)
 class HandleFields:
     """The fields of every job handle (``JobHandle`` and the producers'):
     those of the :class:`~chronos_trio.EnqueueResult` it came from, and the
     job's queue (None: not known, looked up) and kind."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
 
     job_id: str
     created: bool

@@ -6,7 +6,7 @@ import random
 
 import attrs
 
-from ._repr import fields_repr
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 
 
 @attrs.frozen
@@ -19,6 +19,8 @@ class RetryPolicy:
     """
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     base: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
     factor: float = attrs.field(default=2.0, validator=attrs.validators.ge(1))

@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._control import JobControl
-from ._repr import fields_repr
 
 #: A unique key is at most this long (a derived key is far shorter).
 MAX_UNIQUE_KEY_LENGTH = 200
@@ -107,6 +107,8 @@ class Unique:
     """
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     key: str | None = attrs.field(default=None, validator=_check_key)
     ttl: float | None = attrs.field(default=None, validator=_check_ttl)

@@ -19,9 +19,9 @@ from typing import Any
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._codec import dumps, loads
 from ._log import log_event
-from ._repr import fields_repr
 
 #: Running job IDs a record lists at most (``running`` still counts them all):
 #: a worker of concurrency 1000 must not write a megabyte per beat.
@@ -48,6 +48,8 @@ class WorkerInfo:
     has handlers for (None: not reported)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     worker_id: str
     host: str

@@ -22,10 +22,10 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from . import _flow_json as flow_json
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._flow_outcomes import BatchSummary, MemberOutcome, StepFailure
 from ._jobs import NewJob
 from ._options import check_headers
-from ._repr import fields_repr
 
 #: How long a finished workflow job's record is kept (s): the continuer's
 #: deterministic IDs make a repeated step a no-op while the jobs it made exist.
@@ -75,6 +75,8 @@ class FlowStep:
     (encoded; None: its predecessor's result)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     kind: str
     queue: str
@@ -95,6 +97,8 @@ class Chain:
     :class:`StepFailure` when a step of the chain fails for good."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     links: tuple[Node, ...]
     on_failure: FlowStep | None = None
@@ -109,6 +113,8 @@ class Group:
     good."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     members: tuple[Node, ...]
     on_failure: FlowStep | None = None
@@ -124,6 +130,8 @@ class DagStep:
     results it waits for (none: a root, started with the graph)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     name: str
     node: Node
@@ -138,6 +146,8 @@ class Dag:
     several sinks, their results as a list in the order they were added."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     steps: tuple[DagStep, ...]
 
@@ -373,6 +383,8 @@ class Arrival:
     :func:`after_group` says what follows."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     group_id: str
     index: int
@@ -390,6 +402,8 @@ class Steps:
     """What one continuation asks for: jobs to enqueue, group arrivals to record."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     jobs: tuple[NewJob, ...] = ()
     arrivals: tuple[Arrival, ...] = ()

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack
 import attrs
 import trio
 
+from ..records._attrs_methods import fields_repr
 from ..records._errors import JobCancelled
 from ..records._jobs import Job, LeasedJob
 from ..records._notes import check_fraction, check_message, cut_line
 from ..records._options import EnqueueOptions
-from ..records._repr import fields_repr
 from ..store import Store
 from ._notes import NotesBuffer
 

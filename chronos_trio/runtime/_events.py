@@ -32,9 +32,9 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._jobs import Job
 from ..records._log import log_event
-from ..records._repr import fields_repr
 
 log = logging.getLogger("chronos_trio.events")
 
@@ -44,6 +44,8 @@ class JobSucceeded:
     """A handler returned and the store recorded the success."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job: Job
     #: Seconds the handler ran (Trio's clock).
@@ -63,6 +65,8 @@ class JobRetried:
     """A handler failed and the job waits ``delay`` seconds for its next attempt."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job: Job
     duration: float
@@ -85,6 +89,8 @@ class JobDead:
     is the job as the store now holds it (state dead, ``last_error`` set)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job: Job
     error: str
@@ -111,6 +117,8 @@ class JobAbortApplied:
     recovered). Dead-letter hooks do not run for it."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job: Job
     recovered: bool = False
@@ -133,6 +141,8 @@ class JobReleased:
     (shutdown, or a crashed executor); its attempt was given back."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job: Job
 
@@ -143,6 +153,8 @@ class LeaseLost:
     store's fence); its handler was cancelled, its outcome discarded."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job: Job
 
@@ -152,6 +164,8 @@ class JobsRecovered:
     """Expired leases (of crashed or hung workers) were taken back to ready."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job_ids: tuple[str, ...]
 
@@ -161,6 +175,8 @@ class ActorRestarted:
     """An actor crashed and was restarted by the supervisor."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     actor: str
     error: str
@@ -174,6 +190,8 @@ class NotesWritten:
     lease was lost). One per batch, published only when someone listens."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     progress: int
     lines: int
@@ -211,6 +229,8 @@ Subscriber = Callable[[Event], Awaitable[object] | object]
 @attrs.frozen
 class Subscription:
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     types: tuple[type, ...]
     callback: Subscriber

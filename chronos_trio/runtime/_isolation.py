@@ -40,9 +40,9 @@ from typing import Any
 import attrs
 import trio
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import IsolationError, sole_exception
 from ..records._log import log_event
-from ..records._repr import fields_repr
 from ._error_text import describe_exit
 from ._isolation_wire import (
     ChildNote,
@@ -75,6 +75,8 @@ class IsolationPlan:
     finds each of ``kinds``."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     app_module: str
     app_attr: str
@@ -179,6 +181,8 @@ class ChildPoolStatistics:
     ``replaced`` after they died or were killed in a run."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     size: int
     alive: int

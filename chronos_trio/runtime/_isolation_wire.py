@@ -26,9 +26,9 @@ from typing import Any, Literal, get_args
 
 import attrs
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._jobs import Job
 from ..records._notes import check_fraction, check_message, cut_line
-from ..records._repr import fields_repr
 
 #: How a failed run ended, as the child classified it (the executor settles
 #: each as it would the same exception in this process).
@@ -102,6 +102,8 @@ class ChildReply:
     (``Retry``, ``RateLimited``)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     ok: bool
     result: bytes | None = None
@@ -136,6 +138,8 @@ class ChildNote:
     checks them."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     progress: tuple[float, str] | None
     lines: tuple[str, ...]

@@ -40,8 +40,8 @@ from typing import Protocol
 
 import attrs
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._log import log_event
-from ..records._repr import fields_repr
 from ..store import QueueStats
 from ._events import (
     ActorRestarted,
@@ -72,6 +72,8 @@ class JobMetric:
     the start on the worker's: their skew is in both."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     queue: str
     kind: str
@@ -207,6 +209,8 @@ class MetricsFeed:
     """The event subscriber that turns events into :class:`Metrics` calls."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     metrics: Metrics
 

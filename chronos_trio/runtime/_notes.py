@@ -33,10 +33,10 @@ import attrs
 import trio
 from trio_util import AsyncValue
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._jobs import LeaseRef
 from ..records._log import log_event
 from ..records._notes import MAX_NOTE_LINES, NoteWrite, Progress
-from ..records._repr import fields_repr
 from ._events import NotesWritten
 
 log = logging.getLogger("chronos_trio.worker")
@@ -52,6 +52,8 @@ class NotesStatistics:
     sent)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     progress: int = 0
     lines: int = 0
@@ -70,6 +72,7 @@ class _Pending:
     """One job's notes not yet written."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
 
     ref: LeaseRef
     progress: Progress | None = None

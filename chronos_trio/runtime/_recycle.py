@@ -20,7 +20,7 @@ import sys
 import attrs
 import trio
 
-from ..records._repr import fields_repr
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 
 #: ``Recycled.reason`` values.
 MAX_JOBS = "max_jobs"
@@ -36,6 +36,8 @@ class Recycled:
     ``limit`` MB); ``jobs`` is how many jobs it had leased by then."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     reason: str
     limit: int

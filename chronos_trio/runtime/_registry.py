@@ -13,10 +13,10 @@ from typing import Any, Protocol
 
 import attrs
 
+from ..records._attrs_methods import fields_repr
 from ..records._codec import decode_payload
 from ..records._errors import PayloadError, UnknownTask
 from ..records._jobs import Job
-from ..records._repr import fields_repr
 from ._context import JobContext, Producer
 from ._metrics import Metrics
 from ._schedule import Schedule, leadership_name

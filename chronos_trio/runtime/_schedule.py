@@ -40,6 +40,7 @@ from ..records._jobs import NewJob
 
 if TYPE_CHECKING:
     from zoneinfo import ZoneInfo
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._options import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_QUEUE,
@@ -48,7 +49,6 @@ from ..records._options import (
     check_options,
     check_queue,
 )
-from ..records._repr import fields_repr
 
 MisfirePolicy = Literal["skip", "fire_once"]
 
@@ -160,6 +160,8 @@ class Schedule:
     """
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     id: str
     kind: str

@@ -10,9 +10,9 @@ from typing import Any
 import attrs
 from trio_util import AsyncValue
 
+from ..records._attrs_methods import fields_eq, fields_repr
 from ..records._jobs import Job
 from ..records._log import log_event, log_job_event
-from ..records._repr import fields_repr
 from ..store import Capability, Leadership, SetAside, Store, capabilities_of
 from ._aggregates import AggregateTally
 from ._config import WorkerConfig
@@ -39,6 +39,7 @@ class Counters:
     field by name (``WorkerStatistics``)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
 
     leased: int = 0
     succeeded: int = 0

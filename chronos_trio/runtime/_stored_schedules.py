@@ -26,8 +26,8 @@ from typing import Any
 
 import attrs
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._log import log_event
-from ..records._repr import fields_repr
 from ..store import ScheduleStoreRole, StoredSchedule, StoredSchedules
 from ._schedule import Schedule
 
@@ -94,6 +94,8 @@ class StoredEntry:
     schedule of the same id shadows it."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     id: str
     schedule: Schedule | None

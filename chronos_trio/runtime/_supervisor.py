@@ -17,9 +17,9 @@ from typing import Any
 import attrs
 import trio
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import ActorFailed, sole_exception
 from ..records._log import log_event
-from ..records._repr import fields_repr
 from ._restarts import RestartWindow
 
 log = logging.getLogger("chronos_trio.supervisor")
@@ -33,6 +33,8 @@ class ChildSpec:
     it is ready and then runs until cancelled."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     name: str
     run: ActorRun

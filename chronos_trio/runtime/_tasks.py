@@ -8,8 +8,8 @@ from typing import Any
 
 import attrs
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._control import ControlDefaults
-from ..records._repr import fields_repr
 from ..records._retry import RetryPolicy
 from ..records._unique import Unique
 from ._context import JobContext
@@ -44,6 +44,8 @@ class TaskSpec:
     a larger encoded result fails the job (dead)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     kind: str
     fn: Handler

@@ -44,10 +44,10 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._control import PRIORITY_MAX, PRIORITY_MIN, JobControl, decode_control
 from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._options import decode_headers
-from ..records._repr import fields_repr
 from ._roles import DAMAGED_RECORD
 
 #: Counts at or above this are damage (the Redis store reads at most 15 digits).
@@ -76,6 +76,8 @@ class Rule:
     field, what it holds, and when it is judged and required."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     name: str
     stored: str

@@ -15,8 +15,8 @@ import enum
 
 import attrs
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._jobs import Job, JobState, LeasedJob, LeaseRef, NewJob
-from ..records._repr import fields_repr
 
 
 class SettleKind(enum.StrEnum):
@@ -55,6 +55,8 @@ class Successor:
     and the workflow it belongs to (None: a continuation that carries none)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job: NewJob
     workflow: str | None = None
@@ -65,6 +67,8 @@ class Settlement:
     """One lease's outcome, fenced by ``lease.token``."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     lease: LeaseRef
     kind: SettleKind
@@ -96,6 +100,8 @@ class QueueWeight:
     """A queue a worker consumes, with its share of each lease batch."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     name: str
     weight: int = 1
@@ -109,6 +115,8 @@ class AsideEntry:
     format (left alone). ``reason`` says which."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     queue: str
     job_id: str
@@ -134,6 +142,8 @@ class SetAside:
     """
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     dead: tuple[Job, ...] = ()
     quarantined: tuple[AsideEntry, ...] = ()
@@ -187,6 +197,8 @@ class LeaseResult:
     """
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     jobs: tuple[LeasedJob, ...]
     aside: SetAside
@@ -216,6 +228,8 @@ class RenewResult:
     """
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     renewed: tuple[bool, ...]
     aside: SetAside
@@ -243,6 +257,8 @@ class SettleResult:
     """
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     settled: tuple[bool, ...]
     aside: SetAside
@@ -260,6 +276,8 @@ class NotesResult:
     pushed out (over the whole batch)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     written: tuple[str, ...]
     refused: tuple[str, ...]
@@ -275,6 +293,8 @@ class CountResult:
     records not counted in ``count``."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     count: int
     aside: SetAside
@@ -288,6 +308,8 @@ class PromoteResult:
     the promotion set aside (see :class:`SetAside`)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     promoted: int
     next_due_at: float | None
@@ -304,6 +326,8 @@ class RecoverResult:
     made aborted, as now stored, because an abort had been asked for them."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     requeued: tuple[str, ...] = ()
     dead: tuple[Job, ...] = ()
@@ -317,6 +341,8 @@ class LimitUsage:
     store holds it now."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     queue: str
     key: str
@@ -334,6 +360,8 @@ class QueueStats:
     """Counts of one queue's jobs by state, and by (version, partition)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     queue: str
     counts: dict[JobState, int]
@@ -353,6 +381,8 @@ class VersionState(enum.StrEnum):
 @attrs.frozen
 class QueueVersion:
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     version: int
     partitions: int
@@ -365,6 +395,8 @@ class QueueTopology:
     are still consumed until empty and marked complete."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     queue: str
     versions: tuple[QueueVersion, ...]
@@ -383,6 +415,8 @@ class Leadership:
     (by anyone), so it fences out a paused ex-leader."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     name: str
     holder: str
@@ -413,6 +447,8 @@ class StoredSchedule:
     store (the runtime's JSON, ``runtime._stored_schedules``)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     id: str
     definition: str
@@ -427,6 +463,8 @@ class StoredSchedules:
     with the ``version`` they are at (0: never edited)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     version: int
     schedules: tuple[StoredSchedule, ...]  # by id

@@ -113,6 +113,7 @@ from typing import TYPE_CHECKING, ClassVar, cast
 import attrs
 
 from ..records._aggregates import KindCounts, MinuteCounts
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import StoreError as StoreError
 from ..records._errors import TopologyError as TopologyError
 from ..records._jobs import (
@@ -126,7 +127,6 @@ from ..records._jobs import (
 )
 from ..records._notes import JobNotes, NoteWrite
 from ..records._placement import Placement
-from ..records._repr import fields_repr
 from ..records._workers import WorkerInfo
 from ..records._workflow import Arrival
 from ._capabilities import FEATURES, Capability
@@ -959,6 +959,8 @@ class Continuation:
     its ``kind``, the ``error`` recorded and its ``attempts``."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job_id: str
     queue: str
@@ -979,6 +981,8 @@ class GroupStatus:
     those that ``failed`` (in order)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     arrived: int = 0
     failed: tuple[int, ...] = ()

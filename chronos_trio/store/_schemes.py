@@ -14,7 +14,7 @@ from typing import cast
 
 import attrs
 
-from ..records._repr import fields_repr
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._roles import Store
 from ._transactional import ProducerEnqueue
 
@@ -34,6 +34,8 @@ class Scheme:
     Redis itself)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     name: str
     opener: str

@@ -69,10 +69,10 @@ from ..actors import (
     registrar,
     scheduler,
 )
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import ActorFailed, first_exception
 from ..records._jobs import PENDING_STATES
 from ..records._log import log_event
-from ..records._repr import fields_repr
 from ..runtime._config import WorkerConfig
 from ..runtime._events import ActorRestarted, JobDead
 from ..runtime._isolation import ChildPool, IsolationPlan, isolation_plan, open_child_pool
@@ -138,6 +138,8 @@ class WorkerStatistics:
     with the in-flight table, event bus, supervisor and thread figures."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     worker_id: str
     in_flight: int

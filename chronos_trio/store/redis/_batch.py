@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from ...records._repr import fields_repr
+from ...records._attrs_methods import fields_eq, fields_repr
 from .._roles import StoreError
 from ._errors import describe, is_noscript
 from ._scripts import Op, Script
@@ -25,6 +25,7 @@ class AdapterStatistics:
     """Counters of one adapter, for tests and monitoring."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
 
     round_trips: int = 0  # pipelines / commands sent (one per node per batch)
     commands: int = 0  # commands inside them

@@ -43,7 +43,7 @@ from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlparse, urls
 
 import attrs
 
-from ...records._repr import fields_repr
+from ...records._attrs_methods import fields_eq, fields_hash, fields_repr
 from .._schemes import redact, schemes
 
 if TYPE_CHECKING:
@@ -188,6 +188,8 @@ class StoreUrl:
     """A Redis store URL as read by :func:`parse_store_url`."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     #: The URL without the store's own options (what redis-py reads).
     url: str
@@ -255,6 +257,8 @@ class NodeAddress:
     """One Redis node as a plain URL names it, read by :func:`node_address`."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     #: TCP host and port; unused when :attr:`path` is set.
     host: str
@@ -342,6 +346,8 @@ class _Clients:
     """The redis-py classes of one flavor (blocking or asyncio)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     redis: Any
     cluster: Any

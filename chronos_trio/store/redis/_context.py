@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import trio
 
-from ...records._repr import fields_repr
+from ...records._attrs_methods import fields_eq, fields_repr
 from .._flag import Flag
 from .._roles import SetAside
 from ._adapter import RedisAdapter
@@ -49,6 +49,7 @@ class WakeSeen:
     ``_waiting``)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
 
     #: Stream key -> the ID of the last entry seen there (``0-0``: none).
     ids: dict[str, bytes] = attrs.Factory(dict)

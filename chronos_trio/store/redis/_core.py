@@ -37,9 +37,9 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 import attrs
 
+from ...records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ...records._jobs import JobRef
 from ...records._log import log_event
-from ...records._repr import fields_repr
 from .._partitioning import partition_of
 from .._roles import QueueVersion, VersionState
 from .._topology_placement import locate
@@ -164,6 +164,8 @@ class QueueMeta:
     paused flag, as read at ``fetched_at`` (time.monotonic)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     versions: tuple[QueueVersion, ...] | None
     paused: bool

@@ -46,7 +46,7 @@ from typing import Any
 import attrs
 
 from ...records._attempts import ERROR_BYTES, HISTORY_LIMIT, LEASE_EXPIRED
-from ...records._repr import fields_repr
+from ...records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ...records._workflow import FAILURE_MARK, WORKFLOW_KEEP
 from .._roles import StoreError
 from ._codec import CHUNKED_PAYLOAD_MAX, PAYLOAD_CHUNK, RECORD_FORMAT
@@ -185,6 +185,8 @@ class Op:
     """
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     route: str | bytes | None
     args: tuple[Any, ...]
@@ -229,6 +231,8 @@ class ReplicaWait:
     """
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     replicas: int
     timeout: float

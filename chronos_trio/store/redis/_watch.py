@@ -30,9 +30,9 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
+from ...records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ...records._jobs import FINISHED_STATES, JobOutcome, JobRef, JobState
 from ...records._log import log_event
-from ...records._repr import fields_repr
 from .._topology_placement import locate
 from ._codec import parse_count, parse_number
 from ._core import Call, Plan, RedisCore, cached_locations_plan, ref_locations_plan
@@ -239,6 +239,8 @@ class Watch:
     the plan is sent its (outcome, key)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     ref: JobRef
     channel: str
@@ -250,6 +252,8 @@ class Block:
     deadline may end the plan instead); the plan is sent None."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     event: Any
 

@@ -96,8 +96,8 @@ from __future__ import annotations
 
 import attrs
 
+from ...records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ...records._placement import Placement
-from ...records._repr import fields_repr
 from .._topology_placement import locate, topology_placement
 
 #: A member kept in every leased zset (score +inf, never a job ID in practice:
@@ -195,6 +195,8 @@ class WorkerKeys:
     """The worker registry's keys; both share one hash tag."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     info: str
     lapse: str
@@ -205,6 +207,8 @@ class LeaderKeys:
     """The keys of one leadership name; all share one hash tag."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     lead: str
     fired: str

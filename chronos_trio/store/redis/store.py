@@ -18,9 +18,9 @@ import attrs
 import trio
 
 from ...records._aggregates import KindCounts, MinuteCounts
+from ...records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ...records._jobs import EnqueueResult, Job, JobOutcome, JobRef, JobState, LeaseRef, NewJob
 from ...records._notes import JobNotes, NoteWrite
-from ...records._repr import fields_repr
 from ...records._workers import WorkerInfo
 from ...records._workflow import Arrival
 from .._observer import StoreObserver
@@ -93,6 +93,8 @@ class RedisStoreStatistics:
     of a newer format met and left alone (counted each time they are met)."""
 
     __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     round_trips: int
     commands: int
