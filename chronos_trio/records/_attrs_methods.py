@@ -7,7 +7,9 @@ worker's start-up that is ours: the reprs were about 40 % of the source for
 the ~110 classes a worker loads before its first job, ``__eq__`` and
 ``__hash__`` another 35 %. A class that names these functions in its body
 gets none generated (``attrs.define`` and ``attrs.frozen`` leave a method
-the class defines itself)::
+the class defines itself; an explicit ``eq=True`` or ``repr=True`` would
+make attrs generate its own all the same). ``tests/test_startup.py`` fails
+when a class a worker loads before its first job has generated ones::
 
     @attrs.frozen
     class Point:
