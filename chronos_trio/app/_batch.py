@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 import trio
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import ResultTimeout, UnknownJob
 from ..records._flow_outcomes import MemberOutcome
 from ..records._producing import check_wait_timeout
@@ -37,6 +38,10 @@ class BatchStatus:
     failed members in member order, and ``complete`` once none is pending.
     ``callback``: the ``on_complete`` job's state (``None``: none given, or
     not made yet)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     batch_id: str
     total: int

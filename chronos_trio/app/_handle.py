@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import attrs
 import trio
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import JobFailed, JobNotFound, ResultTimeout
 from ..records._flow_outcomes import MemberOutcome
 from ..records._jobs import EnqueueResult, JobOutcome
@@ -46,7 +47,7 @@ class HandleHost(Protocol):
 # Not frozen: a frozen attrs class sets each field through object.__setattr__,
 # four times the cost of this one's __init__, and a bulk enqueue makes a
 # handle per job. Treat it as read-only.
-@attrs.define(eq=True)
+@attrs.define  # equality: fields_eq below (eq=True would make attrs generate its own)
 class JobHandle(HandleFields, Generic[R]):
     """One job, as its producer holds it: the fields of the
     :class:`~chronos_trio.EnqueueResult` it came from (``job_id``,
@@ -62,6 +63,9 @@ class JobHandle(HandleFields, Generic[R]):
     with results (:class:`~chronos_trio.store.ResultRole`; MemoryStore and
     RedisStore have it), :meth:`abort` one with admin and abort; on another
     they raise ``MissingCapability`` (a TypeError)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
 
     host: HandleHost = attrs.field(eq=False, repr=False)
 
@@ -197,6 +201,10 @@ class GroupEnd:
     ends (a member's last step's handle, or a group's), and whether it
     allows failures."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     group_id: str
     members: tuple[JobHandle[Any] | GroupEnd, ...]
     allow_failures: bool = False
@@ -210,6 +218,10 @@ class Workflow:
     appear, ``sinks``: when it ends with a graph of several sinks, the
     handles of their last steps (in the order they were added), and
     ``ends``: when it ends with a group, how (its members' ends)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     id: str
     final: JobHandle[Any] | None

@@ -27,6 +27,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import attrs
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..runtime._context import JobContext
 from ..runtime._tasks import Handler
 
@@ -55,6 +56,10 @@ class HandlerShape:
     return annotation (``None`` when missing or ``None``: nothing is
     stored); ``returns_annotated`` False when there is no return annotation
     at all (the App warns: a result would be dropped)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     is_async: bool
     shape: Shape

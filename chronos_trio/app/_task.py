@@ -8,6 +8,7 @@ from typing import Any, Generic, Protocol, TypeVar, Unpack, overload
 import attrs
 
 from ..records import _producing, _workflow
+from ..records._attrs_methods import fields_repr
 from ..records._codec import encode_payload
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import EnqueueOptions, check_options, check_queue, checked_names
@@ -39,6 +40,8 @@ class JobSink(HandleHost, Protocol):
 class Task(Generic[P]):
     """A registered handler, as producers use it:
     ``await task.enqueue(payload, delay=30)``."""
+
+    __repr__ = fields_repr
 
     app: JobSink
     spec: TaskSpec

@@ -37,6 +37,7 @@ from trio_util import periodic
 
 from .. import _collector
 from ..app._app import App
+from ..records._attrs_methods import fields_eq, fields_repr
 from ..records._errors import ActorFailed, PayloadError, UnknownTask, first_exception
 from ..records._log import log_event
 from ..runtime._config import WorkerConfig, parse_queues
@@ -372,6 +373,9 @@ async def _manager_main(
 
 @attrs.define
 class _Shutdown:
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+
     signals: int = 0
     parent_gone: bool = False
 

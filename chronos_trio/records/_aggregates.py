@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._checks import is_number
 
 #: Upper bounds (seconds) of the run-time histogram's buckets, 1-2-5 steps
@@ -62,6 +63,10 @@ class KindCounts:
     since its last write. ``latency``: runs per bucket of
     :data:`LATENCY_BOUNDS` (:data:`BUCKETS` counts; empty: none)."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     queue: str
     kind: str
     succeeded: int = 0
@@ -75,6 +80,10 @@ class MinuteCounts:
     """What a store holds for one (queue, kind, minute): ``minute`` is the
     minute's start (epoch seconds, store clock), ``latency`` the runs per
     bucket (:data:`BUCKETS` counts)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     queue: str
     kind: str

@@ -23,6 +23,8 @@ import math
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
+
 #: The most attempts that ended without success a job keeps (the oldest go first).
 HISTORY_LIMIT = 20
 #: The most bytes (UTF-8) of an attempt's error its entry keeps (cut at a
@@ -59,6 +61,10 @@ class Attempt:
     ended it (store clock; None: not known, e.g. the start of an attempt
     whose lease expired, or the worker of the one that succeeded). ``error``
     is what it ended with ("" for a success)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     number: int
     outcome: AttemptOutcome

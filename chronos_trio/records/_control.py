@@ -38,6 +38,7 @@ from typing import Any
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._checks import check_positive_int
 
 PRIORITY_MIN = -10
@@ -74,6 +75,10 @@ class RateLimit:
     the task's kind (a limit per task). Raises ``ValueError`` for a count,
     period or burst out of range or a key that is not usable text."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     count: int
     per: float = 1.0
     burst: int = 1
@@ -98,6 +103,10 @@ class ConcurrencyLimit:
     across every worker process and host. ``key`` as for :class:`RateLimit`.
     Raises ``ValueError`` for a limit < 1 or an unusable key."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     limit: int
     key: LimitKey = None
 
@@ -110,6 +119,10 @@ class ConcurrencyLimit:
 class JobControl:
     """One job's flow control as the store keeps it: keys resolved to text.
     Built by :func:`resolve_control`; None on a job stands for all defaults."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     priority: int = 0
     expires_at: float | None = None
@@ -291,6 +304,10 @@ def ready_score(run_at: float, priority: int) -> float:
 @attrs.frozen
 class ControlDefaults:
     """A task's flow-control defaults for its jobs (``App.task`` options)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     priority: int = 0
     #: Seconds after enqueue by which a job must have started (None: never expires).

@@ -6,6 +6,8 @@ from typing import Any
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
+
 
 @attrs.frozen
 class StepFailure:
@@ -13,6 +15,10 @@ class StepFailure:
     failed for good (dead: retries spent, a non-retryable error, or its
     lease lost on its last attempt). ``error`` is the text the store
     recorded, ``attempts`` how many it made."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     workflow_id: str
     job_id: str
@@ -30,6 +36,10 @@ class MemberOutcome:
     failed. ``job_id``: the member's last job (a member that is a group: the
     group's ID; a failure: the job that failed)."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     ok: bool
     result: Any = None
     error: str | None = None
@@ -41,6 +51,10 @@ class BatchSummary:
     """The payload of a batch's ``on_complete`` callback, made once every
     member finished (succeeded or failed for good): the counts, and the IDs
     of the members that failed, in member order."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     batch_id: str
     total: int

@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 
 from . import _flow_json as flow_json
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._flow_encoding import encode_tree
 from ._jobs import NewJob
 from ._workflow import (
@@ -50,6 +51,10 @@ class WorkflowStart:
     """What a workflow's first jobs are started with, beside them: its ID,
     its record's encoded tree and the kind of its first step (what
     ``WorkflowRole.start_workflow`` saves before or with the jobs)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     workflow_id: str
     tree: str
@@ -81,6 +86,9 @@ class _Template:
     continuation's parts (None: no continuation) and its other fields;
     the tree's parts; the IDs of its groups that allow failures (compared,
     never hashed)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
 
     jobs: tuple[tuple[Parts, Parts | None, dict[str, Any]], ...]
     tree: Parts
@@ -133,6 +141,9 @@ def _template(
 
 @attrs.define
 class _Entry:
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+
     node: Node
     on_failure: FlowStep | None
     template: _Template | None = None
@@ -143,6 +154,10 @@ class _Entry:
 class Start:
     """A workflow's start: its first jobs (``_workflow.start``), its record's
     tree (``encode_tree``) and the IDs of its groups that allow failures."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     steps: Steps
     tree: str

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._placement import NO_PLACEMENT, Placement
 
 if TYPE_CHECKING:
@@ -69,6 +70,10 @@ class Job:
     when not leased). ``placement`` is where the store keeps it (opaque: see
     ``records._placement``).
     """
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     id: str
     queue: str
@@ -142,6 +147,10 @@ class NewJob:
     producer's.
     """
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     id: str
     queue: str
     kind: str
@@ -176,6 +185,10 @@ class EnqueueResult:
     ``placement``: where the store keeps that job (opaque, see
     ``records._placement``)."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     job_id: str
     created: bool
     run_at: float
@@ -187,6 +200,10 @@ class JobRef:
     """Where a job lives, as its producer knows it: its ID and queue, and,
     when known (from its EnqueueResult), its placement in the store, which
     spares the store a search."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job_id: str
     #: None: look in every queue (slower: one read per queue).
@@ -214,6 +231,10 @@ class JobOutcome:
     of the handler's return value), or None: not finished, no result kept
     (the task's return annotation is missing or None), or kept and expired.
     ``result_until`` is when a stored result expires (store clock)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job_id: str
     queue: str
@@ -255,6 +276,10 @@ class JobOutcome:
 class LeaseRef:
     """Everything a store needs to find a leased job and check its fence."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     job_id: str
     queue: str
     token: str
@@ -274,6 +299,10 @@ class LeasedJob:
     when the store granted it, both on the store's clock (the one clock the
     lease is judged by; ``expires_at`` less ``leased_at`` is the lease
     duration asked for)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job: Job
     token: str

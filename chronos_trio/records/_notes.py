@@ -25,6 +25,7 @@ import math
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._checks import is_number
 from ._jobs import LeaseRef
 
@@ -76,6 +77,10 @@ class Progress:
     """A progress report as a handler gives it: a fraction in [0, 1] and a
     short message (see the module's bounds)."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     fraction: float
     message: str = ""
 
@@ -84,6 +89,10 @@ class Progress:
 class NoteWrite:
     """What one job's lease writes in one batch: its latest progress (None:
     unchanged) and its new log lines, oldest first."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     lease: LeaseRef
     progress: Progress | None = None
@@ -97,6 +106,10 @@ class NoteLine:
     (store clock, epoch seconds; at most a flush interval after the handler
     logged it)."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     attempt: int
     at: float
     text: str
@@ -106,6 +119,10 @@ class NoteLine:
 class JobProgress:
     """A job's latest progress as stored: the fraction and message, the
     attempt that reported it and when the store wrote it (store clock)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     fraction: float
     message: str
@@ -118,6 +135,10 @@ class JobNotes:
     """A job's notes as readers see them: its latest progress (None: never
     reported) and its log lines, oldest first (at most
     :data:`MAX_NOTE_LINES`; ``dropped`` older ones were pushed out)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job_id: str
     queue: str

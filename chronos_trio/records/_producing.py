@@ -16,6 +16,7 @@ from typing import Any, NoReturn, Protocol, Unpack
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._codec import batch_encoder, cached_payload_encoder, decode_payload, payload_encoder
 from ._control import ControlDefaults, job_control
 from ._errors import (
@@ -112,6 +113,10 @@ class KindDefaults:
     """The defaults of a kind this program does not register (a producer
     that enqueues by name): JSON-able or bytes payloads, the default queue,
     retries and timeout."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     kind: str
     payload_type: Any = Any
@@ -340,11 +345,14 @@ def _too_large(kind: str, data: bytes, limit: int) -> NoReturn:
 # Not frozen, as its subclasses: a frozen attrs class sets each field through
 # object.__setattr__, four times the cost of this one's __init__, and a bulk
 # enqueue makes a handle per job. Treat them as read-only.
-@attrs.define(eq=True)
+@attrs.define  # equality: fields_eq below (eq=True would make attrs generate its own)
 class HandleFields:
     """The fields of every job handle (``JobHandle`` and the producers'):
     those of the :class:`~chronos_trio.EnqueueResult` it came from, and the
     job's queue (None: not known, looked up) and kind."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
 
     job_id: str
     created: bool

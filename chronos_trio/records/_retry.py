@@ -6,6 +6,8 @@ import random
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
+
 
 @attrs.frozen
 class RetryPolicy:
@@ -15,6 +17,10 @@ class RetryPolicy:
     the delay is drawn uniformly from ``[0, backoff]`` ("full jitter"), which
     spreads out a herd of jobs that failed together.
     """
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     base: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
     factor: float = attrs.field(default=2.0, validator=attrs.validators.ge(1))

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._control import JobControl
 
 #: A unique key is at most this long (a derived key is far shorter).
@@ -104,6 +105,10 @@ class Unique:
 
     Raises ValueError for a key, mode or ttl out of range.
     """
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     key: str | None = attrs.field(default=None, validator=_check_key)
     ttl: float | None = attrs.field(default=None, validator=_check_ttl)

@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._codec import dumps, loads
 from ._log import log_event
 
@@ -45,6 +46,10 @@ class WorkerInfo:
     many handlers ran at its last beat, ``running_job_ids`` their job IDs
     (at most :data:`MAX_RUNNING_IDS` of them); ``kinds`` the task kinds it
     has handlers for (None: not reported)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     worker_id: str
     host: str

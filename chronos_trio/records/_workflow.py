@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from . import _flow_json as flow_json
+from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._flow_outcomes import BatchSummary, MemberOutcome, StepFailure
 from ._jobs import NewJob
 from ._options import check_headers
@@ -73,6 +74,10 @@ class FlowStep:
     """One job of a workflow: a task's kind and defaults, and its payload
     (encoded; None: its predecessor's result)."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     kind: str
     queue: str
     payload: bytes | None
@@ -91,6 +96,10 @@ class Chain:
     a payload of its own. ``on_failure``: a step called once with a
     :class:`StepFailure` when a step of the chain fails for good."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     links: tuple[Node, ...]
     on_failure: FlowStep | None = None
 
@@ -102,6 +111,10 @@ class Group:
     a member that failed for good counting as arrived). ``on_failure``: a
     step called once with a :class:`StepFailure` when a member fails for
     good."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     members: tuple[Node, ...]
     on_failure: FlowStep | None = None
@@ -116,6 +129,10 @@ class DagStep:
     """One named step of a graph: its node, and the names of the steps whose
     results it waits for (none: a root, started with the graph)."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     name: str
     node: Node
     after: tuple[str, ...]
@@ -127,6 +144,10 @@ class Dag:
     steps in the order they were added, each after the steps it names.
     Its result is its one sink's (a step nothing comes after), or, with
     several sinks, their results as a list in the order they were added."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     steps: tuple[DagStep, ...]
 
@@ -361,6 +382,10 @@ class Arrival:
     """A group member's result, to record: when all ``size`` are in,
     :func:`after_group` says what follows."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     group_id: str
     index: int
     size: int
@@ -375,6 +400,10 @@ class Arrival:
 @attrs.frozen
 class Steps:
     """What one continuation asks for: jobs to enqueue, group arrivals to record."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     jobs: tuple[NewJob, ...] = ()
     arrivals: tuple[Arrival, ...] = ()

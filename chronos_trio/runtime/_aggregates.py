@@ -20,6 +20,7 @@ from bisect import bisect_left as _bisect
 import attrs
 
 from ..records._aggregates import BUCKETS, LATENCY_BOUNDS, MAX_NAME, KindCounts
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 
 _WIDTH = 3 + BUCKETS
 
@@ -29,6 +30,10 @@ class AggregatesStatistics:
     """What a worker's aggregates did: ``writes`` (store calls that added
     counts), ``failed`` (writes that failed: their counts went back),
     ``pending`` ((queue, kind) pairs counted since the last write)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     writes: int = 0
     failed: int = 0

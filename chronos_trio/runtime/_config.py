@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from ..records._aggregates import check_keep
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._options import (
     check_bool,
     check_positive_int,
@@ -183,6 +184,10 @@ class WorkerConfig:
     The in-flight cap leaves room for two batches beyond the running
     handlers: one being handed to executors and one being leased or settled,
     so the next batch's round trip overlaps the work of this one."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     worker_id: str = attrs.field(factory=default_worker_id, validator=_worker_id)
     queues: tuple[QueueWeight, ...] = attrs.field(

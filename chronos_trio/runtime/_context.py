@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack
 import attrs
 import trio
 
+from ..records._attrs_methods import fields_repr
 from ..records._errors import JobCancelled
 from ..records._jobs import Job, LeasedJob
 from ..records._notes import check_fraction, check_message, cut_line
@@ -67,6 +68,8 @@ class JobContext:
     interrupted there: it may read :attr:`cancelled` or call
     :meth:`check_cancelled` to stop once its run was called off.
     """
+
+    __repr__ = fields_repr
 
     job: Job
     worker_id: str

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._jobs import Job
 from ..records._log import log_event
 
@@ -41,6 +42,10 @@ log = logging.getLogger("chronos_trio.events")
 @attrs.frozen
 class JobSucceeded:
     """A handler returned and the store recorded the success."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job: Job
     #: Seconds the handler ran (Trio's clock).
@@ -58,6 +63,10 @@ class JobSucceeded:
 @attrs.frozen
 class JobRetried:
     """A handler failed and the job waits ``delay`` seconds for its next attempt."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job: Job
     duration: float
@@ -78,6 +87,10 @@ class JobDead:
     """The job was dead-lettered: by its handler's outcome (``recovered``
     False), or by lease recovery after its attempts ran out (True). ``job``
     is the job as the store now holds it (state dead, ``last_error`` set)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     job: Job
     error: str
@@ -103,6 +116,10 @@ class JobAbortApplied:
     (True). ``job`` is the job as it was leased (as recovery stored it, when
     recovered). Dead-letter hooks do not run for it."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     job: Job
     recovered: bool = False
     #: Seconds its handler ran before it was called off (None: it did not run,
@@ -123,6 +140,10 @@ class JobReleased:
     """A leased job went back to ready without running to an outcome
     (shutdown, or a crashed executor); its attempt was given back."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     job: Job
 
 
@@ -131,6 +152,10 @@ class LeaseLost:
     """This worker lost a job's lease (renewal or settle refused by the
     store's fence); its handler was cancelled, its outcome discarded."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     job: Job
 
 
@@ -138,12 +163,20 @@ class LeaseLost:
 class JobsRecovered:
     """Expired leases (of crashed or hung workers) were taken back to ready."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     job_ids: tuple[str, ...]
 
 
 @attrs.frozen
 class ActorRestarted:
     """An actor crashed and was restarted by the supervisor."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     actor: str
     error: str
@@ -155,6 +188,10 @@ class NotesWritten:
     """The noter wrote a batch of running jobs' notes: ``progress`` updates
     and log ``lines`` the store took, and writes it ``refused`` (their
     lease was lost). One per batch, published only when someone listens."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     progress: int
     lines: int
@@ -191,6 +228,10 @@ Subscriber = Callable[[Event], Awaitable[object] | object]
 
 @attrs.frozen
 class Subscription:
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     types: tuple[type, ...]
     callback: Subscriber
     name: str

@@ -40,6 +40,7 @@ from typing import Any
 import attrs
 import trio
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import IsolationError, sole_exception
 from ..records._log import log_event
 from ._error_text import describe_exit
@@ -72,6 +73,10 @@ class IsolationPlan:
     """What every child imports: ``modules`` (those of the isolated
     handlers), then the app at ``app_module``:``app_attr``, in which it
     finds each of ``kinds``."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     app_module: str
     app_attr: str
@@ -174,6 +179,10 @@ class ChildPoolStatistics:
     """``size`` children wanted; ``alive`` started and not yet reaped;
     ``idle`` waiting for a job; ``started`` ever (replacements included);
     ``replaced`` after they died or were killed in a run."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     size: int
     alive: int

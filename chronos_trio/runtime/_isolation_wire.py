@@ -26,6 +26,7 @@ from typing import Any, Literal, get_args
 
 import attrs
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._jobs import Job
 from ..records._notes import check_fraction, check_message, cut_line
 
@@ -100,6 +101,10 @@ class ChildReply:
     the ``error`` text to keep on the job and the ``delay`` it asked for
     (``Retry``, ``RateLimited``)."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     ok: bool
     result: bytes | None = None
     how: How = "error"
@@ -131,6 +136,10 @@ class ChildNote:
     """What a ``note`` message carries: the latest ``progress`` (fraction,
     message) if any, and log ``lines``, checked as a worker's JobContext
     checks them."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     progress: tuple[float, str] | None
     lines: tuple[str, ...]

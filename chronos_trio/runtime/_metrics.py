@@ -40,6 +40,7 @@ from typing import Protocol
 
 import attrs
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._log import log_event
 from ..store import QueueStats
 from ._events import (
@@ -69,6 +70,10 @@ class JobMetric:
     ``pickup`` from its due time to its lease (the part of the lateness
     spent waiting in the store). The due time is on the store's clock and
     the start on the worker's: their skew is in both."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     queue: str
     kind: str
@@ -202,6 +207,10 @@ METRIC_EVENTS: tuple[type, ...] = (
 @attrs.frozen
 class MetricsFeed:
     """The event subscriber that turns events into :class:`Metrics` calls."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     metrics: Metrics
 

@@ -33,6 +33,7 @@ import attrs
 import trio
 from trio_util import AsyncValue
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._jobs import LeaseRef
 from ..records._log import log_event
 from ..records._notes import MAX_NOTE_LINES, NoteWrite, Progress
@@ -50,6 +51,10 @@ class NotesStatistics:
     calls made while the store has no notes (no-ops), and flushes (batches
     sent)."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     progress: int = 0
     lines: int = 0
     refused: int = 0
@@ -65,6 +70,9 @@ def _lines() -> collections.deque[str]:
 @attrs.define
 class _Pending:
     """One job's notes not yet written."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
 
     ref: LeaseRef
     progress: Progress | None = None

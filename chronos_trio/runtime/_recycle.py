@@ -20,6 +20,8 @@ import sys
 import attrs
 import trio
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
+
 #: ``Recycled.reason`` values.
 MAX_JOBS = "max_jobs"
 MAX_MEMORY = "max_memory"
@@ -32,6 +34,10 @@ class Recycled:
     ``reason`` is ``"max_jobs"`` (it leased ``limit`` jobs and settled
     them) or ``"max_memory"`` (its resident memory, ``rss_mb``, reached
     ``limit`` MB); ``jobs`` is how many jobs it had leased by then."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     reason: str
     limit: int

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from ..records._attrs_methods import fields_repr
 from ..records._codec import decode_payload
 from ..records._errors import PayloadError, UnknownTask
 from ..records._jobs import Job
@@ -38,6 +39,8 @@ class Registry:
     ``name`` names the app's leadership (schedules and janitor run under it).
     The App writes it while tasks are registered; workers only read it.
     """
+
+    __repr__ = fields_repr
 
     name: str
     tasks: dict[str, TaskSpec] = attrs.field(factory=dict)

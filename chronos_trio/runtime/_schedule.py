@@ -40,6 +40,7 @@ from ..records._jobs import NewJob
 
 if TYPE_CHECKING:
     from zoneinfo import ZoneInfo
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._options import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_QUEUE,
@@ -157,6 +158,10 @@ class Schedule:
     store, not by this app (a worker then does not refuse to start for
     want of it, see :meth:`~chronos_trio.App.every`).
     """
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     id: str
     kind: str

@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 from trio_util import AsyncValue
 
+from ..records._attrs_methods import fields_eq, fields_repr
 from ..records._jobs import Job
 from ..records._log import log_event, log_job_event
 from ..store import Capability, Leadership, SetAside, Store, capabilities_of
@@ -36,6 +37,9 @@ class Counters:
     """What this worker did, counted by the actor that did it (``dead`` only
     by :meth:`Runtime.report_dead`). The worker's statistics copy every
     field by name (``WorkerStatistics``)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
 
     leased: int = 0
     succeeded: int = 0
@@ -70,6 +74,8 @@ class Counters:
 
 @attrs.define(eq=False)
 class Runtime:
+    __repr__ = fields_repr
+
     app: WorkerHost
     store: Store
     config: WorkerConfig

@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._log import log_event
 from ..store import ScheduleStoreRole, StoredSchedule, StoredSchedules
 from ._schedule import Schedule
@@ -91,6 +92,10 @@ class StoredEntry:
     when its definition cannot be read, ``error`` says why), whether it is
     paused, when it was last edited (store clock) and whether a code
     schedule of the same id shadows it."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     id: str
     schedule: Schedule | None

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 import trio
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import ActorFailed, sole_exception
 from ..records._log import log_event
 from ._restarts import RestartWindow
@@ -30,6 +31,10 @@ ActorRun = Callable[..., Awaitable[None]]
 class ChildSpec:
     """An actor: ``run(task_status=...)`` calls ``task_status.started()`` once
     it is ready and then runs until cancelled."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     name: str
     run: ActorRun

@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._control import ControlDefaults
 from ..records._retry import RetryPolicy
 from ..records._unique import Unique
@@ -41,6 +42,10 @@ class TaskSpec:
     task's backoff (None: the worker's). ``never_retry``: exception types
     that dead-letter the job at once. ``max_result_bytes``:
     a larger encoded result fails the job (dead)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     kind: str
     fn: Handler

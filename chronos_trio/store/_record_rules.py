@@ -44,6 +44,7 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._control import PRIORITY_MAX, PRIORITY_MIN, JobControl, decode_control
 from ..records._jobs import FINISHED_STATES, Job, JobState
 from ..records._options import decode_headers
@@ -73,6 +74,10 @@ class Kind(enum.Enum):
 class Rule:
     """One field of a job record: its ``Job`` attribute, its Redis hash
     field, what it holds, and when it is judged and required."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     name: str
     stored: str

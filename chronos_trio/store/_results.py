@@ -15,6 +15,7 @@ import enum
 
 import attrs
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._jobs import Job, JobState, LeasedJob, LeaseRef, NewJob
 
 
@@ -53,6 +54,10 @@ class Successor:
     (computed by the worker with ``records._workflow.chain_successor``),
     and the workflow it belongs to (None: a continuation that carries none)."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     job: NewJob
     workflow: str | None = None
 
@@ -60,6 +65,10 @@ class Successor:
 @attrs.frozen
 class Settlement:
     """One lease's outcome, fenced by ``lease.token``."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     lease: LeaseRef
     kind: SettleKind
@@ -90,6 +99,10 @@ class Settlement:
 class QueueWeight:
     """A queue a worker consumes, with its share of each lease batch."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     name: str
     weight: int = 1
 
@@ -100,6 +113,10 @@ class AsideEntry:
     """One job an operation did not apply to and did not dead-letter: an
     index entry without a usable record (quarantined), or a record of a newer
     format (left alone). ``reason`` says which."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     queue: str
     job_id: str
@@ -123,6 +140,10 @@ class SetAside:
       for a newer worker. A worker warns and counts them; it meets the same
       records again on later calls while they wait, so warn once per job.
     """
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     dead: tuple[Job, ...] = ()
     quarantined: tuple[AsideEntry, ...] = ()
@@ -175,6 +196,10 @@ class LeaseResult:
       looking again at once.
     """
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     jobs: tuple[LeasedJob, ...]
     aside: SetAside
     expired: tuple[Job, ...]
@@ -202,6 +227,10 @@ class RenewResult:
       worker should call off the run and settle ABORTED.
     """
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     renewed: tuple[bool, ...]
     aside: SetAside
     aborted: frozenset[int]
@@ -227,6 +256,10 @@ class SettleResult:
       (or found already stored under its ID), writing no outbox entry.
     """
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     settled: tuple[bool, ...]
     aside: SetAside
     aborted: frozenset[int]
@@ -242,6 +275,10 @@ class NotesResult:
     changed), in batch order, and how many older log lines the line bound
     pushed out (over the whole batch)."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     written: tuple[str, ...]
     refused: tuple[str, ...]
     dropped: int
@@ -255,6 +292,10 @@ class CountResult:
     what the operation set aside instead of applying (see :class:`SetAside`):
     records not counted in ``count``."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     count: int
     aside: SetAside
 
@@ -265,6 +306,10 @@ class PromoteResult:
     time still waiting (None when nothing waits; records of a newer format
     left waiting do not count); ``now`` is the store's clock; ``aside`` what
     the promotion set aside (see :class:`SetAside`)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     promoted: int
     next_due_at: float | None
@@ -280,6 +325,10 @@ class RecoverResult:
     ``aside.dead``, not in ``dead``; see :class:`SetAside`); ``aborted`` were
     made aborted, as now stored, because an abort had been asked for them."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     requeued: tuple[str, ...] = ()
     dead: tuple[Job, ...] = ()
     aside: SetAside = NOTHING_SET_ASIDE
@@ -290,6 +339,10 @@ class RecoverResult:
 class LimitUsage:
     """One flow-control key of a queue (see ``records._control``) as the
     store holds it now."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     queue: str
     key: str
@@ -305,6 +358,10 @@ class LimitUsage:
 @attrs.frozen
 class QueueStats:
     """Counts of one queue's jobs by state, and by (version, partition)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     queue: str
     counts: dict[JobState, int]
@@ -323,6 +380,10 @@ class VersionState(enum.StrEnum):
 
 @attrs.frozen
 class QueueVersion:
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     version: int
     partitions: int
     state: VersionState
@@ -332,6 +393,10 @@ class QueueVersion:
 class QueueTopology:
     """A queue's routing: the active version gets new jobs; draining versions
     are still consumed until empty and marked complete."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     queue: str
     versions: tuple[QueueVersion, ...]
@@ -348,6 +413,10 @@ class QueueTopology:
 class Leadership:
     """A held leadership lease. ``epoch`` grows by one with every acquisition
     (by anyone), so it fences out a paused ex-leader."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     name: str
     holder: str
@@ -377,6 +446,10 @@ class StoredSchedule:
     """A schedule kept in the store: its ``definition`` is opaque text to the
     store (the runtime's JSON, ``runtime._stored_schedules``)."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     id: str
     definition: str
     paused: bool
@@ -388,6 +461,10 @@ class StoredSchedule:
 class StoredSchedules:
     """Every stored schedule of one leadership name, read in one atomic step,
     with the ``version`` they are at (0: never edited)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     version: int
     schedules: tuple[StoredSchedule, ...]  # by id

@@ -113,6 +113,7 @@ from typing import TYPE_CHECKING, ClassVar, cast
 import attrs
 
 from ..records._aggregates import KindCounts, MinuteCounts
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import StoreError as StoreError
 from ..records._errors import TopologyError as TopologyError
 from ..records._jobs import (
@@ -957,6 +958,10 @@ class Continuation:
     went dead (``failed``) whose continuation holds failure handling, with
     its ``kind``, the ``error`` recorded and its ``attempts``."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     job_id: str
     queue: str
     #: Where the store keeps the job (opaque, see ``records._placement``).
@@ -974,6 +979,10 @@ class GroupStatus:
     """How far a workflow group is: how many members ``arrived`` (of a group
     that allows failures: succeeded or failed for good), and the indexes of
     those that ``failed`` (in order)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     arrived: int = 0
     failed: tuple[int, ...] = ()

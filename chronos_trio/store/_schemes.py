@@ -14,6 +14,7 @@ from typing import cast
 
 import attrs
 
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._roles import Store
 from ._transactional import ProducerEnqueue
 
@@ -31,6 +32,10 @@ class Scheme:
     producer outside Trio uses for it, a :class:`ProducerEnqueue` from
     modules that import no Trio (the SQL stores; a Redis producer speaks
     Redis itself)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     name: str
     opener: str

@@ -69,6 +69,7 @@ from ..actors import (
     registrar,
     scheduler,
 )
+from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import ActorFailed, first_exception
 from ..records._jobs import PENDING_STATES
 from ..records._log import log_event
@@ -135,6 +136,10 @@ class WorkerStatistics:
     """What one worker did since it started, and holds now: a snapshot of
     its runtime's counters (every field of ``runtime.Counters``, by name),
     with the in-flight table, event bus, supervisor and thread figures."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     worker_id: str
     in_flight: int

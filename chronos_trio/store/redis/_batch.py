@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from ...records._attrs_methods import fields_eq, fields_repr
 from .._roles import StoreError
 from ._errors import describe, is_noscript
 from ._scripts import Op, Script
@@ -22,6 +23,9 @@ from ._scripts import Op, Script
 @attrs.define
 class AdapterStatistics:
     """Counters of one adapter, for tests and monitoring."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
 
     round_trips: int = 0  # pipelines / commands sent (one per node per batch)
     commands: int = 0  # commands inside them

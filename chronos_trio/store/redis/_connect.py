@@ -43,6 +43,7 @@ from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlparse, urls
 
 import attrs
 
+from ...records._attrs_methods import fields_eq, fields_hash, fields_repr
 from .._schemes import redact, schemes
 
 if TYPE_CHECKING:
@@ -186,6 +187,10 @@ def _check_option_names(opts: list[str]) -> None:
 class StoreUrl:
     """A Redis store URL as read by :func:`parse_store_url`."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     #: The URL without the store's own options (what redis-py reads).
     url: str
     #: Its scheme, lower case.
@@ -250,6 +255,10 @@ def parse_store_url(
 @attrs.frozen
 class NodeAddress:
     """One Redis node as a plain URL names it, read by :func:`node_address`."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     #: TCP host and port; unused when :attr:`path` is set.
     host: str
@@ -335,6 +344,10 @@ def _client_options(socket_timeout: float, connect_timeout: float, retry: Any) -
 @attrs.frozen
 class _Clients:
     """The redis-py classes of one flavor (blocking or asyncio)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     redis: Any
     cluster: Any

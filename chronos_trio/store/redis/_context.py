@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import trio
 
+from ...records._attrs_methods import fields_eq, fields_repr
 from .._flag import Flag
 from .._roles import SetAside
 from ._adapter import RedisAdapter
@@ -46,6 +47,9 @@ OWN_JOB_GRACE = 0.1
 class WakeSeen:
     """What one task has seen of the wake-up streams, and how it fared (see
     ``_waiting``)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
 
     #: Stream key -> the ID of the last entry seen there (``0-0``: none).
     ids: dict[str, bytes] = attrs.Factory(dict)

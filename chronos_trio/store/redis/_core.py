@@ -37,6 +37,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 import attrs
 
+from ...records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ...records._jobs import JobRef
 from ...records._log import log_event
 from .._partitioning import partition_of
@@ -161,6 +162,10 @@ async def drive_async(plan: Plan[T], answer: Callable[[Any], Awaitable[Any]]) ->
 class QueueMeta:
     """One queue's topology (None: never configured, so it holds no job) and
     paused flag, as read at ``fetched_at`` (time.monotonic)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     versions: tuple[QueueVersion, ...] | None
     paused: bool

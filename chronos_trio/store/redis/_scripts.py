@@ -46,6 +46,7 @@ from typing import Any
 import attrs
 
 from ...records._attempts import ERROR_BYTES, HISTORY_LIMIT, LEASE_EXPIRED
+from ...records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ...records._workflow import FAILURE_MARK, WORKFLOW_KEEP
 from .._roles import StoreError
 from ._codec import CHUNKED_PAYLOAD_MAX, PAYLOAD_CHUNK, RECORD_FORMAT
@@ -183,6 +184,10 @@ class Op:
     do); on a Cluster, ops are grouped by the node that owns ``route``.
     """
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     route: str | bytes | None
     args: tuple[Any, ...]
     script: Script | None = None
@@ -224,6 +229,10 @@ class ReplicaWait:
     Raises ``ValueError`` for fewer than 1 replica or a timeout that is not
     positive (``WAIT`` with timeout 0 would block for good).
     """
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     replicas: int
     timeout: float

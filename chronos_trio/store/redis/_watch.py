@@ -30,6 +30,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
+from ...records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ...records._jobs import FINISHED_STATES, JobOutcome, JobRef, JobState
 from ...records._log import log_event
 from .._topology_placement import locate
@@ -237,6 +238,10 @@ class Watch:
     """A wait plan's request: :func:`watch_plan` for ``ref`` naming ``channel``;
     the plan is sent its (outcome, key)."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     ref: JobRef
     channel: str
 
@@ -245,6 +250,10 @@ class Watch:
 class Block:
     """A wait plan's request: return once ``event`` is set (the driver's
     deadline may end the plan instead); the plan is sent None."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     event: Any
 

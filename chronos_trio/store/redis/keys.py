@@ -96,6 +96,7 @@ from __future__ import annotations
 
 import attrs
 
+from ...records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ...records._placement import Placement
 from .._topology_placement import locate, topology_placement
 
@@ -126,6 +127,8 @@ class PartitionKeys:
 
     Compared and hashed by identity (cheap on the hot path): :class:`KeySpace`
     hands out one instance per partition."""
+
+    __repr__ = fields_repr
 
     queue: str
     version: int
@@ -191,6 +194,10 @@ class PartitionKeys:
 class WorkerKeys:
     """The worker registry's keys; both share one hash tag."""
 
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
+
     info: str
     lapse: str
 
@@ -198,6 +205,10 @@ class WorkerKeys:
 @attrs.frozen
 class LeaderKeys:
     """The keys of one leadership name; all share one hash tag."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     lead: str
     fired: str

@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from ...records._aggregates import KindCounts, MinuteCounts
+from ...records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ...records._jobs import EnqueueResult, Job, JobOutcome, JobRef, JobState, LeaseRef, NewJob
 from ...records._notes import JobNotes, NoteWrite
 from ...records._workers import WorkerInfo
@@ -90,6 +91,10 @@ class RedisStoreStatistics:
     once), and what the scripts set aside so far: damaged records
     dead-lettered, index entries without a record quarantined, and records
     of a newer format met and left alone (counted each time they are met)."""
+
+    __repr__ = fields_repr
+    __eq__ = fields_eq
+    __hash__ = fields_hash
 
     round_trips: int
     commands: int
