@@ -16,6 +16,7 @@ from ...records._jobs import EnqueueResult, NewJob
 from .._roles import WorkflowRole
 from ._base import PostgresPart
 from ._enqueue import enqueue_params, enqueue_query, enqueue_results
+from ._workflow_save import save_query
 
 #: Lapsed records a save removes, at most (the rest wait for later saves).
 FORGET = 16
@@ -26,15 +27,8 @@ DELETE FROM workflows WHERE id IN (
 )
 """
 
-_SAVE = """
-INSERT INTO workflows (id, tree, first_kind, created, expires_at)
-VALUES (%s, %s, %s, chronos_now(), chronos_now() + %s)
-ON CONFLICT (id) DO UPDATE
-    SET tree = EXCLUDED.tree, first_kind = EXCLUDED.first_kind, created = EXCLUDED.created,
-        expires_at = EXCLUDED.expires_at, cancelled_at = NULL
-    WHERE workflows.expires_at <= chronos_now()
-RETURNING 1
-"""
+
+_SAVE = save_query()
 
 _READ = """
 SELECT tree, created, first_kind, cancelled_at FROM workflows

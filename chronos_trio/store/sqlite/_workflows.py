@@ -18,18 +18,7 @@ from ...records._jobs import EnqueueResult, NewJob
 from .._roles import WorkflowRole
 from . import _enqueue
 from ._base import SqlitePart
-
-#: Lapsed records a save removes, at most (the rest wait for later saves).
-FORGET = 16
-
-_SAVE = """
-INSERT INTO workflows (id, tree, first_kind, created, expires_at) VALUES (?, ?, ?, ?, ?)
-ON CONFLICT (id) DO UPDATE
-    SET tree = excluded.tree, first_kind = excluded.first_kind, created = excluded.created,
-        expires_at = excluded.expires_at, cancelled_at = NULL
-    WHERE workflows.expires_at <= ?
-RETURNING 1
-"""
+from ._workflow_save import save
 
 _COLUMNS = "tree, created, first_kind, cancelled_at"
 
@@ -41,18 +30,6 @@ def _record(workflow_id: str, row: Any) -> WorkflowRecord | None:
     return WorkflowRecord(
         workflow_id, tree, float(created), kind, None if cancelled is None else float(cancelled)
     )
-
-
-def save(
-    conn: sqlite3.Connection, workflow_id: str, tree: str, kind: str, ttl: float, now: float
-) -> bool:
-    conn.execute(
-        "DELETE FROM workflows WHERE id IN"
-        " (SELECT id FROM workflows WHERE expires_at <= ? LIMIT ?)",
-        (now, FORGET),
-    )
-    row = conn.execute(_SAVE, (workflow_id, tree, kind, now, now + ttl, now)).fetchone()
-    return row is not None
 
 
 def read(conn: sqlite3.Connection, workflow_id: str, now: float) -> WorkflowRecord | None:
