@@ -972,6 +972,9 @@ class Continuation:
     kind: str = ""
     error: str = ""
     attempts: int = 0
+    #: The entry of a deleted job, kept by the store beside its outbox entry
+    #: until :meth:`FlowRole.finish_continuations` (store-specific bookkeeping).
+    kept: bool = False
 
 
 @attrs.frozen
