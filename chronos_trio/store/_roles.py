@@ -644,6 +644,8 @@ class AdminRole(StoreRole):
         (a running job is settled by its worker, not deleted under it) or of
         a newer record format. A record whose state is unreadable is deleted
         and taken out of every index (deleting is how an operator clears it).
+        A workflow job keeps its place in its flow in the same atomic step
+        (see :class:`FlowRole`).
 
         Raises StoreError when the store cannot be reached.
         """
@@ -1001,7 +1003,16 @@ class FlowRole(StoreRole):
     :data:`~chronos_trio.records._workflow.FAILURE_MARK`); a dead job
     without it, a retry and a stale token's settle never do. An entry whose
     job is neither succeeded nor dead when read (re-run meanwhile) leaves
-    the outbox unread: its next end puts it back."""
+    the outbox unread: its next end puts it back.
+
+    Deleting a workflow job (``delete_job``, ``purge_queue``) keeps its
+    place in its flow, in the same atomic step: an end of it still in the
+    outbox stays readable, whole (``Continuation.kept``: the store keeps it
+    beside the outbox until :meth:`finish_continuations`); a job that had
+    not ended (scheduled, ready, retry_wait) whose continuation holds
+    failure handling goes to the outbox as failed, with
+    :data:`~chronos_trio.records._flow_outcomes.DELETED_ERROR` and its
+    attempts. Any other deleted job leaves no entry."""
 
     @abc.abstractmethod
     async def continuations(self, queues: Sequence[str], limit: int) -> list[Continuation]:
