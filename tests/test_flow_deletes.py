@@ -11,6 +11,7 @@ every backend, by ``delete_job``, the inspector's delete and
 from __future__ import annotations
 
 import collections
+import json
 from typing import Any
 
 import trio
@@ -19,6 +20,7 @@ from chronos_trio import (
     App,
     BatchSummary,
     JobContext,
+    JobState,
     QueueWeight,
     SkipRetry,
     StepFailure,
@@ -136,7 +138,7 @@ async def test_an_end_still_in_the_outbox_outlives_its_deleted_job(
     f = Flows(backend.store())
     store = f.app.store
     steps = [f.work.s(1), f.work.s(-1)]
-    batch = await f.app.enqueue_batch(steps, batch_id="bo")
+    batch = await f.app.enqueue_batch(steps, batch_id="bo", on_complete=f.summary.s())
     leased = (await store.lease([QueueWeight("default")], 2, worker_id="w", lease_duration=60)).jobs
     assert len(leased) == 2
     await store.settle(
@@ -151,11 +153,20 @@ async def test_an_end_still_in_the_outbox_outlives_its_deleted_job(
     entries = await store.continuations(["default"], 10)
     assert sorted(e.job_id for e in entries) == ["bo.0.0", "bo.0.1"]
     await continuer._continue(store, entries)
-    await store.finish_continuations(entries)
+    # a continuer that died before finishing them: the next one reads the
+    # same entries and does it again, changing nothing
+    again = await store.continuations(["default"], 10)
+    assert sorted(e.job_id for e in again) == ["bo.0.0", "bo.0.1"]
+    await continuer._continue(store, again)
+    await store.finish_continuations(again)
     status = await batch.status()
     assert (status.succeeded, status.failed, status.failed_job_ids) == (1, 1, ("bo.0.1",))
     assert status.complete
     assert await store.continuations(["default"], 10) == []  # handled: gone
+    callback = await store.get_job("bo.1")  # made once, under its one ID
+    assert callback is not None and callback.state is JobState.READY
+    summary = json.loads(callback.payload)
+    assert (summary["succeeded"], summary["failed_job_ids"]) == (1, ["bo.0.1"])
 
 
 async def test_a_deleted_step_without_failure_handling_stops_its_flow(

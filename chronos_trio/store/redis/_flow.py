@@ -78,8 +78,8 @@ def finish_continuations(ctx: StoreContext, done: Sequence[Continuation]) -> Pla
 
 
 def _removals(ctx: StoreContext, done: Sequence[Continuation]) -> list[Op]:
-    """One ZREM per outbox that ``done`` has entries in; one DEL per
-    partition of the gone keys of its deleted jobs' entries (``kept``)."""
+    """One DEL per partition of the gone keys of ``done``'s deleted jobs'
+    entries (``kept``), then one ZREM per outbox that it has entries in."""
     ids: dict[str, tuple[str, list[str]]] = {}
     kept: dict[str, list[str]] = {}
     for c in done:
@@ -87,8 +87,12 @@ def _removals(ctx: StoreContext, done: Sequence[Continuation]) -> list[Op]:
         ids.setdefault(pk.outbox, (pk.tag, []))[1].append(c.job_id)
         if c.kept:
             kept.setdefault(pk.tag, []).append(pk.gone(c.job_id))
-    ops = [Op.command(tag, "ZREM", outbox, *job_ids) for outbox, (tag, job_ids) in ids.items()]
-    return ops + [Op.command(tag, "DEL", *keys) for tag, keys in kept.items()]
+    # the kept hashes first: an entry whose ZREM is lost then has nothing
+    # left to read and leaves the outbox at its next read
+    ops = [Op.command(tag, "DEL", *keys) for tag, keys in kept.items()]
+    return ops + [
+        Op.command(tag, "ZREM", outbox, *job_ids) for outbox, (tag, job_ids) in ids.items()
+    ]
 
 
 async def wait_continuations(ctx: StoreContext, timeout: float) -> None:
