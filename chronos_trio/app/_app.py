@@ -37,7 +37,6 @@ from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES, job_headers, new_job
 from ..records._retry import RetryPolicy
 from ..records._unique import Unique, unique_of
 from ..records._workflow import (
-    WORKFLOW_KEEP,
     Buildable,
     Chain,
     Dag,
@@ -448,7 +447,7 @@ class App:
         check_jobs(store, jobs)
         if workflow is not None and isinstance(store, WorkflowRole):
             return await store.start_workflow(
-                workflow.workflow_id, workflow.tree, workflow.first_kind, WORKFLOW_KEEP, jobs
+                workflow.workflow_id, workflow.tree, workflow.first_kind, workflow.keep, jobs
             )
         return await store.enqueue_many(jobs)
 
@@ -465,7 +464,7 @@ class App:
                 workflow.workflow_id,
                 workflow.tree,
                 workflow.first_kind,
-                WORKFLOW_KEEP,
+                workflow.keep,
                 jobs,
             )
         return await target.enqueue_in_transaction(connection, jobs)
@@ -519,7 +518,7 @@ class App:
         # transaction, given a connection: it commits or rolls back with the
         # jobs): a flow whose jobs exist always has one to cancel and view
         # (a save again is the same run's: unchanged)
-        start = WorkflowStart(wid, made.tree, first_kind(node))
+        start = WorkflowStart(wid, made.tree, first_kind(node), made.keep)
         await self.enqueue_jobs(steps.jobs, connection=connection, workflow=start)
         last = final_step(node, wid)
         final = None if last is None else self._step_handle(*last)

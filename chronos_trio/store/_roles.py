@@ -107,7 +107,7 @@ from __future__ import annotations
 
 import abc
 import importlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar, cast
 
 import attrs
@@ -1125,6 +1125,17 @@ class WorkflowRole(StoreRole):
     async def cancelled(self, workflow_ids: Sequence[str]) -> set[str]:
         """Those of ``workflow_ids`` that are marked cancelled (one round
         trip per store node). Raises StoreError."""
+
+    async def keep_workflows(self, keeps: Mapping[str, float]) -> dict[str, float]:
+        """Make the record of each workflow ID of ``keeps`` last at least
+        that many seconds from now (store clock; never shortened), each
+        atomically: what keeps a running flow's record alive (the
+        continuer calls it as the flow advances). Returns, per record found,
+        how many seconds it lasts now; a workflow without a record is left
+        out (nothing is made). One round trip per store node. Raises
+        StoreError. This default keeps nothing and returns {} (a store whose
+        records never lapse while their flows run)."""
+        return {}
 
 
 class CheckRole(StoreRole):

@@ -28,7 +28,7 @@ import heapq
 import itertools
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import attrs
 import trio
@@ -646,6 +646,10 @@ class MemoryStore(Store):
         await trio.lowlevel.checkpoint()
         return self._workflows.cancelled(workflow_ids, self._clock())
 
+    async def keep_workflows(self, keeps: Mapping[str, float]) -> dict[str, float]:
+        await trio.lowlevel.checkpoint()
+        return self._workflows.keep(keeps, self._clock())
+
     async def group_status(self, group_ids: Sequence[str]) -> list[GroupStatus]:
         await trio.lowlevel.checkpoint()
         now = self._clock()
@@ -841,8 +845,10 @@ class MemoryStore(Store):
         The mark is read in this same step, so a cancel either comes after
         the successor exists (its sweep finds it) or stops it here."""
         wid = successor.workflow
-        if wid is not None and self._workflows.cancelled([wid], now):
-            return False
+        if wid is not None:
+            if self._workflows.cancelled([wid], now):
+                return False
+            self._workflows.keep({wid: WORKFLOW_KEEP}, now)  # its flow runs on
         new = successor.job
         self._enqueue_one(new, new.id, now)
         self.chain_settles += 1

@@ -141,6 +141,7 @@ def compose_all() -> None:
 ENQUEUE = Script("enqueue")
 ENQUEUE_PLAIN = Script("enqueue_plain")
 OUTBOX_READ = Script("outbox_read")
+WORKFLOW_KEEP_SCRIPT = Script("workflow_keep")
 GROUP_ARRIVE = Script("group_arrive")
 GROUP_STATUS = Script("group_status")
 PROMOTE = Script("promote")

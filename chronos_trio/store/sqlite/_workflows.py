@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import trio
@@ -46,6 +46,18 @@ def cancel(conn: sqlite3.Connection, workflow_id: str, now: float) -> WorkflowRe
         (now, workflow_id, now),
     ).fetchone()
     return _record(workflow_id, row)
+
+
+def keep(conn: sqlite3.Connection, keeps: Mapping[str, float], now: float) -> dict[str, float]:
+    """Each live record of ``keeps`` kept at least its seconds from ``now``;
+    how long each found lasts then."""
+    rows = conn.execute(
+        "UPDATE workflows SET expires_at = max(expires_at, ? + k.value)"
+        " FROM json_each(?) AS k WHERE workflows.id = k.key AND expires_at > ?"
+        " RETURNING id, expires_at",
+        (now, json.dumps(dict(keeps)), now),
+    ).fetchall()
+    return {row[0]: float(row[1]) - now for row in rows}
 
 
 def cancelled(conn: sqlite3.Connection, workflow_ids: Sequence[str], now: float) -> set[str]:
@@ -99,3 +111,12 @@ class WorkflowPart(SqlitePart, WorkflowRole):
             return set()
         db = self._db
         return await db.read(lambda conn: cancelled(conn, workflow_ids, db.now()), what="cancelled")
+
+    async def keep_workflows(self, keeps: Mapping[str, float]) -> dict[str, float]:
+        if not keeps:
+            await trio.lowlevel.checkpoint()
+            return {}
+        db = self._db
+        return await db.write(
+            lambda conn: keep(conn, keeps, db.now()), what="keep_workflows", wake=False
+        )
