@@ -1072,8 +1072,9 @@ class WorkflowRole(StoreRole):
     A record is saved when the workflow starts, before its first jobs; it
     lists every job the flow has or will have (their IDs follow from the
     tree), so cancelling and viewing need no index of jobs. A record lasts
-    the ``ttl`` it was saved with (``WORKFLOW_KEEP``, as the flow's
-    finished jobs), its mark with it. On Redis a record is one hash in the
+    the ``ttl`` it was saved with (``records._flow_keep.record_keep``:
+    ``WORKFLOW_KEEP`` plus the flow's delays), or longer when kept alive
+    (:meth:`keep_workflows`), its mark with it. On Redis a record is one hash in the
     workflow's own slot (``{ns:wf:<id>}:w``)."""
 
     @abc.abstractmethod
