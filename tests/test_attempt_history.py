@@ -210,7 +210,7 @@ async def test_a_sqlite_file_of_schema_1_is_migrated(tmp_path: Path) -> None:
     await store.enqueue_many([chronos_trio.NewJob(id="old", queue="q", kind="k", payload=b"p")])
     await store.aclose()
     # the file as version 1 left it: none of the columns versions 2 and 3
-    # added, nor the tables of versions 4 to 6
+    # added, nor the tables of versions 4 to 7
     with sqlite3.connect(path) as conn:
         for column in ("attempt_history", "notes_progress", "notes_lines", "notes_dropped"):
             conn.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
@@ -218,6 +218,7 @@ async def test_a_sqlite_file_of_schema_1_is_migrated(tmp_path: Path) -> None:
         conn.execute("DROP TABLE schedule_versions")
         conn.execute("DROP TABLE workflows")
         conn.execute("DROP TABLE aggregates")  # version 6's
+        conn.execute("DROP TABLE flow_kept")  # version 7's
         conn.execute("PRAGMA user_version = 1")
     store = SqliteStore.from_url(url)
     try:

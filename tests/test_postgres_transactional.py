@@ -26,7 +26,7 @@ import psycopg
 import pytest
 import trio
 
-from chronos_trio import App, JobNotFound, StoreError, chain
+from chronos_trio import App, JobNotFound, StoreError, WorkflowState, chain
 from chronos_trio.producers import AsyncioProducer, SyncProducer
 from chronos_trio.store import MissingCapability
 from tests.transactional_app import Record, make_app
@@ -65,6 +65,13 @@ def seen(url: str, order: int) -> tuple[int, int]:
 def total_jobs(url: str) -> int:
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT count(*) FROM chronos.jobs").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def workflow_records(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM chronos.workflows").fetchone()
     assert row is not None
     return int(row[0])
 
@@ -124,14 +131,28 @@ async def test_a_workflow_starts_in_the_callers_transaction(postgres_url: str) -
                 chain(record.s(Record(7)), record.s(Record(8))), connection=conn
             )
             conn.rollback()
-            assert total_jobs(url) == 0
+            assert total_jobs(url) == 0 and workflow_records(url) == 0  # the record too
             total = app.tasks["tx.total"]
             flow = await app.enqueue_workflow(
                 chain(record.s(Record(7)), total.s(Record(9))), connection=conn
             )
-            assert total_jobs(url) == 0  # not before the commit
+            assert total_jobs(url) == 0 and workflow_records(url) == 0  # not before the commit
             conn.commit()
         assert seen(url, 7) == (0, 1)
+        # its record committed with its jobs: the flow can be viewed and cancelled
+        view = await app.workflow(flow.id).status()
+        assert view.state is WorkflowState.RUNNING
+        assert [s.id for s in view.steps()] == [f"{flow.id}.0", f"{flow.id}.1"]
+        with psycopg.connect(url) as conn:
+            doomed = await app.enqueue_workflow(
+                chain(record.s(Record(10)), record.s(Record(11))),
+                workflow_id="tx-doomed",
+                connection=conn,
+            )
+            conn.commit()
+        done = await app.workflow(doomed.id).abort(reason="changed my mind")
+        assert done.found and done.dropped == ("tx-doomed.0",)
+        assert done.not_created == ("tx-doomed.1",)
         async with app.open_worker(concurrency=2, poll_interval=0.2):
             assert await flow.result(timeout=30) == 900
         await app.aclose()

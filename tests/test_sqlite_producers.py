@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import trio
 
-from chronos_trio import App, JobFailed, JobNotFound, StoreError
+from chronos_trio import App, JobFailed, JobNotFound, StoreError, WorkflowState, chain
 from chronos_trio.producers import AsyncioProducer, SyncProducer
 from chronos_trio.store.sqlite import SqliteProducerStore, SqliteStore, _enqueue
 from tests.transactional_app import Record, make_app
@@ -147,6 +147,40 @@ async def test_the_callers_transaction_decides_in_every_mode(sqlite_url: str) ->
         auto.close()
         await runs(app, ran, {1, 4, 6, 8}, never={2, 3, 5, 7})
         assert ran.count(1) == 1
+        await app.aclose()
+
+
+async def test_a_workflow_started_in_the_callers_transaction_has_its_record(
+    sqlite_url: str,
+) -> None:
+    """The record commits with the flow's first jobs (abort and status know
+    the flow), and rolls back with them (a savepoint in an open transaction,
+    and a transaction of its own on an autocommit connection, alike)."""
+    url = sqlite_url
+    await prepare(url)
+    app = make_app(url)
+    record = app.tasks["tx.record"]
+    flow = chain(record.s(Record(30)), record.s(Record(31)))
+    with trio.fail_after(60):
+        conn = sqlite3.connect(path_of(url))
+        conn.execute("INSERT INTO orders (id) VALUES (30)")
+        await app.enqueue_workflow(flow, workflow_id="tx-gone", connection=conn)
+        conn.rollback()
+        assert (await app.workflow("tx-gone").status()).state is WorkflowState.NOT_FOUND
+        await app.enqueue_workflow(flow, workflow_id="tx-kept", connection=conn)
+        assert (await app.workflow("tx-kept").status()).state is WorkflowState.NOT_FOUND
+        conn.commit()
+        conn.close()
+        view = await app.workflow("tx-kept").status()
+        assert view.state is WorkflowState.RUNNING
+        assert [s.id for s in view.steps()] == ["tx-kept.0", "tx-kept.1"]
+        done = await app.workflow("tx-kept").abort(reason="changed my mind")
+        assert done.found and done.dropped == ("tx-kept.0",)
+        assert done.not_created == ("tx-kept.1",)
+        auto = sqlite3.connect(path_of(url), isolation_level=None, check_same_thread=False)
+        await app.enqueue_workflow(flow, workflow_id="tx-auto", connection=auto)
+        auto.close()
+        assert (await app.workflow("tx-auto").status()).state is WorkflowState.RUNNING
         await app.aclose()
 
 

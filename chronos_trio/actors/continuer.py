@@ -28,6 +28,7 @@ from ..records._log import log_event
 from ..records._workflow import WORKFLOW_KEEP, Arrival, Steps, advance, after_group, failed
 from ..runtime._backoff import Backoff
 from ..runtime._flow_cancel import abort_jobs, abort_made, split
+from ..runtime._flow_keep import keeper_of
 from ..runtime._state import Runtime, log
 from ..store import Continuation, FlowRole, Store, WorkflowRole
 
@@ -139,10 +140,17 @@ async def _next(
         _made(steps, made)
         jobs.extend(steps.jobs)
         arrivals.extend(steps.arrivals)
+    keeper = keeper_of(store)
+    ttl = WORKFLOW_KEEP
+    if arrivals:
+        # the groups' records last as long as their workflows' (kept alive)
+        flows = {a.workflow for a in arrivals if a.workflow is not None}
+        await keeper.keep(store, dict.fromkeys(flows, WORKFLOW_KEEP))
+        ttl = keeper.group_ttl(flows, trio.current_time())
     while arrivals:
         # every arrival of the batch in one store call: a group of many
         # members finishing together costs one round trip, not one each
-        completed = await store.group_arrive(arrivals, WORKFLOW_KEEP)
+        completed = await store.group_arrive(arrivals, ttl)
         fired: set[str] = set()
         next_arrivals: list[Arrival] = []
         for arrival, results in zip(arrivals, completed, strict=True):
@@ -154,7 +162,19 @@ async def _next(
             jobs.extend(then.jobs)
             next_arrivals.extend(then.arrivals)
         arrivals = next_arrivals
+    await keeper.keep(store, _keeps(jobs, made))
     return jobs
+
+
+def _keeps(jobs: Sequence[NewJob], made: dict[str, str]) -> dict[str, float]:
+    """Per workflow of ``jobs``, how long its record must last now: WORKFLOW_KEEP
+    after the latest of its jobs is due."""
+    out: dict[str, float] = {}
+    for job in jobs:
+        wid = made.get(job.id)
+        if wid is not None:
+            out[wid] = max(out.get(wid, 0.0), WORKFLOW_KEEP + max(0.0, job.delay))
+    return out
 
 
 def _made(steps: Steps, made: dict[str, str]) -> None:

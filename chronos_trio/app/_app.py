@@ -37,7 +37,6 @@ from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES, job_headers, new_job
 from ..records._retry import RetryPolicy
 from ..records._unique import Unique, unique_of
 from ..records._workflow import (
-    WORKFLOW_KEEP,
     Buildable,
     Chain,
     Dag,
@@ -435,29 +434,39 @@ class App:
         ``MissingCapability`` when the store cannot (a store that is not
         PostgreSQL), before anything is written.
 
-        ``workflow`` (:meth:`enqueue_workflow`'s, without ``connection``):
-        the jobs are a workflow's first, saved with its record on a store
-        with workflow records (``WorkflowRole.start_workflow``: the record
-        first; one round trip on one Redis node)."""
+        ``workflow`` (:meth:`enqueue_workflow`'s): the jobs are a
+        workflow's first, saved with its record on a store with workflow
+        records (``WorkflowRole.start_workflow``: the record first; one
+        round trip on one Redis node; with ``connection``, in the caller's
+        transaction, ``TransactionalEnqueue.start_workflow_in_transaction``)."""
         if connection is not None:
-            return await self._enqueue_in_transaction(jobs, connection)
+            return await self._enqueue_in_transaction(jobs, connection, workflow)
         if not jobs:
             return []
         store = self.store
         check_jobs(store, jobs)
         if workflow is not None and isinstance(store, WorkflowRole):
             return await store.start_workflow(
-                workflow.workflow_id, workflow.tree, workflow.first_kind, WORKFLOW_KEEP, jobs
+                workflow.workflow_id, workflow.tree, workflow.first_kind, workflow.keep, jobs
             )
         return await store.enqueue_many(jobs)
 
     async def _enqueue_in_transaction(
-        self, jobs: Sequence[NewJob], connection: object
+        self, jobs: Sequence[NewJob], connection: object, workflow: WorkflowStart | None = None
     ) -> list[EnqueueResult]:
         store = self.store
         where = redact(self._store_url) if self._store_url else ""
         target = transactional_store(store, where)
         check_jobs(store, jobs)
+        if workflow is not None:
+            return await target.start_workflow_in_transaction(
+                connection,
+                workflow.workflow_id,
+                workflow.tree,
+                workflow.first_kind,
+                workflow.keep,
+                jobs,
+            )
         return await target.enqueue_in_transaction(connection, jobs)
 
     async def enqueue_workflow(
@@ -485,9 +494,9 @@ class App:
         TypeError for a graph root that starts the flow without a payload,
         StoreError when the store cannot be reached, and what a
         hook raises. ``connection``: start it in your own transaction, as
-        :meth:`Task.enqueue` (its later steps are enqueued by the workers;
-        such a flow has no stored record, so ``app.workflow(id).abort()``
-        and ``status()`` do not know it).
+        :meth:`Task.enqueue` (its later steps are enqueued by the workers);
+        its record is written in that transaction too (PostgreSQL, SQLite),
+        so it commits or rolls back with the first jobs.
 
         On a store with workflow records (``WorkflowRole``) its record is
         saved first, so :meth:`workflow` can cancel and show it (with the
@@ -505,12 +514,11 @@ class App:
         headers = job_headers(first_kind(node), None, hooks) if hooks else ()
         made = self._flow_starts.start(node, wid, headers, on_failure)
         steps = made.steps
-        # the record first (in the same round trip on Redis): a flow whose
-        # jobs exist always has one to cancel and view (a save again is the
-        # same run's: unchanged). Not for a start in the caller's
-        # transaction: the record would outlive a rollback, and SQLite's
-        # write lock is the caller's.
-        start = None if connection is not None else WorkflowStart(wid, made.tree, first_kind(node))
+        # the record first (in the same round trip on Redis; in the caller's
+        # transaction, given a connection: it commits or rolls back with the
+        # jobs): a flow whose jobs exist always has one to cancel and view
+        # (a save again is the same run's: unchanged)
+        start = WorkflowStart(wid, made.tree, first_kind(node), made.keep)
         await self.enqueue_jobs(steps.jobs, connection=connection, workflow=start)
         last = final_step(node, wid)
         final = None if last is None else self._step_handle(*last)

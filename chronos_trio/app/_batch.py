@@ -22,7 +22,7 @@ import trio
 
 from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import ResultTimeout, UnknownJob
-from ..records._flow_outcomes import MemberOutcome
+from ..records._flow_outcomes import DELETED_ERROR, MemberOutcome
 from ..records._producing import check_wait_timeout
 from ..records._workflow import Chain, FlowStep, Group, chain
 from ..store._capabilities import Capability
@@ -142,14 +142,23 @@ class Batch:
 
     async def result(self, timeout: float | None = None) -> list[MemberOutcome]:
         """Every member's outcome in member order, once all finished (its
-        result decoded by its task's result type, or its error). Raises
+        result decoded by its task's result type, or its error; a member
+        deleted before it ended: :data:`DELETED_ERROR`). Raises
         ResultTimeout as :meth:`wait`."""
         total = await self.size()
         group_id = f"{self.id}.0"
-        members = tuple([await self._member(member_id(self.id, k)) for k in range(total)])
+        status = await self.wait(timeout)  # then every outcome is in
+        store = self.app.store
+        gone = {j for j in status.failed_job_ids if await store.get_job(j) is None}
+        ids = [member_id(self.id, k) for k in range(total)]
+        members = tuple([await self._member(j) for j in ids if j not in gone])
         flow = Workflow(self.id, None, ends=GroupEnd(group_id, members, True), allowing=(group_id,))
-        outcomes: list[MemberOutcome] = await flow.result(timeout)
-        return outcomes
+        found: list[MemberOutcome] = await flow.result(timeout)
+        outcomes = iter(found)
+        return [
+            MemberOutcome(False, None, DELETED_ERROR, j) if j in gone else next(outcomes)
+            for j in ids
+        ]
 
     async def _member(self, job_id: str) -> JobHandle[Any]:
         """A member's handle (the handle that started the batch has them)."""

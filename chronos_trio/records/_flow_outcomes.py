@@ -8,6 +8,11 @@ import attrs
 
 from ._attrs_methods import fields_eq, fields_hash, fields_repr
 
+#: The error a workflow step deleted before it ended (scheduled, ready or
+#: retry_wait) fails with, when its flow handles failures: the stores put it
+#: in the outbox as a failed end in the deleting step (see docs/workflows.md).
+DELETED_ERROR = "deleted: the job was deleted before it ended"
+
 
 @attrs.frozen
 class StepFailure:

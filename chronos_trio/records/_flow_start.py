@@ -34,9 +34,11 @@ import attrs
 from . import _flow_json as flow_json
 from ._attrs_methods import fields_eq, fields_hash, fields_repr
 from ._flow_encoding import encode_tree
+from ._flow_keep import record_keep
 from ._jobs import NewJob
 from ._workflow import (
     MAX_CONTINUATION_BYTES,
+    WORKFLOW_KEEP,
     FlowStep,
     Headers,
     Node,
@@ -59,6 +61,8 @@ class WorkflowStart:
     workflow_id: str
     tree: str
     first_kind: str
+    #: How long its record is saved for (``records._flow_keep.record_keep``).
+    keep: float = WORKFLOW_KEEP
 
 
 #: Stand-in workflow IDs (any two distinct plain IDs would do: see the module doc).
@@ -93,6 +97,7 @@ class _Template:
     jobs: tuple[tuple[Parts, Parts | None, dict[str, Any]], ...]
     tree: Parts
     allowing: tuple[Parts, ...]
+    keep: float
 
 
 def _split(text: str, stand_in: str) -> Parts:
@@ -124,6 +129,7 @@ def _made(
         ),
         _split(encode_tree(node, stand_in), stand_in),
         tuple(_split(g, stand_in) for g in allowing(node, stand_in)),
+        record_keep(node, on_failure),
     )
 
 
@@ -162,6 +168,8 @@ class Start:
     steps: Steps
     tree: str
     allowing: tuple[str, ...]
+    #: How long its record is saved for (``records._flow_keep.record_keep``).
+    keep: float = WORKFLOW_KEEP
 
 
 class FlowStarts:
@@ -212,6 +220,7 @@ class FlowStarts:
             steps,
             encode_tree(node, workflow_id),
             tuple(self._allowing(node, workflow_id)),
+            record_keep(node, on_failure),
         )
 
 
@@ -231,6 +240,7 @@ def _fill(template: _Template, workflow_id: str) -> Start | None:
         Steps(jobs=tuple(jobs), workflow=workflow_id),
         join(template.tree),
         tuple(join(g) for g in template.allowing),
+        template.keep,
     )
 
 

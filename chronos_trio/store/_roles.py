@@ -107,7 +107,7 @@ from __future__ import annotations
 
 import abc
 import importlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar, cast
 
 import attrs
@@ -644,6 +644,8 @@ class AdminRole(StoreRole):
         (a running job is settled by its worker, not deleted under it) or of
         a newer record format. A record whose state is unreadable is deleted
         and taken out of every index (deleting is how an operator clears it).
+        A workflow job keeps its place in its flow in the same atomic step
+        (see :class:`FlowRole`).
 
         Raises StoreError when the store cannot be reached.
         """
@@ -972,6 +974,9 @@ class Continuation:
     kind: str = ""
     error: str = ""
     attempts: int = 0
+    #: The entry of a deleted job, kept by the store beside its outbox entry
+    #: until :meth:`FlowRole.finish_continuations` (store-specific bookkeeping).
+    kept: bool = False
 
 
 @attrs.frozen
@@ -998,7 +1003,16 @@ class FlowRole(StoreRole):
     :data:`~chronos_trio.records._workflow.FAILURE_MARK`); a dead job
     without it, a retry and a stale token's settle never do. An entry whose
     job is neither succeeded nor dead when read (re-run meanwhile) leaves
-    the outbox unread: its next end puts it back."""
+    the outbox unread: its next end puts it back.
+
+    Deleting a workflow job (``delete_job``, ``purge_queue``) keeps its
+    place in its flow, in the same atomic step: an end of it still in the
+    outbox stays readable, whole (``Continuation.kept``: the store keeps it
+    beside the outbox until :meth:`finish_continuations`); a job that had
+    not ended (scheduled, ready, retry_wait) whose continuation holds
+    failure handling goes to the outbox as failed, with
+    :data:`~chronos_trio.records._flow_outcomes.DELETED_ERROR` and its
+    attempts. Any other deleted job leaves no entry."""
 
     @abc.abstractmethod
     async def continuations(self, queues: Sequence[str], limit: int) -> list[Continuation]:
@@ -1058,8 +1072,9 @@ class WorkflowRole(StoreRole):
     A record is saved when the workflow starts, before its first jobs; it
     lists every job the flow has or will have (their IDs follow from the
     tree), so cancelling and viewing need no index of jobs. A record lasts
-    the ``ttl`` it was saved with (``WORKFLOW_KEEP``, as the flow's
-    finished jobs), its mark with it. On Redis a record is one hash in the
+    the ``ttl`` it was saved with (``records._flow_keep.record_keep``:
+    ``WORKFLOW_KEEP`` plus the flow's delays), or longer when kept alive
+    (:meth:`keep_workflows`), its mark with it. On Redis a record is one hash in the
     workflow's own slot (``{ns:wf:<id>}:w``)."""
 
     @abc.abstractmethod
@@ -1111,6 +1126,17 @@ class WorkflowRole(StoreRole):
     async def cancelled(self, workflow_ids: Sequence[str]) -> set[str]:
         """Those of ``workflow_ids`` that are marked cancelled (one round
         trip per store node). Raises StoreError."""
+
+    async def keep_workflows(self, keeps: Mapping[str, float]) -> dict[str, float]:
+        """Make the record of each workflow ID of ``keeps`` last at least
+        that many seconds from now (store clock; never shortened), each
+        atomically: what keeps a running flow's record alive (the
+        continuer calls it as the flow advances). Returns, per record found,
+        how many seconds it lasts now; a workflow without a record is left
+        out (nothing is made). One round trip per store node. Raises
+        StoreError. This default keeps nothing and returns {} (a store whose
+        records never lapse while their flows run)."""
+        return {}
 
 
 class CheckRole(StoreRole):

@@ -352,12 +352,15 @@ def outbox_entry(
     error: str | None,
     attempts: int,
     kind: str,
+    kept: object = False,
 ) -> Continuation:
     """An outbox entry as the SQL stores read it from a job row marked
-    ``continuation``: a succeeded job's result, or a dead one's failure."""
+    ``continuation`` (or a deleted job's kept row, ``kept`` true): a
+    succeeded job's result, or a dead one's failure."""
     if state == JobState.DEAD.value:
         return Continuation(
             job_id, queue, placement, then, None,
-            failed=True, kind=kind, error=error or "", attempts=int(attempts),
+            failed=True, kind=kind, error=error or "", attempts=int(attempts), kept=bool(kept),
         )  # fmt: skip
-    return Continuation(job_id, queue, placement, then, None if result is None else bytes(result))
+    value = None if result is None else bytes(result)
+    return Continuation(job_id, queue, placement, then, value, kept=bool(kept))

@@ -105,6 +105,25 @@ class TransactionalEnqueue(ProducerEnqueue):
         """From Trio: a synchronous connection, used in a worker thread
         (the call waits for it; the connection must not be used meanwhile)."""
 
+    async def start_workflow_in_transaction(
+        self,
+        connection: object,
+        workflow_id: str,
+        tree: str,
+        first_kind: str,
+        ttl: float,
+        jobs: Sequence[NewJob],
+    ) -> list[EnqueueResult]:
+        """From Trio, as :meth:`enqueue_in_transaction`: a workflow's first
+        ``jobs`` and, before them in the same transaction, its record (as
+        ``WorkflowRole.save_workflow`` saves it: ``tree``, ``first_kind``,
+        kept ``ttl`` seconds; a live record of that ID stands), so that the
+        record commits, or rolls back, with the jobs. Raises as
+        :meth:`enqueue_in_transaction`. This default writes the jobs alone
+        (a store without workflow records: the flow cannot be cancelled or
+        viewed by its ID); the PostgreSQL and SQLite stores write both."""
+        return await self.enqueue_in_transaction(connection, jobs)
+
 
 def transactional_store(store: object, where: str = "") -> TransactionalEnqueue:
     """``store`` as a :class:`TransactionalEnqueue`; ``MissingCapability``

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import trio
 
+from ..records._flow_outcomes import DELETED_ERROR
 from ..records._jobs import JobState
 from ..records._workflow import FAILED_OUTCOME, FAILURE_MARK, Arrival
 from ..store._capabilities import Capability
@@ -87,6 +88,59 @@ async def check_a_dead_entry_re_run_before_it_is_read_leaves_the_outbox(fresh: F
     assert (await store.settle([settle(leased, SettleKind.DEAD, error="boom")])).settled == (True,)
     assert await store.run_now("again")
     # re-run: its next end puts it back, so nothing is continued from this one
+    assert await store.continuations(["q"], 10) == []
+
+
+@check(Capability.ADMIN, Capability.FLOWS)
+async def check_a_deleted_workflow_job_keeps_its_place_in_its_flow(fresh: Fresh) -> None:
+    """Deleting (``delete_job``, ``purge_queue``) a job that never ended
+    whose continuation holds failure handling puts it in the outbox as
+    failed (``DELETED_ERROR``) in the same step; an end of a deleted job
+    still in the outbox stays there, whole; a deleted job without failure
+    handling, or one already continued, leaves nothing."""
+    store = await fresh()
+    await store.enqueue_many(
+        [
+            job("ran", then='{"seq":[]}'),
+            job("failed", then=FAILING),
+            job("waits", then=FAILING, delay=3600),
+            job("plain-flow", then='{"seq":[]}', delay=3600),
+        ]
+    )
+    by_id = {lj.job.id: lj for lj in await lease(store)}
+    assert sorted(by_id) == ["failed", "ran"], by_id
+    settled = await store.settle(
+        [
+            settle(by_id["ran"], SettleKind.SUCCEEDED, result=b"7", result_ttl=60),
+            settle(by_id["failed"], SettleKind.DEAD, error="boom"),
+        ]
+    )
+    assert settled.settled == (True, True)
+    for job_id in ("ran", "failed", "waits", "plain-flow"):
+        assert await store.delete_job(job_id), job_id
+        assert await store.get_job(job_id) is None, f"{job_id} is deleted"
+    await store.enqueue_many([job("purged", queue="p", then=FAILING, delay=3600)])
+    assert (await store.purge_queue("p", limit=10)).count == 1
+    entries = {c.job_id: c for c in await store.continuations(["q", "p"], 10)}
+    assert sorted(entries) == ["failed", "purged", "ran", "waits"], entries
+    ran, failed, waits, purged = (entries[k] for k in ("ran", "failed", "waits", "purged"))
+    assert (ran.then, ran.result, ran.failed) == ('{"seq":[]}', b"7", False), ran
+    assert (failed.failed, failed.error, failed.attempts) == (True, "boom", 1), failed
+    for entry in (waits, purged):
+        assert (entry.then, entry.failed, entry.kind) == (FAILING, True, "k"), entry
+        assert (entry.error, entry.attempts) == (DELETED_ERROR, 0), entry
+    assert purged.queue == "p"
+    # read again until finished: the same entries
+    again = await store.continuations(["q", "p"], 10)
+    assert sorted(c.job_id for c in again) == sorted(entries)
+    await store.finish_continuations(again)
+    assert await store.continuations(["q", "p"], 10) == []
+    # a deleted job whose end was continued already leaves nothing more
+    await store.enqueue_many([job("done", then=FAILING)])
+    [leased] = await lease(store)
+    assert (await store.settle([settle(leased, SettleKind.DEAD, error="x")])).settled == (True,)
+    await store.finish_continuations(await store.continuations(["q"], 10))
+    assert await store.delete_job("done")
     assert await store.continuations(["q"], 10) == []
 
 

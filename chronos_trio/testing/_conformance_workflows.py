@@ -78,3 +78,21 @@ async def check_a_workflow_record_expires(fresh: Fresh) -> None:
     assert await store.save_workflow("w", _TREE, "k2", 60.0) is True, "a new run after expiry"
     got = await store.workflow_record("w")
     assert got is not None and got.first_kind == "k2" and got.cancelled is None
+
+
+@check(Capability.WORKFLOW_CONTROL)
+async def check_a_workflow_record_is_kept_alive_never_shortened(fresh: Fresh) -> None:
+    store = await fresh()
+    await store.save_workflow("w", _TREE, "k", 0.4)
+    await store.save_workflow("long", _TREE, "k", 60.0)
+    kept = await store.keep_workflows({"w": 2.0, "long": 1.0, "none": 5.0})
+    assert set(kept) == {"w", "long"}, "no record is made for an unknown ID"
+    assert 2.0 - _SLACK <= kept["w"] <= 2.0 + _SLACK, kept
+    assert 59.0 <= kept["long"] <= 60.0 + _SLACK, "never shortened"
+    again = await store.keep_workflows({"w": 0.1})
+    assert 1.0 <= again["w"] <= 2.0 + _SLACK, "never shortened"
+    await trio.sleep(0.6)
+    got = await store.workflow_record("w")
+    assert got is not None and got.first_kind == "k", "kept past its first ttl"
+    assert await store.workflow_record("none") is None
+    assert await store.keep_workflows({}) == {}

@@ -28,7 +28,7 @@ import heapq
 import itertools
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import attrs
 import trio
@@ -37,6 +37,7 @@ from ...records import _attempts, _control, _jobs, _unique
 from ...records._aggregates import KindCounts, MinuteCounts, check_add
 from ...records._attempts import Attempt
 from ...records._flow_control import WorkflowRecord
+from ...records._flow_outcomes import DELETED_ERROR
 from ...records._jobs import (
     FINISHED_STATES,
     EnqueueResult,
@@ -127,6 +128,20 @@ _DUE = _Index("due", frozenset({JobState.SCHEDULED, JobState.RETRY_WAIT}))
 _READY = _Index("ready", frozenset({JobState.READY}))
 _LEASED = _Index("leased", frozenset({JobState.LEASED}))
 _OUTBOXED = frozenset({JobState.SUCCEEDED, JobState.DEAD})
+#: States of a job that has not ended (nor is running).
+_UNENDED = frozenset({JobState.SCHEDULED, JobState.READY, JobState.RETRY_WAIT})
+
+
+def _outbox_entry(job: Job, queue: str) -> Continuation:
+    """The outbox entry of ``job`` (succeeded, or dead: failed), which has a
+    continuation."""
+    assert job.then is not None
+    if job.state is JobState.DEAD:
+        return Continuation(
+            job.id, queue, job.placement, job.then, None,
+            failed=True, kind=job.kind, error=job.last_error, attempts=job.attempts,
+        )  # fmt: skip
+    return Continuation(job.id, queue, job.placement, job.then, job.result)
 
 
 @attrs.define
@@ -278,6 +293,8 @@ class MemoryStore(Store):
         self._aggregates = _memory_aggregates.Aggregates()
         #: Workflow outbox: job ID -> queue, oldest first (see FlowRole).
         self._outbox: dict[str, str] = {}
+        #: Outbox entries of deleted jobs, kept whole (see ``_keep_flow_place``).
+        self._gone: dict[str, Continuation] = {}
         self._outbox_filled = _flag.Flag()
         #: Groups: ID -> (expiry, size, results by member index).
         self._groups: dict[str, tuple[float, int, dict[int, bytes | None]]] = {}
@@ -548,6 +565,10 @@ class MemoryStore(Store):
                 break
             if queue not in wanted:
                 continue
+            gone = self._gone.get(job_id)
+            if gone is not None:
+                out.append(gone)  # a deleted job's end, kept with its entry
+                continue
             rec = self._records.get(job_id)
             if rec is None or rec.job.then is None or rec.job.state not in _OUTBOXED:
                 # trimmed, deleted or re-run meanwhile: nothing to continue now
@@ -555,20 +576,35 @@ class MemoryStore(Store):
                 continue
             job = rec.job
             assert job.then is not None
-            if job.state is JobState.DEAD:
-                entry = Continuation(
-                    job_id, queue, job.placement, job.then, None,
-                    failed=True, kind=job.kind, error=job.last_error, attempts=job.attempts,
-                )  # fmt: skip
-            else:
-                entry = Continuation(job_id, queue, job.placement, job.then, job.result)
-            out.append(entry)
+            out.append(_outbox_entry(job, queue))
         return out
 
     async def finish_continuations(self, done: Sequence[Continuation]) -> None:
         await trio.lowlevel.checkpoint()
         for c in done:
             self._outbox.pop(c.job_id, None)
+            self._gone.pop(c.job_id, None)
+
+    def _keep_flow_place(self, rec: _Record) -> None:
+        """Before workflow job ``rec`` is deleted (``delete_job``,
+        ``purge_queue``, ``trim``), in the same step: an end of it still in
+        the outbox keeps what the continuer reads; a job that never ended
+        (scheduled, ready, retry_wait) whose flow handles failures ends
+        failed (:data:`DELETED_ERROR`) into the outbox, so the group that
+        allows failures around it (a batch) still completes and its
+        ``on_failure`` is called. Anything else: its flow stops there."""
+        job = rec.job
+        if job.then is None:
+            return
+        if job.id in self._outbox and job.state in _OUTBOXED:
+            self._gone[job.id] = _outbox_entry(job, self._outbox[job.id])
+        elif job.state in _UNENDED and holds_failure_handling(job.then):
+            self._gone[job.id] = Continuation(
+                job.id, rec.home, job.placement, job.then, None,
+                failed=True, kind=job.kind, error=DELETED_ERROR, attempts=job.attempts,
+            )  # fmt: skip
+            self._outbox[job.id] = rec.home
+            self._outbox_filled.set()
 
     async def wait_continuations(self, timeout: float) -> None:
         await self._outbox_filled.take(timeout)
@@ -609,6 +645,10 @@ class MemoryStore(Store):
     async def cancelled(self, workflow_ids: Sequence[str]) -> set[str]:
         await trio.lowlevel.checkpoint()
         return self._workflows.cancelled(workflow_ids, self._clock())
+
+    async def keep_workflows(self, keeps: Mapping[str, float]) -> dict[str, float]:
+        await trio.lowlevel.checkpoint()
+        return self._workflows.keep(keeps, self._clock())
 
     async def group_status(self, group_ids: Sequence[str]) -> list[GroupStatus]:
         await trio.lowlevel.checkpoint()
@@ -805,8 +845,10 @@ class MemoryStore(Store):
         The mark is read in this same step, so a cancel either comes after
         the successor exists (its sweep finds it) or stops it here."""
         wid = successor.workflow
-        if wid is not None and self._workflows.cancelled([wid], now):
-            return False
+        if wid is not None:
+            if self._workflows.cancelled([wid], now):
+                return False
+            self._workflows.keep({wid: WORKFLOW_KEEP}, now)  # its flow runs on
         new = successor.job
         self._enqueue_one(new, new.id, now)
         self.chain_settles += 1
@@ -1032,6 +1074,7 @@ class MemoryStore(Store):
             return 0
         if not lapsed:
             return 0
+        self._keep_flow_place(rec)
         self._delete(job.id)
         return counted
 
@@ -1046,6 +1089,7 @@ class MemoryStore(Store):
         for group in by_queue.values():
             group.sort(key=order)
             for rec in group[: max(0, len(group) - keep)]:
+                self._keep_flow_place(rec)
                 self._delete(rec.job.id)
                 deleted += 1
         return deleted
@@ -1287,6 +1331,7 @@ class MemoryStore(Store):
             return False
         rec = self._records[job_id]
         self._unique.release(rec.home, rec.unique, job_id)
+        self._keep_flow_place(rec)
         self._delete(job_id)
         return True
 
@@ -1307,6 +1352,7 @@ class MemoryStore(Store):
         for job_id in doomed:
             rec = self._records[job_id]
             self._unique.release(rec.home, rec.unique, job_id)
+            self._keep_flow_place(rec)
             self._delete(job_id)
         return CountResult(len(doomed), NOTHING_SET_ASIDE)
 

@@ -3,7 +3,7 @@ workflow ID, each entry kept until its expiry (store clock)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -48,4 +48,17 @@ class WorkflowRecords:
             record = self._live(wid, now)
             if record is not None and record.cancelled is not None:
                 out.add(wid)
+        return out
+
+    def keep(self, keeps: Mapping[str, float], now: float) -> dict[str, float]:
+        """Each live record of ``keeps`` kept at least its seconds from
+        ``now``; how long each found lasts then."""
+        out: dict[str, float] = {}
+        for wid, ttl in keeps.items():
+            record = self._live(wid, now)
+            if record is None:
+                continue
+            until = max(self._records[wid][0], now + ttl)
+            self._records[wid] = (until, record)
+            out[wid] = until - now
         return out

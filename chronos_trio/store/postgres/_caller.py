@@ -36,12 +36,17 @@ from . import _enqueue, _migrate, _results
 from ._connections import Bound, driver_error_types, recognise
 from ._pool import Pool, describe
 from ._url import parse_url
+from ._workflow_save import save_query
 
 #: Databases (a key per connection, engine or Django alias) known to hold a
 #: current schema, with the schemas found current there. Weak where it can be.
 _current: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 _current_by_name: dict[object, set[str]] = {}
 _current_lock = threading.Lock()
+
+#: A workflow record to save with a flow's first jobs: its ID, encoded
+#: tree, first step's kind and ttl (s).
+RecordSave = tuple[str, str, str, float]
 
 
 def _known_current(database: object, schema: str) -> bool:
@@ -192,7 +197,12 @@ class ProducerPart(ProducerEnqueue):
             )
         return bound
 
-    def _enqueue_sync(self, bound: Bound, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+    def _enqueue_sync(
+        self, bound: Bound, jobs: Sequence[NewJob], record: RecordSave | None = None
+    ) -> list[EnqueueResult]:
+        """Check the schema, then write ``jobs`` on ``bound`` (and first,
+        given ``record``, a workflow's record: ID, tree, first kind, ttl;
+        a record of that ID already there stands), in its transaction."""
         run = bound.run
         assert run is not None
         schema = self._files.schema
@@ -203,6 +213,10 @@ class ProducerPart(ProducerEnqueue):
                     self._migrate_own()
                     version = self._version_sync(bound)
                 self._accept(bound, version)
+            if record is not None:
+                run(save_query(schema), record)
+            if not jobs:
+                return []
             rows = run(_enqueue.enqueue_query(schema), _enqueue.enqueue_params(jobs))
         except driver_error_types() as exc:
             raise self._failed(bound, exc) from exc

@@ -6,12 +6,14 @@ an abort that finishes a job wakes its result waiters, at commit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 
 from ...records._jobs import abort_error
 from .._roles import NOTHING_SET_ASIDE, AbortResult, CountResult
+from .._sql_flow_kept import DELETED_COLUMNS, insert_kept, kept_rows
 from ._wake import wake_queues, wake_waiters
 
 _WAITING = ("scheduled", "ready", "retry_wait")
@@ -52,21 +54,26 @@ def run_now(conn: psycopg.Connection[Any], schema: str, job_id: str, queue: str 
     return True
 
 
+#: What a delete returns: the unique key it gives back, then what keeps the
+#: job's place in its flow (``store._sql_flow_kept``).
+_DELETED = "RETURNING unique_key, " + DELETED_COLUMNS.format(now="chronos_now()")
+
+
 def delete_job(conn: psycopg.Connection[Any], schema: str, job_id: str, queue: str | None) -> bool:
     """Delete a job that is not leased, giving back its unique key (its
-    result waiters are woken: it went)."""
+    result waiters are woken: it went); a workflow job keeps its place in
+    its flow (``store._sql_flow_kept``), in the same transaction."""
     where, params = _where(queue)
     row = conn.execute(
-        "DELETE FROM jobs WHERE id = %s AND state <> 'leased'"
-        + where
-        + " RETURNING queue, unique_key",
+        "DELETE FROM jobs WHERE id = %s AND state <> 'leased'" + where + " " + _DELETED,
         (job_id, *params),
     ).fetchone()
     if row is None:
         return False
-    release_unique(conn, row[0], row[1], job_id)
+    release_unique(conn, row[2], row[0], job_id)
     conn.execute("DELETE FROM slots WHERE job_id = %s", (job_id,))
     wake_waiters(conn, schema, [job_id])
+    _keep_flow_places(conn, [row])
     return True
 
 
@@ -78,16 +85,26 @@ def purge_queue(conn: psycopg.Connection[Any], schema: str, queue: str, limit: i
     rows = conn.execute(
         "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE queue = %s"
         " AND state <> 'leased' AND NOT discarded AND (state <> 'succeeded' OR retained)"
-        " LIMIT %s FOR UPDATE SKIP LOCKED) AND state <> 'leased' RETURNING id, unique_key",
+        " LIMIT %s FOR UPDATE SKIP LOCKED) AND state <> 'leased' " + _DELETED,
         (queue, max(0, limit)),
     ).fetchall()
-    for job_id, key in rows:
+    for key, job_id, *_ in rows:
         release_unique(conn, queue, key, job_id)
-    ids = [job_id for job_id, _ in rows]
+    ids = [row[1] for row in rows]
     if ids:
         conn.execute("DELETE FROM slots WHERE job_id = ANY(%s)", (ids,))
         wake_waiters(conn, schema, ids)
+        _keep_flow_places(conn, rows)
     return CountResult(len(rows), NOTHING_SET_ASIDE)
+
+
+def _keep_flow_places(conn: psycopg.Connection[Any], rows: Sequence[Sequence[Any]]) -> None:
+    """The kept outbox entries of deleted ``rows`` (``_DELETED``'s columns),
+    in the deleting transaction (``store._sql_flow_kept``)."""
+    kept = kept_rows(row[1:] for row in rows)
+    if kept:
+        with conn.cursor() as cur:
+            cur.executemany(insert_kept("%s"), kept)
 
 
 def abort(

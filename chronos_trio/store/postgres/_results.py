@@ -16,6 +16,7 @@ from ...records._workflow import FAILED_OUTCOME, Arrival
 from .._roles import Continuation, GroupStatus
 from .._rows import PLACEMENT, job_from_row, shown
 from .._settle_plan import outbox_entry
+from .._sql_flow_kept import finish_kept, kept_entries
 from ._claim import DUE_STATES, J_COLUMNS
 
 _OUTCOME = f"""
@@ -63,13 +64,19 @@ SELECT state FROM job
 
 _UNREGISTER = "DELETE FROM result_waiters WHERE job_id = %s AND waiter = %s"
 
-_CONTINUATIONS = """
-SELECT j.id, j.queue, j.then_step, j.result, j.state, j.last_error, j.attempts, j.kind
+_CONTINUATIONS = (
+    """
+(SELECT j.id, j.queue, j.then_step, j.result, j.version, j.part,
+    j.state, j.last_error, j.attempts, j.kind, 0
 FROM jobs j
-WHERE j.continuation AND j.queue = ANY (%s::text[])
+WHERE j.continuation AND j.queue = ANY (%(queues)s::text[])
 ORDER BY j.finished_at, j.id
-LIMIT %s
-"""
+LIMIT %(limit)s)
+UNION ALL
+("""
+    + kept_entries("= ANY (%(queues)s::text[])", "%(limit)s")
+    + ")"
+)
 
 _FINISH_CONTINUATIONS = """
 UPDATE jobs SET continuation = false WHERE id = ANY (%s::text[]) AND continuation
@@ -120,16 +127,21 @@ def continuations(
 ) -> list[Continuation]:
     if limit <= 0 or not queues:
         return []
-    rows = conn.execute(_CONTINUATIONS, (list(queues), limit)).fetchall()
+    rows = conn.execute(_CONTINUATIONS, {"queues": list(queues), "limit": limit}).fetchall()
     return [
         outbox_entry(job_id, queue, PLACEMENT, then, result, *failure)
-        for job_id, queue, then, result, *failure in rows
-    ]
+        for job_id, queue, then, result, _version, _part, *failure in rows
+    ][:limit]
 
 
 def finish_continuations(conn: psycopg.Connection[Any], done: Sequence[Continuation]) -> None:
+    """Take ``done`` out of the outbox (the jobs stay, retained; the kept
+    entries of deleted jobs go)."""
     if done:
         conn.execute(_FINISH_CONTINUATIONS, (sorted({c.job_id for c in done}),))
+        kept = finish_kept(done)
+        if kept:
+            conn.execute("DELETE FROM flow_kept WHERE id = ANY (%s::text[])", (kept,))
 
 
 def group_arrive(

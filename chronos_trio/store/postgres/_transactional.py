@@ -26,3 +26,18 @@ class TransactionalPart(PostgresPart, ProducerPart, TransactionalEnqueue):
         # Not abandoned on cancel: the statement runs on the caller's
         # connection, which must not be used again before it ends.
         return await trio.to_thread.run_sync(self._enqueue_sync, bound, jobs)
+
+    async def start_workflow_in_transaction(
+        self,
+        connection: object,
+        workflow_id: str,
+        tree: str,
+        first_kind: str,
+        ttl: float,
+        jobs: Sequence[NewJob],
+    ) -> list[EnqueueResult]:
+        """The record's save, then the jobs, both statements on the
+        caller's connection in its transaction (see the base method)."""
+        bound = self._bound(connection, asyncio_ok=False)
+        record = (workflow_id, tree, first_kind, ttl)
+        return await trio.to_thread.run_sync(self._enqueue_sync, bound, jobs, record)

@@ -5,7 +5,7 @@ times are the server's (``chronos_now()``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -16,6 +16,7 @@ from ...records._jobs import EnqueueResult, NewJob
 from .._roles import WorkflowRole
 from ._base import PostgresPart
 from ._enqueue import enqueue_params, enqueue_query, enqueue_results
+from ._workflow_save import save_query
 
 #: Lapsed records a save removes, at most (the rest wait for later saves).
 FORGET = 16
@@ -26,15 +27,8 @@ DELETE FROM workflows WHERE id IN (
 )
 """
 
-_SAVE = """
-INSERT INTO workflows (id, tree, first_kind, created, expires_at)
-VALUES (%s, %s, %s, chronos_now(), chronos_now() + %s)
-ON CONFLICT (id) DO UPDATE
-    SET tree = EXCLUDED.tree, first_kind = EXCLUDED.first_kind, created = EXCLUDED.created,
-        expires_at = EXCLUDED.expires_at, cancelled_at = NULL
-    WHERE workflows.expires_at <= chronos_now()
-RETURNING 1
-"""
+
+_SAVE = save_query()
 
 _READ = """
 SELECT tree, created, first_kind, cancelled_at FROM workflows
@@ -45,6 +39,13 @@ _CANCEL = """
 UPDATE workflows SET cancelled_at = coalesce(cancelled_at, chronos_now())
 WHERE id = %s AND expires_at > chronos_now()
 RETURNING tree, created, first_kind, cancelled_at
+"""
+
+_KEEP = """
+UPDATE workflows w SET expires_at = greatest(w.expires_at, chronos_now() + k.ttl)
+FROM unnest(%s::text[], %s::float8[]) AS k (id, ttl)
+WHERE w.id = k.id AND w.expires_at > chronos_now()
+RETURNING w.id, w.expires_at - chronos_now()
 """
 
 _CANCELLED = """
@@ -115,3 +116,14 @@ class WorkflowPart(PostgresPart, WorkflowRole):
             lambda conn: conn.execute(_CANCELLED, (ids,)).fetchall(), what="cancelled"
         )
         return {row[0] for row in rows}
+
+    async def keep_workflows(self, keeps: Mapping[str, float]) -> dict[str, float]:
+        ids = sorted(keeps)
+        if not ids:
+            await trio.lowlevel.checkpoint()
+            return {}
+        ttls = [float(keeps[wid]) for wid in ids]
+        rows = await self._db.run(
+            lambda conn: conn.execute(_KEEP, (ids, ttls)).fetchall(), what="keep_workflows"
+        )
+        return {row[0]: float(row[1]) for row in rows}

@@ -385,7 +385,10 @@ def delete_job(ctx: StoreContext, job_id: str, queue: str | None) -> Plan[bool]:
         ]
     )
     _report_all(ctx, "delete_job", locs, replies)
-    return any(r[0] == 1 for r in replies)
+    deleted = any(r[0] == 1 for r in replies)
+    if deleted:
+        ctx.outbox_filled.set()  # it may have kept its place in a flow there
+    return deleted
 
 
 #: abort.lua's codes (see its header).
@@ -532,6 +535,8 @@ def purge_queue(ctx: StoreContext, queue: str, limit: int) -> Plan[CountResult]:
         total += sum(int(r[0]) for r in replies)
         ran = [pk for pk, _ in run]
         active = [pk for pk, r in zip(ran, replies, strict=True) if r[1] == 1] + waiting
+    if total:
+        ctx.outbox_filled.set()  # they may have kept their places in flows there
     return CountResult(total, aside)
 
 

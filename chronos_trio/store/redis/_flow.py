@@ -44,8 +44,8 @@ def continuations(
     replies = replies[len(removals) :]
     out: list[Continuation] = []
     for pk, reply in zip(slots, replies, strict=True):
-        # per entry: id, continuation, result, state, last_error, attempts, kind
-        for k in range(0, len(reply), 7):
+        # per entry: id, continuation, result, state, last_error, attempts, kind, kept
+        for k in range(0, len(reply), 8):
             then, state, error, attempts, kind = (
                 reply[k + 1], reply[k + 3], reply[k + 4], reply[k + 5], reply[k + 6]
             )  # fmt: skip
@@ -61,6 +61,7 @@ def continuations(
                     kind=_text(kind) if failed else "",
                     error=_text(error) if failed else "",
                     attempts=int(attempts) if failed else 0,
+                    kept=bool(reply[k + 7]),
                 )
             )
     return out[:limit]
@@ -77,12 +78,21 @@ def finish_continuations(ctx: StoreContext, done: Sequence[Continuation]) -> Pla
 
 
 def _removals(ctx: StoreContext, done: Sequence[Continuation]) -> list[Op]:
-    """One ZREM per outbox that ``done`` has entries in."""
+    """One DEL per partition of the gone keys of ``done``'s deleted jobs'
+    entries (``kept``), then one ZREM per outbox that it has entries in."""
     ids: dict[str, tuple[str, list[str]]] = {}
+    kept: dict[str, list[str]] = {}
     for c in done:
         pk = ctx.keys.placed(c.queue, c.placement)
         ids.setdefault(pk.outbox, (pk.tag, []))[1].append(c.job_id)
-    return [Op.command(tag, "ZREM", outbox, *job_ids) for outbox, (tag, job_ids) in ids.items()]
+        if c.kept:
+            kept.setdefault(pk.tag, []).append(pk.gone(c.job_id))
+    # the kept hashes first: an entry whose ZREM is lost then has nothing
+    # left to read and leaves the outbox at its next read
+    ops = [Op.command(tag, "DEL", *keys) for tag, keys in kept.items()]
+    return ops + [
+        Op.command(tag, "ZREM", outbox, *job_ids) for outbox, (tag, job_ids) in ids.items()
+    ]
 
 
 async def wait_continuations(ctx: StoreContext, timeout: float) -> None:

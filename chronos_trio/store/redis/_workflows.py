@@ -7,7 +7,7 @@ its own slot (``KeySpace.workflow``), written by ``workflow_save.lua`` and
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...records._jobs import EnqueueResult, NewJob
@@ -143,3 +143,18 @@ def cancelled(ctx: StoreContext, workflow_ids: Sequence[str]) -> Plan[set[str]]:
     keys = [ctx.keys.workflow(wid) for wid in ids]
     replies = yield Call([Op.soft_command(key, "HEXISTS", key, "x") for key in keys])
     return {wid for wid, r in zip(ids, replies, strict=True) if r == 1}
+
+
+def keep(ctx: StoreContext, keeps: Mapping[str, float]) -> Plan[dict[str, float]]:
+    """One ``workflow_keep.lua`` per workflow, all in one round trip (per
+    node on a Cluster)."""
+    ids = list(keeps)
+    if not ids:
+        return {}
+    replies = yield Call(
+        [
+            Op.script_call(S.WORKFLOW_KEEP_SCRIPT, [ctx.keys.workflow(wid)], [_ttl_ms(keeps[wid])])
+            for wid in ids
+        ]
+    )
+    return {wid: int(r) / 1000 for wid, r in zip(ids, replies, strict=True) if int(r) >= 0}

@@ -24,6 +24,9 @@ a Redis Cluster:
                        (:data:`~._codec.RECORD_FORMAT`; absent = format 1)
 ``<tag>:outbox``       zset of workflow jobs that succeeded, score = when:
                        the continuations the continuer drains
+``<tag>:gone:<id>``    a deleted workflow job's hash, kept with its outbox
+                       entry (its end, or its failure as deleted) until
+                       the continuer handled it (or WORKFLOW_KEEP passed)
 ``<tag>:aborted``      zset marking the aborted jobs among ``<tag>:dead``'s
                        entries (aborted jobs are kept there), score =
                        finished_at: what counts and lists them (a mark whose
@@ -177,6 +180,11 @@ class PartitionKeys:
 
     def job(self, job_id: str) -> str:
         return self.job_prefix + job_id
+
+    def gone(self, job_id: str) -> str:
+        """The gone key of a deleted workflow job whose outbox entry it
+        holds (see ``lua/lib/keep_flow_place.lua``)."""
+        return f"{self.tag}:gone:{job_id}"
 
     @property
     def enqueue_keys(self) -> list[str]:

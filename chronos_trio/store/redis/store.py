@@ -11,7 +11,7 @@ checker.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -579,6 +579,10 @@ class RedisStore(Store):
 
     async def cancelled(self, workflow_ids: Sequence[str]) -> set[str]:
         return await self._ctx.run(_workflows.cancelled(self._ctx, workflow_ids))
+
+    async def keep_workflows(self, keeps: Mapping[str, float]) -> dict[str, float]:
+        """One ``workflow_keep.lua`` per workflow, on its own slot."""
+        return await self._ctx.run(_workflows.keep(self._ctx, keeps))
 
     async def group_status(self, group_ids: Sequence[str]) -> list[GroupStatus]:
         return await self._ctx.run(_flow.group_status(self._ctx, group_ids))

@@ -79,8 +79,9 @@ class AdminPart(SqlitePart, AdminRole, TopologyRole):
     async def delete_job(self, job_id: str, *, queue: str | None = None) -> bool:
         """See :meth:`AdminRole.delete_job`; the job's result waiters look
         again at commit (they find it gone)."""
-        return await self._db.write(
-            lambda conn: _operate.delete_job(conn, job_id, queue), what="delete_job"
+        db = self._db
+        return await db.write(
+            lambda conn: _operate.delete_job(conn, job_id, queue, db.now()), what="delete_job"
         )
 
     async def abort(
@@ -101,8 +102,9 @@ class AdminPart(SqlitePart, AdminRole, TopologyRole):
     async def purge_queue(self, queue: str, *, limit: int) -> CountResult:
         """See :meth:`AdminRole.purge_queue`: one write transaction; the
         jobs' result waiters look again at commit (they find them gone)."""
-        return await self._db.write(
-            lambda conn: _operate.purge_queue(conn, queue, limit), what="purge_queue"
+        db = self._db
+        return await db.write(
+            lambda conn: _operate.purge_queue(conn, queue, limit, db.now()), what="purge_queue"
         )
 
     async def set_paused(self, queue: str, paused: bool) -> None:

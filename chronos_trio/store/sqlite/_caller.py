@@ -54,8 +54,14 @@ from .._transactional import ProducerEnqueue
 from . import _enqueue, _results
 from ._connections import SCHEMA_VERSION, Connections
 from ._url import parse_url
+from ._workflow_save import save
 
 _SAVEPOINT = "chronos_trio_enqueue"
+
+
+#: A workflow record to save with a flow's first jobs: its ID, encoded
+#: tree, first step's kind and ttl (s).
+RecordSave = tuple[str, str, str, float]
 
 
 class ThreadBound(Exception):
@@ -129,11 +135,13 @@ class ProducerPart(ProducerEnqueue):
 
     # -- the steps -----------------------------------------------------------------
     def _enqueue_sync(
-        self, conn: sqlite3.Connection, jobs: Sequence[NewJob]
+        self, conn: sqlite3.Connection, jobs: Sequence[NewJob], record: RecordSave | None = None
     ) -> list[EnqueueResult]:
-        """Check the connection (file, schema), then write ``jobs`` as the
-        module docstring says. Raises ThreadBound before anything when
-        ``conn`` belongs to another thread."""
+        """Check the connection (file, schema), then write ``jobs`` (and
+        first, given ``record``, a workflow's record: ID, tree, first kind,
+        ttl; a live record of that ID stands) as the module docstring says.
+        Raises ThreadBound before anything when ``conn`` belongs to another
+        thread."""
         with _plain_rows(conn):
             try:
                 self._check_file(conn)
@@ -144,7 +152,7 @@ class ProducerPart(ProducerEnqueue):
                 raise ValueError(f"the sqlite3 connection cannot be used: {exc}") from exc
             except sqlite3.Error as exc:
                 raise self._failed(exc, "nothing was stored") from exc
-            return self._write(conn, jobs)
+            return self._write(conn, jobs, record)
 
     def _check_file(self, conn: sqlite3.Connection) -> None:
         """ValueError unless ``conn``'s main database is the store's file."""
@@ -181,16 +189,17 @@ class ProducerPart(ProducerEnqueue):
             "was stored"
         )
 
-    def _write(self, conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
-        db = self._files
+    def _write(
+        self, conn: sqlite3.Connection, jobs: Sequence[NewJob], record: RecordSave | None
+    ) -> list[EnqueueResult]:
         if conn.in_transaction:
-            return self._in_savepoint(conn, jobs)
+            return self._in_savepoint(conn, jobs, record)
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise self._failed(exc, "nothing was stored") from exc
         try:
-            results = _enqueue.enqueue(conn, jobs, db.now())
+            results = self._statements(conn, jobs, record)
             if _autocommit(conn):
                 conn.execute("COMMIT")
         except BaseException as exc:
@@ -202,12 +211,22 @@ class ProducerPart(ProducerEnqueue):
             raise
         return results
 
+    def _statements(
+        self, conn: sqlite3.Connection, jobs: Sequence[NewJob], record: RecordSave | None
+    ) -> list[EnqueueResult]:
+        """The writes, in the transaction open on ``conn``: the record's
+        save first (when given), then the jobs."""
+        now = self._files.now()
+        if record is not None:
+            save(conn, *record, now)
+        return _enqueue.enqueue(conn, jobs, now) if jobs else []
+
     def _in_savepoint(
-        self, conn: sqlite3.Connection, jobs: Sequence[NewJob]
+        self, conn: sqlite3.Connection, jobs: Sequence[NewJob], record: RecordSave | None
     ) -> list[EnqueueResult]:
         try:
             conn.execute(f"SAVEPOINT {_SAVEPOINT}")
-            results = _enqueue.enqueue(conn, jobs, self._files.now())
+            results = self._statements(conn, jobs, record)
             conn.execute(f"RELEASE {_SAVEPOINT}")
         except BaseException as exc:
             undone = _undo_savepoint(conn)

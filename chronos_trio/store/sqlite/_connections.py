@@ -49,7 +49,7 @@ T = TypeVar("T")
 Work = Callable[[sqlite3.Connection], T]
 
 #: The schema version this code writes and reads (``PRAGMA user_version``).
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: Stored schedules (version 4, ``store._sql_schedules``); schema.sql has
 #: them too.
@@ -86,6 +86,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # 5 -> 6: per-minute aggregates (store._sql_aggregates)
     5: table_sql("INTEGER", " STRICT"),
+    # 6 -> 7: outbox entries of deleted workflow jobs (store._sql_flow_kept)
+    6: (
+        "CREATE TABLE flow_kept (id TEXT PRIMARY KEY, queue TEXT NOT NULL,"
+        " then_step TEXT NOT NULL, result BLOB, version INTEGER NOT NULL,"
+        " part INTEGER NOT NULL, state TEXT NOT NULL, last_error TEXT NOT NULL,"
+        " attempts INTEGER NOT NULL, kind TEXT NOT NULL, finished_at REAL NOT NULL) STRICT",
+    ),
 }
 
 #: Oldest SQLite library the store runs on (STRICT tables, RETURNING).

@@ -13,6 +13,7 @@ import sqlite3
 
 from ...records._jobs import abort_error
 from .._roles import NOTHING_SET_ASIDE, AbortResult, CountResult
+from .._sql_flow_kept import DELETED_COLUMNS, insert_kept, kept_rows
 from . import _states
 
 _WAITING = ("scheduled", "ready", "retry_wait")
@@ -48,38 +49,52 @@ def run_now(conn: sqlite3.Connection, job_id: str, queue: str | None, now: float
     return bool(rows)
 
 
-def delete_job(conn: sqlite3.Connection, job_id: str, queue: str | None) -> bool:
+#: What a delete returns: the unique key it gives back, then what keeps the
+#: job's place in its flow (``store._sql_flow_kept``).
+_DELETED = "RETURNING unique_key, " + DELETED_COLUMNS.format(now="?")
+
+
+def delete_job(conn: sqlite3.Connection, job_id: str, queue: str | None, now: float) -> bool:
     """Delete a job that is not leased, giving back its unique key and any
-    slot it holds."""
+    slot it holds; a workflow job keeps its place in its flow
+    (``store._sql_flow_kept``), in the same transaction."""
     where, params = _where(queue)
     rows = conn.execute(
-        "DELETE FROM jobs WHERE id = ? AND state <> 'leased'"
-        + where
-        + " RETURNING queue, unique_key",
-        (job_id, *params),
+        "DELETE FROM jobs WHERE id = ? AND state <> 'leased'" + where + " " + _DELETED,
+        (job_id, *params, now),
     ).fetchall()
     if not rows:
         return False
-    ((home, key),) = rows
+    ((key, _, home, *_),) = rows
     release_unique(conn, home, key, job_id)
     conn.execute("DELETE FROM slots WHERE job_id = ?", (job_id,))
+    _keep_flow_places(conn, rows)
     return True
 
 
-def purge_queue(conn: sqlite3.Connection, queue: str, limit: int) -> CountResult:
+def purge_queue(conn: sqlite3.Connection, queue: str, limit: int, now: float) -> CountResult:
     """Delete up to ``limit`` listed jobs of ``queue`` that are not leased
     (one statement, in the caller's transaction), giving back their unique
-    keys and slots as :func:`delete_job` does."""
+    keys and slots, and keeping their places in flows, as
+    :func:`delete_job` does."""
     rows = conn.execute(
         "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE queue = ?"
         " AND state <> 'leased' AND NOT discarded AND (state <> 'succeeded' OR retained)"
-        " LIMIT ?) RETURNING id, unique_key",
-        (queue, max(0, limit)),
+        " LIMIT ?) " + _DELETED,
+        (queue, max(0, limit), now),
     ).fetchall()
-    for job_id, key in rows:
+    for key, job_id, *_ in rows:
         release_unique(conn, queue, key, job_id)
-    conn.executemany("DELETE FROM slots WHERE job_id = ?", [(job_id,) for job_id, _ in rows])
+    conn.executemany("DELETE FROM slots WHERE job_id = ?", [(row[1],) for row in rows])
+    _keep_flow_places(conn, rows)
     return CountResult(len(rows), NOTHING_SET_ASIDE)
+
+
+def _keep_flow_places(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
+    """The kept outbox entries of deleted ``rows`` (``_DELETED``'s columns)."""
+    kept = kept_rows(row[1:] for row in rows)
+    if kept:
+        conn.executemany(insert_kept("?"), kept)
 
 
 def abort(

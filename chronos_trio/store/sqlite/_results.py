@@ -17,6 +17,7 @@ from ...records._workflow import FAILED_OUTCOME, Arrival
 from .._roles import Continuation, GroupStatus
 from .._rows import JOB_COLUMNS, job_from_row, shown
 from .._settle_plan import outbox_entry
+from .._sql_flow_kept import finish_kept, kept_entries
 from .._topology_placement import topology_placement
 from . import _states
 from ._claim import has_due
@@ -55,14 +56,21 @@ DELETE FROM result_waiters WHERE rowid IN (
 
 _UNREGISTER = "DELETE FROM result_waiters WHERE job_id = ? AND waiter = ?"
 
-_CONTINUATIONS = """
-SELECT j.id, j.queue, j.then_step, j.result, j.version, j.part,
-    j.state, j.last_error, j.attempts, j.kind
-FROM jobs j
-WHERE j.continuation = 1 AND j.queue IN (SELECT value FROM json_each(?))
-ORDER BY j.finished_at, j.id
-LIMIT ?
-"""
+_CONTINUATIONS = (
+    """
+SELECT * FROM (
+    SELECT j.id, j.queue, j.then_step, j.result, j.version, j.part,
+        j.state, j.last_error, j.attempts, j.kind, 0
+    FROM jobs j
+    WHERE j.continuation = 1 AND j.queue IN (SELECT value FROM json_each(?1))
+    ORDER BY j.finished_at, j.id
+    LIMIT ?2
+)
+UNION ALL
+SELECT * FROM ("""
+    + kept_entries("IN (SELECT value FROM json_each(?1))", "?2")
+    + ")"
+)
 
 _FINISH_CONTINUATIONS = """
 UPDATE jobs SET continuation = 0
@@ -133,13 +141,20 @@ def continuations(
     return [
         outbox_entry(job_id, queue, topology_placement(version, part), then, result, *failure)
         for job_id, queue, then, result, version, part, *failure in rows
-    ]
+    ][:limit]
 
 
 def finish_continuations(conn: sqlite3.Connection, done: Sequence[Continuation]) -> None:
-    """Take ``done`` out of the outbox (the jobs stay, retained)."""
+    """Take ``done`` out of the outbox (the jobs stay, retained; the kept
+    entries of deleted jobs go)."""
     if done:
         conn.execute(_FINISH_CONTINUATIONS, (json.dumps(sorted({c.job_id for c in done})),))
+        kept = finish_kept(done)
+        if kept:
+            conn.execute(
+                "DELETE FROM flow_kept WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps(kept),),
+            )
 
 
 def group_arrive(

@@ -30,3 +30,21 @@ class TransactionalPart(SqlitePart, ProducerPart, TransactionalEnqueue):
             return await trio.to_thread.run_sync(self._enqueue_sync, conn, jobs)
         except ThreadBound:
             return self._enqueue_sync(conn, jobs)
+
+    async def start_workflow_in_transaction(
+        self,
+        connection: object,
+        workflow_id: str,
+        tree: str,
+        first_kind: str,
+        ttl: float,
+        jobs: Sequence[NewJob],
+    ) -> list[EnqueueResult]:
+        """The record's save, then the jobs, on the caller's connection in
+        its transaction (see the base method)."""
+        conn = sqlite_connection(connection)
+        record = (workflow_id, tree, first_kind, ttl)
+        try:
+            return await trio.to_thread.run_sync(self._enqueue_sync, conn, jobs, record)
+        except ThreadBound:
+            return self._enqueue_sync(conn, jobs, record)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import trio
@@ -18,18 +18,7 @@ from ...records._jobs import EnqueueResult, NewJob
 from .._roles import WorkflowRole
 from . import _enqueue
 from ._base import SqlitePart
-
-#: Lapsed records a save removes, at most (the rest wait for later saves).
-FORGET = 16
-
-_SAVE = """
-INSERT INTO workflows (id, tree, first_kind, created, expires_at) VALUES (?, ?, ?, ?, ?)
-ON CONFLICT (id) DO UPDATE
-    SET tree = excluded.tree, first_kind = excluded.first_kind, created = excluded.created,
-        expires_at = excluded.expires_at, cancelled_at = NULL
-    WHERE workflows.expires_at <= ?
-RETURNING 1
-"""
+from ._workflow_save import save
 
 _COLUMNS = "tree, created, first_kind, cancelled_at"
 
@@ -41,18 +30,6 @@ def _record(workflow_id: str, row: Any) -> WorkflowRecord | None:
     return WorkflowRecord(
         workflow_id, tree, float(created), kind, None if cancelled is None else float(cancelled)
     )
-
-
-def save(
-    conn: sqlite3.Connection, workflow_id: str, tree: str, kind: str, ttl: float, now: float
-) -> bool:
-    conn.execute(
-        "DELETE FROM workflows WHERE id IN"
-        " (SELECT id FROM workflows WHERE expires_at <= ? LIMIT ?)",
-        (now, FORGET),
-    )
-    row = conn.execute(_SAVE, (workflow_id, tree, kind, now, now + ttl, now)).fetchone()
-    return row is not None
 
 
 def read(conn: sqlite3.Connection, workflow_id: str, now: float) -> WorkflowRecord | None:
@@ -69,6 +46,18 @@ def cancel(conn: sqlite3.Connection, workflow_id: str, now: float) -> WorkflowRe
         (now, workflow_id, now),
     ).fetchone()
     return _record(workflow_id, row)
+
+
+def keep(conn: sqlite3.Connection, keeps: Mapping[str, float], now: float) -> dict[str, float]:
+    """Each live record of ``keeps`` kept at least its seconds from ``now``;
+    how long each found lasts then."""
+    rows = conn.execute(
+        "UPDATE workflows SET expires_at = max(expires_at, ? + k.value)"
+        " FROM json_each(?) AS k WHERE workflows.id = k.key AND expires_at > ?"
+        " RETURNING id, expires_at",
+        (now, json.dumps(dict(keeps)), now),
+    ).fetchall()
+    return {row[0]: float(row[1]) - now for row in rows}
 
 
 def cancelled(conn: sqlite3.Connection, workflow_ids: Sequence[str], now: float) -> set[str]:
@@ -122,3 +111,12 @@ class WorkflowPart(SqlitePart, WorkflowRole):
             return set()
         db = self._db
         return await db.read(lambda conn: cancelled(conn, workflow_ids, db.now()), what="cancelled")
+
+    async def keep_workflows(self, keeps: Mapping[str, float]) -> dict[str, float]:
+        if not keeps:
+            await trio.lowlevel.checkpoint()
+            return {}
+        db = self._db
+        return await db.write(
+            lambda conn: keep(conn, keeps, db.now()), what="keep_workflows", wake=False
+        )

@@ -1,4 +1,4 @@
--- chronos_trio SQLite store, schema version 6 (PRAGMA user_version; a file of
+-- chronos_trio SQLite store, schema version 7 (PRAGMA user_version; a file of
 -- an older version is migrated by _connections.MIGRATIONS).
 -- Applied once per file, in one BEGIN IMMEDIATE transaction, by the first
 -- process that opens it (see _database.py). Times are REAL epoch seconds on
@@ -220,3 +220,20 @@ CREATE TABLE aggregates (
     PRIMARY KEY (queue, minute, kind)
 ) STRICT;
 CREATE INDEX aggregates_minute ON aggregates (minute);
+
+-- Outbox entries of deleted workflow jobs (version 7, store/_sql_flow_kept.py):
+-- a job's end not continued yet, or its failure as deleted, kept until the
+-- continuer handled it.
+CREATE TABLE flow_kept (
+    id          TEXT PRIMARY KEY,
+    queue       TEXT NOT NULL,
+    then_step   TEXT NOT NULL,
+    result      BLOB,
+    version     INTEGER NOT NULL,
+    part        INTEGER NOT NULL,
+    state       TEXT NOT NULL,
+    last_error  TEXT NOT NULL,
+    attempts    INTEGER NOT NULL,
+    kind        TEXT NOT NULL,
+    finished_at REAL NOT NULL
+) STRICT;

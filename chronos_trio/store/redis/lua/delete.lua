@@ -11,8 +11,11 @@
 -- damaged record. One of a newer format is left untouched; a key that is not
 -- a job hash is not a job and is left alone.
 --
+-- A workflow job keeps its place in its flow (see lib/keep_flow_place.lua).
+--
 -- Returns {code, set aside (see README.md)}: code 1 deleted, 0 absent,
 -- -1 leased (left alone), 3 left alone (newer format).
+--@include keep_flow_place
 --@include new_aside
 --@include notify_done
 --@include read_one
@@ -35,6 +38,8 @@ end
 local u = redis.call('HMGET', key, 'w', 'x')
 unique_finished(KEYS[7], ARGV[1], u[2], false)  -- its unique key is free
 local w = u[1]
-redis.call('DEL', key)
+if not keep_flow_place(KEYS[7], ARGV[1], key, state, u[2]) then
+  redis.call('DEL', key)
+end
 notify_done(key, w)
 return {1, aside}

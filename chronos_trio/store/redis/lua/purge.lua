@@ -18,12 +18,14 @@
 -- untouched; every other record is deleted whole: out of its index (and
 -- its aborted mark), its unique key released as a finished job's, the hash
 -- (notes and history are fields of it) deleted, its result waiters woken.
--- The leased index is never read: leased jobs are left to finish.
+-- The leased index is never read: leased jobs are left to finish. A
+-- workflow job keeps its place in its flow (see lib/keep_flow_place.lua).
 --
 -- Returns {deleted, more (1 when it stopped at ARGV[1]: call again), kept_1,
 -- ..., kept_5 (entries left in place per index: the next call passes over
 -- ARGV[k + 1] + kept_k), set aside (see README.md)}.
 --@include clock
+--@include keep_flow_place
 --@include new_aside
 --@include newer
 --@include notify_done
@@ -65,7 +67,9 @@ for i = 1, 5 do
       if p == 'ok' then
         local key = KEYS[6] .. id
         unique_finished(KEYS[6], id, why[k][4], false)  -- its unique key is free
-        redis.call('DEL', key)
+        if not keep_flow_place(KEYS[6], id, key, why[k][2], why[k][4]) then
+          redis.call('DEL', key)
+        end
         notify_done(key, why[k][3])
         taken[#taken + 1] = id
         deleted = deleted + 1

@@ -47,7 +47,8 @@
 -- mark here, in the step that makes the successor, is what keeps a cancel
 -- whole: a cancel marked before this step stops the successor here; one
 -- marked after it finds the successor stored (its sweep starts after the
--- mark).
+-- mark). The record is kept WORKFLOW_KEEP more (never shortened): its flow
+-- runs on (see records/_flow_keep.py).
 --
 -- A success whose continuation asks for nothing (a flow's last step, a
 -- failure callback: see lib/nothing_follows.lua) writes no outbox entry
@@ -144,6 +145,10 @@ local succ_next
 local function continue_chain(t)
   local mark = ARGV[t + 12]
   if mark ~= '' and redis.call('HEXISTS', mark, 'x') == 1 then return false end
+  local left = mark ~= '' and redis.call('TTL', mark)
+  if left and left >= 0 and left < WORKFLOW_KEEP then
+    redis.call('EXPIRE', mark, WORKFLOW_KEEP)  -- its flow runs on: its record too
+  end
   if redis.call('EXISTS', ARGV[t + 10]) == 1 then return false end
   local id = ARGV[t]
   local key = ARGV[t + 11] .. id
