@@ -61,6 +61,10 @@ NOT_AT_START = (
     "prometheus_client",
     "opentelemetry",
     "importlib.resources",  # the Lua scripts are read with pathlib
+    # isolated handlers' child processes, their wire protocol and records:
+    # only an app with isolated tasks (this one has none)
+    "chronos_trio.runtime._isolation",
+    "chronos_trio.runtime._isolation_wire",
 )
 #: ... nor, on Redis, the in-memory store, or what only it imports eagerly.
 NOT_AT_START_ON_REDIS = (
