@@ -79,6 +79,10 @@ NOT_AT_START_ON_REDIS = (
     # runs its steps)
     "chronos_trio.records._flow_control",
     "chronos_trio.app._workflow_control",
+    # the per-minute aggregates' records: built when the aggregator first
+    # writes (after the first jobs), read by the dashboard
+    "chronos_trio.records._aggregates",
+    "chronos_trio.store.redis._aggregates",
 )
 
 APP = """
