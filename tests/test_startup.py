@@ -65,6 +65,8 @@ NOT_AT_START = (
     # only an app with isolated tasks (this one has none)
     "chronos_trio.runtime._isolation",
     "chronos_trio.runtime._isolation_wire",
+    # the feed of an app's metrics object and its record (this app has none)
+    "chronos_trio.runtime._metrics_feed",
 )
 #: ... nor, on Redis, the in-memory store, or what only it imports eagerly.
 NOT_AT_START_ON_REDIS = (

@@ -33,10 +33,8 @@ from ._inflight import Entry as Entry
 from ._inflight import IllegalTransition as IllegalTransition
 from ._inflight import InFlight as InFlight
 from ._inflight import Stage as Stage
-from ._metrics import JobMetric as JobMetric
 from ._metrics import Metrics as Metrics
 from ._metrics import MetricsBase as MetricsBase
-from ._metrics import MetricsFeed as MetricsFeed
 from ._metrics import RoundTripTally as RoundTripTally
 from ._notes import NotesBuffer as NotesBuffer
 from ._notes import NotesStatistics as NotesStatistics
@@ -71,11 +69,14 @@ if _TYPE_CHECKING:
     from ._isolation import IsolationPlan as IsolationPlan
     from ._isolation_wire import ChildNote as ChildNote
     from ._isolation_wire import ChildReply as ChildReply
+    from ._metrics_feed import JobMetric as JobMetric
+    from ._metrics_feed import MetricsFeed as MetricsFeed
 
 #: Loaded on first use, each with the other names of its module: the child
 #: processes of isolated handlers (``@app.task(isolate=True)``), their wire
 #: protocol and records; a worker whose app has no isolated task never
-#: imports them.
+#: imports them; the feed of an app's metrics object and its record (a
+#: worker whose app has none never imports them).
 _LAZY = {
     "ChildPool": "_isolation",
     "ChildPoolStatistics": "_isolation",
@@ -83,6 +84,8 @@ _LAZY = {
     "IsolationPlan": "_isolation",
     "ChildNote": "_isolation_wire",
     "ChildReply": "_isolation_wire",
+    "JobMetric": "_metrics_feed",
+    "MetricsFeed": "_metrics_feed",
 }
 
 _fixup(__name__, globals())

@@ -76,7 +76,7 @@ from ..records._jobs import PENDING_STATES
 from ..records._log import log_event
 from ..runtime._config import WorkerConfig
 from ..runtime._events import ActorRestarted, JobDead
-from ..runtime._metrics import METRIC_EVENTS, Metrics, MetricsFeed, RoundTripTally
+from ..runtime._metrics import Metrics, RoundTripTally
 from ..runtime._recycle import Recycled
 from ..runtime._registry import DeadLetterHook, WorkerHost
 from ..runtime._state import Counters, Runtime
@@ -355,7 +355,10 @@ class Worker:
             )
         metrics = self.app.registry.metrics
         if metrics is not None:
-            # fed by the notifier, off the settle path (see runtime._metrics)
+            # fed by the notifier, off the settle path (see runtime._metrics);
+            # the feed's module loads only for an app with a metrics object
+            from ..runtime._metrics_feed import METRIC_EVENTS, MetricsFeed
+
             rt.events.subscribe(
                 METRIC_EVENTS,
                 MetricsFeed(metrics),
