@@ -10,6 +10,7 @@ import attrs
 
 from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._public import fixup_module_metadata
+from . import _metrics
 from ._events import (
     ActorRestarted,
     Event,
@@ -111,6 +112,10 @@ class MetricsFeed:
             )
         )
 
+
+# The seam's annotations name JobMetric (imported there for type checkers
+# only): bound there once loaded, so ``typing.get_type_hints`` resolves them.
+_metrics.JobMetric = JobMetric  # type: ignore[attr-defined]
 
 # Public as ``chronos_trio.JobMetric`` and ``chronos_trio.runtime.MetricsFeed``,
 # loaded on first use (the packages name them lazily): they report that module
