@@ -67,6 +67,7 @@ NOT_AT_START = (
     "chronos_trio.runtime._isolation_wire",
     # the feed of an app's metrics object and its record (this app has none)
     "chronos_trio.runtime._metrics_feed",
+    "chronos_trio.runtime._job_metric",
 )
 #: ... nor, on Redis, the in-memory store, or what only it imports eagerly.
 NOT_AT_START_ON_REDIS = (

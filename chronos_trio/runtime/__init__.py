@@ -69,7 +69,7 @@ if _TYPE_CHECKING:
     from ._isolation import IsolationPlan as IsolationPlan
     from ._isolation_wire import ChildNote as ChildNote
     from ._isolation_wire import ChildReply as ChildReply
-    from ._metrics_feed import JobMetric as JobMetric
+    from ._job_metric import JobMetric as JobMetric
     from ._metrics_feed import MetricsFeed as MetricsFeed
 
 #: Loaded on first use, each with the other names of its module: the child

@@ -42,9 +42,9 @@ from ..records._log import log_event
 from ..store import QueueStats
 
 if TYPE_CHECKING:
-    # The feed and its record (``runtime._metrics_feed``) load only for an
-    # app with a metrics object.
-    from ._metrics_feed import JobMetric
+    # The record (with the feed, ``runtime._metrics_feed``) loads only for
+    # an app with a metrics object.
+    from ._job_metric import JobMetric
 
 log = logging.getLogger("chronos_trio.metrics")
 

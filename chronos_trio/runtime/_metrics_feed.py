@@ -1,8 +1,8 @@
 """The event subscriber that feeds an ``App(metrics=...)`` object
-(``runtime._metrics`` describes the seam), and the record of one run's
-outcome it hands over. Apart from the seam so that a worker whose app has
-no metrics object never loads them: the worker subscribes a
-:class:`MetricsFeed` only when there is one."""
+(``runtime._metrics`` describes the seam) with :class:`JobMetric` records.
+Apart from the seam so that a worker whose app has no metrics object never
+loads them: the worker subscribes a :class:`MetricsFeed` only when there
+is one."""
 
 from __future__ import annotations
 
@@ -22,34 +22,8 @@ from ._events import (
     LeaseLost,
     NotesWritten,
 )
+from ._job_metric import JobMetric
 from ._metrics import Metrics
-
-
-@attrs.frozen
-class JobMetric:
-    """One run's outcome, as the store recorded it.
-
-    ``outcome``: ``succeeded``, ``retried`` (a retry or a deferral),
-    ``dead`` (or discarded) or ``aborted``. ``attempt``: which attempt this
-    was (1 for the first). Seconds, all of them: ``duration`` the handler
-    ran (None: it did not run, e.g. recovery dead-lettered the job);
-    ``lateness`` from the job's due time to its handler's start;
-    ``pickup`` from its due time to its lease (the part of the lateness
-    spent waiting in the store). The due time is on the store's clock and
-    the start on the worker's: their skew is in both."""
-
-    __repr__ = fields_repr
-    __eq__ = fields_eq
-    __hash__ = fields_hash
-
-    queue: str
-    kind: str
-    outcome: str
-    attempt: int
-    duration: float | None
-    lateness: float | None
-    pickup: float | None
-
 
 #: The events a metrics object is fed from.
 METRIC_EVENTS: tuple[type, ...] = (
@@ -117,8 +91,6 @@ class MetricsFeed:
 # only): bound there once loaded, so ``typing.get_type_hints`` resolves them.
 _metrics.JobMetric = JobMetric  # type: ignore[attr-defined]
 
-# Public as ``chronos_trio.JobMetric`` and ``chronos_trio.runtime.MetricsFeed``,
-# loaded on first use (the packages name them lazily): they report that module
-# however they were first reached.
-fixup_module_metadata("chronos_trio", {"JobMetric": JobMetric})
+# Public as ``chronos_trio.runtime.MetricsFeed``, loaded on first use (the
+# package names it lazily): it reports that module however it was reached.
 fixup_module_metadata("chronos_trio.runtime", {"MetricsFeed": MetricsFeed})
