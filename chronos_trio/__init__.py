@@ -173,7 +173,7 @@ _LAZY = {
     "VersionInfo": "app._inspector",
     "schedule_rows": "app._inspector",
     "JobContext": "runtime",
-    "JobMetric": "runtime",
+    "JobMetric": "runtime._metrics_feed",
     "Metrics": "runtime",
     "MetricsBase": "runtime",
     "Recycled": "runtime",

@@ -61,6 +61,13 @@ NOT_AT_START = (
     "prometheus_client",
     "opentelemetry",
     "importlib.resources",  # the Lua scripts are read with pathlib
+    # isolated handlers' child processes, their wire protocol and records:
+    # only an app with isolated tasks (this one has none)
+    "chronos_trio.runtime._isolation",
+    "chronos_trio.runtime._isolation_wire",
+    # the feed of an app's metrics object and its record (this app has none)
+    "chronos_trio.runtime._metrics_feed",
+    "chronos_trio.runtime._job_metric",
 )
 #: ... nor, on Redis, the in-memory store, or what only it imports eagerly.
 NOT_AT_START_ON_REDIS = (
@@ -75,6 +82,10 @@ NOT_AT_START_ON_REDIS = (
     # runs its steps)
     "chronos_trio.records._flow_control",
     "chronos_trio.app._workflow_control",
+    # the per-minute aggregates' records: built when the aggregator first
+    # writes (after the first jobs), read by the dashboard
+    "chronos_trio.records._aggregates",
+    "chronos_trio.store.redis._aggregates",
 )
 
 APP = """

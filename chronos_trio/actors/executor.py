@@ -45,8 +45,6 @@ from ..records._log import log_event
 from ..runtime._context import JobContext
 from ..runtime._error_text import error_text as _error_text
 from ..runtime._inflight import Entry, InFlight
-from ..runtime._isolation import ChildDied
-from ..runtime._isolation_wire import run_request
 from ..runtime._state import Runtime, log
 from ..runtime._tasks import TaskSpec
 from ..runtime._threads import ThreadRun
@@ -347,6 +345,10 @@ async def _isolated(
     the run fails the attempt with how it ended. Whenever the run does not
     end with an answer (hard limit, lost lease, abort, shutdown past its
     grace) the child is killed and replaced, never reused."""
+    # imported with the pool's module: only an app with isolated tasks has one
+    from ..runtime._isolation import ChildDied
+    from ..runtime._isolation_wire import run_request
+
     pool = rt.isolation
     assert pool is not None  # the worker opens it for an app with isolated tasks
     job, ref = entry.leased.job, entry.leased.ref

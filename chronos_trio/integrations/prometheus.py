@@ -42,7 +42,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from ..records._jobs import JobState
-from ..runtime._metrics import JobMetric, MetricsBase
+from ..runtime._job_metric import JobMetric
+from ..runtime._metrics import MetricsBase
 from ..store import QueueStats
 
 #: Handler run time, seconds: from 5 ms to 5 min.

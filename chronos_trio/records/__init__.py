@@ -3,8 +3,6 @@ job options. Every other layer may import it; it imports none of them."""
 
 from typing import TYPE_CHECKING
 
-from ._aggregates import KindCounts as KindCounts
-from ._aggregates import MinuteCounts as MinuteCounts
 from ._attempts import HISTORY_LIMIT as HISTORY_LIMIT
 from ._attempts import Attempt as Attempt
 from ._attempts import AttemptOutcome as AttemptOutcome
@@ -83,6 +81,8 @@ from ._workflow import chain as chain
 from ._workflow import group as group
 
 if TYPE_CHECKING:
+    from ._aggregates import KindCounts as KindCounts
+    from ._aggregates import MinuteCounts as MinuteCounts
     from ._flow_control import FlowNode as FlowNode
     from ._flow_control import StepView as StepView
     from ._flow_control import WorkflowAbortResult as WorkflowAbortResult
@@ -92,12 +92,12 @@ if TYPE_CHECKING:
 
 _fixup(__name__, globals())
 del _fixup
-#: A workflow's record and what controlling it reports load on first use: a
-#: worker, which only runs a workflow's steps, never needs them.
-__getattr__ = _lazy_getattr(
-    __name__,
-    globals(),
-    dict.fromkeys(
+#: Loaded on first use, each with the other names of its module: a workflow's
+#: record and what controlling it reports (a worker, which only runs a
+#: workflow's steps, never needs them); the per-minute aggregates' records
+#: (built when a worker's aggregator first writes, read by the dashboard).
+_LAZY = {
+    **dict.fromkeys(
         (
             "FlowNode",
             "StepView",
@@ -108,4 +108,8 @@ __getattr__ = _lazy_getattr(
         ),
         "_flow_control",
     ),
-)
+    "KindCounts": "_aggregates",
+    "MinuteCounts": "_aggregates",
+}
+__all__ = [n for n in globals() if not n.startswith("_") and n != "TYPE_CHECKING"] + list(_LAZY)
+__getattr__ = _lazy_getattr(__name__, globals(), _LAZY, together=False)

@@ -23,28 +23,19 @@ an estimate is within a factor of 2.5 of the truth, usually far closer).
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Sequence
 
 import attrs
 
+from ._aggregate_limits import BUCKETS as BUCKETS
+from ._aggregate_limits import LATENCY_BOUNDS as LATENCY_BOUNDS
+from ._aggregate_limits import MAX_KEEP as MAX_KEEP
+from ._aggregate_limits import MAX_NAME as MAX_NAME
+from ._aggregate_limits import MIN_KEEP as MIN_KEEP
+from ._aggregate_limits import MINUTE as MINUTE
+from ._aggregate_limits import check_keep as check_keep
 from ._attrs_methods import fields_eq, fields_hash, fields_repr
-from ._checks import is_number
-
-#: Upper bounds (seconds) of the run-time histogram's buckets, 1-2-5 steps
-#: from 1 ms to 500 s; a last bucket holds longer runs.
-LATENCY_BOUNDS: tuple[float, ...] = tuple(
-    m * 10.0**e for e in range(-3, 3) for m in (1.0, 2.0, 5.0)
-)
-#: Buckets in a histogram: one per bound, and one for longer runs.
-BUCKETS = len(LATENCY_BOUNDS) + 1
-#: The shortest and longest a store may be asked to keep aggregates (seconds).
-MIN_KEEP = 60.0
-MAX_KEEP = 31 * 86400.0
-#: The longest queue or kind name an aggregate takes (longer is a ValueError).
-MAX_NAME = 1000
-#: Seconds in one aggregate's minute.
-MINUTE = 60
+from ._public import fixup_module_metadata
 
 
 def bucket_of(seconds: float) -> int:
@@ -133,14 +124,6 @@ def check_add(counts: Sequence[KindCounts], keep: object) -> float:
     return check_keep(keep)
 
 
-def check_keep(keep: object) -> float:
-    """``keep`` as a float if it is a number of seconds from :data:`MIN_KEEP`
-    to :data:`MAX_KEEP`; ``ValueError`` otherwise."""
-    if is_number(keep) and math.isfinite(keep) and MIN_KEEP <= keep <= MAX_KEEP:
-        return float(keep)
-    raise ValueError(f"a number of seconds from {MIN_KEEP:g} to {MAX_KEEP:g}, got {keep!r}")
-
-
 def quantile(latency: Sequence[int], q: float) -> float | None:
     """The ``q`` quantile (0 < q < 1) of a histogram, in seconds: None when
     it holds no run. Interpolated on a log scale inside the bucket holding
@@ -189,3 +172,10 @@ __all__ = [
     "minute_of",
     "quantile",
 ]
+
+
+# Public as ``chronos_trio.records.<name>``, loaded on first use (the package
+# names them lazily): they report that module however they were first reached.
+fixup_module_metadata(
+    "chronos_trio.records", {"KindCounts": KindCounts, "MinuteCounts": MinuteCounts}
+)

@@ -5,7 +5,10 @@ supervisor and its restart window, and the state the actors share. It imports on
 ``records``; the App hands a worker its registry and store as a
 :class:`WorkerHost`."""
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from ..records._public import fixup_module_metadata as _fixup
+from ..records._public import lazy_getattr as _lazy_getattr
 from ._aggregates import AggregatesStatistics as AggregatesStatistics
 from ._aggregates import AggregateTally as AggregateTally
 from ._config import WorkerConfig as WorkerConfig
@@ -30,16 +33,8 @@ from ._inflight import Entry as Entry
 from ._inflight import IllegalTransition as IllegalTransition
 from ._inflight import InFlight as InFlight
 from ._inflight import Stage as Stage
-from ._isolation import ChildPool as ChildPool
-from ._isolation import ChildPoolStatistics as ChildPoolStatistics
-from ._isolation import IsolatedChild as IsolatedChild
-from ._isolation import IsolationPlan as IsolationPlan
-from ._isolation_wire import ChildNote as ChildNote
-from ._isolation_wire import ChildReply as ChildReply
-from ._metrics import JobMetric as JobMetric
 from ._metrics import Metrics as Metrics
 from ._metrics import MetricsBase as MetricsBase
-from ._metrics import MetricsFeed as MetricsFeed
 from ._metrics import RoundTripTally as RoundTripTally
 from ._notes import NotesBuffer as NotesBuffer
 from ._notes import NotesStatistics as NotesStatistics
@@ -67,5 +62,33 @@ from ._threads import HandlerThreads as HandlerThreads
 from ._threads import ThreadRun as ThreadRun
 from ._unknown_kinds import UnknownKinds as UnknownKinds
 
+if _TYPE_CHECKING:
+    from ._isolation import ChildPool as ChildPool
+    from ._isolation import ChildPoolStatistics as ChildPoolStatistics
+    from ._isolation import IsolatedChild as IsolatedChild
+    from ._isolation import IsolationPlan as IsolationPlan
+    from ._isolation_wire import ChildNote as ChildNote
+    from ._isolation_wire import ChildReply as ChildReply
+    from ._job_metric import JobMetric as JobMetric
+    from ._metrics_feed import MetricsFeed as MetricsFeed
+
+#: Loaded on first use, each with the other names of its module: the child
+#: processes of isolated handlers (``@app.task(isolate=True)``), their wire
+#: protocol and records; a worker whose app has no isolated task never
+#: imports them; the feed of an app's metrics object and its record (a
+#: worker whose app has none never imports them).
+_LAZY = {
+    "ChildPool": "_isolation",
+    "ChildPoolStatistics": "_isolation",
+    "IsolatedChild": "_isolation",
+    "IsolationPlan": "_isolation",
+    "ChildNote": "_isolation_wire",
+    "ChildReply": "_isolation_wire",
+    "JobMetric": "_metrics_feed",
+    "MetricsFeed": "_metrics_feed",
+}
+
 _fixup(__name__, globals())
 del _fixup
+__all__ = [n for n in globals() if not n.startswith("_")] + list(_LAZY)
+__getattr__ = _lazy_getattr(__name__, globals(), _LAZY, together=False)

@@ -16,11 +16,16 @@ the last write; the aggregator empties it every ``aggregate_interval``.
 from __future__ import annotations
 
 from bisect import bisect_left as _bisect
+from typing import TYPE_CHECKING
 
 import attrs
 
-from ..records._aggregates import BUCKETS, LATENCY_BOUNDS, MAX_NAME, KindCounts
+from ..records._aggregate_limits import BUCKETS, LATENCY_BOUNDS, MAX_NAME
 from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
+
+if TYPE_CHECKING:
+    # defined at the first take (the aggregator's first write), not at start-up
+    from ..records._aggregates import KindCounts
 
 _WIDTH = 3 + BUCKETS
 
@@ -95,6 +100,8 @@ class AggregateTally:
         """Everything counted, as one KindCounts per (queue, kind), and forget it.
         A name the aggregates would refuse (a damaged record's empty kind, one
         over :data:`MAX_NAME` characters) is counted under :func:`shown_name`."""
+        from ..records._aggregates import KindCounts
+
         rows, self._rows = self._rows, {}
         named: dict[tuple[str, str], list[int]] = {}
         for (q, k), r in rows.items():

@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from ..records._aggregates import check_keep
+from ..records._aggregate_limits import check_keep
 from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._options import (
     check_bool,

@@ -43,6 +43,7 @@ import trio
 from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import IsolationError, sole_exception
 from ..records._log import log_event
+from ..records._public import fixup_module_metadata
 from ._error_text import describe_exit
 from ._isolation_wire import (
     ChildNote,
@@ -426,3 +427,16 @@ async def open_child_pool(plan: IsolationPlan, size: int) -> AsyncIterator[Child
         # A replacement that finished starting while the pool closed (its
         # task is gone now): stopped too.
         await pool.aclose()
+
+
+# Public as ``chronos_trio.runtime.<name>``, loaded on first use (the package
+# names them lazily): they report that module however they were first reached.
+fixup_module_metadata(
+    "chronos_trio.runtime",
+    {
+        "ChildPool": ChildPool,
+        "ChildPoolStatistics": ChildPoolStatistics,
+        "IsolatedChild": IsolatedChild,
+        "IsolationPlan": IsolationPlan,
+    },
+)

@@ -29,6 +29,7 @@ import attrs
 from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._jobs import Job
 from ..records._notes import check_fraction, check_message, cut_line
+from ..records._public import fixup_module_metadata
 
 #: How a failed run ended, as the child classified it (the executor settles
 #: each as it would the same exception in this process).
@@ -169,3 +170,8 @@ def _delay(value: object) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf:
         return float(value)
     raise ValueError(value)
+
+
+# Public as ``chronos_trio.runtime.<name>``, loaded on first use (the package
+# names them lazily): they report that module however they were first reached.
+fixup_module_metadata("chronos_trio.runtime", {"ChildNote": ChildNote, "ChildReply": ChildReply})

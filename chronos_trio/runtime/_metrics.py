@@ -36,52 +36,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import attrs
-
-from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._log import log_event
 from ..store import QueueStats
-from ._events import (
-    ActorRestarted,
-    Event,
-    JobAbortApplied,
-    JobDead,
-    JobRetried,
-    JobsRecovered,
-    JobSucceeded,
-    LeaseLost,
-    NotesWritten,
-)
+
+if TYPE_CHECKING:
+    # The record (with the feed, ``runtime._metrics_feed``) loads only for
+    # an app with a metrics object.
+    from ._job_metric import JobMetric
 
 log = logging.getLogger("chronos_trio.metrics")
-
-
-@attrs.frozen
-class JobMetric:
-    """One run's outcome, as the store recorded it.
-
-    ``outcome``: ``succeeded``, ``retried`` (a retry or a deferral),
-    ``dead`` (or discarded) or ``aborted``. ``attempt``: which attempt this
-    was (1 for the first). Seconds, all of them: ``duration`` the handler
-    ran (None: it did not run, e.g. recovery dead-lettered the job);
-    ``lateness`` from the job's due time to its handler's start;
-    ``pickup`` from its due time to its lease (the part of the lateness
-    spent waiting in the store). The due time is on the store's clock and
-    the start on the worker's: their skew is in both."""
-
-    __repr__ = fields_repr
-    __eq__ = fields_eq
-    __hash__ = fields_hash
-
-    queue: str
-    kind: str
-    outcome: str
-    attempt: int
-    duration: float | None
-    lateness: float | None
-    pickup: float | None
 
 
 class Metrics(Protocol):
@@ -189,65 +154,3 @@ class RoundTripTally:
             sent, bad = taken.get(operation, (0, 0))
             taken[operation] = (sent + n, bad + (n if failed else 0))
         return taken
-
-
-#: The events a metrics object is fed from.
-METRIC_EVENTS: tuple[type, ...] = (
-    JobSucceeded,
-    JobRetried,
-    JobDead,
-    JobAbortApplied,
-    LeaseLost,
-    JobsRecovered,
-    ActorRestarted,
-    NotesWritten,
-)
-
-
-@attrs.frozen
-class MetricsFeed:
-    """The event subscriber that turns events into :class:`Metrics` calls."""
-
-    __repr__ = fields_repr
-    __eq__ = fields_eq
-    __hash__ = fields_hash
-
-    metrics: Metrics
-
-    def __call__(self, event: Event) -> None:
-        m = self.metrics
-        if isinstance(event, JobSucceeded):
-            self._finished(event, "succeeded")
-        elif isinstance(event, JobRetried):
-            self._finished(event, "retried")
-        elif isinstance(event, JobDead):
-            self._finished(event, "dead")
-        elif isinstance(event, JobAbortApplied):
-            self._finished(event, "aborted")
-        elif isinstance(event, LeaseLost):
-            m.lease_lost(event.job.queue, event.job.kind)
-        elif isinstance(event, JobsRecovered):
-            m.jobs_recovered(len(event.job_ids))
-        elif isinstance(event, ActorRestarted):
-            m.actor_restarted(event.actor)
-        elif isinstance(event, NotesWritten):
-            # optional (see MetricsBase): an older metrics object lacks it
-            written = getattr(m, "notes_written", None)
-            if written is not None:
-                written(event.progress, event.lines, event.refused)
-
-    def _finished(
-        self, event: JobSucceeded | JobRetried | JobDead | JobAbortApplied, outcome: str
-    ) -> None:
-        job, started_at, leased_at = event.job, event.started_at, event.leased_at
-        self.metrics.job_finished(
-            JobMetric(
-                job.queue,
-                job.kind,
-                outcome,
-                job.attempts,
-                event.duration,
-                None if started_at is None else started_at - job.run_at,
-                None if leased_at is None else leased_at - job.run_at,
-            )
-        )

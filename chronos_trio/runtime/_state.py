@@ -5,7 +5,7 @@ actor that crashes and restarts; each piece has one writer, named below."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from trio_util import AsyncValue
@@ -18,13 +18,16 @@ from ._aggregates import AggregateTally
 from ._config import WorkerConfig
 from ._events import EventBus, JobDead, LeaseLost
 from ._inflight import Entry, InFlight
-from ._isolation import ChildPool
 from ._metrics import RoundTripTally
 from ._notes import NotesBuffer
 from ._recycle import Recycle
 from ._registry import Registry, WorkerHost
 from ._threads import HandlerThreads
 from ._unknown_kinds import UnknownKinds
+
+if TYPE_CHECKING:
+    # Child processes: imported only for an app with isolated tasks.
+    from ._isolation import ChildPool
 
 log = logging.getLogger("chronos_trio.worker")
 

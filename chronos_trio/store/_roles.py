@@ -112,7 +112,6 @@ from typing import TYPE_CHECKING, ClassVar, cast
 
 import attrs
 
-from ..records._aggregates import KindCounts, MinuteCounts
 from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import StoreError as StoreError
 from ..records._errors import TopologyError as TopologyError
@@ -165,8 +164,9 @@ from ._search_limits import SCAN_LIMIT
 from ._topology_placement import locate
 
 if TYPE_CHECKING:
-    # Workflow records, search and the checker load on first use: no worker
-    # needs them before its first job.
+    # Workflow records, aggregates, search and the checker load on first
+    # use: no worker needs them before its first job.
+    from ..records._aggregates import KindCounts, MinuteCounts
     from ..records._flow_control import WorkflowRecord
     from ._check_results import CheckReport as CheckReport
     from ._check_results import Finding as Finding
@@ -177,8 +177,8 @@ if TYPE_CHECKING:
 
 #: The names of this module loaded on first use, and the package each is
 #: public in: the store checker's findings (re-exported here as the other
-#: results are) and the types of search and of workflow records that the
-#: roles' signatures name.
+#: results are) and the types of search, of workflow records and of
+#: aggregates that the roles' signatures name.
 _LAZY_TYPES = {
     "CheckReport": "chronos_trio.store",
     "Finding": "chronos_trio.store",
@@ -188,6 +188,8 @@ _LAZY_TYPES = {
     "JobQuery": "chronos_trio.store",
     "SearchPage": "chronos_trio.store",
     "WorkflowRecord": "chronos_trio.records",
+    "KindCounts": "chronos_trio.records",
+    "MinuteCounts": "chronos_trio.records",
 }
 
 

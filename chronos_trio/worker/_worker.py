@@ -46,6 +46,7 @@ import math
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
@@ -75,12 +76,16 @@ from ..records._jobs import PENDING_STATES
 from ..records._log import log_event
 from ..runtime._config import WorkerConfig
 from ..runtime._events import ActorRestarted, JobDead
-from ..runtime._isolation import ChildPool, IsolationPlan, isolation_plan, open_child_pool
-from ..runtime._metrics import METRIC_EVENTS, Metrics, MetricsFeed, RoundTripTally
+from ..runtime._metrics import Metrics, RoundTripTally
 from ..runtime._recycle import Recycled
 from ..runtime._registry import DeadLetterHook, WorkerHost
 from ..runtime._state import Counters, Runtime
 from ..runtime._supervisor import ChildSpec, Supervisor
+from ..runtime._tasks import TaskSpec
+
+if TYPE_CHECKING:
+    # Child processes: imported only for an app with isolated tasks.
+    from ..runtime._isolation import ChildPool, IsolationPlan
 from ..store import (
     Capability,
     Store,
@@ -116,7 +121,20 @@ def _child_pool(
     or nothing for an app without isolated tasks."""
     if plan is None:
         return nullcontext()
+    from ..runtime._isolation import open_child_pool
+
     return open_child_pool(plan, config.isolate_processes)
+
+
+def _isolation_plan(app: object, tasks: Mapping[str, TaskSpec]) -> IsolationPlan | None:
+    """``runtime._isolation.isolation_plan``, its module (child processes,
+    their wire protocol and records) imported only for an app with isolated
+    tasks: no other worker loads it. Raises what that raises."""
+    if not any(spec.isolate for spec in tasks.values()):
+        return None
+    from ..runtime._isolation import isolation_plan
+
+    return isolation_plan(app, tasks)
 
 
 def _observe_store(store: Store, metrics: Metrics | None) -> RoundTripTally | None:
@@ -327,7 +345,7 @@ class Worker:
         )
         has = capabilities_of(store)
         # Where child processes find the isolated tasks: refused before anything starts.
-        isolation = isolation_plan(self.app, self.app.registry.tasks)
+        isolation = _isolation_plan(self.app, self.app.registry.tasks)
         rt = self._rt = Runtime.create(self.app, store, self.config)
         for hook in self.app.registry.dead_letter_hooks:
             rt.events.subscribe(
@@ -337,7 +355,10 @@ class Worker:
             )
         metrics = self.app.registry.metrics
         if metrics is not None:
-            # fed by the notifier, off the settle path (see runtime._metrics)
+            # fed by the notifier, off the settle path (see runtime._metrics);
+            # the feed's module loads only for an app with a metrics object
+            from ..runtime._metrics_feed import METRIC_EVENTS, MetricsFeed
+
             rt.events.subscribe(
                 METRIC_EVENTS,
                 MetricsFeed(metrics),

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ...records._aggregates import KindCounts, MinuteCounts
 from ...records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ...records._jobs import EnqueueResult, Job, JobOutcome, JobRef, JobState, LeaseRef, NewJob
 from ...records._notes import JobNotes, NoteWrite
@@ -51,7 +50,6 @@ from .._roles import (
 from .._search_limits import SCAN_LIMIT
 from . import (
     _admin,
-    _aggregates,
     _enqueue,
     _enqueue_one,
     _flow,
@@ -76,6 +74,7 @@ from ._scripts import Op
 from .keys import KeySpace
 
 if TYPE_CHECKING:
+    from ...records._aggregates import KindCounts, MinuteCounts
     from ...records._flow_control import WorkflowRecord
     from .._check_results import CheckReport
     from .._search import JobQuery, SearchPage
@@ -491,10 +490,14 @@ class RedisStore(Store):
     # -- per-minute aggregates (AggregatesRole) -----------------------------------------------
     async def add_aggregates(self, counts: Sequence[KindCounts], *, keep: float) -> None:
         """One ``aggregates_add.lua`` per queue, in one round trip."""
+        from . import _aggregates  # its records: not on a worker's way to its first job
+
         await _aggregates.add(self._ctx, counts, keep)
 
     async def aggregates(self, queues: Sequence[str], since: float) -> list[MinuteCounts]:
         """One ``aggregates_read.lua`` per queue, in one round trip."""
+        from . import _aggregates  # its records: not on a worker's way to its first job
+
         return await _aggregates.read(self._ctx, queues, since)
 
     # -- notes (NotesRole) ---------------------------------------------------------------------
