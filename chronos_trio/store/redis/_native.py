@@ -60,12 +60,14 @@ import contextlib
 import functools
 import math
 import socket
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import hiredis
 import trio
 
+from . import _quiet
 from ._batch import with_waits as with_waits
 from ._errors import exceptions, reply_error
 from ._resp import (
@@ -161,6 +163,9 @@ class _Connection:
         #: Redis's ID of this connection (``CLIENT ID``), once a blocking
         #: wait asked for it (:meth:`NativeNode.block_then`).
         self.client_id: int | None = None
+        #: :meth:`pump_quiet`'s ``poll`` object, and the epoll it watches.
+        self._poll: Any = None
+        self._poll_epoll = -1
 
     def begin(self, commands: Sequence[Sequence[Any]]) -> None:
         """Begin a round trip of ``commands`` on the stdlib socket
@@ -175,44 +180,96 @@ class _Connection:
         for replies until every one came; they are returned. The one wait
         is a checkpoint, as Trio's socket methods are. Resumable: a
         Cancelled at one of its waits leaves the round trip where it was,
-        and calling this again goes on from there. Raises :class:`Dead`."""
+        and calling this again goes on from there (so may this after
+        :meth:`pump_quiet` gave up). Raises :class:`Dead`."""
         raw = self.raw
         assert raw is not None
-        replies = self._got
         try:
-            view = self._out
-            while view:
-                try:
-                    view = self._out = view[raw.send(view) :]
-                except BlockingIOError:
-                    if self.expired:  # (between two waits: see _Timer)
-                        raise trio.ClosedResourceError("the round trip timed out") from None
-                    await trio.lowlevel.wait_writable(raw)
-            self._out = _NOTHING_TO_WRITE  # (an empty slice would keep the request alive)
-            reader = self.reader
-            count = self._count
+            while not self._write_now(raw):
+                if self.expired:  # (between two waits: see _Timer)
+                    raise trio.ClosedResourceError("the round trip timed out")
+                await trio.lowlevel.wait_writable(raw)
             while True:
-                reply = reader.gets()
-                if reply is not False:
-                    replies.append(reply)
-                    if len(replies) == count:
-                        self._got = []  # an idle connection holds no replies
-                        return replies
-                    continue
+                replies = self._take_replies()
+                if replies is not None:
+                    return replies
                 if self.expired:  # (between two waits: see _Timer)
                     raise trio.ClosedResourceError("the round trip timed out")
                 await trio.lowlevel.wait_readable(raw)
-                try:
-                    chunk = raw.recv(READ_SIZE)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    raise ConnectionResetError("Redis closed the connection")
-                reader.feed(chunk)
+                self._read_now(raw)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise Dead(exc, bool(replies)) from exc
+            raise Dead(exc, bool(self._got)) from exc
         except hiredis.ProtocolError as exc:
             raise Dead(exc, True) from exc
+
+    def pump_quiet(self, epoll_fd: int, budget: float) -> list[Any] | None:
+        """:meth:`pump` without Trio's scheduler, in a quiet run (see
+        ``_quiet``): write, then block in ``poll()`` for the replies for at
+        most ``budget`` seconds. The replies, or None when it gave up (the
+        socket's buffer full, the budget spent) or ``_quiet.BUSY``
+        (``epoll_fd`` ready) when it gave up: the round trip stands where it
+        got to, for :meth:`pump` to go on.
+        Raises :class:`Dead`."""
+        raw = self.raw
+        assert raw is not None
+        try:
+            if not self._write_now(raw):
+                return None
+            poll = self._poll
+            if poll is None or self._poll_epoll != epoll_fd:
+                poll = self._poll = _quiet.poller(raw.fileno(), epoll_fd)
+                self._poll_epoll = epoll_fd
+            until = time.perf_counter() + budget
+            while True:
+                replies = self._take_replies()
+                if replies is not None:
+                    return replies
+                # (milliseconds, rounded up: as Trio's own wait rounds them)
+                ready = poll.poll((until - time.perf_counter()) * 1000.0)
+                if not ready:
+                    return None  # the budget is spent
+                if len(ready) != 1 or ready[0][0] == epoll_fd:
+                    return _quiet.BUSY  # the run has work
+                self._read_now(raw)
+        except OSError as exc:
+            raise Dead(exc, bool(self._got)) from exc
+        except hiredis.ProtocolError as exc:
+            raise Dead(exc, True) from exc
+
+    def _write_now(self, raw: socket.socket) -> bool:
+        """Write what the socket takes now; whether all of it is written."""
+        view = self._out
+        while view:
+            try:
+                view = self._out = view[raw.send(view) :]
+            except BlockingIOError:
+                return False
+        self._out = _NOTHING_TO_WRITE  # (an empty slice would keep the request alive)
+        return True
+
+    def _take_replies(self) -> list[Any] | None:
+        """The round trip's replies once every one came, else None."""
+        reader = self.reader
+        replies = self._got
+        count = self._count
+        while True:
+            reply = reader.gets()
+            if reply is False:
+                return None
+            replies.append(reply)
+            if len(replies) == count:
+                self._got = []  # an idle connection holds no replies
+                return replies
+
+    def _read_now(self, raw: socket.socket) -> None:
+        """Feed the reader what the socket has (maybe nothing)."""
+        try:
+            chunk = raw.recv(READ_SIZE)
+        except BlockingIOError:
+            return
+        if not chunk:
+            raise ConnectionResetError("Redis closed the connection")
+        self.reader.feed(chunk)
 
     async def round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         if self.raw is not None:
@@ -283,6 +340,8 @@ class _Timer:
         self.inflight: dict[_Connection, float] = {}
         self._wake = math.inf
         self._nap: trio.CancelScope | None = None
+        #: The run's quiet state (``_quiet``), kept here: one per run too.
+        self.quiet = _quiet.QuietRun()
 
     def add(self, conn: _Connection, timeout: float) -> None:
         """Time a round trip on ``conn`` beginning now (remove it from
@@ -543,13 +602,24 @@ class NativeNode:
         self, conn: _Connection, commands: Sequence[Sequence[Any]]
     ) -> tuple[list[Any], bool]:
         """A round trip on ``conn``'s stdlib socket with no scope (see
-        :meth:`execute`): timed by the run's :class:`_Timer`, finished in a
-        shielded scope when a cancellation ends its wait. The replies and
-        whether it timed out (no replies then); raises :class:`Dead`."""
+        :meth:`execute`): in a quiet run, blocked for without Trio's
+        scheduler (``_quiet``); otherwise, or once that gave up, timed by
+        the run's :class:`_Timer` and finished in a shielded scope when a
+        cancellation ends its wait. The replies and whether it timed out
+        (no replies then); raises :class:`Dead`."""
         timer = _timer()
+        quiet = timer.quiet
+        conn.begin(commands)
+        budget = quiet.budget()
+        if budget:
+            got = conn.pump_quiet(quiet.epoll_fd, budget)
+            if got:
+                quiet.blocked += 1
+                return got, False
+            quiet.gave_up(got is _quiet.BUSY)
         timer.add(conn, self._timeout)
+        probe = quiet.probe()
         try:
-            conn.begin(commands)
             try:
                 return await conn.pump(), False
             except trio.Cancelled:
@@ -564,6 +634,8 @@ class NativeNode:
             raise
         finally:
             timer.inflight.pop(conn, None)
+            if probe is not None:
+                quiet.probed(probe)
 
     async def _open(self) -> _Connection:
         if self._watch is None:
