@@ -212,6 +212,8 @@ class _Connection:
         Raises :class:`Dead`."""
         raw = self.raw
         assert raw is not None
+        # written out, not with pump's helpers: this is the hot path
+        replies = self._got
         try:
             if not self._write_now(raw):
                 return None
@@ -219,29 +221,49 @@ class _Connection:
             if poll is None or self._poll_epoll != epoll_fd:
                 poll = self._poll = _quiet.poller(raw.fileno(), epoll_fd)
                 self._poll_epoll = epoll_fd
+            reader = self.reader
+            count = self._count
             until = time.perf_counter() + budget
+            wait = budget
             while True:
-                replies = self._take_replies()
-                if replies is not None:
-                    return replies
                 # (milliseconds, rounded up: as Trio's own wait rounds them)
-                ready = poll.poll((until - time.perf_counter()) * 1000.0)
+                ready = poll.poll(wait * 1000.0)
                 if not ready:
                     return None  # the budget is spent
                 if len(ready) != 1 or ready[0][0] == epoll_fd:
                     return _quiet.BUSY  # the run has work
-                self._read_now(raw)
+                try:
+                    chunk = raw.recv(READ_SIZE)
+                except BlockingIOError:
+                    chunk = None
+                if chunk is not None:
+                    if not chunk:
+                        raise ConnectionResetError("Redis closed the connection")
+                    reader.feed(chunk)
+                    while (reply := reader.gets()) is not False:
+                        replies.append(reply)
+                        if len(replies) == count:
+                            self._got = []  # an idle connection holds no replies
+                            return replies
+                wait = until - time.perf_counter()
         except OSError as exc:
-            raise Dead(exc, bool(self._got)) from exc
+            raise Dead(exc, bool(replies)) from exc
         except hiredis.ProtocolError as exc:
             raise Dead(exc, True) from exc
 
     def _write_now(self, raw: socket.socket) -> bool:
         """Write what the socket takes now; whether all of it is written."""
         view = self._out
-        while view:
+        if not view:
+            return True
+        try:
+            sent = raw.send(view)
+        except BlockingIOError:
+            return False
+        while sent != len(view):
+            view = self._out = view[sent:]
             try:
-                view = self._out = view[raw.send(view) :]
+                sent = raw.send(view)
             except BlockingIOError:
                 return False
         self._out = _NOTHING_TO_WRITE  # (an empty slice would keep the request alive)

@@ -87,10 +87,17 @@ class QuietRun:
     """One Trio run's quiet state (see the module docstring)."""
 
     def __init__(self) -> None:
-        #: Trio's runner, or None when this run can never be quiet.
+        #: Trio's runner, or None when this run can never be quiet (then
+        #: there is never credit: :meth:`probe` gives none).
         self._runner: Any = None
         #: The file descriptor of Trio's epoll object (-1: none).
         self.epoll_fd = -1
+        # the runner's parts read by budget(), each looked up once
+        self._runq: Any = ()
+        self._idle_waiters: Any = ()
+        self._instruments: Any = ()
+        self._next_deadline: Any = None
+        self._now: Any = None
         self._credit = 0
         self._grant = FIRST_CREDIT
         self._skip = 0
@@ -104,9 +111,12 @@ class QuietRun:
             runner = GLOBAL_RUN_CONTEXT.runner
             epoll = runner.io_manager._epoll  # type: ignore[attr-defined]
             if type(runner.clock) is SystemClock and not runner.is_guest:
-                # read once here: a missing one is an AttributeError now, not later
-                _ = (runner.runq, runner.waiting_for_idle, runner.ki_pending)
-                _ = (runner.deadlines.next_deadline, runner.instruments.data["_all"])
+                _ = runner.ki_pending  # (missing: an AttributeError now, not later)
+                self._runq = runner.runq
+                self._idle_waiters = runner.waiting_for_idle
+                self._instruments = runner.instruments.data["_all"]
+                self._next_deadline = runner.deadlines.next_deadline
+                self._now = runner.clock.current_time
                 self.epoll_fd = epoll.fileno()
                 self._runner = runner
         except (ImportError, AttributeError, KeyError, RuntimeError):
@@ -115,18 +125,16 @@ class QuietRun:
     def budget(self) -> float:
         """How long the next lone round trip may block for its reply, in
         seconds: 0.0 when it must wait in the scheduler (then
-        :meth:`watching` says whether that wait is a probe). Counts it."""
-        runner = self._runner
-        if self._credit <= 0 or runner is None:
-            return 0.0
+        :meth:`probe` says whether that wait is a probe). Counts it."""
         if (
-            runner.runq
-            or runner.waiting_for_idle
-            or runner.ki_pending
-            or runner.instruments.data["_all"]
+            self._credit <= 0
+            or self._runq
+            or self._idle_waiters
+            or self._instruments
+            or self._runner.ki_pending
         ):
             return 0.0
-        left = runner.deadlines.next_deadline() - runner.clock.current_time()
+        left = self._next_deadline() - self._now()
         if left <= 0.0:
             return 0.0
         self._credit -= 1
