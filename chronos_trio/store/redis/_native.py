@@ -180,25 +180,42 @@ class _Connection:
         for replies until every one came; they are returned. The one wait
         is a checkpoint, as Trio's socket methods are. Resumable: a
         Cancelled at one of its waits leaves the round trip where it was,
-        and calling this again goes on from there (so may this after
-        :meth:`pump_quiet` gave up). Raises :class:`Dead`."""
+        and calling this again goes on from there. Raises :class:`Dead`."""
         raw = self.raw
         assert raw is not None
+        replies = self._got
         try:
-            while not self._write_now(raw):
-                if self.expired:  # (between two waits: see _Timer)
-                    raise trio.ClosedResourceError("the round trip timed out")
-                await trio.lowlevel.wait_writable(raw)
+            view = self._out
+            while view:
+                try:
+                    view = self._out = view[raw.send(view) :]
+                except BlockingIOError:
+                    if self.expired:  # (between two waits: see _Timer)
+                        raise trio.ClosedResourceError("the round trip timed out") from None
+                    await trio.lowlevel.wait_writable(raw)
+            self._out = _NOTHING_TO_WRITE  # (an empty slice would keep the request alive)
+            reader = self.reader
+            count = self._count
             while True:
-                replies = self._take_replies()
-                if replies is not None:
-                    return replies
+                reply = reader.gets()
+                if reply is not False:
+                    replies.append(reply)
+                    if len(replies) == count:
+                        self._got = []  # an idle connection holds no replies
+                        return replies
+                    continue
                 if self.expired:  # (between two waits: see _Timer)
                     raise trio.ClosedResourceError("the round trip timed out")
                 await trio.lowlevel.wait_readable(raw)
-                self._read_now(raw)
+                try:
+                    chunk = raw.recv(READ_SIZE)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    raise ConnectionResetError("Redis closed the connection")
+                reader.feed(chunk)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise Dead(exc, bool(self._got)) from exc
+            raise Dead(exc, bool(replies)) from exc
         except hiredis.ProtocolError as exc:
             raise Dead(exc, True) from exc
 
@@ -212,7 +229,6 @@ class _Connection:
         Raises :class:`Dead`."""
         raw = self.raw
         assert raw is not None
-        # written out, not with pump's helpers: this is the hot path
         replies = self._got
         try:
             if not self._write_now(raw):
@@ -268,30 +284,6 @@ class _Connection:
                 return False
         self._out = _NOTHING_TO_WRITE  # (an empty slice would keep the request alive)
         return True
-
-    def _take_replies(self) -> list[Any] | None:
-        """The round trip's replies once every one came, else None."""
-        reader = self.reader
-        replies = self._got
-        count = self._count
-        while True:
-            reply = reader.gets()
-            if reply is False:
-                return None
-            replies.append(reply)
-            if len(replies) == count:
-                self._got = []  # an idle connection holds no replies
-                return replies
-
-    def _read_now(self, raw: socket.socket) -> None:
-        """Feed the reader what the socket has (maybe nothing)."""
-        try:
-            chunk = raw.recv(READ_SIZE)
-        except BlockingIOError:
-            return
-        if not chunk:
-            raise ConnectionResetError("Redis closed the connection")
-        self.reader.feed(chunk)
 
     async def round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         if self.raw is not None:
