@@ -102,7 +102,10 @@ def test_trio_internals_in_use() -> None:
     trio.run(main)
 
 
-async def test_a_quiet_producer_blocks_for_its_replies(server: RedisServer) -> None:
+async def test_a_quiet_producer_blocks_for_its_replies(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_quiet, "CAP", 1.0)  # a loaded machine's slow replies still block
     with trio.fail_after(20):
         async with store_at(server.url) as store:
             quiet = _timer().quiet
@@ -110,7 +113,7 @@ async def test_a_quiet_producer_blocks_for_its_replies(server: RedisServer) -> N
             results = [await store.enqueue_many([job(f"q{i}")]) for i in range(300)]
             assert [r.job_id for [r] in results] == [f"q{i}" for i in range(300)]
             assert all(r.created for [r] in results)
-            assert quiet.blocked - before >= 200, (quiet.blocked, quiet.probes)
+            assert quiet.blocked - before >= 250, (quiet.blocked, quiet.probes)
             assert quiet.probes <= 20
             for i in (0, 150, 299):
                 assert await store.get_job(f"q{i}") is not None
@@ -248,12 +251,13 @@ async def test_a_caller_cancelled_after_a_block_gave_up_gets_its_result_first(
 
 
 async def test_concurrent_callers_found_by_a_probe_share_round_trips(
-    server: RedisServer,
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A quiet producer has credit; then twenty callers enqueue at once,
     ten times each: within a few round trips a probe sees them, and they
     go as groups again (a caller blocks ahead of its batch mates for at
     most the credit it had)."""
+    monkeypatch.setattr(_quiet, "CAP", 1.0)  # a loaded machine's slow replies still block
     with trio.fail_after(20):
         async with store_at(server.url) as store:
             for i in range(200):
