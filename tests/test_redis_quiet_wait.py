@@ -113,7 +113,9 @@ async def test_a_quiet_producer_blocks_for_its_replies(
             results = [await store.enqueue_many([job(f"q{i}")]) for i in range(300)]
             assert [r.job_id for [r] in results] == [f"q{i}" for i in range(300)]
             assert all(r.created for [r] in results)
-            assert quiet.blocked - before >= 250, (quiet.blocked, quiet.probes)
+            # (a signal or a thread waking the run ends a block and sends the
+            # next 64 to the scheduler: the bound leaves room for two)
+            assert quiet.blocked - before >= 150, (quiet.blocked, quiet.probes)
             assert quiet.probes <= 20
             for i in (0, 150, 299):
                 assert await store.get_job(f"q{i}") is not None
