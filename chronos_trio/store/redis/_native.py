@@ -60,12 +60,14 @@ import contextlib
 import functools
 import math
 import socket
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import hiredis
 import trio
 
+from . import _quiet
 from ._batch import with_waits as with_waits
 from ._errors import exceptions, reply_error
 from ._resp import (
@@ -161,6 +163,9 @@ class _Connection:
         #: Redis's ID of this connection (``CLIENT ID``), once a blocking
         #: wait asked for it (:meth:`NativeNode.block_then`).
         self.client_id: int | None = None
+        #: :meth:`pump_quiet`'s ``poll`` object, and the epoll it watches.
+        self._poll: Any = None
+        self._poll_epoll = -1
 
     def begin(self, commands: Sequence[Sequence[Any]]) -> None:
         """Begin a round trip of ``commands`` on the stdlib socket
@@ -213,6 +218,72 @@ class _Connection:
             raise Dead(exc, bool(replies)) from exc
         except hiredis.ProtocolError as exc:
             raise Dead(exc, True) from exc
+
+    def pump_quiet(self, epoll_fd: int, budget: float) -> list[Any] | None:
+        """:meth:`pump` without Trio's scheduler, in a quiet run (see
+        ``_quiet``): write, then block in ``poll()`` for the replies for at
+        most ``budget`` seconds. The replies, or None when it gave up (the
+        socket's buffer full, the budget spent) or ``_quiet.BUSY``
+        (``epoll_fd`` ready) when it gave up: the round trip stands where it
+        got to, for :meth:`pump` to go on.
+        Raises :class:`Dead`."""
+        raw = self.raw
+        assert raw is not None
+        replies = self._got
+        try:
+            if not self._write_now(raw):
+                return None
+            poll = self._poll
+            if poll is None or self._poll_epoll != epoll_fd:
+                poll = self._poll = _quiet.poller(raw.fileno(), epoll_fd)
+                self._poll_epoll = epoll_fd
+            reader = self.reader
+            count = self._count
+            until = time.perf_counter() + budget
+            wait = budget
+            while True:
+                # (milliseconds, rounded up: as Trio's own wait rounds them)
+                ready = poll.poll(wait * 1000.0)
+                if not ready:
+                    return None  # the budget is spent
+                if len(ready) != 1 or ready[0][0] == epoll_fd:
+                    return _quiet.BUSY  # the run has work
+                try:
+                    chunk = raw.recv(READ_SIZE)
+                except BlockingIOError:
+                    chunk = None
+                if chunk is not None:
+                    if not chunk:
+                        raise ConnectionResetError("Redis closed the connection")
+                    reader.feed(chunk)
+                    while (reply := reader.gets()) is not False:
+                        replies.append(reply)
+                        if len(replies) == count:
+                            self._got = []  # an idle connection holds no replies
+                            return replies
+                wait = until - time.perf_counter()
+        except OSError as exc:
+            raise Dead(exc, bool(replies)) from exc
+        except hiredis.ProtocolError as exc:
+            raise Dead(exc, True) from exc
+
+    def _write_now(self, raw: socket.socket) -> bool:
+        """Write what the socket takes now; whether all of it is written."""
+        view = self._out
+        if not view:
+            return True
+        try:
+            sent = raw.send(view)
+        except BlockingIOError:
+            return False
+        while sent != len(view):
+            view = self._out = view[sent:]
+            try:
+                sent = raw.send(view)
+            except BlockingIOError:
+                return False
+        self._out = _NOTHING_TO_WRITE  # (an empty slice would keep the request alive)
+        return True
 
     async def round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         if self.raw is not None:
@@ -283,6 +354,8 @@ class _Timer:
         self.inflight: dict[_Connection, float] = {}
         self._wake = math.inf
         self._nap: trio.CancelScope | None = None
+        #: The run's quiet state (``_quiet``), kept here: one per run too.
+        self.quiet = _quiet.QuietRun()
 
     def add(self, conn: _Connection, timeout: float) -> None:
         """Time a round trip on ``conn`` beginning now (remove it from
@@ -543,13 +616,24 @@ class NativeNode:
         self, conn: _Connection, commands: Sequence[Sequence[Any]]
     ) -> tuple[list[Any], bool]:
         """A round trip on ``conn``'s stdlib socket with no scope (see
-        :meth:`execute`): timed by the run's :class:`_Timer`, finished in a
-        shielded scope when a cancellation ends its wait. The replies and
-        whether it timed out (no replies then); raises :class:`Dead`."""
+        :meth:`execute`): in a quiet run, blocked for without Trio's
+        scheduler (``_quiet``); otherwise, or once that gave up, timed by
+        the run's :class:`_Timer` and finished in a shielded scope when a
+        cancellation ends its wait. The replies and whether it timed out
+        (no replies then); raises :class:`Dead`."""
         timer = _timer()
+        quiet = timer.quiet
+        conn.begin(commands)
+        budget = quiet.budget()
+        if budget:
+            got = conn.pump_quiet(quiet.epoll_fd, budget)
+            if got:
+                quiet.blocked += 1
+                return got, False
+            quiet.gave_up(got is _quiet.BUSY)
         timer.add(conn, self._timeout)
+        probe = quiet.probe()
         try:
-            conn.begin(commands)
             try:
                 return await conn.pump(), False
             except trio.Cancelled:
@@ -564,6 +648,8 @@ class NativeNode:
             raise
         finally:
             timer.inflight.pop(conn, None)
+            if probe is not None:
+                quiet.probed(probe)
 
     async def _open(self) -> _Connection:
         if self._watch is None:
