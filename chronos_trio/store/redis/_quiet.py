@@ -109,7 +109,7 @@ class QuietRun:
             from trio._core._run import GLOBAL_RUN_CONTEXT, SystemClock
 
             runner = GLOBAL_RUN_CONTEXT.runner
-            epoll = runner.io_manager._epoll  # type: ignore[attr-defined]
+            epoll = runner.io_manager._epoll  # type: ignore[attr-defined,unused-ignore]
             if type(runner.clock) is SystemClock and not runner.is_guest:
                 _ = runner.ki_pending  # (missing: an AttributeError now, not later)
                 self._runq = runner.runq
