@@ -211,6 +211,30 @@ async def check_an_aborted_or_discarded_workflow_job_ends_failed_in_its_flow(
     assert (entry.job_id, entry.failed, entry.error) == ("lost", True, "aborted: gone"), entry
 
 
+@check(Capability.ADMIN, Capability.ABORT, Capability.FLOWS)
+async def check_a_trimmed_workflow_job_keeps_its_end_in_the_outbox(fresh: Fresh) -> None:
+    """``trim`` of a finished workflow job (dead, aborted) whose end is still
+    in the outbox (not continued yet) leaves that end readable: the
+    continuer handles it all the same (the job may stay until then)."""
+    store = await fresh()
+    await store.enqueue_many(
+        [job("failed", then=FAILING), job("aborted", then=FAILING, delay=3600)]
+    )
+    [leased] = await lease(store)
+    assert (await store.settle([settle(leased, SettleKind.DEAD, error="boom")])).settled == (True,)
+    assert await store.abort("aborted", reason="x") is AbortResult.ABORTED
+    await store.trim(["q"], dead_max_age=None, dead_max_count=0, keep_succeeded=None)
+    entries = {c.job_id: c for c in await store.continuations(["q"], 10)}
+    assert sorted(entries) == ["aborted", "failed"], entries
+    assert (entries["failed"].error, entries["aborted"].error) == ("boom", "aborted: x")
+    await store.finish_continuations(list(entries.values()))
+    assert await store.continuations(["q"], 10) == []
+    # handled: the next trim takes what is left
+    await store.trim(["q"], dead_max_age=None, dead_max_count=0, keep_succeeded=None)
+    for job_id in ("failed", "aborted"):
+        assert await store.get_job(job_id) is None, job_id
+
+
 @check(Capability.FLOWS)
 async def check_group_status_counts_arrivals_and_failures(fresh: Fresh) -> None:
     store = await fresh()
