@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from chronos_trio import (
+    AbortResult,
     App,
     BatchSummary,
     JobContext,
@@ -184,3 +185,24 @@ async def test_the_dashboard_shows_a_batch_linked_from_its_members() -> None:
             assert "running" in page.text
             missing = await web.get("/batch", params={"id": "nope"})
             assert missing.status_code == 404 and "no batch with id" in missing.text
+
+
+def test_the_batch_command_counts_an_aborted_member_failed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The member still waiting is aborted: the batch completes (issue 29)."""
+    monkeypatch.delenv("CHRONOS_URL", raising=False)
+    store = MemoryStore()
+
+    async def abort_the_last() -> None:
+        app = await _settled_batch(store)
+        assert await app.job("cli-b.0.2").abort("not needed") is AbortResult.ABORTED
+        await continuer._continue(store, await store.continuations(["default"], 10))
+
+    trio.run(abort_the_last)
+    monkeypatch.setattr(tests_app.app, "_store", store)
+    monkeypatch.setattr(tests_app.app, "_store_url", None)
+    assert main(["batch", "tests.tests_app:app", "cli-b", "--json"]) == EXIT_OK
+    got = json.loads(capsys.readouterr().out)
+    assert (got["succeeded"], got["failed"], got["pending"], got["complete"]) == (1, 2, 0, True)
+    assert got["failed_job_ids"] == ["cli-b.0.1", "cli-b.0.2"]

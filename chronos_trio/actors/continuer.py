@@ -27,7 +27,7 @@ from ..records._jobs import NewJob
 from ..records._log import log_event
 from ..records._workflow import WORKFLOW_KEEP, Arrival, Steps, advance, after_group, failed
 from ..runtime._backoff import Backoff
-from ..runtime._flow_cancel import abort_jobs, abort_made, split
+from ..runtime._flow_cancel import abort_jobs, abort_made, cancelled_step, split
 from ..runtime._flow_keep import keeper_of
 from ..runtime._state import Runtime, log
 from ..store import Continuation, FlowRole, Store, WorkflowRole
@@ -121,6 +121,8 @@ async def _next(
     jobs whose workflow is known."""
     found: list[Steps] = []
     for entry in batch:
+        if cancelled_step(entry):
+            continue  # its flow is cancelled: nothing follows, nothing arrives
         try:
             steps = _steps_of(entry)
         except ValueError as exc:

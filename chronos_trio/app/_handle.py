@@ -11,7 +11,7 @@ import attrs
 import trio
 
 from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
-from ..records._errors import JobFailed, JobNotFound, ResultTimeout
+from ..records._errors import JobAborted, JobFailed, JobNotFound, ResultTimeout
 from ..records._flow_outcomes import MemberOutcome
 from ..records._jobs import EnqueueResult, JobOutcome
 from ..records._notes import JobNotes, JobProgress
@@ -24,6 +24,7 @@ from ..records._producing import (
     result_of,
     timed_out,
 )
+from ..runtime._flow_cancel import CANCELLED_ERROR
 from ..store._capabilities import Capability
 from ..store._offers import require_capabilities
 from ..store._roles import AbortResult, ResultRole, TopologyRole
@@ -340,8 +341,8 @@ class Workflow:
                     value = await self._gather(member, deadline)
                 else:
                     value = await self._outcome(member, deadline)
-            except JobFailed as exc:
-                if not end.allow_failures:
+            except (JobFailed, JobAborted) as exc:
+                if not end.allow_failures or not _ended_failed(exc):
                     raise
                 out.append(MemberOutcome(False, None, exc.last_error, exc.job_id))
                 continue
@@ -367,8 +368,10 @@ class Workflow:
                     for before in self.waits_on.get(handle.job_id, ()):
                         try:
                             await self._outcome(handle.sibling(before), deadline)
-                        except JobFailed as exc:
-                            if not self._absorbed(exc.job_id, handle.job_id):
+                        except (JobFailed, JobAborted) as exc:
+                            if not _ended_failed(exc) or not self._absorbed(
+                                exc.job_id, handle.job_id
+                            ):
                                 raise
                     waited = True
                     continue
@@ -379,3 +382,10 @@ class Workflow:
 
 class _Late(Exception):
     """The workflow's deadline passed."""
+
+
+def _ended_failed(exc: JobFailed | JobAborted) -> bool:
+    """Whether a step's end ``exc`` is a failure in its flow: a dead step,
+    or one aborted on its own (an abort of the whole flow, a cancel, is
+    not: that flow stops there, see ``runtime._flow_cancel``)."""
+    return isinstance(exc, JobFailed) or not exc.last_error.startswith(CANCELLED_ERROR)

@@ -13,6 +13,19 @@ from ._attrs_methods import fields_eq, fields_hash, fields_repr
 #: in the outbox as a failed end in the deleting step (see docs/workflows.md).
 DELETED_ERROR = "deleted: the job was deleted before it ended"
 
+#: What the error of a workflow step discarded (a ``discard_dead`` task's job
+#: that failed for good: deleted, not kept dead) starts with, when its flow
+#: handles failures: the stores put it in the outbox as a failed end, with
+#: this prefix before the error it failed with, in the discarding settle. An
+#: aborted step fails its flow with its abort's error (``aborted: <reason>``).
+DISCARDED_PREFIX = "discarded: "
+
+
+def discarded_error(error: str) -> str:
+    """The error a discarded workflow step fails its flow with (see
+    :data:`DISCARDED_PREFIX`). Never raises."""
+    return DISCARDED_PREFIX + error
+
 
 @attrs.frozen
 class StepFailure:

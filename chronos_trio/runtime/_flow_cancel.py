@@ -39,13 +39,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from ..records._jobs import NewJob
+from ..records._jobs import NewJob, abort_error
 from ..records._log import log_event
-from ..store import AdminRole, WorkflowRole
+from ..store import AdminRole, Continuation, WorkflowRole
 from ._state import log
 
 #: The reason kept in the ``last_error`` of a step aborted because its flow was.
 CANCEL_REASON = "workflow cancelled"
+#: What the ``last_error`` of such a step starts with (``abort_error``'s text).
+CANCELLED_ERROR = abort_error(CANCEL_REASON)
+
+
+def cancelled_step(entry: Continuation) -> bool:
+    """Whether outbox entry ``entry`` is the failed end of a step aborted
+    because its whole flow was cancelled (its error starts with
+    :data:`CANCELLED_ERROR`). An aborted step ends failed in its flow (its
+    batch completes, its ``on_failure`` is called), but a cancelled flow
+    stays cancelled: the continuer records no arrival and makes nothing of
+    such an entry (as before aborts reached the outbox). Never raises."""
+    return entry.failed and entry.error.startswith(CANCELLED_ERROR)
 
 
 async def split(

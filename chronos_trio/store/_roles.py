@@ -1003,11 +1003,17 @@ class FlowRole(StoreRole):
     a recovery that dead-letters an expired lease) puts a job there too when
     its continuation holds failure handling (it starts with
     :data:`~chronos_trio.records._workflow.FAILURE_MARK`); a dead job
-    without it, a retry and a stale token's settle never do. An entry whose
-    job is neither succeeded nor dead when read (re-run meanwhile) leaves
-    the outbox unread: its next end puts it back.
+    without it, a retry and a stale token's settle never do. So does, for
+    such a job, the step that aborts it (``abort`` of a waiting job, the
+    fenced ABORTED settle or a retry an abort overrides, a recovery of a
+    flagged lease): a failed entry, error the abort's; and the fenced
+    DISCARD settle: a failed entry kept beside the outbox as a deleted
+    job's, error ``discarded_error(<its error>)``
+    (``records._flow_outcomes``). An entry whose job is neither succeeded,
+    dead nor aborted when read (re-run meanwhile) leaves the outbox unread:
+    its next end puts it back.
 
-    Deleting a workflow job (``delete_job``, ``purge_queue``) keeps its
+    Deleting a workflow job (``delete_job``, ``purge_queue``, ``trim``) keeps its
     place in its flow, in the same atomic step: an end of it still in the
     outbox stays readable, whole (``Continuation.kept``: the store keeps it
     beside the outbox until :meth:`finish_continuations`); a job that had

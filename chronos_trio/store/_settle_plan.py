@@ -24,6 +24,7 @@ import attrs
 
 from ..records import _jobs
 from ..records._attempts import append_history
+from ..records._flow_outcomes import discarded_error
 from ..records._jobs import Job, JobState
 from ..records._placement import Placement
 from ..records._workflow import WORKFLOW_KEEP, holds_failure_handling
@@ -33,6 +34,8 @@ from ._results import SettleKind, Settlement, SettleResult
 from ._roles import Continuation
 from ._rows import job_from_row
 from ._settling import WAITED_KEEP, SettleTally, settled_kind, unclaimed
+from ._sql_flow_kept import discarded_row
+from ._topology_placement import locate
 
 
 @attrs.define
@@ -115,6 +118,9 @@ class SettlePlan:
     wake: set[str] = attrs.Factory(set)
     #: whether a workflow continuation was put in the outbox
     outbox: bool = False
+    #: ``flow_kept`` rows to insert (``store._sql_flow_kept``): the failed
+    #: ends of discarded workflow jobs whose flows handle failures
+    kept: list[tuple[Any, ...]] = attrs.Factory(list)
 
     def put(
         self,
@@ -205,8 +211,9 @@ def plan_recovered(plan: SettlePlan, entry: Locked) -> Job:
         plan.unique_done(entry, succeeded=False)
     else:
         job = attrs.evolve(job, state=JobState.READY, run_at=now, unclaimed_since=None)
-    # a dead workflow job with failure handling goes to the outbox (as _dead)
-    fails = job.state is JobState.DEAD and holds_failure_handling(job.then)
+    # a dead or aborted workflow job with failure handling goes to the
+    # outbox (as _dead, _aborted)
+    fails = job.state is not JobState.READY and holds_failure_handling(job.then)
     plan.outbox = plan.outbox or fails
     plan.put(job, continuation=fails)
     ended = recovered_attempt(entry.job, job, now)
@@ -275,8 +282,15 @@ def _dead(w: SettlePlan, locked: Locked, job: Job, s: Settlement, now: float) ->
 
 def _discard(w: SettlePlan, locked: Locked, job: Job, s: Settlement, now: float) -> JobState:
     """Gone, unless a result waiter reads it: dead, listed nowhere, for
-    WAITED_KEEP seconds."""
+    WAITED_KEEP seconds. A workflow job whose continuation holds failure
+    handling keeps its place in its flow, failed (``discarded_error``): a
+    ``flow_kept`` row, as a deleted job's, in the same write."""
     w.unique_done(locked, succeeded=False)
+    if job.then is not None and holds_failure_handling(job.then):
+        version, part = locate(job.placement) or (1, 0)
+        error = discarded_error(s.error)
+        w.kept.append(discarded_row(job, version, part, error, now))
+        w.outbox = True
     w.put(
         attrs.evolve(job, state=JobState.DEAD, last_error=s.error, finished_at=now),
         retain_until=now + WAITED_KEEP,
@@ -322,9 +336,16 @@ def _unclaimed(w: SettlePlan, locked: Locked, job: Job, s: Settlement, now: floa
 
 
 def _aborted(w: SettlePlan, locked: Locked, job: Job, s: Settlement, now: float) -> JobState:
+    """leased --abort asked--> aborted; a workflow job whose continuation
+    holds failure handling goes to the outbox, failed, in the same write."""
     w.unique_done(locked, succeeded=False)
     error = locked.abort or s.error or _jobs.abort_error()
-    w.put(attrs.evolve(job, state=JobState.ABORTED, last_error=error, finished_at=now))
+    fails = holds_failure_handling(job.then)
+    w.outbox = w.outbox or fails
+    w.put(
+        attrs.evolve(job, state=JobState.ABORTED, last_error=error, finished_at=now),
+        continuation=fails,
+    )
     return JobState.ABORTED
 
 
@@ -356,8 +377,8 @@ def outbox_entry(
 ) -> Continuation:
     """An outbox entry as the SQL stores read it from a job row marked
     ``continuation`` (or a deleted job's kept row, ``kept`` true): a
-    succeeded job's result, or a dead one's failure."""
-    if state == JobState.DEAD.value:
+    succeeded job's result, or a dead or aborted one's failure."""
+    if state != JobState.SUCCEEDED.value:
         return Continuation(
             job_id, queue, placement, then, None,
             failed=True, kind=kind, error=error or "", attempts=int(attempts), kept=bool(kept),

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..records._flow_outcomes import DELETED_ERROR
-from ..records._jobs import JobState
+from ..records._jobs import Job, JobState
 from ..records._workflow import holds_failure_handling
 
 #: What a delete returns for :func:`kept_rows`, after the columns it needs
@@ -33,7 +33,7 @@ _KEPT = (
     "id, queue, then_step, result, version, part, state, last_error, attempts, kind, finished_at"
 )
 
-_ENDS = frozenset({JobState.SUCCEEDED.value, JobState.DEAD.value})
+_ENDS = frozenset({JobState.SUCCEEDED.value, JobState.DEAD.value, JobState.ABORTED.value})
 _UNENDED = frozenset({JobState.SCHEDULED.value, JobState.READY.value, JobState.RETRY_WAIT.value})
 
 
@@ -53,6 +53,16 @@ def kept_rows(deleted: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
             continue
         out.append((job_id, queue, then, result, version, part, state, error, attempts, kind, at))
     return out
+
+
+def discarded_row(job: Job, version: int, part: int, error: str, now: float) -> tuple[Any, ...]:
+    """The ``flow_kept`` row of workflow job ``job`` discarded at ``now``
+    (placed in ``version``, ``part``): its failed end, ``error``."""
+    assert job.then is not None
+    return (
+        job.id, job.queue, job.then, None, version, part,
+        JobState.DEAD.value, error, job.attempts, job.kind, now,
+    )  # fmt: skip
 
 
 def insert_kept(mark: str) -> str:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import trio
 
-from ..records._flow_outcomes import DELETED_ERROR
+from ..records._flow_outcomes import DELETED_ERROR, DISCARDED_PREFIX
 from ..records._jobs import JobState
 from ..records._workflow import FAILED_OUTCOME, FAILURE_MARK, Arrival
 from ..store._capabilities import Capability
-from ..store._roles import GroupStatus, SettleKind, Settlement
+from ..store._roles import AbortResult, GroupStatus, SettleKind, Settlement
 from .conformance import Fresh, check, found, job, lease, settle, stale
 
 #: A continuation that holds failure handling (an on_failure in effect).
@@ -142,6 +142,97 @@ async def check_a_deleted_workflow_job_keeps_its_place_in_its_flow(fresh: Fresh)
     await store.finish_continuations(await store.continuations(["q"], 10))
     assert await store.delete_job("done")
     assert await store.continuations(["q"], 10) == []
+
+
+@check(Capability.ADMIN, Capability.ABORT, Capability.FLOWS)
+async def check_an_aborted_or_discarded_workflow_job_ends_failed_in_its_flow(
+    fresh: Fresh,
+) -> None:
+    """A workflow job whose continuation holds failure handling goes to the
+    outbox as failed in the step that aborts it (waiting: ``abort``;
+    running: its fenced settle, ABORTED or a retry an abort overrides; its
+    lease expired: recovery), error the abort's, or that discards it (a
+    DISCARD settle), error ``discarded: <its error>``; a stale token's
+    settle, and a job without failure handling, queue nothing."""
+    store = await fresh()
+    await store.enqueue_many(
+        [
+            job("waits", then=FAILING, delay=3600),
+            job("waits-plain", then='{"seq":[]}', delay=3600),
+            job("runs", then=FAILING, max_retries=3),
+            job("retried", then=FAILING, max_retries=3),
+            job("tossed", then=FAILING),
+            job("tossed-plain", then='{"seq":[]}'),
+        ]
+    )
+    assert await store.abort("waits", reason="not needed") is AbortResult.ABORTED
+    assert await store.abort("waits-plain") is AbortResult.ABORTED
+    by_id = {lj.job.id: lj for lj in await lease(store)}
+    for job_id in ("runs", "retried"):
+        assert await store.abort(job_id, reason="stop") is AbortResult.FLAGGED
+    stale_abort = Settlement(stale(by_id["runs"].ref), SettleKind.ABORTED, error="stale")
+    assert (await store.settle([stale_abort])).settled == (False,)
+    settled = await store.settle(
+        [
+            settle(by_id["runs"], SettleKind.ABORTED, error="aborted"),
+            settle(by_id["retried"], SettleKind.RETRY, error="again", retry_delay=30),
+            settle(by_id["tossed"], SettleKind.DISCARD, error="SkipRetry: no"),
+            settle(by_id["tossed-plain"], SettleKind.DISCARD, error="no"),
+        ]
+    )
+    assert settled.settled == (True,) * 4
+    assert (await found(store, "runs")).state is JobState.ABORTED
+    assert (await found(store, "retried")).state is JobState.ABORTED
+    entries = {c.job_id: c for c in await store.continuations(["q"], 10)}
+    assert sorted(entries) == ["retried", "runs", "tossed", "waits"], entries
+    for job_id, error, attempts in (
+        ("waits", "aborted: not needed", 0),
+        ("runs", "aborted: stop", 1),
+        ("retried", "aborted: stop", 1),
+        ("tossed", DISCARDED_PREFIX + "SkipRetry: no", 1),
+    ):
+        entry = entries[job_id]
+        assert (entry.then, entry.result, entry.failed, entry.kind) == (
+            FAILING, None, True, "k",
+        ), entry  # fmt: skip
+        assert (entry.error, entry.attempts) == (error, attempts), entry
+    # read again until finished: the same entries; then none
+    again = await store.continuations(["q"], 10)
+    assert sorted(c.job_id for c in again) == sorted(entries)
+    await store.finish_continuations(again)
+    assert await store.continuations(["q"], 10) == []
+    # an abort asked, then the lease expired: recovery ends it failed too
+    await store.enqueue_many([job("lost", then=FAILING, max_retries=3)])
+    await lease(store, ttl=0.2)
+    assert await store.abort("lost", reason="gone") is AbortResult.FLAGGED
+    await trio.sleep(0.3)
+    assert [j.id for j in (await store.recover_expired(["q"], 10)).aborted] == ["lost"]
+    [entry] = await store.continuations(["q"], 10)
+    assert (entry.job_id, entry.failed, entry.error) == ("lost", True, "aborted: gone"), entry
+
+
+@check(Capability.ADMIN, Capability.ABORT, Capability.FLOWS)
+async def check_a_trimmed_workflow_job_keeps_its_end_in_the_outbox(fresh: Fresh) -> None:
+    """``trim`` of a finished workflow job (dead, aborted) whose end is still
+    in the outbox (not continued yet) leaves that end readable: the
+    continuer handles it all the same (the job may stay until then)."""
+    store = await fresh()
+    await store.enqueue_many(
+        [job("failed", then=FAILING), job("aborted", then=FAILING, delay=3600)]
+    )
+    [leased] = await lease(store)
+    assert (await store.settle([settle(leased, SettleKind.DEAD, error="boom")])).settled == (True,)
+    assert await store.abort("aborted", reason="x") is AbortResult.ABORTED
+    await store.trim(["q"], dead_max_age=None, dead_max_count=0, keep_succeeded=None)
+    entries = {c.job_id: c for c in await store.continuations(["q"], 10)}
+    assert sorted(entries) == ["aborted", "failed"], entries
+    assert (entries["failed"].error, entries["aborted"].error) == ("boom", "aborted: x")
+    await store.finish_continuations(list(entries.values()))
+    assert await store.continuations(["q"], 10) == []
+    # handled: the next trim takes what is left
+    await store.trim(["q"], dead_max_age=None, dead_max_count=0, keep_succeeded=None)
+    for job_id in ("failed", "aborted"):
+        assert await store.get_job(job_id) is None, job_id
 
 
 @check(Capability.FLOWS)

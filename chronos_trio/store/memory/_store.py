@@ -37,7 +37,7 @@ from ...records import _attempts, _control, _jobs, _unique
 from ...records._aggregates import KindCounts, MinuteCounts, check_add
 from ...records._attempts import Attempt
 from ...records._flow_control import WorkflowRecord
-from ...records._flow_outcomes import DELETED_ERROR
+from ...records._flow_outcomes import DELETED_ERROR, discarded_error
 from ...records._jobs import (
     FINISHED_STATES,
     EnqueueResult,
@@ -127,16 +127,18 @@ class _Index:
 _DUE = _Index("due", frozenset({JobState.SCHEDULED, JobState.RETRY_WAIT}))
 _READY = _Index("ready", frozenset({JobState.READY}))
 _LEASED = _Index("leased", frozenset({JobState.LEASED}))
-_OUTBOXED = frozenset({JobState.SUCCEEDED, JobState.DEAD})
+#: States of a workflow job whose end may be in the outbox: a success, or a
+#: failure (dead, aborted) whose continuation holds failure handling.
+_OUTBOXED = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.ABORTED})
 #: States of a job that has not ended (nor is running).
 _UNENDED = frozenset({JobState.SCHEDULED, JobState.READY, JobState.RETRY_WAIT})
 
 
 def _outbox_entry(job: Job, queue: str) -> Continuation:
-    """The outbox entry of ``job`` (succeeded, or dead: failed), which has a
-    continuation."""
+    """The outbox entry of ``job`` (succeeded, or dead or aborted: failed),
+    which has a continuation."""
     assert job.then is not None
-    if job.state is JobState.DEAD:
+    if job.state is not JobState.SUCCEEDED:
         return Continuation(
             job.id, queue, job.placement, job.then, None,
             failed=True, kind=job.kind, error=job.last_error, attempts=job.attempts,
@@ -594,8 +596,8 @@ class MemoryStore(Store):
         allows failures around it (a batch) still completes and its
         ``on_failure`` is called. Anything else: its flow stops there."""
         job = rec.job
-        if job.then is None:
-            return
+        if job.then is None or job.id in self._gone:
+            return  # no flow, or its place is kept already (a discarded job's)
         if job.id in self._outbox and job.state in _OUTBOXED:
             self._gone[job.id] = _outbox_entry(job, self._outbox[job.id])
         elif job.state in _UNENDED and holds_failure_handling(job.then):
@@ -917,8 +919,9 @@ class MemoryStore(Store):
         return JobState.DEAD
 
     def _outbox_failed(self, rec: _Record) -> None:
-        """A dead workflow job whose continuation holds failure handling
-        goes to the outbox (see FlowRole)."""
+        """A dead or aborted workflow job whose continuation holds failure
+        handling goes to the outbox (see FlowRole): an abort ends its step
+        failed, so a batch around it completes."""
         if holds_failure_handling(rec.job.then):
             self._outbox[rec.job.id] = rec.home
             self._outbox_filled.set()
@@ -926,8 +929,18 @@ class MemoryStore(Store):
     def _settle_discard(self, rec: _Record, job: Job, s: Settlement, now: float) -> JobState | None:
         """leased --failed for good--> gone (not dead-lettered); with result
         waiters, dead for :data:`WAITED_KEEP` seconds but listed nowhere, for
-        them to read. Its unique key is given back."""
+        them to read. Its unique key is given back. A workflow job whose
+        continuation holds failure handling keeps its place in its flow,
+        failed (:func:`discarded_error`), as a deleted one does."""
         self._unique.release(rec.home, rec.unique, job.id)
+        if holds_failure_handling(job.then):
+            assert job.then is not None
+            self._gone[job.id] = Continuation(
+                job.id, rec.home, job.placement, job.then, None, failed=True,
+                kind=job.kind, error=discarded_error(s.error), attempts=job.attempts,
+            )  # fmt: skip
+            self._outbox[job.id] = rec.home
+            self._outbox_filled.set()
         if job.id not in self._done:
             self._delete(job.id)
             return None
@@ -971,10 +984,12 @@ class MemoryStore(Store):
 
     def _settle_aborted(self, rec: _Record, job: Job, s: Settlement, now: float) -> JobState:
         """leased --abort asked--> aborted, never run again, ``last_error``
-        the abort's reason; its unique key is given back."""
+        the abort's reason; its unique key is given back; a workflow job
+        with failure handling goes to the outbox, failed, in the same step."""
         self._unique.release(rec.home, rec.unique, job.id)
         error = rec.abort or s.error or _jobs.abort_error()
         self._put(attrs.evolve(job, state=JobState.ABORTED, last_error=error, finished_at=now))
+        self._outbox_failed(rec)
         return JobState.ABORTED
 
     async def recover_expired(self, queues: Sequence[str], limit: int) -> RecoverResult:
@@ -1023,7 +1038,7 @@ class MemoryStore(Store):
             # its worker may have had the handler: no longer unclaimed
             job = attrs.evolve(job, state=JobState.READY, run_at=now, unclaimed_since=None)
         self._put(job)
-        if job.state is JobState.DEAD:
+        if job.state is not JobState.READY:
             self._outbox_failed(rec)
         rec.history = _attempts.added(rec.history, recovered_attempt(leased, job, now))
         return job
@@ -1378,6 +1393,7 @@ class MemoryStore(Store):
                     finished_at=self._clock(),
                 )
             )
+            self._outbox_failed(rec)  # a step that ends failed in its flow
             return AbortResult.ABORTED
         if job.state is JobState.LEASED:
             rec.abort = rec.abort or _jobs.abort_error(reason)  # the first one's reason stands

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from ...records._jobs import abort_error
+from ...records._workflow import holds_failure_handling
 from .._roles import NOTHING_SET_ASIDE, AbortResult, CountResult
 from .._sql_flow_kept import DELETED_COLUMNS, insert_kept, kept_rows
 from ._wake import wake_queues, wake_waiters
@@ -112,20 +113,24 @@ def abort(
 ) -> AbortResult:
     """A waiting job is aborted at once (its unique key and any slot given
     back, its waiters woken); a leased one is flagged (the first reason
-    stands); a finished one is left alone."""
+    stands); a finished one is left alone. A waiting workflow job whose
+    continuation holds failure handling goes to the outbox (failed) in the
+    same transaction."""
     where, params = _where(queue)
     row = conn.execute(
-        "SELECT state, queue, unique_key FROM jobs WHERE id = %s" + where + " FOR UPDATE",
+        "SELECT state, queue, unique_key, then_step FROM jobs WHERE id = %s"
+        + where
+        + " FOR UPDATE",
         (job_id, *params),
     ).fetchone()
     if row is None:
         return AbortResult.NOT_FOUND
-    state, home, key = row
+    state, home, key, then = row
     if state in _WAITING:
         conn.execute(
             "UPDATE jobs SET state = 'aborted', last_error = %s, finished_at = chronos_now(),"
-            " continuation = false WHERE id = %s",
-            (abort_error(reason), job_id),
+            " continuation = %s WHERE id = %s",
+            (abort_error(reason), holds_failure_handling(then), job_id),
         )
         release_unique(conn, home, key, job_id)
         conn.execute("DELETE FROM slots WHERE job_id = %s", (job_id,))

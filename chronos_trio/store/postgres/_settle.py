@@ -38,6 +38,7 @@ from .._roles import (
     SettleResult,
 )
 from .._settle_plan import Locked, SettlePlan, locked_from_row, plan_recovered, plan_settle
+from .._sql_flow_kept import insert_kept
 from ._claim import J_COLUMNS
 from ._wake import DONE, OUTBOX, READY
 
@@ -208,6 +209,9 @@ def _write(conn: psycopg.Connection[Any], plan: SettlePlan) -> None:
                     "tats": list(plan.hold_back.values()),
                 },
             )
+        if plan.kept:
+            with conn.cursor() as cur:
+                cur.executemany(insert_kept("%s"), plan.kept)
         payloads = sorted(READY + q for q in plan.wake)
         if plan.outbox:
             payloads.append(OUTBOX)

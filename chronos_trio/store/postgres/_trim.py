@@ -13,7 +13,10 @@ The rules are the MemoryStore's:
 3. beyond ``keep_succeeded`` retained successes per queue, those whose
    retention ends first (then lowest job ID) go.
 
-A discarded record never counts in 2 or 3. Finished jobs hold no unique
+A discarded record never counts in 2 or 3. A workflow job whose end is
+still in the outbox (column ``continuation``: not handled by a continuer
+yet) is left for the next call, so its flow goes on (the MemoryStore and
+Redis keep its entry beside the outbox instead). Finished jobs hold no unique
 key but a throttle's, which lasts its own ttl in ``unique_locks`` whatever
 becomes of its job, and no concurrency slot: trimming touches neither.
 """
@@ -32,6 +35,7 @@ from ._inspect import LISTED
 _LAPSED = f"""
 DELETE FROM jobs
  WHERE queue = ANY(%(queues)s)
+   AND NOT continuation  -- an end still in the outbox stays for its continuer
    AND ((discarded OR state = 'succeeded') AND coalesce(retain_until, 0) <= %(now)s
         OR NOT discarded AND state IN ('dead', 'aborted')
            AND coalesce(finished_at, 0) + %(age)s <= %(now)s)
@@ -41,7 +45,7 @@ RETURNING {LISTED}
 #: The jobs of each queue beyond the ``keep`` last in ``order`` (a window
 #: over the queue's finished rows, read by the jobs_finished index).
 _BEYOND = """
-DELETE FROM jobs WHERE id IN (
+DELETE FROM jobs WHERE NOT continuation AND id IN (
     SELECT id FROM (
         SELECT id, row_number() OVER (
                    PARTITION BY queue ORDER BY {order} DESC, id COLLATE "C" DESC) AS rank

@@ -417,6 +417,8 @@ def abort(ctx: StoreContext, job_id: str, queue: str | None, reason: str) -> Pla
     )
     _report_all(ctx, "abort", locs, replies)
     found = [_ABORT_CODES[r[0]] for r in replies if r[0] in _ABORT_CODES]
+    if AbortResult.ABORTED in found:
+        ctx.outbox_filled.set()  # its step may have ended failed in its flow there
     return found[0] if found else AbortResult.NOT_FOUND
 
 

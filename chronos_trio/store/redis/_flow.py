@@ -49,7 +49,7 @@ def continuations(
             then, state, error, attempts, kind = (
                 reply[k + 1], reply[k + 3], reply[k + 4], reply[k + 5], reply[k + 6]
             )  # fmt: skip
-            failed = _text(state) == "dead"
+            failed = _text(state) != "succeeded"  # dead or aborted: a failure
             out.append(
                 Continuation(
                     ident(reply[k]),

@@ -887,8 +887,9 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Settle
                     ctx.outbox_filled.set()
                 elif code == 7:  # its successor is stored: no outbox entry
                     continued.append(i)
-                elif code == 5:  # the job is aborted now
+                elif code == 5:  # the job is aborted now (its step may be in the outbox)
                     aborted.append(i)
+                    ctx.outbox_filled.set()
                 elif code == 6:  # unclaimed past its grace: dead-lettered
                     unclaimed_dead.append(i)
             slots = part[1 + len(groups[pk])] if len(part) > 1 + len(groups[pk]) else 0
@@ -995,7 +996,7 @@ async def recover_expired(ctx: StoreContext, queues: Sequence[str], limit: int) 
                 into.append(
                     job_from_fields(ident(flat[k]), pk.queue, pk.placement, flat[k + 1 : k + width])
                 )
-    if any(holds_failure_handling(job.then) for job in dead):
+    if any(holds_failure_handling(job.then) for job in (*dead, *aborted)):
         ctx.outbox_filled.set()  # recover.lua put them in the outbox
     if woke:
         await ctx.adapter.execute([], after=ctx.wake_ready_ops(woke))

@@ -15,7 +15,8 @@ record writer needs) and ``format_number`` (``FORMAT``, the same as a
 number: what a judge of field v needs), ``chunk_sizes`` (``CHUNK``,
 ``CHUNKED_MAX``: its payload chunking), ``workflow_keep``
 (``WORKFLOW_KEEP``), ``failure_mark`` (``FAILURE_MARK``), ``deleted_error``
-(``DELETED_ERROR``, a deleted workflow step's), ``history_limit``
+(``DELETED_ERROR``, a deleted workflow step's), ``discarded_prefix``
+(``DISCARDED_PREFIX``, a discarded one's), ``history_limit``
 (``HISTORY_LIMIT``, ``ERROR_BYTES``) and
 ``lease_expired`` (``LEASE_EXPIRED``: the attempt history's bounds and an
 expired lease's error, ``records._attempts``) and ``leased_sentinel`` (``LEASED_SENTINEL``, the
@@ -48,7 +49,7 @@ import attrs
 
 from ...records._attempts import ERROR_BYTES, HISTORY_LIMIT, LEASE_EXPIRED
 from ...records._attrs_methods import fields_eq, fields_hash, fields_repr
-from ...records._flow_outcomes import DELETED_ERROR
+from ...records._flow_outcomes import DELETED_ERROR, DISCARDED_PREFIX
 from ...records._workflow import FAILURE_MARK, WORKFLOW_KEEP
 from .._roles import StoreError
 from ._codec import CHUNKED_PAYLOAD_MAX, PAYLOAD_CHUNK, RECORD_FORMAT
@@ -67,6 +68,7 @@ GENERATED: dict[str, bytes] = {
     "workflow_keep": b"local WORKFLOW_KEEP = %d\n" % WORKFLOW_KEEP,
     "failure_mark": b"local FAILURE_MARK = '%s'\n" % FAILURE_MARK.encode(),
     "deleted_error": b"local DELETED_ERROR = '%s'\n" % DELETED_ERROR.encode(),
+    "discarded_prefix": b"local DISCARDED_PREFIX = '%s'\n" % DISCARDED_PREFIX.encode(),
     "history_limit": b"local HISTORY_LIMIT, ERROR_BYTES = %d, %d\n" % (HISTORY_LIMIT, ERROR_BYTES),
     "lease_expired": b"local LEASE_EXPIRED = '%s'\n" % LEASE_EXPIRED.encode(),
     "wake_keep": b"local WAKE_KEEP = %d\n" % WAKE_KEEP,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 from ...records._jobs import abort_error
+from ...records._workflow import holds_failure_handling
 from .._roles import NOTHING_SET_ASIDE, AbortResult, CountResult
 from .._sql_flow_kept import DELETED_COLUMNS, insert_kept, kept_rows
 from . import _states
@@ -102,19 +103,21 @@ def abort(
 ) -> AbortResult:
     """A waiting job is aborted at once (its unique key and any slot given
     back); a leased one is flagged (the first reason stands); a finished
-    one is left alone."""
+    one is left alone. A waiting workflow job whose continuation holds
+    failure handling goes to the outbox (failed) in the same transaction."""
     where, params = _where(queue)
     row = conn.execute(
-        "SELECT state, queue, unique_key FROM jobs WHERE id = ?" + where, (job_id, *params)
+        "SELECT state, queue, unique_key, then_step FROM jobs WHERE id = ?" + where,
+        (job_id, *params),
     ).fetchone()
     if row is None:
         return AbortResult.NOT_FOUND
-    state, home, key = row
+    state, home, key, then = row
     if state in _WAITING:
         conn.execute(
             "UPDATE jobs SET state = 'aborted', last_error = ?, finished_at = ?,"
-            " continuation = 0 WHERE id = ?",
-            (abort_error(reason), now, job_id),
+            " continuation = ? WHERE id = ?",
+            (abort_error(reason), now, holds_failure_handling(then), job_id),
         )
         release_unique(conn, home, key, job_id)
         conn.execute("DELETE FROM slots WHERE job_id = ?", (job_id,))

@@ -28,6 +28,7 @@ from ...records._jobs import FINISHED_STATES
 from .._roles import NOTHING_SET_ASIDE, Settlement, SettleResult
 from .._rows import JOB_COLUMNS
 from .._settle_plan import SettlePlan, locked_from_row, plan_settle
+from .._sql_flow_kept import insert_kept
 
 #: The batch's rows, each with whether a live result waiter reads it.
 _READ = f"""
@@ -142,3 +143,5 @@ def write_plan(conn: sqlite3.Connection, plan: SettlePlan, waited: set[str]) -> 
         conn.execute(_FREE_SLOTS, (json.dumps(plan.slots),))
     if plan.hold_back:
         conn.executemany(_HOLD_BACK, [(q, k, tat) for (q, k), tat in plan.hold_back.items()])
+    if plan.kept:
+        conn.executemany(insert_kept("?"), plan.kept)

@@ -14,7 +14,10 @@ The rules are the MemoryStore's (and the PostgreSQL store's):
 3. beyond ``keep_succeeded`` retained successes per queue, those whose
    retention ends first (then lowest job ID) go.
 
-A discarded record never counts in 2 or 3. Finished jobs hold no unique
+A discarded record never counts in 2 or 3. A workflow job whose end is
+still in the outbox (column ``continuation``: not handled by a continuer
+yet) is left for the next call, so its flow goes on (the MemoryStore and
+Redis keep its entry beside the outbox instead). Finished jobs hold no unique
 key but a throttle's, which lasts its own ttl in ``unique_locks`` whatever
 becomes of its job, and no concurrency slot: trimming touches neither.
 """
@@ -31,6 +34,7 @@ from ._inspect import LISTED, texts
 _LAPSED = f"""
 DELETE FROM jobs
  WHERE queue IN (SELECT value FROM json_each(:queues))
+   AND NOT continuation  -- an end still in the outbox stays for its continuer
    AND ((discarded OR state = 'succeeded') AND coalesce(retain_until, 0) <= :now
         OR NOT discarded AND {_states.FAILED}
            AND coalesce(finished_at, 0) + :age <= :now)
@@ -40,7 +44,7 @@ RETURNING {LISTED}
 #: The jobs of each queue beyond the ``keep`` last in ``order`` (a window
 #: over the queue's finished rows, read by the jobs_finished index).
 _BEYOND = """
-DELETE FROM jobs WHERE id IN (
+DELETE FROM jobs WHERE NOT continuation AND id IN (
     SELECT id FROM (
         SELECT id, row_number() OVER (
                    PARTITION BY queue ORDER BY {order} DESC, id DESC) AS rank

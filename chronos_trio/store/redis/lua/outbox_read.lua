@@ -10,14 +10,16 @@
 -- entry is a deleted job's, read from its gone key (lib/keep_flow_place.lua:
 -- read only when the job hash is not an end; the continuer deletes it with
 -- the entry), else 0. An entry whose record is gone (trimmed, deleted, with
--- no gone key), carries no continuation, or is neither succeeded nor dead
--- (re-run since: its next end puts it back) is removed: there is nothing to
--- continue now.
+-- no gone key), carries no continuation, or is neither succeeded, dead nor
+-- aborted (re-run since: its next end puts it back) is removed: there is
+-- nothing to continue now. A dead or aborted entry is a failure.
 local function read(key)
   local f = redis.pcall('HMGET', key, 'x', 'result', 'state', 'last_error', 'attempts', 'kind')
   local x = (not f.err) and f[1] or nil
   local z = x and string.find(x, '\0', 1, true)
-  if z and z < #x and (f[3] == 'succeeded' or f[3] == 'dead') then return f, x, z end
+  if z and z < #x and (f[3] == 'succeeded' or f[3] == 'dead' or f[3] == 'aborted') then
+    return f, x, z
+  end
 end
 local kept_prefix = string.sub(KEYS[2], 1, -3) .. 'gone:'
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)

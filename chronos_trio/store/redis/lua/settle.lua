@@ -119,6 +119,7 @@
 --@include find
 --@include give_back_slots
 --@include huge
+--@include keep_discarded_place
 --@include judge_lease
 --@include limit_key
 --@include new_aside
@@ -303,6 +304,11 @@ local function settle_partition(part, first, last, res)
           p = 4
         end
       elseif kind == 'x' then
+        if fails(f[8]) then
+          -- a workflow job with failure handling: failed in its flow, this step
+          keep_discarded_place(prefix, key, id, f[8], f[5], ARGV[i + 3], now)
+          p = 4
+        end
         if f[7] then
           add_attempt(key, 'discarded', f[5], ARGV[i + 7], now_s, ARGV[i + 3])
           redis.call('HSET', key, 'state', 'dead', 'last_error', ARGV[i + 3], 'finished_at',

@@ -23,12 +23,15 @@
 -- hash is quarantined, a record of a newer format is left untouched. Then the
 -- partition's aborted marks (beside KEYS[3], see lib/aborted_key.lua)
 -- older than the oldest dead entry left are dropped: their jobs are gone.
+-- A workflow job whose end is still in the outbox keeps it there (see
+-- lib/keep_flow_place.lua): the continuer handles it all the same.
 --
 -- Returns {deleted, more (1 when a cap was hit and something moved), dead
 -- jobs left, retained succeeded jobs left, set aside (see README.md)}.
 --@include clock
 --@include dead_letter
 --@include judge_entries
+--@include keep_flow_place
 --@include new_aside
 --@include newer
 --@include prune_aborted
@@ -49,7 +52,11 @@ local function apply(zset, index, ids, plan, why)
   for k, id in ipairs(ids) do
     local p = plan[k]
     if p == 'ok' then
-      redis.call('DEL', KEYS[3] .. id)
+      local key = KEYS[3] .. id
+      local g = redis.call('HMGET', key, 'state', 'x')
+      if not keep_flow_place(KEYS[3], id, key, g[1], g[2]) then
+        redis.call('DEL', key)
+      end
       taken[#taken + 1] = id
       deleted = deleted + 1
     elseif p == 'gone' then

@@ -6,7 +6,7 @@
 -- Before the hash key of job id (a job key prefix's; its state and extras x
 -- as read) is deleted (delete.lua, purge.lua): keep its place in its
 -- workflow, in the same step. An end of it still in the outbox (succeeded,
--- or dead, not continued yet) keeps what the continuer reads; a job that
+-- dead or aborted, not continued yet) keeps what the continuer reads; a job that
 -- never ended (scheduled, ready, retry_wait) whose continuation holds
 -- failure handling ends dead (DELETED_ERROR) into the outbox, so the group
 -- that allows failures around it (a batch) still completes and its
@@ -18,7 +18,8 @@
 local function keep_flow_place(prefix, id, key, state, x)
   local outbox = outbox_key(prefix)
   local place = string.sub(prefix, 1, -3) .. 'gone:' .. id
-  if (state == 'succeeded' or state == 'dead') and redis.call('ZSCORE', outbox, id) then
+  if (state == 'succeeded' or state == 'dead' or state == 'aborted')
+      and redis.call('ZSCORE', outbox, id) then
     redis.call('RENAME', key, place)
   elseif (state == 'scheduled' or state == 'ready' or state == 'retry_wait') and fails(x) then
     redis.call('RENAME', key, place)
