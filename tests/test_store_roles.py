@@ -5,6 +5,7 @@ FaultyStore wrapping every role method."""
 
 from __future__ import annotations
 
+import inspect
 import types
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
@@ -84,6 +85,14 @@ def limited_store_type(
     refuses a job that uses a feature it does not declare, and its ``abort``
     raises without ABORT, so a check that uses one undeclared fails."""
     names = set(StoreRole.__abstractmethods__).union(*(r.__abstractmethods__ for r in roles))
+    # and the roles' optional methods (a default in the role, e.g.
+    # keep_workflows), so the inner store's own answer is what a check sees
+    names |= {
+        name
+        for role in roles
+        for name, value in vars(role).items()
+        if not name.startswith("_") and inspect.iscoroutinefunction(value)
+    }
     declared = frozenset(features)
 
     promotes = PromotionRole in roles
