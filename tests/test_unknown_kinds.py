@@ -256,3 +256,42 @@ async def test_an_unreadable_stamp_counts_as_none_everywhere_on_redis(redis_url:
     finally:
         await store.aclose()
         client.close()
+
+
+class _CountingStore(chronos_trio.MemoryStore):
+    """A MemoryStore that counts the leaser's wait_lease calls (it offers
+    none: it answers None, as a store without it does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wait_leases = 0
+
+    async def wait_lease(self, *args: object, **kwargs: object) -> None:  # type: ignore[override]
+        self.wait_leases += 1
+        await trio.lowlevel.checkpoint()
+
+
+@pytest.mark.parametrize("knows_the_kind", [False, True])
+async def test_only_jobs_a_worker_can_run_open_its_wait_lease_window(
+    knows_the_kind: bool, autojump_clock: object
+) -> None:
+    """A worker that leases only kinds it has no handler for never waits
+    with wait_lease (on one Redis node that leases in the server the moment
+    a bounced job is due again, so an old worker of a mixed fleet would win
+    every race for it); one that runs its jobs does."""
+    store = _CountingStore()
+    fleet = Fleet(store)
+    app = fleet.new if knows_the_kind else fleet.old
+    async with app.open_worker(worker_id="w", unknown_kind_delay=0.2, **FAST) as worker:
+        await fleet.enqueue(5)
+        with trio.fail_after(30):
+            while (
+                worker.statistics().succeeded if knows_the_kind else worker.statistics().unclaimed
+            ) < 5:
+                await trio.sleep(0.05)
+            await trio.sleep(3)
+    if knows_the_kind:
+        assert store.wait_leases > 0, "a worker that ran jobs waits with wait_lease"
+    else:
+        assert worker.statistics().unclaimed >= 10  # it kept bouncing them
+        assert store.wait_leases == 0

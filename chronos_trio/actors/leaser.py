@@ -11,7 +11,8 @@ lease short, nothing held back), it waits for a wake-up with
 ``store.wait_lease``, which leases with the wake-up in one round trip
 where the store offers it (one Redis node: the lease runs in Redis right
 when the wake-up read returns) within ``wait_lease_window`` (worker option) of
-its last jobs; otherwise ``wait_ready``, then a lease.
+its last lease of a job it has a handler for; otherwise ``wait_ready``, then
+a lease.
 
 With ``max_jobs`` (recycling) it leases that many jobs in all, then no
 more, and tells the runtime's ``recycle`` so (see ``runtime._recycle``).
@@ -105,7 +106,13 @@ async def run(
             except StoreError as exc:  # back off, then try leasing again
                 await backoff.failed(exc)
             continue
-        warm_until = asked_at + cfg.wait_lease_window
+        tasks = rt.registry.tasks
+        if any(leased.job.kind in tasks for leased in batch):
+            # Only jobs it can run open the window: a worker that leases
+            # nothing but kinds it has no handler for (sent back for a worker
+            # that has one) must not win every race for them by leasing in
+            # Redis the moment they come back (a mixed fleet: issue 23).
+            warm_until = asked_at + cfg.wait_lease_window
         # Every lease enters the table before the first checkpoint, so a
         # crash while queueing leaves them there for the next incarnation.
         entries = table.admit(batch, lease_deadline(asked_at, cfg.lease_duration), asked_at)

@@ -227,7 +227,8 @@ class WorkerConfig:
     #: Leased jobs waiting for a free executor, at most.
     queue_buffer: int = attrs.field(default=_derived(lambda c: c.batch_size), validator=_positive)
     poll_interval: float = attrs.field(default=30.0, validator=_positive)
-    #: Seconds after its last jobs that an idle worker waits for a wake-up
+    #: Seconds after its last lease of jobs it has a handler for (a lease of
+    #: only unknown kinds opens none) that an idle worker waits for a wake-up
     #: with its next lease queued behind it (``store.wait_lease``), where the
     #: store offers that (one Redis node): the jobs come with the wake-up, one
     #: round trip sooner. The store runs that lease whether or not the worker
