@@ -220,10 +220,12 @@ async def check_held_back_jobs_do_not_shorten_a_batch(fresh: Fresh) -> None:
 async def check_renewed_holder_keeps_its_slot(fresh: Fresh) -> None:
     store = await fresh()
     await store.enqueue_many([limited(f"h{n}", _capped("one", 1)) for n in range(2)])
-    [holder] = await lease(store, ttl=0.3)
+    # three renewals 0.4 s apart outlast the first 1 s lease (0.3 s leases
+    # 0.15 s apart lapsed under CI load between a renewal and the next)
+    [holder] = await lease(store, ttl=1.0)
     for _ in range(3):
-        await trio.sleep(0.15)
-        assert (await store.renew([holder.ref], 0.3)).renewed == (True,)
+        await trio.sleep(0.4)
+        assert (await store.renew([holder.ref], 1.0)).renewed == (True,)
         assert await lease(store) == [], "renewed: still holding its slot"
 
 
