@@ -31,6 +31,7 @@ from chronos_trio.store import SettleKind, Settlement
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis import _results as redis_results
 from chronos_trio.store.redis._native import MAX_BLOCKING_IDLE, MAX_OPEN, NativeNode
+from chronos_trio.testing import run_until_idle
 from tests._backends import Backend
 
 
@@ -109,6 +110,25 @@ async def test_results_round_trip_typed(backend: Backend, clock: object) -> None
             status = await again.status()
             assert status.state is JobState.SUCCEEDED and status.attempts == 1
             assert status.kind == "add" and status.queue == "default"
+
+
+async def test_keep_outcome_reads_a_job_that_ended_before_the_wait(
+    backend: Backend, clock: object
+) -> None:
+    """A task that keeps no result, its job finished before any wait began
+    (a worker ran until idle first): enqueued with ``keep_outcome`` its
+    ``result()`` is None; without it the record is gone (JobNotFound)."""
+    app = results_app(backend.store())
+    with trio.fail_after(60):
+        marked = await app.enqueue("no.result", None, keep_outcome=True)
+        plain = await app.enqueue("no.result", None)
+        await run_until_idle(app, **backend.timing(poll_interval=0.5))
+        assert await marked.result(timeout=5) is None
+        assert (await marked.status()).state is JobState.SUCCEEDED
+        with pytest.raises(JobNotFound):
+            await plain.result(timeout=0)
+    with pytest.raises(ValueError, match="keep_outcome must be a bool, got 'yes'"):
+        await app.enqueue("no.result", None, keep_outcome="yes")  # type: ignore[typeddict-item]
 
 
 async def test_a_plain_handler_returns_its_result_from_its_thread() -> None:

@@ -25,6 +25,22 @@ from ._results import NOTHING_SET_ASIDE, SettleKind, Settlement, SettleResult
 #: How long a finished job nothing keeps stays readable for its waiters (s).
 WAITED_KEEP = 60.0
 
+#: On the SQL stores, the result waiter a job marked as waited on
+#: (``NewJob.keep_outcome``) is stored with, in the enqueue's transaction:
+#: it never lapses (expires_at +inf), so the settle or recovery that
+#: finishes the job keeps it readable as for a live waiter, and forgets it
+#: then, as every waiter of a finished job. A name no live waiter takes
+#: (theirs are random hex).
+KEEP_OUTCOME_WAITER = "keep_outcome"
+
+#: The trim's sweep of the marks of jobs gone without finishing (deleted,
+#: purged) or trimmed after an end that forgot no waiter (an abort while
+#: waiting): a mark lives no longer than its job.
+FORGET_ORPHAN_MARKS = (
+    f"DELETE FROM result_waiters WHERE waiter = '{KEEP_OUTCOME_WAITER}'"
+    " AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = result_waiters.job_id)"
+)
+
 #: Settle kinds that would run the job again: an abort asked for it wins.
 RUNS_AGAIN = frozenset(
     {SettleKind.RETRY, SettleKind.RELEASE, SettleKind.DEFER, SettleKind.UNCLAIMED}

@@ -145,7 +145,9 @@ class ProducerPart(ProducerEnqueue):
                     await asyncio.to_thread(self._migrate_own)
                     version = await self._version_async(bound)
                 self._accept(bound, version)
-            rows = await bound.arun(_enqueue.enqueue_query(schema, jobs), _enqueue.enqueue_params(jobs))
+            rows = await bound.arun(
+                _enqueue.enqueue_query(schema, jobs), _enqueue.enqueue_params(jobs)
+            )
         except driver_error_types() as exc:
             raise self._failed(bound, exc) from exc
         return _enqueue.enqueue_results(rows, jobs)

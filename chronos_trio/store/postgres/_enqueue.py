@@ -35,21 +35,15 @@ from ...records._jobs import EnqueueResult, NewJob
 from ...records._unique import with_run_slot
 from .._partitioning import id_hash
 from .._rows import headers_text
+from .._settling import KEEP_OUTCOME_WAITER
 from .._topology_placement import topology_placement
-
-
-#: The result waiter a job marked as waited on (``NewJob.keep_outcome``) is
-#: stored with: it never lapses, so the settle (or recovery) that finishes
-#: the job keeps it readable as for a live waiter, and forgets it then (a
-#: name no live waiter takes: theirs are random hex).
-KEEP_OUTCOME_WAITER = "keep_outcome"
 
 
 def enqueue_query(schema: str, jobs: Sequence[NewJob] = ()) -> str:
     """``SELECT ord, job_id, created, run_at, version, part FROM
     "schema".chronos_enqueue(%s::jsonb) ORDER BY ord``: one row per job, in
     the order given. When a job of ``jobs`` is marked as waited on, the
-    same statement also registers :data:`KEEP_OUTCOME_WAITER` for each
+    same statement also registers ``store._settling.KEEP_OUTCOME_WAITER`` for each
     such job it created (a second parameter: their IDs, see
     :func:`enqueue_params`), atomically with their enqueue."""
     name = sql.Identifier(schema).as_string(None)

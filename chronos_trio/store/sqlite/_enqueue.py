@@ -24,7 +24,7 @@ The rules, job by job, in order (the MemoryStore's):
   ``id_hash(id) % partitions``;
 * every queue of the batch is registered in ``queues``;
 * a created job marked as waited on (``NewJob.keep_outcome``) gets a
-  result waiter that never lapses (:data:`KEEP_OUTCOME_WAITER`), so the
+  result waiter that never lapses (``store._settling.KEEP_OUTCOME_WAITER``), so the
   settle that finishes it keeps it readable as for a live waiter (and
   forgets the waiter then, as it forgets every waiter of a finished job).
 
@@ -45,6 +45,7 @@ from ...records._jobs import EnqueueResult, JobState, NewJob
 from ...records._unique import with_run_slot
 from .._partitioning import id_hash
 from .._rows import headers_text
+from .._settling import KEEP_OUTCOME_WAITER
 from .._topology_placement import topology_placement
 from .._unique_rules import Claim, judge_claim, lock_lapses, lock_live
 
@@ -56,10 +57,6 @@ ON CONFLICT (id) DO NOTHING
 """
 
 _REGISTER = "INSERT INTO queues (name) VALUES (?) ON CONFLICT DO NOTHING"
-
-#: The result waiter a job marked as waited on is stored with (a name no
-#: live waiter takes: theirs are random hex).
-KEEP_OUTCOME_WAITER = "keep_outcome"
 
 _MARK_WAITED = """
 INSERT INTO result_waiters (job_id, waiter, expires_at) VALUES (?, ?, ?)
