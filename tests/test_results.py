@@ -434,3 +434,59 @@ async def test_redis_keeps_a_result_only_record_out_of_the_indexes(redis_url: st
     finally:
         client.close()
         await store.aclose()
+
+
+async def test_redis_keep_outcome_names_the_done_channel_in_the_record(redis_url: str) -> None:
+    """enqueue.lua stores a job marked as waited on with field w (the
+    namespace's done channel, as watch.lua writes it), beside whatever
+    else its extras hold (a unique key, flow control, a chunked payload),
+    which it stores as it does without the mark; an unmarked job has no w.
+    A duplicate of a held unique key is left untouched."""
+    import redis as redis_py
+
+    from chronos_trio.records import Unique
+    from chronos_trio.records._control import JobControl
+    from chronos_trio.records._jobs import NewJob
+    from chronos_trio.store.redis._codec import PAYLOAD_CHUNK
+
+    store = RedisStore.from_url(redis_url, namespace=f"mark-{next(_ns)}")
+    client = redis_py.Redis.from_url(redis_url)
+    try:
+        unique = Unique(key="u", mode="lock", ttl=None)
+        big = b'"' + b"x" * (2 * PAYLOAD_CHUNK) + b'"'
+        jobs = [
+            NewJob("plain", "q", "k", b"1", keep_outcome=True),
+            NewJob("unique", "q", "k", b"1", unique=unique, keep_outcome=True),
+            NewJob("prio", "q", "k", b"1", control=JobControl(priority=3), keep_outcome=True),
+            NewJob("chunked", "q", "k", big, delay=60, keep_outcome=True),
+            NewJob("unmarked", "q", "k", b"1"),
+        ]
+        for new in jobs:  # lone enqueues (the one-job path), then a batch
+            [made] = await store.enqueue_many([new])
+            assert made.created
+        more = [NewJob(f"b{n}", "q", "k", b"1", keep_outcome=n % 2 == 0) for n in range(4)]
+        await store.enqueue_many(more)
+        [dup] = await store.enqueue_many(
+            [NewJob("dup", "q", "k", b"1", unique=unique, keep_outcome=True)]
+        )
+        assert not dup.created and dup.job_id == "unique"
+        pk = store._ctx.keys.partition("q", 1, 0)
+        channel = store._ctx.keys.done_channel.encode()
+
+        def fields(job_id: str) -> dict[bytes, bytes]:
+            return client.hgetall(pk.job(job_id))  # type: ignore[return-value]
+
+        for job_id in ("plain", "unique", "prio", "chunked", "b0", "b2"):
+            assert fields(job_id).get(b"w") == channel, job_id
+        for job_id in ("unmarked", "b1", "b3"):
+            assert b"w" not in fields(job_id), job_id
+        assert fields("unique")[b"x"].startswith(b"l|u\0"), "its unique spec, no mark"
+        assert client.get(f"{pk.job_prefix[:-2]}u:u") == b"lunique", "the key is taken"
+        assert fields("prio")[b"fc"] and b"x" not in fields("prio")
+        assert fields("chunked")[b"pn"] == b"2"
+        assert client.exists(pk.job("dup")) == 0
+        got = await store.get_job("chunked")
+        assert got is not None and got.payload == big
+    finally:
+        client.close()
+        await store.aclose()
