@@ -18,7 +18,7 @@ from chronos_trio.records._control import JobControl
 from chronos_trio.records._jobs import JobRef, JobState, LeaseRef, NewJob
 from chronos_trio.records._workflow import WORKFLOW_KEEP, Arrival
 from chronos_trio.store._admission import tolerance
-from chronos_trio.store._roles import QueueWeight, SettleKind, Settlement
+from chronos_trio.store._roles import AbortResult, QueueWeight, SettleKind, Settlement
 from chronos_trio.store._settling import WAITED_KEEP
 from chronos_trio.store.sqlite import SqliteStore, _results, _settle
 
@@ -316,21 +316,28 @@ async def test_a_waiter_keeps_a_finished_job_readable(store: SqliteStore, clock:
 async def test_a_keep_outcome_mark_lives_as_long_as_its_job(store: SqliteStore) -> None:
     """A job marked as waited on is stored with a waiter that never lapses:
     forgotten by the settle that finishes the job (kept readable), and by
-    the trim once the job went without finishing (deleted)."""
-    marked = [NewJob(job_id, "q", "k", b"1", keep_outcome=True) for job_id in ("a", "b")]
-    await store.enqueue_many([*marked, NewJob("c", "q", "k", b"1")])
+    whatever else ends it or removes it (an abort while it waits, a
+    delete, a purge), so it never outlives its job."""
+    ids = ("a", "b", "c", "d", "e")
+    marked = [NewJob(job_id, "q", "k", b"1", keep_outcome=True) for job_id in ids]
+    await store.enqueue_many([*marked, NewJob("plain", "q", "k", b"1")])
     waiters = await sql(store, "SELECT job_id, waiter, expires_at FROM result_waiters")
-    assert sorted(waiters) == [("a", "keep_outcome", math.inf), ("b", "keep_outcome", math.inf)]
-    jobs = await store.lease([QueueWeight("q")], 3, worker_id="w", lease_duration=30)
-    [a] = [lj for lj in jobs.jobs if lj.job.id == "a"]
+    assert sorted(waiters) == [(job_id, "keep_outcome", math.inf) for job_id in ids]
+    jobs = await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=30)
+    [a] = jobs.jobs
+    assert a.job.id == "a"
     await store.settle([Settlement(a.ref, SettleKind.SUCCEEDED)])
     assert (await row_of(store, "a") or {}).get("state") == "succeeded"
-    assert await sql(store, "SELECT job_id FROM result_waiters") == [("b",)]
-    await sql(store, "UPDATE jobs SET state = 'ready', lease_token = '' WHERE id = 'b'")
-    assert await store.delete_job("b")
-    assert await sql(store, "SELECT job_id FROM result_waiters") == [("b",)]
-    await store.trim(["q"], dead_max_age=None, dead_max_count=None)
-    assert await sql(store, "SELECT job_id FROM result_waiters") == []
+
+    async def marks() -> list[str]:
+        return [row[0] for row in await sql(store, "SELECT job_id FROM result_waiters")]
+
+    assert sorted(await marks()) == ["b", "c", "d", "e"]
+    assert await store.abort("b") is AbortResult.ABORTED
+    assert await store.delete_job("c")
+    assert sorted(await marks()) == ["d", "e"]
+    assert (await store.purge_queue("q", limit=10)).count == 4  # b (aborted), d, e, plain
+    assert await marks() == []
 
 
 async def test_register_waiter_only_while_pending_and_forgets_lapsed(

@@ -33,12 +33,12 @@ WAITED_KEEP = 60.0
 #: (theirs are random hex).
 KEEP_OUTCOME_WAITER = "keep_outcome"
 
-#: The trim's sweep of the marks of jobs gone without finishing (deleted,
-#: purged) or trimmed after an end that forgot no waiter (an abort while
-#: waiting): a mark lives no longer than its job.
-FORGET_ORPHAN_MARKS = (
-    f"DELETE FROM result_waiters WHERE waiter = '{KEEP_OUTCOME_WAITER}'"
-    " AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = result_waiters.job_id)"
+#: Forgets the marks of the jobs ``{}`` names (a placeholder, formatted by
+#: the store): said where a job ends without a settle that forgets its
+#: waiters (an abort while it waits) or goes without finishing (deleted,
+#: purged), so a mark never outlives its job.
+FORGET_MARKS = (
+    f"DELETE FROM result_waiters WHERE waiter = '{KEEP_OUTCOME_WAITER}' AND job_id = {{}}"
 )
 
 #: Settle kinds that would run the job again: an abort asked for it wins.

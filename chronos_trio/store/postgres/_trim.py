@@ -29,7 +29,6 @@ from typing import Any
 import psycopg
 
 from .._roles import NOTHING_SET_ASIDE, CountResult
-from .._settling import FORGET_ORPHAN_MARKS
 from ._base import now_of
 from ._inspect import LISTED
 
@@ -87,5 +86,4 @@ def trim(
     if keep_succeeded is not None:
         cur = conn.execute(_SUCCEEDED_BEYOND, {"queues": names, "keep": max(0, keep_succeeded)})
         deleted += cur.rowcount
-    conn.execute(FORGET_ORPHAN_MARKS)
     return CountResult(deleted, NOTHING_SET_ASIDE)

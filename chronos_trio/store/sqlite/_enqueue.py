@@ -26,7 +26,8 @@ The rules, job by job, in order (the MemoryStore's):
 * a created job marked as waited on (``NewJob.keep_outcome``) gets a
   result waiter that never lapses (``store._settling.KEEP_OUTCOME_WAITER``), so the
   settle that finishes it keeps it readable as for a live waiter (and
-  forgets the waiter then, as it forgets every waiter of a finished job).
+  forgets the waiter then, as it forgets every waiter of a finished job;
+  an abort, a delete or a purge forgets it too).
 
 A batch without unique jobs and without a repeated ID (the bulk case) is one
 ``executemany`` of ``INSERT ... ON CONFLICT DO NOTHING``; when it stored

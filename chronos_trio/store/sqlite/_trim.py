@@ -28,7 +28,6 @@ import sqlite3
 from collections.abc import Sequence
 
 from .._roles import NOTHING_SET_ASIDE, CountResult
-from .._settling import FORGET_ORPHAN_MARKS
 from . import _states
 from ._inspect import LISTED, texts
 
@@ -90,5 +89,4 @@ def trim(
     if keep_succeeded is not None:
         cur = conn.execute(_SUCCEEDED_BEYOND, {"queues": listed, "keep": max(0, keep_succeeded)})
         deleted += cur.rowcount
-    conn.execute(FORGET_ORPHAN_MARKS)
     return CountResult(deleted, NOTHING_SET_ASIDE)
