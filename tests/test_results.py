@@ -131,6 +131,26 @@ async def test_keep_outcome_reads_a_job_that_ended_before_the_wait(
         await app.enqueue("no.result", None, keep_outcome="yes")  # type: ignore[typeddict-item]
 
 
+async def test_memory_keep_outcome_keeps_the_record_waited_keep_seconds(
+    autojump_clock: object,
+) -> None:
+    """The mark keeps a finished no-result job exactly as a waiter does:
+    WAITED_KEEP seconds, then the trim drops it (uncounted, as ever)."""
+    from chronos_trio.records._jobs import NewJob
+    from chronos_trio.store._settling import WAITED_KEEP
+
+    store = MemoryStore()
+    await store.enqueue_many([NewJob("a", "q", "k", b"1", keep_outcome=True)])
+    [leased] = (await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=30)).jobs
+    await store.settle([Settlement(leased.ref, SettleKind.SUCCEEDED)])
+    await trio.sleep(WAITED_KEEP - 1)
+    assert (await store.trim(["q"], dead_max_age=None, dead_max_count=None)).count == 0
+    assert await store.outcome(JobRef("a", "q")) is not None
+    await trio.sleep(2)
+    assert (await store.trim(["q"], dead_max_age=None, dead_max_count=None)).count == 0
+    assert await store.outcome(JobRef("a", "q")) is None
+
+
 async def test_a_plain_handler_returns_its_result_from_its_thread() -> None:
     # the real clock: under autojump_clock, a wait on a worker thread lets
     # virtual time run ahead to the result's timeout
@@ -487,6 +507,11 @@ async def test_redis_keep_outcome_names_the_done_channel_in_the_record(redis_url
         assert client.exists(pk.job("dup")) == 0
         got = await store.get_job("chunked")
         assert got is not None and got.payload == big
+        # its success, with no waiter ever registered, keeps it WAITED_KEEP
+        leased = (await store.lease([QueueWeight("q")], 20, worker_id="w", lease_duration=30)).jobs
+        [plain] = [lj for lj in leased if lj.job.id == "plain"]
+        await store.settle([Settlement(plain.ref, SettleKind.SUCCEEDED)])
+        assert 55_000 < client.pttl(pk.job("plain")) <= 60_000
     finally:
         client.close()
         await store.aclose()
