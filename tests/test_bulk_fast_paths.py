@@ -29,6 +29,9 @@ from chronos_trio.records._unique import Unique, resolve
 from chronos_trio.store.redis import _enqueue, _resp
 from chronos_trio.store.redis._packed import PackedCommand, bulk
 
+#: The done channel the enqueue scripts name in a record marked as waited on.
+DONE = "{ns:done}"
+
 KEYS = ["{q}:s", "{q}:r", "{q}:closed", "{q}:j:"]
 
 
@@ -77,7 +80,7 @@ def test_packed_enqueue_call_is_what_hiredis_packs(name: str) -> None:
     ids = [j.id for j in jobs]
     idxs = list(range(len(jobs)))
     for batch_now in ("", "1700000000.25"):
-        argv, packer = _enqueue._argv(batch_now, jobs, ids, idxs)
+        argv, packer = _enqueue._argv(batch_now, jobs, ids, idxs, DONE)
         assert packer is not None
         op = _enqueue._script_op(_Keys(), argv, packer)
         assert type(op.args) is PackedCommand
@@ -92,12 +95,12 @@ def test_packed_enqueue_call_is_what_hiredis_packs(name: str) -> None:
 
 def test_small_calls_and_unpackable_arguments_take_the_usual_packer() -> None:
     jobs = _batches()["plain"]
-    argv, packer = _enqueue._argv("", jobs[:3], [j.id for j in jobs[:3]], [0, 1, 2])
+    argv, packer = _enqueue._argv("", jobs[:3], [j.id for j in jobs[:3]], [0, 1, 2], DONE)
     assert packer is None
     assert type(_enqueue._script_op(_Keys(), argv, packer).args) is tuple
     # a lone surrogate is no UTF-8: the usual packer decides (and refuses) as before
     bad = [_job(n, kind="k\udc80") for n in range(20)]
-    argv, packer = _enqueue._argv("", bad, [j.id for j in bad], list(range(20)))
+    argv, packer = _enqueue._argv("", bad, [j.id for j in bad], list(range(20)), DONE)
     assert packer is None
     with pytest.raises(UnicodeEncodeError):
         _resp.pack([_enqueue._script_op(_Keys(), argv, packer).args])

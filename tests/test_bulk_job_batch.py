@@ -41,6 +41,9 @@ from chronos_trio.store.redis import RedisStore, _enqueue, _enqueue_batch
 from chronos_trio.store.redis._core import RedisCore
 from chronos_trio.store.redis.keys import KeySpace
 
+#: The done channel the enqueue scripts name in a record marked as waited on.
+DONE = "{ns:done}"
+
 KEYS = ["{q}:s", "{q}:r", "{q}:closed", "{q}:j:"]
 
 
@@ -234,7 +237,7 @@ def test_batch_argv_and_resp_are_the_records(headers: bool, delay: float, which:
     idxs = {"all": list(range(40)), "some": list(range(1, 40, 2)), "few": [3, 9]}[which]
     records = batch.jobs()
     for batch_now in ("", "1700000000.25"):
-        want, want_packer = _enqueue._argv(batch_now, records, list(batch.ids), idxs)
+        want, want_packer = _enqueue._argv(batch_now, records, list(batch.ids), idxs, DONE)
         got, packer = _enqueue_batch.batch_argv(
             batch_now, batch, idxs, len(idxs) >= _enqueue.PACK_FROM
         )
@@ -261,7 +264,7 @@ def test_batch_argv_leaves_unpackable_arguments_to_the_usual_packer() -> None:
     )
     argv, packer = _enqueue_batch.batch_argv("", batch, list(range(20)), True)
     assert packer is None
-    assert argv == _enqueue._argv("", batch.jobs(), list(batch.ids), list(range(20)))[0]
+    assert argv == _enqueue._argv("", batch.jobs(), list(batch.ids), list(range(20)), DONE)[0]
 
 
 @pytest.mark.parametrize("delay", [0.0, -1.0, 2.0])
@@ -400,6 +403,6 @@ def test_batch_resp_of_any_ids_is_what_hiredis_packs(ids: list[str], headers: bo
     idxs = list(range(20))
     argv, packer = _enqueue_batch.batch_argv("7.5", batch, idxs, True)
     assert packer is not None
-    assert argv == _enqueue._argv("7.5", batch.jobs(), ids, idxs)[0]
+    assert argv == _enqueue._argv("7.5", batch.jobs(), ids, idxs, DONE)[0]
     op = _enqueue._script_op(_Keys(), argv, packer)
     assert op.args.resp == hiredis.pack_command(op.args[:])  # type: ignore[attr-defined,arg-type]

@@ -10,11 +10,13 @@ in-process."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -26,8 +28,10 @@ from chronos_trio.cli import (
     EXIT_OK,
     EXIT_TIMEOUT,
     EXIT_USAGE,
+    _enqueue_command,
     main,
 )
+from chronos_trio.testing import run_until_idle
 from tests.tests_app import make_app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,6 +109,35 @@ async def test_wait_prints_the_result_with_and_without_the_app(
         "created": True,
         "result": {"sum": 2},
     }
+
+
+@pytest.mark.redis
+def test_wait_reads_a_job_that_ended_before_the_wait_began(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The race CI met: a worker finishes a task that keeps no result after
+    the command enqueued it and before its wait begins (forced here: the
+    wait starts once a worker ran until idle). ``--wait`` enqueues it
+    marked as waited on, so it still prints null, not "no job" (exit 6)."""
+    real_wait = _enqueue_command._wait
+
+    async def run_it() -> None:
+        app = make_app(redis_url)
+        try:
+            await run_until_idle(app, queues="default,critical", poll_interval=0.2)
+        finally:
+            await app.aclose()
+
+    def ended_first(handle: Any, timeout: float | None) -> bytes | None:
+        trio.run(run_it)  # (on main before the fix: exit 6, "no job ... in queue")
+        return real_wait(handle, timeout)
+
+    monkeypatch.setattr(_enqueue_command, "_wait", ended_first)
+    monkeypatch.setenv("CHRONOS_URL", redis_url)
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"text": "hi"}'))
+    code = main(["enqueue", "tests.note", "-", "--app", APP, "--wait"])
+    out = capsys.readouterr().out.splitlines()
+    assert (code, out[1:]) == (EXIT_OK, ["null"])
 
 
 async def test_wait_prints_the_result_on_sqlite(tmp_path: Path) -> None:

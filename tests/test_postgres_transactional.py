@@ -28,7 +28,7 @@ import trio
 
 from chronos_trio import App, JobNotFound, StoreError, WorkflowState, chain
 from chronos_trio.producers import AsyncioProducer, SyncProducer
-from chronos_trio.store import MissingCapability
+from chronos_trio.store import AbortResult, MissingCapability
 from tests.transactional_app import Record, make_app
 
 pytestmark = pytest.mark.postgres
@@ -118,6 +118,48 @@ async def test_psycopg_commit_runs_the_job_and_rollback_leaves_nothing(postgres_
         await runs(app, ran, {1}, never={2, 3})
         assert ran.count(1) == 1
         await app.aclose()
+
+
+def marks(url: str) -> list[str]:
+    """The IDs of the jobs stored marked as waited on (keep_outcome)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT job_id FROM chronos.result_waiters WHERE waiter = 'keep_outcome'"
+            " ORDER BY job_id"
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+async def test_keep_outcome_is_marked_in_the_callers_transaction(postgres_url: str) -> None:
+    """A job enqueued with keep_outcome on the caller's connection is marked
+    iff the transaction commits (the mark is part of the one enqueue
+    statement); its no-result outcome is then read after it ended, and the
+    mark is forgotten with its finish."""
+    prepare(postgres_url)
+    ran: list[int] = []
+    app = make_app(postgres_url, ran)
+    task = app.tasks["tx.record"]
+    with trio.fail_after(60), psycopg.connect(postgres_url) as conn:
+        kept = await task.enqueue(Record(7), connection=conn, keep_outcome=True)
+        plain = await task.enqueue(Record(8), connection=conn)
+        conn.commit()
+        await task.enqueue(Record(9), connection=conn, keep_outcome=True)
+        conn.rollback()
+        assert marks(postgres_url) == [kept.job_id]
+        await runs(app, ran, {7, 8})
+        assert await kept.result(timeout=5) is None
+        with pytest.raises(JobNotFound):
+            await plain.result(timeout=0)
+        assert marks(postgres_url) == []
+        # an abort while it waits, a delete and a purge forget the mark too
+        later = [await task.enqueue(Record(n), delay=60, keep_outcome=True) for n in (10, 11, 12)]
+        assert marks(postgres_url) == sorted(h.job_id for h in later)
+        assert await later[0].abort() is AbortResult.ABORTED
+        assert await app.store.delete_job(later[1].job_id)
+        assert marks(postgres_url) == [later[2].job_id]
+        await app.store.purge_queue("default", limit=10)
+        assert marks(postgres_url) == []
+    await app.aclose()
 
 
 async def test_a_workflow_starts_in_the_callers_transaction(postgres_url: str) -> None:

@@ -39,6 +39,7 @@ from chronos_trio import (
 from chronos_trio.producers import AsyncioProducer, SyncProducer
 from chronos_trio.producers import asyncio as asyncio_producer
 from chronos_trio.producers import sync as sync_producer
+from chronos_trio.testing import run_until_idle
 from chronos_trio.testing.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -230,6 +231,45 @@ async def test_an_asyncio_program_round_trips_with_a_trio_worker(url: str) -> No
     assert out["not_found"]
     assert 0.3 <= out["timeout_after"] < 3
     assert out["stats"].subscriptions == 1 and out["stats"].waiting == 0
+
+
+async def test_producers_keep_outcome_reads_a_job_that_ended_before_the_wait(url: str) -> None:
+    """A SyncProducer's and an AsyncioProducer's job of a task that keeps no
+    result, finished before any wait began: with ``keep_outcome`` its
+    ``result()`` is None; without it, JobNotFound."""
+    app = producer_app(url)
+
+    @app.task("note")
+    async def note(args: Any, job: JobContext) -> None:
+        return None
+
+    async def enqueued() -> list[str]:
+        async with AsyncioProducer(url, app=app) as producer:
+            handles = [
+                await producer.enqueue("note", 1, keep_outcome=True),
+                await producer.enqueue("note", 2),
+            ]
+        return [h.job_id for h in handles]
+
+    with SyncProducer(url, app=app) as producer:
+        with trio.fail_after(60):
+            marked = await in_thread(lambda: producer.enqueue("note", 3, keep_outcome=True))
+            plain = await in_thread(lambda: producer.enqueue("note", 4))
+            from_asyncio = await in_thread(lambda: asyncio.run(enqueued()))
+            await run_until_idle(app, poll_interval=0.2)
+            assert await in_thread(lambda: marked.result(timeout=5)) is None
+            with pytest.raises(JobNotFound):
+                await in_thread(lambda: plain.result(timeout=0))
+
+            async def read(job_id: str) -> Any:
+                async with AsyncioProducer(url, app=app) as again:
+                    return await again.job(job_id, queue="default").result(timeout=0)
+
+            assert await in_thread(lambda: asyncio.run(read(from_asyncio[0]))) is None
+            with pytest.raises(JobNotFound):
+                await in_thread(lambda: asyncio.run(read(from_asyncio[1])))
+        with pytest.raises(ValueError, match="keep_outcome must be a bool"):
+            producer.enqueue("note", 5, keep_outcome=1)  # type: ignore[typeddict-item]
 
 
 # -- the wake-up between the check and the block ------------------------------------

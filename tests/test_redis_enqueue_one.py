@@ -61,6 +61,10 @@ JOBS = {
     "priority only": _job(control=JobControl(priority=1)),
     "expiring": _job(control=JobControl(expires_in=30.0)),
     "delayed a little": _job(delay=0.001),
+    "kept for its waiter": _job(keep_outcome=True),
+    "unique, kept for its waiter": _job(
+        keep_outcome=True, unique=Unique(key="u", mode="lock", ttl=2.5)
+    ),
 }
 #: The jobs enqueue_plain.lua may store (due now, nothing but a record and
 #: its ready entry); every other one needs enqueue.lua.

@@ -31,6 +31,7 @@ from chronos_trio.store import SettleKind, Settlement
 from chronos_trio.store.redis import RedisStore
 from chronos_trio.store.redis import _results as redis_results
 from chronos_trio.store.redis._native import MAX_BLOCKING_IDLE, MAX_OPEN, NativeNode
+from chronos_trio.testing import run_until_idle
 from tests._backends import Backend
 
 
@@ -109,6 +110,45 @@ async def test_results_round_trip_typed(backend: Backend, clock: object) -> None
             status = await again.status()
             assert status.state is JobState.SUCCEEDED and status.attempts == 1
             assert status.kind == "add" and status.queue == "default"
+
+
+async def test_keep_outcome_reads_a_job_that_ended_before_the_wait(
+    backend: Backend, clock: object
+) -> None:
+    """A task that keeps no result, its job finished before any wait began
+    (a worker ran until idle first): enqueued with ``keep_outcome`` its
+    ``result()`` is None; without it the record is gone (JobNotFound)."""
+    app = results_app(backend.store())
+    with trio.fail_after(60):
+        marked = await app.enqueue("no.result", None, keep_outcome=True)
+        plain = await app.enqueue("no.result", None)
+        await run_until_idle(app, **backend.timing(poll_interval=0.5))
+        assert await marked.result(timeout=5) is None
+        assert (await marked.status()).state is JobState.SUCCEEDED
+        with pytest.raises(JobNotFound):
+            await plain.result(timeout=0)
+    with pytest.raises(ValueError, match="keep_outcome must be a bool, got 'yes'"):
+        await app.enqueue("no.result", None, keep_outcome="yes")  # type: ignore[typeddict-item]
+
+
+async def test_memory_keep_outcome_keeps_the_record_waited_keep_seconds(
+    autojump_clock: object,
+) -> None:
+    """The mark keeps a finished no-result job exactly as a waiter does:
+    WAITED_KEEP seconds, then the trim drops it (uncounted, as ever)."""
+    from chronos_trio.records._jobs import NewJob
+    from chronos_trio.store._settling import WAITED_KEEP
+
+    store = MemoryStore()
+    await store.enqueue_many([NewJob("a", "q", "k", b"1", keep_outcome=True)])
+    [leased] = (await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=30)).jobs
+    await store.settle([Settlement(leased.ref, SettleKind.SUCCEEDED)])
+    await trio.sleep(WAITED_KEEP - 1)
+    assert (await store.trim(["q"], dead_max_age=None, dead_max_count=None)).count == 0
+    assert await store.outcome(JobRef("a", "q")) is not None
+    await trio.sleep(2)
+    assert (await store.trim(["q"], dead_max_age=None, dead_max_count=None)).count == 0
+    assert await store.outcome(JobRef("a", "q")) is None
 
 
 async def test_a_plain_handler_returns_its_result_from_its_thread() -> None:
@@ -411,6 +451,67 @@ async def test_redis_keeps_a_result_only_record_out_of_the_indexes(redis_url: st
         report = await store.check()
         assert report.findings == (), report.findings
         assert (await a.status()).result == b"1"
+    finally:
+        client.close()
+        await store.aclose()
+
+
+async def test_redis_keep_outcome_names_the_done_channel_in_the_record(redis_url: str) -> None:
+    """enqueue.lua stores a job marked as waited on with field w (the
+    namespace's done channel, as watch.lua writes it), beside whatever
+    else its extras hold (a unique key, flow control, a chunked payload),
+    which it stores as it does without the mark; an unmarked job has no w.
+    A duplicate of a held unique key is left untouched."""
+    import redis as redis_py
+
+    from chronos_trio.records import Unique
+    from chronos_trio.records._control import JobControl
+    from chronos_trio.records._jobs import NewJob
+    from chronos_trio.store.redis._codec import PAYLOAD_CHUNK
+
+    store = RedisStore.from_url(redis_url, namespace=f"mark-{next(_ns)}")
+    client = redis_py.Redis.from_url(redis_url)
+    try:
+        unique = Unique(key="u", mode="lock", ttl=None)
+        big = b'"' + b"x" * (2 * PAYLOAD_CHUNK) + b'"'
+        jobs = [
+            NewJob("plain", "q", "k", b"1", keep_outcome=True),
+            NewJob("unique", "q", "k", b"1", unique=unique, keep_outcome=True),
+            NewJob("prio", "q", "k", b"1", control=JobControl(priority=3), keep_outcome=True),
+            NewJob("chunked", "q", "k", big, delay=60, keep_outcome=True),
+            NewJob("unmarked", "q", "k", b"1"),
+        ]
+        for new in jobs:  # lone enqueues (the one-job path), then a batch
+            [made] = await store.enqueue_many([new])
+            assert made.created
+        more = [NewJob(f"b{n}", "q", "k", b"1", keep_outcome=n % 2 == 0) for n in range(4)]
+        await store.enqueue_many(more)
+        [dup] = await store.enqueue_many(
+            [NewJob("dup", "q", "k", b"1", unique=unique, keep_outcome=True)]
+        )
+        assert not dup.created and dup.job_id == "unique"
+        pk = store._ctx.keys.partition("q", 1, 0)
+        channel = store._ctx.keys.done_channel.encode()
+
+        def fields(job_id: str) -> dict[bytes, bytes]:
+            return client.hgetall(pk.job(job_id))  # type: ignore[return-value]
+
+        for job_id in ("plain", "unique", "prio", "chunked", "b0", "b2"):
+            assert fields(job_id).get(b"w") == channel, job_id
+        for job_id in ("unmarked", "b1", "b3"):
+            assert b"w" not in fields(job_id), job_id
+        assert fields("unique")[b"x"].startswith(b"l|u\0"), "its unique spec, no mark"
+        assert client.get(f"{pk.job_prefix[:-2]}u:u") == b"lunique", "the key is taken"
+        assert fields("prio")[b"fc"] and b"x" not in fields("prio")
+        assert fields("chunked")[b"pn"] == b"2"
+        assert client.exists(pk.job("dup")) == 0
+        got = await store.get_job("chunked")
+        assert got is not None and got.payload == big
+        # its success, with no waiter ever registered, keeps it WAITED_KEEP
+        leased = (await store.lease([QueueWeight("q")], 20, worker_id="w", lease_duration=30)).jobs
+        [plain] = [lj for lj in leased if lj.job.id == "plain"]
+        await store.settle([Settlement(plain.ref, SettleKind.SUCCEEDED)])
+        assert 55_000 < client.pttl(pk.job("plain")) <= 60_000
     finally:
         client.close()
         await store.aclose()

@@ -6,6 +6,7 @@ workflow outbox, group arrivals, and the statements a batch costs."""
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
@@ -14,10 +15,10 @@ from typing import Any
 import pytest
 
 from chronos_trio.records._control import JobControl
-from chronos_trio.records._jobs import JobRef, JobState, LeaseRef
+from chronos_trio.records._jobs import JobRef, JobState, LeaseRef, NewJob
 from chronos_trio.records._workflow import WORKFLOW_KEEP, Arrival
 from chronos_trio.store._admission import tolerance
-from chronos_trio.store._roles import SettleKind, Settlement
+from chronos_trio.store._roles import AbortResult, QueueWeight, SettleKind, Settlement
 from chronos_trio.store._settling import WAITED_KEEP
 from chronos_trio.store.sqlite import SqliteStore, _results, _settle
 
@@ -310,6 +311,33 @@ async def test_a_waiter_keeps_a_finished_job_readable(store: SqliteStore, clock:
     assert await sql(store, "SELECT * FROM result_waiters WHERE job_id = 'a'") == []
     out = await store.outcome(JobRef("a", None))
     assert out is not None and out.state is JobState.DEAD and out.last_error == "no"
+
+
+async def test_a_keep_outcome_mark_lives_as_long_as_its_job(store: SqliteStore) -> None:
+    """A job marked as waited on is stored with a waiter that never lapses:
+    forgotten by the settle that finishes the job (kept readable), and by
+    whatever else ends it or removes it (an abort while it waits, a
+    delete, a purge), so it never outlives its job."""
+    ids = ("a", "b", "c", "d", "e")
+    marked = [NewJob(job_id, "q", "k", b"1", keep_outcome=True) for job_id in ids]
+    await store.enqueue_many([*marked, NewJob("plain", "q", "k", b"1")])
+    waiters = await sql(store, "SELECT job_id, waiter, expires_at FROM result_waiters")
+    assert sorted(waiters) == [(job_id, "keep_outcome", math.inf) for job_id in ids]
+    jobs = await store.lease([QueueWeight("q")], 1, worker_id="w", lease_duration=30)
+    [a] = jobs.jobs
+    assert a.job.id == "a"
+    await store.settle([Settlement(a.ref, SettleKind.SUCCEEDED)])
+    assert (await row_of(store, "a") or {}).get("state") == "succeeded"
+
+    async def marks() -> list[str]:
+        return [row[0] for row in await sql(store, "SELECT job_id FROM result_waiters")]
+
+    assert sorted(await marks()) == ["b", "c", "d", "e"]
+    assert await store.abort("b") is AbortResult.ABORTED
+    assert await store.delete_job("c")
+    assert sorted(await marks()) == ["d", "e"]
+    assert (await store.purge_queue("q", limit=10)).count == 4  # b (aborted), d, e, plain
+    assert await marks() == []
 
 
 async def test_register_waiter_only_while_pending_and_forgets_lapsed(

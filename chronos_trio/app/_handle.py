@@ -120,7 +120,9 @@ class JobHandle(HandleFields, Generic[R]):
         when it has not finished in time (it goes on: call again);
         ResultExpired when it succeeded but its result is no
         longer kept; JobNotFound when no such job exists (never enqueued, or
-        finished and trimmed); PayloadError when the stored result does not
+        finished and trimmed, or finished before this wait began with
+        nothing keeping it: enqueue with ``keep_outcome=True`` to keep it);
+        PayloadError when the stored result does not
         decode as the task's result type; StoreError when the store cannot be
         reached; ValueError for a negative or NaN timeout."""
         check_wait_timeout(timeout)

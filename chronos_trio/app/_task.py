@@ -130,7 +130,12 @@ class Task(Generic[P]):
         A unique job (``unique=``, or the task's) whose key is taken returns
         the pending job's handle (``created`` False), or raises
         ``DuplicateJob`` when its ``Unique`` says ``raise_duplicate``.
-        Raises what :meth:`new_job` raises, and ``StoreError`` when the store
+        With ``keep_outcome=True`` the job is stored already marked as
+        waited on, in the same atomic step: its outcome stays readable 60 s
+        after it ends even when nothing else keeps it, so ``result()``
+        called after a fast worker finished it still reads it (a task that
+        keeps no result: None, not ``JobNotFound``); a duplicate is left
+        untouched. Raises what :meth:`new_job` raises, and ``StoreError`` when the store
         cannot be reached (then the job may or may not be stored: enqueue it
         again with the same ``job_id`` to be sure of one).
 

@@ -13,7 +13,9 @@ same path a Django view takes.
 
 Prints the job ID (``--json``: one object with the job's ID, kind, queue,
 whether it was created and when it runs, and, with ``--wait``, its
-result). ``--wait`` then waits for the outcome (Redis wakes the
+result). ``--wait`` enqueues the job marked as waited on
+(``keep_outcome``: its outcome stays readable even when it ends before the
+wait begins), then waits for the outcome (Redis wakes the
 waiter; on PostgreSQL and SQLite it polls) and prints the result as JSON
 (``null`` for a task that keeps none): exit 12 (``EXIT_JOB_FAILED``) when
 the job ended dead or aborted, its last error on stderr; 13
@@ -126,6 +128,11 @@ def run(args: argparse.Namespace) -> int:
         )
         if value is not None
     }
+    if args.wait:
+        # stored marked as waited on: a worker that finishes the job between
+        # the enqueue and the wait leaves its outcome readable (a task that
+        # keeps no result would otherwise be gone: not found)
+        options["keep_outcome"] = True
     try:
         producer = SyncProducer(url, app=app)
     except ValueError as exc:

@@ -82,7 +82,9 @@ class SyncJobHandle(HandleFields, RedisPlacement):
         Raises JobFailed (with ``last_error`` and ``attempts``) when the job
         is dead; ResultTimeout when it has not finished in time (it goes on:
         call again); ResultExpired when it succeeded but its result is no
-        longer kept; JobNotFound when no such job exists; PayloadError when
+        longer kept; JobNotFound when no such job exists (a job of a task
+        that keeps no result, finished before the wait began, unless it was
+        enqueued with ``keep_outcome=True``); PayloadError when
         the stored result does not decode as the task's result type;
         StoreError when Redis cannot be reached; ValueError for a negative or
         NaN timeout."""

@@ -174,6 +174,11 @@ class NewJob:
     then: str | None = None
     #: Its priority, expiry and limits (see ``records._control``); None: defaults.
     control: JobControl | None = None
+    #: Stored already marked as waited on (``enqueue(keep_outcome=True)``):
+    #: whatever ends it keeps its finished record readable ``WAITED_KEEP``
+    #: seconds, as if a result waiter had watched it before it ended, so a
+    #: wait that starts after it ended still reads its outcome.
+    keep_outcome: bool = False
 
 
 @attrs.frozen

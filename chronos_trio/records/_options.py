@@ -72,6 +72,12 @@ class EnqueueOptions(JobDefaults, total=False):
     rate_limit: RateLimit | Sequence[RateLimit] | None
     #: Concurrency limits it counts against while leased (replace the task's).
     concurrency_limit: ConcurrencyLimit | Sequence[ConcurrencyLimit] | None
+    #: Store the job already marked as waited on: once it ends, its outcome
+    #: stays readable 60 s even when nothing else keeps it (a task that
+    #: returns None, no retention), so ``result()`` called after it ended
+    #: still reads it (without the option: ``JobNotFound``). For a caller
+    #: that will wait on the job it enqueues (default False).
+    keep_outcome: bool
 
 
 #: The names ``enqueue`` takes (every key of :class:`EnqueueOptions`).

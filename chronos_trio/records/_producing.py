@@ -36,6 +36,7 @@ from ._options import (
     DEFAULT_TIMEOUT,
     ENQUEUE_OPTIONS,
     EnqueueOptions,
+    check_bool,
     check_headers,
     check_options,
     check_queue,
@@ -70,6 +71,7 @@ require_field_order(
         "id_given",
         "then",
         "control",
+        "keep_outcome",
     ),
     "records._producing.new_jobs",
 )
@@ -206,6 +208,9 @@ def _new_job_with(
     if len(data) > max_payload_bytes:
         _too_large(spec.kind, data, max_payload_bytes)
     headers = options.get("headers")
+    keep_outcome = options.get("keep_outcome", False)
+    if keep_outcome is not False:
+        check_bool("keep_outcome", keep_outcome)
     return NewJob(
         job_id or new_job_id(),
         queue or spec.queue,
@@ -222,6 +227,7 @@ def _new_job_with(
         job_control(spec.control, spec.kind, payload, options)
         if spec.control is not None or _CONTROL_OPTIONS.intersection(options)
         else None,
+        keep_outcome,
     )
 
 

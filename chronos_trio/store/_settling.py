@@ -25,6 +25,22 @@ from ._results import NOTHING_SET_ASIDE, SettleKind, Settlement, SettleResult
 #: How long a finished job nothing keeps stays readable for its waiters (s).
 WAITED_KEEP = 60.0
 
+#: On the SQL stores, the result waiter a job marked as waited on
+#: (``NewJob.keep_outcome``) is stored with, in the enqueue's transaction:
+#: it never lapses (expires_at +inf), so the settle or recovery that
+#: finishes the job keeps it readable as for a live waiter, and forgets it
+#: then, as every waiter of a finished job. A name no live waiter takes
+#: (theirs are random hex).
+KEEP_OUTCOME_WAITER = "keep_outcome"
+
+#: Forgets the marks of the jobs ``{}`` names (a placeholder, formatted by
+#: the store): said where a job ends without a settle that forgets its
+#: waiters (an abort while it waits) or goes without finishing (deleted,
+#: purged), so a mark never outlives its job.
+FORGET_MARKS = (
+    f"DELETE FROM result_waiters WHERE waiter = '{KEEP_OUTCOME_WAITER}' AND job_id = {{}}"
+)
+
 #: Settle kinds that would run the job again: an abort asked for it wins.
 RUNS_AGAIN = frozenset(
     {SettleKind.RETRY, SettleKind.RELEASE, SettleKind.DEFER, SettleKind.UNCLAIMED}

@@ -11,6 +11,7 @@ from . import (
     _conformance_control,  # noqa: F401 - registers the flow-control checks in CHECKS
     _conformance_flow_failures,  # noqa: F401 - registers the workflow failure handling checks
     _conformance_history,  # noqa: F401 - registers the attempt history's checks
+    _conformance_keep_outcome,  # noqa: F401 - registers the keep_outcome mark's checks
     _conformance_notes,  # noqa: F401 - registers the notes' (progress, log lines) checks
     _conformance_purge,  # noqa: F401 - registers the queue purge's checks
     _conformance_schedules,  # noqa: F401 - registers the stored schedules' checks

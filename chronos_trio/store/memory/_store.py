@@ -160,6 +160,9 @@ class _Record:
     #: A succeeded job retained for inspection (or a workflow's): what the
     #: RedisStore indexes as succeeded, and ``keep_succeeded`` caps.
     retained: bool = False
+    #: Stored marked as waited on (``NewJob.keep_outcome``): it ends as if a
+    #: result waiter were registered (the RedisStore's field ``w``).
+    keep_outcome: bool = False
     #: A discarded job kept only for its waiters (until ``retain_until``):
     #: dead, but in no dead index (not listed, counted, requeued or run).
     discarded: bool = False
@@ -534,6 +537,8 @@ class MemoryStore(Store):
             control=_stored_control(new, now),
         )
         self._put(job)
+        if new.keep_outcome:
+            self._records[job_id].keep_outcome = True
         if new.unique is not None:
             self._records[job_id].unique = new.unique
             self._unique.take(new.queue, new.unique, job_id, now)
@@ -864,7 +869,7 @@ class MemoryStore(Store):
     ) -> JobState | None:
         """leased --ok--> succeeded, kept for the longest of ``retain_for``,
         its result's ttl, a workflow's keep (its continuation's IDs stay
-        taken) and, with result waiters, :data:`WAITED_KEEP`; otherwise
+        taken) and, with result waiters (or marked as waited on), :data:`WAITED_KEEP`; otherwise
         dropped at once. A throttle's unique key stays taken its ttl more,
         any other is given back."""
         self._unique.succeeded(rec.home, rec.unique, job.id, now)
@@ -877,7 +882,7 @@ class MemoryStore(Store):
             elif s.successor is None or not self._continue_chain(s.successor, now):
                 self._outbox[job.id] = rec.home
                 self._outbox_filled.set()
-        if keep <= 0 and job.id in self._done:
+        if keep <= 0 and (job.id in self._done or rec.keep_outcome):
             keep = WAITED_KEEP  # its waiters read the outcome after the wake-up
         if keep <= 0:
             self._delete(job.id)
@@ -941,7 +946,7 @@ class MemoryStore(Store):
             )  # fmt: skip
             self._outbox[job.id] = rec.home
             self._outbox_filled.set()
-        if job.id not in self._done:
+        if job.id not in self._done and not rec.keep_outcome:
             self._delete(job.id)
             return None
         rec.discarded = True

@@ -145,7 +145,9 @@ class ProducerPart(ProducerEnqueue):
                     await asyncio.to_thread(self._migrate_own)
                     version = await self._version_async(bound)
                 self._accept(bound, version)
-            rows = await bound.arun(_enqueue.enqueue_query(schema), _enqueue.enqueue_params(jobs))
+            rows = await bound.arun(
+                _enqueue.enqueue_query(schema, jobs), _enqueue.enqueue_params(jobs)
+            )
         except driver_error_types() as exc:
             raise self._failed(bound, exc) from exc
         return _enqueue.enqueue_results(rows, jobs)
@@ -217,7 +219,7 @@ class ProducerPart(ProducerEnqueue):
                 run(save_query(schema), record)
             if not jobs:
                 return []
-            rows = run(_enqueue.enqueue_query(schema), _enqueue.enqueue_params(jobs))
+            rows = run(_enqueue.enqueue_query(schema, jobs), _enqueue.enqueue_params(jobs))
         except driver_error_types() as exc:
             raise self._failed(bound, exc) from exc
         return _enqueue.enqueue_results(rows, jobs)

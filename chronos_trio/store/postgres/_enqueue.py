@@ -9,7 +9,7 @@ is left alone, due jobs are ready, unique keys judged under a lock of their
 key), places each created job at its queue's active version, and sends ONE
 notification per queue per call. A caller runs::
 
-    cursor.execute(enqueue_query(schema), enqueue_params(jobs))
+    cursor.execute(enqueue_query(schema, jobs), enqueue_params(jobs))
     results = enqueue_results(cursor.fetchall(), jobs)
 
 ``enqueue_query`` is schema-qualified and the function sets its own
@@ -35,25 +35,41 @@ from ...records._jobs import EnqueueResult, NewJob
 from ...records._unique import with_run_slot
 from .._partitioning import id_hash
 from .._rows import headers_text
+from .._settling import KEEP_OUTCOME_WAITER
 from .._topology_placement import topology_placement
 
 
-def enqueue_query(schema: str) -> str:
+def enqueue_query(schema: str, jobs: Sequence[NewJob] = ()) -> str:
     """``SELECT ord, job_id, created, run_at, version, part FROM
     "schema".chronos_enqueue(%s::jsonb) ORDER BY ord``: one row per job, in
-    the order given."""
+    the order given. When a job of ``jobs`` is marked as waited on, the
+    same statement also registers ``store._settling.KEEP_OUTCOME_WAITER`` for each
+    such job it created (a second parameter: their IDs, see
+    :func:`enqueue_params`), atomically with their enqueue."""
     name = sql.Identifier(schema).as_string(None)
+    if not any(new.keep_outcome for new in jobs):
+        return (
+            "SELECT ord, job_id, created, run_at, version, part"
+            f" FROM {name}.chronos_enqueue(%s::jsonb) ORDER BY ord"
+        )
     return (
-        "SELECT ord, job_id, created, run_at, version, part"
-        f" FROM {name}.chronos_enqueue(%s::jsonb) ORDER BY ord"
+        "WITH e AS (SELECT ord, job_id, created, run_at, version, part"
+        f" FROM {name}.chronos_enqueue(%s::jsonb)),"
+        f" m AS (INSERT INTO {name}.result_waiters (job_id, waiter, expires_at)"
+        f" SELECT e.job_id, '{KEEP_OUTCOME_WAITER}', 'Infinity'::float8 FROM e"
+        " WHERE e.created AND e.job_id = ANY(%s::text[]) ON CONFLICT DO NOTHING)"
+        " SELECT ord, job_id, created, run_at, version, part FROM e ORDER BY ord"
     )
 
 
-def enqueue_params(jobs: Sequence[NewJob]) -> tuple[str]:
-    """The one parameter of :func:`enqueue_query`: ``jobs`` as JSON text.
+def enqueue_params(jobs: Sequence[NewJob]) -> tuple[str] | tuple[str, list[str]]:
+    """The parameters of :func:`enqueue_query` for ``jobs``: ``jobs`` as JSON
+    text, and when a job is marked as waited on, the IDs of those that are.
 
     Raises ValueError for a unique job whose key is not resolved."""
-    return (orjson.dumps([_job_object(new) for new in jobs]).decode(),)
+    text = orjson.dumps([_job_object(new) for new in jobs]).decode()
+    marked = [new.id for new in jobs if new.keep_outcome]
+    return (text, marked) if marked else (text,)
 
 
 def _job_object(new: NewJob) -> dict[str, Any]:

@@ -104,7 +104,7 @@ def fire(
     if recorded is None:
         return TriggerResult.ALREADY_FIRED
     # the worker part's enqueue, in this transaction (it wakes the queue at commit)
-    rows = conn.execute(enqueue_query(schema), enqueue_params([job])).fetchall()
+    rows = conn.execute(enqueue_query(schema, [job]), enqueue_params([job])).fetchall()
     enqueue_results(rows, [job])  # checks it answered the one job
     return TriggerResult.ENQUEUED
 

@@ -14,6 +14,7 @@ import psycopg
 from ...records._jobs import abort_error
 from ...records._workflow import holds_failure_handling
 from .._roles import NOTHING_SET_ASIDE, AbortResult, CountResult
+from .._settling import FORGET_MARKS
 from .._sql_flow_kept import DELETED_COLUMNS, insert_kept, kept_rows
 from ._wake import wake_queues, wake_waiters
 
@@ -73,6 +74,7 @@ def delete_job(conn: psycopg.Connection[Any], schema: str, job_id: str, queue: s
         return False
     release_unique(conn, row[2], row[0], job_id)
     conn.execute("DELETE FROM slots WHERE job_id = %s", (job_id,))
+    conn.execute(FORGET_MARKS.format("%s"), (job_id,))
     wake_waiters(conn, schema, [job_id])
     _keep_flow_places(conn, [row])
     return True
@@ -94,6 +96,7 @@ def purge_queue(conn: psycopg.Connection[Any], schema: str, queue: str, limit: i
     ids = [row[1] for row in rows]
     if ids:
         conn.execute("DELETE FROM slots WHERE job_id = ANY(%s)", (ids,))
+        conn.execute(FORGET_MARKS.format("ANY(%s)"), (ids,))
         wake_waiters(conn, schema, ids)
         _keep_flow_places(conn, rows)
     return CountResult(len(rows), NOTHING_SET_ASIDE)
@@ -134,6 +137,7 @@ def abort(
         )
         release_unique(conn, home, key, job_id)
         conn.execute("DELETE FROM slots WHERE job_id = %s", (job_id,))
+        conn.execute(FORGET_MARKS.format("%s"), (job_id,))
         wake_waiters(conn, schema, [job_id])
         return AbortResult.ABORTED
     if state == "leased":

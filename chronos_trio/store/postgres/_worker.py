@@ -87,7 +87,7 @@ class WorkerPart(PostgresPart, WorkerRole, ResultRole, FlowRole):
         if not jobs:
             await trio.lowlevel.checkpoint()
             return []
-        query = enqueue_query(self._db.schema)
+        query = enqueue_query(self._db.schema, jobs)
         params = enqueue_params(jobs)
 
         def work(conn: psycopg.Connection[Any]) -> list[EnqueueResult]:

@@ -84,7 +84,7 @@ class WorkflowPart(PostgresPart, WorkflowRole):
     ) -> list[EnqueueResult]:
         """The record's save and the jobs' enqueue in one transaction (one
         thread hop): both commit, or neither."""
-        query = enqueue_query(self._db.schema)
+        query = enqueue_query(self._db.schema, jobs)
         params = enqueue_params(jobs) if jobs else None
 
         def work(conn: psycopg.Connection[Any]) -> list[EnqueueResult]:

@@ -42,7 +42,7 @@ def successor_args(core: RedisCore, successor: Successor) -> list[object] | None
     pk = core.keys.partition(job.queue, active.version, 0 if n == 1 else partition_of(job.id, n))
     wid = successor.workflow
     return [
-        *job_args(job, job.id, "0.0", repr(float(job.timeout))),
+        *job_args(job, job.id, "0.0", repr(float(job.timeout)), core.keys.done_channel),
         pk.ready,
         pk.closed,
         pk.job_prefix,

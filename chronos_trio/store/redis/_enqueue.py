@@ -88,7 +88,8 @@ def enqueue_plan(ctx: RedisCore, jobs: Sequence[NewJob]) -> Plan[list[EnqueueRes
             wake = batch_wake_ops(ctx, batch, len(todo))
         else:
             ops = [
-                _script_op(pk, *_argv(batch_now, jobs, ids, idxs)) for pk, idxs in groups.items()
+                _script_op(pk, *_argv(batch_now, jobs, ids, idxs, ctx.keys.done_channel))
+                for pk, idxs in groups.items()
             ]
             wake = enqueue_wake_ops(ctx, jobs, todo)
         replies = yield Call(ops, after=wake, replicas=ctx.replica_wait)
@@ -189,9 +190,10 @@ def _script_op(pk: PartitionKeys, argv: list[object], packer: ArgvPacker | None)
 
 
 def _argv(
-    batch_now: str, jobs: Sequence[NewJob], ids: list[str], idxs: list[int]
+    batch_now: str, jobs: Sequence[NewJob], ids: list[str], idxs: list[int], channel: str
 ) -> tuple[list[object], ArgvPacker | None]:
-    """enqueue.lua's ARGV for the jobs ``idxs`` (see the script's header),
+    """enqueue.lua's ARGV for the jobs ``idxs`` (see the script's header;
+    ``channel``: the namespace's done channel),
     and for PACK_FROM jobs or more its RESP (None when an argument is not
     one the packer writes: then the usual packer decides)."""
     argv: list[object] = [batch_now]
@@ -207,7 +209,7 @@ def _argv(
         timeout_s = numbers.get(timeout)
         if timeout_s is None:
             timeout_s = numbers[timeout] = repr(float(timeout))
-        add(job_args(j, ids[i], delay_s, timeout_s))
+        add(job_args(j, ids[i], delay_s, timeout_s, channel))
     if packer is not None:
         try:
             packer.add_all(argv, 9)
@@ -216,12 +218,15 @@ def _argv(
     return argv, packer
 
 
-def job_args(job: NewJob, job_id: str, delay: str, timeout: str) -> tuple[object, ...]:
+def job_args(
+    job: NewJob, job_id: str, delay: str, timeout: str, channel: str
+) -> tuple[object, ...]:
     """One job's 9 entries of enqueue.lua's ARGV (see the script's header):
     stored under ``job_id``, its delay and timeout as ``repr(float(...))``
-    (the caller's, made once per value). The one layout of them: a batch's,
-    a lone call's (``_enqueue_one``) and a chain link's successor's
-    (``_chain_settle``)."""
+    (the caller's, made once per value), ``channel`` the namespace's done
+    channel (named in the record of a job stored marked as waited on). The
+    one layout of them: a batch's, a lone call's (``_enqueue_one``) and a
+    chain link's successor's (``_chain_settle``)."""
     run_at = job.run_at
     return (
         job_id,
@@ -232,22 +237,27 @@ def job_args(job: NewJob, job_id: str, delay: str, timeout: str) -> tuple[object
         int(job.max_retries),
         timeout,
         encode_headers(job.headers) if job.headers else "",
-        "" if job.unique is None and job.then is None and job.control is None else extras(job),
+        ""
+        if job.unique is None and job.then is None and job.control is None and not job.keep_outcome
+        else extras(job, channel),
     )
 
 
 _MODE_LETTERS = {"lock": "l", "throttle": "t", "debounce": "d"}
 
 
-def extras(job: NewJob) -> str:
-    """A job's extras as enqueue.lua takes them: its flow control
-    (``JobControl.encode``; a unique job's has its key's run slot) and a
-    0x01 byte when it has one, then its
+def extras(job: NewJob, channel: str) -> str:
+    """A job's extras as enqueue.lua takes them: for a job stored marked as
+    waited on (``keep_outcome``), a 0x02 byte, the byte length of the done
+    channel ``channel``, ':' and the channel (stored as field w); then its
+    flow control (``JobControl.encode``; a unique job's has its key's run
+    slot) and a 0x01 byte when it has one, then its
     unique spec (``lua/lib/unique_spec.lua``), NUL, its
     workflow continuation; '' for an ordinary job."""
     unique, control = job.unique, job.control
+    mark = f"\2{len(channel.encode())}:{channel}" if job.keep_outcome else ""
     if unique is None and job.then is None and control is None:
-        return ""  # an ordinary job: what a drain of them pays, one test
+        return mark  # '' for an ordinary job: what a drain of them pays, one test
     rest = ""
     if unique is not None or job.then is not None:
         spec = "" if unique is None else unique_spec(unique)
@@ -256,8 +266,8 @@ def extras(job: NewJob) -> str:
         # a unique job also carries its key's run slot (records._unique.with_run_slot)
         control = with_run_slot(control, unique)
     if control is None:
-        return rest
-    return f"{control.encode()}\1{rest}"
+        return mark + rest
+    return f"{mark}{control.encode()}\1{rest}"
 
 
 def unique_spec(unique: Unique) -> str:

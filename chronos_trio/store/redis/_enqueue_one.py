@@ -11,7 +11,7 @@ cached topology, a queue being resized, a version closed under it) is
 handed to ``enqueue_plan`` itself, whose rules then apply.
 
 A plain job (:func:`is_plain`: due now, no unique key, no flow control,
-no workflow continuation) on one node (``RedisCore.one_node``: a plain
+no workflow continuation, not marked as waited on) on one node (``RedisCore.one_node``: a plain
 node or a Sentinel's master) takes ``enqueue_plain.lua``: the record and
 zset entry ``enqueue.lua`` would write, byte for byte, and the wake-up
 written by the script itself, all for about half of what Redis spends on
@@ -74,8 +74,9 @@ def _plain_head(ctx: RedisCore, pk: PartitionKeys) -> tuple[Any, ...]:
 
 def is_plain(job: NewJob) -> bool:
     """Whether ``job`` is plain: due now (no run_at, no positive delay),
-    with no unique key, no flow control (priority, limits, expiry) and no
-    workflow continuation; what ``enqueue_plain.lua`` stores as
+    with no unique key, no flow control (priority, limits, expiry), no
+    workflow continuation and not stored marked as waited on
+    (``keep_outcome``); what ``enqueue_plain.lua`` stores as
     ``enqueue.lua`` would. Headers are allowed."""
     return (
         job.run_at is None
@@ -83,6 +84,7 @@ def is_plain(job: NewJob) -> bool:
         and job.unique is None
         and job.control is None
         and job.then is None
+        and not job.keep_outcome
     )
 
 
@@ -131,7 +133,11 @@ def enqueue_one_plan(ctx: RedisCore, job: NewJob) -> Plan[list[EnqueueResult]]:
         )
         (reply,) = yield Call([Op(pk.ready, args, S.ENQUEUE_PLAIN)], replicas=ctx.replica_wait)
     else:
-        args = (*_head(pk), "", *job_args(job, job_id, _repr(job.delay), _repr(job.timeout)))
+        args = (
+            *_head(pk),
+            "",
+            *job_args(job, job_id, _repr(job.delay), _repr(job.timeout), ctx.keys.done_channel),
+        )
         if job.run_at is None and job.delay <= 0:
             wake = ctx.wake_one_ops(queue)  # its op made once per queue
         else:

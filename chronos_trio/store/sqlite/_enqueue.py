@@ -22,7 +22,12 @@ The rules, job by job, in order (the MemoryStore's):
 * a created job lives at its queue's active version (``queue_versions``;
   version 1 partition 0 for a queue never promoted), partition
   ``id_hash(id) % partitions``;
-* every queue of the batch is registered in ``queues``.
+* every queue of the batch is registered in ``queues``;
+* a created job marked as waited on (``NewJob.keep_outcome``) gets a
+  result waiter that never lapses (``store._settling.KEEP_OUTCOME_WAITER``), so the
+  settle that finishes it keeps it readable as for a live waiter (and
+  forgets the waiter then, as it forgets every waiter of a finished job;
+  an abort, a delete or a purge forgets it too).
 
 A batch without unique jobs and without a repeated ID (the bulk case) is one
 ``executemany`` of ``INSERT ... ON CONFLICT DO NOTHING``; when it stored
@@ -33,6 +38,7 @@ batch goes job by job, which reports each existing job as it stands.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Sequence
 
@@ -40,6 +46,7 @@ from ...records._jobs import EnqueueResult, JobState, NewJob
 from ...records._unique import with_run_slot
 from .._partitioning import id_hash
 from .._rows import headers_text
+from .._settling import KEEP_OUTCOME_WAITER
 from .._topology_placement import topology_placement
 from .._unique_rules import Claim, judge_claim, lock_lapses, lock_live
 
@@ -51,6 +58,11 @@ ON CONFLICT (id) DO NOTHING
 """
 
 _REGISTER = "INSERT INTO queues (name) VALUES (?) ON CONFLICT DO NOTHING"
+
+_MARK_WAITED = """
+INSERT INTO result_waiters (job_id, waiter, expires_at) VALUES (?, ?, ?)
+ON CONFLICT (job_id, waiter) DO NOTHING
+"""
 
 _ROUTES = """
 SELECT queue, version, partitions FROM queue_versions
@@ -103,6 +115,19 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob], now: float) -> lis
     rolls the transaction back)."""
     if not jobs:
         return []
+    results = _enqueue(conn, jobs, now)
+    marked = [
+        (r.job_id, KEEP_OUTCOME_WAITER, math.inf)
+        for new, r in zip(jobs, results, strict=True)
+        if new.keep_outcome and r.created
+    ]
+    if marked:
+        conn.executemany(_MARK_WAITED, marked)
+    return results
+
+
+def _enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob], now: float) -> list[EnqueueResult]:
+    """:func:`enqueue` but for the marks of jobs marked as waited on."""
     queues = list(dict.fromkeys(new.queue for new in jobs))
     routes = _routes(conn, queues)
     rows = [_row(new, now, routes) for new in jobs]

@@ -14,6 +14,7 @@ import sqlite3
 from ...records._jobs import abort_error
 from ...records._workflow import holds_failure_handling
 from .._roles import NOTHING_SET_ASIDE, AbortResult, CountResult
+from .._settling import FORGET_MARKS
 from .._sql_flow_kept import DELETED_COLUMNS, insert_kept, kept_rows
 from . import _states
 
@@ -50,6 +51,9 @@ def run_now(conn: sqlite3.Connection, job_id: str, queue: str | None, now: float
     return bool(rows)
 
 
+#: Forgets a job's keep_outcome mark (``store._settling.KEEP_OUTCOME_WAITER``).
+_FORGET_MARK = FORGET_MARKS.format("?")
+
 #: What a delete returns: the unique key it gives back, then what keeps the
 #: job's place in its flow (``store._sql_flow_kept``).
 _DELETED = "RETURNING unique_key, " + DELETED_COLUMNS.format(now="?")
@@ -69,6 +73,7 @@ def delete_job(conn: sqlite3.Connection, job_id: str, queue: str | None, now: fl
     ((key, _, home, *_),) = rows
     release_unique(conn, home, key, job_id)
     conn.execute("DELETE FROM slots WHERE job_id = ?", (job_id,))
+    conn.execute(_FORGET_MARK, (job_id,))
     _keep_flow_places(conn, rows)
     return True
 
@@ -87,6 +92,7 @@ def purge_queue(conn: sqlite3.Connection, queue: str, limit: int, now: float) ->
     for key, job_id, *_ in rows:
         release_unique(conn, queue, key, job_id)
     conn.executemany("DELETE FROM slots WHERE job_id = ?", [(row[1],) for row in rows])
+    conn.executemany(_FORGET_MARK, [(row[1],) for row in rows])
     _keep_flow_places(conn, rows)
     return CountResult(len(rows), NOTHING_SET_ASIDE)
 
@@ -121,6 +127,7 @@ def abort(
         )
         release_unique(conn, home, key, job_id)
         conn.execute("DELETE FROM slots WHERE job_id = ?", (job_id,))
+        conn.execute(_FORGET_MARK, (job_id,))
         return AbortResult.ABORTED
     if state == "leased":
         conn.execute(

@@ -14,7 +14,10 @@
 -- ARGV[2+9i .. 10+9i], per job i: id, kind, payload (raw bytes),
 --          run_at ('' = now + delay), delay, max_retries, timeout, headers
 --          (a JSON object, stored as field h; '' for none: no field), extras
---          ('' for an ordinary job, else its flow control and a 0x01 byte
+--          ('' for an ordinary job, else: for a job stored marked as waited
+--          on (keep_outcome), a 0x02 byte, the byte length of the done
+--          channel, ':' and the channel (stored as field w, as watch.lua
+--          writes it); then its flow control and a 0x01 byte
 --          when it has one (stored as field fc, a relative expiry E<s> made
 --          e<now + s>, see lib/ready_score.lua), then its unique spec and workflow
 --          continuation, see lib/unique_spec.lua; stored as field x)
@@ -136,7 +139,7 @@ for i = 2, last, 9 do
     -- instructions per job for a 100-byte payload, enqueue and lease).
     local whole = zset == ready or #argv[i + 2] <= CHUNK
       or #argv[i + 2] > CHUNKED_MAX
-    local verdict, holder, h, fc, lock, umode, ttl  -- verdict: see claim
+    local verdict, holder, h, fc, lock, umode, ttl, waiter  -- verdict: see claim
     if extras ~= '' or not whole then
       if not claim then
         locks = beside(prefix, 'u:')
@@ -193,6 +196,13 @@ for i = 2, last, 9 do
           return 'dup', holder, h
         end
       end
+      if string.byte(extras) == 2 then
+        -- marked as waited on: the channel (a job that is stored keeps it
+        -- as field w; a duplicate is left untouched)
+        local len, at = string.match(extras, '^\2(%d+):()')
+        len = tonumber(len)
+        waiter, extras = sub(extras, at, at + len - 1), sub(extras, at + len)
+      end
       if extras ~= '' then
         local sep = find(extras, '\1', 1, true)
         if sep then
@@ -225,6 +235,7 @@ for i = 2, last, 9 do
         if argv[i + 7] ~= '' then redis.call('HSET', key, 'h', argv[i + 7]) end
       end
       if extras ~= '' then redis.call('HSET', key, 'x', extras) end
+      if waiter then redis.call('HSET', key, 'w', waiter) end
       local score = run_at_s
       if fc then
         redis.call('HSET', key, 'fc', fc)
