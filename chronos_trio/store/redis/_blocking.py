@@ -292,7 +292,7 @@ class BlockingDoneListener:
         while not self._stop.is_set():
             try:
                 if pubsub is None:
-                    pubsub = self._client_of().pubsub()  # type: ignore[no-untyped-call]
+                    pubsub = self._client_of().pubsub()  # type: ignore[no-untyped-call, unused-ignore]
                     pubsub.subscribe(self.channel)
                 messages = poll(pubsub, self._stop, _POLL)
             except Exception as exc:

@@ -116,7 +116,7 @@ class DoneListener:
                 self._confirmed.set()
 
     def _subscribe(self, client: RedisPy) -> redis.client.PubSub:
-        pubsub: redis.client.PubSub = client.pubsub()  # type: ignore[no-untyped-call]
+        pubsub: redis.client.PubSub = client.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
         pubsub.subscribe(self.channel)
         return pubsub
 
