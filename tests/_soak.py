@@ -425,7 +425,7 @@ class Soak:
                     label=label,
                     task=job.kind,
                     max_retries=job.max_retries,
-                    run_at=result.run_at,
+                    run_at=result.run_at if result.created else None,
                 )
 
     # -- faults ----------------------------------------------------------------------

@@ -73,7 +73,11 @@ class Expected:
     label: str  # immediate, delayed, flaky, slow, slow_sync, poison, ...
     task: str  # the task kind it was enqueued under
     max_retries: int
-    run_at: float  # as the EnqueueResult said
+    #: As the EnqueueResult said, None when the ID existed (``created``
+    #: False: an earlier try whose reply was lost stored it). Then it is the
+    #: record's due time at that moment, which may already be a later
+    #: attempt's (the first ran and was retried): no bound for the first.
+    run_at: float | None
 
 
 @attrs.define
