@@ -36,6 +36,12 @@ Cases (the paths every job takes):
   before it on a private redis-server (issue 29: the worker's Python side
   of a link, its successor's making included; the starts' share, one
   ``enqueue_workflow`` per 10 links, is counted too);
+* ``redis_wf_start``: ``await app.enqueue_workflow(flow)`` of one 10-link
+  chain one at a time, no worker, against a private redis-server (issue 29:
+  the producer's Python side of a chain's start, per start);
+* ``redis_wf_result``: ``await wf.result()`` of 20 finished 10-link chains
+  in turn (the worker that ran them stopped first), the same way (the
+  producer's Python side of a finished chain's result read, per read);
 * ``arq_enqueue`` (a peer, not run unless named): arq's own awaited
   ``ArqRedis.enqueue_job`` one at a time against the same server, in its
   venv (``benchmarks/.venv/arq``), counted once whatever the trees;
@@ -70,7 +76,7 @@ from pathlib import Path
 
 CASES = (
     "enqueue", "drain", "sync_enqueue", "redis_enqueue", "redis_drain", "asyncio_enqueue",
-    "asyncio_bulk", "redis_bulk", "sync_bulk", "redis_chain",
+    "asyncio_bulk", "redis_bulk", "sync_bulk", "redis_chain", "redis_wf_start", "redis_wf_result",
 )  # fmt: skip
 #: The cases that need a redis-server.
 REDIS_CASES = {
@@ -85,6 +91,8 @@ REDIS_CASES = {
     "redis_bulk",
     "sync_bulk",
     "redis_chain",
+    "redis_wf_start",
+    "redis_wf_result",
 }
 HERE = Path(__file__).resolve()
 #: Cases of another system, run in its own venv (once, whatever the trees).
@@ -184,6 +192,35 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
             await app.aclose()
 
         trio.run(redis_chain)
+    elif case in ("redis_wf_start", "redis_wf_result"):
+        assert redis_url is not None
+        from chronos_trio.store.redis import RedisStore
+
+        app = chronos_trio.App(RedisStore.from_url(redis_url))
+
+        async def link_fn(p: int, ctx: chronos_trio.JobContext) -> int:
+            return p + 1
+
+        link_fn.__annotations__ = {"p": int, "ctx": chronos_trio.JobContext, "return": int}
+        link = app.task("bench.link")(link_fn)
+
+        async def redis_wf() -> None:
+            # n starts of a 10-link chain (no worker), or n result() reads
+            # of 20 finished chains in turn (the worker stopped first)
+            flow = chronos_trio.chain(link.s(0), *(link.s() for _ in range(9)))
+            if case == "redis_wf_start":
+                for _ in range(n):
+                    await app.enqueue_workflow(flow)
+            else:
+                async with app.open_worker(concurrency=64):
+                    started = [await app.enqueue_workflow(flow) for _ in range(20)]
+                    for wf in started:
+                        await wf.result(timeout=60)
+                for k in range(n):
+                    await started[k % 20].result(timeout=60)
+            await app.aclose()
+
+        trio.run(redis_wf)
     elif case == "redis_enqueue":
         assert redis_url is not None
         from chronos_trio.store.redis import RedisStore

@@ -16,7 +16,7 @@ import pytest
 import trio
 import trio.testing
 
-from chronos_trio import NewJob
+from chronos_trio import App, JobContext, JobState, NewJob
 from chronos_trio.store import StoreError
 from chronos_trio.store.redis import RedisStore, _quiet
 from chronos_trio.store.redis._native import Dead, _Connection, _timer
@@ -307,3 +307,30 @@ def test_a_block_raises_dead_when_the_peer_closes_midway() -> None:
             a.close()
 
     trio.run(main)
+
+
+async def test_a_finished_jobs_result_is_one_lone_round_trip(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``result()`` of a finished job, the subscription confirmed: one
+    round trip, a lone one (blocked for in a quiet run, no cancel scope, no
+    scheduler pass: issue 29, a chain's result read); a status read too."""
+    monkeypatch.setattr(_quiet, "CAP", 1.0)  # a loaded machine's slow replies still block
+    with trio.fail_after(20):
+        async with store_at(server.url) as store:
+            app = App(store)
+
+            @app.task("add")
+            async def add(payload: int, job: JobContext) -> int:
+                return payload + 1
+
+            async with app.open_worker(poll_interval=0.05):
+                handle = await app.tasks["add"].enqueue(1)
+                assert await handle.result(timeout=10) == 2  # subscribed since
+            quiet = _timer().quiet
+            grant(quiet)
+            trips, blocked = store.statistics().round_trips, quiet.blocked
+            assert await handle.result(timeout=10) == 2
+            assert (await handle.status()).state is JobState.SUCCEEDED
+            assert store.statistics().round_trips - trips == 2
+            assert quiet.blocked - blocked == 2

@@ -115,3 +115,26 @@ async def test_a_save_whose_script_was_flushed_is_saved_before_the_start_returns
             assert first is not None and first.state is JobState.READY
     finally:
         admin.close()
+
+
+async def test_a_lone_plain_first_job_goes_with_the_save_in_one_round_trip(
+    redis_store: Factory,
+) -> None:
+    """A start of one job takes the lone enqueue's plan; a plain job (no
+    continuation) takes ``enqueue_plain.lua`` there, and the record's save
+    still goes first in the same pipeline (one round trip, not the save
+    alone after it)."""
+    from chronos_trio import NewJob
+
+    store = await redis_store()
+    plain = NewJob(id="p.0", queue="q", kind="k", payload=b"{}")
+    with trio.fail_after(20):
+        await store.enqueue_many([NewJob(id="warm", queue="q", kind="k", payload=b"{}")])
+        before = store.statistics().round_trips
+        [result] = await store.start_workflow("p", '{"t":1}', "k", 60.0, [plain])
+        assert store.statistics().round_trips - before == 1
+        assert result.created and result.job_id == "p.0"
+        record = await store.workflow_record("p")
+        assert record is not None and record.first_kind == "k"
+        job = await store.get_job("p.0")
+        assert job is not None and job.state is JobState.READY

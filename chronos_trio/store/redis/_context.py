@@ -166,11 +166,18 @@ class StoreContext(RedisCore):
         topology read) is in a shielded scope of its own. Raises what
         :meth:`run` raises."""
         adapter = self.adapter
+        reply: Any
         try:
             step = next(plan)
             while True:
                 if type(step) is Call:
                     reply = await adapter.execute_lone(step.ops, step.after, step.replicas)
+                elif (
+                    type(step) is NeedMeta
+                    and not step.fresh
+                    and (cached := self.cached_metas(step.queues))
+                ):
+                    reply = cached  # from the cache: no wait, no scope
                 else:
                     with trio.CancelScope(shield=True):
                         reply = await self._answer(step)

@@ -60,6 +60,11 @@ class DoneListener:
         #: Subscriptions confirmed (re-subscriptions after a drop count too).
         self.subscriptions = 0
 
+    def confirmed(self) -> bool:
+        """Whether the subscription is confirmed in this Trio run now (then
+        :meth:`ready` would return at once, after a checkpoint)."""
+        return self._confirmed.is_set() and self._token is trio.lowlevel.current_trio_token()
+
     async def ready(self) -> None:
         """Return once the subscription is confirmed (starting the listener
         in this Trio run if it is not running)."""
@@ -124,8 +129,11 @@ class DoneListener:
 async def _watch(
     ctx: StoreContext, ref: JobRef, channel: str
 ) -> tuple[JobOutcome | None, bytes | None]:
-    """Run watch.lua where ``ref``'s job lives: its outcome and its key."""
-    return await ctx.run(watch_plan(ctx, ref, channel))
+    """Run watch.lua where ``ref``'s job lives: its outcome and its key. A
+    read, run lone (``run_shielded``: to completion as any round trip once
+    sent, with no cancel scope around it, and in a quiet run without a pass
+    of the scheduler, see ``_quiet``)."""
+    return await ctx.run_shielded(watch_plan(ctx, ref, channel))
 
 
 async def outcome(ctx: StoreContext, ref: JobRef) -> JobOutcome | None:
@@ -136,17 +144,32 @@ async def outcome(ctx: StoreContext, ref: JobRef) -> JobOutcome | None:
 async def wait_outcome(
     ctx: StoreContext, listener: DoneListener, ref: JobRef, timeout: float
 ) -> JobOutcome | None:
+    """``ref``'s outcome once finished, waiting at most ``timeout`` seconds
+    (then its outcome as it stands; None: no such job). The protocol of
+    ``_watch``: the subscription confirmed first (waited for only when it
+    is not yet: a confirmed one costs no checkpoint), then each read a lone
+    round trip (:func:`_watch`); only a block waits under the deadline. A
+    finished job is thus one round trip and no scope (issue 29: a chain's
+    result read)."""
     if not timeout > 0 or math.isnan(timeout):
         return await outcome(ctx, ref)
-    with trio.move_on_after(timeout):
-        await listener.ready()
-        with Steps(wait_plan(listener.table, ctx.keys, ref, listener.channel)) as steps:
-            for step in steps:
-                if type(step) is Watch:
-                    steps.reply = await _watch(ctx, step.ref, step.channel)
-                else:
-                    assert type(step) is Block
+    deadline = trio.current_time() + timeout
+    if not listener.confirmed():
+        with trio.move_on_at(deadline):
+            await listener.ready()
+        if not listener.confirmed():
+            return await outcome(ctx, ref)  # not subscribed in time: as it stands
+    with Steps(wait_plan(listener.table, ctx.keys, ref, listener.channel)) as steps:
+        for step in steps:
+            if type(step) is Watch:
+                steps.reply = await _watch(ctx, step.ref, step.channel)
+            else:
+                assert type(step) is Block
+                with trio.move_on_at(deadline):
                     await step.event.wait()
-                    steps.reply = None
-        return steps.result
+                if not step.event.is_set():
+                    break  # the deadline passed
+                steps.reply = None
+        else:
+            return steps.result
     return await outcome(ctx, ref)

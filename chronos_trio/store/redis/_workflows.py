@@ -16,6 +16,7 @@ from ._codec import text
 from ._context import StoreContext
 from ._core import Call, Plan, RedisCore
 from ._enqueue import enqueue_plan
+from ._enqueue_one import enqueue_one_plan
 from ._scripts import Op
 
 if TYPE_CHECKING:
@@ -76,7 +77,8 @@ def start(
     jobs: Sequence[NewJob],
 ) -> Plan[list[EnqueueResult]]:
     """``WorkflowRole.start_workflow`` on one Redis node in one round trip:
-    :func:`~._enqueue.enqueue_plan` of ``jobs``, its batch of enqueue
+    :func:`~._enqueue.enqueue_plan` of ``jobs`` (of a lone job,
+    :func:`~._enqueue_one.enqueue_one_plan`), its batch of enqueue
     scripts sent after the record's ``workflow_save.lua`` in the same
     pipeline (one connection's commands apply in order: a job of the flow
     never exists before its record did, but in one case: the save script
@@ -94,7 +96,9 @@ def start(
     the failure is the enqueue's)."""
     save_op = _save_op(ctx, workflow_id, tree, first_kind, ttl, soft=True)
     saved: Any = _UNSENT
-    plan = enqueue_plan(ctx, jobs)
+    # a chain's one first job: the lone enqueue's plan (the same script,
+    # arguments and replies as a batch of one, without its bookkeeping)
+    plan = enqueue_one_plan(ctx, jobs[0]) if len(jobs) == 1 else enqueue_plan(ctx, jobs)
     try:
         step = next(plan)
         while True:
@@ -116,9 +120,10 @@ def start(
 
 
 def _enqueues(call: Call) -> bool:
-    """Whether ``call`` is an enqueue's batch of ``enqueue.lua`` calls."""
+    """Whether ``call`` is an enqueue's batch of ``enqueue.lua`` calls (or a
+    lone plain job's ``enqueue_plain.lua``)."""
     ops = call.ops
-    return bool(ops) and ops[0].script is S.ENQUEUE
+    return bool(ops) and (ops[0].script is S.ENQUEUE or ops[0].script is S.ENQUEUE_PLAIN)
 
 
 def read(ctx: StoreContext, workflow_id: str) -> Plan[WorkflowRecord | None]:

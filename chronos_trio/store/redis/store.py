@@ -551,7 +551,7 @@ class RedisStore(Store):
         created in that round trip aborted before StoreError is raised. A
         Cluster keeps the two calls (the record's slot and the jobs' are on
         different masters, whose pipelines run at once)."""
-        if not await self._adapter.one_node():
+        if not (self._ctx.one_node or await self._adapter.one_node()):
             return await super().start_workflow(workflow_id, tree, first_kind, ttl, jobs)
         plan = _workflows.start(self._ctx, workflow_id, tree, first_kind, ttl, jobs)
         try:
