@@ -19,6 +19,7 @@ from chronos_trio import App, JobContext, JobState, MemoryStore, chain
 from chronos_trio.actors import completer
 from chronos_trio.records._jobs import LeasedJob, NewJob
 from chronos_trio.runtime._config import WorkerConfig
+from chronos_trio.runtime._inflight import Entry
 from chronos_trio.runtime._state import Runtime
 from chronos_trio.store import SettleKind, Settlement
 from chronos_trio.store.redis import RedisStore
@@ -36,9 +37,9 @@ def handed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     take = completer._take_over
 
-    async def spy(rt: Runtime, batch: list[LeasedJob], asked_at: float) -> None:
+    async def spy(rt: Runtime, batch: list[LeasedJob], asked_at: float) -> list[Entry]:
         seen.extend(leased.job.id for leased in batch)
-        await take(rt, batch, asked_at)
+        return await take(rt, batch, asked_at)
 
     monkeypatch.setattr(completer, "_take_over", spy)
     return seen
@@ -63,6 +64,26 @@ async def test_a_worker_runs_the_successors_its_settles_hand_it(
     assert sorted(handed) == sorted(f"h{k}.{i}" for k in range(3) for i in range(1, 10))
     last = await store.get_job("h2.9")
     assert last is not None and last.state is JobState.SUCCEEDED and last.attempts == 1
+
+
+async def test_a_long_chain_waits_its_turn_in_the_queue_now_and_then(
+    backend: Backend, clock: object, handed: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After HANDOVER_RUN links in a row taken over, the next one is stored
+    ready (behind what waits in its queue) and leased as any job is."""
+    monkeypatch.setattr(completer, "HANDOVER_RUN", 3)
+    store = backend.store()
+    app, runs = chain_app(store)
+    inc = app.tasks["inc"]
+    async with app.open_worker(**backend.timing(poll_interval=0.5)):
+        started = await app.enqueue_workflow(
+            chain(inc.s(0), *(inc.s() for _ in range(9))), workflow_id="run"
+        )
+        with trio.fail_after(backend.pick(memory=60, redis=20)):
+            assert await started.result(timeout=20) == 10
+    assert len(runs) == 10 and set(runs.values()) == {1}
+    if _takes(store):
+        assert handed == [f"run.{k}" for k in (1, 2, 3, 5, 6, 7, 9)]
 
 
 async def test_a_successor_of_another_queue_or_kind_is_left_for_its_workers(
@@ -198,13 +219,14 @@ async def test_a_handed_over_lease_is_settled_as_any_lease(backend: Backend, clo
 
 @pytest.mark.redis
 async def test_a_long_handed_over_chain_keeps_its_topology_fresh(
-    redis_url: str, handed: list[str]
+    redis_url: str, handed: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker whose chains are all handed over leases nothing for long
     (its lease kept the cached topology fresh): its settles read the
     successors' topology again in their own round trip, so every link is
     still handed over, well past the cache's TTL, and none takes the outbox
     path."""
+    monkeypatch.setattr(completer, "HANDOVER_RUN", 1000)  # every link handed over
     store = RedisStore.from_url(redis_url, namespace="warm", topology_ttl=0.2)
     app = App(store)
 

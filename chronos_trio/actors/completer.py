@@ -81,17 +81,21 @@ async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
             _account(rt, entry, ok, debug, i in aborted, i in unclaimed_dead)
     rt.table.settled(batch)
     if handed:
-        await _take_over(rt, [leased for _, leased in handed], asked_at)
+        entries = await _take_over(rt, [leased for _, leased in handed], asked_at)
+        for (i, _), entry in zip(handed, entries, strict=True):
+            entry.handovers = to_store[i].handovers + 1
 
 
-async def _take_over(rt: Runtime, batch: list[LeasedJob], asked_at: float) -> None:
+async def _take_over(rt: Runtime, batch: list[LeasedJob], asked_at: float) -> list[Entry]:
     """Run the successors the settle stored leased to this worker as the
     leaser runs its leases: they enter the table in the slots their
     predecessors just gave back (no checkpoint since: nobody took them),
     then the run queue. A worker that began to stop meanwhile releases them
     at once (``InFlight.admit``): the completer settles that, and they wait
-    ready for the next worker."""
-    await rt.dispatch(rt.admit(batch, asked_at))
+    ready for the next worker. Returns their entries."""
+    entries = rt.admit(batch, asked_at)
+    await rt.dispatch(entries)
+    return entries
 
 
 def _taker_of(rt: Runtime) -> _Taker | None:
@@ -130,6 +134,12 @@ class _Taker:
 
 _SUCCEEDED = SettleKind.SUCCEEDED
 
+#: How many links of a chain in a row one worker takes over from its own
+#: settles (``Successor.lease_to``): the next one is stored ready, behind
+#: the jobs already waiting in its queue, so a long chain does not keep
+#: its worker's slot from them (a handed-over link jumps the queue).
+HANDOVER_RUN = 32
+
 
 def _stamped(entry: Entry, continues: bool = False, taker: _Taker | None = None) -> Settlement:
     """The entry's outcome as the store is sent it: one that does not
@@ -141,7 +151,11 @@ def _stamped(entry: Entry, continues: bool = False, taker: _Taker | None = None)
     outcome = entry.outcome
     assert outcome is not None
     if outcome.kind is _SUCCEEDED:
-        return _successor(entry.leased.job.then, outcome, taker) if continues else outcome
+        if not continues:
+            return outcome
+        if taker is not None and entry.handovers >= HANDOVER_RUN:
+            taker = None  # its chain waits its turn in the queue once
+        return _successor(entry.leased.job.then, outcome, taker)
     return attrs.evolve(outcome, started=entry.leased.leased_at)
 
 
