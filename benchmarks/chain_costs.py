@@ -75,8 +75,10 @@ def short_continuations() -> Iterator[dict[str, str]]:
     then_of = getattr(_jobs, "then_of")  # noqa: B009
     text_of = getattr(_flow, "_text")  # noqa: B009 (the outbox's reading)
 
-    def short_args(core: Any, successor: Any, lease: str = "") -> tuple[list[object], Any] | None:
-        got: tuple[list[object], Any] | None = args_of(core, successor, lease)
+    def short_args(
+        core: Any, successor: Any, lease: str = ""
+    ) -> tuple[list[object], Any, str] | None:
+        got: tuple[list[object], Any, str] | None = args_of(core, successor, lease)
         extras = got[0][8] if got is not None else None
         if isinstance(extras, str) and len(extras) > SHORT:
             head, _, then = extras.partition("\0")

@@ -248,3 +248,31 @@ async def test_a_long_handed_over_chain_keeps_its_topology_fresh(
         assert store.statistics().chain_settles == links - 1
     finally:
         await store.aclose()
+
+
+async def test_a_paused_queue_s_successor_waits_ready(backend: Backend, clock: object) -> None:
+    """A link that ends after its queue was paused: its successor is stored
+    ready (a lease would not take it now), not handed over. (A worker
+    would not ask then either, were it to know: the store decides.)"""
+    store = backend.store()
+    if not _takes(store):
+        pytest.skip("the store does not hand successors over")
+    app, _ = chain_app(store)
+    inc = app.tasks["inc"]
+    await app.enqueue_workflow(chain(inc.s(1), inc.s(), inc.s()), workflow_id="p")
+    from chronos_trio import QueueWeight
+
+    (first,) = (
+        await store.lease([QueueWeight("default")], 10, worker_id="w1", lease_duration=30)
+    ).jobs
+    await store.set_paused("default", True)  # type: ignore[attr-defined]
+    await trio.sleep(1.5)  # past the Redis client's topology cache (1 s) ...
+    nothing = await store.lease([QueueWeight("default")], 10, worker_id="w2", lease_duration=30)
+    assert nothing.jobs == ()  # ... which this lease of the paused queue read again
+    ok = Settlement(first.ref, SettleKind.SUCCEEDED, result=b"2", result_ttl=60)
+    taker = completer._Taker("w1", 30.0, ["default"], app.registry.tasks)
+    sent = completer._successor(first.job.then, ok, taker)
+    result = await store.settle([sent])
+    assert result.settled == (True,) and result.leased == ()
+    made = await store.get_job("p.1")
+    assert made is not None and made.state is JobState.READY

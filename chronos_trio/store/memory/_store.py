@@ -853,7 +853,7 @@ class MemoryStore(Store):
         """In a chain link's success settle: enqueue its successor under its
         deterministic ID (an existing job of that ID is left alone), as an
         ordinary waiting job (a new one leased at once to the worker it
-        names in ``lease_to``), unless its workflow is marked cancelled (then
+        names in ``lease_to``, unless its queue is paused), unless its workflow is marked cancelled (then
         False: the outbox path, whose continuer aborts what it would make).
         The mark is read in this same step, so a cancel either comes after
         the successor exists (its sweep finds it) or stops it here."""
@@ -866,7 +866,7 @@ class MemoryStore(Store):
         created = self._enqueue_one(new, new.id, now).created
         self.chain_settles += 1
         self._chain_continued = True
-        if created and successor.lease_to:
+        if created and successor.lease_to and new.queue not in self._paused:
             # leased at once to the settling worker, as a lease would (its
             # ready entry is left stale): see Successor.lease_to
             batch = _LeaseBatch(successor.lease_to, now, now + successor.lease_duration)

@@ -42,7 +42,7 @@ def to_warm(core: RedisCore, queue: str) -> bool:
 
 def successor_args(
     core: RedisCore, successor: Successor, token: str = ""
-) -> tuple[list[object], Placement] | None:
+) -> tuple[list[object], Placement, str] | None:
     """settle.lua's 17 entries for ``successor`` (its job as enqueue.lua
     takes it, its partition's ready zset, closed marker and job key prefix,
     its workflow's record hash, then its partition's leased zset, ``token``,
@@ -50,7 +50,9 @@ def successor_args(
     it leased to ``successor.lease_to``), or None when it goes the outbox
     path: its queue's topology is not cached, or has another version than
     the active one (draining, or none), or is damaged. With the entries,
-    the successor's placement (its partition: where a lease of it is)."""
+    the successor's placement (its partition: where a lease of it is) and
+    the token it is leased under ('' none: no token given, or its queue is
+    paused, whose jobs wait ready)."""
     job = successor.job
     metas = core.cached_metas([job.queue])
     if metas is None:
@@ -63,14 +65,20 @@ def successor_args(
     n = active.partitions
     pk = core.keys.partition(job.queue, active.version, 0 if n == 1 else partition_of(job.id, n))
     wid = successor.workflow
-    return [
-        *job_args(job, job.id, "0.0", repr(float(job.timeout)), core.keys.done_channel),
-        pk.ready,
-        pk.closed,
-        pk.job_prefix,
-        core.keys.workflow(wid) if wid is not None else "",
-        pk.leased,
+    if meta.paused:
+        token = ""  # a paused queue's job waits ready, as a lease would leave it
+    return (
+        [
+            *job_args(job, job.id, "0.0", repr(float(job.timeout)), core.keys.done_channel),
+            pk.ready,
+            pk.closed,
+            pk.job_prefix,
+            core.keys.workflow(wid) if wid is not None else "",
+            pk.leased,
+            token,
+            repr(float(successor.lease_duration)) if token else "",
+            successor.lease_to if token else "",
+        ],
+        pk.placement,
         token,
-        repr(float(successor.lease_duration)) if token else "",
-        successor.lease_to if token else "",
-    ], pk.placement
+    )

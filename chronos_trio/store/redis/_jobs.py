@@ -805,19 +805,16 @@ async def _chain_successors(
     successors' queues whose cached topology the settle's round trip reads
     again (``to_warm``). Raises StoreError when the client cannot be made."""
     found: dict[int, tuple[list[object], Placement, str]] = {}
-    warm: list[str] = []
+    seen: dict[str, bool] = {}  # queue -> whether to warm it (looked at once)
     nonce = ""
-    checked = False
     for i, s in enumerate(settlements):
         successor = s.successor
         if successor is not None and s.kind is SettleKind.SUCCEEDED:
-            if not checked:
-                if not await _one_node(ctx):
-                    return {}, []
-                checked = True
             queue = successor.job.queue
-            if queue not in warm and to_warm(ctx, queue):
-                warm.append(queue)
+            if queue not in seen:
+                if not seen and not await _one_node(ctx):
+                    return {}, []
+                seen[queue] = to_warm(ctx, queue)
             token = ""
             if successor.lease_to:
                 # the call's nonce and a count, "h" between them: never a
@@ -826,8 +823,8 @@ async def _chain_successors(
                 token = f"{nonce}h{i}"
             got = successor_args(ctx, successor, token)
             if got is not None:
-                found[i] = (got[0], got[1], token)
-    return found, warm
+                found[i] = got
+    return found, [q for q, warm in seen.items() if warm]
 
 
 def _handed_over(successor: Successor, token: str, placement: Placement, now: float) -> LeasedJob:
