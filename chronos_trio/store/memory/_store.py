@@ -853,8 +853,9 @@ class MemoryStore(Store):
         """In a chain link's success settle: enqueue its successor under its
         deterministic ID (an existing job of that ID is left alone), as an
         ordinary waiting job (a new one leased at once to the worker it
-        names in ``lease_to``, unless its queue is paused), unless its workflow is marked cancelled (then
-        False: the outbox path, whose continuer aborts what it would make).
+        names in ``lease_to``, unless its queue is paused), unless its
+        workflow is marked cancelled (then False: the outbox path, whose
+        continuer aborts what it would make).
         The mark is read in this same step, so a cancel either comes after
         the successor exists (its sweep finds it) or stops it here."""
         wid = successor.workflow
