@@ -134,3 +134,21 @@ async def check_a_cancelled_workflow_s_successor_is_not_leased(fresh: Fresh) -> 
     result = await store.settle([_success(first, workflow="c")])
     assert result.settled == (True,) and result.leased == () and not result.continued
     assert await store.get_job("c.1") is None
+
+
+@check()
+async def check_a_handed_over_successor_keeps_its_headers(fresh: Fresh) -> None:
+    store = await fresh()
+    first = await _first(store)
+    headers = (("trace", "t-1"), ("tenant", "é"))
+    nxt = Successor(job("c.1", then=_LAST, headers=headers), None, "w1", 5.0)
+    result = await store.settle([settle(first, SettleKind.SUCCEEDED, successor=nxt)])
+    assert result.settled == (True,)
+    if not await _handed_over(store, result.leased):
+        return
+    [(_, handed)] = result.leased
+    stored = await store.get_job("c.1")
+    assert stored is not None and dict(stored.headers) == dict(headers)
+    assert handed.job.headers == stored.headers, "the headers a lease of it would read"
+    assert stored.then == _LAST
+    assert stored.state is JobState.LEASED and stored.lease_token == handed.token

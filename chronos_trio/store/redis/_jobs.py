@@ -54,7 +54,7 @@ import trio
 from ...records._control import decode_control
 from ...records._jobs import Job, JobState, LeasedJob, LeaseRef, require_field_order
 from ...records._log import log_event
-from ...records._options import decode_headers
+from ...records._options import decode_headers, encode_headers
 from ...records._placement import Placement
 from ...records._workflow import holds_failure_handling
 from .._partitioning import share_by_weight, share_strictly
@@ -833,10 +833,12 @@ def _handed_over(successor: Successor, token: str, placement: Placement, now: fl
     created now), fenced by ``token``."""
     new = successor.job
     expires = now + successor.lease_duration
+    # its headers as a lease reads them back (stored encoded, see job_args)
+    headers = decode_headers(encode_headers(new.headers)) if new.headers else ()
     job = Job(
         new.id, new.queue, new.kind, new.payload, now, JobState.LEASED, 1, new.max_retries,
         float(new.timeout), token, successor.lease_to, expires, placement, "", now, None, "",
-        None, None, new.headers, new.then, None,
+        None, None, headers, new.then, None,
     )  # fmt: skip
     return LeasedJob(job, token, expires, now)
 

@@ -178,13 +178,22 @@ local function continue_chain(t)
       local argv = ARGV
       local exp_s = string.format('%.17g', now + tonumber(argv[t + 15]))
       redis.call('ZADD', argv[t + 13], '+inf', LEASED_SENTINEL, exp_s, id)
-      -- write_record's fields (in its order), the lease's, then h and x
+      -- write_record's fields (in its order), the lease's, then h and x:
+      -- one HSET for the common link (no headers, a continuation)
+      local h, x = argv[t + 7], argv[t + 8]
+      if h == '' and x ~= '' then
+        redis.call('HSET', key, 'kind', argv[t + 1], 'payload', argv[t + 2], 'run_at', now_s,
+          'state', 'leased', 'attempts', '1', 'max_retries', argv[t + 5],
+          'timeout', argv[t + 6], 'created_at', now_s, 'v', FORMAT_S, 'lease_token', token,
+          'lease_owner', argv[t + 16], 'lease_expires_at', exp_s, 'x', x)
+        return 8
+      end
       redis.call('HSET', key, 'kind', argv[t + 1], 'payload', argv[t + 2], 'run_at', now_s,
         'state', 'leased', 'attempts', '1', 'max_retries', argv[t + 5],
         'timeout', argv[t + 6], 'created_at', now_s, 'v', FORMAT_S, 'lease_token', token,
         'lease_owner', argv[t + 16], 'lease_expires_at', exp_s)
-      if argv[t + 7] ~= '' then redis.call('HSET', key, 'h', argv[t + 7]) end
-      if argv[t + 8] ~= '' then redis.call('HSET', key, 'x', argv[t + 8]) end
+      if h ~= '' then redis.call('HSET', key, 'h', h) end
+      if x ~= '' then redis.call('HSET', key, 'x', x) end
       return 8
     end
     write_record(key, t, now_s, 'ready', now_s)
