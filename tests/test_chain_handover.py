@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import trio
 
-from chronos_trio import App, JobContext, JobState, MemoryStore, chain
+from chronos_trio import App, JobContext, JobState, MemoryStore, QueueWeight, chain
 from chronos_trio.actors import completer
 from chronos_trio.records._jobs import LeasedJob, NewJob
 from chronos_trio.runtime._config import WorkerConfig
@@ -37,26 +37,34 @@ def handed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     take = completer._take_over
 
-    async def spy(rt: Runtime, batch: list[LeasedJob], asked_at: float) -> list[Entry]:
+    async def spy(
+        rt: Runtime, batch: list[LeasedJob], asked_at: float, runs: list[int]
+    ) -> list[Entry]:
         seen.extend(leased.job.id for leased in batch)
-        return await take(rt, batch, asked_at)
+        return await take(rt, batch, asked_at, runs)
 
     monkeypatch.setattr(completer, "_take_over", spy)
     return seen
+
+
+async def _ten_links(backend: Backend, store: Any, ids: list[str]) -> None:
+    """A chain of ten ``inc`` links per workflow ID, run by one worker; each
+    link ran once and each chain ended with 10."""
+    app, runs = chain_app(store)
+    inc = app.tasks["inc"]
+    flow = chain(inc.s(0), *(inc.s() for _ in range(9)))
+    async with app.open_worker(**backend.timing(poll_interval=0.5)):
+        started = [await app.enqueue_workflow(flow, workflow_id=w) for w in ids]
+        with trio.fail_after(backend.pick(memory=60, redis=20)):
+            assert [await s.result(timeout=20) for s in started] == [10] * len(ids)
+    assert len(runs) == 10 * len(ids) and set(runs.values()) == {1}, "each link once"
 
 
 async def test_a_worker_runs_the_successors_its_settles_hand_it(
     backend: Backend, clock: object, handed: list[str]
 ) -> None:
     store = backend.store()
-    app, runs = chain_app(store)
-    inc = app.tasks["inc"]
-    flow = chain(inc.s(0), *(inc.s() for _ in range(9)))
-    async with app.open_worker(**backend.timing(poll_interval=0.5)):
-        started = [await app.enqueue_workflow(flow, workflow_id=f"h{k}") for k in range(3)]
-        with trio.fail_after(backend.pick(memory=60, redis=20)):
-            assert [await s.result(timeout=20) for s in started] == [10, 10, 10]
-    assert len(runs) == 30 and set(runs.values()) == {1}, "each link once"
+    await _ten_links(backend, store, ["h0", "h1", "h2"])
     if not _takes(store):
         assert handed == []
         return
@@ -73,15 +81,7 @@ async def test_a_long_chain_waits_its_turn_in_the_queue_now_and_then(
     ready (behind what waits in its queue) and leased as any job is."""
     monkeypatch.setattr(completer, "HANDOVER_RUN", 3)
     store = backend.store()
-    app, runs = chain_app(store)
-    inc = app.tasks["inc"]
-    async with app.open_worker(**backend.timing(poll_interval=0.5)):
-        started = await app.enqueue_workflow(
-            chain(inc.s(0), *(inc.s() for _ in range(9))), workflow_id="run"
-        )
-        with trio.fail_after(backend.pick(memory=60, redis=20)):
-            assert await started.result(timeout=20) == 10
-    assert len(runs) == 10 and set(runs.values()) == {1}
+    await _ten_links(backend, store, ["run"])
     if _takes(store):
         assert handed == [f"run.{k}" for k in (1, 2, 3, 5, 6, 7, 9)]
 
@@ -181,20 +181,24 @@ async def test_a_workflow_abort_reaches_a_handed_over_step(
         assert handed == ["ab.1"], "the aborted step was handed over"
 
 
-async def test_a_handed_over_lease_is_settled_as_any_lease(backend: Backend, clock: object) -> None:
-    """What the worker is handed is fenced by its own token: the store's
-    record holds it, and a settle under another token is refused."""
-    store = backend.store()
+async def _first_link(store: Any, workflow_id: str) -> tuple[App, LeasedJob]:
+    """A three-link chain started and its first link leased by worker w1."""
     if not _takes(store):
         pytest.skip("the store does not hand successors over")
     app, _ = chain_app(store)
     inc = app.tasks["inc"]
-    await app.enqueue_workflow(chain(inc.s(1), inc.s(), inc.s()), workflow_id="f")
-    from chronos_trio import QueueWeight
-
+    await app.enqueue_workflow(chain(inc.s(1), inc.s(), inc.s()), workflow_id=workflow_id)
     (first,) = (
         await store.lease([QueueWeight("default")], 10, worker_id="w1", lease_duration=30)
     ).jobs
+    return app, first
+
+
+async def test_a_handed_over_lease_is_settled_as_any_lease(backend: Backend, clock: object) -> None:
+    """What the worker is handed is fenced by its own token: the store's
+    record holds it, and a settle under another token is refused."""
+    store = backend.store()
+    app, first = await _first_link(store, "f")
     ok = Settlement(first.ref, SettleKind.SUCCEEDED, result=b"2", result_ttl=60)
     taker = completer._Taker("w1", 30.0, ["default"], app.registry.tasks)
     sent = completer._successor(first.job.then, ok, taker)
@@ -255,16 +259,7 @@ async def test_a_paused_queue_s_successor_waits_ready(backend: Backend, clock: o
     ready (a lease would not take it now), not handed over. (A worker
     would not ask then either, were it to know: the store decides.)"""
     store = backend.store()
-    if not _takes(store):
-        pytest.skip("the store does not hand successors over")
-    app, _ = chain_app(store)
-    inc = app.tasks["inc"]
-    await app.enqueue_workflow(chain(inc.s(1), inc.s(), inc.s()), workflow_id="p")
-    from chronos_trio import QueueWeight
-
-    (first,) = (
-        await store.lease([QueueWeight("default")], 10, worker_id="w1", lease_duration=30)
-    ).jobs
+    app, first = await _first_link(store, "p")
     await store.set_paused("default", True)  # type: ignore[attr-defined]
     await trio.sleep(1.5)  # past the Redis client's topology cache (1 s) ...
     nothing = await store.lease([QueueWeight("default")], 10, worker_id="w2", lease_duration=30)

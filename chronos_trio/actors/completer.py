@@ -81,19 +81,23 @@ async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
             _account(rt, entry, ok, debug, i in aborted, i in unclaimed_dead)
     rt.table.settled(batch)
     if handed:
-        entries = await _take_over(rt, [leased for _, leased in handed], asked_at)
-        for (i, _), entry in zip(handed, entries, strict=True):
-            entry.handovers = to_store[i].handovers + 1
+        runs = [to_store[i].handovers + 1 for i, _ in handed]
+        await _take_over(rt, [leased for _, leased in handed], asked_at, runs)
 
 
-async def _take_over(rt: Runtime, batch: list[LeasedJob], asked_at: float) -> list[Entry]:
+async def _take_over(
+    rt: Runtime, batch: list[LeasedJob], asked_at: float, runs: list[int]
+) -> list[Entry]:
     """Run the successors the settle stored leased to this worker as the
     leaser runs its leases: they enter the table in the slots their
     predecessors just gave back (no checkpoint since: nobody took them),
-    then the run queue. A worker that began to stop meanwhile releases them
-    at once (``InFlight.admit``): the completer settles that, and they wait
-    ready for the next worker. Returns their entries."""
+    each with its chain's run of links taken over (``runs``), then the run
+    queue. A worker that began to stop meanwhile releases them at once
+    (``InFlight.admit``): the completer settles that, and they wait ready
+    for the next worker. Returns their entries."""
     entries = rt.admit(batch, asked_at)
+    for entry, run in zip(entries, runs, strict=True):
+        entry.handovers = run
     await rt.dispatch(entries)
     return entries
 
