@@ -75,16 +75,18 @@ def short_continuations() -> Iterator[dict[str, str]]:
     then_of = getattr(_jobs, "then_of")  # noqa: B009
     text_of = getattr(_flow, "_text")  # noqa: B009 (the outbox's reading)
 
-    def short_args(core: Any, successor: Any) -> list[object] | None:
-        args: list[object] | None = args_of(core, successor)
-        extras = args[8] if args is not None else None
+    def short_args(
+        core: Any, successor: Any, lease: str = ""
+    ) -> tuple[list[object], Any, str] | None:
+        got: tuple[list[object], Any, str] | None = args_of(core, successor, lease)
+        extras = got[0][8] if got is not None else None
         if isinstance(extras, str) and len(extras) > SHORT:
             head, _, then = extras.partition("\0")
             token = f'{{"r":"{len(kept)}"}}'
             kept[token] = then
-            assert args is not None
-            args[8] = f"{head}\0{token}"
-        return args
+            assert got is not None
+            got[0][8] = f"{head}\0{token}"
+        return got
 
     def long_then(extras: bytes | None) -> str | None:
         then = then_of(extras)

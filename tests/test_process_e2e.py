@@ -437,6 +437,53 @@ async def test_abort_of_a_job_running_in_another_process(redis_url: str, tmp_pat
     assert "abort asked job=" in manager.log()
 
 
+async def test_kill_9_after_a_settle_handed_the_next_link_over(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chain link's settle stores its successor leased to its own worker
+    process (``Successor.lease_to``), which dies with kill -9 before it runs
+    it (deterministic, from inside, right after the settle's reply): the
+    lease expires, recovery takes the successor back and the other process
+    runs it, once; every chain ends with its result."""
+    from chronos_trio import chain
+
+    steps, flows = 5, 4
+    monkeypatch.setenv("WF_KILL_AFTER_ENQUEUE", "hk1.2")
+    monkeypatch.setenv("WF_KILL_HANDED", "1")
+    monkeypatch.setenv("WF_KILL_MARK", str(tmp_path / "killed"))
+    manager = Manager(redis_url, tmp_path, "--concurrency", "8")
+    producer = make_app(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    member = producer.tasks["tests.wf_member"]
+    try:
+        with trio.fail_after(90):
+            await manager.wait_ready()
+            started = [
+                await producer.enqueue_workflow(
+                    chain(member.s(i), *(member.s() for _ in range(steps - 1))),
+                    workflow_id=f"hk{i}",
+                )
+                for i in range(flows)
+            ]
+            results = [await s.result(timeout=60) for s in started]
+            await trio.sleep(DUPLICATE_WINDOW)  # room for a duplicate to show up
+            job = await producer.inspector().job("hk1.2")
+            manager.proc.send_signal(signal.SIGTERM)
+            assert await manager.wait_exit() == EXIT_OK
+    finally:
+        manager.close()
+        await producer.aclose()
+    assert results == list(range(flows))
+    assert (tmp_path / "killed").exists(), "a process died holding the handed-over link"
+    starts = collections.Counter(x.decode().split()[0] for x in client.lrange("wf:start", 0, -1))
+    done = collections.Counter(x.decode().split()[0] for x in client.lrange("wf:done", 0, -1))
+    assert starts["hk1.2"] == 1 and done["hk1.2"] == 1, "the handed-over link ran once"
+    # its first lease was the dead process's (never run): recovered, then run
+    assert job.state is JobState.SUCCEEDED and job.attempts == 2
+    assert all(done[f"hk{i}.{k}"] >= 1 for i in range(flows) for k in range(steps))
+    assert "code=-9" in manager.log()
+
+
 async def test_kill_9_while_flows_are_cancelled_and_continued(
     redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -241,9 +241,14 @@ def _kill_after_enqueue(target: str, mark: str) -> None:
     continuer.abort_made = dying  # type: ignore[assignment]
     settle = RedisStore.settle
 
+    # $WF_KILL_HANDED: only when the settle handed ``target`` over leased to
+    # this very process (Successor.lease_to), before it runs it
+    handed_only = os.environ.get("WF_KILL_HANDED") == "1"
+
     async def dying_settle(store: Any, settlements: Any) -> Any:
         result = await settle(store, settlements)
-        for i in result.continued:
+        made = [i for i, _ in result.leased] if handed_only else result.continued
+        for i in made:
             if settlements[i].successor.job.id == target:
                 die()
         return result

@@ -10,11 +10,12 @@ code: hooks and other subscribers run in the notifier.
 from __future__ import annotations
 
 import logging
+from collections.abc import Container, Iterable
 
 import attrs
 import trio
 
-from ..records._jobs import JobState
+from ..records._jobs import JobState, LeasedJob, NewJob
 from ..records._log import log_event, log_job_event
 from ..records._workflow import chain_successor
 from ..runtime._backoff import Backoff
@@ -46,17 +47,22 @@ async def run(
 
 async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
     to_store = [e for e in batch if e.outcome is not None]
+    handed: tuple[tuple[int, LeasedJob], ...] = ()
+    asked_at = 0.0
     if to_store:
         # a success of a job without a continuation goes as it is (no call
         # per job on the hot path)
         continues = getattr(type(rt.store), "continues_in_settle", False)
+        taker = _taker_of(rt) if continues else None
         outcomes: list[Settlement] = [
             e.outcome  # type: ignore[misc]
             if e.outcome.kind is _SUCCEEDED and e.leased.job.then is None  # type: ignore[union-attr]
-            else _stamped(e, continues)
+            else _stamped(e, continues, taker)
             for e in to_store
         ]
+        asked_at = trio.current_time()
         result = await backoff.call(rt.store.settle, outcomes)
+        handed = result.leased
         aside = rt.report_aside(result.aside)
         # A refusal because the store set the record aside (damaged, or of a
         # newer format) is not a lost lease: it was reported just above.
@@ -74,30 +80,96 @@ async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
                 continue
             _account(rt, entry, ok, debug, i in aborted, i in unclaimed_dead)
     rt.table.settled(batch)
+    if handed:
+        runs = [to_store[i].handovers + 1 for i, _ in handed]
+        await _take_over(rt, [leased for _, leased in handed], asked_at, runs)
+
+
+async def _take_over(
+    rt: Runtime, batch: list[LeasedJob], asked_at: float, runs: list[int]
+) -> list[Entry]:
+    """Run the successors the settle stored leased to this worker as the
+    leaser runs its leases: they enter the table in the slots their
+    predecessors just gave back (no checkpoint since: nobody took them),
+    each with its chain's run of links taken over (``runs``), then the run
+    queue. A worker that began to stop meanwhile releases them at once
+    (``InFlight.admit``): the completer settles that, and they wait ready
+    for the next worker. Returns their entries."""
+    entries = rt.admit(batch, asked_at)
+    for entry, run in zip(entries, runs, strict=True):
+        entry.handovers = run
+    await rt.dispatch(entries)
+    return entries
+
+
+def _taker_of(rt: Runtime) -> _Taker | None:
+    """Who asks the store for the successors of this batch's chain links
+    leased (``Successor.lease_to``), or None: a store that
+    ``leases_in_settle``, a worker that is not stopping (its table not
+    draining: a lease taken then would go straight back) and does not
+    count its leases (``max_jobs``: it leases no more than it runs)."""
+    if not getattr(type(rt.store), "leases_in_settle", False):
+        return None
+    cfg = rt.config
+    if rt.table.draining or cfg.max_jobs is not None:
+        return None
+    return _Taker(cfg.worker_id, cfg.lease_duration, cfg.queue_names, rt.registry.tasks)
+
+
+class _Taker:
+    """Whether this worker takes a chain link's successor over from the
+    settle (``Successor.lease_to``): it has a handler for its kind and
+    consumes its queue (a worker never leases a queue it was not given,
+    and sends back a kind it cannot run)."""
+
+    __slots__ = ("duration", "queues", "tasks", "worker_id")
+
+    def __init__(
+        self, worker_id: str, duration: float, queues: Iterable[str], tasks: Container[str]
+    ) -> None:
+        self.worker_id = worker_id
+        self.duration = float(duration)
+        self.queues = frozenset(queues)
+        self.tasks = tasks
+
+    def takes(self, job: NewJob) -> bool:
+        return job.kind in self.tasks and job.queue in self.queues
 
 
 _SUCCEEDED = SettleKind.SUCCEEDED
 
+#: How many links of a chain in a row one worker takes over from its own
+#: settles (``Successor.lease_to``): the next one is stored ready, behind
+#: the jobs already waiting in its queue, so a long chain does not keep
+#: its worker's slot from them (a handed-over link jumps the queue).
+HANDOVER_RUN = 32
 
-def _stamped(entry: Entry, continues: bool = False) -> Settlement:
+
+def _stamped(entry: Entry, continues: bool = False, taker: _Taker | None = None) -> Settlement:
     """The entry's outcome as the store is sent it: one that does not
     succeed carries its lease's start, for the job's attempt history (a
     success goes as it is: its attempt is derived from the record). The
     success of a chain link, to a store that ``continues_in_settle``,
-    carries the link's successor (:func:`_successor`)."""
+    carries the link's successor (:func:`_successor`), asked leased to
+    this worker when ``taker`` takes it."""
     outcome = entry.outcome
     assert outcome is not None
     if outcome.kind is _SUCCEEDED:
-        return _successor(entry.leased.job.then, outcome) if continues else outcome
+        if not continues:
+            return outcome
+        if taker is not None and entry.handovers >= HANDOVER_RUN:
+            taker = None  # its chain waits its turn in the queue once
+        return _successor(entry.leased.job.then, outcome, taker)
     return attrs.evolve(outcome, started=entry.leased.leased_at)
 
 
-def _successor(then: str | None, outcome: Settlement) -> Settlement:
+def _successor(then: str | None, outcome: Settlement, taker: _Taker | None = None) -> Settlement:
     """``outcome`` (a success) with its job's successor, when the job is a
     chain link whose next step is one ordinary job due now
     (``records._workflow.chain_successor``, on the result the settle keeps:
     what the continuer would read): the store may enqueue it in the settle
-    itself. Anything else (a group member, a graph join, a damaged
+    itself, leased to this worker when ``taker`` takes it (its kind and
+    queue). Anything else (a group member, a graph join, a damaged
     continuation) goes as it is, to the outbox path."""
     if then is None:
         return outcome
@@ -105,7 +177,12 @@ def _successor(then: str | None, outcome: Settlement) -> Settlement:
     steps = chain_successor(then, kept, outcome.lease.job_id)
     if steps is None:
         return outcome
-    return _with_successor(outcome, Successor(steps.jobs[0], steps.workflow))
+    job = steps.jobs[0]
+    if taker is not None and taker.takes(job):
+        successor = Successor(job, steps.workflow, taker.worker_id, taker.duration)
+    else:
+        successor = Successor(job, steps.workflow)
+    return _with_successor(outcome, successor)
 
 
 def _with_successor(outcome: Settlement, successor: Successor) -> Settlement:

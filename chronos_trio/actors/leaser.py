@@ -20,14 +20,12 @@ more, and tells the runtime's ``recycle`` so (see ``runtime._recycle``).
 
 from __future__ import annotations
 
-import logging
 import math
 
 import trio
 
-from ..records._log import log_event
 from ..runtime._backoff import Backoff
-from ..runtime._inflight import Entry, Stage, lease_deadline
+from ..runtime._inflight import Stage
 from ..runtime._state import Runtime, log
 from ..store import StoreError
 
@@ -40,8 +38,9 @@ async def run(
     table = rt.table
     backoff = Backoff(log, "leaser")
     task_status.started()
-    # Leases a previous incarnation took but never queued.
-    await _dispatch(rt, table.in_stage(Stage.LEASED))
+    # Leases a previous incarnation took (or the completer was handed) but
+    # never queued.
+    await rt.dispatch(table.in_stage(Stage.LEASED))
     # The last lease was short, nothing held back: wait for a wake-up and
     # lease with it (one round trip where the store offers it). Where it is
     # not offered, as before: after no jobs wait_ready then lease, after a
@@ -115,20 +114,7 @@ async def run(
             warm_until = asked_at + cfg.wait_lease_window
         # Every lease enters the table before the first checkpoint, so a
         # crash while queueing leaves them there for the next incarnation.
-        entries = table.admit(batch, lease_deadline(asked_at, cfg.lease_duration), asked_at)
-        rt.counters.leased += len(batch)
-        if log.isEnabledFor(logging.DEBUG):
-            for leased in batch:
-                log_event(
-                    log,
-                    logging.DEBUG,
-                    "leased",
-                    job=leased.job.id,
-                    kind=leased.job.kind,
-                    queue=leased.job.queue,
-                    attempt=leased.job.attempts,
-                )
-        await _dispatch(rt, entries)
+        await rt.dispatch(rt.admit(batch, asked_at))
         if len(batch) < want:
             # A short batch: the ready jobs ran out, so the next lease most
             # likely comes back empty. Let the executors just woken for this
@@ -148,13 +134,3 @@ async def _let_woken_run() -> None:
     is in a later round, so they have run. Costs two scheduling rounds."""
     await trio.lowlevel.checkpoint()
     await trio.lowlevel.checkpoint()
-
-
-async def _dispatch(rt: Runtime, entries: list[Entry]) -> None:
-    """Queue ``entries`` for the executors in order, waiting for room when
-    the run queue is full. No yield per job while there is room: a whole
-    batch reaches the executors in one scheduling round."""
-    table = rt.table
-    for entry in entries:
-        while not table.dispatch_nowait(entry):
-            await table.wait_queue_room()

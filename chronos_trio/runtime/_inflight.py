@@ -103,6 +103,7 @@ class Entry:
         "cancel_scope",
         "deadline",
         "decided_at",
+        "handovers",
         "leased",
         "lost",
         "outcome",
@@ -135,6 +136,9 @@ class Entry:
         #: ``asked_at``): with the store's expiry, it puts the handler's
         #: start on the store's clock (metrics; one round trip early).
         self.admitted_at: float | None = None
+        #: How many links of its chain in a row this worker was handed by
+        #: its own settles, this one included (0: leased as any job is).
+        self.handovers = 0
 
     @property
     def token(self) -> str:

@@ -5,19 +5,20 @@ actor that crashes and restarts; each piece has one writer, named below."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 from trio_util import AsyncValue
 
 from ..records._attrs_methods import fields_eq, fields_repr
-from ..records._jobs import Job
+from ..records._jobs import Job, LeasedJob
 from ..records._log import log_event, log_job_event
 from ..store import Capability, Leadership, SetAside, Store, capabilities_of
 from ._aggregates import AggregateTally
 from ._config import WorkerConfig
 from ._events import EventBus, JobDead, LeaseLost
-from ._inflight import Entry, InFlight
+from ._inflight import Entry, InFlight, Stage, lease_deadline
 from ._metrics import RoundTripTally
 from ._notes import NotesBuffer
 from ._recycle import Recycle
@@ -144,6 +145,39 @@ class Runtime:
             if Capability.AGGREGATES in capabilities_of(store)
             else None,
         )
+
+    def admit(self, batch: Sequence[LeasedJob], asked_at: float) -> list[Entry]:
+        """Take the in-flight slots of ``batch``, leases asked for at
+        ``asked_at`` (Trio's clock; their deadline counts from then), count
+        and log them: the leaser's leases, and the successors a settle
+        handed the completer leased. Raises as :meth:`InFlight.admit`."""
+        cfg = self.config
+        entries = self.table.admit(batch, lease_deadline(asked_at, cfg.lease_duration), asked_at)
+        self.counters.leased += len(batch)
+        if log.isEnabledFor(logging.DEBUG):
+            for leased in batch:
+                log_event(
+                    log,
+                    logging.DEBUG,
+                    "leased",
+                    job=leased.job.id,
+                    kind=leased.job.kind,
+                    queue=leased.job.queue,
+                    attempt=leased.job.attempts,
+                )
+        return entries
+
+    async def dispatch(self, entries: list[Entry]) -> None:
+        """Queue ``entries`` for the executors in order, waiting for room
+        when the run queue is full. No yield per job while there is room: a
+        whole batch reaches the executors in one scheduling round. An entry
+        no longer LEASED by then is skipped: queued by the other actor that
+        dispatches (the leaser's restart queues every LEASED entry, the
+        completer's handed-over ones among them), or released (shutdown)."""
+        table = self.table
+        for entry in entries:
+            while entry.stage is Stage.LEASED and not table.dispatch_nowait(entry):
+                await table.wait_queue_room()
 
     def report_aside(self, aside: SetAside, *, recovered: bool = False) -> SetAside:
         """Log, count and publish what a store call set aside (the ``aside``

@@ -60,6 +60,18 @@ class Successor:
 
     job: NewJob
     workflow: str | None = None
+    #: The settling worker's ID when it asks to be handed the successor
+    #: leased (``""``: never). A store that ``leases_in_settle`` then stores
+    #: the successor already leased to that worker, for ``lease_duration``
+    #: seconds under a fresh fencing token, in the same atomic step (what
+    #: it did is in :attr:`SettleResult.leased`); any other store, or a
+    #: successor it does not create now (its ID taken, the outbox path),
+    #: ignores it. The worker asks only while it has a handler for the
+    #: successor's kind, consumes its queue and is not stopping: the
+    #: predecessor's in-flight slot, held until the reply, is the
+    #: successor's.
+    lease_to: str = ""
+    lease_duration: float = 0.0
 
 
 @attrs.frozen
@@ -254,6 +266,11 @@ class SettleResult:
     * ``continued``: the indexes of the applied SUCCEEDED settlements whose
       :attr:`Settlement.successor` the store enqueued in the settle itself
       (or found already stored under its ID), writing no outbox entry.
+    * ``leased``: (index, lease) per applied settlement in ``continued``
+      whose successor the store created already leased to the worker it
+      named (:attr:`Successor.lease_to`): the worker runs it as any lease
+      it took (fenced by its token; recovered, if the worker dies, as any
+      expired lease is).
     """
 
     __repr__ = fields_repr
@@ -265,6 +282,7 @@ class SettleResult:
     aborted: frozenset[int]
     unclaimed_dead: frozenset[int]
     continued: frozenset[int] = frozenset()
+    leased: tuple[tuple[int, LeasedJob], ...] = ()
 
 
 @attrs.frozen

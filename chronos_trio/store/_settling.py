@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import attrs
 
-from ..records._jobs import Job, JobState
+from ..records._jobs import Job, JobState, LeasedJob
 from ._results import NOTHING_SET_ASIDE, SettleKind, Settlement, SettleResult
 
 #: How long a finished job nothing keeps stays readable for its waiters (s).
@@ -98,6 +98,8 @@ class SettleTally:
     unclaimed_dead: list[int] = attrs.Factory(list)
     #: applied successes whose successor the settle enqueued (no outbox entry)
     continued: list[int] = attrs.Factory(list)
+    #: of those, the successors leased at once to the settling worker
+    leased: list[tuple[int, LeasedJob]] = attrs.Factory(list)
 
     def refused(self) -> None:
         self.settled.append(False)
@@ -110,9 +112,13 @@ class SettleTally:
             self.unclaimed_dead.append(index)
         self.settled.append(True)
 
-    def continued_last(self) -> None:
-        """The settlement applied last had its successor enqueued."""
-        self.continued.append(len(self.settled) - 1)
+    def continued_last(self, leased: LeasedJob | None = None) -> None:
+        """The settlement applied last had its successor enqueued (and
+        ``leased``, when it was leased at once to the settling worker)."""
+        index = len(self.settled) - 1
+        self.continued.append(index)
+        if leased is not None:
+            self.leased.append((index, leased))
 
     def result(self) -> SettleResult:
         return SettleResult(
@@ -121,4 +127,5 @@ class SettleTally:
             frozenset(self.aborted),
             frozenset(self.unclaimed_dead),
             frozenset(self.continued),
+            tuple(self.leased),
         )

@@ -8,6 +8,7 @@ it."""
 
 from . import (
     _conformance_aggregates,  # noqa: F401 - registers the per-minute aggregates' checks
+    _conformance_chain_lease,  # noqa: F401 - registers the handed-over successors' checks
     _conformance_control,  # noqa: F401 - registers the flow-control checks in CHECKS
     _conformance_flow_failures,  # noqa: F401 - registers the workflow failure handling checks
     _conformance_history,  # noqa: F401 - registers the attempt history's checks

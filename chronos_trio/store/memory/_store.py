@@ -269,6 +269,9 @@ class MemoryStore(Store):
     #: A chain link's success enqueues its successor in the settle itself
     #: (``Settlement.successor``; see :meth:`_continue_chain`).
     continues_in_settle = True
+    #: ... and leases it at once to the settling worker when it asks
+    #: (``Successor.lease_to``; ``SettleResult.leased``).
+    leases_in_settle = True
 
     def __init__(
         self, *, clock: Callable[[], float] | None = None, default_partitions: int = 1
@@ -309,6 +312,7 @@ class MemoryStore(Store):
         #: and whether the settlement being applied did (see ``settle``).
         self.chain_settles = 0
         self._chain_continued = False
+        self._chain_leased: LeasedJob | None = None
         #: Workflow records and cancel marks (see ``memory._workflows``).
         self._workflows = _memory_workflows.WorkflowRecords()
 
@@ -841,14 +845,17 @@ class MemoryStore(Store):
             tally.applied(kind, end)
             if s.successor is not None and self._chain_continued:
                 self._chain_continued = False
-                tally.continued_last()
+                tally.continued_last(self._chain_leased)
+                self._chain_leased = None
         return tally.result()
 
     def _continue_chain(self, successor: Successor, now: float) -> bool:
         """In a chain link's success settle: enqueue its successor under its
         deterministic ID (an existing job of that ID is left alone), as an
-        ordinary waiting job, unless its workflow is marked cancelled (then
-        False: the outbox path, whose continuer aborts what it would make).
+        ordinary waiting job (a new one leased at once to the worker it
+        names in ``lease_to``, unless its queue is paused), unless its
+        workflow is marked cancelled (then False: the outbox path, whose
+        continuer aborts what it would make).
         The mark is read in this same step, so a cancel either comes after
         the successor exists (its sweep finds it) or stops it here."""
         wid = successor.workflow
@@ -857,9 +864,14 @@ class MemoryStore(Store):
                 return False
             self._workflows.keep({wid: WORKFLOW_KEEP}, now)  # its flow runs on
         new = successor.job
-        self._enqueue_one(new, new.id, now)
+        created = self._enqueue_one(new, new.id, now).created
         self.chain_settles += 1
         self._chain_continued = True
+        if created and successor.lease_to and new.queue not in self._paused:
+            # leased at once to the settling worker, as a lease would (its
+            # ready entry is left stale): see Successor.lease_to
+            batch = _LeaseBatch(successor.lease_to, now, now + successor.lease_duration)
+            self._chain_leased = self._lease_one(self._records[new.id].job, batch)
         return True
 
     # Each takes the job as it was leased, its lease cleared (``job``), and

@@ -261,6 +261,12 @@ class RedisCore:
             got[q] = m
         return got
 
+    def cached_at(self, queue: str) -> float | None:
+        """When ``queue``'s cached entry was read (time.monotonic), however
+        old; None when it has none."""
+        m = self._meta.get(queue)
+        return None if m is None else m.fetched_at
+
     def cached_meta(self, queue: str) -> QueueMeta | None:
         """:meth:`cached_metas` of one queue: its entry while younger than
         the TTL, else None."""

@@ -54,10 +54,12 @@ import trio
 from ...records._control import decode_control
 from ...records._jobs import Job, JobState, LeasedJob, LeaseRef, require_field_order
 from ...records._log import log_event
-from ...records._options import decode_headers
+from ...records._options import decode_headers, encode_headers
+from ...records._placement import Placement
 from ...records._workflow import holds_failure_handling
 from .._partitioning import share_by_weight, share_strictly
 from .._record_rules import stored_damage
+from .._results import Successor
 from .._roles import (
     NOTHING_LEASED,
     NOTHING_SET_ASIDE,
@@ -75,7 +77,7 @@ from .._roles import (
 from . import _kinds as redis  # isinstance(client, redis.Redis) without importing redis-py
 from . import _scripts as S
 from ._alloc import earliest, earliest_bounded, pairs, runs
-from ._chain_settle import successor_args
+from ._chain_settle import successor_args, to_warm
 from ._codec import (
     READ_FIELDS,
     decode_aside,
@@ -795,24 +797,55 @@ def _settle_op(
 
 async def _chain_successors(
     ctx: StoreContext, settlements: Sequence[Settlement]
-) -> dict[int, list[object]]:
+) -> tuple[dict[int, tuple[list[object], Placement, str]], list[str]]:
     """settle.lua's arguments of each chain link's successor this settle can
-    store itself (by settlement index; see ``_chain_settle``): none on a
-    Cluster. Raises StoreError when the client cannot be made."""
-    found: dict[int, list[object]] = {}
+    store itself (by settlement index; see ``_chain_settle``), with where it
+    goes and the token of its lease when its worker takes it over
+    (``Successor.lease_to``; '' none): none on a Cluster. Then the
+    successors' queues whose cached topology the settle's round trip reads
+    again (``to_warm``). Raises StoreError when the client cannot be made."""
+    found: dict[int, tuple[list[object], Placement, str]] = {}
+    seen: dict[str, bool] = {}  # queue -> whether to warm it (looked at once)
+    nonce = ""
     for i, s in enumerate(settlements):
-        if s.successor is not None and s.kind is SettleKind.SUCCEEDED:
-            if not found and not await _one_node(ctx):
-                return {}
-            args = successor_args(ctx, s.successor)
-            if args is not None:
-                found[i] = args
-    return found
+        successor = s.successor
+        if successor is not None and s.kind is SettleKind.SUCCEEDED:
+            queue = successor.job.queue
+            if queue not in seen:
+                if not seen and not await _one_node(ctx):
+                    return {}, []
+                seen[queue] = to_warm(ctx, queue)
+            token = ""
+            if successor.lease_to:
+                # the call's nonce and a count, "h" between them: never a
+                # token lease.lua issues (its nonce is followed by digits)
+                nonce = nonce or _nonce()
+                token = f"{nonce}h{i}"
+            got = successor_args(ctx, successor, token)
+            if got is not None:
+                found[i] = got
+    return found, [q for q, warm in seen.items() if warm]
+
+
+def _handed_over(successor: Successor, token: str, placement: Placement, now: float) -> LeasedJob:
+    """The lease settle.lua made of ``successor`` (code 8): its job as a
+    lease of it reads it back (state leased, its first attempt, due and
+    created now), fenced by ``token``."""
+    new = successor.job
+    expires = now + successor.lease_duration
+    # its headers as a lease reads them back (stored encoded, see job_args)
+    headers = decode_headers(encode_headers(new.headers)) if new.headers else ()
+    job = Job(
+        new.id, new.queue, new.kind, new.payload, now, JobState.LEASED, 1, new.max_retries,
+        float(new.timeout), token, successor.lease_to, expires, placement, "", now, None, "",
+        None, None, headers, new.then, None,
+    )  # fmt: skip
+    return LeasedJob(job, token, expires, now)
 
 
 async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> SettleResult:
     groups = _group(ctx, [s.lease for s in settlements])
-    chains = await _chain_successors(ctx, settlements)
+    chains, warm = await _chain_successors(ctx, settlements)
     argv_of: dict[PartitionKeys, list[object]] = {}
     tails: dict[PartitionKeys, list[object]] = {}
     for pk, idxs in groups.items():
@@ -824,7 +857,7 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Settle
             code = _SETTLE_CODES[s.kind]
             if chains and i in chains:
                 code = "c"  # a chain link's success that stores its successor
-                tails.setdefault(pk, []).extend(chains[i])
+                tails.setdefault(pk, []).extend(chains[i][0])
             argv += [
                 s.lease.job_id,
                 s.lease.token,
@@ -850,7 +883,9 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Settle
     ops = [_settle_op({pk: argv_of[pk] for pk in call}, tails) for call in calls]
     now = ctx.estimated_now()
     ready: dict[str, int] = {}
-    for i in chains:
+    for i, (_, _, token) in chains.items():
+        if token:
+            continue  # leased to this worker, if stored: nobody to wake
         # a successor the settle may store: its queue's leasers are woken
         # with the settle (same round trip; a wrong guess costs a cheap look)
         q = settlements[i].successor.job.queue  # type: ignore[union-attr]
@@ -863,18 +898,31 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Settle
         elif s.kind in _WAITS_AGAIN:
             at = now + max(0.0, s.retry_delay)
             due[q] = min(at, due.get(q, at))
-    replies = await ctx.adapter.execute(
-        ops, after=ctx.wake_ready_ops(ready) + ctx.wake_scheduled_ops(due)
-    )
+    if warm:
+        # the successors' topology read again in the same round trip (after
+        # the settle: read-only), for the next settles (see to_warm)
+        read_at = time.monotonic()
+        replies = await ctx.adapter.execute(
+            [*ops, *ctx.refresh_ops(warm)],
+            after=ctx.wake_ready_ops(ready) + ctx.wake_scheduled_ops(due),
+        )
+        ctx.store_metas(warm, replies[len(ops) :], read_at)
+        del replies[len(ops) :]
+    else:
+        replies = await ctx.adapter.execute(
+            ops, after=ctx.wake_ready_ops(ready) + ctx.wake_scheduled_ops(due)
+        )
     results = [False] * len(settlements)
     aborted: list[int] = []
     unclaimed_dead: list[int] = []
     continued: list[int] = []
+    handed: list[tuple[int, LeasedJob]] = []
     aside = NOTHING_SET_ASIDE
     failed: list[tuple[PartitionKeys, bytes]] = []
     freed: dict[str, int] = {}
     for call, reply in zip(calls, replies, strict=True):
         ctx.observe_now(reply[0])
+        stamp = float(reply[0])
         for pk, part in zip(call, reply[1:], strict=True):
             if isinstance(part, bytes):  # a key of the wrong type stopped it
                 failed.append((pk, part))
@@ -882,11 +930,19 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Settle
             aside += decode_aside(part[0], pk.queue, pk.placement)
             for k, i in enumerate(groups[pk]):
                 code = part[1 + k]
-                results[i] = code == 1 or code == 4 or code == 5 or code == 6 or code == 7
+                results[i] = (
+                    code == 1 or code == 4 or code == 5 or code == 6 or code == 7 or code == 8
+                )
                 if code == 4:  # a workflow continuation went to the outbox
                     ctx.outbox_filled.set()
                 elif code == 7:  # its successor is stored: no outbox entry
                     continued.append(i)
+                elif code == 8:  # its successor is stored leased to this worker
+                    continued.append(i)
+                    _, placement, token = chains[i]
+                    successor = settlements[i].successor
+                    assert successor is not None
+                    handed.append((i, _handed_over(successor, token, placement, stamp)))
                 elif code == 5:  # the job is aborted now (its step may be in the outbox)
                     aborted.append(i)
                     ctx.outbox_filled.set()
@@ -917,7 +973,12 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Settle
     if continued:
         ctx.chain_settles += len(continued)
     return SettleResult(
-        tuple(results), aside, frozenset(aborted), frozenset(unclaimed_dead), frozenset(continued)
+        tuple(results),
+        aside,
+        frozenset(aborted),
+        frozenset(unclaimed_dead),
+        frozenset(continued),
+        tuple(handed),
     )
 
 

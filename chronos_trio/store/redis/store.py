@@ -139,6 +139,9 @@ class RedisStore(Store):
     #: A chain link's success stores its successor in the settle itself, on
     #: a single node (``Settlement.successor``; see ``lua/settle.lua``).
     continues_in_settle = True
+    #: ... and stores it already leased to the settling worker when that
+    #: worker asks (``Successor.lease_to``; ``SettleResult.leased``).
+    leases_in_settle = True
 
     def __init__(
         self,

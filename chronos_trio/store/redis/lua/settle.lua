@@ -24,13 +24,17 @@
 --          result, result_ttl (s; '' when there is no result to keep; for
 --          any kind but 's': when the attempt's lease was granted, '' when
 --          not known, kept in its attempt history)
--- then, after every settlement, the successors (13 entries each), one per
+-- then, after every settlement, the successors (17 entries each), one per
 --          settlement of kind 'c' (below), in the order of those: the 9
 --          entries of a job as enqueue.lua takes them (id, kind, payload,
 --          run_at: always '', delay, max_retries, timeout, headers, extras:
 --          its continuation), then the keys of the partition it goes to:
 --          its ready zset, its "closed" marker and its job key prefix, then
---          its workflow's record hash ('' for none). Only a single node
+--          its workflow's record hash ('' for none), then its lease when
+--          the settling worker takes it over (see below): the partition's
+--          leased zset, the fencing token ('' for no lease: the successor
+--          is stored ready), the lease duration (s) and the worker's ID
+--          (the lease owner). Only a single node
 --          (standalone or Sentinel) is sent kind 'c': these keys are not in
 --          KEYS (they may be of other partitions), which a Cluster refuses.
 --
@@ -49,6 +53,18 @@
 -- marked after it finds the successor stored (its sweep starts after the
 -- mark). The record is kept WORKFLOW_KEEP more (never shortened): its flow
 -- runs on (see records/_flow_keep.py).
+--
+-- A successor given a token is stored already leased to the settling
+-- worker (code 8), exactly as lease.lua leases a ready job: state leased,
+-- its first attempt counted, the token, owner and expiry (now + the
+-- duration) written, and the job in its partition's leased zset (with the
+-- sentinel, see lease.lua) at its expiry; it is not put in the ready zset
+-- and nobody is woken. From then on it is a lease like any other: fenced
+-- by that token, renewed by its worker, and taken back by recovery once it
+-- expires if the worker died. The token is the worker's (a random nonce
+-- of the process and a count: never one lease.lua issues). A successor
+-- that is not created now (cancelled, closed partition, its ID taken)
+-- is not leased: the codes are 4 and 7 as above.
 --
 -- A success whose continuation asks for nothing (a flow's last step, a
 -- failure callback: see lib/nothing_follows.lua) writes no outbox entry
@@ -103,7 +119,8 @@
 -- (a success's, or a dead job's whose continuation holds failure handling),
 -- 5 applied: the job is aborted, 6 applied: dead-lettered as unclaimed past
 -- its grace ('u'), 7 applied, and its successor stored ('c', see above; or
--- found stored already) instead of an outbox entry; after the codes, how many concurrency slots the batch
+-- found stored already) instead of an outbox entry, 8 applied, and its
+-- successor stored leased to the settling worker (see above); after the codes, how many concurrency slots the batch
 -- gave back that a job was held back for (see give_back_slots in
 -- lib/give_back_slots.lua: the client then wakes idle leasers).
 -- How long a finished job nobody keeps stays readable for its waiters (s).
@@ -141,8 +158,9 @@ local parts = #KEYS / 6
 local succ_next
 
 -- Store the successor at ARGV[t ..] (see kind 'c'), unless its workflow is
--- marked cancelled or its partition closed: true when it is stored now or
--- its ID was taken already (then nothing is written).
+-- marked cancelled or its partition closed: 8 when it is stored leased to
+-- the settling worker, 7 when it is stored ready or its ID was taken
+-- already (then nothing is written), false when it is not stored.
 local function continue_chain(t)
   local mark = ARGV[t + 12]
   if mark ~= '' and redis.call('HEXISTS', mark, 'x') == 1 then return false end
@@ -154,11 +172,35 @@ local function continue_chain(t)
   local id = ARGV[t]
   local key = ARGV[t + 11] .. id
   if redis.call('EXISTS', key) == 0 then
+    local token = ARGV[t + 14]
+    if token ~= '' then
+      -- leased to the settling worker (see above): the index first
+      local argv = ARGV
+      local exp_s = string.format('%.17g', now + tonumber(argv[t + 15]))
+      redis.call('ZADD', argv[t + 13], '+inf', LEASED_SENTINEL, exp_s, id)
+      -- write_record's fields (in its order), the lease's, then h and x:
+      -- one HSET for the common link (no headers, a continuation)
+      local h, x = argv[t + 7], argv[t + 8]
+      if h == '' and x ~= '' then
+        redis.call('HSET', key, 'kind', argv[t + 1], 'payload', argv[t + 2], 'run_at', now_s,
+          'state', 'leased', 'attempts', '1', 'max_retries', argv[t + 5],
+          'timeout', argv[t + 6], 'created_at', now_s, 'v', FORMAT_S, 'lease_token', token,
+          'lease_owner', argv[t + 16], 'lease_expires_at', exp_s, 'x', x)
+        return 8
+      end
+      redis.call('HSET', key, 'kind', argv[t + 1], 'payload', argv[t + 2], 'run_at', now_s,
+        'state', 'leased', 'attempts', '1', 'max_retries', argv[t + 5],
+        'timeout', argv[t + 6], 'created_at', now_s, 'v', FORMAT_S, 'lease_token', token,
+        'lease_owner', argv[t + 16], 'lease_expires_at', exp_s)
+      if h ~= '' then redis.call('HSET', key, 'h', h) end
+      if x ~= '' then redis.call('HSET', key, 'x', x) end
+      return 8
+    end
     write_record(key, t, now_s, 'ready', now_s)
     if ARGV[t + 8] ~= '' then redis.call('HSET', key, 'x', ARGV[t + 8]) end
     redis.call('ZADD', ARGV[t + 9], now_s, id)
   end
-  return true
+  return 7
 end
 
 -- The time field uc holds (see 'u' above), or nil: absent, not a decimal
@@ -214,7 +256,7 @@ local function settle_partition(part, first, last, res)
     -- a success that hands its successor over: its entries, whatever follows
     local succ
     if kind == 'c' then
-      kind, succ, succ_next = 's', succ_next, succ_next + 13
+      kind, succ, succ_next = 's', succ_next, succ_next + 17
     end
     -- judge the record (nothing here can fail) ...
     local p, w, ours = judge_lease(f, ARGV[i + 1], now)
@@ -275,8 +317,9 @@ local function settle_partition(part, first, last, res)
           redis.call('DEL', key)
         end
         unique_finished(prefix, id, f[8], true)
-        if flow and succ and continue_chain(succ) then
-          p = 7  -- its successor is stored: no outbox entry
+        local stored = flow and succ and continue_chain(succ)
+        if stored then
+          p = stored  -- its successor is stored (7), or leased to us (8): no outbox entry
         elseif flow and not nothing_follows(f[8]) then
           -- its continuation goes to the outbox in this same step (the record
           -- first); one that asks for nothing (a flow's last step) needs none
@@ -392,7 +435,7 @@ for p = 1, parts do
   -- the next partition's successors start after this one's, wherever it stopped
   if successors then
     for i = first + 2, last, 8 do
-      if ARGV[i] == 'c' or ARGV[i] == 'C' then succ_at = succ_at + 13 end
+      if ARGV[i] == 'c' or ARGV[i] == 'C' then succ_at = succ_at + 17 end
     end
   end
   if ok then
