@@ -230,9 +230,12 @@ def test_a_block_gives_up_when_another_sockets_io_is_ready(
     run(main())
 
 
-def test_a_thread_calling_soon_ends_a_block(
-    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("wake", ["call_soon_threadsafe", "signal"])
+def test_a_wake_up_from_outside_ends_a_block(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch, wake: str
 ) -> None:
+    """A thread's ``call_soon_threadsafe``, or a signal handled by
+    ``add_signal_handler``: its callback runs long before the reply."""
     monkeypatch.setattr(_asyncio_quiet, "CAP", 5.0)
 
     async def main() -> None:
@@ -240,38 +243,24 @@ def test_a_thread_calling_soon_ends_a_block(
         node = node_of(server.url)
         quiet = await warm(node)
         called: list[float] = []
-        start = time.monotonic()
-        timer = later(
-            0.03, lambda: loop.call_soon_threadsafe(lambda: called.append(time.monotonic()))
-        )
-        assert await node.execute([("BLPOP", "never", 0.5)]) == [None]
-        timer.join()
-        assert quiet.interrupted == 1 and quiet.blocked == 0
-        assert called and called[0] - start < 0.3, called
-        node.close()
 
-    run(main())
+        def note() -> None:
+            called.append(time.monotonic())
 
-
-def test_a_signal_ends_a_block(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A signal handled by ``add_signal_handler`` runs long before the reply."""
-    monkeypatch.setattr(_asyncio_quiet, "CAP", 5.0)
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        node = node_of(server.url)
-        quiet = await warm(node)
-        handled: list[float] = []
-        loop.add_signal_handler(signal.SIGUSR1, lambda: handled.append(time.monotonic()))
+        if wake == "signal":
+            loop.add_signal_handler(signal.SIGUSR1, note)
+            outside = lambda: os.kill(os.getpid(), signal.SIGUSR1)  # noqa: E731
+        else:
+            outside = lambda: loop.call_soon_threadsafe(note)  # noqa: E731
         try:
             start = time.monotonic()
-            timer = later(0.03, lambda: os.kill(os.getpid(), signal.SIGUSR1))
+            timer = later(0.03, outside)
             assert await node.execute([("BLPOP", "never", 0.5)]) == [None]
             timer.join()
         finally:
             loop.remove_signal_handler(signal.SIGUSR1)
         assert quiet.interrupted == 1 and quiet.blocked == 0
-        assert handled and handled[0] - start < 0.3, handled
+        assert called and called[0] - start < 0.3, called
         node.close()
 
     run(main())

@@ -66,6 +66,7 @@ from ._resp import (
     no_reply,
     pack,
     plain_node_settings,
+    read_replies,
 )
 
 if TYPE_CHECKING:
@@ -170,18 +171,8 @@ class _Connection:
             ready = poll.poll(wait * 1000.0)
             if len(ready) != 1 or ready[0][0] != fd:
                 return False  # the budget is spent, or the loop has work
-            try:
-                chunk = sock.recv(READ_SIZE)
-            except BlockingIOError:
-                chunk = None
-            if chunk is not None:
-                if not chunk:
-                    raise ConnectionResetError("Redis closed the connection")
-                reader.feed(chunk)
-                while (reply := reader.gets()) is not False:
-                    replies.append(reply)
-                    if len(replies) == count:
-                        return True
+            if read_replies(sock, reader, replies, count):
+                return True
             wait = until - time.monotonic()
             if wait <= 0.0:
                 return False
