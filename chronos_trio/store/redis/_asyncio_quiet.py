@@ -6,9 +6,10 @@ Waiting for a reply the usual way (``AsyncioNode``: ``add_reader``, a
 timer, a future) takes two passes of the loop (``_run_once``: the select,
 the reader's callback, then the task's wake-up; the socket, still readable
 in the second pass, queues its callback once more) and the registrations
-around them: about 30,000 instructions (callgrind, CPython 3.11) around a
-round trip whose blocking ``send`` and ``recv`` cost 4,000, most of the
-difference between ``AsyncioProducer.enqueue`` and ``SyncProducer``'s.
+around them: about 40,000-50,000 instructions (callgrind, CPython 3.11:
+an enqueue counted 198,000-209,000 waiting so, 158,000-160,000 blocking as
+below, ``SyncProducer``'s 141,000), around a round trip whose blocking
+``send`` and ``recv`` cost 4,000.
 When the loop is quiet those passes do nothing a blocking wait would not:
 so a round trip then blocks in ``poll()`` on its socket *and on the loop's
 own epoll descriptor* (its selector's), which becomes readable as soon as
