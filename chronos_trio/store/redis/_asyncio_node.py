@@ -84,14 +84,16 @@ def _expire(waiter: asyncio.Future[None]) -> None:
 
 
 class _Connection:
-    __slots__ = ("fd", "poll", "reader", "sock")
+    __slots__ = ("fd", "poll", "poll_epoll", "reader", "sock")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.reader = hiredis.Reader()
-        #: :meth:`_block`'s ``poll`` object (made on its first block).
+        #: :meth:`_block`'s ``poll`` object (made on its first block), and
+        #: the epoll descriptor it watches.
         self.poll: Any = None
+        self.poll_epoll = -1
 
     async def round_trip(
         self,
@@ -163,8 +165,9 @@ class _Connection:
         rest for :meth:`round_trip` to read). Raises OSError,
         ``hiredis.ProtocolError``."""
         poll = self.poll
-        if poll is None:
+        if poll is None or self.poll_epoll != epoll_fd:
             poll = self.poll = poller(self.fd, epoll_fd)
+            self.poll_epoll = epoll_fd
         sock, reader, fd = self.sock, self.reader, self.fd
         while True:
             # (milliseconds, rounded up: as the loop's own select rounds them)
