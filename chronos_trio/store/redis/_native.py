@@ -253,8 +253,6 @@ class _Connection:
                     self._got = []  # an idle connection holds no replies
                     return replies
                 wait = until - time.perf_counter()
-                if wait <= 0.0:
-                    return None  # the budget is spent (a negative wait would block for good)
         except OSError as exc:
             raise Dead(exc, bool(replies)) from exc
         except hiredis.ProtocolError as exc:
