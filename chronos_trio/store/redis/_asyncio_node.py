@@ -10,7 +10,11 @@ trip: this path writes the packed commands and reads the replies, nothing
 else. A write is tried on the socket at once (it nearly always takes the
 whole request); the task waits on the loop only for what the socket cannot
 do now (a reply not yet there, a full send buffer), by one ``add_reader``
-(``add_writer``) and one timer per wait. It covers what ``BlockingNode``
+(``add_writer``) and one timer per wait. On a stdlib loop with nothing
+else to do, the reply is waited for without the loop's passes: blocked in
+``poll()`` on the socket and the loop's epoll descriptor, at most 2 ms and
+never past the loop's next timer, given up as soon as the loop has work
+(``_asyncio_quiet``). It covers what ``BlockingNode``
 covers (plain TCP and Unix-socket connections; user, password, database and
 client name from the client's settings); TLS, Sentinel, Cluster, custom
 connection classes and credential providers, and clients speaking RESP3,
@@ -43,11 +47,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import hiredis
 
+from ._asyncio_quiet import QuietLoop, poller
 from ._errors import exceptions
 from ._resp import (
     READ_SIZE,
@@ -60,6 +66,7 @@ from ._resp import (
     no_reply,
     pack,
     plain_node_settings,
+    read_replies,
 )
 
 if TYPE_CHECKING:
@@ -77,24 +84,51 @@ def _expire(waiter: asyncio.Future[None]) -> None:
 
 
 class _Connection:
-    __slots__ = ("fd", "reader", "sock")
+    __slots__ = ("fd", "poll", "poll_epoll", "reader", "sock")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.reader = hiredis.Reader()
+        #: :meth:`_block`'s ``poll`` object (made on its first block), and
+        #: the epoll descriptor it watches.
+        self.poll: Any = None
+        self.poll_epoll = -1
 
     async def round_trip(
-        self, loop: asyncio.AbstractEventLoop, data: bytes, count: int, timeout: float
+        self,
+        loop: asyncio.AbstractEventLoop,
+        data: bytes,
+        count: int,
+        timeout: float,
+        quiet: QuietLoop | None = None,
     ) -> list[Any]:
         """Send ``data`` (``count`` commands), read ``count`` replies, all
-        within ``timeout`` seconds. Raises :class:`Dead` (telling whether any
-        reply came) or ``TimeoutError``."""
+        within ``timeout`` seconds; in a ``quiet`` loop, blocked for without
+        the loop's passes (``_asyncio_quiet``) as long as it stays quiet.
+        Raises :class:`Dead` (telling whether any reply came) or
+        ``TimeoutError``."""
         replies: list[Any] = []
         sock, reader = self.sock, self.reader
-        deadline = loop.time() + timeout
+        now = loop.time()
+        deadline = now + timeout
         try:
-            view = memoryview(data)
+            sent = 0
+            if quiet is not None:
+                budget = quiet.budget()
+                if budget:
+                    if budget > timeout:
+                        budget = timeout
+                    try:
+                        sent = sock.send(data)
+                    except BlockingIOError:
+                        pass
+                    if sent == len(data):
+                        if self._block(quiet.epoll_fd, count, replies, budget, now + budget):
+                            quiet.blocked += 1
+                            return replies
+                        quiet.interrupted += 1
+            view = memoryview(data)[sent:]
             while view:
                 try:
                     view = view[sock.send(view) :]
@@ -120,6 +154,31 @@ class _Connection:
         except hiredis.ProtocolError as exc:
             raise Dead(exc, True) from exc
         return replies
+
+    def _block(
+        self, epoll_fd: int, count: int, replies: list[Any], wait: float, until: float
+    ) -> bool:
+        """Block in ``poll()`` for the replies of a sent request, ``wait``
+        seconds at first and never past ``until`` (``time.monotonic()``),
+        while the loop's epoll descriptor ``epoll_fd`` stays unready;
+        whether all ``count`` came (those that did are in ``replies``, the
+        rest for :meth:`round_trip` to read). Raises OSError,
+        ``hiredis.ProtocolError``."""
+        poll = self.poll
+        if poll is None or self.poll_epoll != epoll_fd:
+            poll = self.poll = poller(self.fd, epoll_fd)
+            self.poll_epoll = epoll_fd
+        sock, reader, fd = self.sock, self.reader, self.fd
+        while True:
+            # (milliseconds, rounded up: as the loop's own select rounds them)
+            ready = poll.poll(wait * 1000.0)
+            if len(ready) != 1 or ready[0][0] != fd:
+                return False  # the budget is spent, or the loop has work
+            if read_replies(sock, reader, replies, count):
+                return True
+            wait = until - time.monotonic()
+            if wait <= 0.0:
+                return False
 
     async def _ready(
         self, loop: asyncio.AbstractEventLoop, deadline: float, *, write: bool
@@ -152,6 +211,10 @@ class AsyncioNode(NodePool[_Connection]):
     """A small pool of non-blocking connections to one Redis node, driven by
     the running asyncio loop (see the module doc). ``address`` is (host,
     port) or a Unix socket path."""
+
+    #: The quiet state of the loop the node belongs to (``_asyncio_quiet``),
+    #: made on its first round trip.
+    _quiet: QuietLoop | None = None
 
     @classmethod
     def for_client(cls, client: redis.asyncio.Redis) -> AsyncioNode | None:
@@ -186,6 +249,9 @@ class AsyncioNode(NodePool[_Connection]):
         if self._closed:
             raise exceptions().ConnectionError("the producer is closed")
         loop = asyncio.get_running_loop()
+        quiet = self._quiet
+        if quiet is None or quiet.loop is not loop:
+            quiet = self._quiet = QuietLoop(loop)
         data = pack(commands)
         for attempt in (1, 2):
             try:
@@ -196,7 +262,7 @@ class AsyncioNode(NodePool[_Connection]):
             if conn is None:
                 conn = await self._open(loop)
             try:
-                replies = await conn.round_trip(loop, data, len(commands), self._timeout)
+                replies = await conn.round_trip(loop, data, len(commands), self._timeout, quiet)
             except Dead as dead:
                 conn.close()
                 if pooled and not dead.replied and attempt == 1:

@@ -86,6 +86,7 @@ from ._resp import (
     is_readonly,
     pack,
     parse_replies,
+    read_replies,
 )
 from ._resp import (
     redis_py_callbacks as redis_py_callbacks,
@@ -248,19 +249,9 @@ class _Connection:
                     return None  # the budget is spent
                 if len(ready) != 1 or ready[0][0] == epoll_fd:
                     return _quiet.BUSY  # the run has work
-                try:
-                    chunk = raw.recv(READ_SIZE)
-                except BlockingIOError:
-                    chunk = None
-                if chunk is not None:
-                    if not chunk:
-                        raise ConnectionResetError("Redis closed the connection")
-                    reader.feed(chunk)
-                    while (reply := reader.gets()) is not False:
-                        replies.append(reply)
-                        if len(replies) == count:
-                            self._got = []  # an idle connection holds no replies
-                            return replies
+                if read_replies(raw, reader, replies, count):
+                    self._got = []  # an idle connection holds no replies
+                    return replies
                 wait = until - time.perf_counter()
         except OSError as exc:
             raise Dead(exc, bool(replies)) from exc

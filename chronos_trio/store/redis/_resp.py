@@ -19,15 +19,37 @@ their idle pool (:class:`NodePool`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
 import hiredis
 
 from ._errors import NoScript, exceptions, reply_error
 from ._packed import PackedCommand
 
+if TYPE_CHECKING:
+    import socket
+
 #: Bytes asked of the socket per read.
 READ_SIZE = 65536
+
+
+def read_replies(sock: socket.socket, reader: Any, replies: list[Any], count: int) -> bool:
+    """Read what the non-blocking ``sock`` has (a ``poll`` said it is
+    readable) and parse it with the hiredis ``reader`` into ``replies``:
+    whether all ``count`` are there now. Raises ConnectionResetError at the
+    end of the stream, OSError, ``hiredis.ProtocolError``."""
+    try:
+        chunk = sock.recv(READ_SIZE)
+    except BlockingIOError:
+        return False  # (a spurious wake-up)
+    if not chunk:
+        raise ConnectionResetError("Redis closed the connection")
+    reader.feed(chunk)
+    while (reply := reader.gets()) is not False:
+        replies.append(reply)
+        if len(replies) == count:
+            return True
+    return False
 
 
 class Dead(Exception):
