@@ -50,7 +50,7 @@ def _success(
     return settle(first, SettleKind.SUCCEEDED, successor=nxt)
 
 
-@check()
+@check(Capability.ADMIN, Capability.FLOWS)
 async def check_a_handed_over_successor_is_a_lease_of_the_settling_worker(fresh: Fresh) -> None:
     store = await fresh()
     first = await _first(store)
@@ -87,7 +87,7 @@ async def check_a_handed_over_successor_is_a_lease_of_the_settling_worker(fresh:
     assert got is not None and got.state is JobState.SUCCEEDED
 
 
-@check()
+@check(Capability.ADMIN, Capability.FLOWS)
 async def check_a_handed_over_successor_of_a_dead_worker_is_recovered(fresh: Fresh) -> None:
     """The worker dies after the settle's reply (kill -9): its lease of the
     successor expires, recovery takes it back, another worker runs it; the
@@ -110,7 +110,7 @@ async def check_a_handed_over_successor_of_a_dead_worker_is_recovered(fresh: Fre
     assert (await store.settle([settle(new, SettleKind.SUCCEEDED)])).settled == (True,)
 
 
-@check()
+@check(Capability.ADMIN, Capability.FLOWS)
 async def check_a_successor_not_made_by_the_settle_is_not_leased(fresh: Fresh) -> None:
     """A job of the successor's ID exists already: it is left alone (not
     leased, not changed), and the settle hands nothing over."""
@@ -125,7 +125,7 @@ async def check_a_successor_not_made_by_the_settle_is_not_leased(fresh: Fresh) -
     assert leased.job.id == "c.1" and leased.job.attempts == 1
 
 
-@check(Capability.WORKFLOW_CONTROL)
+@check(Capability.ADMIN, Capability.FLOWS, Capability.WORKFLOW_CONTROL)
 async def check_a_cancelled_workflow_s_successor_is_not_leased(fresh: Fresh) -> None:
     store = await fresh()
     await store.save_workflow("c", '{"chain":[]}', "k", 60.0)
@@ -136,7 +136,7 @@ async def check_a_cancelled_workflow_s_successor_is_not_leased(fresh: Fresh) -> 
     assert await store.get_job("c.1") is None
 
 
-@check()
+@check(Capability.ADMIN, Capability.FLOWS)
 async def check_a_handed_over_successor_keeps_its_headers(fresh: Fresh) -> None:
     store = await fresh()
     first = await _first(store)

@@ -134,9 +134,11 @@
 --@include drop_idle_leased
 --@include fails
 --@include find
+--@include format
 --@include give_back_slots
 --@include huge
 --@include keep_discarded_place
+--@include leased_sentinel
 --@include judge_lease
 --@include limit_key
 --@include new_aside
