@@ -1079,7 +1079,7 @@ async def check_success_kept_for_its_result_is_not_listed(fresh: Fresh) -> None:
             await trio.sleep(0.2)  # the waiter is registered before the success
             await store.settle(
                 [
-                    settle(leased["res"], SettleKind.SUCCEEDED, result=b"1", result_ttl=0.3),
+                    settle(leased["res"], SettleKind.SUCCEEDED, result=b"1", result_ttl=1.5),
                     settle(leased["kept"], SettleKind.SUCCEEDED, retain_for=60),
                     settle(leased["waited"], SettleKind.SUCCEEDED),
                 ]
@@ -1094,7 +1094,7 @@ async def check_success_kept_for_its_result_is_not_listed(fresh: Fresh) -> None:
     [stats] = await store.stats(["q"])
     assert stats.counts[JobState.SUCCEEDED] == 1 and stats.total == 1
     assert sum(stats.by_partition.values()) == 1
-    await trio.sleep(0.4)  # the result expired: its record goes, uncounted by a trim
+    await trio.sleep(1.6)  # the result expired: its record goes, uncounted by a trim
     assert (await store.trim(["q"], dead_max_age=None, dead_max_count=None)).count == 0
     assert await store.outcome(JobRef("res", "q")) is None
     assert [j.id for j in await store.list_jobs("q", JobState.SUCCEEDED)] == ["kept"]
