@@ -284,20 +284,22 @@ class _Connection:
         with contextlib.suppress(OSError):
             self._write_now(self.raw)
 
-    async def pump_ready(self) -> list[Any]:
-        """:meth:`pump`, first taking what the socket holds already (it
-        was written while another round trip was waited for): no scheduler
-        pass when every reply is there. Raises :class:`Dead`."""
-        if not self._out:
-            try:
-                if read_replies(self.raw, self.reader, self._got, self._count):  # type: ignore[arg-type]
-                    replies, self._got = self._got, []
-                    return replies
-            except OSError as exc:
-                raise Dead(exc, bool(self._got)) from exc
-            except hiredis.ProtocolError as exc:
-                raise Dead(exc, True) from exc
-        return await self.pump()
+    def take_ready(self) -> list[Any] | None:
+        """The replies of the round trip :meth:`begin` began, when every
+        one is there already (it was written while another round trip was
+        waited for), read with no wait; None when some are still to come
+        (:meth:`pump` goes on from there). Raises :class:`Dead`."""
+        if self._out:
+            return None
+        try:
+            if read_replies(self.raw, self.reader, self._got, self._count):  # type: ignore[arg-type]
+                replies, self._got = self._got, []
+                return replies
+        except OSError as exc:
+            raise Dead(exc, bool(self._got)) from exc
+        except hiredis.ProtocolError as exc:
+            raise Dead(exc, True) from exc
+        return None
 
     async def round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         if self.raw is not None:
@@ -608,11 +610,15 @@ class NativeNode:
 
     async def _finish(self, conn: _Connection, deadline: float) -> list[Any] | None:
         try:
-            with trio.CancelScope(shield=True, deadline=deadline) as scope:
-                replies = await conn.pump_ready()
-            if scope.cancelled_caught:
-                await conn.aclose()
-                raise exceptions().TimeoutError(f"no reply from Redis within {self._timeout:g}s")
+            replies = conn.take_ready()
+            if replies is None:
+                with trio.CancelScope(shield=True, deadline=deadline) as scope:
+                    replies = await conn.pump()
+                if scope.cancelled_caught:
+                    await conn.aclose()
+                    raise exceptions().TimeoutError(
+                        f"no reply from Redis within {self._timeout:g}s"
+                    )
         except Dead as dead:
             await conn.aclose()
             if not dead.replied:
