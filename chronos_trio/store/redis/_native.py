@@ -579,12 +579,15 @@ class NativeNode:
             and not self._closed
         )
 
-    def begin_nowait(self, commands: Sequence[Sequence[Any]]) -> _Connection:
+    def begin_nowait(self, commands: Sequence[Sequence[Any]]) -> _Connection | None:
         """Begin a round trip of ``commands`` on an idle connection, written
-        as far as its socket takes it now, with no wait (:meth:`can_begin`
-        must be true), for :meth:`finish`: a caller talking to several
-        nodes writes to each of them before it waits for any (one scheduler
-        pass for all their replies, no task per node)."""
+        as far as its socket takes it now, with no wait, for :meth:`finish`:
+        a caller talking to several nodes writes to each of them before it
+        waits for any (one scheduler pass for all their replies, no task
+        per node). None, having sent nothing, when :meth:`can_begin` is not
+        true (use :meth:`execute` then)."""
+        if not self.can_begin():
+            return None
         self._slots.acquire_nowait()
         conn = self._idle.pop()
         conn.begin(commands)
