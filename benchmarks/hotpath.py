@@ -22,6 +22,9 @@ Cases (the paths every job takes):
 * ``redis_drain``: one embedded worker (c=64) draining jobs pre-enqueued
   in bulk on a private redis-server (the worker's Python side of lease,
   run, renew and settle; the scripts' work in the server is not counted);
+* ``redis_cluster_drain``: ``redis_drain`` on a local 3-master Redis
+  Cluster, the queue in 8 partitions (issue 27 item 6: the worker's Python
+  side of the peek, lease and settle round trips to every master);
 * ``asyncio_enqueue``: ``await AsyncioProducer(app=...).enqueue`` one at a
   time under ``asyncio.run`` against a private redis-server (the asyncio
   producer's Python side of one enqueue, the event loop's share included);
@@ -77,7 +80,10 @@ from pathlib import Path
 CASES = (
     "enqueue", "drain", "sync_enqueue", "redis_enqueue", "redis_drain", "asyncio_enqueue",
     "asyncio_bulk", "redis_bulk", "sync_bulk", "redis_chain", "redis_wf_start", "redis_wf_result",
+    "redis_cluster_drain",
 )  # fmt: skip
+#: The cases that need a Redis Cluster (their URL is the cluster's).
+CLUSTER_CASES = {"redis_cluster_drain"}
 #: The cases that need a redis-server.
 REDIS_CASES = {
     "arq_enqueue",
@@ -150,7 +156,7 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
                 await worker.wait_idle()  # the last settle
 
         trio.run(drain)
-    elif case == "redis_drain":
+    elif case in ("redis_drain", "redis_cluster_drain"):
         assert redis_url is not None
         from chronos_trio.store.redis import RedisStore
 
@@ -336,11 +342,20 @@ def _run_saq(n: int, redis_url: str) -> None:
 _PEER_RUNS = {"arq_enqueue": _run_arq, "huey_enqueue": _run_huey, "saq_enqueue": _run_saq}
 
 
+def _flush(redis_url: str) -> None:
+    """Every run from an empty server (every master of a Cluster)."""
+    import redis
+
+    if redis_url.startswith("redis+cluster://"):
+        for node in redis_url.split("://", 1)[1].split("?", 1)[0].split(","):
+            redis.Redis.from_url(f"redis://{node}").flushall()
+    else:
+        redis.Redis.from_url(redis_url).flushall()
+
+
 def _instructions(tree: Path, case: str, n: int, redis_url: str | None) -> int:
     if redis_url:
-        import redis
-
-        redis.Redis.from_url(redis_url).flushall()  # every run from an empty server
+        _flush(redis_url)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
@@ -385,14 +400,19 @@ def main() -> None:
         return
     trees = [Path(t).resolve() for t in args.trees.split(":")]
     cases = [c for c in args.cases.split(",") if c]
-    redis_url = None
-    server = None
+    redis_url = cluster_url = None
+    server = cluster = None
+    sys.path.insert(0, str(HERE.parent.parent))
     if REDIS_CASES & set(cases):
-        sys.path.insert(0, str(HERE.parent.parent))
         from chronos_trio.testing.redis_server import RedisServer
 
         server = RedisServer().start()
         redis_url = server.url
+    if CLUSTER_CASES & set(cases):
+        from chronos_trio.testing.redis_server import RedisCluster
+
+        cluster = RedisCluster().start()
+        cluster_url = f"{cluster.url}?partitions=8"
     try:
         header = f"{'case':<16}" + "".join(f"{t.name[-18:]:>20}" for t in trees)
         if len(trees) > 1:
@@ -400,10 +420,11 @@ def main() -> None:
         print(f"instructions per job (callgrind; n={args.n} and {2 * args.n})")
         print(header)
         for case in cases:
+            url = cluster_url if case in CLUSTER_CASES else redis_url
             if case in PEER_CASES:
-                counts = [per_job(trees[0], case, args.n, redis_url)] * len(trees)
+                counts = [per_job(trees[0], case, args.n, url)] * len(trees)
             else:
-                counts = [per_job(t, case, args.n, redis_url) for t in trees]
+                counts = [per_job(t, case, args.n, url) for t in trees]
             row = f"{case:<16}" + "".join(f"{c:>20,.0f}" for c in counts)
             if len(trees) > 1:
                 row += f"{counts[-1] / counts[0]:>12.3f}"
@@ -411,6 +432,8 @@ def main() -> None:
     finally:
         if server is not None:
             server.close()
+        if cluster is not None:
+            cluster.close()
 
 
 if __name__ == "__main__":

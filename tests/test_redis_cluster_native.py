@@ -19,6 +19,7 @@ from redis.crc import key_slot
 from chronos_trio import NewJob
 from chronos_trio.store import QueueWeight, SettleKind, Settlement, StoreError
 from chronos_trio.store.redis import RedisStore
+from chronos_trio.store.redis import _scripts as S
 from chronos_trio.store.redis._cluster import NativeCluster
 from chronos_trio.store.redis._scripts import Op
 from chronos_trio.store.redis.keys import KeySpace
@@ -108,6 +109,85 @@ async def test_a_cluster_client_with_a_connect_hook_keeps_the_threads(
         got = (await store.lease([QueueWeight("q")], 20, worker_id="w", lease_duration=5)).jobs
     assert len(got) == 20 and hooked
     assert store._adapter._native_cluster is None
+    await store.aclose()
+
+
+# -- every master at once ------------------------------------------------------------------
+
+
+def spread_keys(cluster: RedisCluster, tag: str) -> list[str]:
+    """Keys of ``tag``, at least one owned by each master of ``cluster``."""
+    keys: dict[int, str] = {}
+    i = 0
+    while len(keys) < len(cluster.nodes):
+        key = f"{{{tag}{i}}}:k"
+        keys.setdefault(owner_of(cluster, key_slot(key.encode())).port, key)
+        i += 1
+    return list(keys.values())
+
+
+class Nurseries:
+    """Counts the nurseries the store's adapter opens."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.opened = 0
+        real = trio.open_nursery
+
+        def counting(*args: Any, **kw: Any) -> Any:
+            self.opened += 1
+            return real(*args, **kw)
+
+        monkeypatch.setattr(trio, "open_nursery", counting)
+
+
+async def test_a_batch_over_every_master_takes_no_task_per_master(
+    redis_cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once every master has an idle connection, a batch over all of them is
+    written to each before any reply is waited for, with no task (no
+    nursery) per master: the same replies, one round trip per master."""
+    store = RedisStore.from_url(redis_cluster.url, namespace="every")
+    keys = spread_keys(redis_cluster, "every")
+    with trio.fail_after(30):
+        adapter = store._adapter
+        await adapter.execute([Op.command(k, "DEL", k) for k in keys])  # connects to each
+        native_cluster(store)
+        nurseries = Nurseries(monkeypatch)
+        trips = adapter.stats.round_trips
+        got = await adapter.execute([Op.command(k, "INCRBY", k, i + 1) for i, k in enumerate(keys)])
+        assert got == [i + 1 for i in range(len(keys))]
+        assert adapter.stats.round_trips == trips + len(keys)
+        assert nurseries.opened == 0
+    await store.aclose()
+
+
+async def test_a_batch_over_every_master_goes_on_after_dead_connections_and_noscript(
+    redis_cluster: RedisCluster,
+) -> None:
+    """The batch that writes to every master before waiting keeps the
+    guarantees of one round trip per master: pooled connections the masters
+    closed are replaced and the batch sent once more (it never ran), and
+    scripts the masters lost are loaded and the ops that got NOSCRIPT run
+    again, each op once."""
+    store = RedisStore.from_url(redis_cluster.url, namespace="again")
+    keys = spread_keys(redis_cluster, "again")
+    script = S.PEEK_READY  # reads one zset: the ops' own keys, empty
+    with trio.fail_after(30):
+        adapter = store._adapter
+        await adapter.execute([Op.command(k, "DEL", k) for k in keys])
+        for node in redis_cluster.nodes:  # every pooled connection dies under the store
+            call(node.port, "CLIENT", "KILL", "TYPE", "normal")
+        got = await adapter.execute([Op.command(k, "INCR", k) for k in keys])
+        assert got == [1] * len(keys)  # each ran once, on a new connection
+        for node in redis_cluster.nodes:
+            call(node.port, "SCRIPT", "FLUSH")
+        loads = adapter.stats.script_loads
+        got = await adapter.execute(
+            [Op.script_call(script, [f"{k}:z"], [5]) for k in keys]
+            + [Op.command(k, "INCR", k) for k in keys]
+        )
+        assert got == [[]] * len(keys) + [2] * len(keys)
+        assert adapter.stats.script_loads == loads + len(keys)
     await store.aclose()
 
 

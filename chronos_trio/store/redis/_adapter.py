@@ -334,6 +334,10 @@ class RedisAdapter:
 
     async def _at_once(self, step: AtOnce) -> list[Any]:
         """Every node plan of ``step`` at once (see :class:`AtOnce`)."""
+        if len(step.plans) > 1 and all(
+            type(node) is NativeNode and node.can_begin() for node, _ in step.plans
+        ):
+            return first_failure(await self._native_at_once(step))
         results: list[Any] = [None] * len(step.plans)
 
         async def one(i: int, node: Any, plan: Plan[list[Any]]) -> None:
@@ -351,6 +355,60 @@ class RedisAdapter:
                 for i, (node, plan) in enumerate(step.plans):
                     nursery.start_soon(one, i, node, plan)
         return first_failure(results)
+
+    async def _native_at_once(self, step: AtOnce) -> list[Any]:
+        """:meth:`_at_once` when every node is a native one with an idle
+        connection (the steady state of a Cluster batch): each plan's first
+        round trip is written to its node before any is waited for, then
+        the replies are read node after node (those already there with no
+        scheduler pass), and each plan goes on from there, one after the
+        other (a plan's further round trips, a script load after NOSCRIPT,
+        are rare). No task per node: the same replies and failures as the
+        nursery of :meth:`_at_once`, for fewer scheduler passes."""
+        begun_at = trio.current_time()
+        begun: list[tuple[Any, NativeNode, Plan[list[Any]], Any]] = []
+        for node, plan in step.plans:
+            first = next(plan)  # a node plan's first step: its pipeline (ops are never empty)
+            conn = None
+            if type(first) is Send and first.node is node:
+                conn = node.begin_nowait(first.commands)
+            begun.append((first, node, plan, conn))
+        results: list[Any] = [None] * len(begun)
+        stats = self.stats
+        done = 0
+        try:
+            for first, node, plan, conn in begun:
+                done += 1
+                try:
+                    if conn is None:
+                        reply = await self._answer(first)
+                    else:
+                        if first.counted:
+                            stats.native_round_trips += 1
+                        reply = await node.finish(conn, first.commands, begun_at)
+                    results[done - 1] = await self._drive_on(plan, reply)
+                except caught() as exc:  # as _at_once's tasks keep them
+                    results[done - 1] = exc
+                    if step.slots.unreachable(exc):
+                        await node.close_idle()
+                finally:
+                    plan.close()
+        finally:
+            for _, node, plan, conn in begun[done:]:  # only when something else went wrong
+                plan.close()
+                if conn is not None:
+                    await node.abandon(conn)
+        return results
+
+    async def _drive_on(self, plan: Plan[T], reply: Any) -> T:
+        """:meth:`_drive` for a plan whose first request was answered with ``reply``."""
+        try:
+            step = plan.send(reply)
+            while True:
+                step = plan.send(await self._answer(step))
+        except StopIteration as done:
+            result: T = done.value
+            return result
 
     def _run_on_node(self, client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """In a thread: one pipeline on one node (see ``_blocking.pipeline``)."""

@@ -13,7 +13,9 @@ for every runtime; the adapter answers its requests):
 * is split by the master owning each op's slot (``Op.route``; ops without a
   route go to the cluster's default node); each master's ops go out as one
   pipeline on that master's NativeNode, every master at once, and the
-  replies come back in the ops' order;
+  replies come back in the ops' order (with an idle connection to each,
+  the steady state, the adapter writes every pipeline before it waits for
+  any reply, in the caller's task: no task per master);
 * ``MOVED`` (the slot has another owner: resharding, failover): the map is
   rebuilt and the ops that got it, which did not run, go to the new owner;
   at most ``MAX_REFRESHES`` (``_transport``) rebuilds per batch, then a ``MOVED`` reply

@@ -276,6 +276,31 @@ class _Connection:
         self._out = _NOTHING_TO_WRITE  # (an empty slice would keep the request alive)
         return True
 
+    def write_begun(self) -> None:
+        """Write what the socket takes now of the round trip :meth:`begin`
+        began (no wait: :meth:`pump` writes the rest). A write that fails
+        is left for :meth:`pump`, which meets the same error."""
+        assert self.raw is not None
+        with contextlib.suppress(OSError):
+            self._write_now(self.raw)
+
+    def take_ready(self) -> list[Any] | None:
+        """The replies of the round trip :meth:`begin` began, when every
+        one is there already (it was written while another round trip was
+        waited for), read with no wait; None when some are still to come
+        (:meth:`pump` goes on from there). Raises :class:`Dead`."""
+        if self._out:
+            return None
+        try:
+            if read_replies(self.raw, self.reader, self._got, self._count):  # type: ignore[arg-type]
+                replies, self._got = self._got, []
+                return replies
+        except OSError as exc:
+            raise Dead(exc, bool(self._got)) from exc
+        except hiredis.ProtocolError as exc:
+            raise Dead(exc, True) from exc
+        return None
+
     async def round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         if self.raw is not None:
             self.begin(commands)
@@ -539,6 +564,84 @@ class NativeNode:
         finally:
             self._slots.release()
         return parse_replies(self._callbacks, self._by_name, commands, replies)
+
+    # -- several nodes at once (a Cluster's masters) ------------------------------------
+    def can_begin(self) -> bool:
+        """Whether :meth:`begin_nowait` can begin a round trip now: an idle
+        connection on a stdlib socket and a free slot (not behind Sentinel,
+        not closed)."""
+        idle = self._idle
+        return (
+            bool(idle)
+            and idle[-1].raw is not None
+            and self._slots.value > 0
+            and self._watch is None
+            and not self._closed
+        )
+
+    def begin_nowait(self, commands: Sequence[Sequence[Any]]) -> _Connection | None:
+        """Begin a round trip of ``commands`` on an idle connection, written
+        as far as its socket takes it now, with no wait, for :meth:`finish`:
+        a caller talking to several nodes writes to each of them before it
+        waits for any (one scheduler pass for all their replies, no task
+        per node). None, having sent nothing, when :meth:`can_begin` is not
+        true (use :meth:`execute` then)."""
+        if not self.can_begin():
+            return None
+        self._slots.acquire_nowait()
+        conn = self._idle.pop()
+        conn.begin(commands)
+        conn.write_begun()
+        return conn
+
+    async def finish(
+        self, conn: _Connection, commands: Sequence[Sequence[Any]], begun_at: float
+    ) -> list[Any]:
+        """The replies of the round trip :meth:`begin_nowait` began on
+        ``conn`` at ``begun_at`` (Trio's clock), as :meth:`execute` returns
+        them, with its guarantees: never abandoned once sent (a shielded
+        wait), within the socket timeout of ``begun_at``, a pooled
+        connection that died before any reply replaced and the commands
+        sent once more. Raises as :meth:`execute` does."""
+        try:
+            replies = await self._finish(conn, begun_at + self._timeout)
+        finally:
+            self._slots.release()
+        if replies is None:  # died before any reply: the batch never ran
+            return await self.execute(commands)
+        return parse_replies(self._callbacks, self._by_name, commands, replies)
+
+    async def _finish(self, conn: _Connection, deadline: float) -> list[Any] | None:
+        try:
+            replies = conn.take_ready()
+            if replies is None:
+                with trio.CancelScope(shield=True, deadline=deadline) as scope:
+                    replies = await conn.pump()
+                if scope.cancelled_caught:
+                    await conn.aclose()
+                    raise exceptions().TimeoutError(
+                        f"no reply from Redis within {self._timeout:g}s"
+                    )
+        except Dead as dead:
+            await conn.aclose()
+            if not dead.replied:
+                await self._drop_idle()  # as stale as the one that died
+                return None
+            raise exceptions().ConnectionError(f"lost the connection to Redis: {dead}") from (
+                dead.cause
+            )
+        if len(self._idle) < MAX_IDLE and not self._closed:
+            self._idle.append(conn)
+        else:
+            await conn.aclose()
+        return replies
+
+    async def abandon(self, conn: _Connection) -> None:
+        """Give up the round trip :meth:`begin_nowait` began on ``conn``
+        (its caller failed before :meth:`finish`): the connection is closed
+        and its slot freed."""
+        self._slots.release()
+        await conn.aclose()
 
     def _take_idle(self) -> _Connection | None:
         """An idle connection, skipping (and closing) those opened to a node

@@ -57,6 +57,8 @@ N = TypeVar("N")
 
 #: Rebuilds of the slot map one batch makes after MOVED replies.
 MAX_REFRESHES = 2
+#: Routes whose slot a slot map keeps (a queue's partitions' keys: a few).
+_ROUTES_KEPT = 4096
 
 
 class Transport(Protocol):
@@ -132,6 +134,8 @@ class SlotMap(Generic[N]):
         self.attempts = 0
         #: Rebuild the map before the next batch (a node failed).
         self.stale = False
+        #: Each route's slot (a function of the route alone), computed once.
+        self._slot_of: dict[Any, int] = {}
 
     def handle(self, node: Any) -> N:
         """The handle of redis-py's ``node`` (made once per node name)."""
@@ -147,6 +151,7 @@ class SlotMap(Generic[N]):
         from redis.crc import key_slot
 
         slots = self.cluster.nodes_manager.slots_cache
+        slot_of = self._slot_of
         groups: dict[str, tuple[N, list[int]]] = {}
         for i in pending:
             route = ops[i].route
@@ -155,7 +160,11 @@ class SlotMap(Generic[N]):
                 if node is None:
                     raise exceptions().RedisClusterException("the cluster has no node")
             else:
-                slot = key_slot(route.encode() if isinstance(route, str) else route)
+                slot = slot_of.get(route)
+                if slot is None:
+                    slot = key_slot(route.encode() if isinstance(route, str) else route)
+                    if len(slot_of) < _ROUTES_KEPT:
+                        slot_of[route] = slot
                 owners = slots.get(slot)
                 if not owners:
                     self.stale = True
