@@ -1,0 +1,320 @@
+"""A worker's cache of the code attrs compiles for its classes.
+
+attrs writes the methods of each class (``__init__``, and what a class does
+not define itself) as Python source when the class is defined and
+``compile()``s it: before a worker's first job that is the source of about
+150 classes, Trio's and ours, and compiling it is the largest part of a
+worker's start-up that is not an import. The source is the same from one
+start to the next, so the worker command (``python -m chronos_trio worker``,
+``chronos-trio worker``; nothing for any other importer or command) keeps
+the code objects of those compiles in a file, as Python keeps a module's
+bytecode in ``__pycache__``:
+
+* one file per interpreter (its bytecode magic number and cache tag), its
+  optimisation level and the compiler flags attrs compiles with, in
+  ``$CHRONOS_CODE_CACHE`` or else ``$XDG_CACHE_HOME/chronos_trio`` (else
+  ``~/.cache/chronos_trio``); ``CHRONOS_CODE_CACHE=off`` turns it off;
+* keyed by the exact source text and file name attrs compiles, so a class
+  changed in any way (a field, a default, an attrs release that writes
+  other source) misses and is compiled as before;
+* read once, at the package's import, if the file is the user's own and
+  nobody else may write it; any damage (a short or garbled file, another
+  format) is a miss for every class, never an error;
+* written once, when the worker's app is imported and only if something
+  missed: the entries used by this process and those already in the file
+  (but only this process's when that would pass :data:`MAX_BYTES`), to a
+  new file renamed over the old one, so workers starting together each
+  write a whole file and the last one stays. A directory that cannot be
+  made or written leaves the cache unwritten, nothing else.
+
+What a class does is unchanged: the code object is the one ``compile()``
+returns for that source (``marshal`` keeps it whole, as it does a module's
+bytecode), evaluated by attrs as before. It hooks only the name
+``compile`` in ``attr._make``, where attrs' ``_compile_and_eval`` looks it
+up; an attrs that no longer compiles there is left alone (no cache).
+"""
+
+from __future__ import annotations
+import __future__
+
+import atexit
+import builtins
+import marshal
+import os
+import sys
+from types import CodeType, ModuleType
+from typing import Any
+
+#: The environment variable naming the cache's directory (``off``: none).
+ENV = "CHRONOS_CODE_CACHE"
+
+#: A cache file's first bytes; another format is a miss.
+HEADER = b"chronos_trio attrs code 1\n"
+
+#: A cache file larger than this keeps only the entries of the process
+#: that writes it (a worker's start-up needs about 300 kB).
+MAX_BYTES = 8 << 20
+
+_compile = builtins.compile
+
+# The state of the one installed cache (None: not installed).
+_path: str | None = None
+_flags = 0
+#: An entry: the code compiled, and the type hash written in its source
+#: (None: the source has none, or the key is the exact source).
+Entry = tuple[CodeType, "int | None"]
+_stored: dict[str, Entry] = {}  # read from the file
+_used: dict[str, Entry] = {}  # asked for by this process, hit or miss
+_missed = 0
+
+
+def cache_dir() -> str | None:
+    """The cache's directory, or None when turned off."""
+    chosen = os.environ.get(ENV)
+    if chosen is not None:
+        return None if chosen.strip().lower() in ("", "off", "0", "no") else chosen
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "chronos_trio")
+
+
+def future_flags(module: ModuleType) -> int:
+    """The compiler flags of the ``__future__`` features ``module`` imports:
+    what a ``compile()`` called from its code inherits."""
+    flags = 0
+    for value in vars(module).values():
+        if isinstance(value, __future__._Feature):
+            flags |= value.compiler_flag
+    return flags
+
+
+def _hooks(make: ModuleType) -> bool:
+    """Whether ``attr._make`` compiles through the global name ``compile``
+    in ``_compile_and_eval`` and nothing else has taken that name."""
+    func = getattr(make, "_compile_and_eval", None)
+    code = getattr(func, "__code__", None)
+    return isinstance(code, CodeType) and "compile" in code.co_names and "compile" not in vars(make)
+
+
+def file_name(flags: int) -> str:
+    from importlib._bootstrap_external import MAGIC_NUMBER
+
+    tag = sys.implementation.cache_tag or sys.implementation.name
+    return f"attrs-{tag}-{MAGIC_NUMBER.hex()}-O{sys.flags.optimize}-f{flags:x}.marshal"
+
+
+def read(path: str) -> dict[str, Entry]:
+    """The entries of the cache file at ``path``: empty when it is missing,
+    damaged, in another format, not the user's own or writable by others."""
+    try:
+        with open(path, "rb") as file:
+            st = os.fstat(file.fileno())
+            if (hasattr(os, "getuid") and st.st_uid != os.getuid()) or st.st_mode & 0o022:
+                return {}
+            data = file.read()
+        if not data.startswith(HEADER):
+            return {}
+        entries = marshal.loads(memoryview(data)[len(HEADER) :])
+    except (OSError, ValueError, EOFError, TypeError):
+        return {}
+    if type(entries) is not dict:
+        return {}
+    return {key: entry for key, entry in entries.items() if _is_entry(key, entry)}
+
+
+def _is_entry(key: object, entry: object) -> bool:
+    return (
+        type(key) is str
+        and type(entry) is tuple
+        and len(entry) == 2
+        and type(entry[0]) is CodeType
+        and (entry[1] is None or type(entry[1]) is int)
+    )
+
+
+def write(path: str, data: bytes) -> bool:
+    """Write ``data`` (marshalled entries) to ``path`` whole, behind the
+    header (a new file renamed over it); False when the directory cannot be
+    made or written."""
+    directory = os.path.dirname(path)
+    tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(HEADER)
+                file.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        return False
+    return True
+
+
+#: The file names attrs compiles a class's methods under, and the one whose
+#: ``hash()`` it writes into a generated ``__hash__`` (the type hash).
+_METHODS_PREFIXES = ("<attrs generated methods ", "<attrs generated __hash__ ")
+_HASH_PREFIX = "<attrs generated hash "
+
+
+def type_hash_key(source: str, filename: str) -> tuple[str, int] | None:
+    """The key of a source holding attrs' type hash, and that hash.
+
+    A generated ``__hash__`` hashes ``hash("<attrs generated hash
+    MODULE.CLASS>")``, an integer written into the source, which differs
+    from process to process (string hashes are randomised). The key writes
+    it as as many ``#`` as it has characters, so two sources that differ in
+    that number only, and in no character's position, share a key; the
+    number is put back into the code object (:func:`swap_constant`).
+    None when the source holds no such number exactly once."""
+    for prefix in _METHODS_PREFIXES:
+        if filename.startswith(prefix):
+            number = str(hash(_HASH_PREFIX + filename[len(prefix) :]))
+            break
+    else:
+        return None
+    at = source.find(number)
+    if (
+        at < 1
+        or source.find(number, at + 1) != -1
+        or source[at - 1] != " "
+        or source[at + len(number) : at + len(number) + 1] != ","
+    ):
+        return None
+    masked = f"{source[:at]}{'#' * len(number)}{source[at + len(number) :]}"
+    return f"{filename}\0{masked}", int(number)
+
+
+def _count(value: object, number: int) -> int:
+    if type(value) is int:
+        return 1 if value == number else 0
+    if type(value) is tuple:
+        return sum(_count(item, number) for item in value)
+    if type(value) is CodeType:
+        return _count(value.co_consts, number)
+    return 0
+
+
+def _swap(value: Any, old: int, new: int) -> Any:
+    if type(value) is int:
+        return new if value == old else value
+    if type(value) is tuple:
+        return tuple(_swap(item, old, new) for item in value)
+    if type(value) is CodeType and _count(value.co_consts, old):
+        return value.replace(co_consts=_swap(value.co_consts, old, new))
+    return value
+
+
+def swap_constant(code: CodeType, old: int, new: int) -> CodeType | None:
+    """``code`` with the integer constant ``old`` (there exactly once, in
+    it or the code it holds) made ``new``: what compiling the source with
+    ``new`` written for ``old`` gives, as both are written in as many
+    characters. None when ``old`` is not there exactly once or ``new`` is
+    there already (a compile would share the constant)."""
+    if old == new:
+        return code
+    if _count(code, old) != 1 or _count(code, new):
+        return None
+    swapped: CodeType = _swap(code, old, new)
+    return swapped
+
+
+def cached_compile(
+    source: Any,
+    filename: Any,
+    mode: str,
+    flags: int = 0,
+    dont_inherit: bool = False,
+    optimize: int = -1,
+) -> Any:
+    """``compile()`` as attrs' ``_compile_and_eval`` calls it, from the
+    cache when the same source and file name were compiled before."""
+    global _missed
+    if (
+        mode != "exec"
+        or flags
+        or dont_inherit
+        or optimize != -1
+        or type(source) is not str
+        or type(filename) is not str
+    ):
+        inherited = 0 if dont_inherit else _flags  # what attrs' own call inherits
+        return _compile(source, filename, mode, flags | inherited, True, optimize)
+    keyed = type_hash_key(source, filename)
+    key, number = keyed if keyed is not None else (f"{filename}\0{source}", None)
+    code: CodeType | None = None
+    entry = _stored.get(key)
+    if entry is not None:
+        code, stored_number = entry
+        if number is not None:
+            code = None if stored_number is None else swap_constant(code, stored_number, number)
+    if code is None:
+        code = _compile(source, filename, "exec", _flags, True)
+        _missed += 1
+    _used[key] = (code, number)
+    return code
+
+
+def install() -> bool:
+    """Read the cache and hook attrs' compile; False (nothing done) when the
+    cache is off or attrs does not compile where it is hooked."""
+    global _path, _flags, _stored
+    if _path is not None:
+        return True
+    directory = cache_dir()
+    if directory is None:
+        return False
+    import attr._make as make
+
+    if not _hooks(make):
+        return False
+    _flags = future_flags(make)
+    _path = os.path.join(directory, file_name(_flags))
+    _stored = read(_path)
+    make.compile = cached_compile  # type: ignore[attr-defined]
+    # What is compiled after the app's import (classes loaded on first use)
+    # is kept for the next start when the worker exits.
+    atexit.register(save)
+    return True
+
+
+def uninstall() -> None:
+    """Take the hook away and forget the cache (for tests)."""
+    global _path, _stored, _missed
+    import attr._make as make
+
+    atexit.unregister(save)
+    if vars(make).get("compile") is cached_compile:
+        del make.compile  # type: ignore[attr-defined]
+    _path = None
+    _stored, _missed = {}, 0
+    _used.clear()
+
+
+def save() -> None:
+    """Write the cache file if a compile missed since it was read. Never
+    raises."""
+    global _stored, _missed
+    if _path is None or not _missed:
+        return
+    entries = {**_stored, **_used}
+    data = marshal.dumps(entries)
+    if len(data) > MAX_BYTES:
+        entries = dict(_used)
+        data = marshal.dumps(entries)
+    if write(_path, data):
+        _stored, _missed = entries, 0
+
+
+def launched_as_worker() -> bool:
+    """Whether the command line's command is ``worker``."""
+    from ._collector import launched_as_command_line
+
+    words = [arg for arg in sys.argv[1:] if not arg.startswith("-")]
+    return launched_as_command_line() and words[:1] == ["worker"]
+
+
+if launched_as_worker():
+    install()
