@@ -49,7 +49,7 @@ from typing import Any
 ENV = "CHRONOS_CODE_CACHE"
 
 #: A cache file's first bytes; another format is a miss.
-HEADER = b"chronos_trio attrs code 1\n"
+HEADER = b"chronos_trio attrs code 2\n"
 
 #: A cache file larger than this keeps only the entries of the process
 #: that writes it (a worker's start-up needs about 300 kB).
@@ -60,9 +60,10 @@ _compile = builtins.compile
 # The state of the one installed cache (None: not installed).
 _path: str | None = None
 _flags = 0
-#: An entry: the code compiled, and the type hash written in its source
-#: (None: the source has none, or the key is the exact source).
-Entry = tuple[CodeType, "int | None"]
+#: An entry: the code compiled, marshalled (unmarshalled only when a class
+#: asks for it), and the type hash written in its source (None: the source
+#: has none, or the key is the exact source).
+Entry = tuple[bytes, "int | None"]
 _stored: dict[str, Entry] = {}  # read from the file
 _used: dict[str, Entry] = {}  # asked for by this process, hit or miss
 _missed = 0
@@ -126,7 +127,7 @@ def _is_entry(key: object, entry: object) -> bool:
         type(key) is str
         and type(entry) is tuple
         and len(entry) == 2
-        and type(entry[0]) is CodeType
+        and type(entry[0]) is bytes
         and (entry[1] is None or type(entry[1]) is int)
     )
 
@@ -247,14 +248,23 @@ def cached_compile(
     code: CodeType | None = None
     entry = _stored.get(key)
     if entry is not None:
-        code, stored_number = entry
-        if number is not None:
-            code = None if stored_number is None else swap_constant(code, stored_number, number)
+        code = _unmarshal(entry[0])
+        if code is not None and number is not None:
+            code = None if entry[1] is None else swap_constant(code, entry[1], number)
     if code is None:
         code = _compile(source, filename, "exec", _flags, True)
         _missed += 1
-    _used[key] = (code, number)
+        entry = (marshal.dumps(code), number)
+    _used[key] = entry
     return code
+
+
+def _unmarshal(data: bytes) -> CodeType | None:
+    try:
+        code = marshal.loads(data)
+    except (ValueError, EOFError, TypeError):
+        return None
+    return code if type(code) is CodeType else None
 
 
 def install() -> bool:

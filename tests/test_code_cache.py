@@ -124,7 +124,13 @@ def test_a_damaged_or_foreign_file_is_a_miss(tmp_path: Path) -> None:
     run_classes(cache, seed=7)
     path = cache_file(cache)
     whole = path.read_bytes()
+    entries = _code_cache.read(str(path))
+    assert entries
+    garbled = {key: (b"\xe3garbled" + data[:9], n) for key, (data, n) in entries.items()}
+    not_code = {key: (marshal.dumps(("a tuple",)), n) for key, (data, n) in entries.items()}
     damaged = (
+        _code_cache.HEADER + marshal.dumps(garbled),  # each entry's code unreadable
+        _code_cache.HEADER + marshal.dumps(not_code),
         whole[: len(whole) // 2],  # cut short
         whole[: len(_code_cache.HEADER)] + b"\x00garbage" * 50,
         b"another format\n" + whole[len(_code_cache.HEADER) :],
@@ -134,7 +140,6 @@ def test_a_damaged_or_foreign_file_is_a_miss(tmp_path: Path) -> None:
     )
     for data in damaged:
         path.write_bytes(data)
-        assert _code_cache.read(str(path)) == {}
         got = run_classes(cache, seed=7)
         assert got.pop("missed") > 0
         assert got == expected
