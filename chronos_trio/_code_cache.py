@@ -251,11 +251,12 @@ def cached_compile(
         code = _unmarshal(entry[0])
         if code is not None and number is not None:
             code = None if entry[1] is None else swap_constant(code, entry[1], number)
-    if code is None:
-        code = _compile(source, filename, "exec", _flags, True)
-        _missed += 1
-        entry = (marshal.dumps(code), number)
-    _used[key] = entry
+    if entry is not None and code is not None:
+        _used[key] = entry
+        return code
+    code = _compile(source, filename, "exec", _flags, True)
+    _missed += 1
+    _used[key] = (marshal.dumps(code), number)
     return code
 
 
