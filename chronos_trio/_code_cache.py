@@ -17,15 +17,21 @@ bytecode in ``__pycache__``:
 * keyed by the exact source text and file name attrs compiles, so a class
   changed in any way (a field, a default, an attrs release that writes
   other source) misses and is compiled as before;
+* a generated ``__hash__`` holds a number that changes from process to
+  process (:func:`type_hash_key`): the key masks it, and the cached code
+  gets the number back (:func:`swap_constant`);
 * read once, at the package's import, if the file is the user's own and
-  nobody else may write it; any damage (a short or garbled file, another
-  format) is a miss for every class, never an error;
-* written once, when the worker's app is imported and only if something
-  missed: the entries used by this process and those already in the file
-  (but only this process's when that would pass :data:`MAX_BYTES`), to a
-  new file renamed over the old one, so workers starting together each
-  write a whole file and the last one stays. A directory that cannot be
-  made or written leaves the cache unwritten, nothing else.
+  nobody else may write it; each entry's code stays marshalled until a
+  class asks for it; any damage (a short or garbled file or entry, another
+  format) is a miss, never an error;
+* written when the worker's app is imported (``cli``'s worker command,
+  before its Trio run) and again at the process's exit, each time only if
+  something missed since: the entries used by this process and those
+  already in the file (but only this process's when that would pass
+  :data:`MAX_BYTES`), to a new file renamed over the old one, so workers
+  starting together each write a whole file and the last one stays. A
+  directory that cannot be made or written leaves the cache unwritten,
+  nothing else.
 
 What a class does is unchanged: the code object is the one ``compile()``
 returns for that source (``marshal`` keeps it whole, as it does a module's
@@ -320,11 +326,11 @@ def save() -> None:
 
 
 def launched_as_worker() -> bool:
-    """Whether the command line's command is ``worker``."""
+    """Whether the command line's command is ``worker`` (its first word, as
+    ``cli.parse_args`` tells it)."""
     from ._collector import launched_as_command_line
 
-    words = [arg for arg in sys.argv[1:] if not arg.startswith("-")]
-    return launched_as_command_line() and words[:1] == ["worker"]
+    return launched_as_command_line() and sys.argv[1:2] == ["worker"]
 
 
 if launched_as_worker():
