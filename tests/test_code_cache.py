@@ -231,3 +231,22 @@ def test_default_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     assert _code_cache.cache_dir() == str(tmp_path / "chronos_trio")
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert _code_cache.cache_dir() == os.path.expanduser("~/.cache/chronos_trio")
+
+
+def test_workers_starting_together_leave_a_whole_file(tmp_path: Path) -> None:
+    """Four cold starts at once, each writing: the file left is one of
+    theirs, whole, and a start after them compiles nothing."""
+    cache = tmp_path / "cache"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "5"}
+    env[_code_cache.ENV] = str(cache)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CLASSES, "on"], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    outs = [json.loads(proc.communicate(timeout=60)[0]) for proc in procs]
+    assert all(out == outs[0] for out in outs)
+    assert [p.name for p in cache.iterdir()] == [cache_file(cache).name]  # no temporary left
+    assert _code_cache.read(str(cache_file(cache)))
+    assert run_classes(cache, seed=5)["missed"] == 0
