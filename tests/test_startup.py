@@ -188,7 +188,7 @@ def test_a_worker_compiles_no_attrs_class_it_compiled_at_its_last_start(tmp_path
     assert first["installed"] and first["used"] > 100
     # typing.ForwardRef's compiles too (string annotations of TypedDicts,
     # NamedTuples and handlers' signatures)
-    assert first["forward_refs"] > 20
+    assert first["forward_refs"] > 5
     (cache,) = (tmp_path / "code-cache").iterdir()
     assert cache.stat().st_size > 0
     second = _first_job_report(tmp_path, None, (), PYTHONHASHSEED="11")["code_cache"]
