@@ -42,8 +42,8 @@ up; an attrs that no longer compiles there is left alone (no cache).
 ``typing.ForwardRef`` compiles each string annotation it is made for (a
 ``TypedDict``'s or ``NamedTuple``'s fields in a module with ``from
 __future__ import annotations``, a handler's signature read by
-``get_type_hints``): about 70 before a worker's first job, 200k
-instructions each. The name ``compile`` in ``typing`` is hooked the same
+``get_type_hints``): about 70 before a worker's first job (about 3M
+instructions in all). The name ``compile`` in ``typing`` is hooked the same
 way (when ``ForwardRef.__init__`` compiles through it), into the same
 file, keyed by the exact source.
 """
@@ -273,9 +273,9 @@ def cached_eval_compile(
     optimize: int = -1,
 ) -> Any:
     """``compile()`` as ``typing.ForwardRef`` calls it (a string annotation
-    of a ``TypedDict``, a ``NamedTuple``, ``get_type_hints``: about 200k
-    instructions each, 70 of them before a worker's first job), from the
-    cache when the same source was compiled before."""
+    of a ``TypedDict``, a ``NamedTuple``, ``get_type_hints``: about 70
+    before a worker's first job), from the cache when the same source was
+    compiled before."""
     if (
         mode != "eval"
         or flags
