@@ -56,6 +56,7 @@ import builtins
 import marshal
 import os
 import sys
+from collections.abc import Callable
 from types import CodeType, ModuleType
 from typing import Any
 
@@ -239,54 +240,46 @@ def swap_constant(code: CodeType, old: int, new: int) -> CodeType | None:
     return swapped
 
 
-def cached_compile(
-    source: Any,
-    filename: Any,
-    mode: str,
-    flags: int = 0,
-    dont_inherit: bool = False,
-    optimize: int = -1,
-) -> Any:
-    """``compile()`` as attrs' ``_compile_and_eval`` calls it, from the
-    cache when the same source and file name were compiled before."""
-    if (
-        mode != "exec"
-        or flags
-        or dont_inherit
-        or optimize != -1
-        or type(source) is not str
-        or type(filename) is not str
-    ):
-        inherited = 0 if dont_inherit else _flags  # what attrs' own call inherits
-        return _compile(source, filename, mode, flags | inherited, True, optimize)
-    keyed = type_hash_key(source, filename)
-    key, number = keyed if keyed is not None else (f"{filename}\0{source}", None)
-    return _cached(key, number, source, filename, "exec", _flags)
+def _hook(kind: str) -> Callable[..., Any]:
+    """The ``compile()`` a hooked module sees: its plain call (``kind``
+    ``exec``: attrs' ``_compile_and_eval``, keyed by file name and source
+    with the type hash masked; ``eval``: ``typing.ForwardRef``, keyed by the
+    source) from the cache when the same was compiled before; any other
+    call to ``compile()`` unchanged, with the caller's ``__future__`` flags."""
+
+    def hooked(
+        source: Any,
+        filename: Any,
+        mode: str,
+        flags: int = 0,
+        dont_inherit: bool = False,
+        optimize: int = -1,
+    ) -> Any:
+        inherited = _flags if kind == "exec" else _typing_flags  # what the caller's call inherits
+        if (
+            mode != kind
+            or flags
+            or dont_inherit
+            or optimize != -1
+            or type(source) is not str
+            or type(filename) is not str
+        ):
+            return _compile(
+                source, filename, mode, flags | (0 if dont_inherit else inherited), True, optimize
+            )
+        keyed = type_hash_key(source, filename) if kind == "exec" else None
+        key, number = keyed if keyed is not None else (f"{kind}\0{filename}\0{source}", None)
+        return _cached(key, number, source, filename, kind, inherited)
+
+    return hooked
 
 
-def cached_eval_compile(
-    source: Any,
-    filename: Any,
-    mode: str,
-    flags: int = 0,
-    dont_inherit: bool = False,
-    optimize: int = -1,
-) -> Any:
-    """``compile()`` as ``typing.ForwardRef`` calls it (a string annotation
-    of a ``TypedDict``, a ``NamedTuple``, ``get_type_hints``: about 70
-    before a worker's first job), from the cache when the same source was
-    compiled before."""
-    if (
-        mode != "eval"
-        or flags
-        or dont_inherit
-        or optimize != -1
-        or type(source) is not str
-        or type(filename) is not str
-    ):
-        inherited = 0 if dont_inherit else _typing_flags
-        return _compile(source, filename, mode, flags | inherited, True, optimize)
-    return _cached(f"eval\0{filename}\0{source}", None, source, filename, "eval", _typing_flags)
+#: ``compile`` in ``attr._make``.
+cached_compile = _hook("exec")
+#: ``compile`` in ``typing`` (each string annotation a ``ForwardRef`` is made
+#: for: a ``TypedDict``'s, a ``NamedTuple``'s, ``get_type_hints``'; about 70
+#: before a worker's first job).
+cached_eval_compile = _hook("eval")
 
 
 def _cached(
