@@ -94,13 +94,13 @@ def cache_dir() -> str | None:
     return os.path.join(base, "chronos_trio")
 
 
-def future_flags(module: ModuleType) -> int:
-    """The compiler flags of the ``__future__`` features ``module`` imports:
-    what a ``compile()`` called from its code inherits."""
-    flags = 0
-    for value in vars(module).values():
-        if isinstance(value, __future__._Feature):
-            flags |= value.compiler_flag
+def future_flags(func: Any) -> int:
+    """The ``__future__`` compiler flags of ``func``'s code: what a
+    ``compile()`` called from it inherits."""
+    mask = 0
+    for name in __future__.all_feature_names:
+        mask |= getattr(__future__, name).compiler_flag
+    flags: int = func.__code__.co_flags & mask
     return flags
 
 
@@ -287,7 +287,7 @@ def _cached(
 ) -> CodeType:
     global _missed
     code: CodeType | None = None
-    entry = _stored.get(key)
+    entry = _used.get(key) or _stored.get(key)
     if entry is not None:
         code = _unmarshal(entry[0])
         if code is not None and number is not None:
@@ -323,11 +323,13 @@ def install() -> bool:
 
     import attr._make as make
 
-    if not _hooks(make, getattr(make, "_compile_and_eval", None)):
+    attrs_caller = getattr(make, "_compile_and_eval", None)
+    typing_caller = getattr(typing.ForwardRef, "__init__", None)
+    if not _hooks(make, attrs_caller):
         return False
-    hook_typing = _hooks(typing, getattr(typing.ForwardRef, "__init__", None))
-    _flags = future_flags(make)
-    _typing_flags = future_flags(typing)
+    hook_typing = _hooks(typing, typing_caller)
+    _flags = future_flags(attrs_caller)
+    _typing_flags = future_flags(typing_caller) if hook_typing else 0
     _path = os.path.join(directory, file_name(_flags, _typing_flags))
     _stored = read(_path)
     make.compile = cached_compile  # type: ignore[attr-defined]

@@ -271,3 +271,29 @@ def test_workers_starting_together_leave_a_whole_file(tmp_path: Path) -> None:
     assert [p.name for p in cache.iterdir()] == [cache_file(cache).name]  # no temporary left
     assert _code_cache.read(str(cache_file(cache)))
     assert run_classes(cache, seed=5)["missed"] == 0
+
+
+def test_the_hooks_compile_with_their_callers_future_flags(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """attrs' ``_make`` has ``from __future__ import annotations``, so its own
+    ``compile()`` makes annotations strings; the hook, called from there,
+    compiles as it would have (``typing`` has no such import)."""
+    import typing
+
+    import attr._make as make
+
+    monkeypatch.setenv(_code_cache.ENV, str(tmp_path))
+    assert _code_cache.install()
+    try:
+        source = "def f(x: not_defined) -> None: pass"
+        for _ in range(2):  # a miss, then a hit
+            namespace: dict[str, object] = {}
+            exec(make.compile(source, "<attrs generated methods t.T>", "exec"), namespace)
+            assert namespace["f"].__annotations__ == {"x": "not_defined", "return": "None"}  # type: ignore[attr-defined]
+        assert _code_cache._missed == 1
+        ref = typing.ForwardRef("list[int]")
+        assert ref.__forward_code__ == compile("list[int]", "<string>", "eval", dont_inherit=True)
+    finally:
+        _code_cache.uninstall()
+    assert "compile" not in vars(make) and "compile" not in vars(typing)
