@@ -23,9 +23,12 @@ workflow's record and views, the in-memory store of a worker on Redis).
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-# First, before anything else is imported: its import holds the cyclic
-# collector off when the process is the command line (a no-op for any other
-# importer of the package).
+# First, before anything else is imported: ``_collector`` holds the cyclic
+# collector off when the process is the command line, and ``_code_cache``
+# (which imports it first) hooks a worker's cache of the code attrs compiles
+# before any attrs class is defined (both a no-op for any other importer of
+# the package or command).
+from . import _code_cache as _code_cache
 from . import _collector as _collector
 from .records import HISTORY_LIMIT as HISTORY_LIMIT
 from .records import NO_PLACEMENT as NO_PLACEMENT

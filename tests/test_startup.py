@@ -26,7 +26,7 @@ import pytest
 import trio
 
 import chronos_trio
-from chronos_trio import _collector
+from chronos_trio import _code_cache, _collector
 from chronos_trio.cli._main import build_parser, build_worker_parser, parse_args
 from chronos_trio.cli._options import UsageError
 from chronos_trio.records import _codec
@@ -133,15 +133,23 @@ async def first(args: int, job: chronos_trio.JobContext) -> None:
         if getattr(getattr(cls, method), "__code__", None) is not None
         and getattr(cls, method).__code__.co_filename.startswith("<attrs generated")
     })
+    from chronos_trio import _code_cache
+
+    cache = {
+        "installed": _code_cache._path is not None,
+        "missed": _code_cache._missed,
+        "used": len(_code_cache._used),
+        "forward_refs": sum(key.startswith("eval\\0") for key in _code_cache._used),
+    }
     with open(os.environ["STARTUP_REPORT"], "w") as f:
-        json.dump({"loaded": loaded, "generated_methods": generated}, f)
+        json.dump({"loaded": loaded, "generated_methods": generated, "code_cache": cache}, f)
     os.kill(os.getpid(), signal.SIGTERM)  # a graceful stop
 """
 
 
 def _first_job_report(
-    tmp_path: Path, url: str | None, watched: tuple[str, ...]
-) -> dict[str, list[str]]:
+    tmp_path: Path, url: str | None, watched: tuple[str, ...], **env_extra: str
+) -> dict[str, Any]:
     """Run the worker command on the app until its first job; the modules
     of ``watched`` loaded then (``loaded``), and our attrs classes loaded
     then whose ``__repr__``, ``__eq__`` or ``__hash__`` attrs generated
@@ -154,6 +162,8 @@ def _first_job_report(
         STARTUP_REPORT=str(report),
         STARTUP_WATCHED=json.dumps(watched),
     )
+    env[_code_cache.ENV] = str(tmp_path / "code-cache")
+    env.update(env_extra)
     if url is not None:
         env["STARTUP_URL"] = url
     argv = [sys.executable, "-m", "chronos_trio", "worker", "startup_app:app"]
@@ -161,12 +171,30 @@ def _first_job_report(
         argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env, check=False
     )
     assert proc.returncode == 0, proc.stderr
-    out: dict[str, list[str]] = json.loads(report.read_text())
+    out: dict[str, Any] = json.loads(report.read_text())
     return out
 
 
 def test_memory_store_worker_imports_only_what_its_first_job_needs(tmp_path: Path) -> None:
     assert _first_job_report(tmp_path, None, NOT_AT_START)["loaded"] == []
+
+
+def test_a_worker_compiles_no_attrs_class_it_compiled_at_its_last_start(tmp_path: Path) -> None:
+    """The second start of a worker takes the code of every attrs class it
+    defines before its first job from the cache the first start wrote
+    (at its app's import, then at its exit); the same hash seed, so no
+    generated ``__hash__`` holds another type hash."""
+    first = _first_job_report(tmp_path, None, (), PYTHONHASHSEED="11")["code_cache"]
+    assert first["installed"] and first["used"] > 100
+    # typing.ForwardRef's compiles too (string annotations of TypedDicts,
+    # NamedTuples and handlers' signatures)
+    assert first["forward_refs"] > 5
+    (cache,) = (tmp_path / "code-cache").iterdir()
+    assert cache.stat().st_size > 0
+    second = _first_job_report(tmp_path, None, (), PYTHONHASHSEED="11")["code_cache"]
+    assert second == {**first, "missed": 0}
+    off = _first_job_report(tmp_path, None, (), CHRONOS_CODE_CACHE="off")["code_cache"]
+    assert off == {"installed": False, "missed": 0, "used": 0, "forward_refs": 0}
 
 
 @pytest.mark.redis
@@ -203,7 +231,7 @@ import gc, json, os, signal, sys
 import trio
 
 import chronos_trio
-from chronos_trio import _collector
+from chronos_trio import _code_cache, _collector
 
 HELD = _collector.HELD_THRESHOLD
 AT_IMPORT = {"threshold": list(gc.get_threshold()), "enabled": gc.isenabled()}

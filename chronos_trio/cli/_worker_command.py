@@ -35,7 +35,7 @@ import attrs
 import trio
 from trio_util import periodic
 
-from .. import _collector
+from .. import _code_cache, _collector
 from ..app._app import App
 from ..records._attrs_methods import fields_eq, fields_repr
 from ..records._errors import ActorFailed, PayloadError, UnknownTask, first_exception
@@ -279,6 +279,7 @@ def run(args: argparse.Namespace) -> int:
             # The app is imported: give the collector back before the run,
             # so what the app's lifespan and its jobs make is collected as usual.
             _collector.release()
+            _code_cache.save()  # what attrs compiled, if the cache missed
             if child:
                 return trio.run(_child_main, app, config, args.heartbeat_fd)
             if managing:
