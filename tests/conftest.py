@@ -7,6 +7,7 @@ Tests marked ``soak`` (long soaks) are skipped unless ``CHRONOS_SOAK=1``."""
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -14,6 +15,11 @@ from tests._backends import *  # noqa: F403
 from tests._postgres_fixtures import *  # noqa: F403
 from tests._redis_fixtures import *  # noqa: F403
 from tests._sqlite_fixtures import *  # noqa: F403
+
+# Workers the tests spawn keep their code cache (chronos_trio._code_cache) in
+# a directory of this run, never the user's ~/.cache (tests that check the
+# cache set their own).
+os.environ.setdefault("CHRONOS_CODE_CACHE", tempfile.mkdtemp(prefix="chronos-code-cache-"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
