@@ -158,6 +158,10 @@ local now, now_s = clock()
 local parts = #KEYS / 6
 -- the next successor's first entry in ARGV (see kind 'c'), set below
 local succ_next
+-- whether each successor partition's "closed" marker exists, by its key:
+-- read once per call (nothing in this script closes a partition, so the
+-- answer holds for the whole call; a batch's links mostly go to one)
+local closed_memo = {}
 
 -- Store the successor at ARGV[t ..] (see kind 'c'), unless its workflow is
 -- marked cancelled or its partition closed: 8 when it is stored leased to
@@ -170,7 +174,13 @@ local function continue_chain(t)
   if left and left >= 0 and left < WORKFLOW_KEEP then
     redis.call('EXPIRE', mark, WORKFLOW_KEEP)  -- its flow runs on: its record too
   end
-  if redis.call('EXISTS', ARGV[t + 10]) == 1 then return false end
+  local marker = ARGV[t + 10]
+  local closed = closed_memo[marker]
+  if closed == nil then
+    closed = redis.call('EXISTS', marker) == 1
+    closed_memo[marker] = closed
+  end
+  if closed then return false end
   local id = ARGV[t]
   local key = ARGV[t + 11] .. id
   if redis.call('EXISTS', key) == 0 then
