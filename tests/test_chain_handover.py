@@ -340,3 +340,34 @@ async def test_no_link_s_successor_goes_to_a_closed_partition(redis_url: str) ->
     finally:
         client.close()
         await store.aclose()
+
+
+@pytest.mark.redis
+async def test_a_batch_s_times_are_written_as_each_link_alone_would_write_them(
+    redis_url: str,
+) -> None:
+    """settle.lua works out a call's shared times once (now + a duration,
+    formatted as '%.17g'): every link of the batch gets the same exact texts
+    and scores a settle of it alone would write: its result's expiry, its
+    succeeded entry (24 h, its workflow's keep), its successor's lease
+    expiry in the record and in the leased index."""
+    store = RedisStore.from_url(redis_url, namespace="times", default_partitions=1)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        with trio.fail_after(30):
+            app, firsts = await _first_links(store, ["a", "b"])
+            result = await store.settle(_link_successes(app, firsts))
+        assert result.settled == (True, True) and len(result.leased) == 2
+        pk = store._ctx.keys.partition("default", 1, 0)
+        until = [client.hget(pk.job_prefix + w + ".0", "result_until") for w in "ab"]
+        done = [client.hget(pk.job_prefix + w + ".0", "finished_at") for w in "ab"]
+        expires = [client.hget(pk.job_prefix + w + ".1", "lease_expires_at") for w in "ab"]
+        assert until[0] == until[1] and expires[0] == expires[1] and done[0] == done[1]
+        now = float(done[0])
+        assert until[0] == "%.17g" % (now + 60) and expires[0] == "%.17g" % (now + 30)
+        for w in "ab":
+            assert client.zscore(pk.leased, w + ".1") == float(expires[0])
+            assert client.zscore(pk.succeeded, w + ".0") == float("%.17g" % (now + 86400))
+    finally:
+        client.close()
+        await store.aclose()
