@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import redis
 import trio
 
 from chronos_trio import App, JobContext, JobState, MemoryStore, QueueWeight, chain
@@ -271,3 +272,102 @@ async def test_a_paused_queue_s_successor_waits_ready(backend: Backend, clock: o
     assert result.settled == (True,) and result.leased == ()
     made = await store.get_job("p.1")
     assert made is not None and made.state is JobState.READY
+
+
+async def _first_links(store: RedisStore, ids: list[str]) -> tuple[App, list[LeasedJob]]:
+    """A three-link chain started per workflow ID and every first link
+    leased by worker w1 (in the order of ``ids``)."""
+    app, _ = chain_app(store)
+    inc = app.tasks["inc"]
+    for w in ids:
+        await app.enqueue_workflow(chain(inc.s(1), inc.s(), inc.s()), workflow_id=w)
+    got = (await store.lease([QueueWeight("default")], 10, worker_id="w1", lease_duration=30)).jobs
+    by_id = {leased.job.id: leased for leased in got}
+    return app, [by_id[f"{w}.0"] for w in ids]
+
+
+def _link_successes(app: App, firsts: list[LeasedJob]) -> list[Settlement]:
+    taker = completer._Taker("w1", 30.0, ["default"], app.registry.tasks)
+    return [
+        completer._successor(
+            f.job.then, Settlement(f.ref, SettleKind.SUCCEEDED, result=b"2", result_ttl=60), taker
+        )
+        for f in firsts
+    ]
+
+
+@pytest.mark.redis
+async def test_a_batch_of_links_reads_its_partition_s_closed_marker_once(redis_url: str) -> None:
+    """settle.lua asks whether a successor's partition is closed once per
+    call and partition, not once per link (a batch's links mostly go to one
+    partition; nothing in the call closes one): three links' successors
+    stored with four EXISTS, the marker's and each successor ID's."""
+    store = RedisStore.from_url(redis_url, namespace="memo", default_partitions=1)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        with trio.fail_after(30):
+            app, firsts = await _first_links(store, ["a", "b", "c"])
+            sent = _link_successes(app, firsts)
+            client.config_resetstat()
+            result = await store.settle(sent)
+            exists = client.info("commandstats")["cmdstat_exists"]["calls"]
+        assert result.settled == (True, True, True)
+        assert sorted(j.job.id for _, j in result.leased) == ["a.1", "b.1", "c.1"]
+        assert exists == 3 + 1
+    finally:
+        client.close()
+        await store.aclose()
+
+
+@pytest.mark.redis
+async def test_no_link_s_successor_goes_to_a_closed_partition(redis_url: str) -> None:
+    """A successor whose partition is closed (its version completed under a
+    worker with a stale topology) is not stored by the settle, for any link
+    of the batch: each success goes to the outbox, as before, and the
+    continuer enqueues the successor where the queue's topology now says."""
+    store = RedisStore.from_url(redis_url, namespace="shut", default_partitions=1)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        with trio.fail_after(30):
+            app, firsts = await _first_links(store, ["a", "b"])
+            sent = _link_successes(app, firsts)
+            client.set(store._ctx.keys.partition("default", 1, 0).closed, "1")
+            result = await store.settle(sent)
+            assert result.settled == (True, True) and result.leased == ()
+            assert await store.get_job("a.1") is None and await store.get_job("b.1") is None
+            entries = await store.next_continuations(["default"], 10, finished=[])
+        assert sorted(c.job_id for c in entries) == ["a.0", "b.0"]
+    finally:
+        client.close()
+        await store.aclose()
+
+
+@pytest.mark.redis
+async def test_a_batch_s_times_are_written_as_each_link_alone_would_write_them(
+    redis_url: str,
+) -> None:
+    """settle.lua works out a call's shared times once (now + a duration,
+    formatted as '%.17g'): every link of the batch gets the same exact texts
+    and scores a settle of it alone would write: its result's expiry, its
+    succeeded entry (24 h, its workflow's keep), its successor's lease
+    expiry in the record and in the leased index."""
+    store = RedisStore.from_url(redis_url, namespace="times", default_partitions=1)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        with trio.fail_after(30):
+            app, firsts = await _first_links(store, ["a", "b"])
+            result = await store.settle(_link_successes(app, firsts))
+        assert result.settled == (True, True) and len(result.leased) == 2
+        pk = store._ctx.keys.partition("default", 1, 0)
+        until = [client.hget(pk.job_prefix + w + ".0", "result_until") for w in "ab"]
+        done = [client.hget(pk.job_prefix + w + ".0", "finished_at") for w in "ab"]
+        expires = [client.hget(pk.job_prefix + w + ".1", "lease_expires_at") for w in "ab"]
+        assert until[0] == until[1] and expires[0] == expires[1] and done[0] == done[1]
+        now = float(done[0])
+        assert until[0] == "%.17g" % (now + 60) and expires[0] == "%.17g" % (now + 30)
+        for w in "ab":
+            assert client.zscore(pk.leased, w + ".1") == float(expires[0])
+            assert client.zscore(pk.succeeded, w + ".0") == float("%.17g" % (now + 86400))
+    finally:
+        client.close()
+        await store.aclose()

@@ -158,6 +158,36 @@ local now, now_s = clock()
 local parts = #KEYS / 6
 -- the next successor's first entry in ARGV (see kind 'c'), set below
 local succ_next
+-- whether each successor partition's "closed" marker exists, by its key:
+-- read once per call (nothing in this script closes a partition, so the
+-- answer holds for the whole call; a batch's links mostly go to one)
+local closed_memo = {}
+-- The numbers of the call's duration arguments, and the times now + d as
+-- '%.17g' writes them (the text redis.call makes of a Lua number), each
+-- worked out once per call and value: a batch's settlements mostly share
+-- their durations, and formatting and parsing numbers is a good part of
+-- what a settlement costs the server.
+local num_memo, later_memo = {}, {}
+
+-- tonumber(s), s an argument (a string)
+local function num(s)
+  local v = num_memo[s]
+  if v == nil then
+    v = tonumber(s) or false
+    num_memo[s] = v
+  end
+  return v or nil
+end
+
+-- string.format('%.17g', now + d)
+local function later_s(d)
+  local v = later_memo[d]
+  if not v then
+    v = string.format('%.17g', now + d)
+    if d == d then later_memo[d] = v end  -- (NaN is no table key)
+  end
+  return v
+end
 
 -- Store the successor at ARGV[t ..] (see kind 'c'), unless its workflow is
 -- marked cancelled or its partition closed: 8 when it is stored leased to
@@ -170,7 +200,13 @@ local function continue_chain(t)
   if left and left >= 0 and left < WORKFLOW_KEEP then
     redis.call('EXPIRE', mark, WORKFLOW_KEEP)  -- its flow runs on: its record too
   end
-  if redis.call('EXISTS', ARGV[t + 10]) == 1 then return false end
+  local marker = ARGV[t + 10]
+  local closed = closed_memo[marker]
+  if closed == nil then
+    closed = redis.call('EXISTS', marker) == 1
+    closed_memo[marker] = closed
+  end
+  if closed then return false end
   local id = ARGV[t]
   local key = ARGV[t + 11] .. id
   if redis.call('EXISTS', key) == 0 then
@@ -178,7 +214,7 @@ local function continue_chain(t)
     if token ~= '' then
       -- leased to the settling worker (see above): the index first
       local argv = ARGV
-      local exp_s = string.format('%.17g', now + tonumber(argv[t + 15]))
+      local exp_s = later_s(num(argv[t + 15]))
       redis.call('ZADD', argv[t + 13], '+inf', LEASED_SENTINEL, exp_s, id)
       -- write_record's fields (in its order), the lease's, then h and x:
       -- one HSET for the common link (no headers, a continuation)
@@ -289,18 +325,18 @@ local function settle_partition(part, first, last, res)
       -- every other outcome adds the attempt it ends to the job's history
       -- (add_attempt: the attempt count f[5] and its start ARGV[i + 7])
       if kind == 's' then
-        local retain = tonumber(ARGV[i + 5])
+        local retain = num(ARGV[i + 5])
         local flow = continues(f[8])
         if flow and retain < WORKFLOW_KEEP then
           -- a workflow job's record is kept, so its continuation's IDs stay taken
           retain = WORKFLOW_KEEP
         end
-        local ttl = tonumber(ARGV[i + 7])
+        local ttl = num(ARGV[i + 7])
         if retain > 0 or ttl or f[7] then
           if ttl then
             redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s,
               'lease_token', '', 'lease_owner', '', 'lease_expires_at', '',
-              'result', ARGV[i + 6], 'result_until', string.format('%.17g', now + ttl))
+              'result', ARGV[i + 6], 'result_until', later_s(ttl))
           else
             redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s,
               'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
@@ -309,7 +345,7 @@ local function settle_partition(part, first, last, res)
             -- retained for inspection: listed and counted, trimmed by the janitor
             local keep = retain
             if ttl and ttl > keep then keep = ttl end
-            redis.call('ZADD', succeeded, now + keep, id)
+            redis.call('ZADD', succeeded, later_s(keep), id)
           else
             -- kept only for its result, or for its waiters to read the outcome
             -- after their wake-up: no index entry, the record expires by itself
