@@ -457,12 +457,11 @@ async def test_a_batch_of_100_is_a_handful_of_statements(store: SqliteStore) -> 
         finally:
             conn.set_trace_callback(None)
 
-    (result, _), took, distinct = await store._db.write(work, what="test")
+    (result, _), _took, distinct = await store._db.write(work, what="test")
     assert result.settled == (True,) * 100
     # one SELECT, one UPDATE (run per kept row), one DELETE of the 50 dropped
     assert distinct == 3, statements[:5]
     assert len(statements) == 1 + 50 + 1
-    assert took < 0.5
     assert len(await sql(store, "SELECT id FROM jobs")) == 50
 
 
