@@ -206,14 +206,16 @@ async def test_a_connection_lost_in_a_block_is_retried_on_a_new_one(
             )
             quiet = _timer().quiet
             grant(quiet)
-            blocked, interrupted = quiet.blocked, quiet.interrupted
+            blocked = quiet.blocked
             cut.start()
             [r] = await store.enqueue_many([job("cut")])
             cut.join()
             assert r.created and r.job_id == "cut"
             assert proxy.statistics().resets == 1
             assert proxy.statistics().accepted == 2, "sent once more on a new connection"
-            assert quiet.blocked == blocked + 1 and quiet.interrupted == interrupted
+            # it waited blocking (at least once: on a loaded machine a timer of
+            # the run may end a block, and the wait blocks again after it)
+            assert quiet.blocked > blocked
             assert await store.get_job("cut") is not None
 
 
