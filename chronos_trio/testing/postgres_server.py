@@ -301,6 +301,12 @@ class PostgresServer:
         postmaster = self._postmaster_pid()
         victims = [proc.pid]
         if postmaster is not None:
+            # Stopped first, the postmaster forks no backend between the
+            # listing of its children and the kill (backends call setsid, so
+            # the process group below does not reach them; one left alive
+            # keeps the shared memory block and a restart refuses to start).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(postmaster, signal.SIGSTOP)
             victims += [postmaster, *_children_of(postmaster)]
         for pid in victims:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -310,7 +316,7 @@ class PostgresServer:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(10)
         deadline = time.monotonic() + 10
-        while postmaster is not None and _alive(postmaster) and time.monotonic() < deadline:
+        while any(_alive(pid) for pid in victims) and time.monotonic() < deadline:
             time.sleep(0.02)
         self._proc = None
 
