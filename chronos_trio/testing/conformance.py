@@ -977,16 +977,16 @@ async def check_checker_recovers_a_lease_expired_past_the_grace(fresh: Fresh) ->
     first = await lease(store, ttl=0.1)
     assert {lj.job.id for lj in first} == {"again", "last"}
     await store.enqueue_many([job("fresh")])
-    await trio.sleep(0.5)
+    await trio.sleep(1.2)
     await lease(store, count=1, ttl=0.1)  # "fresh": expired, but within the grace
-    report = await store.check(lease_grace=0.3)
+    report = await store.check(lease_grace=1.0)
     assert {(f.job_id, f.problem) for f in report.findings} == {
         ("again", Problem.EXPIRED_LEASE),
         ("last", Problem.EXPIRED_LEASE),
     }, report.findings
     assert not report.ok and all(f.repair is Repair.NONE for f in report.findings)
     assert await state_of(store, "again") is JobState.LEASED  # reporting changes nothing
-    report = await store.check(repair=True, lease_grace=0.3)
+    report = await store.check(repair=True, lease_grace=1.0)
     repairs = {f.job_id: f.repair for f in report.findings}
     assert repairs == {"again": Repair.RECOVERED, "last": Repair.DEAD_LETTERED}, report.findings
     assert report.ok
@@ -994,7 +994,10 @@ async def check_checker_recovers_a_lease_expired_past_the_grace(fresh: Fresh) ->
     assert again is not None and again.state is JobState.READY and not again.lease_token
     assert last is not None and last.state is JobState.DEAD
     assert "retries exhausted" in last.last_error
-    assert (await store.check(lease_grace=0.3)).findings == ()
+    # "fresh" may be past the grace by now on a loaded machine; the two
+    # repaired jobs must be gone from the report.
+    late = {f.job_id for f in (await store.check(lease_grace=1.0)).findings}
+    assert late <= {"fresh"}, late
     [leased] = await lease(store, count=1)
     assert leased.job.id == "again" and leased.job.attempts == 2
 
