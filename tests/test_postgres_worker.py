@@ -6,6 +6,7 @@ stores, poll-only waits, and the enqueue plan on a caller's own connection.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from typing import Any
 
@@ -182,3 +183,57 @@ def test_enqueue_plan_on_a_caller_s_connection(postgres_url: str) -> None:
             sql.SQL("SELECT id, state FROM {}.jobs ORDER BY id").format(sql.Identifier(schema))
         ).fetchall()
     assert found == [("t1", "ready"), ("t2", "scheduled"), ("warm", "ready")]
+
+
+async def test_a_claim_whose_caller_was_cancelled_gives_its_jobs_back(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease cancelled while its claim runs in the thread (a worker
+    stopping): the claim still commits there, for nobody; the thread then
+    releases those jobs, so they are ready at once with their attempt given
+    back, not leased until their 60 s leases expire (CI at load 9 found a
+    second worker waiting for them)."""
+    from chronos_trio.store.postgres._claim import Claimer
+
+    claim = Claimer.claim
+    claimed = threading.Event()
+
+    def slow_claim(self: Claimer, *args: Any) -> Any:
+        time.sleep(0.3)  # the caller is cancelled meanwhile
+        try:
+            return claim(self, *args)
+        finally:
+            claimed.set()
+
+    store = _store(postgres_url, f"w{next(_schemas)}")
+    try:
+        await store.enqueue_many([_job("a"), _job("b")])
+        monkeypatch.setattr(Claimer, "claim", slow_claim)
+        with trio.move_on_after(0.05) as scope:
+            await store.lease([QueueWeight("q")], 5, worker_id="gone", lease_duration=60)
+        assert scope.cancelled_caught
+        monkeypatch.setattr(Claimer, "claim", claim)
+        got: dict[str, int] = {}
+        with trio.fail_after(10):
+            assert await trio.to_thread.run_sync(claimed.wait, 10)
+            while len(got) < 2:  # the claim commits, then its thread releases
+                leased = await store.lease([QueueWeight("q")], 5, worker_id="w", lease_duration=60)
+                got |= {j.job.id: j.job.attempts for j in leased.jobs}
+                await trio.sleep(0.05)
+        assert got == {"a": 1, "b": 1}, "released with the attempt given back"
+    finally:
+        await store.aclose()
+
+
+def test_a_handoff_goes_to_exactly_one_side() -> None:
+    """The thread's result reaches the caller or is undone, never both and
+    never neither, in either order of the two."""
+    from chronos_trio.store.postgres._database import _Handoff
+
+    first: _Handoff[str] = _Handoff()
+    assert first.deliver("leases")  # the thread first: the caller takes it
+    assert not first.abandon()
+    assert first.taken() == "leases"
+    second: _Handoff[str] = _Handoff()
+    assert second.abandon()  # the caller gave up first: the thread undoes
+    assert not second.deliver("leases")

@@ -15,6 +15,7 @@ mode); a notification or the next due time ends one sooner.
 from __future__ import annotations
 
 import functools
+import logging
 import secrets
 from collections.abc import Sequence
 from typing import Any
@@ -36,8 +37,10 @@ from .._roles import (
     RecoverResult,
     RenewResult,
     ResultRole,
+    SettleKind,
     Settlement,
     SettleResult,
+    StoreError,
     WorkerRole,
 )
 from . import _results, _settle
@@ -46,6 +49,8 @@ from ._claim import Claimer
 from ._enqueue import enqueue_params, enqueue_query, enqueue_results
 from ._listen import RETRY_AFTER, Listener, Waiter
 from ._wake import DONE, OUTBOX, READY
+
+log = logging.getLogger("chronos_trio.store.postgres")
 
 #: A result waiter's registration outlives its wait by this much (s).
 _WAITER_SLACK = 5.0
@@ -116,7 +121,24 @@ class WorkerPart(PostgresPart, WorkerRole, ResultRole, FlowRole):
         def work(conn: psycopg.Connection[Any]) -> LeaseResult:
             return claimer.claim(conn, queues, count, worker_id, lease_duration, strict)
 
-        return await self._db.run(work, what="lease")
+        return await self._db.run(work, what="lease", undo=self._give_back)
+
+    def _give_back(self, result: LeaseResult) -> None:
+        """In the claim's thread, its caller cancelled before it got the
+        claim (a worker stopping): release the jobs leased to nobody, fenced
+        by their tokens, so they are ready at once rather than after their
+        leases expire. A failure here leaves that expiry to bring them back."""
+        if not result.jobs:
+            return
+        releases = [Settlement(leased.ref, SettleKind.RELEASE) for leased in result.jobs]
+        try:
+            self._db.run_blocking(
+                lambda conn: _settle.settle(conn, releases), "release of an abandoned claim"
+            )
+        except StoreError as exc:
+            log.warning(
+                "jobs claimed for a cancelled lease come back when their leases expire: %s", exc
+            )
 
     async def renew(self, leases: Sequence[LeaseRef], lease_duration: float) -> RenewResult:
         if not leases:
