@@ -79,17 +79,19 @@ async def test_a_second_worker_picks_up_released_jobs(backend: Backend, clock: o
     store = backend.store()
     first = Recorder(store)
     sleep = backend.pick(memory=1.0, redis=0.3)
-    async with first.app.open_worker(concurrency=1, shutdown_grace=0.1, **options(backend)):
+    # A lease far longer than the wait below: a job not released would wait
+    # for its expiry, and the wait can be generous on a loaded machine (CI
+    # took over 15 s for the PostgreSQL run at load 9).
+    opts = {**options(backend), "lease_duration": 300.0}
+    async with first.app.open_worker(concurrency=1, shutdown_grace=0.1, **opts):
         ids = {
             r.job_id
             for r in await first.work.enqueue_many([Work(i, sleep=sleep) for i in range(6)])
         }
         await wait_for(lambda: first.running == 1)
     second = Recorder(store)
-    async with second.app.open_worker(concurrency=6, **options(backend)) as worker:
-        # half the 30 s lease: a job not released would wait for its expiry (CI
-        # under load took over 5 s for the PostgreSQL run)
-        with trio.fail_after(15):
+    async with second.app.open_worker(concurrency=6, **opts) as worker:
+        with trio.fail_after(60):
             await worker.wait_idle()
     assert set(second.finished) == ids
 
