@@ -68,6 +68,14 @@ NOT_AT_START = (
     # the feed of an app's metrics object and its record (this app has none)
     "chronos_trio.runtime._metrics_feed",
     "chronos_trio.runtime._job_metric",
+    # Trio's TLS, DTLS, subprocess and file parts (``_lazy_trio``): on first use
+    "ssl",
+    "trio._dtls",
+    "trio._file_io",
+    "trio._highlevel_ssl_helpers",
+    "trio._path",
+    "trio._ssl",
+    "trio._subprocess",
 )
 #: ... nor, on Redis, the in-memory store, or what only it imports eagerly.
 NOT_AT_START_ON_REDIS = (
