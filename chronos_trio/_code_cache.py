@@ -25,7 +25,10 @@ bytecode in ``__pycache__``:
   class asks for it; any damage (a short or garbled file or entry, another
   format) is a miss, never an error;
 * written when the worker's app is imported (``cli``'s worker command,
-  before its Trio run) and again at the process's exit, each time only if
+  before its Trio run), when its first job's payload is decoded (before the
+  handler runs: what the decoding compiled, cattrs' code for the payload's
+  class, is kept by a worker that never exits gracefully too) and again at
+  the process's exit, each time only if
   something missed since: the entries used by this process and those
   already in the file (but only this process's when that would pass
   :data:`MAX_BYTES`), to a new file renamed over the old one, so workers
@@ -91,6 +94,7 @@ Entry = tuple[bytes, "int | None"]
 _stored: dict[str, Entry] = {}  # read from the file
 _used: dict[str, Entry] = {}  # asked for by this process, hit or miss
 _missed = 0
+_saved_after_first_job = False  # save_after_first_payload() has run
 
 
 def cache_dir() -> str | None:
@@ -378,8 +382,8 @@ def _open(directory: str, flags: int) -> None:
 
 
 def _forget() -> None:
-    global _path, _stored, _missed
-    _path = None
+    global _path, _stored, _missed, _saved_after_first_job
+    _path, _saved_after_first_job = None, False
     _stored, _missed = {}, 0
     _used.clear()
 
@@ -452,6 +456,20 @@ def save() -> None:
         data = marshal.dumps(entries)
     if write(_path, data):
         _stored, _missed = entries, 0
+
+
+def save_after_first_payload() -> None:
+    """:func:`save` once per process, when the first job's payload is
+    decoded (the worker's executor calls it for each job; only the first
+    call does anything): what its decoding compiled (cattrs' code for the
+    payload's class, its classes) is then kept for the next start, also when
+    this process never exits gracefully. Writes only when a compile missed
+    since the last save (a start whose classes all came from the file
+    writes nothing); never raises."""
+    global _saved_after_first_job
+    if not _saved_after_first_job:
+        _saved_after_first_job = True
+        save()
 
 
 def launched_as_worker() -> bool:

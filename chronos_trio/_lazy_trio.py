@@ -142,6 +142,7 @@ def install() -> bool:
         for name in [n for n in sys.modules if n == "trio" or n.startswith("trio.")]:
             del sys.modules[name]
         import trio  # noqa: F401
+
         return False
     stand_ins: list[ModuleType] = [sys.modules[name] for name in LAZY if name in sys.modules]
     stand_in_ids = set(map(id, stand_ins))
@@ -238,4 +239,3 @@ def _load_all() -> None:
             _left_out.clear()
         finally:
             _loading_thread = None
-

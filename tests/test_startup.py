@@ -205,6 +205,74 @@ def test_a_worker_compiles_no_attrs_class_it_compiled_at_its_last_start(tmp_path
     assert off == {"installed": False, "missed": 0, "used": 0, "forward_refs": 0}
 
 
+#: A worker app whose first job (an attrs payload: cattrs compiles its
+#: structure code when it is decoded) reports the code cache and ends the
+#: process at once, as the start-up benchmark's does (no graceful exit).
+TYPED_APP = """
+import json, os
+from contextlib import asynccontextmanager
+
+import attrs
+
+import chronos_trio
+
+
+@attrs.frozen
+class Payload:
+    n: int
+    name: str = "x"
+
+
+@asynccontextmanager
+async def enqueue_first(app):
+    await app.enqueue("typed.first", Payload(1))
+    yield {}
+
+
+app = chronos_trio.App(name="typed", lifespan=enqueue_first)
+
+
+@app.task("typed.first")
+async def first(args: Payload, job: chronos_trio.JobContext) -> None:
+    from chronos_trio import _code_cache
+
+    assert args == Payload(1)
+    with open(os.environ["STARTUP_REPORT"], "w") as f:
+        json.dump({"missed": _code_cache._missed, "used": len(_code_cache._used)}, f)
+    os._exit(0)
+"""
+
+
+def test_what_the_first_payload_compiled_is_kept_without_a_graceful_exit(
+    tmp_path: Path,
+) -> None:
+    """The first job's decoding compiles cattrs' code for its payload's
+    class; it is written to the cache right after (before the handler runs),
+    so a worker that never exits gracefully takes it from there next time."""
+    (tmp_path / "typed_app.py").write_text(TYPED_APP)
+    report = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if k != "CHRONOS_URL"}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]),
+        STARTUP_REPORT=str(report),
+        PYTHONHASHSEED="12",
+    )
+    env[_code_cache.ENV] = str(tmp_path / "code-cache")
+    argv = [sys.executable, "-m", "chronos_trio", "worker", "typed_app:app"]
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env, check=False
+        )
+        assert proc.returncode == 0, proc.stderr
+        runs.append(json.loads(report.read_text()))
+    first, second = runs
+    # the first start compiled everything, its last compiles (cattrs') then
+    # written before its handler ran; the second compiles nothing
+    assert first["missed"] == 0 and first["used"] > 100
+    assert second == {"missed": 0, "used": first["used"]}
+
+
 @pytest.mark.redis
 def test_redis_worker_reaches_its_first_job_without_redis_py(tmp_path: Path) -> None:
     """A plain redis:// URL: round trips on Trio sockets, no redis-py; the
