@@ -162,19 +162,22 @@ def _first_job_report(
     of ``watched`` loaded then (``loaded``), and our attrs classes loaded
     then whose ``__repr__``, ``__eq__`` or ``__hash__`` attrs generated
     (``generated_methods``)."""
-    (tmp_path / "startup_app.py").write_text(APP)
-    report = tmp_path / "report.json"
-    env = {k: v for k, v in os.environ.items() if k != "CHRONOS_URL"}
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]),
-        STARTUP_REPORT=str(report),
-        STARTUP_WATCHED=json.dumps(watched),
-    )
-    env[_code_cache.ENV] = str(tmp_path / "code-cache")
-    env.update(env_extra)
+    env = {"STARTUP_WATCHED": json.dumps(watched), **env_extra}
     if url is not None:
         env["STARTUP_URL"] = url
-    argv = [sys.executable, "-m", "chronos_trio", "worker", "startup_app:app"]
+    return _run_to_first_job(tmp_path, "startup_app", APP, **env)
+
+
+def _run_to_first_job(tmp_path: Path, module: str, source: str, **env_extra: str) -> dict[str, Any]:
+    """Run the worker command on ``source`` (its ``app``, as ``module``)
+    until its first job; what the job wrote to ``$STARTUP_REPORT``."""
+    (tmp_path / f"{module}.py").write_text(source)
+    report = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if k != "CHRONOS_URL"}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]), STARTUP_REPORT=str(report))
+    env[_code_cache.ENV] = str(tmp_path / "code-cache")
+    env.update(env_extra)
+    argv = [sys.executable, "-m", "chronos_trio", "worker", f"{module}:app"]
     proc = subprocess.run(
         argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env, check=False
     )
@@ -249,24 +252,9 @@ def test_what_the_first_payload_compiled_is_kept_without_a_graceful_exit(
     """The first job's decoding compiles cattrs' code for its payload's
     class; it is written to the cache right after (before the handler runs),
     so a worker that never exits gracefully takes it from there next time."""
-    (tmp_path / "typed_app.py").write_text(TYPED_APP)
-    report = tmp_path / "report.json"
-    env = {k: v for k, v in os.environ.items() if k != "CHRONOS_URL"}
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]),
-        STARTUP_REPORT=str(report),
-        PYTHONHASHSEED="12",
+    first, second = (
+        _run_to_first_job(tmp_path, "typed_app", TYPED_APP, PYTHONHASHSEED="12") for _ in range(2)
     )
-    env[_code_cache.ENV] = str(tmp_path / "code-cache")
-    argv = [sys.executable, "-m", "chronos_trio", "worker", "typed_app:app"]
-    runs = []
-    for _ in range(2):
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env, check=False
-        )
-        assert proc.returncode == 0, proc.stderr
-        runs.append(json.loads(report.read_text()))
-    first, second = runs
     # the first start compiled everything, its last compiles (cattrs') then
     # written before its handler ran; the second compiles nothing
     assert first["missed"] == 0 and first["used"] > 100
