@@ -44,6 +44,8 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
 
+from . import _trio_thread_names
+
 #: Trio's submodules a worker does not use before its first job, in the order
 #: ``trio/__init__`` imports them.
 LAZY = (
@@ -128,8 +130,8 @@ def install() -> bool:
     are imported at once and every placeholder replaced: Trio as usual)."""
     if turned_off() or "trio" in sys.modules:
         return False
-    finder = _StandInFinder()
-    sys.meta_path.insert(0, finder)
+    finders: list[Any] = [_StandInFinder(), _trio_thread_names.StandInFinder()]
+    sys.meta_path[:0] = finders
     try:
         import trio
     except Exception:  # a Trio whose import uses a placeholder: import it as usual
@@ -137,13 +139,16 @@ def install() -> bool:
     else:
         failed = False
     finally:
-        sys.meta_path.remove(finder)
+        for finder in finders:
+            sys.meta_path.remove(finder)
     if failed:
         for name in [n for n in sys.modules if n == "trio" or n.startswith("trio.")]:
             del sys.modules[name]
+        _trio_thread_names.forget()
         import trio  # noqa: F401
 
         return False
+    _trio_thread_names.settle()
     stand_ins: list[ModuleType] = [sys.modules[name] for name in LAZY if name in sys.modules]
     stand_in_ids = set(map(id, stand_ins))
     for module in stand_ins:

@@ -27,8 +27,8 @@ if sys.argv[1] == "worker":
     sys.argv = ["-m", "worker", "app:app"]
 import chronos_trio, trio, trio.lowlevel
 
-HEAVY = ("ssl", "trio._dtls", "trio._file_io", "trio._highlevel_ssl_helpers", "trio._path",
-         "trio._ssl", "trio._subprocess")
+HEAVY = ("ssl", "ctypes", "ctypes.util", "subprocess", "trio._dtls", "trio._file_io",
+         "trio._highlevel_ssl_helpers", "trio._path", "trio._ssl", "trio._subprocess")
 MODULES = ("trio", "trio.lowlevel", "trio.socket", "trio.abc", "trio.from_thread",
            "trio.to_thread")
 loaded_at_start = [name for name in HEAVY if name in sys.modules]
@@ -147,10 +147,12 @@ FAKE_TRIO = {
 }
 
 LOAD_LAZY = r"""
-import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("lazy_trio", sys.argv[1])
-lazy = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(lazy)
+import json, sys, types
+# the package's modules without its __init__ (which imports the real Trio)
+package = types.ModuleType("chronos_trio")
+package.__path__ = [sys.argv[1]]
+sys.modules["chronos_trio"] = package
+from chronos_trio import _lazy_trio as lazy
 installed = lazy.install()
 loaded = "trio._ssl" in sys.modules
 import trio, trio._other
@@ -161,6 +163,7 @@ print(json.dumps({
     "ssl_stream": [trio.SSLStream.__name__, trio.SSLStream.__module__],
     "open_process": trio.lowlevel.open_process.__module__,
     "path": trio.Path.__name__,
+    "other_ctypes": getattr(getattr(trio._other, "ctypes", None), "__file__", "absent"),
 }))
 """
 
@@ -172,6 +175,7 @@ print(json.dumps({
         ("from ._ssl import SSLStream as S\n", False),  # a private module binds one
         ("from . import _ssl\nS = _ssl.SSLStream\n", False),  # one binds a stand-in
         ("from ._ssl import SSLStream\nclass S(SSLStream): pass\n", False),  # one uses it
+        ("import ctypes\n", True),  # ctypes imported elsewhere: the real one at once
     ],
 )
 def test_a_trio_that_uses_the_left_out_parts_elsewhere_is_imported_whole(
@@ -190,7 +194,7 @@ def test_a_trio_that_uses_the_left_out_parts_elsewhere_is_imported_whole(
         (package / name).write_text(source)
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-c", LOAD_LAZY, str(ROOT / "chronos_trio" / "_lazy_trio.py")],
+        [sys.executable, "-c", LOAD_LAZY, str(ROOT / "chronos_trio")],
         env=env, capture_output=True, text=True, timeout=60, check=True, cwd=tmp_path,
     )  # fmt: skip
     report = json.loads(proc.stdout)
@@ -200,3 +204,43 @@ def test_a_trio_that_uses_the_left_out_parts_elsewhere_is_imported_whole(
     assert report["ssl_stream"] == ["SSLStream", "trio"]
     assert report["open_process"] == "trio.lowlevel"
     assert report["path"] == "Path"
+    if "ctypes" in other:
+        assert report["other_ctypes"].endswith("__init__.py")  # the real package
+    else:
+        assert report["other_ctypes"] == "absent"
+
+
+#: The OS name of a thread Trio runs a named job in, read by the job.
+THREAD_NAME = r"""
+import sys
+if sys.argv[1] == "worker":
+    sys.orig_argv = [sys.executable, "-m", "chronos_trio", "worker", "app:app"]
+    sys.argv = ["-m", "worker", "app:app"]
+import threading
+import chronos_trio, trio
+
+def comm():
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm") as f:
+        return f.read().strip()
+
+async def main():
+    return [await trio.to_thread.run_sync(comm, thread_name=name) for name in ("first job", "2nd")]
+
+print(" / ".join(trio.run(main)), "ctypes" in sys.modules)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_threads_are_named_as_trio_names_them() -> None:
+    """The worker's Trio imports ``ctypes`` at its first named thread, and
+    names the OS thread as a plain import of Trio does."""
+    env = {k: v for k, v in os.environ.items() if k != "CHRONOS_LAZY_TRIO"}
+    env.update(PYTHONPATH=str(ROOT), CHRONOS_CODE_CACHE="off")
+    outs = []
+    for mode in ("plain", "worker"):
+        proc = subprocess.run(
+            [sys.executable, "-c", THREAD_NAME, mode],
+            env=env, capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        outs.append(proc.stdout)
+    assert outs[0] == outs[1] == "first job / 2nd True\n"

@@ -76,6 +76,10 @@ NOT_AT_START = (
     "trio._path",
     "trio._ssl",
     "trio._subprocess",
+    # what Trio's thread cache imports to name its threads: at the first one
+    # (``_trio_thread_names``)
+    "ctypes",
+    "subprocess",
 )
 #: ... nor, on Redis, the in-memory store, or what only it imports eagerly.
 NOT_AT_START_ON_REDIS = (
