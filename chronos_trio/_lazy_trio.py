@@ -40,11 +40,11 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
 
 from . import _trio_thread_names
+from ._stand_ins import StandInFinder
 
 #: Trio's submodules a worker does not use before its first job, in the order
 #: ``trio/__init__`` imports them.
@@ -78,35 +78,16 @@ class Placeholder:
         self.name = name
 
 
-class _StandInLoader:
-    """Makes the stand-in module of one of :data:`LAZY`."""
+def _fill_with_placeholders(module: ModuleType) -> None:
+    """A stand-in of one of :data:`LAZY`: each of its names a placeholder."""
+    name_of_module = module.__name__
 
-    @staticmethod
-    def create_module(spec: ModuleSpec) -> ModuleType:
-        module = ModuleType(spec.name)
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Placeholder(name_of_module, name)
 
-        def __getattr__(name: str) -> Any:
-            if name.startswith("__"):
-                raise AttributeError(name)
-            return Placeholder(spec.name, name)
-
-        module.__getattr__ = __getattr__  # type: ignore[method-assign]
-        return module
-
-    @staticmethod
-    def exec_module(module: ModuleType) -> None:
-        return None
-
-
-class _StandInFinder:
-    """Finds the stand-ins while :func:`install` imports Trio."""
-
-    @staticmethod
-    def find_spec(fullname: str, path: Any, target: Any = None) -> ModuleSpec | None:
-        if fullname in LAZY:
-            loader: Any = _StandInLoader()  # a Loader by protocol (no importlib.abc import)
-            return ModuleSpec(fullname, loader)
-        return None
+    module.__getattr__ = __getattr__  # type: ignore[method-assign]
 
 
 #: The names left out, by holder: {module name: {name: (lazy module, its
@@ -130,7 +111,10 @@ def install() -> bool:
     are imported at once and every placeholder replaced: Trio as usual)."""
     if turned_off() or "trio" in sys.modules:
         return False
-    finders: list[Any] = [_StandInFinder(), _trio_thread_names.StandInFinder()]
+    finders: list[Any] = [
+        StandInFinder(LAZY, _fill_with_placeholders),
+        _trio_thread_names.stand_in_finder(),
+    ]
     sys.meta_path[:0] = finders
     try:
         import trio

@@ -9,7 +9,7 @@ handlers run on Trio's loop starts no thread before its first job: about
 10M instructions and a fork and exec (about 2 ms) spent for nothing.
 
 While :mod:`chronos_trio._lazy_trio` imports Trio (the worker command only),
-``ctypes`` and ``ctypes.util`` are stand-ins (:class:`StandInFinder`) whose
+``ctypes`` and ``ctypes.util`` are stand-ins (:func:`stand_in_finder`) whose
 ``find_library`` finds nothing and whose ``CDLL`` cannot load a library, so
 the thread cache's look-up ends where it ends on a platform without the
 function (``set_os_thread_name`` None). :func:`settle` then takes the
@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from importlib.machinery import ModuleSpec
 from types import ModuleType
-from typing import Any
+
+from ._stand_ins import StandInFinder, is_stand_in
 
 #: The modules stood in for while Trio imports.
 STANDS_IN_FOR = ("ctypes", "ctypes.util")
@@ -49,43 +49,23 @@ class _NoLibrary:
         raise OSError("ctypes is loaded at the first thread (chronos_trio._trio_thread_names)")
 
 
-class _StandInLoader:
-    @staticmethod
-    def create_module(spec: ModuleSpec) -> ModuleType:
-        module = ModuleType(spec.name)
-        if spec.name == "ctypes":
-            module.__path__ = []
-            module.CDLL = _NoLibrary  # type: ignore[attr-defined]
-        else:
-            module.find_library = _find_no_library  # type: ignore[attr-defined]
-        return module
-
-    @staticmethod
-    def exec_module(module: ModuleType) -> None:
-        return None
+def _fill(module: ModuleType) -> None:
+    if module.__name__ == "ctypes":
+        module.__path__ = []
+        module.CDLL = _NoLibrary  # type: ignore[attr-defined]
+    else:
+        module.find_library = _find_no_library  # type: ignore[attr-defined]
 
 
-class StandInFinder:
+def stand_in_finder() -> StandInFinder:
     """Finds the stand-ins of :data:`STANDS_IN_FOR` (while Trio imports)."""
-
-    @staticmethod
-    def find_spec(fullname: str, path: Any, target: Any = None) -> ModuleSpec | None:
-        if fullname in STANDS_IN_FOR:
-            loader: Any = _StandInLoader()
-            return ModuleSpec(fullname, loader)
-        return None
-
-
-def _is_stand_in(value: object) -> bool:
-    return isinstance(value, ModuleType) and isinstance(
-        getattr(value, "__loader__", None), _StandInLoader
-    )
+    return StandInFinder(STANDS_IN_FOR, _fill)
 
 
 def forget() -> None:
     """Take the stand-ins out of ``sys.modules`` (Trio's import failed)."""
     for name in STANDS_IN_FOR:
-        if _is_stand_in(sys.modules.get(name)):
+        if is_stand_in(sys.modules.get(name)):
             del sys.modules[name]
 
 
@@ -101,7 +81,7 @@ def settle() -> bool:
         for name, module in list(sys.modules.items())
         if isinstance(module, ModuleType)
         for key, value in list(vars(module).items())
-        if _is_stand_in(value)
+        if is_stand_in(value) and value.__name__ in STANDS_IN_FOR
     ]
     expected = (
         cache is not None
