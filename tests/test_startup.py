@@ -80,6 +80,7 @@ NOT_AT_START = (
     # (``_trio_thread_names``)
     "ctypes",
     "subprocess",
+    "tempfile",  # only a metrics manager's directory
 )
 #: ... nor, on Redis, the in-memory store, or what only it imports eagerly.
 NOT_AT_START_ON_REDIS = (
