@@ -26,10 +26,16 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 # First, before anything else is imported: ``_collector`` holds the cyclic
 # collector off when the process is the command line, and ``_code_cache``
 # (which imports it first) hooks a worker's cache of the code attrs compiles
-# before any attrs class is defined (both a no-op for any other importer of
-# the package or command).
+# before any attrs class is defined, and ``_lazy_trio`` imports a worker's
+# Trio without the parts it does not use at start (each a no-op for any other
+# importer of the package or command).
 from . import _code_cache as _code_cache
 from . import _collector as _collector
+from . import _lazy_trio as _lazy_trio
+
+if _code_cache.launched_as_worker():
+    _lazy_trio.install()
+
 from .records import HISTORY_LIMIT as HISTORY_LIMIT
 from .records import NO_PLACEMENT as NO_PLACEMENT
 from .records import ActionRefused as ActionRefused

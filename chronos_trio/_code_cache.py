@@ -25,13 +25,21 @@ bytecode in ``__pycache__``:
   class asks for it; any damage (a short or garbled file or entry, another
   format) is a miss, never an error;
 * written when the worker's app is imported (``cli``'s worker command,
-  before its Trio run) and again at the process's exit, each time only if
+  before its Trio run), when its first job's payload is decoded (before the
+  handler runs: what the decoding compiled, cattrs' code for the payload's
+  class, is kept by a worker that never exits gracefully too) and again at
+  the process's exit, each time only if
   something missed since: the entries used by this process and those
   already in the file (but only this process's when that would pass
   :data:`MAX_BYTES`), to a new file renamed over the old one, so workers
   starting together each write a whole file and the last one stays. A
   directory that cannot be made or written leaves the cache unwritten,
   nothing else.
+
+At the worker command's start attrs is not imported yet: ``attr._make``
+is then loaded with the hook already set as its global ``compile``, so the
+classes attrs defines for itself at its own import (its validators,
+converters, ``Attribute``) are cached too.
 
 What a class does is unchanged: the code object is the one ``compile()``
 returns for that source (``marshal`` keeps it whole, as it does a module's
@@ -53,10 +61,13 @@ import __future__
 
 import atexit
 import builtins
+import functools
 import marshal
+import operator
 import os
 import sys
 from collections.abc import Callable
+from importlib.machinery import PathFinder, SourceFileLoader
 from types import CodeType, ModuleType
 from typing import Any
 
@@ -83,6 +94,7 @@ Entry = tuple[bytes, "int | None"]
 _stored: dict[str, Entry] = {}  # read from the file
 _used: dict[str, Entry] = {}  # asked for by this process, hit or miss
 _missed = 0
+_saved_after_first_job = False  # save_after_first_payload() has run
 
 
 def cache_dir() -> str | None:
@@ -94,13 +106,16 @@ def cache_dir() -> str | None:
     return os.path.join(base, "chronos_trio")
 
 
+#: Every ``__future__`` compiler flag (what a ``compile()`` call inherits).
+_FUTURE_MASK = functools.reduce(
+    operator.or_, (getattr(__future__, name).compiler_flag for name in __future__.all_feature_names)
+)
+
+
 def future_flags(func: Any) -> int:
     """The ``__future__`` compiler flags of ``func``'s code: what a
     ``compile()`` called from it inherits."""
-    mask = 0
-    for name in __future__.all_feature_names:
-        mask |= getattr(__future__, name).compiler_flag
-    flags: int = func.__code__.co_flags & mask
+    flags: int = func.__code__.co_flags & _FUTURE_MASK
     return flags
 
 
@@ -312,8 +327,15 @@ def _unmarshal(data: bytes) -> CodeType | None:
 def install() -> bool:
     """Read the cache and hook attrs' compile (and ``typing.ForwardRef``'s,
     when it compiles where it is hooked); False (nothing done) when the
-    cache is off or attrs does not compile where it is hooked."""
-    global _path, _flags, _typing_flags, _stored
+    cache is off or attrs does not compile where it is hooked.
+
+    When attrs is not imported yet (the worker command: this runs at the
+    package's import), its ``attr._make`` is loaded with the name
+    ``compile`` already set in its namespace (:class:`_AttrsMakeFinder`), so
+    the classes attrs defines for itself at its own import (its validators,
+    converters, ``Attribute``: about 20M instructions of compiling) come
+    from the cache too."""
+    global _typing_flags
     if _path is not None:
         return True
     directory = cache_dir()
@@ -321,17 +343,27 @@ def install() -> bool:
         return False
     import typing
 
-    import attr._make as make
-
-    attrs_caller = getattr(make, "_compile_and_eval", None)
     typing_caller = getattr(typing.ForwardRef, "__init__", None)
-    if not _hooks(make, attrs_caller):
-        return False
     hook_typing = _hooks(typing, typing_caller)
-    _flags = future_flags(attrs_caller)
     _typing_flags = future_flags(typing_caller) if hook_typing else 0
-    _path = os.path.join(directory, file_name(_flags, _typing_flags))
-    _stored = read(_path)
+    finder = None
+    if "attr._make" not in sys.modules:
+        finder = _AttrsMakeFinder(directory)
+        sys.meta_path.insert(0, finder)
+    try:
+        import attr._make as make
+    finally:
+        if finder is not None and finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+    attrs_caller = getattr(make, "_compile_and_eval", None)
+    preset = vars(make).get("compile") is cached_compile
+    if preset:
+        del make.compile  # type: ignore[attr-defined]  # set again below, once checked
+    if not _hooks(make, attrs_caller):
+        _forget()
+        return False
+    if not preset:
+        _open(directory, future_flags(attrs_caller))
     make.compile = cached_compile  # type: ignore[attr-defined]
     if hook_typing:
         typing.compile = cached_eval_compile  # type: ignore[attr-defined]
@@ -341,9 +373,64 @@ def install() -> bool:
     return True
 
 
+def _open(directory: str, flags: int) -> None:
+    """Name the cache file for attrs' ``__future__`` flags and read it."""
+    global _path, _flags, _stored
+    _flags = flags
+    _path = os.path.join(directory, file_name(_flags, _typing_flags))
+    _stored = read(_path)
+
+
+def _forget() -> None:
+    global _path, _stored, _missed, _saved_after_first_job
+    _path, _saved_after_first_job = None, False
+    _stored, _missed = {}, 0
+    _used.clear()
+
+
+class _AttrsMakeFinder:
+    """Finds ``attr._make`` as the import system would, and loads it with
+    :data:`cached_compile` set as its global ``compile`` before its code
+    runs (where attrs' ``_compile_and_eval`` looks the name up); the cache
+    file is read then, once the flags of attrs' code are known. Only for a
+    plain source file loader (anything else is loaded as found, and the
+    hook is set after the import); removed from ``sys.meta_path`` at its
+    first use."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "attr._make":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = PathFinder.find_spec(fullname, path, target)
+        if spec is not None and type(spec.loader) is SourceFileLoader:
+            spec.loader = _AttrsMakeLoader(spec.loader.name, spec.loader.path, self.directory)
+        return spec
+
+
+class _AttrsMakeLoader(SourceFileLoader):
+    """``attr._make``'s source loader: its code runs with ``compile`` set in
+    its namespace (see :class:`_AttrsMakeFinder`), the cache file read in
+    ``directory`` first."""
+
+    def __init__(self, fullname: str, path: str, directory: str) -> None:
+        super().__init__(fullname, path)
+        self.directory = directory
+
+    def exec_module(self, module: ModuleType) -> None:
+        code = self.get_code(module.__name__)
+        if code is None:  # pragma: no cover - a source file loader always has code
+            raise ImportError(f"no code for {module.__name__!r}", name=module.__name__)
+        _open(self.directory, code.co_flags & _FUTURE_MASK)
+        module.compile = cached_compile  # type: ignore[attr-defined]
+        exec(code, vars(module))
+
+
 def uninstall() -> None:
     """Take the hook away and forget the cache (for tests)."""
-    global _path, _stored, _missed
     import typing
 
     import attr._make as make
@@ -353,9 +440,7 @@ def uninstall() -> None:
         del make.compile  # type: ignore[attr-defined]
     if vars(typing).get("compile") is cached_eval_compile:
         del typing.compile  # type: ignore[attr-defined]
-    _path = None
-    _stored, _missed = {}, 0
-    _used.clear()
+    _forget()
 
 
 def save() -> None:
@@ -371,6 +456,20 @@ def save() -> None:
         data = marshal.dumps(entries)
     if write(_path, data):
         _stored, _missed = entries, 0
+
+
+def save_after_first_payload() -> None:
+    """:func:`save` once per process, when the first job's payload is
+    decoded (the worker's executor calls it for each job; only the first
+    call does anything): what its decoding compiled (cattrs' code for the
+    payload's class, its classes) is then kept for the next start, also when
+    this process never exits gracefully. Writes only when a compile missed
+    since the last save (a start whose classes all came from the file
+    writes nothing); never raises."""
+    global _saved_after_first_job
+    if not _saved_after_first_job:
+        _saved_after_first_job = True
+        save()
 
 
 def launched_as_worker() -> bool:

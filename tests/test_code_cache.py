@@ -297,3 +297,56 @@ def test_the_hooks_compile_with_their_callers_future_flags(
     finally:
         _code_cache.uninstall()
     assert "compile" not in vars(make) and "compile" not in vars(typing)
+
+
+#: The worker command's start as far as the package's import, reporting what
+#: the cache holds of attrs' own classes (its validators, ``Attribute``...).
+ATTRS_OWN = r"""
+import inspect, json, sys
+sys.orig_argv = [sys.executable, "-m", "chronos_trio", "worker", "app:app"]
+sys.argv = ["-m", "worker", "app:app"]
+assert "attr" not in sys.modules
+import chronos_trio
+from chronos_trio import _code_cache
+import attr, attr._make as make
+
+own = [key for key in _code_cache._used if key.split("\0")[0].split(" ")[-1].startswith("attr.")]
+print(json.dumps({
+    "own": len(own),
+    "missed": _code_cache._missed,
+    "hooked": vars(make).get("compile") is _code_cache.cached_compile,
+    "origin": make.__spec__.origin == make.__file__,
+    "source": "def _compile_and_eval" in inspect.getsource(make),
+    "finder_left": any(type(f).__name__ == "_AttrsMakeFinder" for f in sys.meta_path),
+    "validator": repr(attr.validators.instance_of(int)),
+}))
+"""
+
+
+def test_attrs_own_classes_come_from_the_cache_at_the_workers_second_start(
+    tmp_path: Path,
+) -> None:
+    """The worker command loads ``attr._make`` with the hook already in its
+    namespace: the classes attrs defines for itself at its import are
+    compiled once, then taken from the file; the module is otherwise the
+    one the import system finds (its file, its source)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "3"}
+    env[_code_cache.ENV] = str(tmp_path)
+
+    def start() -> dict[str, object]:
+        proc = subprocess.run(
+            [sys.executable, "-c", ATTRS_OWN],
+            env=env, capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        report: dict[str, object] = json.loads(proc.stdout)
+        return report
+
+    first = start()
+    assert isinstance(first["own"], int) and first["own"] > 10
+    assert first["hooked"] and first["origin"] and first["source"]
+    assert not first["finder_left"]
+    assert first["validator"] == "<instance_of validator for type <class 'int'>>"
+    assert first["missed"] >= first["own"]  # type: ignore[operator]
+    second = start()  # the file was written at the first one's exit
+    assert second["own"] == first["own"]
+    assert second["missed"] == 0

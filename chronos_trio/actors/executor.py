@@ -38,6 +38,7 @@ from typing import Any, cast
 import attrs
 import trio
 
+from .._code_cache import save_after_first_payload
 from ..records._codec import decode_payload, encode_payload
 from ..records._errors import PayloadError, RateLimited, Retry, SkipRetry
 from ..records._jobs import Job, LeaseRef, abort_error
@@ -252,6 +253,7 @@ async def _run_handler(rt: Runtime, entry: Entry, slot: Slot, watchdog: Watchdog
         return Settlement(ref, SettleKind.DEAD, error=str(exc))
     except Exception as exc:  # a decoder bug must not crash the executor
         return Settlement(ref, SettleKind.DEAD, error=f"payload does not decode: {exc!r}")
+    save_after_first_payload()  # the code cache: what the first decode compiled
     deadline = trio.current_time() + job.timeout
     ctx = JobContext(
         job=job,

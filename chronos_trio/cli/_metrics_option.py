@@ -21,8 +21,6 @@ import argparse
 import contextlib
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -57,6 +55,8 @@ def multiprocess_dir() -> tuple[str, bool]:
     if given:
         os.makedirs(given, exist_ok=True)
         return given, False
+    import tempfile  # only a metrics manager makes one: not at a worker's start
+
     made = tempfile.mkdtemp(prefix="chronos-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
     return made, True
@@ -133,5 +133,7 @@ def manager_dir(args: argparse.Namespace, managing: bool) -> Iterator[None]:
         yield
     finally:
         if made:
+            import shutil
+
             shutil.rmtree(path, ignore_errors=True)
             os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
