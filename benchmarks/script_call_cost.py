@@ -21,7 +21,9 @@ payloads) before the case:
 * ``peek_equal`` / ``peek_distinct``: peek_ready.lua over 64 entries that
   share one due time (a bulk enqueue's) / each have their own (jobs
   enqueued one at a time): what a Cluster's lease asks of every partition
-  first (EVALSHA only).
+  first (EVALSHA only); ``peek_distinct_16`` the same read no further
+  than 16 entries (its ``ARGV[3]``, what a lease of 64 over 8 partitions
+  asks first).
 
 The function form of a script is its pieces and own text inside a Lua
 function that a registered function calls once, on its first call, to
@@ -60,7 +62,10 @@ TAG = "{bq:p1}"
 #: lease.lua's keys of one partition (see its header).
 KEYS = [f"{TAG}:{k}" for k in ("ready", "leased", "tokens", "job:", "dead", "damaged")]
 FUNCTION = "bench_lease"
-CASES = ("trivial", "lease_empty", "lease_one", "lease_64", "peek_equal", "peek_distinct")
+CASES = (
+    "trivial", "lease_empty", "lease_one", "lease_64", "peek_equal", "peek_distinct",
+    "peek_distinct_16",
+)  # fmt: skip
 
 
 def library(script: S.Script, name: str) -> bytes:
@@ -118,7 +123,8 @@ def _calls(c: redis.Redis, case: str, mode: str, calls: int, shas: dict[str, str
     c.echo("mark")  # the server dumps its counts before this runs
     for _ in range(calls):
         if case.startswith("peek"):
-            c.execute_command("EVALSHA", shas["peek"], 1, KEYS[0], 64)
+            cap = [0, 16] if case.endswith("_16") else []
+            c.execute_command("EVALSHA", shas["peek"], 1, KEYS[0], 64, *cap)
         elif mode == "evalsha":
             sha = shas["trivial" if case == "trivial" else "lease"]
             c.execute_command("EVALSHA", sha, len(KEYS), *KEYS, *argv)
