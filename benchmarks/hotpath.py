@@ -25,6 +25,9 @@ Cases (the paths every job takes):
 * ``redis_cluster_drain``: ``redis_drain`` on a local 3-master Redis
   Cluster, the queue in 8 partitions (issue 27 item 6: the worker's Python
   side of the peek, lease and settle round trips to every master);
+* ``redis_cluster_drain_distinct``: the same with a due time of its own
+  for every job, 1 ms apart (as jobs enqueued one at a time have them: a
+  batch then comes from every partition, not one or two);
 * ``asyncio_enqueue``: ``await AsyncioProducer(app=...).enqueue`` one at a
   time under ``asyncio.run`` against a private redis-server (the asyncio
   producer's Python side of one enqueue, the event loop's share included);
@@ -80,10 +83,10 @@ from pathlib import Path
 CASES = (
     "enqueue", "drain", "sync_enqueue", "redis_enqueue", "redis_drain", "asyncio_enqueue",
     "asyncio_bulk", "redis_bulk", "sync_bulk", "redis_chain", "redis_wf_start", "redis_wf_result",
-    "redis_cluster_drain",
+    "redis_cluster_drain", "redis_cluster_drain_distinct",
 )  # fmt: skip
 #: The cases that need a Redis Cluster (their URL is the cluster's).
-CLUSTER_CASES = {"redis_cluster_drain"}
+CLUSTER_CASES = {"redis_cluster_drain", "redis_cluster_drain_distinct"}
 #: The cases that need a redis-server.
 REDIS_CASES = {
     "arq_enqueue",
@@ -156,7 +159,7 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
                 await worker.wait_idle()  # the last settle
 
         trio.run(drain)
-    elif case in ("redis_drain", "redis_cluster_drain"):
+    elif case in ("redis_drain", "redis_cluster_drain", "redis_cluster_drain_distinct"):
         assert redis_url is not None
         from chronos_trio.store.redis import RedisStore
 
@@ -165,7 +168,15 @@ def _run_case(case: str, n: int, redis_url: str | None) -> None:
 
         async def redis_drain() -> None:
             task = app.tasks["bench.job"]
-            await task.enqueue_many(payloads)
+            if case == "redis_cluster_drain_distinct":
+                now = await app.store.now()
+                jobs = [
+                    attrs.evolve(j, run_at=now - 60 + i * 0.001)
+                    for i, j in enumerate(task.new_jobs(payloads))
+                ]
+                await app.enqueue_jobs(jobs)
+            else:
+                await task.enqueue_many(payloads)
             async with app.open_worker(concurrency=64) as worker:
                 await all_ran.wait()
                 await worker.wait_idle()  # the last settle

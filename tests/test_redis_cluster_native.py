@@ -186,7 +186,7 @@ async def test_a_batch_over_every_master_goes_on_after_dead_connections_and_nosc
             [Op.script_call(script, [f"{k}:z"], [5]) for k in keys]
             + [Op.command(k, "INCR", k) for k in keys]
         )
-        assert got == [[]] * len(keys) + [2] * len(keys)
+        assert got == [[0]] * len(keys) + [2] * len(keys)  # an empty zset's peek: no runs
         assert adapter.stats.script_loads == loads + len(keys)
     await store.aclose()
 

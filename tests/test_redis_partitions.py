@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import attrs
 import pytest
+import redis as redis_py
 import trio
 
 from chronos_trio import App, JobContext, NewJob
@@ -303,3 +304,36 @@ async def test_recovery_over_8_partitions_takes_the_earliest_expired_first(
         queues = [QueueWeight("q"), QueueWeight("r")]
         back = (await store.lease(queues, 100, worker_id="w", lease_duration=30)).jobs
         assert sorted(lj.job.id for lj in back) == sorted(early + late + other)
+
+
+def test_the_lease_peek_stops_at_its_cap_and_says_so(redis_server: RedisServer) -> None:
+    # peek_ready.lua's ARGV[3]: distinct due times are read no further than
+    # the cap (each costs a formatted score), and the reply's first entry
+    # says whether entries may follow; runs counted first may go past it
+    from chronos_trio.store.redis._scripts import PEEK_READY
+
+    r = redis_py.Redis(port=redis_server.port)
+    key = "{peekcap}:ready"
+    r.delete(key)
+    r.zadd(key, {f"j{i:03d}": 1000 + i for i in range(100)})
+
+    def peek(*argv: int) -> list[object]:
+        return list(r.eval(PEEK_READY.source, 1, key, *argv))
+
+    assert peek(64, 0, 16) == [
+        1,
+        *itertools.chain.from_iterable((b"%d" % (1000 + i), 1) for i in range(16)),
+    ]
+    assert peek(64, 90, 16) == [
+        0,
+        *itertools.chain.from_iterable((b"%d" % (1090 + i), 1) for i in range(10)),
+    ]
+    assert peek(8)[0] == 0 and len(peek(8)) == 1 + 2 * 8
+    r.delete(key)
+    r.zadd(key, {f"j{i:03d}": 5 for i in range(100)})
+    assert peek(64, 0, 16) == [0, b"5", 64]  # one run of 64: counted, not read
+    r.delete(key)
+    r.zadd(key, {f"j{i:03d}": 5 + i // 10 for i in range(100)})
+    # four runs of 10 counted past the cap of 16, then nothing more read
+    assert peek(64, 0, 16) == [1, b"5", 10, b"6", 10, b"7", 10, b"8", 10]
+    r.close()

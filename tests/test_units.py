@@ -402,6 +402,37 @@ def test_earliest_runs_takes_the_earliest_source_by_source_on_ties(
     assert taken == want
 
 
+@given(
+    st.lists(_RUNS, min_size=1, max_size=6), st.integers(1, 40), st.integers(1, 12), st.booleans()
+)
+def test_a_capped_peek_read_further_where_needed_splits_as_a_full_peek(
+    raw: list[list[tuple[int, int]]], n: int, cap: int, whole_runs: bool
+) -> None:
+    from chronos_trio.store.redis._alloc import earliest_bounded, read_further
+
+    # each source: its first n entries as runs (what a full peek_ready.lua
+    # describes), and the same cut at cap entries (in the middle of a run,
+    # as its last ZRANGE may, or past it, as its counted runs may)
+    full, capped, cut = [], {}, set()
+    for k, runs in enumerate(raw):
+        merged: dict[float, int] = {}
+        for score, count in runs:
+            merged[float(score)] = merged.get(float(score), 0) + count
+        entries = [s for s, c in sorted(merged.items()) for _ in range(c)]
+        first = entries[:n]
+        full.append((f"s{k}", [(s, first.count(s)) for s in sorted(set(first))]))
+        if whole_runs and len(first) > cap and first[cap - 1] == first[cap]:
+            shown = [e for e in first if e <= first[cap - 1]]  # a run counted past the cap
+        else:
+            shown = first[:cap]
+        capped[f"s{k}"] = [(s, shown.count(s)) for s in sorted(set(shown))]
+        if len(shown) < len(entries) and len(shown) < n:
+            cut.add(f"s{k}")
+    for key in read_further(capped, cut, n):
+        capped[key] = dict(full)[key]
+    assert earliest_bounded([(k, capped[k]) for k, _ in full], n) == earliest_bounded(full, n)
+
+
 def test_a_payload_typed_none_decodes_null_and_refuses_anything_else() -> None:
     assert decode_payload(b"null", type(None)) is None
     with pytest.raises(PayloadError, match="does not structure as None: got int"):

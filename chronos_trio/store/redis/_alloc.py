@@ -5,7 +5,7 @@ partition, equal due times go by job ID)."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -45,6 +45,45 @@ def runs(flat: Sequence[bytes | int]) -> list[tuple[float, int]]:
     """``[score, count, score, count, ...]`` (a peek_ready.lua reply) as
     (score, count) runs."""
     return [(float(flat[i]), int(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+
+#: The fewest entries a lease's peek describes of a partition (see :func:`peek_cap`).
+PEEK_FLOOR = 8
+
+
+def peek_cap(count: int, partitions: int) -> int:
+    """How many entries a lease of ``count`` jobs over ``partitions``
+    partitions of one queue has the peek describe of each: twice an even
+    share (at least :data:`PEEK_FLOOR`, at most ``count``). A partition whose
+    share turns out larger is read again in full (:func:`read_further`)."""
+    return min(count, max(PEEK_FLOOR, 2 * -(-count // max(1, partitions))))
+
+
+def nth_score(sources: Sequence[Sequence[tuple[float, int]]], n: int) -> float | None:
+    """The score of the ``n``-th earliest entry (1-based) of all the runs of
+    ``sources`` (each sorted by score); None when they hold fewer."""
+    seen = 0
+    for score, count in heapq.merge(*sources):
+        seen += count
+        if seen >= n:
+            return score
+    return None
+
+
+def read_further(
+    heads: Mapping[K, Sequence[tuple[float, int]]], cut: Collection[K], n: int
+) -> list[K]:
+    """The sources of ``cut`` (whose runs in ``heads`` may stop short of
+    their entries) whose entries past those runs could be among the ``n``
+    earliest of all the sources of ``heads``: each one of them when all the
+    runs hold fewer than ``n`` entries, else those whose last run scores no
+    higher than the ``n``-th earliest entry (a later entry of any other
+    scores higher: it cannot be among them, and every source's runs then
+    describe its share and the entry after it exactly)."""
+    if not cut:
+        return []
+    bar = nth_score(list(heads.values()), n)
+    return [k for k in cut if bar is None or not heads[k] or heads[k][-1][0] <= bar]
 
 
 def earliest_runs(sources: Sequence[tuple[K, Sequence[tuple[float, int]]]], n: int) -> dict[K, int]:

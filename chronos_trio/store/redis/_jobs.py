@@ -16,10 +16,12 @@ Cluster a script touches one slot: lease and promote first peek at the
 partitions' heads (one more round trip) and then run a script per partition
 with its share; settle runs one per partition. Lease's peek reads each
 partition's due times as runs of equal ones (peek_ready.lua), not its
-entries, and equal due times go partition by partition, from a partition
-each store picks at random: the jobs of one enqueue_many call share a due
-time, so a drain's batch is one or two scripts, not one per partition, and
-concurrent workers start on different masters. Jobs that flow control
+entries, first no more than twice an even share of them (a partition whose
+share may be larger is peeked again in full), and equal due times go
+partition by partition, from a partition each store picks at random: the
+jobs of one enqueue_many call share a due time, so a drain's batch is one
+or two scripts, not one per partition, and concurrent workers start on
+different masters. Jobs that flow control
 holds back (or expires) are replaced in the queue's one order: on one node
 within the lease script, on a Cluster by further rounds when a partition
 cannot make up for them by itself (see _lease_rounds). Promote's and
@@ -76,7 +78,7 @@ from .._roles import (
 )
 from . import _kinds as redis  # isinstance(client, redis.Redis) without importing redis-py
 from . import _scripts as S
-from ._alloc import earliest, earliest_bounded, pairs, runs
+from ._alloc import earliest, earliest_bounded, pairs, peek_cap, read_further, runs
 from ._chain_settle import successor_args, to_warm
 from ._codec import (
     READ_FIELDS,
@@ -527,20 +529,55 @@ async def _lease_peek(
     entries: the jobs of one enqueue_many call share a due time, and
     sending, decoding and merging 64 entries of each of 8 partitions per
     lease cost more than the lease scripts. A key of the wrong type reads
-    as empty (its lease script then fails alone)."""
-    flat = [pk for pks in slots.values() for pk in pks]
+    as empty (its lease script then fails alone).
+
+    Of a queue's partitions the peek first describes :func:`~._alloc.peek_cap`
+    entries each (jobs of distinct due times cost Redis a formatted score
+    each: 64 of them about 470,000 instructions a partition); a partition
+    whose entries past those could be among the queue's ``count`` earliest
+    (:func:`~._alloc.read_further`) is peeked again in full, in a second
+    round trip. So the runs returned describe every partition's share of
+    the ``count`` earliest and the entry after it exactly, as a full peek
+    would."""
     skip = skip or {}
-    replies = await ctx.adapter.execute(
-        [
-            Op.script_call(
-                S.PEEK_READY, [pk.ready], [count, skip[pk]] if skip.get(pk) else [count], soft=True
-            )
-            for pk in flat
-        ]
-    )
-    return {
-        pk: [] if isinstance(r, Exception) else runs(r) for pk, r in zip(flat, replies, strict=True)
-    }
+    caps = {pk: peek_cap(count, len(pks)) for pks in slots.values() for pk in pks}
+    heads, cut = await _peek(ctx, caps, count, skip)
+    again = [
+        pk
+        for pks in slots.values()
+        for pk in read_further({pk: heads[pk] for pk in pks}, cut & set(pks), count)
+    ]
+    if again:
+        fuller, _ = await _peek(ctx, dict.fromkeys(again, count), count, skip)
+        heads.update(fuller)
+    return heads
+
+
+async def _peek(
+    ctx: StoreContext, caps: dict[PartitionKeys, int], count: int, skip: dict[PartitionKeys, int]
+) -> tuple[dict[PartitionKeys, list[tuple[float, int]]], set[PartitionKeys]]:
+    """peek_ready.lua of each partition of ``caps``, reading no further than
+    its cap: the runs of each, and the partitions whose peek stopped at its
+    cap with entries left."""
+    flat = list(caps)
+    ops = []
+    for pk in flat:
+        argv: list[object] = [count]
+        if caps[pk] < count:
+            argv += [skip.get(pk, 0), caps[pk]]
+        elif skip.get(pk):
+            argv.append(skip[pk])
+        ops.append(Op.script_call(S.PEEK_READY, [pk.ready], argv, soft=True))
+    heads: dict[PartitionKeys, list[tuple[float, int]]] = {}
+    cut: set[PartitionKeys] = set()
+    for pk, r in zip(flat, await ctx.adapter.execute(ops), strict=True):
+        if isinstance(r, Exception):
+            heads[pk] = []
+            continue
+        if r[0] == 1:
+            cut.add(pk)
+        heads[pk] = runs(r[1:])
+    return heads, cut
 
 
 def _partitions_done(
