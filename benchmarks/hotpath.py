@@ -364,31 +364,29 @@ def _flush(redis_url: str) -> None:
         redis.Redis.from_url(redis_url).flushall()
 
 
-def _instructions(tree: Path, case: str, n: int, redis_url: str | None) -> int:
-    if redis_url:
-        _flush(redis_url)
+def callgrind_instructions(tree: Path, command: list[str]) -> int:
+    """The instructions ``command`` (a program and its arguments) runs under
+    callgrind, in ``tree`` with that tree's ``chronos_trio`` imported
+    (``PYTHONPATH``) and a fixed hash seed."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
-        argv = [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={out}",
-            str(PEER_CASES.get(case, sys.executable)),
-            str(HERE),
-            "--run",
-            case,
-            "--n",
-            str(n),
-        ]
-        if redis_url:
-            argv += ["--redis-url", redis_url]
+        argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command]
         subprocess.run(argv, cwd=tree, env=env, check=True, capture_output=True)
         text = out.read_text()
     match = re.search(r"^summary: (\d+)", text, re.M) or re.search(r"^totals: (\d+)", text, re.M)
     if match is None:
         raise RuntimeError("callgrind wrote no summary")
     return int(match.group(1))
+
+
+def _instructions(tree: Path, case: str, n: int, redis_url: str | None) -> int:
+    if redis_url:
+        _flush(redis_url)
+    command = [str(PEER_CASES.get(case, sys.executable)), str(HERE), "--run", case, "--n", str(n)]
+    if redis_url:
+        command += ["--redis-url", redis_url]
+    return callgrind_instructions(tree, command)
 
 
 def per_job(tree: Path, case: str, n: int, redis_url: str | None) -> float:

@@ -95,6 +95,37 @@ def test_the_walk_reads_the_continuations_it_wrote_without_decoding(
     assert loaded == [first.then]
 
 
+@pytest.mark.parametrize("name", ["plain", "headers", "non-ascii"])
+def test_every_link_of_a_chain_takes_the_direct_path(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the link before the last included: its successor is the flow's last
+    # step (continuation {"wf":ID}), made without the general walk
+    node, kw = FLOWS[name]
+    first = start(node, "wf-d", **kw).jobs[0]
+    assert first.then is not None
+    general: list[str] = []
+    apply = _workflow._apply
+
+    def counting(after: Any, result: bytes | None, job_id: str = "") -> Any:
+        general.append(job_id)
+        return apply(after, result, job_id)
+
+    monkeypatch.setattr(_workflow, "_apply", counting)
+    then: str | None = first.then
+    job_id = first.id
+    last = None
+    while then is not None:
+        got = chain_successor(then, b"1", job_id)
+        if got is None:
+            break
+        last = got.jobs[0]
+        then, job_id = last.then, last.id
+    assert general == []
+    assert last is not None and last.id == f"wf-d.{len(node.links) - 1}"  # type: ignore[union-attr]
+    assert last.then is not None and '"seq"' not in last.then  # the flow's last step
+
+
 def test_an_older_worker_s_text_is_read_as_it_means() -> None:
     first = start(chain(*links(5)), "wf-3", headers=(("h", "v"),)).jobs[0]
     assert first.then is not None

@@ -571,19 +571,22 @@ def _next_link(
     """What :func:`_apply` makes of a chain link's continuation ``after``
     (``"seq"``, decoded) in the common case, worked out directly (a chain's
     every link pays for it): its next link is one step, more links follow
-    it, and no failure handling is in effect. None in every other case,
-    which the general walk decides. ``text``: ``after``'s text when it is
-    exactly ``flow_json.dumps(after)`` (one this function wrote): the next
+    it or it is the flow's last step (nothing after the chain), and no
+    failure handling is in effect. None in every other case, which the
+    general walk decides. ``text``: ``after``'s text when it is exactly
+    ``flow_json.dumps(after)`` (one this function wrote): the next
     continuation is then cut from it rather than encoded. Raises as
     :func:`_apply` does (a damaged continuation; one over
     :data:`MAX_CONTINUATION_BYTES`)."""
     rest = after["seq"]
-    if type(rest) is not list or len(rest) < 2 or after.get("fl") is not None:
+    if type(rest) is not list or not rest or after.get("fl") is not None:
         return None
     first = rest[0]
     if type(first) is not dict or "job" not in first:
         return None
     outer = after.get("after")
+    if len(rest) == 1:
+        return None if outer is not None else _last_link(after, first["job"], result)
     if outer is not None and _allows_failures(outer):
         return None
     headers = _headers_of(after)
@@ -611,18 +614,8 @@ def _next_link(
         ):
             then = _SEQ_OPEN + text[cut:]
     if then is None:
-        then = flow_json.dumps(nxt)
-        if flow_json.size(then) > MAX_CONTINUATION_BYTES:
-            raise ValueError(
-                f"a workflow step's continuation is over {MAX_CONTINUATION_BYTES} bytes"
-            )
-    j = first["job"]
-    p = j["p"]
-    job = NewJob(
-        id=j["id"], queue=j["queue"], kind=j["kind"],
-        payload=base64.b64decode(p) if p is not None else (result or b"null"),
-        delay=j["d"], max_retries=j["mr"], timeout=j["to"], headers=headers, then=then,
-    )  # fmt: skip
+        then = _encoded(nxt)
+    job = _link_job(first["job"], result, headers, then)
     if len(then) <= _MADE_LONGEST:
         if len(_MADE) >= _MADE_MOST or _made_chars[0] + len(then) > _MADE_CHARS:
             _MADE.clear()
@@ -630,6 +623,41 @@ def _next_link(
         _MADE[then] = nxt
         _made_chars[0] += len(then)
     return Steps(jobs=(job,), workflow=wf)
+
+
+def _last_link(after: dict[str, Any], j: dict[str, Any], result: bytes | None) -> Steps:
+    """:func:`_next_link` when the next link is the chain's last and nothing
+    follows the chain: that job, its continuation only the flow's headers
+    and workflow (``{"wf":ID}``, what :func:`_run` writes for a flow's last
+    step; none without a workflow), as :func:`_apply` makes it."""
+    headers = _headers_of(after)
+    wf = _workflow_of(after)
+    then = None
+    if wf is not None:
+        then = _encoded({"h": dict(headers), "wf": wf} if headers else {"wf": wf})
+    return Steps(jobs=(_link_job(j, result, headers, then),), workflow=wf)
+
+
+def _encoded(after: dict[str, Any]) -> str:
+    """The text of continuation ``after`` as :func:`_run` writes it;
+    ValueError when it is over :data:`MAX_CONTINUATION_BYTES`."""
+    then = flow_json.dumps(after)
+    if flow_json.size(then) > MAX_CONTINUATION_BYTES:
+        raise ValueError(f"a workflow step's continuation is over {MAX_CONTINUATION_BYTES} bytes")
+    return then
+
+
+def _link_job(
+    j: dict[str, Any], result: bytes | None, headers: Headers, then: str | None
+) -> NewJob:
+    """The job of a chain's next link ``j`` (a step's ``"job"``) on its
+    predecessor's ``result``, as :func:`_run` makes it."""
+    p = j["p"]
+    return NewJob(
+        id=j["id"], queue=j["queue"], kind=j["kind"],
+        payload=base64.b64decode(p) if p is not None else (result or b"null"),
+        delay=j["d"], max_retries=j["mr"], timeout=j["to"], headers=headers, then=then,
+    )  # fmt: skip
 
 
 def _load(then: str) -> Any:

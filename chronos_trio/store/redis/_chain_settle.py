@@ -54,10 +54,9 @@ def successor_args(
     the token it is leased under ('' none: no token given, or its queue is
     paused, whose jobs wait ready)."""
     job = successor.job
-    metas = core.cached_metas([job.queue])
-    if metas is None:
+    meta = core.cached_meta(job.queue)
+    if meta is None:
         return None
-    meta = metas[job.queue]
     versions = meta.versions
     if not versions or len(versions) != 1 or meta.active is not versions[0]:
         return None
