@@ -207,12 +207,24 @@ def _summary(path: Path) -> int:
     return int(match.group(1)) if match else 0
 
 
+def wait_until_serving(server: subprocess.Popen[bytes], port: int) -> None:
+    """Until the redis-server ``server`` (slow under valgrind) answers a
+    PING on ``port``; RuntimeError if it exits or 60 s pass first."""
+    from chronos_trio.testing.redis_server import _ping
+
+    deadline = time.monotonic() + 60
+    while _ping(port, 1.0) is None:
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("redis-server under valgrind did not start")
+        time.sleep(0.2)
+
+
 def measure(tree: Path, n: int, enqueue_batch: int = 0) -> dict[str, Any]:
     """Run the workload of ``tree`` against a fresh server under callgrind:
     per phase its instructions, jobs and script calls; the script sizes.
     ``enqueue_batch`` > 0: the enqueue phases only, in calls of that many jobs."""
     sys.path.insert(0, str(HERE.parent.parent))
-    from chronos_trio.testing.redis_server import _ping, free_port
+    from chronos_trio.testing.redis_server import free_port
 
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="chronos-cg-") as tmp:
@@ -230,11 +242,7 @@ def measure(tree: Path, n: int, enqueue_batch: int = 0) -> dict[str, Any]:
         ]  # fmt: skip
         server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            deadline = time.monotonic() + 60
-            while _ping(port, 1.0) is None:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("redis-server under valgrind did not start")
-                time.sleep(0.2)
+            wait_until_serving(server, port)
             report = Path(tmp) / "report.json"
             env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
             subprocess.run(

@@ -56,7 +56,9 @@ from chronos_trio.store.redis import _scripts as S
 from chronos_trio.store.redis._codec import RECORD_FORMAT
 from chronos_trio.store.redis._compose import resolve
 from chronos_trio.store.redis.keys import LEASED_SENTINEL
-from chronos_trio.testing.redis_server import _ping, free_port
+from chronos_trio.testing.redis_server import free_port
+
+from .redis_scripts import wait_until_serving
 
 TAG = "{bq:p1}"
 #: lease.lua's keys of one partition (see its header).
@@ -152,11 +154,7 @@ def measure(calls: int, *, cluster: bool) -> list[tuple[str, str, float]]:
         server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         order: list[tuple[str, str]] = []
         try:
-            deadline = time.monotonic() + 60
-            while _ping(port, 1.0) is None:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("redis-server under valgrind did not start")
-                time.sleep(0.2)
+            wait_until_serving(server, port)
             c = redis.Redis(port=port)
             if cluster:
                 c.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
