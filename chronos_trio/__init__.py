@@ -50,7 +50,6 @@ from .records import Dag as Dag
 from .records import DuplicateJob as DuplicateJob
 from .records import EnqueueResult as EnqueueResult
 from .records import FlowStep as FlowStep
-from .records import Graph as Graph
 from .records import Group as Group
 from .records import InspectorError as InspectorError
 from .records import IsolationError as IsolationError
@@ -95,7 +94,6 @@ from .records import UnknownTask as UnknownTask
 from .records import WorkerInfo as WorkerInfo
 from .records import attempt_history as attempt_history
 from .records import chain as chain
-from .records import graph as graph
 from .records import group as group
 from .records._version import VERSION as _VERSION
 
@@ -120,11 +118,13 @@ if _TYPE_CHECKING:
     from .app import Workflow as Workflow
     from .app import schedule_rows as schedule_rows
     from .records import FlowNode as FlowNode
+    from .records import Graph as Graph
     from .records import StepView as StepView
     from .records import WorkflowAbortResult as WorkflowAbortResult
     from .records import WorkflowRecord as WorkflowRecord
     from .records import WorkflowState as WorkflowState
     from .records import WorkflowView as WorkflowView
+    from .records import graph as graph
     from .runtime import JobContext as JobContext
     from .runtime import JobMetric as JobMetric
     from .runtime import Metrics as Metrics
@@ -157,6 +157,8 @@ __version__ = _VERSION
 #: The public names loaded on first use, and the subpackage of each.
 _LAZY = {
     "FlowNode": "records._flow_control",
+    "Graph": "records._graph",
+    "graph": "records._graph",
     "StepView": "records._flow_control",
     "WorkflowAbortResult": "records._flow_control",
     "WorkflowRecord": "records._flow_control",

@@ -16,7 +16,6 @@ import trio
 
 from ..records._control import ConcurrencyLimit, RateLimit, control_defaults
 from ..records._errors import ResultNotKeptWarning
-from ..records._flow_start import FlowStarts, LazyPredecessors, WorkflowStart
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import (
     DEFAULT_MAX_RETRIES,
@@ -65,6 +64,7 @@ from ._schedules import build_schedule, check_unique
 from ._task import ProducerHook, Task, TaskDecorator
 
 if TYPE_CHECKING:
+    from ..records._flow_start import FlowStarts, WorkflowStart
     from ._inspector import Inspector
 
 P = TypeVar("P")
@@ -109,14 +109,24 @@ class App:
         self.max_payload_bytes = max_payload_bytes
         #: Called for every job this app builds (see :meth:`producer_hook`).
         self.producer_hooks: list[ProducerHook] = []
-        #: each flow's start made once (records._flow_start)
-        self._flow_starts = FlowStarts(_allowing)
+        #: each flow's start made once (records._flow_start): made at the
+        #: first workflow started, so a worker that starts none never loads it
+        self._flow_starts_made: FlowStarts | None = None
         self._store_url: str | None = None
         self._store: Store | None = None
         if store is not None:
             self.use_store(store)
         #: What workers of this app run: tasks, hooks, schedules.
         self.registry = Registry(name, lifespan=lifespan, metrics=metrics)
+
+    @property
+    def _flow_starts(self) -> FlowStarts:
+        """The app's templates of its flows' starts, made at first use."""
+        if self._flow_starts_made is None:
+            from ..records._flow_start import FlowStarts
+
+            self._flow_starts_made = FlowStarts(_allowing)
+        return self._flow_starts_made
 
     # -- store -------------------------------------------------------------------
     @property
@@ -508,6 +518,8 @@ class App:
         good, unless a chain's or group's ``on_failure`` nearer that step
         takes it; TypeError when its task cannot take a StepFailure.
         """
+        from ..records._flow_start import LazyPredecessors, WorkflowStart
+
         node = as_node(workflow)
         wid = workflow_id or new_job_id()
         hooks = self.producer_hooks

@@ -39,9 +39,6 @@ from ._errors import UnknownTask as UnknownTask
 from ._flow_outcomes import BatchSummary as BatchSummary
 from ._flow_outcomes import MemberOutcome as MemberOutcome
 from ._flow_outcomes import StepFailure as StepFailure
-from ._flow_start import WorkflowStart as WorkflowStart
-from ._graph import Graph as Graph
-from ._graph import graph as graph
 from ._history import attempt_history as attempt_history
 from ._jobs import FINISHED_STATES as FINISHED_STATES
 from ._jobs import PENDING_STATES as PENDING_STATES
@@ -89,6 +86,9 @@ if TYPE_CHECKING:
     from ._flow_control import WorkflowRecord as WorkflowRecord
     from ._flow_control import WorkflowState as WorkflowState
     from ._flow_control import WorkflowView as WorkflowView
+    from ._flow_start import WorkflowStart as WorkflowStart
+    from ._graph import Graph as Graph
+    from ._graph import graph as graph
 
 _fixup(__name__, globals())
 del _fixup
@@ -108,6 +108,9 @@ _LAZY = {
         ),
         "_flow_control",
     ),
+    "WorkflowStart": "_flow_start",
+    "Graph": "_graph",
+    "graph": "_graph",
     "KindCounts": "_aggregates",
     "MinuteCounts": "_aggregates",
 }
