@@ -81,9 +81,13 @@ NOT_AT_START = (
     "ctypes",
     "subprocess",
     "tempfile",  # only a metrics manager's directory
-    # starting a workflow: the templates of its start, its record's keep,
-    # the graph builder (App._flow_starts is made at the first start)
+    # what builds and starts a workflow: its step, chain, group and graph
+    # classes (records._workflow, which runs a workflow's steps, holds none),
+    # the templates of its start, its record's tree and keep, the graph
+    # builder (App._flow_starts is made at the first start)
+    "chronos_trio.records._flow_build",
     "chronos_trio.records._flow_start",
+    "chronos_trio.records._flow_encoding",
     "chronos_trio.records._flow_keep",
     "chronos_trio.records._graph",
 )
@@ -99,7 +103,6 @@ NOT_AT_START_ON_REDIS = (
     # a workflow's record and views: reading or aborting one (a worker only
     # runs its steps)
     "chronos_trio.records._flow_control",
-    "chronos_trio.records._flow_encoding",
     "chronos_trio.app._workflow_control",
     # the per-minute aggregates' records: built when the aggregator first
     # writes (after the first jobs), read by the dashboard
