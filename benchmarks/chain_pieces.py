@@ -52,8 +52,9 @@ def _run_piece(piece: str, n: int) -> None:
     """The piece itself, ``n`` times (run in the measured process)."""
     from chronos_trio.actors import completer
     from chronos_trio.records import _workflow
+    from chronos_trio.records._flow_build import FlowStep, chain, start
     from chronos_trio.records._jobs import Job, JobState, LeasedJob
-    from chronos_trio.records._workflow import FlowStep, chain, chain_successor, start
+    from chronos_trio.records._workflow import chain_successor
     from chronos_trio.store import SettleKind, Settlement, Successor
     from chronos_trio.store._results import QueueVersion, VersionState
     from chronos_trio.store.redis import _chain_settle, _jobs

@@ -17,8 +17,9 @@ not run Trio (threads, asyncio): ``chronos_trio.producers``.
 Importing the package is cheap and does not import Trio: the records (jobs
 and errors) load at once, every other public name on first use (PEP 562),
 with the other names of its module. ``import chronos_trio.producers`` relies
-on it, and a worker never loads what it does not use (the Inspector, a
-workflow's record and views, the in-memory store of a worker on Redis).
+on it, and a worker never loads what it does not use (the Inspector, what
+builds a workflow, its record and views, the in-memory store of a worker on
+Redis).
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
@@ -43,15 +44,10 @@ from .records import ActorFailed as ActorFailed
 from .records import Attempt as Attempt
 from .records import AttemptOutcome as AttemptOutcome
 from .records import BatchSummary as BatchSummary
-from .records import Chain as Chain
 from .records import ChronosError as ChronosError
 from .records import ConcurrencyLimit as ConcurrencyLimit
-from .records import Dag as Dag
 from .records import DuplicateJob as DuplicateJob
 from .records import EnqueueResult as EnqueueResult
-from .records import FlowStep as FlowStep
-from .records import Graph as Graph
-from .records import Group as Group
 from .records import InspectorError as InspectorError
 from .records import IsolationError as IsolationError
 from .records import Job as Job
@@ -94,9 +90,6 @@ from .records import UnknownQueue as UnknownQueue
 from .records import UnknownTask as UnknownTask
 from .records import WorkerInfo as WorkerInfo
 from .records import attempt_history as attempt_history
-from .records import chain as chain
-from .records import graph as graph
-from .records import group as group
 from .records._version import VERSION as _VERSION
 
 if _TYPE_CHECKING:
@@ -119,12 +112,20 @@ if _TYPE_CHECKING:
     from .app import VersionInfo as VersionInfo
     from .app import Workflow as Workflow
     from .app import schedule_rows as schedule_rows
+    from .records import Chain as Chain
+    from .records import Dag as Dag
     from .records import FlowNode as FlowNode
+    from .records import FlowStep as FlowStep
+    from .records import Graph as Graph
+    from .records import Group as Group
     from .records import StepView as StepView
     from .records import WorkflowAbortResult as WorkflowAbortResult
     from .records import WorkflowRecord as WorkflowRecord
     from .records import WorkflowState as WorkflowState
     from .records import WorkflowView as WorkflowView
+    from .records import chain as chain
+    from .records import graph as graph
+    from .records import group as group
     from .runtime import JobContext as JobContext
     from .runtime import JobMetric as JobMetric
     from .runtime import Metrics as Metrics
@@ -156,7 +157,15 @@ __version__ = _VERSION
 
 #: The public names loaded on first use, and the subpackage of each.
 _LAZY = {
+    "Chain": "records._flow_build",
+    "Dag": "records._flow_build",
+    "FlowStep": "records._flow_build",
+    "Group": "records._flow_build",
+    "chain": "records._flow_build",
+    "group": "records._flow_build",
     "FlowNode": "records._flow_control",
+    "Graph": "records._graph",
+    "graph": "records._graph",
     "StepView": "records._flow_control",
     "WorkflowAbortResult": "records._flow_control",
     "WorkflowRecord": "records._flow_control",

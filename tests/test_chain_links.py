@@ -14,16 +14,8 @@ import pytest
 import redis
 
 from chronos_trio.records import _workflow
-from chronos_trio.records._workflow import (
-    FlowStep,
-    Node,
-    advance,
-    chain,
-    chain_successor,
-    group,
-    nothing_follows,
-    start,
-)
+from chronos_trio.records._flow_build import FlowStep, Node, chain, group, start
+from chronos_trio.records._workflow import advance, chain_successor, nothing_follows
 from chronos_trio.store.redis import _scripts
 
 

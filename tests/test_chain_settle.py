@@ -213,7 +213,7 @@ def test_only_a_single_due_job_is_a_successor() -> None:
     inc, total = app.tasks["inc"], app.tasks["total"]
 
     def first_then(flow: Any) -> str:
-        from chronos_trio.records._workflow import start
+        from chronos_trio.records._flow_build import start
 
         (job, *_) = start(flow, "w").jobs
         assert job.then is not None

@@ -14,8 +14,9 @@ from chronos_trio import App, MemoryStore
 from chronos_trio.dashboard import dashboard_app
 from chronos_trio.dashboard._story import first_step_id, position, timeline
 from chronos_trio.records._attempts import Attempt, AttemptOutcome
+from chronos_trio.records._flow_build import chain, group, start
 from chronos_trio.records._jobs import Job, JobState
-from chronos_trio.records._workflow import advance, chain, group, start
+from chronos_trio.records._workflow import advance
 from chronos_trio.store import QueueWeight, SettleKind, Settlement
 from tests._dashboard import populate_dashboard
 from tests.tests_app import make_app

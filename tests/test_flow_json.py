@@ -11,23 +11,23 @@ import pytest
 
 from chronos_trio.records import _flow_json as flow_json
 from chronos_trio.records import _workflow as wf
-from chronos_trio.records._workflow import FlowStep, chain, group
+from chronos_trio.records._flow_build import Chain, FlowStep, chain, group, start
 
 
-def _flow() -> wf.Chain:
+def _flow() -> Chain:
     step = FlowStep("link", "default", None, 3, 60.0, result_type=int)
     first = FlowStep("link", "default", b"0", 3, 60.0, delay=0.5, result_type=int)
     return chain(first, step, group(step, chain(step, step)), FlowStep("s", "q", None, 1, 1.0))
 
 
 def test_a_continuation_is_written_as_json_wrote_it() -> None:
-    for job in wf.start(_flow(), "w", headers=(("trace", "t1"),)).jobs:
+    for job in start(_flow(), "w", headers=(("trace", "t1"),)).jobs:
         assert job.then is not None
         assert job.then == json.dumps(json.loads(job.then), separators=(",", ":"))
 
 
 def test_advancing_a_chain_gives_the_same_jobs_as_json_would() -> None:
-    then = wf.start(_flow(), "w").jobs[0].then
+    then = start(_flow(), "w").jobs[0].then
     assert then is not None
     steps = wf.advance(then, b"1")
     [nxt] = steps.jobs

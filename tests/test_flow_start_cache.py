@@ -24,8 +24,9 @@ from chronos_trio import (
 from chronos_trio.app._app import _allowing
 from chronos_trio.app._batch import batch_flow
 from chronos_trio.records import _flow_start
+from chronos_trio.records._flow_build import as_node, predecessors
 from chronos_trio.records._flow_start import FlowStarts
-from chronos_trio.records._workflow import MAX_CONTINUATION_BYTES, as_node, predecessors
+from chronos_trio.records._workflow import MAX_CONTINUATION_BYTES
 
 
 def make_app(queue: str = "default") -> App:

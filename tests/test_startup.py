@@ -81,6 +81,15 @@ NOT_AT_START = (
     "ctypes",
     "subprocess",
     "tempfile",  # only a metrics manager's directory
+    # what builds and starts a workflow: its step, chain, group and graph
+    # classes (records._workflow, which runs a workflow's steps, holds none),
+    # the templates of its start, its record's tree and keep, the graph
+    # builder (App._flow_starts is made at the first start)
+    "chronos_trio.records._flow_build",
+    "chronos_trio.records._flow_start",
+    "chronos_trio.records._flow_encoding",
+    "chronos_trio.records._flow_keep",
+    "chronos_trio.records._graph",
 )
 #: ... nor, on Redis, the in-memory store, or what only it imports eagerly.
 NOT_AT_START_ON_REDIS = (

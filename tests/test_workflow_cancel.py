@@ -251,7 +251,7 @@ def test_an_older_workers_continuation_without_a_workflow_id_still_continues() -
 def test_new_continuations_carry_their_workflow_id() -> None:
     app, _ = cancel_app(MemoryStore())
     add = app.tasks["add"]
-    from chronos_trio.records._workflow import start
+    from chronos_trio.records._flow_build import start
 
     first = start(chain(group(add.s(1), add.s(2)), app.tasks["total"].s()), "a.b")
     assert first.workflow == "a.b"

@@ -294,7 +294,7 @@ def test_failure_handling_is_checked_when_the_flow_is_built() -> None:
 
 def test_describe_shows_failure_handling() -> None:
     f = Flows(MemoryStore())
-    from chronos_trio.records._workflow import start
+    from chronos_trio.records._flow_build import start
 
     steps = start(chain(f.add.s(1), f.add.s()), "d", on_failure=f.failed.s())
     assert describe(steps.jobs[0].then) == "add (d.1) -> on failure: failed (d.on_failure)"

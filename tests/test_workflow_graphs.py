@@ -34,13 +34,8 @@ from chronos_trio import (
 )
 from chronos_trio.actors import continuer
 from chronos_trio.records import DagStep
-from chronos_trio.records._workflow import (
-    MAX_CONTINUATION_BYTES,
-    advance,
-    describe,
-    predecessors,
-    start,
-)
+from chronos_trio.records._flow_build import predecessors, start
+from chronos_trio.records._workflow import MAX_CONTINUATION_BYTES, advance, describe
 from chronos_trio.store import SettleKind, Settlement
 from tests._backends import Backend
 

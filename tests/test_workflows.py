@@ -217,7 +217,7 @@ def _random_flow(rng: Any, step: Any, depth: int = 0) -> Any:
 
 def _paths(node: Any, path: str, after: set[str]) -> dict[str, set[str]]:
     """Every job's path and the paths that must have succeeded before it."""
-    from chronos_trio.records._workflow import Chain, FlowStep, Group
+    from chronos_trio.records._flow_build import Chain, FlowStep, Group
 
     if isinstance(node, FlowStep):
         return {path: set(after)}

@@ -16,7 +16,6 @@ import trio
 
 from ..records._control import ConcurrencyLimit, RateLimit, control_defaults
 from ..records._errors import ResultNotKeptWarning
-from ..records._flow_start import FlowStarts, LazyPredecessors, WorkflowStart
 from ..records._jobs import EnqueueResult, NewJob
 from ..records._options import (
     DEFAULT_MAX_RETRIES,
@@ -36,17 +35,6 @@ from ..records._options import (
 from ..records._producing import DEFAULT_MAX_PAYLOAD_BYTES, job_headers, new_job_id
 from ..records._retry import RetryPolicy
 from ..records._unique import Unique, unique_of
-from ..records._workflow import (
-    Buildable,
-    Chain,
-    Dag,
-    FlowStep,
-    Group,
-    as_node,
-    final_step,
-    final_steps,
-    first_kind,
-)
 from ..runtime._config import WorkerConfig
 from ..runtime._metrics import Metrics
 from ..runtime._registry import DeadLetterHook, Lifespan, Middleware, Registry
@@ -65,6 +53,8 @@ from ._schedules import build_schedule, check_unique
 from ._task import ProducerHook, Task, TaskDecorator
 
 if TYPE_CHECKING:
+    from ..records._flow_build import Buildable, Chain, Dag, FlowStep, Group
+    from ..records._flow_start import FlowStarts, WorkflowStart
     from ._inspector import Inspector
 
 P = TypeVar("P")
@@ -109,14 +99,24 @@ class App:
         self.max_payload_bytes = max_payload_bytes
         #: Called for every job this app builds (see :meth:`producer_hook`).
         self.producer_hooks: list[ProducerHook] = []
-        #: each flow's start made once (records._flow_start)
-        self._flow_starts = FlowStarts(_allowing)
+        #: each flow's start made once (records._flow_start): made at the
+        #: first workflow started, so a worker that starts none never loads it
+        self._flow_starts_made: FlowStarts | None = None
         self._store_url: str | None = None
         self._store: Store | None = None
         if store is not None:
             self.use_store(store)
         #: What workers of this app run: tasks, hooks, schedules.
         self.registry = Registry(name, lifespan=lifespan, metrics=metrics)
+
+    @property
+    def _flow_starts(self) -> FlowStarts:
+        """The app's templates of its flows' starts, made at first use."""
+        if self._flow_starts_made is None:
+            from ..records._flow_start import FlowStarts
+
+            self._flow_starts_made = FlowStarts(_allowing)
+        return self._flow_starts_made
 
     # -- store -------------------------------------------------------------------
     @property
@@ -489,7 +489,7 @@ class App:
         several sinks: their results, as a list). The producer
         hooks run once per workflow, with the kind of its first step; every
         job of the flow, first or later, carries the headers they made.
-        Raises ValueError past the limits (see ``records._workflow``), for
+        Raises ValueError past the limits (see ``records._flow_build``), for
         bad headers or a graph that does not check (see ``Graph.freeze``),
         TypeError for a graph root that starts the flow without a payload,
         StoreError when the store cannot be reached, and what a
@@ -508,6 +508,10 @@ class App:
         good, unless a chain's or group's ``on_failure`` nearer that step
         takes it; TypeError when its task cannot take a StepFailure.
         """
+        # what builds and starts a workflow: loaded at the first one started
+        from ..records._flow_build import as_node, final_step, final_steps, first_kind
+        from ..records._flow_start import LazyPredecessors, WorkflowStart
+
         node = as_node(workflow)
         wid = workflow_id or new_job_id()
         hooks = self.producer_hooks
@@ -555,6 +559,8 @@ class App:
         """How a flow's node at ``path`` ends: its last step's handle, or its
         group's members' ends (None: a graph of several sinks, which a
         group's end does not follow)."""
+        from ..records._flow_build import Chain, Group, final_step  # loaded by the start
+
         while isinstance(node, Chain):
             path, node = f"{path}.{len(node.links) - 1}", node.links[-1]
         if not isinstance(node, Group):
@@ -716,6 +722,8 @@ __all__ = ["App"]
 
 def _allowing(node: FlowStep | Chain | Group | Dag, path: str) -> list[str]:
     """The IDs of the groups of a flow that allow failures."""
+    from ..records._flow_build import Chain, Dag, FlowStep, Group  # loaded by the start
+
     if isinstance(node, FlowStep):
         return []
     if isinstance(node, Dag):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -24,11 +24,13 @@ from ..records._attrs_methods import fields_eq, fields_hash, fields_repr
 from ..records._errors import ResultTimeout, UnknownJob
 from ..records._flow_outcomes import DELETED_ERROR, MemberOutcome
 from ..records._producing import check_wait_timeout
-from ..records._workflow import Chain, FlowStep, Group, chain
 from ..store._capabilities import Capability
 from ..store._offers import require_capabilities
 from ..store._roles import FlowRole
 from ._handle import GroupEnd, HandleHost, JobHandle, Workflow
+
+if TYPE_CHECKING:
+    from ..records._flow_build import Chain, FlowStep
 
 
 @attrs.frozen
@@ -70,6 +72,8 @@ def batch_flow(steps: Sequence[FlowStep], on_complete: FlowStep | None) -> Chain
     """The workflow of a batch (TypeError for a member that is not a step
     with a payload of its own, or an ``on_complete`` that cannot take a
     :class:`BatchSummary`; ValueError when empty or past the group limit)."""
+    from ..records._flow_build import Chain, FlowStep, Group, chain  # a workflow's builder
+
     if isinstance(steps, FlowStep) or not isinstance(steps, Sequence):
         raise TypeError("enqueue_batch takes a list of steps: [task.s(payload), ...]")
     for step in steps:

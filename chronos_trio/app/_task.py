@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Generic, Protocol, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, Unpack, overload
 
 import attrs
 
@@ -16,6 +16,9 @@ from ..records._producing import ProducerHook as ProducerHook
 from ..runtime._context import JobContext
 from ..runtime._tasks import TaskSpec
 from ._handle import HandleHost, JobHandle
+
+if TYPE_CHECKING:
+    from ..records._flow_build import FlowStep
 
 P = TypeVar("P")
 T = TypeVar("T")
@@ -80,7 +83,7 @@ class Task(Generic[P]):
         max_retries: int | None = None,
         timeout: float | None = None,
         delay: float = 0.0,
-    ) -> _workflow.FlowStep:
+    ) -> FlowStep:
         """A step of a workflow (``chain``, ``group``, ``graph``): this task with
         ``payload``, or, without one, its predecessor's result (checked
         against this task's payload type when the workflow is built).
@@ -88,6 +91,8 @@ class Task(Generic[P]):
         ``TypeError`` for an unknown option name, ``ValueError`` for an
         option value of the wrong type or out of range, ``PayloadError``
         for a payload that does not encode."""
+        from ..records._flow_build import FlowStep  # a workflow's builder: on first use
+
         check_options(max_retries=max_retries, timeout=timeout, delay=delay)
         if queue is not None:
             check_queue(queue)
@@ -95,7 +100,7 @@ class Task(Generic[P]):
         data = None
         if payload is not _workflow.FROM_PREVIOUS:
             data = encode_payload(payload, spec.payload_type)
-        return _workflow.FlowStep(
+        return FlowStep(
             kind=spec.kind,
             queue=queue or spec.queue,
             payload=data,

@@ -21,9 +21,9 @@ import trio
 
 from ..app._app import App
 from ..records._errors import SkipRetry
+from ..records._flow_build import chain, group
 from ..records._jobs import PENDING_STATES, Job, JobState
 from ..records._retry import RetryPolicy
-from ..records._workflow import chain, group
 from ..runtime._context import JobContext
 from ..store import MemoryStore
 from ..worker._worker import Worker

@@ -27,12 +27,12 @@ from ..app._app import App
 from ..app._task import Task
 from ..records._control import ConcurrencyLimit, RateLimit
 from ..records._errors import JobAborted, SkipRetry
+from ..records._flow_build import chain, group
 from ..records._flow_outcomes import StepFailure
 from ..records._graph import graph
 from ..records._jobs import Job, JobState
 from ..records._notes import JobProgress
 from ..records._retry import RetryPolicy
-from ..records._workflow import chain, group
 from ..runtime._config import WorkerConfig
 from ..runtime._context import JobContext
 from ..runtime._schedule import leadership_name

@@ -39,9 +39,6 @@ from ._errors import UnknownTask as UnknownTask
 from ._flow_outcomes import BatchSummary as BatchSummary
 from ._flow_outcomes import MemberOutcome as MemberOutcome
 from ._flow_outcomes import StepFailure as StepFailure
-from ._flow_start import WorkflowStart as WorkflowStart
-from ._graph import Graph as Graph
-from ._graph import graph as graph
 from ._history import attempt_history as attempt_history
 from ._jobs import FINISHED_STATES as FINISHED_STATES
 from ._jobs import PENDING_STATES as PENDING_STATES
@@ -71,28 +68,32 @@ from ._retry import RetryPolicy as RetryPolicy
 from ._unique import Unique as Unique
 from ._workers import WorkerInfo as WorkerInfo
 from ._workflow import Arrival as Arrival
-from ._workflow import Buildable as Buildable
-from ._workflow import Chain as Chain
-from ._workflow import Dag as Dag
-from ._workflow import DagStep as DagStep
-from ._workflow import FlowStep as FlowStep
-from ._workflow import Group as Group
-from ._workflow import chain as chain
-from ._workflow import group as group
 
 if TYPE_CHECKING:
     from ._aggregates import KindCounts as KindCounts
     from ._aggregates import MinuteCounts as MinuteCounts
+    from ._flow_build import Buildable as Buildable
+    from ._flow_build import Chain as Chain
+    from ._flow_build import Dag as Dag
+    from ._flow_build import DagStep as DagStep
+    from ._flow_build import FlowStep as FlowStep
+    from ._flow_build import Group as Group
+    from ._flow_build import chain as chain
+    from ._flow_build import group as group
     from ._flow_control import FlowNode as FlowNode
     from ._flow_control import StepView as StepView
     from ._flow_control import WorkflowAbortResult as WorkflowAbortResult
     from ._flow_control import WorkflowRecord as WorkflowRecord
     from ._flow_control import WorkflowState as WorkflowState
     from ._flow_control import WorkflowView as WorkflowView
+    from ._flow_start import WorkflowStart as WorkflowStart
+    from ._graph import Graph as Graph
+    from ._graph import graph as graph
 
 _fixup(__name__, globals())
 del _fixup
-#: Loaded on first use, each with the other names of its module: a workflow's
+#: Loaded on first use, each with the other names of its module: what builds
+#: and starts a workflow (a worker that starts none never needs it); a workflow's
 #: record and what controlling it reports (a worker, which only runs a
 #: workflow's steps, never needs them); the per-minute aggregates' records
 #: (built when a worker's aggregator first writes, read by the dashboard).
@@ -108,6 +109,17 @@ _LAZY = {
         ),
         "_flow_control",
     ),
+    "Buildable": "_flow_build",
+    "Chain": "_flow_build",
+    "Dag": "_flow_build",
+    "DagStep": "_flow_build",
+    "FlowStep": "_flow_build",
+    "Group": "_flow_build",
+    "chain": "_flow_build",
+    "group": "_flow_build",
+    "WorkflowStart": "_flow_start",
+    "Graph": "_graph",
+    "graph": "_graph",
     "KindCounts": "_aggregates",
     "MinuteCounts": "_aggregates",
 }

@@ -17,7 +17,6 @@ from typing import Any
 
 import attrs
 
-from ._flow_encoding import encode_tree as encode_tree
 from ._jobs import JobState
 from ._public import fixup_module_metadata
 
@@ -25,9 +24,10 @@ from ._public import fixup_module_metadata
 @attrs.frozen
 class WorkflowRecord:
     """A started workflow, as the store keeps it (``WorkflowRole``):
-    ``tree`` is its definition (JSON text, ``encode_tree``), ``created``
-    when it was first started and ``cancelled`` when it was cancelled (store
-    clock; None: not cancelled), ``first_kind`` the kind of its first step."""
+    ``tree`` is its definition (JSON text, ``_flow_encoding.encode_tree``),
+    ``created`` when it was first started and ``cancelled`` when it was
+    cancelled (store clock; None: not cancelled), ``first_kind`` the kind of
+    its first step."""
 
     id: str
     tree: str

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from ._workflow import Node, _encode_node
+from ._flow_build import Node, _encode_node
 
 
 def encode_tree(node: Node, workflow_id: str) -> str:

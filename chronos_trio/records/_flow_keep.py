@@ -11,7 +11,8 @@ link its predecessor's settle stored, by that settle: see
 
 from __future__ import annotations
 
-from ._workflow import WORKFLOW_KEEP, Chain, Dag, FlowStep, Node, dag_order
+from ._flow_build import Chain, Dag, FlowStep, Node, dag_order
+from ._workflow import WORKFLOW_KEEP
 
 
 def flow_delay(node: Node) -> float:

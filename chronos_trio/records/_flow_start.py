@@ -21,7 +21,7 @@ ASCII without ``"`` or ``\\``) take this path, and only starts without
 headers; a flow is templated the second time it is started (a one-off flow
 costs a lookup); the continuation size limit, which depends on the ID's
 length, is checked again. Everything else, and anything that raises, goes
-through ``_workflow.start`` and ``encode_tree`` as before.
+through ``_flow_build.start`` and ``encode_tree`` as before.
 """
 
 from __future__ import annotations
@@ -33,19 +33,11 @@ import attrs
 
 from . import _flow_json as flow_json
 from ._attrs_methods import fields_eq, fields_hash, fields_repr
+from ._flow_build import FlowStep, Node, predecessors, start
 from ._flow_encoding import encode_tree
 from ._flow_keep import record_keep
 from ._jobs import NewJob
-from ._workflow import (
-    MAX_CONTINUATION_BYTES,
-    WORKFLOW_KEEP,
-    FlowStep,
-    Headers,
-    Node,
-    Steps,
-    predecessors,
-    start,
-)
+from ._workflow import MAX_CONTINUATION_BYTES, WORKFLOW_KEEP, Headers, Steps
 
 
 @attrs.frozen

@@ -14,8 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ._workflow import (
-    MAX_GROUP_MEMBERS,
+from ._flow_build import (
     Buildable,
     Chain,
     Dag,
@@ -27,6 +26,7 @@ from ._workflow import (
     as_node,
     dag_sinks,
 )
+from ._workflow import MAX_GROUP_MEMBERS
 
 #: Step names: letters, digits, ``_`` and ``-`` (no dots: a step's job ID is
 #: ``<graph path>.<name>``), at most this long.
