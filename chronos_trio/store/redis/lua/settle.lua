@@ -78,7 +78,10 @@
 -- A succeeded job's record stays while it is retained (in the succeeded
 -- index, trimmed by the janitor) or its result lives, whichever is longer;
 -- kept only for its result, it is in no index and expires by itself
--- (PEXPIRE: nothing to trim). Its run_at stays the due time it ran for. A
+-- (PEXPIRE: nothing to trim). Its run_at stays the due time it ran for; its
+-- lease fields are dropped, and a record kept a while (retained, or for its
+-- result) is rewritten as a compact listpack, its payload in chunks, when
+-- its values fit (see lib/succeed_record.lua). A
 -- finished job (succeeded or dead) whose record names a waiter channel
 -- (field w) is published there (see notify_done), and a unique job's lock
 -- is released (a throttle's starts its ttl; see unique_finished). A
@@ -149,6 +152,7 @@
 --@include probe_job
 --@include ready_score
 --@include release_slots
+--@include succeed_record
 --@include unique_finished
 --@include workflow_keep
 --@include write_record
@@ -333,23 +337,19 @@ local function settle_partition(part, first, last, res)
         end
         local ttl = num(ARGV[i + 7])
         if retain > 0 or ttl or f[7] then
-          if ttl then
-            redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s,
-              'lease_token', '', 'lease_owner', '', 'lease_expires_at', '',
-              'result', ARGV[i + 6], 'result_until', later_s(ttl))
-          else
-            redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s,
-              'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-          end
+          -- retained for inspection: listed and counted, trimmed by the
+          -- janitor; else kept only for its result, or for its waiters to read
+          -- the outcome after their wake-up: no index entry, the record
+          -- expires by itself. Compact (a listpack) when kept a while: not
+          -- for the minute of its waiters alone, where that would cost more
+          -- than it saves.
+          local expire_ms = retain <= 0 and math.ceil((ttl or WAITED_KEEP) * 1000) or nil
+          succeed_record(key, now_s, ttl and ARGV[i + 6], ttl and later_s(ttl), expire_ms,
+            retain > 0 or ttl, f[7], f[8])
           if retain > 0 then
-            -- retained for inspection: listed and counted, trimmed by the janitor
             local keep = retain
             if ttl and ttl > keep then keep = ttl end
             redis.call('ZADD', succeeded, later_s(keep), id)
-          else
-            -- kept only for its result, or for its waiters to read the outcome
-            -- after their wake-up: no index entry, the record expires by itself
-            redis.call('PEXPIRE', key, math.ceil((ttl or WAITED_KEEP) * 1000))
           end
         else
           redis.call('DEL', key)
