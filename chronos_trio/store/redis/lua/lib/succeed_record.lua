@@ -40,10 +40,11 @@ end
 -- nothing is written).
 local function rewrite_compact(key, now_s, result, until_s)
   if redis.call('OBJECT', 'ENCODING', key) ~= 'hashtable' then return false end
-  local all = redis.call('HGETALL', key)
-  local args, a, payload, chunked = {}, 0, nil, false
-  for i = 1, #all, 2 do
-    local name, value = all[i], all[i + 1]
+  -- the fields copied are moved down in place in the reply
+  local args = redis.call('HGETALL', key)
+  local a, payload, chunked = 0, nil, false
+  for i = 1, #args, 2 do
+    local name, value = args[i], args[i + 1]
     if not NOT_COPIED[name] then
       if #value <= CHUNK and #name <= CHUNK then
         args[a + 1], args[a + 2] = name, value
@@ -79,7 +80,7 @@ local function rewrite_compact(key, now_s, result, until_s)
   end
   if a / 2 > LISTPACK_ENTRIES then return false end
   redis.call('DEL', key)
-  redis.call('HSET', key, unpack(args))
+  redis.call('HSET', key, unpack(args, 1, a))
   return true
 end
 
