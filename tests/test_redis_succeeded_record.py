@@ -161,6 +161,16 @@ async def test_what_would_not_fit_a_listpack_is_written_in_place(
     assert not set(LEASE_FIELDS) & set(stored)
     got = await store.get_job("a")
     assert got is not None and got.result == big_result and got.damage == ""
+    # kept only for its waiters (field w, no result): a minute, in place
+    await store.enqueue_many(
+        [NewJob(id="w", queue="q", kind="work", payload=payload_of(111), keep_outcome=True)]
+    )
+    [lj] = (await lease_all(store)).jobs
+    await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED)])
+    stored = client.hgetall(pk.job("w"))  # type: ignore[assignment]
+    assert client.object("encoding", pk.job("w")) == b"hashtable"
+    assert stored[b"state"] == b"succeeded" and not set(LEASE_FIELDS) & set(stored)
+    assert 50_000 < client.pttl(pk.job("w")) <= 60_000
 
 
 async def test_a_record_with_chunks_already_keeps_them(
@@ -182,6 +192,34 @@ async def test_a_record_with_chunks_already_keeps_them(
     assert stored[b"pn"] == b"4" and not set(LEASE_FIELDS) & set(stored)
     got = await store.get_job("d")
     assert got is not None and got.payload == payload and got.result == b"1"
+
+
+async def test_a_format_1_record_chunked_at_its_success_becomes_format_2(
+    redis_store: Factory, redis_url: str
+) -> None:
+    """Chunks are format 2's: a record an old producer wrote without v
+    (format 1, its payload whole) is marked v = 2 when its success chunks
+    its payload, so a format-1 reader leaves it alone rather than misread it."""
+    store = await redis_store()
+    client = redis.Redis.from_url(redis_url)
+    pk = part(store)
+    await store.topology("q")
+    payload = payload_of(200, 5)
+    client.hset(
+        pk.job("old"),
+        mapping={
+            "kind": "work", "payload": payload, "run_at": "1.0", "state": "ready",
+            "attempts": "0", "max_retries": "3", "timeout": "30.0", "created_at": "1.0",
+        },
+    )  # fmt: skip
+    client.zadd(pk.ready, {"old": 1.0})
+    [lj] = (await lease_all(store)).jobs
+    await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED, result=b"1", result_ttl=60.0)])
+    stored: dict[bytes, bytes] = client.hgetall(pk.job("old"))  # type: ignore[assignment]
+    assert client.object("encoding", pk.job("old")) == b"listpack"
+    assert stored[b"v"] == str(RECORD_FORMAT).encode() and stored[b"pn"] == b"3"
+    got = await store.get_job("old")
+    assert got is not None and got.payload == payload and got.damage == ""
 
 
 async def test_delete_trim_and_purge_take_compact_records(

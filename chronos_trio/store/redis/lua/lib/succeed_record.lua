@@ -1,4 +1,5 @@
 --@include chunk_sizes
+--@include format
 -- Write a success into the leased job hash at key (settle.lua, kind 's',
 -- after judging it ours): state succeeded, finished_at now_s and, when result
 -- is not nil, result and result_until until_s; then, when expire_ms is not
@@ -15,7 +16,8 @@
 -- CHUNKED_MAX) is written again whole, in this same step (HGETALL, DEL, one
 -- HSET): its other fields as they were, the payload in chunks as enqueue.lua
 -- writes a delayed job's (lib/chunks.lua: every reader of format 2 joins them,
--- in any state), so Redis builds a listpack. A result (or any other value)
+-- in any state; a record without v, format 1, whose payload is chunked here
+-- gets v = 2), so Redis builds a listpack. A result (or any other value)
 -- over CHUNK bytes would make it a hashtable anyway: such a record is written
 -- in place, as is one that is a listpack already. A result is never chunked:
 -- older readers read it whole.
@@ -24,7 +26,7 @@
 -- it), and the HSET after the DEL writes a new key.
 local LEASE_FIELDS = {'lease_token', 'lease_owner', 'lease_expires_at'}
 -- The fields not copied into the rewritten record: the lease's, and those
--- the success writes.
+-- the success writes (v is copied apart: see below).
 local NOT_COPIED = {lease_token = true, lease_owner = true, lease_expires_at = true,
   state = true, finished_at = true, result = true, result_until = true}
 -- Redis's default hash-max-listpack-entries: more fields make a hashtable.
@@ -42,10 +44,12 @@ local function rewrite_compact(key, now_s, result, until_s)
   if redis.call('OBJECT', 'ENCODING', key) ~= 'hashtable' then return false end
   -- the fields copied are moved down in place in the reply
   local args = redis.call('HGETALL', key)
-  local a, payload, chunked = 0, nil, false
+  local a, payload, chunked, v = 0, nil, false, nil
   for i = 1, #args, 2 do
     local name, value = args[i], args[i + 1]
-    if not NOT_COPIED[name] then
+    if name == 'v' then
+      v = value
+    elseif not NOT_COPIED[name] then
       if #value <= CHUNK and #name <= CHUNK then
         args[a + 1], args[a + 2] = name, value
         a = a + 2
@@ -70,6 +74,14 @@ local function rewrite_compact(key, now_s, result, until_s)
       a = a + 2
     end
     args[a + 1], args[a + 2] = 'pn', tostring(n)
+    a = a + 2
+  end
+  -- chunks are format 2's: a record without v (format 1, from a producer
+  -- older than formats) whose payload is chunked here is marked so, as
+  -- enqueue.lua marks every record
+  if payload then v = FORMAT_S end
+  if v then
+    args[a + 1], args[a + 2] = 'v', v
     a = a + 2
   end
   args[a + 1], args[a + 2], args[a + 3], args[a + 4] = 'state', 'succeeded', 'finished_at', now_s
