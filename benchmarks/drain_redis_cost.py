@@ -55,7 +55,14 @@ def _count(path: Path) -> tuple[int, int]:
 
 
 async def _drain(
-    url: str, ports: list[int], n: int, distinct: bool, payload: int, result: bool, retain: bool
+    url: str,
+    ports: list[int],
+    n: int,
+    distinct: bool,
+    payload: int,
+    result: bool,
+    retain: bool,
+    compact: bool = False,
 ) -> dict[str, int]:
     import attrs
     import redis
@@ -66,7 +73,7 @@ async def _drain(
 
     done = trio.Event()
     ran = [0]
-    app = chronos_trio.App(RedisStore.from_url(url))
+    app = chronos_trio.App(RedisStore.from_url(url, compact_succeeded=compact))
 
     async def job(p: Any, ctx: chronos_trio.JobContext) -> str | None:
         ran[0] += 1
@@ -116,6 +123,7 @@ def measure(
     payload: int = 0,
     result: bool = False,
     retain: bool = False,
+    compact: bool = False,
 ) -> dict[str, Any]:
     """Redis's instructions per job in the drain (see the module's doc)."""
     import trio
@@ -145,7 +153,7 @@ def measure(
             pids = [node.pid for node in nodes]
             url = f"{server.url}?partitions=8" if cluster else server.url
             ports = [node.port for node in nodes]
-            calls = trio.run(_drain, url, ports, n, distinct, payload, result, retain)
+            calls = trio.run(_drain, url, ports, n, distinct, payload, result, retain, compact)
         finally:
             server.close()
         total = compile_ = 0
@@ -166,6 +174,7 @@ def main() -> None:
     parser.add_argument("--payload", type=int, default=0, help="a str argument of N chars")
     parser.add_argument("--result", action="store_true", help="return a result (kept an hour)")
     parser.add_argument("--retain", action="store_true", help="retain_succeeded an hour")
+    parser.add_argument("--compact", action="store_true", help="a compact_succeeded store")
     args = parser.parse_args()
     got = measure(
         args.n,
@@ -174,12 +183,14 @@ def main() -> None:
         payload=args.payload,
         result=args.result,
         retain=args.retain,
+        compact=args.compact,
     )
     where = "3-master Cluster, 8 partitions" if args.cluster else "one node, 1 partition"
     due = "distinct due times" if args.distinct else "one due time"
     what = f"payload {args.payload + 2} B, " if args.payload else ""
     what += "a result kept, " if args.result else ""
     what += "retained, " if args.retain else ""
+    what += "compact_succeeded, " if args.compact else ""
     print(f"Redis instructions per job in call(), drain of {args.n:,} ({where}, {what}{due})")
     print(
         f"  all: {got['per_job']:,.0f}   of which first-call compiles: "

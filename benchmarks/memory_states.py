@@ -11,7 +11,9 @@ redis-server (``benchmarks._redis.open_redis``), for each of
 * ``succeeded``: the same with a handler that returns None (the record is
   deleted at once unless ``retain_succeeded`` is set);
 * ``succeeded+retained``: the same with ``retain_succeeded`` an hour (the
-  record listed in the partition's succeeded index, trimmed by the janitor),
+  record listed in the partition's succeeded index, trimmed by the janitor);
+* the two kept states again with ``+compact``: a store with
+  ``compact_succeeded`` (the success settle writes a compact record),
 
 the ``used_memory`` delta over the jobs / N and every key group with its
 type, encoding and ``MEMORY USAGE`` (``benchmarks._memory.measure``). The
@@ -67,6 +69,8 @@ def make_app(url: str) -> tuple[chronos_trio.App, dict[str, chronos_trio.Task[Bl
 
 
 async def store_jobs(url: str, n: int, state: str) -> dict[str, Any]:
+    if state.endswith(COMPACT):  # the store's compact_succeeded option
+        state, url = state.removesuffix(COMPACT), url + "?compact_succeeded=1"
     app, tasks = make_app(url)
     payload = Blob(common.MEMORY_DATA)
     task = tasks[
@@ -83,7 +87,17 @@ async def store_jobs(url: str, n: int, state: str) -> dict[str, Any]:
     return {"enqueued": n, "ok": True}
 
 
-STATES = ("delayed", "ready", "succeeded+result", "succeeded+retained", "succeeded")
+#: A state's suffix for a store made with ``compact_succeeded`` (off by default).
+COMPACT = "+compact"
+STATES = (
+    "delayed",
+    "ready",
+    "succeeded+result",
+    "succeeded+result" + COMPACT,
+    "succeeded+retained",
+    "succeeded+retained" + COMPACT,
+    "succeeded",
+)
 
 
 def main() -> None:

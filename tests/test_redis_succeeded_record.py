@@ -82,7 +82,7 @@ def as_main_wrote_it(stored: dict[bytes, bytes]) -> dict[bytes, bytes]:
 async def test_a_kept_success_is_a_listpack_without_lease_fields(
     redis_store: Factory, redis_url: str, how: str
 ) -> None:
-    store = await redis_store()
+    store = await redis_store(compact_succeeded=True)
     client = redis.Redis.from_url(redis_url)
     pk = part(store)
     want = {f"s{size}": payload_of(size, size) for size in SIZES}
@@ -134,7 +134,7 @@ async def test_a_kept_success_is_a_listpack_without_lease_fields(
 async def test_a_compact_record_is_about_half_the_memory(
     redis_store: Factory, redis_url: str
 ) -> None:
-    store = await redis_store()
+    store = await redis_store(compact_succeeded=True)
     client = redis.Redis.from_url(redis_url)
     pk = part(store)
     await run_through(store, {"big": b"x" * 111}, result=b'{"ok":true}', result_ttl=3600.0)
@@ -148,9 +148,9 @@ async def test_what_would_not_fit_a_listpack_is_written_in_place(
 ) -> None:
     """A result over 64 bytes is never chunked (older readers read it
     whole), so its record stays a hashtable, its payload whole; the lease
-    fields go all the same. So does a record kept only for its waiters
-    (a minute: not worth a rewrite)."""
-    store = await redis_store()
+    fields go all the same. A record kept only for its waiters (a
+    minute: not worth a rewrite) is written as without the option."""
+    store = await redis_store(compact_succeeded=True)
     client = redis.Redis.from_url(redis_url)
     pk = part(store)
     big_result = b'"' + b"r" * 100 + b'"'
@@ -169,7 +169,7 @@ async def test_what_would_not_fit_a_listpack_is_written_in_place(
     await store.settle([Settlement(lj.ref, SettleKind.SUCCEEDED)])
     stored = client.hgetall(pk.job("w"))  # type: ignore[assignment]
     assert client.object("encoding", pk.job("w")) == b"hashtable"
-    assert stored[b"state"] == b"succeeded" and not set(LEASE_FIELDS) & set(stored)
+    assert stored[b"state"] == b"succeeded" and all(stored[f] == b"" for f in LEASE_FIELDS)
     assert 50_000 < client.pttl(pk.job("w")) <= 60_000
 
 
@@ -178,7 +178,7 @@ async def test_a_record_with_chunks_already_keeps_them(
 ) -> None:
     """A delayed job's record (chunked at enqueue) is a listpack when
     leased: its success drops the lease fields in place."""
-    store = await redis_store()
+    store = await redis_store(compact_succeeded=True)
     client = redis.Redis.from_url(redis_url)
     pk = part(store)
     payload = payload_of(300, 3)
@@ -200,7 +200,7 @@ async def test_a_format_1_record_chunked_at_its_success_becomes_format_2(
     """Chunks are format 2's: a record an old producer wrote without v
     (format 1, its payload whole) is marked v = 2 when its success chunks
     its payload, so a format-1 reader leaves it alone rather than misread it."""
-    store = await redis_store()
+    store = await redis_store(compact_succeeded=True)
     client = redis.Redis.from_url(redis_url)
     pk = part(store)
     await store.topology("q")
@@ -225,7 +225,7 @@ async def test_a_format_1_record_chunked_at_its_success_becomes_format_2(
 async def test_delete_trim_and_purge_take_compact_records(
     redis_store: Factory, redis_url: str
 ) -> None:
-    store = await redis_store()
+    store = await redis_store(compact_succeeded=True)
     client = redis.Redis.from_url(redis_url)
     pk = part(store)
     await run_through(store, {"r1": payload_of(111, 1)}, result=b"1", result_ttl=3600.0)
@@ -260,7 +260,7 @@ async def test_results_and_waiters_read_a_compact_record(
     """End to end: a worker runs jobs with a 111-byte payload; a producer
     waiting on one (its waiter channel in the record) and a handle made
     later from the ID both read the result and the payload."""
-    store = await redis_store()
+    store = await redis_store(compact_succeeded=True)
     app = App(store)
     seen: list[str] = []
 
@@ -286,3 +286,40 @@ async def test_results_and_waiters_read_a_compact_record(
         job = await store.get_job(handle.job_id)
         assert job is not None and job.payload == b'{"data":"' + data.encode() * 100 + b'"}'
         assert await app.job(handle.job_id).result(timeout=1) == Small(True)
+
+
+async def test_the_default_store_writes_a_success_in_place(
+    redis_store: Factory, redis_url: str
+) -> None:
+    """Without ``compact_succeeded`` the settle does no more than the
+    success: the record stays as the lease left it (a hashtable for a
+    111-byte payload), its payload whole, its lease fields emptied."""
+    store = await redis_store()
+    client = redis.Redis.from_url(redis_url)
+    pk = part(store)
+    await run_through(store, {"a": payload_of(111)}, result=b"1", result_ttl=3600.0)
+    await run_through(store, {"b": payload_of(111)}, retain_for=3600.0)
+    for name in ("a", "b"):
+        stored: dict[bytes, bytes] = client.hgetall(pk.job(name))  # type: ignore[assignment]
+        assert client.object("encoding", pk.job(name)) == b"hashtable"
+        assert stored[b"payload"] == payload_of(111) and b"pn" not in stored
+        assert all(stored[f] == b"" for f in LEASE_FIELDS)
+        got = await store.get_job(name)
+        assert got is not None and got.payload == payload_of(111) and got.damage == ""
+
+
+async def test_compact_succeeded_is_a_store_url_option(
+    redis_store: Factory, redis_url: str
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    for value, compact in (("1", True), ("true", True), ("no", False)):
+        store = await redis_store(f"{redis_url}?compact_succeeded={value}", namespace=value)
+        pk = part(store)
+        await run_through(store, {"a": payload_of(111)}, result=b"1", result_ttl=3600.0)
+        encoding = client.object("encoding", pk.job("a"))
+        assert encoding == (b"listpack" if compact else b"hashtable"), value
+    # the keyword wins over the query
+    store = await redis_store(f"{redis_url}?compact_succeeded=1", compact_succeeded=False)
+    assert not store._ctx.compact_succeeded
+    with pytest.raises(ValueError, match="compact_succeeded must be true or false"):
+        RedisStore.from_url(f"{redis_url}?compact_succeeded=maybe")

@@ -14,7 +14,9 @@
 -- ARGV[1+i], per partition i: how many settlements of that partition follow
 -- then ARGV[P+1+8j .. P+8+8j] (P = number of partitions), per settlement j,
 --          partition by partition in KEYS order: job id, fencing token,
---          kind ('s' succeeded, 'r' retry, 'd' dead, 'x' discard, 'l' release,
+--          kind ('s' succeeded, 'k' the same, its record written
+--          compactly if kept: see lib/succeed_record.lua, 'r' retry, 'd'
+--          dead, 'x' discard, 'l' release,
 --          'f' deferred: retry without counting the attempt, see hold_back, 'a'
 --          aborted, 'u' unclaimed: see below; in upper case for a job with
 --          flow control, whose field fc is then read), error text (for 'a':
@@ -78,10 +80,11 @@
 -- A succeeded job's record stays while it is retained (in the succeeded
 -- index, trimmed by the janitor) or its result lives, whichever is longer;
 -- kept only for its result, it is in no index and expires by itself
--- (PEXPIRE: nothing to trim). Its run_at stays the due time it ran for; its
--- lease fields are dropped, and a record kept a while (retained, or for its
--- result) is rewritten as a compact listpack, its payload in chunks, when
--- its values fit (see lib/succeed_record.lua). A
+-- (PEXPIRE: nothing to trim). Its run_at stays the due time it ran for.
+-- With kind 'k' (the store's compact_succeeded) its lease fields are
+-- dropped, and a record kept a while (retained, or for its result) is
+-- rewritten as a compact listpack, its payload in chunks, when its values
+-- fit (see lib/succeed_record.lua). A
 -- finished job (succeeded or dead) whose record names a waiter channel
 -- (field w) is published there (see notify_done), and a unique job's lock
 -- is released (a throttle's starts its ttl; see unique_finished). A
@@ -295,6 +298,10 @@ local function settle_partition(part, first, last, res)
       kind = string.lower(kind)
       if f then f[9] = redis.call('HGET', key, 'fc') end
     end
+    -- a success whose record is written compactly if it is kept a while
+    -- (the store's compact_succeeded; see lib/succeed_record.lua)
+    local compact = false
+    if kind == 'k' then kind, compact = 's', true end
     -- a success that hands its successor over: its entries, whatever follows
     local succ
     if kind == 'c' then
@@ -340,12 +347,12 @@ local function settle_partition(part, first, last, res)
           -- retained for inspection: listed and counted, trimmed by the
           -- janitor; else kept only for its result, or for its waiters to read
           -- the outcome after their wake-up: no index entry, the record
-          -- expires by itself. Compact (a listpack) when kept a while: not
-          -- for the minute of its waiters alone, where that would cost more
-          -- than it saves.
+          -- expires by itself. Compact (a listpack) when the store asks and
+          -- it is kept a while: not for the minute of its waiters alone,
+          -- where that would cost more than it saves.
           local expire_ms = retain <= 0 and math.ceil((ttl or WAITED_KEEP) * 1000) or nil
           succeed_record(key, now_s, ttl and ARGV[i + 6], ttl and later_s(ttl), expire_ms,
-            retain > 0 or ttl, f[7], f[8])
+            compact and (retain > 0 or ttl), f[7], f[8])
           if retain > 0 then
             local keep = retain
             if ttl and ttl > keep then keep = ttl end

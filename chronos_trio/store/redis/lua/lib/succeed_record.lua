@@ -3,12 +3,15 @@
 -- Write a success into the leased job hash at key (settle.lua, kind 's',
 -- after judging it ours): state succeeded, finished_at now_s and, when result
 -- is not nil, result and result_until until_s; then, when expire_ms is not
--- nil, the record expires in expire_ms (ms). Its three lease fields are
--- dropped, not emptied: a reader takes an absent field as an empty one and
--- judges them only in the leased state (store/_record_rules.py), so every
--- reader of record format 2 reads both alike.
+-- nil, the record expires in expire_ms (ms).
 --
--- compact: the record is kept a while (for its result, or retained). Redis
+-- compact: false (the store's default) writes the record in place, its
+-- three lease fields emptied, as every earlier version did. True (the
+-- store's compact_succeeded, and the record is kept a while: for its
+-- result, or retained): the lease fields are dropped, not emptied (a reader
+-- takes an absent field as an empty one and judges them only in the leased
+-- state, store/_record_rules.py, so every reader of record format 2 reads
+-- both alike), and the record may be written again compactly: Redis
 -- never turns a hashtable back into a listpack, and a job due at once holds
 -- its payload whole, so the record of one whose payload is over CHUNK bytes
 -- (hash-max-listpack-value) is a hashtable, more than twice the memory. Such
@@ -97,7 +100,18 @@ local function rewrite_compact(key, now_s, result, until_s)
 end
 
 local function succeed_record(key, now_s, result, until_s, expire_ms, compact, w, x)
-  if not (compact and fits(result) and fits(w) and fits(x)
+  if not compact then
+    -- the store's default (compact_succeeded off): written in place, the
+    -- lease fields emptied, no more work than the success itself
+    if result then
+      redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s,
+        'lease_token', '', 'lease_owner', '', 'lease_expires_at', '',
+        'result', result, 'result_until', until_s)
+    else
+      redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s,
+        'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
+    end
+  elseif not (fits(result) and fits(w) and fits(x)
       and rewrite_compact(key, now_s, result, until_s)) then
     redis.call('HDEL', key, unpack(LEASE_FIELDS))
     if result then
