@@ -14,8 +14,15 @@ call of each script on a server is in it (``SCRIPT LOAD``'s compile,
 ``--distinct`` gives every job a due time of its own, 1 ms apart (as jobs
 enqueued one at a time have them), instead of one for all (one
 ``enqueue_many``): on a Cluster a batch then comes from every partition.
+``--payload N`` gives every job a str argument of N characters (N + 2
+bytes of JSON) instead of its number; ``--result`` has the handler return
+a small result (``"ok"``), kept for the task's ``result_ttl`` (an hour):
+the settle then keeps the record instead of deleting it; ``--retain``
+sets ``retain_succeeded`` to an hour (the record kept in the succeeded
+index).
 
     python -m benchmarks.drain_redis_cost [--cluster] [--distinct] [--n 3000]
+        [--payload 100] [--result] [--retain]
 
 Needs ``valgrind`` and ``callgrind_annotate``.
 """
@@ -47,7 +54,16 @@ def _count(path: Path) -> tuple[int, int]:
     return total, int(compile_.group(1).replace(",", "")) if compile_ else 0
 
 
-async def _drain(url: str, ports: list[int], n: int, distinct: bool) -> dict[str, int]:
+async def _drain(
+    url: str,
+    ports: list[int],
+    n: int,
+    distinct: bool,
+    payload: int,
+    result: bool,
+    retain: bool,
+    compact: bool = False,
+) -> dict[str, int]:
     import attrs
     import redis
     import trio
@@ -57,23 +73,30 @@ async def _drain(url: str, ports: list[int], n: int, distinct: bool) -> dict[str
 
     done = trio.Event()
     ran = [0]
-    app = chronos_trio.App(RedisStore.from_url(url))
+    app = chronos_trio.App(RedisStore.from_url(url, compact_succeeded=compact))
 
-    async def job(p: int, ctx: chronos_trio.JobContext) -> None:
+    async def job(p: Any, ctx: chronos_trio.JobContext) -> str | None:
         ran[0] += 1
         if ran[0] == n:
             done.set()
+        return "ok" if result else None
 
-    job.__annotations__ = {"p": int, "ctx": chronos_trio.JobContext, "return": type(None)}
-    task = app.task("bench.job")(job)
+    arg: type = str if payload else int
+    job.__annotations__ = {
+        "p": arg, "ctx": chronos_trio.JobContext, "return": str if result else type(None),
+    }  # fmt: skip
+    task = app.task("bench.job", retain_succeeded=3600.0 if retain else None)(job)
+    args: list[Any] = (
+        [f"{i:08d}".ljust(payload, "x") for i in range(n)] if payload else list(range(n))
+    )
     if distinct:
         now = await app.store.now()
-        jobs = task.new_jobs(range(n))
+        jobs = task.new_jobs(args)
         await app.enqueue_jobs(
             [attrs.evolve(j, run_at=now - 60 + i * 0.001) for i, j in enumerate(jobs)]
         )
     else:
-        await task.enqueue_many(range(n))
+        await task.enqueue_many(args)
     clients = [redis.Redis(port=p) for p in ports]
     for c in clients:
         c.config_resetstat()
@@ -92,7 +115,16 @@ async def _drain(url: str, ports: list[int], n: int, distinct: bool) -> dict[str
     return calls
 
 
-def measure(n: int, *, cluster: bool, distinct: bool) -> dict[str, Any]:
+def measure(
+    n: int,
+    *,
+    cluster: bool,
+    distinct: bool,
+    payload: int = 0,
+    result: bool = False,
+    retain: bool = False,
+    compact: bool = False,
+) -> dict[str, Any]:
     """Redis's instructions per job in the drain (see the module's doc)."""
     import trio
 
@@ -120,7 +152,8 @@ def measure(n: int, *, cluster: bool, distinct: bool) -> dict[str, Any]:
             nodes = server.nodes if cluster else [server]
             pids = [node.pid for node in nodes]
             url = f"{server.url}?partitions=8" if cluster else server.url
-            calls = trio.run(_drain, url, [node.port for node in nodes], n, distinct)
+            ports = [node.port for node in nodes]
+            calls = trio.run(_drain, url, ports, n, distinct, payload, result, retain, compact)
         finally:
             server.close()
         total = compile_ = 0
@@ -138,11 +171,27 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=3000, help="jobs")
     parser.add_argument("--cluster", action="store_true", help="3 masters, 8 partitions")
     parser.add_argument("--distinct", action="store_true", help="a due time per job")
+    parser.add_argument("--payload", type=int, default=0, help="a str argument of N chars")
+    parser.add_argument("--result", action="store_true", help="return a result (kept an hour)")
+    parser.add_argument("--retain", action="store_true", help="retain_succeeded an hour")
+    parser.add_argument("--compact", action="store_true", help="a compact_succeeded store")
     args = parser.parse_args()
-    got = measure(args.n, cluster=args.cluster, distinct=args.distinct)
+    got = measure(
+        args.n,
+        cluster=args.cluster,
+        distinct=args.distinct,
+        payload=args.payload,
+        result=args.result,
+        retain=args.retain,
+        compact=args.compact,
+    )
     where = "3-master Cluster, 8 partitions" if args.cluster else "one node, 1 partition"
     due = "distinct due times" if args.distinct else "one due time"
-    print(f"Redis instructions per job in call(), drain of {args.n:,} ({where}, {due})")
+    what = f"payload {args.payload + 2} B, " if args.payload else ""
+    what += "a result kept, " if args.result else ""
+    what += "retained, " if args.retain else ""
+    what += "compact_succeeded, " if args.compact else ""
+    print(f"Redis instructions per job in call(), drain of {args.n:,} ({where}, {what}{due})")
     print(
         f"  all: {got['per_job']:,.0f}   of which first-call compiles: "
         f"{got['compile_per_job']:,.0f}"

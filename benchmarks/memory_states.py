@@ -9,7 +9,11 @@ redis-server (``benchmarks._redis.open_redis``), for each of
   run by a worker in this process and kept for the result (the task's
   ``result_ttl``, an hour by default);
 * ``succeeded``: the same with a handler that returns None (the record is
-  deleted at once unless ``retain_succeeded`` is set),
+  deleted at once unless ``retain_succeeded`` is set);
+* ``succeeded+retained``: the same with ``retain_succeeded`` an hour (the
+  record listed in the partition's succeeded index, trimmed by the janitor);
+* the two kept states again with ``+compact``: a store with
+  ``compact_succeeded`` (the success settle writes a compact record),
 
 the ``used_memory`` delta over the jobs / N and every key group with its
 type, encoding and ``MEMORY USAGE`` (``benchmarks._memory.measure``). The
@@ -57,13 +61,21 @@ def make_app(url: str) -> tuple[chronos_trio.App, dict[str, chronos_trio.Task[Bl
     async def result(args: Blob, job: chronos_trio.JobContext) -> Small:
         return Small(True)
 
-    return app, {"none": none, "result": result}
+    @app.task("mem.retained", retain_succeeded=3600.0)
+    async def retained(args: Blob, job: chronos_trio.JobContext) -> None:
+        return None
+
+    return app, {"none": none, "result": result, "retained": retained}
 
 
 async def store_jobs(url: str, n: int, state: str) -> dict[str, Any]:
+    if state.endswith(COMPACT):  # the store's compact_succeeded option
+        state, url = state.removesuffix(COMPACT), url + "?compact_succeeded=1"
     app, tasks = make_app(url)
     payload = Blob(common.MEMORY_DATA)
-    task = tasks["result" if state == "succeeded+result" else "none"]
+    task = tasks[
+        {"succeeded+result": "result", "succeeded+retained": "retained"}.get(state, "none")
+    ]
     delay = common.MEMORY_DELAY if state == "delayed" else 0.0
     for start in range(0, n, BATCH):
         await task.enqueue_many([payload] * min(BATCH, n - start), delay=delay)
@@ -75,7 +87,17 @@ async def store_jobs(url: str, n: int, state: str) -> dict[str, Any]:
     return {"enqueued": n, "ok": True}
 
 
-STATES = ("delayed", "ready", "succeeded+result", "succeeded")
+#: A state's suffix for a store made with ``compact_succeeded`` (off by default).
+COMPACT = "+compact"
+STATES = (
+    "delayed",
+    "ready",
+    "succeeded+result",
+    "succeeded+result" + COMPACT,
+    "succeeded+retained",
+    "succeeded+retained" + COMPACT,
+    "succeeded",
+)
 
 
 def main() -> None:

@@ -35,7 +35,10 @@ from .._roles import NOTHING_SET_ASIDE, AsideEntry, QueueVersion, SetAside, Vers
 #: values all fit in 64 bytes (``hash-max-listpack-value``) as a compact
 #: listpack instead of a hashtable, so a delayed job with a 100-byte payload
 #: takes half the memory (a job due now stays a hashtable, cheaper for Redis
-#: to build and read). Baked into every Lua script
+#: to build and read). The success settle of a job kept a while (for its
+#: result, or retained) writes its record again the same way, without the
+#: lease fields (absent reads as empty), when its values fit
+#: (``lua/lib/succeed_record.lua``). Baked into every Lua script
 #: when it is loaded (see ``_scripts``): a record with a greater ``v`` is
 #: left exactly as it is by every script and reported, for a newer worker.
 #: Raise it when a change to the job hash would make an older worker misread

@@ -62,7 +62,13 @@ def redis_schemes() -> tuple[str, ...]:
     return tuple(s.name for s in schemes() if s.opener == OPENER)
 
 
-STORE_OPTIONS = ("namespace", "partitions", "wait_replicas", "wait_timeout")
+STORE_OPTIONS = (
+    "namespace",
+    "partitions",
+    "wait_replicas",
+    "wait_timeout",
+    "compact_succeeded",
+)
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 #: Query options for the sentinels' own credentials (not for redis-py's URL parser).
 SENTINEL_OPTIONS = ("sentinel_username", "sentinel_password")
@@ -89,6 +95,15 @@ def _int_option(opts: dict[str, str], name: str, default: int, minimum: int) -> 
     if number < minimum:
         raise ValueError(f"store URL option {name} must be an integer >= {minimum}, got {value!r}")
     return number
+
+
+def _bool_option(opts: dict[str, str], name: str) -> bool:
+    value = (opts.get(name) or "").lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"store URL option {name} must be true or false, got {value!r}")
 
 
 def _float_option(opts: dict[str, str], name: str, default: float) -> float:
@@ -199,6 +214,8 @@ class StoreUrl:
     default_partitions: int
     wait_replicas: int
     wait_timeout: float
+    #: Whether a success kept a while is rewritten compactly (see RedisStore).
+    compact_succeeded: bool = False
 
     @property
     def description(self) -> str:
@@ -249,6 +266,7 @@ def parse_store_url(
         default_partitions or _int_option(opts, "partitions", 1, 1),
         wait_replicas,
         wait_timeout,
+        _bool_option(opts, "compact_succeeded"),
     )
 
 

@@ -109,6 +109,7 @@ class StoreContext(RedisCore):
         default_partitions: int,
         topology_ttl: float,
         replica_wait: ReplicaWait | None = None,
+        compact_succeeded: bool = False,
     ) -> None:
         super().__init__(
             keys,
@@ -117,6 +118,9 @@ class StoreContext(RedisCore):
             replica_wait=replica_wait,
         )
         self.adapter = adapter
+        #: A success kept a while is rewritten as a compact record (settle
+        #: kind 'k', see ``lua/lib/succeed_record.lua``).
+        self.compact_succeeded = compact_succeeded
         self._refresh_lock = trio.Lock()
         #: queues of the last promote_due -> (its next_due_at, time.monotonic()
         #: before it was sent)

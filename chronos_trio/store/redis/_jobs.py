@@ -892,6 +892,8 @@ async def settle(ctx: StoreContext, settlements: Sequence[Settlement]) -> Settle
             # retain_for's place carries an UNCLAIMED settle's grace (settle.lua)
             keep = s.unclaimed_grace if s.kind is SettleKind.UNCLAIMED else s.retain_for
             code = _SETTLE_CODES[s.kind]
+            if code == "s" and ctx.compact_succeeded:
+                code = "k"  # a success whose record is rewritten compactly if kept
             if chains and i in chains:
                 code = "c"  # a chain link's success that stores its successor
                 tails.setdefault(pk, []).extend(chains[i][0])

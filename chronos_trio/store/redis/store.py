@@ -133,6 +133,16 @@ class RedisStore(Store):
     the jobs (enqueue again with the same job IDs: that is idempotent).
     ``ValueError`` for a negative count or a timeout that is not positive.
     Other writes (settles, leases) never wait: see docs/guarantees.md.
+
+    ``compact_succeeded``: a success kept a while (for its result, or
+    retained) whose record is a hashtable (a payload over 64 bytes) is
+    written again in its settle as a compact listpack, its payload in chunks,
+    its empty lease fields dropped: about 600 instead of 1,470 bytes of Redis
+    per job kept an hour for its result, for about 100,000 more Redis
+    instructions in that job's settle (some 70 % of a drained job's Redis
+    work). Off by default (the settle writes the record in place); the
+    record stays format 2 either way, so workers with and without it, and
+    older versions, read every record alike (docs/stores.md).
     """
 
     shared_across_processes = True
@@ -155,6 +165,7 @@ class RedisStore(Store):
         native: bool = True,
         wait_replicas: int = 0,
         wait_timeout: float = 0.1,
+        compact_succeeded: bool = False,
     ) -> None:
         if default_partitions < 1:
             raise ValueError(f"default_partitions must be >= 1, got {default_partitions}")
@@ -170,6 +181,7 @@ class RedisStore(Store):
             default_partitions=default_partitions,
             topology_ttl=topology_ttl,
             replica_wait=replica_wait,
+            compact_succeeded=compact_succeeded,
         )
         self._enqueues = GroupCommit(
             functools.partial(_enqueue.enqueue_many, self._ctx),
@@ -193,6 +205,7 @@ class RedisStore(Store):
         native: bool = True,
         wait_replicas: int | None = None,
         wait_timeout: float | None = None,
+        compact_succeeded: bool | None = None,
         **redis_kwargs: Any,
     ) -> RedisStore:
         """A store for ``url``: ``redis://``, ``rediss://`` (TLS), ``unix://``,
@@ -202,11 +215,12 @@ class RedisStore(Store):
         the URL (``redis://user:password@host``); a Sentinel URL's userinfo is
         the master's, and the sentinels' own go in ``sentinel_username`` and
         ``sentinel_password`` query options (or ``sentinel_kwargs={...}``).
-        The query options ``namespace``, ``partitions``, ``wait_replicas`` and
-        ``wait_timeout`` are read here; explicit keyword arguments win over
-        them. ``ValueError`` for a malformed URL, or a ``wait_timeout`` that is
-        not below ``socket_timeout`` (a WAIT's reply must come back before the
-        socket times out). Nothing connects until first use, and every
+        The query options ``namespace``, ``partitions``, ``wait_replicas``,
+        ``wait_timeout`` and ``compact_succeeded`` are read here; explicit
+        keyword arguments win over them. ``ValueError`` for a malformed URL,
+        a ``compact_succeeded`` that is not a boolean, or a ``wait_timeout``
+        not below ``socket_timeout`` (a WAIT's reply must come back before
+        the socket times out). Nothing connects until first use, and every
         failure then is a StoreError. Socket operations time out after
         ``socket_timeout`` seconds; a blocking wait reads its reply with its own,
         longer timeout, so an idle worker can sleep in XREAD up to 30 s (5 s
@@ -249,6 +263,9 @@ class RedisStore(Store):
             native=native,
             wait_replicas=parsed.wait_replicas,
             wait_timeout=parsed.wait_timeout,
+            compact_succeeded=(
+                parsed.compact_succeeded if compact_succeeded is None else compact_succeeded
+            ),
         )
 
     def observe_round_trips(self, observer: StoreObserver | None) -> None:

@@ -14,7 +14,9 @@
 -- ARGV[1+i], per partition i: how many settlements of that partition follow
 -- then ARGV[P+1+8j .. P+8+8j] (P = number of partitions), per settlement j,
 --          partition by partition in KEYS order: job id, fencing token,
---          kind ('s' succeeded, 'r' retry, 'd' dead, 'x' discard, 'l' release,
+--          kind ('s' succeeded, 'k' the same, its record written
+--          compactly if kept: see lib/succeed_record.lua, 'r' retry, 'd'
+--          dead, 'x' discard, 'l' release,
 --          'f' deferred: retry without counting the attempt, see hold_back, 'a'
 --          aborted, 'u' unclaimed: see below; in upper case for a job with
 --          flow control, whose field fc is then read), error text (for 'a':
@@ -78,7 +80,11 @@
 -- A succeeded job's record stays while it is retained (in the succeeded
 -- index, trimmed by the janitor) or its result lives, whichever is longer;
 -- kept only for its result, it is in no index and expires by itself
--- (PEXPIRE: nothing to trim). Its run_at stays the due time it ran for. A
+-- (PEXPIRE: nothing to trim). Its run_at stays the due time it ran for.
+-- With kind 'k' (the store's compact_succeeded) its lease fields are
+-- dropped, and a record kept a while (retained, or for its result) is
+-- rewritten as a compact listpack, its payload in chunks, when its values
+-- fit (see lib/succeed_record.lua). A
 -- finished job (succeeded or dead) whose record names a waiter channel
 -- (field w) is published there (see notify_done), and a unique job's lock
 -- is released (a throttle's starts its ttl; see unique_finished). A
@@ -149,6 +155,7 @@
 --@include probe_job
 --@include ready_score
 --@include release_slots
+--@include succeed_record
 --@include unique_finished
 --@include workflow_keep
 --@include write_record
@@ -291,6 +298,10 @@ local function settle_partition(part, first, last, res)
       kind = string.lower(kind)
       if f then f[9] = redis.call('HGET', key, 'fc') end
     end
+    -- a success whose record is written compactly if it is kept a while
+    -- (the store's compact_succeeded; see lib/succeed_record.lua)
+    local compact = false
+    if kind == 'k' then kind, compact = 's', true end
     -- a success that hands its successor over: its entries, whatever follows
     local succ
     if kind == 'c' then
@@ -333,23 +344,19 @@ local function settle_partition(part, first, last, res)
         end
         local ttl = num(ARGV[i + 7])
         if retain > 0 or ttl or f[7] then
-          if ttl then
-            redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s,
-              'lease_token', '', 'lease_owner', '', 'lease_expires_at', '',
-              'result', ARGV[i + 6], 'result_until', later_s(ttl))
-          else
-            redis.call('HSET', key, 'state', 'succeeded', 'finished_at', now_s,
-              'lease_token', '', 'lease_owner', '', 'lease_expires_at', '')
-          end
+          -- retained for inspection: listed and counted, trimmed by the
+          -- janitor; else kept only for its result, or for its waiters to read
+          -- the outcome after their wake-up: no index entry, the record
+          -- expires by itself. Compact (a listpack) when the store asks and
+          -- it is kept a while: not for the minute of its waiters alone,
+          -- where that would cost more than it saves.
+          local expire_ms = retain <= 0 and math.ceil((ttl or WAITED_KEEP) * 1000) or nil
+          succeed_record(key, now_s, ttl and ARGV[i + 6], ttl and later_s(ttl), expire_ms,
+            compact and (retain > 0 or ttl), f[7], f[8])
           if retain > 0 then
-            -- retained for inspection: listed and counted, trimmed by the janitor
             local keep = retain
             if ttl and ttl > keep then keep = ttl end
             redis.call('ZADD', succeeded, later_s(keep), id)
-          else
-            -- kept only for its result, or for its waiters to read the outcome
-            -- after their wake-up: no index entry, the record expires by itself
-            redis.call('PEXPIRE', key, math.ceil((ttl or WAITED_KEEP) * 1000))
           end
         else
           redis.call('DEL', key)
