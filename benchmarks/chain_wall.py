@@ -313,13 +313,16 @@ async def _produce(url: str, c: int) -> None:
     assert await (await app.enqueue_workflow(flow)).result(timeout=300) == workflows.LINKS
     print("ready", flush=True)
     sys.stdin.readline()
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
     p0, t0 = time.process_time(), time.perf_counter()
     started = [await app.enqueue_workflow(flow) for _ in range(c)]
     t_started = time.perf_counter()
     for wf in started:
         assert await wf.result(timeout=300) == workflows.LINKS
     took = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({
+        "user": r1.ru_utime - r0.ru_utime, "sys": r1.ru_stime - r0.ru_stime,
         "links_per_s": c * workflows.LINKS / took, "took": took,
         "starts": t_started - t0, "cpu": time.process_time() - p0,
         "t0": t0, "t_started": t_started,
@@ -361,6 +364,21 @@ def _spy_figures(sizes: dict[str, list[int]], rounds: Rounds, n: int) -> dict[st
         "io_waits": rounds.io_waits / n,
         "io_waits_blocking": rounds.blocking / n,
     }
+
+
+@contextlib.contextmanager
+def one_settle_at_a_time() -> Iterator[None]:
+    """While open, this process's completer keeps one settle in flight and
+    never splits a batch (what it did before settles went two at a time):
+    ``--ab``'s other half."""
+    from chronos_trio.actors import completer
+
+    was = completer.SETTLES_IN_FLIGHT, completer.HALF_AT_LEAST
+    completer.SETTLES_IN_FLIGHT, completer.HALF_AT_LEAST = 1, 1 << 30
+    try:
+        yield
+    finally:
+        completer.SETTLES_IN_FLIGHT, completer.HALF_AT_LEAST = was
 
 
 def _round(redis: BenchRedis, args: argparse.Namespace) -> dict[str, Any]:
@@ -433,6 +451,54 @@ def report(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def ab_report(rows: list[dict[str, Any]]) -> str:
+    """``--ab``: per mode, the median of its rounds (ratio, wall and CPU
+    per link), and the paired ratios (two over one, round by round)."""
+    lines = ["| settles in flight | chains apart / plain drain | worker wall us a link | "
+             "worker busy | worker idle us a link | CPU us a link: worker / server / producer |",
+             "|---|---:|---:|---:|---:|---|"]  # fmt: skip
+    for mode in ("one", "two"):
+        mine = [r for r in rows if r["mode"] == mode]
+
+        def med(f: Any, mine: list[dict[str, Any]] = mine) -> float:
+            return statistics.median(f(r) for r in mine)
+
+        ratios = ", ".join(f"{r['ratio']:.2f}" for r in mine)
+        idle = med(lambda r: r["apart"]["wall_us"] * (1 - r["apart"]["busy"]))
+        cpu = " / ".join(
+            f"{med(lambda r, w=w: r['apart']['ran_us'].get(w, 0.0)):.1f}"
+            for w in ("worker", "server", "producer")
+        )
+        lines.append(
+            f"| {mode} | {med(lambda r: r['ratio']):.2f}x ({ratios}) | "
+            f"{med(lambda r: r['apart']['wall_us']):.1f} | {med(lambda r: r['apart']['busy']):.2f}"
+            f" | {idle:.1f} | {cpu} |"
+        )
+    pairs = [(rows[i], rows[i + 1]) for i in range(0, len(rows) - 1, 2)]
+    gains = [
+        (b if b["mode"] == "two" else a)["ratio"] / (a if a["mode"] == "one" else b)["ratio"]
+        for a, b in pairs
+    ]
+    above = sum(g > 1 for g in gains)
+    lines.append(
+        f"two over one, same round: {', '.join(f'{g:.2f}' for g in gains)} "
+        f"(median {statistics.median(gains):.2f}; {above} of {len(gains)} above 1)"
+    )
+    return "\n".join(lines)
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``spans`` merged where they overlap (two settles in flight at once
+    count once)."""
+    merged: list[tuple[float, float]] = []
+    for lo, hi in sorted(spans):
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
 def _overlap(span: tuple[float, float], spans: list[tuple[float, float]]) -> float:
     total = 0.0
     for lo, hi in spans:
@@ -451,14 +517,15 @@ def phases(rows: list[dict[str, Any]]) -> str:
         a = row["apart"]
         t0, started, end = a["t0"], a["t_started"], a["t0"] + a["took"]
         settles = [(e[1], e[2], e[5]) for e in a["timeline"] if e[0] == "settle"]
-        leases = [(e[1], e[2]) for e in a["timeline"] if e[0] != "settle"]
+        in_flight = _union([(s[0], s[1]) for s in settles])
+        leases = _union([(e[1], e[2]) for e in a["timeline"] if e[0] != "settle"])
         for name, lo, hi in (("starting", t0, started), ("the rest", started, end)):
             mine = [s for s in settles if lo <= s[0] < hi]
             links = sum(s[2] for s in mine)
             rtt = statistics.median(s[1] - s[0] for s in mine) * 1e3 if mine else 0.0
             idle = [(max(x, lo), min(y, hi)) for x, y in a["idle"] if y > lo and x < hi]
             total = sum(y - x for x, y in idle)
-            by_settle = sum(_overlap(i, [(s[0], s[1]) for s in settles]) for i in idle)
+            by_settle = sum(_overlap(i, in_flight) for i in idle)
             by_lease = sum(_overlap(i, leases) for i in idle)
             lines.append(
                 f"round {k + 1}, {name}: {hi - lo:.3f} s, {len(mine)} settles of "
@@ -476,6 +543,8 @@ def main() -> None:
     parser.add_argument("--chains", type=int, default=500)
     parser.add_argument("--spy", action="store_true", help="batch sizes and Trio's rounds")
     parser.add_argument("--json", help="write every round's figures here")
+    parser.add_argument("--ab", action="store_true", help="each round twice: the completer's "
+                        "settles one at a time, then two (or the other way round)")  # fmt: skip
     parser.add_argument("--perf", default="", help="perf record the worker per row into DIR")
     parser.add_argument("--produce", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
@@ -491,7 +560,14 @@ def main() -> None:
         trio.run(workflows.chains, redis.url, 20)  # scripts loaded, imports done
         for k in range(args.rounds):
             print(f"-- round {k + 1}/{args.rounds} ({workflows.loadavg()})", file=sys.stderr)
-            rows.append(_round(redis, args))
+            if not args.ab:
+                rows.append(_round(redis, args))
+                continue
+            for mode in ("one", "two") if k % 2 == 0 else ("two", "one"):
+                with one_settle_at_a_time() if mode == "one" else contextlib.nullcontext():
+                    rows.append({**_round(redis, args), "mode": mode})
+    if args.ab:
+        print(ab_report(rows))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
