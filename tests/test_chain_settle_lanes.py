@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import trio
 
 from chronos_trio import chain
@@ -30,18 +31,23 @@ class _Spy:
     the first ``fail`` calls that ask for hand-overs before they reach the
     store (nothing applied: the completer must send them again)."""
 
-    def __init__(self, store: Any, fail: int = 0) -> None:
+    def __init__(self, store: Any, fail: int = 0, unasked: bool = False) -> None:
         self.settle = store.settle
         self.in_flight = 0
         self.most = 0
+        self.twos = 0  # times two were in flight
         self.handing: list[int] = []
         self.fail = fail
+        self.unasked = unasked
         store.settle = self
 
     async def __call__(self, settlements: Any) -> Any:
         hands = sum(1 for s in settlements if s.successor is not None and s.successor.lease_to)
+        if self.unasked:  # a store that takes the ask and hands nothing over
+            settlements = [_unasked(s) for s in settlements]
         self.in_flight += 1
         self.most = max(self.most, self.in_flight)
+        self.twos += self.in_flight == 2
         try:
             # a store call always reaches a checkpoint before its reply:
             # the completer may send another meanwhile
@@ -54,6 +60,12 @@ class _Spy:
             self.in_flight -= 1
         self.handing.append(hands)
         return result
+
+
+def _unasked(s: Any) -> Any:
+    if s.successor is None or not s.successor.lease_to:
+        return s
+    return attrs.evolve(s, successor=attrs.evolve(s.successor, lease_to="", lease_duration=0.0))
 
 
 async def _chains(backend: Backend, store: Any, n: int) -> None:
@@ -107,6 +119,18 @@ async def test_a_failed_settle_of_two_in_flight_is_sent_again(
     if _takes(store):
         assert spy.fail == 0, "three hand-over settles failed and were sent again"
         assert spy.most == 2
+
+
+async def test_a_store_that_hands_nothing_over_gets_one_settle_at_a_time(
+    backend: Backend, clock: object
+) -> None:
+    """The worker asks, the store stores the successors ready (as a Redis
+    Cluster does): after the first batch's two halves say so, its settles
+    go one at a time; the leaser runs the successors."""
+    store = backend.store()
+    spy = _Spy(store, unasked=True)
+    await _chains(backend, store, 40)
+    assert spy.twos <= 1, "two in flight at most once: the first batch's halves"
 
 
 def test_a_second_settle_goes_out_only_beside_one_that_hands_over() -> None:

@@ -17,7 +17,9 @@ may go out (:data:`SETTLES_IN_FLIGHT`), and a batch of at least
 flight, goes as two settles at once: the worker runs the first half's
 successors while the store settles the second, and each half's next
 batch goes out while the other's settle is in flight. Each settle is
-atomic and fenced as ever; two in flight hold different leases.
+atomic and fenced as ever; two in flight hold different leases. A store
+that takes the asks but hands nothing over (a Redis Cluster) gets its
+settles one at a time again from the first reply that says so.
 """
 
 from __future__ import annotations
@@ -61,10 +63,12 @@ async def run(
             await trio.lowlevel.checkpoint()
             batch = table.claim_decided(limit)
             to_store, outcomes = _prepared(rt, batch)
-            parts = _parts(batch, to_store, outcomes, lanes.idle)
+            parts = _parts(batch, to_store, outcomes, lanes.idle, lanes.store_hands_over)
             if len(parts) == 1 and not parts[0].hands_over:
                 # nothing handed over: sent here, the next claim after it
-                await _send(rt, batch, to_store, outcomes, backoff)
+                handed = await _send(rt, batch, to_store, outcomes, backoff)
+                if parts[0].asks:
+                    lanes.store_hands_over = handed > 0
                 continue
             for part in parts:
                 lanes.sent(part.hands_over)
@@ -76,27 +80,41 @@ class _Part:
     an outcome to store, their settlements, and whether any of them asks
     for its successor leased (``Successor.lease_to``)."""
 
-    __slots__ = ("batch", "hands_over", "outcomes", "to_store")
+    __slots__ = ("asks", "batch", "hands_over", "outcomes", "to_store")
 
     def __init__(
-        self, batch: list[Entry], to_store: list[Entry], outcomes: list[Settlement], hands: int
+        self,
+        batch: list[Entry],
+        to_store: list[Entry],
+        outcomes: list[Settlement],
+        hands: int,
+        asks: int | None = None,
     ) -> None:
         self.batch = batch
         self.to_store = to_store
         self.outcomes = outcomes
         self.hands_over = hands > 0
+        #: how many of them ask for hand-over (``hands``, but while the
+        #: store hands nothing over: then those are not counted as handing)
+        self.asks = hands if asks is None else asks
 
 
 class _Lanes:
     """The completer's settle calls in flight: at most one, or
     :data:`SETTLES_IN_FLIGHT` while those in flight hand links over."""
 
-    __slots__ = ("_changed", "_handing", "in_flight")
+    __slots__ = ("_changed", "_handing", "in_flight", "store_hands_over")
 
     def __init__(self) -> None:
         self.in_flight = 0
         self._handing = 0  # of them, those that ask for hand-overs
         self._changed = trio.Event()
+        #: Whether the last settle that asked for hand-overs got any: a
+        #: store that leases in settle only on one node (Redis: not on a
+        #: Cluster) takes the ask and hands nothing over; then the asks
+        #: count for nothing here (one settle at a time, none split) until
+        #: a settle hands some over again.
+        self.store_hands_over = True
 
     @property
     def idle(self) -> bool:
@@ -115,9 +133,11 @@ class _Lanes:
         self.in_flight += 1
         self._handing += hands_over
 
-    def returned(self, hands_over: bool) -> None:
+    def returned(self, hands_over: bool, handed: int = 0) -> None:
         self.in_flight -= 1
         self._handing -= hands_over
+        if hands_over:
+            self.store_hands_over = handed > 0
         self._changed.set()
 
 
@@ -130,12 +150,21 @@ HALF_AT_LEAST = 8
 
 
 def _parts(
-    batch: list[Entry], to_store: list[Entry], outcomes: list[Settlement], idle: bool
+    batch: list[Entry],
+    to_store: list[Entry],
+    outcomes: list[Settlement],
+    idle: bool,
+    store_hands_over: bool = True,
 ) -> list[_Part]:
     """The settle calls ``batch`` goes as: one, or two halves when ``idle``
     (nothing in flight) and it holds 2 * :data:`HALF_AT_LEAST` links to
-    hand over (the entries without an outcome ride with the first)."""
+    hand over. While the store hands nothing over (``store_hands_over``
+    false: see :class:`_Lanes`) one part, sent as one that hands nothing
+    over (alone, inline: what it brings back says whether the store hands
+    over again)."""
     hands = sum(1 for o in outcomes if o.successor is not None and o.successor.lease_to)
+    if not store_hands_over:
+        return [_Part(batch, to_store, outcomes, 0, hands)]
     if not idle or hands < 2 * HALF_AT_LEAST or len(to_store) != len(batch):
         return [_Part(batch, to_store, outcomes, hands)]
     half = len(batch) // 2
@@ -147,10 +176,11 @@ def _parts(
 
 
 async def _send_part(rt: Runtime, part: _Part, backoff: Backoff, lanes: _Lanes) -> None:
+    handed = 0
     try:
-        await _send(rt, part.batch, part.to_store, part.outcomes, backoff)
+        handed = await _send(rt, part.batch, part.to_store, part.outcomes, backoff)
     finally:
-        lanes.returned(part.hands_over)
+        lanes.returned(part.hands_over, handed)
 
 
 def _prepared(rt: Runtime, batch: list[Entry]) -> tuple[list[Entry], list[Settlement]]:
@@ -183,7 +213,9 @@ async def _send(
     to_store: list[Entry],
     outcomes: list[Settlement],
     backoff: Backoff,
-) -> None:
+) -> int:
+    """Settle ``outcomes`` (of ``to_store``, within ``batch``), free the
+    batch's slots and run what the store handed over; returns how many."""
     handed: tuple[tuple[int, LeasedJob], ...] = ()
     asked_at = 0.0
     if to_store:
@@ -210,6 +242,7 @@ async def _send(
     if handed:
         runs = [to_store[i].handovers + 1 for i, _ in handed]
         await _take_over(rt, [leased for _, leased in handed], asked_at, runs)
+    return len(handed)
 
 
 async def _take_over(
