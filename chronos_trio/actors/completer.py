@@ -144,8 +144,9 @@ class _Lanes:
 #: Settle calls in flight at once while they hand chain links over (see
 #: the module's docstring); otherwise one.
 SETTLES_IN_FLIGHT = 2
-#: A batch claimed with no settle in flight goes as two settles when each
-#: half holds at least this many links to hand over.
+#: A batch claimed with no settle in flight goes as two settles (of half
+#: its entries each) when it holds at least twice this many links to hand
+#: over.
 HALF_AT_LEAST = 8
 
 
