@@ -5,6 +5,21 @@ Settlement is fenced by each lease's token, so a lease lost meanwhile is
 reported and changes nothing. While the store is unreachable the batch is
 kept and retried with backoff; nothing is dropped. Nothing here awaits user
 code: hooks and other subscribers run in the notifier.
+
+One settle is in flight at a time, but for chain links handed over
+(``Successor.lease_to``): their successors come back in the reply and run
+here, so a chain's next link cannot start before its predecessor's settle
+returns, and links in flight together would move in lockstep (the worker
+idle while the store settles them, the store idle while the worker runs
+the next ones). So while the settle in flight asks for hand-overs a second
+may go out (:data:`SETTLES_IN_FLIGHT`), and a batch of at least
+2 * :data:`HALF_AT_LEAST` links to hand over, claimed with nothing in
+flight, goes as two settles at once: the worker runs the first half's
+successors while the store settles the second, and each half's next
+batch goes out while the other's settle is in flight. Each settle is
+atomic and fenced as ever; two in flight hold different leases. A store
+that takes the asks but hands nothing over (a Redis Cluster) gets its
+settles one at a time again from the first reply that says so.
 """
 
 from __future__ import annotations
@@ -37,29 +52,174 @@ async def run(
     if orphans:
         await _settle(rt, orphans, backoff)
     limit = rt.config.batch_size
-    while True:
-        await table.wait_decided()
-        # One scheduling round lets executors that finished in the same tick
-        # add their outcomes, so a burst costs one store call, not one each.
-        await trio.lowlevel.checkpoint()
-        await _settle(rt, table.claim_decided(limit), backoff)
+    lanes = _Lanes()
+    async with trio.open_nursery() as nursery:
+        while True:
+            await lanes.wait_room()
+            await table.wait_decided()
+            # One scheduling round lets executors that finished in the same
+            # tick add their outcomes, so a burst costs one store call, not
+            # one each.
+            await trio.lowlevel.checkpoint()
+            batch = table.claim_decided(limit)
+            to_store, outcomes = _prepared(rt, batch)
+            parts = _parts(batch, to_store, outcomes, lanes.idle, lanes.store_hands_over)
+            if len(parts) == 1 and not parts[0].hands_over:
+                # nothing handed over: sent here, the next claim after it
+                handed = await _send(rt, batch, to_store, outcomes, backoff)
+                if parts[0].asks:
+                    lanes.store_hands_over = handed > 0
+                continue
+            for part in parts:
+                lanes.sent(part.hands_over)
+                nursery.start_soon(_send_part, rt, part, backoff, lanes)
+
+
+class _Part:
+    """A settle call's share of a claimed batch: its entries, those with
+    an outcome to store, their settlements, and whether any of them asks
+    for its successor leased (``Successor.lease_to``)."""
+
+    __slots__ = ("asks", "batch", "hands_over", "outcomes", "to_store")
+
+    def __init__(
+        self,
+        batch: list[Entry],
+        to_store: list[Entry],
+        outcomes: list[Settlement],
+        hands: int,
+        asks: int | None = None,
+    ) -> None:
+        self.batch = batch
+        self.to_store = to_store
+        self.outcomes = outcomes
+        self.hands_over = hands > 0
+        #: how many of them ask for hand-over (``hands``, but while the
+        #: store hands nothing over: then those are not counted as handing)
+        self.asks = hands if asks is None else asks
+
+
+class _Lanes:
+    """The completer's settle calls in flight: at most one, or
+    :data:`SETTLES_IN_FLIGHT` while those in flight hand links over."""
+
+    __slots__ = ("_changed", "_handing", "in_flight", "store_hands_over")
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self._handing = 0  # of them, those that ask for hand-overs
+        self._changed = trio.Event()
+        #: Whether the last settle that asked for hand-overs got any: a
+        #: store that leases in settle only on one node (Redis: not on a
+        #: Cluster) takes the ask and hands nothing over; then the asks
+        #: count for nothing here (one settle at a time, none split) until
+        #: a settle hands some over again.
+        self.store_hands_over = True
+
+    @property
+    def idle(self) -> bool:
+        return self.in_flight == 0
+
+    def _room(self) -> bool:
+        n = self.in_flight
+        return n == 0 or (n < SETTLES_IN_FLIGHT and self._handing == n)
+
+    async def wait_room(self) -> None:
+        while not self._room():
+            self._changed = trio.Event()
+            await self._changed.wait()
+
+    def sent(self, hands_over: bool) -> None:
+        self.in_flight += 1
+        self._handing += hands_over
+
+    def returned(self, hands_over: bool, handed: int = 0) -> None:
+        self.in_flight -= 1
+        self._handing -= hands_over
+        if hands_over:
+            self.store_hands_over = handed > 0
+        self._changed.set()
+
+
+#: Settle calls in flight at once while they hand chain links over (see
+#: the module's docstring); otherwise one.
+SETTLES_IN_FLIGHT = 2
+#: A batch claimed with no settle in flight goes as two settles (of half
+#: its entries each) when it holds at least twice this many links to hand
+#: over.
+HALF_AT_LEAST = 8
+
+
+def _parts(
+    batch: list[Entry],
+    to_store: list[Entry],
+    outcomes: list[Settlement],
+    idle: bool,
+    store_hands_over: bool = True,
+) -> list[_Part]:
+    """The settle calls ``batch`` goes as: one, or two halves when ``idle``
+    (nothing in flight) and it holds 2 * :data:`HALF_AT_LEAST` links to
+    hand over. While the store hands nothing over (``store_hands_over``
+    false: see :class:`_Lanes`) one part, sent as one that hands nothing
+    over (alone, inline: what it brings back says whether the store hands
+    over again)."""
+    hands = sum(1 for o in outcomes if o.successor is not None and o.successor.lease_to)
+    if not store_hands_over:
+        return [_Part(batch, to_store, outcomes, 0, hands)]
+    if not idle or hands < 2 * HALF_AT_LEAST or len(to_store) != len(batch):
+        return [_Part(batch, to_store, outcomes, hands)]
+    half = len(batch) // 2
+    first = sum(1 for o in outcomes[:half] if o.successor is not None and o.successor.lease_to)
+    return [
+        _Part(batch[:half], to_store[:half], outcomes[:half], first),
+        _Part(batch[half:], to_store[half:], outcomes[half:], hands - first),
+    ]
+
+
+async def _send_part(rt: Runtime, part: _Part, backoff: Backoff, lanes: _Lanes) -> None:
+    handed = 0
+    try:
+        handed = await _send(rt, part.batch, part.to_store, part.outcomes, backoff)
+    finally:
+        lanes.returned(part.hands_over, handed)
+
+
+def _prepared(rt: Runtime, batch: list[Entry]) -> tuple[list[Entry], list[Settlement]]:
+    """The entries of ``batch`` with an outcome to store, and the
+    settlements sent for them (a chain link's with its successor)."""
+    to_store = [e for e in batch if e.outcome is not None]
+    if not to_store:
+        return to_store, []
+    # a success of a job without a continuation goes as it is (no call
+    # per job on the hot path)
+    continues = getattr(type(rt.store), "continues_in_settle", False)
+    taker = _taker_of(rt) if continues else None
+    outcomes: list[Settlement] = [
+        e.outcome  # type: ignore[misc]
+        if e.outcome.kind is _SUCCEEDED and e.leased.job.then is None  # type: ignore[union-attr]
+        else _stamped(e, continues, taker)
+        for e in to_store
+    ]
+    return to_store, outcomes
 
 
 async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
-    to_store = [e for e in batch if e.outcome is not None]
+    to_store, outcomes = _prepared(rt, batch)
+    await _send(rt, batch, to_store, outcomes, backoff)
+
+
+async def _send(
+    rt: Runtime,
+    batch: list[Entry],
+    to_store: list[Entry],
+    outcomes: list[Settlement],
+    backoff: Backoff,
+) -> int:
+    """Settle ``outcomes`` (of ``to_store``, within ``batch``), free the
+    batch's slots and run what the store handed over; returns how many."""
     handed: tuple[tuple[int, LeasedJob], ...] = ()
     asked_at = 0.0
     if to_store:
-        # a success of a job without a continuation goes as it is (no call
-        # per job on the hot path)
-        continues = getattr(type(rt.store), "continues_in_settle", False)
-        taker = _taker_of(rt) if continues else None
-        outcomes: list[Settlement] = [
-            e.outcome  # type: ignore[misc]
-            if e.outcome.kind is _SUCCEEDED and e.leased.job.then is None  # type: ignore[union-attr]
-            else _stamped(e, continues, taker)
-            for e in to_store
-        ]
         asked_at = trio.current_time()
         result = await backoff.call(rt.store.settle, outcomes)
         handed = result.leased
@@ -83,6 +243,7 @@ async def _settle(rt: Runtime, batch: list[Entry], backoff: Backoff) -> None:
     if handed:
         runs = [to_store[i].handovers + 1 for i, _ in handed]
         await _take_over(rt, [leased for _, leased in handed], asked_at, runs)
+    return len(handed)
 
 
 async def _take_over(
