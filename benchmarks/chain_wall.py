@@ -52,7 +52,6 @@ from typing import Any
 
 import trio
 
-from chronos_trio import App, JobContext
 from chronos_trio.store.redis import RedisStore
 
 from . import workflows
@@ -251,30 +250,21 @@ class Meter:
         }
 
 
-async def _plain(url: str, n: int, meter: Meter, rounds: Rounds | None) -> None:
-    done = trio.Event()
-    count = 0
-    app = App(RedisStore.from_url(url))
-
-    @app.task("plain")
-    async def plain_job(payload: int, job: JobContext) -> int:
-        nonlocal count
-        count += 1
-        if count == n:
-            done.set()
-        return payload + 1
-
-    for start in range(0, n, 1000):
-        await app.tasks["plain"].enqueue_many(list(range(start, min(n, start + 1000))))
+@contextlib.contextmanager
+def _measured(meter: Meter, rounds: Rounds | None) -> Iterator[None]:
+    """``meter`` running, and ``rounds`` (if any) instrumenting Trio, meanwhile."""
     with meter.run():
         if rounds is not None:
             trio.lowlevel.add_instrument(rounds)
-        async with app.open_worker(concurrency=64, poll_interval=0.05):
-            with trio.fail_after(300):
-                await done.wait()
-        if rounds is not None:
-            trio.lowlevel.remove_instrument(rounds)
-    await app.store.aclose()
+        try:
+            yield
+        finally:
+            if rounds is not None:
+                trio.lowlevel.remove_instrument(rounds)
+
+
+async def _plain(url: str, n: int, meter: Meter, rounds: Rounds | None) -> None:
+    await workflows.plain(url, n, around=_measured(meter, rounds))
 
 
 async def _apart(url: str, c: int, meter: Meter, rounds: Rounds | None) -> dict[str, Any]:
@@ -292,14 +282,10 @@ async def _apart(url: str, c: int, meter: Meter, rounds: Rounds | None) -> dict[
         while b"\n" not in buf:
             buf += await proc.stdout.receive_some()
         meter.producer = proc.pid
-        with meter.run():
-            if rounds is not None:
-                trio.lowlevel.add_instrument(rounds)
+        with _measured(meter, rounds):
             await proc.stdin.send_all(b"go\n")
             while buf.count(b"\n") < 2:
                 buf += await proc.stdout.receive_some()
-            if rounds is not None:
-                trio.lowlevel.remove_instrument(rounds)
         await proc.wait()
     await app.store.aclose()
     out: dict[str, Any] = json.loads(buf.decode().splitlines()[1])

@@ -38,6 +38,7 @@ rates, below 1 for the latency.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -80,7 +81,12 @@ def _app(url: str, marks: dict[str, float]) -> App:
     return app
 
 
-async def plain(url: str, n: int) -> float:
+async def plain(
+    url: str, n: int, around: contextlib.AbstractContextManager[object] | None = None
+) -> float:
+    """``n`` pre-enqueued jobs drained by one embedded worker (c=64): jobs/s
+    from the worker's start to the last job done; ``around`` (e.g. a
+    measurement, ``benchmarks.chain_wall``) is entered around the drain."""
     done = trio.Event()
     count = 0
     app = App(RedisStore.from_url(url))
@@ -96,11 +102,12 @@ async def plain(url: str, n: int) -> float:
     task = app.tasks["plain"]
     for start in range(0, n, 1000):
         await task.enqueue_many(list(range(start, min(n, start + 1000))))
-    t0 = time.perf_counter()
-    async with app.open_worker(concurrency=64, poll_interval=0.05):
-        with trio.fail_after(300):
-            await done.wait()
-        took = time.perf_counter() - t0
+    with around or contextlib.nullcontext():
+        t0 = time.perf_counter()
+        async with app.open_worker(concurrency=64, poll_interval=0.05):
+            with trio.fail_after(300):
+                await done.wait()
+            took = time.perf_counter() - t0
     await app.store.aclose()
     return n / took
 
