@@ -63,14 +63,15 @@ async def run(
             await trio.lowlevel.checkpoint()
             batch = table.claim_decided(limit)
             to_store, outcomes = _prepared(rt, batch)
-            parts = _parts(batch, to_store, outcomes, lanes.idle, lanes.store_hands_over)
-            if len(parts) == 1 and not parts[0].hands_over:
-                # nothing handed over: sent here, the next claim after it
+            hands = _hand_overs(outcomes)
+            if not hands or not lanes.store_hands_over:
+                # nothing to hand over, or a store that hands nothing over
+                # (see _Lanes): sent here, the next claim after it
                 handed = await _send(rt, batch, to_store, outcomes, backoff)
-                if parts[0].asks:
+                if hands:
                     lanes.store_hands_over = handed > 0
                 continue
-            for part in parts:
+            for part in _parts(batch, to_store, outcomes, hands, lanes.idle):
                 lanes.sent(part.hands_over)
                 nursery.start_soon(_send_part, rt, part, backoff, lanes)
 
@@ -80,23 +81,15 @@ class _Part:
     an outcome to store, their settlements, and whether any of them asks
     for its successor leased (``Successor.lease_to``)."""
 
-    __slots__ = ("asks", "batch", "hands_over", "outcomes", "to_store")
+    __slots__ = ("batch", "hands_over", "outcomes", "to_store")
 
     def __init__(
-        self,
-        batch: list[Entry],
-        to_store: list[Entry],
-        outcomes: list[Settlement],
-        hands: int,
-        asks: int | None = None,
+        self, batch: list[Entry], to_store: list[Entry], outcomes: list[Settlement]
     ) -> None:
         self.batch = batch
         self.to_store = to_store
         self.outcomes = outcomes
-        self.hands_over = hands > 0
-        #: how many of them ask for hand-over (``hands``, but while the
-        #: store hands nothing over: then those are not counted as handing)
-        self.asks = hands if asks is None else asks
+        self.hands_over = _hand_overs(outcomes) > 0
 
 
 class _Lanes:
@@ -150,29 +143,28 @@ SETTLES_IN_FLIGHT = 2
 HALF_AT_LEAST = 8
 
 
+def _hand_overs(outcomes: list[Settlement]) -> int:
+    """How many of ``outcomes`` ask for their successor leased to this
+    worker (``Successor.lease_to``)."""
+    return sum(1 for o in outcomes if o.successor is not None and o.successor.lease_to)
+
+
 def _parts(
     batch: list[Entry],
     to_store: list[Entry],
     outcomes: list[Settlement],
+    hands: int,
     idle: bool,
-    store_hands_over: bool = True,
 ) -> list[_Part]:
-    """The settle calls ``batch`` goes as: one, or two halves when ``idle``
-    (nothing in flight) and it holds 2 * :data:`HALF_AT_LEAST` links to
-    hand over. While the store hands nothing over (``store_hands_over``
-    false: see :class:`_Lanes`) one part, sent as one that hands nothing
-    over (alone, inline: what it brings back says whether the store hands
-    over again)."""
-    hands = sum(1 for o in outcomes if o.successor is not None and o.successor.lease_to)
-    if not store_hands_over:
-        return [_Part(batch, to_store, outcomes, 0, hands)]
+    """The settle calls ``batch`` goes as, ``hands`` of its ``outcomes``
+    asking for hand-over: one, or two halves (by entries) when ``idle``
+    (nothing in flight) and ``hands`` is at least 2 * :data:`HALF_AT_LEAST`."""
     if not idle or hands < 2 * HALF_AT_LEAST or len(to_store) != len(batch):
-        return [_Part(batch, to_store, outcomes, hands)]
+        return [_Part(batch, to_store, outcomes)]
     half = len(batch) // 2
-    first = sum(1 for o in outcomes[:half] if o.successor is not None and o.successor.lease_to)
     return [
-        _Part(batch[:half], to_store[:half], outcomes[:half], first),
-        _Part(batch[half:], to_store[half:], outcomes[half:], hands - first),
+        _Part(batch[:half], to_store[:half], outcomes[:half]),
+        _Part(batch[half:], to_store[half:], outcomes[half:]),
     ]
 
 
